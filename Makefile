@@ -1,0 +1,77 @@
+# The two commands: `make demo` (the main job on embedded defaults) and `make test`.
+# Both set up what they need: the virtual environment, the packages and the services on loopback.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CACHE := .cache
+SERVICES_ENV := $(CACHE)/services.env
+PGTAP_DB ?= billing_pgtap
+PYTEST_ARGS ?=
+
+.PHONY: help venv services services-stop db-migrate test test-sql test-py demo bench-renewal bench-relay bench-charge bench-http clean
+
+help:
+	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
+	@echo "make test   - pgTAP and pytest suites against real PostgreSQL, Redis and Kafka"
+	@echo "make services / services-stop - bring the loopback services up / down"
+
+$(BIN)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test]"
+	@touch $@
+
+venv: $(BIN)/.installed
+
+# Each script prints the URL it serves; the URLs go to .cache/services.env for the other targets.
+services:
+	@mkdir -p $(CACHE)
+	@pg=$$(bash scripts/services/postgres.sh) && \
+	 rd=$$(bash scripts/services/redis.sh) && \
+	 kf=$$(bash scripts/services/kafka.sh) && \
+	 { echo "export BILLING_TEST_DATABASE_URL=$$pg"; \
+	   echo "export BILLING_TEST_REDIS_URL=$$rd"; \
+	   echo "export BILLING_TEST_KAFKA_BOOTSTRAP=$$kf"; } > $(SERVICES_ENV) && \
+	 echo "postgres: $$pg" && echo "redis:    $$rd" && echo "kafka:    $$kf"
+
+services-stop:
+	-bash scripts/services/kafka.sh stop
+	-bash scripts/services/redis.sh stop
+	-bash scripts/services/postgres.sh stop
+
+# pgTAP: a fresh database built from the migrations, then every file in db/tests.
+test-sql: venv services
+	@source $(SERVICES_ENV) && \
+	 base=$${BILLING_TEST_DATABASE_URL%/*} && url="$$base/$(PGTAP_DB)" && \
+	 psql -q "$$BILLING_TEST_DATABASE_URL" -v ON_ERROR_STOP=1 \
+	   -c "DROP DATABASE IF EXISTS $(PGTAP_DB) WITH (FORCE)" -c "CREATE DATABASE $(PGTAP_DB)" && \
+	 $(BIN)/billing --log-level WARNING db migrate --database-url "$$url" && \
+	 psql -q "$$url" -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pgtap" && \
+	 pg_prove --dbname "$$url" --ext .sql db/tests/
+
+test-py: venv services
+	@source $(SERVICES_ENV) && $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test: test-sql test-py
+
+demo: venv
+	@pg=$$(bash scripts/services/postgres.sh) && \
+	 export BILLING_DATABASE_URL=$${BILLING_DATABASE_URL:-$${pg%/*}/billing_demo} && \
+	 $(BIN)/billing demo $(DEMO_ARGS)
+
+bench-renewal: venv services
+	@source $(SERVICES_ENV) && $(BIN)/python bench/renewal/run.py $(BENCH_ARGS)
+
+bench-relay: venv services
+	@source $(SERVICES_ENV) && $(BIN)/python bench/relay/run.py $(BENCH_ARGS)
+
+bench-charge: venv services
+	@source $(SERVICES_ENV) && $(BIN)/python bench/charge/run.py $(BENCH_ARGS)
+
+bench-http: venv
+	@$(BIN)/python bench/http_client/run.py $(BENCH_ARGS)
+
+clean: services-stop
+	rm -rf $(CACHE) $(VENV)

@@ -1,0 +1,122 @@
+"""The `billing` command: click entry points only; the work lives in the modules they call."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from billing.config import Settings
+from billing.logs import setup_logging
+
+
+@click.group()
+@click.option("--log-level", default="INFO", envvar="BILLING_LOG_LEVEL", show_default=True)
+@click.option("--log-json/--log-text", default=False, envvar="BILLING_LOG_JSON", help="One JSON object per log line.")
+@click.pass_context
+def main(ctx: click.Context, log_level: str, log_json: bool) -> None:
+    """Subscription billing and renewal engine."""
+    setup_logging(log_level, json_lines=log_json)
+    ctx.obj = Settings.from_env()
+
+
+database_url_option = click.option(
+    "--database-url", default=None, help="PostgreSQL URL (default: $BILLING_DATABASE_URL)."
+)
+
+
+@main.group()
+def db() -> None:
+    """Database schema management."""
+
+
+@db.command("migrate")
+@database_url_option
+@click.pass_obj
+def db_migrate(settings: Settings, database_url: str | None) -> None:
+    """Apply pending migrations, then (re)apply every SQL function. Safe to run concurrently."""
+    from billing.migrate import MigrationError, migrate
+
+    settings = settings.with_overrides(database_url=database_url)
+    try:
+        result = migrate(settings.database_url, settings.db_dir)
+    except MigrationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(
+        f"migrations applied: {len(result.applied)} ({', '.join(result.applied) or 'none pending'}); "
+        f"function files applied: {result.functions}"
+    )
+
+
+def _run(module: str, func: str, *args, **kwargs):
+    import importlib
+
+    return getattr(importlib.import_module(module), func)(*args, **kwargs)
+
+
+@main.command()
+@database_url_option
+@click.option("--concurrency", type=int, default=None, help="Gateway calls in flight (default: sized from the rate).")
+@click.option("--renew/--no-renew", default=True, help="Run the renewal loop.")
+@click.option("--charge/--no-charge", default=True, help="Run the charge workers.")
+@click.option("--relay/--no-relay", default=True, help="Run the outbox relay.")
+@click.pass_obj
+def worker(settings: Settings, database_url, concurrency, renew, charge, relay) -> None:
+    """Renewal loop, charge workers and outbox relay in one process. SIGTERM drains and exits 0."""
+    settings = settings.with_overrides(database_url=database_url)
+    sys.exit(_run("billing.worker", "run_worker", settings, concurrency=concurrency,
+                  renew=renew, charge=charge, relay=relay) or 0)
+
+
+@main.command()
+@database_url_option
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, type=int, show_default=True)
+@click.pass_obj
+def serve(settings: Settings, database_url, host, port) -> None:
+    """The HTTP API, /metrics and /healthz."""
+    settings = settings.with_overrides(database_url=database_url)
+    _run("billing.api", "serve", settings, host=host, port=port)
+
+
+@main.command("gateway-sim")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8099, type=int, show_default=True)
+@click.option("--rate", default=200, type=int, show_default=True, help="Calls per sliding second before 429.")
+@click.option("--decline-rate", default=0.0, type=float, show_default=True)
+@click.option("--timeout-rate", default=0.0, type=float, show_default=True,
+              help="Share of calls charged and then left unanswered past the client's timeout.")
+@click.option("--error-rate", default=0.0, type=float, show_default=True, help="Share of 5xx answers, not charged.")
+@click.option("--latency-ms", default="0-0", show_default=True, help="MIN-MAX latency per call.")
+@click.option("--webhook-url", default=None)
+@click.option("--webhook-secret", default=None, envvar="BILLING_WEBHOOK_SECRET")
+@click.option("--webhook-duplicate-rate", default=0.0, type=float, show_default=True)
+@click.option("--seed", default=0, type=int, show_default=True)
+def gateway_sim(**options) -> None:
+    """A payment gateway simulator (CONTRACT section 7)."""
+    _run("billing.gateway.simulator", "main", **options)
+
+
+@main.command()
+@database_url_option
+@click.pass_obj
+def status(settings: Settings, database_url) -> None:
+    """What is due, open, in dunning, failed, unpublished and dead."""
+    settings = settings.with_overrides(database_url=database_url)
+    _run("billing.status", "show", settings)
+
+
+@main.command()
+@click.option("--subscriptions", default=20000, type=int, show_default=True)
+@click.option("--rate", default=2000, type=int, show_default=True, help="Gateway calls per second.")
+@click.option("--seed", default=1, type=int, show_default=True)
+@click.option("--report", default="demo-report.html", show_default=True, type=click.Path(dir_okay=False))
+@click.pass_obj
+def demo(settings: Settings, **options) -> None:
+    """The first-of-the-month peak, end to end on embedded defaults, with a report."""
+    sys.exit(_run("billing.demo", "run", settings, **options) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

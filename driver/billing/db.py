@@ -1,0 +1,80 @@
+"""The one place where the driver's SQL lives: each query is one call to a function of the SQL API.
+
+The driver never writes tables itself. Errors raised by the SQL API carry the contract's SQLSTATEs
+(BL404, BL409, BL422); `contract_error` turns them into `ContractError` for the callers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+# -- SQL API calls ---------------------------------------------------------------------------
+# Every time-dependent call passes p_now explicitly, so the demo and the tests drive the clock.
+
+CREATE_DUE_INVOICES = "SELECT billing.create_due_invoices(%(batch)s, %(now)s) AS handled"
+CLAIM_CHARGES = (
+    "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency "
+    "FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s)"
+)
+RECORD_PAYMENT_RESULT = (
+    "SELECT * FROM billing.record_payment_result(%(key)s, %(outcome)s, %(reference)s, %(reason)s, %(now)s)"
+)
+APPLY_GATEWAY_WEBHOOK = (
+    "SELECT billing.apply_gateway_webhook(%(event_id)s, %(key)s, %(outcome)s, %(reference)s, "
+    "%(payload)s::jsonb, %(now)s) AS applied"
+)
+CLAIM_OUTBOX_EVENTS = "SELECT * FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s)"
+MARK_OUTBOX_PUBLISHED = "SELECT billing.mark_outbox_published(%(ids)s::bigint[], %(now)s) AS marked"
+MARK_OUTBOX_FAILED = "SELECT billing.mark_outbox_failed(%(id)s, %(error)s, %(now)s)"
+UPSERT_PLAN = (
+    "SELECT * FROM billing.upsert_plan(%(code)s, %(price)s, %(currency)s, %(interval)s, %(count)s)"
+)
+UPSERT_CUSTOMER = "SELECT * FROM billing.upsert_customer(%(customer_id)s, %(timezone)s)"
+CREATE_SUBSCRIPTION = "SELECT * FROM billing.create_subscription(%(key)s, %(customer_id)s, %(plan_code)s, %(now)s)"
+GET_SUBSCRIPTION = "SELECT * FROM billing.get_subscription(%(id)s)"
+CANCEL_SUBSCRIPTION = (
+    "SELECT * FROM billing.cancel_subscription(%(id)s, %(at_period_end)s, %(now)s, %(expected_version)s)"
+)
+CHANGE_PLAN = "SELECT * FROM billing.change_plan(%(id)s, %(plan_code)s, %(now)s, %(expected_version)s)"
+
+
+CONTRACT_SQLSTATES = {"BL404": 404, "BL409": 409, "BL422": 422}
+
+
+@dataclass
+class ContractError(Exception):
+    """An error of the SQL API: `code` is the SQLSTATE (BL404, BL409, BL422)."""
+
+    code: str
+    message: str
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return f"{self.code}: {self.message}"
+
+
+def contract_error(exc: BaseException) -> ContractError | None:
+    """The contract error behind a psycopg exception, or None when it is something else."""
+    if isinstance(exc, psycopg.Error) and exc.sqlstate in CONTRACT_SQLSTATES:
+        diag = exc.diag
+        return ContractError(exc.sqlstate, diag.message_primary or str(exc))
+    return None
+
+
+def sync_pool(url: str, *, min_size: int = 1, max_size: int = 4, name: str = "billing") -> ConnectionPool:
+    return ConnectionPool(
+        url, min_size=min_size, max_size=max_size, name=name, open=True,
+        kwargs={"autocommit": True, "row_factory": dict_row},
+    )
+
+
+async def async_pool(url: str, *, min_size: int = 1, max_size: int = 8, name: str = "billing") -> AsyncConnectionPool:
+    pool = AsyncConnectionPool(
+        url, min_size=min_size, max_size=max_size, name=name, open=False,
+        kwargs={"autocommit": True, "row_factory": dict_row},
+    )
+    await pool.open(wait=True, timeout=30)
+    return pool

@@ -1,0 +1,187 @@
+"""Fixtures on real services.
+
+Where the services come from, in order: the URLs in the environment (`BILLING_TEST_DATABASE_URL`,
+`BILLING_TEST_REDIS_URL`, `BILLING_TEST_KAFKA_BOOTSTRAP`, which `make test` sets from the service
+scripts); testcontainers when a Docker engine answers; else the project's own service scripts,
+which start PostgreSQL, Redis and Kafka on loopback under .cache/.
+
+Each test gets a throwaway database cloned from a template migrated once per session, a Redis
+database of its own (flushed), and a Kafka topic of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from billing.config import REPO_ROOT
+from billing.migrate import migrate
+
+SCRIPTS = REPO_ROOT / "scripts" / "services"
+
+
+def _docker_answers() -> bool:
+    if os.environ.get("BILLING_TEST_NO_DOCKER") or not shutil.which("docker"):
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=5).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _script(name: str) -> str:
+    out = subprocess.run(["bash", str(SCRIPTS / f"{name}.sh")], check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+class _Services:
+    """Resolves each service once per session, the first time a test needs it."""
+
+    def __init__(self) -> None:
+        self._containers: list = []
+        self._docker: bool | None = None
+        self._cache: dict[str, str] = {}
+
+    def docker(self) -> bool:
+        if self._docker is None:
+            self._docker = _docker_answers()
+        return self._docker
+
+    def _get(self, key: str, env: str, script: str, container) -> str:
+        if key not in self._cache:
+            if os.environ.get(env):
+                self._cache[key] = os.environ[env]
+            elif self.docker():
+                self._cache[key] = container()
+            else:
+                self._cache[key] = _script(script)
+        return self._cache[key]
+
+    def postgres(self) -> str:
+        def container():
+            from testcontainers.postgres import PostgresContainer
+
+            c = PostgresContainer("postgres:15", driver=None).start()
+            self._containers.append(c)
+            return c.get_connection_url()
+
+        return self._get("pg", "BILLING_TEST_DATABASE_URL", "postgres", container)
+
+    def redis(self) -> str:
+        def container():
+            from testcontainers.redis import RedisContainer
+
+            c = RedisContainer("redis:7").start()
+            self._containers.append(c)
+            return f"redis://{c.get_container_host_ip()}:{c.get_exposed_port(6379)}/0"
+
+        return self._get("redis", "BILLING_TEST_REDIS_URL", "redis", container)
+
+    def kafka(self) -> str:
+        def container():
+            from testcontainers.kafka import KafkaContainer
+
+            c = KafkaContainer("confluentinc/cp-kafka:7.6.0").with_kraft().start()
+            self._containers.append(c)
+            return c.get_bootstrap_server()
+
+        return self._get("kafka", "BILLING_TEST_KAFKA_BOOTSTRAP", "kafka", container)
+
+    def close(self) -> None:
+        for c in self._containers:
+            c.stop()
+
+
+@pytest.fixture(scope="session")
+def services():
+    s = _Services()
+    yield s
+    s.close()
+
+
+def url_for_db(server_url: str, dbname: str) -> str:
+    """The same server URL pointing at another database."""
+    info = psycopg.conninfo.conninfo_to_dict(server_url)
+    info["dbname"] = dbname
+    return psycopg.conninfo.make_conninfo(**info)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(services) -> str:
+    """A superuser URL of the PostgreSQL server (its maintenance database)."""
+    return services.postgres()
+
+
+@pytest.fixture(scope="session")
+def migrated_template(pg_server_url) -> str:
+    """A database built once per session from db/schema and db/functions; tests clone it."""
+    name = f"billing_tpl_{os.getpid()}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    migrate(url_for_db(pg_server_url, name), REPO_ROOT / "db")
+    yield name
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def db_url(pg_server_url, migrated_template) -> str:
+    """A throwaway migrated database of this test's own (superuser URL)."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(migrated_template))
+        )
+    yield url_for_db(pg_server_url, name)
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+_redis_dbs = itertools.cycle(range(1, 16))
+
+
+@pytest.fixture
+def redis_url(services) -> str:
+    """A Redis database of this test's own, empty at the start."""
+    import redis
+
+    base = services.redis().rsplit("/", 1)[0]
+    url = f"{base}/{next(_redis_dbs)}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    yield url
+    try:
+        client.flushdb()
+    except redis.ConnectionError:
+        pass  # a test may have stopped Redis on purpose
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(services) -> str:
+    return services.kafka()
+
+
+@pytest.fixture
+def kafka_topic(kafka_bootstrap) -> str:
+    """A Kafka topic of this test's own (3 partitions), created before the test."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"test.{uuid.uuid4().hex[:12]}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=3, replication_factor=1)])
+    futures[name].result(timeout=60)
+    yield name
+    try:
+        admin.delete_topics([name], operation_timeout=10)
+    except Exception:  # noqa: BLE001 - cleanup is best effort; the broker may be down on purpose
+        pass
