@@ -6,7 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 PORT="${BILLING_KAFKA_PORT:-59092}"
 CPORT="${BILLING_KAFKA_CONTROLLER_PORT:-59093}"
 DIR="$CACHE/kafka"
-LIBS="$DIR/libs"
+LIBS="${BILLING_KAFKA_LIBS:-$DIR/libs}"
 BOOT="127.0.0.1:$PORT"
 
 stop() {
