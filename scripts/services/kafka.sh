@@ -26,7 +26,7 @@ if [ ! -f "$LIBS/.complete" ] || [ "$ROOT/scripts/kafka/pom.xml" -nt "$LIBS/.com
   command -v mvn >/dev/null || apt_ensure mvn maven
   log "fetching the Kafka broker's jars with mvn"
   rm -rf "$LIBS"
-  mvn -q -B -f "$ROOT/scripts/kafka/pom.xml" dependency:copy-dependencies \
+  mvn -q -B -Dstyle.color=never -f "$ROOT/scripts/kafka/pom.xml" dependency:copy-dependencies \
       -DoutputDirectory="$LIBS" -DincludeScope=runtime >&2
   touch "$LIBS/.complete"
 fi
