@@ -41,6 +41,30 @@ CANCEL_SUBSCRIPTION = (
 )
 CHANGE_PLAN = "SELECT * FROM billing.change_plan(%(id)s, %(plan_code)s, %(now)s, %(expected_version)s)"
 
+# -- The relay: the payload as text (it is published as is, never parsed), key = aggregate id.
+CLAIM_OUTBOX_EVENTS_RAW = (
+    "SELECT id, aggregate_id, payload::text FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s)"
+)
+
+# -- Operators (db/functions/70_stats.sql).
+OUTBOX_STATS = "SELECT * FROM billing.outbox_stats(%(now)s)"
+OUTBOX_LEASED_UNTIL = "SELECT leased_until FROM billing.outbox_stats(%(now)s)"
+STATUS_SUMMARY = "SELECT * FROM billing.status_summary(%(now)s)"
+
+# -- The HTTP API: the subscription row plus its plan's code. `created` is exact: the SQL API sets
+# subscription.created_at = now() in the creating transaction, and now() is this statement's
+# transaction time, so it is true only when this very call inserted the row (201 vs 200).
+_API_SUBSCRIPTION = "SELECT s.*, billing.plan_code(s.plan_id) AS plan_code{extra} FROM billing.{call} s"
+API_CREATE_SUBSCRIPTION = _API_SUBSCRIPTION.format(
+    extra=", s.created_at = now() AS created",
+    call="create_subscription(%(key)s, %(customer_id)s, %(plan_code)s, %(now)s)")
+API_GET_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="get_subscription(%(id)s)")
+API_CANCEL_SUBSCRIPTION = _API_SUBSCRIPTION.format(
+    extra="", call="cancel_subscription(%(id)s, %(at_period_end)s, %(now)s, %(expected_version)s)")
+API_CHANGE_PLAN = _API_SUBSCRIPTION.format(
+    extra="", call="change_plan(%(id)s, %(plan_code)s, %(now)s, %(expected_version)s)")
+HEALTH = "SELECT 1"
+
 
 CONTRACT_SQLSTATES = {"BL404": 404, "BL409": 409, "BL422": 422}
 

@@ -1,0 +1,489 @@
+"""The outbox relay: billing.outbox_event -> Kafka, at least once, in commit order per aggregate.
+
+One active publisher at a time. Leadership is a PostgreSQL session advisory lock held on a
+dedicated connection; the same connection LISTENs on `billing_outbox` and runs the claims, so a
+claim can only ever run while the lock is held (if the session dies, the lock and the claim die
+with it). A stand-by retries the lock every second and takes over when the holder's session ends.
+
+One batch at a time: claim (in id order) -> produce every row -> wait for every delivery report
+-> mark the delivered rows published (one `mark_outbox_published` call, overlapped with the next
+claim). Rows are marked from delivery reports only, never from "we sent it".
+
+Why per-aggregate order holds (CONTRACT section 4):
+* the key is the aggregate id, so one aggregate's events share a partition;
+* the idempotent producer (`enable.idempotence`, `acks=all`, at most 5 in flight) writes one
+  partition in produce order, without duplicates or gaps, across its own retries;
+* `message.timeout.ms=0`: a broker outage never *fails* a message. librdkafka keeps retrying
+  in order, the relay stops claiming while its batch is unacknowledged and the rest of the
+  backlog waits in the table. So there is no "event N failed, event N+1 got through" on an
+  outage;
+* when the producer does give up on messages (a fatal idempotence error, a write error of the
+  JSON-lines sink), it gives up on everything queued behind them too; the relay resends the
+  unacknowledged rows of the batch itself, in id order, before it claims anything new, instead
+  of leaving them to `mark_outbox_failed` (whose backoff would let later events overtake them);
+* only a per-message, non-retriable error (a poison event: too large, rejected by the broker) is
+  sent to `mark_outbox_failed`, and goes DEAD after its bounded tries. Later events of that one
+  aggregate are not held back by it: a poison event must not block its aggregate forever.
+* on a takeover after an unclean death, the previous leader's rows are still leased; the new
+  leader waits until those leases lapse before its first claim, so it cannot publish an
+  aggregate's later events ahead of the earlier ones the old leader left unacknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable, Protocol
+
+import psycopg
+from psycopg.rows import dict_row
+
+from billing import db
+from billing.clock import Clock, SystemClock, sleep_or_stop
+from billing.metrics import OUTBOX_FAILED, OUTBOX_PUBLISHED, RELAY_ACTIVE
+
+log = logging.getLogger("billing.relay")
+
+# An arbitrary constant (ASCII "bilr"): the session advisory lock that elects the active relay.
+RELAY_LOCK_KEY = 0x62696C72
+
+DeliveryCallback = Callable[[BaseException | object | None], None]
+
+
+class EventSink(Protocol):
+    """Where the relay publishes. `on_delivery(err)` is called once per produced event, from
+    `poll`/`flush`, with None once the event is durably stored, else with the error."""
+
+    def produce(self, key: bytes, value: bytes, on_delivery: DeliveryCallback) -> None: ...
+
+    def poll(self, timeout: float) -> int: ...
+
+    def flush(self, timeout: float) -> int:
+        """Deliver what is queued, waiting up to `timeout`; returns how many are still pending."""
+        ...
+
+
+class KafkaSink:
+    """confluent-kafka's idempotent producer, tuned for an ordered, at-least-once relay."""
+
+    def __init__(self, bootstrap: str, topic: str, *, config: dict | None = None) -> None:
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "client.id": "billing-relay",
+            "enable.idempotence": True,
+            "acks": "all",
+            # Never fail a message because the broker is away: it waits, in order, until the
+            # broker is back (see the module docstring). The relay watches its own progress.
+            "message.timeout.ms": 0,
+            "linger.ms": 5,
+            "batch.num.messages": 10000,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 500_000,
+            "queue.buffering.max.kbytes": 512 * 1024,
+            "reconnect.backoff.ms": 100,
+            "reconnect.backoff.max.ms": 2000,
+            "socket.keepalive.enable": True,
+            "error_cb": self._on_error,
+        }
+        conf.update(config or {})
+        self._conf = conf
+        self.fatal: object | None = None
+        self._producer = Producer(conf)
+
+    def recover(self) -> None:
+        """After a fatal error (idempotence broken) the producer is unusable: start a new one."""
+        from confluent_kafka import Producer
+
+        if self.fatal is not None:
+            log.warning("rebuilding the kafka producer after a fatal error", extra={"error": str(self.fatal)})
+            self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+            self._producer.poll(0)
+            self.fatal = None
+            self._producer = Producer(self._conf)
+
+    def _on_error(self, err) -> None:
+        if err.fatal():
+            self.fatal = err
+            log.error("kafka producer fatal error", extra={"error": str(err)})
+        else:
+            # Broker down, connection refused...: librdkafka retries by itself.
+            log.warning("kafka: %s", err.str())
+
+    def produce(self, key: bytes, value: bytes, on_delivery: DeliveryCallback) -> None:
+        self._producer.produce(self.topic, value=value, key=key, on_delivery=lambda err, _msg: on_delivery(err))
+
+    def poll(self, timeout: float) -> int:
+        return self._producer.poll(timeout)
+
+    def flush(self, timeout: float) -> int:
+        return self._producer.flush(timeout)
+
+    def purge(self) -> None:
+        """Drop what is queued or in flight; their reports come back with a _PURGE_* error."""
+        self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+        self._producer.poll(0)
+
+    def close(self, timeout: float = 5.0) -> None:
+        left = self._producer.flush(timeout)
+        if left:
+            log.warning("kafka producer closed with %d messages unacknowledged (they stay in the outbox)", left)
+
+
+class JsonlSink:
+    """One JSON object per line in a file: the stand-in for Kafka when none is configured.
+
+    Each line is `{"key": "<aggregate id>", "value": <the CloudEvents envelope>}`. Events are
+    buffered by `produce`, written and fsynced by `poll`/`flush`, and only then reported
+    delivered, so a crash never reports an event that is not on disk."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for the sink's lifetime
+        self._buffer: list[tuple[bytes, DeliveryCallback]] = []
+
+    def produce(self, key: bytes, value: bytes, on_delivery: DeliveryCallback) -> None:
+        line = b'{"key": ' + json.dumps(key.decode()).encode() + b', "value": ' + value + b"}\n"
+        self._buffer.append((line, on_delivery))
+
+    def _write(self) -> int:
+        batch, self._buffer = self._buffer, []
+        if not batch:
+            return 0
+        try:
+            self._file.write(b"".join(line for line, _ in batch))
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as exc:
+            for _, cb in batch:
+                cb(exc)
+            return len(batch)
+        for _, cb in batch:
+            cb(None)
+        return len(batch)
+
+    def poll(self, timeout: float) -> int:
+        return self._write()
+
+    def flush(self, timeout: float) -> int:
+        self._write()
+        return 0
+
+    def purge(self) -> None:
+        self._buffer.clear()
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._write()
+        self._file.close()
+
+
+# -- delivery outcomes -----------------------------------------------------------------------
+
+_PURGED = {"_PURGE_QUEUE", "_PURGE_INFLIGHT"}
+
+
+def _classify(err) -> str:
+    """'purged' (we dropped it), 'transient' (resend it ourselves) or 'poison' (mark failed)."""
+    if isinstance(err, OSError):
+        return "transient"
+    name = getattr(err, "name", None)
+    if callable(name):
+        name = name()
+        if name in _PURGED:
+            return "purged"
+        if err.fatal() or err.retriable() or name.startswith("_"):
+            # librdkafka's local errors (timed out, transport, all brokers down, fatal...) are
+            # about the connection, not the event.
+            return "transient"
+        if name in ("UNKNOWN_TOPIC_OR_PART", "LEADER_NOT_AVAILABLE", "NOT_LEADER_OR_FOLLOWER",
+                    "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REQUEST_TIMED_OUT"):
+            return "transient"
+    return "poison"
+
+
+@dataclass
+class _Row:
+    id: int
+    key: bytes
+    value: bytes
+
+
+@dataclass
+class _Batch:
+    rows: list[_Row]
+    delivered: list[int] = field(default_factory=list)
+    poison: list[tuple[int, str]] = field(default_factory=list)
+    transient: list[_Row] = field(default_factory=list)
+    reported: int = 0
+
+    def callback(self, row: _Row) -> DeliveryCallback:
+        def on_delivery(err) -> None:
+            self.reported += 1
+            if err is None:
+                self.delivered.append(row.id)
+                return
+            kind = _classify(err)
+            if kind == "poison":
+                self.poison.append((row.id, str(err)))
+            elif kind == "transient":
+                self.transient.append(row)
+
+        return on_delivery
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.rows) - self.reported
+
+
+class _LostLeadership(Exception):
+    pass
+
+
+@dataclass
+class RelayOptions:
+    batch_size: int = 5000
+    lease: timedelta = timedelta(seconds=15)
+    poll_interval: float = 1.0  # fallback poll when no NOTIFY comes
+    standby_interval: float = 1.0  # how often a stand-by retries the lock
+    liveness_interval: float = 1.0  # how often the leader checks its lock session while waiting on Kafka
+    retry_pause: float = 1.0  # pause before resending after a transient delivery failure
+    stop_grace: float = 5.0  # on stop, how long to wait for the batch in flight
+    lock_key: int = RELAY_LOCK_KEY
+
+
+class Relay:
+    def __init__(self, database_url: str, sink: EventSink, stop: asyncio.Event, *,
+                 clock: Clock | None = None, options: RelayOptions | None = None) -> None:
+        self.url = database_url
+        self.sink = sink
+        self.stop = stop
+        self.clock = clock or SystemClock()
+        self.opt = options or RelayOptions()
+        self.published = 0  # rows marked published by this process (benchmarks, tests)
+        self._mark_task: asyncio.Task | None = None
+
+    # -- leadership ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        backoff = 0.5
+        while not self.stop.is_set():
+            try:
+                lock_conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            except psycopg.OperationalError as exc:
+                log.warning("relay cannot reach the database, retrying", extra={"error": str(exc).strip()})
+                await sleep_or_stop(self.stop, backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.5
+            try:
+                async with lock_conn:
+                    if not await self._acquire(lock_conn):
+                        return  # stopped while standing by
+                    RELAY_ACTIVE.set(1)
+                    log.info("relay is active (holds the advisory lock)")
+                    try:
+                        await self._lead(lock_conn)
+                    finally:
+                        RELAY_ACTIVE.set(0)
+            except (psycopg.OperationalError, _LostLeadership) as exc:
+                log.warning("relay lost its lock session; standing by", extra={"error": str(exc).strip()})
+                await sleep_or_stop(self.stop, 0.2)
+
+    async def _acquire(self, conn: psycopg.AsyncConnection) -> bool:
+        announced = False
+        while not self.stop.is_set():
+            cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self.opt.lock_key,))
+            if (await cur.fetchone())[0]:
+                return True
+            if not announced:
+                log.info("relay standing by: another instance holds the lock")
+                announced = True
+            await sleep_or_stop(self.stop, self.opt.standby_interval)
+        return False
+
+    # -- the active relay ------------------------------------------------------------------
+
+    async def _lead(self, lock_conn: psycopg.AsyncConnection) -> None:
+        await lock_conn.execute("LISTEN billing_outbox")
+        mark_conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row)
+        try:
+            await self._wait_out_previous_leases(mark_conn)
+            redo: list[_Row] = []
+            while not self.stop.is_set():
+                if redo:
+                    rows, redo = redo, []
+                else:
+                    rows = await self._claim(lock_conn)
+                if rows:
+                    batch = await self._publish(rows, lock_conn)
+                    await self._settle(batch, mark_conn)
+                    if batch.transient:
+                        redo = sorted(batch.transient, key=lambda r: r.id)
+                        log.warning("kafka delivery failed; resending from the earliest unacknowledged event",
+                                    extra={"events": len(redo), "first_id": redo[0].id})
+                        self._recover_sink()
+                        await sleep_or_stop(self.stop, self.opt.retry_pause)
+                    if len(rows) >= self.opt.batch_size or redo:
+                        continue  # more is probably waiting: no need for a NOTIFY
+                await self._wait_for_work(lock_conn)
+        finally:
+            try:
+                if self._mark_task is not None:
+                    await self._mark_task
+            finally:
+                self._mark_task = None
+                await mark_conn.close()
+
+    async def _wait_out_previous_leases(self, conn: psycopg.AsyncConnection) -> None:
+        """After an unclean takeover, let the old leader's leases lapse before claiming (see top)."""
+        try:
+            cur = await conn.execute(db.OUTBOX_LEASED_UNTIL, {"now": self.clock.now()})
+            row = await cur.fetchone()
+        except psycopg.Error as exc:  # the stats function is missing: be safe, wait a full lease
+            log.warning("cannot read outbox leases; waiting one lease before claiming", extra={"error": str(exc)})
+            await sleep_or_stop(self.stop, self.opt.lease.total_seconds())
+            return
+        until = row and row["leased_until"]
+        if until is None:
+            return
+        wait = min((until - self.clock.now()).total_seconds(), self.opt.lease.total_seconds()) + 0.05
+        if wait > 0:
+            log.info("waiting for the previous relay's leases to lapse", extra={"seconds": round(wait, 2)})
+            await sleep_or_stop(self.stop, wait)
+
+    async def _claim(self, conn: psycopg.AsyncConnection) -> list[_Row]:
+        cur = await conn.execute(
+            db.CLAIM_OUTBOX_EVENTS_RAW,
+            {"batch": self.opt.batch_size, "lease": self.opt.lease, "now": self.clock.now()},
+        )
+        return [_Row(id_, str(agg).encode(), payload.encode()) for id_, agg, payload in await cur.fetchall()]
+
+    async def _wait_for_work(self, conn: psycopg.AsyncConnection) -> None:
+        """Until a NOTIFY, the fallback poll interval or stop. Raises if the lock session died."""
+        if self.stop.is_set():
+            return
+        stop_wait = asyncio.ensure_future(self.stop.wait())
+        try:
+            async def notified() -> None:
+                async for _ in conn.notifies(timeout=self.opt.poll_interval, stop_after=1):
+                    break
+
+            listen = asyncio.ensure_future(notified())
+            await asyncio.wait({listen, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            if not listen.done():
+                listen.cancel()
+                try:
+                    await listen
+                except (asyncio.CancelledError, psycopg.Error):
+                    pass
+            else:
+                listen.result()  # re-raise a dead connection
+        finally:
+            stop_wait.cancel()
+
+    def _produce(self, batch: _Batch) -> None:
+        for row in batch.rows:
+            cb = batch.callback(row)
+            while True:
+                try:
+                    self.sink.produce(row.key, row.value, cb)
+                    break
+                except BufferError:  # local queue full: let it drain a little
+                    self.sink.poll(0.05)
+
+    async def _publish(self, rows: list[_Row], lock_conn: psycopg.AsyncConnection) -> _Batch:
+        batch = _Batch(rows)
+        self._produce(batch)
+        started = last_check = last_warn = time.monotonic()
+        stopping_since: float | None = None
+        while batch.outstanding > 0:
+            await asyncio.to_thread(self.sink.flush, 0.2)
+            if batch.outstanding == 0:
+                break
+            now = time.monotonic()
+            if self.stop.is_set():
+                stopping_since = stopping_since or now
+                if now - stopping_since >= self.opt.stop_grace:
+                    log.warning("stopping with events unacknowledged; they stay in the outbox",
+                                extra={"events": batch.outstanding})
+                    self._purge()
+                    break
+            if now - last_check >= self.opt.liveness_interval:
+                last_check = now
+                try:
+                    await lock_conn.execute("SELECT 1")
+                except psycopg.Error as exc:
+                    self._purge()
+                    await self._settle_quietly(batch)
+                    raise _LostLeadership(str(exc)) from exc
+            if now - last_warn >= 10:
+                last_warn = now
+                log.warning("kafka has not acknowledged the batch yet; events wait in the outbox",
+                            extra={"unacknowledged": batch.outstanding, "seconds": round(now - started)})
+        return batch
+
+    def _purge(self) -> None:
+        purge = getattr(self.sink, "purge", None)
+        if purge is not None:
+            purge()
+            self.sink.poll(0)
+
+    def _recover_sink(self) -> None:
+        recover = getattr(self.sink, "recover", None)
+        if recover is not None:
+            recover()
+
+    async def _settle(self, batch: _Batch, conn: psycopg.AsyncConnection) -> None:
+        """Mark the delivered rows published (in the background, overlapping the next claim) and
+        the poison ones failed."""
+        if self._mark_task is not None:
+            task, self._mark_task = self._mark_task, None
+            await task
+        if batch.delivered:
+            self._mark_task = asyncio.ensure_future(self._mark_published(conn, batch.delivered))
+        for id_, error in batch.poison:
+            log.error("event rejected by the sink; marked failed", extra={"outbox_id": id_, "error": error})
+            await conn.execute(db.MARK_OUTBOX_FAILED, {"id": id_, "error": error[:1000], "now": self.clock.now()})
+            OUTBOX_FAILED.inc()
+
+    async def _settle_quietly(self, batch: _Batch) -> None:
+        """Best effort on the way out: what Kafka acknowledged is marked, to spare duplicates."""
+        if not batch.delivered:
+            return
+        try:
+            async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+                await self._mark_published(conn, batch.delivered)
+        except psycopg.Error:
+            pass  # they will be published again: at least once
+
+    async def _mark_published(self, conn: psycopg.AsyncConnection, ids: list[int]) -> None:
+        await conn.execute(db.MARK_OUTBOX_PUBLISHED, {"ids": ids, "now": self.clock.now()})
+        self.published += len(ids)
+        OUTBOX_PUBLISHED.inc(len(ids))
+
+
+async def run_relay(settings, stop: asyncio.Event, *, sink: EventSink | None = None, clock: Clock | None = None,
+                    options: RelayOptions | None = None) -> None:
+    """Relay the outbox until `stop` is set. Without a sink, publishes to the configured Kafka."""
+    own_sink = sink is None
+    if sink is None:
+        if not settings.kafka_bootstrap:
+            raise ValueError("the relay needs BILLING_KAFKA_BOOTSTRAP, or a sink (JsonlSink) passed in")
+        sink = KafkaSink(settings.kafka_bootstrap, settings.kafka_topic)
+    relay = Relay(settings.database_url, sink, stop, clock=clock, options=options)
+    try:
+        await relay.run()
+    finally:
+        RELAY_ACTIVE.set(0)
+        if own_sink:
+            await asyncio.to_thread(sink.close)
