@@ -92,6 +92,12 @@ def serve(settings: Settings, database_url, host, port) -> None:
 @click.option("--webhook-url", default=None)
 @click.option("--webhook-secret", default=None, envvar="BILLING_WEBHOOK_SECRET")
 @click.option("--webhook-duplicate-rate", default=0.0, type=float, show_default=True)
+@click.option("--webhook-delay-ms", default="0-2000", show_default=True,
+              help="MIN-MAX delay before each webhook delivery (late, out of order).")
+@click.option("--timeout-hold-seconds", default=30.0, type=float, show_default=True,
+              help="How long a timed-out call is held before the (unread) answer.")
+@click.option("--mode", type=click.Choice(["strict", "observe"]), default="strict", show_default=True,
+              help="strict: 429 past the rate; observe: accept everything and count the excess.")
 @click.option("--seed", default=0, type=int, show_default=True)
 def gateway_sim(**options) -> None:
     """A payment gateway simulator (CONTRACT section 7)."""

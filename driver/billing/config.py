@@ -10,6 +10,16 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+
+
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -29,6 +39,10 @@ class Settings:
     gateway_url: str = "http://127.0.0.1:8099"
     gateway_rate: int = 200
     webhook_secret: str | None = None
+    # How long a claimed invoice stays with its worker (claim_charges p_lease), and the gateway
+    # call's timeout, which must stay well inside the lease.
+    charge_lease_seconds: float = 300.0
+    gateway_timeout_seconds: float = 10.0
     db_dir: Path = field(default_factory=lambda: Path(os.environ.get("BILLING_DB_DIR", REPO_ROOT / "db")))
 
     @classmethod
@@ -42,6 +56,8 @@ class Settings:
             gateway_url=env.get("BILLING_GATEWAY_URL") or cls.gateway_url,
             gateway_rate=_env_int("BILLING_GATEWAY_RATE", cls.gateway_rate),
             webhook_secret=env.get("BILLING_WEBHOOK_SECRET") or None,
+            charge_lease_seconds=_env_float("BILLING_CHARGE_LEASE_SECONDS", cls.charge_lease_seconds),
+            gateway_timeout_seconds=_env_float("BILLING_GATEWAY_TIMEOUT_SECONDS", cls.gateway_timeout_seconds),
         )
 
     def with_overrides(self, **kwargs) -> "Settings":

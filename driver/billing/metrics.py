@@ -19,6 +19,12 @@ LIMITER_WAIT = Histogram(
 )
 LIMITER_PAUSES = Counter("billing_limiter_pauses_total", "Times charging paused because the limiter was unreachable")
 LIMITER_PAUSED = Gauge("billing_limiter_paused", "1 while charging is paused (limiter unreachable)")
+LIMITER_LATE_DROPS = Counter(
+    "billing_limiter_late_drops_total", "Rate-limit slots given up because the caller woke too late to use them safely"
+)
+CHARGES_ABANDONED = Counter(
+    "billing_charges_abandoned_total", "Claimed invoices left for their lease to expire (lease nearly over, shutdown)"
+)
 OUTBOX_PUBLISHED = Counter("billing_outbox_published_total", "Events acknowledged by Kafka and marked published")
 OUTBOX_FAILED = Counter("billing_outbox_failed_total", "Events whose delivery failed")
 OUTBOX_BACKLOG = Gauge("billing_outbox_backlog", "Unpublished outbox events")

@@ -1,0 +1,135 @@
+"""The gateway protocol (CONTRACT section 7) from the driver's side.
+
+`POST /v1/charges` with `Idempotency-Key`, body `{"customerId", "amount", "currency"}`; the answer
+`{"id", "status": "succeeded"|"declined", "declineCode"}` becomes SUCCEEDED or DECLINED. Anything
+that leaves the charge's fate open (timeout, 5xx, connection error, an answer we cannot read) is
+UNKNOWN: the SQL API keeps the attempt count and retries with the same key, and the gateway's
+idempotency turns that retry into the real result. A 429 is neither: `RateLimited` is raised and
+the caller retries the same key after the rate limiter lets it.
+
+aiohttp was chosen by measurement (bench/http_client): with 100 calls in flight it keeps every
+call on its own keep-alive connection, where httpx's pool fell far behind (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+import aiohttp
+
+from billing import metrics
+
+log = logging.getLogger("billing.gateway")
+
+SUCCEEDED, DECLINED, UNKNOWN = "SUCCEEDED", "DECLINED", "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class ChargeResult:
+    outcome: str  # SUCCEEDED | DECLINED | UNKNOWN (the SQL API's payment outcomes)
+    reference: str | None = None  # the gateway's charge id
+    reason: str | None = None  # decline code, or why the outcome is unknown
+
+
+class RateLimited(Exception):
+    """The gateway answered 429: nothing was charged and no attempt is to be counted."""
+
+    def __init__(self, retry_after: float | None = None) -> None:
+        super().__init__(f"gateway rate limit (retry after {retry_after})")
+        self.retry_after = retry_after
+
+
+class GatewayClient:
+    """One aiohttp session per process; no connection limit, so a granted slot never queues."""
+
+    def __init__(self, base_url: str, *, timeout: float = 10.0, connect_timeout: float | None = 3.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._timeout = aiohttp.ClientTimeout(total=timeout, connect=min(connect_timeout or timeout, timeout))
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+                timeout=self._timeout,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> "GatewayClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def charge(self, idempotency_key: str, customer_id: int, amount: int, currency: str) -> ChargeResult:
+        """Charge once per key; raises RateLimited on 429. Money is an int, never a float."""
+        if not isinstance(amount, int) or isinstance(amount, bool):
+            raise TypeError("amount must be an int in the currency's smallest unit")
+        started = time.monotonic()
+        try:
+            result = await self._post(idempotency_key, customer_id, amount, currency)
+        except RateLimited:
+            metrics.CHARGES.labels("RATE_LIMITED").inc()
+            raise
+        finally:
+            metrics.GATEWAY_LATENCY.observe(time.monotonic() - started)
+        metrics.CHARGES.labels(result.outcome).inc()
+        return result
+
+    async def _post(self, key: str, customer_id: int, amount: int, currency: str) -> ChargeResult:
+        session = self._get_session()
+        try:
+            async with session.post(f"{self.base_url}/v1/charges", headers={"Idempotency-Key": key},
+                                    json={"customerId": customer_id, "amount": amount, "currency": currency}) as resp:
+                if resp.status == 429:
+                    raise RateLimited(_retry_after(resp.headers.get("Retry-After")))
+                text = await resp.text()
+                status = resp.status
+        except RateLimited:
+            raise
+        except asyncio.TimeoutError:
+            return ChargeResult(UNKNOWN, reason=f"timeout after {self.timeout:g} s")
+        except (aiohttp.ClientError, OSError) as exc:
+            return ChargeResult(UNKNOWN, reason=f"connection error: {type(exc).__name__}")
+        if status >= 500:
+            return ChargeResult(UNKNOWN, reason=f"gateway answered {status}")
+        if status != 200:
+            # A 4xx other than 429 should never happen (we send well-formed requests, one key per
+            # try); UNKNOWN keeps the invoice and its key, and the log says what to look at.
+            log.error("gateway refused a charge", extra={"key": key, "status": status, "body": text[:500]})
+            return ChargeResult(UNKNOWN, reason=f"gateway answered {status}")
+        try:
+            doc = _loads(text)
+            charge_status, reference = doc["status"], doc.get("id")
+        except (ValueError, KeyError, TypeError):
+            return ChargeResult(UNKNOWN, reason="unreadable gateway answer")
+        if charge_status == "succeeded":
+            return ChargeResult(SUCCEEDED, reference=reference)
+        if charge_status == "declined":
+            return ChargeResult(DECLINED, reference=reference, reason=doc.get("declineCode") or "declined")
+        return ChargeResult(UNKNOWN, reference=reference, reason=f"unknown status {charge_status!r}")
+
+
+def _loads(text: str) -> dict:
+    import json
+
+    doc = json.loads(text)
+    if not isinstance(doc, dict):
+        raise ValueError("not an object")
+    return doc
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None

@@ -1,0 +1,372 @@
+"""A payment gateway simulator (CONTRACT section 7): a real HTTP server, embeddable in-process.
+
+    sim = GatewaySimulator(rate=20, decline_rate=0.1, latency_ms=(50, 300))
+    url = await sim.start()            # port 0: a free port; sim.url afterwards
+    ... GatewayClient(url) ...
+    sim.ledger(), sim.stats()          # or GET /v1/ledger, GET /v1/stats
+    await sim.close()
+
+Behaviour (docs/gateway.md is the reference for other programs):
+- `POST /v1/charges`, header `Idempotency-Key`, body `{"customerId", "amount", "currency"}`
+  answers `{"id", "status": "succeeded"|"declined", "declineCode"}`. A key is charged at most
+  once; the same key again answers the stored result (same key, other parameters: 409).
+- Rate limit, sliding window: a call is *accepted* when fewer than `rate` calls were accepted in
+  the second before it; otherwise 429 and `rateLimited` + 1. Every accepted call counts, replays
+  included. `maxWindow` is the most accepted calls seen in any sliding one-second window.
+  In `observe` mode nothing is refused: each call that would have been refused counts in
+  `excess` (used by the benchmark to measure another limiter's bursts).
+- Faults, decided by a hash of (seed, key, how many calls this key has had), so a run is
+  reproducible: `error_rate` answers 500 *without* charging; `timeout_rate` charges and then holds
+  the answer `timeout_hold_seconds` (past the client's timeout). Faults only hit a key's first
+  charging call: a replay answers the stored result after the usual latency.
+  Declines depend on (seed, key) only.
+- Webhooks: each charge is announced by a signed POST to `webhook_url` after a random delay
+  (`webhook_delay_ms`, so they arrive late and out of order), sent twice with probability
+  `webhook_duplicate_rate` (same `eventId`), retried on failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import hashlib
+import hmac
+import json
+import logging
+import random
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from aiohttp import ClientSession, ClientTimeout, web
+
+log = logging.getLogger("billing.gateway.simulator")
+
+DECLINE_CODES = ("insufficient_funds", "card_declined", "expired_card", "do_not_honor")
+WEBHOOK_MAX_TRIES = 6
+
+
+def parse_latency(text: str) -> tuple[int, int]:
+    """'50-300' -> (50, 300); '100' -> (100, 100)."""
+    parts = str(text).split("-")
+    try:
+        lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) in (1, 2) else (None, None)
+    except ValueError:
+        lo = hi = None
+    if lo is None or lo < 0 or hi < lo:
+        raise ValueError(f"latency must be MIN-MAX milliseconds, got {text!r}")
+    return lo, hi
+
+
+def sign_webhook(secret: str, body: bytes, timestamp: int | None = None) -> str:
+    """The `Billing-Signature` header value: t=<unix>,v1=<hex hmac-sha256 of "t.body">."""
+    ts = int(time.time()) if timestamp is None else timestamp
+    mac = hmac.new(secret.encode(), f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={ts},v1={mac}"
+
+
+@dataclass
+class Charge:
+    idempotency_key: str
+    customer_id: int
+    amount: int
+    currency: str
+    status: str  # succeeded | declined
+    id: str
+    decline_code: str | None
+    created: str
+
+    def answer(self) -> dict:
+        return {"id": self.id, "status": self.status, "declineCode": self.decline_code}
+
+    def ledger_entry(self) -> dict:
+        return {"idempotencyKey": self.idempotency_key, "customerId": self.customer_id, "amount": self.amount,
+                "currency": self.currency, "status": self.status, "id": self.id}
+
+
+@dataclass
+class _Window:
+    """Accepted calls in the last second, the worst second seen, and (observe mode) the excess."""
+
+    rate: int
+    strict: bool
+    times: deque = field(default_factory=deque)
+    max_window: int = 0
+    excess: int = 0
+
+    def admit(self, now: float) -> bool:
+        times = self.times
+        horizon = now - 1.0
+        while times and times[0] <= horizon:
+            times.popleft()
+        if self.rate > 0 and len(times) >= self.rate:
+            if self.strict:
+                return False
+            self.excess += 1
+        times.append(now)
+        if len(times) > self.max_window:
+            self.max_window = len(times)
+        return True
+
+
+class GatewaySimulator:
+    def __init__(self, *, rate: int = 200, decline_rate: float = 0.0, timeout_rate: float = 0.0,
+                 error_rate: float = 0.0, latency_ms: tuple[int, int] | str = (0, 0),
+                 webhook_url: str | None = None, webhook_secret: str | None = None,
+                 webhook_duplicate_rate: float = 0.0, webhook_delay_ms: tuple[int, int] | str = (0, 2000),
+                 seed: int = 0, mode: str = "strict", timeout_hold_seconds: float = 30.0) -> None:
+        if mode not in ("strict", "observe"):
+            raise ValueError("mode must be strict or observe")
+        for name, value in (("decline_rate", decline_rate), ("timeout_rate", timeout_rate),
+                            ("error_rate", error_rate), ("webhook_duplicate_rate", webhook_duplicate_rate)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be between 0 and 1")
+        if webhook_url and not webhook_secret:
+            raise ValueError("webhooks need a secret to sign them")
+        self.rate = rate
+        self.mode = mode
+        self.decline_rate = decline_rate
+        self.timeout_rate = timeout_rate
+        self.error_rate = error_rate
+        self.latency_ms = parse_latency(latency_ms) if isinstance(latency_ms, str) else tuple(latency_ms)
+        self.webhook_url = webhook_url
+        self.webhook_secret = webhook_secret
+        self.webhook_duplicate_rate = webhook_duplicate_rate
+        self.webhook_delay_ms = (parse_latency(webhook_delay_ms) if isinstance(webhook_delay_ms, str)
+                                 else tuple(webhook_delay_ms))
+        self.seed = seed
+        self.timeout_hold_seconds = timeout_hold_seconds
+        self._rng = random.Random(seed)
+        self._window = _Window(rate, mode == "strict")
+        self._charges: dict[str, Charge] = {}
+        self._calls: dict[str, int] = {}
+        self._accepted_times: list[float] = []
+        self._tasks: set[asyncio.Task] = set()
+        self._runner: web.AppRunner | None = None
+        self._session: ClientSession | None = None
+        self._event_seq = 0
+        self.url: str | None = None
+        self.counters = {"accepted": 0, "rateLimited": 0, "replays": 0, "errors": 0, "timeouts": 0,
+                         "conflicts": 0, "badRequests": 0, "webhooksDelivered": 0, "webhooksFailed": 0,
+                         "webhookAttempts": 0}
+
+    # -- deterministic choices -----------------------------------------------------------------
+
+    def _chance(self, *parts) -> float:
+        digest = hashlib.sha256(":".join(str(p) for p in (self.seed, *parts)).encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    def _new_charge(self, key: str, customer_id: int, amount: int, currency: str) -> Charge:
+        declined = self._chance(key, "decline") < self.decline_rate
+        code = DECLINE_CODES[int(self._chance(key, "code") * len(DECLINE_CODES))] if declined else None
+        charge_id = "ch_" + hashlib.sha256(f"{self.seed}:{key}".encode()).hexdigest()[:20]
+        return Charge(key, customer_id, amount, currency, "declined" if declined else "succeeded", charge_id, code,
+                      datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"))
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/charges", self._handle_charge)
+        app.router.add_get("/v1/ledger", self._handle_ledger)
+        app.router.add_get("/v1/stats", self._handle_stats)
+        app.router.add_get("/healthz", lambda request: web.json_response({"ok": True}))
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, backlog=4096)
+        await site.start()
+        bound_host, bound_port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{bound_port}"
+        if self.webhook_url:
+            self._session = ClientSession(timeout=ClientTimeout(total=10))
+        return self.url
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> "GatewaySimulator":
+        if self._runner is None:
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    def _latency(self) -> float:
+        lo, hi = self.latency_ms
+        return self._rng.uniform(lo, hi) / 1000 if hi else 0.0
+
+    async def _handle_charge(self, request: web.Request) -> web.Response:
+        now = time.monotonic()
+        if not self._window.admit(now):
+            self.counters["rateLimited"] += 1
+            retry = max(0.0, self._window.times[0] + 1.0 - now) if self._window.times else 1.0
+            return web.json_response(
+                {"error": {"code": "rate_limited", "message": f"more than {self.rate} calls in one second"}},
+                status=429, headers={"Retry-After": str(max(1, round(retry)))},
+            )
+        self.counters["accepted"] += 1
+        if len(self._accepted_times) < 5_000_000:
+            self._accepted_times.append(now)
+
+        key = request.headers.get("Idempotency-Key", "")
+        try:
+            body = await request.json()
+            customer_id, amount, currency = body["customerId"], body["amount"], body["currency"]
+            valid = (key and len(key) <= 255 and isinstance(customer_id, int) and not isinstance(customer_id, bool)
+                     and isinstance(amount, int) and not isinstance(amount, bool) and amount >= 0
+                     and isinstance(currency, str) and len(currency) == 3 and currency.isalpha()
+                     and currency.isupper())
+        except (ValueError, KeyError, TypeError):
+            valid = False
+        if not valid:
+            self.counters["badRequests"] += 1
+            return web.json_response({"error": {"code": "invalid_request", "message":
+                                      "Idempotency-Key header and integer customerId, amount >= 0, "
+                                      "ISO currency are required"}}, status=400)
+
+        calls = self._calls[key] = self._calls.get(key, 0) + 1
+        latency = self._latency()
+        existing = self._charges.get(key)
+        if existing is not None:
+            if (existing.customer_id, existing.amount, existing.currency) != (customer_id, amount, currency):
+                self.counters["conflicts"] += 1
+                return web.json_response({"error": {"code": "idempotency_conflict", "message":
+                                          "this Idempotency-Key was used with other parameters"}}, status=409)
+            self.counters["replays"] += 1
+            await asyncio.sleep(latency)
+            return web.json_response(existing.answer())
+
+        if self._chance(key, calls, "error") < self.error_rate:
+            self.counters["errors"] += 1
+            await asyncio.sleep(latency)
+            return web.json_response({"error": {"code": "internal", "message": "simulated gateway failure"}},
+                                     status=500)
+
+        # No await between the lookup above and this insert: one key is charged once, however many
+        # requests for it arrive at the same time.
+        charge = self._new_charge(key, customer_id, amount, currency)
+        self._charges[key] = charge
+        self._announce(charge)
+        if self._chance(key, calls, "timeout") < self.timeout_rate:
+            self.counters["timeouts"] += 1
+            await asyncio.sleep(self.timeout_hold_seconds)
+        else:
+            await asyncio.sleep(latency)
+        return web.json_response(charge.answer())
+
+    async def _handle_ledger(self, request: web.Request) -> web.Response:
+        return web.json_response(self.ledger())
+
+    async def _handle_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats())
+
+    # -- what tests and benchmarks read --------------------------------------------------------
+
+    def ledger(self) -> dict:
+        return {"charges": [c.ledger_entry() for c in self._charges.values()],
+                "rateLimited": self.counters["rateLimited"]}
+
+    def accepted_times(self) -> list[float]:
+        """Monotonic instants of every accepted call, in order."""
+        return list(self._accepted_times)
+
+    def stats(self) -> dict:
+        times = self._accepted_times
+        per_second: list[int] = []
+        if times:
+            first = times[0]
+            buckets = int(times[-1] - first) + 1
+            per_second = [bisect.bisect_left(times, first + i + 1) - bisect.bisect_left(times, first + i)
+                          for i in range(buckets)]
+        return {**self.counters, "mode": self.mode, "rate": self.rate, "charged": len(self._charges),
+                "maxWindow": self._window.max_window, "excess": self._window.excess,
+                "spanSeconds": (times[-1] - times[0]) if len(times) > 1 else 0.0, "perSecond": per_second}
+
+    # -- webhooks ------------------------------------------------------------------------------
+
+    def _announce(self, charge: Charge) -> None:
+        if not self.webhook_url:
+            return
+        self._event_seq += 1
+        event = {"eventId": "evt_" + hashlib.sha256(f"{self.seed}:{charge.idempotency_key}:event".encode())
+                 .hexdigest()[:24],
+                 "type": f"charge.{charge.status}", "idempotencyKey": charge.idempotency_key,
+                 "status": charge.status, "id": charge.id, "declineCode": charge.decline_code,
+                 "amount": charge.amount, "currency": charge.currency, "customerId": charge.customer_id,
+                 "created": charge.created}
+        copies = 2 if self._rng.random() < self.webhook_duplicate_rate else 1
+        for _ in range(copies):
+            lo, hi = self.webhook_delay_ms
+            delay = self._rng.uniform(lo, hi) / 1000
+            task = asyncio.get_running_loop().create_task(self._deliver(event, delay))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _deliver(self, event: dict, delay: float) -> None:
+        await asyncio.sleep(delay)
+        body = json.dumps(event, separators=(",", ":")).encode()
+        backoff = 0.5
+        for attempt in range(1, WEBHOOK_MAX_TRIES + 1):
+            self.counters["webhookAttempts"] += 1
+            headers = {"Content-Type": "application/json",
+                       "Billing-Signature": sign_webhook(self.webhook_secret, body)}
+            try:
+                assert self._session is not None
+                async with self._session.post(self.webhook_url, data=body, headers=headers) as resp:
+                    await resp.read()
+                    if 200 <= resp.status < 300:
+                        self.counters["webhooksDelivered"] += 1
+                        return
+                    log.debug("webhook refused", extra={"status": resp.status, "eventId": event["eventId"]})
+            except Exception as exc:  # noqa: BLE001 - any failure is retried
+                log.debug("webhook delivery failed", extra={"error": repr(exc), "attempt": attempt})
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 30)
+        self.counters["webhooksFailed"] += 1
+        log.warning("webhook given up", extra={"eventId": event["eventId"]})
+
+
+async def _serve(host: str, port: int, **options) -> None:
+    sim = GatewaySimulator(**options)
+    url = await sim.start(host, port)
+    log.info("gateway simulator listening", extra={"url": url, "rate": sim.rate, "mode": sim.mode})
+    print(url, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread
+            pass
+    try:
+        await stop.wait()
+    finally:
+        await sim.close()
+
+
+def main(*, host: str = "127.0.0.1", port: int = 8099, rate: int = 200, decline_rate: float = 0.0,
+         timeout_rate: float = 0.0, error_rate: float = 0.0, latency_ms: str = "0-0",
+         webhook_url: str | None = None, webhook_secret: str | None = None,
+         webhook_duplicate_rate: float = 0.0, webhook_delay_ms: str = "0-2000", seed: int = 0,
+         mode: str = "strict", timeout_hold_seconds: float = 30.0) -> None:
+    """`billing gateway-sim`: serve until SIGINT/SIGTERM."""
+    asyncio.run(_serve(host, port, rate=rate, decline_rate=decline_rate, timeout_rate=timeout_rate,
+                       error_rate=error_rate, latency_ms=parse_latency(latency_ms), webhook_url=webhook_url,
+                       webhook_secret=webhook_secret, webhook_duplicate_rate=webhook_duplicate_rate,
+                       webhook_delay_ms=parse_latency(webhook_delay_ms), seed=seed, mode=mode,
+                       timeout_hold_seconds=timeout_hold_seconds))

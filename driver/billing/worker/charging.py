@@ -1,0 +1,269 @@
+"""Charge workers: claim (one committed SQL call) -> gateway call outside any transaction -> record.
+
+Flow in one process:
+
+    claimer ──claim_charges──▶ local queue ──▶ N charger tasks: limiter.acquire() ─▶ POST /v1/charges
+                                                                 └─▶ record_payment_result
+
+* Enough calls in flight: N (the concurrency) defaults to 1.5 x the rate, so the gateway stays at
+  its limit even when every call takes a second; tasks waiting for a slot hold their invoice, not
+  a connection.
+* Claims stay chargeable within the lease: a process never holds more invoices (queued + being
+  charged) than the whole rate could charge in a quarter of the lease, and an invoice whose lease is
+  nearly over (the call might outlive it) is left alone: the claim comes back after the lease with
+  the same idempotency key, so even a late duplicate call cannot charge twice.
+* The limiter is acquired right before the call, so a granted slot is used at once.
+* 429: not a decline and not an attempt. Nothing is recorded; the same key is tried again after the
+  limiter grants another slot, while the lease allows.
+* Timeouts, 5xx, connection errors: UNKNOWN (attempt count kept, same key next time).
+* Stop: no more claims; what is claimed is finished for up to `drain_seconds`, then whatever has
+  not reached the gateway is left to its lease, and the calls already made are awaited and recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import random
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import psycopg
+
+from billing import db, metrics
+from billing.clock import Clock, SystemClock, sleep_or_stop
+from billing.gateway.client import ChargeResult, GatewayClient, RateLimited
+from billing.limiter import RateLimiter
+
+log = logging.getLogger("billing.charging")
+
+LEASE_SAFETY = 4  # hold at most what the whole rate charges in lease / LEASE_SAFETY
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def default_concurrency(rate: float) -> int:
+    """Calls in flight that keep the gateway at `rate` when each call takes up to a second."""
+    return max(4, min(5000, math.ceil(rate * 1.5)))
+
+
+@dataclass
+class Claim:
+    invoice_id: int
+    attempt_id: int
+    idempotency_key: str
+    customer_id: int
+    amount: int
+    currency: str
+    claimed_at: float = field(default_factory=time.monotonic)
+
+
+class Charger:
+    def __init__(self, pool, gateway: GatewayClient, limiter: RateLimiter, *, rate: float,
+                 clock: Clock | None = None, worker_id: str | None = None, concurrency: int | None = None,
+                 lease_seconds: float = 300.0, claim_batch: int = 100, poll_seconds: float = 1.0,
+                 drain_seconds: float | None = None) -> None:
+        if gateway.timeout >= lease_seconds:
+            raise ValueError(f"the gateway timeout ({gateway.timeout:g} s) must be shorter than the lease "
+                             f"({lease_seconds:g} s)")
+        self.pool = pool
+        self.gateway = gateway
+        self.limiter = limiter
+        self.clock = clock or SystemClock()
+        self.worker_id = worker_id or default_worker_id()
+        self.concurrency = concurrency or default_concurrency(rate)
+        self.lease_seconds = lease_seconds
+        self.max_held = max(1, int(rate * lease_seconds / LEASE_SAFETY))
+        self.claim_batch = max(1, min(claim_batch, self.max_held))
+        self.poll_seconds = poll_seconds
+        self.drain_seconds = drain_seconds if drain_seconds is not None else min(30.0, lease_seconds / 2)
+        # Start a call only if it can end (timeout) before the lease does, with some margin.
+        margin = min(5.0, 0.1 * lease_seconds)
+        self.usable_lease = max(0.0, lease_seconds - gateway.timeout - margin)
+        self._queue: asyncio.Queue[Claim] = asyncio.Queue()
+        self._room = asyncio.Event()
+        self._busy = 0
+        self._committed: set[asyncio.Task] = set()  # tasks past the gateway call's start
+        self.counts = {"claimed": 0, "recorded": 0, "abandoned": 0, "rate_limited": 0}
+
+    # -- SQL -----------------------------------------------------------------------------------
+
+    async def _claim(self, size: int) -> list[Claim]:
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(db.CLAIM_CHARGES, {
+                "worker": self.worker_id, "batch": size, "lease": timedelta(seconds=self.lease_seconds),
+                "now": self.clock.now()})
+            rows = await cur.fetchall()
+        claims = [Claim(r["invoice_id"], r["attempt_id"], r["idempotency_key"], r["customer_id"], r["amount"],
+                        r["currency"].strip()) for r in rows]
+        self.counts["claimed"] += len(claims)
+        return claims
+
+    async def _record(self, claim: Claim, result: ChargeResult) -> None:
+        backoff = 0.2
+        for attempt in range(6):
+            try:
+                async with self.pool.connection() as conn:
+                    await conn.execute(db.RECORD_PAYMENT_RESULT, {
+                        "key": claim.idempotency_key, "outcome": result.outcome, "reference": result.reference,
+                        "reason": result.reason, "now": self.clock.now()})
+                self.counts["recorded"] += 1
+                return
+            except psycopg.Error as exc:
+                err = db.contract_error(exc)
+                if err is not None:
+                    log.error("payment result refused", extra={"key": claim.idempotency_key, "code": err.code,
+                                                                "error": err.message})
+                    return
+                log.warning("recording a payment result failed; retrying",
+                            extra={"key": claim.idempotency_key, "error": repr(exc), "try": attempt + 1})
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+        # Still safe: the claim comes back after its lease with the same key, and the gateway
+        # answers that retry with this same result.
+        log.error("payment result not recorded; the invoice comes back after its lease",
+                  extra={"key": claim.idempotency_key, "outcome": result.outcome})
+
+    # -- one invoice -----------------------------------------------------------------------------
+
+    def _abandon(self, claim: Claim, why: str) -> None:
+        self.counts["abandoned"] += 1
+        metrics.CHARGES_ABANDONED.inc()
+        log.info("claim left to its lease", extra={"key": claim.idempotency_key, "reason": why})
+
+    async def charge(self, claim: Claim) -> ChargeResult | None:
+        """Charge one claimed invoice and record the result; None when left to its lease."""
+        deadline = claim.claimed_at + self.usable_lease
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._abandon(claim, "lease nearly over")
+                return None
+            try:
+                await asyncio.wait_for(self.limiter.acquire(), remaining)
+            except asyncio.TimeoutError:
+                self._abandon(claim, "no rate-limit slot within the lease")
+                return None
+            task = asyncio.current_task()
+            self._committed.add(task)
+            metrics.CHARGES_IN_FLIGHT.inc()
+            try:
+                result = await self.gateway.charge(claim.idempotency_key, claim.customer_id, claim.amount,
+                                                   claim.currency)
+            except RateLimited:
+                self.counts["rate_limited"] += 1
+                self._committed.discard(task)
+                await asyncio.sleep(random.uniform(0.05, 0.15))
+                continue
+            finally:
+                metrics.CHARGES_IN_FLIGHT.dec()
+            try:
+                await self._record(claim, result)
+            finally:
+                self._committed.discard(task)
+            return result
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def _consume(self) -> None:
+        queue = self._queue
+        low_water = max(1, self.claim_batch // 2)
+        while True:
+            claim = await queue.get()
+            self._busy += 1
+            try:
+                await self.charge(claim)
+            except asyncio.CancelledError:
+                self._abandon(claim, "shutdown")
+                raise
+            except Exception:  # noqa: BLE001 - one invoice's failure must not stop the others
+                log.exception("charging failed", extra={"key": claim.idempotency_key})
+            finally:
+                self._busy -= 1
+                queue.task_done()
+                if queue.qsize() < low_water:
+                    self._room.set()
+
+    def held(self) -> int:
+        return self._queue.qsize() + self._busy
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Claim and charge until `stop` is set, then drain (see the module's docstring)."""
+        consumers = [asyncio.create_task(self._consume(), name=f"charger-{i}") for i in range(self.concurrency)]
+        log.info("charging", extra={"worker": self.worker_id, "concurrency": self.concurrency,
+                                    "claim_batch": self.claim_batch, "lease_s": self.lease_seconds})
+        try:
+            await self._claim_loop(stop)
+        finally:
+            await self._drain(consumers)
+
+    async def _claim_loop(self, stop: asyncio.Event) -> None:
+        backoff = 0.5
+        target = max(self.claim_batch, self.concurrency)
+        while not stop.is_set():
+            size = min(self.claim_batch, target - self.held(), self.max_held - self.held())
+            if size <= 0:
+                self._room.clear()
+                waiter = asyncio.ensure_future(self._room.wait())
+                stopper = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({waiter, stopper}, timeout=self.poll_seconds,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                stopper.cancel()
+                continue
+            try:
+                claims = await self._claim(size)
+                backoff = 0.5
+            except psycopg.Error as exc:
+                log.warning("claim_charges failed; retrying", extra={"error": repr(exc)})
+                if await sleep_or_stop(stop, backoff):
+                    return
+                backoff = min(backoff * 2, 10.0)
+                continue
+            for claim in claims:
+                self._queue.put_nowait(claim)
+            if len(claims) < size and await sleep_or_stop(stop, self.poll_seconds):
+                return
+
+    async def _drain(self, consumers: list[asyncio.Task]) -> None:
+        if self.held():
+            log.info("stopping: finishing claimed charges", extra={"held": self.held()})
+            try:
+                await asyncio.wait_for(asyncio.shield(self._queue.join()), self.drain_seconds)
+            except asyncio.TimeoutError:
+                while not self._queue.empty():
+                    self._abandon(self._queue.get_nowait(), "shutdown")
+                    self._queue.task_done()
+                for task in consumers:
+                    if task not in self._committed:
+                        task.cancel()
+                # What reached the gateway is awaited and recorded.
+                await self._queue.join()
+        for task in consumers:
+            task.cancel()
+        await asyncio.gather(*consumers, return_exceptions=True)
+
+    async def charge_due(self) -> int:
+        """Claim and charge everything due now, `concurrency` at a time; how many were charged.
+
+        For the demo and tests that drive a simulated clock step by step.
+        """
+        total = 0
+        semaphore = asyncio.Semaphore(self.concurrency)
+
+        async def one(claim: Claim) -> None:
+            async with semaphore:
+                await self.charge(claim)
+
+        while True:
+            claims = await self._claim(self.claim_batch)
+            if not claims:
+                return total
+            await asyncio.gather(*(one(c) for c in claims))
+            total += len(claims)

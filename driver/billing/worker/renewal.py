@@ -1,0 +1,53 @@
+"""The renewal loop: `create_due_invoices` until it reports nothing due, then a short wait.
+
+Several instances may run it at once: the SQL function claims with SKIP LOCKED, so they share
+the due subscriptions instead of fighting over them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psycopg
+
+from billing import db, metrics
+from billing.clock import Clock, SystemClock, sleep_or_stop
+
+log = logging.getLogger("billing.renewal")
+
+
+async def renew_due(pool, clock: Clock, *, batch: int = 500, stop: asyncio.Event | None = None) -> int:
+    """Call create_due_invoices until it returns 0 (or `stop` is set); how many subscriptions it handled."""
+    total = 0
+    while stop is None or not stop.is_set():
+        async with pool.connection() as conn:
+            cur = await conn.execute(db.CREATE_DUE_INVOICES, {"batch": batch, "now": clock.now()})
+            handled = (await cur.fetchone())["handled"]
+        if not handled:
+            break
+        total += handled
+        metrics.RENEWALS.inc(handled)
+        metrics.RENEWAL_BATCHES.inc()
+    return total
+
+
+async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, batch: int = 500,
+                      idle_seconds: float = 1.0) -> None:
+    """Renew until `stop` is set; a database error is logged and retried with backoff."""
+    clock = clock or SystemClock()
+    backoff = 0.5
+    log.info("renewal loop started", extra={"batch": batch})
+    while not stop.is_set():
+        try:
+            handled = await renew_due(pool, clock, batch=batch, stop=stop)
+            if handled:
+                log.info("renewed", extra={"subscriptions": handled})
+            backoff = 0.5
+            wait = idle_seconds
+        except psycopg.Error as exc:
+            log.warning("create_due_invoices failed; retrying", extra={"error": repr(exc)})
+            wait = backoff
+            backoff = min(backoff * 2, 10.0)
+        if await sleep_or_stop(stop, wait):
+            return
