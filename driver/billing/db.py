@@ -43,12 +43,12 @@ CHANGE_PLAN = "SELECT * FROM billing.change_plan(%(id)s, %(plan_code)s, %(now)s,
 
 # -- The relay: the payload as text (it is published as is, never parsed), key = aggregate id.
 CLAIM_OUTBOX_EVENTS_RAW = (
-    "SELECT id, aggregate_id, payload::text FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s)"
+    "SELECT id, aggregate_type, aggregate_id, payload::text "
+    "FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s)"
 )
 
 # -- Operators (db/functions/70_stats.sql).
 OUTBOX_STATS = "SELECT * FROM billing.outbox_stats(%(now)s)"
-OUTBOX_LEASED_UNTIL = "SELECT leased_until FROM billing.outbox_stats(%(now)s)"
 STATUS_SUMMARY = "SELECT * FROM billing.status_summary(%(now)s)"
 
 # -- The HTTP API: the subscription row plus its plan's code. `created` is exact: the SQL API sets

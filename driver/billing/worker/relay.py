@@ -11,22 +11,27 @@ claim). Rows are marked from delivery reports only, never from "we sent it".
 
 Why per-aggregate order holds (CONTRACT section 4):
 * the key is the aggregate id, so one aggregate's events share a partition;
-* the idempotent producer (`enable.idempotence`, `acks=all`, at most 5 in flight) writes one
-  partition in produce order, without duplicates or gaps, across its own retries;
-* `message.timeout.ms=0`: a broker outage never *fails* a message. librdkafka keeps retrying
-  in order, the relay stops claiming while its batch is unacknowledged and the rest of the
-  backlog waits in the table. So there is no "event N failed, event N+1 got through" on an
-  outage;
+* `claim_outbox_events` hands out a batch in id order (= commit order within an aggregate) and
+  never an event while an earlier PENDING event of its aggregate is outside the claim (leased by
+  a dead relay, backing off after a failure): an aggregate's events cannot overtake each other
+  across batches or across a takeover;
+* within a batch, the idempotent producer (`enable.idempotence`, `acks=all`) writes a partition
+  in produce order without duplicates or gaps across its own retries;
+* `message.timeout.ms=0`: a broker outage never *fails* a message. librdkafka keeps retrying in
+  order, the relay stops claiming while its batch is unacknowledged, and the rest of the backlog
+  waits in the table. So an outage never yields "event N failed, event N+1 got through";
 * when the producer does give up on messages (a fatal idempotence error, a write error of the
-  JSON-lines sink), it gives up on everything queued behind them too; the relay resends the
-  unacknowledged rows of the batch itself, in id order, before it claims anything new, instead
-  of leaving them to `mark_outbox_failed` (whose backoff would let later events overtake them);
-* only a per-message, non-retriable error (a poison event: too large, rejected by the broker) is
-  sent to `mark_outbox_failed`, and goes DEAD after its bounded tries. Later events of that one
-  aggregate are not held back by it: a poison event must not block its aggregate forever.
-* on a takeover after an unclean death, the previous leader's rows are still leased; the new
-  leader waits until those leases lapse before its first claim, so it cannot publish an
-  aggregate's later events ahead of the earlier ones the old leader left unacknowledged.
+  JSON-lines sink), it gives up on everything queued behind them as well. The relay then
+  resends the unacknowledged rows of the batch itself, in id order, before claiming anything new
+  (rather than `mark_outbox_failed`, whose backoff counts towards DEAD: an outage must not kill
+  events);
+* an event the sink refuses outright (a poison event: too large, unserialisable) goes to
+  `mark_outbox_failed` (backoff, DEAD after 10 tries), and the later events of its aggregate in
+  the same batch are held back, not produced: they are claimed again once it is published or
+  DEAD. The one gap left: a broker that *accepts* the connection but rejects a single message
+  asynchronously (policy, corrupt record) while later messages of the same key are already in
+  flight; librdkafka reports that after the fact. It cannot happen with our own payloads short
+  of a misconfigured topic, and is logged as an error.
 """
 
 from __future__ import annotations
@@ -214,6 +219,7 @@ def _classify(err) -> str:
 @dataclass
 class _Row:
     id: int
+    aggregate: tuple[str, int]
     key: bytes
     value: bytes
 
@@ -224,7 +230,9 @@ class _Batch:
     delivered: list[int] = field(default_factory=list)
     poison: list[tuple[int, str]] = field(default_factory=list)
     transient: list[_Row] = field(default_factory=list)
+    produced: int = 0
     reported: int = 0
+    held_back: int = 0
 
     def callback(self, row: _Row) -> DeliveryCallback:
         def on_delivery(err) -> None:
@@ -234,6 +242,8 @@ class _Batch:
                 return
             kind = _classify(err)
             if kind == "poison":
+                log.error("the broker rejected an event after it was sent; later events of its "
+                          "aggregate may already be ahead of it", extra={"outbox_id": row.id, "error": str(err)})
                 self.poison.append((row.id, str(err)))
             elif kind == "transient":
                 self.transient.append(row)
@@ -242,7 +252,7 @@ class _Batch:
 
     @property
     def outstanding(self) -> int:
-        return len(self.rows) - self.reported
+        return self.produced - self.reported
 
 
 class _LostLeadership(Exception):
@@ -317,7 +327,6 @@ class Relay:
         await lock_conn.execute("LISTEN billing_outbox")
         mark_conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row)
         try:
-            await self._wait_out_previous_leases(mark_conn)
             redo: list[_Row] = []
             while not self.stop.is_set():
                 if redo:
@@ -344,29 +353,13 @@ class Relay:
                 self._mark_task = None
                 await mark_conn.close()
 
-    async def _wait_out_previous_leases(self, conn: psycopg.AsyncConnection) -> None:
-        """After an unclean takeover, let the old leader's leases lapse before claiming (see top)."""
-        try:
-            cur = await conn.execute(db.OUTBOX_LEASED_UNTIL, {"now": self.clock.now()})
-            row = await cur.fetchone()
-        except psycopg.Error as exc:  # the stats function is missing: be safe, wait a full lease
-            log.warning("cannot read outbox leases; waiting one lease before claiming", extra={"error": str(exc)})
-            await sleep_or_stop(self.stop, self.opt.lease.total_seconds())
-            return
-        until = row and row["leased_until"]
-        if until is None:
-            return
-        wait = min((until - self.clock.now()).total_seconds(), self.opt.lease.total_seconds()) + 0.05
-        if wait > 0:
-            log.info("waiting for the previous relay's leases to lapse", extra={"seconds": round(wait, 2)})
-            await sleep_or_stop(self.stop, wait)
-
     async def _claim(self, conn: psycopg.AsyncConnection) -> list[_Row]:
         cur = await conn.execute(
             db.CLAIM_OUTBOX_EVENTS_RAW,
             {"batch": self.opt.batch_size, "lease": self.opt.lease, "now": self.clock.now()},
         )
-        return [_Row(id_, str(agg).encode(), payload.encode()) for id_, agg, payload in await cur.fetchall()]
+        return [_Row(id_, (agg_type, agg_id), str(agg_id).encode(), payload.encode())
+                for id_, agg_type, agg_id, payload in await cur.fetchall()]
 
     async def _wait_for_work(self, conn: psycopg.AsyncConnection) -> None:
         """Until a NOTIFY, the fallback poll interval or stop. Raises if the lock session died."""
@@ -392,14 +385,23 @@ class Relay:
             stop_wait.cancel()
 
     def _produce(self, batch: _Batch) -> None:
+        refused: set[tuple[str, int]] = set()
         for row in batch.rows:
+            if row.aggregate in refused:
+                batch.held_back += 1  # never ahead of its refused predecessor (see top)
+                continue
             cb = batch.callback(row)
             while True:
                 try:
                     self.sink.produce(row.key, row.value, cb)
+                    batch.produced += 1
                     break
                 except BufferError:  # local queue full: let it drain a little
                     self.sink.poll(0.05)
+                except Exception as exc:  # noqa: BLE001 - the sink refused this one event
+                    refused.add(row.aggregate)
+                    batch.poison.append((row.id, f"{type(exc).__name__}: {exc}"))
+                    break
 
     async def _publish(self, rows: list[_Row], lock_conn: psycopg.AsyncConnection) -> _Batch:
         batch = _Batch(rows)
