@@ -1,0 +1,92 @@
+-- 20_plans_customers: the price list and the customers.
+
+CREATE OR REPLACE FUNCTION billing.upsert_plan(
+    p_code text, p_price_amount bigint, p_currency text, p_billing_interval text, p_interval_count integer DEFAULT 1)
+RETURNS billing.plan
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_old billing.plan;
+    v_new billing.plan;
+BEGIN
+    IF p_code IS NULL OR btrim(p_code) = '' OR length(p_code) > 100 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'plan code must be 1 to 100 characters';
+    END IF;
+    IF p_price_amount IS NULL OR p_price_amount < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('plan %s: price must be a non-negative amount in the smallest currency unit, got %s',
+                             p_code, coalesce(p_price_amount::text, 'NULL'));
+    END IF;
+    IF p_currency IS NULL OR p_currency !~ '^[A-Z]{3}$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('plan %s: currency must be a three-letter upper-case ISO 4217 code, got %L', p_code, p_currency);
+    END IF;
+    IF p_billing_interval IS NULL OR p_billing_interval NOT IN ('DAY', 'WEEK', 'MONTH', 'YEAR') THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('plan %s: unknown billing interval %L', p_code, p_billing_interval),
+            HINT = 'Use DAY, WEEK, MONTH or YEAR.';
+    END IF;
+    IF p_interval_count IS NULL OR p_interval_count NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('plan %s: interval count must be between 1 and 1000, got %s',
+                             p_code, coalesce(p_interval_count::text, 'NULL'));
+    END IF;
+
+    SELECT * INTO v_old FROM billing.plan WHERE code = p_code FOR UPDATE;
+    IF FOUND
+       AND (v_old.currency, v_old.billing_interval, v_old.interval_count)
+           IS DISTINCT FROM (p_currency::char(3), p_billing_interval, p_interval_count)
+       AND EXISTS (SELECT 1 FROM billing.subscription WHERE plan_id = v_old.id) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('plan %s has subscriptions: only its price can change', p_code),
+            HINT = 'Create a plan with a new code for another currency or period, and move subscriptions with change_plan.';
+    END IF;
+
+    INSERT INTO billing.plan AS p (code, price_amount, currency, billing_interval, interval_count)
+    VALUES (p_code, p_price_amount, p_currency, p_billing_interval, p_interval_count)
+    ON CONFLICT ON CONSTRAINT plan_code_key DO UPDATE
+        SET price_amount = excluded.price_amount,
+            currency = excluded.currency,
+            billing_interval = excluded.billing_interval,
+            interval_count = excluded.interval_count,
+            updated_at = now()
+        WHERE (p.price_amount, p.currency, p.billing_interval, p.interval_count)
+              IS DISTINCT FROM (excluded.price_amount, excluded.currency, excluded.billing_interval, excluded.interval_count)
+    RETURNING * INTO v_new;
+    IF v_new.id IS NULL THEN  -- unchanged
+        SELECT * INTO v_new FROM billing.plan WHERE code = p_code;
+    END IF;
+    RETURN v_new;
+END
+$$;
+COMMENT ON FUNCTION billing.upsert_plan(text, bigint, text, text, integer) IS
+'Creates the plan p_code or updates it; a plan with subscriptions may only change its price (applies from the next renewal).
+Returns the plan row; BL422 for a negative price, bad currency, unknown interval or count out of 1..1000.';
+
+CREATE OR REPLACE FUNCTION billing.upsert_customer(p_customer_id bigint, p_timezone text DEFAULT 'UTC')
+RETURNS billing.customer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_row billing.customer;
+BEGIN
+    IF p_customer_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'customer id is required';
+    END IF;
+    PERFORM billing._check_timezone(p_timezone);
+    INSERT INTO billing.customer AS c (id, timezone) VALUES (p_customer_id, p_timezone)
+    ON CONFLICT ON CONSTRAINT customer_pkey DO UPDATE
+        SET timezone = excluded.timezone, updated_at = now()
+        WHERE c.timezone IS DISTINCT FROM excluded.timezone
+    RETURNING * INTO v_row;
+    IF v_row.id IS NULL THEN
+        SELECT * INTO v_row FROM billing.customer WHERE id = p_customer_id;
+    END IF;
+    RETURN v_row;
+END
+$$;
+COMMENT ON FUNCTION billing.upsert_customer(bigint, text) IS
+'Creates or updates a customer; the time zone applies to subscriptions created afterwards (existing calendars never move).
+Returns the customer row; BL422 when p_timezone is not in pg_timezone_names.';

@@ -1,0 +1,136 @@
+-- 40_renewal: the renewal job. One statement claims a batch of due subscriptions with
+-- FOR UPDATE SKIP LOCKED, prices them (credit included), inserts their RENEWAL invoices,
+-- advances their periods, cancels the ones flagged to cancel at period end and writes the
+-- events, so that concurrent callers never touch the same subscription and no state
+-- "invoice created but period not advanced" can exist. UNIQUE (subscription_id,
+-- period_start, kind) is the last safety net: a bug cannot bill one period twice.
+
+CREATE OR REPLACE FUNCTION billing.create_due_invoices(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_handled  integer;
+    v_canceled bigint[];
+BEGIN
+    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 100000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('batch size must be between 1 and 100000, got %s', coalesce(p_batch_size::text, 'NULL'));
+    END IF;
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_now must not be NULL';
+    END IF;
+
+    WITH due AS MATERIALIZED (
+        -- Locked rows come back in their latest committed version, so a subscription renewed
+        -- by another session since our snapshot is renewed for its *next* period, if due.
+        SELECT s.id, s.customer_id, s.plan_id, s.timezone, s.billing_anchor, s.period_number,
+               s.current_period_end, s.cancel_at_period_end
+          FROM billing.subscription s
+         WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now
+         ORDER BY s.current_period_end
+         LIMIT p_batch_size
+           FOR UPDATE SKIP LOCKED
+    ), renewing AS MATERIALIZED (
+        SELECT d.id, d.customer_id, d.current_period_end AS period_start,
+               billing._period_end(d.billing_anchor, p.billing_interval, p.interval_count,
+                                   d.period_number + 1, d.timezone) AS period_end,
+               p.price_amount, p.currency
+          FROM due d
+          JOIN billing.plan p ON p.id = d.plan_id
+         WHERE NOT d.cancel_at_period_end
+    ), credit AS MATERIALIZED (
+        -- Usually empty. Locked (waiting, not skipping) in key order, so concurrent renewals of
+        -- one customer's subscriptions serialise on the balance instead of deadlocking.
+        SELECT b.customer_id, b.currency, b.balance
+          FROM billing.credit_balance b
+         WHERE b.balance > 0
+           AND (b.customer_id, b.currency) IN (SELECT r.customer_id, r.currency FROM renewing r)
+         ORDER BY b.customer_id, b.currency
+           FOR UPDATE
+    ), credited AS MATERIALIZED (
+        -- Spread a balance over the customer's invoices of this batch, in subscription order.
+        SELECT r.id,
+               least(r.price_amount,
+                     greatest(0, c.balance - coalesce(sum(r.price_amount) OVER (
+                         PARTITION BY r.customer_id, r.currency ORDER BY r.id
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))) AS credit_applied
+          FROM renewing r
+          JOIN credit c ON c.customer_id = r.customer_id AND c.currency = r.currency
+    ), priced AS MATERIALIZED (
+        SELECT r.*, coalesce(cr.credit_applied, 0) AS credit_applied,
+               r.price_amount - coalesce(cr.credit_applied, 0) AS amount
+          FROM renewing r
+          LEFT JOIN credited cr ON cr.id = r.id
+    ), new_invoice AS (
+        INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal,
+                                     credit_applied, amount, currency, status, due_at, next_attempt_at, paid_at,
+                                     created_at)
+        SELECT p.id, p.customer_id, 'RENEWAL', p.period_start, p.period_end, p.price_amount,
+               p.credit_applied, p.amount, p.currency,
+               CASE WHEN p.amount = 0 THEN 'PAID' ELSE 'OPEN' END, p_now,
+               CASE WHEN p.amount = 0 THEN NULL ELSE p_now END,
+               CASE WHEN p.amount = 0 THEN p_now END, p_now
+          FROM priced p
+        RETURNING *
+    ), renewed AS (
+        UPDATE billing.subscription s
+           SET current_period_start = p.period_start,
+               current_period_end = p.period_end,
+               period_number = s.period_number + 1,
+               version = s.version + 1,
+               updated_at = p_now
+          FROM priced p
+         WHERE s.id = p.id
+    ), canceled AS (
+        UPDATE billing.subscription s
+           SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'PERIOD_END',
+               version = s.version + 1, updated_at = p_now
+          FROM due d
+         WHERE s.id = d.id AND d.cancel_at_period_end
+        RETURNING s.*
+    ), credit_used AS (
+        UPDATE billing.credit_balance b
+           SET balance = b.balance - u.used, updated_at = p_now
+          FROM (SELECT customer_id, currency, sum(credit_applied) AS used
+                  FROM priced WHERE credit_applied > 0
+                 GROUP BY customer_id, currency) u
+         WHERE b.customer_id = u.customer_id AND b.currency = u.currency
+    ), credit_ledger AS (
+        INSERT INTO billing.credit_entry (customer_id, currency, amount, reason, subscription_id, invoice_id, created_at)
+        SELECT i.customer_id, i.currency, -i.credit_applied, 'APPLIED', i.subscription_id, i.id, p_now
+          FROM new_invoice i
+         WHERE i.credit_applied > 0
+    ), events AS (
+        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+        SELECT e.event_id, e.aggregate_type, e.aggregate_id, e.event_type,
+               billing._cloud_event(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, p_now, e.data),
+               p_now, p_now
+          FROM (SELECT gen_random_uuid() AS event_id, x.*
+                  FROM (SELECT 'subscription' AS aggregate_type, c.id AS aggregate_id,
+                               'SubscriptionCanceled' AS event_type,
+                               billing._subscription_data(c::billing.subscription) AS data
+                          FROM canceled c
+                        UNION ALL
+                        SELECT 'invoice', i.id, 'InvoicePaid', billing._invoice_data(i::billing.invoice)
+                          FROM new_invoice i
+                         WHERE i.status = 'PAID') x
+                 ORDER BY x.aggregate_type, x.aggregate_id) e
+    )
+    SELECT count(*)::integer, array_agg(d.id) FILTER (WHERE d.cancel_at_period_end)
+      INTO v_handled, v_canceled
+      FROM due d;
+
+    -- Canceled at period end: their OPEN invoices (if any) are voided as by cancel_subscription.
+    -- A separate statement because it may give credit back to a balance the statement above
+    -- just consumed (one statement must not update a row twice). The rows are still locked.
+    IF v_canceled IS NOT NULL THEN
+        PERFORM billing._void_open_invoices(v_canceled, p_now);
+    END IF;
+    RETURN v_handled;
+END
+$$;
+COMMENT ON FUNCTION billing.create_due_invoices(integer, timestamptz) IS
+'Claims up to p_batch_size due subscriptions (SKIP LOCKED); renews each by one period (RENEWAL invoice due at p_now, credit applied) or cancels it if flagged.
+Returns how many it handled: 0 means nothing is due; call again to catch up missed periods (one per call per subscription).';

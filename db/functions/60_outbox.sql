@@ -1,0 +1,132 @@
+-- 60_outbox: the relay side of the transactional outbox.
+-- Ordering: events of one aggregate are written under that aggregate's row lock, so their ids
+-- follow commit order. claim_outbox_events never hands out an event while an earlier PENDING
+-- event of the same aggregate is not part of the same claim (leased elsewhere, backing off, or
+-- skipped as locked), so even several relays publish one aggregate's events in order, provided
+-- each relay publishes a claimed batch in id order and stops at the first failure of an
+-- aggregate. The driver also runs a single active relay (advisory lock), which makes this moot
+-- in practice. A DEAD event no longer holds back later events of its aggregate.
+
+-- One notification per INSERT statement (not per row), with how many rows it wrote.
+CREATE OR REPLACE FUNCTION billing._outbox_notify()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    SELECT count(*) INTO v_count FROM new_events;
+    IF v_count > 0 THEN
+        PERFORM pg_notify('billing_outbox', json_build_object('count', v_count)::text);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION billing._outbox_notify() IS
+'Private trigger: one pg_notify(''billing_outbox'', ''{"count": n}'') per statement that inserted outbox events.
+Returns NULL (statement-level AFTER trigger).';
+
+CREATE OR REPLACE TRIGGER outbox_event_notify
+    AFTER INSERT ON billing.outbox_event
+    REFERENCING NEW TABLE AS new_events
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._outbox_notify();
+
+CREATE OR REPLACE FUNCTION billing.claim_outbox_events(
+    p_batch_size integer DEFAULT 500, p_lease interval DEFAULT interval '30 seconds', p_now timestamptz DEFAULT now())
+RETURNS SETOF billing.outbox_event
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('batch size must be between 1 and 10000, got %s', coalesce(p_batch_size::text, 'NULL'));
+    END IF;
+    IF p_lease IS NULL OR p_lease <= interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the lease must be a positive interval';
+    END IF;
+
+    RETURN QUERY
+    WITH candidate AS MATERIALIZED (
+        SELECT e.id, e.aggregate_type, e.aggregate_id
+          FROM billing.outbox_event e
+         WHERE e.status = 'PENDING'
+           AND e.available_at <= p_now
+           AND (e.lease_until IS NULL OR e.lease_until <= p_now)
+         ORDER BY e.id
+         LIMIT p_batch_size
+           FOR UPDATE SKIP LOCKED
+    ), claimable AS (
+        SELECT c.id
+          FROM candidate c
+         WHERE NOT EXISTS (
+                   SELECT 1
+                     FROM billing.outbox_event earlier
+                    WHERE earlier.status = 'PENDING'
+                      AND earlier.aggregate_type = c.aggregate_type
+                      AND earlier.aggregate_id = c.aggregate_id
+                      AND earlier.id < c.id
+                      AND earlier.id NOT IN (SELECT id FROM candidate))
+    )
+    UPDATE billing.outbox_event e
+       SET lease_until = p_now + p_lease
+      FROM claimable
+     WHERE e.id = claimable.id
+    RETURNING e.*;
+END
+$$;
+COMMENT ON FUNCTION billing.claim_outbox_events(integer, interval, timestamptz) IS
+'Claims up to p_batch_size PENDING events that are due and not leased, in id order (SKIP LOCKED), leasing them until p_now + p_lease.
+Returns the claimed rows (publish them in id order); an event waits while an earlier PENDING event of its aggregate is held elsewhere.';
+
+CREATE OR REPLACE FUNCTION billing.mark_outbox_published(p_ids bigint[], p_now timestamptz DEFAULT now())
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    UPDATE billing.outbox_event
+       SET status = 'PUBLISHED', published_at = p_now, lease_until = NULL
+     WHERE id = ANY (p_ids) AND status = 'PENDING';
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION billing.mark_outbox_published(bigint[], timestamptz) IS
+'Marks the given PENDING events PUBLISHED (Kafka acknowledged them); others are left alone.
+Returns how many rows changed.';
+
+CREATE OR REPLACE FUNCTION billing.mark_outbox_failed(p_id bigint, p_error text, p_now timestamptz DEFAULT now())
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- After 10 failed publishes (about 40 minutes of retries) an event is DEAD: kept, never
+    -- deleted, visible in `billing status`, and no longer holding back its aggregate.
+    c_max_attempts constant integer := 10;
+    v_event billing.outbox_event;
+BEGIN
+    SELECT * INTO v_event FROM billing.outbox_event WHERE id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('outbox event %s does not exist', coalesce(p_id::text, 'NULL'));
+    END IF;
+    IF v_event.status <> 'PENDING' THEN
+        RETURN;  -- published meanwhile (at least once is enough) or already dead
+    END IF;
+    UPDATE billing.outbox_event
+       SET attempts = attempts + 1,
+           last_error = left(coalesce(p_error, 'unknown error'), 2000),
+           lease_until = NULL,
+           status = CASE WHEN attempts + 1 >= c_max_attempts THEN 'DEAD' ELSE 'PENDING' END,
+           -- 5 s, 10 s, 20 s ... capped at 15 minutes
+           available_at = p_now + least(interval '5 seconds' * power(2, attempts), interval '15 minutes')
+     WHERE id = p_id;
+END
+$$;
+COMMENT ON FUNCTION billing.mark_outbox_failed(bigint, text, timestamptz) IS
+'Records a failed publish: retried after an exponential backoff (5 s doubling, capped at 15 min), DEAD after 10 failures (kept).
+Returns nothing; BL404 for an unknown id.';
