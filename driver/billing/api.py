@@ -158,7 +158,9 @@ def subscription_json(row: dict) -> dict:
     }
 
 
-def _subscription_response(row: dict, status: int = 200, headers: dict | None = None) -> JSONResponse:
+def _subscription_response(row: dict | None, status: int = 200, headers: dict | None = None) -> JSONResponse:
+    if row is None or row.get("id") is None:
+        raise ApiError(404, "not_found", "no such subscription")
     headers = {"ETag": f'"{row["version"]}"', **(headers or {})}
     return JSONResponse(subscription_json(row), status_code=status, headers=headers)
 
@@ -238,8 +240,9 @@ def _webhook_fields(doc: Any) -> dict:
 class _Database:
     """The connection pool, opened on first use (so an app built for a test works without lifespan)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeout: float = 5.0) -> None:
         self.url = url
+        self.timeout = timeout
         self._pool: AsyncConnectionPool | None = None
         self._lock = asyncio.Lock()
 
@@ -248,7 +251,7 @@ class _Database:
             async with self._lock:
                 if self._pool is None:
                     pool = AsyncConnectionPool(
-                        self.url, min_size=1, max_size=10, name="billing-api", open=False, timeout=5,
+                        self.url, min_size=1, max_size=10, name="billing-api", open=False, timeout=self.timeout,
                         kwargs={"autocommit": True, "row_factory": dict_row},
                     )
                     await pool.open(wait=False)
@@ -314,11 +317,13 @@ def _database_error(exc: psycopg.Error, request: Request | None) -> Response:
     return error_response(500, "internal", "unexpected database error")
 
 
-def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[], float] = time.time) -> Starlette:
+def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[], float] = time.time,
+               pool_timeout: float = 5.0) -> Starlette:
     """The ASGI app. `clock` gives p_now for the SQL calls; `wall_clock` (unix seconds) checks
-    webhook signature timestamps, which are always real time."""
+    webhook signature timestamps, which are always real time. `pool_timeout`: how long a request
+    waits for a database connection before answering 503."""
     clock = clock or SystemClock()
-    database = _Database(settings.database_url)
+    database = _Database(settings.database_url, pool_timeout)
     secrets = [s for s in (settings.webhook_secret or "").split(",") if s]
 
     @_endpoint("/subscriptions")
@@ -334,7 +339,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         plan_code = _text_field(doc, "planCode")
         row = await database.one(db.API_CREATE_SUBSCRIPTION, {
             "key": key, "customer_id": customer_id, "plan_code": plan_code, "now": clock.now()})
-        created = bool(row["created"])
+        created = bool(row and row["created"])
         return _subscription_response(row, 201 if created else 200, {"Location": f"/subscriptions/{row['id']}"})
 
     @_endpoint("/subscriptions/{id}")
@@ -391,7 +396,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
 
     async def healthz(request: Request) -> Response:
         try:
-            await asyncio.wait_for(database.one(db.HEALTH), timeout=5)
+            await asyncio.wait_for(database.one(db.HEALTH), timeout=pool_timeout + 1)
         except (psycopg.Error, PoolTimeout, asyncio.TimeoutError) as exc:
             return JSONResponse({"status": "unavailable", "database": str(exc).strip()[:200]}, status_code=503)
         return JSONResponse({"status": "ok"})

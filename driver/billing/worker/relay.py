@@ -280,6 +280,7 @@ class Relay:
         self.clock = clock or SystemClock()
         self.opt = options or RelayOptions()
         self.published = 0  # rows marked published by this process (benchmarks, tests)
+        self.active = False  # holds the lock (RELAY_ACTIVE, per instance)
         self._mark_task: asyncio.Task | None = None
 
     # -- leadership ------------------------------------------------------------------------
@@ -300,10 +301,12 @@ class Relay:
                     if not await self._acquire(lock_conn):
                         return  # stopped while standing by
                     RELAY_ACTIVE.set(1)
-                    log.info("relay is active (holds the advisory lock)")
+                    self.active = True
+                    log.info("relay is active (holds the advisory lock)", extra={"backend_pid": lock_conn.info.backend_pid})
                     try:
                         await self._lead(lock_conn)
                     finally:
+                        self.active = False
                         RELAY_ACTIVE.set(0)
             except (psycopg.OperationalError, _LostLeadership) as exc:
                 log.warning("relay lost its lock session; standing by", extra={"error": str(exc).strip()})
