@@ -1,0 +1,117 @@
+-- 06_renewal: create_due_invoices renews, catches up, cancels at period end and spends credit.
+BEGIN;
+SELECT plan(32);
+
+CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS
+$$ SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key $$;
+-- Each section ends by canceling its subscriptions so later sections sweep only their own.
+CREATE FUNCTION pg_temp.close(p_prefix text, p_now timestamptz) RETURNS void LANGUAGE sql AS
+$$ SELECT billing.cancel_subscription(subscription_id, false, p_now)
+     FROM billing.subscription_request WHERE idempotency_key LIKE p_prefix || '%' $$;
+
+SELECT billing.upsert_plan('T_M', 1000, 'USD', 'MONTH');
+SELECT billing.upsert_plan('T_M_FREE', 0, 'USD', 'MONTH');
+
+SELECT is(billing.create_due_invoices(500, '2026-01-01Z'), 0, 'nothing due: 0');
+SELECT throws_ok($$SELECT billing.create_due_invoices(0, '2026-01-01Z')$$, 'BL422', NULL, 'batch size 0: BL422');
+
+-- Renewal and catch-up -------------------------------------------------------------------------
+SELECT billing.create_subscription('t06-a', 6001, 'T_M', '2026-01-31 15:00Z');
+SELECT is(billing.create_due_invoices(500, '2026-02-28 14:59:59Z'), 0, 'not due one second before the period end');
+-- Three boundaries (Feb 28, Mar 31, Apr 30) passed while the job was down: one per call.
+SELECT is(billing.create_due_invoices(500, '2026-05-01Z'), 1, 'catch-up call 1');
+SELECT results_eq(
+    $$SELECT kind, status, period_start, period_end, amount, due_at, next_attempt_at FROM billing.invoice
+       WHERE subscription_id = pg_temp.sid('t06-a') AND kind = 'RENEWAL'$$,
+    $$VALUES ('RENEWAL', 'OPEN', '2026-02-28 15:00Z'::timestamptz, '2026-03-31 15:00Z'::timestamptz, 1000::bigint,
+              '2026-05-01Z'::timestamptz, '2026-05-01Z'::timestamptz)$$,
+    'an OPEN RENEWAL invoice for the next period, due now');
+SELECT is(billing.create_due_invoices(500, '2026-05-01Z'), 1, 'catch-up call 2');
+SELECT is(billing.create_due_invoices(500, '2026-05-01Z'), 1, 'catch-up call 3');
+SELECT is(billing.create_due_invoices(500, '2026-05-01Z'), 0, 'caught up');
+SELECT results_eq(
+    $$SELECT period_start, period_end FROM billing.invoice WHERE subscription_id = pg_temp.sid('t06-a') ORDER BY period_start$$,
+    $$VALUES ('2026-01-31 15:00Z'::timestamptz, '2026-02-28 15:00Z'::timestamptz),
+             ('2026-02-28 15:00Z'::timestamptz, '2026-03-31 15:00Z'::timestamptz),
+             ('2026-03-31 15:00Z'::timestamptz, '2026-04-30 15:00Z'::timestamptz),
+             ('2026-04-30 15:00Z'::timestamptz, '2026-05-31 15:00Z'::timestamptz)$$,
+    'no period skipped, none billed twice, month ends without drift');
+SELECT results_eq(
+    $$SELECT current_period_start, current_period_end, period_number, version, status FROM billing.get_subscription(pg_temp.sid('t06-a'))$$,
+    $$VALUES ('2026-04-30 15:00Z'::timestamptz, '2026-05-31 15:00Z'::timestamptz, 4, 4::bigint, 'ACTIVE')$$,
+    'the period advanced three times and every renewal bumped the version');
+SELECT is((SELECT current_period_end FROM billing.subscription WHERE id = pg_temp.sid('t06-a')),
+          billing.period_end('2026-01-31 15:00Z', 'MONTH', 1, 4, 'UTC'), 'period end = period_end(anchor, ..., period_number)');
+-- The unique key is the last safety net: a period cannot be billed twice even by a bug.
+INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, amount, currency,
+                             status, due_at, next_attempt_at, created_at)
+VALUES (pg_temp.sid('t06-a'), 6001, 'RENEWAL', '2026-05-31 15:00Z', '2026-06-30 15:00Z', 1000, 1000, 'USD',
+        'OPEN', '2026-05-01Z', '2026-05-01Z', '2026-05-01Z');
+SELECT throws_ok($$SELECT billing.create_due_invoices(500, '2026-06-01Z')$$, '23505', NULL,
+                 'a second invoice for one period violates invoice_one_per_period');
+DELETE FROM billing.invoice WHERE subscription_id = pg_temp.sid('t06-a') AND period_start = '2026-05-31 15:00Z';
+SELECT pg_temp.close('t06-a', '2026-05-02Z');
+
+-- Batch size, PAST_DUE, CANCELED ---------------------------------------------------------------
+SELECT billing.create_subscription('t06-b' || n, 6100 + n, 'T_M', '2027-01-10Z') FROM generate_series(1, 3) n;
+UPDATE billing.subscription SET status = 'PAST_DUE' WHERE id = pg_temp.sid('t06-b1');
+SELECT billing.cancel_subscription(pg_temp.sid('t06-b3'), false, '2027-01-11Z');
+SELECT is(billing.create_due_invoices(1, '2027-02-10Z'), 1, 'batch size bounds the claim');
+SELECT is(billing.create_due_invoices(500, '2027-02-10Z'), 1, 'the rest on the next call');
+SELECT is(billing.create_due_invoices(500, '2027-02-10Z'), 0, 'a canceled subscription is not renewed');
+SELECT is((SELECT count(*) FROM billing.invoice WHERE subscription_id = pg_temp.sid('t06-b1') AND kind = 'RENEWAL'), 1::bigint,
+          'a PAST_DUE subscription is still renewed');
+SELECT is((SELECT status FROM billing.subscription WHERE id = pg_temp.sid('t06-b1')), 'PAST_DUE', 'and stays PAST_DUE');
+SELECT pg_temp.close('t06-b', '2027-02-11Z');
+
+-- Cancel at period end -------------------------------------------------------------------------
+SELECT billing.create_subscription('t06-c', 6201, 'T_M', '2028-03-01Z');
+SELECT billing.cancel_subscription(pg_temp.sid('t06-c'), true, '2028-03-05Z');
+SELECT is(billing.create_due_invoices(500, '2028-03-31Z'), 0, 'flagged but not yet at period end');
+SELECT is(billing.create_due_invoices(500, '2028-04-01Z'), 1, 'at period end it is handled');
+SELECT results_eq($$SELECT status, cancel_reason, canceled_at, version FROM billing.get_subscription(pg_temp.sid('t06-c'))$$,
+                  $$VALUES ('CANCELED', 'PERIOD_END', '2028-04-01Z'::timestamptz, 3::bigint)$$,
+                  'canceled instead of renewed');
+SELECT is((SELECT count(*) FROM billing.invoice WHERE subscription_id = pg_temp.sid('t06-c') AND kind = 'RENEWAL'), 0::bigint,
+          'no renewal invoice');
+SELECT is((SELECT status FROM billing.invoice WHERE subscription_id = pg_temp.sid('t06-c') AND kind = 'INITIAL'), 'VOID',
+          'its unpaid invoice is voided');
+SELECT results_eq($$SELECT payload -> 'data' ->> 'reason', payload ->> 'subject' FROM billing.outbox_event
+                     WHERE event_type = 'SubscriptionCanceled' AND aggregate_id = pg_temp.sid('t06-c')$$,
+                  $$SELECT 'PERIOD_END', 'subscription/' || pg_temp.sid('t06-c')$$, 'SubscriptionCanceled written');
+
+-- Credit ---------------------------------------------------------------------------------------
+SELECT billing.create_subscription('t06-d' || n, 6301, 'T_M', '2029-01-15Z') FROM generate_series(1, 2) n;
+SELECT billing._grant_credit(6301, 'USD', 2500, 'PRORATION', NULL, NULL, '2029-01-20Z');
+SELECT billing._grant_credit(6301, 'EUR', 9999, 'PRORATION', NULL, NULL, '2029-01-20Z');
+SELECT is(billing.create_due_invoices(500, '2029-02-15Z'), 2, 'both subscriptions of the customer in one batch');
+SELECT results_eq(
+    $$SELECT subtotal, credit_applied, amount, status, next_attempt_at IS NULL FROM billing.invoice
+       WHERE customer_id = 6301 AND kind = 'RENEWAL' ORDER BY subscription_id$$,
+    $$VALUES (1000::bigint, 1000::bigint, 0::bigint, 'PAID', true), (1000::bigint, 1000::bigint, 0::bigint, 'PAID', true)$$,
+    'renewals covered by credit are PAID at once and never charged');
+SELECT is((SELECT count(*) FROM billing.outbox_event e JOIN billing.invoice i ON e.aggregate_id = i.id
+            WHERE e.event_type = 'InvoicePaid' AND i.customer_id = 6301), 2::bigint, 'and announced with InvoicePaid');
+SELECT is((SELECT balance FROM billing.credit_balance WHERE customer_id = 6301 AND currency = 'USD'), 500::bigint,
+          'the credit left stays');
+SELECT is(billing.create_due_invoices(500, '2029-03-15Z'), 2, 'next period');
+SELECT results_eq(
+    $$SELECT credit_applied, amount, status FROM billing.invoice
+       WHERE customer_id = 6301 AND kind = 'RENEWAL' AND period_start >= '2029-03-15Z' ORDER BY subscription_id$$,
+    $$VALUES (500::bigint, 500::bigint, 'OPEN'), (0::bigint, 1000::bigint, 'OPEN')$$,
+    'the last 500 of credit is spent on the first invoice, never below zero');
+SELECT results_eq(
+    $$SELECT currency::text, balance, (SELECT sum(amount) FROM billing.credit_entry e WHERE e.customer_id = b.customer_id
+                                        AND e.currency = b.currency)::bigint
+        FROM billing.credit_balance b WHERE customer_id = 6301 ORDER BY currency$$,
+    $$VALUES ('EUR', 9999::bigint, 9999::bigint), ('USD', 0::bigint, 0::bigint)$$,
+    'credit is per currency and the ledger sums to the balance');
+SELECT pg_temp.close('t06-d', '2029-03-16Z');
+SELECT is((SELECT balance FROM billing.credit_balance WHERE customer_id = 6301 AND currency = 'USD'), 500::bigint,
+          'voiding an invoice gives its credit back');
+-- A free plan: nothing to charge, PAID at once.
+SELECT billing.create_subscription('t06-e', 6401, 'T_M_FREE', '2030-01-01Z');
+SELECT is((SELECT status FROM billing.invoice WHERE subscription_id = pg_temp.sid('t06-e')), 'PAID', 'a zero invoice is PAID at once');
+
+SELECT * FROM finish();
+ROLLBACK;
