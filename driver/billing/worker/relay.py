@@ -103,6 +103,8 @@ class KafkaSink:
         conf.update(config or {})
         self._conf = conf
         self.fatal: object | None = None
+        self._last_error_log = float("-inf")
+        self._suppressed = 0
         self._producer = Producer(conf)
 
     def recover(self) -> None:
@@ -120,9 +122,14 @@ class KafkaSink:
         if err.fatal():
             self.fatal = err
             log.error("kafka producer fatal error", extra={"error": str(err)})
-        else:
-            # Broker down, connection refused...: librdkafka retries by itself.
-            log.warning("kafka: %s", err.str())
+            return
+        # Broker down, connection refused...: librdkafka retries by itself. It says so several
+        # times a second; one line every 10 s is enough.
+        now = time.monotonic()
+        self._suppressed += 1
+        if now - self._last_error_log >= 10:
+            log.warning("kafka: %s", err.str(), extra={"similar_errors": self._suppressed})
+            self._last_error_log, self._suppressed = now, 0
 
     def produce(self, key: bytes, value: bytes, on_delivery: DeliveryCallback) -> None:
         self._producer.produce(self.topic, value=value, key=key, on_delivery=lambda err, _msg: on_delivery(err))
@@ -332,6 +339,10 @@ class Relay:
         try:
             redo: list[_Row] = []
             while not self.stop.is_set():
+                # The previous batch is marked in the background while we claim the next one; its
+                # rows are still PENDING meanwhile, so the claim holds back later events of the
+                # same aggregates. A short claim made then is no sign that the backlog is empty.
+                marking = self._mark_task is not None and not self._mark_task.done()
                 if redo:
                     rows, redo = redo, []
                 else:
@@ -347,6 +358,9 @@ class Relay:
                         await sleep_or_stop(self.stop, self.opt.retry_pause)
                     if len(rows) >= self.opt.batch_size or redo:
                         continue  # more is probably waiting: no need for a NOTIFY
+                if marking:
+                    await self._await_marks()
+                    continue
                 await self._wait_for_work(lock_conn)
         finally:
             try:
@@ -448,12 +462,15 @@ class Relay:
         if recover is not None:
             recover()
 
-    async def _settle(self, batch: _Batch, conn: psycopg.AsyncConnection) -> None:
-        """Mark the delivered rows published (in the background, overlapping the next claim) and
-        the poison ones failed."""
+    async def _await_marks(self) -> None:
         if self._mark_task is not None:
             task, self._mark_task = self._mark_task, None
             await task
+
+    async def _settle(self, batch: _Batch, conn: psycopg.AsyncConnection) -> None:
+        """Mark the delivered rows published (in the background, overlapping the next claim) and
+        the poison ones failed."""
+        await self._await_marks()
         if batch.delivered:
             self._mark_task = asyncio.ensure_future(self._mark_published(conn, batch.delivered))
         for id_, error in batch.poison:
