@@ -381,7 +381,9 @@ auto.create.topics.enable=true
                      f"-Dlog4j2.configurationFile={REPO_ROOT / 'scripts' / 'kafka' / 'log4j2.properties'}",
                      "-Djava.awt.headless=true", "-cp", f"{self.libs}/*"]
         self.proc: subprocess.Popen | None = None
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # would read as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         subprocess.run([*self.java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.conf)],
                        check=True, capture_output=True, timeout=120)
 
