@@ -500,7 +500,8 @@ async def run_relay(settings, stop: asyncio.Event, *, sink: EventSink | None = N
     own_sink = sink is None
     if sink is None:
         if not settings.kafka_bootstrap:
-            raise ValueError("the relay needs BILLING_KAFKA_BOOTSTRAP, or a sink (JsonlSink) passed in")
+            raise ValueError("the outbox relay needs Kafka: set BILLING_KAFKA_BOOTSTRAP (or run the worker "
+                             "with --no-relay; events wait in the outbox meanwhile)")
         sink = KafkaSink(settings.kafka_bootstrap, settings.kafka_topic)
     relay = Relay(settings.database_url, sink, stop, clock=clock, options=options)
     try:
