@@ -1,0 +1,481 @@
+"""Least privilege: what a login role granted `billing_app` can and cannot do (CONTRACT section 3).
+
+* it cannot read or write any table or sequence of schema billing, nor create anything there;
+* it cannot execute a private helper (name starting with `_`) nor any function outside the API;
+* it CAN execute every API function (the whole API is exercised as that role);
+* every SECURITY DEFINER function pins its search_path to schemas the role cannot write, and a
+  hostile session (its own schema first in search_path, shadowing pg_catalog functions and
+  operators with same-signature impostors; temp tables named like the billing tables) cannot
+  make any of them run the impostors or read the temp tables.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+from psycopg import errors, sql
+
+from billing.config import REPO_ROOT
+from billing.migrate import migrate
+
+# CONTRACT section 3, by name.
+API = {
+    "upsert_plan", "upsert_customer", "create_subscription", "get_subscription", "cancel_subscription",
+    "change_plan", "proration_amount", "period_end", "create_due_invoices", "claim_charges",
+    "record_payment_result", "apply_gateway_webhook", "dunning_next_attempt", "claim_outbox_events",
+    "mark_outbox_published", "mark_outbox_failed",
+}
+# Read-only helpers the driver needs without table access (db/functions/70_stats.sql): `billing
+# status`, /metrics and answering a subscription's plan code. Anything else executable fails.
+READ_ONLY_EXTRAS = {"outbox_stats", "status_summary", "plan_code"}
+EXECUTABLE = API | READ_ONLY_EXTRAS
+
+T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def app_role(db_url):
+    """A LOGIN role granted billing_app, created for this test; its URL and name."""
+    name = f"lp_{uuid.uuid4().hex[:12]}"
+    dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE billing_app").format(sql.Identifier(name)))
+    info = psycopg.conninfo.conninfo_to_dict(db_url)
+    info["user"] = name
+    yield psycopg.conninfo.make_conninfo(**info), name, dbname
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s AND pid <> pg_backend_pid()",
+            (name,))
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def _denied(conn: psycopg.Connection, statement, params=None) -> None:
+    with pytest.raises(errors.InsufficientPrivilege):
+        with conn.transaction():
+            conn.execute(statement, params)
+
+
+def _relations(db_url: str) -> list[tuple[str, str, str]]:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        return conn.execute("""
+            SELECT c.relname, c.relkind::text,
+                   (SELECT a.attname FROM pg_attribute a
+                     WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum LIMIT 1)
+              FROM pg_class c
+             WHERE c.relnamespace = 'billing'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+             ORDER BY 1""").fetchall()
+
+
+def _functions(db_url: str) -> list[dict]:
+    with psycopg.connect(db_url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        return conn.execute("""
+            SELECT p.oid, p.proname, p.prosecdef, p.proconfig, p.prokind::text,
+                   p.prorettype = 'pg_catalog.trigger'::regtype AS is_trigger,
+                   pg_catalog.pg_get_function_identity_arguments(p.oid) AS args,
+                   p.proargtypes::regtype[]::text[] AS argtypes,
+                   pg_catalog.pg_get_userbyid(p.proowner) AS owner, p.prosrc
+              FROM pg_proc p
+             WHERE p.pronamespace = 'billing'::regnamespace
+             ORDER BY p.proname""").fetchall()
+
+
+# -- tables --------------------------------------------------------------------------------------
+
+
+def test_app_role_cannot_touch_any_table_or_sequence(db_url, app_role):
+    url, role, _ = app_role
+    relations = _relations(db_url)
+    assert {r[0] for r in relations} >= {"plan", "customer", "subscription", "invoice", "payment_attempt",
+                                         "outbox_event", "credit_entry", "gateway_webhook"}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for relname, kind, first_col in relations:
+            rel = sql.Identifier("billing", relname)
+            if kind == "S":
+                _denied(conn, sql.SQL("SELECT * FROM {}").format(rel))
+                _denied(conn, "SELECT nextval(%s::regclass)", (f"billing.{relname}",))
+                _denied(conn, "SELECT setval(%s::regclass, 1000000)", (f"billing.{relname}",))
+                continue
+            col = sql.Identifier(first_col)
+            _denied(conn, sql.SQL("SELECT * FROM {} LIMIT 1").format(rel))
+            _denied(conn, sql.SQL("SELECT count(*) FROM {}").format(rel))
+            _denied(conn, sql.SQL("INSERT INTO {} DEFAULT VALUES").format(rel))
+            _denied(conn, sql.SQL("UPDATE {} SET {} = {}").format(rel, col, col))
+            _denied(conn, sql.SQL("DELETE FROM {}").format(rel))
+            _denied(conn, sql.SQL("TRUNCATE {}").format(rel))
+            _denied(conn, sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(rel))
+            with pytest.raises(errors.InsufficientPrivilege):
+                with conn.transaction():
+                    with conn.cursor().copy(sql.SQL("COPY {} TO STDOUT").format(rel)) as copy:
+                        for _ in copy:
+                            pass
+        # Nothing can be created in schema billing either.
+        _denied(conn, "CREATE TABLE billing.lp_probe (a int)")
+        _denied(conn, "CREATE FUNCTION billing.lp_probe() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+        _denied(conn, "CREATE VIEW billing.lp_probe AS SELECT 1 AS a")
+        # The catalogue agrees, privilege by privilege.
+        leaks = conn.execute("""
+            SELECT c.relname, p.priv
+              FROM pg_class c
+              CROSS JOIN unnest(ARRAY['SELECT','INSERT','UPDATE','DELETE','TRUNCATE','REFERENCES','TRIGGER']) p(priv)
+             WHERE c.relnamespace = 'billing'::regnamespace AND c.relkind IN ('r','p','v','m','f')
+               AND has_table_privilege(current_user, c.oid, p.priv)
+            UNION ALL
+            SELECT c.relname, p.priv
+              FROM pg_class c CROSS JOIN unnest(ARRAY['USAGE','SELECT','UPDATE']) p(priv)
+             WHERE c.relnamespace = 'billing'::regnamespace AND c.relkind = 'S'
+               AND has_sequence_privilege(current_user, c.oid, p.priv)
+            UNION ALL
+            SELECT 'schema billing', 'CREATE' WHERE has_schema_privilege(current_user, 'billing', 'CREATE')
+        """).fetchall()
+        assert leaks == []
+        rolsuper, = conn.execute("SELECT rolsuper OR rolbypassrls OR rolcreaterole FROM pg_roles "
+                                 "WHERE rolname = current_user").fetchone()
+        assert not rolsuper
+
+
+def test_public_gets_nothing_and_new_functions_are_not_public(db_url):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        leaks = conn.execute("""
+            SELECT p.proname FROM pg_proc p
+             WHERE p.pronamespace = 'billing'::regnamespace
+               AND EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+                            WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')
+            UNION ALL
+            SELECT c.relname FROM pg_class c
+             WHERE c.relnamespace = 'billing'::regnamespace
+               AND EXISTS (SELECT 1 FROM aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) a
+                            WHERE a.grantee = 0)
+            UNION ALL
+            SELECT 'schema billing' FROM pg_namespace n
+             WHERE n.nspname = 'billing'
+               AND EXISTS (SELECT 1 FROM aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
+                            WHERE a.grantee = 0)
+        """).fetchall()
+        assert leaks == [], "PUBLIC has privileges on billing objects"
+        # A function added later to schema billing (by hand, between two migrations) is executable
+        # by PUBLIC: 0001's `ALTER DEFAULT PRIVILEGES IN SCHEMA billing REVOKE EXECUTE ... FROM
+        # PUBLIC` is a no-op in PostgreSQL (per-schema defaults only add to the global ones). What
+        # protects it: PUBLIC has no USAGE on schema billing, and the next migrate (90_grants)
+        # revokes it from everybody but the API grants.
+        conn.execute("CREATE FUNCTION billing._lp_later() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+        try:
+            public_usage, = conn.execute("SELECT has_schema_privilege('public', 'billing', 'USAGE')").fetchone()
+            assert public_usage is False
+            migrate(db_url, REPO_ROOT / "db")
+            public_exec, app_exec = conn.execute(
+                "SELECT has_function_privilege('public', 'billing._lp_later()', 'EXECUTE'), "
+                "       has_function_privilege('billing_app', 'billing._lp_later()', 'EXECUTE')").fetchone()
+        finally:
+            conn.execute("DROP FUNCTION billing._lp_later()")
+        assert (public_exec, app_exec) == (False, False)
+
+
+# -- functions -----------------------------------------------------------------------------------
+
+
+def test_app_role_executes_exactly_the_api(db_url, app_role):
+    url, role, _ = app_role
+    functions = _functions(db_url)
+    names = {f["proname"] for f in functions}
+    assert API <= names, f"API functions missing: {sorted(API - names)}"
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        executable = {r[0] for r in conn.execute(
+            "SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'billing'::regnamespace "
+            "AND has_function_privilege(%s, p.oid, 'EXECUTE')", (role,))}
+    assert executable == EXECUTABLE, (
+        f"executable by billing_app beyond the API: {sorted(executable - EXECUTABLE)}; "
+        f"API not executable: {sorted(EXECUTABLE - executable)}")
+
+    private = [f for f in functions if f["proname"] not in EXECUTABLE]
+    assert any(f["proname"].startswith("_") for f in private)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for f in private:
+            if f["is_trigger"] or f["prokind"] != "f":
+                continue
+            call = sql.SQL("SELECT billing.{}({})").format(
+                sql.Identifier(f["proname"]),
+                sql.SQL(", ").join(sql.SQL("NULL::{}").format(sql.SQL(t)) for t in f["argtypes"]))
+            _denied(conn, call)
+
+
+def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
+    """Every function billing_app may execute, once at least, with checked results.
+
+    Only literals and bound parameters in our own statements (no function or operator of ours),
+    so that a hostile search_path set on `conn` can only matter inside the billing functions.
+    """
+    called: set[str] = set()
+    out: dict = {}
+
+    def one(fn: str, args_sql: str, params: tuple = (), *, setof: bool = False):
+        called.add(fn)
+        cur = conn.execute(f"SELECT * FROM billing.{fn}({args_sql})", params)
+        return cur.fetchall() if setof else cur.fetchone()
+
+    basic, pro = f"LP_BASIC_{tag}", f"LP_PRO_{tag}"
+    one("upsert_plan", "%s, %s, %s, %s, %s", (basic, 100000, "USD", "MONTH", 1))
+    one("upsert_plan", "%s, %s, %s, %s, %s", (pro, 300000, "USD", "MONTH", 1))
+    customer = 900_000 + len(tag)
+    out["customer_tz"] = one("upsert_customer", "%s, %s", (customer, "America/Sao_Paulo"))[1]
+    sub = one("create_subscription", "%s, %s, %s, %s", (f"lp-{tag}", customer, basic, T0))
+    sub_id, plan_id = sub[0], sub[2]
+    again = one("create_subscription", "%s, %s, %s, %s", (f"lp-{tag}", customer, basic, T0))
+    out["idempotent_create"] = again[0] == sub_id
+    out["get"] = one("get_subscription", "%s", (sub_id,))[0] == sub_id
+    out["plan_code"] = one("plan_code", "%s", (plan_id,))[0] == basic
+    out["proration"] = one("proration_amount", "%s, %s, %s, %s, %s",
+                           (100000, 300000, T0, datetime(2026, 10, 31, tzinfo=timezone.utc),
+                            datetime(2026, 10, 16, tzinfo=timezone.utc)))[0]
+    out["period_end"] = one("period_end", "%s, %s, %s, %s, %s",
+                            (datetime(2026, 1, 31, tzinfo=timezone.utc), "MONTH", 1, 1, "UTC"))[0]
+    first = one("dunning_next_attempt", "%s, %s, %s", (1, 42, T0))[0]
+    out["dunning_1"] = T0 + timedelta(days=1) <= first < T0 + timedelta(days=1, hours=2)
+    out["dunning_4"] = one("dunning_next_attempt", "%s, %s, %s", (4, 42, T0))[0]
+    mid = T0 + timedelta(days=15)
+    one("change_plan", "%s, %s, %s", (sub_id, pro, mid))
+    claims = one("claim_charges", "%s, %s, %s, %s", ("lp-worker", 10, timedelta(minutes=5), mid), setof=True)
+    out["claims"] = sorted(c[2].rsplit("-try-", 1)[1] for c in claims)
+    keys = [c[2] for c in claims]
+    paid = one("record_payment_result", "%s, %s, %s, %s, %s", (keys[0], "SUCCEEDED", "ch_lp_1", None, mid))
+    out["paid"] = paid[10]  # billing.invoice.status
+    applied = one("apply_gateway_webhook", "%s, %s, %s, %s, %s::jsonb, %s",
+                  (f"evt-{tag}", keys[1], "DECLINED", "ch_lp_2", '{"declineCode": "card_declined"}', mid))[0]
+    duplicate = one("apply_gateway_webhook", "%s, %s, %s, %s, %s::jsonb, %s",
+                    (f"evt-{tag}", keys[1], "DECLINED", "ch_lp_2", '{"declineCode": "card_declined"}', mid))[0]
+    out["webhook"] = (applied, duplicate)
+    renew_at = datetime(2026, 11, 1, 0, 0, 1, tzinfo=timezone.utc) + timedelta(hours=3)
+    out["renewed"] = one("create_due_invoices", "%s, %s", (500, renew_at))[0]
+    events = one("claim_outbox_events", "%s, %s, %s", (500, timedelta(seconds=30), renew_at), setof=True)
+    out["event_types"] = sorted(e[4] for e in events)
+    ids = [e[0] for e in events]
+    out["published"] = one("mark_outbox_published", "%s::bigint[], %s", (ids[:-1], renew_at))[0]
+    one("mark_outbox_failed", "%s, %s, %s", (ids[-1], "lp: simulated failure", renew_at))
+    stats = one("outbox_stats", "%s", (renew_at,))
+    out["backlog"] = stats[0]
+    summary = one("status_summary", "%s", (renew_at,))
+    out["summary_subs"] = summary[0] + summary[1] + summary[2] >= 1
+    canceled = one("cancel_subscription", "%s, %s, %s", (sub_id, False, renew_at))
+    out["canceled"] = canceled[3]
+    out["called"] = called
+    return out
+
+
+EXPECTED = {
+    "customer_tz": "America/Sao_Paulo", "idempotent_create": True, "get": True, "plan_code": True,
+    "proration": 100000, "period_end": datetime(2026, 2, 28, tzinfo=timezone.utc), "dunning_1": True,
+    "dunning_4": None, "claims": ["0", "0"], "paid": "PAID", "webhook": (True, False), "renewed": 1,
+    "published": None, "backlog": 1, "summary_subs": True, "canceled": "CANCELED",
+}
+
+
+def _check_exercise(out: dict) -> None:
+    assert out.pop("called") == EXECUTABLE, "exercise_api must call every executable function"
+    types = out.pop("event_types")
+    assert types == sorted(["InvoicePaid", "InvoicePaymentFailed"]), types
+    published = out.pop("published")
+    assert published == len(types) - 1
+    expected = {k: v for k, v in EXPECTED.items() if k != "published"}
+    assert out == expected
+
+
+def test_app_role_can_call_every_api_function(app_role):
+    url, _, _ = app_role
+    with psycopg.connect(url, autocommit=True) as conn:
+        _check_exercise(exercise_api(conn, "plain"))
+
+
+def test_security_definer_functions_pin_a_safe_search_path(db_url, app_role):
+    _, role, _ = app_role
+    functions = _functions(db_url)
+    definers = [f for f in functions if f["prosecdef"]]
+    assert {f["proname"] for f in definers} >= EXECUTABLE, "API functions run as their owner"
+    bad = []
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for f in definers:
+            settings = dict(c.split("=", 1) for c in (f["proconfig"] or []))
+            path = settings.get("search_path")
+            if path is None:
+                bad.append((f["proname"], "no SET search_path"))
+                continue
+            schemas = [s.strip().strip('"') for s in path.split(",")]
+            if "pg_temp" not in schemas or schemas[-1] != "pg_temp":
+                bad.append((f["proname"], "pg_temp must be listed, last", path))
+            for s in schemas:
+                if s in ("$user", "public"):
+                    bad.append((f["proname"], f"{s} in search_path", path))
+                elif s != "pg_temp":
+                    writable, = conn.execute(
+                        "SELECT has_schema_privilege(%s, %s, 'CREATE') OR has_schema_privilege('public', %s, 'CREATE')",
+                        (role, s, s)).fetchone()
+                    if writable:
+                        bad.append((f["proname"], f"schema {s} is writable by the caller"))
+        # Functions without their own SET run inside a definer's: only private helpers may lack it.
+        for f in functions:
+            if not f["prosecdef"] and f["proname"] in EXECUTABLE:
+                bad.append((f["proname"], "API function is not SECURITY DEFINER"))
+            if re.search(r"\bEXECUTE\b\s+(?!format\s*\()", f["prosrc"] or "", re.IGNORECASE) and f["prokind"] == "f":
+                bad.append((f["proname"], "dynamic SQL not built with format(): review for injection"))
+    assert bad == []
+
+
+# -- the hostile session --------------------------------------------------------------------------
+
+# pg_catalog functions of this many arguments or fewer are shadowed when a billing function's
+# body names them; variadic "any" functions are shadowed by fixed-arity text overloads.
+_SIMPLE_OVERLOADS = """
+SELECT p.proname, pg_catalog.pg_get_function_identity_arguments(p.oid) AS args, p.pronargs,
+       pg_catalog.pg_get_function_arguments(p.oid) AS full_args,
+       pg_catalog.format_type(p.prorettype, NULL) AS rettype
+  FROM pg_proc p
+ WHERE p.pronamespace = 'pg_catalog'::regnamespace AND p.prokind = 'f' AND NOT p.proretset
+   AND p.proname = ANY (%s) AND p.pronargs <= 7 AND p.provariadic = 0
+   AND NOT EXISTS (SELECT 1 FROM unnest(p.proargtypes) t JOIN pg_type ty ON ty.oid = t WHERE ty.typtype = 'p')
+   AND (SELECT typtype FROM pg_type WHERE oid = p.prorettype) <> 'p'
+"""
+_VARIADIC_ANY = ("format", "concat", "concat_ws", "jsonb_build_object", "json_build_object",
+                 "jsonb_build_array", "json_build_array")
+_OPERATORS = [
+    (op, left, right) for left, right in [("bigint", "bigint"), ("integer", "integer"), ("text", "text"),
+                                          ("timestamptz", "timestamptz"), ("numeric", "numeric"),
+                                          ("interval", "interval"), ("boolean", "boolean"),
+                                          ("character", "character")]
+    for op in ("=", "<>", "<", "<=", ">", ">=")
+] + [("+", "timestamptz", "interval"), ("-", "timestamptz", "interval"), ("-", "timestamptz", "timestamptz"),
+     ("+", "bigint", "bigint"), ("-", "bigint", "bigint"), ("*", "bigint", "bigint"),
+     ("+", "integer", "integer"), ("-", "integer", "integer"), ("||", "text", "text"),
+     ("*", "interval", "double precision"), ("/", "numeric", "numeric"), ("*", "numeric", "numeric"),
+     ("+", "timestamp", "interval"), ("-", "bigint", None), ("~", "text", "text"), ("!~", "text", "text")]
+
+
+def _shadowing_ddl(db_url: str) -> tuple[list[str], list[str]]:
+    """DDL for schema `evil`: same-signature impostors of what the billing bodies call, each of
+    which bumps its own sequence (sequences ignore rollbacks, so a hit inside a failed call still
+    shows) before answering like the original."""
+    functions = _functions(db_url)
+    words = set()
+    for f in functions:
+        words |= {w.lower() for w in re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(", f["prosrc"] or "")}
+    words |= {"now", "clock_timestamp", "statement_timestamp", "transaction_timestamp", "gen_random_uuid",
+              "pg_notify", "timezone", "date_part", "make_interval", "hashtextextended", "lower", "upper",
+              "length", "btrim", "floor", "greatest", "least", "left", "power", "to_char", "cardinality",
+              "array_position", "jsonb_set", "to_jsonb", "row_to_json", "md5", "random", "pg_advisory_xact_lock"}
+    with psycopg.connect(db_url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        overloads = conn.execute(_SIMPLE_OVERLOADS, (sorted(words),)).fetchall()
+    ddl, labels = [], []
+
+    def counter(label: str) -> str:
+        labels.append(label)
+        seq = f"evil.hit_{len(labels)}"
+        ddl.append(f"CREATE SEQUENCE {seq}")
+        return seq
+
+    for o in overloads:
+        seq = counter(f"function {o['proname']}({o['args']})")
+        n = o["pronargs"]
+        call = f"pg_catalog.{o['proname']}({', '.join(f'${i}' for i in range(1, n + 1))})"
+        body = (f"PERFORM pg_catalog.nextval('{seq}'); PERFORM {call}; RETURN;" if o["rettype"] == "void"
+                else f"PERFORM pg_catalog.nextval('{seq}'); RETURN {call};")
+        ddl.append(f'CREATE FUNCTION evil."{o["proname"]}"({o["full_args"]}) RETURNS {o["rettype"]} '
+                   f"LANGUAGE plpgsql AS $evil$ BEGIN {body} END $evil$")
+    for name in _VARIADIC_ANY:
+        if name not in words:
+            continue
+        rettype = "jsonb" if name.startswith("jsonb") else "json" if name.startswith("json") else "text"
+        for n in range(1, 5):
+            seq = counter(f"function {name}({n} x text)")
+            params = ", ".join(f"a{i} text" for i in range(n))
+            ddl.append(f"CREATE FUNCTION evil.{name}({params}) RETURNS {rettype} LANGUAGE plpgsql AS $evil$ "
+                       f"BEGIN PERFORM pg_catalog.nextval('{seq}'); "
+                       f"RETURN pg_catalog.{name}({', '.join(f'a{i}' for i in range(n))}); END $evil$")
+    for i, (op, left, right) in enumerate(_OPERATORS):
+        seq = counter(f"operator {left} {op} {right}")
+        if right is None:
+            ddl.append(f"CREATE FUNCTION evil.op_{i}(a {left}) RETURNS {left} LANGUAGE plpgsql AS $evil$ "
+                       f"BEGIN PERFORM pg_catalog.nextval('{seq}'); RETURN OPERATOR(pg_catalog.{op}) a; END $evil$")
+            ddl.append(f"CREATE OPERATOR evil.{op} (RIGHTARG = {left}, FUNCTION = evil.op_{i})")
+            continue
+        ddl.append(f"CREATE FUNCTION evil.op_{i}(a {left}, b {right}) RETURNS "
+                   f"{'boolean' if op in ('=', '<>', '<', '<=', '>', '>=', '~', '!~') else 'unknown'} "
+                   f"LANGUAGE plpgsql AS $evil$ BEGIN PERFORM pg_catalog.nextval('{seq}'); "
+                   f"RETURN a OPERATOR(pg_catalog.{op}) b; END $evil$")
+        ddl.append(f"CREATE OPERATOR evil.{op} (LEFTARG = {left}, RIGHTARG = {right}, FUNCTION = evil.op_{i})")
+    return ddl, labels
+
+
+def _fix_return_types(conn: psycopg.Connection, ddl: list[str]) -> list[str]:
+    """Arithmetic impostors return what pg_catalog's operator returns."""
+    fixed = []
+    for stmt in ddl:
+        if " RETURNS unknown " in stmt:
+            m = re.search(r"evil\.op_\d+\(a ([a-z ]+), b ([a-z ]+)\).*OPERATOR\(pg_catalog\.(\S+)\)", stmt)
+            left, right, op = m.group(1), m.group(2), m.group(3)
+            rettype, = conn.execute(
+                "SELECT format_type(oprresult, NULL) FROM pg_operator WHERE oprname = %s "
+                "AND oprleft = %s::regtype AND oprright = %s::regtype "
+                "AND oprnamespace = 'pg_catalog'::regnamespace", (op, left, right)).fetchone()
+            stmt = stmt.replace(" RETURNS unknown ", f" RETURNS {rettype} ")
+        fixed.append(stmt)
+    return fixed
+
+
+def test_hostile_search_path_cannot_hijack_security_definer_functions(db_url, app_role):
+    url, role, dbname = app_role
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        # The worst case: the caller may create schemas of its own.
+        conn.execute(sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(dbname), sql.Identifier(role)))
+        tables = [r[0] for r in conn.execute(
+            "SELECT relname FROM pg_class WHERE relnamespace = 'billing'::regnamespace AND relkind = 'r'")]
+        ddl, labels = _shadowing_ddl(db_url)
+        ddl = _fix_return_types(conn, ddl)
+    assert len(labels) > 60, "the impostor set looks too small to mean anything"
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA evil")
+        for stmt in ddl:
+            try:
+                with conn.transaction():
+                    conn.execute(stmt)
+            except errors.DuplicateFunction:
+                pass  # a fixed-arity overload pg_catalog has too (format(text)): shadowed above already
+        for t in tables:
+            # Same-named tables in the attacker's schema and in pg_temp, each with a row, so an
+            # unqualified reference resolved to them would read or write the wrong data.
+            conn.execute(sql.SQL("CREATE TABLE evil.{} (id bigint, note text)").format(sql.Identifier(t)))
+            conn.execute(sql.SQL("INSERT INTO evil.{} VALUES (1, 'evil')").format(sql.Identifier(t)))
+            conn.execute(sql.SQL("CREATE TEMP TABLE {} (id bigint, note text)").format(sql.Identifier(t)))
+            conn.execute(sql.SQL("INSERT INTO pg_temp.{} VALUES (1, 'temp')").format(sql.Identifier(t)))
+        conn.execute("CREATE FUNCTION pg_temp.now() RETURNS timestamptz LANGUAGE sql AS "
+                     "$$ SELECT '2000-01-01'::timestamptz $$")
+        # The impostors work when called unqualified from the hostile path...
+        conn.execute("SET search_path = pg_temp, evil, pg_catalog")
+        conn.execute("SELECT now(), 1::bigint = 1::bigint")
+        hits_before, = conn.execute("SELECT count(*) FROM pg_sequences WHERE schemaname = 'evil' "
+                                    "AND last_value IS NOT NULL").fetchone()
+        assert hits_before >= 2, "the impostors are not reachable: the test proves nothing"
+        for i in range(1, len(labels) + 1):
+            conn.execute("SELECT pg_catalog.setval(%s::regclass, 1, false)", (f"evil.hit_{i}",))
+
+        # ...but not from inside the billing functions.
+        out = exercise_api(conn, "hostile")
+        hits = conn.execute("SELECT sequencename, last_value FROM pg_catalog.pg_sequences "
+                            "WHERE schemaname OPERATOR(pg_catalog.=) 'evil' "
+                            "AND last_value IS NOT NULL").fetchall()
+        temp_rows = {t: conn.execute(sql.SQL("SELECT pg_catalog.count(*) FROM pg_temp.{}").format(
+            sql.Identifier(t))).fetchone()[0] for t in tables}
+        evil_rows = {t: conn.execute(sql.SQL("SELECT pg_catalog.count(*) FROM evil.{}").format(
+            sql.Identifier(t))).fetchone()[0] for t in tables}
+    hijacked = [labels[int(name.rsplit("_", 1)[1]) - 1] for name, _ in hits]
+    assert hijacked == [], f"impostors ran inside billing functions: {hijacked}"
+    assert set(temp_rows.values()) == {1} and set(evil_rows.values()) == {1}, (temp_rows, evil_rows)
+    _check_exercise(out)
+    # The real tables got the work.
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        n, = conn.execute("SELECT count(*) FROM billing.subscription_request "
+                          "WHERE idempotency_key = 'lp-hostile'").fetchone()
+    assert n == 1
