@@ -46,6 +46,7 @@ import logging
 import math
 import random
 import time
+from collections import deque
 from typing import Protocol
 
 from billing import metrics
@@ -73,8 +74,49 @@ def emission_interval_us(rate: float, guard_seconds: float) -> int:
     return max(1, math.ceil((WINDOW_SECONDS + guard_seconds) * 1_000_000 / rate))
 
 
+class _ClockOffset:
+    """The limiter's clock minus this process's monotonic clock, bracketed by round trips.
+
+    A reply read at local time `answered` with the limiter's clock at `remote`, asked at local
+    time `asked`, proves ``remote - answered <= offset <= remote - asked``. Intersecting the last
+    few seconds of such brackets gives an interval about one fast round trip wide, so one slow
+    round trip (a busy event loop, a loaded Redis) does not blur every slot it reserved. Samples
+    expire after a few seconds, so a drift between the two clocks cannot accumulate.
+    """
+
+    HORIZON = 2.0
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, float, float]] = deque(maxlen=32)
+
+    def width(self) -> float:
+        """How uncertain the offset is now (infinite before the first round trip)."""
+        if not self._samples:
+            return float("inf")
+        return min(x[2] for x in self._samples) - max(x[1] for x in self._samples)
+
+    def add(self, asked: float, answered: float, remote: float) -> tuple[float, float]:
+        samples = self._samples
+        samples.append((answered, remote - answered, remote - asked))
+        while samples[0][0] < answered - self.HORIZON:
+            samples.popleft()
+        lo = max(x[1] for x in samples)
+        hi = min(x[2] for x in samples)
+        if lo > hi:  # the clocks stepped or drifted apart: trust only this round trip
+            samples.clear()
+            samples.append((answered, remote - answered, remote - asked))
+            lo, hi = remote - answered, remote - asked
+        return lo, hi
+
+
 class _Gcra:
-    """What both GCRA limiters share: sleeping until the slot and dropping late wake-ups."""
+    """What both GCRA limiters share: one reserver per process, sleeping until the slot, dropping
+    late wake-ups.
+
+    Callers queue up; a single reserver task asks for as many consecutive slots as there are
+    callers waiting, in one round trip (one script call per batch, not per call, and one Redis
+    connection per process), and hands slot i to the i-th caller in line.
+    """
 
     def __init__(self, rate: float, *, guard_seconds: float, max_late_seconds: float, max_wait_seconds: float):
         if max_late_seconds > guard_seconds:
@@ -85,24 +127,49 @@ class _Gcra:
         self.max_late_seconds = max_late_seconds
         self.max_wait_us = int(max_wait_seconds * 1_000_000)
         self.late_drops = 0
+        self._offset = _ClockOffset()
+        self._waiters: deque[asyncio.Future] = deque()
+        self._wake: asyncio.Event | None = None
+        self._reserver: asyncio.Task | None = None
 
-    async def _reserve(self) -> tuple[bool, int]:
-        """(granted, microseconds): the wait until the granted slot, or the retry hint when refused."""
+    async def _clock_us(self) -> int | None:
+        """The limiter's clock, read in one round trip (None when it is this process's clock)."""
+        return None
+
+    async def _calibrate(self) -> None:
+        """A few clock reads so the first slots are not wasted on the first, slow, round trip."""
+        for _ in range(3):
+            if self._offset.width() <= self.max_late_seconds / 4:
+                return
+            asked = time.monotonic()
+            remote = await self._clock_us()
+            if remote is None:
+                return
+            self._offset.add(asked, time.monotonic(), remote / 1_000_000)
+
+    async def _reserve(self, count: int) -> tuple[int, int, int]:
+        """(granted, first_slot_us, clock_us): `granted` consecutive slots from `first_slot_us`
+        on the limiter's clock, which read `clock_us`; granted = 0 when even the first slot would
+        be more than max_wait ahead (then first_slot_us is that slot)."""
         raise NotImplementedError
 
     async def acquire(self) -> None:
         started = time.monotonic()
+        loop = asyncio.get_running_loop()
         while True:
-            asked_at = time.monotonic()
-            granted, micros = await self._reserve()
-            if not granted:
-                await asyncio.sleep(micros / 1_000_000 + random.uniform(0, 0.02))
-                continue
-            wait = micros / 1_000_000
-            if wait > 0:
-                await asyncio.sleep(wait)
-            # An upper bound on how late we are: the slot cannot be earlier than asked_at + wait.
-            late = time.monotonic() - asked_at - wait
+            future = loop.create_future()
+            self._waiters.append(future)
+            if self._reserver is None or self._reserver.done():
+                self._wake = asyncio.Event()
+                self._reserver = loop.create_task(self._reserve_loop(), name="limiter-reserver")
+            self._wake.set()
+            # In local monotonic time, the slot lies in [earliest, wake_at]: waking at wake_at is
+            # never early, and now - earliest bounds how late we are.
+            earliest, wake_at = await future
+            delay = wake_at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            late = time.monotonic() - earliest
             if late > self.max_late_seconds:
                 self.late_drops += 1
                 metrics.LIMITER_LATE_DROPS.inc()
@@ -110,6 +177,54 @@ class _Gcra:
                 continue
             metrics.LIMITER_WAIT.observe(time.monotonic() - started)
             return
+
+    async def _reserve_loop(self) -> None:
+        waiters = self._waiters
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while waiters:
+                    while waiters and waiters[0].done():  # given up (cancelled) before a slot
+                        waiters.popleft()
+                    count = sum(1 for f in waiters if not f.done())
+                    if not count:
+                        break
+                    await self._calibrate()
+                    asked_at = time.monotonic()
+                    granted, first_us, clock_us = await self._reserve(count)
+                    answered_at = time.monotonic()
+                    if not granted:
+                        retry = (first_us - clock_us - self.max_wait_us) / 1_000_000
+                        await asyncio.sleep(retry + random.uniform(0, 0.005))
+                        continue
+                    lo, hi = self._offset.add(asked_at, answered_at, clock_us / 1_000_000)
+                    first = first_us / 1_000_000
+                    step = self.interval_us / 1_000_000
+                    i = 0
+                    while i < granted and waiters:
+                        future = waiters.popleft()
+                        if not future.done():
+                            slot = first + i * step
+                            future.set_result((slot - hi, slot - lo))
+                            i += 1
+        except BaseException as exc:
+            while waiters:
+                future = waiters.popleft()
+                if not future.done():
+                    if isinstance(exc, asyncio.CancelledError):
+                        future.cancel()
+                    else:
+                        future.set_exception(exc)
+            raise
+
+    async def _stop_reserver(self) -> None:
+        if self._reserver is not None and not self._reserver.done():
+            self._reserver.cancel()
+            try:
+                await self._reserver
+            except BaseException:  # noqa: BLE001 - it was cancelled on purpose
+                pass
 
 
 class LocalGcraLimiter(_Gcra):
@@ -122,37 +237,39 @@ class LocalGcraLimiter(_Gcra):
                          max_wait_seconds=max_wait_seconds)
         self._tat_us = 0
 
-    async def _reserve(self) -> tuple[bool, int]:
-        now = time.monotonic_ns() // 1000
+    async def _reserve(self, count: int) -> tuple[int, int, int]:
+        now = int(time.monotonic() * 1_000_000)
         slot = max(self._tat_us, now)
-        wait = slot - now
-        if wait > self.max_wait_us:
-            return False, wait - self.max_wait_us
-        self._tat_us = slot + self.interval_us
-        return True, wait
+        if slot - now > self.max_wait_us:
+            return 0, slot, now
+        granted = min(count, (self.max_wait_us - (slot - now)) // self.interval_us + 1)
+        self._tat_us = slot + granted * self.interval_us
+        return granted, slot, now
 
     async def close(self) -> None:
-        return None
+        await self._stop_reserver()
 
 
 # KEYS[1]: the TAT key. ARGV[1]: emission interval (us). ARGV[2]: max reservation ahead (us).
-# Returns {1, wait_us} when a slot was reserved, {0, retry_after_us} when it would be too far ahead.
+# ARGV[3]: slots wanted. Returns {granted, first_slot_us, now_us} on Redis's clock: `granted`
+# consecutive slots from first_slot_us (granted = 0: even the first is too far ahead).
 # Numbers are written with %d: Lua's default number format (%.14g) would round a microsecond clock.
 GCRA_SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local max_wait = tonumber(ARGV[2])
+local wanted = tonumber(ARGV[3])
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 local slot = tat
 if now > slot then slot = now end
-local wait = slot - now
-if wait > max_wait then
-  return {0, wait - max_wait}
+if slot - now > max_wait then
+  return {0, slot, now}
 end
-local new_tat = slot + interval
+local granted = math.min(wanted, math.floor((max_wait - (slot - now)) / interval) + 1)
+local new_tat = slot + granted * interval
 redis.call('SET', KEYS[1], string.format('%d', new_tat), 'PX', math.floor((new_tat - now) / 1000) + 1000)
-return {1, wait}
+return {granted, slot, now}
 """
 
 
@@ -180,14 +297,26 @@ class RedisGcraLimiter(_Gcra):
         self._max_backoff = max_backoff_seconds
         self.paused = False
 
-    async def _reserve(self) -> tuple[bool, int]:
+    async def _clock_us(self) -> int | None:
+        import redis.exceptions as rexc
+
+        await self._available.wait()
+        try:
+            seconds, micros = await self._redis.time()
+        except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
+            self._pause(exc)
+            return None
+        return seconds * 1_000_000 + micros
+
+    async def _reserve(self, count: int) -> tuple[int, int, int]:
         import redis.exceptions as rexc
 
         while True:
             await self._available.wait()
             try:
-                granted, micros = await self._script(keys=[self.key], args=[self.interval_us, self.max_wait_us])
-                return bool(granted), int(micros)
+                granted, slot, now = await self._script(keys=[self.key],
+                                                        args=[self.interval_us, self.max_wait_us, count])
+                return int(granted), int(slot), int(now)
             except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
                 self._pause(exc)
 
@@ -222,6 +351,7 @@ class RedisGcraLimiter(_Gcra):
             return
 
     async def close(self) -> None:
+        await self._stop_reserver()
         if self._probe is not None:
             self._probe.cancel()
         await self._redis.aclose()

@@ -172,7 +172,7 @@ class GatewaySimulator:
         app.router.add_post("/v1/charges", self._handle_charge)
         app.router.add_get("/v1/ledger", self._handle_ledger)
         app.router.add_get("/v1/stats", self._handle_stats)
-        app.router.add_get("/healthz", lambda request: web.json_response({"ok": True}))
+        app.router.add_get("/healthz", self._handle_health)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -268,6 +268,9 @@ class GatewaySimulator:
         else:
             await asyncio.sleep(latency)
         return web.json_response(charge.answer())
+
+    async def _handle_health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
 
     async def _handle_ledger(self, request: web.Request) -> web.Response:
         return web.json_response(self.ledger())

@@ -1,0 +1,198 @@
+"""The gateway rate limiter: GCRA strictness over a sliding second, shared by processes, fail-closed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import redis
+from prometheus_client import REGISTRY
+
+from billing.limiter import FixedWindowLimiter, LocalGcraLimiter, RedisGcraLimiter, emission_interval_us
+
+from .private_redis import private_redis  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def max_in_sliding_second(stamps: list[float]) -> int:
+    """The most instants in any half-open window (t - 1 s, t]."""
+    stamps = sorted(stamps)
+    best = lo = 0
+    for hi, t in enumerate(stamps):
+        while stamps[lo] <= t - 1.0:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
+def test_max_in_sliding_second():
+    assert max_in_sliding_second([0.0, 0.5, 0.99, 1.0, 1.2]) == 4
+    assert max_in_sliding_second([0.0, 1.0, 2.0]) == 1
+
+
+def test_emission_interval_leaves_the_guard():
+    assert emission_interval_us(200, 0.0) == 5000
+    assert emission_interval_us(200, 0.010) == 5050
+    assert emission_interval_us(3, 0.0) == 333334  # rounded up, never down
+    with pytest.raises(ValueError):
+        emission_interval_us(0, 0.01)
+
+
+def test_local_gcra_is_strict_and_keeps_up():
+    rate, seconds = 25, 2.5
+
+    async def scenario():
+        limiter = LocalGcraLimiter(rate)
+        stamps: list[float] = []
+        end = time.monotonic() + seconds
+
+        async def caller():
+            while True:
+                await limiter.acquire()
+                now = time.monotonic()
+                if now >= end:
+                    return
+                stamps.append(now)
+
+        await asyncio.gather(*(caller() for _ in range(20)))
+        await limiter.close()
+        return stamps
+
+    stamps = asyncio.run(scenario())
+    assert max_in_sliding_second(stamps) <= rate
+    assert len(stamps) >= 0.7 * rate * seconds  # late wake-ups drop slots on a busy host
+
+
+_ACQUIRER = textwrap.dedent("""
+    import asyncio, json, sys, time
+    from billing.limiter import RedisGcraLimiter
+
+    async def main(url, rate, tasks, start, seconds):
+        limiter = RedisGcraLimiter(url, rate, key="test:gcra")
+        stamps = []
+        await asyncio.sleep(max(0.0, start - time.time()))
+        end = time.monotonic() + seconds
+        async def caller():
+            while True:
+                await limiter.acquire()
+                now = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process on the host
+                if now >= end:
+                    return
+                stamps.append(now)
+        await asyncio.gather(*(caller() for _ in range(tasks)))
+        await limiter.close()
+        print(json.dumps(stamps))
+
+    url, rate, tasks, start, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+    asyncio.run(main(url, rate, tasks, start, seconds))
+""")
+
+
+def test_redis_gcra_is_strict_across_processes(redis_url):
+    rate, seconds, processes = 30, 3.0, 3
+    start = time.time() + 1.5  # every process starts asking at the same instant
+    procs = [subprocess.Popen([sys.executable, "-c", _ACQUIRER, redis_url, str(rate), "6", str(start), str(seconds)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(processes)]
+    per_process = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err.decode()
+        per_process.append(json.loads(out))
+    stamps = [t for p in per_process for t in p]
+    assert max_in_sliding_second(stamps) <= rate
+    assert len(stamps) >= 0.7 * rate * seconds  # late wake-ups drop slots on a busy host
+    assert all(len(p) >= 0.15 * len(stamps) for p in per_process)  # every process got a share
+
+
+def test_redis_gcra_keeps_microseconds(redis_url):
+    async def scenario():
+        limiter = RedisGcraLimiter(redis_url, 1000, key="test:precision")
+        for _ in range(3):
+            await limiter.acquire()
+        await limiter.close()
+
+    asyncio.run(scenario())
+    tat = redis.Redis.from_url(redis_url).get("test:precision").decode()
+    assert tat.isdigit() and len(tat) >= 16  # microseconds since 1970, not 1.7e+15
+
+
+def test_fixed_window_lets_two_limits_through_across_a_boundary(redis_url):
+    """The seed's counter: `rate` at the end of one second and `rate` at the start of the next."""
+    rate = 10
+
+    async def scenario():
+        limiter = FixedWindowLimiter(redis_url, rate, key="test:fixed")
+        now = time.time()
+        await asyncio.sleep((int(now) + 1.85) - now if now % 1 > 0.5 else int(now) + 0.85 - now)
+        stamps = []
+        for _ in range(rate):
+            await limiter.acquire()
+            stamps.append(time.monotonic())
+        await asyncio.sleep(max(0.0, int(time.time()) + 1.05 - time.time()))
+        for _ in range(rate):
+            await limiter.acquire()
+            stamps.append(time.monotonic())
+        await limiter.close()
+        return stamps
+
+    stamps = asyncio.run(scenario())
+    assert max_in_sliding_second(stamps) == 2 * rate
+
+
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+def test_redis_down_pauses_then_resumes_by_itself(private_redis, caplog):
+    rate = 40
+
+    async def scenario():
+        limiter = RedisGcraLimiter(private_redis.url, rate, key="test:pause", max_backoff_seconds=0.5)
+        stamps: list[float] = []
+        done = asyncio.Event()
+
+        async def caller():
+            while not done.is_set():
+                await limiter.acquire()
+                stamps.append(time.monotonic())
+
+        pauses_before = _sample("billing_limiter_pauses_total")
+        callers = [asyncio.create_task(caller()) for _ in range(5)]
+        await asyncio.sleep(1.0)
+        assert stamps, "no slot granted while Redis was up"
+
+        private_redis.stop()
+        stopped_at = time.monotonic()
+        await asyncio.sleep(2.0)
+        during = [t for t in stamps if t > stopped_at + 0.3]  # slots reserved before the stop may land
+        paused_gauge = _sample("billing_limiter_paused")
+        paused_flag = limiter.paused
+
+        await asyncio.to_thread(private_redis.start)
+        restarted_at = time.monotonic()
+        while not [t for t in stamps if t > restarted_at] and time.monotonic() < restarted_at + 5:
+            await asyncio.sleep(0.05)
+        resumed_after = min((t for t in stamps if t > restarted_at), default=None)
+        await asyncio.sleep(0.5)
+        done.set()
+        await asyncio.gather(*callers)
+        await limiter.close()
+        return (during, paused_gauge, paused_flag, _sample("billing_limiter_pauses_total") - pauses_before,
+                resumed_after and resumed_after - restarted_at, _sample("billing_limiter_paused"), limiter.paused)
+
+    with caplog.at_level("WARNING", logger="billing.limiter"):
+        during, paused_gauge, paused_flag, pauses, resumed_in, gauge_after, flag_after = asyncio.run(scenario())
+    assert during == []  # fail closed: no call passes while the limit cannot be checked
+    assert paused_gauge == 1 and paused_flag
+    assert pauses == 1  # one pause, however many callers noticed it
+    assert resumed_in is not None and resumed_in < 3
+    assert gauge_after == 0 and not flag_after
+    warnings = [r.getMessage() for r in caplog.records]
+    assert sum("charging paused" in m for m in warnings) == 1
+    assert sum("charging resumed" in m for m in warnings) == 1
