@@ -1,77 +1,69 @@
 -- 40_renewal: the renewal job. One statement claims a batch of due subscriptions with
--- FOR UPDATE SKIP LOCKED, prices them (credit included), inserts their RENEWAL invoices,
+-- FOR NO KEY UPDATE SKIP LOCKED, prices them (credit included), inserts their RENEWAL invoices,
 -- advances their periods, cancels the ones flagged to cancel at period end and writes the
 -- events, so that concurrent callers never touch the same subscription and no state
 -- "invoice created but period not advanced" can exist. UNIQUE (subscription_id,
 -- period_start, kind) is the last safety net: a bug cannot bill one period twice.
+--
+-- Speed (bench/renewal): the calendar is an inlined SQL expression, not a call per row, and the
+-- claimed rows are updated through their ctid (a TID scan) rather than a primary-key probe.
+-- A ctid is only safe when the locked row version is the one our snapshot sees; when another
+-- session changed a due row after the statement began (a catch-up renewal, a concurrent cancel
+-- or plan change), the TID scan misses it, the statement notices (renewed <> claimed) and is
+-- retried as a whole with a fresh snapshot, inside a subtransaction.
 
-CREATE OR REPLACE FUNCTION billing.create_due_invoices(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
-RETURNS integer
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+CREATE OR REPLACE FUNCTION billing._renew_batch(p_batch_size integer, p_now timestamptz)
+RETURNS TABLE (handled integer, canceled bigint[])
+LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_handled  integer;
-    v_canceled bigint[];
+    v_claimed  integer;
+    v_expected integer;
+    v_updated  integer;
 BEGIN
-    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 100000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('batch size must be between 1 and 100000, got %s', coalesce(p_batch_size::text, 'NULL'));
-    END IF;
-    IF p_now IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_now must not be NULL';
-    END IF;
-
     WITH due AS MATERIALIZED (
-        -- Locked rows come back in their latest committed version, so a subscription renewed
-        -- by another session since our snapshot is renewed for its *next* period, if due.
-        SELECT s.id, s.customer_id, s.plan_id, s.timezone, s.billing_anchor, s.period_number,
+        -- Locked rows come back in their latest committed version.
+        SELECT s.ctid AS row_id, s.id, s.customer_id, s.plan_id, s.timezone, s.billing_anchor, s.period_number,
                s.current_period_end, s.cancel_at_period_end
           FROM billing.subscription s
          WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now
          ORDER BY s.current_period_end
          LIMIT p_batch_size
-           FOR UPDATE SKIP LOCKED
-    ), renewing AS MATERIALIZED (
-        SELECT d.id, d.customer_id, d.current_period_end AS period_start,
-               billing._period_end(d.billing_anchor, p.billing_interval, p.interval_count,
-                                   d.period_number + 1, d.timezone) AS period_end,
-               p.price_amount, p.currency
-          FROM due d
-          JOIN billing.plan p ON p.id = d.plan_id
-         WHERE NOT d.cancel_at_period_end
+           FOR NO KEY UPDATE SKIP LOCKED
     ), credit AS MATERIALIZED (
         -- Usually empty. Locked (waiting, not skipping) in key order, so concurrent renewals of
         -- one customer's subscriptions serialise on the balance instead of deadlocking.
         SELECT b.customer_id, b.currency, b.balance
           FROM billing.credit_balance b
          WHERE b.balance > 0
-           AND (b.customer_id, b.currency) IN (SELECT r.customer_id, r.currency FROM renewing r)
+           AND b.customer_id IN (SELECT d.customer_id FROM due d WHERE NOT d.cancel_at_period_end)
          ORDER BY b.customer_id, b.currency
            FOR UPDATE
-    ), credited AS MATERIALIZED (
-        -- Spread a balance over the customer's invoices of this batch, in subscription order.
-        SELECT r.id,
-               least(r.price_amount,
-                     greatest(0, c.balance - coalesce(sum(r.price_amount) OVER (
-                         PARTITION BY r.customer_id, r.currency ORDER BY r.id
-                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0))) AS credit_applied
-          FROM renewing r
-          JOIN credit c ON c.customer_id = r.customer_id AND c.currency = r.currency
     ), priced AS MATERIALIZED (
-        SELECT r.*, coalesce(cr.credit_applied, 0) AS credit_applied,
-               r.price_amount - coalesce(cr.credit_applied, 0) AS amount
-          FROM renewing r
-          LEFT JOIN credited cr ON cr.id = r.id
+        SELECT d.row_id, d.id, d.customer_id, d.current_period_end AS period_start,
+               billing._period_end(d.billing_anchor, p.billing_interval, p.interval_count,
+                                   d.period_number + 1, d.timezone) AS period_end,
+               p.price_amount, p.currency,
+               -- A balance is spread over the customer's invoices of this batch in id order.
+               CASE WHEN c.balance IS NULL THEN 0::bigint
+                    ELSE least(p.price_amount, greatest(0, c.balance - coalesce(sum(p.price_amount) OVER (
+                             PARTITION BY d.customer_id, p.currency ORDER BY d.id
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::bigint
+               END AS credit_applied
+          FROM due d
+          JOIN billing.plan p ON p.id = d.plan_id
+          LEFT JOIN credit c ON c.customer_id = d.customer_id AND c.currency = p.currency
+         WHERE NOT d.cancel_at_period_end
     ), new_invoice AS (
         INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal,
                                      credit_applied, amount, currency, status, due_at, next_attempt_at, paid_at,
                                      created_at)
         SELECT p.id, p.customer_id, 'RENEWAL', p.period_start, p.period_end, p.price_amount,
-               p.credit_applied, p.amount, p.currency,
-               CASE WHEN p.amount = 0 THEN 'PAID' ELSE 'OPEN' END, p_now,
-               CASE WHEN p.amount = 0 THEN NULL ELSE p_now END,
-               CASE WHEN p.amount = 0 THEN p_now END, p_now
+               p.credit_applied, p.price_amount - p.credit_applied, p.currency,
+               CASE WHEN p.price_amount = p.credit_applied THEN 'PAID' ELSE 'OPEN' END, p_now,
+               CASE WHEN p.price_amount = p.credit_applied THEN NULL ELSE p_now END,
+               CASE WHEN p.price_amount = p.credit_applied THEN p_now END, p_now
           FROM priced p
         RETURNING *
     ), renewed AS (
@@ -82,13 +74,14 @@ BEGIN
                version = s.version + 1,
                updated_at = p_now
           FROM priced p
-         WHERE s.id = p.id
+         WHERE s.ctid = p.row_id
+        RETURNING 1
     ), canceled AS (
         UPDATE billing.subscription s
            SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'PERIOD_END',
                version = s.version + 1, updated_at = p_now
           FROM due d
-         WHERE s.id = d.id AND d.cancel_at_period_end
+         WHERE s.ctid = d.row_id AND d.cancel_at_period_end
         RETURNING s.*
     ), credit_used AS (
         UPDATE billing.credit_balance b
@@ -103,6 +96,7 @@ BEGIN
           FROM new_invoice i
          WHERE i.credit_applied > 0
     ), events AS (
+        -- Rare rows (cancellations, invoices paid by credit): one INSERT, hence one NOTIFY.
         INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
         SELECT e.event_id, e.aggregate_type, e.aggregate_id, e.event_type,
                billing._cloud_event(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, p_now, e.data),
@@ -118,9 +112,55 @@ BEGIN
                          WHERE i.status = 'PAID') x
                  ORDER BY x.aggregate_type, x.aggregate_id) e
     )
-    SELECT count(*)::integer, array_agg(d.id) FILTER (WHERE d.cancel_at_period_end)
-      INTO v_handled, v_canceled
-      FROM due d;
+    SELECT (SELECT count(*) FROM due),
+           (SELECT count(*) FROM due),
+           (SELECT count(*) FROM renewed) + (SELECT count(*) FROM canceled),
+           (SELECT array_agg(d.id) FROM due d WHERE d.cancel_at_period_end)
+      INTO v_claimed, v_expected, v_updated, canceled;
+
+    IF v_updated <> v_expected THEN
+        RAISE EXCEPTION USING ERRCODE = '40001',
+            MESSAGE = format('%s of %s claimed subscriptions changed after the renewal statement began',
+                             v_expected - v_updated, v_expected);
+    END IF;
+    handled := v_claimed;
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION billing._renew_batch(integer, timestamptz) IS
+'Private: the single renewal statement of create_due_invoices; raises 40001 when a claimed row changed under it.
+Returns how many subscriptions it handled and the ids it canceled at period end.';
+
+CREATE OR REPLACE FUNCTION billing.create_due_invoices(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_handled  integer;
+    v_canceled bigint[];
+    v_try      integer := 0;
+BEGIN
+    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 100000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('batch size must be between 1 and 100000, got %s', coalesce(p_batch_size::text, 'NULL'));
+    END IF;
+    IF p_now IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_now must not be NULL';
+    END IF;
+
+    LOOP
+        v_try := v_try + 1;
+        BEGIN
+            SELECT r.handled, r.canceled INTO v_handled, v_canceled FROM billing._renew_batch(p_batch_size, p_now) r;
+            EXIT;
+        EXCEPTION WHEN serialization_failure THEN
+            -- Rolled back to before the statement; a new statement takes a new snapshot.
+            IF v_try >= 10 THEN
+                RAISE;
+            END IF;
+        END;
+    END LOOP;
 
     -- Canceled at period end: their OPEN invoices (if any) are voided as by cancel_subscription.
     -- A separate statement because it may give credit back to a balance the statement above

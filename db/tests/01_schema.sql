@@ -1,6 +1,6 @@
 -- 01_schema: the tables, constraints, functions and privileges the contract names.
 BEGIN;
-SELECT plan(41);
+SELECT plan(45);
 
 SELECT has_schema('billing');
 SELECT has_table('billing', t, 'table billing.' || t) FROM unnest(ARRAY[
@@ -17,6 +17,16 @@ SELECT col_is_unique('billing', 'invoice', ARRAY['subscription_id', 'period_star
 SELECT has_index('billing', 'subscription', 'subscription_due_idx', 'partial index of due subscriptions');
 SELECT has_index('billing', 'invoice', 'invoice_chargeable_idx', 'partial index of chargeable invoices');
 SELECT has_trigger('billing', 'outbox_event', 'outbox_event_notify', 'outbox insert notifies');
+SELECT throws_ok($$INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, amount,
+                      currency, due_at, next_attempt_at, created_at)
+                   VALUES (-42, 1, 'RENEWAL', '2026-01-01Z', '2026-02-01Z', 1, 1, 'USD', '2026-01-01Z', '2026-01-01Z', '2026-01-01Z')$$,
+                 '23503', 'invoice refers to subscription -42, which does not exist',
+                 'an invoice must refer to an existing subscription (checked per statement)');
+SELECT throws_ok($$DELETE FROM billing.subscription$$, '23503', NULL, 'subscriptions are never deleted');
+SELECT throws_ok($$TRUNCATE billing.subscription CASCADE$$, '23503', NULL, 'nor truncated');
+SELECT throws_ok($$INSERT INTO billing.plan (code, price_amount, currency, billing_interval) VALUES ('T_X', -1, 'USD', 'MONTH')$$,
+                 '23514', 'new row for relation "plan" violates check constraint "plan_price_not_negative"',
+                 'constraints are named after the rule they keep');
 
 -- Every API function is SECURITY DEFINER with a pinned search_path and a two-line comment.
 SELECT is(
