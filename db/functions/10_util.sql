@@ -28,21 +28,19 @@ Returns NULL for an unknown interval; callers validate (see period_end).';
 
 CREATE OR REPLACE FUNCTION billing._check_timezone(p_timezone text)
 RETURNS void
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- pg_timezone_names reads every zone file (about 20 ms a call): a name found once is
-    -- remembered for the rest of the session in a custom setting.
-    IF p_timezone IS NOT NULL AND current_setting('billing.tz_' || md5(p_timezone), true) = 'ok' THEN
-        RETURN;
-    END IF;
-    IF p_timezone IS NULL OR NOT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = p_timezone) THEN
+    -- billing.timezone_name caches pg_timezone_names (a scan of every zone file); a name the
+    -- system tzdata gained after the migration is still found by the slow path.
+    IF p_timezone IS NULL
+       OR (NOT EXISTS (SELECT 1 FROM billing.timezone_name WHERE name = p_timezone)
+           AND NOT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = p_timezone)) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('unknown time zone %L', p_timezone),
             HINT = 'Use an IANA zone name listed in pg_timezone_names, such as UTC or America/Sao_Paulo.';
     END IF;
-    PERFORM set_config('billing.tz_' || md5(p_timezone), 'ok', false);
 END
 $$;
 COMMENT ON FUNCTION billing._check_timezone(text) IS

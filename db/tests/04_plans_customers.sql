@@ -1,6 +1,6 @@
 -- 04_plans_customers: plan and customer upserts validate their input.
 BEGIN;
-SELECT plan(14);
+SELECT plan(15);
 
 SELECT is((billing.upsert_plan('T_BASIC', 1000, 'USD', 'MONTH')).interval_count, 1, 'interval count defaults to 1');
 SELECT is((billing.upsert_plan('T_BASIC', 1500, 'USD', 'MONTH')).price_amount, 1500::bigint, 'upsert updates the price');
@@ -17,6 +17,9 @@ SELECT throws_ok($$SELECT billing.upsert_plan('T_BASIC', 1500, 'EUR', 'MONTH')$$
 SELECT is((billing.upsert_customer(4002)).timezone, 'UTC', 'time zone defaults to UTC');
 SELECT is((billing.upsert_customer(4002, 'America/Sao_Paulo')).timezone, 'America/Sao_Paulo', 'time zone can change');
 SELECT throws_ok($$SELECT billing.upsert_customer(4003, 'Europe/Atlantis')$$, 'BL422', NULL, 'unknown zone is BL422');
+SELECT FROM (SELECT set_config('billing.tz_' || md5('Europe/Atlantis'), 'ok', true)) forged WHERE false;
+SELECT throws_ok($$SELECT billing.upsert_customer(4003, 'Europe/Atlantis')$$, 'BL422', NULL,
+                 'a session setting cannot vouch for a zone (validation reads only catalog data)');
 SELECT is((SELECT timezone FROM billing.customer WHERE id = 4001), 'UTC', 'create_subscription created the unknown customer in UTC');
 -- A time zone change leaves existing calendars alone.
 SELECT billing.upsert_customer(4001, 'Asia/Tokyo');

@@ -1,0 +1,265 @@
+"""Races on the SQL API, with several real connections at once (threads released by a barrier).
+
+* several sessions running create_due_invoices together, with several missed periods to catch up:
+  exactly one invoice per due period, periods contiguous, none skipped;
+* several charge workers claiming together: no invoice is ever claimed by two of them;
+* cancels racing the renewal job: every subscription ends consistent (CANCELED, nothing OPEN,
+  no invoice for a period after the cancel, version strictly increasing);
+* the same idempotency key sent by several sessions at once: one subscription;
+* the same payment result recorded by several sessions at once: one InvoicePaid;
+* the outbox wakes the relay with one NOTIFY per statement, carrying the row count.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+
+T0 = datetime(2026, 1, 31, 15, 0, tzinfo=timezone.utc)
+ZONES = ["UTC", "America/Sao_Paulo", "America/New_York", "Asia/Tokyo", "Australia/Lord_Howe"]
+
+
+def connect(url: str) -> psycopg.Connection:
+    return psycopg.connect(url, autocommit=True)
+
+
+def run_together(n: int, target, *args) -> list:
+    """Runs target(i, *args) in n threads started at the same instant; re-raises the first error."""
+    barrier = threading.Barrier(n)
+    results: list = [None] * n
+    errors_: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[i] = target(i, *args)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors_.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    if errors_:
+        raise errors_[0]
+    return results
+
+
+def seed_subscriptions(url: str, count: int, *, price: int = 1000) -> list[int]:
+    """count subscriptions on a monthly plan, signed up over two weeks in several zones."""
+    rng = random.Random(7)
+    ids = []
+    with connect(url) as conn:
+        conn.execute("SELECT billing.upsert_plan('RACE_M', %s, 'USD', 'MONTH')", (price,))
+        for i in range(count):
+            conn.execute("SELECT billing.upsert_customer(%s, %s)", (10_000 + i, ZONES[i % len(ZONES)]))
+            at = T0 + timedelta(seconds=rng.randrange(14 * 86400))
+            row = conn.execute(
+                "SELECT id FROM billing.create_subscription(%s, %s, 'RACE_M', %s)", (f"race-{i}", 10_000 + i, at)
+            ).fetchone()
+            ids.append(row[0])
+    return ids
+
+
+def test_concurrent_renewal_bills_each_due_period_exactly_once(db_url):
+    ids = seed_subscriptions(db_url, 120)
+    now = T0 + timedelta(days=130)  # four to five missed periods each: catch-up under contention
+
+    def renew(i: int) -> int:
+        handled = 0
+        with connect(db_url) as conn:
+            while True:
+                n = conn.execute("SELECT billing.create_due_invoices(%s, %s)", (3 + i * 4, now)).fetchone()[0]
+                handled += n
+                if n == 0:
+                    return handled
+
+    handled = run_together(6, renew)
+    with connect(db_url) as conn:
+        assert conn.execute("SELECT billing.create_due_invoices(500, %s)", (now,)).fetchone()[0] == 0
+        subs = conn.execute(
+            "SELECT id, billing_anchor, timezone, period_number, current_period_start, current_period_end, version"
+            " FROM billing.subscription ORDER BY id"
+        ).fetchall()
+        invoices = conn.execute(
+            "SELECT subscription_id, kind, period_start, period_end FROM billing.invoice ORDER BY subscription_id, period_start"
+        ).fetchall()
+        expected_total = 0
+        for sid, anchor, tz, number, start, end, version in subs:
+            # Every boundary up to now was billed: the current period contains now.
+            assert start <= now < end, sid
+            own = [(k, s, e) for (i, k, s, e) in invoices if i == sid]
+            assert own[0][0] == "INITIAL" and all(k == "RENEWAL" for k, _, _ in own[1:])
+            # Contiguous: each period starts where the previous ended; exactly one per boundary.
+            for (_, _, prev_end), (_, nxt_start, _) in zip(own, own[1:]):
+                assert nxt_start == prev_end
+            assert own[-1][2] == end
+            assert len(own) == number
+            for n, (_, s, e) in enumerate(own):
+                want = conn.execute(
+                    "SELECT billing.period_end(%s, 'MONTH', 1, %s, %s), billing.period_end(%s, 'MONTH', 1, %s, %s)",
+                    (anchor, n, tz, anchor, n + 1, tz),
+                ).fetchone()
+                assert (s, e) == want
+            assert version == number  # one version per renewal
+            expected_total += number - 1
+    assert sum(handled) == expected_total
+    assert len(ids) == len(subs)
+
+
+def test_two_workers_never_claim_the_same_charge(db_url):
+    seed_subscriptions(db_url, 200)
+
+    def claim(i: int) -> list[tuple[int, str]]:
+        got = []
+        with connect(db_url) as conn:
+            while True:
+                rows = conn.execute(
+                    "SELECT invoice_id, idempotency_key FROM billing.claim_charges(%s, %s, '5 minutes', %s)",
+                    (f"w{i}", 7, T0 + timedelta(days=20)),
+                ).fetchall()
+                if not rows:
+                    return got
+                got.extend(rows)
+
+    claimed = [row for rows in run_together(4, claim) for row in rows]
+    counts = Counter(inv for inv, _ in claimed)
+    assert len(counts) == 200 and set(counts.values()) == {1}, "an invoice was claimed twice or never"
+    assert all(key == f"inv-{inv}-try-0" for inv, key in claimed)
+    with connect(db_url) as conn:
+        assert conn.execute("SELECT count(*), max(claim_count) FROM billing.payment_attempt").fetchone() == (200, 1)
+
+
+def test_cancel_racing_renewal_leaves_a_consistent_state(db_url):
+    ids = seed_subscriptions(db_url, 150)
+    now = T0 + timedelta(days=75)
+    cancel_at = {sid: now for sid in ids}
+    order = list(ids)
+    random.Random(3).shuffle(order)
+
+    def work(i: int) -> None:
+        with connect(db_url) as conn:
+            if i < 2:  # renewal workers
+                while conn.execute("SELECT billing.create_due_invoices(4, %s)", (now,)).fetchone()[0]:
+                    pass
+                return
+            for sid in order[i - 2 :: 3]:  # three cancel sessions, every third subscription
+                version = conn.execute("SELECT version FROM billing.get_subscription(%s)", (sid,)).fetchone()[0]
+                try:  # half of them with an expected version that the renewal may make stale
+                    conn.execute(
+                        "SELECT billing.cancel_subscription(%s, false, %s, %s)",
+                        (sid, now, version if sid % 2 else None),
+                    )
+                except psycopg.Error as exc:
+                    assert exc.sqlstate == "BL409", exc
+                    conn.execute("SELECT billing.cancel_subscription(%s, false, %s)", (sid, now))
+
+    run_together(5, work)
+    with connect(db_url) as conn:
+        assert conn.execute("SELECT billing.create_due_invoices(500, %s)", (now,)).fetchone()[0] == 0
+        rows = conn.execute(
+            "SELECT s.id, s.status, s.version, s.period_number, s.current_period_end,"
+            "       count(i.*) FILTER (WHERE i.status = 'OPEN'),"
+            "       count(i.*), max(i.period_start), bool_and(i.status IN ('VOID', 'PAID'))"
+            "  FROM billing.subscription s JOIN billing.invoice i ON i.subscription_id = s.id"
+            " GROUP BY s.id ORDER BY s.id"
+        ).fetchall()
+        for sid, status, version, number, end, open_, n_inv, last_start, settled in rows:
+            assert status == "CANCELED", sid
+            assert open_ == 0 and settled, f"subscription {sid} kept an OPEN invoice after its cancel"
+            assert n_inv == number, f"subscription {sid}: one invoice per period it went through"
+            assert last_start < cancel_at[sid]
+            assert version == number + 1  # renewals plus the cancel, nothing lost
+        events = conn.execute(
+            "SELECT aggregate_id, count(*) FROM billing.outbox_event WHERE event_type = 'SubscriptionCanceled' GROUP BY 1"
+        ).fetchall()
+        assert sorted(events) == [(sid, 1) for sid in sorted(ids)]
+
+
+def test_same_idempotency_key_at_once_creates_one_subscription(db_url):
+    with connect(db_url) as conn:
+        conn.execute("SELECT billing.upsert_plan('RACE_M', 1000, 'USD', 'MONTH')")
+
+    def create(i: int):
+        with connect(db_url) as conn:
+            return conn.execute("SELECT id FROM billing.create_subscription('same-key', 1, 'RACE_M', %s)", (T0,)).fetchone()[0]
+
+    got = run_together(8, create)
+    assert len(set(got)) == 1
+    with connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM billing.subscription").fetchone()[0] == 1
+        assert conn.execute("SELECT count(*) FROM billing.invoice").fetchone()[0] == 1
+
+
+def test_same_payment_result_at_once_is_applied_once(db_url):
+    seed_subscriptions(db_url, 1)
+    with connect(db_url) as conn:
+        key = conn.execute("SELECT idempotency_key FROM billing.claim_charges('w', 1, '5 minutes', %s)", (T0 + timedelta(days=20),)).fetchone()[0]
+
+    def report(i: int):
+        with connect(db_url) as conn:
+            if i % 2:
+                return conn.execute(
+                    "SELECT status FROM billing.record_payment_result(%s, 'SUCCEEDED', 'ch', NULL, %s)", (key, T0 + timedelta(days=20))
+                ).fetchone()[0]
+            return conn.execute(
+                "SELECT billing.apply_gateway_webhook(%s, %s, 'SUCCEEDED', 'ch', '{}', %s)", (f"evt-{i // 4}", key, T0 + timedelta(days=20))
+            ).fetchone()[0]
+
+    run_together(8, report)
+    with connect(db_url) as conn:
+        assert conn.execute("SELECT status FROM billing.invoice").fetchone()[0] == "PAID"
+        assert conn.execute("SELECT event_type, count(*) FROM billing.outbox_event GROUP BY 1").fetchall() == [("InvoicePaid", 1)]
+        assert conn.execute("SELECT count(*) FROM billing.gateway_webhook").fetchone()[0] == 2
+
+
+def test_outbox_notifies_once_per_statement_with_the_count(db_url):
+    ids = seed_subscriptions(db_url, 5)
+    with connect(db_url) as listener, connect(db_url) as conn:
+        listener.execute("LISTEN billing_outbox")
+        for sid in ids:
+            conn.execute("SELECT billing.cancel_subscription(%s, true, %s)", (sid, T0 + timedelta(days=1)))
+        # One renewal statement cancels all five at period end: five events, one notification.
+        with conn.transaction():
+            assert conn.execute("SELECT billing.create_due_invoices(500, %s)", (T0 + timedelta(days=60),)).fetchone()[0] == 5
+        notes = list(listener.notifies(timeout=2, stop_after=10))
+        assert [(n.channel, json.loads(n.payload)) for n in notes] == [("billing_outbox", {"count": 5})]
+        assert conn.execute("SELECT count(*) FROM billing.outbox_event").fetchone()[0] == 5
+
+
+@pytest.mark.parametrize("batch", [1, 50])
+def test_outbox_relays_never_share_an_event_and_keep_aggregate_order(db_url, batch):
+    """Three relays claim at once; none gets an event another holds, nor one whose predecessor it lacks."""
+    with connect(db_url) as conn:
+        conn.execute(
+            "SELECT billing._emit_event('invoice', a, 'InvoicePaid', '{}'::jsonb, %s)"
+            "  FROM generate_series(1, 300) g, LATERAL (SELECT g %% 40 AS a) x",
+            (T0,),
+        )
+        first_of = dict(conn.execute("SELECT aggregate_id, min(id) FROM billing.outbox_event GROUP BY 1").fetchall())
+
+    def relay(i: int) -> list[tuple[int, int]]:
+        with connect(db_url) as conn:
+            return conn.execute(
+                "SELECT id, aggregate_id FROM billing.claim_outbox_events(%s, '1 minute', %s)", (batch, T0 + timedelta(seconds=1))
+            ).fetchall()
+
+    claims = run_together(3, relay)
+    all_ids = [eid for rows in claims for eid, _ in rows]
+    assert len(all_ids) == len(set(all_ids))
+    for rows in claims:
+        mine = {eid for eid, _ in rows}
+        for eid, agg in rows:
+            # Every earlier event of the aggregate is in this same claim.
+            with connect(db_url) as conn:
+                earlier = {r[0] for r in conn.execute(
+                    "SELECT id FROM billing.outbox_event WHERE aggregate_id = %s AND id < %s", (agg, eid)).fetchall()}
+            assert earlier <= mine, (eid, agg)
+            assert eid >= first_of[agg]
