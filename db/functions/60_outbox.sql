@@ -105,7 +105,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    -- After 10 failed publishes (about 40 minutes of retries) an event is DEAD: kept, never
+    -- After 10 failed publishes (about 36 minutes of retries) an event is DEAD: kept, never
     -- deleted, visible in `billing status`, and no longer holding back its aggregate.
     c_max_attempts constant integer := 10;
     v_event billing.outbox_event;
