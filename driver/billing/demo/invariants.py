@@ -1,0 +1,356 @@
+"""The demo's promises, checked from three independent witnesses after the run.
+
+* the database, read as superuser straight from the tables (not through the SQL API);
+* the gateway simulator's ledger (`GET /v1/ledger`: one entry per idempotency key ever charged,
+  and the number of 429 answers) and its record of accepted calls;
+* the event stream as a consumer sees it (the JSON-lines file, or the whole Kafka topic).
+
+Each check returns a `Check`: a name, whether it holds, one line of figures, and a few
+counter-examples when it does not. `check_all` runs them all; the exit status of the demo is
+non-zero when any of them fails.
+"""
+
+from __future__ import annotations
+
+import bisect
+import calendar
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Iterable
+from zoneinfo import ZoneInfo
+
+import psycopg
+from psycopg.rows import dict_row
+
+KEY = re.compile(r"^inv-(\d+)-try-(\d+)$")
+MAX_EXAMPLES = 5
+
+
+@dataclass
+class Check:
+    name: str
+    promise: str
+    ok: bool
+    figures: str
+    examples: list[str] = field(default_factory=list)
+
+
+# -- event stream ----------------------------------------------------------------------------
+
+def load_jsonl_events(path: str | Path) -> list[dict]:
+    """Every event in a JsonlSink file, in file order (duplicates kept: delivery is at least once)."""
+    events = []
+    p = Path(path)
+    if not p.exists():
+        return events
+    with p.open("rb") as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                events.append(json.loads(line)["value"])
+    return events
+
+
+def load_kafka_events(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[dict]:
+    """Every event of the whole topic, read from the beginning by a consumer group of its own."""
+    import time
+    import uuid
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"billing-demo-check-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": True,
+    })
+    try:
+        meta = consumer.list_topics(topic, timeout=10)
+        partitions = meta.topics[topic].partitions
+        if not partitions:
+            return []
+        ends = {}
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = high
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        pending = {p for p, high in ends.items() if high > 0}
+        events = []
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                continue
+            events.append(json.loads(msg.value()))
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                pending.discard(msg.partition())
+        if pending:
+            raise RuntimeError(f"could not read the whole topic {topic} within {timeout:g} s")
+        return events
+    finally:
+        consumer.close()
+
+
+# -- the checks ------------------------------------------------------------------------------
+
+def _fmt(n: int) -> str:
+    return f"{n:,}"
+
+
+def check_charged_once(conn, ledger: dict) -> Check:
+    charges = ledger.get("charges", [])
+    keys = [c["idempotencyKey"] for c in charges]
+    examples: list[str] = []
+    dup_keys = len(keys) - len(set(keys))
+    if dup_keys:
+        seen: set[str] = set()
+        for k in keys:
+            if k in seen and len(examples) < MAX_EXAMPLES:
+                examples.append(f"ledger lists key {k} twice")
+            seen.add(k)
+    succeeded_per_invoice: dict[int, list[str]] = {}
+    foreign = 0
+    for c in charges:
+        m = KEY.match(c["idempotencyKey"])
+        if not m:
+            foreign += 1
+            continue
+        if c["status"] == "succeeded":
+            succeeded_per_invoice.setdefault(int(m.group(1)), []).append(c["idempotencyKey"])
+    twice = {inv: ks for inv, ks in succeeded_per_invoice.items() if len(ks) > 1}
+    for inv, ks in list(twice.items())[:MAX_EXAMPLES]:
+        examples.append(f"invoice {inv} charged successfully {len(ks)} times at the gateway: {', '.join(ks)}")
+    db_twice = conn.execute(
+        """SELECT invoice_id, count(*) AS n FROM billing.payment_attempt
+            WHERE outcome = 'SUCCEEDED' GROUP BY invoice_id HAVING count(*) > 1 ORDER BY invoice_id"""
+    ).fetchall()
+    for row in db_twice[:MAX_EXAMPLES]:
+        examples.append(f"invoice {row['invoice_id']} has {row['n']} SUCCEEDED payment attempts in the database")
+    if foreign:
+        examples.append(f"{foreign} ledger keys are not invoice keys (inv-<id>-try-<n>)")
+    ok = not dup_keys and not twice and not db_twice and not foreign
+    return Check(
+        "no invoice charged twice",
+        "at most one successful gateway charge per invoice; every ledger key appears once",
+        ok,
+        f"{_fmt(len(charges))} gateway charges over {_fmt(len(set(keys)))} keys; "
+        f"{_fmt(len(succeeded_per_invoice))} invoices charged successfully, {_fmt(len(twice))} of them more than once",
+        examples,
+    )
+
+
+def check_ledger_booked(conn, ledger: dict) -> Check:
+    """Every successful gateway charge is a PAID invoice of the same amount, and every PAID invoice
+    with something to pay was charged successfully at the gateway."""
+    succeeded: dict[int, dict] = {}
+    for c in ledger.get("charges", []):
+        m = KEY.match(c["idempotencyKey"])
+        if m and c["status"] == "succeeded":
+            succeeded[int(m.group(1))] = c
+    invoices = {
+        r["id"]: r for r in conn.execute(
+            "SELECT id, status, amount, currency, customer_id FROM billing.invoice"
+        ).fetchall()
+    }
+    examples: list[str] = []
+    not_booked = wrong_amount = 0
+    for inv, c in succeeded.items():
+        row = invoices.get(inv)
+        if row is None or row["status"] != "PAID":
+            not_booked += 1
+            if len(examples) < MAX_EXAMPLES:
+                examples.append(f"gateway charged {c['idempotencyKey']} but invoice {inv} is "
+                                f"{row['status'] if row else 'missing'}")
+        elif (row["amount"], row["currency"].strip(), row["customer_id"]) != (c["amount"], c["currency"], c["customerId"]):
+            wrong_amount += 1
+            if len(examples) < MAX_EXAMPLES:
+                examples.append(f"invoice {inv}: {row['amount']} {row['currency']} in the database, "
+                                f"{c['amount']} {c['currency']} at the gateway")
+    paid = [r for r in invoices.values() if r["status"] == "PAID"]
+    paid_by_gateway = [r for r in paid if r["amount"] > 0]
+    unpaid_at_gateway = [r["id"] for r in paid_by_gateway if r["id"] not in succeeded]
+    for inv in unpaid_at_gateway[:MAX_EXAMPLES]:
+        examples.append(f"invoice {inv} is PAID but the gateway never charged it")
+    ok = not not_booked and not wrong_amount and not unpaid_at_gateway
+    return Check(
+        "gateway and database agree",
+        "every successful charge is a PAID invoice of that amount, and every PAID invoice was charged",
+        ok,
+        f"{_fmt(len(succeeded))} successful charges; {_fmt(len(paid_by_gateway))} PAID invoices charged, "
+        f"{_fmt(len(paid) - len(paid_by_gateway))} covered by credit; {not_booked} not booked, "
+        f"{len(unpaid_at_gateway)} paid without a charge",
+        examples,
+    )
+
+
+def _add_months(naive: datetime, months: int) -> datetime:
+    y, m = divmod(naive.month - 1 + months, 12)
+    year, month = naive.year + y, m + 1
+    day = min(naive.day, calendar.monthrange(year, month)[1])
+    return naive.replace(year=year, month=month, day=day)
+
+
+def boundary(anchor: datetime, interval: str, count: int, n: int, tz: str) -> datetime:
+    """Boundary `n` from `anchor` in `tz`, computed here in Python (not by the SQL under test):
+    local wall time plus n intervals, month ends clamped, local time of day kept; a local time
+    that exists twice is the later instant, one that does not exist moves forward by the gap."""
+    zone = ZoneInfo(tz)
+    local = anchor.astimezone(zone).replace(tzinfo=None)
+    if interval == "MONTH":
+        target = _add_months(local, count * n)
+    elif interval == "YEAR":
+        target = _add_months(local, 12 * count * n)
+    elif interval == "WEEK":
+        target = local + timedelta(weeks=count * n)
+    elif interval == "DAY":
+        target = local + timedelta(days=count * n)
+    else:
+        raise ValueError(interval)
+    a = target.replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
+    b = target.replace(tzinfo=zone, fold=1).astimezone(timezone.utc)
+    return max(a, b)
+
+
+def check_periods(conn, now: datetime) -> Check:
+    """Per subscription, its INITIAL then RENEWAL invoices tile time from the signup to the current
+    period: each starts where the previous ended, each ends on the calendar boundary, the last one is
+    the current period, and nothing due is left unrenewed."""
+    rows = conn.execute(
+        """SELECT s.id, s.status, s.timezone, s.billing_anchor, s.current_period_start, s.current_period_end,
+                  p.billing_interval, p.interval_count,
+                  array_agg(i.kind ORDER BY i.period_start) AS kinds,
+                  array_agg(i.period_start ORDER BY i.period_start) AS starts,
+                  array_agg(i.period_end ORDER BY i.period_start) AS ends
+             FROM billing.subscription s
+             JOIN billing.plan p ON p.id = s.plan_id
+             LEFT JOIN billing.invoice i ON i.subscription_id = s.id AND i.kind IN ('INITIAL', 'RENEWAL')
+            GROUP BY s.id, p.billing_interval, p.interval_count
+            ORDER BY s.id"""
+    ).fetchall()
+    examples: list[str] = []
+    bad: dict[str, int] = {}
+
+    def fail(kind: str, text: str) -> None:
+        bad[kind] = bad.get(kind, 0) + 1
+        if len(examples) < MAX_EXAMPLES:
+            examples.append(text)
+
+    periods = 0
+    for r in rows:
+        sid, kinds, starts, ends = r["id"], r["kinds"], r["starts"], r["ends"]
+        if not kinds or kinds[0] is None:
+            fail("no invoice", f"subscription {sid} has no INITIAL invoice")
+            continue
+        periods += len(kinds)
+        if kinds[0] != "INITIAL" or kinds.count("INITIAL") != 1:
+            fail("initial", f"subscription {sid}: invoice kinds {kinds}")
+        if starts[0] != r["billing_anchor"]:
+            fail("initial", f"subscription {sid}: first period starts {starts[0]}, anchor {r['billing_anchor']}")
+        for n in range(len(kinds)):
+            if n > 0 and starts[n] != ends[n - 1]:
+                what = "gap" if starts[n] > ends[n - 1] else "overlap"
+                fail(what, f"subscription {sid}: {what} between period {n} ending {ends[n - 1]:%Y-%m-%d %H:%M} "
+                           f"and period {n + 1} starting {starts[n]:%Y-%m-%d %H:%M}")
+            expected = boundary(r["billing_anchor"], r["billing_interval"], r["interval_count"], n + 1, r["timezone"])
+            if ends[n] != expected:
+                fail("calendar", f"subscription {sid} ({r['timezone']}, {r['billing_interval']}): period {n + 1} "
+                                 f"ends {ends[n]:%Y-%m-%d %H:%M:%S%z}, the calendar says {expected:%Y-%m-%d %H:%M:%S%z}")
+        if (starts[-1], ends[-1]) != (r["current_period_start"], r["current_period_end"]):
+            fail("current", f"subscription {sid}: last invoiced period {starts[-1]}..{ends[-1]} is not its "
+                            f"current period {r['current_period_start']}..{r['current_period_end']}")
+        if r["status"] != "CANCELED" and r["current_period_end"] <= now:
+            fail("skipped", f"subscription {sid} is {r['status']} with a period that ended "
+                            f"{r['current_period_end']:%Y-%m-%d %H:%M}, before the end of the run: not renewed")
+    return Check(
+        "no period skipped or overlapping",
+        "per subscription, billed periods are contiguous calendar periods from signup to the current one",
+        not bad,
+        f"{_fmt(len(rows))} subscriptions, {_fmt(periods)} billed periods checked against the calendar; "
+        + (", ".join(f"{k}: {v}" for k, v in sorted(bad.items())) if bad else "no gap, overlap or drift"),
+        examples,
+    )
+
+
+def check_announced(conn, events: Iterable[dict]) -> Check:
+    events = list(events)
+    ids = [e.get("id") for e in events]
+    distinct = len(set(ids))
+    paid_events: set[int] = set()
+    canceled_events: set[int] = set()
+    malformed = 0
+    for e in events:
+        subject = e.get("subject") or ""
+        kind, _, ident = subject.partition("/")
+        if e.get("specversion") != "1.0" or not ident.isdigit():
+            malformed += 1
+            continue
+        if e.get("type") == "InvoicePaid" and kind == "invoice":
+            paid_events.add(int(ident))
+        elif e.get("type") == "SubscriptionCanceled" and kind == "subscription":
+            canceled_events.add(int(ident))
+    paid = {r["id"] for r in conn.execute("SELECT id FROM billing.invoice WHERE status = 'PAID'")}
+    canceled = {r["id"] for r in conn.execute("SELECT id FROM billing.subscription WHERE status = 'CANCELED'")}
+    pending = conn.execute(
+        "SELECT count(*) FILTER (WHERE status = 'PENDING') AS pending, count(*) FILTER (WHERE status = 'DEAD') AS dead "
+        "FROM billing.outbox_event"
+    ).fetchone()
+    missing_paid = sorted(paid - paid_events)
+    phantom_paid = sorted(paid_events - paid)
+    missing_canceled = sorted(canceled - canceled_events)
+    examples = [f"invoice {i} is PAID but no InvoicePaid event says so" for i in missing_paid[:MAX_EXAMPLES]]
+    examples += [f"InvoicePaid announced for invoice {i}, which is not PAID" for i in phantom_paid[:MAX_EXAMPLES]]
+    examples += [f"subscription {s} is CANCELED but no SubscriptionCanceled event says so"
+                 for s in missing_canceled[:MAX_EXAMPLES]]
+    if malformed:
+        examples.append(f"{malformed} events are not CloudEvents with a subject kind/<id>")
+    ok = not missing_paid and not phantom_paid and not missing_canceled and not malformed
+    return Check(
+        "every paid invoice announced",
+        "each PAID invoice has an InvoicePaid event (each CANCELED subscription a SubscriptionCanceled), none phantom",
+        ok,
+        f"{_fmt(len(paid))} PAID invoices, {_fmt(len(paid & paid_events))} announced; {_fmt(len(events))} events read "
+        f"({_fmt(len(events) - distinct)} redeliveries); outbox left: {pending['pending']} pending, {pending['dead']} dead",
+        examples,
+    )
+
+
+def max_sliding_window(times: list[float], window: float = 1.0) -> int:
+    """The most instants in any half-open window (t - window, t]."""
+    best = 0
+    for i, t in enumerate(times):
+        j = bisect.bisect_right(times, t - window, 0, i + 1)
+        best = max(best, i + 1 - j)
+    return best
+
+
+def check_rate(ledger: dict, rate: int, accepted_times: list[float] | None, reported_max: int | None) -> Check:
+    limited = int(ledger.get("rateLimited", 0))
+    examples: list[str] = []
+    measured = max_sliding_window(sorted(accepted_times)) if accepted_times is not None else None
+    worst = max(x for x in (measured, reported_max, 0) if x is not None)
+    if limited:
+        examples.append(f"the gateway answered 429 {limited} times")
+    if worst > rate:
+        examples.append(f"{worst} calls reached the gateway within one second (limit {rate})")
+    figures = f"limit {rate}/s; busiest sliding second: {worst} calls; 429 answers: {limited}"
+    if accepted_times is not None:
+        figures += f"; {_fmt(len(accepted_times))} calls accepted"
+    return Check("no rate-limit excess", "no second, sliding, ever saw more calls than the gateway's limit",
+                 limited == 0 and worst <= rate, figures, examples)
+
+
+def check_all(database_url: str, *, ledger: dict, events: Iterable[dict], rate: int, now: datetime,
+              accepted_times: list[float] | None = None, reported_max_window: int | None = None) -> list[Check]:
+    with psycopg.connect(database_url, row_factory=dict_row) as conn:
+        return [
+            check_charged_once(conn, ledger),
+            check_periods(conn, now),
+            check_announced(conn, events),
+            check_rate(ledger, rate, accepted_times, reported_max_window),
+            check_ledger_booked(conn, ledger),
+        ]

@@ -1,0 +1,215 @@
+"""What happens in the demo's world: plans, customers and what they do, decided up front by a seed.
+
+The story: a promotion campaign on the 1st of September (a launch at local midnight, then a busy
+day) brings most of the signups; others arrive on every other day through October. Monthly plans
+renew on the 1st of October at the local time their customer signed up, so the renewals pile up in
+a few hours; weekly plans renew every week, yearly ones not within the window. During October some
+customers upgrade (an OPEN PRORATION invoice, charged at once) or downgrade (a credit used by their
+next invoices), some cancel at once, some at the end of their period.
+
+Everything here is plain data: the runner applies each action through the SQL API at its own
+instant (`p_now`), and the worker does the rest. The same seed gives the same world.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+UTC = timezone.utc
+
+# The window the demo simulates: the campaign day's first local midnight (Asia/Tokyo, UTC+9) to the
+# last hours of October in UTC, before the first local midnight of November.
+CAMPAIGN_DAY = (2026, 9, 1)
+WINDOW_START = datetime(2026, 8, 31, 12, 0, tzinfo=UTC)
+WINDOW_END = datetime(2026, 10, 31, 14, 0, tzinfo=UTC)
+# Where the clock takes fine steps and the report draws hour by hour: the campaign day and the
+# renewal day, from noon UTC the day before (the 1st starts at UTC+9 in Tokyo) to noon the day after.
+PEAKS = (
+    (datetime(2026, 8, 31, 12, 0, tzinfo=UTC), datetime(2026, 9, 2, 12, 0, tzinfo=UTC)),
+    (datetime(2026, 9, 30, 12, 0, tzinfo=UTC), datetime(2026, 10, 2, 12, 0, tzinfo=UTC)),
+)
+
+# Currency minor units (ISO 4217 exponent) for display only; money stays an int everywhere.
+MINOR_UNITS = {"BRL": 2, "USD": 2, "EUR": 2, "JPY": 0, "GBP": 2, "INR": 2}
+
+
+@dataclass(frozen=True)
+class Plan:
+    code: str
+    price: int  # smallest currency unit
+    currency: str
+    interval: str  # DAY | WEEK | MONTH | YEAR
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    weight: float
+    currency: str
+    timezones: tuple[str, ...]
+    # prices in the smallest unit: basic monthly, pro monthly, weekly, yearly
+    prices: tuple[int, int, int, int]
+
+
+REGIONS: tuple[Region, ...] = (
+    Region("Brazil", 0.34, "BRL", ("America/Sao_Paulo", "America/Manaus", "America/Recife"), (2990, 7990, 990, 79900)),
+    Region("United States", 0.24, "USD", ("America/New_York", "America/Chicago", "America/Denver",
+                                          "America/Los_Angeles"), (999, 2499, 299, 24900)),
+    Region("Eurozone", 0.20, "EUR", ("Europe/Berlin", "Europe/Paris", "Europe/Lisbon", "Europe/Madrid"),
+           (899, 2299, 279, 22900)),
+    Region("Japan", 0.10, "JPY", ("Asia/Tokyo",), (1200, 3200, 400, 32000)),
+    Region("United Kingdom", 0.07, "GBP", ("Europe/London",), (799, 1999, 249, 19900)),
+    Region("India", 0.05, "INR", ("Asia/Kolkata",), (19900, 49900, 4900, 499900)),
+)
+
+# Share of signups per kind of plan.
+PLAN_MIX = (("BASIC_MONTHLY", 0.46), ("PRO_MONTHLY", 0.30), ("WEEKLY", 0.04), ("PRO_YEARLY", 0.20))
+
+# The campaign's local hour-of-day profile on the 1st: a launch at midnight, then daytime.
+CAMPAIGN_HOURS = (
+    30, 6, 3, 2, 1, 1, 1, 2, 3, 4, 4, 4,  # 00h..11h
+    4, 4, 3, 3, 3, 3, 4, 4, 4, 4, 3, 2,  # 12h..23h
+)
+BACKGROUND_HOURS = (1, 1, 1, 1, 1, 1, 2, 3, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 5, 3, 2)
+
+
+def plan_code(kind: str, currency: str) -> str:
+    return f"{kind}_{currency}"
+
+
+def all_plans() -> list[Plan]:
+    plans = []
+    for r in REGIONS:
+        basic, pro, weekly, yearly = r.prices
+        plans += [
+            Plan(plan_code("BASIC_MONTHLY", r.currency), basic, r.currency, "MONTH"),
+            Plan(plan_code("PRO_MONTHLY", r.currency), pro, r.currency, "MONTH"),
+            Plan(plan_code("WEEKLY", r.currency), weekly, r.currency, "WEEK"),
+            Plan(plan_code("PRO_YEARLY", r.currency), yearly, r.currency, "YEAR"),
+        ]
+    return plans
+
+
+@dataclass(frozen=True, order=True)
+class Action:
+    """One customer action at one instant: signup, upgrade, downgrade, cancel_now, cancel_at_end."""
+
+    at: datetime
+    seq: int  # tie-break: actions of one instant keep their generation order
+    kind: str = field(compare=False)
+    customer_id: int = field(compare=False)
+    timezone: str = field(compare=False, default="UTC")
+    plan_code: str = field(compare=False, default="")
+
+
+@dataclass
+class Scenario:
+    seed: int
+    subscriptions: int
+    plans: list[Plan]
+    actions: list[Action]  # sorted by (at, seq)
+    start: datetime
+    end: datetime
+    peaks: tuple = PEAKS
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in self.actions:
+            out[a.kind] = out.get(a.kind, 0) + 1
+        return out
+
+
+def _weighted(rng: random.Random, items):
+    total = sum(w for _, w in items)
+    x = rng.random() * total
+    for item, w in items:
+        x -= w
+        if x < 0:
+            return item
+    return items[-1][0]
+
+
+def _local_instant(rng: random.Random, day: datetime, tz: str, hours: tuple[int, ...], launch: bool) -> datetime:
+    hour = _weighted(rng, list(enumerate(hours)))
+    if launch and hour == 0:
+        # The launch: most of the first hour's signups come in its first minutes.
+        minute = min(59.99, rng.expovariate(1 / 6.0))
+    else:
+        minute = rng.uniform(0, 60)
+    local = datetime(day.year, day.month, day.day, tzinfo=ZoneInfo(tz)) + timedelta(hours=hour, minutes=minute)
+    return local.astimezone(UTC).replace(microsecond=0)
+
+
+def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 0.6,
+          upgrade_share: float = 0.03, downgrade_share: float = 0.02, cancel_now_share: float = 0.01,
+          cancel_at_end_share: float = 0.03, start: datetime = WINDOW_START, end: datetime = WINDOW_END) -> Scenario:
+    """The demo's world for `subscriptions` customers (one subscription each)."""
+    if subscriptions < 1:
+        raise ValueError("at least one subscription")
+    rng = random.Random(seed)
+    plans = all_plans()
+    actions: list[Action] = []
+    seq = 0
+
+    def add(at, kind, customer_id, tz="UTC", code=""):
+        nonlocal seq
+        seq += 1
+        actions.append(Action(at, seq, kind, customer_id, tz, code))
+
+    campaign = datetime(*CAMPAIGN_DAY)
+    # Background signups: any day from the 2nd of September to four days before the window's end.
+    background_days = [campaign + timedelta(days=d) for d in range(1, (end - start).days - 4)]
+    signups: list[tuple[datetime, int, str, str, Region, str]] = []
+    for i in range(subscriptions):
+        customer_id = 100_001 + i
+        region = _weighted(rng, [(r, r.weight) for r in REGIONS])
+        tz = rng.choice(region.timezones)
+        kind = _weighted(rng, list(PLAN_MIX))
+        if rng.random() < campaign_share:
+            at = _local_instant(rng, campaign, tz, CAMPAIGN_HOURS, launch=True)
+        else:
+            at = _local_instant(rng, rng.choice(background_days), tz, BACKGROUND_HOURS, launch=False)
+        at = min(max(at, start), end - timedelta(days=3))
+        signups.append((at, customer_id, tz, kind, region, plan_code(kind, region.currency)))
+    signups.sort(key=lambda s: (s[0], s[1]))
+    for at, customer_id, tz, kind, region, code in signups:
+        add(at, "signup", customer_id, tz, code)
+
+    # Plan changes and cancellations during October, some time after the signup.
+    october = datetime(2026, 10, 1, tzinfo=UTC)
+    for at, customer_id, tz, kind, region, code in signups:
+        x = rng.random()
+        earliest = max(at + timedelta(hours=6), october)
+        if earliest >= end - timedelta(days=1):
+            continue
+        when = earliest + timedelta(seconds=rng.uniform(0, (end - earliest).total_seconds() - 86400))
+        when = when.replace(microsecond=0)
+        if kind in ("BASIC_MONTHLY", "PRO_MONTHLY"):
+            if x < upgrade_share and kind == "BASIC_MONTHLY":
+                add(when, "upgrade", customer_id, tz, plan_code("PRO_MONTHLY", region.currency))
+                continue
+            if x < upgrade_share + downgrade_share and kind == "PRO_MONTHLY":
+                add(when, "downgrade", customer_id, tz, plan_code("BASIC_MONTHLY", region.currency))
+                continue
+        x = rng.random()
+        if x < cancel_now_share:
+            add(when, "cancel_now", customer_id, tz)
+        elif x < cancel_now_share + cancel_at_end_share:
+            add(when, "cancel_at_end", customer_id, tz)
+    actions.sort()
+    return Scenario(seed, subscriptions, plans, actions, start, end)
+
+
+def major(amount: int, currency: str) -> str:
+    """An amount in the smallest unit shown in major units, exactly (no float)."""
+    digits = MINOR_UNITS.get(currency, 2)
+    sign = "-" if amount < 0 else ""
+    amount = abs(amount)
+    if digits == 0:
+        return f"{sign}{amount:,}"
+    whole, frac = divmod(amount, 10**digits)
+    return f"{sign}{whole:,}.{frac:0{digits}d}"
