@@ -114,13 +114,51 @@ def status(settings: Settings, database_url) -> None:
 
 
 @main.command()
-@click.option("--subscriptions", default=20000, type=int, show_default=True)
-@click.option("--rate", default=2000, type=int, show_default=True, help="Gateway calls per second.")
-@click.option("--seed", default=1, type=int, show_default=True)
-@click.option("--report", default="demo-report.html", show_default=True, type=click.Path(dir_okay=False))
+@database_url_option
+@click.option("--subscriptions", default=20000, type=click.IntRange(1), show_default=True,
+              help="Customers, one subscription each, on monthly, weekly and yearly plans in six currencies.")
+@click.option("--rate", default=2000, type=click.IntRange(1), show_default=True,
+              help="The gateway's limit, calls per real second (the simulator answers 429 past it; the "
+                   "worker's limiter keeps below it).")
+@click.option("--seed", default=1, type=int, show_default=True,
+              help="Seed of every random choice (signups, actions, declines, faults): same seed, same world.")
+@click.option("--report", default="demo-report.html", show_default=True, type=click.Path(dir_okay=False),
+              help="Where to write the HTML report (the event file goes beside it without Kafka).")
+@click.option("--hour-seconds", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="Real seconds a simulated hour may last while invoices wait to be charged, so the gateway "
+                   "takes at most RATE x HOUR-SECONDS charges per simulated hour. Default: sized so that this "
+                   "cap is 1/40 of the subscriptions per hour (500 for 20,000), below the peak.")
+@click.option("--step-minutes", default=60, type=click.IntRange(1, 1440), show_default=True,
+              help="Simulated minutes per clock step on the peak days (the campaign day and the 1st of October).")
+@click.option("--quiet-step-hours", default=6, type=click.IntRange(1, 24), show_default=True,
+              help="Simulated hours per clock step on the other days.")
+@click.option("--days", default=None, type=click.IntRange(1, 61),
+              help="Simulate only the first DAYS days of the window (31 Aug .. 31 Oct 2026); default all of it.")
+@click.option("--decline-rate", default=0.06, type=click.FloatRange(0, 1), show_default=True,
+              help="Share of first charges declined (dead cards, flaky cards and random declines).")
+@click.option("--timeout-rate", default=0.01, type=click.FloatRange(0, 1), show_default=True,
+              help="Share of charges made by the gateway whose answer never arrives (the worker sees a timeout).")
+@click.option("--error-rate", default=0.01, type=click.FloatRange(0, 1), show_default=True,
+              help="Share of calls answered 5xx without charging.")
+@click.option("--webhook-duplicate-rate", default=0.10, type=click.FloatRange(0, 1), show_default=True,
+              help="Share of gateway webhooks delivered twice (all arrive late, in random order).")
+@click.option("--concurrency", default=None, type=click.IntRange(1),
+              help="Gateway calls in flight (default: sized from the rate).")
+@click.option("--events", default=None, type=click.Path(dir_okay=False),
+              help="The JSON-lines event file used without Kafka (default: beside the report).")
 @click.pass_obj
-def demo(settings: Settings, **options) -> None:
-    """The first-of-the-month peak, end to end on embedded defaults, with a report."""
+def demo(settings: Settings, database_url, **options) -> None:
+    """The first-of-the-month peak, end to end on a simulated clock, with a report.
+
+    Drops and recreates its own database (BILLING_DATABASE_URL, or --database-url; "_demo" is
+    appended to a name without "demo"), migrates it, and runs the real worker code against a
+    gateway simulator: signups from a campaign on 1 September, a month of renewals, plan changes,
+    cancellations, declines and dunning, timeouts, 5xx and duplicate webhooks. Redis and Kafka are
+    used when BILLING_REDIS_URL / BILLING_KAFKA_BOOTSTRAP are set, else an in-process limiter and
+    a JSON-lines event file. Ends with a report (terminal and HTML) and the invariant checks; the
+    exit status is 1 when an invariant fails.
+    """
+    settings = settings.with_overrides(database_url=database_url)
     sys.exit(_run("billing.demo", "run", settings, **options) or 0)
 
 

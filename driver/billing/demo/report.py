@@ -158,7 +158,7 @@ def svg_hourly(stats: dict, start: datetime, end: datetime, cap: int, title: str
     """Stacked bars: invoices falling due per bucket (by kind); line: payment attempts per bucket
     (first tries + dunning retries); shaded: the queue at the bucket's end; dashed: the cap."""
     buckets = []
-    t = _hour(start)
+    t = _hour(start) if bucket <= HOUR else _hour(start).replace(hour=0)
     while t < end:
         buckets.append(t)
         t += bucket
@@ -175,7 +175,9 @@ def svg_hourly(stats: dict, start: datetime, end: datetime, cap: int, title: str
     tries = [in_bucket(stats["attempts_by_hour"], b) for b in buckets]
     backlog = [stats["backlog_by_hour"].get(b + (per_hour - 1) * HOUR, 0) for b in buckets]
     cap_b = cap * per_hour
-    top = _nice_max(max([sum(d.values()) for d in due] + [sum(x.values()) for x in tries] + backlog + [cap_b]))
+    show_cap = per_hour == 1
+    top = _nice_max(max([sum(d.values()) for d in due] + [sum(x.values()) for x in tries] + backlog
+                        + ([cap_b] if show_cap else [])))
     left, right, top_pad, bottom = 56, 12, 30, 44
     w, h = width - left - right, height - top_pad - bottom
     n = max(1, len(buckets))
@@ -210,11 +212,11 @@ def svg_hourly(stats: dict, start: datetime, end: datetime, cap: int, title: str
                          f'height="{y(base) - y(base + v):.1f}" fill="{KIND_COLORS[kind]}">'
                          f'<title>{b_label(buckets[i])}: {v:,} {kind} due</title></rect>')
             base += v
-    # cap
-    parts.append(f'<line x1="{left}" x2="{left + w}" y1="{y(cap_b):.1f}" y2="{y(cap_b):.1f}" stroke="#333" '
-                 f'stroke-dasharray="5,4"/>')
-    parts.append(f'<text x="{left + w - 4}" y="{y(cap_b) - 4:.1f}" text-anchor="end" fill="#333">gateway cap '
-                 f'{cap_b:,} per {"hour" if per_hour == 1 else f"{per_hour} h"}</text>')
+    if show_cap:
+        parts.append(f'<line x1="{left}" x2="{left + w}" y1="{y(cap_b):.1f}" y2="{y(cap_b):.1f}" stroke="#333" '
+                     f'stroke-dasharray="5,4"/>')
+        parts.append(f'<text x="{left + w - 4}" y="{y(cap_b) - 4:.1f}" text-anchor="end" fill="#333">gateway cap '
+                     f'{cap_b:,} charges per simulated hour</text>')
     # attempts line
     pts = " ".join(f"{left + (i + 0.5) * bw:.1f},{y(sum(x.values())):.1f}" for i, x in enumerate(tries))
     parts.append(f'<polyline points="{pts}" fill="none" stroke="#222" stroke-width="1.8"/>')
@@ -273,8 +275,8 @@ def svg_funnel(f: dict, charged: int, *, width: int = 920) -> str:
         # The first row (all charged invoices) is off the scale of the others: drawn full width.
         bw = w if i == 0 else v * w // top
         parts.append(f'<text x="{left - 8}" y="{yy + 15}" text-anchor="end">{_esc(label)}</text>')
-        parts.append(f'<rect x="{left}" y="{yy}" width="{max(bw, 1)}" height="{bar_h}" fill="{color}"'
-                     f'{" fill-opacity=0.35" if i == 0 else ""}/>')
+        opacity = ' fill-opacity="0.35"' if i == 0 else ""
+        parts.append(f'<rect x="{left}" y="{yy}" width="{max(bw, 1)}" height="{bar_h}" fill="{color}"{opacity}/>')
         parts.append(f'<text x="{left + max(bw, 1) + 6}" y="{yy + 15}">{v:,}</text>')
     parts.append("</svg>")
     return "".join(parts)
@@ -343,7 +345,7 @@ def _fmt_h(h: datetime | None) -> str:
 def render_html(result) -> str:
     o = result.options
     s = result.stats
-    cap = int(o.rate * o.hour_seconds)
+    cap = round(o.rate * o.hour_seconds)
     ok = all(c.ok for c in result.checks)
     start, end = result.started, result.ended
     campaign, renewal = PEAKS
@@ -457,7 +459,7 @@ def write_html(result, path: Path) -> None:
 def terminal_summary(result) -> str:
     o = result.options
     s = result.stats
-    cap = int(o.rate * o.hour_seconds)
+    cap = round(o.rate * o.hour_seconds)
     campaign, renewal = PEAKS
     f = _funnel(s)
     sim = result.simulator_stats

@@ -1,0 +1,167 @@
+"""`billing demo`: a small run end to end (real PostgreSQL, the real worker code, the simulator),
+its report, and proof that the invariant checker can fail."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+import uuid
+from datetime import timedelta
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from billing.cli import main
+from billing.config import Settings
+from billing.demo import invariants, report
+from billing.demo.runner import Options, exit_status, simulate
+from billing.demo.scenario import build
+
+from .conftest import url_for_db
+
+SUBSCRIPTIONS = 300
+
+
+@pytest.fixture(scope="module")
+def demo_run(pg_server_url, tmp_path_factory):
+    """One small demo over the whole window, shared by the tests of this module."""
+    out = tmp_path_factory.mktemp("demo")
+    name = f"billing_demo_test_{uuid.uuid4().hex[:8]}"
+    settings = Settings(database_url=url_for_db(pg_server_url, name))
+    options = Options(subscriptions=SUBSCRIPTIONS, rate=500, seed=7, report=str(out / "report.html"), quiet=True)
+    result = asyncio.run(simulate(settings, options))
+    report.write_html(result, out / "report.html")
+    yield result, out
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        for db in (name, f"{name}_copy"):
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
+
+
+def test_small_demo_holds_every_invariant_and_writes_its_report(demo_run):
+    result, out = demo_run
+    failed = [(c.name, c.figures, c.examples) for c in result.checks if not c.ok]
+    assert not failed
+    assert exit_status(result.checks) == 0
+    assert [c.name for c in result.checks] == [
+        "no invoice charged twice", "no period skipped or overlapping", "every paid invoice announced",
+        "no rate-limit excess", "gateway and database agree"]
+
+    # It did the work the scenario describes.
+    s = result.stats
+    kinds = {r["kind"] for r in s["invoices"]}
+    assert {"INITIAL", "RENEWAL", "PRORATION"} <= kinds
+    assert s["changes"]["credits"] > 0  # a downgrade granted credit
+    assert s["outcomes"].get("DECLINED", 0) > 0
+    sim = result.simulator_stats
+    assert sim["timeouts"] > 0 and sim["errors"] > 0 and sim["replays"] > 0 and sim["webhooksDelivered"] > 0
+    assert {r["reason"] for r in s["subscriptions"]} >= {"REQUESTED", "PERIOD_END"}
+    assert len(s["revenue"]) == 6
+
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert page.count("<svg") == 5
+    for title in ("Campaign day, 1 September", "Renewal day, 1 October", "The whole window, per day",
+                  "Dunning funnel", "Revenue by currency", "Invariants"):
+        assert title in page
+    assert page.count("✔ holds") == 5 and "FAILS" not in page
+    assert "All invariants hold." in page
+    assert (out / "report.events.jsonl").stat().st_size > 0
+
+    text = report.terminal_summary(result)
+    assert "ALL INVARIANTS HOLD" in text
+
+
+def test_checker_fails_on_a_second_charge_of_one_invoice(demo_run):
+    result, _ = demo_run
+    ledger = copy.deepcopy(result.ledger)
+    paid = next(c for c in ledger["charges"] if c["status"] == "succeeded")
+    # The same key listed twice, and another key charged for the same invoice.
+    ledger["charges"].append(dict(paid))
+    invoice = re.match(r"inv-(\d+)-try-", paid["idempotencyKey"]).group(1)
+    ledger["charges"].append({**paid, "idempotencyKey": f"inv-{invoice}-try-9", "id": "ch_forged"})
+    with psycopg.connect(result.database_url, row_factory=dict_row) as conn:
+        check = invariants.check_charged_once(conn, ledger)
+    assert not check.ok
+    assert any(f"invoice {invoice} charged successfully" in e for e in check.examples)
+    assert any("twice" in e for e in check.examples)
+    assert exit_status([check]) == 1
+
+
+def test_checker_fails_when_a_paid_invoice_was_never_announced(demo_run):
+    result, _ = demo_run
+    events = invariants.load_jsonl_events(result.events_path)
+    victim = next(e for e in events if e["type"] == "InvoicePaid")
+    kept = [e for e in events if e["subject"] != victim["subject"]]
+    with psycopg.connect(result.database_url, row_factory=dict_row) as conn:
+        assert invariants.check_announced(conn, events).ok
+        check = invariants.check_announced(conn, kept)
+    assert not check.ok
+    assert any(victim["subject"].replace("invoice/", "invoice ") in e for e in check.examples)
+
+
+def test_checker_fails_on_a_rate_limit_excess(demo_run):
+    result, _ = demo_run
+    assert invariants.check_rate(result.ledger, 500, result.accepted_times, None).ok
+    burst = [100.0 + i / 1000 for i in range(501)]  # 501 calls within half a second
+    assert not invariants.check_rate(result.ledger, 500, burst, None).ok
+    assert not invariants.check_rate({**result.ledger, "rateLimited": 1}, 500, [], None).ok
+
+
+def test_checker_fails_on_a_skipped_or_overlapping_period(demo_run, pg_server_url):
+    result, _ = demo_run
+    source = psycopg.conninfo.conninfo_to_dict(result.database_url)["dbname"]
+    copy_name = f"{source}_copy"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(copy_name),
+                                                                       sql.Identifier(source)))
+    url = url_for_db(pg_server_url, copy_name)
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        # Move one renewal's period an hour later: a gap after the previous period.
+        conn.execute("SET session_replication_role = replica")  # bypass triggers: we are the vandal
+        row = conn.execute("SELECT id, subscription_id FROM billing.invoice WHERE kind = 'RENEWAL' "
+                           "ORDER BY id LIMIT 1").fetchone()
+        conn.execute("UPDATE billing.invoice SET period_start = period_start + interval '1 hour' WHERE id = %s",
+                     (row["id"],))
+        conn.commit()
+        check = invariants.check_periods(conn, result.ended)
+    assert not check.ok
+    assert any(f"subscription {row['subscription_id']}: gap" in e for e in check.examples)
+
+
+def test_calendar_boundaries_match_the_contract():
+    from datetime import datetime, timezone
+
+    utc = timezone.utc
+    jan31 = datetime(2026, 1, 31, 15, 0, tzinfo=utc)
+    assert invariants.boundary(jan31, "MONTH", 1, 1, "UTC") == datetime(2026, 2, 28, 15, 0, tzinfo=utc)
+    assert invariants.boundary(jan31, "MONTH", 1, 2, "UTC") == datetime(2026, 3, 31, 15, 0, tzinfo=utc)
+    assert invariants.boundary(jan31, "MONTH", 1, 3, "UTC") == datetime(2026, 4, 30, 15, 0, tzinfo=utc)
+    # Local time of day kept across DST (Berlin: 09:00 CEST, then 09:00 CET).
+    sep = datetime(2026, 9, 30, 7, 0, tzinfo=utc)
+    assert invariants.boundary(sep, "MONTH", 1, 1, "Europe/Berlin") == datetime(2026, 10, 30, 8, 0, tzinfo=utc)
+    assert invariants.max_sliding_window([0.0, 0.5, 0.999, 1.0, 1.5]) == 3
+
+
+def test_scenario_is_deterministic_and_clustered():
+    a, b = build(2000, seed=5), build(2000, seed=5)
+    assert a.actions == b.actions
+    assert build(2000, seed=6).actions != a.actions
+    signups = [x for x in a.actions if x.kind == "signup"]
+    assert len(signups) == 2000
+    on_campaign_day = [x for x in signups if a.peaks[0][0] <= x.at < a.peaks[0][1]]
+    assert len(on_campaign_day) > 0.5 * len(signups)
+    assert {x.kind for x in a.actions} == {"signup", "upgrade", "downgrade", "cancel_now", "cancel_at_end"}
+    assert all(x.at >= y.at - timedelta(0) for x, y in zip(a.actions[1:], a.actions))
+
+
+def test_demo_help_explains_every_option():
+    out = CliRunner().invoke(main, ["demo", "--help"]).output
+    for option in ("--subscriptions", "--rate", "--seed", "--report", "--hour-seconds", "--step-minutes",
+                   "--quiet-step-hours", "--days", "--decline-rate", "--timeout-rate", "--error-rate",
+                   "--webhook-duplicate-rate", "--concurrency", "--events", "--database-url"):
+        assert option in out
+    # every option has a help text (click prints it after the option on the same or the next line)
+    assert "gateway's limit" in out and "Seed of every random choice" in out
