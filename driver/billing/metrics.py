@@ -20,7 +20,10 @@ LIMITER_WAIT = Histogram(
 LIMITER_PAUSES = Counter("billing_limiter_pauses_total", "Times charging paused because the limiter was unreachable")
 LIMITER_PAUSED = Gauge("billing_limiter_paused", "1 while charging is paused (limiter unreachable)")
 LIMITER_LATE_DROPS = Counter(
-    "billing_limiter_late_drops_total", "Rate-limit slots given up because the caller woke too late to use them safely"
+    "billing_limiter_late_drops_total", "Rate-limit grants given back: the round trip was too slow to be sure the call stays in the window"
+)
+LIMITER_REFUSALS = Counter(
+    "billing_limiter_refusals_total", "Paced callers refused by the sliding window (they queue again)"
 )
 CHARGES_ABANDONED = Counter(
     "billing_charges_abandoned_total", "Claimed invoices left for their lease to expire (lease nearly over, shutdown)"

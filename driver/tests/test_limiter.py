@@ -13,7 +13,7 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
-from billing.limiter import FixedWindowLimiter, LocalGcraLimiter, RedisGcraLimiter, emission_interval_us
+from billing.limiter import FixedWindowLimiter, LocalGcraLimiter, RedisGcraLimiter, pace_interval_us, window_us
 
 from .private_redis import private_redis  # noqa: F401 - fixture
 
@@ -36,12 +36,14 @@ def test_max_in_sliding_second():
     assert max_in_sliding_second([0.0, 1.0, 2.0]) == 1
 
 
-def test_emission_interval_leaves_the_guard():
-    assert emission_interval_us(200, 0.0) == 5000
-    assert emission_interval_us(200, 0.010) == 5050
-    assert emission_interval_us(3, 0.0) == 333334  # rounded up, never down
+def test_window_and_pace():
+    assert window_us(0.010) == 1_010_000
+    assert pace_interval_us(200, 0.0, 0.0) == 5000
+    assert pace_interval_us(200, 0.010) == int(1_010_000 / (200 * 1.02))  # paced a little faster than the log
     with pytest.raises(ValueError):
-        emission_interval_us(0, 0.01)
+        pace_interval_us(0, 0.01)
+    with pytest.raises(ValueError):
+        LocalGcraLimiter(10, guard_seconds=0.01, max_late_seconds=0.02)  # late calls could break the window
 
 
 def test_local_gcra_is_strict_and_keeps_up():
@@ -110,7 +112,7 @@ def test_redis_gcra_is_strict_across_processes(redis_url):
     assert all(len(p) >= 0.15 * len(stamps) for p in per_process)  # every process got a share
 
 
-def test_redis_gcra_keeps_microseconds(redis_url):
+def test_redis_state_keeps_microseconds(redis_url):
     async def scenario():
         limiter = RedisGcraLimiter(redis_url, 1000, key="test:precision")
         for _ in range(3):
@@ -118,8 +120,26 @@ def test_redis_gcra_keeps_microseconds(redis_url):
         await limiter.close()
 
     asyncio.run(scenario())
-    tat = redis.Redis.from_url(redis_url).get("test:precision").decode()
+    client = redis.Redis.from_url(redis_url)
+    tat = client.get("{test:precision}:pace").decode()
     assert tat.isdigit() and len(tat) >= 16  # microseconds since 1970, not 1.7e+15
+    logged = client.zrange("{test:precision}:log", 0, -1, withscores=True)
+    assert len(logged) == 3 and all(score == int(score) and score > 1.7e15 for _, score in logged)
+
+
+def test_the_log_refuses_past_the_rate_whatever_the_pacing(redis_url):
+    """The use step alone is the limit: callers that skip pacing are still refused past `rate`."""
+    rate = 5
+
+    async def scenario():
+        limiter = RedisGcraLimiter(redis_url, rate, key="test:log")
+        results = [await limiter._use(f"t{i}", None) for i in range(8)]
+        await limiter.close()
+        return results
+
+    results = asyncio.run(scenario())
+    assert [granted for granted, _ in results] == [True] * rate + [False] * 3
+    assert all(0 < retry <= 1_010_000 for _, retry in results[rate:])
 
 
 def test_fixed_window_lets_two_limits_through_across_a_boundary(redis_url):

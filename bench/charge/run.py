@@ -1,0 +1,218 @@
+"""Charging at the gateway's limit: three real `billing worker` processes sharing one Redis limit.
+
+For each rate (default 200 and 1,000 calls/s) and each limiter (the Redis GCRA that ships, and the
+seed article's fixed-window INCR counter), on a database prepared with enough OPEN invoices:
+
+* the simulator (`billing gateway-sim`, its own process) answers in 50 ms - 1 s;
+* three `billing worker --no-renew --no-relay` processes charge through it;
+* after a warm-up we measure accepted calls per second over `--duration` seconds, and over the
+  whole run the simulator's worst sliding one-second window and the calls over the limit.
+
+Modes: GCRA runs against the strict simulator (a call over the limit gets a 429: we want zero);
+the fixed-window counter runs against the simulator in `observe` mode, which accepts everything and
+counts each call that a strict gateway would have refused (`excess`), so its boundary bursts are
+measured without the 429 feedback changing them. `--modes` runs other combinations.
+
+    python bench/charge/run.py [--rates 200,1000] [--duration 30] [--workers 3]
+                               [--limiters gcra,fixed-window] [--latency-ms 50-1000]
+
+Needs PostgreSQL and Redis: BILLING_TEST_DATABASE_URL / BILLING_TEST_REDIS_URL (what `make services`
+writes to .cache/services.env), else the loopback defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import psycopg
+import redis
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "driver"))
+
+from billing.migrate import migrate  # noqa: E402
+
+PG = os.environ.get("BILLING_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:55432/postgres")
+REDIS = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:56379/0").rsplit("/", 1)[0] + "/63"
+BILLING = [sys.executable, "-m", "billing.cli"]
+
+
+def url_for_db(server_url: str, dbname: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(server_url)
+    info["dbname"] = dbname
+    return psycopg.conninfo.make_conninfo(**info)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def admin(statement: sql.Composable) -> None:
+    with psycopg.connect(PG, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def prepare_template(name: str, subscriptions: int) -> None:
+    """A migrated database with `subscriptions` OPEN invoices, all due, built through the SQL API."""
+    admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    admin(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = url_for_db(PG, name)
+    migrate(url, ROOT / "db")
+    started = time.monotonic()
+    due = datetime.now(timezone.utc) - timedelta(minutes=1)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_plan('PRO_MONTHLY', 2990, 'BRL', 'MONTH', 1)")
+        conn.execute("SELECT count(billing.create_subscription('bench-' || g, g, 'PRO_MONTHLY', %s)) "
+                     "FROM generate_series(1, %s) g", (due, subscriptions))
+        conn.execute("VACUUM ANALYZE")
+    print(f"  prepared {subscriptions} OPEN invoices in {time.monotonic() - started:.1f} s", flush=True)
+
+
+def get(url: str) -> dict:
+    return json.load(urllib.request.urlopen(url, timeout=10))
+
+
+def wait_port(port: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+WATCHED = ("billing_charges_total", "billing_charges_in_flight", "billing_limiter_late_drops_total",
+           "billing_limiter_refusals_total", "billing_limiter_wait_seconds_sum", "billing_limiter_wait_seconds_count",
+           "billing_gateway_latency_seconds_sum", "billing_gateway_latency_seconds_count",
+           "billing_charges_abandoned_total", "billing_limiter_pauses_total", "process_cpu_seconds_total")
+
+
+def scrape(ports: list[int]) -> dict:
+    """The workers' own metrics, summed: what the limiter and the charge tasks were doing."""
+    total: dict[str, float] = {}
+    for port in ports:
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith(WATCHED):
+                name, value = line.rsplit(" ", 1)
+                total[name] = round(total.get(name, 0.0) + float(value), 3)
+    return total
+
+
+def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, duration: float, warmup: float,
+            latency: str, logs: Path) -> dict:
+    dbname = f"{template}_run"
+    admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+    admin(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(dbname), sql.Identifier(template)))
+    redis.Redis.from_url(REDIS).flushdb()
+    port = free_port()
+    sim_url = f"http://127.0.0.1:{port}"
+    tag = f"{rate}-{limiter}-{mode}"
+    sim = subprocess.Popen(BILLING + ["--log-level", "WARNING", "gateway-sim", "--port", str(port), "--rate", str(rate),
+                                      "--latency-ms", latency, "--mode", mode, "--seed", "1"],
+                           stdout=subprocess.DEVNULL, stderr=open(logs / f"sim-{tag}.log", "w"))
+    procs: list[subprocess.Popen] = []
+    try:
+        wait_port(port)
+        env = {**os.environ, "BILLING_DATABASE_URL": url_for_db(PG, dbname), "BILLING_REDIS_URL": REDIS,
+               "BILLING_GATEWAY_URL": sim_url, "BILLING_GATEWAY_RATE": str(rate), "BILLING_LIMITER": limiter}
+        metric_ports = [free_port() for _ in range(workers)]
+        for i in range(workers):
+            procs.append(subprocess.Popen(BILLING + ["--log-level", "WARNING", "worker", "--no-renew", "--no-relay"],
+                                          env={**env, "BILLING_WORKER_METRICS_PORT": str(metric_ports[i])},
+                                          stdout=subprocess.DEVNULL,
+                                          stderr=open(logs / f"worker{i}-{tag}.log", "w")))
+        deadline = time.monotonic() + 60
+        while get(f"{sim_url}/v1/stats")["accepted"] == 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no call reached the simulator; see {logs}")
+            time.sleep(0.05)
+        time.sleep(warmup)
+        first, t0 = get(f"{sim_url}/v1/stats"), time.monotonic()
+        time.sleep(duration)
+        last, t1 = get(f"{sim_url}/v1/stats"), time.monotonic()
+        internals = scrape(metric_ports)
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        codes = [p.wait(60) for p in procs]
+        final = get(f"{sim_url}/v1/stats")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        sim.terminate()
+        sim.wait(30)
+        admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+    achieved = (last["accepted"] - first["accepted"]) / (t1 - t0)
+    over = final["rateLimited"] if mode == "strict" else final["excess"]
+    return {"rate": rate, "limiter": limiter, "simulator": mode, "workers": workers,
+            "achieved_per_s": round(achieved, 1), "of_limit": round(achieved / rate, 4),
+            "max_calls_in_1s_window": final["maxWindow"], "calls_over_limit": over,
+            "accepted": final["accepted"], "worker_exit_codes": codes, "workers_internals": internals}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rates", default="200,1000")
+    ap.add_argument("--limiters", default="gcra,fixed-window")
+    ap.add_argument("--modes", default=None,
+                    help="limiter:mode pairs, e.g. gcra:strict,fixed-window:strict (default: gcra strict, "
+                         "fixed-window observe)")
+    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=30.0)
+    ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument("--latency-ms", default="50-1000")
+    args = ap.parse_args()
+
+    default_mode = {"gcra": "strict", "fixed-window": "observe"}
+    if args.modes:
+        runs = [tuple(pair.split(":")) for pair in args.modes.split(",")]
+    else:
+        runs = [(lim, default_mode[lim]) for lim in args.limiters.split(",")]
+    logs = Path(tempfile.mkdtemp(prefix="bench-charge-"))
+    results = []
+    for rate in (int(r) for r in args.rates.split(",")):
+        # Enough for the run plus what the workers hold claimed (up to 1.5 x rate each).
+        subscriptions = int(rate * (args.warmup + args.duration + 15) + 1.5 * rate * args.workers)
+        template = f"bench_charge_{rate}"
+        print(f"rate {rate}/s:", flush=True)
+        prepare_template(template, subscriptions)
+        try:
+            for limiter, mode in runs:
+                row = run_one(template, rate=rate, limiter=limiter, mode=mode, workers=args.workers,
+                              duration=args.duration, warmup=args.warmup, latency=args.latency_ms, logs=logs)
+                results.append(row)
+                print("  " + json.dumps(row), flush=True)
+        finally:
+            admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(template)))
+    print(f"\nworker and simulator logs: {logs}")
+    print(f"\n{args.workers} worker processes, latency {args.latency_ms} ms, {args.duration:g} s measured after "
+          f"{args.warmup:g} s warm-up\n")
+    print("| limit/s | limiter | simulator | achieved/s | of limit | max in any 1 s window | calls over the limit |")
+    print("|---:|---|---|---:|---:|---:|---:|")
+    for r in results:
+        print(f"| {r['rate']} | {r['limiter']} | {r['simulator']} | {r['achieved_per_s']} | {r['of_limit']:.1%} | "
+              f"{r['max_calls_in_1s_window']} | {r['calls_over_limit']} |")
+
+
+if __name__ == "__main__":
+    main()
