@@ -44,7 +44,7 @@ CHANGE_PLAN = "SELECT * FROM billing.change_plan(%(id)s, %(plan_code)s, %(now)s,
 # -- The relay: the payload as text (it is published as is, never parsed), key = aggregate id.
 CLAIM_OUTBOX_EVENTS_RAW = (
     "SELECT id, aggregate_type, aggregate_id, payload::text "
-    "FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s)"
+    "FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s) ORDER BY id"
 )
 
 # -- Operators (db/functions/70_stats.sql).

@@ -275,6 +275,7 @@ class RelayOptions:
     liveness_interval: float = 1.0  # how often the leader checks its lock session while waiting on Kafka
     retry_pause: float = 1.0  # pause before resending after a transient delivery failure
     stop_grace: float = 5.0  # on stop, how long to wait for the batch in flight
+    prefetch: bool = True  # with a backlog, claim the next batch while the current one is in flight
     lock_key: int = RELAY_LOCK_KEY
 
 
@@ -336,6 +337,7 @@ class Relay:
     async def _lead(self, lock_conn: psycopg.AsyncConnection) -> None:
         await lock_conn.execute("LISTEN billing_outbox")
         mark_conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row)
+        prefetch: asyncio.Task | None = None
         try:
             redo: list[_Row] = []
             while not self.stop.is_set():
@@ -345,9 +347,16 @@ class Relay:
                 marking = self._mark_task is not None and not self._mark_task.done()
                 if redo:
                     rows, redo = redo, []
+                elif prefetch is not None:
+                    rows, prefetch = await prefetch, None
                 else:
                     rows = await self._claim(lock_conn)
                 if rows:
+                    if len(rows) >= self.opt.batch_size and self.opt.prefetch:
+                        # A backlog: claim the next batch while this one is in flight. Safe for
+                        # the order: while this batch's rows are PENDING, the claim cannot hand
+                        # out a later event of any of their aggregates.
+                        prefetch = asyncio.ensure_future(self._claim(lock_conn))
                     batch = await self._publish(rows, lock_conn)
                     await self._settle(batch, mark_conn)
                     if batch.transient:
@@ -364,6 +373,13 @@ class Relay:
                 await self._wait_for_work(lock_conn)
         finally:
             try:
+                if prefetch is not None:
+                    # Claimed but never produced: they come back when their lease lapses.
+                    prefetch.cancel()
+                    try:
+                        await prefetch
+                    except (asyncio.CancelledError, psycopg.Error):
+                        pass
                 if self._mark_task is not None:
                     await self._mark_task
             finally:
