@@ -82,6 +82,17 @@ def prepare_template(name: str, subscriptions: int) -> None:
     print(f"  prepared {subscriptions} OPEN invoices in {time.monotonic() - started:.1f} s", flush=True)
 
 
+def host_load() -> str:
+    """How busy the host was: the numbers behave only on a host that is not starved of CPU."""
+    parts = [f"loadavg {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"]
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()[1]
+        parts.append(f"CPU pressure {some.split('=')[1]}% (some, avg10)")
+    except (OSError, IndexError):
+        pass
+    return ", ".join(parts)
+
+
 def get(url: str) -> dict:
     return json.load(urllib.request.urlopen(url, timeout=10))
 
@@ -151,6 +162,7 @@ def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, 
         time.sleep(duration)
         last, t1 = get(f"{sim_url}/v1/stats"), time.monotonic()
         internals = scrape(metric_ports)
+        load = host_load()
         for p in procs:
             p.send_signal(signal.SIGTERM)
         codes = [p.wait(60) for p in procs]
@@ -167,7 +179,7 @@ def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, 
     return {"rate": rate, "limiter": limiter, "simulator": mode, "workers": workers,
             "achieved_per_s": round(achieved, 1), "of_limit": round(achieved / rate, 4),
             "max_calls_in_1s_window": final["maxWindow"], "calls_over_limit": over,
-            "accepted": final["accepted"], "worker_exit_codes": codes, "workers_internals": internals}
+            "accepted": final["accepted"], "worker_exit_codes": codes, "host": load, "workers_internals": internals}
 
 
 def main() -> None:
@@ -207,11 +219,12 @@ def main() -> None:
     print(f"\nworker and simulator logs: {logs}")
     print(f"\n{args.workers} worker processes, latency {args.latency_ms} ms, {args.duration:g} s measured after "
           f"{args.warmup:g} s warm-up\n")
-    print("| limit/s | limiter | simulator | achieved/s | of limit | max in any 1 s window | calls over the limit |")
-    print("|---:|---|---|---:|---:|---:|---:|")
+    print("| limit/s | limiter | simulator | achieved/s | of limit | max in any 1 s window | calls over the limit "
+          "| host during the run |")
+    print("|---:|---|---|---:|---:|---:|---:|---|")
     for r in results:
         print(f"| {r['rate']} | {r['limiter']} | {r['simulator']} | {r['achieved_per_s']} | {r['of_limit']:.1%} | "
-              f"{r['max_calls_in_1s_window']} | {r['calls_over_limit']} |")
+              f"{r['max_calls_in_1s_window']} | {r['calls_over_limit']} | {r['host']} |")
 
 
 if __name__ == "__main__":

@@ -149,7 +149,7 @@ def test_fixed_window_lets_two_limits_through_across_a_boundary(redis_url):
     async def scenario():
         limiter = FixedWindowLimiter(redis_url, rate, key="test:fixed")
         now = time.time()
-        await asyncio.sleep((int(now) + 1.85) - now if now % 1 > 0.5 else int(now) + 0.85 - now)
+        await asyncio.sleep((int(now) + 1.7) - now if now % 1 > 0.4 else int(now) + 0.7 - now)
         stamps = []
         for _ in range(rate):
             await limiter.acquire()
