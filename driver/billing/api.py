@@ -56,10 +56,20 @@ def error_response(status: int, code: str, message: str, headers: dict | None = 
 # -- input checks ----------------------------------------------------------------------------
 
 
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing it as soon as it passes `limit` bytes (never buffers a huge one)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(400, "body_too_large", f"the body must be at most {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def _json_object(request: Request, *, allowed: set[str], required: set[str], optional_body: bool = False) -> dict:
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise ApiError(400, "body_too_large", f"the body must be at most {MAX_BODY} bytes")
+    body = await _read_body(request, MAX_BODY)
     if not body.strip():
         if optional_body and not required:
             return {}
@@ -369,9 +379,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
 
     @_endpoint("/webhooks/payments")
     async def payment_webhook(request: Request) -> Response:
-        body = await request.body()
-        if len(body) > MAX_WEBHOOK_BODY:
-            raise ApiError(400, "body_too_large", f"the body must be at most {MAX_WEBHOOK_BODY} bytes")
+        body = await _read_body(request, MAX_WEBHOOK_BODY)
         # The signature is checked on the raw bytes, before anything is parsed.
         verify_signature(request.headers.get("billing-signature"), body, secrets, wall_clock())
         try:
@@ -439,10 +447,16 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
 
 
 def serve(settings, *, host: str = "127.0.0.1", port: int = 8080) -> None:
+    """Serve until SIGTERM/SIGINT; a SIGTERM ends in a graceful shutdown and exit status 0."""
+    import signal
+
     import uvicorn
 
     app = create_app(settings)
     log.info("serving the HTTP API", extra={"host": host, "port": port})
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler that was there
+    # before; a no-op one makes a requested stop a clean exit for supervisors.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, proxy_headers=False)
 
 

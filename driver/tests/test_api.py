@@ -175,7 +175,9 @@ BAD_REQUESTS = [
     ("POST", "/subscriptions", {"Idempotency-Key": "b1"}, b'{"customerId": 1}'),
     ("POST", "/subscriptions", {"Idempotency-Key": "b1"},
      b'{"customerId": 1, "planCode": "PRO_MONTHLY", "extra": 1}'),
-    ("POST", "/subscriptions", {"Idempotency-Key": "b1"}, b"[" * 100000 + b"]" * 100000),
+    ("POST", "/subscriptions", {"Idempotency-Key": "b1"}, b"[" * 30000 + b"]" * 30000),
+    ("POST", "/subscriptions", {"Idempotency-Key": "b1"}, b" " * 70000 + b"{}"),
+    ("POST", "/webhooks/payments", {"Billing-Signature": "t=1,v1=00"}, b"x" * 300000),
     ("POST", "/subscriptions", {"Idempotency-Key": "x" * 300}, b'{"customerId": 1, "planCode": "PRO_MONTHLY"}'),
     ("POST", "/subscriptions", {"Idempotency-Key": "has space"}, b'{"customerId": 1, "planCode": "PRO_MONTHLY"}'),
     ("GET", "/subscriptions/abc", {}, b""),
@@ -314,3 +316,40 @@ def test_api_needs_nothing_but_execute_rights(db_url):
             assert "billing_outbox_backlog" in (await client.get("/metrics")).text
 
     run(body())
+
+
+def test_billing_serve_answers_over_http(db_url):
+    """`billing serve` on a real uvicorn: /healthz and a request, then a clean SIGTERM."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    seed_plans(db_url)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "BILLING_DATABASE_URL": db_url}
+    proc = subprocess.Popen([sys.executable, "-m", "billing.cli", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stdout.read().decode()
+                assert time.monotonic() < deadline, "billing serve did not start"
+                time.sleep(0.2)
+        assert r.status_code == 200 and r.json() == {"status": "ok"}
+        r = httpx.post(f"http://127.0.0.1:{port}/subscriptions", json={"customerId": 9, "planCode": "PRO_MONTHLY"},
+                       headers={"Idempotency-Key": "over-http"})
+        assert r.status_code == 201, r.text
+        r = httpx.post(f"http://127.0.0.1:{port}/subscriptions", content=b"{", headers={"Idempotency-Key": "x"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
