@@ -262,6 +262,61 @@ class _Batch:
         return self.produced - self.reported
 
 
+class _Marker:
+    """Marks delivered rows published from the background, one `mark_outbox_published` call for
+    everything acknowledged since the previous call (batches coalesce under load), on its own
+    connection, so a slow mark never delays the next claim or publish."""
+
+    def __init__(self, conn: psycopg.AsyncConnection, relay: "Relay") -> None:
+        self.conn, self.relay = conn, relay
+        self.pending: list[int] = []
+        self.wake = asyncio.Event()
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self.task = asyncio.ensure_future(self._run())
+
+    def add(self, ids: list[int]) -> None:
+        if ids:
+            self.pending.extend(ids)
+            self.idle.clear()
+            self.wake.set()
+
+    @property
+    def busy(self) -> bool:
+        return not self.idle.is_set()
+
+    async def _run(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            while self.pending:
+                ids, self.pending = self.pending, []
+                await self.relay._mark_published(self.conn, ids)
+            self.idle.set()
+
+    async def drain(self) -> None:
+        """Until everything handed over is marked; re-raises the marker's failure."""
+        if self.task.done():
+            self.task.result()
+        idle = asyncio.ensure_future(self.idle.wait())
+        try:
+            await asyncio.wait({idle, self.task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            idle.cancel()
+        if self.task.done():
+            self.task.result()
+
+    async def close(self) -> None:
+        try:
+            await self.drain()
+        finally:
+            self.task.cancel()
+            try:
+                await self.task
+            except asyncio.CancelledError:
+                pass
+
+
 class _LostLeadership(Exception):
     pass
 
@@ -289,7 +344,7 @@ class Relay:
         self.opt = options or RelayOptions()
         self.published = 0  # rows marked published by this process (benchmarks, tests)
         self.active = False  # holds the lock (RELAY_ACTIVE, per instance)
-        self._mark_task: asyncio.Task | None = None
+        self._marker: _Marker | None = None
 
     # -- leadership ------------------------------------------------------------------------
 
@@ -337,14 +392,15 @@ class Relay:
     async def _lead(self, lock_conn: psycopg.AsyncConnection) -> None:
         await lock_conn.execute("LISTEN billing_outbox")
         mark_conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row)
+        self._marker = marker = _Marker(mark_conn, self)
         prefetch: asyncio.Task | None = None
         try:
             redo: list[_Row] = []
             while not self.stop.is_set():
-                # The previous batch is marked in the background while we claim the next one; its
-                # rows are still PENDING meanwhile, so the claim holds back later events of the
+                # Delivered rows are marked in the background while we claim the next batch;
+                # they are still PENDING meanwhile, so the claim holds back later events of the
                 # same aggregates. A short claim made then is no sign that the backlog is empty.
-                marking = self._mark_task is not None and not self._mark_task.done()
+                marking = marker.busy
                 if redo:
                     rows, redo = redo, []
                 elif prefetch is not None:
@@ -368,7 +424,7 @@ class Relay:
                     if len(rows) >= self.opt.batch_size or redo:
                         continue  # more is probably waiting: no need for a NOTIFY
                 if marking:
-                    await self._await_marks()
+                    await marker.drain()
                     continue
                 await self._wait_for_work(lock_conn)
         finally:
@@ -380,10 +436,12 @@ class Relay:
                         await prefetch
                     except (asyncio.CancelledError, psycopg.Error):
                         pass
-                if self._mark_task is not None:
-                    await self._mark_task
+                try:
+                    await marker.close()
+                except psycopg.Error as exc:  # they will be published again: at least once
+                    log.warning("could not mark the last delivered events", extra={"error": str(exc).strip()})
             finally:
-                self._mark_task = None
+                self._marker = None
                 await mark_conn.close()
 
     async def _claim(self, conn: psycopg.AsyncConnection) -> list[_Row]:
@@ -478,19 +536,12 @@ class Relay:
         if recover is not None:
             recover()
 
-    async def _await_marks(self) -> None:
-        if self._mark_task is not None:
-            task, self._mark_task = self._mark_task, None
-            await task
-
     async def _settle(self, batch: _Batch, conn: psycopg.AsyncConnection) -> None:
-        """Mark the delivered rows published (in the background, overlapping the next claim) and
-        the poison ones failed."""
-        await self._await_marks()
-        if batch.delivered:
-            self._mark_task = asyncio.ensure_future(self._mark_published(conn, batch.delivered))
+        """Hand the delivered rows to the marker; mark the poison ones failed (rare)."""
+        self._marker.add(batch.delivered)
         for id_, error in batch.poison:
             log.error("event rejected by the sink; marked failed", extra={"outbox_id": id_, "error": error})
+            await self._marker.drain()  # one statement at a time on the marker's connection
             await conn.execute(db.MARK_OUTBOX_FAILED, {"id": id_, "error": error[:1000], "now": self.clock.now()})
             OUTBOX_FAILED.inc()
 
