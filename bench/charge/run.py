@@ -193,7 +193,13 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--latency-ms", default="50-1000")
+    ap.add_argument("--guard-ms", type=float, default=None, help="BILLING_LIMITER_GUARD_MS for the workers")
+    ap.add_argument("--max-late-ms", type=float, default=None, help="BILLING_LIMITER_MAX_LATE_MS for the workers")
     args = ap.parse_args()
+    if args.guard_ms is not None:
+        os.environ["BILLING_LIMITER_GUARD_MS"] = str(args.guard_ms)
+    if args.max_late_ms is not None:
+        os.environ["BILLING_LIMITER_MAX_LATE_MS"] = str(args.max_late_ms)
 
     default_mode = {"gcra": "strict", "fixed-window": "observe"}
     if args.modes:
