@@ -359,3 +359,40 @@ def test_sigterm_finishes_what_is_in_flight_and_exits_0(db_url, redis_url):
     assert len(ledger["charges"]) == count  # what was claimed was finished, not abandoned
     assert took < 10
     assert "finishing what is in flight" in output
+
+
+def test_the_worker_renews_and_charges_on_a_simulated_clock(db_url):
+    """run_worker's parts together: INITIAL invoices charged, a month later renewed and charged again."""
+    from billing.config import Settings
+    from billing.worker import worker_main
+
+    seed_subscriptions(db_url, 20, T0)
+    clock = SimulatedClock(T0)
+
+    async def scenario():
+        async with GatewaySimulator(rate=0, latency_ms=(1, 5)) as sim:
+            settings = Settings(database_url=db_url, gateway_url=sim.url, gateway_rate=100,
+                                charge_lease_seconds=60, gateway_timeout_seconds=5)
+            stop = asyncio.Event()
+            run = asyncio.create_task(worker_main(settings, relay=False, clock=clock, limiter=LocalGcraLimiter(100),
+                                                  stop=stop))
+
+            async def paid(n: int) -> None:
+                while sum(i["status"] == "PAID" for i in invoices(db_url).values()) < n:
+                    await asyncio.sleep(0.05)
+
+            await asyncio.wait_for(paid(20), 20)
+            clock.set(datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc))  # the next period is due
+            await asyncio.wait_for(paid(40), 20)
+            stop.set()
+            code = await asyncio.wait_for(run, 20)
+            return code, sim.ledger()
+
+    code, ledger = asyncio.run(scenario())
+    assert code == 0
+    kinds = Counter(i["kind"] for i in invoices(db_url).values())
+    assert kinds == Counter({"INITIAL": 20, "RENEWAL": 20})
+    assert len(ledger["charges"]) == 40
+    assert_never_charged_twice(ledger)
+    subs = query(db_url, "SELECT current_period_start FROM billing.subscription")
+    assert {s["current_period_start"] for s in subs} == {datetime(2026, 11, 1, 12, 0, tzinfo=timezone.utc)}
