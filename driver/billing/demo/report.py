@@ -380,16 +380,23 @@ def render_html(result) -> str:
     parts.append(_table(["invariant", "result", "figures"], rows))
 
     parts.append("<h2>The peaks: what falls due per hour against what the gateway lets through</h2>")
+    busiest = result.simulator_stats.get("maxWindow", 0)
+    pace = ("the gateway's limit set the pace" if busiest >= 0.9 * o.rate else
+            f"this machine, not the limit, set the pace (it reached {busiest:,} calls in its busiest second; "
+            f"a lower --rate makes the limit the bottleneck)")
     parts.append(
-        f"<p class='note'>Time is simulated: the SQL API gets <code>p_now</code> from a clock that moves in steps of "
-        f"{o.step_minutes} simulated minutes. Within a step, the charge workers call the gateway in real time through "
-        f"the real rate limiter ({_esc(result.limiter)}); a step lasts until nothing due is left, or at most "
-        f"{o.hour_seconds:g} s of real time per simulated hour. The gateway's {o.rate:,} calls per real second "
-        f"therefore allow at most <b>{cap:,} charges per simulated hour</b> (dashed line): the limit a real gateway "
-        f"of {max(1, cap // 3600):,} calls/s would impose. Bars: invoices falling due in the hour (a renewal at its "
-        f"period boundary, in the customer's time zone). Line: payment attempts made in the hour. Shaded: the queue "
-        f"left at the end of the hour. Quiet hours take only the real time their work needs. This machine achieved "
-        f"{achieved:,.0f} calls per real second on average over the whole run (peaks at the limit).</p>")
+        f"<p class='note'><b>How to read these charts.</b> Time is simulated: the SQL API gets <code>p_now</code> "
+        f"from a clock that moves in steps of {o.step_minutes} simulated minutes on these days "
+        f"({o.quiet_step_hours} h on the others). Within a step the charge workers call the gateway in real time, "
+        f"through the real rate limiter ({_esc(result.limiter)}), at most {o.rate:,} calls per real second. A step "
+        f"ends when nothing due is left, or after {o.hour_seconds:.3g} s of real time per simulated hour; then the "
+        f"clock moves on and what is left waits in the queue. So at most {o.rate:,} × {o.hour_seconds:.3g} = "
+        f"<b>{cap:,} charges fit in a simulated hour</b> (dashed line), whatever the demand; quiet hours take only "
+        f"the real time their work needs. Bars: invoices falling due in the hour (a signup's INITIAL invoice at the "
+        f"signup; a renewal at its period boundary, local midnight or the signup's time of day in the customer's "
+        f"time zone; a PRORATION at the plan change). Line: payment attempts made in the hour, first tries and "
+        f"dunning retries. Shaded: the queue, due but not charged, at the end of the hour. Average "
+        f"{achieved:,.0f} gateway calls per real second over the whole run; busiest second {busiest:,}: {pace}.</p>")
     parts.append(svg_hourly(s, *campaign, cap, "Campaign day, 1 September: signups (INITIAL invoices) per hour"))
     parts.append(f"<p class='note'>Busiest hour {_fmt_h(p1['busiest'])}: {p1['busiest_due']:,} invoices due. "
                  f"Deepest queue {p1['deepest_backlog']:,} at {_fmt_h(p1['deepest'])}; empty again by "

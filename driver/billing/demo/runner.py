@@ -60,7 +60,7 @@ CHARGE_POLL_SECONDS = 0.02
 @dataclass
 class Options:
     subscriptions: int = 20000
-    rate: int = 2000
+    rate: int = 300
     seed: int = 1
     report: str = "demo-report.html"
     hour_seconds: float | None = None  # None: sized so that the cap is subscriptions / 40 per hour
@@ -114,17 +114,25 @@ class RunResult:
 # -- the gateway's customers -------------------------------------------------------------------
 
 class DemoGateway(GatewaySimulator):
-    """The simulator, with cards that behave like customers' cards: most are fine, a few are dead
-    (every charge declined: dunning ends in cancellation), some are flaky (about half declined:
-    dunning usually recovers). Everything else (limit, faults, webhooks, ledger) is the simulator's.
-    `decline_rate` is the target share of first attempts declined."""
+    """The simulator, with two demo-specific behaviours; everything else (the limit and its 429s,
+    faults, latency, duplicate and late webhooks, signatures, the ledger) is the simulator's.
 
-    def __init__(self, *, decline_rate: float, **kwargs) -> None:
+    * Cards behave like customers' cards: most are fine, a few are dead (every charge declined:
+      dunning ends in cancellation), some are flaky (about half declined: dunning usually recovers).
+      `decline_rate` is the target share of first attempts declined.
+    * Webhooks (one per charge, as the simulator sends them) are delivered at most `webhook_slots`
+      at a time, as a real gateway paces its calls to one endpoint, rather than all at once: the
+      HTTP API answers 503 when its connection pool is exhausted, and the retries would pile up.
+    """
+
+    def __init__(self, *, decline_rate: float, webhook_slots: int = 16, **kwargs) -> None:
         super().__init__(decline_rate=decline_rate, **kwargs)
         # Split the target: a third from dead cards, a third from flaky cards, a third at random.
         self.dead_share = decline_rate / 3
         self.flaky_share = 2 * decline_rate / 3  # declined half the time
         self.random_decline = decline_rate / 3
+        self._webhook_slots = asyncio.Semaphore(webhook_slots)
+        self._webhooks_waiting = 0
 
     def _new_charge(self, key: str, customer_id: int, amount: int, currency: str) -> Charge:
         card = self._chance(customer_id, "card")
@@ -139,8 +147,17 @@ class DemoGateway(GatewaySimulator):
         return Charge(key, customer_id, amount, currency, "declined" if declined else "succeeded", charge_id,
                       code if declined else None, datetime.now(UTC).isoformat().replace("+00:00", "Z"))
 
+    async def _deliver(self, event: dict, delay: float) -> None:
+        self._webhooks_waiting += 1
+        try:
+            await asyncio.sleep(delay)
+            async with self._webhook_slots:
+                await super()._deliver(event, 0)
+        finally:
+            self._webhooks_waiting -= 1
+
     def pending_webhooks(self) -> int:
-        return len(getattr(self, "_tasks", ()))
+        return self._webhooks_waiting
 
 
 # -- database ----------------------------------------------------------------------------------

@@ -67,11 +67,11 @@ REGIONS: tuple[Region, ...] = (
 )
 
 # Share of signups per kind of plan.
-PLAN_MIX = (("BASIC_MONTHLY", 0.46), ("PRO_MONTHLY", 0.30), ("WEEKLY", 0.04), ("PRO_YEARLY", 0.20))
+PLAN_MIX = (("BASIC_MONTHLY", 0.47), ("PRO_MONTHLY", 0.30), ("WEEKLY", 0.03), ("PRO_YEARLY", 0.20))
 
 # The campaign's local hour-of-day profile on the 1st: a launch at midnight, then daytime.
 CAMPAIGN_HOURS = (
-    30, 6, 3, 2, 1, 1, 1, 2, 3, 4, 4, 4,  # 00h..11h
+    50, 6, 3, 2, 1, 1, 1, 2, 3, 4, 4, 4,  # 00h..11h
     4, 4, 3, 3, 3, 3, 4, 4, 4, 4, 3, 2,  # 12h..23h
 )
 BACKGROUND_HOURS = (1, 1, 1, 1, 1, 1, 2, 3, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 5, 3, 2)
