@@ -3,18 +3,27 @@
 Promise (CONTRACT section 5): in any sliding one-second window the gateway never receives more
 than `rate` calls, whatever the number of worker processes, and whatever their clocks say.
 
-## Two steps: GCRA paces, a sliding log at the instant of use decides
+## The math, and why GCRA alone is not enough
 
-1. **Pace** (GCRA, burst tolerance 0). One theoretical arrival time TAT per limit; a caller is
-   given ``slot = max(TAT, now)`` and TAT moves to ``slot + T``. The reservation is made in
-   batches (one round trip for every caller of a process waiting at that moment) and the caller
-   sleeps until its slot. Pacing spreads calls evenly and keeps callers from stampeding Redis, but
-   it is *not* what makes the limit strict: a caller can wake late (a busy event loop, a process
-   the OS did not schedule for 20 ms), and slots that are honoured late can bunch up.
-2. **Use** (sliding log). Right before the HTTP call the caller asks Redis for the go-ahead.
+GCRA keeps one number per limit, the theoretical arrival time TAT, with emission interval T and
+tolerance tau: a call at t conforms if ``t >= TAT - tau``, and then ``TAT = max(TAT, t) + T``.
+Conforming calls satisfy ``t_n - t_1 >= (n-1)*T - tau``, so a half-open window of length L holds
+n of them only if ``(n-1)*T - tau < L``: at most ``ceil((L + tau) / T)``. With ``T = 1/rate``
+and ``tau = 0`` that is at most `rate` per sliding second (any tau > 0 would have to be paid for
+with a longer T). That bounds *grants*. The gateway counts *arrivals*, and a call arrives
+``d >= 0`` after its grant: a caller that sleeps until its slot may wake late (a busy event
+loop, a process the OS did not run for 20 ms), and a late call bunches up with the calls
+granted a second after it. Pure GCRA must then drop late slots, and every drop is capacity
+lost: on a loaded host we measured half the slots lost that way. Hence two steps:
+
+1. **Pace** (GCRA, tau = 0, in Redis): slots ``T`` apart for every instance, reserved in batches
+   (one round trip per process for all its waiting callers) and handed out one per slot by a
+   pacer task. Pacing spreads the calls and keeps callers from stampeding Redis; it runs 2%
+   faster than the limit and is *not* what makes the limit strict.
+2. **Use** (sliding log, in Redis): right before the HTTP call the caller asks for the go-ahead.
    The script drops log entries older than ``W = 1 s + g`` and grants only if fewer than `rate`
-   remain, then logs ``now`` (Redis's ``TIME``). So in *any* half-open window of length W at most
-   `rate` calls are granted: the log never holds more than `rate` entries younger than W.
+   remain, logging ``now`` (Redis's ``TIME``). So in *any* half-open window of length W at most
+   `rate` calls are granted, whoever asks and however late.
 
 Why the gateway sees at most `rate` per sliding second: a call reaches the gateway ``d`` after
 its grant, ``d >= 0`` (the caller learns of the grant after Redis read its clock). If every
@@ -24,14 +33,13 @@ places the grant on its own clock (Redis returns the instant it logged; the offs
 two clocks is bracketed by recent round trips, like NTP, to about one fast round trip) and if it
 is already more than ``max_late`` past it (default 4 ms of the 10 ms guard: a slow reply, a
 stalled event loop) it does not call but asks again, giving the stale entry back in the same
-script. The rest of ``g`` covers the HTTP write
-and the gateway's own scheduling.
+script. The rest of ``g`` covers the HTTP write and the gateway's own scheduling.
 
-Throughput: GCRA paces 2% faster than the log admits, so whenever the log has room a caller is at
-most one pacing interval away; a late or refused caller does not waste the window's capacity,
-someone else takes it. At saturation that gives about ``rate / (1 s + g + T/2)``: 98.8% of the
-limit at 200/s and 99.0% at 1,000/s with the default 10 ms guard. A refused caller goes back to
-the pacing queue.
+Throughput: since pacing offers a caller 2% more often than the log admits, whenever the log has
+room a caller is at most one pacing interval away; a late or refused caller does not waste the
+window's capacity, the next one takes it. At saturation that is about ``rate / (1 s + g + T/2)``:
+98.8% of the limit at 200/s and 99.0% at 1,000/s with the default 10 ms guard. A refused caller
+goes back to the pacing queue.
 
 Redis unreachable: ``acquire`` fails closed. Charging pauses (one warning in the log,
 ``billing_limiter_paused`` = 1, ``billing_limiter_pauses_total`` + 1), one probe retries with
@@ -43,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import math
 import os
 import random
 import time
