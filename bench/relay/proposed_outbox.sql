@@ -1,5 +1,13 @@
--- A proposed rewrite of billing.claim_outbox_events (db/functions/60_outbox.sql), same contract
--- and same rows, applied only by `bench/relay/run.py --proposed-claim` to the bench databases.
+-- Two proposals for the outbox's owner, applied only by `bench/relay/run.py --proposed-outbox` to
+-- the bench databases (never to a real one).
+--
+-- 1. A migration: leave room on each heap page, so that the claim's lease update (lease_until is
+--    in no index) is a HOT update that writes no index entry in any of the table's four indexes.
+--    Measured under the same load: a 5,000-row claim 550 -> 150 ms, the mark 250 -> 90 ms.
+ALTER TABLE billing.outbox_event SET (fillfactor = 70);
+
+-- 2. A rewrite of billing.claim_outbox_events (db/functions/60_outbox.sql), same contract and
+-- same rows (checked against the shipped one, with and without leased rows).
 --
 -- Why: in the shipped version the head-of-line check is a NOT EXISTS that the planner turns into
 -- a join. With statistics it becomes a hash anti-join whose build side is a sequential scan of

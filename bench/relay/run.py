@@ -56,19 +56,19 @@ def url_for_db(server_url: str, dbname: str) -> str:
     return psycopg.conninfo.make_conninfo(**info)
 
 
-PROPOSED_CLAIM = Path(__file__).with_name("proposed_claim.sql")
+PROPOSED_OUTBOX = Path(__file__).with_name("proposed_outbox.sql")
 
 
 class Databases:
-    def __init__(self, server_url: str, *, proposed_claim: bool = False) -> None:
+    def __init__(self, server_url: str, *, proposed_outbox: bool = False) -> None:
         self.server_url = server_url
         self.template = f"bench_relay_tpl_{os.getpid()}"
         self.created: list[str] = []
         self._admin(f"DROP DATABASE IF EXISTS {self.template} WITH (FORCE)", f"CREATE DATABASE {self.template}")
         migrate(url_for_db(server_url, self.template), REPO / "db")
-        if proposed_claim:
+        if proposed_outbox:
             with psycopg.connect(url_for_db(server_url, self.template), autocommit=True) as conn:
-                conn.execute(PROPOSED_CLAIM.read_text())
+                conn.execute(PROPOSED_OUTBOX.read_text())
 
     def _admin(self, *statements: str) -> None:
         with psycopg.connect(self.server_url, autocommit=True) as conn:
@@ -217,14 +217,18 @@ async def warm_up(url: str, published, events: int = 20) -> None:
 # -- steady-rate writers (separate processes) ----------------------------------------------------
 
 
-def _writer(url: str, rate: float, duration: float, start_at: float, offset: int, stride: int, out) -> None:
+def _writer(url: str, rate: float, duration: float, go, start_at, offset: int, stride: int, ready, out) -> None:
     commits: dict[int, float] = {}
     with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        ready.put(offset)
+        go.wait()  # every writer connected: the schedule starts now for all of them
+        t0 = start_at.value
         n = offset
         i = 0
         while True:
-            due = start_at + i / rate
-            if due - start_at >= duration:
+            due = t0 + i / rate
+            if due - t0 >= duration:
                 break
             delay = due - time.time()
             if delay > 0:
@@ -237,15 +241,22 @@ def _writer(url: str, rate: float, duration: float, start_at: float, offset: int
     out.put(commits)
 
 
-def steady(url: str, rate: float, duration: float, writers: int) -> tuple[dict[int, float], float]:
+def steady(url: str, rate: float, duration: float, writers: int):
+    """Start the writer processes; returns once all are connected and writing on one schedule
+    (paced by the clock, not by their own progress: a stall shows up as latency, not as fewer
+    events)."""
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    start_at = time.time() + 1.5
-    procs = [ctx.Process(target=_writer, args=(url, rate / writers, duration, start_at, w, writers, out))
+    out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    start_at = ctx.Value("d", 0.0)
+    procs = [ctx.Process(target=_writer, args=(url, rate / writers, duration, go, start_at, w, writers, ready, out))
              for w in range(writers)]
     for p in procs:
         p.start()
-    return procs, out, start_at
+    for _ in procs:
+        ready.get(timeout=60)
+    start_at.value = time.time() + 0.05
+    go.set()
+    return procs, out, start_at.value
 
 
 def percentiles(values: list[float]) -> dict:
@@ -299,7 +310,7 @@ async def steady_ours(url: str, bootstrap: str, topic: str, rate: float, duratio
     while not relay.active:
         await asyncio.sleep(0.01)
     await warm_up(url, lambda: relay.published)
-    procs, out, _ = steady(url, rate, duration, writers)
+    procs, out, _ = await asyncio.to_thread(steady, url, rate, duration, writers)
     commits: dict[int, float] = {}
     for _ in procs:
         commits.update(await asyncio.to_thread(out.get))
@@ -363,50 +374,52 @@ def main() -> None:
     ap.add_argument("--writers", type=int, default=4, help="writer processes for the steady rates")
     ap.add_argument("--seed-drain-seconds", type=float, default=30, help="time box for the seed relay's drain")
     ap.add_argument("--skip-seed", action="store_true", help="only our relay")
-    ap.add_argument("--proposed-claim", action="store_true",
-                    help="replace claim_outbox_events by bench/relay/proposed_claim.sql in the bench databases")
+    ap.add_argument("--sql", choices=["shipped", "proposed", "both"], default="both",
+                    help="the outbox SQL as shipped, with bench/relay/proposed_outbox.sql applied, or both")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
+    variants = ["shipped", "proposed"] if args.sql == "both" else [args.sql]
+    results: dict = {"load_average": os.getloadavg(), "cpus": os.cpu_count(), "drain": {}, "steady": {}}
 
-    dbs = Databases(args.database_url, proposed_claim=args.proposed_claim)
-    results: dict = {"drain": {}, "steady": {}}
-    try:
-        url = dbs.fresh()
-        took = write_backlog(url, args.events, args.aggregates)
-        print(f"backlog of {args.events:,} events written in {took:.1f}s", file=sys.stderr)
-        topic = fresh_topic(args.bootstrap, args.partitions)
-        r = asyncio.run(drain_ours(url, args.bootstrap, topic, args.events, args.batch))
-        r["in_kafka"] = topic_count(args.bootstrap, topic)
-        r["left_in_outbox"] = pending(url)
-        results["drain"]["ours"] = r
-        print(f"ours: drained {r['events']:,} in {r['seconds']:.2f}s = {r['per_second']:,.0f}/s "
-              f"(kafka holds {r['in_kafka']:,})", file=sys.stderr)
-
-        if not args.skip_seed:
+    for variant in variants:
+        dbs = Databases(args.database_url, proposed_outbox=variant == "proposed")
+        ours = f"ours, {variant} SQL"
+        try:
             url = dbs.fresh()
-            write_backlog(url, args.events, args.aggregates)
+            took = write_backlog(url, args.events, args.aggregates)
+            print(f"backlog of {args.events:,} events written in {took:.1f}s", file=sys.stderr)
             topic = fresh_topic(args.bootstrap, args.partitions)
-            r = drain_seed(url, args.bootstrap, topic, args.seed_drain_seconds)
-            r["projected_seconds_for_backlog"] = args.events / r["per_second"] if r["per_second"] else None
-            results["drain"]["seed"] = r
-            print(f"seed: {r['events']:,} in {r['seconds']:.1f}s = {r['per_second']:,.0f}/s", file=sys.stderr)
+            r = asyncio.run(drain_ours(url, args.bootstrap, topic, args.events, args.batch))
+            r["in_kafka"] = topic_count(args.bootstrap, topic)
+            r["left_in_outbox"] = pending(url)
+            results["drain"][ours] = r
+            print(f"{ours}: drained {r['events']:,} in {r['seconds']:.2f}s = {r['per_second']:,.0f}/s "
+                  f"(kafka holds {r['in_kafka']:,})", file=sys.stderr)
 
-        for rate in rates:
-            for who in ("ours", "seed"):
-                if who == "seed" and args.skip_seed:
-                    continue
+            seed = not args.skip_seed and variant == variants[0]
+            if seed:
                 url = dbs.fresh()
+                write_backlog(url, args.events, args.aggregates)
                 topic = fresh_topic(args.bootstrap, args.partitions)
-                if who == "ours":
-                    r = asyncio.run(steady_ours(url, args.bootstrap, topic, rate, args.duration, args.writers))
-                else:
-                    r = steady_seed(url, args.bootstrap, topic, rate, args.duration, args.writers)
-                results["steady"].setdefault(str(int(rate)), {})[who] = r
-                print(f"{who} @ {rate:.0f}/s: p50 {fmt_ms(r['p50'])} ms, p99 {fmt_ms(r['p99'])} ms, "
-                      f"max {fmt_ms(r['max'])} ms, unpublished {r['unpublished']}", file=sys.stderr)
-    finally:
-        dbs.drop_all()
+                r = drain_seed(url, args.bootstrap, topic, args.seed_drain_seconds)
+                r["projected_seconds_for_backlog"] = args.events / r["per_second"] if r["per_second"] else None
+                results["drain"]["seed article"] = r
+                print(f"seed: {r['events']:,} in {r['seconds']:.1f}s = {r['per_second']:,.0f}/s", file=sys.stderr)
+
+            for rate in rates:
+                for who in ([ours, "seed article"] if seed else [ours]):
+                    url = dbs.fresh()
+                    topic = fresh_topic(args.bootstrap, args.partitions)
+                    if who == ours:
+                        r = asyncio.run(steady_ours(url, args.bootstrap, topic, rate, args.duration, args.writers))
+                    else:
+                        r = steady_seed(url, args.bootstrap, topic, rate, args.duration, args.writers)
+                    results["steady"].setdefault(str(int(rate)), {})[who] = r
+                    print(f"{who} @ {rate:.0f}/s: p50 {fmt_ms(r['p50'])} ms, p99 {fmt_ms(r['p99'])} ms, "
+                          f"max {fmt_ms(r['max'])} ms, unpublished {r['unpublished']}", file=sys.stderr)
+        finally:
+            dbs.drop_all()
 
     print(report(results, args))
     if args.json:
@@ -414,12 +427,14 @@ def main() -> None:
 
 
 def report(results: dict, args) -> str:
-    lines = [f"Drain of a {args.events:,}-event backlog ({args.aggregates:,} aggregates, {args.partitions} partitions):", "",
+    load = ", ".join(f"{x:.1f}" for x in results["load_average"])
+    lines = [f"Machine: {results['cpus']} CPUs, load average at the start {load}.", "",
+             f"Drain of a {args.events:,}-event backlog ({args.aggregates:,} aggregates, {args.partitions} partitions, "
+             f"our batch {args.batch}):", "",
              "| relay | events | seconds | events/s |", "|---|---:|---:|---:|"]
     for who, r in results["drain"].items():
-        label = "ours (batch %d)" % args.batch if who == "ours" else "seed article (200/s poll, wait per send)"
-        note = "" if who == "ours" else f" (time-boxed; {r['projected_seconds_for_backlog'] / 60:,.0f} min projected)"
-        lines.append(f"| {label} | {r['events']:,} | {r['seconds']:.1f}{note} | {r['per_second']:,.0f} |")
+        note = f" (time-boxed; {r['projected_seconds_for_backlog'] / 60:,.0f} min projected)" if who == "seed article" else ""
+        lines.append(f"| {who} | {r['events']:,} | {r['seconds']:.1f}{note} | {r['per_second']:,.0f} |")
     lines += ["", f"Steady rate, commit -> Kafka acknowledgement, {args.duration:.0f} s per run:", "",
               "| rate | relay | events | p50 ms | p99 ms | max ms | unpublished at the end |",
               "|---:|---|---:|---:|---:|---:|---:|"]
