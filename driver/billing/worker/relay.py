@@ -5,9 +5,12 @@ dedicated connection; the same connection LISTENs on `billing_outbox` and runs t
 claim can only ever run while the lock is held (if the session dies, the lock and the claim die
 with it). A stand-by retries the lock every second and takes over when the holder's session ends.
 
-One batch at a time: claim (in id order) -> produce every row -> wait for every delivery report
--> mark the delivered rows published (one `mark_outbox_published` call, overlapped with the next
-claim). Rows are marked from delivery reports only, never from "we sent it".
+The loop: claim a batch (in id order) -> produce every row -> wait for every delivery report ->
+hand the delivered ids to a background marker, which marks everything acknowledged since its
+last call with one `mark_outbox_published` on its own connection. Rows are marked from delivery
+reports only, never from "we sent it". Woken by NOTIFY on `billing_outbox`, with a fallback poll
+every second (a lost notification costs latency, never an event). Under a backlog (a full
+batch) the next claim is made while the current batch is in flight.
 
 Why per-aggregate order holds (CONTRACT section 4):
 * the key is the aggregate id, so one aggregate's events share a partition;
