@@ -146,8 +146,9 @@ class Charger:
                 self._abandon(claim, "lease nearly over")
                 return None
             try:
-                await asyncio.wait_for(self.limiter.acquire(), remaining)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(remaining):
+                    await self.limiter.acquire()
+            except TimeoutError:
                 self._abandon(claim, "no rate-limit slot within the lease")
                 return None
             task = asyncio.current_task()
