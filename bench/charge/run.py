@@ -130,7 +130,7 @@ def scrape(ports: list[int]) -> dict:
 
 
 def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, duration: float, warmup: float,
-            latency: str, logs: Path) -> dict:
+            latency: str, logs: Path, concurrency: int | None = None) -> dict:
     dbname = f"{template}_run"
     admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
     admin(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(dbname), sql.Identifier(template)))
@@ -148,7 +148,9 @@ def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, 
                "BILLING_GATEWAY_URL": sim_url, "BILLING_GATEWAY_RATE": str(rate), "BILLING_LIMITER": limiter}
         metric_ports = [free_port() for _ in range(workers)]
         for i in range(workers):
-            procs.append(subprocess.Popen(BILLING + ["--log-level", "WARNING", "worker", "--no-renew", "--no-relay"],
+            extra = ["--concurrency", str(concurrency)] if concurrency else []
+            procs.append(subprocess.Popen(BILLING + ["--log-level", "WARNING", "worker", "--no-renew", "--no-relay",
+                                                     *extra],
                                           env={**env, "BILLING_WORKER_METRICS_PORT": str(metric_ports[i])},
                                           stdout=subprocess.DEVNULL,
                                           stderr=open(logs / f"worker{i}-{tag}.log", "w")))
@@ -193,6 +195,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--latency-ms", default="50-1000")
+    ap.add_argument("--concurrency", type=int, default=None,
+                    help="charge tasks per worker (default: the worker's own, 1.5 x rate)")
     ap.add_argument("--guard-ms", type=float, default=None, help="BILLING_LIMITER_GUARD_MS for the workers")
     ap.add_argument("--max-late-ms", type=float, default=None, help="BILLING_LIMITER_MAX_LATE_MS for the workers")
     args = ap.parse_args()
@@ -217,7 +221,8 @@ def main() -> None:
         try:
             for limiter, mode in runs:
                 row = run_one(template, rate=rate, limiter=limiter, mode=mode, workers=args.workers,
-                              duration=args.duration, warmup=args.warmup, latency=args.latency_ms, logs=logs)
+                              duration=args.duration, warmup=args.warmup, latency=args.latency_ms, logs=logs,
+                              concurrency=args.concurrency)
                 results.append(row)
                 print("  " + json.dumps(row), flush=True)
         finally:
