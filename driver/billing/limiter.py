@@ -337,8 +337,10 @@ class RedisGcraLimiter(_TwoStep):
                          max_wait_seconds=max_wait_seconds)
         self.key = key
         self._keys = [f"{{{key}}}:pace", f"{{{key}}}:log"]
+        # Waiting for a pooled connection is not an outage: wait (timeout=None). Only a failed
+        # connect or a command past socket_timeout pauses charging.
         pool = aioredis.BlockingConnectionPool.from_url(
-            redis_url, max_connections=32, timeout=socket_timeout, socket_timeout=socket_timeout,
+            redis_url, max_connections=64, timeout=None, socket_timeout=socket_timeout,
             socket_connect_timeout=socket_timeout, health_check_interval=0)
         self._redis = aioredis.Redis(connection_pool=pool)
         self._script = self._redis.register_script(GCRA_SCRIPT)
@@ -416,7 +418,7 @@ class FixedWindowLimiter:
 
         self.rate = rate
         self.key = key
-        pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=32, timeout=1.0,
+        pool = aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=64, timeout=None,
                                                         socket_timeout=1.0, socket_connect_timeout=1.0)
         self._redis = aioredis.Redis(connection_pool=pool)
 
