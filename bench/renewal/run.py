@@ -20,9 +20,10 @@ Runs, each on its own copy:
    `SELECT ... FOR UPDATE SKIP LOCKED LIMIT 500`, then for each row one INSERT of the invoice and
    one UPDATE of the subscription (one round trip each, the next period computed in Python as
    the application does), COMMIT; run until --seed-rows are renewed (the rate is steady).
-3. scale: a second template with --scale-total subscriptions (1,000,000) of which --scale-due are
-   due; time to drain them with run 1's settings, compared with run 1's time for its first
-   --scale-due rows: the table size should not matter (goal: at most 20% slower at 5M).
+3. scale: --scale-due rows (200,000) drained with run 1's settings from a fresh copy of the big
+   table and from a table of --scale-total subscriptions (1,000,000) of which exactly those are
+   due: the table size should not matter (goal: at most 20% slower at 5M). Wall time and server
+   CPU per invoice are both compared (the latter is immune to other load on the machine).
 
 Server CPU per invoice (the backends' user+system time, read from /proc when the server runs on
 this machine) is printed too: it does not depend on what else the machine is doing.
@@ -138,6 +139,17 @@ def backend_cpu(pid: int) -> float | None:
         return None  # server not on this machine
 
 
+def host_load() -> str:
+    """The load average and the kernel's CPU pressure (share of time a task waited for a CPU)."""
+    text = f"load {os.getloadavg()[0]:.1f}"
+    try:
+        some = Path("/proc/pressure/cpu").read_text().split("\n")[0]
+        text += f", cpu pressure {float(some.split('avg10=')[1].split()[0]):.0f}%"
+    except (OSError, IndexError, ValueError):
+        pass
+    return text
+
+
 class Workers:
     """n connections, each running body(conn, state) until it returns False; shared counters."""
 
@@ -192,10 +204,13 @@ class Workers:
         return time.perf_counter() - started
 
 
-def run_ours(url: str, workers: int, batch: int, marks: list[int]) -> dict:
+def run_ours(url: str, workers: int, batch: int, marks: list[int], limit: int | None = None) -> dict:
+    """Drains every due row (or stops once `limit` are renewed) with create_due_invoices."""
     w = Workers(url, workers)
 
     def body(conn: psycopg.Connection) -> bool:
+        if limit is not None and w.done >= limit:
+            return False
         n = conn.execute("SELECT billing.create_due_invoices(%s, %s)", (batch, NOW)).fetchone()[0]
         w.count(n, marks, w.started)
         return n > 0
@@ -204,7 +219,7 @@ def run_ours(url: str, workers: int, batch: int, marks: list[int]) -> dict:
     with psycopg.connect(url) as conn:
         invoices = conn.execute("SELECT count(*) FROM billing.invoice WHERE kind = 'RENEWAL'").fetchone()[0]
         left = conn.execute("SELECT count(*) FROM billing.subscription WHERE current_period_end <= %s", (NOW,)).fetchone()[0]
-    assert invoices == w.done and left == 0, (invoices, w.done, left)
+    assert invoices == w.done and (limit is not None or left == 0), (invoices, w.done, left)
     return {"rows": w.done, "seconds": elapsed, "rate": w.done / elapsed, "marks": w.marks,
             "cpu_us": w.cpu / w.done * 1e6 if w.cpu_known and w.done else None}
 
@@ -298,7 +313,7 @@ def main() -> None:
         copy.drop()
     results["ours"] = ours
     cpu = f", server CPU {ours['cpu_us']:.1f} us/invoice" if ours["cpu_us"] else ""
-    print(f"  ours: {ours['rows']:,} invoices in {ours['seconds']:.1f} s = {ours['rate']:,.0f} invoices/s{cpu}")
+    print(f"  ours: {ours['rows']:,} invoices in {ours['seconds']:.1f} s = {ours['rate']:,.0f} invoices/s{cpu} ({host_load()})")
 
     if not args.skip_seed:
         copy = Copy(server, templates[0], "seed")
@@ -309,24 +324,33 @@ def main() -> None:
         results["seed"] = seed
         cpu = f", server CPU {seed['cpu_us']:.1f} us/invoice" if seed["cpu_us"] else ""
         print(f"  seed (6.1, batch 500, a round trip per row): {seed['rows']:,} invoices in {seed['seconds']:.1f} s"
-              f" = {seed['rate']:,.0f} invoices/s{cpu}")
+              f" = {seed['rate']:,.0f} invoices/s{cpu} ({host_load()})")
         results["speedup"] = ours["rate"] / seed["rate"]
         print(f"  ours / seed: {results['speedup']:.1f}x")
 
     if not args.skip_scale and args.scale_total < args.total:
+        # The same number of due rows drained from a big and from a small table, each on a fresh copy.
         small = build_template(server, args.scale_total, scale_due, args.layout, args.rebuild)
         templates.append(small)
-        copy = Copy(server, small, "scale")
-        try:
-            small_run = run_ours(copy.url, args.workers, args.batch, [scale_due])
-        finally:
-            copy.drop()
-        big_t = ours["marks"][scale_due]
-        small_t = small_run["marks"][scale_due]
-        results["scale"] = {"rows": scale_due, "big_table": args.total, "big_seconds": big_t,
-                            "small_table": args.scale_total, "small_seconds": small_t, "ratio": big_t / small_t}
-        print(f"  first {scale_due:,} due rows: {big_t:.2f} s in a {args.total:,}-row table, {small_t:.2f} s in a"
-              f" {args.scale_total:,}-row table: {big_t / small_t:.2f}x")
+        runs = {}
+        for label, template, size in (("small", small, args.scale_total), ("big", templates[0], args.total)):
+            copy = Copy(server, template, "scale")
+            try:
+                runs[label] = run_ours(copy.url, args.workers, args.batch, [scale_due], limit=scale_due)
+            finally:
+                copy.drop()
+            r = runs[label]
+            cpu = f", server CPU {r['cpu_us']:.1f} us/invoice" if r["cpu_us"] else ""
+            print(f"  drain {scale_due:,} due rows of a {size:,}-row table: {r['marks'][scale_due]:.2f} s{cpu} ({host_load()})")
+        big_t, small_t = runs["big"]["marks"][scale_due], runs["small"]["marks"][scale_due]
+        results["scale"] = {"rows": scale_due, "big_table": args.total, "big_seconds": big_t, "big_cpu_us": runs["big"]["cpu_us"],
+                            "small_table": args.scale_total, "small_seconds": small_t, "small_cpu_us": runs["small"]["cpu_us"],
+                            "ratio": big_t / small_t}
+        line = f"  {args.total:,} rows vs {args.scale_total:,}: time {big_t / small_t:.2f}x"
+        if runs["big"]["cpu_us"] and runs["small"]["cpu_us"]:
+            results["scale"]["cpu_ratio"] = runs["big"]["cpu_us"] / runs["small"]["cpu_us"]
+            line += f", server CPU per invoice {results['scale']['cpu_ratio']:.2f}x"
+        print(line)
 
     if args.drop_templates:
         for name in templates:

@@ -29,7 +29,7 @@ BEGIN
          WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now
          ORDER BY i.next_attempt_at
          LIMIT p_batch_size
-           FOR UPDATE SKIP LOCKED
+           FOR NO KEY UPDATE SKIP LOCKED
     ), claimed AS (
         -- The lease: a worker that dies before reporting gives the invoice back at p_now + p_lease.
         UPDATE billing.invoice i
