@@ -20,26 +20,35 @@ lost: on a loaded host we measured half the slots lost that way. Hence two steps
    (one round trip per process for all its waiting callers) and handed out one per slot by a
    pacer task. Pacing spreads the calls and keeps callers from stampeding Redis; it runs 2%
    faster than the limit and is *not* what makes the limit strict.
-2. **Use** (sliding log, in Redis): right before the HTTP call the caller asks for the go-ahead.
-   The script drops log entries older than ``W = 1 s + g`` and grants only if fewer than `rate`
-   remain, logging ``now`` (Redis's ``TIME``). So in *any* half-open window of length W at most
-   `rate` calls are granted, whoever asks and however late.
+2. **Use** (a log of calls, in Redis): right before the HTTP call the caller asks for the
+   go-ahead, declaring a lateness budget ``D`` (default 10 ms): how long after the grant its call
+   may reach the gateway. The log holds, for each recent call i, ``s_i + D_i`` (grant instant on
+   Redis's clock plus its budget). The script drops entries with ``s_i + D_i <= now - 1 s``,
+   grants only if fewer than `rate` remain, and logs ``now + D``.
 
-Why the gateway sees at most `rate` per sliding second: a call reaches the gateway ``d`` after
-its grant, ``d >= 0`` (the caller learns of the grant after Redis read its clock). If every
-``d < g``, the calls arriving in ``(a - 1, a]`` were granted in ``(a - 1 - g, a]``, a half-open
-window of length W, hence at most `rate` of them. The caller enforces its share of ``g``: it
-places the grant on its own clock (Redis returns the instant it logged; the offset between the
-two clocks is bracketed by recent round trips, like NTP, to about one fast round trip) and if it
-is already more than ``max_late`` past it (default 4 ms of the 10 ms guard: a slow reply, a
-stalled event loop) it does not call but asks again, giving the stale entry back in the same
-script. The rest of ``g`` covers the HTTP write and the gateway's own scheduling.
+Why the gateway sees at most `rate` per sliding second: call i arrives at
+``a_i in [s_i, s_i + D_i]`` (never before the grant: the caller learns of it after Redis read
+its clock). Take any window ``(x - 1, x]`` and, of the calls arriving in it, the last one
+granted, j. Every other one, i, has ``s_i + D_i >= a_i > x - 1 >= s_j - 1`` (as ``s_j <= a_j
+<= x``), so it was still in the log when j asked, and j was granted only if fewer than `rate`
+were: at most `rate` calls arrive in the window. With every ``D_i = g`` this is the plain sliding
+log over ``1 s + g``.
+
+The caller keeps its promise ``a <= s + D``: it places the grant on its own clock (Redis returns
+the instant it logged; the offset between the two clocks is bracketed by recent round trips, like
+NTP, to about one fast round trip) and calls only if it is at most ``D - post`` past it, where
+``post`` (6 ms by default: guard 10 ms minus max_late 4 ms) is left for the HTTP write and the
+gateway's own scheduling. Otherwise it gives the grant back and asks again, in the same script.
+``D`` adapts: it is ``post`` plus 1.25 x the 95th percentile of the lateness this process saw
+lately, at least ``max_late`` and at most 250 ms. On a quiet host D stays at the 10 ms guard; on
+a starved one (the OS not running the worker for tens of ms) the calls declare more lateness, the
+log holds them longer and throughput degrades smoothly instead of every late call being refused.
 
 Throughput: since pacing offers a caller 2% more often than the log admits, whenever the log has
 room a caller is at most one pacing interval away; a late or refused caller does not waste the
-window's capacity, the next one takes it. At saturation that is about ``rate / (1 s + g + T/2)``:
-98.8% of the limit at 200/s and 99.0% at 1,000/s with the default 10 ms guard. A refused caller
-goes back to the pacing queue.
+log's capacity, the next one takes it. At saturation that is about ``rate / (1 s + D + T/2)``:
+98.8% of the limit at 200/s and 99.0% at 1,000/s with D = 10 ms. A refused caller goes back to
+the pacing queue.
 
 Redis unreachable: ``acquire`` fails closed. Charging pauses (one warning in the log,
 ``billing_limiter_paused`` = 1, ``billing_limiter_pauses_total`` + 1), one probe retries with
@@ -49,6 +58,7 @@ backoff, and every waiting caller resumes when Redis answers again.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import logging
 import os
@@ -117,22 +127,43 @@ class _ClockOffset:
         return lo, hi
 
 
+class _Lateness:
+    """How late this process's callers find their grants: the budget to declare for the next one."""
+
+    def __init__(self, floor: float, post: float, ceiling: float = 0.25) -> None:
+        self.floor = floor
+        self.post = post
+        self.ceiling = ceiling
+        self._seen: deque[float] = deque(maxlen=256)
+        self._since = 0
+        self.budget = post + floor
+
+    def add(self, late: float) -> None:
+        self._seen.append(late)
+        self._since += 1
+        if self._since >= 32 or late + self.post > self.budget:
+            self._since = 0
+            ordered = sorted(self._seen)
+            p95 = ordered[int(0.95 * (len(ordered) - 1))]
+            self.budget = self.post + min(self.ceiling, max(self.floor, 1.25 * p95, late))
+
+
 class _TwoStep:
     """Pacing and the use check, whatever stores them (Redis, or this process)."""
 
     def __init__(self, rate: float, *, guard_seconds: float, max_late_seconds: float, max_wait_seconds: float):
         if rate < 1 or int(rate) != rate:
             raise ValueError("the rate must be a whole number of calls per second, at least 1")
-        if not 0 < max_late_seconds <= guard_seconds:
-            raise ValueError("max_late must be positive and within the guard: a late call could break the window")
+        if not 0 < max_late_seconds < guard_seconds:
+            raise ValueError("max_late must be positive and below the guard, which also covers the HTTP write")
         self.rate = int(rate)
         self.guard_seconds = guard_seconds
         self.max_late_seconds = max_late_seconds
-        self.window_us = window_us(guard_seconds)
         self.interval_us = pace_interval_us(rate, guard_seconds)
         self.max_wait_us = int(max_wait_seconds * 1_000_000)
         self.late_redos = 0
         self.refusals = 0
+        self.lateness = _Lateness(max_late_seconds, guard_seconds - max_late_seconds)
         self._offset = _ClockOffset()
         self._tokens = (f"{uuid.uuid4().hex[:12]}:{n}" for n in itertools.count())
         self._waiters: deque[asyncio.Future] = deque()
@@ -146,10 +177,10 @@ class _TwoStep:
         (0, retry_us) when even the first would be more than max_wait ahead."""
         raise NotImplementedError
 
-    async def _use(self, token: str, release: str | None) -> tuple[bool, int]:
-        """Log `token` now if the window has room (dropping `release` first).
-
-        (True, the limiter's clock in us when it granted) or (False, retry_us)."""
+    async def _use(self, token: str, release: str | None, budget_us: int) -> tuple[bool, int]:
+        """Grant and log `token` if fewer than `rate` logged calls may share a second with it
+        (dropping `release` first); (True, the limiter's clock in us at the grant) or
+        (False, retry_us)."""
         raise NotImplementedError
 
     # -- callers ---------------------------------------------------------------------------------
@@ -161,8 +192,9 @@ class _TwoStep:
             await self._paced()
             for _ in range(2):  # one immediate retry when late; then back to the pacing queue
                 token = next(self._tokens)
+                budget = self.lateness.budget
                 asked = time.monotonic()
-                granted, value = await self._use(token, release)
+                granted, value = await self._use(token, release, int(budget * 1_000_000))
                 answered = time.monotonic()
                 release = None
                 if not granted:
@@ -172,11 +204,13 @@ class _TwoStep:
                 # The grant happened at `value` on the limiter's clock, no earlier than
                 # value - hi on ours: how late we already are, at most.
                 _, hi = self._offset.add(asked, answered, value / 1_000_000)
-                if time.monotonic() - (value / 1_000_000 - hi) <= self.max_late_seconds:
+                late = time.monotonic() - (value / 1_000_000 - hi)
+                self.lateness.add(late)
+                if late <= budget - self.lateness.post:
                     metrics.LIMITER_WAIT.observe(time.monotonic() - started)
                     return
-                # Too slow a round trip to be sure the call lands inside the guard: ask again,
-                # giving this grant back in the same script.
+                # Later than the budget declared: the call might land outside it. Ask again,
+                # giving this grant back in the same script, with a budget that knows better.
                 self.late_redos += 1
                 metrics.LIMITER_LATE_DROPS.inc()
                 release = token
@@ -247,7 +281,7 @@ class LocalGcraLimiter(_TwoStep):
         super().__init__(rate, guard_seconds=guard_seconds, max_late_seconds=max_late_seconds,
                          max_wait_seconds=max_wait_seconds)
         self._tat = 0
-        self._log: deque[tuple[int, str]] = deque()
+        self._log: list[tuple[int, str]] = []  # heap of (grant + budget, token)
 
     @staticmethod
     def _now() -> int:
@@ -262,19 +296,19 @@ class LocalGcraLimiter(_TwoStep):
         self._tat = slot + granted * self.interval_us
         return granted, slot - now
 
-    async def _use(self, token: str, release: str | None) -> tuple[bool, int]:
+    async def _use(self, token: str, release: str | None, budget_us: int) -> tuple[bool, int]:
         now = self._now()
         entries = self._log
         if release is not None:
-            for i, (_, t) in enumerate(entries):
-                if t == release:
-                    del entries[i]
-                    break
-        while entries and entries[0][0] <= now - self.window_us:
-            entries.popleft()
+            kept = [e for e in entries if e[1] != release]
+            if len(kept) != len(entries):
+                heapq.heapify(kept)
+                self._log = entries = kept
+        while entries and entries[0][0] <= now - 1_000_000:
+            heapq.heappop(entries)
         if len(entries) >= self.rate:
-            return False, entries[0][0] + self.window_us - now
-        entries.append((now, token))
+            return False, entries[0][0] + 1_000_000 - now
+        heapq.heappush(entries, (now + budget_us, token))
         return True, now
 
     async def close(self) -> None:
@@ -285,8 +319,9 @@ class LocalGcraLimiter(_TwoStep):
 # number format (%.14g) would round a microsecond clock.
 #   pace: KEYS[1] TAT; ARGV: 'pace', interval_us, max_wait_us, wanted
 #         -> {granted, wait_us} ({0, retry_us}: even the first slot is more than max_wait ahead)
-#   use:  KEYS[2] log (sorted set: token -> instant); ARGV: 'use', window_us, limit, token, release
-#         -> {1, now_us} granted and logged; {0, retry_us} the window is full
+#   use:  KEYS[2] log (sorted set: token -> grant + budget, us); ARGV: 'use', limit, token,
+#         release token or '', budget_us
+#         -> {1, now_us} granted and logged; {0, retry_us} a second's worth is already logged
 GCRA_SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -305,16 +340,16 @@ if ARGV[1] == 'pace' then
   redis.call('SET', KEYS[1], string.format('%d', new_tat), 'PX', math.floor((new_tat - now) / 1000) + 1000)
   return {granted, slot - now}
 end
-local window = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
-if ARGV[5] ~= '' then redis.call('ZREM', KEYS[2], ARGV[5]) end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now - window))
+local limit = tonumber(ARGV[2])
+local budget = tonumber(ARGV[5])
+if ARGV[4] ~= '' then redis.call('ZREM', KEYS[2], ARGV[4]) end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now - 1000000))
 if redis.call('ZCARD', KEYS[2]) >= limit then
   local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  return {0, tonumber(oldest[2]) + window - now}
+  return {0, tonumber(oldest[2]) + 1000000 - now}
 end
-redis.call('ZADD', KEYS[2], string.format('%d', now), ARGV[4])
-redis.call('PEXPIRE', KEYS[2], math.floor(window / 1000) + 1000)
+redis.call('ZADD', KEYS[2], string.format('%d', now + budget), ARGV[3])
+redis.call('PEXPIRE', KEYS[2], math.floor(budget / 1000) + 2000)
 return {1, now}
 """
 
@@ -364,9 +399,9 @@ class RedisGcraLimiter(_TwoStep):
     async def _pace(self, count: int) -> tuple[int, int]:
         return await self._call("pace", self.interval_us, self.max_wait_us, count)
 
-    async def _use(self, token: str, release: str | None) -> tuple[bool, int]:
-        granted, retry = await self._call("use", self.window_us, self.rate, token, release or "")
-        return bool(granted), retry
+    async def _use(self, token: str, release: str | None, budget_us: int) -> tuple[bool, int]:
+        granted, value = await self._call("use", self.rate, token, release or "", budget_us)
+        return bool(granted), value
 
     def _pause(self, exc: BaseException) -> None:
         if self._available.is_set():

@@ -133,7 +133,7 @@ def test_the_log_refuses_past_the_rate_whatever_the_pacing(redis_url):
 
     async def scenario():
         limiter = RedisGcraLimiter(redis_url, rate, key="test:log")
-        results = [await limiter._use(f"t{i}", None) for i in range(8)]
+        results = [await limiter._use(f"t{i}", None, 10_000) for i in range(8)]
         await limiter.close()
         return results
 
