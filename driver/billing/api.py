@@ -39,6 +39,7 @@ BIGINT_MAX = 2**63 - 1
 MAX_BODY = 64 * 1024
 MAX_WEBHOOK_BODY = 256 * 1024
 SIGNATURE_TOLERANCE = 300  # seconds, both ways
+METRICS_REFRESH = 2.0  # seconds between two reads of the outbox figures for /metrics
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # printable ASCII, no spaces
 _ETAG = re.compile(r'^(?:W/)?"?([0-9]{1,30})"?$')
 
@@ -318,8 +319,11 @@ def _database_error(exc: psycopg.Error, request: Request | None) -> Response:
     state = exc.sqlstate or ""
     if state == "23505":
         return error_response(409, "conflict", "a concurrent request with the same key won; retry to read its result")
-    if state.startswith(("22", "23")):  # data exception, integrity violation: the input was wrong
+    if state.startswith(("22", "23")) or isinstance(exc, psycopg.DataError):
+        # data exception, integrity violation: the input was wrong
         return error_response(422, "invalid_input", (exc.diag.message_primary or str(exc))[:500])
+    if state.startswith("40"):  # serialization failure, deadlock: a concurrent change won
+        return error_response(409, "conflict", "a concurrent change conflicted with this request; retry it")
     if isinstance(exc, psycopg.OperationalError):
         log.warning("database unavailable", extra={"error": str(exc).strip()})
         return error_response(503, "unavailable", "the database is not reachable; retry later")
@@ -392,14 +396,20 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         applied = bool(row["applied"])
         return JSONResponse({"received": True, "applied": applied, "duplicate": not applied})
 
+    refreshed = [float("-inf")]
+
     async def metrics(request: Request) -> Response:
-        try:
-            stats = await database.one(db.OUTBOX_STATS, {"now": clock.now()})
-            OUTBOX_BACKLOG.set(stats["backlog"])
-            OUTBOX_DEAD.set(stats["dead"])
-            OUTBOX_OLDEST_AGE.set(stats["oldest_age_seconds"])
-        except (psycopg.Error, PoolTimeout) as exc:
-            log.warning("metrics: outbox figures not refreshed", extra={"error": str(exc).strip()})
+        # The outbox figures come from the database, at most once per METRICS_REFRESH seconds
+        # however many scrapers there are.
+        if time.monotonic() - refreshed[0] >= METRICS_REFRESH:
+            try:
+                stats = await database.one(db.OUTBOX_STATS, {"now": clock.now()})
+                OUTBOX_BACKLOG.set(stats["backlog"])
+                OUTBOX_DEAD.set(stats["dead"])
+                OUTBOX_OLDEST_AGE.set(stats["oldest_age_seconds"])
+                refreshed[0] = time.monotonic()
+            except (psycopg.Error, PoolTimeout) as exc:
+                log.warning("metrics: outbox figures not refreshed", extra={"error": str(exc).strip()})
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:
