@@ -36,11 +36,10 @@ import logging
 import random
 import signal
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from aiohttp import ClientSession, ClientTimeout, web
+from aiohttp import ClientSession, ClientTimeout, web, web_protocol, web_server
 
 log = logging.getLogger("billing.gateway.simulator")
 
@@ -86,29 +85,65 @@ class Charge:
                 "currency": self.currency, "status": self.status, "id": self.id}
 
 
-@dataclass
 class _Window:
-    """Accepted calls in the last second, the worst second seen, and (observe mode) the excess."""
+    """Accepted calls of the last second or so (sorted), the worst second seen, and the excess.
 
-    rate: int
-    strict: bool
-    times: deque = field(default_factory=deque)
-    max_window: int = 0
-    excess: int = 0
+    Calls are stamped when their bytes are read from the socket, so two handlers can run in the
+    other order than their stamps: admitting a call at t checks every window that contains t
+    (the one ending at t, and those ending at the few later stamps already admitted).
+    """
+
+    def __init__(self, rate: int, strict: bool) -> None:
+        self.rate = rate
+        self.strict = strict
+        self.times: list[float] = []
+        self.max_window = 0
+        self.excess = 0
+
+    def _worst_with(self, t: float) -> int:
+        times = self.times
+        ends = [t] + times[bisect.bisect_right(times, t):]
+        return max(bisect.bisect_right(times, x) - bisect.bisect_right(times, x - 1.0) + 1 for x in ends)
 
     def admit(self, now: float) -> bool:
         times = self.times
-        horizon = now - 1.0
-        while times and times[0] <= horizon:
-            times.popleft()
-        if self.rate > 0 and len(times) >= self.rate:
+        if times and times[0] < times[-1] - 2.0:
+            del times[:bisect.bisect_left(times, times[-1] - 2.0)]
+        worst = self._worst_with(now)
+        if self.rate > 0 and worst > self.rate:
             if self.strict:
                 return False
             self.excess += 1
-        times.append(now)
-        if len(times) > self.max_window:
-            self.max_window = len(times)
+        bisect.insort(times, now)
+        if worst > self.max_window:
+            self.max_window = worst
         return True
+
+    def retry_after(self, now: float) -> float:
+        inside = [x for x in self.times if x > now - 1.0]
+        return max(0.0, inside[0] + 1.0 - now) if inside else 1.0
+
+
+class _StampingHandler(web_protocol.RequestHandler):
+    """aiohttp's connection protocol, noting when the last bytes were read from the socket."""
+
+    __slots__ = ("received_at",)
+
+    def data_received(self, data: bytes) -> None:
+        self.received_at = time.monotonic()
+        super().data_received(data)
+
+
+class _StampingServer(web_server.Server):
+    __slots__ = ()
+
+    def __call__(self) -> web_protocol.RequestHandler:
+        return _StampingHandler(self, loop=self._loop, **self._kwargs)
+
+
+def _arrival(request: web.Request) -> float:
+    """When the request's bytes were read (the handler itself may run later on a busy loop)."""
+    return getattr(request.protocol, "received_at", None) or time.monotonic()
 
 
 class GatewaySimulator:
@@ -178,6 +213,7 @@ class GatewaySimulator:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
+        self._runner.server.__class__ = _StampingServer  # stamp each request on arrival
         site = web.TCPSite(self._runner, host, port, backlog=4096)
         await site.start()
         bound_host, bound_port = self._runner.addresses[0][:2]
@@ -211,17 +247,17 @@ class GatewaySimulator:
         return self._rng.uniform(lo, hi) / 1000 if hi else 0.0
 
     async def _handle_charge(self, request: web.Request) -> web.Response:
-        now = time.monotonic()
+        now = _arrival(request)
         if not self._window.admit(now):
             self.counters["rateLimited"] += 1
-            retry = max(0.0, self._window.times[0] + 1.0 - now) if self._window.times else 1.0
+            retry = self._window.retry_after(now)
             return web.json_response(
                 {"error": {"code": "rate_limited", "message": f"more than {self.rate} calls in one second"}},
                 status=429, headers={"Retry-After": str(max(1, round(retry)))},
             )
         self.counters["accepted"] += 1
         if len(self._accepted_times) < 5_000_000:
-            self._accepted_times.append(now)
+            bisect.insort(self._accepted_times, now)
 
         key = request.headers.get("Idempotency-Key", "")
         try:
