@@ -371,7 +371,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--rates", default="200,2000", help="steady rates, events per second")
     ap.add_argument("--duration", type=float, default=20, help="seconds of steady writing per rate")
-    ap.add_argument("--writers", type=int, default=4, help="writer processes for the steady rates")
+    ap.add_argument("--writers", type=int, default=2, help="writer processes for the steady rates")
     ap.add_argument("--seed-drain-seconds", type=float, default=30, help="time box for the seed relay's drain")
     ap.add_argument("--skip-seed", action="store_true", help="only our relay")
     ap.add_argument("--sql", choices=["shipped", "proposed", "both"], default="both",
@@ -380,7 +380,8 @@ def main() -> None:
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
     variants = ["shipped", "proposed"] if args.sql == "both" else [args.sql]
-    results: dict = {"load_average": os.getloadavg(), "cpus": os.cpu_count(), "drain": {}, "steady": {}}
+    results: dict = {"load_average": os.getloadavg(), "cpu_pressure": cpu_pressure(), "cpus": os.cpu_count(),
+                     "drain": {}, "steady": {}}
 
     for variant in variants:
         dbs = Databases(args.database_url, proposed_outbox=variant == "proposed")
@@ -426,9 +427,19 @@ def main() -> None:
         args.json.write_text(json.dumps(results, indent=2))
 
 
+def cpu_pressure() -> str | None:
+    """The kernel's CPU pressure (share of time some task waited for a CPU), when it has it."""
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    return some.split()[2].split("=")[1] + "%"  # avg60
+
+
 def report(results: dict, args) -> str:
     load = ", ".join(f"{x:.1f}" for x in results["load_average"])
-    lines = [f"Machine: {results['cpus']} CPUs, load average at the start {load}.", "",
+    pressure = f", CPU pressure (some, avg60) {results['cpu_pressure']}" if results.get("cpu_pressure") else ""
+    lines = [f"Machine: {results['cpus']} CPUs, load average at the start {load}{pressure}.", "",
              f"Drain of a {args.events:,}-event backlog ({args.aggregates:,} aggregates, {args.partitions} partitions, "
              f"our batch {args.batch}):", "",
              "| relay | events | seconds | events/s |", "|---|---:|---:|---:|"]
