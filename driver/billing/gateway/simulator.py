@@ -35,6 +35,8 @@ import json
 import logging
 import random
 import signal
+import socket
+import struct
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -124,13 +126,53 @@ class _Window:
         return max(0.0, inside[0] + 1.0 - now) if inside else 1.0
 
 
-class _StampingHandler(web_protocol.RequestHandler):
-    """aiohttp's connection protocol, noting when the last bytes were read from the socket."""
+# Linux: SO_TIMESTAMPNS (SCM_TIMESTAMPNS in the ancillary data) has the same number on every
+# architecture but a few old ones; Python's socket module does not name it.
+SO_TIMESTAMPNS = 35
 
-    __slots__ = ("received_at",)
+
+class _KernelStampedSocket:
+    """The transport's socket, read with recvmsg so that each read brings the kernel's receive
+    time of its data: the simulator's own scheduling delays cannot move a call's arrival."""
+
+    __slots__ = ("_sock", "_handler")
+
+    def __init__(self, sock, handler: "_StampingHandler") -> None:
+        self._sock = sock
+        self._handler = handler
+
+    def recv(self, size: int) -> bytes:
+        data, ancillary, _flags, _addr = self._sock.recvmsg(size, 64)
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
+                seconds, nanos = struct.unpack_from("qq", payload)
+                self._handler.kernel_stamp = seconds + nanos / 1e9
+        return data
+
+    def __getattr__(self, name):
+        return getattr(self._sock, name)
+
+
+class _StampingHandler(web_protocol.RequestHandler):
+    """aiohttp's connection protocol, noting when each request's bytes arrived (kernel time when
+    the socket gives it, else when they were read)."""
+
+    __slots__ = ("received_at", "kernel_stamp")
+
+    def connection_made(self, transport) -> None:
+        self.kernel_stamp = None
+        sock = getattr(transport, "_sock", None)
+        if sock is not None and hasattr(sock, "recvmsg"):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                transport._sock = _KernelStampedSocket(sock, self)
+            except (OSError, AttributeError):
+                pass
+        super().connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        self.received_at = time.monotonic()
+        stamp, self.kernel_stamp = self.kernel_stamp, None
+        self.received_at = stamp if stamp is not None else time.time()
         super().data_received(data)
 
 
@@ -142,8 +184,8 @@ class _StampingServer(web_server.Server):
 
 
 def _arrival(request: web.Request) -> float:
-    """When the request's bytes were read (the handler itself may run later on a busy loop)."""
-    return getattr(request.protocol, "received_at", None) or time.monotonic()
+    """When the request's bytes arrived (wall clock, seconds): the handler may run later."""
+    return getattr(request.protocol, "received_at", None) or time.time()
 
 
 class GatewaySimulator:
@@ -216,6 +258,11 @@ class GatewaySimulator:
         self._runner.server.__class__ = _StampingServer  # stamp each request on arrival
         site = web.TCPSite(self._runner, host, port, backlog=4096)
         await site.start()
+        for listener in getattr(site._server, "sockets", None) or ():  # accepted sockets inherit it
+            try:
+                listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:
+                pass
         bound_host, bound_port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{bound_port}"
         if self.webhook_url:
@@ -321,7 +368,7 @@ class GatewaySimulator:
                 "rateLimited": self.counters["rateLimited"]}
 
     def accepted_times(self) -> list[float]:
-        """Monotonic instants of every accepted call, in order."""
+        """Arrival instants (wall clock, seconds) of every accepted call, in order."""
         return list(self._accepted_times)
 
     def stats(self) -> dict:
