@@ -262,3 +262,20 @@ def test_cli_serves_ledger_and_stats():
     finally:
         proc.terminate()
         assert proc.wait(timeout=10) == 0
+
+
+def test_arrivals_are_stamped_by_the_kernel_not_by_a_stalled_loop():
+    """A call that arrives while the simulator's event loop is stalled counts when it arrived."""
+    async def scenario():
+        async with GatewaySimulator(rate=0) as sim:
+            async with GatewayClient(sim.url) as client:
+                await client.charge("warm-up", 1, 1, "USD")  # the connection is open
+                call = asyncio.create_task(client.charge("stalled", 1, 1, "USD"))
+                await asyncio.sleep(0.05)  # the request is on the wire
+                sent_before = time.time()
+                time.sleep(0.3)  # the simulator (same loop) reads it only now
+                await call
+            return sim.accepted_times()[-1], sent_before
+
+    arrived, sent_before = run(scenario())
+    assert arrived <= sent_before
