@@ -52,7 +52,9 @@ the pacing queue.
 
 Redis unreachable: ``acquire`` fails closed. Charging pauses (one warning in the log,
 ``billing_limiter_paused`` = 1, ``billing_limiter_pauses_total`` + 1), one probe retries with
-backoff, and every waiting caller resumes when Redis answers again.
+backoff, and every waiting caller resumes when Redis answers again, but not before a second
+(plus the lateness budget) has passed since the pause began: a restarted Redis has lost the log,
+and the calls granted just before the outage must have left the gateway's window first.
 """
 
 from __future__ import annotations
@@ -426,6 +428,9 @@ class RedisGcraLimiter(_TwoStep):
             except (rexc.ConnectionError, rexc.TimeoutError, OSError):
                 backoff = min(backoff * 2, self._max_backoff)
                 continue
+            # A Redis that restarted has lost the log: stay quiet until every call granted before
+            # the outage is more than a second (and its lateness budget) old.
+            await asyncio.sleep(max(0.0, paused_at + 1.0 + self.lateness.budget - time.monotonic()))
             self.paused = False
             metrics.LIMITER_PAUSED.set(0)
             self._available.set()
