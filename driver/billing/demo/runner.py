@@ -159,6 +159,89 @@ class DemoGateway(GatewaySimulator):
     def pending_webhooks(self) -> int:
         return self._webhooks_waiting
 
+    def app(self):
+        from aiohttp import web
+
+        app = super().app()
+        app.router.add_get("/v1/demo/pending", lambda request: web.json_response(
+            {"pending": self.pending_webhooks()}))
+        app.router.add_get("/v1/demo/accepted", lambda request: web.json_response(
+            {"accepted": self.accepted_times()}))
+        return app
+
+
+class GatewayProcess:
+    """The DemoGateway in a process of its own, so that its HTTP work (answering the charges,
+    sending the webhooks) runs on another core than the worker's. Read over HTTP like any gateway:
+    `GET /v1/ledger`, `GET /v1/stats`, and two demo routes (webhooks not yet delivered, the
+    instants of accepted calls on the machine's monotonic clock)."""
+
+    def __init__(self, **options) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_gateway_main, args=(options, child), daemon=True, name="demo-gateway")
+        self.url: str | None = None
+
+    async def start(self) -> str:
+        self._proc.start()
+        answer = await asyncio.to_thread(self._conn.recv)
+        if isinstance(answer, BaseException):
+            raise answer
+        self.url = answer
+        return answer
+
+    async def _get(self, path: str) -> dict:
+        import aiohttp
+
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+            async with session.get(f"{self.url}{path}") as resp:
+                resp.raise_for_status()
+                return await resp.json()
+
+    async def pending_webhooks(self) -> int:
+        return (await self._get("/v1/demo/pending"))["pending"]
+
+    async def ledger(self) -> dict:
+        return await self._get("/v1/ledger")
+
+    async def stats(self) -> dict:
+        return await self._get("/v1/stats")
+
+    async def accepted_times(self) -> list[float]:
+        return (await self._get("/v1/demo/accepted"))["accepted"]
+
+    async def close(self) -> None:
+        try:
+            self._conn.send("stop")
+        except (OSError, EOFError):
+            pass
+        await asyncio.to_thread(self._proc.join, 15)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            await asyncio.to_thread(self._proc.join, 5)
+
+
+def _gateway_main(options: dict, conn) -> None:
+    asyncio.run(_gateway_serve(options, conn))
+
+
+async def _gateway_serve(options: dict, conn) -> None:
+    gateway = DemoGateway(**options)
+    try:
+        url = await gateway.start()
+    except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it
+        conn.send(exc)
+        return
+    conn.send(url)
+    try:
+        await asyncio.to_thread(conn.recv)  # "stop", or EOFError when the parent is gone
+    except (EOFError, OSError):
+        pass
+    finally:
+        await gateway.close()
+
 
 # -- database ----------------------------------------------------------------------------------
 
@@ -276,15 +359,23 @@ async def _apply_change(conn, a, sub_id: int) -> None:
 
 
 def _estimate_renewals(sc: scenario_mod.Scenario) -> int:
-    """About how many renewals the window holds (for the progress bar only)."""
+    """About how many renewals the window holds if nobody cancels (for the progress bar only)."""
     per_plan = {p.code: p for p in sc.plans}
+    end = sc.end
     total = 0
     for a in sc.actions:
-        if a.kind != "signup":
+        if a.kind != "signup" or a.at >= end:
             continue
-        p = per_plan[a.plan_code]
-        span = (sc.end - a.at).days
-        total += {"WEEK": span // 7, "MONTH": span // 30, "YEAR": span // 365, "DAY": span}[p.interval]
+        interval, at = per_plan[a.plan_code].interval, a.at
+        if interval == "WEEK":
+            total += (end - at).days // 7
+        elif interval in ("MONTH", "YEAR"):
+            months = (end.year - at.year) * 12 + end.month - at.month
+            if (end.day, end.hour, end.minute) < (at.day, at.hour, at.minute):
+                months -= 1
+            total += max(0, months if interval == "MONTH" else months // 12)
+        else:
+            total += (end - at).days
     return total
 
 
@@ -294,7 +385,7 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
     from billing.limiter import LocalGcraLimiter, RedisGcraLimiter
     from billing.worker.charging import Charger
     from billing.worker.relay import JsonlSink, KafkaSink, RelayOptions, run_relay
-    from billing.metrics import OUTBOX_PUBLISHED
+    from billing.metrics import CHARGES, OUTBOX_PUBLISHED
     from billing.worker.renewal import renew_due
 
     if not options.quiet:
@@ -339,7 +430,7 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
 
     # 3. The HTTP API (webhooks), the gateway, the limiter, the event sink.
     server, api_task, api_url = await _start_api(settings, clock)
-    gateway = DemoGateway(
+    gateway = GatewayProcess(
         rate=rate, decline_rate=options.decline_rate, timeout_rate=options.timeout_rate,
         error_rate=options.error_rate, latency_ms=options.latency_ms,
         webhook_url=f"{api_url}/webhooks/payments", webhook_secret=secret,
@@ -390,7 +481,7 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
     if options.quiet:
         progress.stream = open(os.devnull, "w")  # noqa: SIM115
         progress.tty = False
-    expected_renewals = max(1, _estimate_renewals(sc))
+    expected_renewals = max(1, await asyncio.to_thread(_estimate_renewals, sc))
     say("")
     samples: list[Sample] = []
     rejections: dict[str, int] = {}
@@ -413,7 +504,7 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
         return (await cur.fetchone())["n"]
 
     def calls() -> int:
-        return gateway.counters["accepted"]
+        return _counter(CHARGES)  # gateway calls made, as the charge workers counted them
 
     def refresh(now: datetime, backlog: int, force: bool = False) -> None:
         if not force and time.monotonic() - progress._last < progress.interval:
@@ -470,7 +561,7 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
                 if backlog == 0 or time.monotonic() - step_started >= budget:
                     break
                 refresh(now, backlog)
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(0.004)
             backlog = await chargeable(now) + charger.held()
             if time.monotonic() - progress._last > progress.interval:
                 _written[0] = await outbox_written()
@@ -487,7 +578,7 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
             refresh(now, backlog)
             await asyncio.sleep(0.01)
         deadline = time.monotonic() + 60
-        while gateway.pending_webhooks() and time.monotonic() < deadline:
+        while await gateway.pending_webhooks() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         while time.monotonic() < deadline:
             _written[0] = await outbox_written()
@@ -513,10 +604,12 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
             await close()
         if not settings.kafka_bootstrap:
             sink.close()
-        ledger = gateway.ledger()
-        accepted = gateway.accepted_times()
-        stats = gateway.stats()
-        await gateway.close()
+        try:
+            ledger = await gateway.ledger()
+            accepted = await gateway.accepted_times()
+            stats = await gateway.stats()
+        finally:
+            await gateway.close()
         server.should_exit = True
         await asyncio.gather(api_task, return_exceptions=True)
 
