@@ -339,7 +339,15 @@ def _table(headers: list[str], rows: list[list], numeric: set[int] = frozenset()
 
 
 def _fmt_h(h: datetime | None) -> str:
-    return f"{h:%d %b %H:00} UTC" if h else "not within the window"
+    return f"{h:%d %b %H:00} UTC" if h else "-"
+
+
+def _drained(p: dict) -> str:
+    if not p["deepest_backlog"]:
+        return "no queue"
+    if p["drained"] is None:
+        return "still queued at the end of these 48 h"
+    return f"empty again by {_fmt_h(p['drained'])}"
 
 
 def render_html(result) -> str:
@@ -399,12 +407,12 @@ def render_html(result) -> str:
         f"{achieved:,.0f} gateway calls per real second over the whole run; busiest second {busiest:,}: {pace}.</p>")
     parts.append(svg_hourly(s, *campaign, cap, "Campaign day, 1 September: signups (INITIAL invoices) per hour"))
     parts.append(f"<p class='note'>Busiest hour {_fmt_h(p1['busiest'])}: {p1['busiest_due']:,} invoices due. "
-                 f"Deepest queue {p1['deepest_backlog']:,} at {_fmt_h(p1['deepest'])}; empty again by "
-                 f"{_fmt_h(p1['drained'])}. {p1['due_total']:,} due and {p1['charged_total']:,} charged in these 48 h.</p>")
+                 f"Deepest queue {p1['deepest_backlog']:,} at {_fmt_h(p1['deepest'])}; {_drained(p1)}. "
+                 f"{p1['due_total']:,} due and {p1['charged_total']:,} charged in these 48 h.</p>")
     parts.append(svg_hourly(s, *renewal, cap, "Renewal day, 1 October: renewals per hour"))
     parts.append(f"<p class='note'>Busiest hour {_fmt_h(p2['busiest'])}: {p2['busiest_due']:,} invoices due. "
-                 f"Deepest queue {p2['deepest_backlog']:,} at {_fmt_h(p2['deepest'])}; empty again by "
-                 f"{_fmt_h(p2['drained'])}. {p2['due_total']:,} due and {p2['charged_total']:,} charged in these 48 h. "
+                 f"Deepest queue {p2['deepest_backlog']:,} at {_fmt_h(p2['deepest'])}; {_drained(p2)}. "
+                 f"{p2['due_total']:,} due and {p2['charged_total']:,} charged in these 48 h. "
                  f"The queue is the design: invoices wait in the table (a claimable OPEN row), the limiter spaces the "
                  f"calls, and nothing is lost or charged twice while it drains.</p>")
     parts.append(svg_hourly(s, start, end, cap, "The whole window, per day", bucket=timedelta(days=1)))
@@ -429,11 +437,12 @@ def render_html(result) -> str:
 
     parts.append("<h2>What happened</h2>")
     counts = result.action_counts
-    rej = ", ".join(f"{k}: {v}" for k, v in sorted(result.action_rejections.items())) or "none"
+    rej = ", ".join(f"{k}: {v}" for k, v in sorted(result.action_rejections.items()))
+    rej = f"{rej} (e.g. canceling a subscription that dunning already canceled)" if rej else "none"
     sim = result.simulator_stats
     parts.append(_table(["", "figures"], [
         ["customer actions", _esc(", ".join(f"{k} {v:,}" for k, v in sorted(counts.items())))],
-        ["actions refused by the SQL API", _esc(rej + " (e.g. canceling a subscription dunning already canceled)")],
+        ["actions refused by the SQL API", _esc(rej)],
         ["subscriptions", _esc(", ".join(f"{r['status']}{' (' + r['reason'] + ')' if r['reason'] else ''} "
                                           f"{r['n']:,}" for r in s["subscriptions"]))],
         ["plans", _esc(", ".join(f"{r['interval']} {r['n']:,}" for r in s["plans"]))],
@@ -475,7 +484,7 @@ def terminal_summary(result) -> str:
     for name, (a, b) in (("campaign day (signups)", campaign), ("renewal day (1 Oct)", renewal)):
         p = _peak(s, a, b)
         lines.append(f"  {name:<24} busiest hour {_fmt_h(p['busiest'])}: {p['busiest_due']:,} due "
-                     f"(cap {cap:,}/h); deepest queue {p['deepest_backlog']:,}, empty again by {_fmt_h(p['drained'])}")
+                     f"(cap {cap:,}/h); deepest queue {p['deepest_backlog']:,} at {_fmt_h(p['deepest'])}, {_drained(p)}")
     recovered = sum(f["recovered"].values())
     lines.append(f"  {'dunning':<24} {f['declined_first']:,} declined at first try: {recovered:,} recovered, "
                  f"{f['failed']:,} failed (canceled), {f['void']:,} voided, {f['open']:,} still in dunning")
