@@ -16,6 +16,12 @@ CREATE OR REPLACE FUNCTION billing._renew_batch(p_batch_size integer, p_now time
 RETURNS TABLE (handled integer, canceled bigint[])
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
+-- One plan for every call: planning this statement anew each time (a custom plan per batch
+-- size and clock) cost about 4 ms, 8 us per invoice at the default batch of 500. Without
+-- sequential scans the only plans left are the intended ones whatever the estimates: the due
+-- index in period-end order, TID scans for the claimed rows, index probes of credit_balance.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_claimed  integer;
@@ -36,8 +42,8 @@ BEGIN
         -- one customer's subscriptions serialise on the balance instead of deadlocking.
         SELECT b.customer_id, b.currency, b.balance
           FROM billing.credit_balance b
-         WHERE b.balance > 0
-           AND b.customer_id IN (SELECT d.customer_id FROM due d WHERE NOT d.cancel_at_period_end)
+         WHERE b.customer_id = ANY (ARRAY(SELECT d.customer_id FROM due d WHERE NOT d.cancel_at_period_end))
+           AND b.balance > 0
          ORDER BY b.customer_id, b.currency
            FOR UPDATE
     ), priced AS MATERIALIZED (
