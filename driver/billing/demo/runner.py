@@ -1,17 +1,19 @@
 """`billing demo`: the engine's real work on a simulated clock, then the report and the invariants.
 
-What runs, all in this process and through the production code:
+What runs, each piece the production code:
 * PostgreSQL: a fresh database (dropped and created again at every run), migrated;
-* the gateway simulator (`billing.gateway.simulator`) on a free port, with declines, timeouts
-  after charging, 5xx, latency, and signed webhooks (late, out of order, some duplicated) sent to
-* the HTTP API (`billing.api.create_app`, served by uvicorn on a free port) whose
+* the gateway simulator (`billing.gateway.simulator`, in a process of its own so that its HTTP
+  work has a core of its own) on a free port, with declines, timeouts after charging, 5xx,
+  latency, and signed webhooks (late, out of order, some duplicated) sent to
+* the HTTP API (`billing.api.create_app`, served by uvicorn on a free port in this process) whose
   `/webhooks/payments` checks each signature and applies it through `apply_gateway_webhook`;
-* the worker's parts: the renewal pass (`renew_due`), the charge workers (`Charger.run`) with the
-  GCRA limiter (Redis when BILLING_REDIS_URL is set, else the same GCRA in process) and the
-  outbox relay (`run_relay`) into Kafka when BILLING_KAFKA_BOOTSTRAP is set, else a JSON-lines file.
+* the worker's parts, in this process: the renewal pass (`renew_due`), the charge workers
+  (`Charger.run`) with the GCRA limiter (Redis when BILLING_REDIS_URL is set, else the same GCRA
+  in process) and the outbox relay (`run_relay`) into Kafka when BILLING_KAFKA_BOOTSTRAP is set,
+  else a JSON-lines file.
 
-Time. The SQL API gets `p_now` from a simulated clock that moves in steps (one simulated hour by
-default). At each step the customers' actions of that hour are applied at their own instants, the
+Time. The SQL API gets `p_now` from a simulated clock that moves in steps (one simulated hour on
+the peak days, six on the others, by default). At each step the customers' actions of that hour are applied at their own instants, the
 renewal pass invoices what fell due, and the charge workers charge in real time through the real
 limiter. A step ends when nothing due is left, or after its share of real time,
 `--hour-seconds` per simulated hour: then the clock moves on and what is left waits in the queue.
