@@ -57,6 +57,8 @@ RELAY_LEASE = timedelta(days=1)
 GATEWAY_TIMEOUT_SECONDS = 0.5
 # How often an idle charge worker looks for work (real time); each look is one claim_charges call.
 CHARGE_POLL_SECONDS = 0.02
+# At the end, how long the late webhooks and the relay may take to finish.
+FINISH_SECONDS = 300
 
 
 @dataclass
@@ -579,9 +581,10 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
                 break
             refresh(now, backlog)
             await asyncio.sleep(0.01)
-        deadline = time.monotonic() + 60
+        # Bounded, so that a stuck piece ends the run (and the invariants then say what is missing).
+        deadline = time.monotonic() + FINISH_SECONDS
         while await gateway.pending_webhooks() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.1)
         while time.monotonic() < deadline:
             _written[0] = await outbox_written()
             cur = await probe.execute("SELECT count(*) AS n FROM billing.outbox_event WHERE status = 'PENDING'")
