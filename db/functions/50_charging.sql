@@ -8,6 +8,7 @@ CREATE OR REPLACE FUNCTION billing.claim_charges(
 RETURNS TABLE (invoice_id bigint, attempt_id bigint, idempotency_key text, customer_id bigint, amount bigint, currency text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
+SET jit = off  -- a short OLTP statement: compiling it would cost more than running it
 AS $$
 #variable_conflict use_column
 BEGIN

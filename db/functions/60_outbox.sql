@@ -37,6 +37,7 @@ CREATE OR REPLACE FUNCTION billing.claim_outbox_events(
 RETURNS SETOF billing.outbox_event
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
+SET jit = off  -- a short OLTP statement: compiling it would cost more than running it
 AS $$
 BEGIN
     IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
