@@ -93,6 +93,25 @@ def host_load() -> str:
     return ", ".join(parts)
 
 
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used, from /proc (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def backend_pids(dbname: str) -> list[int]:
+    with psycopg.connect(PG, autocommit=True) as conn:
+        return [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", (dbname,))]
+
+
+def cpu_snapshot(sim_pid: int, worker_pids: list[int], dbname: str) -> dict:
+    return {"workers": sum(proc_cpu(p) for p in worker_pids), "simulator": proc_cpu(sim_pid),
+            "postgres": sum(proc_cpu(p) for p in backend_pids(dbname))}
+
+
 def get(url: str) -> dict:
     return json.load(urllib.request.urlopen(url, timeout=10))
 
@@ -161,8 +180,10 @@ def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, 
             time.sleep(0.05)
         time.sleep(warmup)
         first, t0 = get(f"{sim_url}/v1/stats"), time.monotonic()
+        cpu0 = cpu_snapshot(sim.pid, [p.pid for p in procs], dbname)
         time.sleep(duration)
         last, t1 = get(f"{sim_url}/v1/stats"), time.monotonic()
+        cpu1 = cpu_snapshot(sim.pid, [p.pid for p in procs], dbname)
         internals = scrape(metric_ports)
         load = host_load()
         for p in procs:
@@ -177,11 +198,13 @@ def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, 
         sim.wait(30)
         admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
     achieved = (last["accepted"] - first["accepted"]) / (t1 - t0)
+    calls = max(1, last["accepted"] - first["accepted"])
+    cpu_ms_per_call = {k: round((cpu1[k] - cpu0[k]) / calls * 1000, 3) for k in cpu0}
     over = final["rateLimited"] if mode == "strict" else final["excess"]
     return {"rate": rate, "limiter": limiter, "simulator": mode, "workers": workers,
             "achieved_per_s": round(achieved, 1), "of_limit": round(achieved / rate, 4),
             "max_calls_in_1s_window": final["maxWindow"], "calls_over_limit": over,
-            "accepted": final["accepted"], "worker_exit_codes": codes, "host": load, "workers_internals": internals}
+            "accepted": final["accepted"], "worker_exit_codes": codes, "host": load, "cpu_ms_per_call": cpu_ms_per_call, "workers_internals": internals}
 
 
 def main() -> None:
