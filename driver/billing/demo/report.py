@@ -111,6 +111,19 @@ def _peak(stats: dict, start: datetime, end: datetime) -> dict:
             "charged_total": sum(sum(stats["attempts_by_hour"].get(h, {}).values()) for h in hours)}
 
 
+def pace(result) -> tuple[int, int, bool]:
+    """(mean charges per simulated hour while a queue waited, how many such hours, whether that is
+    the cap): over the hourly steps of the peak days that ended with invoices still queued."""
+    s = result.stats
+    cap = round(result.options.rate * result.options.hour_seconds)
+    hours = [h for a, b in PEAKS for h in _hours(a, min(b, result.ended))
+             if s["backlog_by_hour"].get(h, 0) > 0 and result.options.step_minutes == 60]
+    if not hours:
+        return 0, 0, True
+    mean = sum(sum(s["attempts_by_hour"].get(h, {}).values()) for h in hours) // len(hours)
+    return mean, len(hours), mean >= 0.9 * cap
+
+
 def _hours(start: datetime, end: datetime):
     h = _hour(start)
     while h < end:
@@ -389,9 +402,16 @@ def render_html(result) -> str:
 
     parts.append("<h2>The peaks: what falls due per hour against what the gateway lets through</h2>")
     busiest = result.simulator_stats.get("maxWindow", 0)
-    pace = ("the gateway's limit set the pace" if busiest >= 0.9 * o.rate else
-            f"this machine, not the limit, set the pace (it reached {busiest:,} calls in its busiest second; "
-            f"a lower --rate makes the limit the bottleneck)")
+    mean, queued_hours, limited = pace(result)
+    if not queued_hours:
+        pace_text = "no queue formed: the cap was never reached"
+    elif limited:
+        pace_text = (f"while a queue waited ({queued_hours} simulated hours), {mean:,} charges per hour: "
+                     f"the gateway's limit set the pace")
+    else:
+        pace_text = (f"while a queue waited ({queued_hours} simulated hours), only {mean:,} charges per hour, "
+                     f"below the cap: this machine, not the gateway's limit, set the pace (busy with other work, "
+                     f"or too slow for --rate {o.rate}; a lower --rate makes the limit the bottleneck)")
     parts.append(
         f"<p class='note'><b>How to read these charts.</b> Time is simulated: the SQL API gets <code>p_now</code> "
         f"from a clock that moves in steps of {o.step_minutes} simulated minutes on these days "
@@ -404,7 +424,8 @@ def render_html(result) -> str:
         f"signup; a renewal at its period boundary, local midnight or the signup's time of day in the customer's "
         f"time zone; a PRORATION at the plan change). Line: payment attempts made in the hour, first tries and "
         f"dunning retries. Shaded: the queue, due but not charged, at the end of the hour. Average "
-        f"{achieved:,.0f} gateway calls per real second over the whole run; busiest second {busiest:,}: {pace}.</p>")
+        f"{achieved:,.0f} gateway calls per real second over the whole run, busiest second {busiest:,}; "
+        f"{pace_text}.</p>")
     parts.append(svg_hourly(s, *campaign, cap, "Campaign day, 1 September: signups (INITIAL invoices) per hour"))
     parts.append(f"<p class='note'>Busiest hour {_fmt_h(p1['busiest'])}: {p1['busiest_due']:,} invoices due. "
                  f"Deepest queue {p1['deepest_backlog']:,} at {_fmt_h(p1['deepest'])}; {_drained(p1)}. "
@@ -485,6 +506,11 @@ def terminal_summary(result) -> str:
         p = _peak(s, a, b)
         lines.append(f"  {name:<24} busiest hour {_fmt_h(p['busiest'])}: {p['busiest_due']:,} due "
                      f"(cap {cap:,}/h); deepest queue {p['deepest_backlog']:,} at {_fmt_h(p['deepest'])}, {_drained(p)}")
+    mean, queued_hours, limited = pace(result)
+    if queued_hours:
+        lines.append(f"  {'pace while queued':<24} {mean:,} charges per simulated hour over {queued_hours} hours "
+                     f"(cap {cap:,}): " + ("the gateway's limit set the pace" if limited else
+                                          "below the cap, this machine set the pace"))
     recovered = sum(f["recovered"].values())
     lines.append(f"  {'dunning':<24} {f['declined_first']:,} declined at first try: {recovered:,} recovered, "
                  f"{f['failed']:,} failed (canceled), {f['void']:,} voided, {f['open']:,} still in dunning")

@@ -465,7 +465,7 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
     say(f"events     {events_source}")
     cap = round(rate * options.hour_seconds)
     say(f"clock      steps of {options.step_minutes} simulated minutes on the peak days, "
-        f"{options.quiet_step_hours} h on the others; at most {options.hour_seconds:g} s of "
+        f"{options.quiet_step_hours} h on the others; at most {options.hour_seconds:.3g} s of "
         f"real time per simulated hour, so at most {cap:,} charges per simulated hour at {rate}/s")
 
     # 4. The worker's parts, as `billing worker` composes them.
