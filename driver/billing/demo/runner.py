@@ -54,7 +54,7 @@ UTC = timezone.utc
 # call in flight while the clock moves on is never re-claimed (its key would be, harmlessly).
 CHARGE_LEASE = timedelta(hours=6)
 RELAY_LEASE = timedelta(days=1)
-GATEWAY_TIMEOUT_SECONDS = 0.5
+GATEWAY_TIMEOUT_SECONDS = 1.0
 # How often an idle charge worker looks for work (real time); each look is one claim_charges call.
 CHARGE_POLL_SECONDS = 0.02
 # At the end, how long the late webhooks and the relay may take to finish.

@@ -67,7 +67,7 @@ REGIONS: tuple[Region, ...] = (
 )
 
 # Share of signups per kind of plan.
-PLAN_MIX = (("BASIC_MONTHLY", 0.47), ("PRO_MONTHLY", 0.30), ("WEEKLY", 0.03), ("PRO_YEARLY", 0.20))
+PLAN_MIX = (("BASIC_MONTHLY", 0.48), ("PRO_MONTHLY", 0.30), ("WEEKLY", 0.02), ("PRO_YEARLY", 0.20))
 
 # The campaign's local hour-of-day profile on the 1st: a launch at midnight, then daytime.
 CAMPAIGN_HOURS = (
