@@ -10,7 +10,7 @@ SERVICES_ENV := $(CACHE)/services.env
 PGTAP_DB ?= billing_pgtap
 PYTEST_ARGS ?=
 
-.PHONY: help venv services services-stop db-migrate test test-sql test-py demo bench-renewal bench-relay bench-charge bench-http clean
+.PHONY: help venv services services-stop db-migrate test test-sql test-py demo bench-renewal bench-relay bench-charge bench-http clean schema-snapshot
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -75,3 +75,11 @@ bench-http: venv
 
 clean: services-stop
 	rm -rf $(CACHE) $(VENV)
+
+# Regenerate db/schema.snapshot (the drift test compares a migrated database with it).
+schema-snapshot: venv services
+	@source $(SERVICES_ENV) && base=$${BILLING_TEST_DATABASE_URL%/*} && url="$$base/billing_snapshot" && \
+	 psql -q "$$BILLING_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS billing_snapshot WITH (FORCE)" -c "CREATE DATABASE billing_snapshot" && \
+	 $(BIN)/billing --log-level WARNING db migrate --database-url "$$url" && \
+	 psql -XAtq -d "$$url" -f db/snapshot.sql > db/schema.snapshot && \
+	 psql -q "$$BILLING_TEST_DATABASE_URL" -c "DROP DATABASE billing_snapshot" && echo "db/schema.snapshot written"
