@@ -250,9 +250,11 @@ class FaultLog:
     t0: float = field(default_factory=time.monotonic)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, kind: str, detail: str = "") -> None:
+    def add(self, kind: str, detail: str = "", *, injected: bool = True) -> None:
+        """Put an event on the timeline; `injected` ones (our faults) are counted in the figures."""
         with self.lock:
-            self.counts[kind] = self.counts.get(kind, 0) + 1
+            if injected:
+                self.counts[kind] = self.counts.get(kind, 0) + 1
             self.timeline.append((round(time.monotonic() - self.t0, 1), f"{kind} {detail}".strip()))
 
 

@@ -241,7 +241,7 @@ class GatewayWatch(threading.Thread):
                 except (httpx.HTTPError, ValueError, KeyError):
                     continue
                 if limited > self.last:
-                    self.faults.add("gateway answered 429", f"x{limited - self.last}")
+                    self.faults.add("gateway answered 429", f"x{limited - self.last}", injected=False)
                     self.last = limited
 
     def stop(self) -> None:
@@ -446,12 +446,15 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
                 faults.add("redis stopped")
                 time.sleep(rng.uniform(3, 6))
                 services.start_redis()
+                faults.add("redis back", injected=False)
             elif what == "kafka":
-                services.restart_kafka()
                 faults.add("kafka restarted")
+                services.restart_kafka()
+                faults.add("kafka back", injected=False)
             elif what == "postgres":
-                services.restart_postgres()
                 faults.add("postgres restarted (fast)")
+                services.restart_postgres()
+                faults.add("postgres back", injected=False)
             elif what == "serve":
                 serve.kill()
                 faults.add("serve SIGKILL")
