@@ -274,6 +274,7 @@ async def drain_ours(url: str, bootstrap: str, topic: str, events: int, batch: i
     stop = asyncio.Event()
     sink = KafkaSink(bootstrap, topic)
     relay = Relay(url, sink, stop, options=RelayOptions(batch_size=batch))
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     task = asyncio.create_task(relay.run())
     while relay.published < events:
@@ -281,10 +282,12 @@ async def drain_ours(url: str, bootstrap: str, topic: str, events: int, batch: i
         if task.done():
             task.result()
     elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0  # the relay's process, librdkafka's threads included
     stop.set()
     await task
     sink.close()
-    return {"events": relay.published, "seconds": elapsed, "per_second": relay.published / elapsed}
+    return {"events": relay.published, "seconds": elapsed, "per_second": relay.published / elapsed,
+            "relay_cpu_seconds": cpu, "relay_cpu_us_per_event": 1e6 * cpu / max(relay.published, 1)}
 
 
 def drain_seed(url: str, bootstrap: str, topic: str, seconds: float) -> dict:
@@ -442,10 +445,11 @@ def report(results: dict, args) -> str:
     lines = [f"Machine: {results['cpus']} CPUs, load average at the start {load}{pressure}.", "",
              f"Drain of a {args.events:,}-event backlog ({args.aggregates:,} aggregates, {args.partitions} partitions, "
              f"our batch {args.batch}):", "",
-             "| relay | events | seconds | events/s |", "|---|---:|---:|---:|"]
+             "| relay | events | seconds | events/s | relay CPU per event |", "|---|---:|---:|---:|---:|"]
     for who, r in results["drain"].items():
         note = f" (time-boxed; {r['projected_seconds_for_backlog'] / 60:,.0f} min projected)" if who == "seed article" else ""
-        lines.append(f"| {who} | {r['events']:,} | {r['seconds']:.1f}{note} | {r['per_second']:,.0f} |")
+        cpu = f"{r['relay_cpu_us_per_event']:.0f} µs" if "relay_cpu_us_per_event" in r else "-"
+        lines.append(f"| {who} | {r['events']:,} | {r['seconds']:.1f}{note} | {r['per_second']:,.0f} | {cpu} |")
     lines += ["", f"Steady rate, commit -> Kafka acknowledgement, {args.duration:.0f} s per run:", "",
               "| rate | relay | events | p50 ms | p99 ms | max ms | unpublished at the end |",
               "|---:|---|---:|---:|---:|---:|---:|"]
