@@ -168,6 +168,7 @@ class _TwoStep:
         self.lateness = _Lateness(max_late_seconds, guard_seconds - max_late_seconds)
         self._offset = _ClockOffset()
         self._tokens = (f"{uuid.uuid4().hex[:12]}:{n}" for n in itertools.count())
+        self._release: str | None = None
         self._waiters: deque[asyncio.Future] = deque()
         self._wake: asyncio.Event | None = None
         self._reserver: asyncio.Task | None = None
@@ -188,34 +189,52 @@ class _TwoStep:
     # -- callers ---------------------------------------------------------------------------------
 
     async def acquire(self) -> None:
+        """Wait until this caller may make one gateway call now (pace, then use)."""
         started = time.monotonic()
-        release: str | None = None
         while True:
-            await self._paced()
-            for _ in range(2):  # one immediate retry when late; then back to the pacing queue
-                token = next(self._tokens)
-                budget = self.lateness.budget
-                asked = time.monotonic()
-                granted, value = await self._use(token, release, int(budget * 1_000_000))
-                answered = time.monotonic()
-                release = None
-                if not granted:
-                    self.refusals += 1
-                    metrics.LIMITER_REFUSALS.inc()
-                    break
-                # The grant happened at `value` on the limiter's clock, no earlier than
-                # value - hi on ours: how late we already are, at most.
-                _, hi = self._offset.add(asked, answered, value / 1_000_000)
-                late = time.monotonic() - (value / 1_000_000 - hi)
-                self.lateness.add(late)
-                if late <= budget - self.lateness.post:
-                    metrics.LIMITER_WAIT.observe(time.monotonic() - started)
-                    return
-                # Later than the budget declared: the call might land outside it. Ask again,
-                # giving this grant back in the same script, with a budget that knows better.
-                self.late_redos += 1
-                metrics.LIMITER_LATE_DROPS.inc()
-                release = token
+            await self.pace()
+            if await self.use():
+                metrics.LIMITER_WAIT.observe(time.monotonic() - started)
+                return
+
+    async def pace(self) -> None:
+        """Wait for this caller's pacing slot (the long wait; nothing is granted yet)."""
+        await self._paced()
+
+    async def use(self) -> bool:
+        """The go-ahead for one call, to be made at once: True when granted; False when refused
+        (the log is full) or when the grant came back too late to keep the promise: then pace
+        again. One Redis round trip (two when the first reply is late).
+
+        Call it as close to the write as possible: GatewayClient runs it inside the request,
+        right before the bytes go out (see `charge(..., gate=)`)."""
+        release = self._release
+        self._release = None
+        for _ in range(2):  # one immediate retry when late
+            token = next(self._tokens)
+            budget = self.lateness.budget
+            asked = time.monotonic()
+            granted, value = await self._use(token, release, int(budget * 1_000_000))
+            answered = time.monotonic()
+            release = None
+            if not granted:
+                self.refusals += 1
+                metrics.LIMITER_REFUSALS.inc()
+                return False
+            # The grant happened at `value` on the limiter's clock, no earlier than
+            # value - hi on ours: how late we already are, at most.
+            _, hi = self._offset.add(asked, answered, value / 1_000_000)
+            late = time.monotonic() - (value / 1_000_000 - hi)
+            self.lateness.add(late)
+            if late <= budget - self.lateness.post:
+                return True
+            # Later than the budget declared: the call might land outside it. Ask again,
+            # giving this grant back in the same script, with a budget that knows better.
+            self.late_redos += 1
+            metrics.LIMITER_LATE_DROPS.inc()
+            release = token
+        self._release = release  # given back by the next use() of this process
+        return False
 
     async def _paced(self) -> None:
         """Wait for a pacing slot: the pacer task wakes exactly one caller per slot."""

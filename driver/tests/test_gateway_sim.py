@@ -279,3 +279,30 @@ def test_arrivals_are_stamped_by_the_kernel_not_by_a_stalled_loop():
 
     arrived, sent_before = run(scenario())
     assert arrived <= sent_before
+
+
+def test_the_gate_runs_right_before_the_bytes_and_a_closed_gate_sends_nothing():
+    from billing.gateway.client import NotSent
+
+    opened_at: list[float] = []
+
+    async def slow_yes() -> bool:
+        await asyncio.sleep(0.2)
+        opened_at.append(time.time())
+        return True
+
+    async def no() -> bool:
+        return False
+
+    async def scenario():
+        async with GatewaySimulator(rate=0) as sim:
+            async with GatewayClient(sim.url) as client:
+                with pytest.raises(NotSent):
+                    await client.charge("held", 1, 1, "USD", gate=no)
+                result = await client.charge("sent", 1, 1, "USD", gate=slow_yes)
+            return result, sim.accepted_times(), sim.stats()
+
+    result, arrivals, stats = run(scenario())
+    assert result.outcome == SUCCEEDED
+    assert stats["accepted"] == 1 and stats["badRequests"] == 0  # the held-back call never reached it
+    assert 0 <= arrivals[0] - opened_at[0] < 0.05  # the bytes left as the gate opened

@@ -1,5 +1,5 @@
 """The payment gateway: the client the charge workers use and a simulator that speaks the same protocol."""
 
-from billing.gateway.client import ChargeResult, GatewayClient, RateLimited
+from billing.gateway.client import ChargeResult, GatewayClient, NotSent, RateLimited
 
-__all__ = ["ChargeResult", "GatewayClient", "RateLimited"]
+__all__ = ["ChargeResult", "GatewayClient", "NotSent", "RateLimited"]

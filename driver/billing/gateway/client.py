@@ -14,11 +14,14 @@ call on its own keep-alive connection, where httpx's pool fell far behind (bench
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import aiohttp
+from aiohttp import payload
 
 from billing import metrics
 
@@ -32,6 +35,36 @@ class ChargeResult:
     outcome: str  # SUCCEEDED | DECLINED | UNKNOWN (the SQL API's payment outcomes)
     reference: str | None = None  # the gateway's charge id
     reason: str | None = None  # decline code, or why the outcome is unknown
+
+
+class NotSent(Exception):
+    """The gate said no right before the request's bytes would have gone out: nothing was sent."""
+
+
+class _GatedJson(payload.BytesPayload):
+    """The request body, written only once `gate()` says yes, in the same step as the write.
+
+    aiohttp holds the request line and headers back until the first body bytes (to send them in
+    one segment), so when the gate refuses nothing at all has reached the gateway; when it agrees,
+    the bytes are handed to the kernel before anything else runs in this event loop: no other task
+    can delay the call between the rate limiter's grant and the gateway."""
+
+    def __init__(self, body: bytes, gate: Callable[[], Awaitable[bool]]) -> None:
+        super().__init__(body, content_type="application/json")
+        self._gate = gate
+        self.asked = False
+        self.passed = False  # until then, nothing has been sent
+
+    def held_back(self) -> bool:
+        """The connection was there, the gate was asked and did not open: nothing went out."""
+        return self.asked and not self.passed
+
+    async def write_with_length(self, writer, content_length) -> None:
+        self.asked = True
+        if not await self._gate():
+            raise NotSent()
+        self.passed = True
+        await super().write_with_length(writer, content_length)
 
 
 class RateLimited(Exception):
@@ -70,26 +103,37 @@ class GatewayClient:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
-    async def charge(self, idempotency_key: str, customer_id: int, amount: int, currency: str) -> ChargeResult:
-        """Charge once per key; raises RateLimited on 429. Money is an int, never a float."""
+    async def charge(self, idempotency_key: str, customer_id: int, amount: int, currency: str, *,
+                     gate: Callable[[], Awaitable[bool]] | None = None) -> ChargeResult:
+        """Charge once per key; raises RateLimited on 429. Money is an int, never a float.
+
+        `gate`: awaited right before the request's bytes go out (the rate limiter's `use`); when
+        it answers False nothing is sent and NotSent is raised."""
         if not isinstance(amount, int) or isinstance(amount, bool):
             raise TypeError("amount must be an int in the currency's smallest unit")
         started = time.monotonic()
         try:
-            result = await self._post(idempotency_key, customer_id, amount, currency)
+            result = await self._post(idempotency_key, customer_id, amount, currency, gate)
+        except NotSent:
+            raise
         except RateLimited:
+            metrics.GATEWAY_LATENCY.observe(time.monotonic() - started)
             metrics.CHARGES.labels("RATE_LIMITED").inc()
             raise
-        finally:
-            metrics.GATEWAY_LATENCY.observe(time.monotonic() - started)
+        metrics.GATEWAY_LATENCY.observe(time.monotonic() - started)
         metrics.CHARGES.labels(result.outcome).inc()
         return result
 
-    async def _post(self, key: str, customer_id: int, amount: int, currency: str) -> ChargeResult:
+    async def _post(self, key: str, customer_id: int, amount: int, currency: str,
+                    gate: Callable[[], Awaitable[bool]] | None) -> ChargeResult:
         session = self._get_session()
+        body = json.dumps({"customerId": customer_id, "amount": amount, "currency": currency},
+                          separators=(",", ":")).encode()
+        data = _GatedJson(body, gate) if gate is not None else payload.BytesPayload(
+            body, content_type="application/json")
         try:
             async with session.post(f"{self.base_url}/v1/charges", headers={"Idempotency-Key": key},
-                                    json={"customerId": customer_id, "amount": amount, "currency": currency}) as resp:
+                                    data=data) as resp:
                 if resp.status == 429:
                     raise RateLimited(_retry_after(resp.headers.get("Retry-After")))
                 text = await resp.text()
@@ -97,8 +141,12 @@ class GatewayClient:
         except RateLimited:
             raise
         except asyncio.TimeoutError:
+            if isinstance(data, _GatedJson) and data.held_back():
+                raise NotSent() from None
             return ChargeResult(UNKNOWN, reason=f"timeout after {self.timeout:g} s")
         except (aiohttp.ClientError, OSError) as exc:
+            if isinstance(data, _GatedJson) and data.held_back():
+                raise NotSent() from None
             return ChargeResult(UNKNOWN, reason=f"connection error: {type(exc).__name__}")
         if status >= 500:
             return ChargeResult(UNKNOWN, reason=f"gateway answered {status}")
@@ -120,8 +168,6 @@ class GatewayClient:
 
 
 def _loads(text: str) -> dict:
-    import json
-
     doc = json.loads(text)
     if not isinstance(doc, dict):
         raise ValueError("not an object")

@@ -12,7 +12,9 @@ Flow in one process:
   charged) than the whole rate could charge in a quarter of the lease, and an invoice whose lease is
   nearly over (the call might outlive it) is left alone: the claim comes back after the lease with
   the same idempotency key, so even a late duplicate call cannot charge twice.
-* The limiter is acquired right before the call, so a granted slot is used at once.
+* The limiter is acquired right before the call: its pacing slot is awaited here, and its final
+  go-ahead runs inside the request, right before the bytes go out (GatewayClient's `gate`), so
+  nothing can delay a granted call.
 * 429: not a decline and not an attempt. Nothing is recorded; the same key is tried again after the
   limiter grants another slot, while the lease allows.
 * Timeouts, 5xx, connection errors: UNKNOWN (attempt count kept, same key next time).
@@ -36,7 +38,7 @@ import psycopg
 
 from billing import db, metrics
 from billing.clock import Clock, SystemClock, sleep_or_stop
-from billing.gateway.client import ChargeResult, GatewayClient, RateLimited
+from billing.gateway.client import ChargeResult, GatewayClient, NotSent, RateLimited
 from billing.limiter import RateLimiter
 
 log = logging.getLogger("billing.charging")
@@ -140,6 +142,10 @@ class Charger:
     async def charge(self, claim: Claim) -> ChargeResult | None:
         """Charge one claimed invoice and record the result; None when left to its lease."""
         deadline = claim.claimed_at + self.usable_lease
+        # A limiter with two steps waits for its pacing slot here and gives the go-ahead inside
+        # the request, right before the bytes go out; any other limiter is acquired here.
+        pace = getattr(self.limiter, "pace", None)
+        gate = getattr(self.limiter, "use", None) if pace is not None else None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -147,7 +153,7 @@ class Charger:
                 return None
             try:
                 async with asyncio.timeout(remaining):
-                    await self.limiter.acquire()
+                    await (pace() if pace is not None else self.limiter.acquire())
             except TimeoutError:
                 self._abandon(claim, "no rate-limit slot within the lease")
                 return None
@@ -156,7 +162,10 @@ class Charger:
             metrics.CHARGES_IN_FLIGHT.inc()
             try:
                 result = await self.gateway.charge(claim.idempotency_key, claim.customer_id, claim.amount,
-                                                   claim.currency)
+                                                   claim.currency, gate=gate)
+            except NotSent:  # the limiter said no at the last moment: nothing went out
+                self._committed.discard(task)
+                continue
             except RateLimited:
                 self.counts["rate_limited"] += 1
                 self._committed.discard(task)
