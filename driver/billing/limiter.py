@@ -386,7 +386,7 @@ class RedisGcraLimiter(_TwoStep):
                  guard_seconds: float = DEFAULT_GUARD_SECONDS,
                  max_late_seconds: float = DEFAULT_MAX_LATE_SECONDS,
                  max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
-                 socket_timeout: float = 1.0, max_backoff_seconds: float = 5.0) -> None:
+                 socket_timeout: float = 5.0, max_backoff_seconds: float = 5.0) -> None:
         import redis.asyncio as aioredis
 
         super().__init__(rate, guard_seconds=guard_seconds, max_late_seconds=max_late_seconds,
@@ -397,7 +397,7 @@ class RedisGcraLimiter(_TwoStep):
         # connect or a command past socket_timeout pauses charging.
         pool = aioredis.BlockingConnectionPool.from_url(
             redis_url, max_connections=64, timeout=None, socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_timeout, health_check_interval=0)
+            socket_connect_timeout=min(socket_timeout, 2.0), health_check_interval=0)
         self._redis = aioredis.Redis(connection_pool=pool)
         self._script = self._redis.register_script(GCRA_SCRIPT)
         self._available = asyncio.Event()

@@ -145,7 +145,7 @@ class Charger:
         # A limiter with two steps waits for its pacing slot here and gives the go-ahead inside
         # the request, right before the bytes go out; any other limiter is acquired here.
         pace = getattr(self.limiter, "pace", None)
-        gate = getattr(self.limiter, "use", None) if pace is not None else None
+        gate = self._gate if pace is not None else None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -178,6 +178,23 @@ class Charger:
             finally:
                 self._committed.discard(task)
             return result
+
+    async def _gate(self) -> bool:
+        """Inside the request, right before its bytes go out: the limiter's go-ahead. Refused or
+        late, it paces again here, holding the (silent) connection, for at most a third of the
+        gateway timeout; then the request is dropped unsent (NotSent) and the caller starts over."""
+        deadline = time.monotonic() + self.gateway.timeout / 3
+        while True:
+            if await self.limiter.use():
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                async with asyncio.timeout(remaining):
+                    await self.limiter.pace()
+            except TimeoutError:
+                return False
 
     # -- the loop ------------------------------------------------------------------------------
 
