@@ -403,6 +403,7 @@ class RedisGcraLimiter(_TwoStep):
         self._available = asyncio.Event()
         self._available.set()
         self._probe: asyncio.Task | None = None
+        self._epoch = 0  # bumped at each recovery
         self._max_backoff = max_backoff_seconds
         self.paused = False
 
@@ -411,11 +412,13 @@ class RedisGcraLimiter(_TwoStep):
 
         while True:
             await self._available.wait()
+            epoch = self._epoch
             try:
                 a, b = await self._script(keys=self._keys, args=list(args))
                 return int(a), int(b)
             except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
-                self._pause(exc)
+                if epoch == self._epoch:  # not a straggler sent before the last recovery
+                    self._pause(exc)
 
     async def _pace(self, count: int) -> tuple[int, int]:
         return await self._call("pace", self.interval_us, self.max_wait_us, count)
@@ -451,6 +454,7 @@ class RedisGcraLimiter(_TwoStep):
             # the outage is more than a second (and its lateness budget) old.
             await asyncio.sleep(max(0.0, paused_at + 1.0 + self.lateness.budget - time.monotonic()))
             self.paused = False
+            self._epoch += 1
             metrics.LIMITER_PAUSED.set(0)
             self._available.set()
             log.warning("rate limiter reachable again, charging resumed",
