@@ -459,7 +459,7 @@ def render_html(result) -> str:
     parts.append("<h2>What happened</h2>")
     counts = result.action_counts
     rej = ", ".join(f"{k}: {v}" for k, v in sorted(result.action_rejections.items()))
-    rej = f"{rej} (e.g. canceling a subscription that dunning already canceled)" if rej else "none"
+    rej = f"{rej} (an action on a subscription already canceled, by dunning for instance)" if rej else "none"
     sim = result.simulator_stats
     parts.append(_table(["", "figures"], [
         ["customer actions", _esc(", ".join(f"{k} {v:,}" for k, v in sorted(counts.items())))],
