@@ -36,7 +36,6 @@ from pathlib import Path
 import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from psycopg import sql
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "driver"))
