@@ -417,12 +417,14 @@ auto.create.topics.enable=true
 @pytest.fixture
 def private_kafka():
     root = Path(tempfile.mkdtemp(prefix="billing-kafka-"))
-    broker = PrivateKafka(root)
-    broker.start()
+    broker = None
     try:
+        broker = PrivateKafka(root)
+        broker.start()
         yield broker
     finally:
-        broker.stop()
+        if broker is not None:
+            broker.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
