@@ -18,8 +18,9 @@ lost: on a loaded host we measured half the slots lost that way. Hence two steps
 
 1. **Pace** (GCRA, tau = 0, in Redis): slots ``T`` apart for every instance, reserved in batches
    (one round trip per process for all its waiting callers) and handed out one per slot by a
-   pacer task. Pacing spreads the calls and keeps callers from stampeding Redis; it runs 2%
-   faster than the limit and is *not* what makes the limit strict.
+   pacer task. Pacing spreads the calls and keeps callers from stampeding Redis; it runs 10%
+   faster than the limit (BILLING_LIMITER_PACE_OVERSUBSCRIPTION) and is *not* what makes the
+   limit strict.
 2. **Use** (a log of calls, in Redis): right before the HTTP call the caller asks for the
    go-ahead, declaring a lateness budget ``D`` (default 10 ms): how long after the grant its call
    may reach the gateway. The log holds, for each recent call i, ``s_i + D_i`` (grant instant on
@@ -37,14 +38,15 @@ log over ``1 s + g``.
 The caller keeps its promise ``a <= s + D``: it places the grant on its own clock (Redis returns
 the instant it logged; the offset between the two clocks is bracketed by recent round trips, like
 NTP, to about one fast round trip) and calls only if it is at most ``D - post`` past it, where
-``post`` (6 ms by default: guard 10 ms minus max_late 4 ms) is left for the HTTP write and the
-gateway's own scheduling. Otherwise it gives the grant back and asks again, in the same script.
+``post`` (6 ms by default: guard 10 ms minus max_late 4 ms) is left for the way to the gateway.
+The charge workers ask for the go-ahead inside the HTTP request, right before its bytes are
+handed to the kernel (GatewayClient's ``gate``), so nothing else runs in between. Otherwise it gives the grant back and asks again, in the same script.
 ``D`` adapts: it is ``post`` plus 1.25 x the 95th percentile of the lateness this process saw
 lately, at least ``max_late`` and at most 250 ms. On a quiet host D stays at the 10 ms guard; on
 a starved one (the OS not running the worker for tens of ms) the calls declare more lateness, the
 log holds them longer and throughput degrades smoothly instead of every late call being refused.
 
-Throughput: since pacing offers a caller 2% more often than the log admits, whenever the log has
+Throughput: since pacing offers a caller 10% more often than the log admits, whenever the log has
 room a caller is at most one pacing interval away; a late or refused caller does not waste the
 log's capacity, the next one takes it. At saturation that is about ``rate / (1 s + D + T/2)``:
 98.8% of the limit at 200/s and 99.0% at 1,000/s with D = 10 ms. A refused caller goes back to
@@ -77,7 +79,9 @@ log = logging.getLogger("billing.limiter")
 DEFAULT_GUARD_SECONDS = 0.010
 DEFAULT_MAX_LATE_SECONDS = 0.004
 DEFAULT_MAX_WAIT_SECONDS = 2.0
-PACE_OVERSUBSCRIPTION = 0.02
+# Pacing offers callers this much faster than the log admits: pacing slots lost to a late pacer
+# (a starved process) are then made up by the next callers, the log staying the only limit.
+PACE_OVERSUBSCRIPTION = float(os.environ.get("BILLING_LIMITER_PACE_OVERSUBSCRIPTION", "0.10"))
 WINDOW_SECONDS = 1.0
 
 

@@ -39,7 +39,7 @@ def test_max_in_sliding_second():
 def test_window_and_pace():
     assert window_us(0.010) == 1_010_000
     assert pace_interval_us(200, 0.0, 0.0) == 5000
-    assert pace_interval_us(200, 0.010) == int(1_010_000 / (200 * 1.02))  # paced a little faster than the log
+    assert pace_interval_us(200, 0.010, 0.10) == int(1_010_000 / (200 * 1.10))  # paced faster than the log
     with pytest.raises(ValueError):
         pace_interval_us(0, 0.01)
     with pytest.raises(ValueError):
