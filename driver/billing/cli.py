@@ -117,10 +117,10 @@ def status(settings: Settings, database_url) -> None:
 @database_url_option
 @click.option("--subscriptions", default=20000, type=click.IntRange(1), show_default=True,
               help="Customers, one subscription each, on monthly, weekly and yearly plans in six currencies.")
-@click.option("--rate", default=300, type=click.IntRange(1), show_default=True,
+@click.option("--rate", default=250, type=click.IntRange(1), show_default=True,
               help="The gateway's limit, calls per real second (the simulator answers 429 past it; the "
                    "worker's limiter keeps below it). Keep it below what this machine can charge per second "
-                   "(about 300-400 on 2 cores, with the simulator, API and worker in one process), or the "
+                   "(about 250-300 on 2 cores, everything included), or the "
                    "machine, not the limit, sets the pace.")
 @click.option("--seed", default=1, type=int, show_default=True,
               help="Seed of every random choice (signups, actions, declines, faults): same seed, same world.")

@@ -64,7 +64,7 @@ FINISH_SECONDS = 300
 @dataclass
 class Options:
     subscriptions: int = 20000
-    rate: int = 300
+    rate: int = 250
     seed: int = 1
     report: str = "demo-report.html"
     hour_seconds: float | None = None  # None: sized so that the cap is subscriptions / 40 per hour
