@@ -79,6 +79,7 @@ def charger_for(pool, sim_url: str, limiter, *, clock=None, timeout: float = 5.0
 def test_every_due_invoice_is_charged_once_by_two_chargers(db_url, redis_url):
     seed_subscriptions(db_url, 60, T0)
     clock = SimulatedClock(T0)
+    waits_before = _sample("billing_limiter_wait_seconds_count")
 
     async def scenario():
         pool = await async_pool(db_url, max_size=6)
@@ -115,6 +116,7 @@ def test_every_due_invoice_is_charged_once_by_two_chargers(db_url, redis_url):
             assert T0 + timedelta(days=1) <= inv["next_attempt_at"] < T0 + timedelta(days=1, hours=2)
     paid = sum(c["status"] == "succeeded" for c in ledger["charges"])
     assert events(db_url) == Counter({"InvoicePaid": paid, "InvoicePaymentFailed": 60 - paid})
+    assert _sample("billing_limiter_wait_seconds_count") - waits_before == 60  # one wait per call, in /metrics
 
 
 def test_declines_walk_the_dunning_schedule_and_end_in_cancellation(db_url):

@@ -25,6 +25,7 @@ Flow in one process:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import os
@@ -145,15 +146,20 @@ class Charger:
         # A limiter with two steps waits for its pacing slot here and gives the go-ahead inside
         # the request, right before the bytes go out; any other limiter is acquired here.
         pace = getattr(self.limiter, "pace", None)
-        gate = self._gate if pace is not None else None
         while True:
+            waiting_since = time.monotonic()
+            gate = functools.partial(self._gate, waiting_since) if pace is not None else None
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._abandon(claim, "lease nearly over")
                 return None
             try:
                 async with asyncio.timeout(remaining):
-                    await (pace() if pace is not None else self.limiter.acquire())
+                    if pace is not None:
+                        await pace()
+                    else:
+                        await self.limiter.acquire()
+                        metrics.LIMITER_WAIT.observe(time.monotonic() - waiting_since)
             except TimeoutError:
                 self._abandon(claim, "no rate-limit slot within the lease")
                 return None
@@ -179,13 +185,14 @@ class Charger:
                 self._committed.discard(task)
             return result
 
-    async def _gate(self) -> bool:
+    async def _gate(self, waiting_since: float) -> bool:
         """Inside the request, right before its bytes go out: the limiter's go-ahead. Refused or
         late, it paces again here, holding the (silent) connection, for at most a third of the
         gateway timeout; then the request is dropped unsent (NotSent) and the caller starts over."""
         deadline = time.monotonic() + self.gateway.timeout / 3
         while True:
             if await self.limiter.use():
+                metrics.LIMITER_WAIT.observe(time.monotonic() - waiting_since)
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
