@@ -51,8 +51,8 @@ log = logging.getLogger("billing.demo")
 UTC = timezone.utc
 
 # Claims stay with their worker for this long on the simulated clock: several steps, so that a
-# call in flight while the clock moves on is never re-claimed (its key would be, harmlessly).
-CHARGE_LEASE = timedelta(hours=6)
+# call still on the wire when the clock moves on is never re-claimed (its key would be, harmlessly).
+CHARGE_LEASE = timedelta(days=2)
 RELAY_LEASE = timedelta(days=1)
 GATEWAY_TIMEOUT_SECONDS = 1.0
 # How often an idle charge worker looks for work (real time); each look is one claim_charges call.
@@ -299,6 +299,10 @@ def _quiet_logs() -> None:
             logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def _gauge(metric) -> int:
+    return int(sum(sample.value for family in metric.collect() for sample in family.samples))
+
+
 def _counter(metric) -> int:
     """A prometheus Counter's total (all label sets), without collecting the whole registry."""
     return int(sum(sample.value for family in metric.collect() for sample in family.samples
@@ -389,7 +393,7 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
     from billing.limiter import LocalGcraLimiter, RedisGcraLimiter
     from billing.worker.charging import Charger
     from billing.worker.relay import JsonlSink, KafkaSink, RelayOptions, run_relay
-    from billing.metrics import CHARGES, OUTBOX_PUBLISHED
+    from billing.metrics import CHARGES, CHARGES_IN_FLIGHT, OUTBOX_PUBLISHED
     from billing.worker.renewal import renew_due
 
     if not options.quiet:
@@ -559,9 +563,11 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
             renewals += await renew_due(pool, clock)
             step_started = time.monotonic()
             while True:
-                # Claimed work in this process needs no query; only an idle charger needs the table.
-                held = charger.held()
-                backlog = held or await chargeable(now)
+                # The step is done when every due invoice has at least reached the gateway: a call
+                # on the wire (a timeout takes a second) finishes during the next step. Claimed work
+                # still waiting in this process needs no query; only an idle charger needs the table.
+                waiting = charger.held() - _gauge(CHARGES_IN_FLIGHT)
+                backlog = waiting or await chargeable(now)
                 if backlog == 0 or time.monotonic() - step_started >= budget:
                     break
                 refresh(now, backlog)
