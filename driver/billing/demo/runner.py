@@ -87,7 +87,7 @@ class Sample:
 
     at: datetime  # simulated
     real: float  # seconds since the simulation started
-    backlog: int  # invoices due and not yet resolved (chargeable + claimed)
+    backlog: int  # invoices due and not yet sent to the gateway (chargeable, or claimed and waiting)
     calls: int  # gateway calls made so far (accepted by the simulator)
     renewals: int  # subscriptions handled by the renewal pass so far
     published: int  # events published so far
@@ -572,7 +572,8 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
                     break
                 refresh(now, backlog)
                 await asyncio.sleep(0.004)
-            backlog = await chargeable(now) + charger.held()
+            # The queue at the end of the step: due, and not yet sent to the gateway.
+            backlog = await chargeable(now) + max(0, charger.held() - _gauge(CHARGES_IN_FLIGHT))
             if time.monotonic() - progress._last > progress.interval:
                 _written[0] = await outbox_written()
             samples.append(Sample(now, time.monotonic() - sim_started, backlog, calls(), renewals,
