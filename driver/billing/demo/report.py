@@ -83,8 +83,15 @@ def collect(url: str, result) -> dict:
         attempts_by_hour[r["h"]]["RETRY" if r["retry"] else "FIRST"] += r["n"]
     # Backlog at the end of each hour, from the run's samples (the last sample of that hour).
     backlog_by_hour: dict[datetime, int] = {}
+    calls_by_hour: dict[datetime, int] = defaultdict(int)
+    previous = 0
     for s in result.samples:
-        backlog_by_hour[_hour(s.at - timedelta(microseconds=1))] = s.backlog
+        hour = _hour(s.at - timedelta(microseconds=1))
+        backlog_by_hour[hour] = s.backlog
+        # Gateway calls answered during the step (as the charge workers counted them), put in
+        # the step's last hour: exact for the hourly steps of the peak days.
+        calls_by_hour[hour] += s.calls - previous
+        previous = s.calls
     for r in revenue:
         r["currency"] = r["currency"].strip()
         r["credit_granted"] = credit.get(r["currency"], 0)
@@ -92,6 +99,7 @@ def collect(url: str, result) -> dict:
             r[k] = int(r[k] or 0)  # sum(bigint) is numeric: back to an exact int
     return {
         "due_by_hour": due_by_hour, "attempts_by_hour": attempts_by_hour, "backlog_by_hour": backlog_by_hour,
+        "calls_by_hour": calls_by_hour,
         "outcomes": outcomes, "invoices": invoices, "subscriptions": subs, "plans": plans, "funnel": funnel,
         "tries": tries, "charged": charged, "revenue": revenue, "events": events, "webhooks": webhooks,
         "changes": changes,
@@ -108,7 +116,7 @@ def _peak(stats: dict, start: datetime, end: datetime) -> dict:
     drained = next((h for h in hours if h > deepest and backlog[h] == 0), None)
     return {"busiest": busiest, "busiest_due": due[busiest], "deepest": deepest, "deepest_backlog": backlog[deepest],
             "drained": drained, "due_total": sum(due.values()),
-            "charged_total": sum(sum(stats["attempts_by_hour"].get(h, {}).values()) for h in hours)}
+            "charged_total": sum(stats["calls_by_hour"].get(h, 0) for h in hours)}
 
 
 def pace(result) -> tuple[int, int, bool]:
@@ -120,7 +128,7 @@ def pace(result) -> tuple[int, int, bool]:
              if s["backlog_by_hour"].get(h, 0) > 0 and result.options.step_minutes == 60]
     if not hours:
         return 0, 0, True
-    mean = sum(sum(s["attempts_by_hour"].get(h, {}).values()) for h in hours) // len(hours)
+    mean = sum(s["calls_by_hour"].get(h, 0) for h in hours) // len(hours)
     return mean, len(hours), mean >= 0.9 * cap
 
 
@@ -186,10 +194,11 @@ def svg_hourly(stats: dict, start: datetime, end: datetime, cap: int, title: str
 
     due = [in_bucket(stats["due_by_hour"], b) for b in buckets]
     tries = [in_bucket(stats["attempts_by_hour"], b) for b in buckets]
+    calls = [sum(stats["calls_by_hour"].get(b + k * HOUR, 0) for k in range(per_hour)) for b in buckets]
     backlog = [stats["backlog_by_hour"].get(b + (per_hour - 1) * HOUR, 0) for b in buckets]
     cap_b = cap * per_hour
     show_cap = per_hour == 1
-    top = _nice_max(max([sum(d.values()) for d in due] + [sum(x.values()) for x in tries] + backlog
+    top = _nice_max(max([sum(d.values()) for d in due] + calls + backlog
                         + ([cap_b] if show_cap else [])))
     left, right, top_pad, bottom = 56, 12, 30, 44
     w, h = width - left - right, height - top_pad - bottom
@@ -230,15 +239,15 @@ def svg_hourly(stats: dict, start: datetime, end: datetime, cap: int, title: str
                      f'stroke-dasharray="5,4"/>')
         parts.append(f'<text x="{left + w - 4}" y="{y(cap_b) - 4:.1f}" text-anchor="end" fill="#333">gateway cap '
                      f'{cap_b:,} charges per simulated hour</text>')
-    # attempts line
-    pts = " ".join(f"{left + (i + 0.5) * bw:.1f},{y(sum(x.values())):.1f}" for i, x in enumerate(tries))
+    # gateway calls line
+    pts = " ".join(f"{left + (i + 0.5) * bw:.1f},{y(v):.1f}" for i, v in enumerate(calls))
     parts.append(f'<polyline points="{pts}" fill="none" stroke="#222" stroke-width="1.8"/>')
-    for i, x in enumerate(tries):
-        total = sum(x.values())
-        if total:
-            parts.append(f'<circle cx="{left + (i + 0.5) * bw:.1f}" cy="{y(total):.1f}" r="1.8" fill="#222">'
-                         f'<title>{b_label(buckets[i])}: {total:,} charged ({x.get("RETRY", 0):,} retries), '
-                         f'queue {backlog[i]:,}</title></circle>')
+    for i, v in enumerate(calls):
+        if v:
+            parts.append(f'<circle cx="{left + (i + 0.5) * bw:.1f}" cy="{y(v):.1f}" r="1.8" fill="#222">'
+                         f'<title>{b_label(buckets[i])}: {v:,} gateway calls; {sum(tries[i].values()):,} payment '
+                         f'attempts claimed ({tries[i].get("RETRY", 0):,} dunning retries); queue {backlog[i]:,}'
+                         f'</title></circle>')
     # x axis
     step = max(1, n // 12)
     for i in range(0, n, step):
@@ -255,7 +264,7 @@ def svg_hourly(stats: dict, start: datetime, end: datetime, cap: int, title: str
                      f'<text x="{lx + 14}" y="{ly}">{label}</text>')
         lx += 110
     parts.append(f'<line x1="{lx}" x2="{lx + 18}" y1="{ly - 4}" y2="{ly - 4}" stroke="#222" stroke-width="1.8"/>'
-                 f'<text x="{lx + 22}" y="{ly}">charged (first tries + retries)</text>')
+                 f'<text x="{lx + 22}" y="{ly}">gateway calls (first tries, retries)</text>')
     lx += 200
     parts.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="#e15759" fill-opacity="0.3"/>'
                  f'<text x="{lx + 14}" y="{ly}">queue (due, not yet charged)</text>')
@@ -422,8 +431,8 @@ def render_html(result) -> str:
         f"<b>{cap:,} charges fit in a simulated hour</b> (dashed line), whatever the demand; quiet hours take only "
         f"the real time their work needs. Bars: invoices falling due in the hour (a signup's INITIAL invoice at the "
         f"signup; a renewal at its period boundary, local midnight or the signup's time of day in the customer's "
-        f"time zone; a PRORATION at the plan change). Line: payment attempts made in the hour, first tries and "
-        f"dunning retries. Shaded: the queue, due but not charged, at the end of the hour. Average "
+        f"time zone; a PRORATION at the plan change). Line: gateway calls answered in the hour (first tries, dunning "
+        f"retries, and replays of a key after a timeout or a 5xx). Shaded: the queue, due but not charged, at the end of the hour. Average "
         f"{achieved:,.0f} gateway calls per real second over the whole run, busiest second {busiest:,}; "
         f"{pace_text}.</p>")
     parts.append(svg_hourly(s, *campaign, cap, "Campaign day, 1 September: signups (INITIAL invoices) per hour"))
