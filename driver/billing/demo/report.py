@@ -265,7 +265,7 @@ def svg_hourly(stats: dict, start: datetime, end: datetime, cap: int, title: str
         lx += 110
     parts.append(f'<line x1="{lx}" x2="{lx + 18}" y1="{ly - 4}" y2="{ly - 4}" stroke="#222" stroke-width="1.8"/>'
                  f'<text x="{lx + 22}" y="{ly}">gateway calls (first tries, retries)</text>')
-    lx += 200
+    lx += 235
     parts.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="#e15759" fill-opacity="0.3"/>'
                  f'<text x="{lx + 14}" y="{ly}">queue (due, not yet charged)</text>')
     parts.append("</svg>")
