@@ -426,7 +426,7 @@ def render_html(result) -> str:
         f"from a clock that moves in steps of {o.step_minutes} simulated minutes on these days "
         f"({o.quiet_step_hours} h on the others). Within a step the charge workers call the gateway in real time, "
         f"through the real rate limiter ({_esc(result.limiter)}), at most {o.rate:,} calls per real second. A step "
-        f"ends when nothing due is left, or after {o.hour_seconds:.3g} s of real time per simulated hour; then the "
+        f"ends when every invoice due has reached the gateway, or after {o.hour_seconds:.3g} s of real time per simulated hour; then the "
         f"clock moves on and what is left waits in the queue. So at most {o.rate:,} × {o.hour_seconds:.3g} = "
         f"<b>{cap:,} charges fit in a simulated hour</b> (dashed line), whatever the demand; quiet hours take only "
         f"the real time their work needs. Bars: invoices falling due in the hour (a signup's INITIAL invoice at the "

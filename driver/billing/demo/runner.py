@@ -15,7 +15,7 @@ What runs, each piece the production code:
 Time. The SQL API gets `p_now` from a simulated clock that moves in steps (one simulated hour on
 the peak days, six on the others, by default). At each step the customers' actions of that hour are applied at their own instants, the
 renewal pass invoices what fell due, and the charge workers charge in real time through the real
-limiter. A step ends when nothing due is left, or after its share of real time,
+limiter. A step ends when every invoice due has reached the gateway, or after its share of real time,
 `--hour-seconds` per simulated hour: then the clock moves on and what is left waits in the queue.
 So the gateway's limit of R calls per real second allows at most R x hour-seconds charges per
 simulated hour; quiet hours take only the time their work needs.
