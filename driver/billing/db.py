@@ -65,6 +65,26 @@ API_CHANGE_PLAN = _API_SUBSCRIPTION.format(
     extra="", call="change_plan(%(id)s, %(plan_code)s, %(now)s, %(expected_version)s)")
 HEALTH = "SELECT 1"
 
+# -- The demo (billing.demo). Its signups, one statement each for a whole step, calling the SQL
+# API once per row: the customers (with their time zones) first, then each subscription at its
+# own instant, in the order given.
+DEMO_SIGNUP_CUSTOMERS = (
+    "SELECT count(billing.upsert_customer(u.customer_id, u.timezone)) AS n "
+    "FROM unnest(%(customer_ids)s::bigint[], %(timezones)s::text[]) AS u(customer_id, timezone)"
+)
+DEMO_SIGNUP_SUBSCRIPTIONS = (
+    "SELECT u.customer_id, (billing.create_subscription(u.key, u.customer_id, u.plan_code, u.at)).id AS id "
+    "FROM unnest(%(keys)s::text[], %(customer_ids)s::bigint[], %(plan_codes)s::text[], %(ats)s::timestamptz[]) "
+    "WITH ORDINALITY AS u(key, customer_id, plan_code, at, n) ORDER BY u.n"
+)
+# The demo's progress probes read the tables of its own database directly (as their owner):
+# invoices due and not yet claimed, and the outbox (all events written; those still PENDING).
+DEMO_CHARGEABLE = (
+    "SELECT count(*) AS n FROM billing.invoice WHERE status = 'OPEN' AND next_attempt_at <= %(now)s"
+)
+DEMO_OUTBOX_WRITTEN = "SELECT count(*) AS n FROM billing.outbox_event"
+DEMO_OUTBOX_PENDING = "SELECT count(*) AS n FROM billing.outbox_event WHERE status = 'PENDING'"
+
 
 CONTRACT_SQLSTATES = {"BL404": 404, "BL409": 409, "BL422": 422}
 

@@ -18,7 +18,8 @@ from psycopg.rows import dict_row
 from billing.cli import main
 from billing.config import Settings
 from billing.demo import invariants, report
-from billing.demo.runner import Options, exit_status, simulate
+from billing.demo.model import Options, exit_status
+from billing.demo.runner import simulate
 from billing.demo.scenario import build
 
 from .conftest import url_for_db

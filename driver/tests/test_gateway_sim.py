@@ -17,7 +17,7 @@ import pytest
 from aiohttp import ClientSession, web
 
 from billing.gateway.client import DECLINED, SUCCEEDED, UNKNOWN, GatewayClient, RateLimited
-from billing.gateway.simulator import GatewaySimulator, parse_latency, sign_webhook
+from billing.gateway.simulator import DecisionModel, GatewaySimulator, parse_latency, sign_webhook
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -230,6 +230,78 @@ def test_signed_webhooks_duplicated_late_and_retried():
         assert event["type"] == f"charge.{event['status']}"
         assert isinstance(event["amount"], int) and event["currency"] == "BRL"
     assert stats["webhooksDelivered"] == 12 and stats["webhookAttempts"] == 13
+
+
+def test_extension_points_decide_and_gate_and_the_accepted_calls_are_readable():
+    """A decision model of one's own (declines, 5xx, timeouts), a webhook gate around each
+    delivery, and the read API: /v1/accepted and webhooksPending."""
+
+    class Picky(DecisionModel):
+        def decline_code(self, key, customer_id, amount, currency):
+            return "do_not_honor" if customer_id == 13 else None
+
+        def fails(self, key, calls):
+            return key == "flaky" and calls == 1
+
+        def times_out(self, key, calls):
+            return key == "slow"
+
+    class Gate:
+        def __init__(self):
+            self.entered = self.inside = self.most = 0
+
+        async def __aenter__(self):
+            self.entered += 1
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+
+        async def __aexit__(self, *exc):
+            self.inside -= 1
+
+    received: list[str] = []
+
+    async def receiver(request: web.Request) -> web.Response:
+        received.append(json.loads(await request.read())["idempotencyKey"])
+        return web.Response(status=204)
+
+    async def scenario():
+        app = web.Application()
+        app.router.add_post("/hook", receiver)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        gate = Gate()
+        sim = GatewaySimulator(rate=0, decisions=Picky(), webhook_gate=gate, timeout_hold_seconds=0.3,
+                               webhook_url=f"http://127.0.0.1:{runner.addresses[0][1]}/hook", webhook_secret="s",
+                               webhook_delay_ms=(200, 200))
+        await sim.start()
+        async with GatewayClient(sim.url, timeout=5) as client:
+            slow = await client.charge("slow", 1, 100, "USD")
+            declined = await client.charge("k13", 13, 100, "USD")
+            ok = await client.charge("k1", 1, 100, "USD")
+            first = await _post(sim.url, "flaky", {"customerId": 1, "amount": 100, "currency": "USD"})
+            again = await client.charge("flaky", 1, 100, "USD")
+        pending = sim.stats()["webhooksPending"]
+        async with ClientSession() as session:
+            async with session.get(f"{sim.url}/v1/accepted") as resp:
+                accepted = (await resp.json())["accepted"]
+        deadline = time.monotonic() + 10
+        while sim.pending_webhooks() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        stats = sim.stats()
+        await sim.close()
+        await runner.cleanup()
+        return declined, ok, first, again, slow, pending, accepted, stats, gate
+
+    declined, ok, first, again, slow, pending, accepted, stats, gate = run(scenario())
+    assert declined.outcome == DECLINED and ok.outcome == SUCCEEDED and again.outcome == SUCCEEDED
+    assert first[0] == 500 and stats["errors"] == 1
+    assert slow.outcome == SUCCEEDED and stats["timeouts"] == 1
+    assert pending > 0 and stats["webhooksPending"] == 0
+    assert len(accepted) == 5 and accepted == sorted(accepted)  # the 500 was accepted too
+    assert sorted(received) == ["flaky", "k1", "k13", "slow"]
+    assert gate.entered == 4 and gate.inside == 0
 
 
 def test_sign_webhook_format():

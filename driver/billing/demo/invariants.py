@@ -16,7 +16,6 @@ import bisect
 import calendar
 import json
 import re
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterable
@@ -25,17 +24,10 @@ from zoneinfo import ZoneInfo
 import psycopg
 from psycopg.rows import dict_row
 
+from billing.checks import Check, read_topic
+
 KEY = re.compile(r"^inv-(\d+)-try-(\d+)$")
 MAX_EXAMPLES = 5
-
-
-@dataclass
-class Check:
-    name: str
-    promise: str
-    ok: bool
-    figures: str
-    examples: list[str] = field(default_factory=list)
 
 
 # -- event stream ----------------------------------------------------------------------------
@@ -55,45 +47,9 @@ def load_jsonl_events(path: str | Path) -> list[dict]:
 
 
 def load_kafka_events(bootstrap: str, topic: str, *, timeout: float = 30.0) -> list[dict]:
-    """Every event of the whole topic, read from the beginning by a consumer group of its own."""
-    import time
-    import uuid
-
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"billing-demo-check-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": True,
-    })
-    try:
-        meta = consumer.list_topics(topic, timeout=10)
-        partitions = meta.topics[topic].partitions
-        if not partitions:
-            return []
-        ends = {}
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            ends[p] = high
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        pending = {p for p, high in ends.items() if high > 0}
-        events = []
-        deadline = time.monotonic() + timeout
-        while pending and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-                continue
-            events.append(json.loads(msg.value()))
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                pending.discard(msg.partition())
-        if pending:
-            raise RuntimeError(f"could not read the whole topic {topic} within {timeout:g} s")
-        return events
-    finally:
-        consumer.close()
+    """Every event of the whole topic, read from the beginning (a value that is not JSON is {})."""
+    return [m.value if isinstance(m.value, dict) else {}
+            for m in read_topic(bootstrap, topic, timeout=timeout, group_prefix="billing-demo-check")]
 
 
 # -- the checks ------------------------------------------------------------------------------
@@ -136,11 +92,11 @@ def check_charged_once(conn, ledger: dict) -> Check:
     ok = not dup_keys and not twice and not db_twice and not foreign
     return Check(
         "no invoice charged twice",
-        "at most one successful gateway charge per invoice; every ledger key appears once",
-        ok,
-        f"{_fmt(len(charges))} gateway charges over {_fmt(len(set(keys)))} keys; "
+        promise="at most one successful gateway charge per invoice; every ledger key appears once",
+        ok=ok,
+        figures=f"{_fmt(len(charges))} gateway charges over {_fmt(len(set(keys)))} keys; "
         f"{_fmt(len(succeeded_per_invoice))} invoices charged successfully, {_fmt(len(twice))} of them more than once",
-        examples,
+        examples=examples,
     )
 
 
@@ -179,12 +135,12 @@ def check_ledger_booked(conn, ledger: dict) -> Check:
     ok = not not_booked and not wrong_amount and not unpaid_at_gateway
     return Check(
         "gateway and database agree",
-        "every successful charge is a PAID invoice of that amount, and every PAID invoice was charged",
-        ok,
-        f"{_fmt(len(succeeded))} successful charges; {_fmt(len(paid_by_gateway))} PAID invoices charged, "
+        promise="every successful charge is a PAID invoice of that amount, and every PAID invoice was charged",
+        ok=ok,
+        figures=f"{_fmt(len(succeeded))} successful charges; {_fmt(len(paid_by_gateway))} PAID invoices charged, "
         f"{_fmt(len(paid) - len(paid_by_gateway))} covered by credit; {not_booked} not booked, "
         f"{len(unpaid_at_gateway)} paid without a charge",
-        examples,
+        examples=examples,
     )
 
 
@@ -268,11 +224,11 @@ def check_periods(conn, now: datetime) -> Check:
                             f"{r['current_period_end']:%Y-%m-%d %H:%M}, before the end of the run: not renewed")
     return Check(
         "no period skipped or overlapping",
-        "per subscription, billed periods are contiguous calendar periods from signup to the current one",
-        not bad,
-        f"{_fmt(len(rows))} subscriptions, {_fmt(periods)} billed periods checked against the calendar; "
+        promise="per subscription, billed periods are contiguous calendar periods from signup to the current one",
+        ok=not bad,
+        figures=f"{_fmt(len(rows))} subscriptions, {_fmt(periods)} billed periods checked against the calendar; "
         + (", ".join(f"{k}: {v}" for k, v in sorted(bad.items())) if bad else "no gap, overlap or drift"),
-        examples,
+        examples=examples,
     )
 
 
@@ -311,11 +267,12 @@ def check_announced(conn, events: Iterable[dict]) -> Check:
     ok = not missing_paid and not phantom_paid and not missing_canceled and not malformed
     return Check(
         "every paid invoice announced",
-        "each PAID invoice has an InvoicePaid event (each CANCELED subscription a SubscriptionCanceled), none phantom",
-        ok,
-        f"{_fmt(len(paid))} PAID invoices, {_fmt(len(paid & paid_events))} announced; {_fmt(len(events))} events read "
+        promise="each PAID invoice has an InvoicePaid event (each CANCELED subscription a SubscriptionCanceled), "
+                "none phantom",
+        ok=ok,
+        figures=f"{_fmt(len(paid))} PAID invoices, {_fmt(len(paid & paid_events))} announced; {_fmt(len(events))} events read "
         f"({_fmt(len(events) - distinct)} redeliveries); outbox left: {pending['pending']} pending, {pending['dead']} dead",
-        examples,
+        examples=examples,
     )
 
 
@@ -340,8 +297,8 @@ def check_rate(ledger: dict, rate: int, accepted_times: list[float] | None, repo
     figures = f"limit {rate}/s; busiest sliding second: {worst} calls; 429 answers: {limited}"
     if accepted_times is not None:
         figures += f"; {_fmt(len(accepted_times))} calls accepted"
-    return Check("no rate-limit excess", "no second, sliding, ever saw more calls than the gateway's limit",
-                 limited == 0 and worst <= rate, figures, examples)
+    return Check("no rate-limit excess", promise="no second, sliding, ever saw more calls than the gateway's limit",
+                 ok=limited == 0 and worst <= rate, figures=figures, examples=examples)
 
 
 def check_all(database_url: str, *, ledger: dict, events: Iterable[dict], rate: int, now: datetime,

@@ -39,6 +39,11 @@ class Progress:
         bar = self.bars[label]
         bar.done, bar.total, bar.note = done, total, note
 
+    def due(self) -> bool:
+        """Whether a redraw is due (the interval has passed since the last one): callers can skip
+        computing figures that would not be drawn."""
+        return time.monotonic() - self._last >= self.interval
+
     def _lines(self) -> list[str]:
         lines = []
         for bar in self.bars.values():
@@ -47,10 +52,9 @@ class Progress:
         return lines
 
     def draw(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last < self.interval:
+        if not force and not self.due():
             return
-        self._last = now
+        self._last = time.monotonic()
         lines = self._lines()
         if self.tty:
             out = ("\x1b[F" * self._drawn) + "".join(f"\x1b[2K{line}\n" for line in lines)

@@ -1,4 +1,4 @@
-"""A payment gateway simulator (CONTRACT section 7): a real HTTP server, embeddable in-process.
+"""A payment gateway simulator (docs/gateway.md): a real HTTP server, embeddable in-process.
 
     sim = GatewaySimulator(rate=20, decline_rate=0.1, latency_ms=(50, 300))
     url = await sim.start()            # port 0: a free port; sim.url afterwards
@@ -35,13 +35,14 @@ import json
 import logging
 import random
 import signal
-import socket
-import struct
 import time
 from dataclasses import dataclass
+from typing import AsyncContextManager
 from datetime import datetime, timezone
 
-from aiohttp import ClientSession, ClientTimeout, web, web_protocol, web_server
+from aiohttp import ClientSession, ClientTimeout, web
+
+from billing.gateway.arrival import arrival, stamp_arrivals
 
 log = logging.getLogger("billing.gateway.simulator")
 
@@ -66,6 +67,59 @@ def sign_webhook(secret: str, body: bytes, timestamp: int | None = None) -> str:
     ts = int(time.time()) if timestamp is None else timestamp
     mac = hmac.new(secret.encode(), f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
     return f"t={ts},v1={mac}"
+
+
+def chance(seed, *parts) -> float:
+    """A number in [0, 1) decided by a hash of (seed, *parts): the same run makes the same choices."""
+    digest = hashlib.sha256(":".join(str(p) for p in (seed, *parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+class DecisionModel:
+    """What the simulated gateway decides for a charging call: a 5xx without charging, a decline
+    (and its code), a timeout after charging. Each choice is a hash of (seed, key, ...) so a run is
+    reproducible. Subclass and override `decline_code` (or the others) for other behaviours; pass
+    the instance as `GatewaySimulator(decisions=...)`.
+
+    `calls` is how many calls this key has had, this one included: faults may differ per call,
+    declines depend on the key only (a replay answers the stored result anyway).
+    """
+
+    def __init__(self, *, seed: int = 0, decline_rate: float = 0.0, timeout_rate: float = 0.0,
+                 error_rate: float = 0.0) -> None:
+        for name, value in (("decline_rate", decline_rate), ("timeout_rate", timeout_rate),
+                            ("error_rate", error_rate)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be between 0 and 1")
+        self.seed = seed
+        self.decline_rate = decline_rate
+        self.timeout_rate = timeout_rate
+        self.error_rate = error_rate
+
+    def chance(self, *parts) -> float:
+        return chance(self.seed, *parts)
+
+    def fails(self, key: str, calls: int) -> bool:
+        """Answer 500 without charging."""
+        return self.chance(key, calls, "error") < self.error_rate
+
+    def decline_code(self, key: str, customer_id: int, amount: int, currency: str) -> str | None:
+        """None: the charge succeeds; else the decline code."""
+        if self.chance(key, "decline") < self.decline_rate:
+            return self.random_code(key)
+        return None
+
+    def random_code(self, key: str) -> str:
+        return DECLINE_CODES[int(self.chance(key, "code") * len(DECLINE_CODES))]
+
+    def times_out(self, key: str, calls: int) -> bool:
+        """Charge, then hold the answer past the client's timeout."""
+        return self.chance(key, calls, "timeout") < self.timeout_rate
+
+
+def charge_id(seed, key: str) -> str:
+    """The gateway's id of the charge made for `key` (stable for a seed)."""
+    return "ch_" + hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()[:20]
 
 
 @dataclass
@@ -126,93 +180,42 @@ class _Window:
         return max(0.0, inside[0] + 1.0 - now) if inside else 1.0
 
 
-# Linux: SO_TIMESTAMPNS (SCM_TIMESTAMPNS in the ancillary data) has the same number on every
-# architecture but a few old ones; Python's socket module does not name it.
-SO_TIMESTAMPNS = 35
-
-
-class _KernelStampedSocket:
-    """The transport's socket, read with recvmsg so that each read brings the kernel's receive
-    time of its data: the simulator's own scheduling delays cannot move a call's arrival."""
-
-    __slots__ = ("_sock", "_handler")
-
-    def __init__(self, sock, handler: "_StampingHandler") -> None:
-        self._sock = sock
-        self._handler = handler
-
-    def recv(self, size: int) -> bytes:
-        data, ancillary, _flags, _addr = self._sock.recvmsg(size, 64)
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(payload) >= 16:
-                seconds, nanos = struct.unpack_from("qq", payload)
-                self._handler.kernel_stamp = seconds + nanos / 1e9
-        return data
-
-    def __getattr__(self, name):
-        return getattr(self._sock, name)
-
-
-class _StampingHandler(web_protocol.RequestHandler):
-    """aiohttp's connection protocol, noting when each request's bytes arrived (kernel time when
-    the socket gives it, else when they were read)."""
-
-    __slots__ = ("received_at", "kernel_stamp")
-
-    def connection_made(self, transport) -> None:
-        self.kernel_stamp = None
-        sock = getattr(transport, "_sock", None)
-        if sock is not None and hasattr(sock, "recvmsg"):
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-                transport._sock = _KernelStampedSocket(sock, self)
-            except (OSError, AttributeError):
-                pass
-        super().connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        stamp, self.kernel_stamp = self.kernel_stamp, None
-        self.received_at = stamp if stamp is not None else time.time()
-        super().data_received(data)
-
-
-class _StampingServer(web_server.Server):
-    __slots__ = ()
-
-    def __call__(self) -> web_protocol.RequestHandler:
-        return _StampingHandler(self, loop=self._loop, **self._kwargs)
-
-
-def _arrival(request: web.Request) -> float:
-    """When the request's bytes arrived (wall clock, seconds): the handler may run later."""
-    return getattr(request.protocol, "received_at", None) or time.time()
-
-
 class GatewaySimulator:
+    """The simulated gateway. Extension points (constructor arguments):
+
+    * `decisions`: a `DecisionModel` (declines, timeouts after charging, 5xx); by default one built
+      from `seed`, `decline_rate`, `timeout_rate` and `error_rate`;
+    * `webhook_gate`: an async context manager entered around each webhook delivery (after its
+      delay, for all its retries), e.g. `asyncio.Semaphore(16)` to pace the calls to one endpoint.
+
+    Read API: `ledger()`, `stats()` (with `webhooksPending`), `accepted_times()`,
+    `pending_webhooks()`; over HTTP `GET /v1/ledger`, `/v1/stats`, `/v1/accepted`.
+    """
+
     def __init__(self, *, rate: int = 200, decline_rate: float = 0.0, timeout_rate: float = 0.0,
                  error_rate: float = 0.0, latency_ms: tuple[int, int] | str = (0, 0),
                  webhook_url: str | None = None, webhook_secret: str | None = None,
                  webhook_duplicate_rate: float = 0.0, webhook_delay_ms: tuple[int, int] | str = (0, 2000),
-                 seed: int = 0, mode: str = "strict", timeout_hold_seconds: float = 30.0) -> None:
+                 seed: int = 0, mode: str = "strict", timeout_hold_seconds: float = 30.0,
+                 decisions: DecisionModel | None = None,
+                 webhook_gate: AsyncContextManager | None = None) -> None:
         if mode not in ("strict", "observe"):
             raise ValueError("mode must be strict or observe")
-        for name, value in (("decline_rate", decline_rate), ("timeout_rate", timeout_rate),
-                            ("error_rate", error_rate), ("webhook_duplicate_rate", webhook_duplicate_rate)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be between 0 and 1")
+        if not 0.0 <= webhook_duplicate_rate <= 1.0:
+            raise ValueError("webhook_duplicate_rate must be between 0 and 1")
         if webhook_url and not webhook_secret:
             raise ValueError("webhooks need a secret to sign them")
+        self.decisions = decisions or DecisionModel(seed=seed, decline_rate=decline_rate,
+                                                    timeout_rate=timeout_rate, error_rate=error_rate)
         self.rate = rate
         self.mode = mode
-        self.decline_rate = decline_rate
-        self.timeout_rate = timeout_rate
-        self.error_rate = error_rate
         self.latency_ms = parse_latency(latency_ms) if isinstance(latency_ms, str) else tuple(latency_ms)
         self.webhook_url = webhook_url
         self.webhook_secret = webhook_secret
         self.webhook_duplicate_rate = webhook_duplicate_rate
         self.webhook_delay_ms = (parse_latency(webhook_delay_ms) if isinstance(webhook_delay_ms, str)
                                  else tuple(webhook_delay_ms))
+        self.webhook_gate = webhook_gate
         self.seed = seed
         self.timeout_hold_seconds = timeout_hold_seconds
         self._rng = random.Random(seed)
@@ -229,17 +232,10 @@ class GatewaySimulator:
                          "conflicts": 0, "badRequests": 0, "webhooksDelivered": 0, "webhooksFailed": 0,
                          "webhookAttempts": 0}
 
-    # -- deterministic choices -----------------------------------------------------------------
-
-    def _chance(self, *parts) -> float:
-        digest = hashlib.sha256(":".join(str(p) for p in (self.seed, *parts)).encode()).digest()
-        return int.from_bytes(digest[:8], "big") / 2**64
-
     def _new_charge(self, key: str, customer_id: int, amount: int, currency: str) -> Charge:
-        declined = self._chance(key, "decline") < self.decline_rate
-        code = DECLINE_CODES[int(self._chance(key, "code") * len(DECLINE_CODES))] if declined else None
-        charge_id = "ch_" + hashlib.sha256(f"{self.seed}:{key}".encode()).hexdigest()[:20]
-        return Charge(key, customer_id, amount, currency, "declined" if declined else "succeeded", charge_id, code,
+        code = self.decisions.decline_code(key, customer_id, amount, currency)
+        return Charge(key, customer_id, amount, currency, "succeeded" if code is None else "declined",
+                      charge_id(self.seed, key), code,
                       datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"))
 
     # -- HTTP ----------------------------------------------------------------------------------
@@ -249,20 +245,15 @@ class GatewaySimulator:
         app.router.add_post("/v1/charges", self._handle_charge)
         app.router.add_get("/v1/ledger", self._handle_ledger)
         app.router.add_get("/v1/stats", self._handle_stats)
+        app.router.add_get("/v1/accepted", self._handle_accepted)
         app.router.add_get("/healthz", self._handle_health)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
-        self._runner.server.__class__ = _StampingServer  # stamp each request on arrival
         site = web.TCPSite(self._runner, host, port, backlog=4096)
-        await site.start()
-        for listener in getattr(site._server, "sockets", None) or ():  # accepted sockets inherit it
-            try:
-                listener.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            except OSError:
-                pass
+        await stamp_arrivals(self._runner, site)  # each request stamped when its bytes arrived
         bound_host, bound_port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{bound_port}"
         if self.webhook_url:
@@ -294,7 +285,7 @@ class GatewaySimulator:
         return self._rng.uniform(lo, hi) / 1000 if hi else 0.0
 
     async def _handle_charge(self, request: web.Request) -> web.Response:
-        now = _arrival(request)
+        now = arrival(request)
         if not self._window.admit(now):
             self.counters["rateLimited"] += 1
             retry = self._window.retry_after(now)
@@ -334,7 +325,7 @@ class GatewaySimulator:
             await asyncio.sleep(latency)
             return web.json_response(existing.answer())
 
-        if self._chance(key, calls, "error") < self.error_rate:
+        if self.decisions.fails(key, calls):
             self.counters["errors"] += 1
             await asyncio.sleep(latency)
             return web.json_response({"error": {"code": "internal", "message": "simulated gateway failure"}},
@@ -345,7 +336,7 @@ class GatewaySimulator:
         charge = self._new_charge(key, customer_id, amount, currency)
         self._charges[key] = charge
         self._announce(charge)
-        if self._chance(key, calls, "timeout") < self.timeout_rate:
+        if self.decisions.times_out(key, calls):
             self.counters["timeouts"] += 1
             await asyncio.sleep(self.timeout_hold_seconds)
         else:
@@ -361,6 +352,9 @@ class GatewaySimulator:
     async def _handle_stats(self, request: web.Request) -> web.Response:
         return web.json_response(self.stats())
 
+    async def _handle_accepted(self, request: web.Request) -> web.Response:
+        return web.json_response({"accepted": self.accepted_times()})
+
     # -- what tests and benchmarks read --------------------------------------------------------
 
     def ledger(self) -> dict:
@@ -370,6 +364,10 @@ class GatewaySimulator:
     def accepted_times(self) -> list[float]:
         """Arrival instants (wall clock, seconds) of every accepted call, in order."""
         return list(self._accepted_times)
+
+    def pending_webhooks(self) -> int:
+        """Webhook deliveries not finished yet (waiting for their delay, in flight, or retrying)."""
+        return len(self._tasks)
 
     def stats(self) -> dict:
         times = self._accepted_times
@@ -381,7 +379,8 @@ class GatewaySimulator:
                           for i in range(buckets)]
         return {**self.counters, "mode": self.mode, "rate": self.rate, "charged": len(self._charges),
                 "maxWindow": self._window.max_window, "excess": self._window.excess,
-                "spanSeconds": (times[-1] - times[0]) if len(times) > 1 else 0.0, "perSecond": per_second}
+                "spanSeconds": (times[-1] - times[0]) if len(times) > 1 else 0.0, "perSecond": per_second,
+                "webhooksPending": self.pending_webhooks()}
 
     # -- webhooks ------------------------------------------------------------------------------
 
@@ -405,6 +404,13 @@ class GatewaySimulator:
 
     async def _deliver(self, event: dict, delay: float) -> None:
         await asyncio.sleep(delay)
+        if self.webhook_gate is None:
+            await self._send(event)
+        else:
+            async with self.webhook_gate:
+                await self._send(event)
+
+    async def _send(self, event: dict) -> None:
         body = json.dumps(event, separators=(",", ":")).encode()
         backoff = 0.5
         for attempt in range(1, WEBHOOK_MAX_TRIES + 1):

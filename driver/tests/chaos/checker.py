@@ -2,93 +2,23 @@
 
 It trusts nothing the driver says: it reads the tables as a superuser, the gateway simulator's
 ledger (what the gateway really charged) and the whole Kafka topic from its first offset, and
-checks the contract's promises against all three. Each invariant yields a `Check` with a
+checks the promises of docs/ against all three. Each invariant yields a `Check` with a
 one-line result and, when it fails, the first offending rows.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import uuid
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import psycopg
 from psycopg.rows import dict_row
 
+from billing.checks import Check, TopicMessage
+
 KEY_RE = re.compile(r"^inv-(\d+)-try-(\d+)$")
 UTC_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|\+00:00)$")
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    offenders: list = field(default_factory=list)
-
-    def line(self) -> str:
-        return f"  [{'PASS' if self.ok else 'FAIL'}] {self.name}: {self.detail}"
-
-
-@dataclass
-class KafkaMessage:
-    partition: int
-    offset: int
-    key: str | None
-    value: dict | None
-    raw: bytes | None
-
-
-def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[KafkaMessage]:
-    """Every message of `topic`, from offset 0 to the high watermark of each partition."""
-    import time
-
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"chaos-checker-{uuid.uuid4().hex}",
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed",
-    })
-    try:
-        meta = consumer.list_topics(topic, timeout=timeout)
-        tmeta = meta.topics.get(topic)
-        if tmeta is None or tmeta.error is not None:
-            return []
-        parts = sorted(tmeta.partitions)
-        ends = {}
-        for p in parts:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-            ends[p] = high
-        todo = {p for p in parts if ends[p] > 0}
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        out: list[KafkaMessage] = []
-        deadline = time.monotonic() + timeout
-        while todo and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error():
-                continue
-            raw = msg.value()
-            try:
-                value = json.loads(raw) if raw is not None else None
-            except ValueError:
-                value = None
-            key = msg.key().decode() if msg.key() is not None else None
-            out.append(KafkaMessage(msg.partition(), msg.offset(), key, value, raw))
-            if msg.offset() + 1 >= ends[msg.partition()]:
-                todo.discard(msg.partition())
-        if todo:
-            raise RuntimeError(f"could not read partitions {sorted(todo)} of {topic} to their end")
-        return out
-    finally:
-        consumer.close()
 
 
 def _rows(conn, query: str, params=None) -> list[dict]:
@@ -99,7 +29,7 @@ def _fail_list(items, limit: int = 10) -> list:
     return list(items)[:limit]
 
 
-def check_all(db_url: str, ledger: dict, messages: list[KafkaMessage], *,
+def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
               created_keys: dict[str, set[int]] | None = None,
               gateway_rate: int | None = None) -> tuple[list[Check], dict]:
     """Every invariant of the chaos run; returns the checks and the figures."""
@@ -236,7 +166,7 @@ def check_all(db_url: str, ledger: dict, messages: list[KafkaMessage], *,
     checks.append(Check("outbox drained", not pending, f"{len(pending)} pending", _fail_list(pending)))
 
     # -- 5. Kafka holds every event, intact, keyed, in per-aggregate order ------------------------
-    first_seen: dict[str, KafkaMessage] = {}
+    first_seen: dict[str, TopicMessage] = {}
     malformed = []
     for m in messages:
         v = m.value
@@ -265,7 +195,7 @@ def check_all(db_url: str, ledger: dict, messages: list[KafkaMessage], *,
                 and v.get("subject") == f"{e['aggregate_type']}/{e['aggregate_id']}"
                 and v.get("datacontenttype") == "application/json"
                 and isinstance(v.get("time"), str) and UTC_RE.match(v["time"])):
-            bad.append(("not a CloudEvents envelope of the contract", e["id"], v))
+            bad.append(("not the CloudEvents envelope of docs/sql-api.md", e["id"], v))
     outbox_ids = {str(e["event_id"]) for e in outbox}
     strangers = [eid for eid in first_seen if eid not in outbox_ids]
     checks.append(Check(

@@ -34,7 +34,9 @@ from psycopg import sql
 from billing.config import REPO_ROOT
 from billing.migrate import migrate
 
-from .checker import check_all, read_topic
+from billing.checks import Check, read_topic
+
+from .checker import check_all
 from .harness import BILLING, FaultLog, PrivateServices, Proc, WorkerKiller, free_ports, wait_port
 
 TOPIC = "billing.events"
@@ -490,12 +492,10 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
         exits = {w.name: w.stop(timeout=40) for w in workers}
         ledger = httpx.get(f"http://127.0.0.1:{sim_port}/v1/ledger", timeout=30).json()
         sim_stats = httpx.get(f"http://127.0.0.1:{sim_port}/v1/stats", timeout=30).json()
-        messages = read_topic(services.kafka_bootstrap, TOPIC)
+        messages = read_topic(services.kafka_bootstrap, TOPIC, group_prefix="chaos-checker")
         checks, check_figures = check_all(db_url, ledger, messages, created_keys=traffic.created,
                                           gateway_rate=size.gateway_rate)
         figures.update(check_figures)
-        from .checker import Check
-
         checks.insert(0, Check("system drained after the faults (no OPEN invoice, nothing due, outbox empty)",
                                figures["drained"], f"last state {last}"))
         checks.append(Check("workers stop cleanly on SIGTERM (exit 0)", all(c == 0 for c in exits.values()),
@@ -575,9 +575,9 @@ def _report(figures: dict, checks, faults: FaultLog) -> list[str]:
         *[c.line() for c in checks],
     ]
     for c in checks:
-        if not c.ok and c.offenders:
+        if not c.ok and c.examples:
             lines.append(f"  first offenders of '{c.name}':")
-            lines += [f"    {o!r}"[:400] for o in c.offenders]
+            lines += [f"    {o!r}"[:400] for o in c.examples]
     lines.append("  fault timeline: " + "; ".join(f"{t}s {what}" for t, what in faults.timeline[:400]))
     return lines
 
