@@ -511,12 +511,19 @@ class FixedWindowLimiter:
         await self._redis.aclose()
 
 
-def limiter_from_settings(settings, *, rate: float | None = None) -> RateLimiter:
-    """The Redis limiter when Redis is configured, else the in-process one.
+def limiter_from_settings(settings, *, rate: float | None = None, key: str | None = None,
+                          local: str = "warn") -> RateLimiter:
+    """The one place where the limiter is chosen: the Redis limiter when Redis is configured,
+    else the in-process one.
 
-    BILLING_LIMITER_GUARD_MS / BILLING_LIMITER_MAX_LATE_MS tune the guard (see the module's
-    docstring); BILLING_LIMITER=fixed-window selects the seed's counter (benchmarks only).
+    `key`: the Redis key prefix (default "billing:gateway"). `local`, when there is no Redis:
+    "warn" uses the in-process limiter and says in the log that the limit then holds for this
+    process only (`billing worker`), "quiet" uses it without a word (the demo), "refuse" raises
+    ValueError. BILLING_LIMITER_GUARD_MS / BILLING_LIMITER_MAX_LATE_MS tune the guard (see the
+    module's docstring); BILLING_LIMITER=fixed-window selects the seed's counter (benchmarks only).
     """
+    if local not in ("warn", "quiet", "refuse"):
+        raise ValueError(f"local must be warn, quiet or refuse, got {local!r}")
     rate = rate or settings.gateway_rate
     guard = float(os.environ.get("BILLING_LIMITER_GUARD_MS", DEFAULT_GUARD_SECONDS * 1000)) / 1000
     max_late = min(guard, float(os.environ.get("BILLING_LIMITER_MAX_LATE_MS", DEFAULT_MAX_LATE_SECONDS * 1000)) / 1000)
@@ -528,6 +535,20 @@ def limiter_from_settings(settings, *, rate: float | None = None) -> RateLimiter
     if kind != "gcra":
         raise ValueError(f"BILLING_LIMITER must be gcra or fixed-window, got {kind!r}")
     if settings.redis_url:
-        return RedisGcraLimiter(settings.redis_url, rate, guard_seconds=guard, max_late_seconds=max_late)
-    log.warning("no BILLING_REDIS_URL: using an in-process limiter; the limit holds for this process only")
+        return RedisGcraLimiter(settings.redis_url, rate, key=key or "billing:gateway", guard_seconds=guard,
+                                max_late_seconds=max_late)
+    if local == "refuse":
+        raise ValueError("no BILLING_REDIS_URL: the shared rate limiter needs Redis")
+    if local == "warn":
+        log.warning("no BILLING_REDIS_URL: using an in-process limiter; the limit holds for this process only")
     return LocalGcraLimiter(rate, guard_seconds=guard, max_late_seconds=max_late)
+
+
+def describe_limiter(limiter, settings=None) -> str:
+    """The limiter in words, for logs and reports."""
+    if isinstance(limiter, RedisGcraLimiter):
+        url = getattr(settings, "redis_url", None)
+        return f"Redis GCRA ({url})" if url else "Redis GCRA"
+    if isinstance(limiter, LocalGcraLimiter):
+        return "in-process GCRA (no BILLING_REDIS_URL)"
+    return type(limiter).__name__

@@ -28,7 +28,8 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from billing.config import REPO_ROOT
-from billing.worker.relay import RELAY_LOCK_KEY, JsonlSink, KafkaSink, Relay, RelayOptions
+from billing.worker.relay import RELAY_LOCK_KEY, Relay, RelayOptions
+from billing.worker.sinks import JsonlSink, KafkaSink
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -251,7 +252,8 @@ def test_jsonl_sink_through_the_same_relay(db_url, tmp_path):
 
 RELAY_SCRIPT = """
 import asyncio, sys
-from billing.worker.relay import Relay, JsonlSink
+from billing.worker.relay import Relay
+from billing.worker.sinks import JsonlSink
 asyncio.run(Relay(sys.argv[1], JsonlSink(sys.argv[2]), asyncio.Event()).run())
 """
 

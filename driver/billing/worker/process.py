@@ -1,0 +1,187 @@
+"""The one composition of the worker: what `billing worker` runs, and what the demo drives.
+
+    worker = await build_worker(settings, clock=clock)      # pool, gateway client, limiter, charger
+    tasks = worker.start(stop)                               # {"renewal": Task, "charging": ..., "relay": ...}
+    ...
+    stop.set(); await asyncio.gather(*tasks.values(), return_exceptions=True)
+    await worker.close()                                     # what the builder opened, it closes
+
+or, to supervise the parts as `billing worker` does (a part that crashes or ends on its own stops
+the others; the exit code says so): ``code = await worker.run(stop)`` then ``await worker.close()``.
+
+The builder decides, from `settings` and its keyword options:
+* the connection pool (when renewal or charging runs);
+* the gateway client, its timeout well inside the charge lease:
+  ``min(settings.gateway_timeout_seconds, settings.charge_lease_seconds / 3)``;
+* the rate limiter, chosen in one place (`billing.limiter.limiter_from_settings`): the Redis GCRA
+  limiter when `settings.redis_url` is set, else the in-process one (see `local_limiter`), unless
+  a `limiter` is passed (then the caller owns it and closes it);
+* the charger (`Charger`), at `settings.gateway_rate`, leases of `settings.charge_lease_seconds`;
+* the outbox relay into `sink` (default: Kafka at `settings.kafka_bootstrap`, opened and closed
+  by the relay itself; a sink that is passed is the caller's to close).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Literal
+
+from billing.clock import Clock
+from billing.config import Settings
+
+log = logging.getLogger("billing.worker")
+
+Part = Callable[[asyncio.Event], Awaitable[None]]
+
+
+@dataclass
+class Worker:
+    """The worker's parts, built by `build_worker`. Each of `pool`, `gateway`, `limiter`,
+    `charger` is None when the part that needs it is switched off."""
+
+    settings: Settings
+    clock: Clock
+    pool: object | None = None  # psycopg_pool.AsyncConnectionPool
+    gateway: object | None = None  # billing.gateway.client.GatewayClient
+    limiter: object | None = None  # billing.limiter.RateLimiter
+    limiter_name: str = ""  # what the limiter is, in words (for logs and reports)
+    charger: object | None = None  # billing.worker.charging.Charger
+    sink: object | None = None  # the relay's EventSink when one was passed, else None (Kafka)
+    # What to run: part name -> a coroutine function taking the stop event.
+    parts: dict[str, Part] = field(default_factory=dict)
+    tasks: dict[str, asyncio.Task] = field(default_factory=dict)
+    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list, repr=False)
+
+    def start(self, stop: asyncio.Event) -> dict[str, asyncio.Task]:
+        """Start every part as a task named after it; the tasks, by name (also in `self.tasks`)."""
+        for name, part in self.parts.items():
+            if name not in self.tasks:
+                self.tasks[name] = asyncio.create_task(part(stop), name=name)
+        return dict(self.tasks)
+
+    async def run(self, stop: asyncio.Event) -> int:
+        """Start the parts and supervise them until they all end: 0 when they ended because `stop`
+        was set, 1 when one crashed or ended on its own (then `stop` is set for the others)."""
+        if not self.parts:
+            log.warning("nothing to run: renewal, charging and relay are all switched off")
+            return 0
+        self.start(stop)
+        log.info("worker started", extra={"parts": ",".join(self.tasks), "pid": os.getpid()})
+        failed = False
+        pending = set(self.tasks.values())
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                exc = task.exception() if not task.cancelled() else None
+                if exc is not None:
+                    failed = True
+                    log.error("worker part crashed; stopping", extra={"part": task.get_name()}, exc_info=exc)
+                elif not stop.is_set():
+                    failed = True
+                    log.error("worker part ended on its own; stopping", extra={"part": task.get_name()})
+                stop.set()
+        log.info("worker stopped", extra={"clean": not failed})
+        return 1 if failed else 0
+
+    async def close(self) -> None:
+        """Cancel the parts still running, then close what the builder opened (the gateway client,
+        the limiter it chose, the pool). Best effort: a failing close is logged and skipped."""
+        for task in self.tasks.values():
+            if not task.done():
+                task.cancel()
+        closers, self._closers = self._closers, []
+        for close in closers:
+            try:
+                await close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                log.debug("close failed", exc_info=True)
+
+
+async def build_worker(
+    settings: Settings,
+    *,
+    clock: Clock,
+    limiter=None,
+    sink=None,
+    renew: bool = True,
+    charge: bool = True,
+    relay: bool = True,
+    concurrency: int | None = None,
+    limiter_key: str | None = None,
+    local_limiter: Literal["warn", "quiet", "refuse"] = "warn",
+    renewal_batch: int = 500,
+    renewal_idle_seconds: float = 1.0,
+    charge_poll_seconds: float = 1.0,
+    relay_options=None,
+    pool_min_size: int = 1,
+    pool_max_size: int = 10,
+    pool_name: str = "billing-worker",
+) -> Worker:
+    """Build the worker's parts from `settings`; nothing runs until `Worker.start` or `Worker.run`.
+
+    * `renew`, `charge`, `relay`: which parts to run (the pool is opened only for the first two).
+    * `limiter`: a ready limiter (the caller closes it); else chosen by `limiter_from_settings`
+      with `limiter_key` (the Redis key prefix, default "billing:gateway") and `local_limiter`:
+      without `settings.redis_url`, "warn" uses the in-process limiter with a warning that the
+      limit holds for this process only (what `billing worker` does), "quiet" uses it without the
+      warning (the demo's explicit choice), "refuse" raises ValueError.
+    * `concurrency`: gateway calls in flight (default: `charging.default_concurrency(rate)`).
+    * `charge_poll_seconds`: how often an idle charger looks for work (one `claim_charges` call).
+    * `renewal_batch`, `renewal_idle_seconds`: the renewal loop's batch and its wait when idle.
+    * `sink`: where the relay publishes (an `EventSink`); None: Kafka per `settings`.
+    * `relay_options`: a `billing.worker.relay.RelayOptions` (lease, poll interval, ...).
+    * `pool_min_size`, `pool_max_size`, `pool_name`: the connection pool.
+
+    On failure, whatever was already opened is closed before the exception propagates.
+    """
+    worker = Worker(settings=settings, clock=clock, sink=sink)
+    try:
+        if renew or charge:
+            from billing.db import async_pool
+
+            worker.pool = await async_pool(settings.database_url, min_size=pool_min_size, max_size=pool_max_size,
+                                           name=pool_name)
+            worker._closers.append(worker.pool.close)
+        pool = worker.pool
+        if renew:
+            from billing.worker.renewal import run_renewal
+
+            async def renewal(stop: asyncio.Event) -> None:
+                await run_renewal(pool, stop, clock=clock, batch=renewal_batch, idle_seconds=renewal_idle_seconds)
+
+            worker.parts["renewal"] = renewal
+        if charge:
+            from billing.gateway.client import GatewayClient
+            from billing.limiter import describe_limiter, limiter_from_settings
+            from billing.worker.charging import Charger
+
+            timeout = min(settings.gateway_timeout_seconds, settings.charge_lease_seconds / 3)
+            worker.gateway = GatewayClient(settings.gateway_url, timeout=timeout)
+            # Closed before the limiter and the pool, as `billing worker` always did.
+            worker._closers.insert(0, worker.gateway.close)
+            if limiter is None:
+                limiter = limiter_from_settings(settings, key=limiter_key, local=local_limiter)
+                worker._closers.insert(1, limiter.close)
+            worker.limiter = limiter
+            worker.limiter_name = describe_limiter(limiter, settings)
+            worker.charger = Charger(pool, worker.gateway, limiter, rate=settings.gateway_rate, clock=clock,
+                                     concurrency=concurrency, lease_seconds=settings.charge_lease_seconds,
+                                     poll_seconds=charge_poll_seconds)
+            worker.parts["charging"] = worker.charger.run
+        if relay:
+            try:
+                from billing.worker.relay import run_relay
+            except ImportError as exc:
+                log.warning("outbox relay not available; skipped", extra={"error": repr(exc)})
+            else:
+                async def relay_part(stop: asyncio.Event) -> None:
+                    await run_relay(settings, stop, sink=sink, clock=clock, options=relay_options)
+
+                worker.parts["relay"] = relay_part
+    except BaseException:
+        await worker.close()
+        raise
+    return worker
