@@ -12,7 +12,8 @@ import multiprocessing
 
 import aiohttp
 
-from billing.gateway.simulator import DecisionModel, GatewaySimulator
+from billing.gateway.decisions import DecisionModel
+from billing.gateway.simulator import GatewaySimulator
 
 # Webhooks are delivered at most this many at a time, as a real gateway paces its calls to one
 # endpoint, rather than all at once: the HTTP API answers 503 when its connection pool is

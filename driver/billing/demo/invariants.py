@@ -5,9 +5,9 @@
   and the number of 429 answers) and its record of accepted calls;
 * the event stream as a consumer sees it (the JSON-lines file, or the whole Kafka topic).
 
-Each check returns a `Check`: a name, whether it holds, one line of figures, and a few
-counter-examples when it does not. `check_all` runs them all; the exit status of the demo is
-non-zero when any of them fails.
+Each check returns a `billing.checks.Check` (shared with the chaos checker): a name, whether it
+holds, one line of figures, a few counter-examples when it does not, and its promise. `check_all`
+runs them all; the exit status of the demo is non-zero when any of them fails.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ Behaviour (docs/gateway.md is the reference for other programs):
   included. `maxWindow` is the most accepted calls seen in any sliding one-second window.
   In `observe` mode nothing is refused: each call that would have been refused counts in
   `excess` (used by the benchmark to measure another limiter's bursts).
-- Faults, decided by a hash of (seed, key, how many calls this key has had), so a run is
+- Faults, decided by a `DecisionModel` (gateway/decisions.py; by default a hash of (seed, key, how
+  many calls this key has had)), so a run is
   reproducible: `error_rate` answers 500 *without* charging; `timeout_rate` charges and then holds
   the answer `timeout_hold_seconds` (past the client's timeout). Faults only hit a key's first
   charging call: a replay answers the stored result after the usual latency.
@@ -37,16 +38,19 @@ import random
 import signal
 import time
 from dataclasses import dataclass
-from typing import AsyncContextManager
 from datetime import datetime, timezone
+from typing import AsyncContextManager
 
 from aiohttp import ClientSession, ClientTimeout, web
 
 from billing.gateway.arrival import arrival, stamp_arrivals
+from billing.gateway.decisions import DECLINE_CODES, DecisionModel, chance, charge_id
+
+__all__ = ["DECLINE_CODES", "Charge", "DecisionModel", "GatewaySimulator", "chance", "charge_id", "main",
+           "parse_latency", "sign_webhook"]
 
 log = logging.getLogger("billing.gateway.simulator")
 
-DECLINE_CODES = ("insufficient_funds", "card_declined", "expired_card", "do_not_honor")
 WEBHOOK_MAX_TRIES = 6
 
 
@@ -67,59 +71,6 @@ def sign_webhook(secret: str, body: bytes, timestamp: int | None = None) -> str:
     ts = int(time.time()) if timestamp is None else timestamp
     mac = hmac.new(secret.encode(), f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
     return f"t={ts},v1={mac}"
-
-
-def chance(seed, *parts) -> float:
-    """A number in [0, 1) decided by a hash of (seed, *parts): the same run makes the same choices."""
-    digest = hashlib.sha256(":".join(str(p) for p in (seed, *parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
-
-
-class DecisionModel:
-    """What the simulated gateway decides for a charging call: a 5xx without charging, a decline
-    (and its code), a timeout after charging. Each choice is a hash of (seed, key, ...) so a run is
-    reproducible. Subclass and override `decline_code` (or the others) for other behaviours; pass
-    the instance as `GatewaySimulator(decisions=...)`.
-
-    `calls` is how many calls this key has had, this one included: faults may differ per call,
-    declines depend on the key only (a replay answers the stored result anyway).
-    """
-
-    def __init__(self, *, seed: int = 0, decline_rate: float = 0.0, timeout_rate: float = 0.0,
-                 error_rate: float = 0.0) -> None:
-        for name, value in (("decline_rate", decline_rate), ("timeout_rate", timeout_rate),
-                            ("error_rate", error_rate)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be between 0 and 1")
-        self.seed = seed
-        self.decline_rate = decline_rate
-        self.timeout_rate = timeout_rate
-        self.error_rate = error_rate
-
-    def chance(self, *parts) -> float:
-        return chance(self.seed, *parts)
-
-    def fails(self, key: str, calls: int) -> bool:
-        """Answer 500 without charging."""
-        return self.chance(key, calls, "error") < self.error_rate
-
-    def decline_code(self, key: str, customer_id: int, amount: int, currency: str) -> str | None:
-        """None: the charge succeeds; else the decline code."""
-        if self.chance(key, "decline") < self.decline_rate:
-            return self.random_code(key)
-        return None
-
-    def random_code(self, key: str) -> str:
-        return DECLINE_CODES[int(self.chance(key, "code") * len(DECLINE_CODES))]
-
-    def times_out(self, key: str, calls: int) -> bool:
-        """Charge, then hold the answer past the client's timeout."""
-        return self.chance(key, calls, "timeout") < self.timeout_rate
-
-
-def charge_id(seed, key: str) -> str:
-    """The gateway's id of the charge made for `key` (stable for a seed)."""
-    return "ch_" + hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()[:20]
 
 
 @dataclass
