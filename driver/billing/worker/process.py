@@ -53,7 +53,8 @@ class Worker:
     # What to run: part name -> a coroutine function taking the stop event.
     parts: dict[str, Part] = field(default_factory=dict)
     tasks: dict[str, asyncio.Task] = field(default_factory=dict)
-    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list, repr=False)
+    # What `close` closes, in this order: what the builder opened (not what was passed to it).
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list, repr=False)
 
     def start(self, stop: asyncio.Event) -> dict[str, asyncio.Task]:
         """Start every part as a task named after it; the tasks, by name (also in `self.tasks`)."""
@@ -92,7 +93,7 @@ class Worker:
         for task in self.tasks.values():
             if not task.done():
                 task.cancel()
-        closers, self._closers = self._closers, []
+        closers, self.closers = self.closers, []
         for close in closers:
             try:
                 await close()
@@ -144,7 +145,7 @@ async def build_worker(
 
             worker.pool = await async_pool(settings.database_url, min_size=pool_min_size, max_size=pool_max_size,
                                            name=pool_name)
-            worker._closers.append(worker.pool.close)
+            worker.closers.append(worker.pool.close)
         pool = worker.pool
         if renew:
             from billing.worker.renewal import run_renewal
@@ -161,10 +162,10 @@ async def build_worker(
             timeout = min(settings.gateway_timeout_seconds, settings.charge_lease_seconds / 3)
             worker.gateway = GatewayClient(settings.gateway_url, timeout=timeout)
             # Closed before the limiter and the pool, as `billing worker` always did.
-            worker._closers.insert(0, worker.gateway.close)
+            worker.closers.insert(0, worker.gateway.close)
             if limiter is None:
                 limiter = limiter_from_settings(settings, key=limiter_key, local=local_limiter)
-                worker._closers.insert(1, limiter.close)
+                worker.closers.insert(1, limiter.close)
             worker.limiter = limiter
             worker.limiter_name = describe_limiter(limiter, settings)
             worker.charger = Charger(pool, worker.gateway, limiter, rate=settings.gateway_rate, clock=clock,
