@@ -27,10 +27,19 @@ import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Literal
+from typing import TYPE_CHECKING, Awaitable, Callable, Literal
 
 from billing.clock import Clock
 from billing.config import Settings
+
+if TYPE_CHECKING:  # the parts are imported when built, so that a switched-off part costs nothing
+    from psycopg_pool import AsyncConnectionPool
+
+    from billing.gateway.client import GatewayClient
+    from billing.limiter import RateLimiter
+    from billing.worker.charging import Charger
+    from billing.worker.relay import RelayOptions
+    from billing.worker.sinks import EventSink
 
 log = logging.getLogger("billing.worker")
 
@@ -44,12 +53,12 @@ class Worker:
 
     settings: Settings
     clock: Clock
-    pool: object | None = None  # psycopg_pool.AsyncConnectionPool
-    gateway: object | None = None  # billing.gateway.client.GatewayClient
-    limiter: object | None = None  # billing.limiter.RateLimiter
+    pool: AsyncConnectionPool | None = None
+    gateway: GatewayClient | None = None
+    limiter: RateLimiter | None = None
     limiter_name: str = ""  # what the limiter is, in words (for logs and reports)
-    charger: object | None = None  # billing.worker.charging.Charger
-    sink: object | None = None  # the relay's EventSink when one was passed, else None (Kafka)
+    charger: Charger | None = None
+    sink: EventSink | None = None  # the relay's sink when one was passed, else None (Kafka)
     # What to run: part name -> a coroutine function taking the stop event.
     parts: dict[str, Part] = field(default_factory=dict)
     tasks: dict[str, asyncio.Task] = field(default_factory=dict)
@@ -105,8 +114,8 @@ async def build_worker(
     settings: Settings,
     *,
     clock: Clock,
-    limiter=None,
-    sink=None,
+    limiter: RateLimiter | None = None,
+    sink: EventSink | None = None,
     renew: bool = True,
     charge: bool = True,
     relay: bool = True,
@@ -116,7 +125,7 @@ async def build_worker(
     renewal_batch: int = 500,
     renewal_idle_seconds: float = 1.0,
     charge_poll_seconds: float = 1.0,
-    relay_options=None,
+    relay_options: RelayOptions | None = None,
     pool_min_size: int = 1,
     pool_max_size: int = 10,
     pool_name: str = "billing-worker",
