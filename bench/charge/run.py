@@ -39,14 +39,17 @@ import psycopg
 import redis
 from psycopg import sql
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "driver"))
+from billing.migrate import migrate
 
-from billing.migrate import migrate  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 PG = os.environ.get("BILLING_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:55432/postgres")
 REDIS = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:56379/0").rsplit("/", 1)[0] + "/63"
 BILLING = [sys.executable, "-m", "billing.cli"]
+# The worker per limiter: the one that ships (`billing worker`, which chooses its own), and the
+# seed's fixed-window counter, which only the benchmark can run (bench/charge/fixed_window.py).
+WORKER = {"gcra": BILLING + ["--log-level", "WARNING", "worker", "--no-renew", "--no-relay"],
+          "fixed-window": [sys.executable, str(Path(__file__).with_name("fixed_window.py")), "--log-level", "WARNING"]}
 
 
 def url_for_db(server_url: str, dbname: str) -> str:
@@ -164,12 +167,11 @@ def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, 
     try:
         wait_port(port)
         env = {**os.environ, "BILLING_DATABASE_URL": url_for_db(PG, dbname), "BILLING_REDIS_URL": REDIS,
-               "BILLING_GATEWAY_URL": sim_url, "BILLING_GATEWAY_RATE": str(rate), "BILLING_LIMITER": limiter}
+               "BILLING_GATEWAY_URL": sim_url, "BILLING_GATEWAY_RATE": str(rate)}
         metric_ports = [free_port() for _ in range(workers)]
         for i in range(workers):
             extra = ["--concurrency", str(concurrency)] if concurrency else []
-            procs.append(subprocess.Popen(BILLING + ["--log-level", "WARNING", "worker", "--no-renew", "--no-relay",
-                                                     *extra],
+            procs.append(subprocess.Popen(WORKER[limiter] + extra,
                                           env={**env, "BILLING_WORKER_METRICS_PORT": str(metric_ports[i])},
                                           stdout=subprocess.DEVNULL,
                                           stderr=open(logs / f"worker{i}-{tag}.log", "w")))

@@ -37,12 +37,12 @@ import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "driver"))
+from billing import db as sqlapi
+from billing.migrate import migrate
+from billing.worker.relay import Relay, RelayOptions
+from billing.worker.sinks import KafkaSink
 
-from billing import db as sqlapi  # noqa: E402
-from billing.migrate import migrate  # noqa: E402
-from billing.worker.relay import KafkaSink, Relay, RelayOptions  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 def utcnow() -> datetime:

@@ -40,7 +40,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -50,10 +49,9 @@ from zoneinfo import ZoneInfo
 import psycopg
 from psycopg import sql
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "driver"))
+from billing.migrate import migrate
 
-from billing.migrate import migrate  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 NOW = datetime(2026, 3, 1, tzinfo=timezone.utc)
 GENERATE = Path(__file__).with_name("generate.sql")

@@ -1,5 +1,95 @@
--- 10_util: pure building blocks: calendar, proration, dunning schedule, CloudEvents envelope.
--- Re-applied after every migration: CREATE OR REPLACE only.
+-- 10_util: pure helpers only: argument checks, calendar, proration, the UTC text form.
+-- Nothing here writes; the other files build on these. Re-applied after every migration:
+-- CREATE OR REPLACE only.
+
+-- ---------------------------------------------------------------------------------------------
+-- Argument checks. Every public function validates its own parameters through these, so one
+-- rule has one wording (BL422). _check_now is THE check of a p_now parameter: every public
+-- function taking p_now calls it first; a rule about the clock (not NULL, finite, ...) is added
+-- there and nowhere else.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._check_now(p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_now IS NULL OR NOT isfinite(p_now) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('p_now must be a finite instant, got %s', coalesce(p_now::text, 'NULL')),
+            HINT = 'Pass the current time (or the simulated clock''s), or leave the parameter out for now().';
+    END IF;
+    RETURN p_now;
+END
+$$;
+COMMENT ON FUNCTION billing._check_now(timestamptz) IS
+'Private: the one validation of a public function''s p_now (every public function taking p_now calls it).
+Returns p_now; BL422 when it is NULL or infinite.';
+
+CREATE OR REPLACE FUNCTION billing._check_between(p_what text, p_value bigint, p_min bigint, p_max bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_value IS NULL OR p_value < p_min OR p_value > p_max THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = CASE WHEN p_max IS NULL
+                           THEN format('%s must be at least %s, got %s', p_what, p_min, coalesce(p_value::text, 'NULL'))
+                           ELSE format('%s must be between %s and %s, got %s', p_what, p_min, p_max,
+                                       coalesce(p_value::text, 'NULL')) END;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._check_between(text, bigint, bigint, bigint) IS
+'Private: p_value (named p_what in the message) must be in [p_min, p_max] (no upper bound when p_max is NULL).
+Returns nothing; BL422 otherwise, NULL included.';
+
+CREATE OR REPLACE FUNCTION billing._check_text(p_what text, p_value text, p_max_length integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_value IS NULL OR btrim(p_value) = '' OR length(p_value) > p_max_length THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('%s of 1 to %s characters is required', p_what, p_max_length);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._check_text(text, text, integer) IS
+'Private: p_value must be non-blank text of at most p_max_length characters.
+Returns nothing; BL422 otherwise.';
+
+CREATE OR REPLACE FUNCTION billing._check_one_of(p_what text, p_value text, p_allowed text[], p_hint text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_value IS NULL OR NOT (p_value = ANY (p_allowed)) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('unknown %s %L', p_what, p_value), HINT = p_hint;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._check_one_of(text, text, text[], text) IS
+'Private: p_value must be one of p_allowed (an enumerated parameter such as a billing interval or a payment outcome).
+Returns nothing; BL422 with p_hint otherwise.';
+
+CREATE OR REPLACE FUNCTION billing._check_lease(p_lease interval)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_lease IS NULL OR p_lease <= interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the lease must be a positive interval';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._check_lease(interval) IS
+'Private: a claim''s lease must be a positive interval.
+Returns nothing; BL422 otherwise.';
 
 -- ---------------------------------------------------------------------------------------------
 -- Calendar. The private SQL function has no SET clause and no SECURITY DEFINER so that the
@@ -25,6 +115,16 @@ $$;
 COMMENT ON FUNCTION billing._period_end(timestamptz, text, integer, integer, text) IS
 'Private, inlinable: boundary number p_periods from p_anchor in p_timezone, without validation.
 Returns NULL for an unknown interval; callers validate (see period_end).';
+
+CREATE OR REPLACE FUNCTION billing._billing_intervals()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT ARRAY['DAY', 'WEEK', 'MONTH', 'YEAR']
+$$;
+COMMENT ON FUNCTION billing._billing_intervals() IS
+'Private: the billing intervals a plan may use (the plan table''s CHECK says the same).
+Returns the array.';
 
 CREATE OR REPLACE FUNCTION billing._check_timezone(p_timezone text)
 RETURNS void
@@ -57,15 +157,9 @@ BEGIN
     IF p_anchor IS NULL OR p_periods IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_anchor and p_periods are required';
     END IF;
-    IF p_billing_interval IS NULL OR p_billing_interval NOT IN ('DAY', 'WEEK', 'MONTH', 'YEAR') THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('unknown billing interval %L', p_billing_interval),
-            HINT = 'Use DAY, WEEK, MONTH or YEAR.';
-    END IF;
-    IF p_interval_count IS NULL OR p_interval_count < 1 THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('interval count must be at least 1, got %s', coalesce(p_interval_count::text, 'NULL'));
-    END IF;
+    PERFORM billing._check_one_of('billing interval', p_billing_interval, billing._billing_intervals(),
+                                  'Use DAY, WEEK, MONTH or YEAR.');
+    PERFORM billing._check_between('interval count', p_interval_count, 1, NULL);
     PERFORM billing._check_timezone(p_timezone);
     RETURN billing._period_end(p_anchor, p_billing_interval, p_interval_count, p_periods, p_timezone);
 END
@@ -111,48 +205,7 @@ COMMENT ON FUNCTION billing.proration_amount(bigint, bigint, timestamptz, timest
 Returns the signed amount (positive: to charge, negative: credit); BL422 for a bad period or instant.';
 
 -- ---------------------------------------------------------------------------------------------
--- Dunning schedule with deterministic jitter.
--- ---------------------------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION billing._dunning_next_attempt(p_failed_attempts integer, p_seed bigint, p_now timestamptz)
-RETURNS timestamptz
-LANGUAGE sql STABLE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-    SELECT p_now + d.delay
-         + CASE WHEN d.max_jitter > interval '0' THEN
-               make_interval(secs => (
-                   (hashtextextended(p_failed_attempts::text, p_seed) % floor(extract(epoch FROM d.max_jitter))::bigint
-                    + floor(extract(epoch FROM d.max_jitter))::bigint)
-                   % floor(extract(epoch FROM d.max_jitter))::bigint)::double precision)
-           ELSE interval '0' END
-    FROM billing.dunning_step d
-    WHERE d.failed_attempts = p_failed_attempts
-$$;
-COMMENT ON FUNCTION billing._dunning_next_attempt(integer, bigint, timestamptz) IS
-'Private body of dunning_next_attempt, without validation.
-Returns NULL when the schedule has no step for p_failed_attempts.';
-
-CREATE OR REPLACE FUNCTION billing.dunning_next_attempt(
-    p_failed_attempts integer, p_seed bigint, p_now timestamptz DEFAULT now())
-RETURNS timestamptz
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF p_failed_attempts IS NULL OR p_failed_attempts < 1 THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('failed attempts must be at least 1, got %s', coalesce(p_failed_attempts::text, 'NULL')),
-            HINT = 'Pass the number of declined tries so far, counting the one just declined.';
-    END IF;
-    RETURN billing._dunning_next_attempt(p_failed_attempts, coalesce(p_seed, 0), p_now);
-END
-$$;
-COMMENT ON FUNCTION billing.dunning_next_attempt(integer, bigint, timestamptz) IS
-'Next retry after p_failed_attempts declines: p_now + billing.dunning_step delay + jitter in [0, max_jitter) hashed from (p_seed, attempt).
-Returns NULL when the schedule is exhausted (attempt 4 by default); BL422 below 1.';
-
--- ---------------------------------------------------------------------------------------------
--- CloudEvents 1.0 envelope.
+-- Text forms.
 -- ---------------------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION billing._utc_text(p_at timestamptz)
 RETURNS text
@@ -164,115 +217,3 @@ COMMENT ON FUNCTION billing._utc_text(timestamptz) IS
 'Private: ISO 8601 UTC text with microseconds and a Z suffix.
 Returns NULL for NULL.';
 
-CREATE OR REPLACE FUNCTION billing._cloud_event(
-    p_event_id uuid, p_event_type text, p_aggregate_type text, p_aggregate_id bigint, p_time timestamptz, p_data jsonb)
-RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT pg_catalog.jsonb_build_object(
-        'specversion', '1.0',
-        'id', p_event_id::text,
-        'source', 'billing',
-        'type', p_event_type,
-        'subject', p_aggregate_type || '/' || p_aggregate_id::text,
-        'time', billing._utc_text(p_time),
-        'datacontenttype', 'application/json',
-        'data', p_data)
-$$;
-COMMENT ON FUNCTION billing._cloud_event(uuid, text, text, bigint, timestamptz, jsonb) IS
-'Private: the CloudEvents 1.0 envelope stored in outbox_event.payload (subject = <aggregate type>/<id>).
-Returns the envelope as jsonb.';
-
-CREATE OR REPLACE FUNCTION billing._emit_event(
-    p_aggregate_type text, p_aggregate_id bigint, p_event_type text, p_data jsonb, p_now timestamptz)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_event_id uuid := gen_random_uuid();
-    v_id       bigint;
-BEGIN
-    INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
-    VALUES (v_event_id, p_aggregate_type, p_aggregate_id, p_event_type,
-            billing._cloud_event(v_event_id, p_event_type, p_aggregate_type, p_aggregate_id, p_now, p_data),
-            p_now, p_now)
-    RETURNING id INTO v_id;
-    RETURN v_id;
-END
-$$;
-COMMENT ON FUNCTION billing._emit_event(text, bigint, text, jsonb, timestamptz) IS
-'Private: writes one event to the outbox; call it while holding the aggregate''s row lock so ids follow commit order.
-Returns the outbox_event id.';
-
--- ---------------------------------------------------------------------------------------------
--- Referential integrity of invoice.subscription_id, per statement (see migration 0002).
--- ---------------------------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION billing._invoice_subscription_exists()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_missing bigint;
-BEGIN
-    SELECT n.subscription_id INTO v_missing
-      FROM new_invoices n
-     WHERE NOT EXISTS (SELECT 1 FROM billing.subscription s WHERE s.id = n.subscription_id)
-     LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = '23503',
-            MESSAGE = format('invoice refers to subscription %s, which does not exist', v_missing),
-            CONSTRAINT = 'invoice_subscription_exists', TABLE = 'invoice', SCHEMA = 'billing';
-    END IF;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION billing._invoice_subscription_exists() IS
-'Private trigger: the foreign key invoice.subscription_id -> subscription.id, checked once per statement with one anti-join.
-Returns NULL; raises foreign_key_violation (23503) naming invoice_subscription_exists.';
-
-CREATE OR REPLACE FUNCTION billing._subscription_never_deleted()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = '23503',
-        MESSAGE = 'subscriptions are never deleted: cancel them instead',
-        CONSTRAINT = 'subscription_never_deleted', TABLE = 'subscription', SCHEMA = 'billing';
-END
-$$;
-COMMENT ON FUNCTION billing._subscription_never_deleted() IS
-'Private trigger: refuses DELETE on billing.subscription (invoices, attempts and events refer to it forever; TRUNCATE wipes all and stays allowed).
-Returns nothing; raises foreign_key_violation (23503).';
-
-CREATE OR REPLACE TRIGGER invoice_subscription_exists
-    AFTER INSERT ON billing.invoice
-    REFERENCING NEW TABLE AS new_invoices
-    FOR EACH STATEMENT EXECUTE FUNCTION billing._invoice_subscription_exists();
-
-CREATE OR REPLACE FUNCTION billing._invoice_subscription_fixed()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = '23503',
-        MESSAGE = format('invoice %s: subscription_id never changes', OLD.id),
-        CONSTRAINT = 'invoice_subscription_fixed', TABLE = 'invoice', SCHEMA = 'billing';
-END
-$$;
-COMMENT ON FUNCTION billing._invoice_subscription_fixed() IS
-'Private trigger: an invoice never moves to another subscription (so the insert-time check is enough).
-Returns nothing; raises foreign_key_violation (23503).';
-
-CREATE OR REPLACE TRIGGER invoice_subscription_fixed
-    BEFORE UPDATE OF subscription_id ON billing.invoice
-    FOR EACH ROW WHEN (OLD.subscription_id IS DISTINCT FROM NEW.subscription_id)
-    EXECUTE FUNCTION billing._invoice_subscription_fixed();
-
--- TRUNCATE (an operator wiping a test database, as the model test does) stays possible.
-CREATE OR REPLACE TRIGGER subscription_never_deleted
-    BEFORE DELETE ON billing.subscription
-    FOR EACH STATEMENT EXECUTE FUNCTION billing._subscription_never_deleted();

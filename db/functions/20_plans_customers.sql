@@ -1,4 +1,5 @@
 -- 20_plans_customers: the price list and the customers.
+-- Re-applied after every migration: CREATE OR REPLACE only.
 
 CREATE OR REPLACE FUNCTION billing.upsert_plan(
     p_code text, p_price_amount bigint, p_currency text, p_billing_interval text, p_interval_count integer DEFAULT 1)
@@ -10,9 +11,7 @@ DECLARE
     v_old billing.plan;
     v_new billing.plan;
 BEGIN
-    IF p_code IS NULL OR btrim(p_code) = '' OR length(p_code) > 100 THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'plan code must be 1 to 100 characters';
-    END IF;
+    PERFORM billing._check_text('a plan code', p_code, 100);
     IF p_price_amount IS NULL OR p_price_amount < 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('plan %s: price must be a non-negative amount in the smallest currency unit, got %s',
@@ -22,16 +21,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('plan %s: currency must be a three-letter upper-case ISO 4217 code, got %L', p_code, p_currency);
     END IF;
-    IF p_billing_interval IS NULL OR p_billing_interval NOT IN ('DAY', 'WEEK', 'MONTH', 'YEAR') THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('plan %s: unknown billing interval %L', p_code, p_billing_interval),
-            HINT = 'Use DAY, WEEK, MONTH or YEAR.';
-    END IF;
-    IF p_interval_count IS NULL OR p_interval_count NOT BETWEEN 1 AND 1000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('plan %s: interval count must be between 1 and 1000, got %s',
-                             p_code, coalesce(p_interval_count::text, 'NULL'));
-    END IF;
+    PERFORM billing._check_one_of(format('plan %s: billing interval', p_code), p_billing_interval,
+                                  billing._billing_intervals(), 'Use DAY, WEEK, MONTH or YEAR.');
+    PERFORM billing._check_between(format('plan %s: interval count', p_code), p_interval_count, 1, 1000);
 
     SELECT * INTO v_old FROM billing.plan WHERE code = p_code FOR UPDATE;
     IF FOUND
@@ -90,3 +82,14 @@ $$;
 COMMENT ON FUNCTION billing.upsert_customer(bigint, text) IS
 'Creates or updates a customer; the time zone applies to subscriptions created afterwards (existing calendars never move).
 Returns the customer row; BL422 when p_timezone is not in pg_timezone_names.';
+
+CREATE OR REPLACE FUNCTION billing.plan_code(p_plan_id bigint)
+RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT p.code FROM billing.plan p WHERE p.id = p_plan_id
+$$;
+COMMENT ON FUNCTION billing.plan_code(bigint) IS
+'The business code of a plan, for answering a subscription row (which holds plan_id) without table access.
+Returns NULL for an unknown id.';

@@ -5,26 +5,6 @@
 -- ---------------------------------------------------------------------------------------------
 -- Private helpers
 -- ---------------------------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION billing._lock_subscription(p_subscription_id bigint)
-RETURNS billing.subscription
-LANGUAGE plpgsql VOLATILE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_sub billing.subscription;
-BEGIN
-    SELECT * INTO v_sub FROM billing.subscription WHERE id = p_subscription_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL404',
-            MESSAGE = format('subscription %s does not exist', coalesce(p_subscription_id::text, 'NULL'));
-    END IF;
-    RETURN v_sub;
-END
-$$;
-COMMENT ON FUNCTION billing._lock_subscription(bigint) IS
-'Private: locks the subscription row FOR UPDATE.
-Returns it; BL404 when absent.';
-
 CREATE OR REPLACE FUNCTION billing._check_version(p_sub billing.subscription, p_expected_version bigint)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -42,157 +22,6 @@ COMMENT ON FUNCTION billing._check_version(billing.subscription, bigint) IS
 'Private: optimistic lock check.
 Returns nothing; BL409 when p_expected_version is given and differs from the row''s version.';
 
-CREATE OR REPLACE FUNCTION billing._invoice_data(p_invoice billing.invoice)
-RETURNS jsonb
-LANGUAGE sql IMMUTABLE
-AS $$
-    SELECT pg_catalog.jsonb_build_object(
-        'invoiceId', p_invoice.id,
-        'subscriptionId', p_invoice.subscription_id,
-        'customerId', p_invoice.customer_id,
-        'kind', p_invoice.kind,
-        'status', p_invoice.status,
-        'periodStart', billing._utc_text(p_invoice.period_start),
-        'periodEnd', billing._utc_text(p_invoice.period_end),
-        'subtotal', p_invoice.subtotal,
-        'creditApplied', p_invoice.credit_applied,
-        'amount', p_invoice.amount,
-        'currency', p_invoice.currency,
-        'attemptCount', p_invoice.attempt_count,
-        'paidAt', billing._utc_text(p_invoice.paid_at),
-        'gatewayReference', p_invoice.gateway_reference)
-$$;
-COMMENT ON FUNCTION billing._invoice_data(billing.invoice) IS
-'Private: the "data" of invoice events (amounts as integers in the smallest unit, instants in UTC).
-Returns a jsonb object.';
-
-CREATE OR REPLACE FUNCTION billing._subscription_data(p_sub billing.subscription)
-RETURNS jsonb
-LANGUAGE sql STABLE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-    SELECT jsonb_build_object(
-        'subscriptionId', p_sub.id,
-        'customerId', p_sub.customer_id,
-        'planCode', (SELECT code FROM billing.plan WHERE id = p_sub.plan_id),
-        'status', p_sub.status,
-        'currentPeriodStart', billing._utc_text(p_sub.current_period_start),
-        'currentPeriodEnd', billing._utc_text(p_sub.current_period_end),
-        'canceledAt', billing._utc_text(p_sub.canceled_at),
-        'reason', p_sub.cancel_reason,
-        'version', p_sub.version)
-$$;
-COMMENT ON FUNCTION billing._subscription_data(billing.subscription) IS
-'Private: the "data" of subscription events.
-Returns a jsonb object.';
-
-CREATE OR REPLACE FUNCTION billing._grant_credit(
-    p_customer_id bigint, p_currency char(3), p_amount bigint, p_reason text,
-    p_subscription_id bigint, p_invoice_id bigint, p_now timestamptz)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF p_amount <= 0 THEN
-        RETURN;
-    END IF;
-    INSERT INTO billing.credit_entry (customer_id, currency, amount, reason, subscription_id, invoice_id, created_at)
-    VALUES (p_customer_id, p_currency, p_amount, p_reason, p_subscription_id, p_invoice_id, p_now);
-    INSERT INTO billing.credit_balance AS b (customer_id, currency, balance, updated_at)
-    VALUES (p_customer_id, p_currency, p_amount, p_now)
-    ON CONFLICT ON CONSTRAINT credit_balance_pkey DO UPDATE
-        SET balance = b.balance + excluded.balance, updated_at = excluded.updated_at;
-END
-$$;
-COMMENT ON FUNCTION billing._grant_credit(bigint, char, bigint, text, bigint, bigint, timestamptz) IS
-'Private: adds p_amount of credit to the ledger and the balance (nothing when p_amount <= 0).
-Returns nothing.';
-
--- Inserts one invoice, consuming the customer's credit first; an invoice the credit covers
--- entirely is PAID at once, announced, and never charged.
-CREATE OR REPLACE FUNCTION billing._new_invoice(
-    p_sub billing.subscription, p_kind text, p_period_start timestamptz, p_period_end timestamptz,
-    p_subtotal bigint, p_currency char(3), p_now timestamptz)
-RETURNS billing.invoice
-LANGUAGE plpgsql VOLATILE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_balance bigint;
-    v_applied bigint := 0;
-    v_invoice billing.invoice;
-BEGIN
-    SELECT balance INTO v_balance FROM billing.credit_balance
-     WHERE customer_id = p_sub.customer_id AND currency = p_currency AND balance > 0
-       FOR UPDATE;
-    IF FOUND THEN
-        v_applied := least(v_balance, p_subtotal);
-        UPDATE billing.credit_balance SET balance = balance - v_applied, updated_at = p_now
-         WHERE customer_id = p_sub.customer_id AND currency = p_currency;
-    END IF;
-
-    INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, credit_applied,
-                                 amount, currency, status, due_at, next_attempt_at, paid_at, created_at)
-    VALUES (p_sub.id, p_sub.customer_id, p_kind, p_period_start, p_period_end, p_subtotal, v_applied,
-            p_subtotal - v_applied, p_currency,
-            CASE WHEN p_subtotal - v_applied = 0 THEN 'PAID' ELSE 'OPEN' END, p_now,
-            CASE WHEN p_subtotal - v_applied = 0 THEN NULL ELSE p_now END,
-            CASE WHEN p_subtotal - v_applied = 0 THEN p_now END, p_now)
-    RETURNING * INTO v_invoice;
-
-    IF v_applied > 0 THEN
-        INSERT INTO billing.credit_entry (customer_id, currency, amount, reason, subscription_id, invoice_id, created_at)
-        VALUES (p_sub.customer_id, p_currency, -v_applied, 'APPLIED', p_sub.id, v_invoice.id, p_now);
-    END IF;
-    IF v_invoice.status = 'PAID' THEN
-        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaid', billing._invoice_data(v_invoice), p_now);
-    END IF;
-    RETURN v_invoice;
-END
-$$;
-COMMENT ON FUNCTION billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, char, timestamptz) IS
-'Private: inserts one invoice due at p_now after consuming the customer''s credit (PAID and announced when credit covers it).
-Returns the invoice.';
-
--- Voids the OPEN invoices of the given (locked) subscriptions and gives back the credit they had
--- consumed. Set-based: used by cancel_subscription, dunning exhaustion and the renewal job.
-CREATE OR REPLACE FUNCTION billing._void_open_invoices(p_subscription_ids bigint[], p_now timestamptz)
-RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_count integer;
-BEGIN
-    IF p_subscription_ids IS NULL OR cardinality(p_subscription_ids) = 0 THEN
-        RETURN 0;
-    END IF;
-    WITH voided AS (
-        UPDATE billing.invoice
-           SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now
-         WHERE subscription_id = ANY (p_subscription_ids) AND status = 'OPEN'
-        RETURNING id, subscription_id, customer_id, currency, credit_applied
-    ), ledger AS (
-        INSERT INTO billing.credit_entry (customer_id, currency, amount, reason, subscription_id, invoice_id, created_at)
-        SELECT customer_id, currency, credit_applied, 'RESTORED', subscription_id, id, p_now
-          FROM voided WHERE credit_applied > 0
-    ), balance AS (
-        INSERT INTO billing.credit_balance AS b (customer_id, currency, balance, updated_at)
-        SELECT customer_id, currency, sum(credit_applied), p_now
-          FROM voided WHERE credit_applied > 0
-         GROUP BY customer_id, currency
-        ON CONFLICT ON CONSTRAINT credit_balance_pkey DO UPDATE
-            SET balance = b.balance + excluded.balance, updated_at = excluded.updated_at
-    )
-    SELECT count(*) INTO v_count FROM voided;
-    RETURN v_count;
-END
-$$;
-COMMENT ON FUNCTION billing._void_open_invoices(bigint[], timestamptz) IS
-'Private: OPEN invoices of the given subscriptions become VOID; credit they consumed goes back to the customer.
-Returns how many invoices were voided.';
-
 -- ---------------------------------------------------------------------------------------------
 -- API
 -- ---------------------------------------------------------------------------------------------
@@ -208,14 +37,10 @@ DECLARE
     v_tz      text;
     v_sub     billing.subscription;
 BEGIN
-    IF p_idempotency_key IS NULL OR btrim(p_idempotency_key) = '' OR length(p_idempotency_key) > 255 THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'an idempotency key of 1 to 255 characters is required';
-    END IF;
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_text('an idempotency key', p_idempotency_key, 255);
     IF p_customer_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'customer id is required';
-    END IF;
-    IF p_now IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_now must not be NULL';
     END IF;
 
     <<attempt>>
@@ -296,6 +121,7 @@ AS $$
 DECLARE
     v_sub billing.subscription;
 BEGIN
+    PERFORM billing._check_now(p_now);
     IF p_at_period_end IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_at_period_end must be true or false';
     END IF;
@@ -346,6 +172,7 @@ DECLARE
     v_start     timestamptz;
     v_reanchor  boolean;
 BEGIN
+    PERFORM billing._check_now(p_now);
     v_sub := billing._lock_subscription(p_subscription_id);
     IF v_sub.status = 'CANCELED' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',

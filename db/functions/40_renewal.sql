@@ -150,13 +150,8 @@ DECLARE
     v_canceled bigint[];
     v_try      integer := 0;
 BEGIN
-    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 100000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('batch size must be between 1 and 100000, got %s', coalesce(p_batch_size::text, 'NULL'));
-    END IF;
-    IF p_now IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_now must not be NULL';
-    END IF;
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 100000);
 
     LOOP
         v_try := v_try + 1;

@@ -2,6 +2,68 @@
 -- then report the outcome here (or the gateway reports it by webhook). Results are
 -- idempotent, may arrive late, twice or out of order, and a success always wins.
 
+-- ---------------------------------------------------------------------------------------------
+-- Private helpers
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._check_outcome(p_outcome text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._check_one_of('payment outcome', p_outcome, ARRAY['SUCCEEDED', 'DECLINED', 'UNKNOWN'],
+                                  'Use SUCCEEDED, DECLINED or UNKNOWN.');
+END
+$$;
+COMMENT ON FUNCTION billing._check_outcome(text) IS
+'Private: a payment outcome is SUCCEEDED, DECLINED or UNKNOWN.
+Returns nothing; BL422 otherwise.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Dunning schedule with deterministic jitter.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._dunning_next_attempt(p_failed_attempts integer, p_seed bigint, p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT p_now + d.delay
+         + CASE WHEN d.max_jitter > interval '0' THEN
+               make_interval(secs => (
+                   (hashtextextended(p_failed_attempts::text, p_seed) % floor(extract(epoch FROM d.max_jitter))::bigint
+                    + floor(extract(epoch FROM d.max_jitter))::bigint)
+                   % floor(extract(epoch FROM d.max_jitter))::bigint)::double precision)
+           ELSE interval '0' END
+    FROM billing.dunning_step d
+    WHERE d.failed_attempts = p_failed_attempts
+$$;
+COMMENT ON FUNCTION billing._dunning_next_attempt(integer, bigint, timestamptz) IS
+'Private body of dunning_next_attempt, without validation.
+Returns NULL when the schedule has no step for p_failed_attempts.';
+
+CREATE OR REPLACE FUNCTION billing.dunning_next_attempt(
+    p_failed_attempts integer, p_seed bigint, p_now timestamptz DEFAULT now())
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._check_now(p_now);
+    IF p_failed_attempts IS NULL OR p_failed_attempts < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('failed attempts must be at least 1, got %s', coalesce(p_failed_attempts::text, 'NULL')),
+            HINT = 'Pass the number of declined tries so far, counting the one just declined.';
+    END IF;
+    RETURN billing._dunning_next_attempt(p_failed_attempts, coalesce(p_seed, 0), p_now);
+END
+$$;
+COMMENT ON FUNCTION billing.dunning_next_attempt(integer, bigint, timestamptz) IS
+'Next retry after p_failed_attempts declines: p_now + billing.dunning_step delay + jitter in [0, max_jitter) hashed from (p_seed, attempt).
+Returns NULL when the schedule is exhausted (attempt 4 by default); BL422 below 1.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Claims and results
+-- ---------------------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION billing.claim_charges(
     p_worker text, p_batch_size integer DEFAULT 100, p_lease interval DEFAULT interval '5 minutes',
     p_now timestamptz DEFAULT now())
@@ -12,16 +74,10 @@ SET jit = off  -- a short OLTP statement: compiling it would cost more than runn
 AS $$
 #variable_conflict use_column
 BEGIN
-    IF p_worker IS NULL OR btrim(p_worker) = '' THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a worker name is required';
-    END IF;
-    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('batch size must be between 1 and 10000, got %s', coalesce(p_batch_size::text, 'NULL'));
-    END IF;
-    IF p_lease IS NULL OR p_lease <= interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the lease must be a positive interval';
-    END IF;
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_text('a worker name', p_worker, 255);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
 
     RETURN QUERY
     WITH due AS MATERIALIZED (
@@ -74,14 +130,7 @@ DECLARE
     v_failed  integer;
     v_next    timestamptz;
 BEGIN
-    IF p_outcome IS NULL OR p_outcome NOT IN ('SUCCEEDED', 'DECLINED', 'UNKNOWN') THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('unknown payment outcome %L', p_outcome),
-            HINT = 'Use SUCCEEDED, DECLINED or UNKNOWN.';
-    END IF;
-    IF p_now IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_now must not be NULL';
-    END IF;
+    PERFORM billing._check_outcome(p_outcome);
     SELECT i.subscription_id INTO v_sub_id
       FROM billing.payment_attempt a JOIN billing.invoice i ON i.id = a.invoice_id
      WHERE a.idempotency_key = p_idempotency_key;
@@ -199,6 +248,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM billing._check_now(p_now);
     RETURN billing._apply_payment_result(p_idempotency_key, p_outcome, p_gateway_reference, p_failure_reason, p_now);
 END
 $$;
@@ -214,13 +264,11 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM billing._check_now(p_now);
     IF p_event_id IS NULL OR btrim(p_event_id) = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a webhook event id is required';
     END IF;
-    IF p_outcome IS NULL OR p_outcome NOT IN ('SUCCEEDED', 'DECLINED', 'UNKNOWN') THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('unknown payment outcome %L', p_outcome), HINT = 'Use SUCCEEDED, DECLINED or UNKNOWN.';
-    END IF;
+    PERFORM billing._check_outcome(p_outcome);
     INSERT INTO billing.gateway_webhook (event_id, idempotency_key, outcome, gateway_reference, payload, received_at)
     VALUES (p_event_id, p_idempotency_key, p_outcome, p_gateway_reference, coalesce(p_payload, '{}'::jsonb), p_now)
     ON CONFLICT ON CONSTRAINT gateway_webhook_pkey DO NOTHING;

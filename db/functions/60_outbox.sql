@@ -1,4 +1,4 @@
--- 60_outbox: the relay side of the transactional outbox.
+-- 60_outbox: the transactional outbox: its writer (_emit_event), its NOTIFY trigger and the relay's side.
 -- Ordering: events of one aggregate are written under that aggregate's row lock, so their ids
 -- follow commit order. claim_outbox_events never hands out an event while an earlier PENDING
 -- event of the same aggregate is not part of the same claim (leased elsewhere, backing off, or
@@ -7,6 +7,54 @@
 -- aggregate. The driver also runs a single active relay (advisory lock), which makes this moot
 -- in practice. A DEAD event no longer holds back later events of its aggregate.
 
+-- ---------------------------------------------------------------------------------------------
+-- The writer: every event is a CloudEvents 1.0 envelope inserted in the transaction of the change
+-- it announces (the renewal statement inserts its rare events itself, with the same envelope).
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._cloud_event(
+    p_event_id uuid, p_event_type text, p_aggregate_type text, p_aggregate_id bigint, p_time timestamptz, p_data jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.jsonb_build_object(
+        'specversion', '1.0',
+        'id', p_event_id::text,
+        'source', 'billing',
+        'type', p_event_type,
+        'subject', p_aggregate_type || '/' || p_aggregate_id::text,
+        'time', billing._utc_text(p_time),
+        'datacontenttype', 'application/json',
+        'data', p_data)
+$$;
+COMMENT ON FUNCTION billing._cloud_event(uuid, text, text, bigint, timestamptz, jsonb) IS
+'Private: the CloudEvents 1.0 envelope stored in outbox_event.payload (subject = <aggregate type>/<id>).
+Returns the envelope as jsonb.';
+
+CREATE OR REPLACE FUNCTION billing._emit_event(
+    p_aggregate_type text, p_aggregate_id bigint, p_event_type text, p_data jsonb, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_event_id uuid := gen_random_uuid();
+    v_id       bigint;
+BEGIN
+    INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+    VALUES (v_event_id, p_aggregate_type, p_aggregate_id, p_event_type,
+            billing._cloud_event(v_event_id, p_event_type, p_aggregate_type, p_aggregate_id, p_now, p_data),
+            p_now, p_now)
+    RETURNING id INTO v_id;
+    RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION billing._emit_event(text, bigint, text, jsonb, timestamptz) IS
+'Private: writes one event to the outbox; call it while holding the aggregate''s row lock so ids follow commit order.
+Returns the outbox_event id.';
+
+-- ---------------------------------------------------------------------------------------------
+-- The relay side
+-- ---------------------------------------------------------------------------------------------
 -- One notification per INSERT statement (not per row), with how many rows it wrote.
 CREATE OR REPLACE FUNCTION billing._outbox_notify()
 RETURNS trigger
@@ -46,13 +94,9 @@ AS $$
 DECLARE
     v_ids bigint[];
 BEGIN
-    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('batch size must be between 1 and 10000, got %s', coalesce(p_batch_size::text, 'NULL'));
-    END IF;
-    IF p_lease IS NULL OR p_lease <= interval '0' THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the lease must be a positive interval';
-    END IF;
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
 
     WITH candidate AS MATERIALIZED (
         SELECT e.id, e.aggregate_type, e.aggregate_id
@@ -98,6 +142,7 @@ AS $$
 DECLARE
     v_count integer;
 BEGIN
+    PERFORM billing._check_now(p_now);
     UPDATE billing.outbox_event
        SET status = 'PUBLISHED', published_at = p_now, lease_until = NULL
      WHERE id = ANY (p_ids) AND status = 'PENDING';
@@ -120,6 +165,7 @@ DECLARE
     c_max_attempts constant integer := 10;
     v_event billing.outbox_event;
 BEGIN
+    PERFORM billing._check_now(p_now);
     SELECT * INTO v_event FROM billing.outbox_event WHERE id = p_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('outbox event %s does not exist', coalesce(p_id::text, 'NULL'));

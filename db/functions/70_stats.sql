@@ -1,5 +1,6 @@
 -- 70_stats: read-only views of the engine's state for operators: `billing status`, /metrics, and
--- the relay's takeover check. Re-applied after every migration: CREATE OR REPLACE only.
+-- the relay's takeover check (plan_code, the other read-only helper, sits with the plans in 20).
+-- Re-applied after every migration: CREATE OR REPLACE only.
 -- Each reads through partial indexes where one exists, so a scrape stays cheap on a large table.
 
 CREATE OR REPLACE FUNCTION billing.outbox_stats(p_now timestamptz DEFAULT now())
@@ -15,6 +16,7 @@ RETURNS TABLE (
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+    SELECT billing._check_now(p_now);
     WITH pending AS (
         SELECT count(*) AS backlog,
                count(*) FILTER (WHERE o.available_at <= p_now
@@ -55,6 +57,7 @@ RETURNS TABLE (
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+    SELECT billing._check_now(p_now);
     WITH subs AS (
         SELECT count(*) FILTER (WHERE s.status = 'ACTIVE') AS active,
                count(*) FILTER (WHERE s.status = 'PAST_DUE') AS past_due,
@@ -81,17 +84,5 @@ COMMENT ON FUNCTION billing.status_summary(timestamptz) IS
 'One row for `billing status`: subscriptions by status, renewals due at p_now, invoices open / chargeable now / in dunning (declined at least once) / failed / paid, and the outbox figures of outbox_stats.
 Scans subscription and invoice: meant for an operator, not for a frequent scrape.';
 
-CREATE OR REPLACE FUNCTION billing.plan_code(p_plan_id bigint)
-RETURNS text
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-    SELECT p.code FROM billing.plan p WHERE p.id = p_plan_id
-$$;
-COMMENT ON FUNCTION billing.plan_code(bigint) IS
-'The business code of a plan, for answering a subscription row (which holds plan_id) without table access.
-Returns NULL for an unknown id.';
-
 GRANT EXECUTE ON FUNCTION billing.outbox_stats(timestamptz) TO billing_app;
 GRANT EXECUTE ON FUNCTION billing.status_summary(timestamptz) TO billing_app;
-GRANT EXECUTE ON FUNCTION billing.plan_code(bigint) TO billing_app;

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import click
@@ -12,13 +11,15 @@ from billing.logs import setup_logging
 
 
 @click.group()
-@click.option("--log-level", default="INFO", envvar="BILLING_LOG_LEVEL", show_default=True)
-@click.option("--log-json/--log-text", default=False, envvar="BILLING_LOG_JSON", help="One JSON object per log line.")
+@click.option("--log-level", default=None, help="Log level (default: $BILLING_LOG_LEVEL, else INFO).")
+@click.option("--log-json/--log-text", default=None,
+              help="One JSON object per log line (default: $BILLING_LOG_JSON, else text).")
 @click.pass_context
-def main(ctx: click.Context, log_level: str, log_json: bool) -> None:
+def main(ctx: click.Context, log_level: str | None, log_json: bool | None) -> None:
     """Subscription billing and renewal engine."""
-    setup_logging(log_level, json_lines=log_json)
-    ctx.obj = Settings.from_env()
+    settings = Settings.from_env().with_overrides(log_level=log_level, log_json=log_json)
+    setup_logging(settings.log_level, json_lines=settings.log_json)
+    ctx.obj = settings
 
 
 database_url_option = click.option(
@@ -83,14 +84,15 @@ def serve(settings: Settings, database_url, host, port) -> None:
 @main.command("gateway-sim")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8099, type=int, show_default=True)
-@click.option("--rate", default=200, type=int, show_default=True, help="Calls per sliding second before 429.")
+@click.option("--rate", default=None, type=int,
+              help="Calls per sliding second before 429 (default: the worker's, $BILLING_GATEWAY_RATE).")
 @click.option("--decline-rate", default=0.0, type=float, show_default=True)
 @click.option("--timeout-rate", default=0.0, type=float, show_default=True,
               help="Share of calls charged and then left unanswered past the client's timeout.")
 @click.option("--error-rate", default=0.0, type=float, show_default=True, help="Share of 5xx answers, not charged.")
 @click.option("--latency-ms", default="0-0", show_default=True, help="MIN-MAX latency per call.")
 @click.option("--webhook-url", default=None)
-@click.option("--webhook-secret", default=None, envvar="BILLING_WEBHOOK_SECRET")
+@click.option("--webhook-secret", default=None, help="Signs the webhooks (default: $BILLING_WEBHOOK_SECRET).")
 @click.option("--webhook-duplicate-rate", default=0.0, type=float, show_default=True)
 @click.option("--webhook-delay-ms", default="0-2000", show_default=True,
               help="MIN-MAX delay before each webhook delivery (late, out of order).")
@@ -99,9 +101,11 @@ def serve(settings: Settings, database_url, host, port) -> None:
 @click.option("--mode", type=click.Choice(["strict", "observe"]), default="strict", show_default=True,
               help="strict: 429 past the rate; observe: accept everything and count the excess.")
 @click.option("--seed", default=0, type=int, show_default=True)
-def gateway_sim(**options) -> None:
-    """A payment gateway simulator (CONTRACT section 7)."""
-    _run("billing.gateway.simulator", "main", **options)
+@click.pass_obj
+def gateway_sim(settings: Settings, rate: int | None, webhook_secret: str | None, **options) -> None:
+    """A payment gateway simulator (docs/gateway.md)."""
+    _run("billing.gateway.simulator", "main", rate=settings.gateway_rate if rate is None else rate,
+         webhook_secret=webhook_secret or settings.webhook_secret, **options)
 
 
 @main.command()

@@ -1,4 +1,8 @@
-"""Settings from the environment (CONTRACT section 5); command-line flags may override them."""
+"""Settings from the environment; command-line flags may override them.
+
+The one place where the driver reads its `BILLING_*` environment variables, and where each
+setting's default is written: the command line's options default to None ("as the settings say").
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _env_float(name: str, default: float) -> float:
+def _env_float(name: str, default: float | None) -> float | None:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
@@ -20,7 +24,7 @@ def _env_float(name: str, default: float) -> float:
         raise ValueError(f"{name} must be a number, got {raw!r}") from exc
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_int(name: str, default: int | None) -> int | None:
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
@@ -28,6 +32,18 @@ def _env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError as exc:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if value in ("0", "false", "f", "no", "n", "off"):
+        return False
+    raise ValueError(f"{name} must be a boolean, got {raw!r}")
 
 
 @dataclass(frozen=True)
@@ -43,6 +59,15 @@ class Settings:
     # call's timeout, which must stay well inside the lease.
     charge_lease_seconds: float = 300.0
     gateway_timeout_seconds: float = 10.0
+    # The rate limiter's tuning (docs/limiter.md); None: the limiter's own default.
+    limiter_guard_ms: float | None = None
+    limiter_max_late_ms: float | None = None
+    limiter_pace_oversubscription: float | None = None
+    # `billing worker` serves /metrics on this port when it is set.
+    worker_metrics_port: int | None = None
+    worker_metrics_host: str = "127.0.0.1"
+    log_level: str = "INFO"
+    log_json: bool = False
     db_dir: Path = field(default_factory=lambda: Path(os.environ.get("BILLING_DB_DIR", REPO_ROOT / "db")))
 
     @classmethod
@@ -58,6 +83,14 @@ class Settings:
             webhook_secret=env.get("BILLING_WEBHOOK_SECRET") or None,
             charge_lease_seconds=_env_float("BILLING_CHARGE_LEASE_SECONDS", cls.charge_lease_seconds),
             gateway_timeout_seconds=_env_float("BILLING_GATEWAY_TIMEOUT_SECONDS", cls.gateway_timeout_seconds),
+            limiter_guard_ms=_env_float("BILLING_LIMITER_GUARD_MS", cls.limiter_guard_ms),
+            limiter_max_late_ms=_env_float("BILLING_LIMITER_MAX_LATE_MS", cls.limiter_max_late_ms),
+            limiter_pace_oversubscription=_env_float("BILLING_LIMITER_PACE_OVERSUBSCRIPTION",
+                                                     cls.limiter_pace_oversubscription),
+            worker_metrics_port=_env_int("BILLING_WORKER_METRICS_PORT", cls.worker_metrics_port),
+            worker_metrics_host=env.get("BILLING_WORKER_METRICS_HOST") or cls.worker_metrics_host,
+            log_level=env.get("BILLING_LOG_LEVEL") or cls.log_level,
+            log_json=_env_bool("BILLING_LOG_JSON", cls.log_json),
         )
 
     def with_overrides(self, **kwargs) -> "Settings":

@@ -29,8 +29,9 @@ API = {
     "record_payment_result", "apply_gateway_webhook", "dunning_next_attempt", "claim_outbox_events",
     "mark_outbox_published", "mark_outbox_failed",
 }
-# Read-only helpers the driver needs without table access (db/functions/70_stats.sql): `billing
-# status`, /metrics and answering a subscription's plan code. Anything else executable fails.
+# Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
+# 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
+# Anything else executable fails.
 READ_ONLY_EXTRAS = {"outbox_stats", "status_summary", "plan_code"}
 EXECUTABLE = API | READ_ONLY_EXTRAS
 

@@ -66,3 +66,27 @@ def test_the_limiter_is_chosen_from_the_settings(db_url, redis_url):
             await worker.close()
 
     asyncio.run(scenario())
+
+
+def test_the_limiter_takes_its_tuning_from_the_settings(monkeypatch):
+    from billing.limiter import limiter_from_settings, pace_interval_us
+
+    default = limiter_from_settings(Settings(), local="quiet")
+    assert (default.guard_seconds, default.max_late_seconds) == (0.010, 0.004)
+    assert default.interval_us == pace_interval_us(200, 0.010, 0.10)
+
+    monkeypatch.setenv("BILLING_LIMITER_GUARD_MS", "20")
+    monkeypatch.setenv("BILLING_LIMITER_MAX_LATE_MS", "5")
+    monkeypatch.setenv("BILLING_LIMITER_PACE_OVERSUBSCRIPTION", "0.2")
+    monkeypatch.setenv("BILLING_GATEWAY_RATE", "300")
+    monkeypatch.setenv("BILLING_WORKER_METRICS_PORT", "9100")
+    monkeypatch.setenv("BILLING_LOG_JSON", "yes")
+    settings = Settings.from_env()
+    assert (settings.worker_metrics_port, settings.log_json) == (9100, True)
+    tuned = limiter_from_settings(settings, local="quiet")
+    assert (tuned.rate, tuned.guard_seconds, tuned.max_late_seconds) == (300, 0.020, 0.005)
+    assert tuned.interval_us == pace_interval_us(300, 0.020, 0.2)
+
+    monkeypatch.setenv("BILLING_LOG_JSON", "maybe")
+    with pytest.raises(ValueError, match="BILLING_LOG_JSON"):
+        Settings.from_env()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import threading
 
@@ -44,7 +43,7 @@ async def worker_main(settings: Settings, *, concurrency: int | None = None, ren
     stop = stop or asyncio.Event()
     clock = clock or SystemClock()
     _install_signal_handlers(stop)
-    _maybe_serve_metrics()
+    _maybe_serve_metrics(settings)
 
     worker = await build_worker(settings, clock=clock, limiter=limiter, sink=sink, renew=renew, charge=charge,
                                 relay=relay, concurrency=concurrency)
@@ -71,9 +70,8 @@ def _install_signal_handlers(stop: asyncio.Event) -> None:
             pass
 
 
-def _maybe_serve_metrics() -> None:
-    port = os.environ.get("BILLING_WORKER_METRICS_PORT")
-    if port:
+def _maybe_serve_metrics(settings: Settings) -> None:
+    if settings.worker_metrics_port:
         from prometheus_client import start_http_server
 
-        start_http_server(int(port), addr=os.environ.get("BILLING_WORKER_METRICS_HOST", "127.0.0.1"))
+        start_http_server(settings.worker_metrics_port, addr=settings.worker_metrics_host)

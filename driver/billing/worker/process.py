@@ -27,10 +27,19 @@ import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Literal
+from typing import TYPE_CHECKING, Awaitable, Callable, Literal
 
 from billing.clock import Clock
 from billing.config import Settings
+
+if TYPE_CHECKING:  # the parts are imported when built, so that a switched-off part costs nothing
+    from psycopg_pool import AsyncConnectionPool
+
+    from billing.gateway.client import GatewayClient
+    from billing.limiter import RateLimiter
+    from billing.worker.charging import Charger
+    from billing.worker.relay import RelayOptions
+    from billing.worker.sinks import EventSink
 
 log = logging.getLogger("billing.worker")
 
@@ -44,16 +53,17 @@ class Worker:
 
     settings: Settings
     clock: Clock
-    pool: object | None = None  # psycopg_pool.AsyncConnectionPool
-    gateway: object | None = None  # billing.gateway.client.GatewayClient
-    limiter: object | None = None  # billing.limiter.RateLimiter
+    pool: AsyncConnectionPool | None = None
+    gateway: GatewayClient | None = None
+    limiter: RateLimiter | None = None
     limiter_name: str = ""  # what the limiter is, in words (for logs and reports)
-    charger: object | None = None  # billing.worker.charging.Charger
-    sink: object | None = None  # the relay's EventSink when one was passed, else None (Kafka)
+    charger: Charger | None = None
+    sink: EventSink | None = None  # the relay's sink when one was passed, else None (Kafka)
     # What to run: part name -> a coroutine function taking the stop event.
     parts: dict[str, Part] = field(default_factory=dict)
     tasks: dict[str, asyncio.Task] = field(default_factory=dict)
-    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list, repr=False)
+    # What `close` closes, in this order: what the builder opened (not what was passed to it).
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list, repr=False)
 
     def start(self, stop: asyncio.Event) -> dict[str, asyncio.Task]:
         """Start every part as a task named after it; the tasks, by name (also in `self.tasks`)."""
@@ -92,7 +102,7 @@ class Worker:
         for task in self.tasks.values():
             if not task.done():
                 task.cancel()
-        closers, self._closers = self._closers, []
+        closers, self.closers = self.closers, []
         for close in closers:
             try:
                 await close()
@@ -104,8 +114,8 @@ async def build_worker(
     settings: Settings,
     *,
     clock: Clock,
-    limiter=None,
-    sink=None,
+    limiter: RateLimiter | None = None,
+    sink: EventSink | None = None,
     renew: bool = True,
     charge: bool = True,
     relay: bool = True,
@@ -115,7 +125,7 @@ async def build_worker(
     renewal_batch: int = 500,
     renewal_idle_seconds: float = 1.0,
     charge_poll_seconds: float = 1.0,
-    relay_options=None,
+    relay_options: RelayOptions | None = None,
     pool_min_size: int = 1,
     pool_max_size: int = 10,
     pool_name: str = "billing-worker",
@@ -144,7 +154,7 @@ async def build_worker(
 
             worker.pool = await async_pool(settings.database_url, min_size=pool_min_size, max_size=pool_max_size,
                                            name=pool_name)
-            worker._closers.append(worker.pool.close)
+            worker.closers.append(worker.pool.close)
         pool = worker.pool
         if renew:
             from billing.worker.renewal import run_renewal
@@ -161,10 +171,10 @@ async def build_worker(
             timeout = min(settings.gateway_timeout_seconds, settings.charge_lease_seconds / 3)
             worker.gateway = GatewayClient(settings.gateway_url, timeout=timeout)
             # Closed before the limiter and the pool, as `billing worker` always did.
-            worker._closers.insert(0, worker.gateway.close)
+            worker.closers.insert(0, worker.gateway.close)
             if limiter is None:
                 limiter = limiter_from_settings(settings, key=limiter_key, local=local_limiter)
-                worker._closers.insert(1, limiter.close)
+                worker.closers.insert(1, limiter.close)
             worker.limiter = limiter
             worker.limiter_name = describe_limiter(limiter, settings)
             worker.charger = Charger(pool, worker.gateway, limiter, rate=settings.gateway_rate, clock=clock,

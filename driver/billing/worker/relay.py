@@ -12,7 +12,7 @@ reports only, never from "we sent it". Woken by NOTIFY on `billing_outbox`, with
 every second (a lost notification costs latency, never an event). Under a backlog (a full
 batch) the next claim is made while the current batch is in flight.
 
-Why per-aggregate order holds (CONTRACT section 4):
+Why per-aggregate order holds (docs/sql-api.md, outbox_event, "Order"):
 * the key is the aggregate id, so one aggregate's events share a partition;
 * `claim_outbox_events` hands out a batch in id order (= commit order within an aggregate) and
   never an event while an earlier PENDING event of its aggregate is outside the claim (leased by
@@ -42,9 +42,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Awaitable, Callable
 
 import psycopg
 from psycopg.rows import dict_row
@@ -52,9 +51,10 @@ from psycopg.rows import dict_row
 from billing import db
 from billing.clock import Clock, SystemClock, sleep_or_stop
 from billing.metrics import OUTBOX_FAILED, OUTBOX_PUBLISHED, RELAY_ACTIVE
-# The sinks live in billing.worker.sinks; imported here for the relay and for callers that used to
-# find them in this module.
-from billing.worker.sinks import DeliveryCallback, EventSink, JsonlSink, KafkaSink
+from billing.worker.outbox_batch import Batch, Marker, OutboxRow
+# The sinks live in billing.worker.sinks; JsonlSink and KafkaSink are imported here too for the
+# callers that used to find them in this module.
+from billing.worker.sinks import EventSink, JsonlSink, KafkaSink
 
 __all__ = ["RELAY_LOCK_KEY", "EventSink", "JsonlSink", "KafkaSink", "Relay", "RelayOptions", "run_relay"]
 
@@ -66,124 +66,6 @@ RELAY_LOCK_KEY = 0x62696C72
 # Client-side keepalives on the lock session: a vanished server is noticed in ~15 s.
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 3, "keepalives_count": 3,
                "connect_timeout": 10}
-
-# -- delivery outcomes -----------------------------------------------------------------------
-
-_PURGED = {"_PURGE_QUEUE", "_PURGE_INFLIGHT"}
-
-
-def _classify(err) -> str:
-    """'purged' (we dropped it), 'transient' (resend it ourselves) or 'poison' (mark failed)."""
-    if isinstance(err, OSError):
-        return "transient"
-    name = getattr(err, "name", None)
-    if callable(name):
-        name = name()
-        if name in _PURGED:
-            return "purged"
-        if err.fatal() or err.retriable() or name.startswith("_"):
-            # librdkafka's local errors (timed out, transport, all brokers down, fatal...) are
-            # about the connection, not the event.
-            return "transient"
-        if name in ("UNKNOWN_TOPIC_OR_PART", "LEADER_NOT_AVAILABLE", "NOT_LEADER_OR_FOLLOWER",
-                    "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REQUEST_TIMED_OUT"):
-            return "transient"
-    return "poison"
-
-
-@dataclass
-class _Row:
-    id: int
-    aggregate: tuple[str, int]
-    key: bytes
-    value: bytes
-
-
-@dataclass
-class _Batch:
-    rows: list[_Row]
-    delivered: list[int] = field(default_factory=list)
-    poison: list[tuple[int, str]] = field(default_factory=list)
-    transient: list[_Row] = field(default_factory=list)
-    produced: int = 0
-    reported: int = 0
-    held_back: int = 0
-
-    def callback(self, row: _Row) -> DeliveryCallback:
-        def on_delivery(err) -> None:
-            self.reported += 1
-            if err is None:
-                self.delivered.append(row.id)
-                return
-            kind = _classify(err)
-            if kind == "poison":
-                log.error("the broker rejected an event after it was sent; later events of its "
-                          "aggregate may already be ahead of it", extra={"outbox_id": row.id, "error": str(err)})
-                self.poison.append((row.id, str(err)))
-            elif kind == "transient":
-                self.transient.append(row)
-
-        return on_delivery
-
-    @property
-    def outstanding(self) -> int:
-        return self.produced - self.reported
-
-
-class _Marker:
-    """Marks delivered rows published from the background, one `mark_outbox_published` call for
-    everything acknowledged since the previous call (batches coalesce under load), on its own
-    connection, so a slow mark never delays the next claim or publish."""
-
-    def __init__(self, conn: psycopg.AsyncConnection,
-                 mark: Callable[[psycopg.AsyncConnection, list[int]], Awaitable[None]]) -> None:
-        self.conn, self.mark = conn, mark
-        self.pending: list[int] = []
-        self.wake = asyncio.Event()
-        self.idle = asyncio.Event()
-        self.idle.set()
-        self.task = asyncio.ensure_future(self._run())
-
-    def add(self, ids: list[int]) -> None:
-        if ids:
-            self.pending.extend(ids)
-            self.idle.clear()
-            self.wake.set()
-
-    @property
-    def busy(self) -> bool:
-        return not self.idle.is_set()
-
-    async def _run(self) -> None:
-        while True:
-            await self.wake.wait()
-            self.wake.clear()
-            while self.pending:
-                ids, self.pending = self.pending, []
-                await self.mark(self.conn, ids)
-            self.idle.set()
-
-    async def drain(self) -> None:
-        """Until everything handed over is marked; re-raises the marker's failure."""
-        if self.task.done():
-            self.task.result()
-        idle = asyncio.ensure_future(self.idle.wait())
-        try:
-            await asyncio.wait({idle, self.task}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            idle.cancel()
-        if self.task.done():
-            self.task.result()
-
-    async def close(self) -> None:
-        try:
-            await self.drain()
-        finally:
-            self.task.cancel()
-            try:
-                await self.task
-            except asyncio.CancelledError:
-                pass
 
 
 class _LostLeadership(Exception):
@@ -213,7 +95,7 @@ class Relay:
         self.opt = options or RelayOptions()
         self.published = 0  # rows marked published by this process (benchmarks, tests)
         self.active = False  # holds the lock (RELAY_ACTIVE, per instance)
-        self._marker: _Marker | None = None
+        self._marker: Marker | None = None
 
     # -- leadership ------------------------------------------------------------------------
 
@@ -266,10 +148,10 @@ class Relay:
     async def _lead(self, lock_conn: psycopg.AsyncConnection) -> None:
         await lock_conn.execute("LISTEN billing_outbox")
         mark_conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row)
-        self._marker = marker = _Marker(mark_conn, self.mark_published)
+        self._marker = marker = Marker(mark_conn, self.mark_published)
         prefetch: asyncio.Task | None = None
         try:
-            redo: list[_Row] = []
+            redo: list[OutboxRow] = []
             while not self.stop.is_set():
                 # Delivered rows are marked in the background while we claim the next batch;
                 # they are still PENDING meanwhile, so the claim holds back later events of the
@@ -318,12 +200,12 @@ class Relay:
                 self._marker = None
                 await mark_conn.close()
 
-    async def _claim(self, conn: psycopg.AsyncConnection) -> list[_Row]:
+    async def _claim(self, conn: psycopg.AsyncConnection) -> list[OutboxRow]:
         cur = await conn.execute(
             db.CLAIM_OUTBOX_EVENTS_RAW,
             {"batch": self.opt.batch_size, "lease": self.opt.lease, "now": self.clock.now()},
         )
-        return [_Row(id_, (agg_type, agg_id), str(agg_id).encode(), payload.encode())
+        return [OutboxRow(id_, (agg_type, agg_id), str(agg_id).encode(), payload.encode())
                 for id_, agg_type, agg_id, payload in await cur.fetchall()]
 
     async def _wait_for_work(self, conn: psycopg.AsyncConnection) -> None:
@@ -349,7 +231,7 @@ class Relay:
         finally:
             stop_wait.cancel()
 
-    def _produce(self, batch: _Batch) -> None:
+    def _produce(self, batch: Batch) -> None:
         refused: set[tuple[str, int]] = set()
         for row in batch.rows:
             if row.aggregate in refused:
@@ -368,8 +250,8 @@ class Relay:
                     batch.poison.append((row.id, f"{type(exc).__name__}: {exc}"))
                     break
 
-    async def _publish(self, rows: list[_Row], lock_conn: psycopg.AsyncConnection) -> _Batch:
-        batch = _Batch(rows)
+    async def _publish(self, rows: list[OutboxRow], lock_conn: psycopg.AsyncConnection) -> Batch:
+        batch = Batch(rows)
         self._produce(batch)
         started = last_check = last_warn = time.monotonic()
         stopping_since: float | None = None
@@ -410,7 +292,7 @@ class Relay:
         if recover is not None:
             recover()
 
-    async def _settle(self, batch: _Batch, conn: psycopg.AsyncConnection) -> None:
+    async def _settle(self, batch: Batch, conn: psycopg.AsyncConnection) -> None:
         """Hand the delivered rows to the marker; mark the poison ones failed (rare)."""
         self._marker.add(batch.delivered)
         for id_, error in batch.poison:
@@ -419,7 +301,7 @@ class Relay:
             await conn.execute(db.MARK_OUTBOX_FAILED, {"id": id_, "error": error[:1000], "now": self.clock.now()})
             OUTBOX_FAILED.inc()
 
-    async def _settle_quietly(self, batch: _Batch) -> None:
+    async def _settle_quietly(self, batch: Batch) -> None:
         """Best effort on the way out: what Kafka acknowledged is marked, to spare duplicates."""
         if not batch.delivered:
             return

@@ -1,0 +1,261 @@
+"""`billing serve`: the HTTP API (Starlette on uvicorn), routes and serving.
+
+Each endpoint validates its input (billing.api.validation), makes one call to the SQL API and maps
+the SQLSTATEs of docs/sql-api.md to HTTP statuses (BL404 -> 404, BL409 -> 409, or 412 when the
+caller sent If-Match, BL422 -> 422). Plus /webhooks/payments (signed gateway results,
+billing.api.webhooks), /metrics, /healthz and /openapi.json (billing.api.openapi).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Awaitable, Callable
+
+import psycopg
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from billing import db
+from billing.api.openapi import OPENAPI
+from billing.api.validation import (
+    IDEMPOTENCY_KEY, ApiError, bigint_field, bool_field, error_response, if_match, json_object,
+    path_id, read_body, subscription_response, text_field,
+)
+from billing.api.webhooks import MAX_WEBHOOK_BODY, verify_signature, webhook_fields
+from billing.clock import Clock, SystemClock
+from billing.metrics import HTTP_REQUESTS, OUTBOX_BACKLOG, OUTBOX_DEAD, OUTBOX_OLDEST_AGE
+
+log = logging.getLogger("billing.api")
+
+METRICS_REFRESH = 2.0  # seconds between two reads of the outbox figures for /metrics
+
+
+class Database:
+    """The connection pool, opened on first use (so an app built for a test works without lifespan)."""
+
+    def __init__(self, url: str, timeout: float = 5.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self._pool: AsyncConnectionPool | None = None
+        self._lock = asyncio.Lock()
+
+    async def pool(self) -> AsyncConnectionPool:
+        if self._pool is None:
+            async with self._lock:
+                if self._pool is None:
+                    pool = AsyncConnectionPool(
+                        self.url, min_size=1, max_size=10, name="billing-api", open=False, timeout=self.timeout,
+                        kwargs={"autocommit": True, "row_factory": dict_row},
+                    )
+                    await pool.open(wait=False)
+                    self._pool = pool
+        return self._pool
+
+    async def one(self, query: str, params: dict | None = None) -> dict | None:
+        pool = await self.pool()
+        async with pool.connection() as conn:
+            cur = await conn.execute(query, params)
+            return await cur.fetchone()
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def endpoint_of(route: str, *, precondition: bool = False) -> Callable[[Handler], Handler]:
+    """Maps every failure of a handler to the contract's error body, and counts the request."""
+
+    def wrap(handler: Handler) -> Handler:
+        async def endpoint(request: Request) -> Response:
+            try:
+                response = await handler(request)
+            except ApiError as exc:
+                response = error_response(exc.status, exc.code, exc.message, exc.headers)
+            except psycopg.Error as exc:
+                response = database_error(exc, request if precondition else None)
+            except PoolTimeout:
+                response = error_response(503, "unavailable", "the database is not reachable; retry later")
+            HTTP_REQUESTS.labels(route=route, status=str(response.status_code)).inc()
+            return response
+
+        endpoint.__name__ = handler.__name__
+        return endpoint
+
+    return wrap
+
+
+def database_error(exc: psycopg.Error, request: Request | None) -> Response:
+    err = db.contract_error(exc)
+    if err is not None:
+        if err.code == "BL404":
+            return error_response(404, "not_found", err.message)
+        if err.code == "BL409":
+            if request is not None and request.headers.get("if-match", "").strip() not in ("", "*"):
+                return error_response(412, "precondition_failed", err.message)
+            return error_response(409, "conflict", err.message)
+        return error_response(422, "invalid_input", err.message)
+    state = exc.sqlstate or ""
+    if state == "23505":
+        return error_response(409, "conflict", "a concurrent request with the same key won; retry to read its result")
+    if state.startswith(("22", "23")) or isinstance(exc, psycopg.DataError):
+        # data exception, integrity violation: the input was wrong
+        return error_response(422, "invalid_input", (exc.diag.message_primary or str(exc))[:500])
+    if state.startswith("40"):  # serialization failure, deadlock: a concurrent change won
+        return error_response(409, "conflict", "a concurrent change conflicted with this request; retry it")
+    if isinstance(exc, psycopg.OperationalError):
+        log.warning("database unavailable", extra={"error": str(exc).strip()})
+        return error_response(503, "unavailable", "the database is not reachable; retry later")
+    log.exception("unexpected database error")
+    return error_response(500, "internal", "unexpected database error")
+
+
+def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[], float] = time.time,
+               pool_timeout: float = 5.0) -> Starlette:
+    """The ASGI app. `clock` gives p_now for the SQL calls; `wall_clock` (unix seconds) checks
+    webhook signature timestamps, which are always real time. `pool_timeout`: how long a request
+    waits for a database connection before answering 503."""
+    clock = clock or SystemClock()
+    database = Database(settings.database_url, pool_timeout)
+    secrets = [s for s in (settings.webhook_secret or "").split(",") if s]
+
+    @endpoint_of("/subscriptions")
+    async def create_subscription(request: Request) -> Response:
+        key = request.headers.get("idempotency-key")
+        if key is None or key == "":
+            raise ApiError(400, "missing_idempotency_key", "the Idempotency-Key header is required")
+        if not IDEMPOTENCY_KEY.match(key):
+            raise ApiError(400, "invalid_idempotency_key",
+                           "Idempotency-Key must be 1 to 255 printable ASCII characters without spaces")
+        doc = await json_object(request, allowed={"customerId", "planCode"}, required={"customerId", "planCode"})
+        customer_id = bigint_field(doc, "customerId")
+        plan_code = text_field(doc, "planCode")
+        row = await database.one(db.API_CREATE_SUBSCRIPTION, {
+            "key": key, "customer_id": customer_id, "plan_code": plan_code, "now": clock.now()})
+        created = bool(row and row["created"])
+        return subscription_response(row, 201 if created else 200, {"Location": f"/subscriptions/{row['id']}"})
+
+    @endpoint_of("/subscriptions/{id}")
+    async def get_subscription(request: Request) -> Response:
+        row = await database.one(db.API_GET_SUBSCRIPTION, {"id": path_id(request)})
+        return subscription_response(row)
+
+    @endpoint_of("/subscriptions/{id}/cancel", precondition=True)
+    async def cancel_subscription(request: Request) -> Response:
+        sub_id = path_id(request)
+        expected = if_match(request)
+        doc = await json_object(request, allowed={"atPeriodEnd"}, required={"atPeriodEnd"})
+        row = await database.one(db.API_CANCEL_SUBSCRIPTION, {
+            "id": sub_id, "at_period_end": bool_field(doc, "atPeriodEnd"),
+            "now": clock.now(), "expected_version": expected})
+        return subscription_response(row)
+
+    @endpoint_of("/subscriptions/{id}/change-plan", precondition=True)
+    async def change_plan(request: Request) -> Response:
+        sub_id = path_id(request)
+        expected = if_match(request)
+        doc = await json_object(request, allowed={"planCode"}, required={"planCode"})
+        row = await database.one(db.API_CHANGE_PLAN, {
+            "id": sub_id, "plan_code": text_field(doc, "planCode"),
+            "now": clock.now(), "expected_version": expected})
+        return subscription_response(row)
+
+    @endpoint_of("/webhooks/payments")
+    async def payment_webhook(request: Request) -> Response:
+        body = await read_body(request, MAX_WEBHOOK_BODY)
+        # The signature is checked on the raw bytes, before anything is parsed.
+        verify_signature(request.headers.get("billing-signature"), body, secrets, wall_clock())
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError):
+            raise ApiError(400, "invalid_json", "the body is not valid JSON (UTF-8)") from None
+        fields = webhook_fields(doc)
+        row = await database.one(db.APPLY_GATEWAY_WEBHOOK, {
+            **fields, "payload": json.dumps(doc), "now": clock.now()})
+        applied = bool(row["applied"])
+        return JSONResponse({"received": True, "applied": applied, "duplicate": not applied})
+
+    refreshed = [float("-inf")]
+
+    async def metrics(request: Request) -> Response:
+        # The outbox figures come from the database, at most once per METRICS_REFRESH seconds
+        # however many scrapers there are.
+        if time.monotonic() - refreshed[0] >= METRICS_REFRESH:
+            try:
+                stats = await database.one(db.OUTBOX_STATS, {"now": clock.now()})
+                OUTBOX_BACKLOG.set(stats["backlog"])
+                OUTBOX_DEAD.set(stats["dead"])
+                OUTBOX_OLDEST_AGE.set(stats["oldest_age_seconds"])
+                refreshed[0] = time.monotonic()
+            except (psycopg.Error, PoolTimeout) as exc:
+                log.warning("metrics: outbox figures not refreshed", extra={"error": str(exc).strip()})
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        try:
+            await asyncio.wait_for(database.one(db.HEALTH), timeout=pool_timeout + 1)
+        except (psycopg.Error, PoolTimeout, asyncio.TimeoutError) as exc:
+            return JSONResponse({"status": "unavailable", "database": str(exc).strip()[:200]}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(OPENAPI)
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
+        status = exc.status_code if exc.status_code in (404, 405) else 400
+        return error_response(status, code, exc.detail or "bad request", getattr(exc, "headers", None))
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(500, "internal", "unexpected error")
+
+    routes = [
+        Route("/subscriptions", create_subscription, methods=["POST"]),
+        Route("/subscriptions/{id}", get_subscription, methods=["GET"]),
+        Route("/subscriptions/{id}/cancel", cancel_subscription, methods=["POST"]),
+        Route("/subscriptions/{id}/change-plan", change_plan, methods=["POST"]),
+        Route("/webhooks/payments", payment_webhook, methods=["POST"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+    ]
+
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def lifespan(app):
+        await database.pool()
+        yield
+        await database.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error, Exception: unexpected})
+    app.state.database = database
+    return app
+
+
+def serve(settings, *, host: str = "127.0.0.1", port: int = 8080) -> None:
+    """Serve until SIGTERM/SIGINT; a SIGTERM ends in a graceful shutdown and exit status 0."""
+    import signal
+
+    import uvicorn
+
+    app = create_app(settings)
+    log.info("serving the HTTP API", extra={"host": host, "port": port})
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler that was there
+    # before; a no-op one makes a requested stop a clean exit for supervisors.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, proxy_headers=False)

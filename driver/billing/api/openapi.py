@@ -1,0 +1,101 @@
+"""The OpenAPI 3.1 description of the HTTP API (served at /openapi.json; the fuzzing step reads it)."""
+
+from __future__ import annotations
+
+_ERROR = {
+    "type": "object", "required": ["error"],
+    "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
+        "code": {"type": "string"}, "message": {"type": "string"}}}},
+}
+_SUBSCRIPTION = {
+    "type": "object",
+    "required": ["id", "customerId", "planCode", "status", "currentPeriodStart", "currentPeriodEnd",
+                 "cancelAtPeriodEnd", "version"],
+    "properties": {
+        "id": {"type": "integer", "format": "int64"},
+        "customerId": {"type": "integer", "format": "int64"},
+        "planCode": {"type": "string"},
+        "status": {"type": "string", "enum": ["ACTIVE", "PAST_DUE", "CANCELED"]},
+        "currentPeriodStart": {"type": "string", "format": "date-time"},
+        "currentPeriodEnd": {"type": "string", "format": "date-time"},
+        "cancelAtPeriodEnd": {"type": "boolean"},
+        "version": {"type": "integer", "format": "int64"},
+    },
+}
+
+
+def _errors(*statuses: int) -> dict:
+    text = {400: "Bad input", 404: "Not found", 409: "Conflict", 412: "If-Match does not match the version",
+            422: "Invalid input for the billing rules", 503: "Database unavailable"}
+    return {str(s): {"description": text[s], "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+            for s in statuses}
+
+
+def _sub_ok(description: str) -> dict:
+    return {"description": description,
+            "headers": {"ETag": {"schema": {"type": "string"}, "description": "The version, quoted"}},
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Subscription"}}}}
+
+
+_ID_PARAM = {"name": "id", "in": "path", "required": True,
+             "schema": {"type": "integer", "format": "int64", "minimum": 1}}
+_IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"},
+             "description": 'The ETag of GET (e.g. "3"): the change applies only to that version, else 412'}
+
+OPENAPI: dict = {
+    "openapi": "3.1.0",
+    "info": {"title": "billing", "version": "1.0.0",
+             "description": "Subscription billing engine: subscriptions, plan changes, cancellation and gateway webhooks."},
+    "paths": {
+        "/subscriptions": {"post": {
+            "operationId": "createSubscription",
+            "parameters": [{"name": "Idempotency-Key", "in": "header", "required": True,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x21-\\x7e]+$"}}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "additionalProperties": False, "required": ["customerId", "planCode"],
+                "properties": {"customerId": {"type": "integer", "format": "int64"},
+                               "planCode": {"type": "string", "minLength": 1, "maxLength": 100}}}}}},
+            "responses": {"201": _sub_ok("Created"), "200": _sub_ok("The key replays an earlier request"),
+                          **_errors(400, 409, 422, 503)},
+        }},
+        "/subscriptions/{id}": {"get": {
+            "operationId": "getSubscription", "parameters": [_ID_PARAM],
+            "responses": {"200": _sub_ok("The subscription"), **_errors(400, 404, 503)},
+        }},
+        "/subscriptions/{id}/cancel": {"post": {
+            "operationId": "cancelSubscription", "parameters": [_ID_PARAM, _IF_MATCH],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "additionalProperties": False, "required": ["atPeriodEnd"],
+                "properties": {"atPeriodEnd": {"type": "boolean"}}}}}},
+            "responses": {"200": _sub_ok("Canceled, or flagged to cancel at period end"),
+                          **_errors(400, 404, 409, 412, 422, 503)},
+        }},
+        "/subscriptions/{id}/change-plan": {"post": {
+            "operationId": "changePlan", "parameters": [_ID_PARAM, _IF_MATCH],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "additionalProperties": False, "required": ["planCode"],
+                "properties": {"planCode": {"type": "string", "minLength": 1, "maxLength": 100}}}}}},
+            "responses": {"200": _sub_ok("The plan was changed (prorated)"),
+                          **_errors(400, 404, 409, 412, 422, 503)},
+        }},
+        "/webhooks/payments": {"post": {
+            "operationId": "paymentWebhook",
+            "parameters": [{"name": "Billing-Signature", "in": "header", "required": True, "schema": {"type": "string"},
+                            "description": "t=<unix seconds>,v1=<hex HMAC-SHA256 of '<t>.<body>'>[,v1=...]"}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["eventId", "idempotencyKey", "status"],
+                "properties": {"eventId": {"type": "string"}, "idempotencyKey": {"type": "string"},
+                               "status": {"type": "string", "enum": ["succeeded", "declined"]},
+                               "id": {"type": ["string", "null"]}, "declineCode": {"type": ["string", "null"]}}}}}},
+            "responses": {"200": {"description": "Received; applied false for a duplicate delivery", "content": {
+                "application/json": {"schema": {"type": "object", "properties": {
+                    "received": {"type": "boolean"}, "applied": {"type": "boolean"}, "duplicate": {"type": "boolean"}}}}}},
+                **_errors(400, 404, 422, 503)},
+        }},
+        "/healthz": {"get": {"operationId": "health", "responses": {
+            "200": {"description": "The database answers"}, "503": {"description": "It does not"}}}},
+        "/metrics": {"get": {"operationId": "metrics", "responses": {
+            "200": {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+    },
+    "components": {"schemas": {"Error": _ERROR, "Subscription": _SUBSCRIPTION}},
+}

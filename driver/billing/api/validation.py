@@ -1,0 +1,149 @@
+"""Input checks of the HTTP API: every value is checked strictly before it reaches PostgreSQL
+(types, bigint range, unknown fields, NUL characters...), so bad input is a 4xx with the API's error
+body ({"error": {"code", "message"}}), never a 500."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+BIGINT_MAX = 2**63 - 1
+MAX_BODY = 64 * 1024
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # printable ASCII, no spaces
+_ETAG = re.compile(r'^(?:W/)?"?([0-9]{1,30})"?$')
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+
+
+def error_response(status: int, code: str, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+# -- input checks ----------------------------------------------------------------------------
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing it as soon as it passes `limit` bytes (never buffers a huge one)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(400, "body_too_large", f"the body must be at most {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def json_object(request: Request, *, allowed: set[str], required: set[str], optional_body: bool = False) -> dict:
+    body = await read_body(request, MAX_BODY)
+    if not body.strip():
+        if optional_body and not required:
+            return {}
+        raise ApiError(400, "invalid_json", f"a JSON object body is required with {', '.join(sorted(required))}")
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        raise ApiError(400, "invalid_json", "the body is not valid JSON (UTF-8)") from None
+    if not isinstance(doc, dict):
+        raise ApiError(400, "invalid_json", "the body must be a JSON object")
+    unknown = set(doc) - allowed
+    if unknown:
+        raise ApiError(400, "unknown_field", f"unknown field(s): {', '.join(sorted(map(repr, unknown)))[:200]}; "
+                                             f"allowed: {', '.join(sorted(allowed))}")
+    missing = required - set(doc)
+    if missing:
+        raise ApiError(400, "missing_field", f"missing field(s): {', '.join(sorted(missing))}")
+    return doc
+
+
+def bigint_field(doc: dict, name: str) -> int:
+    value = doc[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ApiError(400, "invalid_field", f"{name} must be an integer")
+    if not -BIGINT_MAX - 1 <= value <= BIGINT_MAX:
+        raise ApiError(422, "invalid_input", f"{name} is out of range (a 64-bit signed integer)")
+    return value
+
+
+def text_field(doc: dict, name: str, *, max_len: int = 1000) -> str:
+    value = doc[name]
+    if not isinstance(value, str):
+        raise ApiError(400, "invalid_field", f"{name} must be a string")
+    check_text(name, value, max_len)
+    return value
+
+
+def check_text(name: str, value: str, max_len: int) -> None:
+    if "\x00" in value:
+        raise ApiError(400, "invalid_field", f"{name} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(400, "invalid_field", f"{name} is not valid Unicode (lone surrogate)") from None
+    if len(value) > max_len:
+        raise ApiError(422, "invalid_input", f"{name} is too long (at most {max_len} characters)")
+
+
+def bool_field(doc: dict, name: str) -> bool:
+    value = doc[name]
+    if not isinstance(value, bool):
+        raise ApiError(400, "invalid_field", f"{name} must be true or false")
+    return value
+
+
+def path_id(request: Request) -> int:
+    raw = request.path_params["id"]
+    if not raw.isascii() or not raw.isdigit():
+        raise ApiError(400, "invalid_id", "the subscription id must be a positive integer")
+    value = int(raw)
+    if value < 1 or value > BIGINT_MAX:
+        raise ApiError(404, "not_found", f"subscription {raw[:40]} does not exist")
+    return value
+
+
+def if_match(request: Request) -> int | None:
+    """If-Match -> p_expected_version. Absent or `*`: no check. The ETag is the version, quoted."""
+    raw = request.headers.get("if-match")
+    if raw is None or raw.strip() == "*":
+        return None
+    m = _ETAG.match(raw.strip())
+    if not m:
+        raise ApiError(400, "invalid_header", 'If-Match must be one ETag as returned by GET, e.g. "3"')
+    version = int(m.group(1))
+    if version > BIGINT_MAX:
+        raise ApiError(412, "precondition_failed", "If-Match names a version the subscription cannot have")
+    return version
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def subscription_json(row: dict) -> dict:
+    return {
+        "id": row["id"],
+        "customerId": row["customer_id"],
+        "planCode": row["plan_code"],
+        "status": row["status"],
+        "currentPeriodStart": _iso(row["current_period_start"]),
+        "currentPeriodEnd": _iso(row["current_period_end"]),
+        "cancelAtPeriodEnd": row["cancel_at_period_end"],
+        "version": row["version"],
+    }
+
+
+def subscription_response(row: dict | None, status: int = 200, headers: dict | None = None) -> JSONResponse:
+    if row is None or row.get("id") is None:
+        raise ApiError(404, "not_found", "no such subscription")
+    headers = {"ETag": f'"{row["version"]}"', **(headers or {})}
+    return JSONResponse(subscription_json(row), status_code=status, headers=headers)

@@ -1,0 +1,54 @@
+"""The limiter's two steps with their state in this process only (the demo without Redis, a
+single worker): the same algorithm as the Redis store, on this process's monotonic clock."""
+
+from __future__ import annotations
+
+import heapq
+import time
+
+from billing.limiter.two_step import (DEFAULT_GUARD_SECONDS, DEFAULT_MAX_LATE_SECONDS, DEFAULT_MAX_WAIT_SECONDS,
+                                      PACE_OVERSUBSCRIPTION, TwoStepLimiter)
+
+
+class LocalGcraLimiter(TwoStepLimiter):
+    """The same two steps in this process only (the demo without Redis, a single worker)."""
+
+    def __init__(self, rate: float, *, guard_seconds: float = DEFAULT_GUARD_SECONDS,
+                 max_late_seconds: float = DEFAULT_MAX_LATE_SECONDS,
+                 max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS,
+                 oversubscription: float = PACE_OVERSUBSCRIPTION) -> None:
+        super().__init__(rate, guard_seconds=guard_seconds, max_late_seconds=max_late_seconds,
+                         max_wait_seconds=max_wait_seconds, oversubscription=oversubscription)
+        self._tat = 0
+        self._log: list[tuple[int, str]] = []  # heap of (grant + budget, token)
+
+    @staticmethod
+    def _now() -> int:
+        return time.monotonic_ns() // 1000
+
+    async def reserve(self, count: int) -> tuple[int, int]:
+        now = self._now()
+        slot = max(self._tat, now)
+        if slot - now > self.max_wait_us:
+            return 0, slot - now - self.max_wait_us
+        granted = min(count, (self.max_wait_us - (slot - now)) // self.interval_us + 1)
+        self._tat = slot + granted * self.interval_us
+        return granted, slot - now
+
+    async def admit(self, token: str, release: str | None, budget_us: int) -> tuple[bool, int]:
+        now = self._now()
+        entries = self._log
+        if release is not None:
+            kept = [e for e in entries if e[1] != release]
+            if len(kept) != len(entries):
+                heapq.heapify(kept)
+                self._log = entries = kept
+        while entries and entries[0][0] <= now - 1_000_000:
+            heapq.heappop(entries)
+        if len(entries) >= self.rate:
+            return False, entries[0][0] + 1_000_000 - now
+        heapq.heappush(entries, (now + budget_us, token))
+        return True, now
+
+    async def close(self) -> None:
+        await super().close()
