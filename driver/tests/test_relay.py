@@ -284,6 +284,9 @@ def test_standby_takes_over_when_the_holder_dies(db_url, tmp_path):
             assert holder_app(db_url) == "relay-b"
             emit(db_url, range(1, 6), 2, "second")
             await until(lambda: pending(db_url) == 0, 10, "the new active relay to publish")
+            # The rows are PUBLISHED once mark_outbox_published commits; the relay counts them
+            # when the reply reaches it, which the blocking `pending` query may have delayed.
+            await until(lambda: standby.published >= 10, 5, "the new active relay to count them")
             assert standby.published == 10
             stop.set()
             await task
