@@ -10,7 +10,7 @@ SERVICES_ENV := $(CACHE)/services.env
 PGTAP_DB ?= billing_pgtap
 PYTEST_ARGS ?=
 
-.PHONY: help venv services services-stop db-migrate test test-sql test-py demo bench-renewal bench-relay bench-charge bench-http clean schema-snapshot
+.PHONY: help venv services services-stop db-migrate test test-fast test-sql test-py demo bench-renewal bench-relay bench-charge bench-http clean schema-snapshot
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -51,10 +51,14 @@ test-sql: venv services
 	 psql -q "$$url" -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pgtap" && \
 	 pg_prove --dbname "$$url" --ext .sql db/tests/
 
-test-py: venv services
-	@source $(SERVICES_ENV) && $(BIN)/python -m pytest $(PYTEST_ARGS)
+# The fast tier: pure logic, no services (driver/tests/unit), first, so a broken pure function fails in seconds.
+test-fast: venv
+	@$(BIN)/python -m pytest -q driver/tests/unit
 
-test: test-sql test-py
+test-py: venv services
+	@source $(SERVICES_ENV) && $(BIN)/python -m pytest --ignore=driver/tests/unit $(PYTEST_ARGS)
+
+test: test-fast test-sql test-py
 
 demo: venv
 	@pg=$$(bash scripts/services/postgres.sh) && \

@@ -86,7 +86,7 @@ DEMO_OUTBOX_WRITTEN = "SELECT count(*) AS n FROM billing.outbox_event"
 DEMO_OUTBOX_PENDING = "SELECT count(*) AS n FROM billing.outbox_event WHERE status = 'PENDING'"
 
 
-CONTRACT_SQLSTATES = {"BL404": 404, "BL409": 409, "BL422": 422}
+API_SQLSTATES = {"BL404": 404, "BL409": 409, "BL422": 422}
 
 
 @dataclass
@@ -102,7 +102,7 @@ class ContractError(Exception):
 
 def contract_error(exc: BaseException) -> ContractError | None:
     """The contract error behind a psycopg exception, or None when it is something else."""
-    if isinstance(exc, psycopg.Error) and exc.sqlstate in CONTRACT_SQLSTATES:
+    if isinstance(exc, psycopg.Error) and exc.sqlstate in API_SQLSTATES:
         diag = exc.diag
         return ContractError(exc.sqlstate, diag.message_primary or str(exc))
     return None

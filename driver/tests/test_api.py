@@ -1,4 +1,4 @@
-"""The HTTP API (CONTRACT section 6) in process, over a real PostgreSQL: happy paths, every error
+"""The HTTP API (docs/http-api.md) in process, over a real PostgreSQL: happy paths, every error
 status, and bad input that must never be a 500."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Least privilege: what a login role granted `billing_app` can and cannot do (CONTRACT section 3).
+"""Least privilege: what a login role granted `billing_app` can and cannot do (docs/sql-api.md, "Roles").
 
 * it cannot read or write any table or sequence of schema billing, nor create anything there;
 * it cannot execute a private helper (name starting with `_`) nor any function outside the API;
@@ -22,7 +22,7 @@ from psycopg import errors, sql
 from billing.config import REPO_ROOT
 from billing.migrate import migrate
 
-# CONTRACT section 3, by name.
+# docs/sql-api.md, by name.
 API = {
     "upsert_plan", "upsert_customer", "create_subscription", "get_subscription", "cancel_subscription",
     "change_plan", "proration_amount", "period_end", "create_due_invoices", "claim_charges",

@@ -8,7 +8,7 @@ fresh and replayed event ids, late and repeated, UNKNOWN then the truth) and clo
 a DST change. After every step the whole database (subscriptions, invoices, attempts, events per
 aggregate, credit balances, stored webhooks) must equal the model; any divergence fails.
 
-The model is written from CONTRACT section 3 and the documented rules of db/functions, not from
+The model is written from docs/sql-api.md and the documented rules of db/functions, not from
 their code; what the contract leaves open (e.g. how an at-period-end cancel treats unpaid
 invoices) follows the functions' comments.
 

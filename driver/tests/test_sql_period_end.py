@@ -1,6 +1,6 @@
 """Property test: billing.period_end against an independent calendar oracle written with zoneinfo.
 
-The oracle states the rule of CONTRACT section 3 directly: boundary n is the anchor's local wall
+The oracle states the rule of docs/sql-api.md ("Calendar") directly: boundary n is the anchor's local wall
 time (in the customer's zone) plus n * count units, months clamped to the month's last day,
 computed from the anchor every time (never chained), then mapped back to an instant. A wall time
 that does not exist (spring forward) maps with the offset in force before the gap, i.e. moves

@@ -1,4 +1,4 @@
-"""The gateway protocol (CONTRACT section 7) from the driver's side.
+"""The gateway protocol (docs/gateway.md) from the driver's side.
 
 `POST /v1/charges` with `Idempotency-Key`, body `{"customerId", "amount", "currency"}`; the answer
 `{"id", "status": "succeeded"|"declined", "declineCode"}` becomes SUCCEEDED or DECLINED. Anything
