@@ -47,7 +47,7 @@ test-sql: venv services
 	 base=$${BILLING_TEST_DATABASE_URL%/*} && url="$$base/$(PGTAP_DB)" && \
 	 psql -q "$$BILLING_TEST_DATABASE_URL" -v ON_ERROR_STOP=1 \
 	   -c "DROP DATABASE IF EXISTS $(PGTAP_DB) WITH (FORCE)" -c "CREATE DATABASE $(PGTAP_DB)" && \
-	 $(BIN)/billing --log-level WARNING db migrate --database-url "$$url" && \
+	 $(BIN)/billing --log-level WARNING db migrate --simulation --database-url "$$url" && \
 	 psql -q "$$url" -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pgtap" && \
 	 pg_prove --dbname "$$url" --ext .sql db/tests/
 
@@ -84,6 +84,6 @@ clean: services-stop
 schema-snapshot: venv services
 	@source $(SERVICES_ENV) && base=$${BILLING_TEST_DATABASE_URL%/*} && url="$$base/billing_snapshot" && \
 	 psql -q "$$BILLING_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS billing_snapshot WITH (FORCE)" -c "CREATE DATABASE billing_snapshot" && \
-	 $(BIN)/billing --log-level WARNING db migrate --database-url "$$url" && \
+	 $(BIN)/billing --log-level WARNING db migrate --simulation --database-url "$$url" && \
 	 psql -XAtq -d "$$url" -f db/snapshot.sql > db/schema.snapshot && \
 	 psql -q "$$BILLING_TEST_DATABASE_URL" -c "DROP DATABASE billing_snapshot" && echo "db/schema.snapshot written"

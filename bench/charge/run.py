@@ -74,7 +74,7 @@ def prepare_template(name: str, subscriptions: int) -> None:
     admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
     admin(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = url_for_db(PG, name)
-    migrate(url, ROOT / "db")
+    migrate(url, ROOT / "db", simulation=True)
     started = time.monotonic()
     due = datetime.now(timezone.utc) - timedelta(minutes=1)
     with psycopg.connect(url, autocommit=True) as conn:

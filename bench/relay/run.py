@@ -61,7 +61,7 @@ class Databases:
         self.template = f"bench_relay_tpl_{os.getpid()}"
         self.created: list[str] = []
         self._admin(f"DROP DATABASE IF EXISTS {self.template} WITH (FORCE)", f"CREATE DATABASE {self.template}")
-        migrate(url_for_db(server_url, self.template), REPO / "db")
+        migrate(url_for_db(server_url, self.template), REPO / "db", simulation=True)
 
     def _admin(self, *statements: str) -> None:
         with psycopg.connect(self.server_url, autocommit=True) as conn:

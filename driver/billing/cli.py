@@ -34,19 +34,26 @@ def db() -> None:
 
 @db.command("migrate")
 @database_url_option
+@click.option("--simulation/--no-simulation", default=None,
+              help="Mark the database as a simulation database (any p_now accepted: demo, tests, benchmarks), "
+                   "or clear the mark. Default: leave the mark as it is (a new database is not one).")
 @click.pass_obj
-def db_migrate(settings: Settings, database_url: str | None) -> None:
-    """Apply pending migrations, then (re)apply every SQL function. Safe to run concurrently."""
+def db_migrate(settings: Settings, database_url: str | None, simulation: bool | None) -> None:
+    """Apply pending migrations, then (re)apply every SQL function. Safe to run concurrently.
+
+    Runs as the owner role billing_owner (the login needs CREATEROLE or superuser the first time,
+    to create the roles: docs/security.md)."""
     from billing.migrate import MigrationError, migrate
 
     settings = settings.with_overrides(database_url=database_url)
     try:
-        result = migrate(settings.database_url, settings.db_dir)
+        result = migrate(settings.database_url, settings.db_dir, simulation=simulation)
     except MigrationError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(
         f"migrations applied: {len(result.applied)} ({', '.join(result.applied) or 'none pending'}); "
         f"function files applied: {result.functions}"
+        + ("; simulation database (any p_now accepted)" if result.simulation else "")
     )
 
 

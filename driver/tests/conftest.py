@@ -127,7 +127,7 @@ def migrated_template(pg_server_url) -> str:
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    migrate(url_for_db(pg_server_url, name), REPO_ROOT / "db")
+    migrate(url_for_db(pg_server_url, name), REPO_ROOT / "db", simulation=True)
     yield name
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

@@ -130,7 +130,7 @@ class Simulation:
     async def prepare_database(self) -> None:
         self.say(f"database   {display_url(self.url)} (dropped and created again)")
         await asyncio.to_thread(recreate_database, self.url)
-        await asyncio.to_thread(migrate, self.url, self.settings.db_dir)
+        await asyncio.to_thread(migrate, self.url, self.settings.db_dir, simulation=True)
 
     # -- 2. the world --------------------------------------------------------------------------
 

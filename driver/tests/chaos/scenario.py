@@ -374,7 +374,7 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
         db_url = services.pg_url.rsplit("/", 1)[0] + "/billing"
         with psycopg.connect(services.pg_url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE billing"))
-        migrate(db_url, REPO_ROOT / "db")
+        migrate(db_url, REPO_ROOT / "db", simulation=True)
         figures.update(_seed(db_url, size, rng))
         figures["setup_seconds"] = round(time.monotonic() - started, 1)
 
