@@ -185,3 +185,10 @@ def kafka_topic(kafka_bootstrap) -> str:
         admin.delete_topics([name], operation_timeout=10)
     except Exception:  # noqa: BLE001 - cleanup is best effort; the broker may be down on purpose
         pass
+
+
+def create_test_key(db_url: str, *scopes: str, name: str = "test") -> str:
+    """A real API key in this database (default scope admin); the key itself."""
+    from billing.api_keys import create_key
+
+    return create_key(db_url, name, list(scopes or ("admin",)), actor="test").key
