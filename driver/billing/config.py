@@ -62,15 +62,17 @@ def _env_secret(name: str) -> str | None:
 MIN_SECRET_LENGTH = 32
 # Values people leave in configuration files; refused whatever their length.
 _PLACEHOLDERS = re.compile(
-    r"change[-_ ]?me|replace[-_ ]?me|placeholder|your[-_ ]?(secret|password|key)|example|dummy|"
-    r"^(secret|password|passwd|billing|postgres|redis|kafka|admin|default|test|whsec_test|\.\.\.)$|^(.)\2*$",
+    r"change[-_ ]?me|replace[-_ ]?me|placeholder|your[-_ ]?(?:secret|password|key)|example|dummy|"
+    r"^(?:secret|password|passwd|billing|postgres|redis|kafka|admin|default|test|whsec_test|\.\.\.)$",
     re.IGNORECASE)
 
 
 def secret_problem(what: str, value: str) -> str | None:
-    """Why `value` is not an acceptable secret, or None."""
+    """Why `value` is not an acceptable secret, or None (never says the value itself)."""
     if _PLACEHOLDERS.search(value):
         return f"{what} is a known placeholder"
+    if len(set(value)) < 6:
+        return f"{what} looks like a placeholder (too few distinct characters)"
     if len(value) < MIN_SECRET_LENGTH:
         return f"{what} is shorter than {MIN_SECRET_LENGTH} characters"
     return None
