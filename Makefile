@@ -10,11 +10,12 @@ SERVICES_ENV := $(CACHE)/services.env
 PGTAP_DB ?= billing_pgtap
 PYTEST_ARGS ?=
 
-.PHONY: help venv services services-stop db-migrate test test-fast test-sql test-py demo bench-renewal bench-relay bench-charge bench-http clean schema-snapshot
+.PHONY: help venv services services-stop db-migrate test test-fast test-sql test-py demo bench-renewal bench-relay bench-charge bench-http clean schema-snapshot audit audit-online lock
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
-	@echo "make test   - pgTAP and pytest suites against real PostgreSQL, Redis and Kafka"
+	@echo "make test   - the lock file audit, pgTAP and pytest suites against real PostgreSQL, Redis and Kafka"
+	@echo "make audit  - offline check of requirements/runtime.lock (hashes, advisory floors)"
 	@echo "make services / services-stop - bring the loopback services up / down"
 
 $(BIN)/.installed: pyproject.toml
@@ -58,7 +59,20 @@ test-fast: venv
 test-py: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m pytest --ignore=driver/tests/unit $(PYTEST_ARGS)
 
-test: test-fast test-sql test-py
+test: audit test-fast test-sql test-py
+
+# The lock file: pinned, hashed, above every advisory floor of deploy/advisories.tsv. Offline; it
+# says what it cannot know. `audit-online` asks pip-audit (needs the network).
+audit: venv
+	@$(BIN)/python scripts/audit_lock.py
+
+audit-online: venv
+	@$(BIN)/pip install -q "pip-audit>=2.7" && $(BIN)/pip-audit --strict --require-hashes --disable-pip -r requirements/runtime.lock
+
+# Regenerate requirements/runtime.lock from pyproject.toml (needs the network).
+lock: venv
+	@$(BIN)/pip install -q "pip-tools>=7.4" && $(BIN)/pip-compile -q --generate-hashes --strip-extras --allow-unsafe \
+	   --no-emit-find-links --no-emit-index-url --output-file requirements/runtime.lock pyproject.toml
 
 demo: venv
 	@pg=$$(bash scripts/services/postgres.sh) && \
