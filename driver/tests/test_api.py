@@ -314,18 +314,20 @@ def test_api_needs_nothing_but_execute_rights(db_url):
                    if not conn.execute("SELECT has_function_privilege('billing_app', %s, 'EXECUTE')", (f,)).fetchone()[0]]
     if missing:
         pytest.skip(f"billing_app lacks EXECUTE on {missing}: db/functions/90_grants.sql must grant them")
-    info = psycopg.conninfo.conninfo_to_dict(db_url)
-    info["options"] = "-c role=billing_app"
-    app_url = psycopg.conninfo.make_conninfo(**info)
+    for role in ("billing_app", "billing_api"):  # the deprecated union role, and the API's own job role
+        info = psycopg.conninfo.conninfo_to_dict(db_url)
+        info["options"] = f"-c role={role}"
+        app_url = psycopg.conninfo.make_conninfo(**info)
 
-    async def body():
-        async with api_client(app_url, key_url=db_url) as client:
-            r = await create(client)
-            assert r.status_code == 201, r.text
-            assert (await client.get(f"/subscriptions/{r.json()['id']}")).status_code == 200
-            assert "billing_outbox_backlog" in (await client.get("/metrics")).text
+        async def body():
+            async with api_client(app_url, key_url=db_url) as client:
+                r = await create(client, key=f"as-{role}")
+                assert r.status_code == 201, r.text
+                assert (await client.get(f"/subscriptions/{r.json()['id']}")).status_code == 200
+                assert "billing_outbox_backlog" in (await client.get("/metrics")).text
+                assert (await client.get("/admin/audit")).status_code == 200
 
-    run(body())
+        run(body())
 
 
 def test_billing_serve_answers_over_http(db_url):

@@ -178,3 +178,39 @@ def test_p_now_far_from_the_clock_is_refused_outside_simulation(db_url, login_as
     with psycopg.connect(login_as("billing_admin"), autocommit=True) as conn:
         with pytest.raises(errors.InsufficientPrivilege):
             conn.execute("UPDATE billing.database_setting SET simulation = true")
+
+
+def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
+    """What `billing worker` runs works as a login holding billing_worker and billing_relay."""
+    from datetime import datetime, timedelta, timezone
+
+    from billing import db
+
+    t0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_plan('P', 1000, 'USD', 'MONTH', 1)")
+        conn.execute("SELECT billing.create_subscription('w-1', 1, 'P', %s)", (t0,))
+    url = login_as("billing_worker")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        user = psycopg.conninfo.conninfo_to_dict(url)["user"]
+        conn.execute(sql.SQL("GRANT billing_relay TO {}").format(sql.Identifier(user)))
+    now = t0 + timedelta(days=31)
+    with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        assert conn.execute(db.CREATE_DUE_INVOICES, {"batch": 500, "now": now}).fetchone()["handled"] == 1
+        claims = conn.execute(db.CLAIM_CHARGES, {"worker": "w", "batch": 10, "lease": "5 minutes", "now": now}).fetchall()
+        assert len(claims) == 2
+        for c in claims:
+            conn.execute(db.RECORD_PAYMENT_RESULT, {"key": c["idempotency_key"], "outcome": "SUCCEEDED",
+                                                    "reference": "ch", "reason": None, "now": now})
+        events = conn.execute(db.CLAIM_OUTBOX_EVENTS_RAW, {"batch": 100, "lease": "30 seconds", "now": now}).fetchall()
+        assert conn.execute(db.MARK_OUTBOX_PUBLISHED, {"ids": [e["id"] for e in events], "now": now}
+                            ).fetchone()["marked"] == len(events) == 2
+        assert conn.execute(db.EXPIRE_IDEMPOTENCY_KEYS, {"max_age": "24 hours", "batch": 10, "now": now}
+                            ).fetchone()["expired"] == 0
+        assert conn.execute(db.OUTBOX_STATS, {"now": now}).fetchone()["backlog"] == 0
+        audit = None
+    with psycopg.connect(db_url) as conn:
+        audit = conn.execute("SELECT array_agg(DISTINCT function ORDER BY function) FROM billing.audit_log "
+                             "WHERE db_role = %s", (user,)).fetchone()[0]
+    assert audit == ["claim_charges", "claim_outbox_events", "create_due_invoices", "expire_idempotency_keys",
+                     "mark_outbox_published", "record_payment_result"]
