@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 from .chaos.harness import BILLING, Proc, free_ports, wait_port
 from .conftest import create_test_key
+from billing.api.security import key_id_of
 
 SECRET = "whsec_fuzz_" + secrets.token_hex(16)  # billing serve refuses secrets under 32 characters
 # The Authorization header of the test's admin key (made by api_server for its database).
@@ -277,7 +278,7 @@ def test_injection_in_idempotency_key_is_stored_verbatim(api_server):
         plans = conn.execute("SELECT code, price_amount FROM billing.plan ORDER BY code").fetchall()
         n_subs, = conn.execute("SELECT count(*) FROM billing.subscription").fetchone()
     # Stored verbatim, behind the caller's key id (idempotency keys are per API key).
-    key_id = AUTH["Authorization"].removeprefix("Bearer ").rsplit("_", 1)[0]
+    key_id = key_id_of(AUTH["Authorization"].removeprefix("Bearer "))
     assert {f"{key_id}/{p}" for p in NO_SPACE_INJECTIONS} <= stored
     assert n_subs == 3 + len(NO_SPACE_INJECTIONS)
     assert dict(plans) == {**PLANS, "EURO_MONTHLY": 90000}

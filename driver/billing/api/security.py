@@ -61,7 +61,7 @@ def looks_like_key(token: str) -> bool:
 
 
 def key_id_of(key: str) -> str:
-    return key.rsplit("_", 1)[0] if looks_like_key(key) else ""
+    return "_".join(key.split("_", 2)[:2]) if looks_like_key(key) else ""  # the secret may hold "_"
 
 
 # -- which scope each route needs ----------------------------------------------------------

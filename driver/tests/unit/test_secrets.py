@@ -80,3 +80,14 @@ def test_kafka_security_settings_reach_the_client_config():
     assert s.kafka_config() == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
                                 "sasl.username": "billing_relay", "sasl.password": GOOD}
     assert Settings().kafka_config() == {}
+
+
+def test_api_keys_are_random_hashed_and_carry_their_id():
+    from billing.api.security import hash_key, key_id_of, looks_like_key, new_api_key
+
+    keys = [new_api_key() for _ in range(500)]
+    assert len({k.key for k in keys}) == 500
+    for k in keys:  # the secret is URL-safe base64 and may itself contain "_"
+        assert looks_like_key(k.key) and key_id_of(k.key) == k.key_id and len(k.key_hash) == 32
+        assert len(k.key) - len(k.key_id) - 1 >= 43  # 32 random bytes
+    assert hash_key("bk_abcdefgh_x") != hash_key("bk_abcdefgh_y") and key_id_of("not a key") == ""
