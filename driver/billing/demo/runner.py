@@ -95,7 +95,7 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
 def _quiet_logs() -> None:
     root = logging.getLogger()
     if root.level > logging.DEBUG:
-        for name in ("billing", "uvicorn", "uvicorn.error", "aiohttp"):
+        for name in ("billing", "uvicorn", "uvicorn.error", "aiohttp", "httpx"):
             logging.getLogger(name).setLevel(logging.WARNING)
 
 
