@@ -278,7 +278,10 @@ EXPECTED = {
 def _check_exercise(out: dict) -> None:
     assert out.pop("called") == EXECUTABLE, "exercise_api must call every executable function"
     types = out.pop("event_types")
-    assert types == sorted(["InvoicePaid", "InvoicePaymentFailed"]), types
+    # signup, plan change (its PRORATION invoice), INITIAL paid, PRORATION declined (past due), renewal
+    assert types == sorted(["SubscriptionCreated", "InvoiceCreated", "SubscriptionUpdated", "InvoiceCreated",
+                            "InvoicePaid", "InvoicePaymentFailed", "SubscriptionUpdated", "SubscriptionPastDue",
+                            "InvoiceCreated"]), types
     published = out.pop("published")
     assert published == len(types) - 1
     expected = {k: v for k, v in EXPECTED.items() if k != "published"}
