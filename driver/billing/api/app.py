@@ -36,7 +36,7 @@ from billing.api.validation import (
 )
 from billing.api.webhooks import MAX_WEBHOOK_BODY, verify_signature, webhook_fields
 from billing.events.schemas import catalogue
-from billing.worker.webhooks import BlockedAddress, check_target
+from billing.worker.targets import BlockedAddress, check_target
 from billing.clock import Clock, SystemClock
 from billing.metrics import HTTP_REQUESTS, OUTBOX_BACKLOG, OUTBOX_DEAD, OUTBOX_OLDEST_AGE
 
