@@ -20,7 +20,7 @@ DECLARE
 BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('a webhook url', p_url, 2048);
-    IF p_url !~ '^https?://[^/?#@\s]+' THEN
+    IF p_url !~ '^https?://[^/?#@\s]+([/?#]|$)' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('webhook url %L is not an http(s) URL without credentials', p_url),
             HINT = 'Use https://host[:port]/path.';
     END IF;

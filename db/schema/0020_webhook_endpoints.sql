@@ -23,7 +23,7 @@ CREATE TABLE billing.webhook_endpoint (
     disabled_reason text,
     CONSTRAINT webhook_endpoint_status_known CHECK (status IN ('ENABLED', 'DISABLED')),
     CONSTRAINT webhook_endpoint_disabled_has_time CHECK ((status = 'DISABLED') = (disabled_at IS NOT NULL)),
-    CONSTRAINT webhook_endpoint_url_is_http CHECK (url ~ '^https?://[^/?#@\s]+' AND length(url) <= 2048),
+    CONSTRAINT webhook_endpoint_url_is_http CHECK (url ~ '^https?://[^/?#@\s]+([/?#]|$)' AND length(url) <= 2048),
     CONSTRAINT webhook_endpoint_types_not_empty CHECK (cardinality(event_types) BETWEEN 1 AND 100),
     CONSTRAINT webhook_endpoint_secret_long_enough CHECK (length(secret) BETWEEN 16 AND 256)
 );
