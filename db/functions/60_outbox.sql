@@ -27,7 +27,7 @@ Returns the version number.';
 CREATE OR REPLACE FUNCTION billing._cloud_event(
     p_event_id uuid, p_event_type text, p_aggregate_type text, p_aggregate_id bigint, p_time timestamptz, p_data jsonb)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE  -- inlinable (see billing._utc_text)
 AS $$
     SELECT pg_catalog.jsonb_build_object(
         'specversion', '1.0',

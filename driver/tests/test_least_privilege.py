@@ -26,7 +26,7 @@ from billing.migrate import migrate
 API = {
     "upsert_plan", "upsert_customer", "create_subscription", "get_subscription", "cancel_subscription",
     "change_plan", "proration_amount", "period_end", "create_due_invoices", "claim_charges",
-    "record_payment_result", "apply_gateway_webhook", "dunning_next_attempt", "claim_outbox_events",
+    "record_payment_result", "record_payment_results", "apply_gateway_webhook", "dunning_next_attempt", "claim_outbox_events",
     "mark_outbox_published", "mark_outbox_failed",
     # outbound webhooks, retention, replay (db/functions/64_webhooks.sql, 66_retention_replay.sql)
     "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
@@ -249,6 +249,9 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     keys = [c[2] for c in claims]
     paid = one("record_payment_result", "%s, %s, %s, %s, %s", (keys[0], "SUCCEEDED", "ch_lp_1", None, mid))
     out["paid"] = paid[10]  # billing.invoice.status
+    again = one("record_payment_results", "%s::text[], %s::text[], %s::text[], %s::text[], %s",
+                ([keys[0]], ["SUCCEEDED"], ["ch_lp_1"], [None], mid), setof=True)
+    out["paid_batch"] = [(r[0] == keys[0], r[2], r[3]) for r in again]  # its key, status, error code
     applied = one("apply_gateway_webhook", "%s, %s, %s, %s, %s::jsonb, %s",
                   (f"evt-{tag}", keys[1], "DECLINED", "ch_lp_2", '{"declineCode": "card_declined"}', mid))[0]
     duplicate = one("apply_gateway_webhook", "%s, %s, %s, %s, %s::jsonb, %s",
@@ -293,7 +296,8 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
 EXPECTED = {
     "customer_tz": "America/Sao_Paulo", "idempotent_create": True, "get": True, "plan_code": True,
     "proration": 100000, "period_end": datetime(2026, 2, 28, tzinfo=timezone.utc), "dunning_1": True,
-    "dunning_4": None, "claims": ["0", "0"], "paid": "PAID", "webhook": (True, False), "renewed": 1,
+    "dunning_4": None, "claims": ["0", "0"], "paid": "PAID",
+    "paid_batch": [(True, "PAID", None)], "webhook": (True, False), "renewed": 1,
     "published": None, "backlog": 1, "summary_subs": True, "canceled": "CANCELED",
     "requeued": 0, "replayed": True, "endpoints": True, "endpoint": True, "recorded": "ENABLED",
     # the cancellation: its OPEN invoices voided (the declined PRORATION and the RENEWAL), then itself
