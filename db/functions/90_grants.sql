@@ -25,17 +25,22 @@ DECLARE
     c_jobs constant jsonb := '{
       "billing_api": ["create_subscription", "get_subscription", "cancel_subscription", "change_plan",
                       "upsert_customer", "plan_code", "apply_gateway_webhook", "authenticate_api_key",
-                      "read_audit", "outbox_stats", "period_end", "proration_amount", "is_simulation"],
-      "billing_worker": ["create_due_invoices", "claim_charges", "record_payment_result", "dunning_next_attempt",
-                         "expire_idempotency_keys", "outbox_stats", "period_end", "proration_amount",
-                         "is_simulation"],
+                      "read_audit", "outbox_stats", "period_end", "proration_amount", "is_simulation",
+                      "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
+                      "delete_webhook_endpoint", "list_webhook_attempts"],
+      "billing_worker": ["create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
+                         "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats",
+                         "period_end", "proration_amount", "is_simulation"],
       "billing_relay": ["claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
-                        "is_simulation"],
+                        "claim_webhook_deliveries", "record_webhook_attempts", "is_simulation"],
       "billing_readonly": ["get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
                            "proration_amount", "dunning_next_attempt", "is_simulation"],
       "billing_admin": ["upsert_plan", "upsert_customer", "create_api_key", "list_api_keys", "revoke_api_key",
                         "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
-                        "plan_code", "period_end", "proration_amount", "is_simulation"]
+                        "plan_code", "period_end", "proration_amount", "is_simulation",
+                        "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
+                        "delete_webhook_endpoint", "list_webhook_attempts", "outbox_events_from",
+                        "retry_dead_outbox_events"]
     }';
     v_role text;
     v_fn   regprocedure;

@@ -54,8 +54,10 @@ SELECT is((SELECT count(*)::int FROM pg_proc p WHERE p.pronamespace = 'billing':
                               'change_plan', 'create_due_invoices', 'claim_charges', 'record_payment_result',
                               'apply_gateway_webhook', 'claim_outbox_events', 'mark_outbox_published',
                               'mark_outbox_failed', 'create_api_key', 'revoke_api_key', 'set_max_clock_skew',
-                              'expire_idempotency_keys')
-            AND p.prosrc ~ ('billing\._audit\(''' || p.proname || '''')), 16,
+                              'expire_idempotency_keys', 'record_payment_results', 'create_webhook_endpoint',
+                              'delete_webhook_endpoint', 'claim_webhook_deliveries', 'record_webhook_attempts',
+                              'purge_expired', 'retry_dead_outbox_events')
+            AND p.prosrc ~ ('billing\._audit\(''' || p.proname || '''')), 23,
           'every mutating API function writes its audit row');
 
 -- -- API keys --------------------------------------------------------------------------------

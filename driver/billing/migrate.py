@@ -207,9 +207,11 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None) 
                     conn.execute(path.read_text(encoding="utf-8"))
                 except psycopg.Error as exc:
                     raise MigrationError(f"{path.name}: {exc}") from exc
-            if simulation is not None:
+            # An older db/ (a benchmark's baseline commit) has neither the mark nor the clock guard.
+            marked = conn.execute("SELECT to_regclass('billing.database_setting') IS NOT NULL").fetchone()[0]
+            if simulation is not None and marked:
                 conn.execute(MARK_SIMULATION, (simulation, simulation))
-            is_simulation = conn.execute("SELECT billing.is_simulation()").fetchone()[0]
+            is_simulation = bool(marked and conn.execute("SELECT billing.is_simulation()").fetchone()[0])
     if is_simulation:
         log.info("this is a simulation database: any p_now is accepted (billing.is_simulation())")
     return MigrateResult(applied=applied, functions=len(functions), simulation=is_simulation)

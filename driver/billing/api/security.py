@@ -32,7 +32,7 @@ KEY_PREFIX = "bk_"
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _KEY_FORM = re.compile(r"^bk_[a-z0-9]{8,32}_[A-Za-z0-9_-]{43,}$")
 MAX_BODY = 256 * 1024  # bytes a request may declare (the handlers have tighter limits of their own)
-MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+MUTATING = frozenset({"POST", "PUT", "PATCH"})  # and a DELETE that carries a body
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,9 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("POST", re.compile(r"^/subscriptions$"), "subscriptions:write"),
     ("POST", re.compile(r"^/subscriptions/[^/]+/(cancel|change-plan)$"), "subscriptions:write"),
     ("GET", re.compile(r"^/admin/audit$"), "admin"),
+    ("GET", re.compile(r"^/webhook-endpoints(/[^/]+(/attempts)?)?$"), "admin"),
+    ("POST", re.compile(r"^/webhook-endpoints$"), "admin"),
+    ("DELETE", re.compile(r"^/webhook-endpoints/[^/]+$"), "admin"),
     ("GET", re.compile(r"^/metrics$"), "admin"),
     ("GET", re.compile(r"^/openapi\.json$"), "admin"),
 ]
@@ -215,7 +218,8 @@ class ApiGuard:
                     return _error(429, "rate_limited", "too many requests for this API key; retry later",
                                   {"Retry-After": str(max(1, math.ceil(wait)))})
             scope.setdefault("state", {})["api_key_id"] = key_id
-        if method in MUTATING:
+        if method in MUTATING or (method == "DELETE" and (headers.get(b"content-length", b"0") not in (b"0", b"")
+                                                             or b"transfer-encoding" in headers)):
             content_type = headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()
             if content_type != "application/json":
                 return _error(415, "unsupported_media_type", "the body must be application/json")
