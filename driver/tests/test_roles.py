@@ -30,7 +30,8 @@ POLICY = {
                        "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats", "period_end",
                        "proration_amount", "is_simulation"},
     "billing_relay": {"claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
-                      "claim_webhook_deliveries", "record_webhook_attempts", "is_simulation"},
+                      "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
+                      "is_simulation"},
     "billing_readonly": {"get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
                          "proration_amount", "dunning_next_attempt", "is_simulation"},
     "billing_admin": {"upsert_plan", "upsert_customer", "create_api_key", "list_api_keys", "revoke_api_key",
@@ -204,12 +205,16 @@ def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
         assert conn.execute(db.CREATE_DUE_INVOICES, {"batch": 500, "now": now}).fetchone()["handled"] == 1
         claims = conn.execute(db.CLAIM_CHARGES, {"worker": "w", "batch": 10, "lease": "5 minutes", "now": now}).fetchall()
         assert len(claims) == 2
-        for c in claims:
-            conn.execute(db.RECORD_PAYMENT_RESULT, {"key": c["idempotency_key"], "outcome": "SUCCEEDED",
-                                                    "reference": "ch", "reason": None, "now": now})
+        conn.execute(db.RECORD_PAYMENT_RESULT, {"key": claims[0]["idempotency_key"], "outcome": "SUCCEEDED",
+                                                "reference": "ch", "reason": None, "now": now})
+        conn.execute("SELECT * FROM billing.record_payment_results(%s, %s, NULL, NULL, %s)",
+                     ([claims[1]["idempotency_key"]], ["SUCCEEDED"], now))  # the worker's batch recorder
         events = conn.execute(db.CLAIM_OUTBOX_EVENTS_RAW, {"batch": 100, "lease": "30 seconds", "now": now}).fetchall()
+        assert len(events) >= 2
         assert conn.execute(db.MARK_OUTBOX_PUBLISHED, {"ids": [e["id"] for e in events], "now": now}
-                            ).fetchone()["marked"] == len(events) == 2
+                            ).fetchone()["marked"] == len(events)
+        conn.execute("SELECT * FROM billing.list_webhook_endpoints()")  # the webhook deliverer's refresh
+        conn.execute("SELECT * FROM billing.purge_expired('30 days', 10, %s)", (now,))  # retention
         assert conn.execute(db.EXPIRE_IDEMPOTENCY_KEYS, {"max_age": "24 hours", "batch": 10, "now": now}
                             ).fetchone()["expired"] == 0
         assert conn.execute(db.OUTBOX_STATS, {"now": now}).fetchone()["backlog"] == 0
@@ -218,4 +223,4 @@ def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
         audit = conn.execute("SELECT array_agg(DISTINCT function ORDER BY function) FROM billing.audit_log "
                              "WHERE db_role = %s", (user,)).fetchone()[0]
     assert audit == ["claim_charges", "claim_outbox_events", "create_due_invoices", "expire_idempotency_keys",
-                     "mark_outbox_published", "record_payment_result"]
+                     "mark_outbox_published", "purge_expired", "record_payment_result", "record_payment_results"]
