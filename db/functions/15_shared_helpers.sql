@@ -147,7 +147,7 @@ RETURNS bigint
 LANGUAGE sql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT CASE WHEN p_at >= p_plan.price_effective_from THEN p_plan.price_amount
+    SELECT CASE WHEN p_plan.price_effective_from IS NULL OR p_at >= p_plan.price_effective_from THEN p_plan.price_amount
                 ELSE (SELECT pp.price_amount FROM billing.plan_price pp
                        WHERE pp.plan_id = p_plan.id AND pp.effective_from <= p_at
                        ORDER BY pp.effective_from DESC LIMIT 1) END

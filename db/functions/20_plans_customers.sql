@@ -51,7 +51,7 @@ BEGIN
             MESSAGE = format('plan %s has subscriptions: only its price can change', p_code),
             HINT = 'Create a plan with a new code for another currency or period, and move subscriptions with change_plan.';
     END IF;
-    IF v_old.price_amount <> p_price_amount AND p_now < v_old.price_effective_from THEN
+    IF v_old.price_amount <> p_price_amount AND p_now < coalesce(v_old.price_effective_from, '-infinity') THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('plan %s: its price already changed at %s; a new price cannot take effect earlier (%s)',
                              p_code, v_old.price_effective_from, p_now);

@@ -65,7 +65,8 @@ BEGIN
           -- The price in force when the period starts (a late renewal of a past period is priced
           -- as it was then); the history is read only for a period older than the current price.
           CROSS JOIN LATERAL (
-              SELECT CASE WHEN d.current_period_end >= p.price_effective_from THEN p.price_amount
+              SELECT CASE WHEN p.price_effective_from IS NULL OR d.current_period_end >= p.price_effective_from
+                          THEN p.price_amount
                           ELSE (SELECT pp.price_amount FROM billing.plan_price pp
                                  WHERE pp.plan_id = p.id AND pp.effective_from <= d.current_period_end
                                  ORDER BY pp.effective_from DESC LIMIT 1) END AS price_amount) t

@@ -26,8 +26,8 @@ COMMENT ON COLUMN billing.plan_price.price_amount IS 'Price per period in the cu
 INSERT INTO billing.plan_price (plan_id, effective_from, price_amount)
 SELECT id, '-infinity', price_amount FROM billing.plan;
 
-ALTER TABLE billing.plan ADD COLUMN price_effective_from timestamptz NOT NULL DEFAULT '-infinity';
-COMMENT ON COLUMN billing.plan.price_effective_from IS 'When price_amount took effect (periods starting earlier look up billing.plan_price).';
+ALTER TABLE billing.plan ADD COLUMN price_effective_from timestamptz;
+COMMENT ON COLUMN billing.plan.price_effective_from IS 'When price_amount took effect; NULL: it is the plan''s first price (periods starting earlier look up billing.plan_price).';
 
 ALTER TABLE billing.subscription ADD COLUMN period_price bigint;
 UPDATE billing.subscription s SET period_price = p.price_amount FROM billing.plan p WHERE p.id = s.plan_id;

@@ -27,7 +27,7 @@ API = {
     "upsert_plan", "upsert_customer", "create_subscription", "get_subscription", "cancel_subscription",
     "change_plan", "proration_amount", "period_end", "create_due_invoices", "claim_charges",
     "record_payment_result", "apply_gateway_webhook", "dunning_next_attempt", "claim_outbox_events",
-    "mark_outbox_published", "mark_outbox_failed",
+    "mark_outbox_published", "mark_outbox_failed", "new_key_namespace",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -263,6 +263,7 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["summary_subs"] = summary[0] + summary[1] + summary[2] >= 1
     canceled = one("cancel_subscription", "%s, %s, %s", (sub_id, False, renew_at))
     out["canceled"] = canceled[3]
+    out["namespace"] = len(one("new_key_namespace", "")[0])
     out["called"] = called
     return out
 
@@ -270,8 +271,8 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
 EXPECTED = {
     "customer_tz": "America/Sao_Paulo", "idempotent_create": True, "get": True, "plan_code": True,
     "proration": 100000, "period_end": datetime(2026, 2, 28, tzinfo=timezone.utc), "dunning_1": True,
-    "dunning_4": None, "claims": ["0", "0"], "paid": "PAID", "webhook": (True, False), "renewed": 1,
-    "published": None, "backlog": 1, "summary_subs": True, "canceled": "CANCELED",
+    "dunning_4": None, "claims": ["0", "0"], "paid": "PAID", "webhook": ("APPLIED", "DUPLICATE"), "renewed": 1,
+    "published": None, "backlog": 1, "summary_subs": True, "canceled": "CANCELED", "namespace": 12,
 }
 
 

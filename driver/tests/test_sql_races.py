@@ -132,7 +132,9 @@ def test_two_workers_never_claim_the_same_charge(db_url):
     claimed = [row for rows in run_together(4, claim) for row in rows]
     counts = Counter(inv for inv, _ in claimed)
     assert len(counts) == 200 and set(counts.values()) == {1}, "an invoice was claimed twice or never"
-    assert all(key == f"inv-{inv}-try-0" for inv, key in claimed)
+    with connect(db_url) as conn:
+        namespace = conn.execute("SELECT key_namespace FROM billing.installation").fetchone()[0]
+    assert all(key == f"{namespace}-inv-{inv}-try-0" for inv, key in claimed)
     with connect(db_url) as conn:
         assert conn.execute("SELECT count(*), max(claim_count) FROM billing.payment_attempt").fetchone() == (200, 1)
 

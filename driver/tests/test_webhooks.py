@@ -117,7 +117,7 @@ def test_valid_webhook_is_applied_once(db_url):
             signature = sign_webhook(SECRET, body)  # the simulator's own signer
             r = await post(client, body, signature)
             assert r.status_code == 200, r.text
-            assert r.json() == {"received": True, "applied": True, "duplicate": False}
+            assert r.json() == {"received": True, "applied": True, "duplicate": False, "review": False}
             # The same delivery replayed (within the tolerance) and a fresh signature of the same
             # event: acknowledged, not applied again.
             for sig in (signature, sign_webhook(SECRET, body)):
