@@ -152,9 +152,13 @@ def make_machine(db: Db, steps: int):
         def change_price(self, plan, factor):
             price, currency, interval, count = PLANS[plan]
             new = int(self.prices[plan][-1][1] * factor) or 1
-            db.call("SELECT billing.upsert_plan(%s, %s, %s, %s, %s, %s)", (plan, new, currency, interval, count, self.now))
+            # One second after now: no period starts at that instant (periods start on whole minutes,
+            # or microseconds after for same-instant plan changes), so "the price in force when the
+            # period starts" is never a tie with an invoice made at the same instant.
+            at = self.now + timedelta(seconds=1)
+            db.call("SELECT billing.upsert_plan(%s, %s, %s, %s, %s, %s)", (plan, new, currency, interval, count, at))
             if new != self.prices[plan][-1][1]:
-                self.prices[plan].append((self.now, new))
+                self.prices[plan].append((at, new))
 
         @rule()
         def renew(self):
