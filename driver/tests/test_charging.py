@@ -45,6 +45,7 @@ def namespace(db_url: str) -> str:
     with psycopg.connect(db_url) as conn:
         return conn.execute("SELECT key_namespace FROM billing.installation").fetchone()[0]
 
+
 def seed_subscriptions(db_url: str, count: int, now: datetime, *, price: int = 2990) -> None:
     """`count` new subscriptions through the SQL API, each with an OPEN INITIAL invoice due at `now`."""
     with psycopg.connect(db_url, autocommit=True) as conn:
