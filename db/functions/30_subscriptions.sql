@@ -259,13 +259,14 @@ BEGIN
     -- on, and the change then applies from that period's start.
     v_change_at := greatest(p_now, v_sub.current_period_start);
 
-    -- An unpaid plan change of this period is superseded: it is voided and the new change starts
-    -- from the terms it had replaced (those the customer paid for).
+    -- An unpaid plan change of this period, never declined, is superseded: it is voided and the new
+    -- change starts from the terms it had replaced (those the customer paid for). One in dunning
+    -- bills upgraded time already served: it stays owed, and the change starts from its terms.
     v_from := v_old;
     v_from_price := v_sub.period_price;
     SELECT * INTO v_superseded FROM billing.invoice
      WHERE subscription_id = v_sub.id AND kind = 'PRORATION' AND status = 'OPEN' AND from_plan_id IS NOT NULL
-       AND period_end = v_sub.current_period_end
+       AND attempt_count = 0 AND period_end = v_sub.current_period_end
      ORDER BY id DESC LIMIT 1
        FOR UPDATE;
     IF FOUND THEN
@@ -333,5 +334,5 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.change_plan(bigint, text, timestamptz, bigint) IS
-'Switches the plan now (after billing any overdue period at its own terms). Same period length: the rest of the period is prorated against the price it was invoiced at (an OPEN PRORATION invoice, or credit that waits until the period is paid). Another length: a new period starts now (a PLAN_CHANGE invoice) and the unused rest of the current one is credited. An unpaid earlier change of the period is superseded (voided).
+'Switches the plan now (after billing any overdue period at its own terms). Same period length: the rest of the period is prorated against the price it was invoiced at (an OPEN PRORATION invoice, or credit that waits until the period is paid). Another length: a new period starts now (a PLAN_CHANGE invoice) and the unused rest of the current one is credited. An unpaid earlier change of the period, never declined, is superseded (voided).
 Returns the subscription; BL404 absent, BL409 stale version, BL422 unknown plan, other currency or canceled subscription.';

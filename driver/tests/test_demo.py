@@ -81,8 +81,8 @@ def test_checker_fails_on_a_second_charge_of_one_invoice(demo_run):
     paid = next(c for c in ledger["charges"] if c["status"] == "succeeded")
     # The same key listed twice, and another key charged for the same invoice.
     ledger["charges"].append(dict(paid))
-    invoice = re.match(r"inv-(\d+)-try-", paid["idempotencyKey"]).group(1)
-    ledger["charges"].append({**paid, "idempotencyKey": f"inv-{invoice}-try-9", "id": "ch_forged"})
+    namespace, invoice = re.match(r"(.+)-inv-(\d+)-try-", paid["idempotencyKey"]).groups()
+    ledger["charges"].append({**paid, "idempotencyKey": f"{namespace}-inv-{invoice}-try-9", "id": "ch_forged"})
     with psycopg.connect(result.database_url, row_factory=dict_row) as conn:
         check = invariants.check_charged_once(conn, ledger)
     assert not check.ok

@@ -306,7 +306,8 @@ class Model:
         change_at = max(self.now, sub.start)
         from_plan, from_price = sub.plan, sub.price
         superseded = [i for i in self.invoices.values() if i.sub == sub.id and i.kind == "PRORATION"
-                      and i.status == "OPEN" and i.from_plan is not None and i.end == sub.end]
+                      and i.status == "OPEN" and i.from_plan is not None and i.attempt_count == 0
+                      and i.end == sub.end]
         if superseded:
             p = max(superseded, key=lambda i: i.id)
             p.status, p.next_attempt_at, p.closed_at, p.dunning_window = "VOID", None, self.now, None
