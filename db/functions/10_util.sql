@@ -207,9 +207,12 @@ Returns the signed amount (positive: to charge, negative: credit); BL422 for a b
 -- ---------------------------------------------------------------------------------------------
 -- Text forms.
 -- ---------------------------------------------------------------------------------------------
+-- STABLE, not IMMUTABLE, like to_char itself: the planner inlines a SQL function only when its
+-- body is no more volatile than it says, and an inlined call costs nothing (a called one ~20 µs,
+-- four times per event: measured in bench/charge). The same holds for _invoice_data and _cloud_event.
 CREATE OR REPLACE FUNCTION billing._utc_text(p_at timestamptz)
 RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE
 AS $$
     SELECT pg_catalog.to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $$;

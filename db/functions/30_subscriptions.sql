@@ -83,6 +83,7 @@ BEGIN
     RETURNING * INTO v_sub;
 
     UPDATE billing.subscription_request SET subscription_id = v_sub.id WHERE idempotency_key = p_idempotency_key;
+    PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCreated', billing._subscription_data(v_sub), p_now);
 
     PERFORM billing._new_invoice(v_sub, 'INITIAL', v_sub.current_period_start, v_sub.current_period_end,
                                  v_price, v_plan, v_price, p_now);
@@ -121,7 +122,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_sub billing.subscription;
+    v_sub    billing.subscription;
+    v_before billing.subscription;
 BEGIN
     PERFORM billing._check_now(p_now);
     IF p_at_period_end IS NULL THEN
@@ -137,10 +139,12 @@ BEGIN
         IF v_sub.cancel_at_period_end THEN
             RETURN v_sub;
         END IF;
+        v_before := v_sub;
         UPDATE billing.subscription
            SET cancel_at_period_end = true, version = version + 1, updated_at = p_now
          WHERE id = v_sub.id
         RETURNING * INTO v_sub;
+        PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
         RETURN v_sub;
     END IF;
 
@@ -221,6 +225,7 @@ DECLARE
     v_amount    bigint;
     v_start     timestamptz;
     v_end       timestamptz;
+    v_before    billing.subscription;
 BEGIN
     PERFORM billing._check_now(p_now);
     v_sub := billing._lock_subscription(p_subscription_id);
@@ -273,6 +278,7 @@ BEGIN
         UPDATE billing.invoice SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now
          WHERE id = v_superseded.id
         RETURNING * INTO v_superseded;
+        PERFORM billing._emit_event('invoice', v_superseded.id, 'InvoiceVoided', billing._invoice_data(v_superseded), p_now);
         PERFORM billing._restore_credit(v_superseded, p_now);
         PERFORM billing._settle_pending_credit(v_superseded, p_now);
         SELECT * INTO v_from FROM billing.plan WHERE id = v_superseded.from_plan_id;
@@ -304,10 +310,12 @@ BEGIN
         ELSIF v_amount < 0 THEN
             PERFORM billing._grant_change_credit(v_sub, v_new.currency, -v_amount, p_now);
         END IF;
+        v_before := v_sub;
         UPDATE billing.subscription
            SET plan_id = v_new.id, period_price = v_new_price, version = version + 1, updated_at = p_now
          WHERE id = v_sub.id
         RETURNING * INTO v_sub;
+        PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
         RETURN v_sub;
     END IF;
 
@@ -322,12 +330,14 @@ BEGIN
     v_new_price := billing._price_at(v_new, v_start);
     v_end := billing._period_end(v_start, v_new.billing_interval, v_new.interval_count, 1, v_sub.timezone);
     PERFORM billing._grant_change_credit(v_sub, v_new.currency, v_amount, p_now);
+    v_before := v_sub;
     UPDATE billing.subscription
        SET plan_id = v_new.id, billing_anchor = v_start, period_number = 1,
            current_period_start = v_start, current_period_end = v_end, period_price = v_new_price,
            version = version + 1, updated_at = p_now
      WHERE id = v_sub.id
     RETURNING * INTO v_sub;
+    PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
     PERFORM billing._new_invoice(v_sub, 'PLAN_CHANGE', v_start, v_end, v_new_price, v_new, v_new_price, p_now,
                                  v_from.id, v_from_price);
     RETURN v_sub;

@@ -211,6 +211,7 @@ DECLARE
     v_failed  integer;
     v_next    timestamptz;
     v_margin  interval;
+    v_after   billing.subscription;
 BEGIN
     PERFORM billing._check_outcome(p_outcome);
     SELECT i.subscription_id INTO v_sub_id
@@ -273,7 +274,9 @@ BEGIN
               AND NOT EXISTS (SELECT 1 FROM billing.invoice
                                WHERE subscription_id = v_sub.id AND status = 'OPEN' AND id <> v_invoice.id) THEN
             UPDATE billing.subscription SET status = 'ACTIVE', version = version + 1, updated_at = p_now
-             WHERE id = v_sub.id;
+             WHERE id = v_sub.id
+            RETURNING * INTO v_after;
+            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
         END IF;
         RETURN v_invoice;
     END IF;
@@ -327,10 +330,13 @@ BEGIN
     IF v_next IS NOT NULL THEN
         IF v_sub.status = 'ACTIVE' THEN
             UPDATE billing.subscription SET status = 'PAST_DUE', version = version + 1, updated_at = p_now
-             WHERE id = v_sub.id;
+             WHERE id = v_sub.id
+            RETURNING * INTO v_after;
+            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
         END IF;
         RETURN v_invoice;
     END IF;
+    PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceFailed', billing._invoice_data(v_invoice), p_now);
 
     -- Dunning exhausted: the invoice FAILED; the credit it consumed goes back and the credit that
     -- waited on it is reversed.
@@ -344,15 +350,19 @@ BEGIN
                SET plan_id = v_invoice.from_plan_id, period_price = v_invoice.from_price,
                    version = version + 1, updated_at = p_now
              WHERE id = v_sub.id
-            RETURNING * INTO v_sub;
+            RETURNING * INTO v_after;
             PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionPlanReverted',
-                billing._subscription_data(v_sub) || jsonb_build_object(
+                billing._subscription_data(v_after) || jsonb_build_object(
                     'invoiceId', v_invoice.id, 'revertedPlanCode', billing.plan_code(v_invoice.plan_id)), p_now);
+            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
+            v_sub := v_after;
         END IF;
         IF v_sub.status = 'PAST_DUE'
            AND NOT EXISTS (SELECT 1 FROM billing.invoice WHERE subscription_id = v_sub.id AND status = 'OPEN') THEN
             UPDATE billing.subscription SET status = 'ACTIVE', version = version + 1, updated_at = p_now
-             WHERE id = v_sub.id;
+             WHERE id = v_sub.id
+            RETURNING * INTO v_after;
+            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
         END IF;
     ELSIF v_sub.status = 'CANCELED' THEN
         -- Canceled during dunning: the served period stayed owed until now; it is written off.

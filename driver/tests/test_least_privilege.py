@@ -26,8 +26,12 @@ from billing.migrate import migrate
 API = {
     "upsert_plan", "upsert_customer", "create_subscription", "get_subscription", "cancel_subscription",
     "change_plan", "proration_amount", "period_end", "create_due_invoices", "claim_charges",
-    "record_payment_result", "apply_gateway_webhook", "dunning_next_attempt", "claim_outbox_events",
+    "record_payment_result", "record_payment_results", "apply_gateway_webhook", "dunning_next_attempt", "claim_outbox_events",
     "mark_outbox_published", "mark_outbox_failed", "new_key_namespace",
+    # outbound webhooks, retention, replay (db/functions/64_webhooks.sql, 66_retention_replay.sql)
+    "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
+    "list_webhook_attempts", "claim_webhook_deliveries", "record_webhook_attempts", "purge_expired",
+    "outbox_events_from", "retry_dead_outbox_events",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -245,6 +249,9 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     keys = [c[2] for c in claims]
     paid = one("record_payment_result", "%s, %s, %s, %s, %s", (keys[0], "SUCCEEDED", "ch_lp_1", None, mid))
     out["paid"] = paid[10]  # billing.invoice.status
+    again = one("record_payment_results", "%s::text[], %s::text[], %s::text[], %s::text[], %s",
+                ([keys[0]], ["SUCCEEDED"], ["ch_lp_1"], [None], mid), setof=True)
+    out["paid_batch"] = [(r[0] == keys[0], r[2], r[3]) for r in again]  # its key, status, error code
     applied = one("apply_gateway_webhook", "%s, %s, %s, %s, %s::jsonb, %s",
                   (f"evt-{tag}", keys[1], "DECLINED", "ch_lp_2", '{"declineCode": "card_declined"}', mid))[0]
     duplicate = one("apply_gateway_webhook", "%s, %s, %s, %s, %s::jsonb, %s",
@@ -256,13 +263,32 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["event_types"] = sorted(e[4] for e in events)
     ids = [e[0] for e in events]
     out["published"] = one("mark_outbox_published", "%s::bigint[], %s", (ids[:-1], renew_at))[0]
+    out["published_count"] = out["published"]
     one("mark_outbox_failed", "%s, %s, %s", (ids[-1], "lp: simulated failure", renew_at))
     stats = one("outbox_stats", "%s", (renew_at,))
     out["backlog"] = stats[0]
     summary = one("status_summary", "%s", (renew_at,))
     out["summary_subs"] = summary[0] + summary[1] + summary[2] >= 1
+    out["requeued"] = one("retry_dead_outbox_events", "%s::text[], %s", (None, renew_at))[0]
+    replayed = one("outbox_events_from", "%s, %s, %s::text[], %s, %s", (1, None, None, 0, 100), setof=True)
+    out["replayed"] = len(replayed) == out.pop("published_count")
+    # An endpoint, created after the events: it is sent only what comes next.
+    endpoint = one("create_webhook_endpoint", "%s, %s::text[], %s, %s",
+                   (f"https://hooks.example.com/{tag}", ["*"], "x" * 32, renew_at))
+    out["endpoints"] = [e[0] for e in one("list_webhook_endpoints", "", setof=True)] == [endpoint[0]]
+    out["endpoint"] = one("get_webhook_endpoint", "%s", (endpoint[0],))[1] == endpoint[1]
     canceled = one("cancel_subscription", "%s, %s, %s", (sub_id, False, renew_at))
     out["canceled"] = canceled[3]
+    deliveries = one("claim_webhook_deliveries", "%s, %s, %s, %s", (endpoint[0], 10, timedelta(minutes=1), renew_at),
+                     setof=True)
+    out["deliveries"] = sorted(d[2] for d in deliveries)
+    out["recorded"] = one("record_webhook_attempts", "%s, %s::bigint[], %s::text[], %s::integer[], %s::text[], "
+                          "%s::integer[], %s", (endpoint[0], [d[0] for d in deliveries], ["DELIVERED"] * len(deliveries),
+                                                [204] * len(deliveries), [None] * len(deliveries),
+                                                [5] * len(deliveries), renew_at))[0]
+    out["attempts"] = len(one("list_webhook_attempts", "%s, %s, %s", (endpoint[0], 100, None), setof=True))
+    out["purged"] = tuple(one("purge_expired", "%s, %s, %s", (timedelta(days=30), 100, renew_at)))
+    out["deleted"] = one("delete_webhook_endpoint", "%s", (endpoint[0],))[0] == endpoint[0]
     out["namespace"] = len(one("new_key_namespace", "")[0])
     out["called"] = called
     return out
@@ -271,15 +297,24 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
 EXPECTED = {
     "customer_tz": "America/Sao_Paulo", "idempotent_create": True, "get": True, "plan_code": True,
     "proration": 100000, "period_end": datetime(2026, 2, 28, tzinfo=timezone.utc), "dunning_1": True,
-    "dunning_4": None, "claims": ["0", "0"], "paid": "PAID", "webhook": ("APPLIED", "DUPLICATE"), "renewed": 1,
-    "published": None, "backlog": 1, "summary_subs": True, "canceled": "CANCELED", "namespace": 12,
+    "dunning_4": None, "claims": ["0", "0"], "paid": "PAID",
+    "paid_batch": [(True, "PAID", None)], "webhook": ("APPLIED", "DUPLICATE"), "renewed": 1,
+    "published": None, "backlog": 1, "summary_subs": True, "canceled": "CANCELED",
+    "requeued": 0, "replayed": True, "endpoints": True, "endpoint": True, "recorded": "ENABLED",
+    # the cancellation: its OPEN invoice never declined voided (the RENEWAL; the declined PRORATION
+    # stays owed, docs/money.md), then itself
+    "deliveries": ["InvoiceVoided", "SubscriptionCanceled"], "attempts": 2, "namespace": 12,
+    "purged": (0, 0, 0), "deleted": True,
 }
 
 
 def _check_exercise(out: dict) -> None:
     assert out.pop("called") == EXECUTABLE, "exercise_api must call every executable function"
     types = out.pop("event_types")
-    assert types == sorted(["InvoicePaid", "InvoicePaymentFailed"]), types
+    # signup, plan change (its PRORATION invoice), INITIAL paid, PRORATION declined (past due), renewal
+    assert types == sorted(["SubscriptionCreated", "InvoiceCreated", "SubscriptionUpdated", "InvoiceCreated",
+                            "InvoicePaid", "InvoicePaymentFailed", "SubscriptionUpdated", "SubscriptionPastDue",
+                            "InvoiceCreated"]), types
     published = out.pop("published")
     assert published == len(types) - 1
     expected = {k: v for k, v in EXPECTED.items() if k != "published"}

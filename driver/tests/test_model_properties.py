@@ -188,6 +188,7 @@ class Model:
                    plan=plan or sub.plan, from_plan=from_plan, from_price=from_price)
         assert inv.nkey not in self.invoices
         self.invoices[inv.nkey] = inv
+        self.emit("invoice", inv.nkey, "InvoiceCreated")
         if paid:
             self.emit("invoice", inv.nkey, "InvoicePaid")
         return inv
@@ -220,6 +221,7 @@ class Model:
         for inv in self.invoices.values():
             if inv.sub == sub.id and inv.status == "OPEN" and inv.attempt_count == 0:
                 inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "VOID", None, self.now, None
+                self.emit("invoice", inv.nkey, "InvoiceVoided")
                 self.add_credit(sub.customer, inv.currency, inv.credit)
                 voided.append(inv)
         for inv in voided:
@@ -270,6 +272,7 @@ class Model:
                    price=price)
         self.subs[sub_id] = sub
         self.requests[key] = (customer, plan, sub_id)
+        self.emit("subscription", sub_id, "SubscriptionCreated")
         self.new_invoice(sub, "INITIAL", sub.start, sub.end, price, currency)
         return sub_id
 
@@ -282,6 +285,7 @@ class Model:
             if not sub.cancel_at_period_end:
                 sub.cancel_at_period_end = True
                 sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
             return
         sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "REQUESTED"
         sub.version += 1
@@ -311,6 +315,7 @@ class Model:
         if superseded:
             p = max(superseded, key=lambda i: i.id)
             p.status, p.next_attempt_at, p.closed_at, p.dunning_window = "VOID", None, self.now, None
+            self.emit("invoice", p.nkey, "InvoiceVoided")
             self.add_credit(sub.customer, p.currency, p.credit)
             self.settle_pending(p)
             from_plan, from_price = p.from_plan, p.from_price
@@ -331,6 +336,7 @@ class Model:
                 self.grant_change_credit(sub, new[1], -amount)
             sub.plan, sub.price = plan, new_price
             sub.version += 1
+            self.emit("subscription", sub.id, "SubscriptionUpdated")
             return
         later = [i.start for i in self.invoices.values()
                  if i.sub == sub.id and i.kind == "PLAN_CHANGE" and i.start >= change_at]
@@ -340,6 +346,7 @@ class Model:
         self.grant_change_credit(sub, new[1], unused)
         sub.plan, sub.anchor, sub.period_number, sub.start, sub.end, sub.price = plan, start, 1, start, end, new[0]
         sub.version += 1
+        self.emit("subscription", sub.id, "SubscriptionUpdated")
         self.new_invoice(sub, "PLAN_CHANGE", start, end, new[0], new[1], plan, from_plan, from_price)
 
     def create_due_invoices(self) -> int:
@@ -413,6 +420,8 @@ class Model:
                     i.sub == sub.id and i.status == "OPEN" and i is not inv for i in self.invoices.values()):
                 sub.status = "ACTIVE"
                 sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
+                self.emit("subscription", sub.id, "SubscriptionRecovered")
             return
         if inv.status not in ("OPEN", "REVIEW") or a.number != inv.attempt_count:
             return
@@ -430,10 +439,14 @@ class Model:
             inv.status, inv.next_attempt_at = "OPEN", None
             inv.dunning_window = (self.now + step, self.now + step + JITTER)
         self.emit("invoice", inv.nkey, "InvoicePaymentFailed")
+        if step is None:
+            self.emit("invoice", inv.nkey, "InvoiceFailed")
         if step is not None:
             if sub.status == "ACTIVE":
                 sub.status = "PAST_DUE"
                 sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
+                self.emit("subscription", sub.id, "SubscriptionPastDue")
             return
         self.add_credit(sub.customer, inv.currency, inv.credit)
         self.settle_pending(inv)
@@ -442,10 +455,13 @@ class Model:
                 sub.plan, sub.price = inv.from_plan, inv.from_price
                 sub.version += 1
                 self.emit("subscription", sub.id, "SubscriptionPlanReverted")
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
             if sub.status == "PAST_DUE" and not any(
                     i.sub == sub.id and i.status == "OPEN" for i in self.invoices.values()):
                 sub.status = "ACTIVE"
                 sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
+                self.emit("subscription", sub.id, "SubscriptionRecovered")
         elif sub.status == "CANCELED":
             self.emit("invoice", inv.nkey, "InvoiceWrittenOff")
         else:
