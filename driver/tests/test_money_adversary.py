@@ -17,7 +17,8 @@ engine: after every step it checks the money rules on the database itself:
 * each period is invoiced at its own terms: the plan in force when it started (this test's own
   record of the changes) at that plan's price then (this test's own record of the prices);
 * no served period is silently forgiven: no invoice that was declined is VOID, and every FAILED
-  invoice is a reverted upgrade, written off with an event, or ended its subscription by dunning.
+  invoice is a reverted upgrade, written off with an event, or ended its subscription by dunning;
+* every event written matches its JSON Schema in docs/events (the new money events included).
 
 Size: BILLING_ADVERSARY_EXAMPLES (default 500) x BILLING_ADVERSARY_STEPS (default 30); the larger
 run is in docs/testing.md.
@@ -35,6 +36,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 from psycopg.rows import dict_row
+
+from billing.events.schemas import catalogue
 
 PLANS = {  # code: (price, currency, interval, count)
     "M_BASIC": (1000, "USD", "MONTH", 1),
@@ -87,6 +90,7 @@ def make_machine(db: Db, steps: int):
             self.prices = {code: [(datetime.min.replace(tzinfo=timezone.utc), p[0])] for code, p in PLANS.items()}
             self.plan_history: dict[int, list[tuple[datetime, str]]] = {}
             self.seen_reverts = 0
+            self.checked_events = 0
 
         # -- helpers ---------------------------------------------------------------------------
         def _subs(self) -> list[int]:
@@ -253,6 +257,14 @@ def make_machine(db: Db, steps: int):
                     in_force = [plan for t, plan in history if t < start][-1]
                     assert r["code"] == in_force, \
                         f"invoice {r['id']}: period from {start} billed at {r['code']}, plan in force then {in_force}"
+
+        @invariant()
+        def every_event_matches_the_catalogue(self):
+            rows = db.rows("SELECT id, payload FROM billing.outbox_event WHERE id > %s ORDER BY id", (self.checked_events,))
+            for r in rows:
+                problems = catalogue().errors(r["payload"])
+                assert not problems, f"event {r['payload'].get('type')} does not match docs/events: {problems}"
+                self.checked_events = r["id"]
 
         @invariant()
         def no_served_period_silently_forgiven(self):
