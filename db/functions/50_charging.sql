@@ -75,6 +75,7 @@ AS $$
 DECLARE
     v_namespace text;
 BEGIN
+    PERFORM billing._audit('new_key_namespace', '{}'::jsonb);
     UPDATE billing.installation
        SET key_namespace = substr(replace(gen_random_uuid()::text, '-', ''), 1, 12), updated_at = now()
     RETURNING key_namespace INTO v_namespace;

@@ -36,7 +36,7 @@ DECLARE
                         "is_simulation"],
       "billing_readonly": ["get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
                            "proration_amount", "dunning_next_attempt", "is_simulation"],
-      "billing_admin": ["upsert_plan", "upsert_customer", "create_api_key", "list_api_keys", "revoke_api_key",
+      "billing_admin": ["upsert_plan", "upsert_customer", "new_key_namespace", "create_api_key", "list_api_keys", "revoke_api_key",
                         "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
                         "plan_code", "period_end", "proration_amount", "is_simulation",
                         "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
