@@ -71,9 +71,7 @@ AS $$
         'pausedAt', billing._utc_text(p_sub.paused_at),
         'resumeAt', billing._utc_text(p_sub.resume_at),
         'scheduledPlanCode', (SELECT code FROM billing.plan WHERE id = p_sub.scheduled_plan_id),
-        'couponCode', (SELECT r.coupon_code FROM billing.coupon_redemption r
-                        WHERE r.customer_id = p_sub.customer_id AND r.subscription_id = p_sub.id
-                          AND r.ended_at IS NULL))
+        'couponCode', p_sub.coupon_code)
 $$;
 COMMENT ON FUNCTION billing._subscription_data(billing.subscription) IS
 'Private: the "data" of subscription events.

@@ -113,6 +113,7 @@ BEGIN
     UPDATE billing.subscription_request SET subscription_id = v_sub.id WHERE idempotency_key = p_idempotency_key;
     IF p_coupon_code IS NOT NULL THEN
         PERFORM billing._redeem_coupon(v_sub, p_coupon_code, p_now);
+        SELECT * INTO v_sub FROM billing.subscription WHERE id = v_sub.id;
     END IF;
     PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCreated', billing._subscription_data(v_sub), p_now);
 

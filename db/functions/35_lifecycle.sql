@@ -134,10 +134,13 @@ BEGIN
            ended_at = CASE WHEN r.periods_left = 1 THEN p_now END
      WHERE r.customer_id = v_red.customer_id AND r.subscription_id = v_red.subscription_id
        AND r.coupon_code = v_red.coupon_code AND r.periods_left IS NOT NULL;
+    IF v_red.periods_left = 1 THEN
+        UPDATE billing.subscription SET coupon_code = NULL WHERE id = p_sub.id;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION billing._take_discount(billing.subscription, bigint, char, timestamptz) IS
-'Private: the discount of the subscription''s active coupon on a period invoice of p_subtotal (percent rounded down, amount capped at p_subtotal), using one period of it.
+'Private: the discount of the subscription''s active coupon on a period invoice of p_subtotal (percent rounded down, amount capped at p_subtotal), using one period of it (the last one clears subscription.coupon_code).
 Returns the discount (0 without a coupon) and the coupon code.';
 
 -- Redeems p_code on the locked subscription: checks, then counts the redemption once under the
@@ -196,6 +199,7 @@ BEGIN
     INSERT INTO billing.coupon_redemption (customer_id, subscription_id, coupon_code, periods_left, redeemed_at)
     VALUES (p_sub.customer_id, p_sub.id, p_code,
             CASE v_coupon.duration WHEN 'once' THEN 1 WHEN 'repeating' THEN v_coupon.duration_periods END, p_now);
+    UPDATE billing.subscription SET coupon_code = p_code WHERE id = p_sub.id;
     RETURN true;
 END
 $$;
@@ -209,9 +213,7 @@ RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT p_sub.status = 'TRIALING' OR p_sub.scheduled_plan_id IS NOT NULL
-        OR EXISTS (SELECT 1 FROM billing.coupon_redemption r
-                    WHERE r.customer_id = p_sub.customer_id AND r.subscription_id = p_sub.id AND r.ended_at IS NULL)
+    SELECT p_sub.status = 'TRIALING' OR p_sub.scheduled_plan_id IS NOT NULL OR p_sub.coupon_code IS NOT NULL
 $$;
 COMMENT ON FUNCTION billing._needs_lifecycle(billing.subscription) IS
 'Private: true when the next renewal must go through _renew_one (a trial, a scheduled change or an active coupon).

@@ -18,6 +18,7 @@ ALTER TABLE billing.subscription
     ADD COLUMN resume_at timestamptz,
     ADD COLUMN scheduled_plan_id bigint CONSTRAINT subscription_scheduled_plan_fkey REFERENCES billing.plan (id),
     ADD COLUMN lifecycle_pending boolean NOT NULL DEFAULT false,
+    ADD COLUMN coupon_code text,
     DROP CONSTRAINT subscription_status_known,
     ADD CONSTRAINT subscription_status_known CHECK (status IN ('TRIALING', 'ACTIVE', 'PAST_DUE', 'PAUSED', 'CANCELED')),
     ADD CONSTRAINT subscription_quantity_range CHECK (quantity BETWEEN 1 AND 1000000),
@@ -30,6 +31,7 @@ COMMENT ON COLUMN billing.subscription.trial_notice_at IS 'When SubscriptionTria
 COMMENT ON COLUMN billing.subscription.paused_at IS 'When the pause began (set while PAUSED; cleared by resume, kept by a cancellation).';
 COMMENT ON COLUMN billing.subscription.resume_at IS 'When a PAUSED subscription resumes by itself; NULL: only on request.';
 COMMENT ON COLUMN billing.subscription.scheduled_plan_id IS 'A plan change scheduled for the period end (change_plan with p_when period_end); NULL: none.';
+COMMENT ON COLUMN billing.subscription.coupon_code IS 'The active coupon (its coupon_redemption row has no ended_at); NULL: none.';
 COMMENT ON COLUMN billing.subscription.lifecycle_pending IS 'True: the next renewal goes through the per-row path (trial end, coupon discount or scheduled change).';
 
 -- The per-row renewal path's queue (usually a small part of the due rows).
