@@ -101,10 +101,14 @@ DEMO_SIGNUP_CUSTOMERS = (
     "FROM unnest(%(customer_ids)s::bigint[], %(timezones)s::text[]) AS u(customer_id, timezone)"
 )
 DEMO_SIGNUP_SUBSCRIPTIONS = (
-    "SELECT u.customer_id, (billing.create_subscription(u.key, u.customer_id, u.plan_code, u.at)).id AS id "
-    "FROM unnest(%(keys)s::text[], %(customer_ids)s::bigint[], %(plan_codes)s::text[], %(ats)s::timestamptz[]) "
-    "WITH ORDINALITY AS u(key, customer_id, plan_code, at, n) ORDER BY u.n"
+    "SELECT u.customer_id, (billing.create_subscription(u.key, u.customer_id, u.plan_code, u.at, u.trial_days, "
+    "u.coupon, u.quantity)).id AS id "
+    "FROM unnest(%(keys)s::text[], %(customer_ids)s::bigint[], %(plan_codes)s::text[], %(ats)s::timestamptz[], "
+    "%(trial_days)s::integer[], %(coupons)s::text[], %(quantities)s::integer[]) "
+    "WITH ORDINALITY AS u(key, customer_id, plan_code, at, trial_days, coupon, quantity, n) ORDER BY u.n"
 )
+DEMO_CAMPAIGN_COUPON = ("SELECT * FROM billing.upsert_coupon(%(code)s, 20, NULL, NULL, 'repeating', 2, NULL, "
+                        "%(until)s, NULL)")
 # The demo's progress probes read the tables of its own database directly (as their owner):
 # invoices due and not yet claimed, and the outbox (all events written; those still PENDING).
 DEMO_CHARGEABLE = (
