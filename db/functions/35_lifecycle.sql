@@ -350,7 +350,7 @@ BEGIN
     FOR v_sub IN
         SELECT * FROM billing.subscription
          WHERE trial_notice_at <= p_now AND status = 'TRIALING'
-         ORDER BY trial_notice_at LIMIT p_batch_size
+         ORDER BY trial_notice_at, id LIMIT p_batch_size
            FOR NO KEY UPDATE SKIP LOCKED
     LOOP
         -- Bookkeeping, not a change of the subscription: version stays.
@@ -363,7 +363,7 @@ BEGIN
     FOR v_sub IN
         SELECT * FROM billing.subscription
          WHERE status = 'PAUSED' AND resume_at <= p_now
-         ORDER BY resume_at LIMIT p_batch_size
+         ORDER BY resume_at, id LIMIT p_batch_size
            FOR NO KEY UPDATE SKIP LOCKED
     LOOP
         -- Resumed at the date set, however late the job runs (later periods follow as renewals).
@@ -374,7 +374,7 @@ BEGIN
     FOR v_sub IN
         SELECT * FROM billing.subscription
          WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND current_period_end <= p_now
-         ORDER BY current_period_end LIMIT p_batch_size
+         ORDER BY current_period_end, id LIMIT p_batch_size
            FOR NO KEY UPDATE SKIP LOCKED
     LOOP
         PERFORM billing._renew_one(v_sub, p_now);

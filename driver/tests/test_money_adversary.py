@@ -20,6 +20,13 @@ engine: after every step it checks the money rules on the database itself:
   invoice is a reverted upgrade, written off with an event, or ended its subscription by dunning;
 * every event written matches its JSON Schema in docs/events (the new money events included).
 
+The lifecycle (docs/lifecycle.md) is part of the game: trials, coupons (at signup and later, up to
+100% off, amounts larger than the invoice), seats up and down, pauses with and without a resume
+date, resumes, uncancels, reactivations after dunning, plan changes at the period end and without
+proration. The same rules must hold on every one of those paths: a coupon or a pause never makes
+credit from nothing (credit granted stays below what PAID invoices were billed after discounts),
+and each period invoice is its plan's price then, times its seats, less its coupon discount.
+
 Size: BILLING_ADVERSARY_EXAMPLES (default 500) x BILLING_ADVERSARY_STEPS (default 30); the larger
 run is in docs/testing.md.
 """
@@ -48,8 +55,14 @@ PLANS = {  # code: (price, currency, interval, count)
     "M_EUR": (2000, "EUR", "MONTH", 1),
 }
 T0 = datetime(2027, 1, 31, 9, 0, tzinfo=timezone.utc)  # a month end: the calendar clamps
+COUPONS = {  # code: (percent_off, amount_off, currency, duration, periods)
+    "FREE1": (100, None, None, "once", None),
+    "HALF2": (50, None, None, "repeating", 2),
+    "BIG": (None, 100000, "USD", "forever", None),
+    "TEN": (10, None, None, "forever", None),
+}
 TABLES = ("billing.gateway_webhook, billing.outbox_event, billing.credit_entry, billing.credit_balance, "
-          "billing.credit_pending, billing.payment_attempt, billing.invoice, billing.subscription_request, "
+          "billing.credit_pending, billing.coupon_redemption, billing.coupon, billing.payment_attempt, billing.invoice, billing.subscription_request, "
           "billing.subscription, billing.customer, billing.plan_price, billing.plan")
 
 
@@ -76,6 +89,9 @@ class Db:
         for code, (price, currency, interval, count) in PLANS.items():
             self.conn.execute("SELECT billing.upsert_plan(%s, %s, %s, %s, %s, %s)",
                               (code, price, currency, interval, count, T0 - timedelta(days=400)))
+        for code, (percent, amount, currency, duration, periods) in COUPONS.items():
+            self.conn.execute("SELECT billing.upsert_coupon(%s, %s, %s, %s, %s, %s)",
+                              (code, percent, amount, currency, duration, periods))
 
 
 def make_machine(db: Db, steps: int):
@@ -91,6 +107,7 @@ def make_machine(db: Db, steps: int):
             self.plan_history: dict[int, list[tuple[datetime, str]]] = {}
             self.seen_reverts = 0
             self.checked_events = 0
+            self.scheduled: dict[int, tuple[datetime, str]] = {}  # sub -> (when scheduled, plan)
 
         # -- helpers ---------------------------------------------------------------------------
         def _subs(self) -> list[int]:
@@ -104,6 +121,23 @@ def make_machine(db: Db, steps: int):
                 data = r["payload"]["data"]
                 self.plan_history[data["subscriptionId"]].append((self.now, data["planCode"]))
                 self.seen_reverts = r["id"]
+
+        def _learn_scheduled(self) -> None:
+            """A change scheduled for the period end takes effect with the first period billed at the new
+            plan after it was scheduled (a renewal, or the period a resume starts): learnt from that
+            invoice, at its period start."""
+            for sub, (since, plan) in list(self.scheduled.items()):
+                row = db.rows("SELECT p.code, s.scheduled_plan_id FROM billing.subscription s "
+                              "JOIN billing.plan p ON p.id = s.plan_id WHERE s.id = %s", (sub,))[0]
+                if row["scheduled_plan_id"] is not None:
+                    continue
+                del self.scheduled[sub]
+                first = db.rows("SELECT min(i.period_start) AS at FROM billing.invoice i JOIN billing.plan p "
+                                "ON p.id = i.plan_id WHERE i.subscription_id = %s AND p.code = %s AND "
+                                "i.kind IN ('RENEWAL', 'INITIAL') AND i.created_at >= %s", (sub, plan, since))[0]["at"]
+                if first is not None:
+                    self.plan_history[sub].append((first - timedelta(microseconds=1), plan))
+                    self.plan_history[sub].sort()
 
         def _report(self, key: str, outcome: str, channel: str, data) -> None:
             if channel == "record":
@@ -125,20 +159,62 @@ def make_machine(db: Db, steps: int):
             self._learn_reverts()
 
         # -- the customer ------------------------------------------------------------------------
-        @rule(customer=st.integers(1, 2), plan=st.sampled_from(sorted(PLANS)))
-        def subscribe(self, customer, plan):
+        @rule(customer=st.integers(1, 2), plan=st.sampled_from(sorted(PLANS)),
+              trial=st.sampled_from([0, 0, 0, 3]), coupon=st.sampled_from([None, None] + sorted(COUPONS)),
+              quantity=st.sampled_from([1, 1, 3]))
+        def subscribe(self, customer, plan, trial, coupon, quantity):
             self.keys += 1
-            rows = db.call("SELECT id FROM billing.create_subscription(%s, %s, %s, %s)",
-                           (f"k{self.keys}", customer, plan, self.now))
+            rows = db.call("SELECT id FROM billing.create_subscription(%s, %s, %s, %s, %s, %s, %s)",
+                           (f"k{self.keys}", customer, plan, self.now, trial, coupon, quantity))
+            if rows == "BL422":  # an amount coupon in another currency
+                assert COUPONS[coupon][2] not in (None, PLANS[plan][1])
+                return
             assert isinstance(rows, list), rows
             self.plan_history[rows[0]["id"]] = [(self.now, plan)]
 
         @precondition(lambda self: self.plan_history)
-        @rule(data=st.data(), plan=st.sampled_from(sorted(PLANS)))
-        def change_plan(self, data, plan):
+        @rule(data=st.data(), code=st.sampled_from(sorted(COUPONS)))
+        def apply_coupon(self, data, code):
             sub = data.draw(st.sampled_from(self._subs()), label="subscription")
-            got = db.call("SELECT * FROM billing.change_plan(%s, %s, %s)", (sub, plan, self.now))
+            got = db.call("SELECT * FROM billing.apply_coupon(%s, %s, %s)", (sub, code, self.now))
+            assert isinstance(got, list) or got in ("BL422", "BL409"), got
+
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data(), resume_in=st.sampled_from([None, timedelta(days=3), timedelta(days=20)]))
+        def pause(self, data, resume_in):
+            sub = data.draw(st.sampled_from(self._subs()), label="subscription")
+            got = db.call("SELECT * FROM billing.pause_subscription(%s, %s, %s)",
+                          (sub, None if resume_in is None else self.now + resume_in, self.now))
             assert isinstance(got, list) or got == "BL422", got
+            self._learn_scheduled()
+
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data(), action=st.sampled_from(["resume", "uncancel", "reactivate"]))
+        def come_back(self, data, action):
+            sub = data.draw(st.sampled_from(self._subs()), label="subscription")
+            got = db.call(f"SELECT * FROM billing.{action}_subscription(%s, %s)", (sub, self.now))
+            assert isinstance(got, list) or got in ("BL422", "BL409"), got
+            self._learn_scheduled()
+
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data(), quantity=st.sampled_from([1, 2, 5]))
+        def seats(self, data, quantity):
+            sub = data.draw(st.sampled_from(self._subs()), label="subscription")
+            got = db.call("SELECT * FROM billing.set_quantity(%s, %s, %s)", (sub, quantity, self.now))
+            assert isinstance(got, list) or got == "BL422", got
+            self._learn_scheduled()
+            self._learn_reverts()
+
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data(), plan=st.sampled_from(sorted(PLANS)),
+              how=st.sampled_from([("now", True), ("now", True), ("now", False), ("period_end", True)]))
+        def change_plan(self, data, plan, how):
+            sub = data.draw(st.sampled_from(self._subs()), label="subscription")
+            got = db.call("SELECT * FROM billing.change_plan(%s, %s, %s, NULL, %s, %s)", (sub, plan, self.now, *how))
+            assert isinstance(got, list) or got == "BL422", got
+            self._learn_scheduled()
+            if isinstance(got, list) and how[0] == "period_end" and got[0]["scheduled_plan_id"] is not None:
+                self.scheduled[sub] = (self.now, plan)
             if isinstance(got, list) and got[0]["plan_id"] is not None:
                 current = db.rows("SELECT code FROM billing.plan WHERE id = %s", (got[0]["plan_id"],))[0]["code"]
                 if current != self.plan_history[sub][-1][1]:
@@ -149,8 +225,8 @@ def make_machine(db: Db, steps: int):
         @rule(data=st.data(), at_period_end=st.booleans())
         def cancel(self, data, at_period_end):
             sub = data.draw(st.sampled_from(self._subs()), label="subscription")
-            assert isinstance(db.call("SELECT * FROM billing.cancel_subscription(%s, %s, %s)",
-                                      (sub, at_period_end, self.now)), list)
+            got = db.call("SELECT * FROM billing.cancel_subscription(%s, %s, %s)", (sub, at_period_end, self.now))
+            assert isinstance(got, list) or (got == "BL422" and at_period_end), got  # a PAUSED one: now only
 
         @rule(plan=st.sampled_from(sorted(PLANS)), factor=st.sampled_from([0.5, 2, 3]))
         def change_price(self, plan, factor):
@@ -169,6 +245,7 @@ def make_machine(db: Db, steps: int):
             for _ in range(200):
                 if not db.rows("SELECT billing.create_due_invoices(500, %s) AS n", (self.now,))[0]["n"]:
                     break
+            self._learn_scheduled()
 
         @rule(data=st.data(), lease=st.sampled_from([timedelta(minutes=5), timedelta(hours=3)]))
         def charge(self, data, lease):
@@ -245,13 +322,21 @@ def make_machine(db: Db, steps: int):
         @invariant()
         def each_period_at_its_own_terms(self):
             for r in db.rows("""SELECT i.id, i.subscription_id, i.kind, i.period_start, i.subtotal, i.plan_price,
-                                       i.billing_interval, p.code
+                                       i.billing_interval, p.code, i.quantity, i.discount_amount, i.coupon_code
                                   FROM billing.invoice i JOIN billing.plan p ON p.id = i.plan_id
                                  WHERE i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')"""):
                 start = r["period_start"]
                 price = [p for t, p in self.prices[r["code"]] if t <= start][-1]
-                assert (r["subtotal"], r["plan_price"], r["billing_interval"]) == (price, price, PLANS[r["code"]][2]), \
+                # The plan line is the price then times the seats; the coupon's line takes off at most that.
+                assert (r["subtotal"] + r["discount_amount"], r["plan_price"], r["billing_interval"]) == \
+                    (price * r["quantity"], price, PLANS[r["code"]][2]), \
                     f"invoice {r['id']} ({r['kind']} from {start}): {r['subtotal']} at {r['code']}, terms then: {price}"
+                assert r["subtotal"] >= 0 and (r["discount_amount"] == 0 or r["coupon_code"] is not None)
+                if r["coupon_code"] is not None:
+                    percent, amount, currency, _, _ = COUPONS[r["coupon_code"]]
+                    full = price * r["quantity"]
+                    want = full * percent // 100 if percent is not None else min(amount, full)
+                    assert r["discount_amount"] == want, f"invoice {r['id']}: discount {r['discount_amount']} != {want}"
                 if r["kind"] == "RENEWAL":
                     history = self.plan_history[r["subscription_id"]]
                     in_force = [plan for t, plan in history if t < start][-1]
@@ -275,7 +360,10 @@ def make_machine(db: Db, steps: int):
                  WHERE i.status = 'FAILED' AND i.kind <> 'PRORATION'
                    AND NOT EXISTS (SELECT 1 FROM billing.outbox_event e WHERE e.event_type = 'InvoiceWrittenOff'
                                      AND e.aggregate_id = i.id)
-                   AND NOT (s.cancel_reason = 'DUNNING_EXHAUSTED' AND s.canceled_at = i.closed_at)""")
+                   AND NOT EXISTS (SELECT 1 FROM billing.outbox_event e  -- ended its subscription by dunning
+                                    WHERE e.event_type = 'SubscriptionCanceled' AND e.aggregate_id = s.id
+                                      AND e.payload -> 'data' ->> 'reason' = 'DUNNING_EXHAUSTED'
+                                      AND (e.payload -> 'data' ->> 'canceledAt')::timestamptz = i.closed_at)""")
             assert not silent, f"FAILED invoices written off without an event: {silent}"
 
     Adversary.TestCase.settings = settings(
