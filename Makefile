@@ -10,7 +10,7 @@ SERVICES_ENV := $(CACHE)/services.env
 PGTAP_DB ?= billing_pgtap
 PYTEST_ARGS ?=
 
-.PHONY: help venv services services-stop db-migrate test test-fast test-sql test-py demo bench-renewal bench-relay bench-charge bench-first-of-month bench-http clean schema-snapshot
+.PHONY: help venv services services-stop db-migrate test test-fast test-sql test-py demo bench-renewal bench-relay bench-charge bench-first-of-month bench-http bench-retention clean schema-snapshot
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -70,6 +70,9 @@ bench-renewal: venv services
 
 bench-relay: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python bench/relay/run.py $(BENCH_ARGS)
+
+bench-retention: venv services
+	@source $(SERVICES_ENV) && $(BIN)/python bench/retention/run.py $(BENCH_ARGS)
 
 bench-charge: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python bench/charge/run.py $(BENCH_ARGS)

@@ -61,11 +61,46 @@ AS $$
         'currentPeriodEnd', billing._utc_text(p_sub.current_period_end),
         'canceledAt', billing._utc_text(p_sub.canceled_at),
         'reason', p_sub.cancel_reason,
+        'cancelAtPeriodEnd', p_sub.cancel_at_period_end,
         'version', p_sub.version)
 $$;
 COMMENT ON FUNCTION billing._subscription_data(billing.subscription) IS
 'Private: the "data" of subscription events.
 Returns a jsonb object.';
+
+-- Every change of a subscription's plan, status or cancel-at-period-end flag (cancellation
+-- excepted: SubscriptionCanceled) is announced by SubscriptionUpdated with each changed field
+-- before and after, then, for the dunning transitions, by SubscriptionPastDue / SubscriptionRecovered.
+CREATE OR REPLACE FUNCTION billing._emit_subscription_change(
+    p_before billing.subscription, p_after billing.subscription, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_before  jsonb := billing._subscription_data(p_before);
+    v_after   jsonb := billing._subscription_data(p_after);
+    v_changes jsonb;
+BEGIN
+    SELECT jsonb_object_agg(f, jsonb_build_object('before', v_before -> f, 'after', v_after -> f))
+      INTO v_changes
+      FROM unnest(ARRAY['planCode', 'status', 'cancelAtPeriodEnd']) AS f
+     WHERE v_before -> f IS DISTINCT FROM v_after -> f;
+    IF v_changes IS NULL THEN
+        RETURN;
+    END IF;
+    PERFORM billing._emit_event('subscription', p_after.id, 'SubscriptionUpdated',
+                                v_after || jsonb_build_object('changes', v_changes), p_now);
+    IF p_before.status = 'ACTIVE' AND p_after.status = 'PAST_DUE' THEN
+        PERFORM billing._emit_event('subscription', p_after.id, 'SubscriptionPastDue', v_after, p_now);
+    ELSIF p_before.status = 'PAST_DUE' AND p_after.status = 'ACTIVE' THEN
+        PERFORM billing._emit_event('subscription', p_after.id, 'SubscriptionRecovered', v_after, p_now);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._emit_subscription_change(billing.subscription, billing.subscription, timestamptz) IS
+'Private: SubscriptionUpdated (changed fields before and after), plus SubscriptionPastDue / SubscriptionRecovered on those transitions; nothing when nothing announced changed.
+Returns nothing; call it holding the subscription''s row lock.';
 
 CREATE OR REPLACE FUNCTION billing._grant_credit(
     p_customer_id bigint, p_currency char(3), p_amount bigint, p_reason text,
@@ -126,6 +161,7 @@ BEGIN
         INSERT INTO billing.credit_entry (customer_id, currency, amount, reason, subscription_id, invoice_id, created_at)
         VALUES (p_sub.customer_id, p_currency, -v_applied, 'APPLIED', p_sub.id, v_invoice.id, p_now);
     END IF;
+    PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceCreated', billing._invoice_data(v_invoice), p_now);
     IF v_invoice.status = 'PAID' THEN
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaid', billing._invoice_data(v_invoice), p_now);
     END IF;
@@ -153,7 +189,13 @@ BEGIN
         UPDATE billing.invoice
            SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now
          WHERE subscription_id = ANY (p_subscription_ids) AND status = 'OPEN'
-        RETURNING id, subscription_id, customer_id, currency, credit_applied
+        RETURNING *
+    ), announced AS (
+        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+        SELECT e.event_id, 'invoice', e.id, 'InvoiceVoided',
+               billing._cloud_event(e.event_id, 'InvoiceVoided', 'invoice', e.id, p_now, billing._invoice_data(e.inv)),
+               p_now, p_now
+          FROM (SELECT gen_random_uuid() AS event_id, v.id, v::billing.invoice AS inv FROM voided v ORDER BY v.id) e
     ), ledger AS (
         INSERT INTO billing.credit_entry (customer_id, currency, amount, reason, subscription_id, invoice_id, created_at)
         SELECT customer_id, currency, credit_applied, 'RESTORED', subscription_id, id, p_now
@@ -171,6 +213,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._void_open_invoices(bigint[], timestamptz) IS
-'Private: OPEN invoices of the given subscriptions become VOID; credit they consumed goes back to the customer.
+'Private: OPEN invoices of the given subscriptions become VOID (InvoiceVoided each); credit they consumed goes back to the customer.
 Returns how many invoices were voided.';
 

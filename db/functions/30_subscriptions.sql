@@ -81,6 +81,7 @@ BEGIN
     RETURNING * INTO v_sub;
 
     UPDATE billing.subscription_request SET subscription_id = v_sub.id WHERE idempotency_key = p_idempotency_key;
+    PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCreated', billing._subscription_data(v_sub), p_now);
 
     PERFORM billing._new_invoice(v_sub, 'INITIAL', v_sub.current_period_start, v_sub.current_period_end,
                                  v_plan.price_amount, v_plan.currency, p_now);
@@ -119,7 +120,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_sub billing.subscription;
+    v_sub    billing.subscription;
+    v_before billing.subscription;
 BEGIN
     PERFORM billing._check_now(p_now);
     IF p_at_period_end IS NULL THEN
@@ -135,10 +137,12 @@ BEGIN
         IF v_sub.cancel_at_period_end THEN
             RETURN v_sub;
         END IF;
+        v_before := v_sub;
         UPDATE billing.subscription
            SET cancel_at_period_end = true, version = version + 1, updated_at = p_now
          WHERE id = v_sub.id
         RETURNING * INTO v_sub;
+        PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
         RETURN v_sub;
     END IF;
 
@@ -171,6 +175,7 @@ DECLARE
     v_amount    bigint;
     v_start     timestamptz;
     v_reanchor  boolean;
+    v_before    billing.subscription;
 BEGIN
     PERFORM billing._check_now(p_now);
     v_sub := billing._lock_subscription(p_subscription_id);
@@ -223,6 +228,7 @@ BEGIN
 
     -- A different period length restarts the calendar at the end of the current period.
     v_reanchor := (v_new.billing_interval, v_new.interval_count) IS DISTINCT FROM (v_old.billing_interval, v_old.interval_count);
+    v_before := v_sub;
     UPDATE billing.subscription
        SET plan_id = v_new.id,
            billing_anchor = CASE WHEN v_reanchor THEN current_period_end ELSE billing_anchor END,
@@ -231,6 +237,7 @@ BEGIN
            updated_at = p_now
      WHERE id = v_sub.id
     RETURNING * INTO v_sub;
+    PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
     RETURN v_sub;
 END
 $$;

@@ -105,7 +105,8 @@ BEGIN
           FROM new_invoice i
          WHERE i.credit_applied > 0
     ), events AS (
-        -- Rare rows (cancellations, invoices paid by credit): one INSERT, hence one NOTIFY.
+        -- InvoiceCreated for every invoice, plus the rare rows (cancellations, invoices paid by
+        -- credit): one INSERT, hence one NOTIFY.
         INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
         SELECT e.event_id, e.aggregate_type, e.aggregate_id, e.event_type,
                billing._cloud_event(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, p_now, e.data),
@@ -113,13 +114,16 @@ BEGIN
           FROM (SELECT gen_random_uuid() AS event_id, x.*
                   FROM (SELECT 'subscription' AS aggregate_type, c.id AS aggregate_id,
                                'SubscriptionCanceled' AS event_type,
-                               billing._subscription_data(c::billing.subscription) AS data
+                               billing._subscription_data(c::billing.subscription) AS data, 0 AS seq
                           FROM canceled c
                         UNION ALL
-                        SELECT 'invoice', i.id, 'InvoicePaid', billing._invoice_data(i::billing.invoice)
+                        SELECT 'invoice', i.id, 'InvoiceCreated', billing._invoice_data(i::billing.invoice), 1
+                          FROM new_invoice i
+                        UNION ALL
+                        SELECT 'invoice', i.id, 'InvoicePaid', billing._invoice_data(i::billing.invoice), 2
                           FROM new_invoice i
                          WHERE i.status = 'PAID') x
-                 ORDER BY x.aggregate_type, x.aggregate_id) e
+                 ORDER BY x.aggregate_type, x.aggregate_id, x.seq) e
     )
     SELECT (SELECT count(*) FROM due),
            (SELECT count(*) FROM due),

@@ -126,6 +126,7 @@ DECLARE
     v_attempt billing.payment_attempt;
     v_invoice billing.invoice;
     v_sub     billing.subscription;
+    v_after   billing.subscription;
     v_sub_id  bigint;
     v_failed  integer;
     v_next    timestamptz;
@@ -184,7 +185,9 @@ BEGIN
               AND NOT EXISTS (SELECT 1 FROM billing.invoice
                                WHERE subscription_id = v_sub.id AND status = 'OPEN' AND id <> v_invoice.id) THEN
             UPDATE billing.subscription SET status = 'ACTIVE', version = version + 1, updated_at = p_now
-             WHERE id = v_sub.id;
+             WHERE id = v_sub.id
+            RETURNING * INTO v_after;
+            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
         END IF;
         RETURN v_invoice;
     END IF;
@@ -217,6 +220,9 @@ BEGIN
         billing._invoice_data(v_invoice) || jsonb_build_object(
             'failureReason', p_failure_reason, 'nextAttemptAt', billing._utc_text(v_next), 'final', v_next IS NULL),
         p_now);
+    IF v_next IS NULL THEN
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceFailed', billing._invoice_data(v_invoice), p_now);
+    END IF;
 
     IF v_next IS NULL THEN
         UPDATE billing.subscription
@@ -231,7 +237,9 @@ BEGIN
         END IF;
     ELSIF v_sub.status = 'ACTIVE' THEN
         UPDATE billing.subscription SET status = 'PAST_DUE', version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id;
+         WHERE id = v_sub.id
+        RETURNING * INTO v_after;
+        PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
     END IF;
     RETURN v_invoice;
 END

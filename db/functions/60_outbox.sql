@@ -11,6 +11,19 @@
 -- The writer: every event is a CloudEvents 1.0 envelope inserted in the transaction of the change
 -- it announces (the renewal statement inserts its rare events itself, with the same envelope).
 -- ---------------------------------------------------------------------------------------------
+-- The catalogue's versions: a type's `data` schema is docs/events/<type>.v<version>.json, named
+-- in the envelope's `dataschema` (its $id). A breaking change of a type's data bumps its version
+-- here; adding a type needs a schema file, not a line here (version 1).
+CREATE OR REPLACE FUNCTION billing._event_version(p_event_type text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT 1
+$$;
+COMMENT ON FUNCTION billing._event_version(text) IS
+'Private: the version of an event type''s data schema (every type is at version 1 so far).
+Returns the version number.';
+
 CREATE OR REPLACE FUNCTION billing._cloud_event(
     p_event_id uuid, p_event_type text, p_aggregate_type text, p_aggregate_id bigint, p_time timestamptz, p_data jsonb)
 RETURNS jsonb
@@ -24,10 +37,11 @@ AS $$
         'subject', p_aggregate_type || '/' || p_aggregate_id::text,
         'time', billing._utc_text(p_time),
         'datacontenttype', 'application/json',
+        'dataschema', 'urn:billing:events:' || p_event_type || ':v' || billing._event_version(p_event_type),
         'data', p_data)
 $$;
 COMMENT ON FUNCTION billing._cloud_event(uuid, text, text, bigint, timestamptz, jsonb) IS
-'Private: the CloudEvents 1.0 envelope stored in outbox_event.payload (subject = <aggregate type>/<id>).
+'Private: the CloudEvents 1.0 envelope stored in outbox_event.payload (subject = <aggregate type>/<id>, dataschema = urn:billing:events:<type>:v<version>).
 Returns the envelope as jsonb.';
 
 CREATE OR REPLACE FUNCTION billing._emit_event(

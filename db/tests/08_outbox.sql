@@ -13,16 +13,19 @@ SELECT billing.create_subscription('t08-a', 8001, 'T_O', '2026-06-01 10:00Z');
 SELECT billing.cancel_subscription(subscription_id, false, '2026-06-02 11:12:13.456789Z')
   FROM billing.subscription_request WHERE idempotency_key = 't08-a';
 SELECT results_eq(
-    $$SELECT array_agg(k ORDER BY k) FROM billing.outbox_event, jsonb_object_keys(payload) k$$,
-    $$VALUES (ARRAY['data', 'datacontenttype', 'id', 'source', 'specversion', 'subject', 'time', 'type'])$$,
+    $$SELECT array_agg(k ORDER BY k) FROM billing.outbox_event, jsonb_object_keys(payload) k
+       WHERE event_type = 'SubscriptionCanceled'$$,
+    $$VALUES (ARRAY['data', 'datacontenttype', 'dataschema', 'id', 'source', 'specversion', 'subject', 'time', 'type'])$$,
     'the payload is a CloudEvents envelope with exactly its attributes');
 SELECT results_eq(
     $$SELECT payload ->> 'specversion', payload ->> 'id' = event_id::text, payload ->> 'source', payload ->> 'type',
              payload ->> 'subject', payload ->> 'time', payload ->> 'datacontenttype',
+             payload ->> 'dataschema',
              (payload -> 'data' ->> 'subscriptionId')::bigint = aggregate_id, aggregate_type, status
-        FROM billing.outbox_event$$,
+        FROM billing.outbox_event WHERE event_type = 'SubscriptionCanceled'$$,
     $$VALUES ('1.0', true, 'billing', 'SubscriptionCanceled', 'subscription/' || (SELECT subscription_id FROM billing.subscription_request
-              WHERE idempotency_key = 't08-a'), '2026-06-02T11:12:13.456789Z', 'application/json', true, 'subscription', 'PENDING')$$,
+              WHERE idempotency_key = 't08-a'), '2026-06-02T11:12:13.456789Z', 'application/json',
+              'urn:billing:events:SubscriptionCanceled:v1', true, 'subscription', 'PENDING')$$,
     'envelope attributes: stable id, subject = kind/id, UTC time');
 SELECT is((SELECT (tgtype & 1)::int FROM pg_trigger WHERE tgname = 'outbox_event_notify'), 0,
           'the notify trigger is per statement, not per row');

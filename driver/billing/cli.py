@@ -62,12 +62,15 @@ def _run(module: str, func: str, *args, **kwargs):
 @click.option("--renew/--no-renew", default=True, help="Run the renewal loop.")
 @click.option("--charge/--no-charge", default=True, help="Run the charge workers.")
 @click.option("--relay/--no-relay", default=True, help="Run the outbox relay.")
+@click.option("--webhooks/--no-webhooks", default=True, help="Deliver outbound webhooks.")
+@click.option("--retention/--no-retention", default=True,
+              help="Delete published events and stored webhooks older than $BILLING_RETENTION_DAYS.")
 @click.pass_obj
-def worker(settings: Settings, database_url, concurrency, renew, charge, relay) -> None:
-    """Renewal loop, charge workers and outbox relay in one process. SIGTERM drains and exits 0."""
+def worker(settings: Settings, database_url, concurrency, renew, charge, relay, webhooks, retention) -> None:
+    """Renewal, charge workers, outbox relay, webhooks and retention in one process. SIGTERM drains and exits 0."""
     settings = settings.with_overrides(database_url=database_url)
     sys.exit(_run("billing.worker", "run_worker", settings, concurrency=concurrency,
-                  renew=renew, charge=charge, relay=relay) or 0)
+                  renew=renew, charge=charge, relay=relay, webhooks=webhooks, retention=retention) or 0)
 
 
 @main.command()
@@ -106,6 +109,47 @@ def gateway_sim(settings: Settings, rate: int | None, webhook_secret: str | None
     """A payment gateway simulator (docs/gateway.md)."""
     _run("billing.gateway.simulator", "main", rate=settings.gateway_rate if rate is None else rate,
          webhook_secret=webhook_secret or settings.webhook_secret, **options)
+
+
+@main.group()
+def events() -> None:
+    """The event stream: replay to Kafka, requeue DEAD events (docs/events.md)."""
+
+
+@events.command("replay")
+@database_url_option
+@click.option("--from", "start", required=True, metavar="ID|TIME",
+              help="The first outbox id, or an ISO 8601 time (events created at or after it).")
+@click.option("--type", "types", multiple=True, help="Only this event type (repeatable).")
+@click.pass_obj
+def events_replay(settings: Settings, database_url, start, types) -> None:
+    """Republish published events to Kafka with their CloudEvents ids, in order per aggregate."""
+    settings = settings.with_overrides(database_url=database_url)
+    if not settings.kafka_bootstrap:
+        raise click.ClickException("replay publishes to Kafka: set BILLING_KAFKA_BOOTSTRAP")
+    from billing.events.replay import replay
+    from billing.worker.sinks import KafkaSink
+
+    sink = KafkaSink(settings.kafka_bootstrap, settings.kafka_topic)
+    try:
+        count = replay(settings.database_url, sink, start=start, types=list(types) or None)
+    except (ValueError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        sink.close()
+    click.echo(f"replayed {count} events to {settings.kafka_topic}")
+
+
+@events.command("retry-dead")
+@database_url_option
+@click.option("--type", "types", multiple=True, help="Only this event type (repeatable).")
+@click.pass_obj
+def events_retry_dead(settings: Settings, database_url, types) -> None:
+    """Requeue DEAD events; the relay publishes them again in order per aggregate."""
+    settings = settings.with_overrides(database_url=database_url)
+    from billing.events.replay import retry_dead
+
+    click.echo(f"requeued {retry_dead(settings.database_url, types=list(types) or None)} DEAD events")
 
 
 @main.command()

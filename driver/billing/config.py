@@ -66,6 +66,20 @@ class Settings:
     # `billing worker` serves /metrics on this port when it is set.
     worker_metrics_port: int | None = None
     worker_metrics_host: str = "127.0.0.1"
+    # Outbound webhooks (docs/events.md): request timeout, whether private and loopback targets
+    # are allowed (off in production), the retry backoff and how long a delivery may keep
+    # failing before its endpoint is disabled.
+    webhook_timeout_seconds: float = 10.0
+    webhook_allow_private: bool = False
+    webhook_backoff_seconds: float = 5.0
+    webhook_backoff_cap_seconds: float = 3600.0
+    webhook_give_up_seconds: float = 86400.0
+    # The admin routes (/webhook-endpoints) need `Authorization: Bearer <this>`; unset: refused.
+    admin_token: str | None = None
+    # Retention (docs/events.md): published outbox rows, finished webhook deliveries and stored
+    # gateway webhooks older than this are deleted by the worker, in batches.
+    retention_days: float = 30.0
+    retention_interval_seconds: float = 300.0
     log_level: str = "INFO"
     log_json: bool = False
     db_dir: Path = field(default_factory=lambda: Path(os.environ.get("BILLING_DB_DIR", REPO_ROOT / "db")))
@@ -89,6 +103,14 @@ class Settings:
                                                      cls.limiter_pace_oversubscription),
             worker_metrics_port=_env_int("BILLING_WORKER_METRICS_PORT", cls.worker_metrics_port),
             worker_metrics_host=env.get("BILLING_WORKER_METRICS_HOST") or cls.worker_metrics_host,
+            webhook_timeout_seconds=_env_float("BILLING_WEBHOOK_TIMEOUT_SECONDS", cls.webhook_timeout_seconds),
+            webhook_allow_private=_env_bool("BILLING_WEBHOOK_ALLOW_PRIVATE", cls.webhook_allow_private),
+            webhook_backoff_seconds=_env_float("BILLING_WEBHOOK_BACKOFF_SECONDS", cls.webhook_backoff_seconds),
+            webhook_backoff_cap_seconds=_env_float("BILLING_WEBHOOK_BACKOFF_CAP_SECONDS", cls.webhook_backoff_cap_seconds),
+            webhook_give_up_seconds=_env_float("BILLING_WEBHOOK_GIVE_UP_SECONDS", cls.webhook_give_up_seconds),
+            admin_token=env.get("BILLING_ADMIN_TOKEN") or None,
+            retention_days=_env_float("BILLING_RETENTION_DAYS", cls.retention_days),
+            retention_interval_seconds=_env_float("BILLING_RETENTION_INTERVAL_SECONDS", cls.retention_interval_seconds),
             log_level=env.get("BILLING_LOG_LEVEL") or cls.log_level,
             log_json=_env_bool("BILLING_LOG_JSON", cls.log_json),
         )

@@ -64,6 +64,12 @@ API_CANCEL_SUBSCRIPTION = _API_SUBSCRIPTION.format(
 API_CHANGE_PLAN = _API_SUBSCRIPTION.format(
     extra="", call="change_plan(%(id)s, %(plan_code)s, %(now)s, %(expected_version)s)")
 HEALTH = "SELECT 1"
+# Outbound webhook endpoints (db/functions/64_webhooks.sql).
+CREATE_WEBHOOK_ENDPOINT = "SELECT * FROM billing.create_webhook_endpoint(%(url)s, %(types)s::text[], %(secret)s, %(now)s)"
+LIST_WEBHOOK_ENDPOINTS = "SELECT * FROM billing.list_webhook_endpoints()"
+GET_WEBHOOK_ENDPOINT = "SELECT * FROM billing.get_webhook_endpoint(%(id)s)"
+DELETE_WEBHOOK_ENDPOINT = "SELECT * FROM billing.delete_webhook_endpoint(%(id)s)"
+LIST_WEBHOOK_ATTEMPTS = "SELECT * FROM billing.list_webhook_attempts(%(id)s, %(limit)s)"
 
 # -- The demo (billing.demo). Its signups, one statement each for a whole step, calling the SQL
 # API once per row: the customers (with their time zones) first, then each subscription at its

@@ -141,9 +141,26 @@ def db_url(pg_server_url, migrated_template) -> str:
         conn.execute(
             sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(migrated_template))
         )
-    yield url_for_db(pg_server_url, name)
+    url = url_for_db(pg_server_url, name)
+    yield url
+    # Every event the test produced must match its schema in docs/events (the envelope and the
+    # data its dataschema names); a test that broke an event fails here, in its teardown.
+    problems = _invalid_events(url)
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    if problems:
+        pytest.fail("events that do not match their schema (docs/events):\n  " + "\n  ".join(problems))
+
+
+def _invalid_events(url: str) -> list[str]:
+    from billing.events.schemas import catalogue
+
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            rows = conn.execute("SELECT payload::text FROM billing.outbox_event ORDER BY id").fetchall()
+    except psycopg.Error:
+        return []  # a test that dropped or broke its database on purpose has nothing to check
+    return catalogue().check_all(row[0] for row in rows)[1]
 
 
 _redis_dbs = itertools.cycle(range(1, 16))

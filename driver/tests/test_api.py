@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from billing.api import create_app
 from billing.clock import SimulatedClock
 from billing.config import Settings
+from .synthetic import invoice_paid_data_sql
 
 T0 = datetime(2026, 10, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -275,7 +276,7 @@ def test_openapi_metrics_healthz(db_url):
                     "/subscriptions/{id}/change-plan", "/webhooks/payments"} <= set(spec["paths"])
             assert (await client.get("/healthz")).json() == {"status": "ok"}
             with psycopg.connect(db_url, autocommit=True) as conn:
-                conn.execute("SELECT billing._emit_event('invoice', g, 'InvoicePaid', '{}'::jsonb, now()) "
+                conn.execute(f"SELECT billing._emit_event('invoice', g, 'InvoicePaid', {invoice_paid_data_sql('g')}, now()) "
                              "FROM generate_series(1, 7) g")
             text = (await client.get("/metrics")).text
             assert "billing_outbox_backlog 7.0" in text

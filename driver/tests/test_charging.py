@@ -60,6 +60,11 @@ def events(db_url: str) -> Counter:
     return Counter(r["event_type"] for r in query(db_url, "SELECT event_type FROM billing.outbox_event"))
 
 
+def signed_up(n: int) -> Counter:
+    """The events of `n` signups: each subscription and its INITIAL invoice announced."""
+    return Counter({"SubscriptionCreated": n, "InvoiceCreated": n})
+
+
 def assert_never_charged_twice(ledger: dict) -> None:
     """The gateway's own ledger: each key once, and no invoice with two successful charges."""
     keys = [c["idempotencyKey"] for c in ledger["charges"]]
@@ -115,7 +120,8 @@ def test_every_due_invoice_is_charged_once_by_two_chargers(db_url, redis_url):
             assert inv["status"] == "OPEN" and inv["attempt_count"] == 1
             assert T0 + timedelta(days=1) <= inv["next_attempt_at"] < T0 + timedelta(days=1, hours=2)
     paid = sum(c["status"] == "succeeded" for c in ledger["charges"])
-    assert events(db_url) == Counter({"InvoicePaid": paid, "InvoicePaymentFailed": 60 - paid})
+    assert events(db_url) == signed_up(60) + Counter({"InvoicePaid": paid, "InvoicePaymentFailed": 60 - paid,
+                                                       "SubscriptionUpdated": 60 - paid, "SubscriptionPastDue": 60 - paid})
     assert _sample("billing_limiter_wait_seconds_count") - waits_before == 60  # one wait per call, in /metrics
 
 
@@ -154,7 +160,9 @@ def test_declines_walk_the_dunning_schedule_and_end_in_cancellation(db_url):
     assert sub["status"] == "CANCELED"
     assert sorted(c["idempotencyKey"] for c in ledger["charges"]) == [f"inv-{inv['id']}-try-{i}" for i in range(4)]
     assert {c["status"] for c in ledger["charges"]} == {"declined"}
-    assert events(db_url) == Counter({"InvoicePaymentFailed": 4, "SubscriptionCanceled": 1})
+    assert events(db_url) == signed_up(1) + Counter({"InvoicePaymentFailed": 4, "SubscriptionUpdated": 1,
+                                                      "SubscriptionPastDue": 1, "InvoiceFailed": 1,
+                                                      "SubscriptionCanceled": 1})
 
 
 def test_a_timeout_after_the_charge_ends_paid_without_a_second_charge(db_url):
@@ -184,7 +192,7 @@ def test_a_timeout_after_the_charge_ends_paid_without_a_second_charge(db_url):
     assert all(inv["status"] == "PAID" and inv["attempt_count"] == 0 for inv in invoices(db_url).values())
     assert_never_charged_twice(ledger)
     assert len(ledger["charges"]) == 3 and stats["timeouts"] == 3 and stats["replays"] == 3
-    assert events(db_url) == Counter({"InvoicePaid": 3})
+    assert events(db_url) == signed_up(3) + Counter({"InvoicePaid": 3})
 
 
 def test_a_429_is_neither_a_decline_nor_an_attempt(db_url):
@@ -335,7 +343,7 @@ def test_sigkill_mid_charge_charges_nothing_twice_and_claims_come_back(db_url, r
     assert len(reclaimed) == count - paid_at_kill
     assert all(a["last_claimed_at"] - a["first_claimed_at"] >= timedelta(seconds=lease) for a in reclaimed)
     assert recovered_in < lease + 15
-    assert events(db_url) == Counter({"InvoicePaid": count})
+    assert events(db_url) == signed_up(count) + Counter({"InvoicePaid": count})
 
 
 def test_sigterm_finishes_what_is_in_flight_and_exits_0(db_url, redis_url):

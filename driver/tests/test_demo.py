@@ -49,7 +49,7 @@ def test_small_demo_holds_every_invariant_and_writes_its_report(demo_run):
     assert exit_status(result.checks) == 0
     assert [c.name for c in result.checks] == [
         "no invoice charged twice", "no period skipped or overlapping", "every paid invoice announced",
-        "no rate-limit excess", "gateway and database agree"]
+        "every event matches its schema", "no rate-limit excess", "gateway and database agree"]
 
     # It did the work the scenario describes.
     s = result.stats
@@ -67,7 +67,7 @@ def test_small_demo_holds_every_invariant_and_writes_its_report(demo_run):
     for title in ("Campaign day, 1 September", "Renewal day, 1 October", "The whole window, per day",
                   "Dunning funnel", "Revenue by currency", "Invariants"):
         assert title in page
-    assert page.count("✔ holds") == 5 and "FAILS" not in page
+    assert page.count("✔ holds") == 6 and "FAILS" not in page
     assert "All invariants hold." in page
     assert (out / "report.events.jsonl").stat().st_size > 0
 

@@ -28,6 +28,10 @@ API = {
     "change_plan", "proration_amount", "period_end", "create_due_invoices", "claim_charges",
     "record_payment_result", "record_payment_results", "apply_gateway_webhook", "dunning_next_attempt", "claim_outbox_events",
     "mark_outbox_published", "mark_outbox_failed",
+    # outbound webhooks, retention, replay (db/functions/64_webhooks.sql, 66_retention_replay.sql)
+    "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
+    "list_webhook_attempts", "claim_webhook_deliveries", "record_webhook_attempts", "purge_expired",
+    "outbox_events_from", "retry_dead_outbox_events",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -259,13 +263,32 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["event_types"] = sorted(e[4] for e in events)
     ids = [e[0] for e in events]
     out["published"] = one("mark_outbox_published", "%s::bigint[], %s", (ids[:-1], renew_at))[0]
+    out["published_count"] = out["published"]
     one("mark_outbox_failed", "%s, %s, %s", (ids[-1], "lp: simulated failure", renew_at))
     stats = one("outbox_stats", "%s", (renew_at,))
     out["backlog"] = stats[0]
     summary = one("status_summary", "%s", (renew_at,))
     out["summary_subs"] = summary[0] + summary[1] + summary[2] >= 1
+    out["requeued"] = one("retry_dead_outbox_events", "%s::text[], %s", (None, renew_at))[0]
+    replayed = one("outbox_events_from", "%s, %s, %s::text[], %s, %s", (1, None, None, 0, 100), setof=True)
+    out["replayed"] = len(replayed) == out.pop("published_count")
+    # An endpoint, created after the events: it is sent only what comes next.
+    endpoint = one("create_webhook_endpoint", "%s, %s::text[], %s, %s",
+                   (f"https://hooks.example.com/{tag}", ["*"], "x" * 32, renew_at))
+    out["endpoints"] = [e[0] for e in one("list_webhook_endpoints", "", setof=True)] == [endpoint[0]]
+    out["endpoint"] = one("get_webhook_endpoint", "%s", (endpoint[0],))[1] == endpoint[1]
     canceled = one("cancel_subscription", "%s, %s, %s", (sub_id, False, renew_at))
     out["canceled"] = canceled[3]
+    deliveries = one("claim_webhook_deliveries", "%s, %s, %s, %s", (endpoint[0], 10, timedelta(minutes=1), renew_at),
+                     setof=True)
+    out["deliveries"] = sorted(d[2] for d in deliveries)
+    out["recorded"] = one("record_webhook_attempts", "%s, %s::bigint[], %s::text[], %s::integer[], %s::text[], "
+                          "%s::integer[], %s", (endpoint[0], [d[0] for d in deliveries], ["DELIVERED"] * len(deliveries),
+                                                [204] * len(deliveries), [None] * len(deliveries),
+                                                [5] * len(deliveries), renew_at))[0]
+    out["attempts"] = len(one("list_webhook_attempts", "%s, %s, %s", (endpoint[0], 100, None), setof=True))
+    out["purged"] = tuple(one("purge_expired", "%s, %s, %s", (timedelta(days=30), 100, renew_at)))
+    out["deleted"] = one("delete_webhook_endpoint", "%s", (endpoint[0],))[0] == endpoint[0]
     out["called"] = called
     return out
 
@@ -276,13 +299,20 @@ EXPECTED = {
     "dunning_4": None, "claims": ["0", "0"], "paid": "PAID",
     "paid_batch": [(True, "PAID", None)], "webhook": (True, False), "renewed": 1,
     "published": None, "backlog": 1, "summary_subs": True, "canceled": "CANCELED",
+    "requeued": 0, "replayed": True, "endpoints": True, "endpoint": True, "recorded": "ENABLED",
+    # the cancellation: its OPEN invoices voided (the declined PRORATION and the RENEWAL), then itself
+    "deliveries": ["InvoiceVoided", "InvoiceVoided", "SubscriptionCanceled"], "attempts": 3,
+    "purged": (0, 0, 0), "deleted": True,
 }
 
 
 def _check_exercise(out: dict) -> None:
     assert out.pop("called") == EXECUTABLE, "exercise_api must call every executable function"
     types = out.pop("event_types")
-    assert types == sorted(["InvoicePaid", "InvoicePaymentFailed"]), types
+    # signup, plan change (its PRORATION invoice), INITIAL paid, PRORATION declined (past due), renewal
+    assert types == sorted(["SubscriptionCreated", "InvoiceCreated", "SubscriptionUpdated", "InvoiceCreated",
+                            "InvoicePaid", "InvoicePaymentFailed", "SubscriptionUpdated", "SubscriptionPastDue",
+                            "InvoiceCreated"]), types
     published = out.pop("published")
     assert published == len(types) - 1
     expected = {k: v for k, v in EXPECTED.items() if k != "published"}

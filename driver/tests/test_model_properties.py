@@ -176,6 +176,7 @@ class Model:
                    None if paid else self.now, self.now, paid_at=self.now if paid else None)
         assert inv.nkey not in self.invoices
         self.invoices[inv.nkey] = inv
+        self.emit("invoice", inv.nkey, "InvoiceCreated")
         if paid:
             self.emit("invoice", inv.nkey, "InvoicePaid")
         return inv
@@ -184,6 +185,7 @@ class Model:
         for inv in self.invoices.values():
             if inv.sub == sub.id and inv.status == "OPEN":
                 inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "VOID", None, self.now, None
+                self.emit("invoice", inv.nkey, "InvoiceVoided")
                 if inv.credit:
                     k = (sub.customer, inv.currency)
                     self.credit[k] = self.credit.get(k, 0) + inv.credit
@@ -218,6 +220,7 @@ class Model:
         sub = MSub(sub_id, customer, plan, tz, self.now, 1, self.now, boundary(self.now, interval, count, 1, tz))
         self.subs[sub_id] = sub
         self.requests[key] = (customer, plan, sub_id)
+        self.emit("subscription", sub_id, "SubscriptionCreated")
         self.new_invoice(sub, "INITIAL", sub.start, sub.end, price, currency)
         return sub_id
 
@@ -230,6 +233,7 @@ class Model:
             if not sub.cancel_at_period_end:
                 sub.cancel_at_period_end = True
                 sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
             return
         sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "REQUESTED"
         sub.version += 1
@@ -263,6 +267,7 @@ class Model:
             sub.anchor, sub.period_number = sub.end, 0
         sub.plan = plan
         sub.version += 1
+        self.emit("subscription", sub.id, "SubscriptionUpdated")
 
     def create_due_invoices(self) -> int:
         due = sorted((s for s in self.subs.values() if s.status in ("ACTIVE", "PAST_DUE") and s.end <= self.now),
@@ -317,6 +322,8 @@ class Model:
                     i.sub == sub.id and i.status == "OPEN" and i is not inv for i in self.invoices.values()):
                 sub.status = "ACTIVE"
                 sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
+                self.emit("subscription", sub.id, "SubscriptionRecovered")
             return
         if inv.status != "OPEN" or a.number != inv.attempt_count:
             return
@@ -328,6 +335,7 @@ class Model:
         self.emit("invoice", inv.nkey, "InvoicePaymentFailed")
         if step is None:
             inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "FAILED", None, self.now, None
+            self.emit("invoice", inv.nkey, "InvoiceFailed")
             if sub.status != "CANCELED":
                 sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "DUNNING_EXHAUSTED"
                 sub.version += 1
@@ -339,6 +347,8 @@ class Model:
             if sub.status == "ACTIVE":
                 sub.status = "PAST_DUE"
                 sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
+                self.emit("subscription", sub.id, "SubscriptionPastDue")
 
     def webhook(self, event_id: str, key: str, outcome: str, reference: str) -> bool:
         if event_id in self.webhooks:

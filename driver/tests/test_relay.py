@@ -30,6 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from billing.config import REPO_ROOT
 from billing.worker.relay import RELAY_LOCK_KEY, Relay, RelayOptions
 from billing.worker.sinks import JsonlSink, KafkaSink
+from .synthetic import invoice_paid_data
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -48,7 +49,7 @@ def emit(db_url: str, aggregates: range, per_aggregate: int, tag: str) -> None:
         for n in range(per_aggregate):
             for agg in aggregates:
                 conn.execute("SELECT billing._emit_event('invoice', %s, 'InvoicePaid', %s::jsonb, now())",
-                             (agg, json.dumps({"seq": n, "tag": tag})))
+                             (agg, json.dumps(invoice_paid_data(agg, seq=n, tag=tag))))
 
 
 def outbox(db_url: str) -> list[dict]:
@@ -125,7 +126,8 @@ def holder_app(db_url: str) -> str | None:
 
 def test_publishes_cloudevents_with_key_subject_and_id(db_url, kafka_bootstrap, kafka_topic):
     # Events written by the SQL API itself: a subscription canceled at once announces
-    # SubscriptionCanceled; plus invoice events, several per aggregate.
+    # SubscriptionCreated, InvoiceCreated, InvoiceVoided and SubscriptionCanceled; plus invoice
+    # events, several per aggregate.
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("SELECT billing.upsert_plan('PRO_MONTHLY', 300000, 'USD', 'MONTH', 1)")
         sub = conn.execute("SELECT id FROM billing.create_subscription('k1', 1, 'PRO_MONTHLY', now())").fetchone()[0]
@@ -150,7 +152,7 @@ def test_publishes_cloudevents_with_key_subject_and_id(db_url, kafka_bootstrap, 
 
     asyncio.run(run())
     rows = outbox(db_url)
-    assert len(rows) == 1 + 30 + 1 and all(r["status"] == "PUBLISHED" for r in rows)
+    assert len(rows) == 4 + 30 + 1 and all(r["status"] == "PUBLISHED" for r in rows)
     messages = consume_all(kafka_bootstrap, kafka_topic, len(rows))
     check_order_and_completeness(rows, messages)
     by_event = {r["event_id"]: r for r in rows}
@@ -299,7 +301,7 @@ def test_standby_takes_over_when_the_holder_dies(db_url, tmp_path):
     b = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
     rows = outbox(db_url)
     assert sorted(x["value"]["id"] for x in a + b) == sorted(r["event_id"] for r in rows)  # each once
-    assert {x["value"]["data"]["tag"] for x in a} == {"first"} and {x["value"]["data"]["tag"] for x in b} == {"second"}
+    assert {x["value"]["data"]["gatewayReference"] for x in a} == {"first"} and {x["value"]["data"]["gatewayReference"] for x in b} == {"second"}
     assert_per_key_order(rows, a + b)
 
 

@@ -3,15 +3,19 @@
 Each endpoint validates its input (billing.api.validation), makes one call to the SQL API and maps
 the SQLSTATEs of docs/sql-api.md to HTTP statuses (BL404 -> 404, BL409 -> 409, or 412 when the
 caller sent If-Match, BL422 -> 422). Plus /webhooks/payments (signed gateway results,
-billing.api.webhooks), /metrics, /healthz and /openapi.json (billing.api.openapi).
+billing.api.webhooks), /webhook-endpoints (outbound webhooks, admin token), /metrics, /healthz
+and /openapi.json (billing.api.openapi).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
+import secrets as secrets_module
 import logging
 import time
+from datetime import timezone
 from typing import Awaitable, Callable
 
 import psycopg
@@ -31,6 +35,8 @@ from billing.api.validation import (
     path_id, read_body, subscription_response, text_field,
 )
 from billing.api.webhooks import MAX_WEBHOOK_BODY, verify_signature, webhook_fields
+from billing.events.schemas import catalogue
+from billing.worker.targets import BlockedAddress, check_target
 from billing.clock import Clock, SystemClock
 from billing.metrics import HTTP_REQUESTS, OUTBOX_BACKLOG, OUTBOX_DEAD, OUTBOX_OLDEST_AGE
 
@@ -66,6 +72,12 @@ class Database:
             cur = await conn.execute(query, params)
             return await cur.fetchone()
 
+    async def all(self, query: str, params: dict | None = None) -> list[dict]:
+        pool = await self.pool()
+        async with pool.connection() as conn:
+            cur = await conn.execute(query, params)
+            return await cur.fetchall()
+
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
@@ -95,6 +107,27 @@ def endpoint_of(route: str, *, precondition: bool = False) -> Callable[[Handler]
         return endpoint
 
     return wrap
+
+
+def _utc(value) -> str | None:
+    return None if value is None else value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def endpoint_json(row: dict, *, with_secret: bool = False) -> dict:
+    """A webhook endpoint as the API shows it; its secret only in the answer to its creation."""
+    out = {"object": "webhook_endpoint", "id": row["id"], "url": row["url"], "eventTypes": row["event_types"],
+           "status": row["status"], "createdAt": _utc(row["created_at"]), "disabledAt": _utc(row["disabled_at"]),
+           "disabledReason": row["disabled_reason"]}
+    if with_secret:
+        out["secret"] = row["secret"]
+    return out
+
+
+def attempt_json(row: dict) -> dict:
+    return {"object": "webhook_attempt", "eventId": str(row["event_id"]), "eventType": row["event_type"],
+            "outboxId": row["outbox_id"], "attempt": row["attempt"], "attemptedAt": _utc(row["attempted_at"]),
+            "statusCode": row["status_code"], "error": row["error"], "durationMs": row["duration_ms"],
+            "deliveryStatus": row["delivery_status"]}
 
 
 def database_error(exc: psycopg.Error, request: Request | None) -> Response:
@@ -187,6 +220,67 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         applied = bool(row["applied"])
         return JSONResponse({"received": True, "applied": applied, "duplicate": not applied})
 
+    # -- outbound webhook endpoints (admin) ------------------------------------------------------
+    def require_admin(request: Request) -> None:
+        # The operator's routes: a bearer token from the settings (compare_digest), refused
+        # outright when none is configured.
+        if not settings.admin_token:
+            raise ApiError(403, "forbidden", "admin routes are disabled: set BILLING_ADMIN_TOKEN")
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), settings.admin_token.encode()):
+            raise ApiError(401, "unauthorized", "an admin bearer token is required (Authorization: Bearer ...)",
+                           {"WWW-Authenticate": "Bearer"})
+
+    @endpoint_of("/webhook-endpoints")
+    async def create_webhook_endpoint(request: Request) -> Response:
+        require_admin(request)
+        doc = await json_object(request, allowed={"url", "eventTypes", "secret"}, required={"url", "eventTypes"})
+        url = text_field(doc, "url", max_len=2048)
+        try:
+            check_target(url, allow_private=settings.webhook_allow_private)
+        except BlockedAddress as exc:
+            raise ApiError(422, "invalid_input", f"url: {exc} (private and loopback targets are not allowed)") from None
+        except ValueError as exc:
+            raise ApiError(422, "invalid_input", f"url: {exc}") from None
+        types = doc["eventTypes"]
+        if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
+            raise ApiError(400, "invalid_field", "eventTypes must be a non-empty list of event type names, or [\"*\"]")
+        unknown = sorted(set(types) - catalogue().types - {"*"})
+        if unknown:
+            raise ApiError(422, "invalid_input", f"unknown event type(s): {', '.join(unknown)[:300]}; see docs/events.md")
+        secret = text_field(doc, "secret", max_len=256) if doc.get("secret") is not None else \
+            "whsec_" + secrets_module.token_urlsafe(32)
+        row = await database.one(db.CREATE_WEBHOOK_ENDPOINT, {"url": url, "types": types, "secret": secret,
+                                                              "now": clock.now()})
+        return JSONResponse(endpoint_json(row, with_secret=True), status_code=201,
+                            headers={"Location": f"/webhook-endpoints/{row['id']}"})
+
+    @endpoint_of("/webhook-endpoints")
+    async def list_webhook_endpoints(request: Request) -> Response:
+        require_admin(request)
+        rows = await database.all(db.LIST_WEBHOOK_ENDPOINTS)
+        return JSONResponse({"object": "list", "data": [endpoint_json(r) for r in rows]})
+
+    @endpoint_of("/webhook-endpoints/{id}")
+    async def get_webhook_endpoint(request: Request) -> Response:
+        require_admin(request)
+        return JSONResponse(endpoint_json(await database.one(db.GET_WEBHOOK_ENDPOINT, {"id": path_id(request)})))
+
+    @endpoint_of("/webhook-endpoints/{id}")
+    async def delete_webhook_endpoint(request: Request) -> Response:
+        require_admin(request)
+        row = await database.one(db.DELETE_WEBHOOK_ENDPOINT, {"id": path_id(request)})
+        return JSONResponse({"object": "webhook_endpoint", "id": row["id"], "deleted": True})
+
+    @endpoint_of("/webhook-endpoints/{id}/attempts")
+    async def list_webhook_attempts(request: Request) -> Response:
+        require_admin(request)
+        raw = request.query_params.get("limit", "100")
+        if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 1000:
+            raise ApiError(400, "invalid_field", "limit must be an integer from 1 to 1000")
+        rows = await database.all(db.LIST_WEBHOOK_ATTEMPTS, {"id": path_id(request), "limit": int(raw)})
+        return JSONResponse({"object": "list", "data": [attempt_json(r) for r in rows]})
+
     refreshed = [float("-inf")]
 
     async def metrics(request: Request) -> Response:
@@ -228,6 +322,11 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         Route("/subscriptions/{id}/cancel", cancel_subscription, methods=["POST"]),
         Route("/subscriptions/{id}/change-plan", change_plan, methods=["POST"]),
         Route("/webhooks/payments", payment_webhook, methods=["POST"]),
+        Route("/webhook-endpoints", create_webhook_endpoint, methods=["POST"]),
+        Route("/webhook-endpoints", list_webhook_endpoints, methods=["GET"]),
+        Route("/webhook-endpoints/{id}", get_webhook_endpoint, methods=["GET"]),
+        Route("/webhook-endpoints/{id}", delete_webhook_endpoint, methods=["DELETE"]),
+        Route("/webhook-endpoints/{id}/attempts", list_webhook_attempts, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),

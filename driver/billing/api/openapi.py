@@ -25,7 +25,9 @@ _SUBSCRIPTION = {
 
 
 def _errors(*statuses: int) -> dict:
-    text = {400: "Bad input", 404: "Not found", 409: "Conflict", 412: "If-Match does not match the version",
+    text = {400: "Bad input", 401: "The admin bearer token is missing or wrong",
+            403: "Admin routes are disabled (no BILLING_ADMIN_TOKEN)", 404: "Not found", 409: "Conflict",
+            412: "If-Match does not match the version",
             422: "Invalid input for the billing rules", 503: "Database unavailable"}
     return {str(s): {"description": text[s], "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
             for s in statuses}
@@ -35,6 +37,37 @@ def _sub_ok(description: str) -> dict:
     return {"description": description,
             "headers": {"ETag": {"schema": {"type": "string"}, "description": "The version, quoted"}},
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Subscription"}}}}
+
+
+_NULLABLE_TIME = {"type": ["string", "null"], "format": "date-time"}
+_ENDPOINT = {
+    "type": "object", "required": ["object", "id", "url", "eventTypes", "status", "createdAt"],
+    "properties": {"object": {"const": "webhook_endpoint"}, "id": {"type": "integer", "format": "int64"},
+                   "url": {"type": "string"}, "eventTypes": {"type": "array", "items": {"type": "string"}},
+                   "status": {"type": "string", "enum": ["ENABLED", "DISABLED"]},
+                   "createdAt": {"type": "string", "format": "date-time"}, "disabledAt": _NULLABLE_TIME,
+                   "disabledReason": {"type": ["string", "null"]}, "secret": {"type": "string"}},
+}
+_ATTEMPT = {
+    "type": "object", "required": ["eventId", "eventType", "attempt", "attemptedAt", "deliveryStatus"],
+    "properties": {"object": {"const": "webhook_attempt"}, "eventId": {"type": "string"},
+                   "eventType": {"type": "string"}, "outboxId": {"type": "integer"}, "attempt": {"type": "integer"},
+                   "attemptedAt": {"type": "string", "format": "date-time"},
+                   "statusCode": {"type": ["integer", "null"]}, "error": {"type": ["string", "null"]},
+                   "durationMs": {"type": "integer"},
+                   "deliveryStatus": {"type": "string", "enum": ["PENDING", "DELIVERED", "FAILED"]}},
+}
+
+
+def _endpoint_ok(description: str) -> dict:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/WebhookEndpoint"}}}}
+
+
+def _list_ok(description: str, item: str) -> dict:
+    return {"description": description, "content": {"application/json": {"schema": {
+        "type": "object", "required": ["object", "data"],
+        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {"$ref": f"#/components/schemas/{item}"}}}}}}}
 
 
 _ID_PARAM = {"name": "id", "in": "path", "required": True,
@@ -92,10 +125,44 @@ OPENAPI: dict = {
                     "received": {"type": "boolean"}, "applied": {"type": "boolean"}, "duplicate": {"type": "boolean"}}}}}},
                 **_errors(400, 404, 422, 503)},
         }},
+        "/webhook-endpoints": {
+            "post": {
+                "operationId": "createWebhookEndpoint", "security": [{"admin": []}],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "additionalProperties": False, "required": ["url", "eventTypes"],
+                    "properties": {"url": {"type": "string", "maxLength": 2048},
+                                   "eventTypes": {"type": "array", "minItems": 1, "maxItems": 100,
+                                                  "items": {"type": "string"}},
+                                   "secret": {"type": "string", "minLength": 16, "maxLength": 256}}}}}},
+                "responses": {"201": _endpoint_ok("Created; the only answer that shows the secret"),
+                              **_errors(400, 401, 403, 422, 503)},
+            },
+            "get": {"operationId": "listWebhookEndpoints", "security": [{"admin": []}],
+                    "responses": {"200": _list_ok("The endpoints", "WebhookEndpoint"), **_errors(401, 403, 503)}},
+        },
+        "/webhook-endpoints/{id}": {
+            "get": {"operationId": "getWebhookEndpoint", "security": [{"admin": []}], "parameters": [_ID_PARAM],
+                    "responses": {"200": _endpoint_ok("The endpoint"), **_errors(400, 401, 403, 404, 503)}},
+            "delete": {"operationId": "deleteWebhookEndpoint", "security": [{"admin": []}], "parameters": [_ID_PARAM],
+                       "responses": {"200": {"description": "Deleted with its queue and attempts"},
+                                     **_errors(400, 401, 403, 404, 503)}},
+        },
+        "/webhook-endpoints/{id}/attempts": {"get": {
+            "operationId": "listWebhookAttempts", "security": [{"admin": []}],
+            "parameters": [_ID_PARAM, {"name": "limit", "in": "query", "required": False,
+                                       "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}],
+            "responses": {"200": _list_ok("Delivery attempts, newest first", "WebhookAttempt"),
+                          **_errors(400, 401, 403, 404, 422, 503)},
+        }},
         "/healthz": {"get": {"operationId": "health", "responses": {
             "200": {"description": "The database answers"}, "503": {"description": "It does not"}}}},
         "/metrics": {"get": {"operationId": "metrics", "responses": {
             "200": {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
     },
-    "components": {"schemas": {"Error": _ERROR, "Subscription": _SUBSCRIPTION}},
+    "components": {
+        "schemas": {"Error": _ERROR, "Subscription": _SUBSCRIPTION, "WebhookEndpoint": _ENDPOINT,
+                    "WebhookAttempt": _ATTEMPT},
+        "securitySchemes": {"admin": {"type": "http", "scheme": "bearer",
+                                      "description": "BILLING_ADMIN_TOKEN (the operator's routes)"}},
+    },
 }

@@ -301,6 +301,20 @@ def check_rate(ledger: dict, rate: int, accepted_times: list[float] | None, repo
                  ok=limited == 0 and worst <= rate, figures=figures, examples=examples)
 
 
+def check_schemas(events: Iterable[dict]) -> Check:
+    """Every event read by the consumer matches the catalogue: the envelope, and its data against
+    the JSON Schema its `dataschema` names (docs/events)."""
+    from billing.events.schemas import catalogue
+
+    events = list(events)
+    count, problems = catalogue().check_all(events, limit=MAX_EXAMPLES)
+    bad = sum(1 for e in events if catalogue().errors(e)) if problems else 0
+    types = len({e.get("type") for e in events if isinstance(e, dict)})
+    return Check("every event matches its schema", promise="each event's envelope and data validate against the "
+                 "JSON Schema its dataschema names (docs/events)", ok=not problems,
+                 figures=f"{_fmt(count)} events of {types} types validated; {_fmt(bad)} invalid", examples=problems)
+
+
 def check_all(database_url: str, *, ledger: dict, events: Iterable[dict], rate: int, now: datetime,
               accepted_times: list[float] | None = None, reported_max_window: int | None = None) -> list[Check]:
     with psycopg.connect(database_url, row_factory=dict_row) as conn:
@@ -308,6 +322,7 @@ def check_all(database_url: str, *, ledger: dict, events: Iterable[dict], rate: 
             check_charged_once(conn, ledger),
             check_periods(conn, now),
             check_announced(conn, events),
+            check_schemas(events),
             check_rate(ledger, rate, accepted_times, reported_max_window),
             check_ledger_booked(conn, ledger),
         ]

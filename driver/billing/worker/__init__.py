@@ -1,4 +1,4 @@
-"""`billing worker`: the renewal loop, the charge workers and the outbox relay in one asyncio process.
+"""`billing worker`: renewal, charging, the outbox relay, outbound webhooks and retention in one asyncio process.
 
 Each part can be switched off; many instances may run side by side (the SQL API claims with SKIP
 LOCKED, the rate limit lives in Redis, the relay elects one publisher). SIGTERM or SIGINT: stop
@@ -19,8 +19,8 @@ log = logging.getLogger("billing.worker")
 
 
 def run_worker(settings: Settings, *, concurrency: int | None = None, renew: bool = True, charge: bool = True,
-               relay: bool = True, clock: Clock | None = None, limiter=None, sink=None,
-               stop: asyncio.Event | None = None) -> int:
+               relay: bool = True, webhooks: bool = True, retention: bool = True, clock: Clock | None = None,
+               limiter=None, sink=None, stop: asyncio.Event | None = None) -> int:
     """Run until SIGTERM/SIGINT (or `stop`); the process exit code (0 on a clean stop).
 
     From inside a running event loop, await `worker_main` with the same arguments instead.
@@ -29,13 +29,14 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, renew: boo
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(worker_main(settings, concurrency=concurrency, renew=renew, charge=charge,
-                                       relay=relay, clock=clock, limiter=limiter, sink=sink, stop=stop))
+                                       relay=relay, webhooks=webhooks, retention=retention, clock=clock,
+                                       limiter=limiter, sink=sink, stop=stop))
     raise RuntimeError("run_worker() called from a running event loop: use `await worker_main(...)`")
 
 
 async def worker_main(settings: Settings, *, concurrency: int | None = None, renew: bool = True,
-                      charge: bool = True, relay: bool = True, clock: Clock | None = None, limiter=None,
-                      sink=None, stop: asyncio.Event | None = None) -> int:
+                      charge: bool = True, relay: bool = True, webhooks: bool = True, retention: bool = True,
+                      clock: Clock | None = None, limiter=None, sink=None, stop: asyncio.Event | None = None) -> int:
     """Build the worker (`billing.worker.process.build_worker`), run it until `stop` or a signal,
     close it; the exit code."""
     from billing.worker.process import build_worker
@@ -46,7 +47,7 @@ async def worker_main(settings: Settings, *, concurrency: int | None = None, ren
     _maybe_serve_metrics(settings)
 
     worker = await build_worker(settings, clock=clock, limiter=limiter, sink=sink, renew=renew, charge=charge,
-                                relay=relay, concurrency=concurrency)
+                                relay=relay, webhooks=webhooks, retention=retention, concurrency=concurrency)
     try:
         return await worker.run(stop)
     finally:

@@ -119,6 +119,8 @@ async def build_worker(
     renew: bool = True,
     charge: bool = True,
     relay: bool = True,
+    webhooks: bool = False,
+    retention: bool = False,
     concurrency: int | None = None,
     limiter_key: str | None = None,
     local_limiter: Literal["warn", "quiet", "refuse"] = "warn",
@@ -133,6 +135,10 @@ async def build_worker(
     """Build the worker's parts from `settings`; nothing runs until `Worker.start` or `Worker.run`.
 
     * `renew`, `charge`, `relay`: which parts to run (the pool is opened only for the first two).
+    * `webhooks`: deliver outbound webhooks (`billing.worker.webhooks`, a pool of its own);
+      `retention`: delete what is past `settings.retention_days` (`billing.worker.retention`).
+      Both off unless asked for (`billing worker` asks): the demo's simulated months would
+      otherwise age its own events out under it.
     * `limiter`: a ready limiter (the caller closes it); else chosen by `limiter_from_settings`
       with `limiter_key` (the Redis key prefix, default "billing:gateway") and `local_limiter`:
       without `settings.redis_url`, "warn" uses the in-process limiter with a warning that the
@@ -191,6 +197,20 @@ async def build_worker(
                     await run_relay(settings, stop, sink=sink, clock=clock, options=relay_options)
 
                 worker.parts["relay"] = relay_part
+        if webhooks:
+            from billing.worker.webhooks import run_webhooks
+
+            async def webhooks_part(stop: asyncio.Event) -> None:
+                await run_webhooks(settings, stop, clock=clock)
+
+            worker.parts["webhooks"] = webhooks_part
+        if retention:
+            from billing.worker.retention import run_retention
+
+            async def retention_part(stop: asyncio.Event) -> None:
+                await run_retention(settings, stop, clock=clock)
+
+            worker.parts["retention"] = retention_part
     except BaseException:
         await worker.close()
         raise

@@ -205,6 +205,13 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
         f"{len(bad)} problems, {len(malformed)} malformed, {len(strangers)} unknown ids",
         _fail_list(bad) + _fail_list(malformed) + _fail_list(strangers)))
 
+    # Every event, as written and as read from Kafka, matches its schema in docs/events.
+    from billing.events.schemas import catalogue
+    n_checked, schema_bad = catalogue().check_all(
+        [e["payload"] for e in outbox] + [m.value for m in messages if isinstance(m.value, dict)])
+    checks.append(Check("every event matches its schema (docs/events)", not schema_bad,
+                        f"{n_checked} envelopes validated", schema_bad))
+
     # Per aggregate, the first delivery of each event follows the outbox (commit) order.
     order_bad = []
     by_aggregate: dict[tuple, list[dict]] = defaultdict(list)

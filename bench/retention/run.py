@@ -1,0 +1,258 @@
+"""Retention benchmark: batch DELETE (what ships: billing.purge_expired) against dropping a
+partition of a natively range-partitioned outbox, with many published rows behind the relay.
+
+    python bench/retention/run.py                    # 5,000,000 published rows
+    python bench/retention/run.py --rows 2000000 --share 0.1
+
+One fresh database. Three outboxes with the same columns and the same indexes as
+billing.outbox_event: `billing.outbox_event` itself (plain, --rows published rows), `bench.outbox_part`
+(the same rows, partitioned by id range into ten partitions plus one for new rows) and
+`bench.outbox_empty` (no published rows: the baseline). The published rows span 30 days, oldest
+first, each a ~700-byte CloudEvents envelope like the engine's.
+
+Measured, side by side:
+1. the relay's claim + mark of a 5,000-event batch, with no published row behind it and with
+   --rows behind it, on the plain and on the partitioned table (median of 5);
+2. retention of the oldest --share of the rows: on the plain table billing.purge_expired in
+   batches of --batch (the worker's loop), on the partitioned one DETACH + DROP of the oldest
+   partition(s); the wall time, and meanwhile the latency of a relay-like loop claiming and marking
+   500 fresh events at a time (p50, p99, max), against the same loop with nothing else running;
+3. the claim + mark again after retention (dead tuples on the plain table) and after VACUUM.
+
+Environment: BILLING_TEST_DATABASE_URL (a superuser URL of the server), as `make services` writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import psycopg
+
+from billing.migrate import migrate
+
+REPO = Path(__file__).resolve().parents[2]
+DB = "bench_retention"
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+DATA = ("jsonb_build_object('invoiceId', g, 'subscriptionId', g, 'customerId', g, 'kind', 'RENEWAL', "
+        "'status', 'PAID', 'periodStart', '2026-10-01T00:00:00.000000Z', 'periodEnd', '2026-11-01T00:00:00.000000Z', "
+        "'subtotal', 2990, 'creditApplied', 0, 'amount', 2990, 'currency', 'EUR', 'attemptCount', 0, "
+        "'paidAt', '2026-10-01T03:00:00.000000Z', 'gatewayReference', 'ch_' || md5(g::text))")
+ROWS = f"""
+SELECT g AS id, u AS event_id, 'invoice' AS aggregate_type, g AS aggregate_id, 'InvoicePaid' AS event_type,
+       jsonb_build_object('specversion', '1.0', 'id', u::text, 'source', 'billing', 'type', 'InvoicePaid',
+                          'subject', 'invoice/' || g, 'time', '2026-10-01T03:00:00.000000Z',
+                          'datacontenttype', 'application/json', 'dataschema', 'urn:billing:events:InvoicePaid:v1',
+                          'data', {DATA}) AS payload,
+       'PUBLISHED' AS status, t AS created_at, t AS available_at, NULL::timestamptz AS lease_until, 0 AS attempts,
+       NULL::text AS last_error, t + interval '50 milliseconds' AS published_at
+  FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) g,
+       LATERAL (SELECT gen_random_uuid() AS u,
+                       %(start)s::timestamptz + (g - 1) * %(step)s::interval AS t) x
+"""
+
+
+def url_for_db(server_url: str, dbname: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(server_url)
+    info["dbname"] = dbname
+    return psycopg.conninfo.make_conninfo(**info)
+
+
+def claim_sql(table: str) -> str:
+    # The statement of billing.claim_outbox_events, on any of the three tables.
+    return f"""
+    WITH candidate AS MATERIALIZED (
+        SELECT e.id, e.aggregate_type, e.aggregate_id FROM {table} e
+         WHERE e.status = 'PENDING' AND e.available_at <= %(now)s AND (e.lease_until IS NULL OR e.lease_until <= %(now)s)
+         ORDER BY e.id LIMIT %(k)s FOR UPDATE SKIP LOCKED
+    ), ok AS (
+        SELECT c.id FROM candidate c
+         WHERE NOT EXISTS (SELECT 1 FROM {table} earlier
+                            WHERE earlier.status = 'PENDING' AND earlier.aggregate_type = c.aggregate_type
+                              AND earlier.aggregate_id = c.aggregate_id AND earlier.id < c.id
+                              AND earlier.id NOT IN (SELECT id FROM candidate) OFFSET 0)
+    )
+    UPDATE {table} e SET lease_until = %(now)s + interval '30 seconds' FROM ok WHERE e.id = ok.id RETURNING e.id"""
+
+
+def mark_sql(table: str) -> str:
+    return (f"UPDATE {table} SET status = 'PUBLISHED', published_at = %(now)s, lease_until = NULL "
+            f"WHERE id = ANY (%(ids)s) AND status = 'PENDING'")
+
+
+class Outbox:
+    def __init__(self, url: str, table: str) -> None:
+        self.url, self.table = url, table
+        self.next_id = 0
+
+    def add_pending(self, conn, k: int) -> None:
+        lo = self.next_id + 1
+        self.next_id += k
+        conn.execute(f"INSERT INTO {self.table} SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, "
+                     f"'PENDING', created_at, created_at, NULL, 0, NULL, NULL FROM ({ROWS}) r",
+                     {"lo": lo, "hi": self.next_id, "start": NOW, "step": timedelta(microseconds=1)})
+
+    def claim_and_mark(self, conn, k: int) -> float:
+        started = time.perf_counter()
+        ids = [r[0] for r in conn.execute(claim_sql(self.table), {"now": NOW + timedelta(days=1), "k": k}).fetchall()]
+        conn.execute(mark_sql(self.table), {"now": NOW + timedelta(days=1), "ids": ids})
+        elapsed = (time.perf_counter() - started) * 1000
+        assert len(ids) == k, (self.table, len(ids), k)
+        return elapsed
+
+    def cost(self, conn, k: int = 5000, repeat: int = 5) -> float:
+        times = []
+        for _ in range(repeat):
+            self.add_pending(conn, k)
+            times.append(self.claim_and_mark(conn, k))
+        return statistics.median(times)
+
+
+def relay_like(outbox: Outbox, stop: threading.Event, latencies: list[float]) -> None:
+    """A relay's rhythm: 500 fresh events written, then claimed and marked; latency of each cycle."""
+    with psycopg.connect(outbox.url, autocommit=True) as conn:
+        while not stop.is_set():
+            outbox.add_pending(conn, 500)
+            latencies.append(outbox.claim_and_mark(conn, 500))
+            time.sleep(0.02)
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * p))] if values else float("nan")
+
+
+def under_load(outbox: Outbox, work) -> tuple[float, list[float]]:
+    stop, latencies = threading.Event(), []
+    thread = threading.Thread(target=relay_like, args=(outbox, stop, latencies))
+    thread.start()
+    time.sleep(1.0)
+    latencies.clear()
+    started = time.perf_counter()
+    work()
+    elapsed = time.perf_counter() - started
+    stop.set()
+    thread.join()
+    return elapsed, latencies
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--server-url", default=os.environ.get("BILLING_TEST_DATABASE_URL"))
+    ap.add_argument("--rows", type=int, default=5_000_000)
+    ap.add_argument("--share", type=float, default=0.1, help="share of the rows retention removes (oldest first)")
+    ap.add_argument("--batch", type=int, default=5000)
+    args = ap.parse_args()
+    if not args.server_url:
+        sys.exit("set BILLING_TEST_DATABASE_URL (make services) or pass --server-url")
+    n, parts = args.rows, 10
+    with psycopg.connect(args.server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB}")
+    url = url_for_db(args.server_url, DB)
+    migrate(url, REPO / "db")
+    print(f"# retention benchmark: {n:,} published rows, {parts} partitions, retention of the oldest "
+          f"{args.share:.0%}, batches of {args.batch:,}", flush=True)
+
+    step = timedelta(days=30) / n
+    start = NOW - timedelta(days=31)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA bench")
+        conn.execute("CREATE TABLE bench.outbox_empty (LIKE billing.outbox_event INCLUDING ALL)")
+        conn.execute("CREATE TABLE bench.outbox_part (LIKE billing.outbox_event INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
+                     "EXCLUDING IDENTITY) PARTITION BY RANGE (id)")
+        size = -(-n // parts)
+        for p in range(parts):
+            conn.execute(f"CREATE TABLE bench.outbox_part_{p} PARTITION OF bench.outbox_part "
+                         f"FOR VALUES FROM ({p * size + 1}) TO ({(p + 1) * size + 1}) WITH (fillfactor = 70)")
+        conn.execute(f"CREATE TABLE bench.outbox_part_new PARTITION OF bench.outbox_part "
+                     f"FOR VALUES FROM ({parts * size + 1}) TO (MAXVALUE) WITH (fillfactor = 70)")
+        for stmt in ("CREATE UNIQUE INDEX ON bench.outbox_part (id)",
+                     "CREATE INDEX ON bench.outbox_part (id) WHERE status = 'PENDING'",
+                     "CREATE INDEX ON bench.outbox_part (aggregate_type, aggregate_id, id) WHERE status = 'PENDING'",
+                     "CREATE INDEX ON bench.outbox_part (id) WHERE status = 'DEAD'",
+                     "CREATE INDEX ON bench.outbox_part (published_at) WHERE status = 'PUBLISHED'"):
+            conn.execute(stmt)
+        t = time.perf_counter()
+        chunk = 500_000
+        for lo in range(1, n + 1, chunk):
+            hi = min(n, lo + chunk - 1)
+            conn.execute(f"INSERT INTO billing.outbox_event {ROWS}", {"lo": lo, "hi": hi, "start": start, "step": step})
+            conn.execute(f"INSERT INTO bench.outbox_part SELECT * FROM billing.outbox_event WHERE id BETWEEN {lo} AND {hi}")
+            print(f"  filled {hi:,} rows ({time.perf_counter() - t:.0f} s)", flush=True)
+        conn.execute("VACUUM ANALYZE billing.outbox_event")
+        conn.execute("VACUUM ANALYZE bench.outbox_part")
+        sizes = {r[0]: r[1] for r in conn.execute(
+            "SELECT relname, pg_size_pretty(pg_total_relation_size(oid)) FROM pg_class "
+            "WHERE relname IN ('outbox_event', 'outbox_event_pending_idx', 'outbox_event_aggregate_pending_idx')")}
+        print(f"  plain outbox: {sizes.get('outbox_event')} with indexes; pending index {sizes.get('outbox_event_pending_idx')}, "
+              f"aggregate-pending index {sizes.get('outbox_event_aggregate_pending_idx')}", flush=True)
+
+        empty = Outbox(url, "bench.outbox_empty")
+        empty.next_id = n + 10_000_000
+        plain = Outbox(url, "billing.outbox_event")
+        plain.next_id = n
+        part = Outbox(url, "bench.outbox_part")
+        part.next_id = n
+        results = {}
+        results["claim empty"] = empty.cost(conn)
+        results["claim plain"] = plain.cost(conn)
+        results["claim part"] = part.cost(conn)
+        print(f"  claim + mark of 5,000: no rows behind {results['claim empty']:.0f} ms; {n:,} behind: plain "
+              f"{results['claim plain']:.0f} ms, partitioned {results['claim part']:.0f} ms", flush=True)
+
+        _, idle = under_load(plain, lambda: time.sleep(5))
+        doomed = int(n * args.share)
+        cutoff_keep = NOW - (start + step * doomed)  # keeps everything published after the doomed rows
+
+        def batch_delete():
+            with psycopg.connect(url, autocommit=True) as c2:
+                while True:
+                    got = c2.execute("SELECT outbox_events FROM billing.purge_expired(%s, %s, %s)",
+                                     (cutoff_keep, args.batch, NOW)).fetchone()[0]
+                    if got < args.batch:
+                        break
+
+        delete_s, during_delete = under_load(plain, batch_delete)
+        deleted = n - conn.execute("SELECT count(*) FROM billing.outbox_event WHERE id <= %s", (n,)).fetchone()[0]
+        after_delete = plain.cost(conn)
+        t = time.perf_counter()
+        conn.execute("VACUUM billing.outbox_event")
+        vacuum_s = time.perf_counter() - t
+        after_vacuum = plain.cost(conn)
+
+        drop_parts = max(1, round(parts * args.share))
+
+        def drop():
+            with psycopg.connect(url, autocommit=True) as c2:
+                for p in range(drop_parts):
+                    c2.execute(f"ALTER TABLE bench.outbox_part DETACH PARTITION bench.outbox_part_{p} CONCURRENTLY")
+                    c2.execute(f"DROP TABLE bench.outbox_part_{p}")
+
+        drop_s, during_drop = under_load(part, drop)
+        after_drop = part.cost(conn)
+
+    print()
+    print("| | batch DELETE (billing.purge_expired) | DROP PARTITION (native, range by id) |")
+    print("|---|---|---|")
+    print(f"| claim + mark of 5,000 with {n:,} published rows behind (none behind: {results['claim empty']:.0f} ms) "
+          f"| {results['claim plain']:.0f} ms | {results['claim part']:.0f} ms |")
+    print(f"| rows removed | {deleted:,} in {delete_s:.1f} s ({deleted / delete_s:,.0f} rows/s) "
+          f"| {drop_parts * size:,} in {drop_s:.2f} s |")
+    print(f"| relay-like claim + mark of 500 meanwhile, p50 / p99 / max "
+          f"(idle: {pct(idle, .5):.0f} / {pct(idle, .99):.0f} / {max(idle):.0f} ms) "
+          f"| {pct(during_delete, .5):.0f} / {pct(during_delete, .99):.0f} / {max(during_delete):.0f} ms "
+          f"| {pct(during_drop, .5):.0f} / {pct(during_drop, .99):.0f} / {max(during_drop, default=0):.0f} ms |")
+    print(f"| claim + mark of 5,000 right after | {after_delete:.0f} ms (after VACUUM, {vacuum_s:.1f} s: "
+          f"{after_vacuum:.0f} ms) | {after_drop:.0f} ms |")
+
+
+if __name__ == "__main__":
+    main()

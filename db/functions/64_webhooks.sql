@@ -1,0 +1,315 @@
+-- 64_webhooks: outbound webhooks. Endpoints (create, list, get, delete), the fan-out of every
+-- new outbox event into the queue of each enabled endpoint that wants its type (a statement
+-- trigger, in the event's own transaction), and the delivery worker's side: claim, record.
+-- Order: like the outbox claim, a delivery is never handed out while an earlier PENDING delivery
+-- of the same aggregate to the same endpoint is outside the claim, so one aggregate's events
+-- reach an endpoint in commit order. Each endpoint is claimed on its own: a slow or dead
+-- endpoint holds back neither Kafka nor the other endpoints.
+
+-- ---------------------------------------------------------------------------------------------
+-- Endpoints
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing.create_webhook_endpoint(
+    p_url text, p_event_types text[], p_secret text, p_now timestamptz DEFAULT now())
+RETURNS billing.webhook_endpoint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_endpoint billing.webhook_endpoint;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_text('a webhook url', p_url, 2048);
+    IF p_url !~ '^https?://[^/?#@\s]+([/?#]|$)' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('webhook url %L is not an http(s) URL without credentials', p_url),
+            HINT = 'Use https://host[:port]/path.';
+    END IF;
+    IF p_event_types IS NULL OR cardinality(p_event_types) NOT BETWEEN 1 AND 100
+       OR EXISTS (SELECT 1 FROM unnest(p_event_types) t WHERE t IS NULL OR t !~ '^(\*|[A-Z][A-Za-z]{1,99})$') THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'event types must be 1 to 100 event type names, or *',
+            HINT = 'See docs/events.md for the catalogue.';
+    END IF;
+    IF p_secret IS NULL OR length(p_secret) NOT BETWEEN 16 AND 256 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a webhook secret has 16 to 256 characters';
+    END IF;
+    INSERT INTO billing.webhook_endpoint (url, event_types, secret, created_at)
+    VALUES (p_url, (SELECT array_agg(DISTINCT t ORDER BY t) FROM unnest(p_event_types) t), p_secret, p_now)
+    RETURNING * INTO v_endpoint;
+    RETURN v_endpoint;
+END
+$$;
+COMMENT ON FUNCTION billing.create_webhook_endpoint(text, text[], text, timestamptz) IS
+'New ENABLED endpoint receiving the given event types ({*}: all) from now on, signed with p_secret.
+Returns the endpoint; BL422 for a bad url, types or secret.';
+
+CREATE OR REPLACE FUNCTION billing.list_webhook_endpoints()
+RETURNS SETOF billing.webhook_endpoint
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT * FROM billing.webhook_endpoint ORDER BY id
+$$;
+COMMENT ON FUNCTION billing.list_webhook_endpoints() IS
+'Every endpoint, in id order.
+Returns the rows (the secret included: the API leaves it out).';
+
+CREATE OR REPLACE FUNCTION billing.get_webhook_endpoint(p_endpoint_id bigint)
+RETURNS billing.webhook_endpoint
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_endpoint billing.webhook_endpoint;
+BEGIN
+    SELECT * INTO v_endpoint FROM billing.webhook_endpoint WHERE id = p_endpoint_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404',
+            MESSAGE = format('webhook endpoint %s does not exist', coalesce(p_endpoint_id::text, 'NULL'));
+    END IF;
+    RETURN v_endpoint;
+END
+$$;
+COMMENT ON FUNCTION billing.get_webhook_endpoint(bigint) IS
+'Reads one endpoint.
+Returns the row; BL404 when absent.';
+
+CREATE OR REPLACE FUNCTION billing.delete_webhook_endpoint(p_endpoint_id bigint)
+RETURNS billing.webhook_endpoint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_endpoint billing.webhook_endpoint;
+BEGIN
+    DELETE FROM billing.webhook_endpoint WHERE id = p_endpoint_id RETURNING * INTO v_endpoint;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404',
+            MESSAGE = format('webhook endpoint %s does not exist', coalesce(p_endpoint_id::text, 'NULL'));
+    END IF;
+    -- A delivery queued by a transaction still in flight is ignored (no endpoint) and removed
+    -- by retention.
+    DELETE FROM billing.webhook_delivery WHERE endpoint_id = p_endpoint_id;
+    DELETE FROM billing.webhook_attempt WHERE endpoint_id = p_endpoint_id;
+    RETURN v_endpoint;
+END
+$$;
+COMMENT ON FUNCTION billing.delete_webhook_endpoint(bigint) IS
+'Deletes an endpoint with its queue and attempts: nothing more is delivered to it.
+Returns the deleted row; BL404 when absent.';
+
+CREATE OR REPLACE FUNCTION billing.list_webhook_attempts(
+    p_endpoint_id bigint, p_limit integer DEFAULT 100, p_before timestamptz DEFAULT NULL)
+RETURNS TABLE (outbox_id bigint, event_id uuid, event_type text, attempt integer, attempted_at timestamptz,
+               status_code integer, error text, duration_ms integer, delivery_status text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing.get_webhook_endpoint(p_endpoint_id);
+    PERFORM billing._check_between('limit', p_limit, 1, 1000);
+    RETURN QUERY
+    SELECT a.outbox_id, d.event_id, d.event_type, a.attempt, a.attempted_at, a.status_code, a.error, a.duration_ms,
+           d.status
+      FROM billing.webhook_attempt a
+      JOIN billing.webhook_delivery d ON d.endpoint_id = a.endpoint_id AND d.outbox_id = a.outbox_id
+     WHERE a.endpoint_id = p_endpoint_id AND (p_before IS NULL OR a.attempted_at < p_before)
+     ORDER BY a.attempted_at DESC, a.outbox_id DESC, a.attempt DESC
+     LIMIT p_limit;
+END
+$$;
+COMMENT ON FUNCTION billing.list_webhook_attempts(bigint, integer, timestamptz) IS
+'The endpoint''s delivery attempts, newest first (before p_before when given), with the delivery''s current status.
+Returns up to p_limit rows; BL404 for an unknown endpoint, BL422 for a limit outside 1..1000.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Fan-out: one statement per outbox INSERT statement, in the event's transaction.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._outbox_fan_out()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    INSERT INTO billing.webhook_delivery (endpoint_id, outbox_id, event_id, event_type, aggregate_type, aggregate_id,
+                                          created_at, available_at)
+    SELECT w.id, e.id, e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, e.created_at, e.created_at
+      FROM new_events e
+      JOIN billing.webhook_endpoint w
+        ON w.status = 'ENABLED' AND (e.event_type = ANY (w.event_types) OR '*' = ANY (w.event_types));
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+        PERFORM pg_notify('billing_webhooks', json_build_object('count', v_count)::text);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION billing._outbox_fan_out() IS
+'Private trigger: queues each new event for every ENABLED endpoint that wants its type, then one pg_notify(''billing_webhooks'').
+Returns NULL (statement-level AFTER trigger).';
+
+CREATE OR REPLACE TRIGGER outbox_event_fan_out
+    AFTER INSERT ON billing.outbox_event
+    REFERENCING NEW TABLE AS new_events
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._outbox_fan_out();
+
+-- ---------------------------------------------------------------------------------------------
+-- The delivery worker's side
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing.claim_webhook_deliveries(
+    p_endpoint_id bigint, p_batch_size integer DEFAULT 100, p_lease interval DEFAULT interval '1 minute',
+    p_now timestamptz DEFAULT now())
+RETURNS TABLE (outbox_id bigint, event_id uuid, event_type text, aggregate_type text, aggregate_id bigint,
+               attempts integer, payload text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids bigint[];
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
+    IF NOT EXISTS (SELECT 1 FROM billing.webhook_endpoint w WHERE w.id = p_endpoint_id AND w.status = 'ENABLED') THEN
+        RETURN;
+    END IF;
+
+    WITH candidate AS MATERIALIZED (
+        SELECT d.outbox_id, d.aggregate_type, d.aggregate_id
+          FROM billing.webhook_delivery d
+         WHERE d.endpoint_id = p_endpoint_id
+           AND d.status = 'PENDING'
+           AND d.available_at <= p_now
+           AND (d.lease_until IS NULL OR d.lease_until <= p_now)
+         ORDER BY d.outbox_id
+         LIMIT p_batch_size
+           FOR UPDATE SKIP LOCKED
+    )
+    SELECT array_agg(c.outbox_id ORDER BY c.outbox_id) INTO v_ids
+      FROM candidate c
+     WHERE NOT EXISTS (
+               SELECT 1
+                 FROM billing.webhook_delivery earlier
+                WHERE earlier.endpoint_id = p_endpoint_id
+                  AND earlier.status = 'PENDING'
+                  AND earlier.aggregate_type = c.aggregate_type
+                  AND earlier.aggregate_id = c.aggregate_id
+                  AND earlier.outbox_id < c.outbox_id
+                  AND earlier.outbox_id NOT IN (SELECT outbox_id FROM candidate)
+               OFFSET 0);
+
+    RETURN QUERY
+    WITH leased AS (
+        UPDATE billing.webhook_delivery d
+           SET lease_until = p_now + p_lease
+         WHERE d.endpoint_id = p_endpoint_id AND d.outbox_id = ANY (v_ids)
+        RETURNING d.outbox_id, d.event_id, d.event_type, d.aggregate_type, d.aggregate_id, d.attempts
+    )
+    SELECT l.outbox_id, l.event_id, l.event_type, l.aggregate_type, l.aggregate_id, l.attempts, e.payload::text
+      FROM leased l
+      JOIN billing.outbox_event e ON e.id = l.outbox_id
+     ORDER BY l.outbox_id;
+END
+$$;
+COMMENT ON FUNCTION billing.claim_webhook_deliveries(bigint, integer, interval, timestamptz) IS
+'Claims up to p_batch_size due PENDING deliveries of one ENABLED endpoint in outbox id order (SKIP LOCKED), leasing them until p_now + p_lease.
+Returns them with the event''s payload (the body); deliver each aggregate''s in order and stop an aggregate at its first failure.';
+
+CREATE OR REPLACE FUNCTION billing.record_webhook_attempts(
+    p_endpoint_id bigint, p_outbox_ids bigint[], p_outcomes text[], p_status_codes integer[], p_errors text[],
+    p_durations_ms integer[], p_now timestamptz DEFAULT now(),
+    p_backoff interval DEFAULT interval '5 seconds', p_backoff_cap interval DEFAULT interval '1 hour',
+    p_give_up_after interval DEFAULT interval '1 day')
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_endpoint billing.webhook_endpoint;
+    v_gave_up  record;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    IF cardinality(p_outbox_ids) IS DISTINCT FROM cardinality(p_outcomes)
+       OR cardinality(p_outbox_ids) IS DISTINCT FROM cardinality(p_status_codes)
+       OR cardinality(p_outbox_ids) IS DISTINCT FROM cardinality(p_errors)
+       OR cardinality(p_outbox_ids) IS DISTINCT FROM cardinality(p_durations_ms) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the result arrays must all have one entry per delivery';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_outcomes) o WHERE o IS NULL OR o NOT IN ('DELIVERED', 'FAILED', 'RELEASED')) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'an outcome is DELIVERED, FAILED or RELEASED';
+    END IF;
+    -- Serialises with a concurrent delete or disable of the endpoint.
+    SELECT * INTO v_endpoint FROM billing.webhook_endpoint WHERE id = p_endpoint_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'DELETED';
+    END IF;
+
+    WITH r AS (
+        SELECT * FROM unnest(p_outbox_ids, p_outcomes, p_status_codes, p_errors, p_durations_ms)
+                   AS r(outbox_id, outcome, status_code, error, duration_ms)
+    ), attempted AS (
+        -- Only deliveries still PENDING count (a lease that ran out and was re-claimed elsewhere
+        -- may report twice: at least once).
+        UPDATE billing.webhook_delivery d
+           SET attempts = d.attempts + 1,
+               lease_until = NULL,
+               status = CASE WHEN r.outcome = 'DELIVERED' THEN 'DELIVERED' ELSE 'PENDING' END,
+               finished_at = CASE WHEN r.outcome = 'DELIVERED' THEN p_now END,
+               first_failed_at = CASE WHEN r.outcome = 'DELIVERED' THEN NULL ELSE coalesce(d.first_failed_at, p_now) END,
+               available_at = CASE WHEN r.outcome = 'DELIVERED' THEN d.available_at
+                                   ELSE p_now + least(p_backoff * power(2, least(d.attempts, 30)), p_backoff_cap) END,
+               last_status = r.status_code,
+               last_error = CASE WHEN r.outcome = 'DELIVERED' THEN NULL ELSE left(coalesce(r.error, 'failed'), 2000) END
+          FROM r
+         WHERE d.endpoint_id = p_endpoint_id AND d.outbox_id = r.outbox_id AND d.status = 'PENDING'
+           AND r.outcome <> 'RELEASED'
+        RETURNING d.outbox_id, d.attempts, d.first_failed_at, r.status_code, r.error, r.duration_ms, r.outcome
+    ), logged AS (
+        INSERT INTO billing.webhook_attempt (endpoint_id, outbox_id, attempt, attempted_at, status_code, error, duration_ms)
+        SELECT p_endpoint_id, a.outbox_id, a.attempts, p_now, a.status_code,
+               CASE WHEN a.outcome = 'DELIVERED' THEN NULL ELSE left(coalesce(a.error, 'failed'), 2000) END,
+               greatest(coalesce(a.duration_ms, 0), 0)
+          FROM attempted a
+        ON CONFLICT ON CONSTRAINT webhook_attempt_pkey DO NOTHING
+    )
+    SELECT a.outbox_id, a.error INTO v_gave_up
+      FROM attempted a
+     WHERE a.outcome = 'FAILED' AND a.first_failed_at <= p_now - p_give_up_after
+     ORDER BY a.outbox_id
+     LIMIT 1;
+
+    -- Not attempted (held back behind a failure of its aggregate): back to the queue as it was.
+    UPDATE billing.webhook_delivery d
+       SET lease_until = NULL
+      FROM unnest(p_outbox_ids, p_outcomes) AS r(outbox_id, outcome)
+     WHERE d.endpoint_id = p_endpoint_id AND d.outbox_id = r.outbox_id AND r.outcome = 'RELEASED' AND d.status = 'PENDING';
+
+    IF v_gave_up.outbox_id IS NULL OR v_endpoint.status <> 'ENABLED' THEN
+        RETURN v_endpoint.status;
+    END IF;
+
+    -- Failing for a day: the endpoint is disabled, its queue dropped, and that is announced.
+    UPDATE billing.webhook_endpoint
+       SET status = 'DISABLED', disabled_at = p_now,
+           disabled_reason = left(format('delivery of outbox event %s failed for %s: %s', v_gave_up.outbox_id,
+                                         p_give_up_after, coalesce(v_gave_up.error, 'failed')), 2000)
+     WHERE id = p_endpoint_id
+    RETURNING * INTO v_endpoint;
+    UPDATE billing.webhook_delivery
+       SET status = 'FAILED', finished_at = p_now, lease_until = NULL
+     WHERE endpoint_id = p_endpoint_id AND status = 'PENDING';
+    PERFORM billing._emit_event('webhook_endpoint', v_endpoint.id, 'WebhookEndpointDisabled',
+        jsonb_build_object('endpointId', v_endpoint.id, 'url', v_endpoint.url, 'status', v_endpoint.status,
+                           'disabledAt', billing._utc_text(p_now), 'reason', v_endpoint.disabled_reason,
+                           'eventId', (SELECT d.event_id::text FROM billing.webhook_delivery d
+                                        WHERE d.endpoint_id = p_endpoint_id AND d.outbox_id = v_gave_up.outbox_id)),
+        p_now);
+    RETURN v_endpoint.status;
+END
+$$;
+COMMENT ON FUNCTION billing.record_webhook_attempts(bigint, bigint[], text[], integer[], text[], integer[], timestamptz, interval, interval, interval) IS
+'Records one batch of attempts to an endpoint: DELIVERED (2xx), FAILED (backoff p_backoff doubling up to p_backoff_cap) or RELEASED (not attempted, held back behind its aggregate).
+Returns the endpoint''s status afterwards (DISABLED once a delivery has failed for p_give_up_after: its queue FAILED, WebhookEndpointDisabled emitted; DELETED when it is gone).';

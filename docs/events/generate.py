@@ -1,0 +1,154 @@
+"""Writes the JSON Schemas of docs/events/ (one per event type and version) from the definitions
+below. The schemas are the reference; this script only keeps them consistent with each other.
+Run it after changing a definition: `python docs/events/generate.py`. A breaking change of a
+type's data bumps its version (here and in billing._event_version); the old file stays.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+INSTANT = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$",
+           "description": "An instant in UTC, with microseconds."}
+ID = {"type": "integer", "minimum": 1}
+MINOR = {"type": "integer", "minimum": 0, "description": "An amount in the currency's smallest unit."}
+
+
+def nullable(schema: dict) -> dict:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+INVOICE = {
+    "invoiceId": ID,
+    "subscriptionId": ID,
+    "customerId": ID,
+    "kind": {"enum": ["INITIAL", "RENEWAL", "PRORATION"]},
+    "status": {"enum": ["OPEN", "PAID", "FAILED", "VOID"]},
+    "periodStart": INSTANT,
+    "periodEnd": INSTANT,
+    "subtotal": MINOR,
+    "creditApplied": MINOR,
+    "amount": MINOR,
+    "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+    "attemptCount": {"type": "integer", "minimum": 0},
+    "paidAt": nullable(INSTANT),
+    "gatewayReference": nullable({"type": "string"}),
+}
+
+SUBSCRIPTION = {
+    "subscriptionId": ID,
+    "customerId": ID,
+    "planCode": {"type": "string", "minLength": 1},
+    "status": {"enum": ["ACTIVE", "PAST_DUE", "CANCELED"]},
+    "currentPeriodStart": INSTANT,
+    "currentPeriodEnd": INSTANT,
+    "canceledAt": nullable(INSTANT),
+    "reason": {"enum": [None, "REQUESTED", "PERIOD_END", "DUNNING_EXHAUSTED"]},
+    "cancelAtPeriodEnd": {"type": "boolean"},
+    "version": {"type": "integer", "minimum": 1},
+}
+
+ENDPOINT = {
+    "endpointId": ID,
+    "url": {"type": "string"},
+    "status": {"const": "DISABLED"},
+    "disabledAt": INSTANT,
+    "reason": {"type": "string"},
+    "eventId": {"type": "string", "description": "The CloudEvents id of the event it could not take."},
+}
+
+
+def obj(props: dict, *, const: dict | None = None, extra_required: tuple = ()) -> dict:
+    props = dict(props)
+    props.update(const or {})
+    return {"type": "object", "properties": props, "required": sorted(set(props) | set(extra_required)),
+            "additionalProperties": False}
+
+
+def change(schema: dict) -> dict:
+    return {"type": "object", "properties": {"before": schema, "after": schema},
+            "required": ["before", "after"], "additionalProperties": False}
+
+
+CATALOGUE: dict[str, tuple[str, str, dict]] = {
+    # type: (subject, when, data schema)
+    "InvoiceCreated": ("invoice/<id>", "an invoice is created (signup, renewal, proration); a credit may pay it at once",
+                       obj(INVOICE)),
+    "InvoicePaid": ("invoice/<id>", "an invoice is paid, by the gateway or fully by credit",
+                    obj(INVOICE, const={"status": {"const": "PAID"}, "paidAt": INSTANT})),
+    "InvoicePaymentFailed": ("invoice/<id>", "a charge was declined (`final` says whether dunning goes on)",
+                             obj({**INVOICE, "failureReason": nullable({"type": "string"}),
+                                  "nextAttemptAt": nullable(INSTANT), "final": {"type": "boolean"}})),
+    "InvoiceFailed": ("invoice/<id>", "the dunning schedule is exhausted: the invoice will not be charged again",
+                      obj(INVOICE, const={"status": {"const": "FAILED"}})),
+    "InvoiceVoided": ("invoice/<id>", "an OPEN invoice is voided because its subscription ended (its credit is restored)",
+                      obj(INVOICE, const={"status": {"const": "VOID"}})),
+    "RefundDue": ("invoice/<id>", "money was collected that is not owed (a duplicate charge, or a payment on a "
+                                  "canceled subscription); `amount` is what to give back",
+                  obj({**INVOICE, "reason": {"enum": ["DUPLICATE_CHARGE", "SUBSCRIPTION_CANCELED"]},
+                       "idempotencyKey": {"type": "string"}})),
+    "SubscriptionCreated": ("subscription/<id>", "a subscription is created (its INITIAL invoice follows)",
+                            obj(SUBSCRIPTION, const={"status": {"const": "ACTIVE"}})),
+    "SubscriptionUpdated": ("subscription/<id>", "its plan, status or cancel-at-period-end flag changed (not for a "
+                                                 "cancellation); `changes` holds each changed field before and after",
+                            obj({**SUBSCRIPTION, "changes": {
+                                "type": "object", "minProperties": 1, "additionalProperties": False,
+                                "properties": {"planCode": change(SUBSCRIPTION["planCode"]),
+                                               "status": change(SUBSCRIPTION["status"]),
+                                               "cancelAtPeriodEnd": change(SUBSCRIPTION["cancelAtPeriodEnd"])}}})),
+    "SubscriptionPastDue": ("subscription/<id>", "a declined renewal puts an ACTIVE subscription in dunning",
+                            obj(SUBSCRIPTION, const={"status": {"const": "PAST_DUE"}})),
+    "SubscriptionRecovered": ("subscription/<id>", "a PAST_DUE subscription has nothing left unpaid and is ACTIVE again",
+                              obj(SUBSCRIPTION, const={"status": {"const": "ACTIVE"}})),
+    "SubscriptionCanceled": ("subscription/<id>", "a subscription ends: now, at period end, or by dunning",
+                             obj(SUBSCRIPTION, const={"status": {"const": "CANCELED"}, "canceledAt": INSTANT})),
+    "WebhookEndpointDisabled": ("webhook_endpoint/<id>", "an outbound webhook endpoint kept failing for a day and "
+                                                         "was disabled (no more deliveries to it)",
+                                obj(ENDPOINT)),
+}
+
+VERSIONS = {name: 1 for name in CATALOGUE}
+
+
+def schema_of(name: str) -> dict:
+    subject, when, data = CATALOGUE[name]
+    version = VERSIONS[name]
+    return {"$schema": DRAFT, "$id": f"urn:billing:events:{name}:v{version}",
+            "title": f"{name} v{version}: the data of the event",
+            "description": f"Subject {subject}. Fires when {when}.", **data}
+
+
+ENVELOPE = {
+    "$schema": DRAFT, "$id": "urn:billing:events:envelope:v1",
+    "title": "The CloudEvents 1.0 envelope of every event (Kafka message value, webhook body)",
+    "type": "object",
+    "properties": {
+        "specversion": {"const": "1.0"},
+        "id": {"type": "string", "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
+        "source": {"const": "billing"},
+        "type": {"enum": sorted(CATALOGUE)},
+        "subject": {"type": "string", "pattern": "^(invoice|subscription|webhook_endpoint)/[1-9][0-9]*$"},
+        "time": INSTANT,
+        "datacontenttype": {"const": "application/json"},
+        "dataschema": {"type": "string", "pattern": "^urn:billing:events:[A-Za-z]+:v[1-9][0-9]*$"},
+        "data": {"type": "object"},
+    },
+    "required": ["specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "data"],
+    "additionalProperties": False,
+}
+
+
+def main() -> None:
+    (HERE / "envelope.v1.json").write_text(json.dumps(ENVELOPE, indent=2) + "\n")
+    for name in CATALOGUE:
+        path = HERE / f"{name}.v{VERSIONS[name]}.json"
+        path.write_text(json.dumps(schema_of(name), indent=2) + "\n")
+    print(f"{len(CATALOGUE)} schemas written to {HERE}")
+
+
+if __name__ == "__main__":
+    main()
