@@ -37,7 +37,11 @@ API = {
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
 # Anything else executable fails.
 READ_ONLY_EXTRAS = {"outbox_stats", "status_summary", "plan_code"}
-EXECUTABLE = API | READ_ONLY_EXTRAS
+# docs/security.md: API keys, the audit log, the database's settings, idempotency key expiry.
+# billing_app (deprecated) is a member of every job role (driver/tests/test_roles.py), so it has them.
+SECURITY = {"create_api_key", "list_api_keys", "revoke_api_key", "authenticate_api_key", "read_audit",
+            "is_simulation", "set_max_clock_skew", "expire_idempotency_keys"}
+EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY
 
 T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
 
@@ -289,6 +293,18 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["attempts"] = len(one("list_webhook_attempts", "%s, %s, %s", (endpoint[0], 100, None), setof=True))
     out["purged"] = tuple(one("purge_expired", "%s, %s, %s", (timedelta(days=30), 100, renew_at)))
     out["deleted"] = one("delete_webhook_endpoint", "%s", (endpoint[0],))[0] == endpoint[0]
+    out["simulation"] = one("is_simulation", "")[0]
+    key_id, key_hash = f"bk_lp{len(tag)}x{abs(hash(tag)) % 10**8:08d}", bytes(range(32))
+    out["key"] = one("create_api_key", "%s, %s, %s, %s::text[]", (key_id, f"lp {tag}", key_hash, ["admin"]))[0] == key_id
+    out["authenticated"] = one("authenticate_api_key", "%s", (key_hash,), setof=True) == [(key_id, ["admin"])]
+    out["listed"] = key_id in [r[0] for r in one("list_api_keys", "", setof=True)]
+    one("revoke_api_key", "%s", (key_id,))
+    out["revoked"] = one("authenticate_api_key", "%s", (key_hash,), setof=True) == []
+    out["audited"] = "cancel_subscription" in [r[4] for r in one("read_audit", "NULL, 50, NULL, NULL", setof=True)]
+    out["skew"] = one("set_max_clock_skew", "%s::interval", ("10 minutes",))[0] == timedelta(minutes=10)
+    # Keys of the last 30 days stay (the caller checks the real tables afterwards); expiry itself:
+    # driver/tests/test_api_security.py.
+    out["expired"] = one("expire_idempotency_keys", "%s::interval, %s, %s", ("30 days", 100, T0))[0]
     out["namespace"] = len(one("new_key_namespace", "")[0])
     out["called"] = called
     return out
@@ -305,6 +321,8 @@ EXPECTED = {
     # stays owed, docs/money.md), then itself
     "deliveries": ["InvoiceVoided", "SubscriptionCanceled"], "attempts": 2, "namespace": 12,
     "purged": (0, 0, 0), "deleted": True,
+    "simulation": True, "key": True, "authenticated": True, "listed": True, "revoked": True, "audited": True,
+    "skew": True, "expired": 0,
 }
 
 
