@@ -82,7 +82,7 @@ def prepare_template(name: str, subscriptions: int, db_dir: Path = ROOT / "db") 
     admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
     admin(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = url_for_db(PG, name)
-    migrate(url, db_dir)
+    migrate(url, db_dir, simulation=True)
     started = time.monotonic()
     due = datetime.now(timezone.utc) - timedelta(minutes=1)
     with psycopg.connect(url, autocommit=True) as conn:

@@ -72,7 +72,7 @@ class Databases:
         self.template = f"bench_relay_tpl_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         self.created: list[str] = []
         self._admin(f"DROP DATABASE IF EXISTS {self.template} WITH (FORCE)", f"CREATE DATABASE {self.template}")
-        migrate(url_for_db(server_url, self.template), db_dir)
+        migrate(url_for_db(server_url, self.template), db_dir, simulation=True)
 
     def _admin(self, *statements: str) -> None:
         with psycopg.connect(self.server_url, autocommit=True) as conn:

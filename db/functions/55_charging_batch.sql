@@ -19,6 +19,7 @@ DECLARE
     v_state   text;
     v_message text;
 BEGIN
+    PERFORM billing._audit('record_payment_results', jsonb_build_object('idempotency_keys', p_idempotency_keys, 'outcomes', p_outcomes, 'gateway_references', p_gateway_references, 'failure_reasons', p_failure_reasons, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', v_count, 1, 10000);
     IF coalesce(cardinality(p_outcomes), 0) <> v_count

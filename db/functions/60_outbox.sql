@@ -108,6 +108,7 @@ AS $$
 DECLARE
     v_ids bigint[];
 BEGIN
+    PERFORM billing._audit('claim_outbox_events', jsonb_build_object('batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
     PERFORM billing._check_lease(p_lease);
@@ -156,6 +157,7 @@ AS $$
 DECLARE
     v_count integer;
 BEGIN
+    PERFORM billing._audit('mark_outbox_published', jsonb_build_object('ids', p_ids, 'now', p_now));
     PERFORM billing._check_now(p_now);
     UPDATE billing.outbox_event
        SET status = 'PUBLISHED', published_at = p_now, lease_until = NULL
@@ -179,6 +181,7 @@ DECLARE
     c_max_attempts constant integer := 10;
     v_event billing.outbox_event;
 BEGIN
+    PERFORM billing._audit('mark_outbox_failed', jsonb_build_object('id', p_id, 'error', left(p_error, 200), 'now', p_now));
     PERFORM billing._check_now(p_now);
     SELECT * INTO v_event FROM billing.outbox_event WHERE id = p_id FOR UPDATE;
     IF NOT FOUND THEN

@@ -17,7 +17,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 CREATE_DUE_INVOICES = "SELECT billing.create_due_invoices(%(batch)s, %(now)s) AS handled"
 CLAIM_CHARGES = (
-    "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency "
+    "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup "
     "FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s)"
 )
 RECORD_PAYMENT_RESULT = (
@@ -25,7 +25,7 @@ RECORD_PAYMENT_RESULT = (
 )
 APPLY_GATEWAY_WEBHOOK = (
     "SELECT billing.apply_gateway_webhook(%(event_id)s, %(key)s, %(outcome)s, %(reference)s, "
-    "%(payload)s::jsonb, %(now)s) AS applied"
+    "%(payload)s::jsonb, %(now)s) AS outcome"
 )
 CLAIM_OUTBOX_EVENTS = "SELECT * FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s)"
 MARK_OUTBOX_PUBLISHED = "SELECT billing.mark_outbox_published(%(ids)s::bigint[], %(now)s) AS marked"
@@ -70,6 +70,17 @@ LIST_WEBHOOK_ENDPOINTS = "SELECT * FROM billing.list_webhook_endpoints()"
 GET_WEBHOOK_ENDPOINT = "SELECT * FROM billing.get_webhook_endpoint(%(id)s)"
 DELETE_WEBHOOK_ENDPOINT = "SELECT * FROM billing.delete_webhook_endpoint(%(id)s)"
 LIST_WEBHOOK_ATTEMPTS = "SELECT * FROM billing.list_webhook_attempts(%(id)s, %(limit)s)"
+
+# -- Security (db/functions/85_security.sql, docs/security.md). The actor of the audit log is a
+# transaction-local setting: a mutation sets it in its own transaction, first.
+SET_ACTOR = "SELECT set_config('billing.actor', %(actor)s, true)"
+AUTHENTICATE_API_KEY = "SELECT key_id, scopes FROM billing.authenticate_api_key(%(hash)s)"
+CREATE_API_KEY = "SELECT * FROM billing.create_api_key(%(id)s, %(name)s, %(hash)s, %(scopes)s::text[])"
+LIST_API_KEYS = "SELECT * FROM billing.list_api_keys()"
+REVOKE_API_KEY = "SELECT * FROM billing.revoke_api_key(%(id)s)"
+READ_AUDIT = "SELECT * FROM billing.read_audit(%(before)s, %(limit)s, %(actor)s, %(function)s)"
+EXPIRE_IDEMPOTENCY_KEYS = (
+    "SELECT billing.expire_idempotency_keys(%(max_age)s::interval, %(batch)s, %(now)s) AS expired")
 
 # -- The demo (billing.demo). Its signups, one statement each for a whole step, calling the SQL
 # API once per row: the customers (with their time zones) first, then each subscription at its
