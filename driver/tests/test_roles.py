@@ -36,12 +36,12 @@ POLICY = {
                       "is_simulation"},
     "billing_readonly": {"get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
                          "proration_amount", "dunning_next_attempt", "is_simulation"},
-    "billing_admin": {"upsert_plan", "upsert_customer", "new_key_namespace", "upsert_coupon",
+    "billing_admin": {"upsert_plan", "upsert_customer", "upsert_coupon",
                       "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                       "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
                       "plan_code", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",
                       "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
-                      "list_webhook_attempts", "outbox_events_from", "retry_dead_outbox_events"},
+                      "list_webhook_attempts", "outbox_events_from", "retry_dead_outbox_events", "new_key_namespace"},
 }
 # The findings of the issue, by name: who must never reach these.
 NEVER = {
