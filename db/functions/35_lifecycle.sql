@@ -360,31 +360,36 @@ BEGIN
         v_count := v_count + 1;
     END LOOP;
 
+    -- Resumes at their date and renewals through the per-row path: claimed together (each kind
+    -- oldest first), then handled in customer order, so that the credit balances they lock are
+    -- taken in key order, as the renewal statement takes them (no deadlock between the two).
     FOR v_sub IN
-        SELECT * FROM billing.subscription
-         WHERE status = 'PAUSED' AND resume_at <= p_now
-         ORDER BY resume_at, id LIMIT p_batch_size
-           FOR NO KEY UPDATE SKIP LOCKED
+        WITH resuming AS MATERIALIZED (
+            SELECT * FROM billing.subscription
+             WHERE status = 'PAUSED' AND resume_at <= p_now
+             ORDER BY resume_at, id LIMIT p_batch_size
+               FOR NO KEY UPDATE SKIP LOCKED
+        ), renewing AS MATERIALIZED (
+            SELECT * FROM billing.subscription
+             WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND current_period_end <= p_now
+             ORDER BY current_period_end, id LIMIT p_batch_size
+               FOR NO KEY UPDATE SKIP LOCKED
+        )
+        SELECT c.* FROM (SELECT * FROM resuming UNION ALL SELECT * FROM renewing) c ORDER BY c.customer_id, c.id
     LOOP
-        -- Resumed at the date set, however late the job runs (later periods follow as renewals).
-        PERFORM billing._resume(v_sub, v_sub.resume_at, p_now);
-        v_count := v_count + 1;
-    END LOOP;
-
-    FOR v_sub IN
-        SELECT * FROM billing.subscription
-         WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND current_period_end <= p_now
-         ORDER BY current_period_end, id LIMIT p_batch_size
-           FOR NO KEY UPDATE SKIP LOCKED
-    LOOP
-        PERFORM billing._renew_one(v_sub, p_now);
+        IF v_sub.status = 'PAUSED' THEN
+            -- Resumed at the date set, however late the job runs (later periods follow as renewals).
+            PERFORM billing._resume(v_sub, v_sub.resume_at, p_now);
+        ELSE
+            PERFORM billing._renew_one(v_sub, p_now);
+        END IF;
         v_count := v_count + 1;
     END LOOP;
     RETURN v_count;
 END
 $$;
 COMMENT ON FUNCTION billing._renew_lifecycle(integer, timestamptz) IS
-'Private: create_due_invoices'' per-row path: SubscriptionTrialWillEnd when due, resumes at resume_at, and one renewal of each due subscription flagged lifecycle_pending (up to p_batch_size of each, SKIP LOCKED).
+'Private: create_due_invoices'' per-row path: SubscriptionTrialWillEnd when due, resumes at resume_at, and one renewal of each due subscription flagged lifecycle_pending (up to p_batch_size of each, SKIP LOCKED; handled in customer order).
 Returns how many rows it handled.';
 
 CREATE OR REPLACE FUNCTION billing._resume(p_sub billing.subscription, p_at timestamptz, p_now timestamptz)

@@ -699,20 +699,22 @@ class Model:
 
     def create_due_invoices(self) -> int:
         handled = 0
-        # The per-row lifecycle path first: trial notices, resumes at their date, then renewals
-        # that need it (each list read after the previous step, as the database does).
+        # The per-row lifecycle path first: trial notices, then resumes at their date and renewals
+        # that need it.
         for sub in sorted((s for s in self.subs.values() if s.status == "TRIALING" and s.trial_notice is not None
                            and s.trial_notice <= self.now), key=lambda s: (s.trial_notice, s.id)):
             sub.trial_notice = None
             self.emit("subscription", sub.id, "SubscriptionTrialWillEnd")
             handled += 1
-        for sub in sorted((s for s in self.subs.values() if s.status == "PAUSED" and s.resume_at is not None
-                           and s.resume_at <= self.now), key=lambda s: (s.resume_at, s.id)):
-            self.resume_at_(sub, sub.resume_at)
-            handled += 1
-        for sub in sorted((s for s in self.subs.values() if s.pending and s.status in ("TRIALING", "ACTIVE", "PAST_DUE")
-                           and s.end <= self.now), key=lambda s: (s.end, s.id)):
-            self.renew_one(sub)
+        # Resumes and per-row renewals are claimed together, then handled in customer order.
+        claimed = [s for s in self.subs.values() if (s.status == "PAUSED" and s.resume_at is not None
+                                                       and s.resume_at <= self.now)
+                   or (s.pending and s.status in ("TRIALING", "ACTIVE", "PAST_DUE") and s.end <= self.now)]
+        for sub in sorted(claimed, key=lambda s: (s.customer, s.id)):
+            if sub.status == "PAUSED":
+                self.resume_at_(sub, sub.resume_at)
+            else:
+                self.renew_one(sub)
             handled += 1
         due = sorted((s for s in self.subs.values() if s.status in ("ACTIVE", "PAST_DUE") and s.end <= self.now
                       and not s.pending), key=lambda s: s.id)
