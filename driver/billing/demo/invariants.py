@@ -186,7 +186,7 @@ def check_periods(conn, now: datetime) -> Check:
     paused rest was credited); a subscription still in its trial, or canceled in it, has no invoice."""
     rows = conn.execute(
         """SELECT s.id, s.status, s.timezone, s.billing_anchor, s.current_period_start, s.current_period_end,
-                  s.trial_end, s.canceled_at, p.billing_interval, p.interval_count,
+                  s.trial_end, s.canceled_at, s.cancel_reason, p.billing_interval, p.interval_count,
                   array_agg(i.kind ORDER BY i.period_start) AS kinds,
                   array_agg(i.period_start ORDER BY i.period_start) AS starts,
                   array_agg(i.period_end ORDER BY i.period_start) AS ends
@@ -215,8 +215,11 @@ def check_periods(conn, now: datetime) -> Check:
     for r in rows:
         sid, kinds, starts, ends = r["id"], r["kinds"], r["starts"], r["ends"]
         if not kinds or kinds[0] is None:
+            # Still in its trial, or canceled in it (now, or at its end by the renewal job).
             in_trial = r["trial_end"] is not None and (
-                r["status"] == "TRIALING" or (r["status"] == "CANCELED" and r["canceled_at"] <= r["trial_end"]))
+                r["status"] == "TRIALING"
+                or (r["status"] == "CANCELED"
+                    and (r["canceled_at"] <= r["trial_end"] or r["cancel_reason"] == "PERIOD_END")))
             if not in_trial:
                 fail("no invoice", f"subscription {sid} has no INITIAL invoice")
             continue

@@ -5,7 +5,8 @@ day) brings most of the signups; others arrive on every other day through Octobe
 renew on the 1st of October at the local time their customer signed up, so the renewals pile up in
 a few hours; weekly plans renew every week, yearly ones not within the window. During October some
 customers upgrade (an OPEN PRORATION invoice, charged at once) or downgrade (a credit used by their
-next invoices), some cancel at once, some at the end of their period. The lifecycle
+next invoices), some cancel at once; some decide, any time after signing up, to cancel at the end of
+their period. The lifecycle
 (docs/lifecycle.md): the campaign's signups redeem the coupon SEPT1 (20% off their first two
 periods), some signups start with a free trial (their first invoice comes when it ends), some buy
 several seats, and in October some customers add seats, pause (until a date, or until they resume)
@@ -161,7 +162,7 @@ def _local_instant(rng: random.Random, day: datetime, tz: str, hours: tuple[int,
 def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 0.6,
           upgrade_share: float = 0.03, downgrade_share: float = 0.02, cancel_now_share: float = 0.01,
           cancel_at_end_share: float = 0.03, trial_share: float = 0.12, seats_share: float = 0.08,
-          pause_share: float = 0.02, seat_change_share: float = 0.02, uncancel_share: float = 0.3,
+          pause_share: float = 0.02, seat_change_share: float = 0.02, uncancel_share: float = 0.15,
           start: datetime = WINDOW_START, end: datetime = WINDOW_END) -> Scenario:
     """The demo's world for `subscriptions` customers (one subscription each)."""
     if subscriptions < 1:
@@ -220,6 +221,11 @@ def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 
         if x < cancel_now_share:
             add(when, "cancel_now", customer_id, tz)
         elif x < cancel_now_share + cancel_at_end_share:
+            # A cancellation at period end is often decided soon after signing up: any time from
+            # six hours after it (September included), so that its period end falls in the window.
+            first = at + timedelta(hours=6)
+            when = (first + timedelta(seconds=rng.uniform(0, (end - first).total_seconds() - 86400))
+                    ).replace(microsecond=0)
             add(when, "cancel_at_end", customer_id, tz)
             later = when + timedelta(days=rng.uniform(0.5, 5))
             if rng.random() < uncancel_share and later < end - timedelta(days=1):
