@@ -66,25 +66,31 @@ def url_for_db(server_url: str, dbname: str) -> str:
 
 
 def claim_sql(table: str) -> str:
-    # The statement of billing.claim_outbox_events, on any of the three tables.
+    # The two statements of billing.claim_outbox_events (candidates, then the lease through the
+    # primary key), on another table; the plain table is claimed by the function itself.
+    if table == "billing.outbox_event":
+        return "SELECT id FROM billing.claim_outbox_events(%(k)s, interval '30 seconds', %(now)s)"
     return f"""
     WITH candidate AS MATERIALIZED (
         SELECT e.id, e.aggregate_type, e.aggregate_id FROM {table} e
          WHERE e.status = 'PENDING' AND e.available_at <= %(now)s AND (e.lease_until IS NULL OR e.lease_until <= %(now)s)
          ORDER BY e.id LIMIT %(k)s FOR UPDATE SKIP LOCKED
     ), ok AS (
-        SELECT c.id FROM candidate c
+        SELECT array_agg(c.id ORDER BY c.id) AS ids FROM candidate c
          WHERE NOT EXISTS (SELECT 1 FROM {table} earlier
                             WHERE earlier.status = 'PENDING' AND earlier.aggregate_type = c.aggregate_type
                               AND earlier.aggregate_id = c.aggregate_id AND earlier.id < c.id
                               AND earlier.id NOT IN (SELECT id FROM candidate) OFFSET 0)
     )
-    UPDATE {table} e SET lease_until = %(now)s + interval '30 seconds' FROM ok WHERE e.id = ok.id RETURNING e.id"""
+    UPDATE {table} e SET lease_until = %(now)s + interval '30 seconds'
+      WHERE e.id = ANY ((SELECT ids FROM ok)::bigint[]) RETURNING e.id"""
 
 
 def mark_sql(table: str) -> str:
+    if table == "billing.outbox_event":
+        return "SELECT billing.mark_outbox_published(%(ids)s::bigint[], %(now)s)"
     return (f"UPDATE {table} SET status = 'PUBLISHED', published_at = %(now)s, lease_until = NULL "
-            f"WHERE id = ANY (%(ids)s) AND status = 'PENDING'")
+            f"WHERE id = ANY (%(ids)s::bigint[]) AND status = 'PENDING'")
 
 
 class Outbox:
@@ -143,20 +149,75 @@ def under_load(outbox: Outbox, work) -> tuple[float, list[float]]:
     return elapsed, latencies
 
 
+def build(conn, n: int, parts: int, start: datetime, step: timedelta) -> None:
+    conn.execute("CREATE SCHEMA bench")
+    conn.execute("CREATE TABLE bench.outbox_empty (LIKE billing.outbox_event INCLUDING ALL)")
+    conn.execute("CREATE TABLE bench.outbox_part (LIKE billing.outbox_event INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
+                 "EXCLUDING IDENTITY) PARTITION BY RANGE (id)")
+    size = -(-n // parts)
+    for p in range(parts):
+        conn.execute(f"CREATE TABLE bench.outbox_part_{p} PARTITION OF bench.outbox_part "
+                     f"FOR VALUES FROM ({p * size + 1}) TO ({(p + 1) * size + 1}) WITH (fillfactor = 70)")
+    conn.execute(f"CREATE TABLE bench.outbox_part_new PARTITION OF bench.outbox_part "
+                 f"FOR VALUES FROM ({parts * size + 1}) TO (MAXVALUE) WITH (fillfactor = 70)")
+    for stmt in ("CREATE UNIQUE INDEX ON bench.outbox_part (id)",
+                 "CREATE INDEX ON bench.outbox_part (id) WHERE status = 'PENDING'",
+                 "CREATE INDEX ON bench.outbox_part (aggregate_type, aggregate_id, id) WHERE status = 'PENDING'",
+                 "CREATE INDEX ON bench.outbox_part (id) WHERE status = 'DEAD'",
+                 "CREATE INDEX ON bench.outbox_part (published_at) WHERE status = 'PUBLISHED'"):
+        conn.execute(stmt)
+    t = time.perf_counter()
+    chunk = 500_000
+    for lo in range(1, n + 1, chunk):
+        hi = min(n, lo + chunk - 1)
+        conn.execute(f"INSERT INTO billing.outbox_event {ROWS}", {"lo": lo, "hi": hi, "start": start, "step": step})
+        conn.execute(f"INSERT INTO bench.outbox_part SELECT * FROM billing.outbox_event WHERE id BETWEEN {lo} AND {hi}")
+        print(f"  filled {hi:,} rows ({time.perf_counter() - t:.0f} s)", flush=True)
+
+
+def repair(conn, n: int, parts: int, start: datetime, step: timedelta) -> None:
+    """Back to the state after `build`: the published rows 1..n in both tables, nothing else."""
+    size = -(-n // parts)
+    for table in ("billing.outbox_event", "bench.outbox_part"):
+        conn.execute(f"DELETE FROM {table} WHERE id > %s OR status <> 'PUBLISHED'", (n,))
+    conn.execute("TRUNCATE bench.outbox_empty")
+    chunk = 500_000
+    for lo in range(1, n + 1, chunk):
+        hi = min(n, lo + chunk - 1)
+        have = conn.execute("SELECT count(*) FROM billing.outbox_event WHERE id BETWEEN %s AND %s", (lo, hi)).fetchone()[0]
+        if have != hi - lo + 1:
+            conn.execute("DELETE FROM billing.outbox_event WHERE id BETWEEN %s AND %s", (lo, hi))
+            conn.execute(f"INSERT INTO billing.outbox_event {ROWS}", {"lo": lo, "hi": hi, "start": start, "step": step})
+            print(f"  refilled rows {lo:,}..{hi:,}", flush=True)
+    for p in range(parts):
+        if conn.execute("SELECT to_regclass(%s)", (f"bench.outbox_part_{p}",)).fetchone()[0] is None:
+            conn.execute(f"CREATE TABLE bench.outbox_part_{p} PARTITION OF bench.outbox_part "
+                         f"FOR VALUES FROM ({p * size + 1}) TO ({(p + 1) * size + 1}) WITH (fillfactor = 70)")
+            conn.execute(f"INSERT INTO bench.outbox_part SELECT * FROM billing.outbox_event "
+                         f"WHERE id BETWEEN {p * size + 1} AND {(p + 1) * size}")
+            print(f"  refilled partition {p}", flush=True)
+    conn.execute("VACUUM billing.outbox_event")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--server-url", default=os.environ.get("BILLING_TEST_DATABASE_URL"))
     ap.add_argument("--rows", type=int, default=5_000_000)
     ap.add_argument("--share", type=float, default=0.1, help="share of the rows retention removes (oldest first)")
     ap.add_argument("--batch", type=int, default=5000)
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the database of the previous run with the same --rows, repairing what its run deleted")
     args = ap.parse_args()
     if not args.server_url:
         sys.exit("set BILLING_TEST_DATABASE_URL (make services) or pass --server-url")
     n, parts = args.rows, 10
-    with psycopg.connect(args.server_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB}")
     url = url_for_db(args.server_url, DB)
+    with psycopg.connect(args.server_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB,)).fetchone()
+        if not (args.reuse and exists):
+            conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {DB}")
+    reuse = bool(args.reuse and exists)
     migrate(url, REPO / "db")
     print(f"# retention benchmark: {n:,} published rows, {parts} partitions, retention of the oldest "
           f"{args.share:.0%}, batches of {args.batch:,}", flush=True)
@@ -164,31 +225,14 @@ def main() -> None:
     step = timedelta(days=30) / n
     start = NOW - timedelta(days=31)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE SCHEMA bench")
-        conn.execute("CREATE TABLE bench.outbox_empty (LIKE billing.outbox_event INCLUDING ALL)")
-        conn.execute("CREATE TABLE bench.outbox_part (LIKE billing.outbox_event INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
-                     "EXCLUDING IDENTITY) PARTITION BY RANGE (id)")
+        if reuse:
+            repair(conn, n, parts, start, step)
+        else:
+            build(conn, n, parts, start, step)
         size = -(-n // parts)
-        for p in range(parts):
-            conn.execute(f"CREATE TABLE bench.outbox_part_{p} PARTITION OF bench.outbox_part "
-                         f"FOR VALUES FROM ({p * size + 1}) TO ({(p + 1) * size + 1}) WITH (fillfactor = 70)")
-        conn.execute(f"CREATE TABLE bench.outbox_part_new PARTITION OF bench.outbox_part "
-                     f"FOR VALUES FROM ({parts * size + 1}) TO (MAXVALUE) WITH (fillfactor = 70)")
-        for stmt in ("CREATE UNIQUE INDEX ON bench.outbox_part (id)",
-                     "CREATE INDEX ON bench.outbox_part (id) WHERE status = 'PENDING'",
-                     "CREATE INDEX ON bench.outbox_part (aggregate_type, aggregate_id, id) WHERE status = 'PENDING'",
-                     "CREATE INDEX ON bench.outbox_part (id) WHERE status = 'DEAD'",
-                     "CREATE INDEX ON bench.outbox_part (published_at) WHERE status = 'PUBLISHED'"):
-            conn.execute(stmt)
-        t = time.perf_counter()
-        chunk = 500_000
-        for lo in range(1, n + 1, chunk):
-            hi = min(n, lo + chunk - 1)
-            conn.execute(f"INSERT INTO billing.outbox_event {ROWS}", {"lo": lo, "hi": hi, "start": start, "step": step})
-            conn.execute(f"INSERT INTO bench.outbox_part SELECT * FROM billing.outbox_event WHERE id BETWEEN {lo} AND {hi}")
-            print(f"  filled {hi:,} rows ({time.perf_counter() - t:.0f} s)", flush=True)
         conn.execute("VACUUM ANALYZE billing.outbox_event")
         conn.execute("VACUUM ANALYZE bench.outbox_part")
+        conn.execute("VACUUM ANALYZE bench.outbox_empty")
         sizes = {r[0]: r[1] for r in conn.execute(
             "SELECT relname, pg_size_pretty(pg_total_relation_size(oid)) FROM pg_class "
             "WHERE relname IN ('outbox_event', 'outbox_event_pending_idx', 'outbox_event_aggregate_pending_idx')")}
