@@ -10,11 +10,12 @@ SERVICES_ENV := $(CACHE)/services.env
 PGTAP_DB ?= billing_pgtap
 PYTEST_ARGS ?=
 
-.PHONY: help venv services services-stop db-migrate test test-fast test-sql test-py demo bench-renewal bench-relay bench-charge bench-http bench-retention clean schema-snapshot
+.PHONY: help venv services services-stop db-migrate test test-fast test-sql test-py demo bench-renewal bench-relay bench-charge bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
-	@echo "make test   - pgTAP and pytest suites against real PostgreSQL, Redis and Kafka"
+	@echo "make test   - the lock file audit, pgTAP and pytest suites against real PostgreSQL, Redis and Kafka"
+	@echo "make audit  - offline check of requirements/runtime.lock (hashes, advisory floors)"
 	@echo "make services / services-stop - bring the loopback services up / down"
 
 $(BIN)/.installed: pyproject.toml
@@ -47,7 +48,7 @@ test-sql: venv services
 	 base=$${BILLING_TEST_DATABASE_URL%/*} && url="$$base/$(PGTAP_DB)" && \
 	 psql -q "$$BILLING_TEST_DATABASE_URL" -v ON_ERROR_STOP=1 \
 	   -c "DROP DATABASE IF EXISTS $(PGTAP_DB) WITH (FORCE)" -c "CREATE DATABASE $(PGTAP_DB)" && \
-	 $(BIN)/billing --log-level WARNING db migrate --database-url "$$url" && \
+	 $(BIN)/billing --log-level WARNING db migrate --simulation --database-url "$$url" && \
 	 psql -q "$$url" -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pgtap" && \
 	 pg_prove --dbname "$$url" --ext .sql db/tests/
 
@@ -58,7 +59,20 @@ test-fast: venv
 test-py: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m pytest --ignore=driver/tests/unit $(PYTEST_ARGS)
 
-test: test-fast test-sql test-py
+test: audit test-fast test-sql test-py
+
+# The lock file: pinned, hashed, above every advisory floor of deploy/advisories.tsv. Offline; it
+# says what it cannot know. `audit-online` asks pip-audit (needs the network).
+audit: venv
+	@$(BIN)/python scripts/audit_lock.py
+
+audit-online: venv
+	@$(BIN)/pip install -q "pip-audit>=2.7" && $(BIN)/pip-audit --strict --require-hashes --disable-pip -r requirements/runtime.lock
+
+# Regenerate requirements/runtime.lock from pyproject.toml (needs the network).
+lock: venv
+	@$(BIN)/pip install -q "pip-tools>=7.4" && $(BIN)/pip-compile -q --generate-hashes --strip-extras --allow-unsafe \
+	   --no-emit-find-links --no-emit-index-url --output-file requirements/runtime.lock pyproject.toml
 
 demo: venv
 	@pg=$$(bash scripts/services/postgres.sh) && \
@@ -77,6 +91,9 @@ bench-retention: venv services
 bench-charge: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python bench/charge/run.py $(BENCH_ARGS)
 
+bench-first-of-month: venv services
+	@source $(SERVICES_ENV) && $(BIN)/python bench/first_of_month/run.py $(BENCH_ARGS)
+
 bench-http: venv
 	@$(BIN)/python bench/http_client/run.py $(BENCH_ARGS)
 
@@ -87,6 +104,6 @@ clean: services-stop
 schema-snapshot: venv services
 	@source $(SERVICES_ENV) && base=$${BILLING_TEST_DATABASE_URL%/*} && url="$$base/billing_snapshot" && \
 	 psql -q "$$BILLING_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS billing_snapshot WITH (FORCE)" -c "CREATE DATABASE billing_snapshot" && \
-	 $(BIN)/billing --log-level WARNING db migrate --database-url "$$url" && \
+	 $(BIN)/billing --log-level WARNING db migrate --simulation --database-url "$$url" && \
 	 psql -XAtq -d "$$url" -f db/snapshot.sql > db/schema.snapshot && \
 	 psql -q "$$BILLING_TEST_DATABASE_URL" -c "DROP DATABASE billing_snapshot" && echo "db/schema.snapshot written"

@@ -43,6 +43,10 @@ WITH rels AS (
                   CASE WHEN p.prosecdef THEN ' security-definer' ELSE '' END,
                   coalesce(' set ' || array_to_string(p.proconfig, ' set '), ''),
                   CASE WHEN has_function_privilege('billing_app', p.oid, 'EXECUTE') THEN ' granted-to-billing_app' ELSE '' END
+                  || coalesce(' granted-to-' || (SELECT string_agg(j.role, ',' ORDER BY j.role)
+                                                   FROM unnest(ARRAY['billing_api', 'billing_worker', 'billing_relay',
+                                                                     'billing_readonly', 'billing_admin']) j(role)
+                                                  WHERE has_function_privilege(j.role, p.oid, 'EXECUTE')), '')
                   || CASE WHEN has_function_privilege('public', p.oid, 'EXECUTE') THEN ' granted-to-PUBLIC' ELSE '' END)
       FROM pg_proc p
      WHERE p.pronamespace = 'billing'::regnamespace
@@ -50,7 +54,11 @@ WITH rels AS (
     SELECT format('sequence %s', c.relname) FROM pg_class c
      WHERE c.relnamespace = 'billing'::regnamespace AND c.relkind = 'S'
     UNION ALL
-    SELECT format('role billing_app login=%s super=%s', r.rolcanlogin, r.rolsuper) FROM pg_roles r WHERE r.rolname = 'billing_app'
+    SELECT format('role %s login=%s super=%s', r.rolname, r.rolcanlogin, r.rolsuper) FROM pg_roles r
+     WHERE r.rolname IN ('billing_app', 'billing_owner', 'billing_api', 'billing_worker', 'billing_relay',
+                         'billing_readonly', 'billing_admin')
+    UNION ALL
+    SELECT format('schema billing owner %s', n.nspowner::regrole) FROM pg_namespace n WHERE n.nspname = 'billing'
     UNION ALL
     SELECT format('schema billing usage billing_app=%s public=%s',
                   has_schema_privilege('billing_app', 'billing', 'USAGE'), has_schema_privilege('public', 'billing', 'USAGE'))

@@ -1,19 +1,24 @@
 """Charging at the gateway's limit: three real `billing worker` processes sharing one Redis limit.
 
-For each rate (default 200 and 1,000 calls/s) and each limiter (the Redis GCRA that ships, and the
-seed article's fixed-window INCR counter), on a database prepared with enough OPEN invoices:
+For each rate (default 200 and 1,000 calls/s), the workers of the baseline commit (`--baseline`,
+default: main when issue 17 was filed; bench/baseline.py) and the current tree's, one after the
+other in the same run, each on a database prepared from its own tree's db/ with enough OPEN
+invoices (and, with `--limiters gcra,fixed-window`, the seed article's fixed-window INCR counter):
 
 * the simulator (`billing gateway-sim`, its own process) answers in 50 ms - 1 s;
 * three `billing worker --no-renew --no-relay` processes charge through it;
 * after a warm-up we measure accepted calls per second over `--duration` seconds, and over the
-  whole run the simulator's worst sliding one-second window and the calls over the limit.
+  whole run the simulator's worst sliding one-second window and the calls over the limit;
+* CPU per charge (accepted call) of every process on the charge path, read from /proc: the
+  workers, the database's PostgreSQL backends, Redis (the limiter); the simulator's own is shown
+  apart (it stands for the gateway, not for us).
 
 Modes: GCRA runs against the strict simulator (a call over the limit gets a 429: we want zero);
 the fixed-window counter runs against the simulator in `observe` mode, which accepts everything and
 counts each call that a strict gateway would have refused (`excess`), so its boundary bursts are
 measured without the 429 feedback changing them. `--modes` runs other combinations.
 
-    python bench/charge/run.py [--rates 200,1000] [--duration 30] [--workers 3]
+    python bench/charge/run.py [--rates 200,1000] [--duration 30] [--workers 3] [--baseline REF|none]
                                [--limiters gcra,fixed-window] [--latency-ms 50-1000]
 
 Needs PostgreSQL and Redis: BILLING_TEST_DATABASE_URL / BILLING_TEST_REDIS_URL (what `make services`
@@ -42,6 +47,8 @@ from psycopg import sql
 from billing.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+from baseline import DEFAULT_BASELINE, baseline_tree, tree_env  # noqa: E402
 
 PG = os.environ.get("BILLING_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:55432/postgres")
 REDIS = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:56379/0").rsplit("/", 1)[0] + "/63"
@@ -69,12 +76,12 @@ def admin(statement: sql.Composable) -> None:
         conn.execute(statement)
 
 
-def prepare_template(name: str, subscriptions: int) -> None:
-    """A migrated database with `subscriptions` OPEN invoices, all due, built through the SQL API."""
+def prepare_template(name: str, subscriptions: int, db_dir: Path = ROOT / "db") -> None:
+    """A database migrated from `db_dir` with `subscriptions` OPEN invoices, all due, built through the SQL API."""
     admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
     admin(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = url_for_db(PG, name)
-    migrate(url, ROOT / "db")
+    migrate(url, db_dir, simulation=True)
     started = time.monotonic()
     due = datetime.now(timezone.utc) - timedelta(minutes=1)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -110,9 +117,13 @@ def backend_pids(dbname: str) -> list[int]:
         return [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", (dbname,))]
 
 
+def redis_pid() -> int:
+    return int(redis.Redis.from_url(REDIS).info("server")["process_id"])
+
+
 def cpu_snapshot(sim_pid: int, worker_pids: list[int], dbname: str) -> dict:
     return {"workers": sum(proc_cpu(p) for p in worker_pids), "simulator": proc_cpu(sim_pid),
-            "postgres": sum(proc_cpu(p) for p in backend_pids(dbname))}
+            "postgres": sum(proc_cpu(p) for p in backend_pids(dbname)), "redis": proc_cpu(redis_pid())}
 
 
 def get(url: str) -> dict:
@@ -152,28 +163,29 @@ def scrape(ports: list[int]) -> dict:
 
 
 def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, duration: float, warmup: float,
-            latency: str, logs: Path, concurrency: int | None = None) -> dict:
+            latency: str, logs: Path, concurrency: int | None = None, who: str = "ours",
+            tree: Path | None = None) -> dict:
     dbname = f"{template}_run"
     admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
     admin(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(dbname), sql.Identifier(template)))
     redis.Redis.from_url(REDIS).flushdb()
     port = free_port()
     sim_url = f"http://127.0.0.1:{port}"
-    tag = f"{rate}-{limiter}-{mode}"
+    tag = f"{rate}-{who.split()[0]}-{limiter}-{mode}"
     sim = subprocess.Popen(BILLING + ["--log-level", "WARNING", "gateway-sim", "--port", str(port), "--rate", str(rate),
                                       "--latency-ms", latency, "--mode", mode, "--seed", "1"],
                            stdout=subprocess.DEVNULL, stderr=open(logs / f"sim-{tag}.log", "w"))
     procs: list[subprocess.Popen] = []
     try:
         wait_port(port)
-        env = {**os.environ, "BILLING_DATABASE_URL": url_for_db(PG, dbname), "BILLING_REDIS_URL": REDIS,
+        env = {**tree_env(tree), "BILLING_DATABASE_URL": url_for_db(PG, dbname), "BILLING_REDIS_URL": REDIS,
                "BILLING_GATEWAY_URL": sim_url, "BILLING_GATEWAY_RATE": str(rate)}
         metric_ports = [free_port() for _ in range(workers)]
         for i in range(workers):
             extra = ["--concurrency", str(concurrency)] if concurrency else []
             procs.append(subprocess.Popen(WORKER[limiter] + extra,
                                           env={**env, "BILLING_WORKER_METRICS_PORT": str(metric_ports[i])},
-                                          stdout=subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, cwd=str(tree or ROOT),
                                           stderr=open(logs / f"worker{i}-{tag}.log", "w")))
         deadline = time.monotonic() + 60
         while get(f"{sim_url}/v1/stats")["accepted"] == 0:
@@ -202,8 +214,9 @@ def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, 
     achieved = (last["accepted"] - first["accepted"]) / (t1 - t0)
     calls = max(1, last["accepted"] - first["accepted"])
     cpu_ms_per_call = {k: round((cpu1[k] - cpu0[k]) / calls * 1000, 3) for k in cpu0}
+    cpu_ms_per_call["charge path"] = round(sum(cpu_ms_per_call[k] for k in ("workers", "postgres", "redis")), 3)
     over = final["rateLimited"] if mode == "strict" else final["excess"]
-    return {"rate": rate, "limiter": limiter, "simulator": mode, "workers": workers,
+    return {"who": who, "rate": rate, "limiter": limiter, "simulator": mode, "workers": workers,
             "achieved_per_s": round(achieved, 1), "of_limit": round(achieved / rate, 4),
             "max_calls_in_1s_window": final["maxWindow"], "calls_over_limit": over,
             "accepted": final["accepted"], "worker_exit_codes": codes, "host": load, "cpu_ms_per_call": cpu_ms_per_call, "workers_internals": internals}
@@ -212,7 +225,9 @@ def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="200,1000")
-    ap.add_argument("--limiters", default="gcra,fixed-window")
+    ap.add_argument("--limiters", default="gcra")
+    ap.add_argument("--baseline", default=DEFAULT_BASELINE,
+                    help="the commit whose workers run first (default: main when issue 17 was filed); 'none' to skip")
     ap.add_argument("--modes", default=None,
                     help="limiter:mode pairs, e.g. gcra:strict,fixed-window:strict (default: gcra strict, "
                          "fixed-window observe)")
@@ -237,31 +252,40 @@ def main() -> None:
         runs = [(lim, default_mode[lim]) for lim in args.limiters.split(",")]
     logs = Path(tempfile.mkdtemp(prefix="bench-charge-"))
     results = []
+    trees: list[tuple[str, Path | None]] = []
+    if args.baseline != "none":
+        tree = baseline_tree(args.baseline)
+        trees.append((f"baseline {tree.name[:7]}", tree))
+    trees.append(("ours", None))
     for rate in (int(r) for r in args.rates.split(",")):
         # Enough for the run plus what the workers hold claimed (up to 1.5 x rate each).
         subscriptions = int(rate * (args.warmup + args.duration + 15) + 1.5 * rate * args.workers)
-        template = f"bench_charge_{rate}"
         print(f"rate {rate}/s:", flush=True)
-        prepare_template(template, subscriptions)
-        try:
-            for limiter, mode in runs:
-                row = run_one(template, rate=rate, limiter=limiter, mode=mode, workers=args.workers,
-                              duration=args.duration, warmup=args.warmup, latency=args.latency_ms, logs=logs,
-                              concurrency=args.concurrency)
-                results.append(row)
-                print("  " + json.dumps(row), flush=True)
-        finally:
-            admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(template)))
+        for who, tree in trees:
+            template = f"bench_charge_{rate}_{who.split()[0]}"
+            prepare_template(template, subscriptions, (tree or ROOT) / "db")
+            try:
+                for limiter, mode in runs:
+                    if limiter != "gcra" and tree is not None:
+                        continue  # the seed's counter is the same code on both sides
+                    row = run_one(template, rate=rate, limiter=limiter, mode=mode, workers=args.workers,
+                                  duration=args.duration, warmup=args.warmup, latency=args.latency_ms, logs=logs,
+                                  concurrency=args.concurrency, who=who, tree=tree)
+                    results.append(row)
+                    print("  " + json.dumps(row), flush=True)
+            finally:
+                admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(template)))
     print(f"\nworker and simulator logs: {logs}")
     print(f"\n{args.workers} worker processes, latency {args.latency_ms} ms, {args.duration:g} s measured after "
           f"{args.warmup:g} s warm-up\n")
-    print("| limit/s | limiter | simulator | achieved/s | of limit | max in any 1 s window | calls over the limit "
-          "| host during the run |")
-    print("|---:|---|---|---:|---:|---:|---:|---|")
+    print("| limit/s | code | limiter | simulator | achieved/s | of limit | max in any 1 s window | calls over the limit "
+          "| CPU ms/charge: workers + PostgreSQL + Redis = total | simulator | host during the run |")
+    print("|---:|---|---|---|---:|---:|---:|---:|---|---:|---|")
     for r in results:
-        print(f"| {r['rate']} | {r['limiter']} | {r['simulator']} | {r['achieved_per_s']} | {r['of_limit']:.1%} | "
-              f"{r['max_calls_in_1s_window']} | {r['calls_over_limit']} | {r['host']} |")
-
+        c = r["cpu_ms_per_call"]
+        print(f"| {r['rate']} | {r['who']} | {r['limiter']} | {r['simulator']} | {r['achieved_per_s']} | {r['of_limit']:.1%} | "
+              f"{r['max_calls_in_1s_window']} | {r['calls_over_limit']} | {c['workers']:.2f} + {c['postgres']:.2f} + "
+              f"{c['redis']:.2f} = **{c['charge path']:.2f}** | {c['simulator']:.2f} | {r['host']} |")
 
 if __name__ == "__main__":
     main()

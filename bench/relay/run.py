@@ -1,16 +1,21 @@
-"""Outbox relay benchmark: our relay next to the seed article's (section 6.4).
+"""Outbox relay benchmark: the relay as it ships next to the baseline's (and, optionally, the seed's).
 
     python bench/relay/run.py                       # everything, figures as a Markdown table
-    python bench/relay/run.py --events 50000 --duration 10 --skip-seed
+    python bench/relay/run.py --events 50000 --duration 10 --baseline main
 
-Scenarios, each on a fresh database cloned from a migrated template and a fresh Kafka topic:
+Each relay runs in its own process (bench/relay/relay_proc.py), `billing` imported from its own
+tree: the current one ("ours") and the baseline commit's (`--baseline`, default: main when issue 17
+was filed, extracted by bench/baseline.py), each on a fresh database migrated from its own db/ and
+a fresh Kafka topic. The two alternate within one run, so both see the same host.
+
 1. drain: a backlog of --events outbox rows (written before the relay starts) published to
-   Kafka; events per second from the relay's start to the last row marked published.
+   Kafka; events per second from the relay's go (its process is up and connected) to the last
+   row marked published; CPU per event of the relay process and of its PostgreSQL backends.
 2. steady rate: writer processes commit one event per transaction at 200 and 2,000 events per
    second (paced on a schedule, so a slow relay cannot slow the writers down); latency from each
-   COMMIT's return to the Kafka acknowledgement of that event (p50, p99, max).
-The same scenarios run against the seed's relay: every second, claim 200 rows in one
-transaction, send each and wait for its acknowledgement (`.join()`) before the next, mark it.
+   COMMIT's return to the moment a Kafka consumer reading the topic receives that event.
+With --with-seed, the seed article's relay too (every second, claim 200 rows in one transaction,
+send each and wait for its acknowledgement before the next, mark it).
 
 Environment: BILLING_TEST_DATABASE_URL (a superuser URL of the server) and
 BILLING_TEST_KAFKA_BOOTSTRAP, as `make services` writes them; flags override.
@@ -27,22 +32,26 @@ import json
 import multiprocessing as mp
 import os
 import statistics
+import subprocess
 import sys
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from billing import db as sqlapi
-from billing.migrate import migrate
-from billing.worker.relay import Relay, RelayOptions
-from billing.worker.sinks import KafkaSink
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from baseline import DEFAULT_BASELINE, baseline_tree, host_load, proc_cpu, tree_env  # noqa: E402
+
+from billing import db as sqlapi  # noqa: E402
+from billing.migrate import migrate  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+RELAY_PROC = Path(__file__).with_name("relay_proc.py")
 
 
 def utcnow() -> datetime:
@@ -56,23 +65,25 @@ def url_for_db(server_url: str, dbname: str) -> str:
 
 
 class Databases:
-    def __init__(self, server_url: str) -> None:
+    """A template migrated from `db_dir` (one tree's migrations and functions), fresh copies of it."""
+
+    def __init__(self, server_url: str, db_dir: Path) -> None:
         self.server_url = server_url
-        self.template = f"bench_relay_tpl_{os.getpid()}"
+        self.template = f"bench_relay_tpl_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         self.created: list[str] = []
         self._admin(f"DROP DATABASE IF EXISTS {self.template} WITH (FORCE)", f"CREATE DATABASE {self.template}")
-        migrate(url_for_db(server_url, self.template), REPO / "db")
+        migrate(url_for_db(server_url, self.template), db_dir, simulation=True)
 
     def _admin(self, *statements: str) -> None:
         with psycopg.connect(self.server_url, autocommit=True) as conn:
             for statement in statements:
                 conn.execute(statement)
 
-    def fresh(self) -> str:
+    def fresh(self) -> tuple[str, str]:
         name = f"bench_relay_{uuid.uuid4().hex[:10]}"
         self._admin(f"CREATE DATABASE {name} TEMPLATE {self.template}")
         self.created.append(name)
-        return url_for_db(self.server_url, name)
+        return url_for_db(self.server_url, name), name
 
     def drop_all(self) -> None:
         self._admin(*[f"DROP DATABASE IF EXISTS {n} WITH (FORCE)" for n in [*self.created, self.template]])
@@ -86,8 +97,6 @@ def fresh_topic(bootstrap: str, partitions: int) -> str:
 
 
 def topic_count(bootstrap: str, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-count"})
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
@@ -123,6 +132,86 @@ def pending(url: str) -> int:
         return conn.execute("SELECT count(*) FROM billing.outbox_event WHERE status = 'PENDING'").fetchone()[0]
 
 
+def backend_cpu(server_url: str, dbname: str) -> float:
+    """CPU seconds used so far by the backends connected to `dbname` (the relay's, here)."""
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        pids = [r[0] for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (dbname,))]
+    return sum(proc_cpu(p) for p in pids)
+
+
+# -- a relay in its own process ------------------------------------------------------------------
+
+
+class RelayProcess:
+    """bench/relay/relay_proc.py with `billing` imported from `tree` (None: the current tree)."""
+
+    def __init__(self, tree: Path | None, url: str, bootstrap: str, topic: str, batch: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(RELAY_PROC), url, bootstrap, topic, str(batch)],
+                                     env=tree_env(tree), cwd=str(tree or REPO))
+
+    def cpu(self) -> float:
+        return proc_cpu(self.proc.pid)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def wait_published(url: str, at_least: int, timeout: float, proc: RelayProcess, poll: float = 0.02) -> float:
+    """Until `at_least` events are PUBLISHED; returns the time.perf_counter() when seen."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            n = conn.execute("SELECT count(*) FROM billing.outbox_event WHERE status = 'PUBLISHED'").fetchone()[0] \
+                if at_least < 1000 else None
+            if n is None:
+                n = at_least if not conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM billing.outbox_event WHERE status = 'PENDING')").fetchone()[0] else 0
+            if n >= at_least:
+                return time.perf_counter()
+            if proc.proc.poll() is not None:
+                raise RuntimeError(f"the relay exited with {proc.proc.returncode}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"fewer than {at_least} events published after {timeout:.0f} s")
+            time.sleep(poll)
+
+
+# -- the consumer that times each event's arrival -------------------------------------------------
+
+
+class TopicReader(threading.Thread):
+    """A Kafka consumer assigned every partition from the beginning: the wall time at which each
+    event (by its data.benchSeq) first arrives."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self.received: dict[int, float] = {}
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.halt.is_set():
+                # poll() returns as soon as a message is there (consume(n, t) would wait for n
+                # messages or t seconds, and add up to t to every figure).
+                msg = self.consumer.poll(0.05)
+                if msg is not None and msg.error() is None:
+                    now = time.time()
+                    seq = bench_seq(msg.value())
+                    if seq is not None and seq not in self.received:
+                        self.received[seq] = now
+        finally:
+            self.consumer.close()
+
+
 # -- the seed article's relay ------------------------------------------------------------------
 
 
@@ -130,8 +219,8 @@ class SeedRelay:
     """@Scheduled(fixedDelay = 1_000) @Transactional publishOutbox(): lock 200 unpublished rows,
     for each `kafka.send(...).join()` then markPublished, commit; wait a second; repeat."""
 
-    def __init__(self, url: str, bootstrap: str, topic: str, on_ack=None) -> None:
-        self.url, self.topic, self.on_ack = url, topic, on_ack
+    def __init__(self, url: str, bootstrap: str, topic: str) -> None:
+        self.url, self.topic = url, topic
         # KafkaTemplate defaults: acks=all, idempotence on (clients >= 3.0), no linger.
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                                   "linger.ms": 0})
@@ -145,66 +234,28 @@ class SeedRelay:
                                         {"batch": 200, "lease": timedelta(seconds=30), "now": utcnow()}).fetchall()
                     for id_, _type, agg, payload in rows:
                         done = []
-                        value = payload.encode()
-                        self.producer.produce(self.topic, key=str(agg).encode(), value=value,
+                        self.producer.produce(self.topic, key=str(agg).encode(), value=payload.encode(),
                                               on_delivery=lambda err, msg: done.append(err))
                         while not done:  # .join()
                             self.producer.poll(0.05)
                         if done[0] is not None:
                             raise RuntimeError(done[0])
-                        if self.on_ack:
-                            self.on_ack(value)
                         conn.execute(sqlapi.MARK_OUTBOX_PUBLISHED, {"ids": [id_], "now": utcnow()})
                         self.published += 1
                 stop.wait(1.0)
-
-
-# -- timing sink ------------------------------------------------------------------------------
 
 
 def bench_seq(value: bytes) -> int | None:
     return json.loads(value)["data"].get("benchSeq")
 
 
-class TimingSink:
-    """KafkaSink, plus the wall time of each event's acknowledgement."""
-
-    def __init__(self, inner: KafkaSink) -> None:
-        self.inner = inner
-        self.acks: dict[int, float] = {}
-
-    def produce(self, key, value, on_delivery):
-        def delivered(err):
-            if err is None:
-                self.acks[bench_seq(value)] = time.time()
-            on_delivery(err)
-
-        self.inner.produce(key, value, delivered)
-
-    def poll(self, timeout):
-        return self.inner.poll(timeout)
-
-    def flush(self, timeout):
-        return self.inner.flush(timeout)
-
-    def purge(self):
-        self.inner.purge()
-
-    def close(self):
-        self.inner.close()
-
-
-async def warm_up(url: str, published, events: int = 20) -> None:
+def warm_up(url: str, events: int = 20) -> None:
     """A few events first, so that connections (PostgreSQL, Kafka, the idempotent producer's id)
     are established before the measured run: it measures the steady state, not the start."""
-    before = published()
     with psycopg.connect(url, autocommit=True) as conn:
         for n in range(events):
             conn.execute("SELECT billing._emit_event('invoice', %s, 'InvoicePaid', %s::jsonb, now())",
                          (n + 1, json.dumps({"benchSeq": -1 - n})))
-    deadline = time.monotonic() + 30
-    while published() - before < events and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
 
 
 # -- steady-rate writers (separate processes) ----------------------------------------------------
@@ -234,10 +285,9 @@ def _writer(url: str, rate: float, duration: float, go, start_at, offset: int, s
     out.put(commits)
 
 
-def steady(url: str, rate: float, duration: float, writers: int):
-    """Start the writer processes; returns once all are connected and writing on one schedule
-    (paced by the clock, not by their own progress: a stall shows up as latency, not as fewer
-    events)."""
+def steady_writers(url: str, rate: float, duration: float, writers: int) -> dict[int, float]:
+    """Writer processes on one schedule (paced by the clock, not by their own progress: a stall
+    shows up as latency, not as fewer events); returns each event's commit time."""
     ctx = mp.get_context("spawn")
     out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     start_at = ctx.Value("d", 0.0)
@@ -249,7 +299,12 @@ def steady(url: str, rate: float, duration: float, writers: int):
         ready.get(timeout=60)
     start_at.value = time.time() + 0.05
     go.set()
-    return procs, out, start_at.value
+    commits: dict[int, float] = {}
+    for _ in procs:
+        commits.update(out.get())
+    for p in procs:
+        p.join()
+    return commits
 
 
 def percentiles(values: list[float]) -> dict:
@@ -263,29 +318,31 @@ def percentiles(values: list[float]) -> dict:
 # -- scenarios --------------------------------------------------------------------------------
 
 
-async def drain_ours(url: str, bootstrap: str, topic: str, events: int, batch: int) -> dict:
-    stop = asyncio.Event()
-    sink = KafkaSink(bootstrap, topic)
-    relay = Relay(url, sink, stop, options=RelayOptions(batch_size=batch))
-    cpu0 = time.process_time()
-    t0 = time.perf_counter()
-    task = asyncio.create_task(relay.run())
-    while relay.published < events:
-        await asyncio.sleep(0.01)
-        if task.done():
-            task.result()
-    elapsed = time.perf_counter() - t0
-    cpu = time.process_time() - cpu0  # the relay's process, librdkafka's threads included
-    stop.set()
-    await task
-    sink.close()
-    return {"events": relay.published, "seconds": elapsed, "per_second": relay.published / elapsed,
-            "relay_cpu_seconds": cpu, "relay_cpu_us_per_event": 1e6 * cpu / max(relay.published, 1)}
+def drain(tree: Path | None, server_url: str, url: str, dbname: str, bootstrap: str, topic: str,
+          events: int, batch: int) -> dict:
+    relay = RelayProcess(tree, url, bootstrap, topic, batch)
+    try:
+        # Up when its lock session exists (imports done, connected): from then on, the clock runs.
+        deadline = time.monotonic() + 60
+        with psycopg.connect(url, autocommit=True) as conn:
+            while not conn.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+                                   "AND granted)").fetchone()[0]:
+                if time.monotonic() > deadline or relay.proc.poll() is not None:
+                    raise RuntimeError("the relay did not start")
+                time.sleep(0.005)
+        t0 = time.perf_counter()
+        cpu0 = relay.cpu()
+        done = wait_published(url, events, 600, relay)
+        elapsed = done - t0
+        cpu = relay.cpu() - cpu0
+        pg_cpu = backend_cpu(server_url, dbname)
+    finally:
+        relay.stop()
+    return {"events": events, "seconds": elapsed, "per_second": events / elapsed,
+            "relay_cpu_us_per_event": 1e6 * cpu / events, "pg_cpu_us_per_event": 1e6 * pg_cpu / events}
 
 
 def drain_seed(url: str, bootstrap: str, topic: str, seconds: float) -> dict:
-    import threading
-
     stop = threading.Event()
     relay = SeedRelay(url, bootstrap, topic)
     thread = threading.Thread(target=relay.run, args=(stop,))
@@ -298,55 +355,43 @@ def drain_seed(url: str, bootstrap: str, topic: str, seconds: float) -> dict:
     return {"events": relay.published, "seconds": elapsed, "per_second": relay.published / elapsed}
 
 
-async def steady_ours(url: str, bootstrap: str, topic: str, rate: float, duration: float, writers: int) -> dict:
-    stop = asyncio.Event()
-    sink = TimingSink(KafkaSink(bootstrap, topic))
-    relay = Relay(url, sink, stop)
-    task = asyncio.create_task(relay.run())
-    while not relay.active:
-        await asyncio.sleep(0.01)
-    await warm_up(url, lambda: relay.published)
-    procs, out, _ = await asyncio.to_thread(steady, url, rate, duration, writers)
-    commits: dict[int, float] = {}
-    for _ in procs:
-        commits.update(await asyncio.to_thread(out.get))
-    for p in procs:
-        await asyncio.to_thread(p.join)  # never block the relay's event loop
-    deadline = time.time() + 30
-    while sum(1 for n in commits if n in sink.acks) < len(commits) and time.time() < deadline:
-        await asyncio.sleep(0.05)
-    stop.set()
-    await task
-    sink.close()
-    return summarize(commits, sink.acks, duration)
-
-
-def steady_seed(url: str, bootstrap: str, topic: str, rate: float, duration: float, writers: int) -> dict:
-    import threading
-
-    acks: dict[int, float] = {}
-    stop = threading.Event()
-    relay = SeedRelay(url, bootstrap, topic, on_ack=lambda value: acks.__setitem__(bench_seq(value), time.time()))
-    thread = threading.Thread(target=relay.run, args=(stop,))
-    thread.start()
-    asyncio.run(warm_up(url, lambda: relay.published))
-    procs, out, _ = steady(url, rate, duration, writers)
-    commits: dict[int, float] = {}
-    for _ in procs:
-        commits.update(out.get())
-    for p in procs:
-        p.join()
-    # Give it a few seconds past the writers; what is left then is its backlog.
-    time.sleep(3)
-    stop.set()
-    thread.join()
-    return summarize(commits, acks, duration)
-
-
-def summarize(commits: dict[int, float], acks: dict[int, float], duration: float) -> dict:
-    latencies = [(acks[n] - t) * 1000 for n, t in commits.items() if n in acks]
-    return {"written": len(commits), "achieved_rate": len(commits) / duration, "acked": len(latencies),
-            "unpublished": len(commits) - len(latencies), **percentiles(latencies)}
+def steady(tree: Path | None, url: str, bootstrap: str, topic: str, partitions: int, rate: float,
+           duration: float, writers: int, seed: bool = False) -> dict:
+    reader = TopicReader(bootstrap, topic, partitions)
+    reader.start()
+    stop_seed = threading.Event()
+    relay = seed_thread = None
+    if seed:
+        seed_thread = threading.Thread(target=SeedRelay(url, bootstrap, topic).run, args=(stop_seed,))
+        seed_thread.start()
+    else:
+        relay = RelayProcess(tree, url, bootstrap, topic, 5000)
+    try:
+        warm_up(url)
+        deadline = time.monotonic() + 60
+        while sum(1 for n in reader.received if n < 0) < 20 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cpu0 = relay.cpu() if relay else 0.0
+        commits = steady_writers(url, rate, duration, writers)
+        # A few seconds past the writers for the stragglers; what is left then is the backlog.
+        deadline = time.monotonic() + 5
+        while sum(1 for n in commits if n in reader.received) < len(commits) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cpu = (relay.cpu() - cpu0) if relay else None
+    finally:
+        if relay:
+            relay.stop()
+        stop_seed.set()
+        if seed_thread:
+            seed_thread.join()
+        reader.halt.set()
+        reader.join()
+    latencies = [(reader.received[n] - t) * 1000 for n, t in commits.items() if n in reader.received]
+    out = {"written": len(commits), "achieved_rate": len(commits) / duration, "received": len(latencies),
+           "unpublished": len(commits) - len(latencies), **percentiles(latencies)}
+    if cpu is not None:
+        out["relay_cpu_us_per_event"] = 1e6 * cpu / max(len(commits), 1)
+    return out
 
 
 # -- report -----------------------------------------------------------------------------------
@@ -363,94 +408,89 @@ def main() -> None:
     ap.add_argument("--bootstrap", default=os.environ.get("BILLING_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:59092"))
     ap.add_argument("--events", type=int, default=200_000, help="backlog to drain")
     ap.add_argument("--aggregates", type=int, default=100_000, help="distinct aggregates in the backlog")
-    ap.add_argument("--batch", type=int, default=5000, help="our relay's claim size")
+    ap.add_argument("--batch", type=int, default=5000, help="the relays' claim size for the drain")
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--rates", default="200,2000", help="steady rates, events per second")
     ap.add_argument("--duration", type=float, default=20, help="seconds of steady writing per rate")
     ap.add_argument("--writers", type=int, default=2, help="writer processes for the steady rates")
+    ap.add_argument("--baseline", default=DEFAULT_BASELINE,
+                    help="the commit to compare with (default: main when issue 17 was filed); 'none' to skip")
+    ap.add_argument("--with-seed", action="store_true", help="also the seed article's relay")
     ap.add_argument("--seed-drain-seconds", type=float, default=30, help="time box for the seed relay's drain")
-    ap.add_argument("--skip-seed", action="store_true", help="only our relay")
-    # The claim rewrite once proposed here (bench/relay/proposed_outbox.sql) now ships in
-    # db/functions/60_outbox.sql and migration 0004; only the shipped SQL is measured.
-    ap.add_argument("--sql", choices=["shipped"], default="shipped", help="kept for old command lines")
+    ap.add_argument("--skip-drain", action="store_true")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
-    variants = ["shipped"]
-    results: dict = {"load_average": os.getloadavg(), "cpu_pressure": cpu_pressure(), "cpus": os.cpu_count(),
-                     "drain": {}, "steady": {}}
-
-    for variant in variants:
-        dbs = Databases(args.database_url)
-        ours = f"ours, {variant} SQL"
-        try:
-            url = dbs.fresh()
-            took = write_backlog(url, args.events, args.aggregates)
-            print(f"backlog of {args.events:,} events written in {took:.1f}s", file=sys.stderr)
-            topic = fresh_topic(args.bootstrap, args.partitions)
-            r = asyncio.run(drain_ours(url, args.bootstrap, topic, args.events, args.batch))
-            r["in_kafka"] = topic_count(args.bootstrap, topic)
-            r["left_in_outbox"] = pending(url)
-            results["drain"][ours] = r
-            print(f"{ours}: drained {r['events']:,} in {r['seconds']:.2f}s = {r['per_second']:,.0f}/s "
-                  f"(kafka holds {r['in_kafka']:,})", file=sys.stderr)
-
-            seed = not args.skip_seed and variant == variants[0]
-            if seed:
-                url = dbs.fresh()
+    who: list[tuple[str, Path | None]] = []
+    if args.baseline != "none":
+        tree = baseline_tree(args.baseline)
+        who.append((f"baseline {tree.name[:7]}", tree))
+    who.append(("ours", None))
+    results: dict = {"load_start": host_load(), "drain": {}, "steady": {}, "load": {}}
+    dbs = {name: Databases(args.database_url, (tree or REPO) / "db") for name, tree in who}
+    try:
+        if not args.skip_drain:
+            for name, tree in who:
+                url, dbname = dbs[name].fresh()
+                took = write_backlog(url, args.events, args.aggregates)
+                print(f"backlog of {args.events:,} events written in {took:.1f}s", file=sys.stderr)
+                topic = fresh_topic(args.bootstrap, args.partitions)
+                load = host_load()
+                r = drain(tree, args.database_url, url, dbname, args.bootstrap, topic, args.events, args.batch)
+                r["in_kafka"] = topic_count(args.bootstrap, topic)
+                r["load"] = load
+                results["drain"][name] = r
+                print(f"{name}: drained {r['events']:,} in {r['seconds']:.2f}s = {r['per_second']:,.0f}/s "
+                      f"(kafka holds {r['in_kafka']:,}; {load})", file=sys.stderr)
+            if args.with_seed:
+                url, _ = dbs[who[-1][0]].fresh()
                 write_backlog(url, args.events, args.aggregates)
                 topic = fresh_topic(args.bootstrap, args.partitions)
                 r = drain_seed(url, args.bootstrap, topic, args.seed_drain_seconds)
-                r["projected_seconds_for_backlog"] = args.events / r["per_second"] if r["per_second"] else None
+                r["load"] = host_load()
                 results["drain"]["seed article"] = r
                 print(f"seed: {r['events']:,} in {r['seconds']:.1f}s = {r['per_second']:,.0f}/s", file=sys.stderr)
-
-            for rate in rates:
-                for who in ([ours, "seed article"] if seed else [ours]):
-                    url = dbs.fresh()
-                    topic = fresh_topic(args.bootstrap, args.partitions)
-                    if who == ours:
-                        r = asyncio.run(steady_ours(url, args.bootstrap, topic, rate, args.duration, args.writers))
-                    else:
-                        r = steady_seed(url, args.bootstrap, topic, rate, args.duration, args.writers)
-                    results["steady"].setdefault(str(int(rate)), {})[who] = r
-                    print(f"{who} @ {rate:.0f}/s: p50 {fmt_ms(r['p50'])} ms, p99 {fmt_ms(r['p99'])} ms, "
-                          f"max {fmt_ms(r['max'])} ms, unpublished {r['unpublished']}", file=sys.stderr)
-        finally:
-            dbs.drop_all()
-
+        for rate in rates:
+            runs = [*who, *([("seed article", None)] if args.with_seed else [])]
+            for name, tree in runs:
+                url, _ = dbs[name if name in dbs else who[-1][0]].fresh()
+                topic = fresh_topic(args.bootstrap, args.partitions)
+                load = host_load()
+                r = steady(tree, url, args.bootstrap, topic, args.partitions, rate, args.duration, args.writers,
+                           seed=name == "seed article")
+                r["load"] = load
+                results["steady"].setdefault(str(int(rate)), {})[name] = r
+                print(f"{name} @ {rate:.0f}/s: p50 {fmt_ms(r['p50'])} ms, p99 {fmt_ms(r['p99'])} ms, "
+                      f"max {fmt_ms(r['max'])} ms, unpublished {r['unpublished']} ({load})", file=sys.stderr)
+    finally:
+        for d in dbs.values():
+            d.drop_all()
+    results["load_end"] = host_load()
     print(report(results, args))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
 
-def cpu_pressure() -> str | None:
-    """The kernel's CPU pressure (share of time some task waited for a CPU), when it has it."""
-    try:
-        some = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except (OSError, IndexError):
-        return None
-    return some.split()[2].split("=")[1] + "%"  # avg60
-
-
 def report(results: dict, args) -> str:
-    load = ", ".join(f"{x:.1f}" for x in results["load_average"])
-    pressure = f", CPU pressure (some, avg60) {results['cpu_pressure']}" if results.get("cpu_pressure") else ""
-    lines = [f"Machine: {results['cpus']} CPUs, load average at the start {load}{pressure}.", "",
-             f"Drain of a {args.events:,}-event backlog ({args.aggregates:,} aggregates, {args.partitions} partitions, "
-             f"our batch {args.batch}):", "",
-             "| relay | events | seconds | events/s | relay CPU per event |", "|---|---:|---:|---:|---:|"]
-    for who, r in results["drain"].items():
-        note = f" (time-boxed; {r['projected_seconds_for_backlog'] / 60:,.0f} min projected)" if who == "seed article" else ""
-        cpu = f"{r['relay_cpu_us_per_event']:.0f} µs" if "relay_cpu_us_per_event" in r else "-"
-        lines.append(f"| {who} | {r['events']:,} | {r['seconds']:.1f}{note} | {r['per_second']:,.0f} | {cpu} |")
-    lines += ["", f"Steady rate, commit -> Kafka acknowledgement, {args.duration:.0f} s per run:", "",
-              "| rate | relay | events | p50 ms | p99 ms | max ms | unpublished at the end |",
-              "|---:|---|---:|---:|---:|---:|---:|"]
+    lines = [f"Host at the start: {results['load_start']}; at the end: {results['load_end']}.", ""]
+    if results["drain"]:
+        lines += [f"Drain of a {args.events:,}-event backlog ({args.aggregates:,} aggregates, {args.partitions} "
+                  f"partitions, batch {args.batch}):", "",
+                  "| relay | events | seconds | events/s | relay CPU / event | PostgreSQL CPU / event | host |",
+                  "|---|---:|---:|---:|---:|---:|---|"]
+        for who, r in results["drain"].items():
+            cpu = f"{r['relay_cpu_us_per_event']:.0f} µs" if "relay_cpu_us_per_event" in r else "-"
+            pg = f"{r['pg_cpu_us_per_event']:.0f} µs" if "pg_cpu_us_per_event" in r else "-"
+            lines.append(f"| {who} | {r['events']:,} | {r['seconds']:.1f} | {r['per_second']:,.0f} | {cpu} | {pg} "
+                         f"| {r['load']} |")
+    lines += ["", f"Steady rate, COMMIT -> a Kafka consumer receives the event, {args.duration:.0f} s per run:", "",
+              "| rate | relay | events | p50 ms | p99 ms | max ms | not received | relay CPU / event | host |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for rate, by in results["steady"].items():
         for who, r in by.items():
+            cpu = f"{r['relay_cpu_us_per_event']:.0f} µs" if "relay_cpu_us_per_event" in r else "-"
             lines.append(f"| {rate}/s | {who} | {r['written']:,} | {fmt_ms(r['p50'])} | {fmt_ms(r['p99'])} | "
-                         f"{fmt_ms(r['max'])} | {r['unpublished']:,} |")
+                         f"{fmt_ms(r['max'])} | {r['unpublished']:,} | {cpu} | {r['load']} |")
     return "\n".join(lines)
 
 

@@ -99,7 +99,7 @@ def build_template(server_url: str, total: int, due: int, layout: str, rebuild: 
         sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)),
     )
     url = url_for_db(server_url, name)
-    migrate(url, REPO / "db")
+    migrate(url, REPO / "db", simulation=True)
     started = time.perf_counter()
     out = subprocess.run(
         ["psql", "-XqAt", "-d", url, "-v", f"total={total}", "-v", f"due={due}", "-v", f"layout={layout}", "-v", f"now={NOW.isoformat()}",
@@ -122,7 +122,7 @@ class Copy:
             sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(sql.Identifier(self.name), sql.Identifier(template)),
         )
         self.url = url_for_db(server_url, self.name)
-        migrate(self.url, REPO / "db")  # the functions as they are now
+        migrate(self.url, REPO / "db", simulation=True)  # the functions as they are now
         admin(self.url, sql.SQL("VACUUM ANALYZE"), sql.SQL("CHECKPOINT"))
 
     def drop(self) -> None:

@@ -252,7 +252,7 @@ def main() -> None:
             conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
             conn.execute(f"CREATE DATABASE {DB}")
     reuse = bool(args.reuse and exists)
-    migrate(url, REPO / "db")
+    migrate(url, REPO / "db", simulation=True)
     print(f"# retention benchmark: {n:,} published rows, {parts} partitions, retention of the oldest "
           f"{args.share:.0%}, batches of {args.batch:,}", flush=True)
 

@@ -25,7 +25,7 @@ Returns it; BL404 when absent.';
 
 CREATE OR REPLACE FUNCTION billing._invoice_data(p_invoice billing.invoice)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE  -- inlinable (see _utc_text)
 AS $$
     SELECT pg_catalog.jsonb_build_object(
         'invoiceId', p_invoice.id,

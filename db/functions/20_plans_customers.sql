@@ -11,6 +11,7 @@ DECLARE
     v_old billing.plan;
     v_new billing.plan;
 BEGIN
+    PERFORM billing._audit('upsert_plan', jsonb_build_object('code', p_code, 'price_amount', p_price_amount, 'currency', p_currency, 'billing_interval', p_billing_interval, 'interval_count', p_interval_count));
     PERFORM billing._check_text('a plan code', p_code, 100);
     IF p_price_amount IS NULL OR p_price_amount < 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
@@ -64,6 +65,7 @@ AS $$
 DECLARE
     v_row billing.customer;
 BEGIN
+    PERFORM billing._audit('upsert_customer', jsonb_build_object('customer_id', p_customer_id, 'timezone', p_timezone));
     IF p_customer_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'customer id is required';
     END IF;

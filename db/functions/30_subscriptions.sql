@@ -37,6 +37,7 @@ DECLARE
     v_tz      text;
     v_sub     billing.subscription;
 BEGIN
+    PERFORM billing._audit('create_subscription', jsonb_build_object('idempotency_key', p_idempotency_key, 'customer_id', p_customer_id, 'plan_code', p_plan_code, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('an idempotency key', p_idempotency_key, 255);
     IF p_customer_id IS NULL THEN
@@ -123,6 +124,7 @@ DECLARE
     v_sub    billing.subscription;
     v_before billing.subscription;
 BEGIN
+    PERFORM billing._audit('cancel_subscription', jsonb_build_object('subscription_id', p_subscription_id, 'at_period_end', p_at_period_end, 'now', p_now, 'expected_version', p_expected_version));
     PERFORM billing._check_now(p_now);
     IF p_at_period_end IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_at_period_end must be true or false';
@@ -177,6 +179,7 @@ DECLARE
     v_reanchor  boolean;
     v_before    billing.subscription;
 BEGIN
+    PERFORM billing._audit('change_plan', jsonb_build_object('subscription_id', p_subscription_id, 'plan_code', p_plan_code, 'now', p_now, 'expected_version', p_expected_version));
     PERFORM billing._check_now(p_now);
     v_sub := billing._lock_subscription(p_subscription_id);
     IF v_sub.status = 'CANCELED' THEN

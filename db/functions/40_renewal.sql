@@ -154,6 +154,7 @@ DECLARE
     v_canceled bigint[];
     v_try      integer := 0;
 BEGIN
+    PERFORM billing._audit('create_due_invoices', jsonb_build_object('batch_size', p_batch_size, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 100000);
 

@@ -74,6 +74,7 @@ SET jit = off  -- a short OLTP statement: compiling it would cost more than runn
 AS $$
 #variable_conflict use_column
 BEGIN
+    PERFORM billing._audit('claim_charges', jsonb_build_object('worker', p_worker, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('a worker name', p_worker, 255);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
@@ -256,6 +257,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM billing._audit('record_payment_result', jsonb_build_object('idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'gateway_reference', p_gateway_reference, 'failure_reason', p_failure_reason, 'now', p_now));
     PERFORM billing._check_now(p_now);
     RETURN billing._apply_payment_result(p_idempotency_key, p_outcome, p_gateway_reference, p_failure_reason, p_now);
 END
@@ -272,6 +274,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM billing._audit('apply_gateway_webhook', jsonb_build_object('event_id', p_event_id, 'idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'gateway_reference', p_gateway_reference, 'now', p_now));
     PERFORM billing._check_now(p_now);
     IF p_event_id IS NULL OR btrim(p_event_id) = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a webhook event id is required';

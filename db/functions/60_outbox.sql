@@ -27,7 +27,7 @@ Returns the version number.';
 CREATE OR REPLACE FUNCTION billing._cloud_event(
     p_event_id uuid, p_event_type text, p_aggregate_type text, p_aggregate_id bigint, p_time timestamptz, p_data jsonb)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql STABLE PARALLEL SAFE  -- inlinable (see billing._utc_text)
 AS $$
     SELECT pg_catalog.jsonb_build_object(
         'specversion', '1.0',
@@ -110,6 +110,7 @@ AS $$
 DECLARE
     v_ids bigint[];
 BEGIN
+    PERFORM billing._audit('claim_outbox_events', jsonb_build_object('batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
     PERFORM billing._check_lease(p_lease);
@@ -158,6 +159,7 @@ AS $$
 DECLARE
     v_count integer;
 BEGIN
+    PERFORM billing._audit('mark_outbox_published', jsonb_build_object('ids', p_ids, 'now', p_now));
     PERFORM billing._check_now(p_now);
     UPDATE billing.outbox_event
        SET status = 'PUBLISHED', published_at = p_now, lease_until = NULL
@@ -181,6 +183,7 @@ DECLARE
     c_max_attempts constant integer := 10;
     v_event billing.outbox_event;
 BEGIN
+    PERFORM billing._audit('mark_outbox_failed', jsonb_build_object('id', p_id, 'error', left(p_error, 200), 'now', p_now));
     PERFORM billing._check_now(p_now);
     SELECT * INTO v_event FROM billing.outbox_event WHERE id = p_id FOR UPDATE;
     IF NOT FOUND THEN

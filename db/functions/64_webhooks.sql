@@ -18,6 +18,7 @@ AS $$
 DECLARE
     v_endpoint billing.webhook_endpoint;
 BEGIN
+    PERFORM billing._audit('create_webhook_endpoint', jsonb_build_object('url', p_url, 'event_types', p_event_types, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('a webhook url', p_url, 2048);
     IF p_url !~ '^https?://[^/?#@\s]+([/?#]|$)' THEN
@@ -81,6 +82,7 @@ AS $$
 DECLARE
     v_endpoint billing.webhook_endpoint;
 BEGIN
+    PERFORM billing._audit('delete_webhook_endpoint', jsonb_build_object('endpoint_id', p_endpoint_id));
     DELETE FROM billing.webhook_endpoint WHERE id = p_endpoint_id RETURNING * INTO v_endpoint;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
@@ -170,6 +172,7 @@ AS $$
 DECLARE
     v_ids bigint[];
 BEGIN
+    PERFORM billing._audit('claim_webhook_deliveries', jsonb_build_object('endpoint_id', p_endpoint_id, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
     PERFORM billing._check_lease(p_lease);
@@ -231,6 +234,7 @@ DECLARE
     v_endpoint billing.webhook_endpoint;
     v_gave_up  record;
 BEGIN
+    PERFORM billing._audit('record_webhook_attempts', jsonb_build_object('endpoint_id', p_endpoint_id, 'outbox_ids', p_outbox_ids, 'outcomes', p_outcomes, 'status_codes', p_status_codes, 'now', p_now));
     PERFORM billing._check_now(p_now);
     IF cardinality(p_outbox_ids) IS DISTINCT FROM cardinality(p_outcomes)
        OR cardinality(p_outbox_ids) IS DISTINCT FROM cardinality(p_status_codes)

@@ -14,6 +14,7 @@ AS $$
 DECLARE
     v_cutoff timestamptz;
 BEGIN
+    PERFORM billing._audit('purge_expired', jsonb_build_object('keep', p_keep, 'batch_size', p_batch_size, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 100000);
     IF p_keep IS NULL OR p_keep < interval '1 hour' THEN
@@ -105,6 +106,7 @@ AS $$
 DECLARE
     v_count integer;
 BEGIN
+    PERFORM billing._audit('retry_dead_outbox_events', jsonb_build_object('types', p_types, 'now', p_now));
     PERFORM billing._check_now(p_now);
     -- Back to PENDING with a fresh count of tries. The claim hands an aggregate's events out in
     -- id order and holds back later PENDING events of the aggregate behind them, so the requeued

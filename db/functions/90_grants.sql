@@ -1,19 +1,61 @@
--- 90_grants: billing_app executes the API functions and nothing else. Re-applied last, after
--- every migration and every other functions file, so a new table or function never leaks.
--- The rule is by name: functions of schema billing whose name starts with "_" are private;
--- every other function (returning anything but a trigger) is API and executable by billing_app.
+-- 90_grants: who executes what. Re-applied last, after every migration and every other functions
+-- file, so a new table or function never leaks. docs/security.md explains the roles.
+--
+-- * billing_owner (NOLOGIN) owns the schema and everything in it; migrations run as it.
+-- * The job roles (NOLOGIN; grant them to login roles, e.g. with `billing db login-role`) get
+--   USAGE on the schema and EXECUTE on their own functions only, listed below; no table access.
+-- * billing_app, the one role of earlier versions, is kept for existing callers as a member of
+--   every job role (deprecated: give each process the role of its job instead).
+-- * Functions whose name starts with "_" are private: never granted. A public function missing
+--   from the list below is granted to nobody but billing_app (a NOTICE says so, and
+--   driver/tests/test_roles.py fails until it is placed).
 
 REVOKE ALL ON SCHEMA billing FROM PUBLIC;
-GRANT USAGE ON SCHEMA billing TO billing_app;
-
-REVOKE ALL ON ALL TABLES IN SCHEMA billing FROM PUBLIC, billing_app;
-REVOKE ALL ON ALL SEQUENCES IN SCHEMA billing FROM PUBLIC, billing_app;
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA billing FROM PUBLIC, billing_app;
+REVOKE ALL ON ALL TABLES IN SCHEMA billing FROM PUBLIC, billing_app, billing_api, billing_worker, billing_relay,
+    billing_readonly, billing_admin;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA billing FROM PUBLIC, billing_app, billing_api, billing_worker, billing_relay,
+    billing_readonly, billing_admin;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA billing FROM PUBLIC, billing_app, billing_api, billing_worker, billing_relay,
+    billing_readonly, billing_admin;
+GRANT USAGE ON SCHEMA billing TO billing_app, billing_api, billing_worker, billing_relay, billing_readonly, billing_admin;
 
 DO $$
 DECLARE
-    v_fn regprocedure;
+    -- role -> the functions of its job (by name: every overload).
+    c_jobs constant jsonb := '{
+      "billing_api": ["create_subscription", "get_subscription", "cancel_subscription", "change_plan",
+                      "upsert_customer", "plan_code", "apply_gateway_webhook", "authenticate_api_key",
+                      "read_audit", "outbox_stats", "period_end", "proration_amount", "is_simulation",
+                      "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
+                      "delete_webhook_endpoint", "list_webhook_attempts"],
+      "billing_worker": ["create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
+                         "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats",
+                         "period_end", "proration_amount", "is_simulation"],
+      "billing_relay": ["claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
+                        "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
+                        "is_simulation"],
+      "billing_readonly": ["get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
+                           "proration_amount", "dunning_next_attempt", "is_simulation"],
+      "billing_admin": ["upsert_plan", "upsert_customer", "create_api_key", "list_api_keys", "revoke_api_key",
+                        "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
+                        "plan_code", "period_end", "proration_amount", "is_simulation",
+                        "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
+                        "delete_webhook_endpoint", "list_webhook_attempts", "outbox_events_from",
+                        "retry_dead_outbox_events"]
+    }';
+    v_role text;
+    v_fn   regprocedure;
 BEGIN
+    FOR v_role, v_fn IN
+        SELECT j.key, p.oid::regprocedure
+          FROM jsonb_each(c_jobs) j
+          CROSS JOIN LATERAL jsonb_array_elements_text(j.value) f(name)
+          JOIN pg_catalog.pg_proc p ON p.pronamespace = 'billing'::regnamespace AND p.proname = f.name
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn, v_role);
+    END LOOP;
+
+    -- Placed nowhere yet: billing_app only (the old rule), and a notice.
     FOR v_fn IN
         SELECT p.oid::regprocedure
           FROM pg_catalog.pg_proc p
@@ -21,8 +63,14 @@ BEGIN
            AND p.prokind = 'f'
            AND p.proname !~ '^_'
            AND p.prorettype <> 'pg_catalog.trigger'::regtype
+           AND NOT EXISTS (SELECT 1 FROM jsonb_each(c_jobs) j
+                            WHERE j.value ? p.proname)
     LOOP
+        RAISE NOTICE 'function % belongs to no job role in 90_grants.sql: only billing_app may execute it', v_fn;
         EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO billing_app', v_fn);
     END LOOP;
 END
 $$;
+
+-- billing_app is made a member of every job role by the migration runner (granting a role
+-- needs a role-creating login, which the owner is not): billing.migrate.ROLES.

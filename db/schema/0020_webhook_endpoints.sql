@@ -58,10 +58,8 @@ CREATE TABLE billing.webhook_delivery (
     CONSTRAINT webhook_delivery_attempts_not_negative CHECK (attempts >= 0)
 );
 CREATE INDEX webhook_delivery_pending_idx ON billing.webhook_delivery (endpoint_id, outbox_id) WHERE status = 'PENDING';
--- The claim's head-of-line probe: a predicate of its own, so that no other index can serve it
--- (see 0021_outbox_head_of_line_index.sql for why).
-CREATE INDEX webhook_delivery_aggregate_open_idx
-    ON billing.webhook_delivery (endpoint_id, aggregate_type, aggregate_id, outbox_id) WHERE status <> 'DELIVERED';
+CREATE INDEX webhook_delivery_aggregate_pending_idx
+    ON billing.webhook_delivery (endpoint_id, aggregate_type, aggregate_id, outbox_id) WHERE status = 'PENDING';
 CREATE INDEX webhook_delivery_outbox_pending_idx ON billing.webhook_delivery (outbox_id) WHERE status = 'PENDING';
 CREATE INDEX webhook_delivery_finished_idx ON billing.webhook_delivery (finished_at) WHERE status <> 'PENDING';
 COMMENT ON TABLE billing.webhook_delivery IS 'One event to deliver to one endpoint: the endpoint''s queue, in outbox id order per aggregate.';

@@ -11,3 +11,9 @@
 CREATE INDEX outbox_event_aggregate_unpublished_idx ON billing.outbox_event (aggregate_type, aggregate_id, id)
     WHERE status <> 'PUBLISHED';
 DROP INDEX billing.outbox_event_aggregate_pending_idx;
+
+-- The same for the head-of-line probe of webhook deliveries (claim_webhook_deliveries), whose
+-- statuses are PENDING, DELIVERED and FAILED.
+CREATE INDEX webhook_delivery_aggregate_open_idx
+    ON billing.webhook_delivery (endpoint_id, aggregate_type, aggregate_id, outbox_id) WHERE status <> 'DELIVERED';
+DROP INDEX billing.webhook_delivery_aggregate_pending_idx;

@@ -34,19 +34,26 @@ def db() -> None:
 
 @db.command("migrate")
 @database_url_option
+@click.option("--simulation/--no-simulation", default=None,
+              help="Mark the database as a simulation database (any p_now accepted: demo, tests, benchmarks), "
+                   "or clear the mark. Default: leave the mark as it is (a new database is not one).")
 @click.pass_obj
-def db_migrate(settings: Settings, database_url: str | None) -> None:
-    """Apply pending migrations, then (re)apply every SQL function. Safe to run concurrently."""
+def db_migrate(settings: Settings, database_url: str | None, simulation: bool | None) -> None:
+    """Apply pending migrations, then (re)apply every SQL function. Safe to run concurrently.
+
+    Runs as the owner role billing_owner (the login needs CREATEROLE or superuser the first time,
+    to create the roles: docs/security.md)."""
     from billing.migrate import MigrationError, migrate
 
     settings = settings.with_overrides(database_url=database_url)
     try:
-        result = migrate(settings.database_url, settings.db_dir)
+        result = migrate(settings.database_url, settings.db_dir, simulation=simulation)
     except MigrationError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(
         f"migrations applied: {len(result.applied)} ({', '.join(result.applied) or 'none pending'}); "
         f"function files applied: {result.functions}"
+        + ("; simulation database (any p_now accepted)" if result.simulation else "")
     )
 
 
@@ -54,6 +61,15 @@ def _run(module: str, func: str, *args, **kwargs):
     import importlib
 
     return getattr(importlib.import_module(module), func)(*args, **kwargs)
+
+
+def _refuse_weak_secrets(settings: Settings, command: str) -> None:
+    problems = settings.secret_problems()
+    if problems:
+        raise click.ClickException(
+            f"{command} refuses to start: " + "; ".join(problems)
+            + ". Generate secrets with deploy/make-secrets.sh or `python -c 'import secrets; print(secrets.token_urlsafe(32))'` "
+              "(docs/security.md).")
 
 
 @main.command()
@@ -69,6 +85,7 @@ def _run(module: str, func: str, *args, **kwargs):
 def worker(settings: Settings, database_url, concurrency, renew, charge, relay, webhooks, retention) -> None:
     """Renewal, charge workers, outbox relay, webhooks and retention in one process. SIGTERM drains and exits 0."""
     settings = settings.with_overrides(database_url=database_url)
+    _refuse_weak_secrets(settings, "billing worker")
     sys.exit(_run("billing.worker", "run_worker", settings, concurrency=concurrency,
                   renew=renew, charge=charge, relay=relay, webhooks=webhooks, retention=retention) or 0)
 
@@ -77,11 +94,114 @@ def worker(settings: Settings, database_url, concurrency, renew, charge, relay, 
 @database_url_option
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, type=int, show_default=True)
+@click.option("--internal-host", default="127.0.0.1", show_default=True,
+              help="Address of the internal listener (never publish it).")
+@click.option("--internal-port", default=None, type=int,
+              help="Also serve /metrics, /openapi.json and /healthz WITHOUT a key on this port "
+                   "(on the public port they need an admin key).")
 @click.pass_obj
-def serve(settings: Settings, database_url, host, port) -> None:
-    """The HTTP API, /metrics and /healthz."""
+def serve(settings: Settings, database_url, host, port, internal_host, internal_port) -> None:
+    """The HTTP API (API keys required: docs/security.md), /metrics and /healthz."""
     settings = settings.with_overrides(database_url=database_url)
-    _run("billing.api", "serve", settings, host=host, port=port)
+    _refuse_weak_secrets(settings, "billing serve")
+    _run("billing.api", "serve", settings, host=host, port=port, internal_host=internal_host,
+         internal_port=internal_port)
+
+
+@db.command("login-role")
+@database_url_option
+@click.argument("login")
+@click.option("--job", "jobs", multiple=True, required=True,
+              type=click.Choice(["api", "worker", "relay", "readonly", "admin"]),
+              help="The job role(s) to grant (billing_<job>); repeat for several (a `billing worker` that also "
+                   "relays: --job worker --job relay).")
+@click.option("--password-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Set the login's password from this file (stored by PostgreSQL as SCRAM).")
+@click.pass_obj
+def db_login_role(settings: Settings, database_url, login, jobs, password_file) -> None:
+    """Create (or update) a LOGIN role for one process: its job roles, and the statement_timeout,
+    lock_timeout and idle_in_transaction_session_timeout of its job (docs/security.md)."""
+    from billing.roles import RoleError, ensure_login_role
+
+    settings = settings.with_overrides(database_url=database_url)
+    password = None
+    if password_file:
+        from pathlib import Path
+
+        password = Path(password_file).read_text(encoding="utf-8").rstrip("\r\n")
+    try:
+        summary = ensure_login_role(settings.database_url, login, jobs, password=password)
+    except RoleError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(summary)
+
+
+@main.group("api-key")
+def api_key() -> None:
+    """HTTP API keys: create (the key is shown once), list, revoke."""
+
+
+def _cli_actor() -> str:
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:  # noqa: BLE001 - no user name in some containers
+        return "cli:unknown"
+
+
+@api_key.command("create")
+@database_url_option
+@click.option("--name", required=True, help="What the key is for (e.g. the calling application).")
+@click.option("--scope", "scopes", multiple=True, required=True,
+              type=click.Choice(["subscriptions:read", "subscriptions:write", "admin"]),
+              help="Repeat for several; admin allows everything.")
+@click.pass_obj
+def api_key_create(settings: Settings, database_url, name, scopes) -> None:
+    """Create a key; prints its id and scopes, then the key itself alone on the last line (shown once)."""
+    from billing.api_keys import create_key
+
+    settings = settings.with_overrides(database_url=database_url)
+    created = create_key(settings.database_url, name, list(scopes), actor=_cli_actor())
+    click.echo(f"created API key {created.key_id} ({name}; scopes: {', '.join(scopes)})")
+    click.echo("the key is shown once; store it now:")
+    click.echo(created.key)
+
+
+@api_key.command("list")
+@database_url_option
+@click.pass_obj
+def api_key_list(settings: Settings, database_url) -> None:
+    """Every key: id, name, scopes, created, last used, revoked (never the key)."""
+    from billing.api_keys import list_keys
+
+    settings = settings.with_overrides(database_url=database_url)
+    rows = list_keys(settings.database_url)
+    click.echo(f"{'id':<16} {'scopes':<42} {'created':<20} {'last used':<20} {'revoked':<20} name")
+    for r in rows:
+        def at(v):
+            return v.strftime("%Y-%m-%d %H:%M:%S") if v else "-"
+
+        click.echo(f"{r['id']:<16} {','.join(r['scopes']):<42} {at(r['created_at']):<20} {at(r['last_used_at']):<20} "
+                   f"{at(r['revoked_at']):<20} {r['name']}")
+
+
+@api_key.command("revoke")
+@database_url_option
+@click.argument("key_id")
+@click.pass_obj
+def api_key_revoke(settings: Settings, database_url, key_id) -> None:
+    """Revoke a key at once (its requests get 401 from then on)."""
+    import psycopg
+
+    from billing.api_keys import revoke_key
+
+    settings = settings.with_overrides(database_url=database_url)
+    try:
+        revoked_at = revoke_key(settings.database_url, key_id, actor=_cli_actor())
+    except psycopg.Error as exc:
+        raise click.ClickException(exc.diag.message_primary or str(exc)) from exc
+    click.echo(f"revoked {key_id} at {revoked_at:%Y-%m-%d %H:%M:%S} UTC")
 
 
 @main.command("gateway-sim")

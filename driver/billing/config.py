@@ -2,11 +2,19 @@
 
 The one place where the driver reads its `BILLING_*` environment variables, and where each
 setting's default is written: the command line's options default to None ("as the settings say").
+
+Secrets (the database and Redis URLs, which may hold passwords, the webhook secret, the Kafka
+password) have no default and may come from a file: `BILLING_X_FILE=/run/secrets/x` instead of
+`BILLING_X` (as Docker and Kubernetes secrets are mounted; setting both is an error).
+`Settings.secret_problems` says which secrets `billing serve` and `billing worker` refuse:
+shorter than 32 characters, or a known placeholder (docs/security.md).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import urllib.parse
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -34,6 +42,52 @@ def _env_int(name: str, default: int | None) -> int | None:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
 
 
+def _env_secret(name: str) -> str | None:
+    """BILLING_X, or the content of the file BILLING_X_FILE names (one trailing newline dropped)."""
+    raw = os.environ.get(name) or None
+    path = os.environ.get(f"{name}_FILE") or None
+    if raw is not None and path is not None:
+        raise ValueError(f"set {name} or {name}_FILE, not both")
+    if path is None:
+        return raw
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"{name}_FILE: cannot read {path}: {exc.strerror}") from exc
+    text = text[:-1] if text.endswith("\n") else text
+    text = text[:-1] if text.endswith("\r") else text
+    return text or None
+
+
+MIN_SECRET_LENGTH = 32
+# Values people leave in configuration files; refused whatever their length.
+_PLACEHOLDERS = re.compile(
+    r"change[-_ ]?me|replace[-_ ]?me|placeholder|your[-_ ]?(?:secret|password|key)|example|dummy|"
+    r"^(?:secret|password|passwd|billing|postgres|redis|kafka|admin|default|test|whsec_test|\.\.\.)$",
+    re.IGNORECASE)
+
+
+def secret_problem(what: str, value: str) -> str | None:
+    """Why `value` is not an acceptable secret, or None (never says the value itself)."""
+    if _PLACEHOLDERS.search(value):
+        return f"{what} is a known placeholder"
+    if len(set(value)) < 6:
+        return f"{what} looks like a placeholder (too few distinct characters)"
+    if len(value) < MIN_SECRET_LENGTH:
+        return f"{what} is shorter than {MIN_SECRET_LENGTH} characters"
+    return None
+
+
+def _url_password(url: str | None) -> str | None:
+    if not url:
+        return None
+    if "://" in url:
+        password = urllib.parse.urlsplit(url).password
+        return urllib.parse.unquote(password) if password else None
+    m = re.search(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", url)  # key=value connection string
+    return m.group(1).strip("'") if m else None
+
+
 def _env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -52,6 +106,11 @@ class Settings:
     redis_url: str | None = None
     kafka_bootstrap: str | None = None
     kafka_topic: str = "billing.events"
+    # Kafka client security (compose: SASL_PLAINTEXT with SCRAM-SHA-512); None: plaintext, no auth.
+    kafka_security_protocol: str | None = None
+    kafka_sasl_mechanism: str | None = None
+    kafka_username: str | None = None
+    kafka_password: str | None = None
     gateway_url: str = "http://127.0.0.1:8099"
     gateway_rate: int = 200
     webhook_secret: str | None = None
@@ -74,27 +133,37 @@ class Settings:
     webhook_backoff_seconds: float = 5.0
     webhook_backoff_cap_seconds: float = 3600.0
     webhook_give_up_seconds: float = 86400.0
-    # The admin routes (/webhook-endpoints) need `Authorization: Bearer <this>`; unset: refused.
-    admin_token: str | None = None
     # Retention (docs/events.md): published outbox rows, finished webhook deliveries and stored
     # gateway webhooks older than this are deleted by the worker, in batches.
     retention_days: float = 30.0
     retention_interval_seconds: float = 300.0
     log_level: str = "INFO"
     log_json: bool = False
+    # `billing serve` (docs/security.md): per API key, requests per second and burst; timeouts
+    # for the request head, the body and idle keep-alive connections; requests in flight.
+    api_rate_per_key: float = 50.0
+    api_burst_per_key: int = 100
+    api_header_timeout_seconds: float = 10.0
+    api_body_timeout_seconds: float = 30.0
+    api_keep_alive_seconds: float = 5.0
+    api_max_concurrency: int = 256
     db_dir: Path = field(default_factory=lambda: Path(os.environ.get("BILLING_DB_DIR", REPO_ROOT / "db")))
 
     @classmethod
     def from_env(cls) -> "Settings":
         env = os.environ
         return cls(
-            database_url=env.get("BILLING_DATABASE_URL") or cls.database_url,
-            redis_url=env.get("BILLING_REDIS_URL") or None,
+            database_url=_env_secret("BILLING_DATABASE_URL") or cls.database_url,
+            redis_url=_env_secret("BILLING_REDIS_URL"),
             kafka_bootstrap=env.get("BILLING_KAFKA_BOOTSTRAP") or None,
             kafka_topic=env.get("BILLING_KAFKA_TOPIC") or cls.kafka_topic,
+            kafka_security_protocol=env.get("BILLING_KAFKA_SECURITY_PROTOCOL") or None,
+            kafka_sasl_mechanism=env.get("BILLING_KAFKA_SASL_MECHANISM") or None,
+            kafka_username=env.get("BILLING_KAFKA_USERNAME") or None,
+            kafka_password=_env_secret("BILLING_KAFKA_PASSWORD"),
             gateway_url=env.get("BILLING_GATEWAY_URL") or cls.gateway_url,
             gateway_rate=_env_int("BILLING_GATEWAY_RATE", cls.gateway_rate),
-            webhook_secret=env.get("BILLING_WEBHOOK_SECRET") or None,
+            webhook_secret=_env_secret("BILLING_WEBHOOK_SECRET"),
             charge_lease_seconds=_env_float("BILLING_CHARGE_LEASE_SECONDS", cls.charge_lease_seconds),
             gateway_timeout_seconds=_env_float("BILLING_GATEWAY_TIMEOUT_SECONDS", cls.gateway_timeout_seconds),
             limiter_guard_ms=_env_float("BILLING_LIMITER_GUARD_MS", cls.limiter_guard_ms),
@@ -108,12 +177,47 @@ class Settings:
             webhook_backoff_seconds=_env_float("BILLING_WEBHOOK_BACKOFF_SECONDS", cls.webhook_backoff_seconds),
             webhook_backoff_cap_seconds=_env_float("BILLING_WEBHOOK_BACKOFF_CAP_SECONDS", cls.webhook_backoff_cap_seconds),
             webhook_give_up_seconds=_env_float("BILLING_WEBHOOK_GIVE_UP_SECONDS", cls.webhook_give_up_seconds),
-            admin_token=env.get("BILLING_ADMIN_TOKEN") or None,
             retention_days=_env_float("BILLING_RETENTION_DAYS", cls.retention_days),
             retention_interval_seconds=_env_float("BILLING_RETENTION_INTERVAL_SECONDS", cls.retention_interval_seconds),
             log_level=env.get("BILLING_LOG_LEVEL") or cls.log_level,
             log_json=_env_bool("BILLING_LOG_JSON", cls.log_json),
+            api_rate_per_key=_env_float("BILLING_API_RATE_PER_KEY", cls.api_rate_per_key),
+            api_burst_per_key=_env_int("BILLING_API_BURST_PER_KEY", cls.api_burst_per_key),
+            api_header_timeout_seconds=_env_float("BILLING_API_HEADER_TIMEOUT_SECONDS", cls.api_header_timeout_seconds),
+            api_body_timeout_seconds=_env_float("BILLING_API_BODY_TIMEOUT_SECONDS", cls.api_body_timeout_seconds),
+            api_keep_alive_seconds=_env_float("BILLING_API_KEEP_ALIVE_SECONDS", cls.api_keep_alive_seconds),
+            api_max_concurrency=_env_int("BILLING_API_MAX_CONCURRENCY", cls.api_max_concurrency),
         )
+
+    def secret_problems(self) -> list[str]:
+        """What `billing serve` / `billing worker` refuse: every configured secret (each webhook
+        secret of a rotation list, the passwords inside the database and Redis URLs, the Kafka
+        password) must be 32 characters or more and not a known placeholder. An absent secret is
+        not a problem here: without a webhook secret the webhook endpoint refuses everything."""
+        problems = []
+        for i, secret in enumerate(s for s in (self.webhook_secret or "").split(",") if s):
+            problems.append(secret_problem(f"BILLING_WEBHOOK_SECRET (secret {i + 1})", secret))
+        for what, url in (("the password in BILLING_DATABASE_URL", self.database_url),
+                          ("the password in BILLING_REDIS_URL", self.redis_url)):
+            password = _url_password(url)
+            if password is not None:
+                problems.append(secret_problem(what, password))
+        if self.kafka_password:
+            problems.append(secret_problem("BILLING_KAFKA_PASSWORD", self.kafka_password))
+        return [p for p in problems if p]
+
+    def kafka_config(self) -> dict:
+        """librdkafka settings for the configured security (empty: plaintext without auth)."""
+        conf = {}
+        if self.kafka_security_protocol:
+            conf["security.protocol"] = self.kafka_security_protocol
+        if self.kafka_sasl_mechanism:
+            conf["sasl.mechanism"] = self.kafka_sasl_mechanism
+        if self.kafka_username:
+            conf["sasl.username"] = self.kafka_username
+        if self.kafka_password:
+            conf["sasl.password"] = self.kafka_password
+        return conf
 
     def with_overrides(self, **kwargs) -> "Settings":
         return replace(self, **{k: v for k, v in kwargs.items() if v is not None})

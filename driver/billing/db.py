@@ -71,6 +71,17 @@ GET_WEBHOOK_ENDPOINT = "SELECT * FROM billing.get_webhook_endpoint(%(id)s)"
 DELETE_WEBHOOK_ENDPOINT = "SELECT * FROM billing.delete_webhook_endpoint(%(id)s)"
 LIST_WEBHOOK_ATTEMPTS = "SELECT * FROM billing.list_webhook_attempts(%(id)s, %(limit)s)"
 
+# -- Security (db/functions/85_security.sql, docs/security.md). The actor of the audit log is a
+# transaction-local setting: a mutation sets it in its own transaction, first.
+SET_ACTOR = "SELECT set_config('billing.actor', %(actor)s, true)"
+AUTHENTICATE_API_KEY = "SELECT key_id, scopes FROM billing.authenticate_api_key(%(hash)s)"
+CREATE_API_KEY = "SELECT * FROM billing.create_api_key(%(id)s, %(name)s, %(hash)s, %(scopes)s::text[])"
+LIST_API_KEYS = "SELECT * FROM billing.list_api_keys()"
+REVOKE_API_KEY = "SELECT * FROM billing.revoke_api_key(%(id)s)"
+READ_AUDIT = "SELECT * FROM billing.read_audit(%(before)s, %(limit)s, %(actor)s, %(function)s)"
+EXPIRE_IDEMPOTENCY_KEYS = (
+    "SELECT billing.expire_idempotency_keys(%(max_age)s::interval, %(batch)s, %(now)s) AS expired")
+
 # -- The demo (billing.demo). Its signups, one statement each for a whole step, calling the SQL
 # API once per row: the customers (with their time zones) first, then each subscription at its
 # own instant, in the order given.

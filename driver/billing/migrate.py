@@ -3,6 +3,12 @@
 Several instances may start at once: the whole run holds one transaction-scoped advisory lock, so
 the second instance waits, then finds nothing pending and only re-applies the functions.
 An applied migration whose file changed since is refused: migrations are never edited, only added.
+
+Roles (docs/security.md): the login that migrates creates the roles when they are missing (it
+needs CREATEROLE or superuser for that, once per cluster), hands the schema and every object in it
+to the non-login owner role `billing_owner`, then runs everything as that owner (`SET LOCAL ROLE`),
+so nothing is ever owned by the login or a superuser. `simulation=True` marks the database as a
+simulation database (any p_now; docs/security.md); `False` clears the mark; None leaves it.
 """
 
 from __future__ import annotations
@@ -31,6 +37,88 @@ CREATE TABLE IF NOT EXISTS billing.schema_migration (
     applied_at  timestamptz NOT NULL DEFAULT now()
 );
 """
+
+
+OWNER = "billing_owner"
+JOB_ROLES = ("billing_api", "billing_worker", "billing_relay", "billing_readonly", "billing_admin")
+DEPRECATED_ROLE = "billing_app"
+
+# Run as the migrating login, before it becomes the owner. Idempotent; safe when another
+# migrator (of another database of the same cluster) creates the same roles at the same time.
+ROLES = """
+DO $$
+DECLARE
+    v_role text;
+BEGIN
+    FOREACH v_role IN ARRAY ARRAY['billing_owner', 'billing_api', 'billing_worker', 'billing_relay',
+                                  'billing_readonly', 'billing_admin', 'billing_app'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;  -- created meanwhile by a concurrent migrator
+            END;
+        END IF;
+    END LOOP;
+    -- The migrating login must be able to SET ROLE billing_owner.
+    IF NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
+       AND NOT pg_catalog.pg_has_role(current_user, 'billing_owner', 'MEMBER') THEN
+        EXECUTE format('GRANT billing_owner TO %I', current_user);
+    END IF;
+    -- billing_app: the deprecated union of every job role.
+    FOREACH v_role IN ARRAY ARRAY['billing_api', 'billing_worker', 'billing_relay', 'billing_readonly',
+                                  'billing_admin'] LOOP
+        IF NOT pg_catalog.pg_has_role('billing_app', v_role, 'MEMBER') THEN
+            EXECUTE format('GRANT %I TO billing_app', v_role);
+        END IF;
+    END LOOP;
+END
+$$;
+"""
+
+# Run as the migrating login: schema billing and everything in it belong to billing_owner (a
+# database migrated by an earlier version has them owned by whoever migrated it).
+ADOPT = """
+DO $$
+DECLARE
+    v_obj record;
+BEGIN
+    -- Migrations say CREATE SCHEMA IF NOT EXISTS billing, which needs CREATE on the database.
+    IF NOT has_database_privilege('billing_owner', current_database(), 'CREATE') THEN
+        EXECUTE format('GRANT CREATE ON DATABASE %I TO billing_owner', current_database());
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = 'billing') THEN
+        CREATE SCHEMA billing AUTHORIZATION billing_owner;
+        RETURN;
+    END IF;
+    IF (SELECT nspowner FROM pg_catalog.pg_namespace WHERE nspname = 'billing') <> 'billing_owner'::regrole THEN
+        ALTER SCHEMA billing OWNER TO billing_owner;
+    END IF;
+    FOR v_obj IN
+        SELECT c.oid::regclass AS name, c.relkind
+          FROM pg_catalog.pg_class c
+         WHERE c.relnamespace = 'billing'::regnamespace AND c.relowner <> 'billing_owner'::regrole
+           AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+           -- sequences of identity / serial columns follow their table
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                            WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype IN ('a', 'i'))
+    LOOP
+        EXECUTE format('ALTER %s %s OWNER TO billing_owner',
+                       CASE WHEN v_obj.relkind = 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, v_obj.name);
+    END LOOP;
+    FOR v_obj IN
+        SELECT p.oid::regprocedure AS name, p.prokind
+          FROM pg_catalog.pg_proc p
+         WHERE p.pronamespace = 'billing'::regnamespace AND p.proowner <> 'billing_owner'::regrole
+    LOOP
+        EXECUTE format('ALTER %s %s OWNER TO billing_owner',
+                       CASE WHEN v_obj.prokind = 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, v_obj.name);
+    END LOOP;
+END
+$$;
+"""
+
+MARK_SIMULATION = "UPDATE billing.database_setting SET simulation = %s, updated_at = now() WHERE simulation <> %s"
 
 
 class MigrationError(RuntimeError):
@@ -70,14 +158,24 @@ def discover(db_dir: Path) -> tuple[list[Migration], list[Path]]:
 class MigrateResult:
     applied: list[str]
     functions: int
+    simulation: bool = False
 
 
-def migrate(database_url: str, db_dir: Path) -> MigrateResult:
+def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None) -> MigrateResult:
     migrations, functions = discover(db_dir)
     applied: list[str] = []
     with psycopg.connect(database_url, autocommit=False) as conn:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+            try:
+                conn.execute(ROLES)
+                conn.execute(ADOPT)
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise MigrationError(
+                    f"the migrating login cannot create or hand over the billing roles ({exc.diag.message_primary}); "
+                    "migrate once as a superuser or a login with CREATEROLE that owns the billing schema "
+                    "(docs/security.md)") from exc
+            conn.execute(f"SET LOCAL ROLE {OWNER}")
             conn.execute(BOOKKEEPING)
             done = {
                 row[0]: (row[1], row[2])
@@ -109,4 +207,11 @@ def migrate(database_url: str, db_dir: Path) -> MigrateResult:
                     conn.execute(path.read_text(encoding="utf-8"))
                 except psycopg.Error as exc:
                     raise MigrationError(f"{path.name}: {exc}") from exc
-    return MigrateResult(applied=applied, functions=len(functions))
+            # An older db/ (a benchmark's baseline commit) has neither the mark nor the clock guard.
+            marked = conn.execute("SELECT to_regclass('billing.database_setting') IS NOT NULL").fetchone()[0]
+            if simulation is not None and marked:
+                conn.execute(MARK_SIMULATION, (simulation, simulation))
+            is_simulation = bool(marked and conn.execute("SELECT billing.is_simulation()").fetchone()[0])
+    if is_simulation:
+        log.info("this is a simulation database: any p_now is accepted (billing.is_simulation())")
+    return MigrateResult(applied=applied, functions=len(functions), simulation=is_simulation)

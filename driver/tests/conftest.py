@@ -127,7 +127,7 @@ def migrated_template(pg_server_url) -> str:
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    migrate(url_for_db(pg_server_url, name), REPO_ROOT / "db")
+    migrate(url_for_db(pg_server_url, name), REPO_ROOT / "db", simulation=True)
     yield name
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
@@ -202,3 +202,10 @@ def kafka_topic(kafka_bootstrap) -> str:
         admin.delete_topics([name], operation_timeout=10)
     except Exception:  # noqa: BLE001 - cleanup is best effort; the broker may be down on purpose
         pass
+
+
+def create_test_key(db_url: str, *scopes: str, name: str = "test") -> str:
+    """A real API key in this database (default scope admin); the key itself."""
+    from billing.api_keys import create_key
+
+    return create_key(db_url, name, list(scopes or ("admin",)), actor="test").key

@@ -18,6 +18,8 @@ from billing.clock import SimulatedClock
 from billing.config import Settings
 from .synthetic import invoice_paid_data_sql
 
+from .conftest import create_test_key
+
 T0 = datetime(2026, 10, 1, 12, 0, tzinfo=timezone.utc)
 
 
@@ -29,11 +31,19 @@ def seed_plans(db_url: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def api_client(db_url: str, *, clock=None, secret: str | None = "whsec_test", **app_kwargs):
+async def api_client(db_url: str, *, clock=None, secret: str | None = "whsec_test", key: str | None = None,
+                     key_url: str | None = None, **app_kwargs):
+    """The app in process with an admin key of its own (or `key`)."""
+    if key is None:
+        try:
+            key = create_test_key(key_url or db_url, "admin")
+        except psycopg.OperationalError:
+            key = "bk_unreachable_" + "x" * 43  # the database is away on purpose
     app = create_app(Settings(database_url=db_url, webhook_secret=secret), clock=clock, **app_kwargs)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://billing.test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://billing.test",
+                                     headers={"Authorization": f"Bearer {key}"}) as client:
             yield client
     finally:
         await app.state.database.close()
@@ -305,18 +315,20 @@ def test_api_needs_nothing_but_execute_rights(db_url):
                    if not conn.execute("SELECT has_function_privilege('billing_app', %s, 'EXECUTE')", (f,)).fetchone()[0]]
     if missing:
         pytest.skip(f"billing_app lacks EXECUTE on {missing}: db/functions/90_grants.sql must grant them")
-    info = psycopg.conninfo.conninfo_to_dict(db_url)
-    info["options"] = "-c role=billing_app"
-    app_url = psycopg.conninfo.make_conninfo(**info)
+    for role in ("billing_app", "billing_api"):  # the deprecated union role, and the API's own job role
+        info = psycopg.conninfo.conninfo_to_dict(db_url)
+        info["options"] = f"-c role={role}"
+        app_url = psycopg.conninfo.make_conninfo(**info)
 
-    async def body():
-        async with api_client(app_url) as client:
-            r = await create(client)
-            assert r.status_code == 201, r.text
-            assert (await client.get(f"/subscriptions/{r.json()['id']}")).status_code == 200
-            assert "billing_outbox_backlog" in (await client.get("/metrics")).text
+        async def body():
+            async with api_client(app_url, key_url=db_url) as client:
+                r = await create(client, key=f"as-{role}")
+                assert r.status_code == 201, r.text
+                assert (await client.get(f"/subscriptions/{r.json()['id']}")).status_code == 200
+                assert "billing_outbox_backlog" in (await client.get("/metrics")).text
+                assert (await client.get("/admin/audit")).status_code == 200
 
-    run(body())
+        run(body())
 
 
 def test_billing_serve_answers_over_http(db_url):
@@ -333,6 +345,7 @@ def test_billing_serve_answers_over_http(db_url):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "BILLING_DATABASE_URL": db_url}
+    auth = {"Authorization": f"Bearer {create_test_key(db_url, 'subscriptions:write')}"}
     proc = subprocess.Popen([sys.executable, "-m", "billing.cli", "serve", "--port", str(port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -347,9 +360,10 @@ def test_billing_serve_answers_over_http(db_url):
                 time.sleep(0.2)
         assert r.status_code == 200 and r.json() == {"status": "ok"}
         r = httpx.post(f"http://127.0.0.1:{port}/subscriptions", json={"customerId": 9, "planCode": "PRO_MONTHLY"},
-                       headers={"Idempotency-Key": "over-http"})
+                       headers={"Idempotency-Key": "over-http", **auth})
         assert r.status_code == 201, r.text
-        r = httpx.post(f"http://127.0.0.1:{port}/subscriptions", content=b"{", headers={"Idempotency-Key": "x"})
+        r = httpx.post(f"http://127.0.0.1:{port}/subscriptions", content=b"{",
+                       headers={"Idempotency-Key": "x", "Content-Type": "application/json", **auth})
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
     finally:
         proc.send_signal(signal.SIGTERM)

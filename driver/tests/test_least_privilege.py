@@ -26,7 +26,7 @@ from billing.migrate import migrate
 API = {
     "upsert_plan", "upsert_customer", "create_subscription", "get_subscription", "cancel_subscription",
     "change_plan", "proration_amount", "period_end", "create_due_invoices", "claim_charges",
-    "record_payment_result", "apply_gateway_webhook", "dunning_next_attempt", "claim_outbox_events",
+    "record_payment_result", "record_payment_results", "apply_gateway_webhook", "dunning_next_attempt", "claim_outbox_events",
     "mark_outbox_published", "mark_outbox_failed",
     # outbound webhooks, retention, replay (db/functions/64_webhooks.sql, 66_retention_replay.sql)
     "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
@@ -37,7 +37,11 @@ API = {
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
 # Anything else executable fails.
 READ_ONLY_EXTRAS = {"outbox_stats", "status_summary", "plan_code"}
-EXECUTABLE = API | READ_ONLY_EXTRAS
+# docs/security.md: API keys, the audit log, the database's settings, idempotency key expiry.
+# billing_app (deprecated) is a member of every job role (driver/tests/test_roles.py), so it has them.
+SECURITY = {"create_api_key", "list_api_keys", "revoke_api_key", "authenticate_api_key", "read_audit",
+            "is_simulation", "set_max_clock_skew", "expire_idempotency_keys"}
+EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY
 
 T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
 
@@ -249,6 +253,9 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     keys = [c[2] for c in claims]
     paid = one("record_payment_result", "%s, %s, %s, %s, %s", (keys[0], "SUCCEEDED", "ch_lp_1", None, mid))
     out["paid"] = paid[10]  # billing.invoice.status
+    again = one("record_payment_results", "%s::text[], %s::text[], %s::text[], %s::text[], %s",
+                ([keys[0]], ["SUCCEEDED"], ["ch_lp_1"], [None], mid), setof=True)
+    out["paid_batch"] = [(r[0] == keys[0], r[2], r[3]) for r in again]  # its key, status, error code
     applied = one("apply_gateway_webhook", "%s, %s, %s, %s, %s::jsonb, %s",
                   (f"evt-{tag}", keys[1], "DECLINED", "ch_lp_2", '{"declineCode": "card_declined"}', mid))[0]
     duplicate = one("apply_gateway_webhook", "%s, %s, %s, %s, %s::jsonb, %s",
@@ -286,6 +293,18 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["attempts"] = len(one("list_webhook_attempts", "%s, %s, %s", (endpoint[0], 100, None), setof=True))
     out["purged"] = tuple(one("purge_expired", "%s, %s, %s", (timedelta(days=30), 100, renew_at)))
     out["deleted"] = one("delete_webhook_endpoint", "%s", (endpoint[0],))[0] == endpoint[0]
+    out["simulation"] = one("is_simulation", "")[0]
+    key_id, key_hash = f"bk_lp{len(tag)}x{abs(hash(tag)) % 10**8:08d}", bytes(range(32))
+    out["key"] = one("create_api_key", "%s, %s, %s, %s::text[]", (key_id, f"lp {tag}", key_hash, ["admin"]))[0] == key_id
+    out["authenticated"] = one("authenticate_api_key", "%s", (key_hash,), setof=True) == [(key_id, ["admin"])]
+    out["listed"] = key_id in [r[0] for r in one("list_api_keys", "", setof=True)]
+    one("revoke_api_key", "%s", (key_id,))
+    out["revoked"] = one("authenticate_api_key", "%s", (key_hash,), setof=True) == []
+    out["audited"] = "cancel_subscription" in [r[4] for r in one("read_audit", "NULL, 50, NULL, NULL", setof=True)]
+    out["skew"] = one("set_max_clock_skew", "%s::interval", ("10 minutes",))[0] == timedelta(minutes=10)
+    # Keys of the last 30 days stay (the caller checks the real tables afterwards); expiry itself:
+    # driver/tests/test_api_security.py.
+    out["expired"] = one("expire_idempotency_keys", "%s::interval, %s, %s", ("30 days", 100, T0))[0]
     out["called"] = called
     return out
 
@@ -293,12 +312,15 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
 EXPECTED = {
     "customer_tz": "America/Sao_Paulo", "idempotent_create": True, "get": True, "plan_code": True,
     "proration": 100000, "period_end": datetime(2026, 2, 28, tzinfo=timezone.utc), "dunning_1": True,
-    "dunning_4": None, "claims": ["0", "0"], "paid": "PAID", "webhook": (True, False), "renewed": 1,
+    "dunning_4": None, "claims": ["0", "0"], "paid": "PAID",
+    "paid_batch": [(True, "PAID", None)], "webhook": (True, False), "renewed": 1,
     "published": None, "backlog": 1, "summary_subs": True, "canceled": "CANCELED",
     "requeued": 0, "replayed": True, "endpoints": True, "endpoint": True, "recorded": "ENABLED",
     # the cancellation: its OPEN invoices voided (the declined PRORATION and the RENEWAL), then itself
     "deliveries": ["InvoiceVoided", "InvoiceVoided", "SubscriptionCanceled"], "attempts": 3,
     "purged": (0, 0, 0), "deleted": True,
+    "simulation": True, "key": True, "authenticated": True, "listed": True, "revoked": True, "audited": True,
+    "skew": True, "expired": 0,
 }
 
 

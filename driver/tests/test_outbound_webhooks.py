@@ -1,4 +1,4 @@
-"""Outbound webhooks end to end: endpoints created over HTTP (admin token), the worker's
+"""Outbound webhooks end to end: endpoints created over HTTP (an admin API key), the worker's
 deliverer posting to real HTTP receivers on loopback, signatures checked by an independent
 verifier (hmac + hashlib, not the project's code), order per aggregate, a receiver that fails for
 a while then recovers, one that never recovers (disabled, with an event), attempts visible
@@ -28,7 +28,11 @@ from billing.worker.relay import Relay, RelayOptions
 from billing.worker.sinks import JsonlSink
 from billing.worker.webhooks import WebhookDeliverer, WebhookOptions
 
-ADMIN = {"Authorization": "Bearer test-admin-token"}
+from .conftest import create_test_key
+
+def admin_headers(db_url: str, *scopes: str) -> dict:
+    """An API key of this database (admin scope by default): the operator's routes need it."""
+    return {"Authorization": f"Bearer {create_test_key(db_url, *(scopes or ('admin',)), name='webhooks')}"}
 
 
 def independent_verify(secret: str, header: str, body: bytes, now: float) -> bool:
@@ -126,19 +130,20 @@ def assert_in_commit_order(received: list[dict], rows: list[dict]) -> None:
         assert arrivals == sorted(arrivals), f"{aggregate} out of order"
 
 
-def test_endpoints_need_the_admin_token_and_valid_input(db_url):
+def test_endpoints_need_an_admin_key_and_valid_input(db_url):
+    ADMIN = admin_headers(db_url)
+    writer = admin_headers(db_url, "subscriptions:write")
+
     async def run():
-        transport = httpx.ASGITransport(app=create_app(Settings(database_url=db_url)))
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            r = await client.get("/webhook-endpoints")
-            assert r.status_code == 403  # no token configured: the admin routes are closed
-        settings = Settings(database_url=db_url, admin_token="test-admin-token")
+        settings = Settings(database_url=db_url)
         transport = httpx.ASGITransport(app=create_app(settings))
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             body = {"url": "https://hooks.example.com/billing", "eventTypes": ["InvoicePaid"]}
+            assert (await client.get("/webhook-endpoints")).status_code == 401
             assert (await client.post("/webhook-endpoints", json=body)).status_code == 401
             assert (await client.post("/webhook-endpoints", json=body,
                                       headers={"Authorization": "Bearer wrong"})).status_code == 401
+            assert (await client.post("/webhook-endpoints", json=body, headers=writer)).status_code == 403
             for bad, status in [({"url": "http://127.0.0.1:9/x", "eventTypes": ["*"]}, 422),  # loopback
                                 ({"url": "http://10.1.2.3/x", "eventTypes": ["*"]}, 422),      # private
                                 ({"url": "http://localhost/x", "eventTypes": ["*"]}, 422),
@@ -168,7 +173,8 @@ def test_endpoints_need_the_admin_token_and_valid_input(db_url):
 def test_delivery_end_to_end_in_order_signed_with_failing_and_dead_receivers(db_url, tmp_path):
     receiver = Receiver()
     receiver.fail_first["flaky"] = 7  # fails its first seven requests, then recovers
-    settings = Settings(database_url=db_url, admin_token="test-admin-token", webhook_allow_private=True)
+    settings = Settings(database_url=db_url, webhook_allow_private=True)
+    ADMIN = admin_headers(db_url)
     options = WebhookOptions(allow_private=True, timeout_seconds=2, backoff=timedelta(milliseconds=100),
                              backoff_cap=timedelta(milliseconds=500), give_up_after=timedelta(seconds=3),
                              poll_interval=0.2, refresh_interval=0.2, batch_size=20)

@@ -1,16 +1,18 @@
 """`billing serve`: the HTTP API (Starlette on uvicorn), routes and serving.
 
-Each endpoint validates its input (billing.api.validation), makes one call to the SQL API and maps
-the SQLSTATEs of docs/sql-api.md to HTTP statuses (BL404 -> 404, BL409 -> 409, or 412 when the
-caller sent If-Match, BL422 -> 422). Plus /webhooks/payments (signed gateway results,
-billing.api.webhooks), /webhook-endpoints (outbound webhooks, admin token), /metrics, /healthz
-and /openapi.json (billing.api.openapi).
+Every request first passes `billing.api.security.ApiGuard` (API key, scope, per-key rate, content
+type, declared size). Each endpoint validates its input (billing.api.validation), makes one call to
+the SQL API and maps the SQLSTATEs of docs/sql-api.md to HTTP statuses (BL404 -> 404, BL409 -> 409,
+or 412 when the caller sent If-Match, BL422 -> 422). A mutation runs in a transaction that first
+names its actor (`billing.actor` = api-key:<id>) for the audit log. Plus /webhooks/payments (signed
+gateway results, billing.api.webhooks), /webhook-endpoints (outbound webhooks), /admin/audit, /metrics, /healthz and /openapi.json
+(billing.api.openapi). Serving (timeouts, concurrency, the internal listener): billing.api.serving.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
+import hashlib
 import json
 import secrets as secrets_module
 import logging
@@ -24,15 +26,17 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from billing import db
 from billing.api.openapi import OPENAPI
+from billing.api.security import ApiGuard, KeyRateLimiter, Unavailable
 from billing.api.validation import (
-    IDEMPOTENCY_KEY, ApiError, bigint_field, bool_field, error_response, if_match, json_object,
-    path_id, read_body, subscription_response, text_field,
+    BIGINT_MAX, IDEMPOTENCY_KEY, ApiError, bigint_field, bool_field, error_response, if_match, iso_utc,
+    json_object, path_id, query_int, query_text, read_body, subscription_response, text_field,
 )
 from billing.api.webhooks import MAX_WEBHOOK_BODY, verify_signature, webhook_fields
 from billing.events.schemas import catalogue
@@ -77,6 +81,23 @@ class Database:
         async with pool.connection() as conn:
             cur = await conn.execute(query, params)
             return await cur.fetchall()
+
+    async def mutate(self, actor: str, query: str, params: dict | None = None) -> dict | None:
+        """One mutation in a transaction whose audit actor is `actor` (docs/security.md)."""
+        pool = await self.pool()
+        async with pool.connection() as conn:
+            async with conn.transaction():
+                await conn.execute(db.SET_ACTOR, {"actor": actor})
+                cur = await conn.execute(query, params)
+                return await cur.fetchone()
+
+    async def authenticate(self, key_hash: bytes) -> tuple[str, list[str]] | None:
+        try:
+            row = await self.one(db.AUTHENTICATE_API_KEY, {"hash": key_hash})
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            log.warning("API key check: database unavailable", extra={"error": str(exc).strip()})
+            raise Unavailable() from exc
+        return (row["key_id"], list(row["scopes"])) if row else None
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -144,8 +165,12 @@ def database_error(exc: psycopg.Error, request: Request | None) -> Response:
     if state == "23505":
         return error_response(409, "conflict", "a concurrent request with the same key won; retry to read its result")
     if state.startswith(("22", "23")) or isinstance(exc, psycopg.DataError):
-        # data exception, integrity violation: the input was wrong
-        return error_response(422, "invalid_input", (exc.diag.message_primary or str(exc))[:500])
+        # data exception, integrity violation: the input was wrong. The database's own text is
+        # never echoed (it may name internals); the rule's name is ours and says which rule.
+        log.info("request refused by a database rule", extra={"sqlstate": state, "error": str(exc).strip()[:500]})
+        rule = exc.diag.constraint_name
+        return error_response(422, "invalid_input",
+                              f"the request breaks the rule {rule}" if rule else "the input was refused by the database")
     if state.startswith("40"):  # serialization failure, deadlock: a concurrent change won
         return error_response(409, "conflict", "a concurrent change conflicted with this request; retry it")
     if isinstance(exc, psycopg.OperationalError):
@@ -156,13 +181,19 @@ def database_error(exc: psycopg.Error, request: Request | None) -> Response:
 
 
 def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[], float] = time.time,
-               pool_timeout: float = 5.0) -> Starlette:
+               pool_timeout: float = 5.0, rate_limit: bool = True) -> Starlette:
     """The ASGI app. `clock` gives p_now for the SQL calls; `wall_clock` (unix seconds) checks
     webhook signature timestamps, which are always real time. `pool_timeout`: how long a request
-    waits for a database connection before answering 503."""
+    waits for a database connection before answering 503. `rate_limit`: the per-key request rate
+    of the settings (api_rate_per_key, api_burst_per_key)."""
     clock = clock or SystemClock()
     database = Database(settings.database_url, pool_timeout)
     secrets = [s for s in (settings.webhook_secret or "").split(",") if s]
+    limiter = (KeyRateLimiter(settings.api_rate_per_key, settings.api_burst_per_key, settings.redis_url)
+               if rate_limit else None)
+
+    def actor(request: Request) -> str:
+        return f"api-key:{request.state.api_key_id}"
 
     @endpoint_of("/subscriptions")
     async def create_subscription(request: Request) -> Response:
@@ -175,8 +206,9 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         doc = await json_object(request, allowed={"customerId", "planCode"}, required={"customerId", "planCode"})
         customer_id = bigint_field(doc, "customerId")
         plan_code = text_field(doc, "planCode")
-        row = await database.one(db.API_CREATE_SUBSCRIPTION, {
-            "key": key, "customer_id": customer_id, "plan_code": plan_code, "now": clock.now()})
+        row = await database.mutate(actor(request), db.API_CREATE_SUBSCRIPTION, {
+            "key": scoped_idempotency_key(request.state.api_key_id, key), "customer_id": customer_id,
+            "plan_code": plan_code, "now": clock.now()})
         created = bool(row and row["created"])
         return subscription_response(row, 201 if created else 200, {"Location": f"/subscriptions/{row['id']}"})
 
@@ -190,7 +222,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         sub_id = path_id(request)
         expected = if_match(request)
         doc = await json_object(request, allowed={"atPeriodEnd"}, required={"atPeriodEnd"})
-        row = await database.one(db.API_CANCEL_SUBSCRIPTION, {
+        row = await database.mutate(actor(request), db.API_CANCEL_SUBSCRIPTION, {
             "id": sub_id, "at_period_end": bool_field(doc, "atPeriodEnd"),
             "now": clock.now(), "expected_version": expected})
         return subscription_response(row)
@@ -200,7 +232,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         sub_id = path_id(request)
         expected = if_match(request)
         doc = await json_object(request, allowed={"planCode"}, required={"planCode"})
-        row = await database.one(db.API_CHANGE_PLAN, {
+        row = await database.mutate(actor(request), db.API_CHANGE_PLAN, {
             "id": sub_id, "plan_code": text_field(doc, "planCode"),
             "now": clock.now(), "expected_version": expected})
         return subscription_response(row)
@@ -215,20 +247,17 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         except (ValueError, RecursionError):
             raise ApiError(400, "invalid_json", "the body is not valid JSON (UTF-8)") from None
         fields = webhook_fields(doc)
-        row = await database.one(db.APPLY_GATEWAY_WEBHOOK, {
+        row = await database.mutate("gateway-webhook", db.APPLY_GATEWAY_WEBHOOK, {
             **fields, "payload": json.dumps(doc), "now": clock.now()})
         applied = bool(row["applied"])
         return JSONResponse({"received": True, "applied": applied, "duplicate": not applied})
 
     # -- outbound webhook endpoints (admin) ------------------------------------------------------
     def require_admin(request: Request) -> None:
-        # The operator's routes: a bearer token from the settings (compare_digest), refused
-        # outright when none is configured.
-        if not settings.admin_token:
-            raise ApiError(403, "forbidden", "admin routes are disabled: set BILLING_ADMIN_TOKEN")
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), settings.admin_token.encode()):
-            raise ApiError(401, "unauthorized", "an admin bearer token is required (Authorization: Bearer ...)",
+        # The operator's routes: ApiGuard has already required an API key with the admin scope
+        # (billing.api.security); this only makes sure no route of this kind escapes it.
+        if getattr(request.state, "api_key_id", None) is None:
+            raise ApiError(401, "unauthorized", "an API key with the admin scope is required",
                            {"WWW-Authenticate": "Bearer"})
 
     @endpoint_of("/webhook-endpoints")
@@ -250,7 +279,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
             raise ApiError(422, "invalid_input", f"unknown event type(s): {', '.join(unknown)[:300]}; see docs/events.md")
         secret = text_field(doc, "secret", max_len=256) if doc.get("secret") is not None else \
             "whsec_" + secrets_module.token_urlsafe(32)
-        row = await database.one(db.CREATE_WEBHOOK_ENDPOINT, {"url": url, "types": types, "secret": secret,
+        row = await database.mutate(actor(request), db.CREATE_WEBHOOK_ENDPOINT, {"url": url, "types": types, "secret": secret,
                                                               "now": clock.now()})
         return JSONResponse(endpoint_json(row, with_secret=True), status_code=201,
                             headers={"Location": f"/webhook-endpoints/{row['id']}"})
@@ -269,7 +298,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
     @endpoint_of("/webhook-endpoints/{id}")
     async def delete_webhook_endpoint(request: Request) -> Response:
         require_admin(request)
-        row = await database.one(db.DELETE_WEBHOOK_ENDPOINT, {"id": path_id(request)})
+        row = await database.mutate(actor(request), db.DELETE_WEBHOOK_ENDPOINT, {"id": path_id(request)})
         return JSONResponse({"object": "webhook_endpoint", "id": row["id"], "deleted": True})
 
     @endpoint_of("/webhook-endpoints/{id}/attempts")
@@ -297,11 +326,24 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
                 log.warning("metrics: outbox figures not refreshed", extra={"error": str(exc).strip()})
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    @endpoint_of("/admin/audit")
+    async def audit(request: Request) -> Response:
+        q = request.query_params
+        before = query_int(q, "beforeId", 1, BIGINT_MAX)
+        limit = query_int(q, "limit", 1, 1000) or 100
+        rows = await database.all(db.READ_AUDIT, {
+            "before": before, "limit": limit, "actor": query_text(q, "actor"), "function": query_text(q, "function")})
+        entries = [{"id": r["id"], "at": iso_utc(r["at"]), "actor": r["actor"], "dbRole": r["db_role"],
+                    "function": r["function"], "args": r["args"]} for r in rows]
+        return JSONResponse({"entries": entries,
+                             "nextBeforeId": entries[-1]["id"] if len(entries) == limit else None})
+
     async def healthz(request: Request) -> Response:
         try:
             await asyncio.wait_for(database.one(db.HEALTH), timeout=pool_timeout + 1)
         except (psycopg.Error, PoolTimeout, asyncio.TimeoutError) as exc:
-            return JSONResponse({"status": "unavailable", "database": str(exc).strip()[:200]}, status_code=503)
+            log.warning("health check: database unavailable", extra={"error": str(exc).strip()[:200]})
+            return JSONResponse({"status": "unavailable"}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def openapi(request: Request) -> Response:
@@ -327,6 +369,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         Route("/webhook-endpoints/{id}", get_webhook_endpoint, methods=["GET"]),
         Route("/webhook-endpoints/{id}", delete_webhook_endpoint, methods=["DELETE"]),
         Route("/webhook-endpoints/{id}/attempts", list_webhook_attempts, methods=["GET"]),
+        Route("/admin/audit", audit, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
@@ -339,22 +382,39 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         await database.pool()
         yield
         await database.close()
+        if limiter is not None:
+            await limiter.close()
 
     app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={HTTPException: http_error, Exception: unexpected})
+                    exception_handlers={HTTPException: http_error, Exception: unexpected},
+                    middleware=[Middleware(ApiGuard, authenticate=database.authenticate, limiter=limiter)])
     app.state.database = database
+    app.state.metrics = metrics
+    app.state.openapi = openapi
+    app.state.healthz = healthz
     return app
 
 
-def serve(settings, *, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Serve until SIGTERM/SIGINT; a SIGTERM ends in a graceful shutdown and exit status 0."""
-    import signal
+def internal_app(app: Starlette) -> Starlette:
+    """/metrics, /openapi.json and /healthz without a key, for `billing serve --internal-port`
+    (a listener meant for the scraper on a private interface, never published)."""
+    return Starlette(routes=[Route("/metrics", app.state.metrics, methods=["GET"]),
+                             Route("/openapi.json", app.state.openapi, methods=["GET"]),
+                             Route("/healthz", app.state.healthz, methods=["GET"])])
 
-    import uvicorn
 
-    app = create_app(settings)
-    log.info("serving the HTTP API", extra={"host": host, "port": port})
-    # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler that was there
-    # before; a no-op one makes a requested stop a clean exit for supervisors.
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, proxy_headers=False)
+def scoped_idempotency_key(api_key_id: str, key: str) -> str:
+    """Idempotency keys are per API key: the SQL API sees `<key id>/<Idempotency-Key>` (hashed
+    when that would pass its 255 characters), so one caller's key never meets another's."""
+    scoped = f"{api_key_id}/{key}"
+    if len(scoped) > 255:
+        scoped = f"{api_key_id}/sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+    return scoped
+
+
+def serve(settings, *, host: str = "127.0.0.1", port: int = 8080, internal_host: str = "127.0.0.1",
+          internal_port: int | None = None) -> None:
+    """Serve until SIGTERM/SIGINT (billing.api.serving)."""
+    from billing.api.serving import serve as _serve
+
+    _serve(settings, host=host, port=port, internal_host=internal_host, internal_port=internal_port)

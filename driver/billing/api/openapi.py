@@ -25,10 +25,11 @@ _SUBSCRIPTION = {
 
 
 def _errors(*statuses: int) -> dict:
-    text = {400: "Bad input", 401: "The admin bearer token is missing or wrong",
-            403: "Admin routes are disabled (no BILLING_ADMIN_TOKEN)", 404: "Not found", 409: "Conflict",
-            412: "If-Match does not match the version",
-            422: "Invalid input for the billing rules", 503: "Database unavailable"}
+    text = {400: "Bad input", 401: "No API key, or an unknown or revoked one",
+            403: "The API key lacks the scope", 404: "Not found", 409: "Conflict",
+            412: "If-Match does not match the version", 413: "Body too large",
+            415: "The body is not application/json", 422: "Invalid input for the billing rules",
+            429: "Too many requests for this API key (see Retry-After)", 503: "Database unavailable"}
     return {str(s): {"description": text[s], "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
             for s in statuses}
 
@@ -88,31 +89,35 @@ OPENAPI: dict = {
                 "type": "object", "additionalProperties": False, "required": ["customerId", "planCode"],
                 "properties": {"customerId": {"type": "integer", "format": "int64"},
                                "planCode": {"type": "string", "minLength": 1, "maxLength": 100}}}}}},
+            "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
             "responses": {"201": _sub_ok("Created"), "200": _sub_ok("The key replays an earlier request"),
-                          **_errors(400, 409, 422, 503)},
+                          **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503)},
         }},
         "/subscriptions/{id}": {"get": {
             "operationId": "getSubscription", "parameters": [_ID_PARAM],
-            "responses": {"200": _sub_ok("The subscription"), **_errors(400, 404, 503)},
+            "security": [{"apiKey": []}], "x-scope": "subscriptions:read",
+            "responses": {"200": _sub_ok("The subscription"), **_errors(400, 401, 403, 404, 429, 503)},
         }},
         "/subscriptions/{id}/cancel": {"post": {
             "operationId": "cancelSubscription", "parameters": [_ID_PARAM, _IF_MATCH],
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "additionalProperties": False, "required": ["atPeriodEnd"],
                 "properties": {"atPeriodEnd": {"type": "boolean"}}}}}},
+            "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
             "responses": {"200": _sub_ok("Canceled, or flagged to cancel at period end"),
-                          **_errors(400, 404, 409, 412, 422, 503)},
+                          **_errors(400, 401, 403, 404, 409, 412, 413, 415, 422, 429, 503)},
         }},
         "/subscriptions/{id}/change-plan": {"post": {
             "operationId": "changePlan", "parameters": [_ID_PARAM, _IF_MATCH],
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "additionalProperties": False, "required": ["planCode"],
                 "properties": {"planCode": {"type": "string", "minLength": 1, "maxLength": 100}}}}}},
+            "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
             "responses": {"200": _sub_ok("The plan was changed (prorated)"),
-                          **_errors(400, 404, 409, 412, 422, 503)},
+                          **_errors(400, 401, 403, 404, 409, 412, 413, 415, 422, 429, 503)},
         }},
         "/webhooks/payments": {"post": {
-            "operationId": "paymentWebhook",
+            "operationId": "paymentWebhook", "security": [],
             "parameters": [{"name": "Billing-Signature", "in": "header", "required": True, "schema": {"type": "string"},
                             "description": "t=<unix seconds>,v1=<hex HMAC-SHA256 of '<t>.<body>'>[,v1=...]"}],
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
@@ -123,11 +128,11 @@ OPENAPI: dict = {
             "responses": {"200": {"description": "Received; applied false for a duplicate delivery", "content": {
                 "application/json": {"schema": {"type": "object", "properties": {
                     "received": {"type": "boolean"}, "applied": {"type": "boolean"}, "duplicate": {"type": "boolean"}}}}}},
-                **_errors(400, 404, 422, 503)},
+                **_errors(400, 404, 413, 415, 422, 503)},
         }},
         "/webhook-endpoints": {
             "post": {
-                "operationId": "createWebhookEndpoint", "security": [{"admin": []}],
+                "operationId": "createWebhookEndpoint", "security": [{"apiKey": []}], "x-scope": "admin",
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "additionalProperties": False, "required": ["url", "eventTypes"],
                     "properties": {"url": {"type": "string", "maxLength": 2048},
@@ -137,32 +142,49 @@ OPENAPI: dict = {
                 "responses": {"201": _endpoint_ok("Created; the only answer that shows the secret"),
                               **_errors(400, 401, 403, 422, 503)},
             },
-            "get": {"operationId": "listWebhookEndpoints", "security": [{"admin": []}],
+            "get": {"operationId": "listWebhookEndpoints", "security": [{"apiKey": []}], "x-scope": "admin",
                     "responses": {"200": _list_ok("The endpoints", "WebhookEndpoint"), **_errors(401, 403, 503)}},
         },
         "/webhook-endpoints/{id}": {
-            "get": {"operationId": "getWebhookEndpoint", "security": [{"admin": []}], "parameters": [_ID_PARAM],
+            "get": {"operationId": "getWebhookEndpoint", "security": [{"apiKey": []}], "x-scope": "admin", "parameters": [_ID_PARAM],
                     "responses": {"200": _endpoint_ok("The endpoint"), **_errors(400, 401, 403, 404, 503)}},
-            "delete": {"operationId": "deleteWebhookEndpoint", "security": [{"admin": []}], "parameters": [_ID_PARAM],
+            "delete": {"operationId": "deleteWebhookEndpoint", "security": [{"apiKey": []}], "x-scope": "admin", "parameters": [_ID_PARAM],
                        "responses": {"200": {"description": "Deleted with its queue and attempts"},
                                      **_errors(400, 401, 403, 404, 503)}},
         },
         "/webhook-endpoints/{id}/attempts": {"get": {
-            "operationId": "listWebhookAttempts", "security": [{"admin": []}],
+            "operationId": "listWebhookAttempts", "security": [{"apiKey": []}], "x-scope": "admin",
             "parameters": [_ID_PARAM, {"name": "limit", "in": "query", "required": False,
                                        "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}],
             "responses": {"200": _list_ok("Delivery attempts, newest first", "WebhookAttempt"),
                           **_errors(400, 401, 403, 404, 422, 503)},
         }},
-        "/healthz": {"get": {"operationId": "health", "responses": {
+        "/admin/audit": {"get": {
+            "operationId": "readAudit", "security": [{"apiKey": []}], "x-scope": "admin",
+            "parameters": [
+                {"name": "beforeId", "in": "query", "required": False,
+                 "schema": {"type": "integer", "format": "int64", "minimum": 1}},
+                {"name": "limit", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                {"name": "actor", "in": "query", "required": False, "schema": {"type": "string", "maxLength": 200}},
+                {"name": "function", "in": "query", "required": False,
+                 "schema": {"type": "string", "maxLength": 200}}],
+            "responses": {"200": {"description": "Audit entries, newest first", "content": {"application/json": {
+                "schema": {"type": "object", "required": ["entries"], "properties": {
+                    "entries": {"type": "array", "items": {"type": "object"}},
+                    "nextBeforeId": {"type": ["integer", "null"]}}}}}},
+                **_errors(400, 401, 403, 429, 503)},
+        }},
+        "/healthz": {"get": {"operationId": "health", "security": [], "responses": {
             "200": {"description": "The database answers"}, "503": {"description": "It does not"}}}},
-        "/metrics": {"get": {"operationId": "metrics", "responses": {
-            "200": {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        "/metrics": {"get": {"operationId": "metrics", "security": [{"apiKey": []}], "x-scope": "admin", "responses": {
+            "200": {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}},
+            **_errors(401, 403, 429)}}},
     },
     "components": {
         "schemas": {"Error": _ERROR, "Subscription": _SUBSCRIPTION, "WebhookEndpoint": _ENDPOINT,
                     "WebhookAttempt": _ATTEMPT},
-        "securitySchemes": {"admin": {"type": "http", "scheme": "bearer",
-                                      "description": "BILLING_ADMIN_TOKEN (the operator's routes)"}},
+        "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer",
+                                       "description": "An API key: billing api-key create (docs/security.md)"}},
     },
 }

@@ -8,7 +8,7 @@ import json
 import re
 from datetime import datetime, timezone
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 BIGINT_MAX = 2**63 - 1
@@ -34,11 +34,15 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The body, refusing it as soon as it passes `limit` bytes (never buffers a huge one)."""
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(400, "body_too_large", f"the body must be at most {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, "payload_too_large", f"the body must be at most {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # The client went away, or the server closed a body that arrived too slowly.
+        raise ApiError(400, "incomplete_body", "the connection closed before the whole body arrived") from None
     return b"".join(chunks)
 
 
@@ -121,6 +125,28 @@ def if_match(request: Request) -> int | None:
     if version > BIGINT_MAX:
         raise ApiError(412, "precondition_failed", "If-Match names a version the subscription cannot have")
     return version
+
+
+def query_int(params, name: str, low: int, high: int) -> int | None:
+    """An optional integer query parameter in [low, high]; 400 otherwise."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return None
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 19 or not low <= int(raw) <= high:
+        raise ApiError(400, "invalid_query", f"{name} must be an integer from {low} to {high}")
+    return int(raw)
+
+
+def query_text(params, name: str, max_len: int = 200) -> str | None:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return None
+    check_text(name, raw, max_len)
+    return raw
+
+
+def iso_utc(value: datetime | None) -> str | None:
+    return _iso(value)
 
 
 def _iso(value: datetime | None) -> str | None:

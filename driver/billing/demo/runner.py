@@ -95,7 +95,7 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
 def _quiet_logs() -> None:
     root = logging.getLogger()
     if root.level > logging.DEBUG:
-        for name in ("billing", "uvicorn", "uvicorn.error", "aiohttp"):
+        for name in ("billing", "uvicorn", "uvicorn.error", "aiohttp", "httpx"):
             logging.getLogger(name).setLevel(logging.WARNING)
 
 
@@ -130,7 +130,7 @@ class Simulation:
     async def prepare_database(self) -> None:
         self.say(f"database   {display_url(self.url)} (dropped and created again)")
         await asyncio.to_thread(recreate_database, self.url)
-        await asyncio.to_thread(migrate, self.url, self.settings.db_dir)
+        await asyncio.to_thread(migrate, self.url, self.settings.db_dir, simulation=True)
 
     # -- 2. the world --------------------------------------------------------------------------
 
@@ -270,8 +270,38 @@ class Simulation:
                 self.stats = await self.gateway.stats()
             finally:
                 await self.gateway.close()
+            await self.read_back_through_api()
         finally:
             await self.api.stop()
+
+    async def read_back_through_api(self, sample: int = 25) -> None:
+        """The HTTP API with a key the demo made for itself (subscriptions:read): a sample of
+        subscriptions read back must equal the database's rows. A refused key stops the demo."""
+        import random
+
+        import httpx
+
+        from billing.api_keys import create_key
+
+        key = await asyncio.to_thread(create_key, self.url, f"demo {self.run_id}", ["subscriptions:read"],
+                                      actor="demo")
+        ids = random.Random(self.options.seed).sample(sorted(self.sub_ids.values()), min(sample, len(self.sub_ids)))
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True,
+                                                          row_factory=psycopg.rows.dict_row) as conn:
+            cur = await conn.execute("SELECT id, status, version FROM billing.subscription WHERE id = ANY(%s)", (ids,))
+            want = {r["id"]: (r["status"], r["version"]) for r in await cur.fetchall()}
+        async with httpx.AsyncClient(base_url=self.api.url, timeout=10,
+                                     headers={"Authorization": f"Bearer {key.key}"}) as client:
+            for sub_id in ids:
+                r = await client.get(f"/subscriptions/{sub_id}")
+                if r.status_code != 200 or (r.json()["status"], r.json()["version"]) != want[sub_id]:
+                    raise RuntimeError(f"the HTTP API answered {r.status_code} {r.text[:200]} for subscription "
+                                       f"{sub_id}; the database has {want[sub_id]}")
+            refused = await client.get(f"/subscriptions/{ids[0]}", headers={"Authorization": "Bearer bk_nobody"})
+            if refused.status_code != 401:
+                raise RuntimeError(f"the HTTP API let an unknown key in: {refused.status_code}")
+        self.say(f"api        {len(ids)} subscriptions read back through the HTTP API with the demo's own key "
+                 f"{key.key_id} (subscriptions:read); an unknown key: 401")
 
     # -- 7. the invariants, from the database, the ledger and the event stream -------------------
 

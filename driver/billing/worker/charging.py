@@ -3,7 +3,7 @@
 Flow in one process:
 
     claimer ──claim_charges──▶ local queue ──▶ N charger tasks: limiter.acquire() ─▶ POST /v1/charges
-                                                                 └─▶ record_payment_result
+                                                                 └─▶ record_payment_results (batched)
 
 * Enough calls in flight: N (the concurrency) defaults to 1.5 x the rate, so the gateway stays at
   its limit even when every call takes a second; tasks waiting for a slot hold their invoice, not
@@ -41,6 +41,7 @@ from billing import db, metrics
 from billing.clock import Clock, SystemClock, sleep_or_stop
 from billing.gateway.client import ChargeResult, GatewayClient, NotSent, RateLimited
 from billing.limiter import RateLimiter
+from billing.worker.recorder import ResultRecorder
 
 log = logging.getLogger("billing.charging")
 
@@ -93,6 +94,9 @@ class Charger:
         self._room = asyncio.Event()
         self._busy = 0
         self._committed: set[asyncio.Task] = set()  # tasks past the gateway call's start
+        # Results are recorded in batches: one record_payment_results call for all that arrive
+        # while the previous call runs (one round trip and one transaction for many charges).
+        self.recorder = ResultRecorder(pool, self.clock)
         self.counts = {"claimed": 0, "recorded": 0, "abandoned": 0, "rate_limited": 0}
 
     # -- SQL -----------------------------------------------------------------------------------
@@ -109,29 +113,9 @@ class Charger:
         return claims
 
     async def _record(self, claim: Claim, result: ChargeResult) -> None:
-        backoff = 0.2
-        for attempt in range(6):
-            try:
-                async with self.pool.connection() as conn:
-                    await conn.execute(db.RECORD_PAYMENT_RESULT, {
-                        "key": claim.idempotency_key, "outcome": result.outcome, "reference": result.reference,
-                        "reason": result.reason, "now": self.clock.now()})
-                self.counts["recorded"] += 1
-                return
-            except psycopg.Error as exc:
-                err = db.contract_error(exc)
-                if err is not None:
-                    log.error("payment result refused", extra={"key": claim.idempotency_key, "code": err.code,
-                                                                "error": err.message})
-                    return
-                log.warning("recording a payment result failed; retrying",
-                            extra={"key": claim.idempotency_key, "error": repr(exc), "try": attempt + 1})
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-        # Still safe: the claim comes back after its lease with the same key, and the gateway
-        # answers that retry with this same result.
-        log.error("payment result not recorded; the invoice comes back after its lease",
-                  extra={"key": claim.idempotency_key, "outcome": result.outcome})
+        """Record the gateway's result; batched with other calls' results (billing.worker.recorder)."""
+        if await self.recorder.record(claim.idempotency_key, result):
+            self.counts["recorded"] += 1
 
     # -- one invoice -----------------------------------------------------------------------------
 
@@ -236,6 +220,7 @@ class Charger:
             await self._claim_loop(stop)
         finally:
             await self._drain(consumers)
+            await self.recorder.close()
 
     async def _claim_loop(self, stop: asyncio.Event) -> None:
         backoff = 0.5

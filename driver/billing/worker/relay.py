@@ -326,7 +326,7 @@ async def run_relay(settings, stop: asyncio.Event, *, sink: EventSink | None = N
         if not settings.kafka_bootstrap:
             raise ValueError("the outbox relay needs Kafka: set BILLING_KAFKA_BOOTSTRAP (or run the worker "
                              "with --no-relay; events wait in the outbox meanwhile)")
-        sink = KafkaSink(settings.kafka_bootstrap, settings.kafka_topic)
+        sink = KafkaSink(settings.kafka_bootstrap, settings.kafka_topic, config=settings.kafka_config())
     relay = Relay(settings.database_url, sink, stop, clock=clock, options=options)
     try:
         await relay.run()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import psycopg
 
@@ -15,6 +16,8 @@ from billing import db, metrics
 from billing.clock import Clock, SystemClock, sleep_or_stop
 
 log = logging.getLogger("billing.renewal")
+
+EXPIRY_INTERVAL_SECONDS = 3600.0  # how often the loop forgets idempotency keys older than a day
 
 
 async def renew_due(pool, clock: Clock, *, batch: int = 500, stop: asyncio.Event | None = None) -> int:
@@ -37,9 +40,19 @@ async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, 
     """Renew until `stop` is set; a database error is logged and retried with backoff."""
     clock = clock or SystemClock()
     backoff = 0.5
+    next_expiry = time.monotonic()
     log.info("renewal loop started", extra={"batch": batch})
     while not stop.is_set():
         try:
+            if time.monotonic() >= next_expiry:
+                # Idempotency keys of create_subscription live a day (docs/security.md).
+                async with pool.connection() as conn:
+                    cur = await conn.execute(db.EXPIRE_IDEMPOTENCY_KEYS,
+                                             {"max_age": "24 hours", "batch": 10000, "now": clock.now()})
+                    expired = (await cur.fetchone())["expired"]
+                if expired:
+                    log.info("idempotency keys expired", extra={"keys": expired})
+                next_expiry = time.monotonic() + (1 if expired == 10000 else EXPIRY_INTERVAL_SECONDS)
             handled = await renew_due(pool, clock, batch=batch, stop=stop)
             if handled:
                 log.info("renewed", extra={"subscriptions": handled})

@@ -32,6 +32,8 @@ import psycopg
 from psycopg import sql
 
 from billing.config import REPO_ROOT
+from billing.api.security import key_id_of
+from billing.api_keys import create_key
 from billing.migrate import migrate
 
 from billing.checks import Check, read_topic
@@ -90,6 +92,7 @@ class ApiTraffic(threading.Thread):
     rng: random.Random
     known_ids: list[int]
     run_id: str
+    api_key: str = ""  # a subscriptions:read+write key the run made for itself
     created: dict[str, set[int]] = field(default_factory=dict)
     statuses: dict[str, int] = field(default_factory=dict)
     server_errors: list[str] = field(default_factory=list)
@@ -130,7 +133,8 @@ class ApiTraffic(threading.Thread):
             resp = self._call(client, "POST", "/subscriptions", json=body, headers={"Idempotency-Key": key})
             if resp is not None and resp.status_code in (200, 201):
                 sub = resp.json()
-                self.created.setdefault(key, set()).add(sub["id"])
+                # Idempotency keys are per API key: the database stores "<key id>/<key>".
+                self.created.setdefault(f"{key_id_of(self.api_key)}/{key}", set()).add(sub["id"])
                 self.known_ids.append(sub["id"])
                 if replay and resp.status_code != 200:
                     self.server_errors.append(f"replayed key {key} answered {resp.status_code}, not 200")
@@ -151,7 +155,8 @@ class ApiTraffic(threading.Thread):
 
     def run(self) -> None:
         try:
-            with httpx.Client(base_url=self.base_url, timeout=5.0) as client:
+            with httpx.Client(base_url=self.base_url, timeout=5.0,
+                              headers={"Authorization": f"Bearer {self.api_key}"}) as client:
                 while not self.stop_event.wait(self.rng.expovariate(self.rate)):
                     r = self.rng.random()
                     if r < 0.55 or not self.known_ids:
@@ -374,7 +379,7 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
         db_url = services.pg_url.rsplit("/", 1)[0] + "/billing"
         with psycopg.connect(services.pg_url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE billing"))
-        migrate(db_url, REPO_ROOT / "db")
+        migrate(db_url, REPO_ROOT / "db", simulation=True)
         figures.update(_seed(db_url, size, rng))
         figures["setup_seconds"] = round(time.monotonic() - started, 1)
 
@@ -416,8 +421,10 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
         with psycopg.connect(db_url, autocommit=True) as conn:
             known = [r[0] for r in conn.execute("SELECT id FROM billing.subscription ORDER BY id")]
         killer = WorkerKiller(workers, faults, random.Random(rng.random()), db_url=db_url, every=size.kill_every)
+        api_key = create_key(db_url, "chaos traffic", ["subscriptions:read", "subscriptions:write"],
+                             actor="chaos").key
         traffic = ApiTraffic(f"http://127.0.0.1:{api_port}", size.api_ops_per_second, random.Random(rng.random()),
-                             known, run_id)
+                             known, run_id, api_key)
         warp = TimeWarp(db_url, lease)
         late = LateWebhooks(db_url, f"http://127.0.0.1:{api_port}", secret, random.Random(rng.random()))
         watch = GatewayWatch(f"http://127.0.0.1:{sim_port}", faults)

@@ -1,0 +1,55 @@
+-- 55_charging_batch: many gateway results in one call (one transaction, one round trip).
+-- Each result goes through billing.record_payment_result, unchanged: the batch only saves the
+-- per-call costs (a round trip, a transaction and its commit, the function's entry checks) and
+-- reports, per result, what record_payment_result returned or which BL error it raised.
+
+CREATE OR REPLACE FUNCTION billing.record_payment_results(
+    p_idempotency_keys text[], p_outcomes text[], p_gateway_references text[] DEFAULT NULL,
+    p_failure_reasons text[] DEFAULT NULL, p_now timestamptz DEFAULT now())
+RETURNS TABLE (idempotency_key text, invoice_id bigint, invoice_status text, error_code text, error_message text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_count   integer := coalesce(cardinality(p_idempotency_keys), 0);
+    v_i       integer;
+    v_invoice billing.invoice;
+    v_state   text;
+    v_message text;
+BEGIN
+    PERFORM billing._audit('record_payment_results', jsonb_build_object('idempotency_keys', p_idempotency_keys, 'outcomes', p_outcomes, 'gateway_references', p_gateway_references, 'failure_reasons', p_failure_reasons, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', v_count, 1, 10000);
+    IF coalesce(cardinality(p_outcomes), 0) <> v_count
+       OR (p_gateway_references IS NOT NULL AND cardinality(p_gateway_references) <> v_count)
+       OR (p_failure_reasons IS NOT NULL AND cardinality(p_failure_reasons) <> v_count) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = 'record_payment_results needs one outcome (and, if given, one reference and one reason) per key';
+    END IF;
+
+    -- In key order: two batches that share keys (a re-claimed invoice) lock in the same order.
+    FOR v_i IN SELECT k.n FROM unnest(p_idempotency_keys) WITH ORDINALITY AS k(key, n) ORDER BY k.key, k.n LOOP
+        idempotency_key := p_idempotency_keys[v_i];
+        invoice_id := NULL;
+        invoice_status := NULL;
+        error_code := NULL;
+        error_message := NULL;
+        BEGIN
+            v_invoice := billing.record_payment_result(p_idempotency_keys[v_i], p_outcomes[v_i],
+                                                       p_gateway_references[v_i], p_failure_reasons[v_i], p_now);
+            invoice_id := v_invoice.id;
+            invoice_status := v_invoice.status;
+        EXCEPTION WHEN SQLSTATE 'BL000' THEN  -- the class: BL404, BL422, ... refuse this result only
+            GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT;
+            error_code := v_state;
+            error_message := v_message;
+        END;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION billing.record_payment_results(text[], text[], text[], text[], timestamptz) IS
+'Records many gateway outcomes in one transaction: element i of each array is one billing.record_payment_result call (same rules, idempotent).
+Returns one row per key: the invoice id and status after it, or the BL error code and message that refused it (the others are still recorded); BL422 when the arrays differ in length or hold 0 or more than 10,000 results.';

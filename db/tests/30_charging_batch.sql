@@ -1,0 +1,53 @@
+-- 30_charging_batch: record_payment_results, many gateway results in one call.
+BEGIN;
+SELECT plan(12);
+
+CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE sql AS
+$$ SELECT i.id FROM billing.invoice i JOIN billing.subscription_request r ON r.subscription_id = i.subscription_id
+    WHERE r.idempotency_key = p_key AND i.kind = 'INITIAL' $$;
+CREATE FUNCTION pg_temp.pay_key(p_key text) RETURNS text LANGUAGE sql AS
+$$ SELECT 'inv-' || pg_temp.inv(p_key) || '-try-0' $$;
+
+SELECT billing.upsert_plan('T_RB', 4000, 'USD', 'MONTH');
+SELECT billing.create_subscription('t30-' || g, 30000 + g, 'T_RB', '2026-06-01 10:00Z') FROM generate_series(1, 3) g;
+SELECT count(*) FROM billing.claim_charges('w', 10, interval '5 minutes', '2026-06-01 10:00Z');
+
+SELECT results_eq(
+    $$SELECT idempotency_key, invoice_id, invoice_status, error_code
+        FROM billing.record_payment_results(
+               ARRAY[pg_temp.pay_key('t30-1'), 'inv-0-try-0', pg_temp.pay_key('t30-2'), pg_temp.pay_key('t30-3')],
+               ARRAY['SUCCEEDED', 'SUCCEEDED', 'DECLINED', 'MAYBE'],
+               ARRAY['ch_1', 'ch_x', NULL, NULL], ARRAY[NULL, NULL, 'card_declined', NULL], '2026-06-01 10:01Z')
+       ORDER BY idempotency_key$$,
+    $$VALUES ('inv-0-try-0', NULL::bigint, NULL::text, 'BL404'),
+             (pg_temp.pay_key('t30-1'), pg_temp.inv('t30-1'), 'PAID', NULL),
+             (pg_temp.pay_key('t30-2'), pg_temp.inv('t30-2'), 'OPEN', NULL),
+             (pg_temp.pay_key('t30-3'), NULL, NULL, 'BL422')$$,
+    'one row per result: the invoice after it, or the BL error that refused it');
+SELECT is((SELECT status FROM billing.invoice WHERE id = pg_temp.inv('t30-1')), 'PAID', 'the success is recorded');
+SELECT is((SELECT gateway_reference FROM billing.invoice WHERE id = pg_temp.inv('t30-1')), 'ch_1', 'with its reference');
+SELECT is((SELECT attempt_count FROM billing.invoice WHERE id = pg_temp.inv('t30-2')), 1,
+          'the decline follows dunning (attempt_count + 1), as record_payment_result does');
+SELECT is((SELECT count(*) FROM billing.outbox_event WHERE aggregate_id = pg_temp.inv('t30-1') AND event_type = 'InvoicePaid'),
+          1::bigint, 'InvoicePaid written once');
+SELECT is((SELECT count(*) FROM billing.outbox_event
+            WHERE aggregate_id = pg_temp.inv('t30-2') AND event_type = 'InvoicePaymentFailed'),
+          1::bigint, 'InvoicePaymentFailed written once');
+SELECT is((SELECT status FROM billing.invoice WHERE id = pg_temp.inv('t30-3')), 'OPEN',
+          'a refused result changes nothing');
+SELECT results_eq(
+    $$SELECT invoice_status, error_code FROM billing.record_payment_results(
+               ARRAY[pg_temp.pay_key('t30-1')], ARRAY['DECLINED'], NULL, NULL, '2026-06-01 10:02Z')$$,
+    $$VALUES ('PAID', NULL::text)$$, 'idempotent and never regressing: a later DECLINED leaves the PAID invoice');
+SELECT is((SELECT count(*) FROM billing.outbox_event
+            WHERE aggregate_id = pg_temp.inv('t30-1') AND event_type <> 'InvoiceCreated'), 1::bigint,
+          'and writes no event (InvoicePaid stays the only one after the invoice''s creation)');
+SELECT throws_ok($$SELECT * FROM billing.record_payment_results(ARRAY['a', 'b'], ARRAY['SUCCEEDED'])$$, 'BL422', NULL,
+                 'arrays of different lengths: BL422');
+SELECT throws_ok($$SELECT * FROM billing.record_payment_results(ARRAY[]::text[], ARRAY[]::text[])$$, 'BL422', NULL,
+                 'an empty batch: BL422');
+SELECT throws_ok($$SELECT * FROM billing.record_payment_results(ARRAY['a'], ARRAY['SUCCEEDED'], NULL, NULL, NULL)$$,
+                 'BL422', NULL, 'p_now NULL: BL422, as everywhere');
+
+SELECT * FROM finish();
+ROLLBACK;

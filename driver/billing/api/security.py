@@ -1,0 +1,234 @@
+"""Who may call the HTTP API, checked before a handler runs and before any body byte is read.
+
+* API keys: `bk_<id>_<secret>`; the id (`bk_` + 10 lower-case letters or digits) is public and
+  readable, the secret 32 random bytes (URL-safe base64). The database keeps only the SHA-256 of
+  the whole key (billing.api_key); `billing api-key create|list|revoke` manages them.
+* `ApiGuard`, an ASGI middleware: `Authorization: Bearer <key>` on every route except /healthz
+  and the gateway webhooks (signed); 401 when missing, unknown or revoked, 403 without the route's
+  scope, 429 past the key's rate, 415 for a mutation that is not application/json, 413 for a
+  declared body over the limit. The key's id goes to the handler (scope["state"]["api_key_id"]).
+* `KeyRateLimiter`: per key, a GCRA (the gateway limiter's Lua script, its "pace" operation)
+  in Redis when configured, else in this process; Redis unreachable: the local one, with a warning.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import math
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from starlette.responses import JSONResponse
+
+log = logging.getLogger("billing.api.security")
+
+SCOPES = ("subscriptions:read", "subscriptions:write", "admin")
+KEY_PREFIX = "bk_"
+_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+_KEY_FORM = re.compile(r"^bk_[a-z0-9]{8,32}_[A-Za-z0-9_-]{43,}$")
+MAX_BODY = 256 * 1024  # bytes a request may declare (the handlers have tighter limits of their own)
+MUTATING = frozenset({"POST", "PUT", "PATCH"})  # and a DELETE that carries a body
+
+
+@dataclass(frozen=True)
+class NewKey:
+    key_id: str
+    key: str  # shown once, never stored
+
+    @property
+    def key_hash(self) -> bytes:
+        return hash_key(self.key)
+
+
+def new_api_key() -> NewKey:
+    """A fresh key: a readable id and 32 random bytes."""
+    key_id = KEY_PREFIX + "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
+    secret = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
+    return NewKey(key_id, f"{key_id}_{secret}")
+
+
+def hash_key(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+def looks_like_key(token: str) -> bool:
+    return bool(_KEY_FORM.match(token))
+
+
+def key_id_of(key: str) -> str:
+    return "_".join(key.split("_", 2)[:2]) if looks_like_key(key) else ""  # the secret may hold "_"
+
+
+# -- which scope each route needs ----------------------------------------------------------
+
+PUBLIC = "public"
+ANY_KEY = "any key"
+_RULES: list[tuple[str, re.Pattern, str]] = [
+    ("GET", re.compile(r"^/healthz$"), PUBLIC),
+    ("POST", re.compile(r"^/webhooks/payments$"), PUBLIC),  # authenticated by its signature
+    ("GET", re.compile(r"^/subscriptions/[^/]+$"), "subscriptions:read"),
+    ("POST", re.compile(r"^/subscriptions$"), "subscriptions:write"),
+    ("POST", re.compile(r"^/subscriptions/[^/]+/(cancel|change-plan)$"), "subscriptions:write"),
+    ("GET", re.compile(r"^/admin/audit$"), "admin"),
+    ("GET", re.compile(r"^/webhook-endpoints(/[^/]+(/attempts)?)?$"), "admin"),
+    ("POST", re.compile(r"^/webhook-endpoints$"), "admin"),
+    ("DELETE", re.compile(r"^/webhook-endpoints/[^/]+$"), "admin"),
+    ("GET", re.compile(r"^/metrics$"), "admin"),
+    ("GET", re.compile(r"^/openapi\.json$"), "admin"),
+]
+
+
+def required_scope(method: str, path: str) -> str:
+    """PUBLIC, a scope, or ANY_KEY (an unknown route: a valid key first, then 404/405, so that
+    nobody learns the routes without one)."""
+    for m, pattern, scope in _RULES:
+        if (m == method or (m == "GET" and method == "HEAD")) and pattern.match(path):
+            return scope
+    return ANY_KEY
+
+
+def allows(scopes: list[str] | tuple[str, ...], needed: str) -> bool:
+    return needed == ANY_KEY or "admin" in scopes or needed in scopes
+
+
+# -- the per-key request rate -------------------------------------------------------------------
+
+
+class KeyRateLimiter:
+    """GCRA per API key: `rate` requests per second on average, bursts of `burst`.
+
+    `check(key_id)` -> seconds to wait before retrying (0: allowed). State in Redis
+    (`{billing:api:<key id>}:pace`, shared by every `billing serve`), else in this process."""
+
+    def __init__(self, rate: float, burst: int, redis_url: str | None = None) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("the per-key rate must be positive and the burst at least 1")
+        self.interval_us = max(1, int(1_000_000 / rate))
+        self.max_wait_us = self.interval_us * (burst - 1)
+        self._local: dict[str, int] = {}
+        self._redis = None
+        self._script = None
+        self._redis_down_logged = 0.0
+        if redis_url:
+            import redis.asyncio as aioredis
+
+            from billing.limiter.redis_gcra import GCRA_SCRIPT
+
+            self._redis = aioredis.Redis.from_url(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+            self._script = self._redis.register_script(GCRA_SCRIPT)
+
+    async def check(self, key_id: str) -> float:
+        if self._redis is not None:
+            import redis.exceptions as rexc
+
+            try:
+                granted, value = await self._script(keys=[f"{{billing:api:{key_id}}}:pace"],
+                                                    args=["pace", self.interval_us, self.max_wait_us, 1])
+                return 0.0 if int(granted) else int(value) / 1_000_000
+            except (rexc.RedisError, OSError) as exc:
+                if time.monotonic() - self._redis_down_logged > 60:
+                    self._redis_down_logged = time.monotonic()
+                    log.warning("per-key rate limit: Redis unreachable, limiting in this process",
+                                extra={"error": repr(exc)})
+        return self._check_local(key_id)
+
+    def _check_local(self, key_id: str) -> float:
+        now = time.monotonic_ns() // 1000
+        tat = max(self._local.get(key_id, 0), now)
+        if tat - now > self.max_wait_us:
+            return (tat - now - self.max_wait_us) / 1_000_000
+        self._local[key_id] = tat + self.interval_us
+        if len(self._local) > 100_000:  # forget idle keys
+            self._local = {k: v for k, v in self._local.items() if v > now}
+        return 0.0
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+
+
+# -- the middleware ---------------------------------------------------------------------------------
+
+
+def _error(status: int, code: str, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+Authenticate = Callable[[bytes], Awaitable[tuple[str, list[str]] | None]]
+
+
+class Unavailable(Exception):
+    """The key store (the database) cannot answer now: 503."""
+
+
+class ApiGuard:
+    """ASGI middleware: authentication, scope, rate, content type and declared size, in that
+    order, from the request head alone (the body is never read here)."""
+
+    def __init__(self, app, *, authenticate: Authenticate, limiter: KeyRateLimiter | None,
+                 max_body: int = MAX_BODY) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.limiter = limiter
+        self.max_body = max_body
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        response = await self._refusal(scope)
+        if response is not None:
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _refusal(self, scope) -> JSONResponse | None:
+        method, path = scope["method"], scope["path"]
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:
+            headers.setdefault(name, value)  # the first of a repeated header
+        needed = required_scope(method, path)
+        if needed != PUBLIC:
+            raw = headers.get(b"authorization", b"").decode("latin-1").strip()
+            scheme, _, token = raw.partition(" ")
+            token = token.strip()
+            if scheme.lower() != "bearer" or not token:
+                return _error(401, "unauthorized", "an API key is required: Authorization: Bearer <key>",
+                              {"WWW-Authenticate": 'Bearer realm="billing"'})
+            found = None
+            if looks_like_key(token):
+                try:
+                    found = await self.authenticate(hash_key(token))
+                except Unavailable:
+                    return _error(503, "unavailable", "the database is not reachable; retry later")
+            if found is None:
+                return _error(401, "unauthorized", "unknown or revoked API key",
+                              {"WWW-Authenticate": 'Bearer realm="billing", error="invalid_token"'})
+            key_id, scopes = found
+            if not allows(scopes, needed):
+                return _error(403, "forbidden", f"this API key lacks the scope {needed}")
+            if self.limiter is not None:
+                wait = await self.limiter.check(key_id)
+                if wait > 0:
+                    return _error(429, "rate_limited", "too many requests for this API key; retry later",
+                                  {"Retry-After": str(max(1, math.ceil(wait)))})
+            scope.setdefault("state", {})["api_key_id"] = key_id
+        if method in MUTATING or (method == "DELETE" and (headers.get(b"content-length", b"0") not in (b"0", b"")
+                                                             or b"transfer-encoding" in headers)):
+            content_type = headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()
+            if content_type != "application/json":
+                return _error(415, "unsupported_media_type", "the body must be application/json")
+            length = headers.get(b"content-length")
+            if length is not None:
+                try:
+                    declared = int(length)
+                except ValueError:
+                    return _error(400, "bad_request", "Content-Length must be a number")
+                if declared > self.max_body:
+                    return _error(413, "payload_too_large", f"the body must be at most {self.max_body} bytes")
+        return None

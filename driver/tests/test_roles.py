@@ -1,0 +1,226 @@
+"""Database roles by job (docs/security.md, db/functions/90_grants.sql).
+
+* The policy below is the intended matrix; the catalog must grant exactly it (a change of grants
+  is deliberate: update both).
+* For each job role, every function of schema billing it must NOT execute, listed from the
+  catalog (so a function added tomorrow is covered without editing this file), is called by a
+  login holding only that role: permission denied, every time.
+* Every object belongs to billing_owner (NOLOGIN, not a superuser); PUBLIC gets nothing.
+* `billing db login-role` makes a login with its job's timeouts; the clock guard and the lease
+  cap hold outside simulation databases.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+
+import psycopg
+import pytest
+from psycopg import errors, sql
+
+from .chaos.harness import BILLING
+
+POLICY = {
+    "billing_api": {"create_subscription", "get_subscription", "cancel_subscription", "change_plan",
+                    "upsert_customer", "plan_code", "apply_gateway_webhook", "authenticate_api_key", "read_audit",
+                    "outbox_stats", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",
+                    "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint", "list_webhook_attempts"},
+    "billing_worker": {"create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
+                       "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats", "period_end",
+                       "proration_amount", "is_simulation"},
+    "billing_relay": {"claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
+                      "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
+                      "is_simulation"},
+    "billing_readonly": {"get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
+                         "proration_amount", "dunning_next_attempt", "is_simulation"},
+    "billing_admin": {"upsert_plan", "upsert_customer", "create_api_key", "list_api_keys", "revoke_api_key",
+                      "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
+                      "plan_code", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",
+                      "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
+                      "list_webhook_attempts", "outbox_events_from", "retry_dead_outbox_events"},
+}
+# The findings of the issue, by name: who must never reach these.
+NEVER = {
+    "billing_api": {"record_payment_result", "upsert_plan", "mark_outbox_published", "create_due_invoices",
+                    "claim_charges", "create_api_key", "set_max_clock_skew"},
+    "billing_worker": {"upsert_plan", "create_api_key", "mark_outbox_published", "cancel_subscription",
+                       "create_webhook_endpoint", "retry_dead_outbox_events"},
+    "billing_relay": {"record_payment_result", "upsert_plan", "create_subscription"},
+    "billing_readonly": {"create_subscription", "record_payment_result", "upsert_plan", "mark_outbox_published"},
+    "billing_admin": {"record_payment_result", "claim_charges", "mark_outbox_published", "apply_gateway_webhook"},
+}
+
+
+def _catalog_functions(conn) -> list[dict]:
+    return conn.execute("""
+        SELECT p.oid::regprocedure::text AS signature, p.proname,
+               ARRAY(SELECT format_type(t, NULL) FROM unnest(p.proargtypes) t) AS argtypes,
+               p.prorettype = 'pg_catalog.trigger'::regtype AS is_trigger, p.prokind::text AS kind
+          FROM pg_proc p WHERE p.pronamespace = 'billing'::regnamespace ORDER BY 1""").fetchall()
+
+
+@pytest.fixture
+def login_as(db_url):
+    """login_as(role) -> URL of a fresh LOGIN role that holds only `role`."""
+    made = []
+
+    def make(role: str) -> str:
+        name = f"r_{role.removeprefix('billing_')}_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(sql.Identifier(name), sql.Identifier(role)))
+        made.append(name)
+        info = psycopg.conninfo.conninfo_to_dict(db_url)
+        info["user"] = name
+        return psycopg.conninfo.make_conninfo(**info)
+
+    yield make
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for name in made:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (name,))
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def test_catalog_grants_exactly_the_policy(db_url):
+    with psycopg.connect(db_url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        public = {f["proname"] for f in _catalog_functions(conn)
+                  if not f["proname"].startswith("_") and not f["is_trigger"]}
+        unplaced = public - set().union(*POLICY.values())
+        assert not unplaced, f"functions in no job role (add them to db/functions/90_grants.sql): {sorted(unplaced)}"
+        for role, allowed in POLICY.items():
+            got = {r["proname"] for r in conn.execute(
+                "SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'billing'::regnamespace "
+                "AND has_function_privilege(%s, p.oid, 'EXECUTE')", (role,))}
+            assert got == allowed, (role, sorted(got ^ allowed))
+            assert not NEVER[role] & got, role
+        # The deprecated union role has every job's functions, as before.
+        got = {r["proname"] for r in conn.execute(
+            "SELECT p.proname FROM pg_proc p WHERE p.pronamespace = 'billing'::regnamespace "
+            "AND has_function_privilege('billing_app', p.oid, 'EXECUTE')")}
+        assert got == set().union(*POLICY.values())
+
+
+@pytest.mark.parametrize("role", sorted(POLICY))
+def test_each_role_is_denied_every_function_not_its_own(db_url, login_as, role):
+    with psycopg.connect(db_url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        functions = [f for f in _catalog_functions(conn) if not f["is_trigger"] and f["kind"] == "f"]
+    forbidden = [f for f in functions if f["proname"] not in POLICY[role]]
+    assert {f["proname"] for f in forbidden} >= NEVER[role]
+    assert any(f["proname"].startswith("_") for f in forbidden)
+    with psycopg.connect(login_as(role), autocommit=True) as conn:
+        for f in forbidden:
+            call = sql.SQL("SELECT billing.{}({})").format(
+                sql.Identifier(f["proname"]),
+                sql.SQL(", ").join(sql.SQL("NULL::{}").format(sql.SQL(t)) for t in f["argtypes"]))
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute(call)
+        # ...and no table: not even a read of the keys or the audit log.
+        for table in ("api_key", "audit_log", "subscription", "database_setting"):
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute(sql.SQL("SELECT 1 FROM billing.{} LIMIT 1").format(sql.Identifier(table)))
+        # ...nor the owner's powers.
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute("SET ROLE billing_owner")
+
+
+def test_everything_belongs_to_the_non_login_owner(db_url):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        owners = conn.execute("""
+            SELECT DISTINCT owner FROM (
+                SELECT relowner::regrole::text AS owner FROM pg_class WHERE relnamespace = 'billing'::regnamespace
+                UNION ALL SELECT proowner::regrole::text FROM pg_proc WHERE pronamespace = 'billing'::regnamespace
+                UNION ALL SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'billing') o""").fetchall()
+        assert owners == [("billing_owner",)]
+        login, superuser, bypass = conn.execute(
+            "SELECT rolcanlogin, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = 'billing_owner'").fetchone()
+        assert (login, superuser, bypass) == (False, False, False)
+        for role in POLICY:
+            assert conn.execute("SELECT rolcanlogin FROM pg_roles WHERE rolname = %s", (role,)).fetchone() == (False,)
+
+
+def test_login_role_gets_its_job_and_timeouts(db_url):
+    name = f"api_{uuid.uuid4().hex[:8]}"
+    try:
+        out = subprocess.run([BILLING, "db", "login-role", name, "--job", "api", "--database-url", db_url],
+                             capture_output=True, text=True, check=True).stdout
+        assert "statement_timeout 5s" in out
+        info = psycopg.conninfo.conninfo_to_dict(db_url)
+        info["user"] = name
+        with psycopg.connect(psycopg.conninfo.make_conninfo(**info), autocommit=True) as conn:
+            assert conn.execute("SHOW statement_timeout").fetchone()[0] == "5s"
+            assert conn.execute("SHOW lock_timeout").fetchone()[0] == "2s"
+            assert conn.execute("SELECT pg_has_role('billing_api', 'MEMBER')").fetchone()[0]
+            assert not conn.execute("SELECT pg_has_role('billing_worker', 'MEMBER')").fetchone()[0]
+            with pytest.raises(errors.QueryCanceled):  # the statement budget holds
+                conn.execute("SELECT pg_sleep(6)")
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def test_p_now_far_from_the_clock_is_refused_outside_simulation(db_url, login_as):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_plan('P', 1000, 'USD', 'MONTH', 1)")
+        # Only the owner changes the mark; here the superuser plays the migrator.
+        conn.execute("UPDATE billing.database_setting SET simulation = false")
+    with psycopg.connect(login_as("billing_worker"), autocommit=True) as conn:
+        assert conn.execute("SELECT billing.is_simulation()").fetchone()[0] is False
+        for call in ("SELECT billing.create_due_invoices(500, now() + interval '5 years')",
+                     "SELECT billing.create_due_invoices(500, now() - interval '1 hour')",
+                     "SELECT * FROM billing.claim_charges('w', 10, '5 minutes', now() + interval '10 minutes')",
+                     "SELECT * FROM billing.claim_charges('w', 10, '1000 years', now())",
+                     "SELECT * FROM billing.claim_charges('w', 10, '2 hours', now())"):
+            with pytest.raises(psycopg.Error) as caught:
+                conn.execute(call)
+            assert caught.value.sqlstate == "BL422", (call, caught.value)
+        assert conn.execute("SELECT billing.create_due_invoices(500, now() + interval '4 minutes')").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM billing.claim_charges('w', 10, '1 hour', now())").fetchone()[0] == 0
+    with psycopg.connect(login_as("billing_admin"), autocommit=True) as conn:
+        conn.execute("SELECT billing.set_max_clock_skew('1 hour')")
+    with psycopg.connect(login_as("billing_worker"), autocommit=True) as conn:
+        assert conn.execute("SELECT billing.create_due_invoices(500, now() + interval '50 minutes')").fetchone()[0] == 0
+    # Nobody but the owner can mark the database as a simulation one.
+    with psycopg.connect(login_as("billing_admin"), autocommit=True) as conn:
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute("UPDATE billing.database_setting SET simulation = true")
+
+
+def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
+    """What `billing worker` runs works as a login holding billing_worker and billing_relay."""
+    from datetime import datetime, timedelta, timezone
+
+    from billing import db
+
+    t0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_plan('P', 1000, 'USD', 'MONTH', 1)")
+        conn.execute("SELECT billing.create_subscription('w-1', 1, 'P', %s)", (t0,))
+    url = login_as("billing_worker")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        user = psycopg.conninfo.conninfo_to_dict(url)["user"]
+        conn.execute(sql.SQL("GRANT billing_relay TO {}").format(sql.Identifier(user)))
+    now = t0 + timedelta(days=31)
+    with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        assert conn.execute(db.CREATE_DUE_INVOICES, {"batch": 500, "now": now}).fetchone()["handled"] == 1
+        claims = conn.execute(db.CLAIM_CHARGES, {"worker": "w", "batch": 10, "lease": "5 minutes", "now": now}).fetchall()
+        assert len(claims) == 2
+        conn.execute(db.RECORD_PAYMENT_RESULT, {"key": claims[0]["idempotency_key"], "outcome": "SUCCEEDED",
+                                                "reference": "ch", "reason": None, "now": now})
+        conn.execute("SELECT * FROM billing.record_payment_results(%s, %s, NULL, NULL, %s)",
+                     ([claims[1]["idempotency_key"]], ["SUCCEEDED"], now))  # the worker's batch recorder
+        events = conn.execute(db.CLAIM_OUTBOX_EVENTS_RAW, {"batch": 100, "lease": "30 seconds", "now": now}).fetchall()
+        assert len(events) >= 2
+        assert conn.execute(db.MARK_OUTBOX_PUBLISHED, {"ids": [e["id"] for e in events], "now": now}
+                            ).fetchone()["marked"] == len(events)
+        conn.execute("SELECT * FROM billing.list_webhook_endpoints()")  # the webhook deliverer's refresh
+        conn.execute("SELECT * FROM billing.purge_expired('30 days', 10, %s)", (now,))  # retention
+        assert conn.execute(db.EXPIRE_IDEMPOTENCY_KEYS, {"max_age": "24 hours", "batch": 10, "now": now}
+                            ).fetchone()["expired"] == 0
+        assert conn.execute(db.OUTBOX_STATS, {"now": now}).fetchone()["backlog"] == 0
+        audit = None
+    with psycopg.connect(db_url) as conn:
+        audit = conn.execute("SELECT array_agg(DISTINCT function ORDER BY function) FROM billing.audit_log "
+                             "WHERE db_role = %s", (user,)).fetchone()[0]
+    assert audit == ["claim_charges", "claim_outbox_events", "create_due_invoices", "expire_idempotency_keys",
+                     "mark_outbox_published", "purge_expired", "record_payment_result", "record_payment_results"]
