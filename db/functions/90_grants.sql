@@ -41,7 +41,7 @@ DECLARE
                         "plan_code", "period_end", "proration_amount", "is_simulation",
                         "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
                         "delete_webhook_endpoint", "list_webhook_attempts", "outbox_events_from",
-                        "retry_dead_outbox_events"]
+                        "retry_dead_outbox_events", "new_key_namespace"]
     }';
     v_role text;
     v_fn   regprocedure;

@@ -38,7 +38,7 @@ POLICY = {
                       "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
                       "plan_code", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",
                       "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
-                      "list_webhook_attempts", "outbox_events_from", "retry_dead_outbox_events"},
+                      "list_webhook_attempts", "outbox_events_from", "retry_dead_outbox_events", "new_key_namespace"},
 }
 # The findings of the issue, by name: who must never reach these.
 NEVER = {
