@@ -183,6 +183,9 @@ def create_console(database, settings, *, clock: Clock | None = None, limiter=No
                     return page(request, "error.html", locals().get("session"), code=status, problem=err.message)
                 log.exception("console: unexpected database error")
                 return page(request, "error.html", None, code=500, problem="unexpected database error")
+            except Exception:  # noqa: BLE001 - a page, not a stack trace
+                log.exception("console: unexpected error")
+                return page(request, "error.html", None, code=500, problem="unexpected error")
 
         endpoint.__name__ = fn.__name__
         return endpoint
@@ -327,7 +330,8 @@ def create_console(database, settings, *, clock: Clock | None = None, limiter=No
         if not target.isdigit() or len(target) > 18:
             raise Refused(422, "the form names no target")
         to = _safe_next(form.get("back"))
-        sig = next((s for f in action.functions if (s := (await signatures()).get(f))), None)
+        sigs = await signatures()
+        sig = next((sigs[f] for f in action.functions if f in sigs), None)
         if sig is None:
             raise Refused(404, f"{action.label}: the SQL API of this database has no such function")
         try:
