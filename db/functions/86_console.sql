@@ -52,6 +52,7 @@ RETURNS TABLE (key_id text, scopes text[], expires_at timestamptz)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+    SELECT billing._check_now(p_now);
     SELECT s.key_id, k.scopes, s.expires_at
       FROM billing.console_session s
       JOIN billing.api_key k ON k.id = s.key_id
