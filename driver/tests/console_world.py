@@ -64,8 +64,8 @@ def build_world(db_url: str) -> World:
 class ConsoleServer:
     """`billing serve`'s app (API and console) on a free loopback port, in a thread."""
 
-    def __init__(self, db_url: str, now: datetime = NOW) -> None:
-        settings = Settings().with_overrides(database_url=db_url, gateway_rate=200)
+    def __init__(self, db_url: str, now: datetime = NOW, **overrides) -> None:
+        settings = Settings().with_overrides(database_url=db_url, gateway_rate=200, **overrides)
         self.app = create_app(settings, clock=SimulatedClock(now), rate_limit=False)
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
