@@ -24,10 +24,11 @@ SELECT g, z.name
   JOIN bench_zone z ON z.n = (hashint8(g) & 65535) % 5;
 
 INSERT INTO billing.subscription (id, customer_id, plan_id, status, timezone, billing_anchor, period_number,
-                                  current_period_start, current_period_end, version, created_at, updated_at)
+                                  current_period_start, current_period_end, period_price, version, created_at, updated_at)
 SELECT y.g, y.g, y.plan_id, 'ACTIVE', y.tz, y.anchor, y.n,
        billing._period_end(y.anchor, 'MONTH', 1, y.n - 1, y.tz),
-       billing._period_end(y.anchor, 'MONTH', 1, y.n, y.tz), y.n, y.anchor, y.anchor
+       billing._period_end(y.anchor, 'MONTH', 1, y.n, y.tz),
+       (SELECT p.price_amount FROM billing.plan p WHERE p.id = y.plan_id), y.n, y.anchor, y.anchor
   FROM (SELECT x.g, x.tz, x.plan_id,
                CASE WHEN :'layout' = 'random' THEN
                         CASE WHEN x.g % (:total / :due) = 0

@@ -234,7 +234,7 @@ def _next_end(anchor: datetime, months: int, periods: int, zone: str) -> datetim
 
 SEED_LOCK = """
 SELECT s.id, s.customer_id, s.current_period_end, s.cancel_at_period_end, s.billing_anchor, s.period_number,
-       s.timezone, p.price_amount, p.currency, p.interval_count
+       s.timezone, p.price_amount, p.currency, p.interval_count, p.id, p.billing_interval
   FROM billing.subscription s JOIN billing.plan p ON p.id = s.plan_id
  WHERE s.status = 'ACTIVE' AND s.current_period_end <= %s
  ORDER BY s.current_period_end
@@ -243,12 +243,14 @@ SELECT s.id, s.customer_id, s.current_period_end, s.cancel_at_period_end, s.bill
 """
 SEED_INSERT = """
 INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, amount, currency,
-                             status, due_at, next_attempt_at, created_at)
-VALUES (%s, %s, 'RENEWAL', %s, %s, %s, %s, %s, 'OPEN', %s, %s, %s)
+                             status, due_at, next_attempt_at, created_at, plan_id, plan_price, billing_interval,
+                             interval_count)
+VALUES (%s, %s, 'RENEWAL', %s, %s, %s, %s, %s, 'OPEN', %s, %s, %s, %s, %s, %s, %s)
 """
 SEED_UPDATE = """
 UPDATE billing.subscription
-   SET current_period_start = %s, current_period_end = %s, period_number = %s, version = version + 1, updated_at = %s
+   SET current_period_start = %s, current_period_end = %s, period_number = %s, period_price = %s,
+       version = version + 1, updated_at = %s
  WHERE id = %s
 """
 
@@ -261,12 +263,13 @@ def run_seed(url: str, workers: int, limit: int) -> dict:
             return False
         with conn.transaction():
             rows = conn.execute(SEED_LOCK, (NOW,)).fetchall()
-            for sid, cid, start, cancel, anchor, number, zone, price, currency, months in rows:
+            for sid, cid, start, cancel, anchor, number, zone, price, currency, months, plan_id, unit in rows:
                 if cancel:
                     continue  # none in the bench data
                 end = _next_end(anchor, months, number + 1, zone)
-                conn.execute(SEED_INSERT, (sid, cid, start, end, price, price, currency, NOW, NOW, NOW))
-                conn.execute(SEED_UPDATE, (start, end, number + 1, NOW, sid))
+                conn.execute(SEED_INSERT, (sid, cid, start, end, price, price, currency, NOW, NOW, NOW,
+                                           plan_id, price, unit, months))
+                conn.execute(SEED_UPDATE, (start, end, number + 1, price, NOW, sid))
         w.count(len(rows), [], w.started)
         return bool(rows)
 

@@ -125,11 +125,13 @@ COMMENT ON FUNCTION billing._grant_credit(bigint, char, bigint, text, bigint, bi
 'Private: adds p_amount of credit to the ledger and the balance (nothing when p_amount <= 0).
 Returns nothing.';
 
--- Inserts one invoice, consuming the customer's credit first; an invoice the credit covers
--- entirely is PAID at once, announced, and never charged.
+-- Inserts one invoice with its terms, consuming the customer's credit first; an invoice the
+-- credit covers entirely is PAID at once, announced, and never charged.
+DROP FUNCTION IF EXISTS billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, char, timestamptz);
 CREATE OR REPLACE FUNCTION billing._new_invoice(
     p_sub billing.subscription, p_kind text, p_period_start timestamptz, p_period_end timestamptz,
-    p_subtotal bigint, p_currency char(3), p_now timestamptz)
+    p_subtotal bigint, p_plan billing.plan, p_plan_price bigint, p_now timestamptz,
+    p_from_plan_id bigint DEFAULT NULL, p_from_price bigint DEFAULT NULL)
 RETURNS billing.invoice
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
@@ -140,26 +142,28 @@ DECLARE
     v_invoice billing.invoice;
 BEGIN
     SELECT balance INTO v_balance FROM billing.credit_balance
-     WHERE customer_id = p_sub.customer_id AND currency = p_currency AND balance > 0
+     WHERE customer_id = p_sub.customer_id AND currency = p_plan.currency AND balance > 0
        FOR UPDATE;
     IF FOUND THEN
         v_applied := least(v_balance, p_subtotal);
         UPDATE billing.credit_balance SET balance = balance - v_applied, updated_at = p_now
-         WHERE customer_id = p_sub.customer_id AND currency = p_currency;
+         WHERE customer_id = p_sub.customer_id AND currency = p_plan.currency;
     END IF;
 
     INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, credit_applied,
-                                 amount, currency, status, due_at, next_attempt_at, paid_at, created_at)
+                                 amount, currency, status, due_at, next_attempt_at, paid_at, created_at,
+                                 plan_id, plan_price, billing_interval, interval_count, from_plan_id, from_price)
     VALUES (p_sub.id, p_sub.customer_id, p_kind, p_period_start, p_period_end, p_subtotal, v_applied,
-            p_subtotal - v_applied, p_currency,
+            p_subtotal - v_applied, p_plan.currency,
             CASE WHEN p_subtotal - v_applied = 0 THEN 'PAID' ELSE 'OPEN' END, p_now,
             CASE WHEN p_subtotal - v_applied = 0 THEN NULL ELSE p_now END,
-            CASE WHEN p_subtotal - v_applied = 0 THEN p_now END, p_now)
+            CASE WHEN p_subtotal - v_applied = 0 THEN p_now END, p_now,
+            p_plan.id, p_plan_price, p_plan.billing_interval, p_plan.interval_count, p_from_plan_id, p_from_price)
     RETURNING * INTO v_invoice;
 
     IF v_applied > 0 THEN
         INSERT INTO billing.credit_entry (customer_id, currency, amount, reason, subscription_id, invoice_id, created_at)
-        VALUES (p_sub.customer_id, p_currency, -v_applied, 'APPLIED', p_sub.id, v_invoice.id, p_now);
+        VALUES (p_sub.customer_id, p_plan.currency, -v_applied, 'APPLIED', p_sub.id, v_invoice.id, p_now);
     END IF;
     PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceCreated', billing._invoice_data(v_invoice), p_now);
     IF v_invoice.status = 'PAID' THEN
@@ -168,12 +172,106 @@ BEGIN
     RETURN v_invoice;
 END
 $$;
-COMMENT ON FUNCTION billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, char, timestamptz) IS
-'Private: inserts one invoice due at p_now after consuming the customer''s credit (PAID and announced when credit covers it).
+COMMENT ON FUNCTION billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, billing.plan, bigint, timestamptz, bigint, bigint) IS
+'Private: inserts one invoice due at p_now with its terms (plan, price, interval; for PRORATION the replaced ones) after consuming the customer''s credit (PAID and announced when credit covers it).
 Returns the invoice.';
 
--- Voids the OPEN invoices of the given (locked) subscriptions and gives back the credit they had
--- consumed. Set-based: used by cancel_subscription, dunning exhaustion and the renewal job.
+-- The price of a plan for a period starting at p_at (billing.plan_price; the usual case, a period
+-- starting after the current price took effect, reads no history).
+CREATE OR REPLACE FUNCTION billing._price_at(p_plan billing.plan, p_at timestamptz)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN p_plan.price_effective_from IS NULL OR p_at >= p_plan.price_effective_from THEN p_plan.price_amount
+                ELSE (SELECT pp.price_amount FROM billing.plan_price pp
+                       WHERE pp.plan_id = p_plan.id AND pp.effective_from <= p_at
+                       ORDER BY pp.effective_from DESC LIMIT 1) END
+$$;
+COMMENT ON FUNCTION billing._price_at(billing.plan, timestamptz) IS
+'Private: the price of p_plan for a period starting at p_at (the price in force then).
+Returns the amount.';
+
+-- Credit granted by a plan change: straight to the balance when every invoice of the
+-- subscription is settled, else pending on the unpaid ones (released when they are all PAID,
+-- reversed when one is voided or fails).
+CREATE OR REPLACE FUNCTION billing._grant_change_credit(p_sub billing.subscription, p_currency char(3), p_amount bigint,
+                                                        p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_unpaid bigint[];
+BEGIN
+    IF p_amount <= 0 THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(id ORDER BY id) INTO v_unpaid FROM billing.invoice
+     WHERE subscription_id = p_sub.id AND status IN ('OPEN', 'REVIEW');
+    IF v_unpaid IS NULL THEN
+        PERFORM billing._grant_credit(p_sub.customer_id, p_currency, p_amount, 'PRORATION', p_sub.id, NULL, p_now);
+    ELSE
+        INSERT INTO billing.credit_pending (customer_id, currency, amount, subscription_id, depends_on, created_at)
+        VALUES (p_sub.customer_id, p_currency, p_amount, p_sub.id, v_unpaid, p_now);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._grant_change_credit(billing.subscription, char, bigint, timestamptz) IS
+'Private: credit of a plan change: to the balance at once when no invoice of the subscription is unpaid, else pending on the unpaid ones.
+Returns nothing.';
+
+-- Called when an invoice reaches PAID, VOID or FAILED: settles the pending credit that waited on it.
+CREATE OR REPLACE FUNCTION billing._settle_pending_credit(p_invoice billing.invoice, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_credit billing.credit_pending;
+BEGIN
+    IF p_invoice.status IN ('VOID', 'FAILED') THEN
+        UPDATE billing.credit_pending SET status = 'REVERSED', settled_at = p_now
+         WHERE customer_id = p_invoice.customer_id AND status = 'PENDING' AND p_invoice.id = ANY (depends_on);
+    ELSIF p_invoice.status = 'PAID' THEN
+        FOR v_credit IN
+            UPDATE billing.credit_pending c SET status = 'RELEASED', settled_at = p_now
+             WHERE c.customer_id = p_invoice.customer_id AND c.status = 'PENDING' AND p_invoice.id = ANY (c.depends_on)
+               AND NOT EXISTS (SELECT 1 FROM billing.invoice i WHERE i.id = ANY (c.depends_on) AND i.status <> 'PAID')
+            RETURNING c.*
+        LOOP
+            PERFORM billing._grant_credit(v_credit.customer_id, v_credit.currency, v_credit.amount, 'PRORATION',
+                                          v_credit.subscription_id, NULL, p_now);
+        END LOOP;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._settle_pending_credit(billing.invoice, timestamptz) IS
+'Private: p_invoice just became PAID (pending credit whose invoices are now all PAID is released) or VOID/FAILED (pending credit depending on it is reversed).
+Returns nothing.';
+
+-- Gives back the credit a closed (VOID or FAILED) invoice had consumed.
+CREATE OR REPLACE FUNCTION billing._restore_credit(p_invoice billing.invoice, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_invoice.credit_applied > 0 THEN
+        PERFORM billing._grant_credit(p_invoice.customer_id, p_invoice.currency, p_invoice.credit_applied, 'RESTORED',
+                                      p_invoice.subscription_id, p_invoice.id, p_now);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._restore_credit(billing.invoice, timestamptz) IS
+'Private: the credit a VOID or FAILED invoice consumed goes back to the customer (a RESTORED entry).
+Returns nothing.';
+
+-- Voids the OPEN invoices of the given (locked) subscriptions that were never declined, gives back
+-- the credit they had consumed and reverses the pending credit that waited on them. An invoice in
+-- dunning (declined at least once) bills a period already served: it stays OPEN and collectible,
+-- and is written off (FAILED, InvoiceWrittenOff) only when its dunning is exhausted.
+-- Set-based: used by cancel_subscription, dunning exhaustion and the renewal job.
 CREATE OR REPLACE FUNCTION billing._void_open_invoices(p_subscription_ids bigint[], p_now timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -188,7 +286,7 @@ BEGIN
     WITH voided AS (
         UPDATE billing.invoice
            SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now
-         WHERE subscription_id = ANY (p_subscription_ids) AND status = 'OPEN'
+         WHERE subscription_id = ANY (p_subscription_ids) AND status = 'OPEN' AND attempt_count = 0
         RETURNING *
     ), announced AS (
         INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
@@ -196,6 +294,10 @@ BEGIN
                billing._cloud_event(e.event_id, 'InvoiceVoided', 'invoice', e.id, p_now, billing._invoice_data(e.inv)),
                p_now, p_now
           FROM (SELECT gen_random_uuid() AS event_id, v.id, v::billing.invoice AS inv FROM voided v ORDER BY v.id) e
+    ), reversed AS (
+        UPDATE billing.credit_pending c SET status = 'REVERSED', settled_at = p_now
+          FROM voided v
+         WHERE c.customer_id = v.customer_id AND c.status = 'PENDING' AND v.id = ANY (c.depends_on)
     ), ledger AS (
         INSERT INTO billing.credit_entry (customer_id, currency, amount, reason, subscription_id, invoice_id, created_at)
         SELECT customer_id, currency, credit_applied, 'RESTORED', subscription_id, id, p_now
@@ -213,6 +315,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._void_open_invoices(bigint[], timestamptz) IS
-'Private: OPEN invoices of the given subscriptions become VOID (InvoiceVoided each); credit they consumed goes back to the customer.
+'Private: OPEN invoices never declined of the given subscriptions become VOID (InvoiceVoided each); credit they consumed goes back to the customer, pending credit depending on them is reversed (invoices in dunning stay OPEN).
 Returns how many invoices were voided.';
 

@@ -1,8 +1,12 @@
 -- 20_plans_customers: the price list and the customers.
 -- Re-applied after every migration: CREATE OR REPLACE only.
 
+-- A price change applies to periods starting at or after p_now (the period being served keeps
+-- the price it was invoiced at); the history is kept in billing.plan_price.
+DROP FUNCTION IF EXISTS billing.upsert_plan(text, bigint, text, text, integer);
 CREATE OR REPLACE FUNCTION billing.upsert_plan(
-    p_code text, p_price_amount bigint, p_currency text, p_billing_interval text, p_interval_count integer DEFAULT 1)
+    p_code text, p_price_amount bigint, p_currency text, p_billing_interval text, p_interval_count integer DEFAULT 1,
+    p_now timestamptz DEFAULT now())
 RETURNS billing.plan
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -11,7 +15,8 @@ DECLARE
     v_old billing.plan;
     v_new billing.plan;
 BEGIN
-    PERFORM billing._audit('upsert_plan', jsonb_build_object('code', p_code, 'price_amount', p_price_amount, 'currency', p_currency, 'billing_interval', p_billing_interval, 'interval_count', p_interval_count));
+    PERFORM billing._audit('upsert_plan', jsonb_build_object('code', p_code, 'price_amount', p_price_amount, 'currency', p_currency, 'billing_interval', p_billing_interval, 'interval_count', p_interval_count, 'now', p_now));
+    PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('a plan code', p_code, 100);
     IF p_price_amount IS NULL OR p_price_amount < 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
@@ -27,35 +32,56 @@ BEGIN
     PERFORM billing._check_between(format('plan %s: interval count', p_code), p_interval_count, 1, 1000);
 
     SELECT * INTO v_old FROM billing.plan WHERE code = p_code FOR UPDATE;
-    IF FOUND
-       AND (v_old.currency, v_old.billing_interval, v_old.interval_count)
+    IF NOT FOUND THEN
+        INSERT INTO billing.plan AS p (code, price_amount, currency, billing_interval, interval_count)
+        VALUES (p_code, p_price_amount, p_currency, p_billing_interval, p_interval_count)
+        ON CONFLICT ON CONSTRAINT plan_code_key DO NOTHING
+        RETURNING * INTO v_new;
+        IF v_new.id IS NULL THEN  -- created concurrently: update it as below
+            SELECT * INTO v_old FROM billing.plan WHERE code = p_code FOR UPDATE;
+        ELSE
+            INSERT INTO billing.plan_price (plan_id, effective_from, price_amount) VALUES (v_new.id, '-infinity', p_price_amount);
+            RETURN v_new;
+        END IF;
+    END IF;
+
+    IF (v_old.currency, v_old.billing_interval, v_old.interval_count)
            IS DISTINCT FROM (p_currency::char(3), p_billing_interval, p_interval_count)
        AND EXISTS (SELECT 1 FROM billing.subscription WHERE plan_id = v_old.id) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('plan %s has subscriptions: only its price can change', p_code),
             HINT = 'Create a plan with a new code for another currency or period, and move subscriptions with change_plan.';
     END IF;
+    IF v_old.price_amount <> p_price_amount AND p_now < coalesce(v_old.price_effective_from, '-infinity') THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('plan %s: its price already changed at %s; a new price cannot take effect earlier (%s)',
+                             p_code, v_old.price_effective_from, p_now);
+    END IF;
 
-    INSERT INTO billing.plan AS p (code, price_amount, currency, billing_interval, interval_count)
-    VALUES (p_code, p_price_amount, p_currency, p_billing_interval, p_interval_count)
-    ON CONFLICT ON CONSTRAINT plan_code_key DO UPDATE
-        SET price_amount = excluded.price_amount,
-            currency = excluded.currency,
-            billing_interval = excluded.billing_interval,
-            interval_count = excluded.interval_count,
-            updated_at = now()
-        WHERE (p.price_amount, p.currency, p.billing_interval, p.interval_count)
-              IS DISTINCT FROM (excluded.price_amount, excluded.currency, excluded.billing_interval, excluded.interval_count)
+    UPDATE billing.plan p
+       SET price_amount = p_price_amount,
+           price_effective_from = CASE WHEN p.price_amount <> p_price_amount THEN p_now ELSE p.price_effective_from END,
+           currency = p_currency,
+           billing_interval = p_billing_interval,
+           interval_count = p_interval_count,
+           updated_at = now()
+     WHERE p.id = v_old.id
+       AND (p.price_amount, p.currency, p.billing_interval, p.interval_count)
+           IS DISTINCT FROM (p_price_amount, p_currency::char(3), p_billing_interval, p_interval_count)
     RETURNING * INTO v_new;
     IF v_new.id IS NULL THEN  -- unchanged
-        SELECT * INTO v_new FROM billing.plan WHERE code = p_code;
+        RETURN v_old;
+    END IF;
+    IF v_old.price_amount <> p_price_amount THEN
+        INSERT INTO billing.plan_price AS pp (plan_id, effective_from, price_amount) VALUES (v_new.id, p_now, p_price_amount)
+        ON CONFLICT ON CONSTRAINT plan_price_pkey DO UPDATE SET price_amount = excluded.price_amount;
     END IF;
     RETURN v_new;
 END
 $$;
-COMMENT ON FUNCTION billing.upsert_plan(text, bigint, text, text, integer) IS
-'Creates the plan p_code or updates it; a plan with subscriptions may only change its price (applies from the next renewal).
-Returns the plan row; BL422 for a negative price, bad currency, unknown interval or count out of 1..1000.';
+COMMENT ON FUNCTION billing.upsert_plan(text, bigint, text, text, integer, timestamptz) IS
+'Creates the plan p_code or updates it; a plan with subscriptions may only change its price, which applies to periods starting at or after p_now (history in plan_price).
+Returns the plan row; BL422 for a negative price, bad currency, unknown interval, count out of 1..1000, or a price change dated before the last one.';
 
 CREATE OR REPLACE FUNCTION billing.upsert_customer(p_customer_id bigint, p_timezone text DEFAULT 'UTC')
 RETURNS billing.customer

@@ -53,26 +53,35 @@ BEGIN
         SELECT d.row_id, d.id, d.customer_id, d.current_period_end AS period_start,
                billing._period_end(d.billing_anchor, p.billing_interval, p.interval_count,
                                    d.period_number + 1, d.timezone) AS period_end,
-               p.price_amount, p.currency,
+               t.price_amount, p.currency, p.id AS plan_id, p.billing_interval, p.interval_count,
                -- A balance is spread over the customer's invoices of this batch in id order.
                CASE WHEN c.balance IS NULL THEN 0::bigint
-                    ELSE least(p.price_amount, greatest(0, c.balance - coalesce(sum(p.price_amount) OVER (
+                    ELSE least(t.price_amount, greatest(0, c.balance - coalesce(sum(t.price_amount) OVER (
                              PARTITION BY d.customer_id, p.currency ORDER BY d.id
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::bigint
                END AS credit_applied
           FROM due d
           JOIN billing.plan p ON p.id = d.plan_id
+          -- The price in force when the period starts (a late renewal of a past period is priced
+          -- as it was then); the history is read only for a period older than the current price.
+          CROSS JOIN LATERAL (
+              SELECT CASE WHEN p.price_effective_from IS NULL OR d.current_period_end >= p.price_effective_from
+                          THEN p.price_amount
+                          ELSE (SELECT pp.price_amount FROM billing.plan_price pp
+                                 WHERE pp.plan_id = p.id AND pp.effective_from <= d.current_period_end
+                                 ORDER BY pp.effective_from DESC LIMIT 1) END AS price_amount) t
           LEFT JOIN credit c ON c.customer_id = d.customer_id AND c.currency = p.currency
          WHERE NOT d.cancel_at_period_end
     ), new_invoice AS (
         INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal,
                                      credit_applied, amount, currency, status, due_at, next_attempt_at, paid_at,
-                                     created_at)
+                                     created_at, plan_id, plan_price, billing_interval, interval_count)
         SELECT p.id, p.customer_id, 'RENEWAL', p.period_start, p.period_end, p.price_amount,
                p.credit_applied, p.price_amount - p.credit_applied, p.currency,
                CASE WHEN p.price_amount = p.credit_applied THEN 'PAID' ELSE 'OPEN' END, p_now,
                CASE WHEN p.price_amount = p.credit_applied THEN NULL ELSE p_now END,
-               CASE WHEN p.price_amount = p.credit_applied THEN p_now END, p_now
+               CASE WHEN p.price_amount = p.credit_applied THEN p_now END, p_now,
+               p.plan_id, p.price_amount, p.billing_interval, p.interval_count
           FROM priced p
         RETURNING *
     ), renewed AS (
@@ -80,6 +89,7 @@ BEGIN
            SET current_period_start = p.period_start,
                current_period_end = p.period_end,
                period_number = s.period_number + 1,
+               period_price = p.price_amount,
                version = s.version + 1,
                updated_at = p_now
           FROM priced p
@@ -171,7 +181,8 @@ BEGIN
         END;
     END LOOP;
 
-    -- Canceled at period end: their OPEN invoices (if any) are voided as by cancel_subscription.
+    -- Canceled at period end: their OPEN invoices (if any) are voided as by cancel_subscription
+    -- (those in dunning stay collectible).
     -- A separate statement because it may give credit back to a balance the statement above
     -- just consumed (one statement must not update a row twice). The rows are still locked.
     IF v_canceled IS NOT NULL THEN
@@ -181,5 +192,5 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.create_due_invoices(integer, timestamptz) IS
-'Claims up to p_batch_size due subscriptions (SKIP LOCKED); renews each by one period (RENEWAL invoice due at p_now, credit applied) or cancels it if flagged.
+'Claims up to p_batch_size due subscriptions (SKIP LOCKED); renews each by one period (RENEWAL invoice due at p_now at the plan''s price in force when the period starts, credit applied) or cancels it if flagged.
 Returns how many it handled: 0 means nothing is due; call again to catch up missed periods (one per call per subscription).';

@@ -11,12 +11,12 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM billing._check_one_of('payment outcome', p_outcome, ARRAY['SUCCEEDED', 'DECLINED', 'UNKNOWN'],
-                                  'Use SUCCEEDED, DECLINED or UNKNOWN.');
+    PERFORM billing._check_one_of('payment outcome', p_outcome, ARRAY['SUCCEEDED', 'DECLINED', 'UNKNOWN', 'NOT_FOUND'],
+                                  'Use SUCCEEDED, DECLINED, UNKNOWN or NOT_FOUND (the gateway has no charge for the key).');
 END
 $$;
 COMMENT ON FUNCTION billing._check_outcome(text) IS
-'Private: a payment outcome is SUCCEEDED, DECLINED or UNKNOWN.
+'Private: a payment outcome is SUCCEEDED, DECLINED, UNKNOWN or NOT_FOUND.
 Returns nothing; BL422 otherwise.';
 
 -- ---------------------------------------------------------------------------------------------
@@ -28,7 +28,9 @@ LANGUAGE sql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
     SELECT p_now + d.delay
-         + CASE WHEN d.max_jitter > interval '0' THEN
+         -- Whole seconds: the CHECK on dunning_step allows 0 or at least 1 s (a sub-second jitter
+         -- would divide by zero); the guard keeps a bad row from failing every decline anyway.
+         + CASE WHEN d.max_jitter >= interval '1 second' THEN
                make_interval(secs => (
                    (hashtextextended(p_failed_attempts::text, p_seed) % floor(extract(epoch FROM d.max_jitter))::bigint
                     + floor(extract(epoch FROM d.max_jitter))::bigint)
@@ -62,59 +64,139 @@ COMMENT ON FUNCTION billing.dunning_next_attempt(integer, bigint, timestamptz) I
 Returns NULL when the schedule is exhausted (attempt 4 by default); BL422 below 1.';
 
 -- ---------------------------------------------------------------------------------------------
+-- Idempotency keys: <namespace>-inv-<invoice id>-try-<n>, the namespace drawn once per
+-- installation (billing.installation), the key never sent past its lifetime at the gateway.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing.new_key_namespace()
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_namespace text;
+BEGIN
+    PERFORM billing._audit('new_key_namespace', '{}'::jsonb);
+    UPDATE billing.installation
+       SET key_namespace = substr(replace(gen_random_uuid()::text, '-', ''), 1, 12), updated_at = now()
+    RETURNING key_namespace INTO v_namespace;
+    RETURN v_namespace;
+END
+$$;
+COMMENT ON FUNCTION billing.new_key_namespace() IS
+'Draws a new idempotency-key namespace for this installation: run it after restoring a backup or cloning the database (a key already charged could otherwise be reused). Keys already claimed keep theirs.
+Returns the new namespace.';
+
+-- An invoice whose payment cannot be settled automatically: a person decides (record_payment_result).
+CREATE OR REPLACE FUNCTION billing._to_review(p_invoice billing.invoice, p_reason text, p_now timestamptz)
+RETURNS billing.invoice
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_invoice billing.invoice;
+BEGIN
+    UPDATE billing.invoice SET status = 'REVIEW', next_attempt_at = NULL, review_reason = p_reason
+     WHERE id = p_invoice.id AND status = 'OPEN'
+    RETURNING * INTO v_invoice;
+    IF FOUND THEN
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentReview',
+            billing._invoice_data(v_invoice) || jsonb_build_object('reason', p_reason), p_now);
+        RETURN v_invoice;
+    END IF;
+    RETURN p_invoice;
+END
+$$;
+COMMENT ON FUNCTION billing._to_review(billing.invoice, text, timestamptz) IS
+'Private: an OPEN invoice goes to REVIEW (never claimed again) with event InvoicePaymentReview.
+Returns the invoice.';
+
+-- ---------------------------------------------------------------------------------------------
 -- Claims and results
 -- ---------------------------------------------------------------------------------------------
+DROP FUNCTION IF EXISTS billing.claim_charges(text, integer, interval, timestamptz);
 CREATE OR REPLACE FUNCTION billing.claim_charges(
     p_worker text, p_batch_size integer DEFAULT 100, p_lease interval DEFAULT interval '5 minutes',
     p_now timestamptz DEFAULT now())
-RETURNS TABLE (invoice_id bigint, attempt_id bigint, idempotency_key text, customer_id bigint, amount bigint, currency text)
+RETURNS TABLE (invoice_id bigint, attempt_id bigint, idempotency_key text, customer_id bigint, amount bigint,
+               currency text, lookup boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 SET jit = off  -- a short OLTP statement: compiling it would cost more than running it
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_cfg billing.installation;
 BEGIN
     PERFORM billing._audit('claim_charges', jsonb_build_object('worker', p_worker, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('a worker name', p_worker, 255);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
     PERFORM billing._check_lease(p_lease);
+    SELECT * INTO v_cfg FROM billing.installation;
+    IF p_lease >= v_cfg.key_lifetime THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_cfg.key_lifetime),
+            HINT = 'A call made near the end of a longer lease could reach the gateway after it forgot the key.';
+    END IF;
 
     RETURN QUERY
     WITH due AS MATERIALIZED (
-        SELECT i.id
+        SELECT i.id, i.try_count
           FROM billing.invoice i
          WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now
          ORDER BY i.next_attempt_at
          LIMIT p_batch_size
            FOR NO KEY UPDATE SKIP LOCKED
+    ), keyed AS MATERIALIZED (
+        SELECT d.id, a.key_expires_at
+          FROM due d
+          LEFT JOIN billing.payment_attempt a ON a.invoice_id = d.id AND a.attempt_number = d.try_count
+    ), expired AS (
+        -- The key's lifetime is over and its fate is still unknown: never sent again; a person decides.
+        UPDATE billing.invoice i
+           SET status = 'REVIEW', next_attempt_at = NULL, review_reason = 'KEY_EXPIRED'
+          FROM keyed k
+         WHERE i.id = k.id AND k.key_expires_at <= p_now
+        RETURNING i.*
+    ), review_events AS (
+        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+        SELECT e.event_id, 'invoice', e.id, 'InvoicePaymentReview',
+               billing._cloud_event(e.event_id, 'InvoicePaymentReview', 'invoice', e.id, p_now,
+                                    billing._invoice_data(e.inv) || jsonb_build_object('reason', 'KEY_EXPIRED')),
+               p_now, p_now
+          FROM (SELECT gen_random_uuid() AS event_id, x.id, x::billing.invoice AS inv FROM expired x ORDER BY x.id) e
     ), claimed AS (
         -- The lease: a worker that dies before reporting gives the invoice back at p_now + p_lease.
         UPDATE billing.invoice i
            SET next_attempt_at = p_now + p_lease
-          FROM due
-         WHERE i.id = due.id
-        RETURNING i.id, i.attempt_count, i.customer_id, i.amount, i.currency
+          FROM keyed k
+         WHERE i.id = k.id AND (k.key_expires_at IS NULL OR k.key_expires_at > p_now)
+        RETURNING i.id, i.try_count, i.customer_id, i.amount, i.currency
     ), attempt AS (
-        -- One row per key: a re-claim (lease expired, or UNKNOWN) reuses the key and its row.
+        -- One row per try: a re-claim (lease expired, or UNKNOWN) reuses its key, whatever the
+        -- namespace is now.
         INSERT INTO billing.payment_attempt AS a
-               (invoice_id, attempt_number, idempotency_key, amount, currency, worker, first_claimed_at, last_claimed_at)
-        SELECT c.id, c.attempt_count, 'inv-' || c.id || '-try-' || c.attempt_count, c.amount, c.currency,
-               p_worker, p_now, p_now
+               (invoice_id, attempt_number, idempotency_key, amount, currency, worker, first_claimed_at, last_claimed_at,
+                key_expires_at)
+        SELECT c.id, c.try_count, v_cfg.key_namespace || '-inv-' || c.id || '-try-' || c.try_count, c.amount, c.currency,
+               p_worker, p_now, p_now, p_now + v_cfg.key_lifetime
           FROM claimed c
-        ON CONFLICT ON CONSTRAINT payment_attempt_idempotency_key_key DO UPDATE
+        ON CONFLICT ON CONSTRAINT payment_attempt_one_per_try DO UPDATE
             SET claim_count = a.claim_count + 1, worker = excluded.worker, last_claimed_at = excluded.last_claimed_at
-        RETURNING a.id, a.invoice_id, a.idempotency_key
+        RETURNING a.id, a.invoice_id, a.idempotency_key, a.claim_count, a.key_expires_at
     )
-    SELECT c.id, a.id, a.idempotency_key, c.customer_id, c.amount, c.currency::text
+    SELECT c.id, a.id, a.idempotency_key, c.customer_id, c.amount, c.currency::text,
+           -- A key sent before whose call could end within the lookup margin of its expiry: ask
+           -- the gateway what became of it instead of sending it again.
+           a.claim_count > 1 AND p_now + p_lease > a.key_expires_at - v_cfg.lookup_margin
       FROM claimed c
       JOIN attempt a ON a.invoice_id = c.id
      ORDER BY c.id;
 END
 $$;
 COMMENT ON FUNCTION billing.claim_charges(text, integer, interval, timestamptz) IS
-'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), records one payment_attempt per key and leases them until p_now + p_lease.
-Returns what to charge: key inv-<invoice id>-try-<attempt_count>, reused by a re-claim; BL422 for bad arguments.';
+'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview).
+Returns what to charge: key <namespace>-inv-<invoice id>-try-<n>, reused by a re-claim; lookup = ask the gateway for the key''s status instead of sending it (near its expiry); BL422 for bad arguments or a lease not shorter than the key lifetime.';
 
 -- The state machine behind record_payment_result and apply_gateway_webhook.
 CREATE OR REPLACE FUNCTION billing._apply_payment_result(
@@ -127,10 +209,11 @@ DECLARE
     v_attempt billing.payment_attempt;
     v_invoice billing.invoice;
     v_sub     billing.subscription;
-    v_after   billing.subscription;
     v_sub_id  bigint;
     v_failed  integer;
     v_next    timestamptz;
+    v_margin  interval;
+    v_after   billing.subscription;
 BEGIN
     PERFORM billing._check_outcome(p_outcome);
     SELECT i.subscription_id INTO v_sub_id
@@ -150,7 +233,7 @@ BEGIN
 
     -- Never regress what this key already told us; a repeat of the same result changes nothing.
     IF v_attempt.outcome = 'SUCCEEDED'
-       OR (v_attempt.outcome = 'DECLINED' AND p_outcome <> 'SUCCEEDED')
+       OR (v_attempt.outcome IN ('DECLINED', 'NOT_FOUND') AND p_outcome <> 'SUCCEEDED')
        OR (v_attempt.outcome = 'UNKNOWN' AND p_outcome = 'UNKNOWN' AND v_attempt.result_claim = v_attempt.claim_count) THEN
         RETURN v_invoice;
     END IF;
@@ -163,11 +246,15 @@ BEGIN
      WHERE id = v_attempt.id;
 
     IF p_outcome = 'SUCCEEDED' THEN
-        IF v_invoice.status = 'PAID' THEN
-            -- Paid already through another key: the customer was charged twice.
+        IF v_invoice.status IN ('PAID', 'VOID', 'FAILED') THEN
+            -- Money nobody owes: paid already through another key (the customer was charged
+            -- twice), or a closed invoice (its credit went back, the period was voided or written
+            -- off). The invoice stays as it is; the money is to be refunded.
             PERFORM billing._emit_event('invoice', v_invoice.id, 'RefundDue',
                 billing._invoice_data(v_invoice) || jsonb_build_object(
-                    'amount', v_attempt.amount, 'currency', v_attempt.currency, 'reason', 'DUPLICATE_CHARGE',
+                    'amount', v_attempt.amount, 'currency', v_attempt.currency,
+                    'reason', CASE v_invoice.status WHEN 'PAID' THEN 'DUPLICATE_CHARGE' WHEN 'VOID' THEN 'INVOICE_VOID'
+                                                    ELSE 'INVOICE_FAILED' END,
                     'idempotencyKey', v_attempt.idempotency_key, 'gatewayReference', p_gateway_reference), p_now);
             RETURN v_invoice;
         END IF;
@@ -177,7 +264,10 @@ BEGIN
          WHERE id = v_invoice.id
         RETURNING * INTO v_invoice;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaid', billing._invoice_data(v_invoice), p_now);
-        IF v_sub.status = 'CANCELED' THEN
+        PERFORM billing._settle_pending_credit(v_invoice, p_now);
+        IF v_sub.status = 'CANCELED' AND v_invoice.attempt_count = 0 THEN
+            -- Canceled before this invoice was ever declined: nothing was owed (an invoice in
+            -- dunning, kept collectible by the cancellation, is owed and simply collected).
             PERFORM billing._emit_event('invoice', v_invoice.id, 'RefundDue',
                 billing._invoice_data(v_invoice) || jsonb_build_object(
                     'amount', v_attempt.amount, 'currency', v_attempt.currency, 'reason', 'SUBSCRIPTION_CANCELED',
@@ -193,14 +283,30 @@ BEGIN
         RETURN v_invoice;
     END IF;
 
-    -- DECLINED or UNKNOWN only count for the current try of an invoice still OPEN.
-    IF v_invoice.status <> 'OPEN' OR v_attempt.attempt_number <> v_invoice.attempt_count THEN
+    -- The other outcomes only count for the current try of an invoice still OPEN (or in REVIEW).
+    IF v_invoice.status NOT IN ('OPEN', 'REVIEW') OR v_attempt.attempt_number <> v_invoice.try_count THEN
         RETURN v_invoice;
     END IF;
 
     IF p_outcome = 'UNKNOWN' THEN
-        -- Same key next time: the gateway answers the real result of this try without charging again.
-        UPDATE billing.invoice SET next_attempt_at = p_now + interval '15 minutes'
+        IF v_invoice.status = 'REVIEW' THEN
+            RETURN v_invoice;
+        END IF;
+        -- Same key next time: the gateway answers the real result of this try without charging
+        -- again. In 15 minutes, but never later than the start of the key's lookup margin, so
+        -- that its status is asked before the gateway forgets it.
+        SELECT lookup_margin INTO v_margin FROM billing.installation;
+        UPDATE billing.invoice
+           SET next_attempt_at = least(p_now + interval '15 minutes',
+                                       greatest(p_now + interval '1 minute', v_attempt.key_expires_at - v_margin))
+         WHERE id = v_invoice.id
+        RETURNING * INTO v_invoice;
+        RETURN v_invoice;
+    END IF;
+
+    IF p_outcome = 'NOT_FOUND' THEN
+        -- The gateway never saw this key: nothing was charged; a new key is safe, at once.
+        UPDATE billing.invoice SET status = 'OPEN', try_count = try_count + 1, next_attempt_at = p_now
          WHERE id = v_invoice.id
         RETURNING * INTO v_invoice;
         RETURN v_invoice;
@@ -211,6 +317,7 @@ BEGIN
     v_next := billing._dunning_next_attempt(v_failed, v_invoice.id, p_now);
     UPDATE billing.invoice
        SET attempt_count = v_failed,
+           try_count = try_count + 1,
            last_failure_reason = p_failure_reason,
            status = CASE WHEN v_next IS NULL THEN 'FAILED' ELSE 'OPEN' END,
            next_attempt_at = v_next,
@@ -221,26 +328,57 @@ BEGIN
         billing._invoice_data(v_invoice) || jsonb_build_object(
             'failureReason', p_failure_reason, 'nextAttemptAt', billing._utc_text(v_next), 'final', v_next IS NULL),
         p_now);
-    IF v_next IS NULL THEN
-        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceFailed', billing._invoice_data(v_invoice), p_now);
-    END IF;
 
-    IF v_next IS NULL THEN
+    IF v_next IS NOT NULL THEN
+        IF v_sub.status = 'ACTIVE' THEN
+            UPDATE billing.subscription SET status = 'PAST_DUE', version = version + 1, updated_at = p_now
+             WHERE id = v_sub.id
+            RETURNING * INTO v_after;
+            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
+        END IF;
+        RETURN v_invoice;
+    END IF;
+    PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceFailed', billing._invoice_data(v_invoice), p_now);
+
+    -- Dunning exhausted: the invoice FAILED; the credit it consumed goes back and the credit that
+    -- waited on it is reversed.
+    PERFORM billing._restore_credit(v_invoice, p_now);
+    PERFORM billing._settle_pending_credit(v_invoice, p_now);
+    IF v_invoice.kind = 'PRORATION' AND v_invoice.from_plan_id IS NOT NULL THEN
+        -- A failed upgrade: reverted; the subscription keeps the plan paid for to its period end.
+        IF v_sub.status <> 'CANCELED' AND v_sub.plan_id = v_invoice.plan_id
+           AND v_sub.current_period_end = v_invoice.period_end THEN
+            UPDATE billing.subscription
+               SET plan_id = v_invoice.from_plan_id, period_price = v_invoice.from_price,
+                   version = version + 1, updated_at = p_now
+             WHERE id = v_sub.id
+            RETURNING * INTO v_after;
+            PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionPlanReverted',
+                billing._subscription_data(v_after) || jsonb_build_object(
+                    'invoiceId', v_invoice.id, 'revertedPlanCode', billing.plan_code(v_invoice.plan_id)), p_now);
+            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
+            v_sub := v_after;
+        END IF;
+        IF v_sub.status = 'PAST_DUE'
+           AND NOT EXISTS (SELECT 1 FROM billing.invoice WHERE subscription_id = v_sub.id AND status = 'OPEN') THEN
+            UPDATE billing.subscription SET status = 'ACTIVE', version = version + 1, updated_at = p_now
+             WHERE id = v_sub.id
+            RETURNING * INTO v_after;
+            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
+        END IF;
+    ELSIF v_sub.status = 'CANCELED' THEN
+        -- Canceled during dunning: the served period stayed owed until now; it is written off.
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceWrittenOff',
+            billing._invoice_data(v_invoice) || jsonb_build_object('reason', 'DUNNING_EXHAUSTED'), p_now);
+    ELSE
         UPDATE billing.subscription
            SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'DUNNING_EXHAUSTED',
                version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id AND status <> 'CANCELED'
-        RETURNING * INTO v_sub;
-        IF FOUND THEN
-            PERFORM billing._void_open_invoices(ARRAY[v_sub.id], p_now);
-            PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled',
-                                        billing._subscription_data(v_sub), p_now);
-        END IF;
-    ELSIF v_sub.status = 'ACTIVE' THEN
-        UPDATE billing.subscription SET status = 'PAST_DUE', version = version + 1, updated_at = p_now
          WHERE id = v_sub.id
-        RETURNING * INTO v_after;
-        PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
+        RETURNING * INTO v_sub;
+        PERFORM billing._void_open_invoices(ARRAY[v_sub.id], p_now);
+        PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled',
+                                    billing._subscription_data(v_sub), p_now);
     END IF;
     RETURN v_invoice;
 END
@@ -263,35 +401,81 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.record_payment_result(text, text, text, text, timestamptz) IS
-'Records a gateway outcome: SUCCEEDED pays (always wins, RefundDue if canceled), DECLINED follows dunning, UNKNOWN retries in 15 min with the same key.
+'Records a gateway outcome: SUCCEEDED pays an OPEN or REVIEW invoice (RefundDue when the invoice is already PAID, VOID or FAILED), DECLINED follows dunning, UNKNOWN retries with the same key (in 15 min, sooner near the key''s expiry), NOT_FOUND (the gateway never saw the key) retries at once with a new key.
 Returns the invoice; idempotent; BL404 for an unknown key, BL422 for an unknown outcome.';
 
+-- The disagreement, if any, between a successful webhook and the attempt it reports on.
+CREATE OR REPLACE FUNCTION billing._webhook_mismatch(p_attempt billing.payment_attempt, p_customer_id bigint, p_payload jsonb)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT concat_ws('; ',
+        CASE WHEN p_payload ? 'amount' AND (p_payload ->> 'amount') IS DISTINCT FROM p_attempt.amount::text
+             THEN format('amount %s, attempt %s', p_payload ->> 'amount', p_attempt.amount) END,
+        CASE WHEN p_payload ? 'currency' AND (p_payload ->> 'currency') IS DISTINCT FROM p_attempt.currency::text
+             THEN format('currency %s, attempt %s', p_payload ->> 'currency', p_attempt.currency) END,
+        CASE WHEN p_payload ? 'customerId' AND (p_payload ->> 'customerId') IS DISTINCT FROM p_customer_id::text
+             THEN format('customer %s, invoice %s', p_payload ->> 'customerId', p_customer_id) END)
+$$;
+COMMENT ON FUNCTION billing._webhook_mismatch(billing.payment_attempt, bigint, jsonb) IS
+'Private: how a webhook''s amount, currency and customerId (those present) differ from the attempt and its invoice.
+Returns the differences as text, '''' when they agree.';
+
+DROP FUNCTION IF EXISTS billing.apply_gateway_webhook(text, text, text, text, jsonb, timestamptz);
 CREATE OR REPLACE FUNCTION billing.apply_gateway_webhook(
     p_event_id text, p_idempotency_key text, p_outcome text, p_gateway_reference text,
     p_payload jsonb, p_now timestamptz DEFAULT now())
-RETURNS boolean
+RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_attempt  billing.payment_attempt;
+    v_invoice  billing.invoice;
+    v_mismatch text := '';
 BEGIN
     PERFORM billing._audit('apply_gateway_webhook', jsonb_build_object('event_id', p_event_id, 'idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'gateway_reference', p_gateway_reference, 'now', p_now));
     PERFORM billing._check_now(p_now);
     IF p_event_id IS NULL OR btrim(p_event_id) = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a webhook event id is required';
     END IF;
-    PERFORM billing._check_outcome(p_outcome);
-    INSERT INTO billing.gateway_webhook (event_id, idempotency_key, outcome, gateway_reference, payload, received_at)
-    VALUES (p_event_id, p_idempotency_key, p_outcome, p_gateway_reference, coalesce(p_payload, '{}'::jsonb), p_now)
+    PERFORM billing._check_one_of('webhook outcome', p_outcome, ARRAY['SUCCEEDED', 'DECLINED', 'UNKNOWN'],
+                                  'Use SUCCEEDED, DECLINED or UNKNOWN.');
+    p_payload := coalesce(p_payload, '{}'::jsonb);
+    IF p_outcome = 'SUCCEEDED' THEN
+        SELECT a.* INTO v_attempt FROM billing.payment_attempt a WHERE a.idempotency_key = p_idempotency_key;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'BL404',
+                MESSAGE = format('no payment attempt has idempotency key %L', p_idempotency_key),
+                HINT = 'Report only keys returned by claim_charges.';
+        END IF;
+        SELECT i.* INTO v_invoice FROM billing.invoice i WHERE i.id = v_attempt.invoice_id;
+        v_mismatch := billing._webhook_mismatch(v_attempt, v_invoice.customer_id, p_payload);
+    END IF;
+    INSERT INTO billing.gateway_webhook (event_id, idempotency_key, outcome, gateway_reference, payload, received_at,
+                                         review_reason)
+    VALUES (p_event_id, p_idempotency_key, p_outcome, p_gateway_reference, p_payload, p_now, nullif(v_mismatch, ''))
     ON CONFLICT ON CONSTRAINT gateway_webhook_pkey DO NOTHING;
     IF NOT FOUND THEN
-        RETURN false;  -- delivered before
+        RETURN 'DUPLICATE';  -- delivered before
+    END IF;
+    IF v_mismatch <> '' THEN
+        -- Not applied: a charge that is not the one we asked for (another installation's key,
+        -- a gateway mix-up). Kept with its reason; a person looks at it.
+        PERFORM billing._lock_subscription(v_invoice.subscription_id);
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'PaymentReviewRequired',
+            billing._invoice_data(v_invoice) || jsonb_build_object(
+                'reason', 'WEBHOOK_MISMATCH', 'detail', v_mismatch, 'webhookEventId', p_event_id,
+                'idempotencyKey', p_idempotency_key, 'gatewayReference', p_gateway_reference), p_now);
+        RETURN 'REVIEW';
     END IF;
     PERFORM billing._apply_payment_result(
         p_idempotency_key, p_outcome, p_gateway_reference,
         coalesce(p_payload ->> 'declineCode', p_payload ->> 'failureReason', p_payload ->> 'failure_reason'), p_now);
-    RETURN true;
+    RETURN 'APPLIED';
 END
 $$;
 COMMENT ON FUNCTION billing.apply_gateway_webhook(text, text, text, text, jsonb, timestamptz) IS
-'Stores a gateway webhook once per p_event_id and applies it like record_payment_result (decline reason from payload declineCode).
-Returns true when applied, false for a duplicate delivery; BL404 for an unknown key (nothing stored, the gateway retries).';
+'Stores a gateway webhook once per p_event_id and applies it like record_payment_result (decline reason from payload declineCode); a success whose amount, currency or customerId disagree with the attempt is kept unapplied with a review reason and event PaymentReviewRequired.
+Returns APPLIED, DUPLICATE (delivered before) or REVIEW (kept, not applied); BL404 for an unknown key (nothing stored, the gateway retries).';

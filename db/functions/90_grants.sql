@@ -44,7 +44,7 @@ DECLARE
                         "plan_code", "period_end", "proration_amount", "is_simulation",
                         "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
                         "delete_webhook_endpoint", "list_webhook_attempts", "outbox_events_from",
-                        "retry_dead_outbox_events", "replay_outbox_event"],
+                        "retry_dead_outbox_events", "replay_outbox_event", "new_key_namespace"],
       "billing_console": ["console_open_session", "console_session", "console_close_session", "console_functions",
                           "console_overview", "console_mrr", "console_customers", "console_customer",
                           "console_subscription", "console_invoices", "console_events", "authenticate_api_key",

@@ -18,8 +18,10 @@ SELECT has_index('billing', 'subscription', 'subscription_due_idx', 'partial ind
 SELECT has_index('billing', 'invoice', 'invoice_chargeable_idx', 'partial index of chargeable invoices');
 SELECT has_trigger('billing', 'outbox_event', 'outbox_event_notify', 'outbox insert notifies');
 SELECT throws_ok($$INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, amount,
-                      currency, due_at, next_attempt_at, created_at)
-                   VALUES (-42, 1, 'RENEWAL', '2026-01-01Z', '2026-02-01Z', 1, 1, 'USD', '2026-01-01Z', '2026-01-01Z', '2026-01-01Z')$$,
+                      currency, due_at, next_attempt_at, created_at, plan_id, plan_price, billing_interval, interval_count)
+                   SELECT -42, 1, 'RENEWAL', '2026-01-01Z', '2026-02-01Z', 1, 1, 'USD', '2026-01-01Z', '2026-01-01Z', '2026-01-01Z',
+                          p.id, 1, 'MONTH', 1
+                     FROM billing.upsert_plan('T01_FK', 1, 'USD', 'MONTH') p$$,
                  '23503', 'invoice refers to subscription -42, which does not exist',
                  'an invoice must refer to an existing subscription (checked per statement)');
 SELECT throws_ok($$DELETE FROM billing.subscription$$, '23503', NULL, 'subscriptions are never deleted');

@@ -76,6 +76,10 @@ SELECT throws_ok($$SELECT billing.cancel_subscription(-1, false, '2026-03-09Z')$
 -- change_plan ---------------------------------------------------------------------------------
 -- Period 2026-10-01..2026-10-31 (30 days, a 30-DAY plan), as the seed's example.
 SELECT billing.create_subscription('t05-p', 5005, 'T_B30', '2026-10-01 00:00Z');
+CREATE FUNCTION pg_temp.pay_all(p_at timestamptz) RETURNS bigint LANGUAGE sql AS
+$$ SELECT count(billing.record_payment_result(idempotency_key, 'SUCCEEDED', 'ch', NULL, p_at))
+     FROM billing.claim_charges('w', 100, interval '5 minutes', p_at) $$;
+SELECT pg_temp.pay_all('2026-10-01 00:00Z');  -- the period is paid: credit from it is real
 SELECT results_eq($$SELECT version, plan_id FROM billing.change_plan(pg_temp.sid('t05-p'), 'T_P30', '2026-10-16 00:00Z')$$,
                   $$SELECT 2::bigint, id FROM billing.plan WHERE code = 'T_P30'$$, 'upgrade switches the plan and bumps the version');
 SELECT results_eq(
@@ -83,6 +87,7 @@ SELECT results_eq(
        WHERE subscription_id = pg_temp.sid('t05-p') AND kind = 'PRORATION'$$,
     $$VALUES ('OPEN', 100000::bigint, '2026-10-16Z'::timestamptz, '2026-10-31Z'::timestamptz, '2026-10-16Z'::timestamptz)$$,
     'upgrade half way: an OPEN PRORATION invoice of 100000 due now');
+SELECT pg_temp.pay_all('2026-10-16 00:00Z');
 SELECT lives_ok($$SELECT billing.change_plan(pg_temp.sid('t05-p'), 'T_B30', '2026-10-21 00:00Z')$$, 'downgrade');
 SELECT results_eq($$SELECT amount, reason FROM billing.credit_entry WHERE subscription_id = pg_temp.sid('t05-p')$$,
                   $$VALUES (66667::bigint, 'PRORATION')$$, 'downgrade with 10 of 30 days left: credit of 66667');
@@ -115,10 +120,11 @@ SELECT throws_ok($$SELECT billing.change_plan(pg_temp.sid('t05-p'), 'T_E30', '20
 SELECT throws_ok($$SELECT billing.change_plan(pg_temp.sid('t05-p'), 'NOPE', '2026-10-28Z')$$, 'BL422', NULL, 'unknown plan: BL422');
 SELECT throws_ok($$SELECT billing.change_plan(pg_temp.sid('t05-p'), 'T_B30', '2026-10-28Z', 3)$$, 'BL409', NULL, 'stale version: BL409');
 SELECT throws_ok($$SELECT billing.change_plan(-1, 'T_B30', '2026-10-28Z')$$, 'BL404', NULL, 'unknown subscription: BL404');
--- A different period length restarts the calendar at the end of the current period.
+-- A different period length starts a new period at the change (docs/money.md).
 SELECT billing.create_subscription('t05-y', 5006, 'T_B', '2026-01-31 12:00Z');
-SELECT results_eq($$SELECT billing_anchor, period_number FROM billing.change_plan(pg_temp.sid('t05-y'), 'T_Y', '2026-02-14 12:00Z')$$,
-                  $$VALUES ('2026-02-28 12:00Z'::timestamptz, 0)$$, 'monthly to yearly re-anchors at the period end');
+SELECT results_eq($$SELECT billing_anchor, period_number, current_period_start FROM billing.change_plan(pg_temp.sid('t05-y'), 'T_Y', '2026-02-14 12:00Z')$$,
+                  $$VALUES ('2026-02-14 12:00Z'::timestamptz, 1, '2026-02-14 12:00Z'::timestamptz)$$,
+                  'monthly to yearly: a new yearly period from the change');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -44,9 +44,10 @@ SELECT is((SELECT current_period_end FROM billing.subscription WHERE id = pg_tem
           billing.period_end('2026-01-31 15:00Z', 'MONTH', 1, 4, 'UTC'), 'period end = period_end(anchor, ..., period_number)');
 -- The unique key is the last safety net: a period cannot be billed twice even by a bug.
 INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, amount, currency,
-                             status, due_at, next_attempt_at, created_at)
-VALUES (pg_temp.sid('t06-a'), 6001, 'RENEWAL', '2026-05-31 15:00Z', '2026-06-30 15:00Z', 1000, 1000, 'USD',
-        'OPEN', '2026-05-01Z', '2026-05-01Z', '2026-05-01Z');
+                             status, due_at, next_attempt_at, created_at, plan_id, plan_price, billing_interval, interval_count)
+SELECT pg_temp.sid('t06-a'), 6001, 'RENEWAL', '2026-05-31 15:00Z', '2026-06-30 15:00Z', 1000, 1000, 'USD',
+       'OPEN', '2026-05-01Z', '2026-05-01Z', '2026-05-01Z', plan_id, 1000, 'MONTH', 1
+  FROM billing.subscription WHERE id = pg_temp.sid('t06-a');
 SELECT throws_ok($$SELECT billing.create_due_invoices(500, '2026-06-01Z')$$, '23505', NULL,
                  'a second invoice for one period violates invoice_one_per_period');
 DELETE FROM billing.invoice WHERE subscription_id = pg_temp.sid('t06-a') AND period_start = '2026-05-31 15:00Z';

@@ -7,7 +7,7 @@ $$ SELECT subscription_id FROM billing.subscription_request WHERE idempotency_ke
 CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE sql AS
 $$ SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid(p_key) AND kind = 'INITIAL' $$;
 CREATE FUNCTION pg_temp.pay_key(p_key text, p_try integer) RETURNS text LANGUAGE sql AS
-$$ SELECT 'inv-' || pg_temp.inv(p_key) || '-try-' || p_try $$;
+$$ SELECT (SELECT key_namespace FROM billing.installation) || '-inv-' || pg_temp.inv(p_key) || '-try-' || p_try $$;
 CREATE FUNCTION pg_temp.events(p_type text, p_invoice bigint) RETURNS bigint LANGUAGE sql AS
 $$ SELECT count(*) FROM billing.outbox_event WHERE event_type = p_type AND aggregate_type = 'invoice' AND aggregate_id = p_invoice $$;
 CREATE FUNCTION pg_temp.claim(p_now timestamptz) RETURNS SETOF text LANGUAGE sql AS
@@ -21,7 +21,7 @@ SELECT results_eq(
     $$SELECT invoice_id, attempt_id IS NOT NULL, idempotency_key, customer_id, amount, currency
         FROM billing.claim_charges('w1', 10, interval '5 minutes', '2026-06-01 10:00Z')$$,
     $$SELECT pg_temp.inv('t07-a'), true, pg_temp.pay_key('t07-a', 0), 7001::bigint, 5000::bigint, 'USD'::text$$,
-    'claim returns the charge with key inv-<id>-try-0');
+    'claim returns the charge with key <namespace>-inv-<id>-try-0');
 SELECT is((SELECT next_attempt_at FROM billing.invoice WHERE id = pg_temp.inv('t07-a')), '2026-06-01 10:05Z'::timestamptz,
           'the claim leases the invoice');
 SELECT is_empty($$SELECT * FROM billing.claim_charges('w2', 10, interval '5 minutes', '2026-06-01 10:04Z')$$,
@@ -107,7 +107,7 @@ SELECT billing.create_due_invoices(500, '2026-10-01 10:00Z');
 SELECT pg_temp.claim('2026-10-01 10:00Z');
 SELECT billing.record_payment_result(pg_temp.pay_key('t07-g', 1), 'SUCCEEDED', 'ch_g1', NULL, '2026-10-01 10:01Z');
 SELECT is((billing.get_subscription(pg_temp.sid('t07-g'))).status, 'PAST_DUE', 'still PAST_DUE while the renewal is unpaid');
-SELECT billing.record_payment_result('inv-' || id || '-try-0', 'SUCCEEDED', 'ch_g2', NULL, '2026-10-01 10:02Z')
+SELECT billing.record_payment_result((SELECT key_namespace FROM billing.installation) || '-inv-' || id || '-try-0', 'SUCCEEDED', 'ch_g2', NULL, '2026-10-01 10:02Z')
   FROM billing.invoice WHERE subscription_id = pg_temp.sid('t07-g') AND kind = 'RENEWAL';
 SELECT is((billing.get_subscription(pg_temp.sid('t07-g'))).status, 'ACTIVE', 'ACTIVE once everything is paid');
 
@@ -132,10 +132,10 @@ SELECT is((SELECT count(*) FROM billing.outbox_event WHERE event_type = 'Subscri
 SELECT is(pg_temp.events('InvoicePaymentFailed', pg_temp.inv('t07-e')), 4::bigint, 'one InvoicePaymentFailed per decline');
 SELECT results_eq(
     $$SELECT status FROM billing.record_payment_result(pg_temp.pay_key('t07-e', 3), 'SUCCEEDED', 'ch_e3', NULL, '2027-01-10 16:30Z')$$,
-    $$VALUES ('PAID')$$, 'a success always wins, even over FAILED');
-SELECT results_eq($$SELECT event_type FROM billing.outbox_event WHERE aggregate_type = 'invoice'
+    $$VALUES ('FAILED')$$, 'a success after FAILED leaves the invoice closed (its credit went back, the period was written off)');
+SELECT results_eq($$SELECT event_type, payload -> 'data' ->> 'reason' FROM billing.outbox_event WHERE aggregate_type = 'invoice'
                      AND aggregate_id = pg_temp.inv('t07-e') AND created_at = '2027-01-10 16:30Z' ORDER BY id$$,
-                  $$VALUES ('InvoicePaid'), ('RefundDue')$$, 'InvoicePaid then RefundDue for a canceled subscription');
+                  $$VALUES ('RefundDue', 'INVOICE_FAILED')$$, 'RefundDue: the money is not owed');
 SELECT is((billing.get_subscription(pg_temp.sid('t07-e'))).status, 'CANCELED', 'the subscription stays CANCELED');
 
 -- VOID then success, and webhooks --------------------------------------------------------------
@@ -145,15 +145,15 @@ SELECT billing.cancel_subscription(pg_temp.sid('t07-v'), false, '2027-02-01 10:0
 SELECT is((SELECT status FROM billing.invoice WHERE id = pg_temp.inv('t07-v')), 'VOID', 'canceled while being charged: VOID');
 SELECT is(billing.apply_gateway_webhook('evt-v-1', pg_temp.pay_key('t07-v', 0), 'SUCCEEDED', 'ch_v',
                                         '{"id": "ch_v", "status": "succeeded"}', '2027-02-01 10:01Z'),
-          true, 'a webhook is applied');
+          'APPLIED', 'a webhook is applied');
 SELECT results_eq($$SELECT status, gateway_reference FROM billing.invoice WHERE id = pg_temp.inv('t07-v')$$,
-                  $$VALUES ('PAID', 'ch_v')$$, 'a success wins over VOID');
-SELECT is(pg_temp.events('RefundDue', pg_temp.inv('t07-v')), 1::bigint, 'RefundDue for the canceled subscription');
+                  $$VALUES ('VOID', NULL::text)$$, 'a success on a VOID invoice leaves it VOID (nothing was owed)');
+SELECT is(pg_temp.events('RefundDue', pg_temp.inv('t07-v')), 1::bigint, 'RefundDue: the money goes back');
 SELECT is(billing.apply_gateway_webhook('evt-v-1', pg_temp.pay_key('t07-v', 0), 'SUCCEEDED', 'ch_v', '{}', '2027-02-01 10:02Z'),
-          false, 'the same webhook event again: false');
+          'DUPLICATE', 'the same webhook event again: DUPLICATE');
 SELECT is(billing.apply_gateway_webhook('evt-v-2', pg_temp.pay_key('t07-v', 0), 'SUCCEEDED', 'ch_v', '{}', '2027-02-01 10:03Z'),
-          true, 'another delivery of the same result is stored');
-SELECT is(pg_temp.events('InvoicePaid', pg_temp.inv('t07-v')) + pg_temp.events('RefundDue', pg_temp.inv('t07-v')), 2::bigint,
+          'APPLIED', 'another delivery of the same result is stored');
+SELECT is(pg_temp.events('InvoicePaid', pg_temp.inv('t07-v')) + pg_temp.events('RefundDue', pg_temp.inv('t07-v')), 1::bigint,
           'but changes nothing');
 SELECT throws_ok($$SELECT billing.apply_gateway_webhook('evt-x', 'inv-0-try-0', 'SUCCEEDED', 'ch', '{}', '2027-02-01Z')$$,
                  'BL404', NULL, 'a webhook for an unknown key: BL404');

@@ -16,7 +16,7 @@ CREATE FUNCTION pg_temp.reset() RETURNS void LANGUAGE sql AS $$
     UPDATE mark SET id = (SELECT coalesce(max(id), 0) FROM billing.outbox_event) $$;
 CREATE FUNCTION pg_temp.pay(p_key text, p_outcome text, p_now timestamptz, p_kind text DEFAULT 'INITIAL') RETURNS void LANGUAGE sql AS $$
     SELECT billing.record_payment_result(
-        'inv-' || pg_temp.inv(p_key, p_kind) || '-try-' || (SELECT attempt_count FROM billing.invoice WHERE id = pg_temp.inv(p_key, p_kind)),
+        (SELECT key_namespace FROM billing.installation) || '-inv-' || pg_temp.inv(p_key, p_kind) || '-try-' || (SELECT attempt_count FROM billing.invoice WHERE id = pg_temp.inv(p_key, p_kind)),
         p_outcome, 'ch', 'card_declined', p_now) $$;
 
 SELECT billing.upsert_plan('T_E1', 1000, 'USD', 'MONTH');

@@ -15,7 +15,7 @@ SELECT is((SELECT rolcanlogin OR rolsuper FROM pg_roles WHERE rolname = 'billing
           'the owner can neither log in nor is a superuser');
 SELECT ok(NOT has_function_privilege('billing_api', 'billing.record_payment_result(text,text,text,text,timestamptz)', 'EXECUTE'),
           'billing_api cannot record payment results');
-SELECT ok(NOT has_function_privilege('billing_api', 'billing.upsert_plan(text,bigint,text,text,integer)', 'EXECUTE'),
+SELECT ok(NOT has_function_privilege('billing_api', 'billing.upsert_plan(text,bigint,text,text,integer,timestamptz)', 'EXECUTE'),
           'billing_api cannot change plans');
 SELECT ok(NOT has_function_privilege('billing_worker', 'billing.mark_outbox_published(bigint[],timestamptz)', 'EXECUTE'),
           'billing_worker cannot mark events published');

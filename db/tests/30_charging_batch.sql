@@ -6,7 +6,7 @@ CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE sql AS
 $$ SELECT i.id FROM billing.invoice i JOIN billing.subscription_request r ON r.subscription_id = i.subscription_id
     WHERE r.idempotency_key = p_key AND i.kind = 'INITIAL' $$;
 CREATE FUNCTION pg_temp.pay_key(p_key text) RETURNS text LANGUAGE sql AS
-$$ SELECT 'inv-' || pg_temp.inv(p_key) || '-try-0' $$;
+$$ SELECT (SELECT key_namespace FROM billing.installation) || '-inv-' || pg_temp.inv(p_key) || '-try-0' $$;
 
 SELECT billing.upsert_plan('T_RB', 4000, 'USD', 'MONTH');
 SELECT billing.create_subscription('t30-' || g, 30000 + g, 'T_RB', '2026-06-01 10:00Z') FROM generate_series(1, 3) g;
@@ -15,11 +15,11 @@ SELECT count(*) FROM billing.claim_charges('w', 10, interval '5 minutes', '2026-
 SELECT results_eq(
     $$SELECT idempotency_key, invoice_id, invoice_status, error_code
         FROM billing.record_payment_results(
-               ARRAY[pg_temp.pay_key('t30-1'), 'inv-0-try-0', pg_temp.pay_key('t30-2'), pg_temp.pay_key('t30-3')],
+               ARRAY[pg_temp.pay_key('t30-1'), 'unknown-inv-0-try-0', pg_temp.pay_key('t30-2'), pg_temp.pay_key('t30-3')],
                ARRAY['SUCCEEDED', 'SUCCEEDED', 'DECLINED', 'MAYBE'],
                ARRAY['ch_1', 'ch_x', NULL, NULL], ARRAY[NULL, NULL, 'card_declined', NULL], '2026-06-01 10:01Z')
-       ORDER BY idempotency_key$$,
-    $$VALUES ('inv-0-try-0', NULL::bigint, NULL::text, 'BL404'),
+       ORDER BY idempotency_key LIKE 'unknown-%' DESC, idempotency_key$$,
+    $$VALUES ('unknown-inv-0-try-0', NULL::bigint, NULL::text, 'BL404'),
              (pg_temp.pay_key('t30-1'), pg_temp.inv('t30-1'), 'PAID', NULL),
              (pg_temp.pay_key('t30-2'), pg_temp.inv('t30-2'), 'OPEN', NULL),
              (pg_temp.pay_key('t30-3'), NULL, NULL, 'BL422')$$,

@@ -26,8 +26,8 @@ INVOICE = {
     "invoiceId": ID,
     "subscriptionId": ID,
     "customerId": ID,
-    "kind": {"enum": ["INITIAL", "RENEWAL", "PRORATION"]},
-    "status": {"enum": ["OPEN", "PAID", "FAILED", "VOID"]},
+    "kind": {"enum": ["INITIAL", "RENEWAL", "PRORATION", "PLAN_CHANGE"]},
+    "status": {"enum": ["OPEN", "PAID", "FAILED", "VOID", "REVIEW"]},
     "periodStart": INSTANT,
     "periodEnd": INSTANT,
     "subtotal": MINOR,
@@ -87,10 +87,24 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                       obj(INVOICE, const={"status": {"const": "FAILED"}})),
     "InvoiceVoided": ("invoice/<id>", "an OPEN invoice is voided because its subscription ended (its credit is restored)",
                       obj(INVOICE, const={"status": {"const": "VOID"}})),
-    "RefundDue": ("invoice/<id>", "money was collected that is not owed (a duplicate charge, or a payment on a "
-                                  "canceled subscription); `amount` is what to give back",
-                  obj({**INVOICE, "reason": {"enum": ["DUPLICATE_CHARGE", "SUBSCRIPTION_CANCELED"]},
+    "RefundDue": ("invoice/<id>", "money was collected that is not owed (a duplicate charge, a payment on a "
+                                  "subscription canceled before the invoice was declined, a success on a VOID or "
+                                  "FAILED invoice); `amount` is what to give back",
+                  obj({**INVOICE, "reason": {"enum": ["DUPLICATE_CHARGE", "SUBSCRIPTION_CANCELED", "INVOICE_VOID",
+                                                      "INVOICE_FAILED"]},
                        "idempotencyKey": {"type": "string"}})),
+    "InvoiceWrittenOff": ("invoice/<id>", "dunning ended on an invoice kept collectible after its subscription was "
+                                          "canceled in dunning: the served period it billed is written off",
+                          obj({**INVOICE, "reason": {"const": "DUNNING_EXHAUSTED"}},
+                              const={"status": {"const": "FAILED"}})),
+    "InvoicePaymentReview": ("invoice/<id>", "a payment's fate stayed unknown until its key expired at the gateway: "
+                                             "the invoice is in REVIEW, a person decides",
+                             obj({**INVOICE, "reason": {"const": "KEY_EXPIRED"}},
+                                 const={"status": {"const": "REVIEW"}})),
+    "PaymentReviewRequired": ("invoice/<id>", "a successful gateway webhook disagreed with its attempt (amount, "
+                                              "currency or customer): kept, not applied",
+                              obj({**INVOICE, "reason": {"const": "WEBHOOK_MISMATCH"}, "detail": {"type": "string"},
+                                   "webhookEventId": {"type": "string"}, "idempotencyKey": {"type": "string"}})),
     "SubscriptionCreated": ("subscription/<id>", "a subscription is created (its INITIAL invoice follows)",
                             obj(SUBSCRIPTION, const={"status": {"const": "ACTIVE"}})),
     "SubscriptionUpdated": ("subscription/<id>", "its plan, status or cancel-at-period-end flag changed (not for a "
@@ -104,6 +118,9 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                             obj(SUBSCRIPTION, const={"status": {"const": "PAST_DUE"}})),
     "SubscriptionRecovered": ("subscription/<id>", "a PAST_DUE subscription has nothing left unpaid and is ACTIVE again",
                               obj(SUBSCRIPTION, const={"status": {"const": "ACTIVE"}})),
+    "SubscriptionPlanReverted": ("subscription/<id>", "an upgrade's PRORATION invoice failed: the subscription is "
+                                                      "back on the plan it paid for (its SubscriptionUpdated follows)",
+                                 obj({**SUBSCRIPTION, "invoiceId": ID, "revertedPlanCode": {"type": "string"}})),
     "SubscriptionCanceled": ("subscription/<id>", "a subscription ends: now, at period end, or by dunning",
                              obj(SUBSCRIPTION, const={"status": {"const": "CANCELED"}, "canceledAt": INSTANT})),
     "WebhookEndpointDisabled": ("webhook_endpoint/<id>", "an outbound webhook endpoint kept failing for a day and "

@@ -17,7 +17,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 CREATE_DUE_INVOICES = "SELECT billing.create_due_invoices(%(batch)s, %(now)s) AS handled"
 CLAIM_CHARGES = (
-    "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency "
+    "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup "
     "FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s)"
 )
 RECORD_PAYMENT_RESULT = (
@@ -25,7 +25,7 @@ RECORD_PAYMENT_RESULT = (
 )
 APPLY_GATEWAY_WEBHOOK = (
     "SELECT billing.apply_gateway_webhook(%(event_id)s, %(key)s, %(outcome)s, %(reference)s, "
-    "%(payload)s::jsonb, %(now)s) AS applied"
+    "%(payload)s::jsonb, %(now)s) AS outcome"
 )
 CLAIM_OUTBOX_EVENTS = "SELECT * FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s)"
 MARK_OUTBOX_PUBLISHED = "SELECT billing.mark_outbox_published(%(ids)s::bigint[], %(now)s) AS marked"

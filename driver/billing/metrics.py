@@ -34,4 +34,10 @@ OUTBOX_BACKLOG = Gauge("billing_outbox_backlog", "Unpublished outbox events")
 OUTBOX_OLDEST_AGE = Gauge("billing_outbox_oldest_age_seconds", "Age of the oldest unpublished outbox event")
 OUTBOX_DEAD = Gauge("billing_outbox_dead", "Outbox events given up on (DEAD)")
 RELAY_ACTIVE = Gauge("billing_relay_active", "1 while this process holds the relay's advisory lock")
+WEBHOOKS_FOR_REVIEW = Counter(
+    "billing_webhooks_review_total",
+    "Successful gateway webhooks kept unapplied because their amount, currency or customer disagree with the attempt",
+)
+KEY_LOOKUPS = Counter("billing_gateway_key_lookups_total", "Idempotency-key status lookups at the gateway by answer",
+                      ["answer"])  # answer: FOUND | NOT_FOUND | FAILED
 HTTP_REQUESTS = Counter("billing_http_requests_total", "HTTP API requests", ["route", "status"])

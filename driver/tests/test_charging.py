@@ -39,6 +39,13 @@ T0 = datetime(2026, 10, 1, 12, 0, tzinfo=timezone.utc)
 
 # -- helpers ------------------------------------------------------------------------------------
 
+
+def namespace(db_url: str) -> str:
+    """This installation's idempotency-key namespace (keys are <namespace>-inv-<id>-try-<n>)."""
+    with psycopg.connect(db_url) as conn:
+        return conn.execute("SELECT key_namespace FROM billing.installation").fetchone()[0]
+
+
 def seed_subscriptions(db_url: str, count: int, now: datetime, *, price: int = 2990) -> None:
     """`count` new subscriptions through the SQL API, each with an OPEN INITIAL invoice due at `now`."""
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -113,7 +120,7 @@ def test_every_due_invoice_is_charged_once_by_two_chargers(db_url, redis_url):
     assert len(ledger["charges"]) == 60 and stats["replays"] == 0 and stats["rateLimited"] == 0
     by_key = {c["idempotencyKey"]: c for c in ledger["charges"]}
     for inv in invoices(db_url).values():
-        charge = by_key[f"inv-{inv['id']}-try-0"]
+        charge = by_key[f"{namespace(db_url)}-inv-{inv['id']}-try-0"]
         if charge["status"] == "succeeded":
             assert inv["status"] == "PAID" and inv["gateway_reference"] == charge["id"]
         else:
@@ -158,7 +165,8 @@ def test_declines_walk_the_dunning_schedule_and_end_in_cancellation(db_url):
     assert inv["status"] == "FAILED" and inv["attempt_count"] == 4 and inv["next_attempt_at"] is None
     (sub,) = query(db_url, "SELECT status, cancel_reason FROM billing.subscription")
     assert sub["status"] == "CANCELED"
-    assert sorted(c["idempotencyKey"] for c in ledger["charges"]) == [f"inv-{inv['id']}-try-{i}" for i in range(4)]
+    assert sorted(c["idempotencyKey"] for c in ledger["charges"]) == \
+        [f"{namespace(db_url)}-inv-{inv['id']}-try-{i}" for i in range(4)]
     assert {c["status"] for c in ledger["charges"]} == {"declined"}
     assert events(db_url) == signed_up(1) + Counter({"InvoicePaymentFailed": 4, "SubscriptionUpdated": 1,
                                                       "SubscriptionPastDue": 1, "InvoiceFailed": 1,
@@ -365,7 +373,7 @@ def test_sigterm_finishes_what_is_in_flight_and_exits_0(db_url, redis_url):
     by_id = invoices(db_url)
     # Everything the gateway charged was recorded before the exit: nothing left for a lease to fix.
     for charge in ledger["charges"]:
-        assert by_id[int(charge["idempotencyKey"].split("-")[1])]["status"] == "PAID"
+        assert by_id[int(charge["idempotencyKey"].split("-")[2])]["status"] == "PAID"
     assert len(ledger["charges"]) == count  # what was claimed was finished, not abandoned
     assert took < 10
     assert "finishing what is in flight" in output

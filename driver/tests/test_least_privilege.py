@@ -27,7 +27,7 @@ API = {
     "upsert_plan", "upsert_customer", "create_subscription", "get_subscription", "cancel_subscription",
     "change_plan", "proration_amount", "period_end", "create_due_invoices", "claim_charges",
     "record_payment_result", "record_payment_results", "apply_gateway_webhook", "dunning_next_attempt", "claim_outbox_events",
-    "mark_outbox_published", "mark_outbox_failed",
+    "mark_outbox_published", "mark_outbox_failed", "new_key_namespace",
     # outbound webhooks, retention, replay (db/functions/64_webhooks.sql, 66_retention_replay.sql)
     "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
     "list_webhook_attempts", "claim_webhook_deliveries", "record_webhook_attempts", "purge_expired",
@@ -305,6 +305,7 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     # Keys of the last 30 days stay (the caller checks the real tables afterwards); expiry itself:
     # driver/tests/test_api_security.py.
     out["expired"] = one("expire_idempotency_keys", "%s::interval, %s, %s", ("30 days", 100, T0))[0]
+    out["namespace"] = len(one("new_key_namespace", "")[0])
     out["called"] = called
     return out
 
@@ -313,11 +314,12 @@ EXPECTED = {
     "customer_tz": "America/Sao_Paulo", "idempotent_create": True, "get": True, "plan_code": True,
     "proration": 100000, "period_end": datetime(2026, 2, 28, tzinfo=timezone.utc), "dunning_1": True,
     "dunning_4": None, "claims": ["0", "0"], "paid": "PAID",
-    "paid_batch": [(True, "PAID", None)], "webhook": (True, False), "renewed": 1,
+    "paid_batch": [(True, "PAID", None)], "webhook": ("APPLIED", "DUPLICATE"), "renewed": 1,
     "published": None, "backlog": 1, "summary_subs": True, "canceled": "CANCELED",
     "requeued": 0, "replayed": True, "endpoints": True, "endpoint": True, "recorded": "ENABLED",
-    # the cancellation: its OPEN invoices voided (the declined PRORATION and the RENEWAL), then itself
-    "deliveries": ["InvoiceVoided", "InvoiceVoided", "SubscriptionCanceled"], "attempts": 3,
+    # the cancellation: its OPEN invoice never declined voided (the RENEWAL; the declined PRORATION
+    # stays owed, docs/money.md), then itself
+    "deliveries": ["InvoiceVoided", "SubscriptionCanceled"], "attempts": 2, "namespace": 12,
     "purged": (0, 0, 0), "deleted": True,
     "simulation": True, "key": True, "authenticated": True, "listed": True, "revoked": True, "audited": True,
     "skew": True, "expired": 0,

@@ -43,9 +43,12 @@ T0 = datetime(2026, 3, 5, 15, 30, tzinfo=timezone.utc)  # the US DST change (Mar
 DUNNING = {1: timedelta(days=1), 2: timedelta(days=3), 3: timedelta(days=5)}
 JITTER = timedelta(minutes=120)
 UNKNOWN_RETRY = timedelta(minutes=15)
+KEY_LIFETIME = timedelta(hours=23)   # billing.installation defaults
+LOOKUP_MARGIN = timedelta(hours=1)
 US = timedelta(microseconds=1)
 
 TABLES = ("billing.gateway_webhook, billing.outbox_event, billing.credit_entry, billing.credit_balance, "
+          "billing.credit_pending, "
           "billing.payment_attempt, billing.invoice, billing.subscription_request, billing.subscription, "
           "billing.customer")
 
@@ -104,6 +107,7 @@ class MSub:
     canceled_at: datetime | None = None
     cancel_reason: str | None = None
     version: int = 1
+    price: int = 0  # period_price: what the current period is billed at
 
 
 @dataclass
@@ -121,6 +125,9 @@ class MInv:
     paid_at: datetime | None = None
     closed_at: datetime | None = None
     attempt_count: int = 0
+    plan: str = ""
+    from_plan: str | None = None  # PRORATION: the plan it replaced
+    from_price: int | None = None
     id: int | None = None
     dunning_window: tuple[datetime, datetime] | None = None  # jittered: learnt from the database
 
@@ -142,6 +149,7 @@ class MAttempt:
     claim_count: int = 1
     outcome: str | None = None
     result_claim: int | None = None
+    expires: datetime | None = None
 
 
 class Refused(Exception):
@@ -161,19 +169,23 @@ class Model:
     events: list[tuple[str, object, str]] = field(default_factory=list)  # (aggregate type, id or nkey, type)
     credit: dict[tuple[int, str], int] = field(default_factory=dict)
     webhooks: dict[str, tuple] = field(default_factory=dict)      # event id -> (key, outcome, reference)
+    pending: list[list] = field(default_factory=list)             # [customer, currency, amount, {nkeys}, status]
+    namespace: str = ""
 
     # -- helpers --------------------------------------------------------------------------------
     def emit(self, aggregate: str, ident, kind: str) -> None:
         self.events.append((aggregate, ident, kind))
 
-    def new_invoice(self, sub: MSub, kind: str, start: datetime, end: datetime, subtotal: int, currency: str) -> MInv:
+    def new_invoice(self, sub: MSub, kind: str, start: datetime, end: datetime, subtotal: int, currency: str,
+                    plan: str = "", from_plan: str | None = None, from_price: int | None = None) -> MInv:
         balance = self.credit.get((sub.customer, currency), 0)
         applied = min(balance, subtotal)
         if applied:
             self.credit[(sub.customer, currency)] = balance - applied
         paid = subtotal - applied == 0
         inv = MInv(sub.id, kind, start, end, subtotal, applied, currency, "PAID" if paid else "OPEN",
-                   None if paid else self.now, self.now, paid_at=self.now if paid else None)
+                   None if paid else self.now, self.now, paid_at=self.now if paid else None,
+                   plan=plan or sub.plan, from_plan=from_plan, from_price=from_price)
         assert inv.nkey not in self.invoices
         self.invoices[inv.nkey] = inv
         self.emit("invoice", inv.nkey, "InvoiceCreated")
@@ -181,14 +193,53 @@ class Model:
             self.emit("invoice", inv.nkey, "InvoicePaid")
         return inv
 
+    def add_credit(self, customer: int, currency: str, amount: int) -> None:
+        if amount > 0:
+            self.credit[(customer, currency)] = self.credit.get((customer, currency), 0) + amount
+
+    def grant_change_credit(self, sub: MSub, currency: str, amount: int) -> None:
+        if amount <= 0:
+            return
+        unpaid = {i.nkey for i in self.invoices.values() if i.sub == sub.id and i.status in ("OPEN", "REVIEW")}
+        if not unpaid:
+            self.add_credit(sub.customer, currency, amount)
+        else:
+            self.pending.append([sub.customer, currency, amount, unpaid, "PENDING"])
+
+    def settle_pending(self, inv: MInv) -> None:
+        for p in self.pending:
+            if p[4] != "PENDING" or inv.nkey not in p[3]:
+                continue
+            if inv.status in ("VOID", "FAILED"):
+                p[4] = "REVERSED"
+            elif inv.status == "PAID" and all(self.invoices[k].status == "PAID" for k in p[3]):
+                p[4] = "RELEASED"
+                self.add_credit(p[0], p[1], p[2])
+
     def void_open(self, sub: MSub) -> None:
+        voided = []
         for inv in self.invoices.values():
-            if inv.sub == sub.id and inv.status == "OPEN":
+            if inv.sub == sub.id and inv.status == "OPEN" and inv.attempt_count == 0:
                 inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "VOID", None, self.now, None
                 self.emit("invoice", inv.nkey, "InvoiceVoided")
-                if inv.credit:
-                    k = (sub.customer, inv.currency)
-                    self.credit[k] = self.credit.get(k, 0) + inv.credit
+                self.add_credit(sub.customer, inv.currency, inv.credit)
+                voided.append(inv)
+        for inv in voided:
+            self.settle_pending(inv)
+
+    def catch_up(self, sub: MSub) -> None:
+        while sub.status != "CANCELED" and sub.end <= self.now:
+            if sub.cancel_at_period_end:
+                sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "PERIOD_END"
+                sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionCanceled")
+                self.void_open(sub)
+                return
+            price, currency, interval, count = PLANS[sub.plan]
+            end = boundary(sub.anchor, interval, count, sub.period_number + 1, sub.tz)
+            self.new_invoice(sub, "RENEWAL", sub.end, end, price, currency)
+            sub.start, sub.end, sub.period_number, sub.price = sub.end, end, sub.period_number + 1, price
+            sub.version += 1
 
     def lock(self, sub_id: int) -> MSub:
         if sub_id not in self.subs:
@@ -217,7 +268,8 @@ class Model:
         price, currency, interval, count = PLANS[plan]
         tz = self.tz.setdefault(customer, "UTC")
         sub_id = new_id()
-        sub = MSub(sub_id, customer, plan, tz, self.now, 1, self.now, boundary(self.now, interval, count, 1, tz))
+        sub = MSub(sub_id, customer, plan, tz, self.now, 1, self.now, boundary(self.now, interval, count, 1, tz),
+                   price=price)
         self.subs[sub_id] = sub
         self.requests[key] = (customer, plan, sub_id)
         self.emit("subscription", sub_id, "SubscriptionCreated")
@@ -252,22 +304,50 @@ class Model:
             raise Refused("BL422")
         if plan == sub.plan:
             return
-        change_at = min(self.now, sub.end)
-        amount = proration(old[0], new[0], sub.start, sub.end, change_at)
-        if amount > 0:
-            later = [i.start for i in self.invoices.values()
-                     if i.sub == sub.id and i.kind == "PRORATION" and i.start >= change_at]
-            start = max(change_at, max(later) + US) if later else change_at
-            if start < sub.end:
-                self.new_invoice(sub, "PRORATION", start, sub.end, amount, new[1])
-        elif amount < 0:
-            k = (sub.customer, new[1])
-            self.credit[k] = self.credit.get(k, 0) - amount
-        if (new[2], new[3]) != (old[2], old[3]):
-            sub.anchor, sub.period_number = sub.end, 0
-        sub.plan = plan
+        if sub.cancel_at_period_end and sub.end <= self.now:
+            raise Refused("BL422")  # it ended at its period end (the database rolls the catch-up back)
+        self.catch_up(sub)
+        change_at = max(self.now, sub.start)
+        from_plan, from_price = sub.plan, sub.price
+        superseded = [i for i in self.invoices.values() if i.sub == sub.id and i.kind == "PRORATION"
+                      and i.status == "OPEN" and i.from_plan is not None and i.attempt_count == 0
+                      and i.end == sub.end]
+        if superseded:
+            p = max(superseded, key=lambda i: i.id)
+            p.status, p.next_attempt_at, p.closed_at, p.dunning_window = "VOID", None, self.now, None
+            self.emit("invoice", p.nkey, "InvoiceVoided")
+            self.add_credit(sub.customer, p.currency, p.credit)
+            self.settle_pending(p)
+            from_plan, from_price = p.from_plan, p.from_price
+        fp = PLANS[from_plan]
+        if (new[2], new[3]) == (fp[2], fp[3]):
+            if plan == from_plan:
+                amount, new_price = 0, from_price
+            else:
+                new_price = new[0]
+                amount = proration(from_price, new_price, sub.start, sub.end, change_at)
+            if amount > 0:
+                later = [i.start for i in self.invoices.values()
+                         if i.sub == sub.id and i.kind == "PRORATION" and i.start >= change_at]
+                start = max(change_at, max(later) + US) if later else change_at
+                if start < sub.end:
+                    self.new_invoice(sub, "PRORATION", start, sub.end, amount, new[1], plan, from_plan, from_price)
+            elif amount < 0:
+                self.grant_change_credit(sub, new[1], -amount)
+            sub.plan, sub.price = plan, new_price
+            sub.version += 1
+            self.emit("subscription", sub.id, "SubscriptionUpdated")
+            return
+        later = [i.start for i in self.invoices.values()
+                 if i.sub == sub.id and i.kind == "PLAN_CHANGE" and i.start >= change_at]
+        start = max(change_at, max(later) + US) if later else change_at
+        unused = -proration(from_price, 0, sub.start, sub.end, min(start, sub.end))
+        end = boundary(start, new[2], new[3], 1, sub.tz)
+        self.grant_change_credit(sub, new[1], unused)
+        sub.plan, sub.anchor, sub.period_number, sub.start, sub.end, sub.price = plan, start, 1, start, end, new[0]
         sub.version += 1
         self.emit("subscription", sub.id, "SubscriptionUpdated")
+        self.new_invoice(sub, "PLAN_CHANGE", start, end, new[0], new[1], plan, from_plan, from_price)
 
     def create_due_invoices(self) -> int:
         due = sorted((s for s in self.subs.values() if s.status in ("ACTIVE", "PAST_DUE") and s.end <= self.now),
@@ -278,7 +358,7 @@ class Model:
             price, currency, interval, count = PLANS[sub.plan]
             end = boundary(sub.anchor, interval, count, sub.period_number + 1, sub.tz)
             self.new_invoice(sub, "RENEWAL", sub.end, end, price, currency)
-            sub.start, sub.end, sub.period_number = sub.end, end, sub.period_number + 1
+            sub.start, sub.end, sub.period_number, sub.price = sub.end, end, sub.period_number + 1, price
             sub.version += 1
         for sub in due:
             if sub.cancel_at_period_end:
@@ -288,16 +368,33 @@ class Model:
                 self.void_open(sub)
         return len(due)
 
-    def chargeable(self) -> list[MInv]:
+    def key_of(self, inv: MInv) -> str:
+        return f"{self.namespace}-inv-{inv.id}-try-{inv.attempt_count}"
+
+    def due(self) -> list[MInv]:
         return [i for i in self.invoices.values() if i.status == "OPEN" and i.next_attempt_at <= self.now]
+
+    def expired(self, inv: MInv) -> bool:
+        a = self.attempts.get(self.key_of(inv))
+        return a is not None and a.expires <= self.now
+
+    def chargeable(self) -> list[MInv]:
+        return [i for i in self.due() if not self.expired(i)]
+
+    def to_review(self, due: list[MInv]) -> None:
+        """What claim_charges does first to the due invoices it locked: expired keys go to REVIEW."""
+        for inv in sorted(due, key=lambda i: i.id):
+            if self.expired(inv):
+                inv.status, inv.next_attempt_at, inv.dunning_window = "REVIEW", None, None
+                self.emit("invoice", inv.nkey, "InvoicePaymentReview")
 
     def claim(self, inv: MInv, lease: timedelta, truth: str) -> str:
         inv.next_attempt_at = self.now + lease
-        key = f"inv-{inv.id}-try-{inv.attempt_count}"
+        key = self.key_of(inv)
         if key in self.attempts:
             self.attempts[key].claim_count += 1
         else:
-            self.attempts[key] = MAttempt(key, inv.nkey, inv.attempt_count, truth)
+            self.attempts[key] = MAttempt(key, inv.nkey, inv.attempt_count, truth, expires=self.now + KEY_LIFETIME)
         return key
 
     def payment_result(self, key: str, outcome: str) -> None:
@@ -311,12 +408,13 @@ class Model:
             return
         a.outcome, a.result_claim = outcome, a.claim_count
         if outcome == "SUCCEEDED":
-            if inv.status == "PAID":
+            if inv.status in ("PAID", "VOID", "FAILED"):
                 self.emit("invoice", inv.nkey, "RefundDue")
                 return
             inv.status, inv.paid_at, inv.next_attempt_at, inv.dunning_window = "PAID", self.now, None, None
             self.emit("invoice", inv.nkey, "InvoicePaid")
-            if sub.status == "CANCELED":
+            self.settle_pending(inv)
+            if sub.status == "CANCELED" and inv.attempt_count == 0:
                 self.emit("invoice", inv.nkey, "RefundDue")
             elif sub.status == "PAST_DUE" and not any(
                     i.sub == sub.id and i.status == "OPEN" and i is not inv for i in self.invoices.values()):
@@ -325,30 +423,52 @@ class Model:
                 self.emit("subscription", sub.id, "SubscriptionUpdated")
                 self.emit("subscription", sub.id, "SubscriptionRecovered")
             return
-        if inv.status != "OPEN" or a.number != inv.attempt_count:
+        if inv.status not in ("OPEN", "REVIEW") or a.number != inv.attempt_count:
             return
         if outcome == "UNKNOWN":
-            inv.next_attempt_at, inv.dunning_window = self.now + UNKNOWN_RETRY, None
+            if inv.status == "OPEN":
+                inv.next_attempt_at = min(self.now + UNKNOWN_RETRY,
+                                          max(self.now + timedelta(minutes=1), a.expires - LOOKUP_MARGIN))
+                inv.dunning_window = None
             return
         inv.attempt_count += 1
         step = DUNNING.get(inv.attempt_count)
-        self.emit("invoice", inv.nkey, "InvoicePaymentFailed")
         if step is None:
             inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "FAILED", None, self.now, None
-            self.emit("invoice", inv.nkey, "InvoiceFailed")
-            if sub.status != "CANCELED":
-                sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "DUNNING_EXHAUSTED"
-                sub.version += 1
-                self.void_open(sub)
-                self.emit("subscription", sub.id, "SubscriptionCanceled")
         else:
-            inv.next_attempt_at = None
+            inv.status, inv.next_attempt_at = "OPEN", None
             inv.dunning_window = (self.now + step, self.now + step + JITTER)
+        self.emit("invoice", inv.nkey, "InvoicePaymentFailed")
+        if step is None:
+            self.emit("invoice", inv.nkey, "InvoiceFailed")
+        if step is not None:
             if sub.status == "ACTIVE":
                 sub.status = "PAST_DUE"
                 sub.version += 1
                 self.emit("subscription", sub.id, "SubscriptionUpdated")
                 self.emit("subscription", sub.id, "SubscriptionPastDue")
+            return
+        self.add_credit(sub.customer, inv.currency, inv.credit)
+        self.settle_pending(inv)
+        if inv.kind == "PRORATION" and inv.from_plan is not None:
+            if sub.status != "CANCELED" and sub.plan == inv.plan and sub.end == inv.end:
+                sub.plan, sub.price = inv.from_plan, inv.from_price
+                sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionPlanReverted")
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
+            if sub.status == "PAST_DUE" and not any(
+                    i.sub == sub.id and i.status == "OPEN" for i in self.invoices.values()):
+                sub.status = "ACTIVE"
+                sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
+                self.emit("subscription", sub.id, "SubscriptionRecovered")
+        elif sub.status == "CANCELED":
+            self.emit("invoice", inv.nkey, "InvoiceWrittenOff")
+        else:
+            sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "DUNNING_EXHAUSTED"
+            sub.version += 1
+            self.void_open(sub)
+            self.emit("subscription", sub.id, "SubscriptionCanceled")
 
     def webhook(self, event_id: str, key: str, outcome: str, reference: str) -> bool:
         if event_id in self.webhooks:
@@ -404,7 +524,7 @@ def make_machine(db: Database, max_steps: int):
         def __init__(self) -> None:
             super().__init__()
             db.reset()
-            self.m = Model()
+            self.m = Model(namespace=db.call("SELECT key_namespace FROM billing.installation")["key_namespace"])
             self.key_seq = 0
             self.event_seq = 0
 
@@ -481,37 +601,53 @@ def make_machine(db: Database, max_steps: int):
                 if not got:
                     break
 
+        def _reviewed(self) -> set[int]:
+            return {r["id"] for r in db.call("SELECT id FROM billing.invoice WHERE status = 'REVIEW'", many=True)}
+
+        def _check_lookup(self, row, lease) -> None:
+            a = self.m.attempts[row["idempotency_key"]]
+            assert row["lookup"] == (a.claim_count > 1 and self.m.now + lease > a.expires - LOOKUP_MARGIN), \
+                f"{row['idempotency_key']}: lookup {row['lookup']}"
+
         @rule(data=st.data(), batch=st.sampled_from([1, 2, 5, 100]),
               lease=st.sampled_from([timedelta(minutes=1), timedelta(minutes=5), timedelta(hours=2)]))
         def claim_charges(self, data, batch, lease):
-            due = self.m.chargeable()
+            due = self.m.due()
+            before = self._reviewed()
             rows = db.call("SELECT * FROM billing.claim_charges('model', %s, %s, %s)",
                            (batch, lease, self.m.now), many=True)
             by_id = {i.id: i for i in self.m.invoices.values()}
             claimed = [by_id[r["invoice_id"]] for r in rows]
-            assert all(c in due for c in claimed), "claimed an invoice that is not chargeable"
-            assert len(claimed) == min(batch, len(due)), (len(claimed), batch, len(due))
-            if claimed and len(claimed) < len(due):  # oldest next_attempt_at first
-                cut = max(c.next_attempt_at for c in claimed)
-                assert all(d.next_attempt_at >= cut for d in due if d not in claimed)
+            reviewed = [by_id[i] for i in sorted(self._reviewed() - before)]
+            assert all(c in due and not self.m.expired(c) for c in claimed), "claimed an invoice that is not chargeable"
+            assert all(r in due and self.m.expired(r) for r in reviewed), "sent to REVIEW an invoice whose key is alive"
+            assert len(claimed) + len(reviewed) == min(batch, len(due)), (len(claimed), len(reviewed), batch, len(due))
+            if claimed and len(claimed) + len(reviewed) < len(due):  # oldest next_attempt_at first
+                cut = max(c.next_attempt_at for c in claimed + reviewed)
+                assert all(d.next_attempt_at >= cut for d in due if d not in claimed and d not in reviewed)
+            self.m.to_review(reviewed)
             for r, inv in zip(rows, claimed):
                 truth = data.draw(st.sampled_from(["SUCCEEDED", "DECLINED"]), label="gateway truth")
                 key = self.m.claim(inv, lease, truth)
                 sub = self.m.subs[inv.sub]
                 assert (r["idempotency_key"], r["amount"], r["currency"], r["customer_id"]) == \
                     (key, inv.amount, inv.currency, sub.customer)
+                self._check_lookup(r, lease)
 
         @rule(data=st.data(), lease=st.sampled_from([timedelta(minutes=1), timedelta(minutes=20)]))
         def charge_round(self, data, lease):
             """What a worker does: claim everything due, then report each result (or UNKNOWN)."""
-            due = self.m.chargeable()
+            due = self.m.due()
+            expected = sorted(i.id for i in self.m.chargeable())
             rows = db.call("SELECT * FROM billing.claim_charges('model', 100, %s, %s)", (lease, self.m.now), many=True)
-            assert sorted(r["invoice_id"] for r in rows) == sorted(i.id for i in due)
+            assert sorted(r["invoice_id"] for r in rows) == expected
+            self.m.to_review(due)
             by_id = {i.id: i for i in self.m.invoices.values()}
             for r in rows:
                 truth = data.draw(st.sampled_from(["SUCCEEDED", "DECLINED"]), label="gateway truth")
                 key = self.m.claim(by_id[r["invoice_id"]], lease, truth)
                 assert r["idempotency_key"] == key
+                self._check_lookup(r, lease)
             for r in rows:
                 key = r["idempotency_key"]
                 outcome = data.draw(st.sampled_from([self.m.attempts[key].truth, "UNKNOWN"]), label="outcome")
@@ -522,7 +658,7 @@ def make_machine(db: Database, max_steps: int):
         @precondition(lambda self: self.m.attempts)
         @rule(data=st.data(), channel=st.sampled_from(["record", "webhook", "webhook replay"]))
         def payment_result(self, data, channel):
-            key = data.draw(st.sampled_from(sorted(self.m.attempts) + ["inv-999999-try-0"]), label="key")
+            key = data.draw(st.sampled_from(sorted(self.m.attempts) + [f"{self.m.namespace}-inv-999999-try-0"]), label="key")
             truth = self.m.attempts[key].truth if key in self.m.attempts else "SUCCEEDED"
             outcome = data.draw(st.sampled_from([truth, truth, "UNKNOWN"]), label="outcome")
             if channel == "record":
@@ -538,10 +674,10 @@ def make_machine(db: Database, max_steps: int):
                 event_id = f"evt-{self.event_seq}"
             expected, got = same_outcome(
                 lambda: self.m.webhook(event_id, key, outcome, f"ch_{key}"),
-                lambda: db.call("SELECT billing.apply_gateway_webhook(%s, %s, %s, %s, %s::jsonb, %s) AS applied",
+                lambda: db.call("SELECT billing.apply_gateway_webhook(%s, %s, %s, %s, %s::jsonb, %s) AS outcome",
                                 (event_id, key, outcome, f"ch_{key}", '{"declineCode": "do_not_honor"}',
-                                 self.m.now))["applied"])
-            assert got == expected
+                                 self.m.now))["outcome"])
+            assert got == (None if expected is None else "APPLIED" if expected else "DUPLICATE")
 
         @rule(delta=st.sampled_from([timedelta(seconds=1), timedelta(minutes=16), timedelta(hours=5),
                                      timedelta(days=1), timedelta(days=1, hours=3), timedelta(days=3),
@@ -566,9 +702,9 @@ def make_machine(db: Database, max_steps: int):
                 r = subs[sid]
                 got = (r["code"], r["status"], r["timezone"], r["billing_anchor"], r["period_number"],
                        r["current_period_start"], r["current_period_end"], r["cancel_at_period_end"],
-                       r["canceled_at"], r["cancel_reason"], r["version"])
+                       r["canceled_at"], r["cancel_reason"], r["version"], r["period_price"])
                 want = (s.plan, s.status, s.tz, s.anchor, s.period_number, s.start, s.end, s.cancel_at_period_end,
-                        s.canceled_at, s.cancel_reason, s.version)
+                        s.canceled_at, s.cancel_reason, s.version, s.price)
                 assert got == want, f"subscription {sid}: database {got} != model {want}"
 
             invs = {(r["subscription_id"], r["kind"], r["period_start"]): r

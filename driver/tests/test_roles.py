@@ -38,9 +38,10 @@ POLICY = {
                       "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
                       "plan_code", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",
                       "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
-                      "list_webhook_attempts", "outbox_events_from", "retry_dead_outbox_events", "replay_outbox_event"},
+                      "list_webhook_attempts", "outbox_events_from", "retry_dead_outbox_events", "replay_outbox_event",
+                      "new_key_namespace"},
     # The operator console: its reads and sessions, plus the actions it offers (billing.console.actions)
-    # that exist in this database; see console_policy().
+    # that exist in this database; see _with_console_actions().
     "billing_console": {"console_open_session", "console_session", "console_close_session", "console_functions",
                         "console_overview", "console_mrr", "console_customers", "console_customer",
                         "console_subscription", "console_invoices", "console_events", "authenticate_api_key",

@@ -134,7 +134,9 @@ def test_two_workers_never_claim_the_same_charge(db_url):
     claimed = [row for rows in run_together(4, claim) for row in rows]
     counts = Counter(inv for inv, _ in claimed)
     assert len(counts) == 200 and set(counts.values()) == {1}, "an invoice was claimed twice or never"
-    assert all(key == f"inv-{inv}-try-0" for inv, key in claimed)
+    with connect(db_url) as conn:
+        namespace = conn.execute("SELECT key_namespace FROM billing.installation").fetchone()[0]
+    assert all(key == f"{namespace}-inv-{inv}-try-0" for inv, key in claimed)
     with connect(db_url) as conn:
         assert conn.execute("SELECT count(*), max(claim_count) FROM billing.payment_attempt").fetchone() == (200, 1)
 
@@ -267,3 +269,37 @@ def test_outbox_relays_never_share_an_event_and_keep_aggregate_order(db_url, bat
                     "SELECT id FROM billing.outbox_event WHERE aggregate_id = %s AND id < %s", (agg, eid)).fetchall()}
             assert earlier <= mine, (eid, agg)
             assert eid >= first_of[agg]
+
+
+def test_change_plan_waiting_for_a_renewal_decides_on_the_row_it_locked(db_url):
+    """A plan change whose p_now was taken before a renewal committed (it waited for the row lock)
+    applies from the period the renewal started, instead of failing with BL422."""
+    with connect(db_url) as conn:
+        conn.execute("SELECT billing.upsert_plan('RACE_B', 1000, 'USD', 'MONTH')")
+        conn.execute("SELECT billing.upsert_plan('RACE_P', 3000, 'USD', 'MONTH')")
+        sub = conn.execute("SELECT id FROM billing.create_subscription('race-cp', 77, 'RACE_B', %s)", (T0,)).fetchone()[0]
+        end = conn.execute("SELECT current_period_end FROM billing.subscription WHERE id = %s", (sub,)).fetchone()[0]
+    renewal = psycopg.connect(db_url)  # one open transaction holding the renewed row
+    renewal.execute("SELECT billing.create_due_invoices(500, %s)", (end + timedelta(seconds=5),))
+    outcome: dict = {}
+
+    def change() -> None:
+        with connect(db_url) as conn:
+            try:
+                outcome["row"] = conn.execute("SELECT current_period_start FROM billing.change_plan(%s, 'RACE_P', %s)",
+                                              (sub, end - timedelta(seconds=1))).fetchone()
+            except psycopg.Error as exc:
+                outcome["error"] = exc.sqlstate
+
+    waiter = threading.Thread(target=change)
+    waiter.start()
+    waiter.join(timeout=1.0)
+    assert waiter.is_alive(), "change_plan should wait for the renewal's row lock"
+    renewal.commit()
+    renewal.close()
+    waiter.join(timeout=30)
+    assert outcome == {"row": (end,)}, outcome
+    with connect(db_url) as conn:
+        got = conn.execute("SELECT period_start, subtotal FROM billing.invoice WHERE subscription_id = %s "
+                           "AND kind = 'PRORATION'", (sub,)).fetchall()
+    assert got == [(end, 2000)]  # the whole new period, 3000 - 1000

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 import httpx
 import psycopg
+from prometheus_client import REGISTRY
 
 from billing.api import create_app, sign
 from billing.clock import SimulatedClock
@@ -117,7 +118,7 @@ def test_valid_webhook_is_applied_once(db_url):
             signature = sign_webhook(SECRET, body)  # the simulator's own signer
             r = await post(client, body, signature)
             assert r.status_code == 200, r.text
-            assert r.json() == {"received": True, "applied": True, "duplicate": False}
+            assert r.json() == {"received": True, "applied": True, "duplicate": False, "review": False}
             # The same delivery replayed (within the tolerance) and a fresh signature of the same
             # event: acknowledged, not applied again.
             for sig in (signature, sign_webhook(SECRET, body)):
@@ -197,3 +198,28 @@ def test_no_secret_configured_refuses_everything(db_url):
 
     asyncio.run(run())
     assert state(db_url, invoice_id)["webhooks"] == 0
+
+
+def test_a_success_for_another_amount_is_kept_for_review_and_counted(db_url):
+    """A signed success whose amount disagrees with the attempt (another installation's key, a
+    gateway mix-up) is stored with its reason, not applied; event and metric say so."""
+    invoice_id, key = open_charge(db_url)
+    doc = json.loads(webhook_body(key, event_id="evt_other_amount"))
+    doc["amount"] = 1  # the attempt asked for 300000
+    body = json.dumps(doc, separators=(",", ":")).encode()
+    before = REGISTRY.get_sample_value("billing_webhooks_review_total") or 0.0
+
+    async def run():
+        async with client_for(db_url) as client:
+            r = await post(client, body, sign_webhook(SECRET, body))
+            assert r.status_code == 200, r.text
+            assert r.json() == {"received": True, "applied": False, "duplicate": False, "review": True}
+
+    asyncio.run(run())
+    assert REGISTRY.get_sample_value("billing_webhooks_review_total") == before + 1
+    assert state(db_url, invoice_id) == {"invoice": "OPEN", "webhooks": 1, "paid_events": 0}
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        reason = conn.execute("SELECT review_reason FROM billing.gateway_webhook").fetchone()[0]
+        review = conn.execute("SELECT count(*) FROM billing.outbox_event WHERE event_type = 'PaymentReviewRequired' "
+                              "AND aggregate_id = %s", (invoice_id,)).fetchone()[0]
+    assert "amount 1" in reason and review == 1

@@ -44,7 +44,7 @@ from billing.events.schemas import catalogue
 from billing.worker.targets import BlockedAddress, check_target
 from billing.clock import Clock, SystemClock
 from billing.console import create_console
-from billing.metrics import HTTP_REQUESTS, OUTBOX_BACKLOG, OUTBOX_DEAD, OUTBOX_OLDEST_AGE
+from billing.metrics import HTTP_REQUESTS, OUTBOX_BACKLOG, OUTBOX_DEAD, OUTBOX_OLDEST_AGE, WEBHOOKS_FOR_REVIEW
 
 log = logging.getLogger("billing.api")
 
@@ -251,8 +251,13 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         fields = webhook_fields(doc)
         row = await database.mutate("gateway-webhook", db.APPLY_GATEWAY_WEBHOOK, {
             **fields, "payload": json.dumps(doc), "now": clock.now()})
-        applied = bool(row["applied"])
-        return JSONResponse({"received": True, "applied": applied, "duplicate": not applied})
+        outcome = row["outcome"]
+        if outcome == "REVIEW":
+            # Kept, not applied: a success that is not the charge we asked for (docs/gateway.md).
+            WEBHOOKS_FOR_REVIEW.inc()
+            log.warning("webhook kept for review", extra={"eventId": fields["event_id"], "key": fields["key"]})
+        return JSONResponse({"received": True, "applied": outcome == "APPLIED", "duplicate": outcome == "DUPLICATE",
+                             "review": outcome == "REVIEW"})
 
     # -- outbound webhook endpoints (admin) ------------------------------------------------------
     def require_admin(request: Request) -> None:

@@ -26,7 +26,7 @@ from psycopg.rows import dict_row
 
 from billing.checks import Check, read_topic
 
-KEY = re.compile(r"^inv-(\d+)-try-(\d+)$")
+KEY = re.compile(r"^[a-z0-9]+-inv-(\d+)-try-(\d+)$")  # <namespace>-inv-<invoice id>-try-<n>
 MAX_EXAMPLES = 5
 
 
@@ -88,7 +88,7 @@ def check_charged_once(conn, ledger: dict) -> Check:
     for row in db_twice[:MAX_EXAMPLES]:
         examples.append(f"invoice {row['invoice_id']} has {row['n']} SUCCEEDED payment attempts in the database")
     if foreign:
-        examples.append(f"{foreign} ledger keys are not invoice keys (inv-<id>-try-<n>)")
+        examples.append(f"{foreign} ledger keys are not invoice keys (<namespace>-inv-<id>-try-<n>)")
     ok = not dup_keys and not twice and not db_twice and not foreign
     return Check(
         "no invoice charged twice",
@@ -114,9 +114,13 @@ def check_ledger_booked(conn, ledger: dict) -> Check:
         ).fetchall()
     }
     examples: list[str] = []
-    not_booked = wrong_amount = 0
+    not_booked = wrong_amount = closed_refunds = 0
     for inv, c in succeeded.items():
         row = invoices.get(inv)
+        # A success on a VOID or FAILED invoice leaves it closed, with RefundDue (docs/money.md).
+        if row is not None and row["status"] in ("VOID", "FAILED"):
+            closed_refunds += 1
+            continue
         if row is None or row["status"] != "PAID":
             not_booked += 1
             if len(examples) < MAX_EXAMPLES:
@@ -138,7 +142,8 @@ def check_ledger_booked(conn, ledger: dict) -> Check:
         promise="every successful charge is a PAID invoice of that amount, and every PAID invoice was charged",
         ok=ok,
         figures=f"{_fmt(len(succeeded))} successful charges; {_fmt(len(paid_by_gateway))} PAID invoices charged, "
-        f"{_fmt(len(paid) - len(paid_by_gateway))} covered by credit; {not_booked} not booked, "
+        f"{_fmt(len(paid) - len(paid_by_gateway))} covered by credit; {closed_refunds} on closed invoices (refund due); "
+        f"{not_booked} not booked, "
         f"{len(unpaid_at_gateway)} paid without a charge",
         examples=examples,
     )

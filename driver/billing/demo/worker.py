@@ -17,8 +17,10 @@ from billing.worker.relay import RelayOptions
 from billing.worker.sinks import JsonlSink, KafkaSink
 
 # Claims stay with their worker for this long on the simulated clock: several steps, so that a
-# call still on the wire when the clock moves on is never re-claimed (its key would be, harmlessly).
-CHARGE_LEASE = timedelta(days=2)
+# call still on the wire when the clock moves on is never re-claimed (its key would be, harmlessly),
+# and short enough that a retry a quiet step (6 h) later still sends its key rather than looking it
+# up (a key is looked up once a call could end within an hour of its 23 h lifetime, docs/gateway.md).
+CHARGE_LEASE = timedelta(hours=12)
 RELAY_LEASE = timedelta(days=1)
 # How often an idle charge worker looks for work (real time); each look is one claim_charges call.
 CHARGE_POLL_SECONDS = 0.02

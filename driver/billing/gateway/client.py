@@ -1,7 +1,8 @@
 """The gateway protocol (docs/gateway.md) from the driver's side.
 
 `POST /v1/charges` with `Idempotency-Key`, body `{"customerId", "amount", "currency"}`; the answer
-`{"id", "status": "succeeded"|"declined", "declineCode"}` becomes SUCCEEDED or DECLINED. Anything
+`{"id", "status": "succeeded"|"declined", "declineCode"}` becomes SUCCEEDED or DECLINED.
+`GET /v1/charges?idempotencyKey=` (`lookup`) asks what became of a key before it expires. Anything
 that leaves the charge's fate open (timeout, 5xx, connection error, an answer we cannot read) is
 UNKNOWN: the SQL API keeps the attempt count and retries with the same key, and the gateway's
 idempotency turns that retry into the real result. A 429 is neither: `RateLimited` is raised and
@@ -27,7 +28,7 @@ from billing import metrics
 
 log = logging.getLogger("billing.gateway")
 
-SUCCEEDED, DECLINED, UNKNOWN = "SUCCEEDED", "DECLINED", "UNKNOWN"
+SUCCEEDED, DECLINED, UNKNOWN, NOT_FOUND = "SUCCEEDED", "DECLINED", "UNKNOWN", "NOT_FOUND"
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,10 @@ class _GatedJson(payload.BytesPayload):
             raise NotSent()
         self.passed = True
         await super().write_with_length(writer, content_length)
+
+
+class LookupFailed(Exception):
+    """The gateway could not say what became of a key (timeout, 5xx, an unreadable answer)."""
 
 
 class RateLimited(Exception):
@@ -123,6 +128,40 @@ class GatewayClient:
         metrics.GATEWAY_LATENCY.observe(time.monotonic() - started)
         metrics.CHARGES.labels(result.outcome).inc()
         return result
+
+    async def lookup(self, idempotency_key: str) -> ChargeResult | None:
+        """What became of the charge sent with `idempotency_key`: `GET /v1/charges?idempotencyKey=`.
+
+        Returns its result (SUCCEEDED or DECLINED), None when the gateway never charged that key
+        (404: a new key is safe), and raises LookupFailed when the gateway cannot say."""
+        session = self._get_session()
+        try:
+            async with session.get(f"{self.base_url}/v1/charges", params={"idempotencyKey": idempotency_key}) as resp:
+                text = await resp.text()
+                status = resp.status
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+            metrics.KEY_LOOKUPS.labels("FAILED").inc()
+            raise LookupFailed(f"{type(exc).__name__}") from None
+        if status == 404:
+            metrics.KEY_LOOKUPS.labels("NOT_FOUND").inc()
+            return None
+        try:
+            if status != 200:
+                raise ValueError(f"gateway answered {status}")
+            doc = _loads(text)
+            charge_status, reference = doc["status"], doc.get("id")
+            if doc.get("idempotencyKey", idempotency_key) != idempotency_key:
+                raise ValueError("the answer is about another key")
+        except (ValueError, KeyError, TypeError) as exc:
+            metrics.KEY_LOOKUPS.labels("FAILED").inc()
+            raise LookupFailed(str(exc)) from None
+        if charge_status not in ("succeeded", "declined"):
+            metrics.KEY_LOOKUPS.labels("FAILED").inc()
+            raise LookupFailed(f"unknown status {charge_status!r}")
+        metrics.KEY_LOOKUPS.labels("FOUND").inc()
+        if charge_status == "succeeded":
+            return ChargeResult(SUCCEEDED, reference=reference)
+        return ChargeResult(DECLINED, reference=reference, reason=doc.get("declineCode") or "declined")
 
     async def _post(self, key: str, customer_id: int, amount: int, currency: str,
                     gate: Callable[[], Awaitable[bool]] | None) -> ChargeResult:

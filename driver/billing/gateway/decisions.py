@@ -52,6 +52,10 @@ class DecisionModel:
     def random_code(self, key: str) -> str:
         return DECLINE_CODES[int(self.chance(key, "code") * len(DECLINE_CODES))]
 
+    def lookup_fails(self, key: str, lookups: int) -> bool:
+        """Answer 500 to a key lookup (`GET /v1/charges?idempotencyKey=`); never by default."""
+        return False
+
     def times_out(self, key: str, calls: int) -> bool:
         """Charge, then hold the answer past the client's timeout."""
         return self.chance(key, calls, "timeout") < self.timeout_rate

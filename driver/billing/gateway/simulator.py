@@ -21,6 +21,9 @@ Behaviour (docs/gateway.md is the reference for other programs):
   the answer `timeout_hold_seconds` (past the client's timeout). Faults only hit a key's first
   charging call: a replay answers the stored result after the usual latency.
   Declines depend on (seed, key) only.
+- `GET /v1/charges?idempotencyKey=K` answers the charge made for K (200, the charge's answer plus
+  its amount, currency and customerId) or 404 when K was never charged; it is not rate limited.
+  `DecisionModel.lookup_fails` can make it answer 500.
 - Webhooks: each charge is announced by a signed POST to `webhook_url` after a random delay
   (`webhook_delay_ms`, so they arrive late and out of order), sent twice with probability
   `webhook_duplicate_rate` (same `eventId`), retried on failure.
@@ -173,6 +176,7 @@ class GatewaySimulator:
         self._window = _Window(rate, mode == "strict")
         self._charges: dict[str, Charge] = {}
         self._calls: dict[str, int] = {}
+        self._lookups: dict[str, int] = {}
         self._accepted_times: list[float] = []
         self._tasks: set[asyncio.Task] = set()
         self._runner: web.AppRunner | None = None
@@ -180,7 +184,7 @@ class GatewaySimulator:
         self._event_seq = 0
         self.url: str | None = None
         self.counters = {"accepted": 0, "rateLimited": 0, "replays": 0, "errors": 0, "timeouts": 0,
-                         "conflicts": 0, "badRequests": 0, "webhooksDelivered": 0, "webhooksFailed": 0,
+                         "conflicts": 0, "badRequests": 0, "lookups": 0, "webhooksDelivered": 0, "webhooksFailed": 0,
                          "webhookAttempts": 0}
 
     def _new_charge(self, key: str, customer_id: int, amount: int, currency: str) -> Charge:
@@ -194,6 +198,7 @@ class GatewaySimulator:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/charges", self._handle_charge)
+        app.router.add_get("/v1/charges", self._handle_lookup)
         app.router.add_get("/v1/ledger", self._handle_ledger)
         app.router.add_get("/v1/stats", self._handle_stats)
         app.router.add_get("/v1/accepted", self._handle_accepted)
@@ -293,6 +298,28 @@ class GatewaySimulator:
         else:
             await asyncio.sleep(latency)
         return web.json_response(charge.answer())
+
+    async def _handle_lookup(self, request: web.Request) -> web.Response:
+        """`GET /v1/charges?idempotencyKey=K`: the charge made for K (200, as the charge call
+        answered it, plus amount, currency, customerId), or 404 when K was never charged."""
+        key = request.query.get("idempotencyKey", "")
+        if not key or len(key) > 255:
+            self.counters["badRequests"] += 1
+            return web.json_response({"error": {"code": "invalid_request", "message":
+                                      "the idempotencyKey query parameter is required"}}, status=400)
+        self.counters["lookups"] += 1
+        calls = self._lookups[key] = self._lookups.get(key, 0) + 1
+        await asyncio.sleep(self._latency())
+        if self.decisions.lookup_fails(key, calls):
+            self.counters["errors"] += 1
+            return web.json_response({"error": {"code": "internal", "message": "simulated gateway failure"}},
+                                     status=500)
+        charge = self._charges.get(key)
+        if charge is None:
+            return web.json_response({"error": {"code": "not_found", "message": "no charge has this idempotency key"}},
+                                     status=404)
+        return web.json_response({**charge.answer(), "amount": charge.amount, "currency": charge.currency,
+                                  "customerId": charge.customer_id, "idempotencyKey": key})
 
     async def _handle_health(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True})

@@ -18,6 +18,8 @@ Flow in one process:
 * 429: not a decline and not an attempt. Nothing is recorded; the same key is tried again after the
   limiter grants another slot, while the lease allows.
 * Timeouts, 5xx, connection errors: UNKNOWN (attempt count kept, same key next time).
+* A key near the end of its lifetime at the gateway (claim_charges says `lookup`) is never sent
+  again: its status is asked instead (`look_up`) and the answer recorded.
 * Stop: no more claims; what is claimed is finished for up to `drain_seconds`, then whatever has
   not reached the gateway is left to its lease, and the calls already made are awaited and recorded.
 """
@@ -39,7 +41,8 @@ import psycopg
 
 from billing import db, metrics
 from billing.clock import Clock, SystemClock, sleep_or_stop
-from billing.gateway.client import ChargeResult, GatewayClient, NotSent, RateLimited
+from billing.gateway.client import (NOT_FOUND, UNKNOWN, ChargeResult, GatewayClient, LookupFailed, NotSent,
+                                    RateLimited)
 from billing.limiter import RateLimiter
 from billing.worker.recorder import ResultRecorder
 
@@ -65,6 +68,7 @@ class Claim:
     customer_id: int
     amount: int
     currency: str
+    lookup: bool = False  # the key is near its expiry: ask the gateway what became of it, never resend it
     claimed_at: float = field(default_factory=time.monotonic)
 
 
@@ -108,7 +112,7 @@ class Charger:
                 "now": self.clock.now()})
             rows = await cur.fetchall()
         claims = [Claim(r["invoice_id"], r["attempt_id"], r["idempotency_key"], r["customer_id"], r["amount"],
-                        r["currency"].strip()) for r in rows]
+                        r["currency"].strip(), bool(r.get("lookup"))) for r in rows]
         self.counts["claimed"] += len(claims)
         return claims
 
@@ -124,8 +128,32 @@ class Charger:
         metrics.CHARGES_ABANDONED.inc()
         log.info("claim left to its lease", extra={"key": claim.idempotency_key, "reason": why})
 
+    async def look_up(self, claim: Claim) -> ChargeResult | None:
+        """A key near the end of its lifetime at the gateway is never sent again: its status is
+        asked (GET /v1/charges?idempotencyKey=) and recorded: the charge found, NOT_FOUND (nothing
+        was charged: the SQL API moves to a new key), or UNKNOWN when the gateway cannot say (the
+        invoice goes to REVIEW once the key has expired). None when left to its lease."""
+        remaining = claim.claimed_at + self.usable_lease - time.monotonic()
+        try:
+            async with asyncio.timeout(max(0.0, remaining)):
+                await self.limiter.acquire()  # a lookup is a gateway call too
+        except TimeoutError:
+            self._abandon(claim, "no rate-limit slot within the lease")
+            return None
+        try:
+            found = await self.gateway.lookup(claim.idempotency_key)
+        except LookupFailed as exc:
+            result = ChargeResult(UNKNOWN, reason=f"key lookup failed: {exc}")
+        else:
+            result = found if found is not None else ChargeResult(NOT_FOUND, reason="the gateway has no charge for the key")
+        log.info("key looked up", extra={"key": claim.idempotency_key, "outcome": result.outcome})
+        await self._record(claim, result)
+        return result
+
     async def charge(self, claim: Claim) -> ChargeResult | None:
         """Charge one claimed invoice and record the result; None when left to its lease."""
+        if claim.lookup:
+            return await self.look_up(claim)
         deadline = claim.claimed_at + self.usable_lease
         # A limiter with two steps waits for its pacing slot here and gives the go-ahead inside
         # the request, right before the bytes go out; any other limiter is acquired here.

@@ -17,7 +17,7 @@ from psycopg.rows import dict_row
 
 from billing.checks import Check, TopicMessage
 
-KEY_RE = re.compile(r"^inv-(\d+)-try-(\d+)$")
+KEY_RE = re.compile(r"^[a-z0-9]+-inv-(\d+)-try-(\d+)$")  # <namespace>-inv-<id>-try-<n>
 UTC_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|\+00:00)$")
 
 
@@ -101,7 +101,8 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
         inv = invoices[a["invoice_id"]]
         if c.get("amount") != inv["amount"] or c.get("currency") != inv["currency"].strip():
             bad.append(("amount/currency differ", c["idempotencyKey"], c.get("amount"), inv["amount"]))
-        if c.get("status") == "succeeded" and inv["status"] != "PAID":
+        # A success on a VOID or FAILED invoice leaves it closed (RefundDue, checked below).
+        if c.get("status") == "succeeded" and inv["status"] not in ("PAID", "VOID", "FAILED"):
             bad.append(("charged but not PAID", inv["id"], inv["status"]))
     for inv in invoices.values():
         if inv["status"] != "PAID":
@@ -277,8 +278,11 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
     refunds = [(m.value.get("subject")) for m in first_seen.values() if m.value.get("type") == "RefundDue"]
     for subject in refunds:
         inv = invoices.get(int(subject.split("/")[1]))
-        if inv is None or inv["status"] != "PAID" or subs[inv["subscription_id"]]["status"] != "CANCELED":
-            bad.append(("RefundDue for an invoice not PAID on a canceled subscription", subject))
+        closed = inv is not None and inv["status"] in ("VOID", "FAILED")
+        paid_on_canceled = (inv is not None and inv["status"] == "PAID"
+                            and subs[inv["subscription_id"]]["status"] == "CANCELED")
+        if not (closed or paid_on_canceled):
+            bad.append(("RefundDue for an invoice neither closed nor PAID on a canceled subscription", subject))
     figures["refunds_due"] = len(refunds)
     checks.append(Check(
         "each decline counted once (InvoicePaymentFailed = DECLINED attempts = attempt_count)", not bad,
@@ -292,7 +296,8 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
             bad.append(("attempt key form", a["idempotency_key"]))
     unpaid_by_sub = defaultdict(list)
     for inv in invoices.values():
-        if inv["status"] in ("OPEN", "FAILED"):
+        # A FAILED upgrade (PRORATION) was reverted: nothing is owed for it (docs/money.md).
+        if inv["status"] == "OPEN" or (inv["status"] == "FAILED" and inv["kind"] != "PRORATION"):
             unpaid_by_sub[inv["subscription_id"]].append((inv["id"], inv["status"]))
     for sub in subs.values():
         if sub["status"] == "ACTIVE" and unpaid_by_sub.get(sub["id"]):
@@ -300,7 +305,7 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
         if sub["status"] == "PAST_DUE" and not unpaid_by_sub.get(sub["id"]):
             bad.append(("PAST_DUE with nothing unpaid", sub["id"]))
     for inv in invoices.values():
-        if inv["status"] == "FAILED" and subs[inv["subscription_id"]]["status"] != "CANCELED":
+        if inv["status"] == "FAILED" and inv["kind"] != "PRORATION" and subs[inv["subscription_id"]]["status"] != "CANCELED":
             bad.append(("FAILED invoice on a live subscription", inv["id"]))
         if inv["status"] == "OPEN" and subs[inv["subscription_id"]]["status"] == "CANCELED":
             bad.append(("OPEN invoice on a canceled subscription", inv["id"]))

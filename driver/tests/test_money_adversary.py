@@ -1,0 +1,294 @@
+"""An adversarial customer against the SQL API on the real PostgreSQL (issue 10, docs/money.md).
+
+A hypothesis `RuleBasedStateMachine` plays a customer trying to pay less than they owe: sign-ups
+and re-subscriptions, upgrades, downgrades and changes of billing interval, cancels now and at
+period end, price changes of the plans, declines, UNKNOWN results, late and duplicate results
+(through record_payment_result and signed-webhook storage, some with an amount that is not the
+one charged), lookups of keys near their expiry, and clock jumps. It keeps no model of the
+engine: after every step it checks the money rules on the database itself:
+
+* the books balance: per customer and currency, credit balance = credit granted - credit
+  consumed by invoices still owed or paid (nothing counted twice);
+* credit is backed: credit granted never exceeds what the customer's PAID invoices were billed,
+  and credit consumed never exceeds credit granted;
+* every PAID invoice is backed: by a successful charge of exactly its amount, or (amount 0) by
+  credit; and the money collected (successful charges less refunds due) equals what PAID
+  invoices were charged;
+* each period is invoiced at its own terms: the plan in force when it started (this test's own
+  record of the changes) at that plan's price then (this test's own record of the prices);
+* no served period is silently forgiven: no invoice that was declined is VOID, and every FAILED
+  invoice is a reverted upgrade, written off with an event, or ended its subscription by dunning;
+* every event written matches its JSON Schema in docs/events (the new money events included).
+
+Size: BILLING_ADVERSARY_EXAMPLES (default 500) x BILLING_ADVERSARY_STEPS (default 30); the larger
+run is in docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from psycopg.rows import dict_row
+
+from billing.events.schemas import catalogue
+
+PLANS = {  # code: (price, currency, interval, count)
+    "M_BASIC": (1000, "USD", "MONTH", 1),
+    "M_PRO": (3000, "USD", "MONTH", 1),
+    "Y_PRO": (30000, "USD", "YEAR", 1),
+    "W_LITE": (400, "USD", "WEEK", 1),
+    "D_DAILY": (100, "USD", "DAY", 1),
+    "M_EUR": (2000, "EUR", "MONTH", 1),
+}
+T0 = datetime(2027, 1, 31, 9, 0, tzinfo=timezone.utc)  # a month end: the calendar clamps
+TABLES = ("billing.gateway_webhook, billing.outbox_event, billing.credit_entry, billing.credit_balance, "
+          "billing.credit_pending, billing.payment_attempt, billing.invoice, billing.subscription_request, "
+          "billing.subscription, billing.customer, billing.plan_price, billing.plan")
+
+
+class Db:
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True, row_factory=dict_row)
+
+    def rows(self, query: str, params=()) -> list[dict]:
+        return self.conn.execute(query, params).fetchall()
+
+    def call(self, query: str, params=()) -> list[dict] | str:
+        """Rows, or the contract SQLSTATE (BLxxx) the API refused with."""
+        try:
+            return self.conn.execute(query, params).fetchall()
+        except psycopg.Error as exc:
+            if exc.sqlstate and exc.sqlstate.startswith("BL"):
+                return exc.sqlstate
+            raise
+
+    def reset(self) -> None:
+        with self.conn.transaction():
+            self.conn.execute("SET LOCAL session_replication_role = replica")
+            self.conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+        for code, (price, currency, interval, count) in PLANS.items():
+            self.conn.execute("SELECT billing.upsert_plan(%s, %s, %s, %s, %s, %s)",
+                              (code, price, currency, interval, count, T0 - timedelta(days=400)))
+
+
+def make_machine(db: Db, steps: int):
+    class Adversary(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            db.reset()
+            self.now = T0
+            self.keys = 0
+            self.events = 0
+            # This test's own record of the terms: prices per plan, plan per subscription.
+            self.prices = {code: [(datetime.min.replace(tzinfo=timezone.utc), p[0])] for code, p in PLANS.items()}
+            self.plan_history: dict[int, list[tuple[datetime, str]]] = {}
+            self.seen_reverts = 0
+            self.checked_events = 0
+
+        # -- helpers ---------------------------------------------------------------------------
+        def _subs(self) -> list[int]:
+            return sorted(self.plan_history)
+
+        def _learn_reverts(self) -> None:
+            """A failed upgrade puts the plan back: learnt from its event, with its instant."""
+            rows = db.rows("SELECT id, payload FROM billing.outbox_event WHERE event_type = 'SubscriptionPlanReverted' "
+                           "AND id > %s ORDER BY id", (self.seen_reverts,))
+            for r in rows:
+                data = r["payload"]["data"]
+                self.plan_history[data["subscriptionId"]].append((self.now, data["planCode"]))
+                self.seen_reverts = r["id"]
+
+        def _report(self, key: str, outcome: str, channel: str, data) -> None:
+            if channel == "record":
+                db.call("SELECT billing.record_payment_result(%s, %s, %s, 'card_declined', %s)",
+                        (key, outcome, f"ch_{key}", self.now))
+            else:
+                attempt = db.rows("SELECT a.amount, a.currency, i.customer_id FROM billing.payment_attempt a "
+                                  "JOIN billing.invoice i ON i.id = a.invoice_id WHERE a.idempotency_key = %s", (key,))
+                body = {"declineCode": "do_not_honor"}
+                if attempt and outcome == "SUCCEEDED":
+                    a = attempt[0]
+                    body.update(amount=a["amount"], currency=a["currency"].strip(), customerId=a["customer_id"])
+                    if data.draw(st.booleans(), label="tampered amount"):
+                        body["amount"] = a["amount"] // 2  # a charge that is not the one asked for
+                self.events += 1
+                db.call("SELECT billing.apply_gateway_webhook(%s, %s, %s, %s, %s::jsonb, %s)",
+                        (f"evt-{self.events}", key, outcome if outcome != "NOT_FOUND" else "UNKNOWN", f"ch_{key}",
+                         json.dumps(body), self.now))
+            self._learn_reverts()
+
+        # -- the customer ------------------------------------------------------------------------
+        @rule(customer=st.integers(1, 2), plan=st.sampled_from(sorted(PLANS)))
+        def subscribe(self, customer, plan):
+            self.keys += 1
+            rows = db.call("SELECT id FROM billing.create_subscription(%s, %s, %s, %s)",
+                           (f"k{self.keys}", customer, plan, self.now))
+            assert isinstance(rows, list), rows
+            self.plan_history[rows[0]["id"]] = [(self.now, plan)]
+
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data(), plan=st.sampled_from(sorted(PLANS)))
+        def change_plan(self, data, plan):
+            sub = data.draw(st.sampled_from(self._subs()), label="subscription")
+            got = db.call("SELECT * FROM billing.change_plan(%s, %s, %s)", (sub, plan, self.now))
+            assert isinstance(got, list) or got == "BL422", got
+            if isinstance(got, list) and got[0]["plan_id"] is not None:
+                current = db.rows("SELECT code FROM billing.plan WHERE id = %s", (got[0]["plan_id"],))[0]["code"]
+                if current != self.plan_history[sub][-1][1]:
+                    self.plan_history[sub].append((self.now, current))
+            self._learn_reverts()
+
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data(), at_period_end=st.booleans())
+        def cancel(self, data, at_period_end):
+            sub = data.draw(st.sampled_from(self._subs()), label="subscription")
+            assert isinstance(db.call("SELECT * FROM billing.cancel_subscription(%s, %s, %s)",
+                                      (sub, at_period_end, self.now)), list)
+
+        @rule(plan=st.sampled_from(sorted(PLANS)), factor=st.sampled_from([0.5, 2, 3]))
+        def change_price(self, plan, factor):
+            price, currency, interval, count = PLANS[plan]
+            new = int(self.prices[plan][-1][1] * factor) or 1
+            # One second after now: no period starts at that instant (periods start on whole minutes,
+            # or microseconds after for same-instant plan changes), so "the price in force when the
+            # period starts" is never a tie with an invoice made at the same instant.
+            at = self.now + timedelta(seconds=1)
+            db.call("SELECT billing.upsert_plan(%s, %s, %s, %s, %s, %s)", (plan, new, currency, interval, count, at))
+            if new != self.prices[plan][-1][1]:
+                self.prices[plan].append((at, new))
+
+        @rule()
+        def renew(self):
+            for _ in range(200):
+                if not db.rows("SELECT billing.create_due_invoices(500, %s) AS n", (self.now,))[0]["n"]:
+                    break
+
+        @rule(data=st.data(), lease=st.sampled_from([timedelta(minutes=5), timedelta(hours=3)]))
+        def charge(self, data, lease):
+            rows = db.rows("SELECT * FROM billing.claim_charges('adversary', 50, %s, %s)", (lease, self.now))
+            for r in rows:
+                if r["lookup"]:
+                    outcome = data.draw(st.sampled_from(["SUCCEEDED", "DECLINED", "NOT_FOUND", "UNKNOWN"]),
+                                        label="lookup answer")
+                else:
+                    outcome = data.draw(st.sampled_from(["SUCCEEDED", "DECLINED", "DECLINED", "UNKNOWN"]),
+                                        label="gateway answer")
+                self._report(r["idempotency_key"], outcome, "record", data)
+
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data(), outcome=st.sampled_from(["SUCCEEDED", "DECLINED", "UNKNOWN"]),
+              channel=st.sampled_from(["record", "webhook"]))
+        def late_or_duplicate_result(self, data, outcome, channel):
+            keys = [r["idempotency_key"] for r in db.rows("SELECT idempotency_key FROM billing.payment_attempt ORDER BY id")]
+            if keys:
+                self._report(data.draw(st.sampled_from(keys), label="key"), outcome, channel, data)
+
+        @rule(delta=st.sampled_from([timedelta(minutes=20), timedelta(hours=6), timedelta(days=1),
+                                     timedelta(days=4), timedelta(days=16), timedelta(days=40)]))
+        def clock_jump(self, delta):
+            self.now += delta
+
+        # -- the money rules, after every step -------------------------------------------------
+        @invariant()
+        def the_books_balance(self):
+            rows = db.rows("""
+                WITH c AS (SELECT customer_id, currency FROM billing.credit_entry
+                           UNION SELECT customer_id, currency FROM billing.invoice)
+                SELECT c.customer_id, c.currency,
+                       coalesce((SELECT balance FROM billing.credit_balance b
+                                  WHERE b.customer_id = c.customer_id AND b.currency = c.currency), 0) AS balance,
+                       coalesce((SELECT sum(amount) FROM billing.credit_entry e WHERE e.customer_id = c.customer_id
+                                   AND e.currency = c.currency AND e.reason = 'PRORATION'), 0) AS granted,
+                       coalesce((SELECT sum(credit_applied) FROM billing.invoice i WHERE i.customer_id = c.customer_id
+                                   AND i.currency = c.currency AND i.status IN ('PAID', 'OPEN', 'REVIEW')), 0) AS consumed,
+                       coalesce((SELECT sum(subtotal) FROM billing.invoice i WHERE i.customer_id = c.customer_id
+                                   AND i.currency = c.currency AND i.status = 'PAID'), 0) AS paid_billed
+                  FROM c""")
+            for r in rows:
+                who = (r["customer_id"], r["currency"])
+                assert r["balance"] == r["granted"] - r["consumed"], f"{who}: books do not balance {r}"
+                assert r["consumed"] <= r["granted"], f"{who}: credit consumed exceeds credit granted {r}"
+                assert r["granted"] <= r["paid_billed"], f"{who}: credit granted exceeds what was paid for {r}"
+
+        @invariant()
+        def every_paid_invoice_is_backed(self):
+            bad = db.rows("""
+                SELECT i.id, i.amount, a.outcome, a.amount AS charged
+                  FROM billing.invoice i LEFT JOIN billing.payment_attempt a ON a.id = i.paid_attempt_id
+                 WHERE i.status = 'PAID' AND i.amount > 0
+                   AND (a.id IS NULL OR a.outcome <> 'SUCCEEDED' OR a.amount <> i.amount)""")
+            assert not bad, f"PAID invoices without a successful charge of their amount: {bad}"
+            collected = defaultdict(int)
+            for r in db.rows("SELECT i.customer_id, a.amount FROM billing.payment_attempt a "
+                             "JOIN billing.invoice i ON i.id = a.invoice_id WHERE a.outcome = 'SUCCEEDED'"):
+                collected[r["customer_id"]] += r["amount"]
+            refunded_paid = set()
+            for r in db.rows("SELECT aggregate_id, payload FROM billing.outbox_event WHERE event_type = 'RefundDue'"):
+                data = r["payload"]["data"]
+                collected[data["customerId"]] -= data["amount"]
+                if data["reason"] == "SUBSCRIPTION_CANCELED":
+                    refunded_paid.add(r["aggregate_id"])
+            kept = defaultdict(int)
+            for r in db.rows("SELECT id, customer_id, amount FROM billing.invoice WHERE status = 'PAID'"):
+                if r["id"] not in refunded_paid:
+                    kept[r["customer_id"]] += r["amount"]
+            assert {k: v for k, v in collected.items() if v} == {k: v for k, v in kept.items() if v}, \
+                f"money collected less refunds {dict(collected)} != charged by PAID invoices {dict(kept)}"
+
+        @invariant()
+        def each_period_at_its_own_terms(self):
+            for r in db.rows("""SELECT i.id, i.subscription_id, i.kind, i.period_start, i.subtotal, i.plan_price,
+                                       i.billing_interval, p.code
+                                  FROM billing.invoice i JOIN billing.plan p ON p.id = i.plan_id
+                                 WHERE i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')"""):
+                start = r["period_start"]
+                price = [p for t, p in self.prices[r["code"]] if t <= start][-1]
+                assert (r["subtotal"], r["plan_price"], r["billing_interval"]) == (price, price, PLANS[r["code"]][2]), \
+                    f"invoice {r['id']} ({r['kind']} from {start}): {r['subtotal']} at {r['code']}, terms then: {price}"
+                if r["kind"] == "RENEWAL":
+                    history = self.plan_history[r["subscription_id"]]
+                    in_force = [plan for t, plan in history if t < start][-1]
+                    assert r["code"] == in_force, \
+                        f"invoice {r['id']}: period from {start} billed at {r['code']}, plan in force then {in_force}"
+
+        @invariant()
+        def every_event_matches_the_catalogue(self):
+            rows = db.rows("SELECT id, payload FROM billing.outbox_event WHERE id > %s ORDER BY id", (self.checked_events,))
+            for r in rows:
+                problems = catalogue().errors(r["payload"])
+                assert not problems, f"event {r['payload'].get('type')} does not match docs/events: {problems}"
+                self.checked_events = r["id"]
+
+        @invariant()
+        def no_served_period_silently_forgiven(self):
+            voided = db.rows("SELECT id FROM billing.invoice WHERE status = 'VOID' AND attempt_count > 0")
+            assert not voided, f"invoices voided after a decline (a served period forgiven): {voided}"
+            silent = db.rows("""
+                SELECT i.id FROM billing.invoice i JOIN billing.subscription s ON s.id = i.subscription_id
+                 WHERE i.status = 'FAILED' AND i.kind <> 'PRORATION'
+                   AND NOT EXISTS (SELECT 1 FROM billing.outbox_event e WHERE e.event_type = 'InvoiceWrittenOff'
+                                     AND e.aggregate_id = i.id)
+                   AND NOT (s.cancel_reason = 'DUNNING_EXHAUSTED' AND s.canceled_at = i.closed_at)""")
+            assert not silent, f"FAILED invoices written off without an event: {silent}"
+
+    Adversary.TestCase.settings = settings(
+        max_examples=int(os.environ.get("BILLING_ADVERSARY_EXAMPLES", 500)), stateful_step_count=steps,
+        deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                              HealthCheck.data_too_large])
+    return Adversary
+
+
+def test_an_adversarial_customer_cannot_make_money_from_nothing(db_url):
+    db = Db(db_url)
+    try:
+        machine = make_machine(db, int(os.environ.get("BILLING_ADVERSARY_STEPS", 30)))
+        run_state_machine_as_test(machine, settings=machine.TestCase.settings)
+    finally:
+        db.conn.close()
