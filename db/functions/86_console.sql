@@ -312,8 +312,8 @@ BEGIN
     v_inv_ids := ARRAY(SELECT i.id FROM billing.invoice i WHERE i.subscription_id = ANY (v_sub_ids));
     -- Payment methods live in a table that may not exist yet (or ever): read it when it does.
     IF to_regclass('billing.payment_method') IS NOT NULL THEN
-        EXECUTE 'SELECT coalesce(jsonb_agg(billing._console_secretless(to_jsonb(m))), ''[]'') '
-                'FROM billing.payment_method m WHERE m.customer_id = $1'
+        EXECUTE format('SELECT coalesce(jsonb_agg(billing._console_secretless(to_jsonb(m))), ''[]'') '
+                       'FROM %s m WHERE m.customer_id = $1', to_regclass('billing.payment_method'))
            INTO v_methods USING p_customer_id;
     END IF;
     RETURN jsonb_build_object(
@@ -388,6 +388,7 @@ BEGIN
                      FROM billing.outbox_event o
                     WHERE o.aggregate_type = 'subscription' AND o.aggregate_id = p_subscription_id),
         'plans', (SELECT coalesce(jsonb_agg(jsonb_build_object('code', p.code, 'price_amount', p.price_amount,
+                                                              'currency', p.currency,
                                                               'billing_interval', p.billing_interval,
                                                               'interval_count', p.interval_count) ORDER BY p.code), '[]')
                     FROM billing.plan p WHERE p.currency = v_plan.currency AND p.id <> v_plan.id)

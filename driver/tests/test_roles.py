@@ -67,7 +67,7 @@ def _with_console_actions(conn) -> dict[str, set[str]]:
     (90_grants.sql lists them ahead of their landing; the console offers them from that day)."""
     from billing.console.actions import CANDIDATE_FUNCTIONS
 
-    present = {r[0] for r in conn.execute(
+    present = {r[0] for r in conn.cursor(row_factory=psycopg.rows.tuple_row).execute(
         "SELECT proname FROM pg_proc WHERE pronamespace = 'billing'::regnamespace AND proname = ANY (%s)",
         (CANDIDATE_FUNCTIONS,))}
     return {**POLICY, "billing_console": POLICY["billing_console"] | present}
