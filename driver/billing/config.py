@@ -109,7 +109,7 @@ def _console_cookie_secure(raw: str | None) -> str:
 
 @dataclass(frozen=True)
 class Settings:
-    database_url: str = "postgresql://postgres@127.0.0.1:55432/billing"
+    database_url: str = "postgresql://postgres@127.0.0.1:25432/billing"
     redis_url: str | None = None
     kafka_bootstrap: str | None = None
     kafka_topic: str = "billing.events"
