@@ -44,7 +44,11 @@ READ_ONLY_EXTRAS = {"outbox_stats", "status_summary", "plan_code"}
 # billing_app (deprecated) is a member of every job role (driver/tests/test_roles.py), so it has them.
 SECURITY = {"create_api_key", "list_api_keys", "revoke_api_key", "authenticate_api_key", "read_audit",
             "is_simulation", "set_max_clock_skew", "expire_idempotency_keys"}
-EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY
+# The operator console (db/functions/86_console.sql, docs/console.md): its sessions and reads, and replay.
+CONSOLE = {"console_open_session", "console_session", "console_close_session", "console_functions",
+           "console_overview", "console_mrr", "console_customers", "console_customer", "console_subscription",
+           "console_invoices", "console_events", "replay_outbox_event"}
+EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY | CONSOLE
 
 T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
 
@@ -301,6 +305,24 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["key"] = one("create_api_key", "%s, %s, %s, %s::text[]", (key_id, f"lp {tag}", key_hash, ["admin"]))[0] == key_id
     out["authenticated"] = one("authenticate_api_key", "%s", (key_hash,), setof=True) == [(key_id, ["admin"])]
     out["listed"] = key_id in [r[0] for r in one("list_api_keys", "", setof=True)]
+    # The console: a session for the key, each page's read, a replay.
+    token = bytes(range(1, 33))
+    out["console_login"] = one("console_open_session", "%s, %s, %s::interval, %s",
+                               (token, key_id, "1 hour", renew_at))[0] == key_id
+    out["console_session"] = one("console_session", "%s, %s", (token, renew_at), setof=True)[0][0] == key_id
+    out["console_logout"] = one("console_close_session", "%s, %s", (token, renew_at))[0]
+    out["console_overview"] = one("console_overview", "%s", (renew_at,))[0]["subscriptions"]["canceled"] >= 1
+    out["console_mrr"] = all(r[2] >= 0 for r in one("console_mrr", "%s, %s", (renew_at, 40), setof=True))
+    out["console_customers"] = [r[0] for r in one("console_customers", "%s, %s", (str(customer), 10), setof=True)] \
+        == [customer]
+    out["console_customer"] = one("console_customer", "%s, %s", (customer, 10))[0]["customer"]["id"] == customer
+    out["console_subscription"] = one("console_subscription", "%s", (sub_id,))[0]["subscription"]["id"] == sub_id
+    out["console_invoices"] = len(one("console_invoices", "%s, %s, %s", (None, None, 10), setof=True)) >= 3
+    sub_events = one("console_events", "%s, %s, %s, %s", (f"subscription/{sub_id}", None, None, 50), setof=True)
+    out["console_events"] = bool(sub_events) and {r[3] for r in sub_events} == {sub_id}
+    out["console_functions"] = [r[0] for r in one("console_functions", "%s::text[]", (["change_plan", "nope"],),
+                                                 setof=True)] == ["change_plan"]
+    out["replay"] = one("replay_outbox_event", "%s, %s", (ids[0], renew_at))[2]
     one("revoke_api_key", "%s", (key_id,))
     out["revoked"] = one("authenticate_api_key", "%s", (key_hash,), setof=True) == []
     out["audited"] = "cancel_subscription" in [r[4] for r in one("read_audit", "NULL, 50, NULL, NULL", setof=True)]
@@ -350,6 +372,9 @@ EXPECTED = {
     "skew": True, "expired": 0,
     "coupon": True, "notice": True, "trialing": "TRIALING", "seats": True, "paused": "PAUSED", "resumed": "ACTIVE",
     "uncanceled": "ACTIVE", "reactivated": "BL422",
+    "console_login": True, "console_session": True, "console_logout": True, "console_overview": True,
+    "console_mrr": True, "console_customers": True, "console_customer": True, "console_subscription": True,
+    "console_invoices": True, "console_events": True, "console_functions": True, "replay": "PENDING",
 }
 
 
