@@ -338,9 +338,13 @@ def make_machine(db: Db, steps: int):
                     want = full * percent // 100 if percent is not None else min(amount, full)
                     assert r["discount_amount"] == want, f"invoice {r['id']}: discount {r['discount_amount']} != {want}"
                 if r["kind"] == "RENEWAL":
+                    # A renewal at a period boundary bills the plan in force just before it; a period a
+                    # resume or a reactivation starts now bills a plan in force at that instant (changes
+                    # made at that very instant, before or after it, are a tie).
                     history = self.plan_history[r["subscription_id"]]
-                    in_force = [plan for t, plan in history if t < start][-1]
-                    assert r["code"] == in_force, \
+                    in_force = {plan for t, plan in history if t == start}
+                    in_force |= {[plan for t, plan in history if t < start][-1]} if history[0][0] < start else set()
+                    assert r["code"] in in_force, \
                         f"invoice {r['id']}: period from {start} billed at {r['code']}, plan in force then {in_force}"
 
         @invariant()
