@@ -269,6 +269,7 @@ BEGIN
             HINT = 'Create a new subscription instead.';
     END IF;
     PERFORM billing._check_version(v_sub, p_expected_version);
+    v_sub := billing._end_due_trial(v_sub, p_now);
 
     SELECT * INTO v_new FROM billing.plan WHERE code = p_plan_code;
     IF NOT FOUND THEN

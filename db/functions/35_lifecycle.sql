@@ -392,6 +392,32 @@ COMMENT ON FUNCTION billing._renew_lifecycle(integer, timestamptz) IS
 'Private: create_due_invoices'' per-row path: SubscriptionTrialWillEnd when due, resumes at resume_at, and one renewal of each due subscription flagged lifecycle_pending (up to p_batch_size of each, SKIP LOCKED; handled in customer order).
 Returns how many rows it handled.';
 
+-- A trial that has ended while the renewal job has not run yet: its first period is billed
+-- before anything else changes the subscription (a change never reprices a period already begun).
+CREATE OR REPLACE FUNCTION billing._end_due_trial(p_sub billing.subscription, p_now timestamptz)
+RETURNS billing.subscription
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_sub billing.subscription;
+BEGIN
+    IF p_sub.status <> 'TRIALING' OR p_sub.current_period_end > p_now THEN
+        RETURN p_sub;
+    END IF;
+    v_sub := billing._catch_up(p_sub, p_now);
+    IF v_sub.status = 'CANCELED' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('subscription %s ended with its trial at %s', v_sub.id, p_sub.current_period_end),
+            HINT = 'Create a new subscription instead.';
+    END IF;
+    RETURN v_sub;
+END
+$$;
+COMMENT ON FUNCTION billing._end_due_trial(billing.subscription, timestamptz) IS
+'Private: a locked TRIALING subscription whose trial has ended is renewed up to p_now first (_catch_up).
+Returns it; BL422 when it was to cancel at the trial''s end.';
+
 CREATE OR REPLACE FUNCTION billing._resume(p_sub billing.subscription, p_at timestamptz, p_now timestamptz)
 RETURNS billing.subscription
 LANGUAGE plpgsql VOLATILE
@@ -527,6 +553,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('subscription %s is canceled; no coupon applies to it', v_sub.id);
     END IF;
+    v_sub := billing._end_due_trial(v_sub, p_now);
     v_before := v_sub;
     IF NOT billing._redeem_coupon(v_sub, p_code, p_now) THEN
         RETURN v_sub;
@@ -744,6 +771,7 @@ BEGIN
     IF v_sub.quantity = p_quantity THEN
         RETURN v_sub;
     END IF;
+    v_sub := billing._end_due_trial(v_sub, p_now);
     v_before := v_sub;
     IF v_sub.status IN ('TRIALING', 'PAUSED') THEN
         -- Nothing is being billed: the seats count from the next billed period.

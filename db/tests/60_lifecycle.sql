@@ -2,7 +2,7 @@
 -- changes and calendar billing (docs/lifecycle.md): each function's happy path, every error code,
 -- time zones, month ends and DST.
 BEGIN;
-SELECT plan(145);
+SELECT plan(147);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS
 $$ SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key $$;
@@ -87,6 +87,18 @@ SELECT is(pg_temp.invoices(pg_temp.sid('t60-trial-cp')), 0::bigint, 'without any
 SELECT billing.create_due_invoices(100, '2026-01-08Z');
 SELECT is((SELECT subtotal FROM billing.invoice WHERE subscription_id = pg_temp.sid('t60-trial-cp')), 3000::bigint,
           'the trial ends on the new plan');
+-- a trial ended but the renewal job has not run: a change first bills the first period at the plan
+-- it started under (found by the money adversary)
+SELECT billing.create_subscription('t60-trial-late', 6001, 'L_M', '2026-01-01Z', 3);
+SELECT billing.change_plan(pg_temp.sid('t60-trial-late'), 'L_M3', '2026-01-05Z');
+SELECT results_eq(
+    $$SELECT kind, period_start, subtotal FROM billing.invoice WHERE subscription_id = pg_temp.sid('t60-trial-late') ORDER BY id$$,
+    $$VALUES ('INITIAL', '2026-01-04Z'::timestamptz, 1000::bigint), ('PRORATION', '2026-01-05Z'::timestamptz, 1936::bigint)$$,
+    'a change after the trial''s end: the first period billed at its plan, then the change prorated');
+SELECT billing.create_subscription('t60-trial-late2', 6001, 'L_M', '2026-01-01Z', 3);
+SELECT billing.cancel_subscription(pg_temp.sid('t60-trial-late2'), true, '2026-01-02Z');
+SELECT throws_ok(format('SELECT billing.set_quantity(%s, 2, %L)', pg_temp.sid('t60-trial-late2'), '2026-01-05Z'),
+                 'BL422', NULL, 'it ended with its trial: BL422');
 -- errors
 SELECT throws_ok($$SELECT billing.create_subscription('t60-bad1', 6001, 'L_M', '2026-01-01Z', -1)$$, 'BL422', NULL,
                  'trial days below 0: BL422');

@@ -22,6 +22,7 @@ BILLING_MODEL_EXAMPLES / BILLING_MODEL_STEPS (defaults 60 x 50).
 from __future__ import annotations
 
 import calendar
+import copy
 import os
 from decimal import Decimal
 from dataclasses import dataclass, field
@@ -424,6 +425,13 @@ class Model:
         while sub.status in ("TRIALING", "ACTIVE", "PAST_DUE") and sub.end <= self.now:
             self.renew_one(sub)
 
+    def end_due_trial(self, sub: MSub) -> None:
+        """_end_due_trial: a trial that has ended is renewed first (a cancel at its end: BL422)."""
+        if sub.status == "TRIALING" and sub.end <= self.now:
+            if sub.cancel_at_period_end:
+                raise Refused("BL422")  # the database rolls the catch-up back
+            self.catch_up(sub)
+
     def resume_at_(self, sub: MSub, at: datetime) -> None:
         before = sub.announced()
         self.start_period(sub, sub.scheduled or sub.plan, at, "RENEWAL")
@@ -512,6 +520,7 @@ class Model:
         if sub.status == "CANCELED":
             raise Refused("BL422")
         self.check_version(sub, expected)
+        self.end_due_trial(sub)
         if plan not in PLANS:
             raise Refused("BL422")
         old, new = PLANS[sub.plan], PLANS[plan]
@@ -600,6 +609,7 @@ class Model:
         sub = self.lock(sub_id)
         if sub.status == "CANCELED":
             raise Refused("BL422")
+        self.end_due_trial(sub)
         before = sub.announced()
         if not self.redeem(sub, code):
             return
@@ -667,6 +677,7 @@ class Model:
             raise Refused("BL422")
         if sub.quantity == quantity:
             return
+        self.end_due_trial(sub)
         before = sub.announced()
         if sub.status in ("TRIALING", "PAUSED"):
             sub.quantity = quantity
@@ -901,6 +912,18 @@ def make_machine(db: Database, max_steps: int):
             self.key_seq = 0
             self.event_seq = 0
 
+        def _tx(self, fn):
+            """The model's side of a call as one transaction: a refusal leaves the model as it was
+            (the database rolls back whatever the call did before refusing, e.g. a trial's end)."""
+            def run():
+                snapshot = copy.deepcopy(self.m)
+                try:
+                    return fn()
+                except Refused:
+                    self.m = snapshot
+                    raise
+            return run
+
         # -- strategies drawn inside rules ------------------------------------------------------
         def _sub_id(self, data) -> int:
             ids = sorted(self.m.subs)
@@ -957,7 +980,7 @@ def make_machine(db: Database, max_steps: int):
         def cancel(self, data, at_period_end):
             sub_id = self._sub_id(data)
             expected = self._expected_version(data, sub_id)
-            same_outcome(lambda: self.m.cancel(sub_id, at_period_end, expected),
+            same_outcome(self._tx(lambda: self.m.cancel(sub_id, at_period_end, expected)),
                          lambda: db.call("SELECT * FROM billing.cancel_subscription(%s, %s, %s, %s)",
                                          (sub_id, at_period_end, self.m.now, expected)))
 
@@ -966,7 +989,7 @@ def make_machine(db: Database, max_steps: int):
         def change_plan(self, data, plan, when, prorate):
             sub_id = self._sub_id(data)
             expected = self._expected_version(data, sub_id)
-            same_outcome(lambda: self.m.change_plan(sub_id, plan, expected, when, prorate),
+            same_outcome(self._tx(lambda: self.m.change_plan(sub_id, plan, expected, when, prorate)),
                          lambda: db.call("SELECT * FROM billing.change_plan(%s, %s, %s, %s, %s, %s)",
                                          (sub_id, plan, self.m.now, expected, when, prorate)))
 
@@ -974,7 +997,7 @@ def make_machine(db: Database, max_steps: int):
         @rule(data=st.data(), code=st.sampled_from(sorted(COUPONS) + ["NOPE"]))
         def apply_coupon(self, data, code):
             sub_id = self._sub_id(data)
-            same_outcome(lambda: self.m.apply_coupon(sub_id, code),
+            same_outcome(self._tx(lambda: self.m.apply_coupon(sub_id, code)),
                          lambda: db.call("SELECT * FROM billing.apply_coupon(%s, %s, %s)", (sub_id, code, self.m.now)))
 
         @rule(data=st.data(), resume_in=st.sampled_from([None, None, timedelta(days=2), timedelta(hours=7),
@@ -982,7 +1005,7 @@ def make_machine(db: Database, max_steps: int):
         def pause(self, data, resume_in):
             sub_id = self._sub_id(data)
             resume_at = None if resume_in is None else self.m.now + resume_in
-            same_outcome(lambda: self.m.pause(sub_id, resume_at),
+            same_outcome(self._tx(lambda: self.m.pause(sub_id, resume_at)),
                          lambda: db.call("SELECT * FROM billing.pause_subscription(%s, %s, %s)",
                                          (sub_id, resume_at, self.m.now)))
 
@@ -990,13 +1013,13 @@ def make_machine(db: Database, max_steps: int):
         def lifecycle(self, data, action):
             sub_id = self._sub_id(data)
             fn = {"resume": self.m.resume, "uncancel": self.m.uncancel, "reactivate": self.m.reactivate}[action]
-            same_outcome(lambda: fn(sub_id),
+            same_outcome(self._tx(lambda: fn(sub_id)),
                          lambda: db.call(f"SELECT * FROM billing.{action}_subscription(%s, %s)", (sub_id, self.m.now)))
 
         @rule(data=st.data(), quantity=st.sampled_from([1, 2, 3, 5, 0]))
         def set_quantity(self, data, quantity):
             sub_id = self._sub_id(data)
-            same_outcome(lambda: self.m.set_quantity(sub_id, quantity),
+            same_outcome(self._tx(lambda: self.m.set_quantity(sub_id, quantity)),
                          lambda: db.call("SELECT * FROM billing.set_quantity(%s, %s, %s)",
                                          (sub_id, quantity, self.m.now)))
 
