@@ -27,21 +27,27 @@ DECLARE
                       "upsert_customer", "plan_code", "apply_gateway_webhook", "authenticate_api_key",
                       "read_audit", "outbox_stats", "period_end", "proration_amount", "is_simulation",
                       "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
-                      "delete_webhook_endpoint", "list_webhook_attempts"],
+                      "delete_webhook_endpoint", "list_webhook_attempts", "set_payment_method",
+                      "detach_payment_method", "list_payment_methods", "request_refund", "list_refunds",
+                      "record_refund_result"],
       "billing_worker": ["create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                          "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats",
-                         "period_end", "proration_amount", "is_simulation"],
+                         "period_end", "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
+                         "announce_expiring_payment_methods"],
       "billing_relay": ["claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
                         "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
                         "is_simulation"],
       "billing_readonly": ["get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
-                           "proration_amount", "dunning_next_attempt", "is_simulation"],
+                           "proration_amount", "dunning_next_attempt", "is_simulation", "list_payment_methods",
+                           "list_refunds"],
       "billing_admin": ["upsert_plan", "upsert_customer", "create_api_key", "list_api_keys", "revoke_api_key",
                         "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
                         "plan_code", "period_end", "proration_amount", "is_simulation",
                         "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
                         "delete_webhook_endpoint", "list_webhook_attempts", "outbox_events_from",
-                        "retry_dead_outbox_events", "new_key_namespace"]
+                        "retry_dead_outbox_events", "new_key_namespace", "set_payment_method",
+                        "detach_payment_method", "list_payment_methods", "request_refund", "list_refunds",
+                        "record_refund_result"]
     }';
     v_role text;
     v_fn   regprocedure;
