@@ -17,15 +17,30 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 CREATE_DUE_INVOICES = "SELECT billing.create_due_invoices(%(batch)s, %(now)s) AS handled"
 CLAIM_CHARGES = (
-    "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup "
-    "FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s)"
+    "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup, customer_ref, "
+    "payment_method_ref FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s, %(provider)s)"
+)
+# Refunds (db/functions/57_refunds.sql): the worker claims and records; the API requests and lists.
+CLAIM_REFUNDS = "SELECT * FROM billing.claim_refunds(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s)"
+RECORD_REFUND_RESULT = (
+    "SELECT * FROM billing.record_refund_result(%(key)s, %(outcome)s, %(reference)s, %(reason)s, %(now)s)"
+)
+REQUEST_REFUND = "SELECT * FROM billing.request_refund(%(invoice_id)s, %(amount)s, %(request_key)s, %(now)s)"
+LIST_REFUNDS = "SELECT * FROM billing.list_refunds(%(invoice_id)s)"
+# Payment methods (db/functions/52_payment_methods.sql).
+SET_PAYMENT_METHOD = (
+    "SELECT * FROM billing.set_payment_method(%(customer_id)s, %(provider)s, %(customer_ref)s, "
+    "%(payment_method_ref)s, %(brand)s, %(last4)s, %(exp_month)s, %(exp_year)s, %(now)s)"
+)
+ANNOUNCE_EXPIRING_PAYMENT_METHODS = (
+    "SELECT billing.announce_expiring_payment_methods(%(days)s, %(batch)s, %(now)s) AS announced"
 )
 RECORD_PAYMENT_RESULT = (
     "SELECT * FROM billing.record_payment_result(%(key)s, %(outcome)s, %(reference)s, %(reason)s, %(now)s)"
 )
 APPLY_GATEWAY_WEBHOOK = (
     "SELECT billing.apply_gateway_webhook(%(event_id)s, %(key)s, %(outcome)s, %(reference)s, "
-    "%(payload)s::jsonb, %(now)s) AS outcome"
+    "%(payload)s::jsonb, %(now)s, %(hard_decline)s) AS outcome"
 )
 CLAIM_OUTBOX_EVENTS = "SELECT * FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s)"
 MARK_OUTBOX_PUBLISHED = "SELECT billing.mark_outbox_published(%(ids)s::bigint[], %(now)s) AS marked"

@@ -32,6 +32,9 @@ API = {
     "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
     "list_webhook_attempts", "claim_webhook_deliveries", "record_webhook_attempts", "purge_expired",
     "outbox_events_from", "retry_dead_outbox_events",
+    # payment methods and refunds (db/functions/52_payment_methods.sql, 57_refunds.sql)
+    "set_payment_method", "detach_payment_method", "list_payment_methods", "announce_expiring_payment_methods",
+    "request_refund", "list_refunds", "claim_refunds", "record_refund_result",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -293,6 +296,20 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["attempts"] = len(one("list_webhook_attempts", "%s, %s, %s", (endpoint[0], 100, None), setof=True))
     out["purged"] = tuple(one("purge_expired", "%s, %s, %s", (timedelta(days=30), 100, renew_at)))
     out["deleted"] = one("delete_webhook_endpoint", "%s", (endpoint[0],))[0] == endpoint[0]
+    # Payment methods and refunds (after the outbox checks above: their events come later).
+    method = one("set_payment_method", "%s, %s, %s, %s, %s, %s, %s, %s, %s",
+                 (customer, "sim", None, f"pm_{tag}", "visa", "4242", 12, 2030, renew_at))
+    out["method"] = (method[2], method[9], method[10]) == ("sim", True, "ACTIVE")  # provider, default, status
+    out["methods"] = len(one("list_payment_methods", "%s", (customer,), setof=True))
+    out["detached"] = one("detach_payment_method", "%s, %s, %s, %s", (customer, "sim", f"pm_{tag}", renew_at))[10]
+    out["expiring"] = one("announce_expiring_payment_methods", "%s, %s, %s", (7, 100, renew_at))[0]
+    refund = one("request_refund", "%s, %s, %s, %s", (claims[0][0], 1000, f"lp-refund-{tag}", renew_at))
+    out["refund"] = (refund[4], refund[7])  # amount, status
+    out["refunds"] = len(one("list_refunds", "%s", (claims[0][0],), setof=True))
+    claimed = one("claim_refunds", "%s, %s, %s, %s", ("lp-worker", 10, timedelta(minutes=5), renew_at), setof=True)
+    out["refund_claimed"] = [c[3] == refund[8] for c in claimed]
+    out["refund_done"] = one("record_refund_result", "%s, %s, %s, %s, %s",
+                             (refund[8], "SUCCEEDED", "re_lp", None, renew_at))[7]
     out["simulation"] = one("is_simulation", "")[0]
     key_id, key_hash = f"bk_lp{len(tag)}x{abs(hash(tag)) % 10**8:08d}", bytes(range(32))
     out["key"] = one("create_api_key", "%s, %s, %s, %s::text[]", (key_id, f"lp {tag}", key_hash, ["admin"]))[0] == key_id
@@ -323,6 +340,8 @@ EXPECTED = {
     "purged": (0, 0, 0), "deleted": True,
     "simulation": True, "key": True, "authenticated": True, "listed": True, "revoked": True, "audited": True,
     "skew": True, "expired": 0,
+    "method": True, "methods": 1, "detached": "DETACHED", "expiring": 0, "refund": (1000, "REQUESTED"), "refunds": 1,
+    "refund_claimed": [True], "refund_done": "SUCCEEDED",
 }
 
 
