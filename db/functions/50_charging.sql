@@ -95,7 +95,7 @@ AS $$
 DECLARE
     v_invoice billing.invoice;
 BEGIN
-    UPDATE billing.invoice SET status = 'REVIEW', next_attempt_at = NULL, review_reason = p_reason
+    UPDATE billing.invoice SET status = 'REVIEW', next_attempt_at = NULL, review_reason = p_reason, waiting_for = NULL
      WHERE id = p_invoice.id AND status = 'OPEN'
     RETURNING * INTO v_invoice;
     IF FOUND THEN
@@ -199,7 +199,7 @@ BEGIN
     ), waiting AS (
         -- No usable payment method for a new key: the invoice waits for the customer (set_payment_method).
         UPDATE billing.invoice i
-           SET next_attempt_at = 'infinity', waiting_for = 'PAYMENT_METHOD'
+           SET next_attempt_at = NULL, waiting_for = 'PAYMENT_METHOD'
           FROM keyed k
          WHERE i.id = k.id AND k.needs_method
         RETURNING i.id, i AS inv, k.has_default
@@ -395,7 +395,7 @@ BEGIN
                try_count = try_count + 1,
                last_failure_reason = p_failure_reason,
                status = 'OPEN',
-               next_attempt_at = coalesce(v_next, 'infinity'),
+               next_attempt_at = v_next,
                waiting_for = CASE WHEN v_next IS NULL THEN 'PAYMENT_METHOD' END
          WHERE id = v_invoice.id
         RETURNING * INTO v_invoice;

@@ -88,9 +88,9 @@ BEGIN
     -- methods: a hard decline being recorded holds its invoice, then retires its method.
     WITH retry AS (
         SELECT i.id FROM billing.invoice i
-         WHERE i.customer_id = p_customer_id AND i.status = 'OPEN' AND i.next_attempt_at > p_now
+         WHERE i.customer_id = p_customer_id AND i.status = 'OPEN'
            AND (i.waiting_for IS NOT NULL
-                OR (i.attempt_count > 0
+                OR (i.attempt_count > 0 AND i.next_attempt_at > p_now
                     AND NOT EXISTS (SELECT 1 FROM billing.payment_attempt a
                                      WHERE a.invoice_id = i.id AND a.attempt_number = i.try_count)))
          ORDER BY i.id

@@ -188,7 +188,7 @@ BEGIN
     ), expired AS (
         -- Sent before, fate unknown, and the provider may have forgotten the key: never sent
         -- again (it could refund twice); a person settles it with record_refund_result.
-        UPDATE billing.refund r SET next_attempt_at = 'infinity', review_reason = 'KEY_EXPIRED'
+        UPDATE billing.refund r SET next_attempt_at = NULL, review_reason = 'KEY_EXPIRED'
           FROM due d
          WHERE r.customer_id = d.customer_id AND r.id = d.id AND d.key_expires_at <= p_now
         RETURNING r.*

@@ -5,7 +5,7 @@
 --   the same method (a provider refuses a key reused with other parameters).
 -- * invoice.waiting_for: an OPEN invoice that is not charged until the customer acts
 --   (PAYMENT_METHOD: no usable method with a real provider, or a hard decline); its
---   next_attempt_at is 'infinity' meanwhile. A new default method retries it at once.
+--   it is not scheduled meanwhile (next_attempt_at NULL). A new default method retries it at once.
 -- * payment_attempt: the provider, the method sent, and whether a decline was hard.
 -- * refund: money given back, one row per refund with its own idempotency key
 --   (<namespace>-ref-<id>), executed by the worker through the provider, never twice; partial
@@ -65,8 +65,13 @@ COMMENT ON COLUMN billing.payment_method.detached_at IS 'When it was detached; N
 ALTER TABLE billing.invoice ADD COLUMN waiting_for text,
     ADD COLUMN amount_refunded bigint NOT NULL DEFAULT 0,
     ADD CONSTRAINT invoice_waiting_for_known CHECK (waiting_for IS NULL OR waiting_for = 'PAYMENT_METHOD'),
+    ADD CONSTRAINT invoice_waiting_is_open_unscheduled
+        CHECK (waiting_for IS NULL OR (status = 'OPEN' AND next_attempt_at IS NULL)),
+    DROP CONSTRAINT invoice_open_is_scheduled,
+    ADD CONSTRAINT invoice_open_is_scheduled CHECK ((status = 'OPEN') = (next_attempt_at IS NOT NULL OR waiting_for IS NOT NULL)),
     ADD CONSTRAINT invoice_refunded_within_amount CHECK (amount_refunded BETWEEN 0 AND amount);
-COMMENT ON COLUMN billing.invoice.waiting_for IS 'PAYMENT_METHOD: OPEN but not charged until the customer gives a usable payment method (next_attempt_at is infinity meanwhile).';
+COMMENT ON COLUMN billing.invoice.waiting_for IS 'PAYMENT_METHOD: OPEN but not charged until the customer gives a usable payment method (next_attempt_at is NULL meanwhile).';
+COMMENT ON COLUMN billing.invoice.next_attempt_at IS 'When a charge worker may claim it next; NULL unless OPEN and not waiting for the customer.';
 COMMENT ON COLUMN billing.invoice.amount_refunded IS 'Refunds that succeeded against the charge that paid it (its cash is amount - amount_refunded).';
 
 ALTER TABLE billing.payment_attempt
@@ -112,7 +117,9 @@ CREATE TABLE billing.refund (
                                                      'INVOICE_VOID', 'INVOICE_FAILED')),
     CONSTRAINT refund_status_known CHECK (status IN ('REQUESTED', 'SUCCEEDED', 'FAILED')),
     CONSTRAINT refund_settled_has_time CHECK ((status = 'REQUESTED') = (settled_at IS NULL)),
-    CONSTRAINT refund_requested_is_scheduled CHECK ((status = 'REQUESTED') = (next_attempt_at IS NOT NULL)),
+    CONSTRAINT refund_requested_is_scheduled
+        CHECK ((status = 'REQUESTED') = (next_attempt_at IS NOT NULL OR review_reason IS NOT NULL)),
+    CONSTRAINT refund_review_is_unscheduled CHECK (review_reason IS NULL OR next_attempt_at IS NULL),
     CONSTRAINT refund_outcome_known CHECK (outcome IS NULL OR outcome IN ('SUCCEEDED', 'FAILED', 'UNKNOWN')),
     CONSTRAINT refund_request_key_form CHECK (request_key IS NULL OR (btrim(request_key) <> '' AND length(request_key) <= 255))
 );
@@ -134,7 +141,7 @@ COMMENT ON COLUMN billing.refund.provider IS 'The provider the charge went throu
 COMMENT ON COLUMN billing.refund.charge_reference IS 'The provider''s id of the charge refunded (Stripe payment intent); the provider may also find it by the charge''s key.';
 COMMENT ON COLUMN billing.refund.requested_by IS 'The audit actor that asked (engine for the engine''s own refunds).';
 COMMENT ON COLUMN billing.refund.requested_at IS 'Simulated-clock time of the request.';
-COMMENT ON COLUMN billing.refund.next_attempt_at IS 'When a worker may claim it next (lease or retry); NULL unless REQUESTED; infinity while in review.';
+COMMENT ON COLUMN billing.refund.next_attempt_at IS 'When a worker may claim it next (lease or retry); NULL unless REQUESTED, and while in review.';
 COMMENT ON COLUMN billing.refund.claim_count IS 'How many times it was claimed (a re-claim sends the same key).';
 COMMENT ON COLUMN billing.refund.first_claimed_at IS 'First claim: the key''s lifetime at the provider starts then.';
 COMMENT ON COLUMN billing.refund.key_expires_at IS 'first_claimed_at + the installation''s key_lifetime: never sent after it.';
