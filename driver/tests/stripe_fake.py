@@ -137,8 +137,9 @@ class StripeFake:
 
     # -- outcomes --------------------------------------------------------------------------------
 
-    def _intent(self, key: str, form: dict, mocked: dict) -> tuple[int, dict, bool]:
+    def _intent(self, key: str | None, form: dict, mocked: dict) -> tuple[int, dict, bool]:
         pm = form.get("payment_method", "")
+        key = key or f"no-key-{len(self.requests)}"
         intent = {**mocked, "id": "pi_" + hashlib.sha256(key.encode()).hexdigest()[:20],
                   "amount": int(form["amount"]), "currency": form["currency"], "customer": form.get("customer"),
                   "payment_method": pm, "last_payment_error": None, "next_action": None,
@@ -157,8 +158,9 @@ class StripeFake:
         self.intents[key] = intent
         return 200, intent, pm == "pm_card_timeout"
 
-    def _refund(self, key: str, form: dict, mocked: dict) -> tuple[int, dict, bool]:
+    def _refund(self, key: str | None, form: dict, mocked: dict) -> tuple[int, dict, bool]:
         pi = form.get("payment_intent")
+        key = key or f"no-key-{len(self.requests)}"
         intent = next((i for i in self.intents.values() if i["id"] == pi), None)
         amount = int(form.get("amount") or (intent or {}).get("amount", 0))
         if intent is None or intent["status"] != "succeeded":
