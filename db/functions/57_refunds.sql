@@ -182,7 +182,7 @@ BEGIN
         SELECT r.customer_id, r.id, r.key_expires_at
           FROM billing.refund r
          WHERE r.status = 'REQUESTED' AND r.next_attempt_at <= p_now
-         ORDER BY r.next_attempt_at
+         ORDER BY r.next_attempt_at, r.id
          LIMIT p_batch_size
            FOR NO KEY UPDATE SKIP LOCKED
     ), expired AS (

@@ -78,6 +78,15 @@ def secret_problem(what: str, value: str) -> str | None:
     return None
 
 
+_STRIPE_PREFIX = re.compile(r"^(?:sk|rk)_(?:live|test)_|^whsec_")
+
+
+def stripe_secret_problem(what: str, value: str) -> str | None:
+    """A Stripe key or webhook secret: the part after its well-known prefix (sk_live_, whsec_...)
+    must itself be a good secret (a prefix adds no secrecy)."""
+    return secret_problem(what, _STRIPE_PREFIX.sub("", value, count=1)) or secret_problem(what, value)
+
+
 def _url_password(url: str | None) -> str | None:
     if not url:
         return None
@@ -213,9 +222,9 @@ class Settings:
         for i, secret in enumerate(s for s in (self.webhook_secret or "").split(",") if s):
             problems.append(secret_problem(f"BILLING_WEBHOOK_SECRET (secret {i + 1})", secret))
         for i, secret in enumerate(s for s in (self.stripe_webhook_secret or "").split(",") if s):
-            problems.append(secret_problem(f"BILLING_STRIPE_WEBHOOK_SECRET (secret {i + 1})", secret))
+            problems.append(stripe_secret_problem(f"BILLING_STRIPE_WEBHOOK_SECRET (secret {i + 1})", secret))
         if self.stripe_api_key:
-            problems.append(secret_problem("BILLING_STRIPE_API_KEY", self.stripe_api_key))
+            problems.append(stripe_secret_problem("BILLING_STRIPE_API_KEY", self.stripe_api_key))
         for what, url in (("the password in BILLING_DATABASE_URL", self.database_url),
                           ("the password in BILLING_REDIS_URL", self.redis_url)):
             password = _url_password(url)
