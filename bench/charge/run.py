@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import socket
@@ -216,7 +217,7 @@ def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, 
     cpu_ms_per_call = {k: round((cpu1[k] - cpu0[k]) / calls * 1000, 3) for k in cpu0}
     cpu_ms_per_call["charge path"] = round(sum(cpu_ms_per_call[k] for k in ("workers", "postgres", "redis")), 3)
     over = final["rateLimited"] if mode == "strict" else final["excess"]
-    return {"who": who, "rate": rate, "limiter": limiter, "simulator": mode, "workers": workers,
+    return {"who": who, "rate": rate, "concurrency_per_worker": concurrency, "limiter": limiter, "simulator": mode, "workers": workers,
             "achieved_per_s": round(achieved, 1), "of_limit": round(achieved / rate, 4),
             "max_calls_in_1s_window": final["maxWindow"], "calls_over_limit": over,
             "accepted": final["accepted"], "worker_exit_codes": codes, "host": load, "cpu_ms_per_call": cpu_ms_per_call, "workers_internals": internals}
@@ -235,8 +236,9 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--latency-ms", default="50-1000")
-    ap.add_argument("--concurrency", type=int, default=None,
-                    help="charge tasks per worker (default: the worker's own, 1.5 x rate)")
+    ap.add_argument("--concurrency", default="shared",
+                    help="charge tasks per worker: a number, 'shared' (default: 1.5 x rate x the slowest "
+                         "answer, shared by the workers) or 'worker-default' (the worker's own: 1.5 x rate each)")
     ap.add_argument("--guard-ms", type=float, default=None, help="BILLING_LIMITER_GUARD_MS for the workers")
     ap.add_argument("--max-late-ms", type=float, default=None, help="BILLING_LIMITER_MAX_LATE_MS for the workers")
     args = ap.parse_args()
@@ -257,7 +259,16 @@ def main() -> None:
         tree = baseline_tree(args.baseline)
         trees.append((f"baseline {tree.name[:7]}", tree))
     trees.append(("ours", None))
+    slowest = float(args.latency_ms.split("-")[-1]) / 1000
     for rate in (int(r) for r in args.rates.split(",")):
+        if args.concurrency == "shared":
+            # Enough calls in flight for the limit when every answer is the slowest, split among
+            # the workers: what an operator configures (--concurrency) when running several.
+            concurrency = max(20, math.ceil(1.5 * rate * slowest / args.workers))
+        elif args.concurrency == "worker-default":
+            concurrency = None
+        else:
+            concurrency = int(args.concurrency)
         # Enough for the run plus what the workers hold claimed (up to 1.5 x rate each).
         subscriptions = int(rate * (args.warmup + args.duration + 15) + 1.5 * rate * args.workers)
         print(f"rate {rate}/s:", flush=True)
@@ -270,14 +281,14 @@ def main() -> None:
                         continue  # the seed's counter is the same code on both sides
                     row = run_one(template, rate=rate, limiter=limiter, mode=mode, workers=args.workers,
                                   duration=args.duration, warmup=args.warmup, latency=args.latency_ms, logs=logs,
-                                  concurrency=args.concurrency, who=who, tree=tree)
+                                  concurrency=concurrency, who=who, tree=tree)
                     results.append(row)
                     print("  " + json.dumps(row), flush=True)
             finally:
                 admin(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(template)))
     print(f"\nworker and simulator logs: {logs}")
-    print(f"\n{args.workers} worker processes, latency {args.latency_ms} ms, {args.duration:g} s measured after "
-          f"{args.warmup:g} s warm-up\n")
+    print(f"\n{args.workers} worker processes ({args.concurrency} concurrency), latency {args.latency_ms} ms, "
+          f"{args.duration:g} s measured after {args.warmup:g} s warm-up\n")
     print("| limit/s | code | limiter | simulator | achieved/s | of limit | max in any 1 s window | calls over the limit "
           "| CPU ms/charge: workers + PostgreSQL + Redis = total | simulator | host during the run |")
     print("|---:|---|---|---|---:|---:|---:|---:|---|---:|---|")

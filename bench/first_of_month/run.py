@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import signal
 import statistics
@@ -108,13 +109,21 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=2000, help="the gateway's limit, calls per second")
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--latency-ms", default="50-300", help="the simulator's answer time")
+    ap.add_argument("--concurrency", type=int, default=None,
+                    help="charge tasks per worker (default: 1.5 x rate x the slowest answer / workers)")
     ap.add_argument("--no-relay", action="store_true", help="leave the outbox relay out")
     ap.add_argument("--timeout", type=float, default=4 * 3600, help="give up after this many seconds of charging")
     ap.add_argument("--json", type=Path, help="also write the figures (and the samples) here")
     args = ap.parse_args()
     total = args.total or 5 * args.due
+    # Calls in flight that keep the gateway at its limit when every answer is the slowest one,
+    # shared by the workers. The worker's own default (1.5 x the rate, per process) is sized for
+    # one process and answers of up to a second: 3 x 3,000 tasks here, which on a starved host
+    # queue behind each other until their calls time out (UNKNOWN, retried 15 minutes later).
+    slowest = float(args.latency_ms.split("-")[-1]) / 1000
+    concurrency = args.concurrency or max(50, math.ceil(1.5 * args.rate * slowest / args.workers))
     print(f"first of the month: {args.due:,} due among {total:,}, gateway limit {args.rate}/s, "
-          f"{args.workers} workers; {host_load()}", flush=True)
+          f"{args.workers} workers x {concurrency} charge tasks; {host_load()}", flush=True)
     template = renewal.build_template(PG, total, args.due, "bands", False)
     copy = renewal.Copy(PG, template, "fom")
     logs = Path(tempfile.mkdtemp(prefix="bench-fom-"))
@@ -155,7 +164,7 @@ def main() -> None:
                 time.sleep(0.1)
         for i in range(args.workers):
             procs[f"worker {i + 1}"] = subprocess.Popen(
-                BILLING + ["worker", "--no-renew", "--no-relay"], env=env,
+                BILLING + ["worker", "--no-renew", "--no-relay", "--concurrency", str(concurrency)], env=env,
                 stdout=subprocess.DEVNULL, stderr=open(logs / f"worker{i}.log", "w"))
         if not args.no_relay:
             procs["relay"] = subprocess.Popen(

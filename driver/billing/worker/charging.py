@@ -264,10 +264,13 @@ class Charger:
 
     async def _claim_loop(self, stop: asyncio.Event) -> None:
         backoff = 0.5
-        target = max(self.claim_batch, self.concurrency)
+        # Hold every charger busy plus a batch queued, and claim at least half a batch at a time:
+        # topping up one invoice per finished charge made one claim_charges call per charge.
+        target = min(self.concurrency + self.claim_batch, self.max_held)
+        least = max(1, min(self.claim_batch, target) // 2)
         while not stop.is_set():
-            size = min(self.claim_batch, target - self.held(), self.max_held - self.held())
-            if size <= 0:
+            size = min(self.claim_batch, target - self.held())
+            if size < least:
                 self._room.clear()
                 waiter = asyncio.ensure_future(self._room.wait())
                 stopper = asyncio.ensure_future(stop.wait())
