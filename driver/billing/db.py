@@ -115,6 +115,18 @@ DEMO_CHARGEABLE = (
     "SELECT count(*) AS n FROM billing.invoice WHERE status = 'OPEN' AND next_attempt_at <= %(now)s"
 )
 DEMO_OUTBOX_WRITTEN = "SELECT count(*) AS n FROM billing.outbox_event"
+# A demo customer asks for half of what their last payment has left (their last PAID invoice
+# charged at the gateway), through request_refund.
+DEMO_REQUEST_REFUND = (
+    "SELECT (billing.request_refund(i.id, greatest(1, (i.amount - i.amount_refunded) / 2), "
+    "'demo-refund-' || i.customer_id, %(now)s)).id FROM billing.invoice i "
+    "WHERE i.customer_id = %(customer_id)s AND i.status = 'PAID' AND i.paid_attempt_id IS NOT NULL "
+    "AND i.amount > i.amount_refunded ORDER BY i.paid_at DESC LIMIT 1"
+)
+# Refunds not executed yet, and when the next of them is due (the demo's end moves the clock there).
+DEMO_REFUNDS_PENDING = (
+    "SELECT count(*) AS n, min(next_attempt_at) AS next FROM billing.refund WHERE status = 'REQUESTED'"
+)
 DEMO_OUTBOX_PENDING = "SELECT count(*) AS n FROM billing.outbox_event WHERE status = 'PENDING'"
 
 
