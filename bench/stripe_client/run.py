@@ -68,8 +68,10 @@ async def main(calls: int, in_flight: int, base: str) -> list[dict]:
     run_id = secrets.token_hex(4)
 
     async def ours_call(i: int) -> None:
+        # stripe-mock answers a canned intent (status requires_payment_method, no error): UNKNOWN
+        # here, which is right for that answer; the HTTP work is what is measured.
         result = await ours.charge(ChargeRequest(f"b-{run_id}-ours-{i}", 1, 1, 2990, "BRL", "cus_1", "pm_card_visa"))
-        if result.outcome != "SUCCEEDED":
+        if result.reference is None:
             raise RuntimeError(result)
 
     results.append(await run("aiohttp, billing.providers.stripe", ours_call, calls, in_flight))
