@@ -291,6 +291,18 @@ def test_webhooks_signed_by_the_official_library_verify_and_tampered_ones_do_not
                 f"{headers['Stripe-Signature'].split(',')[0][2:]}.{body.decode()}", "whsec_" + "o" * 20 + "ld")
             headers["Stripe-Signature"] = headers["Stripe-Signature"].replace(",v1=", f",v1={old},v1=")
             out["rotated"] = await post(body, headers)
+            # charge.refunded settles the refunds it lists by their key (here one asked of invoice 31).
+            with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:
+                refund = conn.execute("SELECT * FROM billing.request_refund(%s, 990, NULL, %s)",
+                                      (inv[31], T0)).fetchone()
+            refunded = {"id": "evt_6", "type": "charge.refunded", "data": {"object": {
+                "id": "ch_1", "object": "charge", "payment_intent": "pi_wh_evt_1", "amount_refunded": 990,
+                "refunds": {"object": "list", "data": [
+                    {"id": "re_wh_1", "object": "refund", "amount": 990, "status": "succeeded",
+                     "metadata": {"refund_key": refund["idempotency_key"]}},
+                    {"id": "re_other", "object": "refund", "amount": 5, "status": "succeeded", "metadata": {}}]}}}}
+            out["refunded"] = await post(*signed(refunded))
+            out["refunded_again"] = await post(*signed(refunded))
         await app.state.database.close()
         return out
 
@@ -307,6 +319,11 @@ def test_webhooks_signed_by_the_official_library_verify_and_tampered_ones_do_not
     lost = invoice(db_url, inv[32])
     assert (lost["waiting_for"], lost["last_failure_reason"]) == ("PAYMENT_METHOD", "lost_card")
     assert invoice(db_url, inv[33])["status"] == "PAID"  # by evt_5, not by the mismatching evt_3
+    assert out["refunded"] == (200, {"received": True, "outcomes": ["REFUND"]}) == out["refunded_again"]
+    (refund,) = query(db_url, "SELECT * FROM billing.refund")
+    assert (refund["status"], refund["provider_reference"]) == ("SUCCEEDED", "re_wh_1")
+    assert invoice(db_url, inv[31])["amount_refunded"] == 990
+    assert len(events(db_url, "RefundSucceeded")) == 1  # the second delivery changed nothing
 
 
 def test_the_verifier_agrees_with_the_official_library_both_ways():
