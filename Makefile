@@ -10,7 +10,7 @@ SERVICES_ENV := $(CACHE)/services.env
 PGTAP_DB ?= billing_pgtap
 PYTEST_ARGS ?=
 
-.PHONY: help venv services services-stop db-migrate test test-fast test-sql test-py demo bench-renewal bench-relay bench-charge bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
+.PHONY: help venv chromium services services-stop db-migrate test test-fast test-sql test-py demo bench-renewal bench-relay bench-charge bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -59,7 +59,12 @@ test-sql: venv services
 test-fast: venv
 	@$(BIN)/python -m pytest -q driver/tests/unit
 
-test-py: venv services
+# Debian's chromium and chromedriver, for the console's browser tests (installed when missing).
+chromium:
+	@bash scripts/services/chromium.sh >/dev/null
+
+# The console's browser tests leave a screenshot of each page in .cache/artifacts/console/.
+test-py: venv services chromium
 	@source $(SERVICES_ENV) && $(BIN)/python -m pytest --ignore=driver/tests/unit $(PYTEST_ARGS)
 
 test: audit test-fast test-sql test-py

@@ -51,8 +51,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 from baseline import DEFAULT_BASELINE, baseline_tree, tree_env  # noqa: E402
 
-PG = os.environ.get("BILLING_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:55432/postgres")
-REDIS = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:56379/0").rsplit("/", 1)[0] + "/63"
+PG = os.environ.get("BILLING_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:25432/postgres")
+REDIS = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:26379/0").rsplit("/", 1)[0] + "/63"
 BILLING = [sys.executable, "-m", "billing.cli"]
 # The worker per limiter: the one that ships (`billing worker`, which chooses its own), and the
 # seed's fixed-window counter, which only the benchmark can run (bench/charge/fixed_window.py).

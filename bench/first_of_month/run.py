@@ -56,9 +56,9 @@ _spec = importlib.util.spec_from_file_location("bench_renewal", ROOT / "bench" /
 renewal = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(renewal)
 
-PG = os.environ.get("BILLING_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:55432/postgres")
-REDIS = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:56379/0").rsplit("/", 1)[0] + "/62"
-KAFKA = os.environ.get("BILLING_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:59092")
+PG = os.environ.get("BILLING_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:25432/postgres")
+REDIS = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:26379/0").rsplit("/", 1)[0] + "/62"
+KAFKA = os.environ.get("BILLING_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:29092")
 BILLING = [sys.executable, "-m", "billing.cli", "--log-level", "WARNING"]
 
 

@@ -404,8 +404,8 @@ def fmt_ms(v) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--database-url", default=os.environ.get("BILLING_TEST_DATABASE_URL",
-                                                             "postgresql://postgres@127.0.0.1:55432/postgres"))
-    ap.add_argument("--bootstrap", default=os.environ.get("BILLING_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:59092"))
+                                                             "postgresql://postgres@127.0.0.1:25432/postgres"))
+    ap.add_argument("--bootstrap", default=os.environ.get("BILLING_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:29092"))
     ap.add_argument("--events", type=int, default=200_000, help="backlog to drain")
     ap.add_argument("--aggregates", type=int, default=100_000, help="distinct aggregates in the backlog")
     ap.add_argument("--batch", type=int, default=5000, help="the relays' claim size for the drain")

@@ -281,7 +281,7 @@ def run_seed(url: str, workers: int, limit: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--database-url", default=os.environ.get("BILLING_TEST_DATABASE_URL") or os.environ.get("BILLING_DATABASE_URL")
-                    or "postgresql://postgres@127.0.0.1:55432/postgres", help="superuser URL of the server")
+                    or "postgresql://postgres@127.0.0.1:25432/postgres", help="superuser URL of the server")
     ap.add_argument("--total", type=int, default=5_000_000, help="subscriptions in the table")
     ap.add_argument("--due", type=int, default=1_000_000, help="how many of them are due")
     ap.add_argument("--layout", choices=["bands", "random"], default="bands",

@@ -313,7 +313,7 @@ BEGIN
                                                     ELSE 'INVOICE_FAILED' END,
                     'idempotencyKey', v_attempt.idempotency_key, 'gatewayReference', p_gateway_reference), p_now);
             -- ... and given back: a refund row the worker executes through the provider.
-            PERFORM billing._request_refund(v_invoice, v_attempt.id, v_attempt.amount,
+            PERFORM billing._refund_invoice(v_invoice, v_attempt.id, v_attempt.amount,
                 CASE v_invoice.status WHEN 'PAID' THEN 'DUPLICATE_CHARGE' WHEN 'VOID' THEN 'INVOICE_VOID'
                                       ELSE 'INVOICE_FAILED' END,
                 'engine', NULL, p_now);
@@ -333,7 +333,7 @@ BEGIN
                 billing._invoice_data(v_invoice) || jsonb_build_object(
                     'amount', v_attempt.amount, 'currency', v_attempt.currency, 'reason', 'SUBSCRIPTION_CANCELED',
                     'idempotencyKey', v_attempt.idempotency_key), p_now);
-            PERFORM billing._request_refund(v_invoice, v_attempt.id, v_attempt.amount, 'SUBSCRIPTION_CANCELED',
+            PERFORM billing._refund_invoice(v_invoice, v_attempt.id, v_attempt.amount, 'SUBSCRIPTION_CANCELED',
                                             'engine', NULL, p_now);
         ELSIF v_sub.status = 'PAST_DUE'
               AND NOT EXISTS (SELECT 1 FROM billing.invoice

@@ -1,5 +1,5 @@
 -- 57_refunds: money given back. A refund is a row with its own idempotency key
--- (<namespace>-ref-<id>), REQUESTED by a caller (request_refund) or by the engine's own rules
+-- (<namespace>-ref-<id>), REQUESTED by a caller (refund_invoice) or by the engine's own rules
 -- (RefundDue: a duplicate charge, a success on a closed invoice, a payment on a subscription
 -- canceled before the invoice was declined). A worker claims it (claim_refunds, leased like a
 -- charge), calls the provider outside any transaction and records the result
@@ -48,9 +48,9 @@ Returns the amount; NULL when the attempt did not succeed.';
 
 -- Call holding the invoice's row lock (after its subscription's): two requests for the same
 -- charge are decided one after the other.
-CREATE OR REPLACE FUNCTION billing._request_refund(
+CREATE OR REPLACE FUNCTION billing._refund_invoice(
     p_invoice billing.invoice, p_attempt_id bigint, p_amount bigint, p_reason text, p_actor text,
-    p_request_key text, p_now timestamptz)
+    p_idempotency_key text, p_now timestamptz)
 RETURNS billing.refund
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
@@ -80,7 +80,7 @@ BEGIN
                                 idempotency_key, request_key, provider, charge_reference, requested_by, requested_at,
                                 next_attempt_at)
     SELECT p_invoice.customer_id, v_id, p_invoice.id, v_attempt.id, p_amount, v_attempt.currency, p_reason, 'REQUESTED',
-           i.key_namespace || '-ref-' || v_id, p_request_key, coalesce(v_attempt.provider, 'sim'),
+           i.key_namespace || '-ref-' || v_id, p_idempotency_key, coalesce(v_attempt.provider, 'sim'),
            v_attempt.gateway_reference, p_actor, p_now, p_now
       FROM billing.installation i
     RETURNING * INTO v_refund;
@@ -88,12 +88,12 @@ BEGIN
     RETURN v_refund;
 END
 $$;
-COMMENT ON FUNCTION billing._request_refund(billing.invoice, bigint, bigint, text, text, text, timestamptz) IS
+COMMENT ON FUNCTION billing._refund_invoice(billing.invoice, bigint, bigint, text, text, text, timestamptz) IS
 'Private: a REQUESTED refund of p_amount against a successful charge of the (locked) invoice, key <namespace>-ref-<id>, event RefundRequested.
 Returns the refund; BL422 when the charge did not succeed or the amount exceeds what is left to refund.';
 
-CREATE OR REPLACE FUNCTION billing.request_refund(
-    p_invoice_id bigint, p_amount bigint, p_request_key text DEFAULT NULL, p_now timestamptz DEFAULT now())
+CREATE OR REPLACE FUNCTION billing.refund_invoice(
+    p_invoice_id bigint, p_amount bigint, p_idempotency_key text DEFAULT NULL, p_now timestamptz DEFAULT now())
 RETURNS billing.refund
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -102,10 +102,10 @@ DECLARE
     v_invoice billing.invoice;
     v_refund  billing.refund;
 BEGIN
-    PERFORM billing._audit('request_refund', jsonb_build_object('invoice_id', p_invoice_id, 'amount', p_amount, 'request_key', p_request_key, 'now', p_now));
+    PERFORM billing._audit('refund_invoice', jsonb_build_object('invoice_id', p_invoice_id, 'amount', p_amount, 'idempotency_key', p_idempotency_key, 'now', p_now));
     PERFORM billing._check_now(p_now);
-    IF p_request_key IS NOT NULL THEN
-        PERFORM billing._check_text('a refund request key', p_request_key, 255);
+    IF p_idempotency_key IS NOT NULL THEN
+        PERFORM billing._check_text('a refund request key', p_idempotency_key, 255);
     END IF;
     SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id;
     IF NOT FOUND THEN
@@ -115,13 +115,13 @@ BEGIN
     -- Lock order: subscription, invoice (as payments do).
     PERFORM billing._lock_subscription(v_invoice.subscription_id);
     SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id FOR UPDATE;
-    IF p_request_key IS NOT NULL THEN
-        SELECT * INTO v_refund FROM billing.refund WHERE request_key = p_request_key;
+    IF p_idempotency_key IS NOT NULL THEN
+        SELECT * INTO v_refund FROM billing.refund WHERE request_key = p_idempotency_key;
         IF FOUND THEN
             IF v_refund.invoice_id <> p_invoice_id OR v_refund.amount IS DISTINCT FROM p_amount THEN
                 RAISE EXCEPTION USING ERRCODE = 'BL409',
                     MESSAGE = format('the request key %L was used for another refund (invoice %s, amount %s)',
-                                     p_request_key, v_refund.invoice_id, v_refund.amount),
+                                     p_idempotency_key, v_refund.invoice_id, v_refund.amount),
                     HINT = 'Use a new Idempotency-Key for a new refund.';
             END IF;
             RETURN v_refund;  -- the same request again: the same refund
@@ -134,13 +134,13 @@ BEGIN
                              CASE WHEN v_invoice.status = 'PAID' THEN ' by credit alone' ELSE '' END),
             HINT = 'The engine refunds by itself what was collected on a VOID or FAILED invoice.';
     END IF;
-    RETURN billing._request_refund(v_invoice, v_invoice.paid_attempt_id, p_amount, 'REQUESTED',
+    RETURN billing._refund_invoice(v_invoice, v_invoice.paid_attempt_id, p_amount, 'REQUESTED',
         coalesce(nullif(left(current_setting('billing.actor', true), 200), ''), session_user::text),
-        p_request_key, p_now);
+        p_idempotency_key, p_now);
 END
 $$;
-COMMENT ON FUNCTION billing.request_refund(bigint, bigint, text, timestamptz) IS
-'Asks for a refund of p_amount (partial or whole) of a PAID invoice''s charge; the worker executes it through the provider. p_request_key makes the request idempotent (the same key answers the same refund). Event RefundRequested.
+COMMENT ON FUNCTION billing.refund_invoice(bigint, bigint, text, timestamptz) IS
+'Asks for a refund of p_amount (partial or whole) of a PAID invoice''s charge; the worker executes it through the provider. p_idempotency_key makes the request idempotent (the same key answers the same refund). Event RefundRequested.
 Returns the refund; BL404 for an unknown invoice, BL409 for a request key reused with other arguments, BL422 for an invoice not PAID by a charge or an amount above what is left to refund.';
 
 CREATE OR REPLACE FUNCTION billing.list_refunds(p_invoice_id bigint)

@@ -9,15 +9,18 @@
 -- * Functions whose name starts with "_" are private: never granted. A public function missing
 --   from the list below is granted to nobody but billing_app (a NOTICE says so, and
 --   driver/tests/test_roles.py fails until it is placed).
+-- * billing_console (the operator console of `billing serve`) also lists the actions the console
+--   offers once their functions exist (billing.console.actions.ACTIONS): a name not in the catalog
+--   grants nothing, so an action appears in the console the day its function lands.
 
 REVOKE ALL ON SCHEMA billing FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA billing FROM PUBLIC, billing_app, billing_api, billing_worker, billing_relay,
-    billing_readonly, billing_admin;
+    billing_readonly, billing_admin, billing_console;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA billing FROM PUBLIC, billing_app, billing_api, billing_worker, billing_relay,
-    billing_readonly, billing_admin;
+    billing_readonly, billing_admin, billing_console;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA billing FROM PUBLIC, billing_app, billing_api, billing_worker, billing_relay,
-    billing_readonly, billing_admin;
-GRANT USAGE ON SCHEMA billing TO billing_app, billing_api, billing_worker, billing_relay, billing_readonly, billing_admin;
+    billing_readonly, billing_admin, billing_console;
+GRANT USAGE ON SCHEMA billing TO billing_app, billing_api, billing_worker, billing_relay, billing_readonly, billing_admin, billing_console;
 
 DO $$
 DECLARE
@@ -28,7 +31,7 @@ DECLARE
                       "read_audit", "outbox_stats", "period_end", "proration_amount", "is_simulation",
                       "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
                       "delete_webhook_endpoint", "list_webhook_attempts", "set_payment_method",
-                      "detach_payment_method", "list_payment_methods", "request_refund", "list_refunds",
+                      "detach_payment_method", "list_payment_methods", "refund_invoice", "list_refunds",
                       "record_refund_result"],
       "billing_worker": ["create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                          "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats",
@@ -45,9 +48,16 @@ DECLARE
                         "plan_code", "period_end", "proration_amount", "is_simulation",
                         "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
                         "delete_webhook_endpoint", "list_webhook_attempts", "outbox_events_from",
-                        "retry_dead_outbox_events", "new_key_namespace", "set_payment_method",
-                        "detach_payment_method", "list_payment_methods", "request_refund", "list_refunds",
-                        "record_refund_result"]
+                        "retry_dead_outbox_events", "replay_outbox_event", "new_key_namespace", "set_payment_method",
+                        "detach_payment_method", "list_payment_methods", "refund_invoice", "list_refunds",
+                        "record_refund_result"],
+      "billing_console": ["console_open_session", "console_session", "console_close_session", "console_functions",
+                          "console_overview", "console_mrr", "console_customers", "console_customer",
+                          "console_subscription", "console_invoices", "console_events", "authenticate_api_key",
+                          "get_subscription", "plan_code", "outbox_stats", "is_simulation",
+                          "cancel_subscription", "change_plan", "replay_outbox_event",
+                          "uncancel_subscription", "pause_subscription", "resume_subscription", "apply_coupon",
+                          "retry_invoice", "void_invoice", "refund_invoice"]
     }';
     v_role text;
     v_fn   regprocedure;

@@ -133,7 +133,7 @@ COMMENT ON COLUMN billing.refund.invoice_id IS 'The invoice the charge was for.'
 COMMENT ON COLUMN billing.refund.attempt_id IS 'The successful payment_attempt (charge) refunded.';
 COMMENT ON COLUMN billing.refund.amount IS 'Amount to give back, smallest currency unit; the refunds of a charge never exceed it.';
 COMMENT ON COLUMN billing.refund.currency IS 'The charge''s currency.';
-COMMENT ON COLUMN billing.refund.reason IS 'REQUESTED (asked through request_refund) or the engine''s own reason (DUPLICATE_CHARGE, SUBSCRIPTION_CANCELED, INVOICE_VOID, INVOICE_FAILED).';
+COMMENT ON COLUMN billing.refund.reason IS 'REQUESTED (asked through refund_invoice) or the engine''s own reason (DUPLICATE_CHARGE, SUBSCRIPTION_CANCELED, INVOICE_VOID, INVOICE_FAILED).';
 COMMENT ON COLUMN billing.refund.status IS 'REQUESTED (to be executed), SUCCEEDED or FAILED (final; the amount may be asked again).';
 COMMENT ON COLUMN billing.refund.idempotency_key IS '<namespace>-ref-<id>, sent to the provider with every try.';
 COMMENT ON COLUMN billing.refund.request_key IS 'The caller''s Idempotency-Key (scoped per API key): the same request answers the same refund.';

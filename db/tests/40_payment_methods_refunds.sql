@@ -121,21 +121,21 @@ SELECT is((SELECT payload -> 'data' ->> 'expiresAt' FROM billing.outbox_event WH
           '2026-07-01T00:00:00.000000Z', 'PaymentMethodExpiring says when the card stops working');
 
 -- -- refunds --------------------------------------------------------------------------------------
-SELECT throws_ok($$SELECT billing.request_refund(pg_temp.inv('t40-40002'), 100, NULL, '2026-06-05Z')$$,
+SELECT throws_ok($$SELECT billing.refund_invoice(pg_temp.inv('t40-40002'), 100, NULL, '2026-06-05Z')$$,
                  'BL422', NULL, 'an invoice not PAID cannot be refunded through the API');
-SELECT throws_ok($$SELECT billing.request_refund(pg_temp.inv('t40-40001'), 3001, NULL, '2026-06-05Z')$$,
+SELECT throws_ok($$SELECT billing.refund_invoice(pg_temp.inv('t40-40001'), 3001, NULL, '2026-06-05Z')$$,
                  'BL422', NULL, 'never more than the charge collected');
-SELECT is((SELECT status FROM billing.request_refund(pg_temp.inv('t40-40001'), 1000, 'rk-1', '2026-06-05Z')), 'REQUESTED',
+SELECT is((SELECT status FROM billing.refund_invoice(pg_temp.inv('t40-40001'), 1000, 'rk-1', '2026-06-05Z')), 'REQUESTED',
           'a partial refund is REQUESTED');
-SELECT is((SELECT id FROM billing.request_refund(pg_temp.inv('t40-40001'), 1000, 'rk-1', '2026-06-05Z')),
+SELECT is((SELECT id FROM billing.refund_invoice(pg_temp.inv('t40-40001'), 1000, 'rk-1', '2026-06-05Z')),
           (SELECT id FROM billing.refund WHERE request_key = 'rk-1'), 'the same request key answers the same refund');
-SELECT throws_ok($$SELECT billing.request_refund(pg_temp.inv('t40-40001'), 2001, NULL, '2026-06-05Z')$$,
+SELECT throws_ok($$SELECT billing.refund_invoice(pg_temp.inv('t40-40001'), 2001, NULL, '2026-06-05Z')$$,
                  'BL422', NULL, 'what is being refunded counts: 1000 + 2001 > 3000');
 SELECT results_eq(
     $$SELECT r.status, r.outcome FROM billing.claim_refunds('w', 10, '5 minutes', '2026-06-05Z') c
         CROSS JOIN LATERAL billing.record_refund_result(c.idempotency_key, 'FAILED', NULL, 'charge_disputed', '2026-06-05 00:01Z') r$$,
     $$VALUES ('FAILED', 'FAILED')$$, 'a refund the provider refuses is FAILED');
-SELECT is((SELECT status FROM billing.request_refund(pg_temp.inv('t40-40001'), 3000, NULL, '2026-06-05 00:02Z')), 'REQUESTED',
+SELECT is((SELECT status FROM billing.refund_invoice(pg_temp.inv('t40-40001'), 3000, NULL, '2026-06-05 00:02Z')), 'REQUESTED',
           'a FAILED refund no longer counts: the whole amount may be asked again');
 SELECT billing.claim_refunds('w', 10, '5 minutes', '2026-06-05 00:02Z');
 SELECT billing.record_refund_result(r.idempotency_key, 'SUCCEEDED', 're_1', NULL, '2026-06-05 00:03Z')

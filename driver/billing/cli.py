@@ -112,7 +112,7 @@ def serve(settings: Settings, database_url, host, port, internal_host, internal_
 @database_url_option
 @click.argument("login")
 @click.option("--job", "jobs", multiple=True, required=True,
-              type=click.Choice(["api", "worker", "relay", "readonly", "admin"]),
+              type=click.Choice(["api", "worker", "relay", "readonly", "admin", "console"]),
               help="The job role(s) to grant (billing_<job>); repeat for several (a `billing worker` that also "
                    "relays: --job worker --job relay).")
 @click.option("--password-file", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -316,8 +316,13 @@ def status(settings: Settings, database_url) -> None:
               help="Gateway calls in flight (default: sized from the rate).")
 @click.option("--events", default=None, type=click.Path(dir_okay=False),
               help="The JSON-lines event file used without Kafka (default: beside the report).")
+@click.option("--serve", is_flag=True, default=False,
+              help="After the run, keep the HTTP API and its operator console (/console) running on the demo's "
+                   "data, and print the console's URL and a read-only key; Ctrl-C stops it.")
+@click.option("--serve-host", default="127.0.0.1", show_default=True, help="Address of --serve.")
+@click.option("--serve-port", default=8080, type=click.IntRange(1, 65535), show_default=True, help="Port of --serve.")
 @click.pass_obj
-def demo(settings: Settings, database_url, **options) -> None:
+def demo(settings: Settings, database_url, serve, serve_host, serve_port, **options) -> None:
     """The first-of-the-month peak, end to end on a simulated clock, with a report.
 
     Drops and recreates its own database (BILLING_DATABASE_URL, or --database-url; "_demo" is
@@ -329,7 +334,8 @@ def demo(settings: Settings, database_url, **options) -> None:
     exit status is 1 when an invariant fails.
     """
     settings = settings.with_overrides(database_url=database_url)
-    sys.exit(_run("billing.demo", "run", settings, **options) or 0)
+    sys.exit(_run("billing.demo", "run", settings, serve=serve, serve_host=serve_host, serve_port=serve_port,
+                  **options) or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -109,9 +109,16 @@ def _env_bool(name: str, default: bool) -> bool:
     raise ValueError(f"{name} must be a boolean, got {raw!r}")
 
 
+def _console_cookie_secure(raw: str | None) -> str:
+    value = (raw or "auto").strip().lower()
+    if value not in ("auto", "true", "false"):
+        raise ValueError(f"BILLING_CONSOLE_COOKIE_SECURE must be auto, true or false, got {raw!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
-    database_url: str = "postgresql://postgres@127.0.0.1:55432/billing"
+    database_url: str = "postgresql://postgres@127.0.0.1:25432/billing"
     redis_url: str | None = None
     kafka_bootstrap: str | None = None
     kafka_topic: str = "billing.events"
@@ -166,6 +173,11 @@ class Settings:
     api_body_timeout_seconds: float = 30.0
     api_keep_alive_seconds: float = 5.0
     api_max_concurrency: int = 256
+    # The operator console under /console (docs/console.md): how long a login lasts, and whether
+    # its cookies are Secure: "auto" (when the request came over https), "true" (TLS ends at a
+    # proxy in front) or "false".
+    console_session_hours: float = 12.0
+    console_cookie_secure: str = "auto"
     db_dir: Path = field(default_factory=lambda: Path(os.environ.get("BILLING_DB_DIR", REPO_ROOT / "db")))
 
     @classmethod
@@ -211,6 +223,8 @@ class Settings:
             api_body_timeout_seconds=_env_float("BILLING_API_BODY_TIMEOUT_SECONDS", cls.api_body_timeout_seconds),
             api_keep_alive_seconds=_env_float("BILLING_API_KEEP_ALIVE_SECONDS", cls.api_keep_alive_seconds),
             api_max_concurrency=_env_int("BILLING_API_MAX_CONCURRENCY", cls.api_max_concurrency),
+            console_session_hours=_env_float("BILLING_CONSOLE_SESSION_HOURS", cls.console_session_hours),
+            console_cookie_secure=_console_cookie_secure(env.get("BILLING_CONSOLE_COOKIE_SECURE")),
         )
 
     def secret_problems(self) -> list[str]:

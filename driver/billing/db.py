@@ -25,7 +25,7 @@ CLAIM_REFUNDS = "SELECT * FROM billing.claim_refunds(%(worker)s, %(batch)s, %(le
 RECORD_REFUND_RESULT = (
     "SELECT * FROM billing.record_refund_result(%(key)s, %(outcome)s, %(reference)s, %(reason)s, %(now)s)"
 )
-REQUEST_REFUND = "SELECT * FROM billing.request_refund(%(invoice_id)s, %(amount)s, %(request_key)s, %(now)s)"
+REFUND_INVOICE = "SELECT * FROM billing.refund_invoice(%(invoice_id)s, %(amount)s, %(request_key)s, %(now)s)"
 LIST_REFUNDS = "SELECT * FROM billing.list_refunds(%(invoice_id)s)"
 # Payment methods (db/functions/52_payment_methods.sql).
 SET_PAYMENT_METHOD = (
@@ -116,9 +116,9 @@ DEMO_CHARGEABLE = (
 )
 DEMO_OUTBOX_WRITTEN = "SELECT count(*) AS n FROM billing.outbox_event"
 # A demo customer asks for half of what their last payment has left (their last PAID invoice
-# charged at the gateway), through request_refund.
-DEMO_REQUEST_REFUND = (
-    "SELECT (billing.request_refund(i.id, greatest(1, (i.amount - i.amount_refunded) / 2), "
+# charged at the gateway), through refund_invoice.
+DEMO_REFUND_INVOICE = (
+    "SELECT (billing.refund_invoice(i.id, greatest(1, (i.amount - i.amount_refunded) / 2), "
     "'demo-refund-' || i.customer_id, %(now)s)).id FROM billing.invoice i "
     "WHERE i.customer_id = %(customer_id)s AND i.status = 'PAID' AND i.paid_attempt_id IS NOT NULL "
     "AND i.amount > i.amount_refunded ORDER BY i.paid_at DESC LIMIT 1"

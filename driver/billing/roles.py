@@ -1,6 +1,7 @@
 """Login roles by job (docs/security.md): `billing db login-role LOGIN --job api ...`.
 
-The job roles (billing_api, billing_worker, billing_relay, billing_readonly, billing_admin) are
+The job roles (billing_api, billing_worker, billing_relay, billing_readonly, billing_admin,
+billing_console) are
 NOLOGIN groups holding the EXECUTE grants (db/functions/90_grants.sql). PostgreSQL applies a
 role's settings only to the role one logs in as, never to its groups, so the timeouts of a job
 are set here on each login role: the strictest statement budget that still fits the job's work.
@@ -18,6 +19,7 @@ JOB_TIMEOUTS: dict[str, tuple[str, str, str]] = {
     "relay": ("30s", "5s", "60s"),
     "readonly": ("30s", "2s", "60s"),
     "admin": ("60s", "10s", "300s"),
+    "console": ("15s", "2s", "10s"),
 }
 
 

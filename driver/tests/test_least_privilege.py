@@ -34,7 +34,7 @@ API = {
     "outbox_events_from", "retry_dead_outbox_events",
     # payment methods and refunds (db/functions/52_payment_methods.sql, 57_refunds.sql)
     "set_payment_method", "detach_payment_method", "list_payment_methods", "announce_expiring_payment_methods",
-    "request_refund", "list_refunds", "claim_refunds", "record_refund_result",
+    "refund_invoice", "list_refunds", "claim_refunds", "record_refund_result",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -44,7 +44,11 @@ READ_ONLY_EXTRAS = {"outbox_stats", "status_summary", "plan_code"}
 # billing_app (deprecated) is a member of every job role (driver/tests/test_roles.py), so it has them.
 SECURITY = {"create_api_key", "list_api_keys", "revoke_api_key", "authenticate_api_key", "read_audit",
             "is_simulation", "set_max_clock_skew", "expire_idempotency_keys"}
-EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY
+# The operator console (db/functions/86_console.sql, docs/console.md): its sessions and reads, and replay.
+CONSOLE = {"console_open_session", "console_session", "console_close_session", "console_functions",
+           "console_overview", "console_mrr", "console_customers", "console_customer", "console_subscription",
+           "console_invoices", "console_events", "replay_outbox_event"}
+EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY | CONSOLE
 
 T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
 
@@ -303,7 +307,7 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["methods"] = len(one("list_payment_methods", "%s", (customer,), setof=True))
     out["detached"] = one("detach_payment_method", "%s, %s, %s, %s", (customer, "sim", f"pm_{tag}", renew_at))[10]
     out["expiring"] = one("announce_expiring_payment_methods", "%s, %s, %s", (7, 100, renew_at))[0]
-    refund = one("request_refund", "%s, %s, %s, %s", (claims[0][0], 1000, f"lp-refund-{tag}", renew_at))
+    refund = one("refund_invoice", "%s, %s, %s, %s", (claims[0][0], 1000, f"lp-refund-{tag}", renew_at))
     out["refund"] = (refund[4], refund[7])  # amount, status
     out["refunds"] = len(one("list_refunds", "%s", (claims[0][0],), setof=True))
     claimed = one("claim_refunds", "%s, %s, %s, %s", ("lp-worker", 10, timedelta(minutes=5), renew_at), setof=True)
@@ -315,6 +319,24 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["key"] = one("create_api_key", "%s, %s, %s, %s::text[]", (key_id, f"lp {tag}", key_hash, ["admin"]))[0] == key_id
     out["authenticated"] = one("authenticate_api_key", "%s", (key_hash,), setof=True) == [(key_id, ["admin"])]
     out["listed"] = key_id in [r[0] for r in one("list_api_keys", "", setof=True)]
+    # The console: a session for the key, each page's read, a replay.
+    token = bytes(range(1, 33))
+    out["console_login"] = one("console_open_session", "%s, %s, %s::interval, %s",
+                               (token, key_id, "1 hour", renew_at))[0] == key_id
+    out["console_session"] = one("console_session", "%s, %s", (token, renew_at), setof=True)[0][0] == key_id
+    out["console_logout"] = one("console_close_session", "%s, %s", (token, renew_at))[0]
+    out["console_overview"] = one("console_overview", "%s", (renew_at,))[0]["subscriptions"]["canceled"] >= 1
+    out["console_mrr"] = all(r[2] >= 0 for r in one("console_mrr", "%s, %s", (renew_at, 40), setof=True))
+    out["console_customers"] = [r[0] for r in one("console_customers", "%s, %s", (str(customer), 10), setof=True)] \
+        == [customer]
+    out["console_customer"] = one("console_customer", "%s, %s", (customer, 10))[0]["customer"]["id"] == customer
+    out["console_subscription"] = one("console_subscription", "%s", (sub_id,))[0]["subscription"]["id"] == sub_id
+    out["console_invoices"] = len(one("console_invoices", "%s, %s, %s", (None, None, 10), setof=True)) >= 3
+    sub_events = one("console_events", "%s, %s, %s, %s", (f"subscription/{sub_id}", None, None, 50), setof=True)
+    out["console_events"] = bool(sub_events) and {r[3] for r in sub_events} == {sub_id}
+    out["console_functions"] = [r[0] for r in one("console_functions", "%s::text[]", (["change_plan", "nope"],),
+                                                 setof=True)] == ["change_plan"]
+    out["replay"] = one("replay_outbox_event", "%s, %s", (ids[0], renew_at))[2]
     one("revoke_api_key", "%s", (key_id,))
     out["revoked"] = one("authenticate_api_key", "%s", (key_hash,), setof=True) == []
     out["audited"] = "cancel_subscription" in [r[4] for r in one("read_audit", "NULL, 50, NULL, NULL", setof=True)]
@@ -342,6 +364,9 @@ EXPECTED = {
     "skew": True, "expired": 0,
     "method": True, "methods": 1, "detached": "DETACHED", "expiring": 0, "refund": (1000, "REQUESTED"), "refunds": 1,
     "refund_claimed": [True], "refund_done": "SUCCEEDED",
+    "console_login": True, "console_session": True, "console_logout": True, "console_overview": True,
+    "console_mrr": True, "console_customers": True, "console_customer": True, "console_subscription": True,
+    "console_invoices": True, "console_events": True, "console_functions": True, "replay": "PENDING",
 }
 
 

@@ -76,10 +76,10 @@ def test_refunds_with_the_simulator_never_twice_and_the_books_balance(db_url):
             await charger.charge_due()  # customers 1 to 3 pay
             with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:
                 invoices = {r["customer_id"]: r["id"] for r in conn.execute("SELECT id, customer_id FROM billing.invoice")}
-                conn.execute("SELECT billing.request_refund(%s, 1500, 'part', %s)", (invoices[1], T0))
-                conn.execute("SELECT billing.request_refund(%s, 5000, 'all', %s)", (invoices[2], T0))
+                conn.execute("SELECT billing.refund_invoice(%s, 1500, 'part', %s)", (invoices[1], T0))
+                conn.execute("SELECT billing.refund_invoice(%s, 5000, 'all', %s)", (invoices[2], T0))
                 with pytest.raises(psycopg.Error) as over:
-                    conn.execute("SELECT billing.request_refund(%s, 3501, 'more', %s)", (invoices[1], T0))
+                    conn.execute("SELECT billing.refund_invoice(%s, 3501, 'more', %s)", (invoices[1], T0))
                 # A worker claims a refund, calls the gateway and dies before recording.
                 (crashed,) = [r for r in conn.execute("SELECT * FROM billing.claim_refunds('dying', 1, '1 minute', %s)",
                                                       (T0,)).fetchall()]

@@ -293,7 +293,7 @@ def test_webhooks_signed_by_the_official_library_verify_and_tampered_ones_do_not
             out["rotated"] = await post(body, headers)
             # charge.refunded settles the refunds it lists by their key (here one asked of invoice 31).
             with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:
-                refund = conn.execute("SELECT * FROM billing.request_refund(%s, 990, NULL, %s)",
+                refund = conn.execute("SELECT * FROM billing.refund_invoice(%s, 990, NULL, %s)",
                                       (inv[31], T0)).fetchone()
             refunded = {"id": "evt_6", "type": "charge.refunded", "data": {"object": {
                 "id": "ch_1", "object": "charge", "payment_intent": "pi_wh_evt_1", "amount_refunded": 990,

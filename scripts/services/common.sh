@@ -4,6 +4,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CACHE="${BILLING_CACHE_DIR:-$ROOT/.cache}"
 mkdir -p "$CACHE"
 
+# Default ports (PostgreSQL 25432, Redis 26379, Kafka 29092/29093) sit below Linux's ephemeral range
+# (32768-60999): a busy machine's outgoing connections can hold a port inside it and make a restart fail
+# with "Address already in use" (seen here with the old 55432).
 log() { echo "[services] $*" >&2; }
 
 # wait_port HOST PORT SECONDS

@@ -3,8 +3,8 @@
 # through scripts/kafka/pom.xml; it runs on the installed Java 17. Prints the bootstrap address;
 # reuses a running broker; `stop` stops it.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-PORT="${BILLING_KAFKA_PORT:-59092}"
-CPORT="${BILLING_KAFKA_CONTROLLER_PORT:-59093}"
+PORT="${BILLING_KAFKA_PORT:-29092}"
+CPORT="${BILLING_KAFKA_CONTROLLER_PORT:-29093}"
 DIR="$CACHE/kafka"
 LIBS="${BILLING_KAFKA_LIBS:-$DIR/libs}"
 BOOT="127.0.0.1:$PORT"

@@ -2,7 +2,7 @@
 # A throwaway PostgreSQL 15 cluster under the cache folder, on loopback, with pgTAP.
 # Prints the URL it serves. Reuses a running cluster. `stop` stops it.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-PORT="${BILLING_PG_PORT:-55432}"
+PORT="${BILLING_PG_PORT:-25432}"
 PGBIN="${PGBIN:-/usr/lib/postgresql/15/bin}"
 DATA="$CACHE/postgres"
 URL="postgresql://postgres@127.0.0.1:$PORT/postgres"

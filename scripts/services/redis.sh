@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Redis on loopback, no persistence. Prints its URL; reuses a running one; `stop` stops it.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-PORT="${BILLING_REDIS_PORT:-56379}"
+PORT="${BILLING_REDIS_PORT:-26379}"
 DIR="$CACHE/redis"
 URL="redis://127.0.0.1:$PORT/0"
 

@@ -6,7 +6,8 @@ the SQL API and maps the SQLSTATEs of docs/sql-api.md to HTTP statuses (BL404 ->
 or 412 when the caller sent If-Match, BL422 -> 422). A mutation runs in a transaction that first
 names its actor (`billing.actor` = api-key:<id>) for the audit log. Plus /webhooks/payments (signed
 gateway results, billing.api.webhooks), /webhook-endpoints (outbound webhooks), /admin/audit, /metrics, /healthz and /openapi.json
-(billing.api.openapi). Serving (timeouts, concurrency, the internal listener): billing.api.serving.
+(billing.api.openapi), and the operator console under /console (billing.console). Serving (timeouts,
+concurrency, the internal listener): billing.api.serving.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from billing import db
 from billing.api.openapi import OPENAPI
@@ -42,6 +43,7 @@ from billing.api.webhooks import MAX_WEBHOOK_BODY, verify_signature, webhook_fie
 from billing.events.schemas import catalogue
 from billing.worker.targets import BlockedAddress, check_target
 from billing.clock import Clock, SystemClock
+from billing.console import create_console
 from billing.metrics import HTTP_REQUESTS, OUTBOX_BACKLOG, OUTBOX_DEAD, OUTBOX_OLDEST_AGE, WEBHOOKS_FOR_REVIEW
 
 log = logging.getLogger("billing.api")
@@ -349,7 +351,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         if amount < 1:
             raise ApiError(422, "invalid_input", "amount must be a positive integer in the currency's smallest unit")
         request_key = scoped_idempotency_key(request.state.api_key_id, key)
-        row = await database.mutate(actor(request), db.REQUEST_REFUND, {
+        row = await database.mutate(actor(request), db.REFUND_INVOICE, {
             "invoice_id": invoice_id, "amount": amount, "request_key": request_key, "now": clock.now()})
         # 200 for the request and for its replays (same Idempotency-Key), as Stripe answers.
         return JSONResponse(refund_json(row))
@@ -484,6 +486,8 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         Route("/metrics", metrics, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
+        # The operator console (docs/console.md): its own login with the same API keys.
+        Mount("/console", app=create_console(database, settings, clock=clock, limiter=limiter)),
     ]
 
     from contextlib import asynccontextmanager

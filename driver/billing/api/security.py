@@ -7,6 +7,8 @@
   and the gateway webhooks (signed); 401 when missing, unknown or revoked, 403 without the route's
   scope, 429 past the key's rate, 415 for a mutation that is not application/json, 413 for a
   declared body over the limit. The key's id goes to the handler (scope["state"]["api_key_id"]).
+  /console (the operator console, billing.console) is passed through: it logs in with the same
+  keys, through the same check, and holds a session of its own.
 * `KeyRateLimiter`: per key, a GCRA (the gateway limiter's Lua script, its "pace" operation)
   in Redis when configured, else in this process; Redis unreachable: the local one, with a warning.
 """
@@ -68,6 +70,8 @@ def key_id_of(key: str) -> str:
 
 PUBLIC = "public"
 ANY_KEY = "any key"
+CONSOLE = "console session"  # /console: the operator console checks its own session and CSRF token
+_CONSOLE_PATH = re.compile(r"^/console(/.*)?$")
 _RULES: list[tuple[str, re.Pattern, str]] = [
     ("GET", re.compile(r"^/healthz$"), PUBLIC),
     ("POST", re.compile(r"^/webhooks/payments$"), PUBLIC),  # authenticated by its signature
@@ -89,7 +93,9 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
 
 def required_scope(method: str, path: str) -> str:
     """PUBLIC, a scope, or ANY_KEY (an unknown route: a valid key first, then 404/405, so that
-    nobody learns the routes without one)."""
+    nobody learns the routes without one). CONSOLE for the console's pages (billing.console)."""
+    if _CONSOLE_PATH.match(path):
+        return CONSOLE
     for m, pattern, scope in _RULES:
         if (m == method or (m == "GET" and method == "HEAD")) and pattern.match(path):
             return scope
@@ -197,6 +203,8 @@ class ApiGuard:
         for name, value in scope["headers"]:
             headers.setdefault(name, value)  # the first of a repeated header
         needed = required_scope(method, path)
+        if needed == CONSOLE:
+            return None  # its own login (an API key), session cookie, CSRF token and body limits
         if needed != PUBLIC:
             raw = headers.get(b"authorization", b"").decode("latin-1").strip()
             scheme, _, token = raw.partition(" ")

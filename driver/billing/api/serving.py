@@ -97,6 +97,16 @@ class _Follower(uvicorn.Server):
         yield
 
 
+def serve_app(settings, *, host: str, port: int, clock=None) -> None:
+    """The HTTP API (and its console) on one listener until SIGTERM/SIGINT, with `clock` giving
+    p_now (`billing demo --serve` stops it at the end of the simulated window)."""
+    from billing.api.app import create_app
+
+    app = create_app(settings, clock=clock)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    uvicorn.Server(uvicorn_config(app, settings, host=host, port=port)).run()
+
+
 def serve(settings, *, host: str = "127.0.0.1", port: int = 8080, internal_host: str = "127.0.0.1",
           internal_port: int | None = None) -> None:
     """Serve until SIGTERM/SIGINT; a SIGTERM ends in a graceful shutdown and exit status 0."""

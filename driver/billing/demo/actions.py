@@ -56,9 +56,9 @@ async def apply_change(conn: psycopg.AsyncConnection, a: Action, sub_id: int) ->
         await conn.execute(db.CANCEL_SUBSCRIPTION, {"id": sub_id, "at_period_end": a.kind == "cancel_at_end",
                                                     "now": a.at, "expected_version": None})
     elif a.kind == "refund":
-        # Half of what the customer's last payment has left, through request_refund (the worker's
+        # Half of what the customer's last payment has left, through refund_invoice (the worker's
         # refund loop executes it at the gateway).
-        cur = await conn.execute(db.DEMO_REQUEST_REFUND, {"customer_id": a.customer_id, "now": a.at})
+        cur = await conn.execute(db.DEMO_REFUND_INVOICE, {"customer_id": a.customer_id, "now": a.at})
         if await cur.fetchone() is None:
             raise NothingToRefund()  # counted with the refused actions
     else:  # pragma: no cover - the scenario makes no other kind

@@ -64,8 +64,10 @@ GATEWAY_TIMEOUT_SECONDS = 1.0
 FINISH_SECONDS = 300
 
 
-def run(settings: Settings, **kwargs) -> int:
-    """Run the demo; the process exit status (0 when every invariant holds)."""
+def run(settings: Settings, *, serve: bool = False, serve_host: str = "127.0.0.1", serve_port: int = 8080,
+        **kwargs) -> int:
+    """Run the demo; the process exit status (0 when every invariant holds). `serve`: afterwards,
+    keep the HTTP API and its console running on the demo's data until interrupted."""
     options = Options(**{k: v for k, v in kwargs.items() if v is not None})
     result = asyncio.run(simulate(settings, options))
     report_path = Path(options.report)
@@ -73,7 +75,27 @@ def run(settings: Settings, **kwargs) -> int:
     out = sys.stdout
     out.write(report.terminal_summary(result))
     out.write(f"\nreport: {report_path.resolve()}\n")
-    return exit_status(result.checks)
+    status = exit_status(result.checks)
+    if serve:
+        serve_console(settings, result, host=serve_host, port=serve_port, out=out)
+    return status
+
+
+def serve_console(settings: Settings, result: RunResult, *, host: str, port: int, out=sys.stdout) -> None:
+    """`billing demo --serve`: the console on the demo's database, its clock stopped at the end of
+    the simulated window (so its figures and actions are those of that moment), until Ctrl-C.
+    Prints the console's URL and a key of the subscriptions:read scope made for it."""
+    from billing.api.serving import serve_app
+    from billing.api_keys import create_key
+
+    key = create_key(result.database_url, "demo console (read)", ["subscriptions:read"], actor="demo")
+    out.write(f"\nconsole: http://{host}:{port}/console/  (the clock stands at {result.ended:%Y-%m-%d %H:%M} UTC, "
+              f"the end of the simulation)\nread key: {key.key}\n"
+              f"to act as well: billing api-key create --name me --scope admin --database-url <the demo database>\n"
+              f"Ctrl-C stops it.\n")
+    out.flush()
+    serve_app(settings.with_overrides(database_url=result.database_url), host=host, port=port,
+              clock=SimulatedClock(result.ended))
 
 
 async def simulate(settings: Settings, options: Options) -> RunResult:

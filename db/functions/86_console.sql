@@ -1,0 +1,503 @@
+-- 86_console: what the operator console (`billing serve`, /console; docs/console.md) reads, its
+-- sessions, and the one action of its own (replay an event). Every other action of the console is
+-- an existing function of the SQL API, called by the console with the operator's key as actor.
+-- Re-applied after every migration: CREATE OR REPLACE only. Granted to billing_console (90_grants).
+-- The reads return jsonb documents shaped for one page each, so a page is one call.
+
+-- ---------------------------------------------------------------------------------------------
+-- Sessions. The console authenticates the key itself with authenticate_api_key (the API's own
+-- check), then opens a session for the key id it got back. Times are wall-clock.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing.console_open_session(
+    p_token_hash bytea, p_key_id text, p_ttl interval, p_now timestamptz DEFAULT now())
+RETURNS TABLE (key_id text, scopes text[], expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_scopes text[];
+BEGIN
+    PERFORM billing._audit('console_open_session', jsonb_build_object('key_id', p_key_id, 'ttl', p_ttl, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    IF p_token_hash IS NULL OR length(p_token_hash) <> 32 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the session token hash must be a SHA-256 (32 bytes)';
+    END IF;
+    IF p_ttl IS NULL OR p_ttl < interval '1 minute' OR p_ttl > interval '7 days' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a console session lasts between 1 minute and 7 days';
+    END IF;
+    SELECT k.scopes INTO v_scopes FROM billing.api_key k WHERE k.id = p_key_id AND k.revoked_at IS NULL;
+    IF v_scopes IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('API key %s does not exist or is revoked', coalesce(p_key_id, 'NULL'));
+    END IF;
+    IF NOT v_scopes && ARRAY['admin', 'subscriptions:read']::text[] THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the console needs a key with the admin or subscriptions:read scope';
+    END IF;
+    -- Forget sessions that ended more than a day ago (a few at a time; the index keeps it cheap).
+    DELETE FROM billing.console_session s
+     WHERE s.token_hash = ANY (ARRAY(SELECT o.token_hash FROM billing.console_session o
+                                      WHERE o.expires_at < p_now - interval '1 day' LIMIT 100));
+    RETURN QUERY
+    INSERT INTO billing.console_session (token_hash, key_id, created_at, expires_at)
+    VALUES (p_token_hash, p_key_id, p_now, p_now + p_ttl)
+    RETURNING key_id, v_scopes, expires_at;
+END
+$$;
+COMMENT ON FUNCTION billing.console_open_session(bytea, text, interval, timestamptz) IS
+'Opens a console session for an API key (already authenticated by the caller with authenticate_api_key) until p_now + p_ttl; only the SHA-256 of the browser''s token is stored.
+Returns the key id, its scopes and the expiry; BL404 for an unknown or revoked key, BL422 for a key without admin or subscriptions:read, a bad hash or a ttl outside 1 minute..7 days.';
+
+CREATE OR REPLACE FUNCTION billing.console_session(p_token_hash bytea, p_now timestamptz DEFAULT now())
+RETURNS TABLE (key_id text, scopes text[], expires_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT billing._check_now(p_now);
+    SELECT s.key_id, k.scopes, s.expires_at
+      FROM billing.console_session s
+      JOIN billing.api_key k ON k.id = s.key_id
+     WHERE s.token_hash = p_token_hash
+       AND s.closed_at IS NULL AND s.expires_at > p_now
+       AND k.revoked_at IS NULL
+$$;
+COMMENT ON FUNCTION billing.console_session(bytea, timestamptz) IS
+'The open session whose token hashes to p_token_hash: not logged out, not expired at p_now, its key not revoked.
+Returns its key id, the key''s current scopes and the expiry, or no row.';
+
+CREATE OR REPLACE FUNCTION billing.console_close_session(p_token_hash bytea, p_now timestamptz DEFAULT now())
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._audit('console_close_session', jsonb_build_object('now', p_now));
+    PERFORM billing._check_now(p_now);
+    UPDATE billing.console_session SET closed_at = p_now WHERE token_hash = p_token_hash AND closed_at IS NULL;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION billing.console_close_session(bytea, timestamptz) IS
+'Logs a console session out (the token is useless from then on).
+Returns whether an open session was closed.';
+
+-- ---------------------------------------------------------------------------------------------
+-- What the console may offer: the named functions that exist and that the login may execute,
+-- with their input arguments, so an action appears the day its function lands.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing.console_functions(p_names text[])
+RETURNS TABLE (name text, arg_names text[], arg_types text[], required integer)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT p.proname::text,
+           coalesce(p.proargnames[1:p.pronargs], ARRAY[]::text[]),
+           ARRAY(SELECT format_type(t, NULL) FROM unnest(p.proargtypes::oid[]) t),
+           p.pronargs - p.pronargdefaults
+      FROM pg_catalog.pg_proc p
+     WHERE p.pronamespace = 'billing'::regnamespace
+       AND p.proname = ANY (p_names)
+       AND p.prokind = 'f'
+       AND pg_catalog.has_function_privilege(session_user, p.oid, 'EXECUTE')
+     ORDER BY p.proname, p.pronargs DESC
+$$;
+COMMENT ON FUNCTION billing.console_functions(text[]) IS
+'Of the given function names, those that exist in schema billing and that the login (session_user) may execute, with their input argument names and types and how many arguments have no default (every overload, the longest first).
+Returns one row per function; reads only the catalog.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Monthly recurring revenue. A period's price counts as a month's when it lasts a calendar
+-- month, a twelfth when it lasts a year; other periods are scaled by 30.436875 days (a mean
+-- month) over their length. Never summed across currencies; rounded to minor units at the end.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._monthly_factor(p_billing_interval text, p_interval_count integer)
+RETURNS numeric
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE p_billing_interval
+               WHEN 'MONTH' THEN 1::numeric / p_interval_count
+               WHEN 'YEAR'  THEN 1::numeric / (12 * p_interval_count)
+               WHEN 'WEEK'  THEN 30.436875 / (7 * p_interval_count)
+               WHEN 'DAY'   THEN 30.436875 / p_interval_count
+           END
+$$;
+COMMENT ON FUNCTION billing._monthly_factor(text, integer) IS
+'Private: what share of a month one period of this plan interval is (MONTH 1/count, YEAR 1/(12 count), WEEK and DAY by a mean month of 30.436875 days).
+Returns a numeric factor.';
+
+CREATE OR REPLACE FUNCTION billing._span_monthly_factor(p_start timestamptz, p_end timestamptz)
+RETURNS numeric
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN d BETWEEN 27.9 AND 31.1 THEN 1::numeric
+                WHEN d BETWEEN 364.9 AND 366.1 THEN 1::numeric / 12
+                ELSE 30.436875 / d END
+      FROM (SELECT (extract(epoch FROM p_end - p_start) / 86400)::numeric AS d) x
+$$;
+COMMENT ON FUNCTION billing._span_monthly_factor(timestamptz, timestamptz) IS
+'Private: what share of a month a billed span is (28..31 days: one month; 365..366 days: a twelfth; else by a mean month).
+Returns a numeric factor.';
+
+CREATE OR REPLACE FUNCTION billing.console_mrr(p_now timestamptz DEFAULT now(), p_days integer DEFAULT 30)
+RETURNS TABLE (currency text, at timestamptz, mrr bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('days', p_days, 1, 366);
+    -- The trend: at the end of each of the last p_days days, the billed run-rate of the periods
+    -- covering that instant (signup and renewal invoices not voided or failed), per currency.
+    -- The last point, at p_now, is today's MRR from the subscriptions and their plans.
+    RETURN QUERY
+    WITH points AS (
+        SELECT g AS at
+          FROM generate_series(p_now - make_interval(days => p_days), p_now - interval '1 day', interval '1 day') g
+    ), billed AS (
+        SELECT i.currency::text AS currency, pt.at,
+               round(sum(i.subtotal * billing._span_monthly_factor(i.period_start, i.period_end)))::bigint AS mrr
+          FROM points pt
+          JOIN billing.invoice i
+            ON i.period_start <= pt.at AND i.period_end > pt.at
+           AND i.kind IN ('INITIAL', 'RENEWAL') AND i.status IN ('OPEN', 'PAID')
+           AND i.period_end > p_now - make_interval(days => p_days)
+         GROUP BY 1, 2
+    ), current AS (
+        SELECT p.currency::text AS currency, p_now AS at,
+               round(sum(p.price_amount * billing._monthly_factor(p.billing_interval, p.interval_count)))::bigint AS mrr
+          FROM billing.subscription s
+          JOIN billing.plan p ON p.id = s.plan_id
+         WHERE s.status IN ('ACTIVE', 'PAST_DUE')
+         GROUP BY 1
+    )
+    SELECT * FROM billed
+    UNION ALL
+    SELECT * FROM current
+    ORDER BY 1, 2;
+END
+$$;
+COMMENT ON FUNCTION billing.console_mrr(timestamptz, integer) IS
+'Monthly recurring revenue per currency: at the end of each of the last p_days days (1..366), the monthly share of the signup and renewal invoices (OPEN or PAID) whose period covers that instant; at p_now, the monthly share of the plan price of every ACTIVE or PAST_DUE subscription.
+Returns (currency, at, mrr in minor units), ordered; never summed across currencies.';
+
+-- ---------------------------------------------------------------------------------------------
+-- The overview page: one document, refreshed every few seconds.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing.console_overview(p_now timestamptz DEFAULT now())
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_day_start timestamptz := date_trunc('day', p_now, 'UTC');
+    v_doc jsonb;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    SELECT jsonb_build_object(
+        'now', p_now,
+        'subscriptions', (SELECT jsonb_build_object(
+                              'active', count(*) FILTER (WHERE s.status = 'ACTIVE'),
+                              'past_due', count(*) FILTER (WHERE s.status = 'PAST_DUE'),
+                              'canceled', count(*) FILTER (WHERE s.status = 'CANCELED'),
+                              'canceling', count(*) FILTER (WHERE s.status <> 'CANCELED' AND s.cancel_at_period_end))
+                            FROM billing.subscription s),
+        'renewals', jsonb_build_object(
+            'renewed_today', (SELECT count(*) FROM billing.invoice i
+                               WHERE i.kind = 'RENEWAL' AND i.due_at >= v_day_start AND i.due_at <= p_now),
+            'due_rest_of_today', (SELECT count(*) FROM billing.subscription s
+                                   WHERE s.status IN ('ACTIVE', 'PAST_DUE')
+                                     AND s.current_period_end > p_now
+                                     AND s.current_period_end < v_day_start + interval '1 day'),
+            'overdue', (SELECT count(*) FROM billing.subscription s
+                         WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now)),
+        'charges', (SELECT jsonb_build_object(
+                        'due_now', count(*) FILTER (WHERE i.next_attempt_at <= p_now),
+                        'scheduled', count(*) FILTER (WHERE i.next_attempt_at > p_now),
+                        'open', count(*))
+                      FROM billing.invoice i WHERE i.status = 'OPEN'),
+        'gateway', (SELECT jsonb_build_object(
+                        'claims_last_minute', count(*) FILTER (WHERE a.last_claimed_at > p_now - interval '1 minute'),
+                        'claims_last_hour', count(*),
+                        'results_last_hour', count(*) FILTER (WHERE a.result_at IS NOT NULL),
+                        'declined_last_hour', count(*) FILTER (WHERE a.outcome = 'DECLINED'))
+                      FROM billing.payment_attempt a
+                     WHERE a.last_claimed_at > p_now - interval '1 hour' AND a.last_claimed_at <= p_now),
+        'dunning', (SELECT jsonb_build_object(
+                        'since', p_now - interval '30 days',
+                        'invoices', count(*),
+                        'paid_first_try', count(*) FILTER (WHERE i.status = 'PAID' AND i.attempt_count = 0),
+                        'declined', count(*) FILTER (WHERE i.attempt_count > 0),
+                        'in_dunning', count(*) FILTER (WHERE i.status = 'OPEN' AND i.attempt_count > 0),
+                        'recovered', count(*) FILTER (WHERE i.status = 'PAID' AND i.attempt_count > 0),
+                        'failed', count(*) FILTER (WHERE i.status = 'FAILED'),
+                        'voided', count(*) FILTER (WHERE i.status = 'VOID' AND i.attempt_count > 0))
+                      FROM billing.invoice i WHERE i.due_at > p_now - interval '30 days' AND i.due_at <= p_now),
+        'outbox', (SELECT to_jsonb(o) FROM billing.outbox_stats(p_now) o)
+    ) INTO v_doc;
+    RETURN v_doc;
+END
+$$;
+COMMENT ON FUNCTION billing.console_overview(timestamptz) IS
+'The console''s overview at p_now: subscriptions by status, renewals (made today, still due today, overdue), the charge queue (OPEN invoices due now / scheduled later), gateway claims in the last minute and hour, the dunning funnel of the invoices due in the last 30 days, and outbox_stats.
+Returns one jsonb document; scans subscription and invoice (a console, not a scrape).';
+
+-- ---------------------------------------------------------------------------------------------
+-- Customers. The customer table may grow columns (email, name, ...): they are searched and
+-- shown when they exist, through the row as jsonb.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing.console_customers(p_query text, p_limit integer DEFAULT 50)
+RETURNS TABLE (id bigint, customer jsonb, subscriptions bigint, live_subscriptions bigint, open_invoices bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_query text := nullif(btrim(coalesce(p_query, '')), '');
+    v_like  text;
+BEGIN
+    PERFORM billing._check_between('limit', p_limit, 1, 500);
+    PERFORM billing._check_text('a search', coalesce(v_query, '-'), 200);
+    v_like := '%' || replace(replace(replace(coalesce(v_query, ''), '\', '\\'), '%', '\%'), '_', '\_') || '%';
+    RETURN QUERY
+    WITH found AS (
+        SELECT c.id, to_jsonb(c) AS doc
+          FROM billing.customer c
+         WHERE v_query IS NULL
+            OR (v_query ~ '^[0-9]{1,18}$' AND c.id = v_query::bigint)
+            OR (v_query !~ '^[0-9]{1,18}$' AND (to_jsonb(c) ->> 'email' ILIKE v_like OR to_jsonb(c) ->> 'name' ILIKE v_like))
+         ORDER BY c.id
+         LIMIT p_limit
+    )
+    SELECT f.id, f.doc,
+           (SELECT count(*) FROM billing.subscription s WHERE s.customer_id = f.id),
+           (SELECT count(*) FROM billing.subscription s WHERE s.customer_id = f.id AND s.status <> 'CANCELED'),
+           (SELECT count(*) FROM billing.invoice i WHERE i.customer_id = f.id AND i.status = 'OPEN')
+      FROM found f
+     ORDER BY f.id;
+END
+$$;
+COMMENT ON FUNCTION billing.console_customers(text, integer) IS
+'Customers matching p_query: its id when it is a number, else a case-insensitive substring of the email or name columns where the customer table has them; all (by id) when empty.
+Returns up to p_limit (1..500) rows: id, the customer row as jsonb, subscriptions, live (not canceled) ones, OPEN invoices.';
+
+CREATE OR REPLACE FUNCTION billing._console_secretless(p_doc jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT coalesce(jsonb_object_agg(k, v), '{}'::jsonb)
+      FROM jsonb_each(p_doc) e(k, v)
+     WHERE k !~* '(secret|token|password|hash|cvc|cvv)' AND k !~* '(^|_)pan($|_)'
+$$;
+COMMENT ON FUNCTION billing._console_secretless(jsonb) IS
+'Private: a row as jsonb without the keys that may hold a secret (secret, token, password, hash, cvc, cvv, pan).
+Returns the filtered object.';
+
+CREATE OR REPLACE FUNCTION billing.console_customer(p_customer_id bigint, p_limit integer DEFAULT 200)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_customer jsonb;
+    v_sub_ids  bigint[];
+    v_inv_ids  bigint[];
+    v_methods  jsonb;
+BEGIN
+    PERFORM billing._check_between('limit', p_limit, 1, 2000);
+    SELECT to_jsonb(c) INTO v_customer FROM billing.customer c WHERE c.id = p_customer_id;
+    IF v_customer IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('customer %s does not exist', coalesce(p_customer_id::text, 'NULL'));
+    END IF;
+    v_sub_ids := ARRAY(SELECT s.id FROM billing.subscription s WHERE s.customer_id = p_customer_id);
+    v_inv_ids := ARRAY(SELECT i.id FROM billing.invoice i WHERE i.subscription_id = ANY (v_sub_ids));
+    -- Payment methods live in a table that may not exist yet (or ever): read it when it does.
+    IF to_regclass('billing.payment_method') IS NOT NULL THEN
+        EXECUTE format('SELECT coalesce(jsonb_agg(billing._console_secretless(to_jsonb(m))), ''[]'') '
+                       'FROM %s m WHERE m.customer_id = $1', to_regclass('billing.payment_method'))
+           INTO v_methods USING p_customer_id;
+    END IF;
+    RETURN jsonb_build_object(
+        'customer', v_customer,
+        'subscriptions', (SELECT coalesce(jsonb_agg(to_jsonb(s) || jsonb_build_object('plan_code', p.code,
+                                                        'price_amount', p.price_amount, 'currency', p.currency)
+                                                    ORDER BY s.id DESC), '[]')
+                            FROM billing.subscription s JOIN billing.plan p ON p.id = s.plan_id
+                           WHERE s.id = ANY (v_sub_ids)),
+        'invoices', (SELECT coalesce(jsonb_agg(to_jsonb(i) ORDER BY i.id DESC), '[]')
+                       FROM (SELECT * FROM billing.invoice i WHERE i.id = ANY (v_inv_ids)
+                              ORDER BY i.id DESC LIMIT p_limit) i),
+        'credit_balances', (SELECT coalesce(jsonb_agg(to_jsonb(b) ORDER BY b.currency), '[]')
+                              FROM billing.credit_balance b WHERE b.customer_id = p_customer_id),
+        'credit_ledger', (SELECT coalesce(jsonb_agg(to_jsonb(e) ORDER BY e.id DESC), '[]')
+                            FROM (SELECT * FROM billing.credit_entry e WHERE e.customer_id = p_customer_id
+                                   ORDER BY e.id DESC LIMIT p_limit) e),
+        'payment_methods', v_methods,
+        'timeline', (SELECT coalesce(jsonb_agg(t ORDER BY t.at DESC, t.seq DESC), '[]')
+                       FROM (SELECT * FROM (
+                                 SELECT o.created_at AS at, o.id AS seq, 'event' AS kind, o.event_type AS what,
+                                        o.aggregate_type || '/' || o.aggregate_id AS subject, o.status AS detail,
+                                        o.id AS ref
+                                   FROM billing.outbox_event o
+                                  WHERE (o.aggregate_type = 'subscription' AND o.aggregate_id = ANY (v_sub_ids))
+                                     OR (o.aggregate_type = 'invoice' AND o.aggregate_id = ANY (v_inv_ids))
+                                 UNION ALL
+                                 SELECT a.first_claimed_at, a.id, 'charge', 'charge attempt ' || a.attempt_number,
+                                        'invoice/' || a.invoice_id,
+                                        coalesce(a.outcome, 'no result yet') || coalesce(' ' || a.failure_reason, '')
+                                            || ' ' || a.amount || ' ' || a.currency,
+                                        a.id
+                                   FROM billing.payment_attempt a WHERE a.invoice_id = ANY (v_inv_ids)
+                                 UNION ALL
+                                 SELECT e.created_at, e.id, 'credit', 'credit ' || lower(e.reason),
+                                        coalesce('invoice/' || e.invoice_id, 'subscription/' || e.subscription_id),
+                                        e.amount || ' ' || e.currency, e.id
+                                   FROM billing.credit_entry e WHERE e.customer_id = p_customer_id
+                             ) u ORDER BY u.at DESC, u.seq DESC LIMIT p_limit) t)
+    );
+END
+$$;
+COMMENT ON FUNCTION billing.console_customer(bigint, integer) IS
+'One customer for the console: the row, subscriptions (with plan code and price), the latest p_limit invoices, credit balances and ledger, payment methods when the table exists (keys that may hold secrets left out), and a timeline of its events, charge attempts and credit entries, newest first.
+Returns one jsonb document; BL404 for an unknown customer.';
+
+CREATE OR REPLACE FUNCTION billing.console_subscription(p_subscription_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_sub  billing.subscription;
+    v_plan billing.plan;
+BEGIN
+    SELECT * INTO v_sub FROM billing.subscription WHERE id = p_subscription_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('subscription %s does not exist', coalesce(p_subscription_id::text, 'NULL'));
+    END IF;
+    SELECT * INTO v_plan FROM billing.plan WHERE id = v_sub.plan_id;
+    RETURN jsonb_build_object(
+        'subscription', to_jsonb(v_sub),
+        'plan', to_jsonb(v_plan),
+        'invoices', (SELECT coalesce(jsonb_agg(to_jsonb(i) ORDER BY i.period_start DESC, i.id DESC), '[]')
+                       FROM billing.invoice i WHERE i.subscription_id = p_subscription_id),
+        'attempts', (SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.id DESC), '[]')
+                       FROM billing.payment_attempt a
+                      WHERE a.invoice_id IN (SELECT i.id FROM billing.invoice i WHERE i.subscription_id = p_subscription_id)),
+        'events', (SELECT coalesce(jsonb_agg(jsonb_build_object('id', o.id, 'event_type', o.event_type,
+                                                               'created_at', o.created_at, 'status', o.status)
+                                             ORDER BY o.id DESC), '[]')
+                     FROM billing.outbox_event o
+                    WHERE o.aggregate_type = 'subscription' AND o.aggregate_id = p_subscription_id),
+        'plans', (SELECT coalesce(jsonb_agg(jsonb_build_object('code', p.code, 'price_amount', p.price_amount,
+                                                              'currency', p.currency,
+                                                              'billing_interval', p.billing_interval,
+                                                              'interval_count', p.interval_count) ORDER BY p.code), '[]')
+                    FROM billing.plan p WHERE p.currency = v_plan.currency AND p.id <> v_plan.id)
+    );
+END
+$$;
+COMMENT ON FUNCTION billing.console_subscription(bigint) IS
+'One subscription for the console: the row, its plan, every invoice (its billed periods, newest first), the charge attempts, its own events, and the other plans of its currency (to change to).
+Returns one jsonb document; BL404 for an unknown subscription.';
+
+CREATE OR REPLACE FUNCTION billing.console_invoices(p_status text, p_before_id bigint, p_limit integer DEFAULT 50)
+RETURNS SETOF billing.invoice
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._check_between('limit', p_limit, 1, 500);
+    IF p_status IS NOT NULL THEN
+        PERFORM billing._check_one_of('an invoice status', p_status, ARRAY['OPEN', 'PAID', 'FAILED', 'VOID'],
+                                      'Filter by OPEN, PAID, FAILED or VOID, or give no status.');
+    END IF;
+    RETURN QUERY
+    SELECT * FROM billing.invoice i
+     WHERE (p_status IS NULL OR i.status = p_status)
+       AND (p_before_id IS NULL OR i.id < p_before_id)
+     ORDER BY i.id DESC
+     LIMIT p_limit;
+END
+$$;
+COMMENT ON FUNCTION billing.console_invoices(text, bigint, integer) IS
+'Invoices newest first, of one status (NULL: all), with ids below p_before_id (paging).
+Returns up to p_limit (1..500) rows; BL422 for an unknown status.';
+
+CREATE OR REPLACE FUNCTION billing.console_events(
+    p_subject text, p_type text, p_before_id bigint, p_limit integer DEFAULT 50)
+RETURNS TABLE (id bigint, event_id uuid, aggregate_type text, aggregate_id bigint, event_type text, status text,
+               created_at timestamptz, published_at timestamptz, attempts integer, last_error text, payload jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_subject text := nullif(btrim(coalesce(p_subject, '')), '');
+    v_type    text := nullif(btrim(coalesce(p_type, '')), '');
+    v_agg     text;
+    v_id      bigint;
+BEGIN
+    PERFORM billing._check_between('limit', p_limit, 1, 500);
+    IF v_subject IS NOT NULL THEN
+        -- "invoice/12", "subscription/7" (the CloudEvents subject) or a bare id (either kind).
+        IF v_subject ~ '^[0-9]{1,18}$' THEN
+            v_id := v_subject::bigint;
+        ELSIF v_subject ~ '^[a-z_]+/[0-9]{1,18}$' THEN
+            v_agg := split_part(v_subject, '/', 1);
+            v_id := split_part(v_subject, '/', 2)::bigint;
+        ELSE
+            RAISE EXCEPTION USING ERRCODE = 'BL422',
+                MESSAGE = format('a subject is an id or <type>/<id> (invoice/12), not %s', left(v_subject, 100));
+        END IF;
+    END IF;
+    PERFORM billing._check_text('an event type', coalesce(v_type, '-'), 100);
+    RETURN QUERY
+    SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.status, o.created_at, o.published_at,
+           o.attempts, o.last_error, o.payload
+      FROM billing.outbox_event o
+     WHERE (v_id IS NULL OR o.aggregate_id = v_id)
+       AND (v_agg IS NULL OR o.aggregate_type = v_agg)
+       AND (v_type IS NULL OR o.event_type ILIKE replace(replace(v_type, '%', '\%'), '_', '\_') || '%')
+       AND (p_before_id IS NULL OR o.id < p_before_id)
+     ORDER BY o.id DESC
+     LIMIT p_limit;
+END
+$$;
+COMMENT ON FUNCTION billing.console_events(text, text, bigint, integer) IS
+'Outbox events newest first: of one subject (an aggregate id, or <aggregate type>/<id> as in the CloudEvents subject), of types starting with p_type (case-insensitive), ids below p_before_id.
+Returns up to p_limit (1..500) rows; BL422 for a subject of another form.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Replay one event: back in the relay's queue, with the same CloudEvents id and payload, so it
+-- reaches Kafka again (consumers dedupe on the id). Outbound webhooks are not sent again.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing.replay_outbox_event(p_outbox_id bigint, p_now timestamptz DEFAULT now())
+RETURNS TABLE (id bigint, event_id uuid, status text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_event billing.outbox_event;
+BEGIN
+    PERFORM billing._audit('replay_outbox_event', jsonb_build_object('outbox_id', p_outbox_id, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    SELECT * INTO v_event FROM billing.outbox_event e WHERE e.id = p_outbox_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404',
+            MESSAGE = format('outbox event %s does not exist (retention may have deleted it)', coalesce(p_outbox_id::text, 'NULL'));
+    END IF;
+    IF v_event.status = 'PENDING' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL409', MESSAGE = format('outbox event %s is already waiting to be published', p_outbox_id);
+    END IF;
+    UPDATE billing.outbox_event e
+       SET status = 'PENDING', published_at = NULL, available_at = p_now, lease_until = NULL, attempts = 0,
+           last_error = left(format('replay requested at %s (was %s%s)', billing._utc_text(p_now), v_event.status,
+                                    coalesce(', published ' || billing._utc_text(v_event.published_at), '')), 2000)
+     WHERE e.id = p_outbox_id;
+    PERFORM pg_notify('billing_outbox', json_build_object('count', 1)::text);
+    RETURN QUERY SELECT e.id, e.event_id, e.status FROM billing.outbox_event e WHERE e.id = p_outbox_id;
+END
+$$;
+COMMENT ON FUNCTION billing.replay_outbox_event(bigint, timestamptz) IS
+'Puts one PUBLISHED or DEAD event back in the relay''s queue (PENDING, due at p_now, same id and payload), so the relay publishes it again in order; wakes the relay.
+Returns the event''s outbox id, CloudEvents id and new status; BL404 for an unknown (or already deleted) event, BL409 when it is already PENDING.';

@@ -1,0 +1,75 @@
+-- The operator console's SQL (db/functions/86_console.sql): sessions, reads, MRR, replay.
+BEGIN;
+SELECT plan(25);
+
+SELECT billing.upsert_plan('C_M', 3000, 'EUR', 'MONTH', 1);
+SELECT billing.upsert_plan('C_Y', 24000, 'EUR', 'YEAR', 1);
+SELECT billing.upsert_plan('C_W', 700, 'JPY', 'WEEK', 2);
+SELECT billing.upsert_customer(41, 'UTC');
+SELECT billing.upsert_customer(42, 'Asia/Tokyo');
+SELECT (billing.create_subscription('c-1', 41, 'C_M', '2026-03-01Z')).id AS s1 \gset
+SELECT (billing.create_subscription('c-2', 41, 'C_Y', '2026-03-01Z')).id AS s2 \gset
+SELECT (billing.create_subscription('c-3', 42, 'C_W', '2026-03-01Z')).id AS s3 \gset
+
+-- -- sessions ---------------------------------------------------------------------------------
+SELECT billing.create_api_key('bk_console01', 'admin', sha256('k1'), ARRAY['admin']);
+SELECT billing.create_api_key('bk_console02', 'reader', sha256('k2'), ARRAY['subscriptions:read']);
+SELECT billing.create_api_key('bk_console03', 'writer', sha256('k3'), ARRAY['subscriptions:write']);
+SELECT is((SELECT scopes FROM billing.console_open_session(sha256('t1'), 'bk_console01', '1 hour', '2026-03-02Z')),
+          ARRAY['admin'], 'an admin key opens a session');
+SELECT is((SELECT key_id FROM billing.console_session(sha256('t1'), '2026-03-02 00:30Z')), 'bk_console01',
+          'the token finds its session');
+SELECT is((SELECT count(*)::int FROM billing.console_session(sha256('t1'), '2026-03-02 01:00:01Z')), 0,
+          'an expired session finds nothing');
+SELECT is((SELECT count(*)::int FROM billing.console_session(sha256('nope'), '2026-03-02 00:30Z')), 0,
+          'another token finds nothing');
+SELECT is((SELECT actor || ' ' || (args ->> 'key_id') FROM billing.audit_log WHERE function = 'console_open_session'),
+          session_user || ' bk_console01', 'opening a session is audited, without the token');
+SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t3'), 'bk_console03', '1 hour', '2026-03-02Z')$$,
+                 'BL422', NULL, 'a key without admin or subscriptions:read cannot log in');
+SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t4'), 'bk_nobody000', '1 hour', '2026-03-02Z')$$,
+                 'BL404', NULL, 'an unknown key cannot log in');
+SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t4'), 'bk_console02', '30 days', '2026-03-02Z')$$,
+                 'BL422', NULL, 'a session lasts at most 7 days');
+SELECT lives_ok($$SELECT * FROM billing.console_open_session(sha256('t2'), 'bk_console02', '1 hour', '2026-03-02Z')$$,
+                'a read key opens a session');
+SELECT billing.revoke_api_key('bk_console02');
+SELECT is((SELECT count(*)::int FROM billing.console_session(sha256('t2'), '2026-03-02 00:10Z')), 0,
+          'revoking the key ends its sessions at once');
+SELECT ok(billing.console_close_session(sha256('t1'), '2026-03-02 00:20Z'), 'logging out closes the session');
+SELECT is((SELECT count(*)::int FROM billing.console_session(sha256('t1'), '2026-03-02 00:21Z')), 0,
+          'a closed session finds nothing');
+
+-- -- reads ------------------------------------------------------------------------------------
+SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('42', 50)), ARRAY[42::bigint],
+          'search by id');
+SELECT is((SELECT count(*)::int FROM billing.console_customers('someone@example.com', 50)), 0,
+          'text finds nothing where the customer table has no email or name');
+SELECT is((SELECT (live_subscriptions, open_invoices)::text FROM billing.console_customers('41', 50)), '(2,2)',
+          'a customer''s live subscriptions and open invoices');
+SELECT is(jsonb_array_length(billing.console_customer(41) -> 'subscriptions'), 2, 'the customer page has its subscriptions');
+SELECT is(billing.console_customer(41) -> 'payment_methods',
+          CASE WHEN to_regclass('billing.payment_method') IS NULL THEN 'null' ELSE '[]' END::jsonb,
+          'payment methods when their table exists (none here), else none at all');
+SELECT throws_ok($$SELECT billing.console_customer(999)$$, 'BL404', NULL, 'an unknown customer');
+SELECT is((billing.console_overview('2026-03-02Z') -> 'subscriptions' ->> 'active')::int, 3, 'the overview counts');
+-- MRR now: 30.00 EUR monthly + 240.00 EUR yearly / 12 = 50.00 EUR; 700 JPY every 2 weeks = 700 * 30.436875 / 14.
+SELECT is((SELECT array_agg(currency || ' ' || mrr ORDER BY currency) FROM billing.console_mrr('2026-03-02Z', 3)
+            WHERE at = '2026-03-02Z'),
+          ARRAY['EUR 5000', 'JPY ' || round(700 * 30.436875 / 14)::bigint], 'MRR from the plans, per currency');
+SELECT is((SELECT mrr FROM billing.console_mrr('2026-03-05Z', 3) WHERE currency = 'EUR' AND at = '2026-03-04Z'), 5000::bigint,
+          'the trend counts the billed periods covering each day the same way');
+SELECT is((SELECT array_agg(name ORDER BY name) FROM billing.console_functions(ARRAY['change_plan', 'no_such_function'])),
+          ARRAY['change_plan'], 'only the functions that exist are offered');
+
+-- -- replay -----------------------------------------------------------------------------------
+SELECT id AS ev FROM billing.outbox_event ORDER BY id LIMIT 1 \gset
+SELECT throws_ok(format('SELECT * FROM billing.replay_outbox_event(%s, ''2026-03-02Z'')', :ev), 'BL409', NULL,
+                 'a pending event is not replayed');
+SELECT billing.mark_outbox_published(ARRAY[:ev]::bigint[], '2026-03-02Z');
+SELECT is((SELECT status FROM billing.replay_outbox_event(:ev, '2026-03-03Z')), 'PENDING',
+          'a published event goes back in the relay''s queue');
+SELECT throws_ok($$SELECT * FROM billing.replay_outbox_event(-1, '2026-03-03Z')$$, 'BL404', NULL, 'an unknown event');
+
+SELECT * FROM finish();
+ROLLBACK;

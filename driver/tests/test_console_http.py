@@ -1,0 +1,138 @@
+"""The console over plain HTTP: what a browser test cannot easily show (forged requests, cookies'
+flags, revocation, an action appearing the day its SQL function lands)."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import psycopg
+import pytest
+
+from billing.config import Settings
+
+from .conftest import create_test_key
+from .console_world import ConsoleServer, build_world
+
+
+def _login(client: httpx.Client, key: str) -> httpx.Response:
+    form = client.get("/console/login")
+    token = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)
+    return client.post("/console/login", data={"csrf": token, "key": key, "next": "/console/"})
+
+
+def _csrf(page: str) -> str:
+    return re.search(r'name="csrf" value="([0-9a-f]{64})"', page).group(1)
+
+
+@pytest.fixture
+def served(db_url):
+    world = build_world(db_url)
+    with ConsoleServer(db_url) as server:
+        yield world, server
+
+
+def test_login_needs_its_csrf_token_and_a_same_site_origin(db_url, served):
+    _, server = served
+    key = create_test_key(db_url, "admin")
+    with httpx.Client(base_url=server.url) as c:
+        c.get("/console/login")
+        r = c.post("/console/login", data={"key": key})
+        assert r.status_code == 403 and "billing_console" not in c.cookies
+        form = c.get("/console/login")
+        token = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)
+        r = c.post("/console/login", data={"csrf": token, "key": key}, headers={"Origin": "https://evil.example"})
+        assert r.status_code == 403
+        r = c.post("/console/login", data={"csrf": token, "key": key + "x"})
+        assert r.status_code == 303 and "unknown" in r.headers["location"]
+        r = c.post("/console/login", data={"csrf": token, "key": key})
+        assert r.status_code == 303 and r.headers["location"] == "/console/"
+        cookie = r.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Secure" not in cookie  # plain http
+        with psycopg.connect(db_url) as conn:
+            stored = conn.execute("SELECT token_hash FROM billing.console_session").fetchone()[0]
+        assert c.cookies["billing_console"].encode() not in stored  # only its hash is kept
+
+
+def test_a_key_without_the_scopes_cannot_log_in_and_api_routes_still_need_a_key(db_url, served):
+    _, server = served
+    writer = create_test_key(db_url, "subscriptions:write")
+    with httpx.Client(base_url=server.url) as c:
+        r = _login(c, writer)
+        assert r.status_code == 303 and "error=" in r.headers["location"]
+        assert c.get("/subscriptions/1").status_code == 401
+        assert c.get("/console/", follow_redirects=False).status_code == 303
+
+
+def test_forged_posts_are_refused(db_url, served):
+    world, server = served
+    key = create_test_key(db_url, "admin")
+    with httpx.Client(base_url=server.url) as c:
+        _login(c, key)
+        page = c.get(f"/console/subscriptions/{world.subs['keep']}").text
+        csrf = _csrf(page)
+        base = {"id": str(world.subs["keep"]), "nonce": "n1", "back": "/console/"}
+        assert c.post("/console/actions/cancel-now", data=base).status_code == 403
+        assert c.post("/console/actions/cancel-now", data={**base, "csrf": csrf},
+                      headers={"Origin": "https://evil.example"}).status_code == 403
+        assert c.post("/console/actions/cancel-now", content=b'{"id": 1}',
+                      headers={"Content-Type": "application/json"}).status_code == 415
+        assert c.post("/console/actions/cancel-now", data={**base, "csrf": csrf, "pad": "x" * 20000}).status_code == 413
+        with psycopg.connect(db_url) as conn:
+            assert conn.execute("SELECT status FROM billing.subscription WHERE id = %s",
+                                (world.subs["keep"],)).fetchone()[0] == "ACTIVE"
+        r = c.post("/console/actions/cancel-now", data={**base, "csrf": csrf})
+        assert r.status_code == 303 and "ok=" in r.headers["location"]
+
+
+def test_revoking_the_key_ends_the_session(db_url, served):
+    _, server = served
+    key = create_test_key(db_url, "subscriptions:read")
+    with httpx.Client(base_url=server.url) as c:
+        _login(c, key)
+        assert c.get("/console/events").status_code == 200
+        from billing.api_keys import revoke_key
+
+        revoke_key(db_url, "_".join(key.split("_")[:2]))
+        r = c.get("/console/events", follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"].startswith("/console/login")
+
+
+def test_secure_cookies_behind_tls(db_url, monkeypatch):
+    monkeypatch.setenv("BILLING_CONSOLE_COOKIE_SECURE", "true")
+    assert Settings.from_env().console_cookie_secure == "true"
+    with ConsoleServer(db_url, console_cookie_secure="true") as server:
+        key = create_test_key(db_url, "admin")
+        with httpx.Client(base_url=server.url) as c:
+            form = c.get("/console/login")
+            assert "Secure" in form.headers["set-cookie"]
+            token = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)
+            c.cookies.set("billing_console_login", token)  # httpx keeps Secure cookies off plain http
+            r = c.post("/console/login", data={"csrf": token, "key": key})
+            assert r.status_code == 303 and "Secure" in r.headers["set-cookie"]
+
+
+def test_an_action_appears_the_day_its_function_lands(db_url, served):
+    """A stand-in for a function another part of the SQL API will add (retry_invoice): the console
+    finds it in the catalog, shows it on the invoices that fit, and calls it by argument name."""
+    world, server = served
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'retry_invoice' "
+                              "AND pronamespace = 'billing'::regnamespace").fetchone()[0]
+        if exists:
+            pytest.skip("billing.retry_invoice exists in this database: the browser test exercises the real one")
+        conn.execute("CREATE TABLE public.retried (invoice_id bigint, at timestamptz)")
+        conn.execute("""CREATE FUNCTION billing.retry_invoice(p_invoice_id bigint, p_now timestamptz DEFAULT now())
+                        RETURNS bigint LANGUAGE sql AS
+                        $$ INSERT INTO public.retried VALUES (p_invoice_id, p_now) RETURNING invoice_id $$""")
+    key = create_test_key(db_url, "admin")
+    with httpx.Client(base_url=server.url) as c:
+        _login(c, key)
+        page = c.get("/console/invoices").text
+        assert f'data-action="retry-now"' in page
+        assert page.count('data-action="retry-now"') == 1  # only the OPEN invoice
+        r = c.post("/console/actions/retry-now", data={"csrf": _csrf(page), "id": str(world.open_invoice),
+                                                       "nonce": "n", "back": "/console/invoices"})
+        assert r.status_code == 303 and "ok=" in r.headers["location"]
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT invoice_id FROM public.retried").fetchall() == [(world.open_invoice,)]
