@@ -4,7 +4,7 @@
 # first use; prints its URL; reuses a running one; `stop` stops it.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 VERSION="v0.203.0"
-PORT="${BILLING_STRIPE_MOCK_PORT:-$(( ${BILLING_PG_PORT:-55432} + 2000 ))}"
+PORT="${BILLING_STRIPE_MOCK_PORT:-$(( ${BILLING_PG_PORT:-25432} + 2000 ))}"  # 27432 by default
 DIR="$CACHE/stripe-mock"
 BIN="$DIR/bin/stripe-mock"
 URL="http://127.0.0.1:$PORT"
