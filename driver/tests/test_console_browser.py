@@ -85,6 +85,13 @@ def submit_action(driver, action: str, target_id: int, *, accept: bool = True) -
     if confirm:
         alert = driver.switch_to.alert
         alert.accept() if accept else alert.dismiss()
+    if not confirm or accept:
+        # The answer is a new page: wait until the form is gone, so the next look reads the answer
+        # (on a loaded machine the old page was still there, without its flash message).
+        from selenium.webdriver.support import expected_conditions as ec
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        WebDriverWait(driver, 15).until(ec.staleness_of(form))
 
 
 def test_console_in_a_browser(db_url, browser):
@@ -250,6 +257,7 @@ def test_console_in_a_browser(db_url, browser):
         d.execute_script("arguments[0].removeAttribute('disabled'); arguments[0].form.removeAttribute('data-confirm')",
                          button)
         button.click()
+        WebDriverWait(d, 15).until(ec.staleness_of(button))  # the answer's page, not the old one
         assert d.find_element(By.TAG_NAME, "h1").text.startswith("this session may look but not act")
         assert one(db_url, "SELECT status FROM billing.subscription WHERE id = %s", (world.subs["change"],))["status"] \
             == "ACTIVE"
