@@ -77,6 +77,8 @@ def one(db_url: str, query: str, params=()) -> dict:
 
 def submit_action(driver, action: str, target_id: int, *, accept: bool = True) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
 
     form = driver.find_element(By.CSS_SELECTOR, f'form[data-action="{action}"] input[name="id"][value="{target_id}"]') \
         .find_element(By.XPATH, "..")
@@ -85,18 +87,16 @@ def submit_action(driver, action: str, target_id: int, *, accept: bool = True) -
     if confirm:
         alert = driver.switch_to.alert
         alert.accept() if accept else alert.dismiss()
-    if not confirm or accept:
-        # The answer is a new page: wait until the form is gone, so the next look reads the answer
-        # (on a loaded machine the old page was still there, without its flash message).
-        from selenium.webdriver.support import expected_conditions as ec
-        from selenium.webdriver.support.ui import WebDriverWait
-
-        WebDriverWait(driver, 15).until(ec.staleness_of(form))
+        if not accept:
+            return
+    # The submit navigates: wait until the old page is gone before anyone reads the new one.
+    WebDriverWait(driver, 15).until(ec.staleness_of(form))
 
 
 def test_console_in_a_browser(db_url, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
     world = build_world(db_url)
@@ -139,7 +139,8 @@ def test_console_in_a_browser(db_url, browser):
         assert len(rows) == 1 and rows[0].text.startswith("7002")
         shot(d, "04-customers")
         rows[0].find_element(By.TAG_NAME, "a").click()
-        assert d.find_element(By.TAG_NAME, "h1").text == "Customer 7002"
+        WebDriverWait(d, 15, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda drv: drv.find_element(By.TAG_NAME, "h1").text == "Customer 7002")
         assert d.find_elements(By.CSS_SELECTOR, "#customer-subscriptions tbody tr a")
         assert "InvoicePaid" in d.find_element(By.ID, "customer-timeline").text
         assert "charge attempt" in d.find_element(By.ID, "customer-timeline").text
@@ -240,7 +241,7 @@ def test_console_in_a_browser(db_url, browser):
         token = d.get_cookie("billing_console")["value"]
         d.get(f"{url}/console/")
         d.find_element(By.CSS_SELECTOR, "form.who button").click()
-        assert "/console/login" in d.current_url
+        WebDriverWait(d, 15).until(lambda drv: "/console/login" in drv.current_url)
         import httpx
 
         r = httpx.get(f"{url}/console/", cookies={"billing_console": token}, follow_redirects=False)
@@ -257,8 +258,9 @@ def test_console_in_a_browser(db_url, browser):
         d.execute_script("arguments[0].removeAttribute('disabled'); arguments[0].form.removeAttribute('data-confirm')",
                          button)
         button.click()
-        WebDriverWait(d, 15).until(ec.staleness_of(button))  # the answer's page, not the old one
-        assert d.find_element(By.TAG_NAME, "h1").text.startswith("this session may look but not act")
+        # The click navigates: wait for the refusal page (the old page's h1 goes stale meanwhile).
+        WebDriverWait(d, 15, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda drv: drv.find_element(By.TAG_NAME, "h1").text.startswith("this session may look but not act"))
         assert one(db_url, "SELECT status FROM billing.subscription WHERE id = %s", (world.subs["change"],))["status"] \
             == "ACTIVE"
         for path in ("/console/customers/7001", "/console/invoices", "/console/events"):
