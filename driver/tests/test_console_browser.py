@@ -59,6 +59,17 @@ def shot(driver, name: str) -> None:
     driver.set_window_size(width, 900)
 
 
+def navigates(driver, act) -> None:
+    """Do `act` (a click, a submit) and wait until the browser has left the current page."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "html")
+    act()
+    WebDriverWait(driver, 20).until(ec.staleness_of(old))
+
+
 def login(driver, url: str, key: str) -> None:
     from selenium.webdriver.common.by import By
 
@@ -66,7 +77,7 @@ def login(driver, url: str, key: str) -> None:
     assert "/console/login" in driver.current_url
     box = driver.find_element(By.ID, "key")
     box.send_keys(key)
-    box.submit()
+    navigates(driver, box.submit)
     assert driver.find_element(By.ID, "who").text.startswith(key.split("_")[0] + "_")
 
 
@@ -81,10 +92,18 @@ def submit_action(driver, action: str, target_id: int, *, accept: bool = True) -
     form = driver.find_element(By.CSS_SELECTOR, f'form[data-action="{action}"] input[name="id"][value="{target_id}"]') \
         .find_element(By.XPATH, "..")
     confirm = form.get_attribute("data-confirm")
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    if confirm:
-        alert = driver.switch_to.alert
-        alert.accept() if accept else alert.dismiss()
+    button = form.find_element(By.CSS_SELECTOR, "button[type=submit]")
+    if confirm and not accept:
+        button.click()
+        driver.switch_to.alert.dismiss()
+        return
+
+    def act():
+        button.click()
+        if confirm:
+            driver.switch_to.alert.accept()
+
+    navigates(driver, act)
 
 
 def test_console_in_a_browser(db_url, browser):
@@ -127,11 +146,11 @@ def test_console_in_a_browser(db_url, browser):
         assert len(d.find_elements(By.CSS_SELECTOR, "#customers tbody tr")) == 3
         box = d.find_element(By.ID, "q")
         box.send_keys("7002")
-        box.submit()
+        navigates(d, box.submit)
         rows = d.find_elements(By.CSS_SELECTOR, "#customers tbody tr")
         assert len(rows) == 1 and rows[0].text.startswith("7002")
         shot(d, "04-customers")
-        rows[0].find_element(By.TAG_NAME, "a").click()
+        navigates(d, rows[0].find_element(By.TAG_NAME, "a").click)
         assert d.find_element(By.TAG_NAME, "h1").text == "Customer 7002"
         assert d.find_elements(By.CSS_SELECTOR, "#customer-subscriptions tbody tr a")
         assert "InvoicePaid" in d.find_element(By.ID, "customer-timeline").text
@@ -158,7 +177,7 @@ def test_console_in_a_browser(db_url, browser):
 
         Select(form.find_element(By.TAG_NAME, "select")).select_by_value("PRO_Y")
         submit_action(d, "change-plan", world.subs["change"])
-        assert "done" in d.find_element(By.ID, "flash-ok").text
+        assert "done" in d.find_element(By.ID, "flash-ok").text, d.find_element(By.TAG_NAME, "main").text
         assert d.find_element(By.ID, "plan-code").text.startswith("PRO_Y")
         assert one(db_url, "SELECT billing.plan_code(plan_id) AS code FROM billing.subscription WHERE id = %s",
                    (world.subs["change"],))["code"] == "PRO_Y"
@@ -199,7 +218,7 @@ def test_console_in_a_browser(db_url, browser):
         box = d.find_element(By.ID, "subject")
         box.send_keys(f"invoice/{world.paid_invoice}")
         d.find_element(By.ID, "type").send_keys("InvoicePaid")
-        box.submit()
+        navigates(d, box.submit)
         rows = d.find_elements(By.CSS_SELECTOR, "#events-table tbody tr")
         assert len(rows) == 1 and rows[0].get_attribute("data-status") == "PUBLISHED"
         outbox_id = int(rows[0].get_attribute("id").removeprefix("event-"))
@@ -232,7 +251,7 @@ def test_console_in_a_browser(db_url, browser):
         # -- logging out ends the session on the server too.
         token = d.get_cookie("billing_console")["value"]
         d.get(f"{url}/console/")
-        d.find_element(By.CSS_SELECTOR, "form.who button").click()
+        navigates(d, d.find_element(By.CSS_SELECTOR, "form.who button").click)
         assert "/console/login" in d.current_url
         import httpx
 
@@ -249,7 +268,7 @@ def test_console_in_a_browser(db_url, browser):
         assert button.get_attribute("disabled") is not None
         d.execute_script("arguments[0].removeAttribute('disabled'); arguments[0].form.removeAttribute('data-confirm')",
                          button)
-        button.click()
+        navigates(d, button.click)
         assert d.find_element(By.TAG_NAME, "h1").text.startswith("this session may look but not act")
         assert one(db_url, "SELECT status FROM billing.subscription WHERE id = %s", (world.subs["change"],))["status"] \
             == "ACTIVE"
