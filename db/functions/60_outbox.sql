@@ -94,8 +94,10 @@ CREATE OR REPLACE TRIGGER outbox_event_notify
     REFERENCING NEW TABLE AS new_events
     FOR EACH STATEMENT EXECUTE FUNCTION billing._outbox_notify();
 
--- The head-of-line check stays a per-candidate probe of outbox_event_aggregate_pending_idx
--- (OFFSET 0 keeps the planner from pulling it up into a hash anti-join over every PENDING row),
+-- The head-of-line check stays a per-candidate probe of outbox_event_aggregate_unpublished_idx,
+-- the only index its predicate can use (db/schema/0021: another index made it O(batch^2) under
+-- misleading statistics); OFFSET 0 keeps the planner from pulling it up into a hash anti-join over
+-- every PENDING row;
 -- and the lease update goes through the primary key, so a claim costs O(batch), not O(table),
 -- with or without statistics (measured in bench/relay: a 5,000-row claim 550 ms -> ~150 ms).
 CREATE OR REPLACE FUNCTION billing.claim_outbox_events(
@@ -128,7 +130,7 @@ BEGIN
      WHERE NOT EXISTS (
                SELECT 1
                  FROM billing.outbox_event earlier
-                WHERE earlier.status = 'PENDING'
+                WHERE earlier.status <> 'PUBLISHED' AND earlier.status <> 'DEAD'  -- = PENDING, see above
                   AND earlier.aggregate_type = c.aggregate_type
                   AND earlier.aggregate_id = c.aggregate_id
                   AND earlier.id < c.id

@@ -197,7 +197,7 @@ BEGIN
                SELECT 1
                  FROM billing.webhook_delivery earlier
                 WHERE earlier.endpoint_id = p_endpoint_id
-                  AND earlier.status = 'PENDING'
+                  AND earlier.status <> 'DELIVERED' AND earlier.status <> 'FAILED'  -- = PENDING, one index only
                   AND earlier.aggregate_type = c.aggregate_type
                   AND earlier.aggregate_id = c.aggregate_id
                   AND earlier.outbox_id < c.outbox_id

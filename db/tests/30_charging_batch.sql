@@ -40,7 +40,7 @@ SELECT results_eq(
                ARRAY[pg_temp.pay_key('t30-1')], ARRAY['DECLINED'], NULL, NULL, '2026-06-01 10:02Z')$$,
     $$VALUES ('PAID', NULL::text)$$, 'idempotent and never regressing: a later DECLINED leaves the PAID invoice');
 SELECT is((SELECT count(*) FROM billing.outbox_event
-            WHERE aggregate_id = pg_temp.inv('t30-1') AND event_type <> 'InvoiceCreated'), 1::bigint,
+            WHERE aggregate_type = 'invoice' AND aggregate_id = pg_temp.inv('t30-1') AND event_type <> 'InvoiceCreated'), 1::bigint,
           'and writes no event (InvoicePaid stays the only one after the invoice''s creation)');
 SELECT throws_ok($$SELECT * FROM billing.record_payment_results(ARRAY['a', 'b'], ARRAY['SUCCEEDED'])$$, 'BL422', NULL,
                  'arrays of different lengths: BL422');
