@@ -61,13 +61,21 @@ def shot(driver, name: str) -> None:
 
 def navigates(driver, act) -> None:
     """Do `act` (a click, a submit) and wait until the browser has left the current page."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     old = driver.find_element(By.TAG_NAME, "html")
     act()
-    WebDriverWait(driver, 20).until(ec.staleness_of(old))
+
+    def gone(_) -> bool:
+        try:
+            old.is_enabled()
+            return False
+        except WebDriverException:  # stale, or chromium's "node does not belong to the document"
+            return True
+
+    WebDriverWait(driver, 20).until(gone)
 
 
 def login(driver, url: str, key: str) -> None:
