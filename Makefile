@@ -32,12 +32,15 @@ services:
 	@pg=$$(bash scripts/services/postgres.sh) && \
 	 rd=$$(bash scripts/services/redis.sh) && \
 	 kf=$$(bash scripts/services/kafka.sh) && \
+	 sm=$$(bash scripts/services/stripe-mock.sh) && \
 	 { echo "export BILLING_TEST_DATABASE_URL=$$pg"; \
 	   echo "export BILLING_TEST_REDIS_URL=$$rd"; \
-	   echo "export BILLING_TEST_KAFKA_BOOTSTRAP=$$kf"; } > $(SERVICES_ENV) && \
-	 echo "postgres: $$pg" && echo "redis:    $$rd" && echo "kafka:    $$kf"
+	   echo "export BILLING_TEST_KAFKA_BOOTSTRAP=$$kf"; \
+	   echo "export BILLING_TEST_STRIPE_MOCK_URL=$$sm"; } > $(SERVICES_ENV) && \
+	 echo "postgres: $$pg" && echo "redis:    $$rd" && echo "kafka:    $$kf" && echo "stripe-mock: $$sm"
 
 services-stop:
+	-bash scripts/services/stripe-mock.sh stop
 	-bash scripts/services/kafka.sh stop
 	-bash scripts/services/redis.sh stop
 	-bash scripts/services/postgres.sh stop

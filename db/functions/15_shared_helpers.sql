@@ -306,7 +306,7 @@ BEGIN
     END IF;
     WITH voided AS (
         UPDATE billing.invoice
-           SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now
+           SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now, waiting_for = NULL
          WHERE subscription_id = ANY (p_subscription_ids) AND status = 'OPEN' AND attempt_count = 0
         RETURNING *
     ), announced AS (

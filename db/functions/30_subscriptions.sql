@@ -370,7 +370,7 @@ BEGIN
          ORDER BY id DESC LIMIT 1
            FOR UPDATE;
         IF FOUND THEN
-            UPDATE billing.invoice SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now
+            UPDATE billing.invoice SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now, waiting_for = NULL
              WHERE id = v_superseded.id
             RETURNING * INTO v_superseded;
             PERFORM billing._emit_event('invoice', v_superseded.id, 'InvoiceVoided', billing._invoice_data(v_superseded), p_now);

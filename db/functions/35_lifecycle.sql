@@ -733,6 +733,18 @@ BEGIN
             MESSAGE = format('subscription %s still has unpaid invoices %s', v_sub.id, v_unpaid),
             HINT = 'They are paid (or settled) first.';
     END IF;
+    -- A customer who pays with stored payment methods (docs/providers.md) must have added one since
+    -- the cancellation: the one dunning wore out is not tried again. One charged without stored
+    -- methods (the simulator's customers) needs only to owe nothing.
+    IF EXISTS (SELECT 1 FROM billing.payment_method m WHERE m.customer_id = v_sub.customer_id)
+       AND NOT EXISTS (SELECT 1 FROM billing.payment_method m
+                        WHERE m.customer_id = v_sub.customer_id AND m.status = 'ACTIVE'
+                          AND m.created_at > v_sub.canceled_at) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL409',
+            MESSAGE = format('subscription %s was canceled by dunning at %s and no payment method was added since',
+                             v_sub.id, v_sub.canceled_at),
+            HINT = 'Add a payment method (set_payment_method) first.';
+    END IF;
     SELECT * INTO v_plan FROM billing.plan WHERE id = v_sub.plan_id;
     v_before := v_sub;
     v_sub := billing._start_period(v_sub, v_plan, p_now, 'RENEWAL', p_now);
@@ -741,8 +753,8 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.reactivate_subscription(bigint, timestamptz) IS
-'Brings back a subscription canceled by dunning (DUNNING_EXHAUSTED) once nothing of it is unpaid: ACTIVE, a new period from p_now on its plan (new anchor), billed at once (SubscriptionUpdated status CANCELED -> ACTIVE). A live subscription: unchanged.
-Returns the subscription; BL404 absent, BL422 canceled otherwise than by dunning or p_now before the cancellation, BL409 while an invoice of it is OPEN or in REVIEW.';
+'Brings back a subscription canceled by dunning (DUNNING_EXHAUSTED) once nothing of it is unpaid and, for a customer with stored payment methods, a new one was added since the cancellation: ACTIVE, a new period from p_now on its plan (new anchor), billed at once (SubscriptionUpdated status CANCELED -> ACTIVE). A live subscription: unchanged.
+Returns the subscription; BL404 absent, BL422 canceled otherwise than by dunning or p_now before the cancellation, BL409 while an invoice of it is OPEN or in REVIEW, or without a payment method added since.';
 
 CREATE OR REPLACE FUNCTION billing.set_quantity(p_subscription_id bigint, p_quantity integer, p_now timestamptz DEFAULT now())
 RETURNS billing.subscription

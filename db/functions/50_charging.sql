@@ -95,7 +95,7 @@ AS $$
 DECLARE
     v_invoice billing.invoice;
 BEGIN
-    UPDATE billing.invoice SET status = 'REVIEW', next_attempt_at = NULL, review_reason = p_reason
+    UPDATE billing.invoice SET status = 'REVIEW', next_attempt_at = NULL, review_reason = p_reason, waiting_for = NULL
      WHERE id = p_invoice.id AND status = 'OPEN'
     RETURNING * INTO v_invoice;
     IF FOUND THEN
@@ -114,11 +114,27 @@ Returns the invoice.';
 -- Claims and results
 -- ---------------------------------------------------------------------------------------------
 DROP FUNCTION IF EXISTS billing.claim_charges(text, integer, interval, timestamptz);
+-- The customer's payment method a new key is sent with: the default one of this provider, not
+-- expired at p_now (a card works until the end of its expiry month, UTC).
+CREATE OR REPLACE FUNCTION billing._usable_method(p_customer_id bigint, p_provider text, p_now timestamptz)
+RETURNS billing.payment_method
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT pm.* FROM billing.payment_method pm
+     WHERE pm.customer_id = p_customer_id AND pm.is_default AND pm.provider = p_provider
+       AND make_timestamptz(pm.exp_year, pm.exp_month, 1, 0, 0, 0, 'UTC') + interval '1 month' > p_now
+$$;
+COMMENT ON FUNCTION billing._usable_method(bigint, text, timestamptz) IS
+'Private: the customer''s default payment method at p_provider if it has not expired by p_now.
+Returns the row, or NULL.';
+
+DROP FUNCTION IF EXISTS billing.claim_charges(text, integer, interval, timestamptz, text);
 CREATE OR REPLACE FUNCTION billing.claim_charges(
     p_worker text, p_batch_size integer DEFAULT 100, p_lease interval DEFAULT interval '5 minutes',
-    p_now timestamptz DEFAULT now())
+    p_now timestamptz DEFAULT now(), p_provider text DEFAULT 'sim')
 RETURNS TABLE (invoice_id bigint, attempt_id bigint, idempotency_key text, customer_id bigint, amount bigint,
-               currency text, lookup boolean)
+               currency text, lookup boolean, customer_ref text, payment_method_ref text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 SET jit = off  -- a short OLTP statement: compiling it would cost more than running it
@@ -127,11 +143,16 @@ AS $$
 DECLARE
     v_cfg billing.installation;
 BEGIN
-    PERFORM billing._audit('claim_charges', jsonb_build_object('worker', p_worker, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
+    PERFORM billing._audit('claim_charges', jsonb_build_object('worker', p_worker, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now, 'provider', p_provider));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('a worker name', p_worker, 255);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
     PERFORM billing._check_lease(p_lease);
+    IF p_provider IS NULL OR p_provider !~ '^[a-z][a-z0-9_]{1,31}$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('a provider name is 2 to 32 lower-case letters, digits or _, got %L', p_provider),
+            HINT = 'Pass the worker''s BILLING_GATEWAY_PROVIDER (sim, stripe, ...).';
+    END IF;
     SELECT * INTO v_cfg FROM billing.installation;
     IF p_lease >= v_cfg.key_lifetime THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
@@ -141,16 +162,26 @@ BEGIN
 
     RETURN QUERY
     WITH due AS MATERIALIZED (
-        SELECT i.id, i.try_count
+        SELECT i.id, i.try_count, i.customer_id
           FROM billing.invoice i
          WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now
          ORDER BY i.next_attempt_at
          LIMIT p_batch_size
            FOR NO KEY UPDATE SKIP LOCKED
     ), keyed AS MATERIALIZED (
-        SELECT d.id, a.key_expires_at
+        -- A key already claimed keeps what it was sent with; a new key takes the customer's
+        -- default usable method. With the simulator, a customer without a default is charged by
+        -- customer id (method NULL); with a real provider such an invoice waits (below).
+        SELECT d.id, a.key_expires_at, a.id AS attempt_id, m.id AS method_id, m.customer_ref, m.payment_method_ref,
+               (a.id IS NULL AND m.id IS NULL AND (p_provider <> 'sim' OR dm.has_default)) AS needs_method,
+               dm.has_default
           FROM due d
           LEFT JOIN billing.payment_attempt a ON a.invoice_id = d.id AND a.attempt_number = d.try_count
+          LEFT JOIN LATERAL (SELECT u.* FROM billing._usable_method(d.customer_id, p_provider, p_now) u
+                              WHERE a.id IS NULL AND u.id IS NOT NULL) m ON true
+          CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM billing.payment_method x
+                                              WHERE x.customer_id = d.customer_id AND x.is_default
+                                                AND x.provider = p_provider) AS has_default) dm
     ), expired AS (
         -- The key's lifetime is over and its fate is still unknown: never sent again; a person decides.
         UPDATE billing.invoice i
@@ -165,42 +196,64 @@ BEGIN
                                     billing._invoice_data(e.inv) || jsonb_build_object('reason', 'KEY_EXPIRED')),
                p_now, p_now
           FROM (SELECT gen_random_uuid() AS event_id, x.id, x::billing.invoice AS inv FROM expired x ORDER BY x.id) e
+    ), waiting AS (
+        -- No usable payment method for a new key: the invoice waits for the customer (set_payment_method).
+        UPDATE billing.invoice i
+           SET next_attempt_at = NULL, waiting_for = 'PAYMENT_METHOD'
+          FROM keyed k
+         WHERE i.id = k.id AND k.needs_method
+        RETURNING i.id, i AS inv, k.has_default
+    ), waiting_events AS (
+        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+        SELECT e.event_id, 'invoice', e.id, 'InvoicePaymentMethodRequired',
+               billing._cloud_event(e.event_id, 'InvoicePaymentMethodRequired', 'invoice', e.id, p_now,
+                                    billing._invoice_data(e.inv) || jsonb_build_object(
+                                        'reason', CASE WHEN e.has_default THEN 'PAYMENT_METHOD_EXPIRED' ELSE 'NO_PAYMENT_METHOD' END,
+                                        'declineCode', NULL, 'provider', p_provider)),
+               p_now, p_now
+          FROM (SELECT gen_random_uuid() AS event_id, w.id, w.has_default, w.inv
+                  FROM waiting w ORDER BY w.id) e
     ), claimed AS (
         -- The lease: a worker that dies before reporting gives the invoice back at p_now + p_lease.
         UPDATE billing.invoice i
            SET next_attempt_at = p_now + p_lease
           FROM keyed k
-         WHERE i.id = k.id AND (k.key_expires_at IS NULL OR k.key_expires_at > p_now)
-        RETURNING i.id, i.try_count, i.customer_id, i.amount, i.currency
+         WHERE i.id = k.id AND (k.key_expires_at IS NULL OR k.key_expires_at > p_now) AND NOT k.needs_method
+        RETURNING i.id, i.try_count, i.customer_id, i.amount, i.currency, k.method_id, k.customer_ref, k.payment_method_ref
     ), attempt AS (
-        -- One row per try: a re-claim (lease expired, or UNKNOWN) reuses its key, whatever the
-        -- namespace is now.
+        -- One row per try: a re-claim (lease expired, or UNKNOWN) reuses its key and what it was
+        -- sent with, whatever the namespace and the customer's default method are now.
         INSERT INTO billing.payment_attempt AS a
                (invoice_id, attempt_number, idempotency_key, amount, currency, worker, first_claimed_at, last_claimed_at,
-                key_expires_at)
+                key_expires_at, provider, payment_method_id, customer_ref, payment_method_ref)
         SELECT c.id, c.try_count, v_cfg.key_namespace || '-inv-' || c.id || '-try-' || c.try_count, c.amount, c.currency,
-               p_worker, p_now, p_now, p_now + v_cfg.key_lifetime
+               p_worker, p_now, p_now, p_now + v_cfg.key_lifetime, p_provider, c.method_id, c.customer_ref,
+               c.payment_method_ref
           FROM claimed c
         ON CONFLICT ON CONSTRAINT payment_attempt_one_per_try DO UPDATE
             SET claim_count = a.claim_count + 1, worker = excluded.worker, last_claimed_at = excluded.last_claimed_at
-        RETURNING a.id, a.invoice_id, a.idempotency_key, a.claim_count, a.key_expires_at
+        RETURNING a.id, a.invoice_id, a.idempotency_key, a.claim_count, a.key_expires_at, a.customer_ref,
+                  a.payment_method_ref
     )
     SELECT c.id, a.id, a.idempotency_key, c.customer_id, c.amount, c.currency::text,
            -- A key sent before whose call could end within the lookup margin of its expiry: ask
            -- the gateway what became of it instead of sending it again.
-           a.claim_count > 1 AND p_now + p_lease > a.key_expires_at - v_cfg.lookup_margin
+           a.claim_count > 1 AND p_now + p_lease > a.key_expires_at - v_cfg.lookup_margin,
+           a.customer_ref, a.payment_method_ref
       FROM claimed c
       JOIN attempt a ON a.invoice_id = c.id
      ORDER BY c.id;
 END
 $$;
-COMMENT ON FUNCTION billing.claim_charges(text, integer, interval, timestamptz) IS
-'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview).
-Returns what to charge: key <namespace>-inv-<invoice id>-try-<n>, reused by a re-claim; lookup = ask the gateway for the key''s status instead of sending it (near its expiry); BL422 for bad arguments or a lease not shorter than the key lifetime.';
+COMMENT ON FUNCTION billing.claim_charges(text, integer, interval, timestamptz, text) IS
+'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview); one whose customer has no usable payment method at p_provider waits (waiting_for PAYMENT_METHOD, InvoicePaymentMethodRequired), except with the simulator (sim) for a customer who never set a default method: charged by customer id.
+Returns what to charge: key <namespace>-inv-<invoice id>-try-<n>, reused by a re-claim with the same method references; lookup = ask the gateway for the key''s status instead of sending it (near its expiry); BL422 for bad arguments or a lease not shorter than the key lifetime.';
 
 -- The state machine behind record_payment_result and apply_gateway_webhook.
+DROP FUNCTION IF EXISTS billing._apply_payment_result(text, text, text, text, timestamptz);
 CREATE OR REPLACE FUNCTION billing._apply_payment_result(
-    p_idempotency_key text, p_outcome text, p_gateway_reference text, p_failure_reason text, p_now timestamptz)
+    p_idempotency_key text, p_outcome text, p_gateway_reference text, p_failure_reason text, p_now timestamptz,
+    p_hard_decline boolean DEFAULT false)
 RETURNS billing.invoice
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
@@ -214,6 +267,8 @@ DECLARE
     v_next    timestamptz;
     v_margin  interval;
     v_after   billing.subscription;
+    v_hard    boolean := p_outcome = 'DECLINED' AND coalesce(p_hard_decline, false);
+    v_other   billing.payment_method;
 BEGIN
     PERFORM billing._check_outcome(p_outcome);
     SELECT i.subscription_id INTO v_sub_id
@@ -242,7 +297,8 @@ BEGIN
            gateway_reference = coalesce(p_gateway_reference, gateway_reference),
            failure_reason = CASE WHEN p_outcome = 'SUCCEEDED' THEN NULL ELSE coalesce(p_failure_reason, failure_reason) END,
            result_at = p_now,
-           result_claim = claim_count
+           result_claim = claim_count,
+           hard_decline = v_hard
      WHERE id = v_attempt.id;
 
     IF p_outcome = 'SUCCEEDED' THEN
@@ -256,11 +312,16 @@ BEGIN
                     'reason', CASE v_invoice.status WHEN 'PAID' THEN 'DUPLICATE_CHARGE' WHEN 'VOID' THEN 'INVOICE_VOID'
                                                     ELSE 'INVOICE_FAILED' END,
                     'idempotencyKey', v_attempt.idempotency_key, 'gatewayReference', p_gateway_reference), p_now);
+            -- ... and given back: a refund row the worker executes through the provider.
+            PERFORM billing._refund_invoice(v_invoice, v_attempt.id, v_attempt.amount,
+                CASE v_invoice.status WHEN 'PAID' THEN 'DUPLICATE_CHARGE' WHEN 'VOID' THEN 'INVOICE_VOID'
+                                      ELSE 'INVOICE_FAILED' END,
+                'engine', NULL, p_now);
             RETURN v_invoice;
         END IF;
         UPDATE billing.invoice
            SET status = 'PAID', paid_at = p_now, paid_attempt_id = v_attempt.id,
-               gateway_reference = p_gateway_reference, next_attempt_at = NULL
+               gateway_reference = p_gateway_reference, next_attempt_at = NULL, waiting_for = NULL
          WHERE id = v_invoice.id
         RETURNING * INTO v_invoice;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaid', billing._invoice_data(v_invoice), p_now);
@@ -272,6 +333,8 @@ BEGIN
                 billing._invoice_data(v_invoice) || jsonb_build_object(
                     'amount', v_attempt.amount, 'currency', v_attempt.currency, 'reason', 'SUBSCRIPTION_CANCELED',
                     'idempotencyKey', v_attempt.idempotency_key), p_now);
+            PERFORM billing._refund_invoice(v_invoice, v_attempt.id, v_attempt.amount, 'SUBSCRIPTION_CANCELED',
+                                            'engine', NULL, p_now);
         ELSIF v_sub.status = 'PAST_DUE'
               AND NOT EXISTS (SELECT 1 FROM billing.invoice
                                WHERE subscription_id = v_sub.id AND status = 'OPEN' AND id <> v_invoice.id) THEN
@@ -314,6 +377,47 @@ BEGIN
 
     -- DECLINED
     v_failed := v_invoice.attempt_count + 1;
+    IF v_hard THEN
+        -- A hard decline (stolen or lost card, fraud, closed account, authentication required...):
+        -- retrying the same method is pointless. The method is retired and the invoice waits for
+        -- a new one (set_payment_method retries it at once); the schedule does not run meanwhile.
+        IF v_attempt.payment_method_id IS NOT NULL THEN
+            UPDATE billing.payment_method
+               SET status = 'DECLINED', is_default = false, failure_reason = p_failure_reason, updated_at = p_now
+             WHERE customer_id = v_invoice.customer_id AND id = v_attempt.payment_method_id AND status = 'ACTIVE';
+        END IF;
+        -- Another method became the default while this call was in flight: try it at once.
+        v_other := billing._usable_method(v_invoice.customer_id, coalesce(v_attempt.provider, 'sim'), p_now);
+        v_next := CASE WHEN v_other.id IS NOT NULL AND v_other.id IS DISTINCT FROM v_attempt.payment_method_id
+                       THEN p_now END;
+        UPDATE billing.invoice
+           SET attempt_count = v_failed,
+               try_count = try_count + 1,
+               last_failure_reason = p_failure_reason,
+               status = 'OPEN',
+               next_attempt_at = v_next,
+               waiting_for = CASE WHEN v_next IS NULL THEN 'PAYMENT_METHOD' END
+         WHERE id = v_invoice.id
+        RETURNING * INTO v_invoice;
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentFailed',
+            billing._invoice_data(v_invoice) || jsonb_build_object(
+                'failureReason', p_failure_reason, 'nextAttemptAt', billing._utc_text(v_next), 'final', false,
+                'hardDecline', true),
+            p_now);
+        IF v_next IS NULL THEN
+            PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentMethodRequired',
+                billing._invoice_data(v_invoice) || jsonb_build_object(
+                    'reason', 'HARD_DECLINE', 'declineCode', p_failure_reason,
+                    'provider', coalesce(v_attempt.provider, 'sim')), p_now);
+        END IF;
+        IF v_sub.status = 'ACTIVE' THEN
+            UPDATE billing.subscription SET status = 'PAST_DUE', version = version + 1, updated_at = p_now
+             WHERE id = v_sub.id
+            RETURNING * INTO v_after;
+            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
+        END IF;
+        RETURN v_invoice;
+    END IF;
     v_next := billing._dunning_next_attempt(v_failed, v_invoice.id, p_now);
     UPDATE billing.invoice
        SET attempt_count = v_failed,
@@ -321,12 +425,14 @@ BEGIN
            last_failure_reason = p_failure_reason,
            status = CASE WHEN v_next IS NULL THEN 'FAILED' ELSE 'OPEN' END,
            next_attempt_at = v_next,
+           waiting_for = NULL,
            closed_at = CASE WHEN v_next IS NULL THEN p_now END
      WHERE id = v_invoice.id
     RETURNING * INTO v_invoice;
     PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentFailed',
         billing._invoice_data(v_invoice) || jsonb_build_object(
-            'failureReason', p_failure_reason, 'nextAttemptAt', billing._utc_text(v_next), 'final', v_next IS NULL),
+            'failureReason', p_failure_reason, 'nextAttemptAt', billing._utc_text(v_next), 'final', v_next IS NULL,
+            'hardDecline', false),
         p_now);
 
     IF v_next IS NOT NULL THEN
@@ -384,25 +490,27 @@ BEGIN
     RETURN v_invoice;
 END
 $$;
-COMMENT ON FUNCTION billing._apply_payment_result(text, text, text, text, timestamptz) IS
-'Private: applies one gateway outcome to the attempt, its invoice and its subscription, idempotently and without regressing state.
+COMMENT ON FUNCTION billing._apply_payment_result(text, text, text, text, timestamptz, boolean) IS
+'Private: applies one gateway outcome to the attempt, its invoice and its subscription, idempotently and without regressing state (p_hard_decline: the decline needs a new payment method).
 Returns the invoice after the change; BL404 for an unknown key, BL422 for an unknown outcome.';
 
+DROP FUNCTION IF EXISTS billing.record_payment_result(text, text, text, text, timestamptz);
 CREATE OR REPLACE FUNCTION billing.record_payment_result(
     p_idempotency_key text, p_outcome text, p_gateway_reference text DEFAULT NULL,
-    p_failure_reason text DEFAULT NULL, p_now timestamptz DEFAULT now())
+    p_failure_reason text DEFAULT NULL, p_now timestamptz DEFAULT now(), p_hard_decline boolean DEFAULT false)
 RETURNS billing.invoice
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM billing._audit('record_payment_result', jsonb_build_object('idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'gateway_reference', p_gateway_reference, 'failure_reason', p_failure_reason, 'now', p_now));
+    PERFORM billing._audit('record_payment_result', jsonb_build_object('idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'gateway_reference', p_gateway_reference, 'failure_reason', p_failure_reason, 'now', p_now, 'hard_decline', p_hard_decline));
     PERFORM billing._check_now(p_now);
-    RETURN billing._apply_payment_result(p_idempotency_key, p_outcome, p_gateway_reference, p_failure_reason, p_now);
+    RETURN billing._apply_payment_result(p_idempotency_key, p_outcome, p_gateway_reference, p_failure_reason, p_now,
+                                         p_hard_decline);
 END
 $$;
-COMMENT ON FUNCTION billing.record_payment_result(text, text, text, text, timestamptz) IS
-'Records a gateway outcome: SUCCEEDED pays an OPEN or REVIEW invoice (RefundDue when the invoice is already PAID, VOID or FAILED), DECLINED follows dunning, UNKNOWN retries with the same key (in 15 min, sooner near the key''s expiry), NOT_FOUND (the gateway never saw the key) retries at once with a new key.
+COMMENT ON FUNCTION billing.record_payment_result(text, text, text, text, timestamptz, boolean) IS
+'Records a gateway outcome: SUCCEEDED pays an OPEN or REVIEW invoice (RefundDue and a refund row when the invoice is already PAID, VOID or FAILED), DECLINED follows dunning (p_hard_decline: the method is retired and the invoice waits for a new one), UNKNOWN retries with the same key (in 15 min, sooner near the key''s expiry), NOT_FOUND (the gateway never saw the key) retries at once with a new key.
 Returns the invoice; idempotent; BL404 for an unknown key, BL422 for an unknown outcome.';
 
 -- The disagreement, if any, between a successful webhook and the attempt it reports on.
@@ -424,9 +532,10 @@ COMMENT ON FUNCTION billing._webhook_mismatch(billing.payment_attempt, bigint, j
 Returns the differences as text, '''' when they agree.';
 
 DROP FUNCTION IF EXISTS billing.apply_gateway_webhook(text, text, text, text, jsonb, timestamptz);
+DROP FUNCTION IF EXISTS billing.apply_gateway_webhook(text, text, text, text, jsonb, timestamptz, boolean);
 CREATE OR REPLACE FUNCTION billing.apply_gateway_webhook(
     p_event_id text, p_idempotency_key text, p_outcome text, p_gateway_reference text,
-    p_payload jsonb, p_now timestamptz DEFAULT now())
+    p_payload jsonb, p_now timestamptz DEFAULT now(), p_hard_decline boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -436,7 +545,7 @@ DECLARE
     v_invoice  billing.invoice;
     v_mismatch text := '';
 BEGIN
-    PERFORM billing._audit('apply_gateway_webhook', jsonb_build_object('event_id', p_event_id, 'idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'gateway_reference', p_gateway_reference, 'now', p_now));
+    PERFORM billing._audit('apply_gateway_webhook', jsonb_build_object('event_id', p_event_id, 'idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'gateway_reference', p_gateway_reference, 'now', p_now, 'hard_decline', p_hard_decline));
     PERFORM billing._check_now(p_now);
     IF p_event_id IS NULL OR btrim(p_event_id) = '' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a webhook event id is required';
@@ -473,10 +582,11 @@ BEGIN
     END IF;
     PERFORM billing._apply_payment_result(
         p_idempotency_key, p_outcome, p_gateway_reference,
-        coalesce(p_payload ->> 'declineCode', p_payload ->> 'failureReason', p_payload ->> 'failure_reason'), p_now);
+        coalesce(p_payload ->> 'declineCode', p_payload ->> 'failureReason', p_payload ->> 'failure_reason'), p_now,
+        p_hard_decline);
     RETURN 'APPLIED';
 END
 $$;
-COMMENT ON FUNCTION billing.apply_gateway_webhook(text, text, text, text, jsonb, timestamptz) IS
-'Stores a gateway webhook once per p_event_id and applies it like record_payment_result (decline reason from payload declineCode); a success whose amount, currency or customerId disagree with the attempt is kept unapplied with a review reason and event PaymentReviewRequired.
+COMMENT ON FUNCTION billing.apply_gateway_webhook(text, text, text, text, jsonb, timestamptz, boolean) IS
+'Stores a gateway webhook once per p_event_id and applies it like record_payment_result (decline reason from payload declineCode, p_hard_decline as the provider classified it); a success whose amount, currency or customerId disagree with the attempt is kept unapplied with a review reason and event PaymentReviewRequired.
 Returns APPLIED, DUPLICATE (delivered before) or REVIEW (kept, not applied); BL404 for an unknown key (nothing stored, the gateway retries).';

@@ -3,9 +3,10 @@
 -- per-call costs (a round trip, a transaction and its commit, the function's entry checks) and
 -- reports, per result, what record_payment_result returned or which BL error it raised.
 
+DROP FUNCTION IF EXISTS billing.record_payment_results(text[], text[], text[], text[], timestamptz);
 CREATE OR REPLACE FUNCTION billing.record_payment_results(
     p_idempotency_keys text[], p_outcomes text[], p_gateway_references text[] DEFAULT NULL,
-    p_failure_reasons text[] DEFAULT NULL, p_now timestamptz DEFAULT now())
+    p_failure_reasons text[] DEFAULT NULL, p_now timestamptz DEFAULT now(), p_hard_declines boolean[] DEFAULT NULL)
 RETURNS TABLE (idempotency_key text, invoice_id bigint, invoice_status text, error_code text, error_message text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -19,14 +20,15 @@ DECLARE
     v_state   text;
     v_message text;
 BEGIN
-    PERFORM billing._audit('record_payment_results', jsonb_build_object('idempotency_keys', p_idempotency_keys, 'outcomes', p_outcomes, 'gateway_references', p_gateway_references, 'failure_reasons', p_failure_reasons, 'now', p_now));
+    PERFORM billing._audit('record_payment_results', jsonb_build_object('idempotency_keys', p_idempotency_keys, 'outcomes', p_outcomes, 'gateway_references', p_gateway_references, 'failure_reasons', p_failure_reasons, 'now', p_now, 'hard_declines', p_hard_declines));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', v_count, 1, 10000);
     IF coalesce(cardinality(p_outcomes), 0) <> v_count
        OR (p_gateway_references IS NOT NULL AND cardinality(p_gateway_references) <> v_count)
-       OR (p_failure_reasons IS NOT NULL AND cardinality(p_failure_reasons) <> v_count) THEN
+       OR (p_failure_reasons IS NOT NULL AND cardinality(p_failure_reasons) <> v_count)
+       OR (p_hard_declines IS NOT NULL AND cardinality(p_hard_declines) <> v_count) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = 'record_payment_results needs one outcome (and, if given, one reference and one reason) per key';
+            MESSAGE = 'record_payment_results needs one outcome (and, if given, one reference, one reason and one hard-decline flag) per key';
     END IF;
 
     -- In key order: two batches that share keys (a re-claimed invoice) lock in the same order.
@@ -38,7 +40,8 @@ BEGIN
         error_message := NULL;
         BEGIN
             v_invoice := billing.record_payment_result(p_idempotency_keys[v_i], p_outcomes[v_i],
-                                                       p_gateway_references[v_i], p_failure_reasons[v_i], p_now);
+                                                       p_gateway_references[v_i], p_failure_reasons[v_i], p_now,
+                                                       coalesce(p_hard_declines[v_i], false));
             invoice_id := v_invoice.id;
             invoice_status := v_invoice.status;
         EXCEPTION WHEN SQLSTATE 'BL000' THEN  -- the class: BL404, BL422, ... refuse this result only
@@ -50,6 +53,6 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION billing.record_payment_results(text[], text[], text[], text[], timestamptz) IS
+COMMENT ON FUNCTION billing.record_payment_results(text[], text[], text[], text[], timestamptz, boolean[]) IS
 'Records many gateway outcomes in one transaction: element i of each array is one billing.record_payment_result call (same rules, idempotent).
 Returns one row per key: the invoice id and status after it, or the BL error code and message that refused it (the others are still recorded); BL422 when the arrays differ in length or hold 0 or more than 10,000 results.';

@@ -37,6 +37,16 @@ COMMENT ON FUNCTION billing.outbox_stats(timestamptz) IS
 'The outbox at p_now: unpublished events (backlog), those claimable now (due), those leased by a relay and until when, DEAD ones, and the oldest unpublished event''s creation time and age in seconds.
 Returns one row; ages are 0 when nothing waits.';
 
+-- The return type grew (waiting for a payment method, refunds pending): the old one is dropped.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc
+                WHERE oid = to_regprocedure('billing.status_summary(timestamptz)')
+                  AND NOT 'invoices_waiting_for_method' = ANY (proargnames)) THEN
+        DROP FUNCTION billing.status_summary(timestamptz);
+    END IF;
+END
+$$;
 CREATE OR REPLACE FUNCTION billing.status_summary(p_now timestamptz DEFAULT now())
 RETURNS TABLE (
     subscriptions_active      bigint,
@@ -52,7 +62,9 @@ RETURNS TABLE (
     outbox_backlog            bigint,
     outbox_due                bigint,
     outbox_dead               bigint,
-    outbox_oldest_age_seconds double precision
+    outbox_oldest_age_seconds double precision,
+    invoices_waiting_for_method bigint,
+    refunds_pending           bigint
 )
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -72,16 +84,18 @@ AS $$
                count(*) FILTER (WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now) AS charges_due,
                count(*) FILTER (WHERE i.status = 'OPEN' AND i.attempt_count > 0) AS dunning,
                count(*) FILTER (WHERE i.status = 'FAILED') AS failed,
-               count(*) FILTER (WHERE i.status = 'PAID') AS paid
+               count(*) FILTER (WHERE i.status = 'PAID') AS paid,
+               count(*) FILTER (WHERE i.status = 'OPEN' AND i.waiting_for IS NOT NULL) AS waiting
         FROM billing.invoice i
     )
     SELECT subs.active, subs.past_due, subs.canceled, due.n, due.oldest,
            inv.open, inv.charges_due, inv.dunning, inv.failed, inv.paid,
-           o.backlog, o.due, o.dead, o.oldest_age_seconds
+           o.backlog, o.due, o.dead, o.oldest_age_seconds, inv.waiting,
+           (SELECT count(*) FROM billing.refund r WHERE r.status = 'REQUESTED')
     FROM subs, due, inv, billing.outbox_stats(p_now) o
 $$;
 COMMENT ON FUNCTION billing.status_summary(timestamptz) IS
-'One row for `billing status`: subscriptions by status, renewals due at p_now, invoices open / chargeable now / in dunning (declined at least once) / failed / paid, and the outbox figures of outbox_stats.
+'One row for `billing status`: subscriptions by status, renewals due at p_now, invoices open / chargeable now / in dunning (declined at least once) / failed / paid, the outbox figures of outbox_stats, invoices waiting for a payment method and refunds not executed yet.
 Scans subscription and invoice: meant for an operator, not for a frequent scrape.';
 
 GRANT EXECUTE ON FUNCTION billing.outbox_stats(timestamptz) TO billing_app;

@@ -128,13 +128,12 @@ CREATE OR REPLACE FUNCTION billing._span_monthly_factor(p_start timestamptz, p_e
 RETURNS numeric
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT CASE WHEN d BETWEEN 27.9 AND 31.1 THEN 1::numeric
-                WHEN d BETWEEN 364.9 AND 366.1 THEN 1::numeric / 12
-                ELSE 30.436875 / d END
-      FROM (SELECT (extract(epoch FROM p_end - p_start) / 86400)::numeric AS d) x
+    SELECT CASE WHEN p_end - p_start BETWEEN interval '27 days 21 hours' AND interval '31 days 3 hours' THEN 1::numeric
+                WHEN p_end - p_start BETWEEN interval '364 days 21 hours' AND interval '366 days 3 hours' THEN 1::numeric / 12
+                ELSE 2629746::numeric / extract(epoch FROM p_end - p_start) END
 $$;
 COMMENT ON FUNCTION billing._span_monthly_factor(timestamptz, timestamptz) IS
-'Private: what share of a month a billed span is (28..31 days: one month; 365..366 days: a twelfth; else by a mean month).
+'Private: what share of a month a billed span is (about 28..31 days: one month; about 365..366 days: a twelfth; else by a mean month of 30.436875 days).
 Returns a numeric factor.';
 
 CREATE OR REPLACE FUNCTION billing.console_mrr(p_now timestamptz DEFAULT now(), p_days integer DEFAULT 30)
@@ -143,25 +142,37 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_first timestamptz;
 BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('days', p_days, 1, 366);
-    -- The trend: at the end of each of the last p_days days, the billed run-rate of the periods
-    -- covering that instant (signup and renewal invoices not voided or failed), per currency.
-    -- The last point, at p_now, is today's MRR from the subscriptions and their plans.
+    v_first := p_now - make_interval(days => p_days);
+    -- The trend: at the end of each of the p_days days before p_now (point k at v_first + k days),
+    -- the monthly share of the billed periods covering that instant. Each period adds its share at
+    -- its first covered point and takes it back after its last (a running sum over the points), so
+    -- the cost is one pass over the invoices whatever the number of points.
     RETURN QUERY
-    WITH points AS (
-        SELECT g AS at
-          FROM generate_series(p_now - make_interval(days => p_days), p_now - interval '1 day', interval '1 day') g
-    ), billed AS (
-        SELECT i.currency::text AS currency, pt.at,
-               round(sum(i.subtotal * billing._span_monthly_factor(i.period_start, i.period_end)))::bigint AS mrr
-          FROM points pt
-          JOIN billing.invoice i
-            ON i.period_start <= pt.at AND i.period_end > pt.at
-           AND i.kind IN ('INITIAL', 'RENEWAL') AND i.status IN ('OPEN', 'PAID')
-           AND i.period_end > p_now - make_interval(days => p_days)
-         GROUP BY 1, 2
+    WITH billed AS (
+        SELECT i.currency::text AS currency,
+               (i.subtotal * billing._span_monthly_factor(i.period_start, i.period_end) * 100)::bigint AS monthly,
+               greatest(ceil(extract(epoch FROM i.period_start - v_first) / 86400), 0)::int AS k_from,
+               ceil(extract(epoch FROM i.period_end - v_first) / 86400)::int AS k_to
+          FROM billing.invoice i
+         WHERE i.kind IN ('INITIAL', 'RENEWAL') AND i.status IN ('OPEN', 'PAID')
+           AND i.period_end > v_first AND i.period_start < p_now
+    ), steps AS (
+        SELECT b.currency, b.k_from AS k, sum(b.monthly) AS delta FROM billed b WHERE b.k_from < p_days GROUP BY 1, 2
+        UNION ALL
+        SELECT b.currency, b.k_to, -sum(b.monthly) FROM billed b WHERE b.k_to < p_days GROUP BY 1, 2
+    ), grid AS (
+        SELECT c.currency, k
+          FROM (SELECT DISTINCT s.currency FROM steps s) c CROSS JOIN generate_series(0, p_days - 1) k
+    ), trend AS (
+        SELECT g.currency, v_first + make_interval(days => g.k) AS at,
+               round(sum(coalesce((SELECT sum(s.delta) FROM steps s WHERE s.currency = g.currency AND s.k = g.k), 0))
+                     OVER (PARTITION BY g.currency ORDER BY g.k) / 100.0)::bigint AS mrr
+          FROM grid g
     ), current AS (
         SELECT p.currency::text AS currency, p_now AS at,
                round(sum(p.price_amount * billing._monthly_factor(p.billing_interval, p.interval_count)))::bigint AS mrr
@@ -170,7 +181,7 @@ BEGIN
          WHERE s.status IN ('ACTIVE', 'PAST_DUE')
          GROUP BY 1
     )
-    SELECT * FROM billed
+    SELECT * FROM trend
     UNION ALL
     SELECT * FROM current
     ORDER BY 1, 2;

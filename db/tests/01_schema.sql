@@ -58,9 +58,9 @@ SELECT is(
     'each contract function exists exactly once (no stale overloads)');
 
 SELECT function_returns('billing', 'create_due_invoices', ARRAY['integer', 'timestamp with time zone'], 'integer');
-SELECT function_returns('billing', 'claim_charges', ARRAY['text', 'integer', 'interval', 'timestamp with time zone'], 'setof record');
+SELECT function_returns('billing', 'claim_charges', ARRAY['text', 'integer', 'interval', 'timestamp with time zone', 'text'], 'setof record');
 SELECT function_returns('billing', 'record_payment_result',
-    ARRAY['text', 'text', 'text', 'text', 'timestamp with time zone'], 'billing.invoice');
+    ARRAY['text', 'text', 'text', 'text', 'timestamp with time zone', 'boolean'], 'billing.invoice');
 SELECT function_returns('billing', 'claim_outbox_events', ARRAY['integer', 'interval', 'timestamp with time zone'], 'setof billing.outbox_event');
 SELECT is(
     (SELECT pg_get_function_arguments('billing.cancel_subscription(bigint,boolean,timestamptz,bigint)'::regprocedure)),

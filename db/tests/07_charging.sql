@@ -135,7 +135,8 @@ SELECT results_eq(
     $$VALUES ('FAILED')$$, 'a success after FAILED leaves the invoice closed (its credit went back, the period was written off)');
 SELECT results_eq($$SELECT event_type, payload -> 'data' ->> 'reason' FROM billing.outbox_event WHERE aggregate_type = 'invoice'
                      AND aggregate_id = pg_temp.inv('t07-e') AND created_at = '2027-01-10 16:30Z' ORDER BY id$$,
-                  $$VALUES ('RefundDue', 'INVOICE_FAILED')$$, 'RefundDue: the money is not owed');
+                  $$VALUES ('RefundDue', 'INVOICE_FAILED'), ('RefundRequested', 'INVOICE_FAILED')$$,
+                  'RefundDue: the money is not owed, and a refund of it is requested');
 SELECT is((billing.get_subscription(pg_temp.sid('t07-e'))).status, 'CANCELED', 'the subscription stays CANCELED');
 
 -- VOID then success, and webhooks --------------------------------------------------------------

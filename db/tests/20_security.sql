@@ -13,7 +13,7 @@ SELECT is((SELECT count(*)::int FROM pg_proc WHERE pronamespace = 'billing'::reg
             AND proowner <> 'billing_owner'::regrole), 0, 'every function belongs to billing_owner');
 SELECT is((SELECT rolcanlogin OR rolsuper FROM pg_roles WHERE rolname = 'billing_owner'), false,
           'the owner can neither log in nor is a superuser');
-SELECT ok(NOT has_function_privilege('billing_api', 'billing.record_payment_result(text,text,text,text,timestamptz)', 'EXECUTE'),
+SELECT ok(NOT has_function_privilege('billing_api', 'billing.record_payment_result(text,text,text,text,timestamptz,boolean)', 'EXECUTE'),
           'billing_api cannot record payment results');
 SELECT ok(NOT has_function_privilege('billing_api', 'billing.upsert_plan(text,bigint,text,text,integer,timestamptz,integer)', 'EXECUTE'),
           'billing_api cannot change plans');

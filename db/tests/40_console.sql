@@ -1,6 +1,6 @@
 -- The operator console's SQL (db/functions/86_console.sql): sessions, reads, MRR, replay.
 BEGIN;
-SELECT plan(25);
+SELECT plan(26);
 
 SELECT billing.upsert_plan('C_M', 3000, 'EUR', 'MONTH', 1);
 SELECT billing.upsert_plan('C_Y', 24000, 'EUR', 'YEAR', 1);
@@ -59,6 +59,18 @@ SELECT is((SELECT array_agg(currency || ' ' || mrr ORDER BY currency) FROM billi
           ARRAY['EUR 5000', 'JPY ' || round(700 * 30.436875 / 14)::bigint], 'MRR from the plans, per currency');
 SELECT is((SELECT mrr FROM billing.console_mrr('2026-03-05Z', 3) WHERE currency = 'EUR' AND at = '2026-03-04Z'), 5000::bigint,
           'the trend counts the billed periods covering each day the same way');
+SELECT billing.create_due_invoices(100, '2026-04-02Z');  -- renewals: a second billed period each
+-- The trend's running sum equals counting, at each point, the billed periods that cover it.
+SELECT is((SELECT array_agg(currency || ' ' || at || ' ' || mrr ORDER BY currency, at)
+             FROM billing.console_mrr('2026-04-20Z', 60) WHERE at < '2026-04-20Z' AND mrr <> 0),
+          (SELECT array_agg(currency || ' ' || at || ' ' || mrr ORDER BY currency, at) FROM (
+               SELECT i.currency::text AS currency, g AS at,
+                      round(sum((i.subtotal * billing._span_monthly_factor(i.period_start, i.period_end) * 100)::bigint) / 100.0)::bigint AS mrr
+                 FROM generate_series(timestamptz '2026-04-20Z' - interval '60 days', '2026-04-19Z', interval '1 day') g
+                 JOIN billing.invoice i ON i.period_start <= g AND i.period_end > g
+                WHERE i.kind IN ('INITIAL', 'RENEWAL') AND i.status IN ('OPEN', 'PAID')
+                GROUP BY 1, 2) x WHERE mrr <> 0),
+          'the trend equals a direct count of the periods covering each point');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM billing.console_functions(ARRAY['change_plan', 'no_such_function'])),
           ARRAY['change_plan'], 'only the functions that exist are offered');
 

@@ -2,7 +2,7 @@
 -- changes and calendar billing (docs/lifecycle.md): each function's happy path, every error code,
 -- time zones, month ends and DST.
 BEGIN;
-SELECT plan(147);
+SELECT plan(148);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS
 $$ SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key $$;
@@ -329,6 +329,11 @@ SELECT is((SELECT cancel_reason FROM billing.subscription WHERE id = pg_temp.sid
           'canceled by dunning');
 SELECT throws_ok(format('SELECT billing.reactivate_subscription(%s, %L)', pg_temp.sid('t60-r1'), '2026-02-12Z'),
                  'BL422', NULL, 'p_now before the cancellation: BL422');
+-- a customer paying with stored payment methods needs a new one (the one dunning wore out is not tried again)
+SELECT billing.set_payment_method(6003, 'sim', 'cus_6003', 'pm_old', 'visa', '4242', 12, 2030, '2026-01-20Z');
+SELECT throws_ok(format('SELECT billing.reactivate_subscription(%s, %L)', pg_temp.sid('t60-r1'), '2026-03-01Z'),
+                 'BL409', NULL, 'no payment method added since the cancellation: BL409');
+SELECT billing.set_payment_method(6003, 'sim', 'cus_6003', 'pm_new', 'visa', '1881', 12, 2031, '2026-03-20Z');
 SELECT results_eq(
     $$SELECT status, canceled_at, cancel_reason, current_period_start, current_period_end
         FROM billing.reactivate_subscription(pg_temp.sid('t60-r1'), '2026-03-28 23:30Z')$$,

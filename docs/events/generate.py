@@ -61,6 +61,34 @@ SUBSCRIPTION = {
     "couponCode": nullable({"type": "string", "minLength": 1}),
 }
 
+REFUND = {
+    "refundId": ID,
+    "invoiceId": ID,
+    "customerId": ID,
+    "amount": {"type": "integer", "minimum": 1, "description": "An amount in the currency's smallest unit."},
+    "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+    "reason": {"enum": ["REQUESTED", "DUPLICATE_CHARGE", "SUBSCRIPTION_CANCELED", "INVOICE_VOID", "INVOICE_FAILED"]},
+    "status": {"enum": ["REQUESTED", "SUCCEEDED", "FAILED"]},
+    "idempotencyKey": {"type": "string", "pattern": "^[a-z0-9]+-ref-[1-9][0-9]*$"},
+    "provider": {"type": "string"},
+    "providerReference": nullable({"type": "string"}),
+    "failureReason": nullable({"type": "string"}),
+    "requestedAt": INSTANT,
+    "settledAt": nullable(INSTANT),
+}
+
+PAYMENT_METHOD = {
+    "customerId": ID,
+    "paymentMethodId": ID,
+    "provider": {"type": "string"},
+    "brand": nullable({"type": "string"}),
+    "last4": nullable({"type": "string", "pattern": "^[0-9]{4}$"}),
+    "expMonth": {"type": "integer", "minimum": 1, "maximum": 12},
+    "expYear": {"type": "integer"},
+    "isDefault": {"type": "boolean"},
+    "status": {"enum": ["ACTIVE", "DECLINED", "DETACHED"]},
+}
+
 ENDPOINT = {
     "endpointId": ID,
     "url": {"type": "string"},
@@ -71,11 +99,11 @@ ENDPOINT = {
 }
 
 
-def obj(props: dict, *, const: dict | None = None, extra_required: tuple = ()) -> dict:
+def obj(props: dict, *, const: dict | None = None, extra_required: tuple = (), optional: tuple = ()) -> dict:
     props = dict(props)
     props.update(const or {})
-    return {"type": "object", "properties": props, "required": sorted(set(props) | set(extra_required)),
-            "additionalProperties": False}
+    return {"type": "object", "properties": props,
+            "required": sorted((set(props) | set(extra_required)) - set(optional)), "additionalProperties": False}
 
 
 def change(schema: dict) -> dict:
@@ -91,7 +119,31 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                     obj(INVOICE, const={"status": {"const": "PAID"}, "paidAt": INSTANT})),
     "InvoicePaymentFailed": ("invoice/<id>", "a charge was declined (`final` says whether dunning goes on)",
                              obj({**INVOICE, "failureReason": nullable({"type": "string"}),
-                                  "nextAttemptAt": nullable(INSTANT), "final": {"type": "boolean"}})),
+                                  "nextAttemptAt": nullable(INSTANT), "final": {"type": "boolean"},
+                                  "hardDecline": {"type": "boolean", "description": "The decline needs a new "
+                                                  "payment method: the schedule stops (absent before issue 12)."}},
+                                 optional=("hardDecline",))),
+    "InvoicePaymentMethodRequired": ("invoice/<id>", "an invoice cannot be charged until the customer gives a usable "
+                                                     "payment method (none recorded with a real provider, the "
+                                                     "default one expired, or a hard decline); it waits, OPEN",
+                                     obj({**INVOICE, "reason": {"enum": ["NO_PAYMENT_METHOD", "PAYMENT_METHOD_EXPIRED",
+                                                                         "HARD_DECLINE"]},
+                                          "declineCode": nullable({"type": "string"}), "provider": {"type": "string"}})),
+    "RefundRequested": ("invoice/<id>", "a refund of (part of) a charge is asked (through the API, or by the engine "
+                                        "for money not owed); the worker executes it",
+                        obj(REFUND, const={"status": {"const": "REQUESTED"}})),
+    "RefundSucceeded": ("invoice/<id>", "the provider refunded the money", obj(REFUND, const={"status": {"const": "SUCCEEDED"}, "settledAt": INSTANT})),
+    "RefundFailed": ("invoice/<id>", "the provider refused the refund for good (the amount may be asked again)",
+                     obj(REFUND, const={"status": {"const": "FAILED"}, "settledAt": INSTANT})),
+    "RefundReview": ("invoice/<id>", "a refund's fate stayed unknown until its key expired at the provider: it is "
+                                     "never sent again, a person settles it",
+                     obj({**REFUND, "reviewReason": {"const": "KEY_EXPIRED"}}, const={"status": {"const": "REQUESTED"}})),
+    "PaymentMethodUpdated": ("customer/<id>", "a payment method is set (it becomes the default; the invoices retried "
+                                              "at once are listed) or detached",
+                             obj({**PAYMENT_METHOD, "retriedInvoiceIds": {"type": "array", "items": ID}})),
+    "PaymentMethodExpiring": ("customer/<id>", "the default card expires before the customer's next renewal, which is "
+                                               "at most the configured number of days away (once per card)",
+                              obj({**PAYMENT_METHOD, "expiresAt": INSTANT, "renewalAt": INSTANT})),
     "InvoiceFailed": ("invoice/<id>", "the dunning schedule is exhausted: the invoice will not be charged again",
                       obj(INVOICE, const={"status": {"const": "FAILED"}})),
     "InvoiceVoided": ("invoice/<id>", "an OPEN invoice is voided because its subscription ended (its credit is restored)",
@@ -172,7 +224,7 @@ ENVELOPE = {
         "id": {"type": "string", "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
         "source": {"const": "billing"},
         "type": {"enum": sorted(CATALOGUE)},
-        "subject": {"type": "string", "pattern": "^(invoice|subscription|webhook_endpoint)/[1-9][0-9]*$"},
+        "subject": {"type": "string", "pattern": "^(invoice|subscription|webhook_endpoint|customer)/[1-9][0-9]*$"},
         "time": INSTANT,
         "datacontenttype": {"const": "application/json"},
         "dataschema": {"type": "string", "pattern": "^urn:billing:events:[A-Za-z]+:v[1-9][0-9]*$"},

@@ -88,3 +88,50 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 60.0, group_prefi
         return out
     finally:
         consumer.close()
+
+
+def money_balances(ledger: dict, paid_cash: dict[str, int], refund_rows: list[dict] | None = None,
+                   key_pattern: str = r"^[a-z0-9]+-ref-(\d+)$") -> Check:
+    """Money collected minus money refunded, per currency, from the gateway's own ledger, equals the
+    cash of the PAID invoices (amount - amount_refunded) from the database; and no refund was
+    executed twice (each refund key once at the gateway, no refund of a charge beyond what it
+    collected). `paid_cash`: currency -> sum over PAID invoices; `refund_rows`: the refund table
+    (its keys must be the only refunds the gateway made, each SUCCEEDED)."""
+    import re
+
+    collected: dict[str, int] = {}
+    refunded: dict[str, int] = {}
+    charges = {c["idempotencyKey"]: c for c in ledger.get("charges", [])}
+    for c in charges.values():
+        if c.get("status") == "succeeded":
+            collected[c["currency"]] = collected.get(c["currency"], 0) + c["amount"]
+    examples: list[str] = []
+    keys = [r["idempotencyKey"] for r in ledger.get("refunds", [])]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    examples += [f"refund key {k} executed twice" for k in twice[:5]]
+    per_charge: dict[str, int] = {}
+    for r in ledger.get("refunds", []):
+        refunded[r["currency"]] = refunded.get(r["currency"], 0) + r["amount"]
+        per_charge[r["chargeKey"]] = per_charge.get(r["chargeKey"], 0) + r["amount"]
+    over = [k for k, amount in per_charge.items() if k not in charges or amount > charges[k]["amount"]]
+    examples += [f"charge {k} refunded beyond what it collected" for k in over[:5]]
+    unknown = []
+    if refund_rows is not None:
+        rows = {r["idempotency_key"]: r for r in refund_rows}
+        unknown = [k for k in keys if k not in rows or rows[k]["status"] != "SUCCEEDED"
+                   or not re.match(key_pattern, k)]
+        examples += [f"gateway refund {k} is not a SUCCEEDED refund row" for k in unknown[:5]]
+    currencies = sorted(set(collected) | set(refunded) | set(paid_cash))
+    net = {cur: collected.get(cur, 0) - refunded.get(cur, 0) for cur in currencies}
+    differ = [cur for cur in currencies if net[cur] != paid_cash.get(cur, 0)]
+    examples += [f"{cur}: collected {collected.get(cur, 0)} - refunded {refunded.get(cur, 0)} = {net[cur]}, "
+                 f"PAID invoices' cash {paid_cash.get(cur, 0)}" for cur in differ[:5]]
+    return Check(
+        "collected minus refunded equals the cash of PAID invoices",
+        ok=not differ and not twice and not over and not unknown,
+        figures=f"{len(charges)} charges, {len(keys)} refunds at the gateway ({sum(refunded.values())} minor units "
+                f"in {len(refunded)} currencies); {len(currencies)} currencies balance"
+                + (f", {len(differ)} do not" if differ else "") + f"; refunds executed twice: {len(twice)}",
+        examples=examples,
+        promise="per currency, what the gateway collected less what it refunded is what the PAID invoices keep; "
+                "no refund executed twice, none beyond its charge")

@@ -154,7 +154,7 @@ def _cli_actor() -> str:
 @database_url_option
 @click.option("--name", required=True, help="What the key is for (e.g. the calling application).")
 @click.option("--scope", "scopes", multiple=True, required=True,
-              type=click.Choice(["subscriptions:read", "subscriptions:write", "admin"]),
+              type=click.Choice(["subscriptions:read", "subscriptions:write", "refunds:write", "admin"]),
               help="Repeat for several; admin allows everything.")
 @click.pass_obj
 def api_key_create(settings: Settings, database_url, name, scopes) -> None:

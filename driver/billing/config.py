@@ -3,8 +3,8 @@
 The one place where the driver reads its `BILLING_*` environment variables, and where each
 setting's default is written: the command line's options default to None ("as the settings say").
 
-Secrets (the database and Redis URLs, which may hold passwords, the webhook secret, the Kafka
-password) have no default and may come from a file: `BILLING_X_FILE=/run/secrets/x` instead of
+Secrets (the database and Redis URLs, which may hold passwords, the webhook secrets, the Stripe
+API key, the Kafka password) have no default and may come from a file: `BILLING_X_FILE=/run/secrets/x` instead of
 `BILLING_X` (as Docker and Kubernetes secrets are mounted; setting both is an error).
 `Settings.secret_problems` says which secrets `billing serve` and `billing worker` refuse:
 shorter than 32 characters, or a known placeholder (docs/security.md).
@@ -78,6 +78,15 @@ def secret_problem(what: str, value: str) -> str | None:
     return None
 
 
+_STRIPE_PREFIX = re.compile(r"^(?:sk|rk)_(?:live|test)_|^whsec_")
+
+
+def stripe_secret_problem(what: str, value: str) -> str | None:
+    """A Stripe key or webhook secret: the part after its well-known prefix (sk_live_, whsec_...)
+    must itself be a good secret (a prefix adds no secrecy)."""
+    return secret_problem(what, _STRIPE_PREFIX.sub("", value, count=1)) or secret_problem(what, value)
+
+
 def _url_password(url: str | None) -> str | None:
     if not url:
         return None
@@ -121,6 +130,16 @@ class Settings:
     gateway_url: str = "http://127.0.0.1:8099"
     gateway_rate: int = 200
     webhook_secret: str | None = None
+    # The payment provider the worker charges through (docs/providers.md): sim (the simulator's
+    # protocol at gateway_url) or stripe (its REST API at stripe_api_base with stripe_api_key;
+    # webhooks at /webhooks/stripe signed with stripe_webhook_secret).
+    gateway_provider: str = "sim"
+    stripe_api_key: str | None = None
+    stripe_api_base: str = "https://api.stripe.com"
+    stripe_webhook_secret: str | None = None
+    # A default card that expires before the customer's next renewal is announced this many days
+    # before that renewal (PaymentMethodExpiring).
+    card_expiry_notice_days: int = 7
     # How long a claimed invoice stays with its worker (claim_charges p_lease), and the gateway
     # call's timeout, which must stay well inside the lease.
     charge_lease_seconds: float = 300.0
@@ -176,6 +195,11 @@ class Settings:
             gateway_url=env.get("BILLING_GATEWAY_URL") or cls.gateway_url,
             gateway_rate=_env_int("BILLING_GATEWAY_RATE", cls.gateway_rate),
             webhook_secret=_env_secret("BILLING_WEBHOOK_SECRET"),
+            gateway_provider=(env.get("BILLING_GATEWAY_PROVIDER") or cls.gateway_provider).strip().lower(),
+            stripe_api_key=_env_secret("BILLING_STRIPE_API_KEY"),
+            stripe_api_base=env.get("BILLING_STRIPE_API_BASE") or cls.stripe_api_base,
+            stripe_webhook_secret=_env_secret("BILLING_STRIPE_WEBHOOK_SECRET"),
+            card_expiry_notice_days=_env_int("BILLING_CARD_EXPIRY_NOTICE_DAYS", cls.card_expiry_notice_days),
             charge_lease_seconds=_env_float("BILLING_CHARGE_LEASE_SECONDS", cls.charge_lease_seconds),
             gateway_timeout_seconds=_env_float("BILLING_GATEWAY_TIMEOUT_SECONDS", cls.gateway_timeout_seconds),
             limiter_guard_ms=_env_float("BILLING_LIMITER_GUARD_MS", cls.limiter_guard_ms),
@@ -211,6 +235,10 @@ class Settings:
         problems = []
         for i, secret in enumerate(s for s in (self.webhook_secret or "").split(",") if s):
             problems.append(secret_problem(f"BILLING_WEBHOOK_SECRET (secret {i + 1})", secret))
+        for i, secret in enumerate(s for s in (self.stripe_webhook_secret or "").split(",") if s):
+            problems.append(stripe_secret_problem(f"BILLING_STRIPE_WEBHOOK_SECRET (secret {i + 1})", secret))
+        if self.stripe_api_key:
+            problems.append(stripe_secret_problem("BILLING_STRIPE_API_KEY", self.stripe_api_key))
         for what, url in (("the password in BILLING_DATABASE_URL", self.database_url),
                           ("the password in BILLING_REDIS_URL", self.redis_url)):
             password = _url_password(url)

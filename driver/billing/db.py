@@ -17,15 +17,30 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 CREATE_DUE_INVOICES = "SELECT billing.create_due_invoices(%(batch)s, %(now)s) AS handled"
 CLAIM_CHARGES = (
-    "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup "
-    "FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s)"
+    "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup, customer_ref, "
+    "payment_method_ref FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s, %(provider)s)"
+)
+# Refunds (db/functions/57_refunds.sql): the worker claims and records; the API requests and lists.
+CLAIM_REFUNDS = "SELECT * FROM billing.claim_refunds(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s)"
+RECORD_REFUND_RESULT = (
+    "SELECT * FROM billing.record_refund_result(%(key)s, %(outcome)s, %(reference)s, %(reason)s, %(now)s)"
+)
+REFUND_INVOICE = "SELECT * FROM billing.refund_invoice(%(invoice_id)s, %(amount)s, %(request_key)s, %(now)s)"
+LIST_REFUNDS = "SELECT * FROM billing.list_refunds(%(invoice_id)s)"
+# Payment methods (db/functions/52_payment_methods.sql).
+SET_PAYMENT_METHOD = (
+    "SELECT * FROM billing.set_payment_method(%(customer_id)s, %(provider)s, %(customer_ref)s, "
+    "%(payment_method_ref)s, %(brand)s, %(last4)s, %(exp_month)s, %(exp_year)s, %(now)s)"
+)
+ANNOUNCE_EXPIRING_PAYMENT_METHODS = (
+    "SELECT billing.announce_expiring_payment_methods(%(days)s, %(batch)s, %(now)s) AS announced"
 )
 RECORD_PAYMENT_RESULT = (
     "SELECT * FROM billing.record_payment_result(%(key)s, %(outcome)s, %(reference)s, %(reason)s, %(now)s)"
 )
 APPLY_GATEWAY_WEBHOOK = (
     "SELECT billing.apply_gateway_webhook(%(event_id)s, %(key)s, %(outcome)s, %(reference)s, "
-    "%(payload)s::jsonb, %(now)s) AS outcome"
+    "%(payload)s::jsonb, %(now)s, %(hard_decline)s) AS outcome"
 )
 CLAIM_OUTBOX_EVENTS = "SELECT * FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s)"
 MARK_OUTBOX_PUBLISHED = "SELECT billing.mark_outbox_published(%(ids)s::bigint[], %(now)s) AS marked"
@@ -115,6 +130,18 @@ DEMO_CHARGEABLE = (
     "SELECT count(*) AS n FROM billing.invoice WHERE status = 'OPEN' AND next_attempt_at <= %(now)s"
 )
 DEMO_OUTBOX_WRITTEN = "SELECT count(*) AS n FROM billing.outbox_event"
+# A demo customer asks for half of what their last payment has left (their last PAID invoice
+# charged at the gateway), through refund_invoice.
+DEMO_REFUND_INVOICE = (
+    "SELECT (billing.refund_invoice(i.id, greatest(1, (i.amount - i.amount_refunded) / 2), "
+    "'demo-refund-' || i.customer_id, %(now)s)).id FROM billing.invoice i "
+    "WHERE i.customer_id = %(customer_id)s AND i.status = 'PAID' AND i.paid_attempt_id IS NOT NULL "
+    "AND i.amount > i.amount_refunded ORDER BY i.paid_at DESC LIMIT 1"
+)
+# Refunds not executed yet, and when the next of them is due (the demo's end moves the clock there).
+DEMO_REFUNDS_PENDING = (
+    "SELECT count(*) AS n, min(next_attempt_at) AS next FROM billing.refund WHERE status = 'REQUESTED'"
+)
 DEMO_OUTBOX_PENDING = "SELECT count(*) AS n FROM billing.outbox_event WHERE status = 'PENDING'"
 
 

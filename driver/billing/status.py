@@ -48,6 +48,8 @@ def render(s: dict) -> str:
                                                     if s["renewals_due"] else "")),
         ("invoices open", f"{s['invoices_open']} ({s['charges_due']} to charge now)"),
         ("in dunning", f"{s['invoices_in_dunning']} open invoices declined at least once"),
+        ("waiting", f"{s['invoices_waiting_for_method']} open invoices waiting for a payment method"),
+        ("refunds", f"{s['refunds_pending']} requested, not executed yet"),
         ("failed", f"{s['invoices_failed']} invoices (dunning exhausted)"),
         ("paid", f"{s['invoices_paid']} invoices"),
         ("", ""),

@@ -95,6 +95,12 @@ class _Services:
 
         return self._get("kafka", "BILLING_TEST_KAFKA_BOOTSTRAP", "kafka", container)
 
+    def stripe_mock(self) -> str:
+        """stripe-mock (no container: the services script installs and starts it on loopback)."""
+        if "stripe-mock" not in self._cache:
+            self._cache["stripe-mock"] = os.environ.get("BILLING_TEST_STRIPE_MOCK_URL") or _script("stripe-mock")
+        return self._cache["stripe-mock"]
+
     def close(self) -> None:
         for c in self._containers:
             c.stop()
@@ -181,6 +187,12 @@ def redis_url(services) -> str:
     except redis.ConnectionError:
         pass  # a test may have stopped Redis on purpose
     client.close()
+
+
+@pytest.fixture(scope="session")
+def stripe_mock_url(services) -> str:
+    """Stripe's own mock server (validates every request against Stripe's OpenAPI description)."""
+    return services.stripe_mock()
 
 
 @pytest.fixture(scope="session")

@@ -53,8 +53,12 @@ ROUTES = [
     ("GET", "/webhook-endpoints/1", None),
     ("DELETE", "/webhook-endpoints/1", None),
     ("GET", "/webhook-endpoints/1/attempts", None),
+    ("PUT", "/customers/1/payment-method", {"provider": "sim", "paymentMethodRef": "pm_1", "expMonth": 12,
+                                            "expYear": 2031}),
+    ("POST", "/invoices/1/refunds", {"amount": 100}),
+    ("GET", "/invoices/1/refunds", None),
 ]
-PUBLIC_ROUTES = {("GET", "/healthz"), ("POST", "/webhooks/payments")}
+PUBLIC_ROUTES = {("GET", "/healthz"), ("POST", "/webhooks/payments"), ("POST", "/webhooks/stripe")}
 
 
 def seed(db_url: str) -> int:
@@ -123,7 +127,8 @@ def test_every_route_refuses_a_missing_unknown_or_malformed_key(db_url):
 
 def test_every_route_refuses_a_key_without_its_scope_and_accepts_one_with_it(db_url):
     sub_id = seed(db_url)
-    keys = {scope: create_key(db_url, scope, [scope]).key for scope in ("subscriptions:read", "subscriptions:write")}
+    keys = {scope: create_key(db_url, scope, [scope]).key
+            for scope in ("subscriptions:read", "subscriptions:write", "refunds:write")}
     admin = create_key(db_url, "admin", ["admin"]).key
     needs = {"GET /subscriptions/1": "subscriptions:read", "POST /subscriptions": "subscriptions:write",
              "POST /subscriptions/1/cancel": "subscriptions:write",
@@ -134,7 +139,9 @@ def test_every_route_refuses_a_key_without_its_scope_and_accepts_one_with_it(db_
              "POST /subscriptions/1/quantity": "subscriptions:write", "POST /coupons": "admin",
              "GET /admin/audit": "admin", "GET /metrics": "admin", "GET /openapi.json": "admin",
              "POST /webhook-endpoints": "admin", "GET /webhook-endpoints": "admin", "GET /webhook-endpoints/1": "admin",
-             "DELETE /webhook-endpoints/1": "admin", "GET /webhook-endpoints/1/attempts": "admin"}
+             "DELETE /webhook-endpoints/1": "admin", "GET /webhook-endpoints/1/attempts": "admin",
+             "PUT /customers/1/payment-method": "subscriptions:write", "POST /invoices/1/refunds": "refunds:write",
+             "GET /invoices/1/refunds": "subscriptions:read"}
 
     async def body():
         async with client_for(db_url) as client:

@@ -59,6 +59,25 @@ def shot(driver, name: str) -> None:
     driver.set_window_size(width, 900)
 
 
+def navigates(driver, act) -> None:
+    """Do `act` (a click, a submit) and wait until the browser has left the current page."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "html")
+    act()
+
+    def gone(_) -> bool:
+        try:
+            old.is_enabled()
+            return False
+        except WebDriverException:  # stale, or chromium's "node does not belong to the document"
+            return True
+
+    WebDriverWait(driver, 20).until(gone)
+
+
 def login(driver, url: str, key: str) -> None:
     from selenium.webdriver.common.by import By
 
@@ -66,7 +85,7 @@ def login(driver, url: str, key: str) -> None:
     assert "/console/login" in driver.current_url
     box = driver.find_element(By.ID, "key")
     box.send_keys(key)
-    box.submit()
+    navigates(driver, box.submit)
     assert driver.find_element(By.ID, "who").text.startswith(key.split("_")[0] + "_")
 
 
@@ -77,26 +96,27 @@ def one(db_url: str, query: str, params=()) -> dict:
 
 def submit_action(driver, action: str, target_id: int, *, accept: bool = True) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
 
     form = driver.find_element(By.CSS_SELECTOR, f'form[data-action="{action}"] input[name="id"][value="{target_id}"]') \
         .find_element(By.XPATH, "..")
     confirm = form.get_attribute("data-confirm")
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    if confirm:
-        alert = driver.switch_to.alert
-        alert.accept() if accept else alert.dismiss()
-        if not accept:
-            return
-    # The submit navigates: wait until the old page is gone before anyone reads the new one.
-    WebDriverWait(driver, 15).until(ec.staleness_of(form))
+    button = form.find_element(By.CSS_SELECTOR, "button[type=submit]")
+    if confirm and not accept:
+        button.click()
+        driver.switch_to.alert.dismiss()
+        return
+
+    def act():
+        button.click()
+        if confirm:
+            driver.switch_to.alert.accept()
+
+    navigates(driver, act)
 
 
 def test_console_in_a_browser(db_url, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
-    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
     world = build_world(db_url)
@@ -134,13 +154,12 @@ def test_console_in_a_browser(db_url, browser):
         assert len(d.find_elements(By.CSS_SELECTOR, "#customers tbody tr")) == 3
         box = d.find_element(By.ID, "q")
         box.send_keys("7002")
-        box.submit()
+        navigates(d, box.submit)
         rows = d.find_elements(By.CSS_SELECTOR, "#customers tbody tr")
         assert len(rows) == 1 and rows[0].text.startswith("7002")
         shot(d, "04-customers")
-        rows[0].find_element(By.TAG_NAME, "a").click()
-        WebDriverWait(d, 15, ignored_exceptions=(StaleElementReferenceException,)).until(
-            lambda drv: drv.find_element(By.TAG_NAME, "h1").text == "Customer 7002")
+        navigates(d, rows[0].find_element(By.TAG_NAME, "a").click)
+        assert d.find_element(By.TAG_NAME, "h1").text == "Customer 7002"
         assert d.find_elements(By.CSS_SELECTOR, "#customer-subscriptions tbody tr a")
         assert "InvoicePaid" in d.find_element(By.ID, "customer-timeline").text
         assert "charge attempt" in d.find_element(By.ID, "customer-timeline").text
@@ -166,7 +185,7 @@ def test_console_in_a_browser(db_url, browser):
 
         Select(form.find_element(By.TAG_NAME, "select")).select_by_value("PRO_Y")
         submit_action(d, "change-plan", world.subs["change"])
-        assert "done" in d.find_element(By.ID, "flash-ok").text
+        assert "done" in d.find_element(By.ID, "flash-ok").text, d.find_element(By.TAG_NAME, "main").text
         assert d.find_element(By.ID, "plan-code").text.startswith("PRO_Y")
         assert one(db_url, "SELECT billing.plan_code(plan_id) AS code FROM billing.subscription WHERE id = %s",
                    (world.subs["change"],))["code"] == "PRO_Y"
@@ -207,7 +226,7 @@ def test_console_in_a_browser(db_url, browser):
         box = d.find_element(By.ID, "subject")
         box.send_keys(f"invoice/{world.paid_invoice}")
         d.find_element(By.ID, "type").send_keys("InvoicePaid")
-        box.submit()
+        navigates(d, box.submit)
         rows = d.find_elements(By.CSS_SELECTOR, "#events-table tbody tr")
         assert len(rows) == 1 and rows[0].get_attribute("data-status") == "PUBLISHED"
         outbox_id = int(rows[0].get_attribute("id").removeprefix("event-"))
@@ -240,8 +259,8 @@ def test_console_in_a_browser(db_url, browser):
         # -- logging out ends the session on the server too.
         token = d.get_cookie("billing_console")["value"]
         d.get(f"{url}/console/")
-        d.find_element(By.CSS_SELECTOR, "form.who button").click()
-        WebDriverWait(d, 15).until(lambda drv: "/console/login" in drv.current_url)
+        navigates(d, d.find_element(By.CSS_SELECTOR, "form.who button").click)
+        assert "/console/login" in d.current_url
         import httpx
 
         r = httpx.get(f"{url}/console/", cookies={"billing_console": token}, follow_redirects=False)
@@ -257,10 +276,8 @@ def test_console_in_a_browser(db_url, browser):
         assert button.get_attribute("disabled") is not None
         d.execute_script("arguments[0].removeAttribute('disabled'); arguments[0].form.removeAttribute('data-confirm')",
                          button)
-        button.click()
-        # The click navigates: wait for the refusal page (the old page's h1 goes stale meanwhile).
-        WebDriverWait(d, 15, ignored_exceptions=(StaleElementReferenceException,)).until(
-            lambda drv: drv.find_element(By.TAG_NAME, "h1").text.startswith("this session may look but not act"))
+        navigates(d, button.click)
+        assert d.find_element(By.TAG_NAME, "h1").text.startswith("this session may look but not act")
         assert one(db_url, "SELECT status FROM billing.subscription WHERE id = %s", (world.subs["change"],))["status"] \
             == "ACTIVE"
         for path in ("/console/customers/7001", "/console/invoices", "/console/events"):

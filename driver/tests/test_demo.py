@@ -49,7 +49,14 @@ def test_small_demo_holds_every_invariant_and_writes_its_report(demo_run):
     assert exit_status(result.checks) == 0
     assert [c.name for c in result.checks] == [
         "no invoice charged twice", "no period skipped or overlapping", "every paid invoice announced",
-        "every event matches its schema", "no rate-limit excess", "gateway and database agree"]
+        "every event matches its schema", "no rate-limit excess", "gateway and database agree",
+        "collected minus refunded equals the cash of PAID invoices"]
+    # Refunds were asked (customers, and the engine's own rules) and executed, each once.
+    with psycopg.connect(result.database_url, row_factory=dict_row) as conn:
+        refunds = conn.execute("SELECT reason, status FROM billing.refund").fetchall()
+    assert refunds and {r["status"] for r in refunds} == {"SUCCEEDED"}
+    assert "REQUESTED" in {r["reason"] for r in refunds}
+    assert len(result.ledger["refunds"]) == len(refunds)
 
     # It did the work the scenario describes.
     s = result.stats
@@ -75,7 +82,7 @@ def test_small_demo_holds_every_invariant_and_writes_its_report(demo_run):
     for title in ("Campaign day, 1 September", "Renewal day, 1 October", "The whole window, per day",
                   "Dunning funnel", "Revenue by currency", "Invariants"):
         assert title in page
-    assert page.count("✔ holds") == 6 and "FAILS" not in page
+    assert page.count("✔ holds") == 7 and "FAILS" not in page
     assert "All invariants hold." in page
     assert (out / "report.events.jsonl").stat().st_size > 0
 
@@ -97,6 +104,16 @@ def test_checker_fails_on_a_second_charge_of_one_invoice(demo_run):
     assert any(f"invoice {invoice} charged successfully" in e for e in check.examples)
     assert any("twice" in e for e in check.examples)
     assert exit_status([check]) == 1
+
+
+def test_checker_fails_on_a_refund_executed_twice(demo_run):
+    result, _ = demo_run
+    ledger = copy.deepcopy(result.ledger)
+    ledger["refunds"].append(dict(ledger["refunds"][0]))
+    with psycopg.connect(result.database_url, row_factory=dict_row) as conn:
+        assert invariants.check_money(conn, result.ledger).ok
+        check = invariants.check_money(conn, ledger)
+    assert not check.ok and any("twice" in e for e in check.examples)
 
 
 def test_checker_fails_when_a_paid_invoice_was_never_announced(demo_run):
@@ -163,7 +180,7 @@ def test_scenario_is_deterministic_and_clustered():
     on_campaign_day = [x for x in signups if a.peaks[0][0] <= x.at < a.peaks[0][1]]
     assert len(on_campaign_day) > 0.5 * len(signups)
     assert {x.kind for x in a.actions} == {"signup", "upgrade", "downgrade", "cancel_now", "cancel_at_end",
-                                           "seats", "pause", "resume", "uncancel"}
+                                           "seats", "pause", "resume", "uncancel", "refund"}
     # The lifecycle: the campaign's coupon on its signups only, trials, seats, pauses with and without a date.
     assert all((x.coupon == "SEPT1") == (x.at < datetime(2026, 9, 2, 12, tzinfo=timezone.utc)
                                          and not x.plan_code.startswith("WEEKLY")) for x in signups)

@@ -106,7 +106,7 @@ def test_declines_are_deterministic_for_seed_and_key():
     assert [r.outcome for r in first] != [r.outcome for r in other_seed]
     declined = [r for r in first if r.outcome == DECLINED]
     assert 8 <= len(declined) <= 32
-    assert all(r.reason in ("insufficient_funds", "card_declined", "expired_card", "do_not_honor") for r in declined)
+    assert all(r.reason in ("insufficient_funds", "card_declined", "try_again_later", "do_not_honor") for r in declined)
 
 
 def test_errors_are_unknown_and_not_charged():

@@ -35,6 +35,9 @@ API = {
     # the lifecycle (db/functions/35_lifecycle.sql, docs/lifecycle.md)
     "upsert_coupon", "apply_coupon", "pause_subscription", "resume_subscription", "uncancel_subscription",
     "reactivate_subscription", "set_quantity", "set_trial_will_end_notice",
+    # payment methods and refunds (db/functions/52_payment_methods.sql, 57_refunds.sql)
+    "set_payment_method", "detach_payment_method", "list_payment_methods", "announce_expiring_payment_methods",
+    "refund_invoice", "list_refunds", "claim_refunds", "record_refund_result",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -300,6 +303,20 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["attempts"] = len(one("list_webhook_attempts", "%s, %s, %s", (endpoint[0], 100, None), setof=True))
     out["purged"] = tuple(one("purge_expired", "%s, %s, %s", (timedelta(days=30), 100, renew_at)))
     out["deleted"] = one("delete_webhook_endpoint", "%s", (endpoint[0],))[0] == endpoint[0]
+    # Payment methods and refunds (after the outbox checks above: their events come later).
+    method = one("set_payment_method", "%s, %s, %s, %s, %s, %s, %s, %s, %s",
+                 (customer, "sim", None, f"pm_{tag}", "visa", "4242", 12, 2030, renew_at))
+    out["method"] = (method[2], method[9], method[10]) == ("sim", True, "ACTIVE")  # provider, default, status
+    out["methods"] = len(one("list_payment_methods", "%s", (customer,), setof=True))
+    out["detached"] = one("detach_payment_method", "%s, %s, %s, %s", (customer, "sim", f"pm_{tag}", renew_at))[10]
+    out["expiring"] = one("announce_expiring_payment_methods", "%s, %s, %s", (7, 100, renew_at))[0]
+    refund = one("refund_invoice", "%s, %s, %s, %s", (claims[0][0], 1000, f"lp-refund-{tag}", renew_at))
+    out["refund"] = (refund[4], refund[7])  # amount, status
+    out["refunds"] = len(one("list_refunds", "%s", (claims[0][0],), setof=True))
+    claimed = one("claim_refunds", "%s, %s, %s, %s", ("lp-worker", 10, timedelta(minutes=5), renew_at), setof=True)
+    out["refund_claimed"] = [c[3] == refund[8] for c in claimed]
+    out["refund_done"] = one("record_refund_result", "%s, %s, %s, %s, %s",
+                             (refund[8], "SUCCEEDED", "re_lp", None, renew_at))[7]
     out["simulation"] = one("is_simulation", "")[0]
     key_id, key_hash = f"bk_lp{len(tag)}x{abs(hash(tag)) % 10**8:08d}", bytes(range(32))
     out["key"] = one("create_api_key", "%s, %s, %s, %s::text[]", (key_id, f"lp {tag}", key_hash, ["admin"]))[0] == key_id
@@ -372,6 +389,8 @@ EXPECTED = {
     "skew": True, "expired": 0,
     "coupon": True, "notice": True, "trialing": "TRIALING", "seats": True, "paused": "PAUSED", "resumed": "ACTIVE",
     "uncanceled": "ACTIVE", "reactivated": "BL422",
+    "method": True, "methods": 1, "detached": "DETACHED", "expiring": 0, "refund": (1000, "REQUESTED"), "refunds": 1,
+    "refund_claimed": [True], "refund_done": "SUCCEEDED",
     "console_login": True, "console_session": True, "console_logout": True, "console_overview": True,
     "console_mrr": True, "console_customers": True, "console_customer": True, "console_subscription": True,
     "console_invoices": True, "console_events": True, "console_functions": True, "replay": "PENDING",

@@ -786,13 +786,16 @@ class Model:
         a.outcome, a.result_claim = outcome, a.claim_count
         if outcome == "SUCCEEDED":
             if inv.status in ("PAID", "VOID", "FAILED"):
+                # Money not owed: announced, and a refund of the charge requested (docs/providers.md).
                 self.emit("invoice", inv.nkey, "RefundDue")
+                self.emit("invoice", inv.nkey, "RefundRequested")
                 return
             inv.status, inv.paid_at, inv.next_attempt_at, inv.dunning_window = "PAID", self.now, None, None
             self.emit("invoice", inv.nkey, "InvoicePaid")
             self.settle_pending(inv)
             if sub.status == "CANCELED" and inv.attempt_count == 0:
                 self.emit("invoice", inv.nkey, "RefundDue")
+                self.emit("invoice", inv.nkey, "RefundRequested")
             elif sub.status == "PAST_DUE" and not any(
                     i.sub == sub.id and i.status == "OPEN" and i is not inv for i in self.invoices.values()):
                 sub.status = "ACTIVE"

@@ -27,22 +27,27 @@ POLICY = {
                     "reactivate_subscription", "set_quantity",
                     "upsert_customer", "plan_code", "apply_gateway_webhook", "authenticate_api_key", "read_audit",
                     "outbox_stats", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",
-                    "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint", "list_webhook_attempts"},
+                    "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint", "list_webhook_attempts",
+                    "set_payment_method", "detach_payment_method", "list_payment_methods", "refund_invoice",
+                    "list_refunds", "record_refund_result"},
     "billing_worker": {"create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                        "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats", "period_end",
-                       "proration_amount", "is_simulation"},
+                       "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
+                       "announce_expiring_payment_methods"},
     "billing_relay": {"claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
                       "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
                       "is_simulation"},
     "billing_readonly": {"get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
-                         "proration_amount", "dunning_next_attempt", "is_simulation"},
+                         "proration_amount", "dunning_next_attempt", "is_simulation", "list_payment_methods",
+                         "list_refunds"},
     "billing_admin": {"upsert_plan", "upsert_customer", "upsert_coupon",
                       "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                       "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
                       "plan_code", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",
                       "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
                       "list_webhook_attempts", "outbox_events_from", "retry_dead_outbox_events", "replay_outbox_event",
-                      "new_key_namespace"},
+                      "new_key_namespace", "set_payment_method", "detach_payment_method", "list_payment_methods",
+                      "refund_invoice", "list_refunds", "record_refund_result"},
     # The operator console: its reads and sessions, plus the actions it offers (billing.console.actions)
     # that exist in this database; see _with_console_actions().
     "billing_console": {"console_open_session", "console_session", "console_close_session", "console_functions",
@@ -54,12 +59,14 @@ POLICY = {
 # The findings of the issue, by name: who must never reach these.
 NEVER = {
     "billing_api": {"record_payment_result", "upsert_plan", "mark_outbox_published", "create_due_invoices",
-                    "claim_charges", "create_api_key", "set_max_clock_skew", "upsert_coupon",
+                    "claim_charges", "create_api_key", "set_max_clock_skew", "claim_refunds", "upsert_coupon",
                     "set_trial_will_end_notice"},
     "billing_worker": {"upsert_plan", "upsert_coupon", "create_api_key", "mark_outbox_published", "cancel_subscription",
-                       "create_webhook_endpoint", "retry_dead_outbox_events"},
-    "billing_relay": {"record_payment_result", "upsert_plan", "create_subscription"},
-    "billing_readonly": {"create_subscription", "record_payment_result", "upsert_plan", "mark_outbox_published"},
+                       "create_webhook_endpoint", "retry_dead_outbox_events", "refund_invoice", "set_payment_method"},
+    "billing_relay": {"record_payment_result", "upsert_plan", "create_subscription", "refund_invoice",
+                      "record_refund_result"},
+    "billing_readonly": {"create_subscription", "record_payment_result", "upsert_plan", "mark_outbox_published",
+                         "refund_invoice", "set_payment_method"},
     "billing_admin": {"record_payment_result", "claim_charges", "mark_outbox_published", "apply_gateway_webhook"},
     "billing_console": {"record_payment_result", "claim_charges", "mark_outbox_published", "apply_gateway_webhook",
                         "create_api_key", "upsert_plan", "create_subscription", "set_max_clock_skew"},
@@ -230,12 +237,17 @@ def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
     now = t0 + timedelta(days=31)
     with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
         assert conn.execute(db.CREATE_DUE_INVOICES, {"batch": 500, "now": now}).fetchone()["handled"] == 1
-        claims = conn.execute(db.CLAIM_CHARGES, {"worker": "w", "batch": 10, "lease": "5 minutes", "now": now}).fetchall()
+        claims = conn.execute(db.CLAIM_CHARGES, {"worker": "w", "batch": 10, "lease": "5 minutes", "now": now,
+                                                 "provider": "sim"}).fetchall()
         assert len(claims) == 2
         conn.execute(db.RECORD_PAYMENT_RESULT, {"key": claims[0]["idempotency_key"], "outcome": "SUCCEEDED",
                                                 "reference": "ch", "reason": None, "now": now})
-        conn.execute("SELECT * FROM billing.record_payment_results(%s, %s, NULL, NULL, %s)",
-                     ([claims[1]["idempotency_key"]], ["SUCCEEDED"], now))  # the worker's batch recorder
+        conn.execute("SELECT * FROM billing.record_payment_results(%s, %s, NULL, NULL, %s, %s)",
+                     ([claims[1]["idempotency_key"]], ["SUCCEEDED"], now, [False]))  # the worker's batch recorder
+        assert conn.execute(db.CLAIM_REFUNDS, {"worker": "w", "batch": 10, "lease": "5 minutes", "now": now}
+                            ).fetchall() == []  # the refund loop
+        assert conn.execute(db.ANNOUNCE_EXPIRING_PAYMENT_METHODS, {"days": 7, "batch": 10, "now": now}
+                            ).fetchone()["announced"] == 0  # the renewal loop's card notices
         events = conn.execute(db.CLAIM_OUTBOX_EVENTS_RAW, {"batch": 100, "lease": "30 seconds", "now": now}).fetchall()
         assert len(events) >= 2
         assert conn.execute(db.MARK_OUTBOX_PUBLISHED, {"ids": [e["id"] for e in events], "now": now}
@@ -249,5 +261,6 @@ def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
     with psycopg.connect(db_url) as conn:
         audit = conn.execute("SELECT array_agg(DISTINCT function ORDER BY function) FROM billing.audit_log "
                              "WHERE db_role = %s", (user,)).fetchone()[0]
-    assert audit == ["claim_charges", "claim_outbox_events", "create_due_invoices", "expire_idempotency_keys",
-                     "mark_outbox_published", "purge_expired", "record_payment_result", "record_payment_results"]
+    assert audit == ["announce_expiring_payment_methods", "claim_charges", "claim_outbox_events", "claim_refunds",
+                     "create_due_invoices", "expire_idempotency_keys", "mark_outbox_published", "purge_expired",
+                     "record_payment_result", "record_payment_results"]

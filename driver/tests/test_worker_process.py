@@ -22,7 +22,7 @@ def test_the_parts_follow_the_switches_and_close(db_url):
         worker = await build_worker(settings, clock=SimulatedClock(T0), relay=False, local_limiter="quiet",
                                     concurrency=7, charge_poll_seconds=0.05)
         try:
-            assert set(worker.parts) == {"renewal", "charging"}
+            assert set(worker.parts) == {"renewal", "charging", "refunds"}
             assert isinstance(worker.limiter, LocalGcraLimiter)
             assert worker.limiter_name == "in-process GCRA (no BILLING_REDIS_URL)"
             # The gateway call's timeout stays well inside the lease: a third of it here.
@@ -30,7 +30,7 @@ def test_the_parts_follow_the_switches_and_close(db_url):
             assert worker.charger.concurrency == 7 and worker.charger.poll_seconds == 0.05
             stop = asyncio.Event()
             tasks = worker.start(stop)
-            assert set(tasks) == {"renewal", "charging"}
+            assert set(tasks) == {"renewal", "charging", "refunds"}
             stop.set()
             await asyncio.wait_for(asyncio.gather(*tasks.values()), 10)
         finally:

@@ -155,6 +155,30 @@ def coupon_json(row: dict) -> dict:
             "timesRedeemed": row["times_redeemed"], "redeemBy": _utc(row["redeem_by"]), "planCodes": row["plan_codes"]}
 
 
+def payment_method_json(row: dict) -> dict:
+    """A payment method as the API shows it (the provider references are the caller's own)."""
+    return {"object": "payment_method", "id": row["id"], "customerId": row["customer_id"], "provider": row["provider"],
+            "customerRef": row["customer_ref"], "paymentMethodRef": row["payment_method_ref"], "brand": row["brand"],
+            "last4": row["last4"], "expMonth": row["exp_month"], "expYear": row["exp_year"],
+            "isDefault": row["is_default"], "status": row["status"], "updatedAt": _utc(row["updated_at"])}
+
+
+def refund_json(row: dict) -> dict:
+    return {"object": "refund", "id": row["id"], "invoiceId": row["invoice_id"], "customerId": row["customer_id"],
+            "amount": row["amount"], "currency": row["currency"].strip(), "reason": row["reason"],
+            "status": row["status"], "requestedAt": _utc(row["requested_at"]), "settledAt": _utc(row["settled_at"]),
+            "providerReference": row["provider_reference"], "failureReason": row["failure_reason"]}
+
+
+def small_int(doc: dict, name: str) -> int:
+    value = doc[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ApiError(400, "invalid_field", f"{name} must be an integer")
+    if not 0 <= value <= 10000:
+        raise ApiError(422, "invalid_input", f"{name} is out of range")
+    return value
+
+
 def attempt_json(row: dict) -> dict:
     return {"object": "webhook_attempt", "eventId": str(row["event_id"]), "eventType": row["event_type"],
             "outboxId": row["outbox_id"], "attempt": row["attempt"], "attemptedAt": _utc(row["attempted_at"]),
@@ -331,8 +355,11 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         except (ValueError, RecursionError):
             raise ApiError(400, "invalid_json", "the body is not valid JSON (UTF-8)") from None
         fields = webhook_fields(doc)
+        from billing.providers.sim import is_hard
+
         row = await database.mutate("gateway-webhook", db.APPLY_GATEWAY_WEBHOOK, {
-            **fields, "payload": json.dumps(doc), "now": clock.now()})
+            **fields, "payload": json.dumps(doc), "now": clock.now(),
+            "hard_decline": fields["outcome"] == "DECLINED" and is_hard(doc.get("declineCode"))})
         outcome = row["outcome"]
         if outcome == "REVIEW":
             # Kept, not applied: a success that is not the charge we asked for (docs/gateway.md).
@@ -340,6 +367,81 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
             log.warning("webhook kept for review", extra={"eventId": fields["event_id"], "key": fields["key"]})
         return JSONResponse({"received": True, "applied": outcome == "APPLIED", "duplicate": outcome == "DUPLICATE",
                              "review": outcome == "REVIEW"})
+
+    @endpoint_of("/webhooks/stripe")
+    async def stripe_webhook(request: Request) -> Response:
+        # Verified with the Stripe-Signature scheme on the raw bytes, then each outcome goes to the
+        # SQL API: charges through apply_gateway_webhook (stored once per event id), refunds
+        # through record_refund_result (idempotent). Events we do not act on are acknowledged.
+        from billing.providers import WebhookRejected
+
+        body = await read_body(request, MAX_WEBHOOK_BODY)
+        try:
+            outcomes = stripe_parser.parse_webhook(request.headers, body, wall_clock())
+        except WebhookRejected as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from None
+        applied = []
+        for o in outcomes:
+            if o.kind == "charge":
+                row = await database.mutate("gateway-webhook", db.APPLY_GATEWAY_WEBHOOK, {
+                    "event_id": o.event_id, "key": o.idempotency_key, "outcome": o.outcome, "reference": o.reference,
+                    "payload": json.dumps(o.payload), "now": clock.now(), "hard_decline": o.hard_decline})
+                applied.append(row["outcome"])
+                if row["outcome"] == "REVIEW":
+                    WEBHOOKS_FOR_REVIEW.inc()
+                    log.warning("webhook kept for review", extra={"eventId": o.event_id, "key": o.idempotency_key})
+            else:
+                await database.mutate("gateway-webhook", db.RECORD_REFUND_RESULT, {
+                    "key": o.idempotency_key, "outcome": o.outcome, "reference": o.reference, "reason": o.reason,
+                    "now": clock.now()})
+                applied.append("REFUND")
+        return JSONResponse({"received": True, "outcomes": applied})
+
+    from billing.providers.stripe import StripeProvider as _Stripe
+
+    # Only its webhook verifier is used here; without BILLING_STRIPE_WEBHOOK_SECRET every Stripe
+    # webhook is refused.
+    stripe_parser = _Stripe("", webhook_secrets=[x for x in (settings.stripe_webhook_secret or "").split(",") if x])
+
+    # -- payment methods and refunds -------------------------------------------------------------
+    @endpoint_of("/customers/{id}/payment-method")
+    async def put_payment_method(request: Request) -> Response:
+        customer_id = path_id(request, "customer")
+        fields = {"provider", "customerRef", "paymentMethodRef", "brand", "last4", "expMonth", "expYear"}
+        doc = await json_object(request, allowed=fields,
+                                required={"provider", "paymentMethodRef", "expMonth", "expYear"})
+        optional = {name: (text_field(doc, name, max_len=255) if doc.get(name) is not None else None)
+                    for name in ("customerRef", "brand", "last4")}
+        row = await database.mutate(actor(request), db.SET_PAYMENT_METHOD, {
+            "customer_id": customer_id, "provider": text_field(doc, "provider", max_len=32),
+            "customer_ref": optional["customerRef"], "payment_method_ref": text_field(doc, "paymentMethodRef", max_len=255),
+            "brand": optional["brand"], "last4": optional["last4"],
+            "exp_month": small_int(doc, "expMonth"), "exp_year": small_int(doc, "expYear"), "now": clock.now()})
+        return JSONResponse(payment_method_json(row))
+
+    @endpoint_of("/invoices/{id}/refunds")
+    async def create_refund(request: Request) -> Response:
+        invoice_id = path_id(request, "invoice")
+        key = request.headers.get("idempotency-key")
+        if key is None or key == "":
+            raise ApiError(400, "missing_idempotency_key", "the Idempotency-Key header is required")
+        if not IDEMPOTENCY_KEY.match(key):
+            raise ApiError(400, "invalid_idempotency_key",
+                           "Idempotency-Key must be 1 to 255 printable ASCII characters without spaces")
+        doc = await json_object(request, allowed={"amount"}, required={"amount"})
+        amount = bigint_field(doc, "amount")
+        if amount < 1:
+            raise ApiError(422, "invalid_input", "amount must be a positive integer in the currency's smallest unit")
+        request_key = scoped_idempotency_key(request.state.api_key_id, key)
+        row = await database.mutate(actor(request), db.REFUND_INVOICE, {
+            "invoice_id": invoice_id, "amount": amount, "request_key": request_key, "now": clock.now()})
+        # 200 for the request and for its replays (same Idempotency-Key), as Stripe answers.
+        return JSONResponse(refund_json(row))
+
+    @endpoint_of("/invoices/{id}/refunds")
+    async def list_refunds(request: Request) -> Response:
+        rows = await database.all(db.LIST_REFUNDS, {"invoice_id": path_id(request, "invoice")})
+        return JSONResponse({"object": "list", "data": [refund_json(r) for r in rows]})
 
     # -- outbound webhook endpoints (admin) ------------------------------------------------------
     def require_admin(request: Request) -> None:
@@ -460,6 +562,10 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         Route("/subscriptions/{id}/quantity", set_quantity, methods=["POST"]),
         Route("/coupons", upsert_coupon, methods=["POST"]),
         Route("/webhooks/payments", payment_webhook, methods=["POST"]),
+        Route("/webhooks/stripe", stripe_webhook, methods=["POST"]),
+        Route("/customers/{id}/payment-method", put_payment_method, methods=["PUT"]),
+        Route("/invoices/{id}/refunds", create_refund, methods=["POST"]),
+        Route("/invoices/{id}/refunds", list_refunds, methods=["GET"]),
         Route("/webhook-endpoints", create_webhook_endpoint, methods=["POST"]),
         Route("/webhook-endpoints", list_webhook_endpoints, methods=["GET"]),
         Route("/webhook-endpoints/{id}", get_webhook_endpoint, methods=["GET"]),

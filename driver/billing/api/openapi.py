@@ -77,6 +77,26 @@ _ENDPOINT = {
                    "createdAt": {"type": "string", "format": "date-time"}, "disabledAt": _NULLABLE_TIME,
                    "disabledReason": {"type": ["string", "null"]}, "secret": {"type": "string"}},
 }
+_PAYMENT_METHOD = {
+    "type": "object", "required": ["object", "id", "customerId", "provider", "paymentMethodRef", "expMonth", "expYear",
+                                   "isDefault", "status"],
+    "properties": {"object": {"const": "payment_method"}, "id": {"type": "integer", "format": "int64"},
+                   "customerId": {"type": "integer", "format": "int64"}, "provider": {"type": "string"},
+                   "customerRef": {"type": ["string", "null"]}, "paymentMethodRef": {"type": "string"},
+                   "brand": {"type": ["string", "null"]}, "last4": {"type": ["string", "null"]},
+                   "expMonth": {"type": "integer"}, "expYear": {"type": "integer"}, "isDefault": {"type": "boolean"},
+                   "status": {"type": "string", "enum": ["ACTIVE", "DECLINED", "DETACHED"]},
+                   "updatedAt": {"type": "string", "format": "date-time"}},
+}
+_REFUND = {
+    "type": "object", "required": ["object", "id", "invoiceId", "amount", "currency", "reason", "status"],
+    "properties": {"object": {"const": "refund"}, "id": {"type": "integer", "format": "int64"},
+                   "invoiceId": {"type": "integer", "format": "int64"}, "customerId": {"type": "integer", "format": "int64"},
+                   "amount": {"type": "integer", "format": "int64"}, "currency": {"type": "string"},
+                   "reason": {"type": "string"}, "status": {"type": "string", "enum": ["REQUESTED", "SUCCEEDED", "FAILED"]},
+                   "requestedAt": {"type": "string", "format": "date-time"}, "settledAt": _NULLABLE_TIME,
+                   "providerReference": {"type": ["string", "null"]}, "failureReason": {"type": ["string", "null"]}},
+}
 _ATTEMPT = {
     "type": "object", "required": ["eventId", "eventType", "attempt", "attemptedAt", "deliveryStatus"],
     "properties": {"object": {"const": "webhook_attempt"}, "eventId": {"type": "string"},
@@ -190,6 +210,55 @@ OPENAPI: dict = {
                     "received": {"type": "boolean"}, "applied": {"type": "boolean"}, "duplicate": {"type": "boolean"}}}}}},
                 **_errors(400, 404, 413, 415, 422, 503)},
         }},
+        "/webhooks/stripe": {"post": {
+            "operationId": "stripeWebhook", "security": [],
+            "parameters": [{"name": "Stripe-Signature", "in": "header", "required": True, "schema": {"type": "string"},
+                            "description": "t=<unix seconds>,v1=<hex HMAC-SHA256 of '<t>.<body>'>[,v1=...] "
+                                           "(docs/providers.md)"}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["id", "type", "data"],
+                "properties": {"id": {"type": "string"}, "type": {"type": "string"}, "data": {"type": "object"}}}}}},
+            "responses": {"200": {"description": "Received (events not acted upon too)", "content": {
+                "application/json": {"schema": {"type": "object", "properties": {
+                    "received": {"type": "boolean"}, "outcomes": {"type": "array", "items": {"type": "string"}}}}}}},
+                **_errors(400, 404, 413, 415, 422, 503)},
+        }},
+        "/customers/{id}/payment-method": {"put": {
+            "operationId": "setPaymentMethod", "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
+            "parameters": [_ID_PARAM],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "additionalProperties": False,
+                "required": ["provider", "paymentMethodRef", "expMonth", "expYear"],
+                "properties": {"provider": {"type": "string", "maxLength": 32},
+                               "customerRef": {"type": ["string", "null"], "maxLength": 255},
+                               "paymentMethodRef": {"type": "string", "maxLength": 255},
+                               "brand": {"type": ["string", "null"], "maxLength": 50},
+                               "last4": {"type": ["string", "null"], "pattern": "^[0-9]{4}$"},
+                               "expMonth": {"type": "integer", "minimum": 1, "maximum": 12},
+                               "expYear": {"type": "integer", "minimum": 2000, "maximum": 2200}}}}}},
+            "responses": {"200": {"description": "The method, now the customer's default; open invoices waiting "
+                                                 "for one are retried at once",
+                                  "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PaymentMethod"}}}},
+                          **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)},
+        }},
+        "/invoices/{id}/refunds": {
+            "post": {
+                "operationId": "createRefund", "security": [{"apiKey": []}], "x-scope": "refunds:write",
+                "parameters": [_ID_PARAM, {"name": "Idempotency-Key", "in": "header", "required": True,
+                                           "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "additionalProperties": False, "required": ["amount"],
+                    "properties": {"amount": {"type": "integer", "format": "int64", "minimum": 1}}}}}},
+                "responses": {"200": {"description": "The refund, REQUESTED (the worker executes it); the same "
+                                                     "Idempotency-Key answers the same refund",
+                                      "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Refund"}}}},
+                              **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)},
+            },
+            "get": {"operationId": "listRefunds", "security": [{"apiKey": []}], "x-scope": "subscriptions:read",
+                    "parameters": [_ID_PARAM],
+                    "responses": {"200": _list_ok("The invoice's refunds, oldest first", "Refund"),
+                                  **_errors(400, 401, 403, 429, 503)}},
+        },
         "/webhook-endpoints": {
             "post": {
                 "operationId": "createWebhookEndpoint", "security": [{"apiKey": []}], "x-scope": "admin",
@@ -243,7 +312,7 @@ OPENAPI: dict = {
     },
     "components": {
         "schemas": {"Error": _ERROR, "Subscription": _SUBSCRIPTION, "WebhookEndpoint": _ENDPOINT,
-                    "WebhookAttempt": _ATTEMPT},
+                    "WebhookAttempt": _ATTEMPT, "PaymentMethod": _PAYMENT_METHOD, "Refund": _REFUND},
         "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer",
                                        "description": "An API key: billing api-key create (docs/security.md)"}},
     },

@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse
 
 log = logging.getLogger("billing.api.security")
 
-SCOPES = ("subscriptions:read", "subscriptions:write", "admin")
+SCOPES = ("subscriptions:read", "subscriptions:write", "refunds:write", "admin")
 KEY_PREFIX = "bk_"
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _KEY_FORM = re.compile(r"^bk_[a-z0-9]{8,32}_[A-Za-z0-9_-]{43,}$")
@@ -75,6 +75,10 @@ _CONSOLE_PATH = re.compile(r"^/console(/.*)?$")
 _RULES: list[tuple[str, re.Pattern, str]] = [
     ("GET", re.compile(r"^/healthz$"), PUBLIC),
     ("POST", re.compile(r"^/webhooks/payments$"), PUBLIC),  # authenticated by its signature
+    ("POST", re.compile(r"^/webhooks/stripe$"), PUBLIC),  # likewise (Stripe-Signature)
+    ("PUT", re.compile(r"^/customers/[^/]+/payment-method$"), "subscriptions:write"),
+    ("POST", re.compile(r"^/invoices/[^/]+/refunds$"), "refunds:write"),  # money leaves: a scope of its own
+    ("GET", re.compile(r"^/invoices/[^/]+/refunds$"), "subscriptions:read"),
     ("GET", re.compile(r"^/subscriptions/[^/]+$"), "subscriptions:read"),
     ("POST", re.compile(r"^/subscriptions$"), "subscriptions:write"),
     ("POST", re.compile(r"^/subscriptions/[^/]+/(cancel|change-plan|coupon|pause|resume|uncancel|reactivate|quantity)$"),

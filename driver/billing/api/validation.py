@@ -127,13 +127,13 @@ def bool_field(doc: dict, name: str) -> bool:
     return value
 
 
-def path_id(request: Request) -> int:
+def path_id(request: Request, what: str = "subscription") -> int:
     raw = request.path_params["id"]
     if not raw.isascii() or not raw.isdigit():
-        raise ApiError(400, "invalid_id", "the subscription id must be a positive integer")
+        raise ApiError(400, "invalid_id", f"the {what} id must be a positive integer")
     value = int(raw)
     if value < 1 or value > BIGINT_MAX:
-        raise ApiError(404, "not_found", f"subscription {raw[:40]} does not exist")
+        raise ApiError(404, "not_found", f"{what} {raw[:40]} does not exist")
     return value
 
 

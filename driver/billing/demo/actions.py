@@ -11,6 +11,10 @@ from billing import db
 from billing.demo.scenario import Action, Scenario
 
 
+class NothingToRefund(Exception):
+    """The customer has no PAID invoice with money left to refund."""
+
+
 async def apply_actions(conn: psycopg.AsyncConnection, batch: list[Action], sub_ids: dict[int, int],
                         rejections: dict[str, int]) -> None:
     """Signups first (two statements for the whole batch), then the plan changes and
@@ -24,6 +28,8 @@ async def apply_actions(conn: psycopg.AsyncConnection, batch: list[Action], sub_
             continue
         try:
             await apply_change(conn, a, sub_ids[a.customer_id])
+        except NothingToRefund:
+            rejections[f"{a.kind} none paid"] = rejections.get(f"{a.kind} none paid", 0) + 1
         except psycopg.Error as exc:
             err = db.contract_error(exc)
             if err is None:
@@ -59,6 +65,12 @@ async def apply_change(conn: psycopg.AsyncConnection, a: Action, sub_id: int) ->
         await conn.execute(db.API_RESUME_SUBSCRIPTION, {"id": sub_id, "now": a.at})
     elif a.kind == "uncancel":
         await conn.execute(db.API_UNCANCEL_SUBSCRIPTION, {"id": sub_id, "now": a.at})
+    elif a.kind == "refund":
+        # Half of what the customer's last payment has left, through refund_invoice (the worker's
+        # refund loop executes it at the gateway).
+        cur = await conn.execute(db.DEMO_REFUND_INVOICE, {"customer_id": a.customer_id, "now": a.at})
+        if await cur.fetchone() is None:
+            raise NothingToRefund()  # counted with the refused actions
     else:  # pragma: no cover - the scenario makes no other kind
         raise ValueError(a.kind)
 

@@ -36,7 +36,9 @@ class CardDecisions(DecisionModel):
     def decline_code(self, key: str, customer_id: int, amount: int, currency: str) -> str | None:
         card = self.chance(customer_id, "card")
         if card < self.dead_share:
-            return "expired_card"
+            # A soft code: the demo's dead cards walk the dunning schedule to its end. (A hard one,
+            # expired_card, would stop the schedule and wait for a new card: docs/providers.md.)
+            return "do_not_honor"
         if card < self.dead_share + self.flaky_share:
             return "insufficient_funds" if self.chance(key, "decline") < 0.5 else None
         if self.chance(key, "decline") < self.random_decline:

@@ -343,6 +343,18 @@ def check_schemas(events: Iterable[dict]) -> Check:
                  figures=f"{_fmt(count)} events of {types} types validated; {_fmt(bad)} invalid", examples=problems)
 
 
+def check_money(conn, ledger: dict) -> Check:
+    """Per currency, the gateway's charges less its refunds equal the PAID invoices' cash; each
+    refund executed once (billing.checks.money_balances)."""
+    from billing.checks import money_balances
+
+    paid = {r["currency"].strip(): int(r["cash"]) for r in conn.execute(
+        "SELECT currency, sum(amount - amount_refunded) AS cash FROM billing.invoice WHERE status = 'PAID' "
+        "GROUP BY currency").fetchall()}
+    refunds = conn.execute("SELECT idempotency_key, status FROM billing.refund").fetchall()
+    return money_balances(ledger, paid, refunds)
+
+
 def check_all(database_url: str, *, ledger: dict, events: Iterable[dict], rate: int, now: datetime,
               accepted_times: list[float] | None = None, reported_max_window: int | None = None) -> list[Check]:
     with psycopg.connect(database_url, row_factory=dict_row) as conn:
@@ -353,4 +365,5 @@ def check_all(database_url: str, *, ledger: dict, events: Iterable[dict], rate: 
             check_schemas(events),
             check_rate(ledger, rate, accepted_times, reported_max_window),
             check_ledger_booked(conn, ledger),
+            check_money(conn, ledger),
         ]

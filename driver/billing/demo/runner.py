@@ -269,6 +269,16 @@ class Simulation:
         deadline = time.monotonic() + FINISH_SECONDS
         while await self.gateway.pending_webhooks() and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
+        # Refunds still to execute: an UNKNOWN answer is retried 15 simulated minutes later, so the
+        # clock moves on to each retry (nothing else is due by then: charges and renewals are done).
+        while time.monotonic() < deadline:
+            cur = await self.probe.execute(db.DEMO_REFUNDS_PENDING)
+            pending = await cur.fetchone()
+            if pending["n"] == 0:
+                break
+            if pending["next"] is not None and pending["next"] > self.clock.now():
+                self.clock.set(pending["next"])
+            await asyncio.sleep(0.1)
         while time.monotonic() < deadline:
             self.written = await self.count(db.DEMO_OUTBOX_WRITTEN)
             if await self.count(db.DEMO_OUTBOX_PENDING) == 0 and self.worker.charger.held() == 0:

@@ -163,7 +163,7 @@ def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 
           upgrade_share: float = 0.03, downgrade_share: float = 0.02, cancel_now_share: float = 0.01,
           cancel_at_end_share: float = 0.03, trial_share: float = 0.12, seats_share: float = 0.08,
           pause_share: float = 0.02, seat_change_share: float = 0.02, uncancel_share: float = 0.15,
-          start: datetime = WINDOW_START, end: datetime = WINDOW_END) -> Scenario:
+          refund_share: float = 0.01, start: datetime = WINDOW_START, end: datetime = WINDOW_END) -> Scenario:
     """The demo's world for `subscriptions` customers (one subscription each)."""
     if subscriptions < 1:
         raise ValueError("at least one subscription")
@@ -241,6 +241,14 @@ def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 
                     add(back, "resume", customer_id, tz)
         elif x < cancel_now_share + cancel_at_end_share + pause_share + seat_change_share:
             add(when, "seats", customer_id, tz, quantity=rng.randint(2, 6))
+    # Refund requests (half of what the customer's last payment has left), from a generator of their
+    # own so that the other choices stay what they were without them.
+    refund_rng = random.Random(seed * 7919 + 17)
+    for at, customer_id, tz, kind, region, code in signups:
+        if refund_rng.random() < refund_share:
+            when = at + timedelta(days=refund_rng.uniform(2, 20))
+            if when < end - timedelta(days=1):
+                add(when.replace(microsecond=0), "refund", customer_id, tz)
     actions.sort()
     return Scenario(seed, subscriptions, plans, actions, start, end)
 

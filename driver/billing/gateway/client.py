@@ -28,21 +28,29 @@ from billing import metrics
 
 log = logging.getLogger("billing.gateway")
 
-SUCCEEDED, DECLINED, UNKNOWN, NOT_FOUND = "SUCCEEDED", "DECLINED", "UNKNOWN", "NOT_FOUND"
+SUCCEEDED, DECLINED, UNKNOWN, NOT_FOUND, FAILED = "SUCCEEDED", "DECLINED", "UNKNOWN", "NOT_FOUND", "FAILED"
 
 
 @dataclass(frozen=True)
 class ChargeResult:
-    outcome: str  # SUCCEEDED | DECLINED | UNKNOWN (the SQL API's payment outcomes)
+    outcome: str  # SUCCEEDED | DECLINED | UNKNOWN | NOT_FOUND (the SQL API's payment outcomes)
     reference: str | None = None  # the gateway's charge id
     reason: str | None = None  # decline code, or why the outcome is unknown
+    hard_decline: bool = False  # DECLINED and retrying the same method is pointless (docs/providers.md)
+
+
+@dataclass(frozen=True)
+class RefundResult:
+    outcome: str  # SUCCEEDED | FAILED | UNKNOWN (the SQL API's refund outcomes)
+    reference: str | None = None  # the gateway's refund id
+    reason: str | None = None  # why it failed, or why the outcome is unknown
 
 
 class NotSent(Exception):
     """The gate said no right before the request's bytes would have gone out: nothing was sent."""
 
 
-class _GatedJson(payload.BytesPayload):
+class GatedBody(payload.BytesPayload):
     """The request body, written only once `gate()` says yes, in the same step as the write.
 
     aiohttp holds the request line and headers back until the first body bytes (to send them in
@@ -50,8 +58,8 @@ class _GatedJson(payload.BytesPayload):
     the bytes are handed to the kernel before anything else runs in this event loop: no other task
     can delay the call between the rate limiter's grant and the gateway."""
 
-    def __init__(self, body: bytes, gate: Callable[[], Awaitable[bool]]) -> None:
-        super().__init__(body, content_type="application/json")
+    def __init__(self, body: bytes, gate: Callable[[], Awaitable[bool]], content_type: str = "application/json") -> None:
+        super().__init__(body, content_type=content_type)
         self._gate = gate
         self.asked = False
         self.passed = False  # until then, nothing has been sent
@@ -109,7 +117,8 @@ class GatewayClient:
         await self.close()
 
     async def charge(self, idempotency_key: str, customer_id: int, amount: int, currency: str, *,
-                     gate: Callable[[], Awaitable[bool]] | None = None) -> ChargeResult:
+                     gate: Callable[[], Awaitable[bool]] | None = None,
+                     payment_method: str | None = None) -> ChargeResult:
         """Charge once per key; raises RateLimited on 429. Money is an int, never a float.
 
         `gate`: awaited right before the request's bytes go out (the rate limiter's `use`); when
@@ -118,7 +127,7 @@ class GatewayClient:
             raise TypeError("amount must be an int in the currency's smallest unit")
         started = time.monotonic()
         try:
-            result = await self._post(idempotency_key, customer_id, amount, currency, gate)
+            result = await self._post(idempotency_key, customer_id, amount, currency, gate, payment_method)
         except NotSent:
             raise
         except RateLimited:
@@ -163,12 +172,57 @@ class GatewayClient:
             return ChargeResult(SUCCEEDED, reference=reference)
         return ChargeResult(DECLINED, reference=reference, reason=doc.get("declineCode") or "declined")
 
-    async def _post(self, key: str, customer_id: int, amount: int, currency: str,
-                    gate: Callable[[], Awaitable[bool]] | None) -> ChargeResult:
+    async def refund(self, idempotency_key: str, charge_key: str, amount: int, *,
+                     gate: Callable[[], Awaitable[bool]] | None = None) -> RefundResult:
+        """`POST /v1/refunds` `{"chargeKey", "amount"}` with `Idempotency-Key`: refund (part of) the
+        charge made with `charge_key`, once per key. Raises RateLimited on 429 and NotSent when the
+        gate said no; 5xx, timeouts, connection errors and unreadable answers are UNKNOWN."""
+        if not isinstance(amount, int) or isinstance(amount, bool):
+            raise TypeError("amount must be an int in the currency's smallest unit")
         session = self._get_session()
-        body = json.dumps({"customerId": customer_id, "amount": amount, "currency": currency},
-                          separators=(",", ":")).encode()
-        data = _GatedJson(body, gate) if gate is not None else payload.BytesPayload(
+        body = json.dumps({"chargeKey": charge_key, "amount": amount}, separators=(",", ":")).encode()
+        data = GatedBody(body, gate) if gate is not None else payload.BytesPayload(
+            body, content_type="application/json")
+        try:
+            async with session.post(f"{self.base_url}/v1/refunds", headers={"Idempotency-Key": idempotency_key},
+                                    data=data) as resp:
+                if resp.status == 429:
+                    raise RateLimited(_retry_after(resp.headers.get("Retry-After")))
+                text = await resp.text()
+                status = resp.status
+        except RateLimited:
+            raise
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+            if isinstance(data, GatedBody) and data.held_back():
+                raise NotSent() from None
+            return RefundResult(UNKNOWN, reason=f"refund call failed: {type(exc).__name__}")
+        if status >= 500:
+            return RefundResult(UNKNOWN, reason=f"gateway answered {status}")
+        try:
+            doc = _loads(text)
+        except ValueError:
+            return RefundResult(UNKNOWN, reason="unreadable gateway answer")
+        if status != 200:
+            # Refused for good (more than the charge has left, a charge that did not succeed):
+            # FAILED, and a person reads the log.
+            code = (doc.get("error") or {}).get("code") if isinstance(doc.get("error"), dict) else None
+            log.error("gateway refused a refund", extra={"key": idempotency_key, "status": status, "body": text[:500]})
+            return RefundResult(FAILED, reason=code or f"gateway answered {status}")
+        refund_status = doc.get("status")
+        if refund_status == "succeeded":
+            return RefundResult(SUCCEEDED, reference=doc.get("id"))
+        if refund_status == "failed":
+            return RefundResult(FAILED, reference=doc.get("id"), reason=doc.get("failureReason") or "failed")
+        return RefundResult(UNKNOWN, reference=doc.get("id"), reason=f"refund status {refund_status!r}")
+
+    async def _post(self, key: str, customer_id: int, amount: int, currency: str,
+                    gate: Callable[[], Awaitable[bool]] | None, payment_method: str | None = None) -> ChargeResult:
+        session = self._get_session()
+        doc = {"customerId": customer_id, "amount": amount, "currency": currency}
+        if payment_method is not None:  # a recorded method; without one, the customer id is charged
+            doc["paymentMethod"] = payment_method
+        body = json.dumps(doc, separators=(",", ":")).encode()
+        data = GatedBody(body, gate) if gate is not None else payload.BytesPayload(
             body, content_type="application/json")
         try:
             async with session.post(f"{self.base_url}/v1/charges", headers={"Idempotency-Key": key},
@@ -180,11 +234,11 @@ class GatewayClient:
         except RateLimited:
             raise
         except asyncio.TimeoutError:
-            if isinstance(data, _GatedJson) and data.held_back():
+            if isinstance(data, GatedBody) and data.held_back():
                 raise NotSent() from None
             return ChargeResult(UNKNOWN, reason=f"timeout after {self.timeout:g} s")
         except (aiohttp.ClientError, OSError) as exc:
-            if isinstance(data, _GatedJson) and data.held_back():
+            if isinstance(data, GatedBody) and data.held_back():
                 raise NotSent() from None
             return ChargeResult(UNKNOWN, reason=f"connection error: {type(exc).__name__}")
         if status >= 500:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 
-DECLINE_CODES = ("insufficient_funds", "card_declined", "expired_card", "do_not_honor")
+# Soft declines (the dunning schedule retries them); a test or the demo asks for hard ones
+# (stolen_card, expired_card, ...: billing.providers.stripe.HARD_DECLINES) through its own model.
+DECLINE_CODES = ("insufficient_funds", "card_declined", "try_again_later", "do_not_honor")
 
 
 def chance(seed, *parts) -> float:

@@ -21,6 +21,8 @@ Behaviour (docs/gateway.md is the reference for other programs):
   the answer `timeout_hold_seconds` (past the client's timeout). Faults only hit a key's first
   charging call: a replay answers the stored result after the usual latency.
   Declines depend on (seed, key) only.
+- `POST /v1/refunds`, header `Idempotency-Key`, body `{"chargeKey", "amount"}` refunds part of a
+  succeeded charge once per key, never more than the charge has left; the ledger lists refunds.
 - `GET /v1/charges?idempotencyKey=K` answers the charge made for K (200, the charge's answer plus
   its amount, currency and customerId) or 404 when K was never charged; it is not rate limited.
   `DecisionModel.lookup_fails` can make it answer 500.
@@ -93,6 +95,23 @@ class Charge:
     def ledger_entry(self) -> dict:
         return {"idempotencyKey": self.idempotency_key, "customerId": self.customer_id, "amount": self.amount,
                 "currency": self.currency, "status": self.status, "id": self.id}
+
+
+@dataclass
+class Refund:
+    idempotency_key: str
+    charge_key: str
+    amount: int
+    currency: str
+    id: str
+
+    def answer(self) -> dict:
+        return {"id": self.id, "status": "succeeded", "amount": self.amount, "chargeKey": self.charge_key,
+                "failureReason": None}
+
+    def ledger_entry(self) -> dict:
+        return {"idempotencyKey": self.idempotency_key, "chargeKey": self.charge_key, "amount": self.amount,
+                "currency": self.currency, "status": "succeeded", "id": self.id}
 
 
 class _Window:
@@ -175,6 +194,8 @@ class GatewaySimulator:
         self._rng = random.Random(seed)
         self._window = _Window(rate, mode == "strict")
         self._charges: dict[str, Charge] = {}
+        self._refunds: dict[str, Refund] = {}
+        self._refunded: dict[str, int] = {}  # charge key -> amount refunded
         self._calls: dict[str, int] = {}
         self._lookups: dict[str, int] = {}
         self._accepted_times: list[float] = []
@@ -185,7 +206,7 @@ class GatewaySimulator:
         self.url: str | None = None
         self.counters = {"accepted": 0, "rateLimited": 0, "replays": 0, "errors": 0, "timeouts": 0,
                          "conflicts": 0, "badRequests": 0, "lookups": 0, "webhooksDelivered": 0, "webhooksFailed": 0,
-                         "webhookAttempts": 0}
+                         "webhookAttempts": 0, "refundsRefused": 0}
 
     def _new_charge(self, key: str, customer_id: int, amount: int, currency: str) -> Charge:
         code = self.decisions.decline_code(key, customer_id, amount, currency)
@@ -199,6 +220,7 @@ class GatewaySimulator:
         app = web.Application()
         app.router.add_post("/v1/charges", self._handle_charge)
         app.router.add_get("/v1/charges", self._handle_lookup)
+        app.router.add_post("/v1/refunds", self._handle_refund)
         app.router.add_get("/v1/ledger", self._handle_ledger)
         app.router.add_get("/v1/stats", self._handle_stats)
         app.router.add_get("/v1/accepted", self._handle_accepted)
@@ -299,6 +321,68 @@ class GatewaySimulator:
             await asyncio.sleep(latency)
         return web.json_response(charge.answer())
 
+    async def _handle_refund(self, request: web.Request) -> web.Response:
+        """`POST /v1/refunds` `{"chargeKey", "amount"}` with `Idempotency-Key`: refunds part of a
+        succeeded charge, once per key (the same key again answers the stored refund; other
+        parameters: 409). Never more than the charge has left (400 `amount_too_large`)."""
+        now = arrival(request)
+        if not self._window.admit(now):
+            self.counters["rateLimited"] += 1
+            return web.json_response(
+                {"error": {"code": "rate_limited", "message": f"more than {self.rate} calls in one second"}},
+                status=429, headers={"Retry-After": str(max(1, round(self._window.retry_after(now))))})
+        self.counters["accepted"] += 1
+        key = request.headers.get("Idempotency-Key", "")
+        try:
+            body = await request.json()
+            charge_key, amount = body["chargeKey"], body["amount"]
+            valid = (key and len(key) <= 255 and isinstance(charge_key, str) and isinstance(amount, int)
+                     and not isinstance(amount, bool) and amount > 0)
+        except (ValueError, KeyError, TypeError):
+            valid = False
+        if not valid:
+            self.counters["badRequests"] += 1
+            return web.json_response({"error": {"code": "invalid_request", "message":
+                                      "Idempotency-Key header, chargeKey and a positive integer amount are required"}},
+                                     status=400)
+        calls = self._calls[key] = self._calls.get(key, 0) + 1
+        latency = self._latency()
+        existing = self._refunds.get(key)
+        if existing is not None:
+            if (existing.charge_key, existing.amount) != (charge_key, amount):
+                self.counters["conflicts"] += 1
+                return web.json_response({"error": {"code": "idempotency_conflict", "message":
+                                          "this Idempotency-Key was used with other parameters"}}, status=409)
+            self.counters["replays"] += 1
+            await asyncio.sleep(latency)
+            return web.json_response(existing.answer())
+        if self.decisions.fails(key, calls):
+            self.counters["errors"] += 1
+            await asyncio.sleep(latency)
+            return web.json_response({"error": {"code": "internal", "message": "simulated gateway failure"}},
+                                     status=500)
+        charge = self._charges.get(charge_key)
+        if charge is None or charge.status != "succeeded":
+            self.counters["refundsRefused"] += 1
+            return web.json_response({"error": {"code": "charge_not_refundable", "message":
+                                      "no succeeded charge has this key"}}, status=400)
+        left = charge.amount - self._refunded.get(charge_key, 0)
+        if amount > left:
+            self.counters["refundsRefused"] += 1
+            return web.json_response({"error": {"code": "amount_too_large", "message":
+                                      f"the charge has {left} left to refund"}}, status=400)
+        # No await between the checks above and these writes: one key refunds once.
+        refund = Refund(key, charge_key, amount, charge.currency,
+                        "re_" + hashlib.sha256(f"{self.seed}:{key}:refund".encode()).hexdigest()[:20])
+        self._refunds[key] = refund
+        self._refunded[charge_key] = self._refunded.get(charge_key, 0) + amount
+        if self.decisions.times_out(key, calls):
+            self.counters["timeouts"] += 1
+            await asyncio.sleep(self.timeout_hold_seconds)
+        else:
+            await asyncio.sleep(latency)
+        return web.json_response(refund.answer())
+
     async def _handle_lookup(self, request: web.Request) -> web.Response:
         """`GET /v1/charges?idempotencyKey=K`: the charge made for K (200, as the charge call
         answered it, plus amount, currency, customerId), or 404 when K was never charged."""
@@ -337,6 +421,7 @@ class GatewaySimulator:
 
     def ledger(self) -> dict:
         return {"charges": [c.ledger_entry() for c in self._charges.values()],
+                "refunds": [r.ledger_entry() for r in self._refunds.values()],
                 "rateLimited": self.counters["rateLimited"]}
 
     def accepted_times(self) -> list[float]:
@@ -356,6 +441,7 @@ class GatewaySimulator:
             per_second = [bisect.bisect_left(times, first + i + 1) - bisect.bisect_left(times, first + i)
                           for i in range(buckets)]
         return {**self.counters, "mode": self.mode, "rate": self.rate, "charged": len(self._charges),
+                "refunded": len(self._refunds),
                 "maxWindow": self._window.max_window, "excess": self._window.excess,
                 "spanSeconds": (times[-1] - times[0]) if len(times) > 1 else 0.0, "perSecond": per_second,
                 "webhooksPending": self.pending_webhooks()}

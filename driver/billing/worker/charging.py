@@ -43,6 +43,7 @@ from billing import db, metrics
 from billing.clock import Clock, SystemClock, sleep_or_stop
 from billing.gateway.client import (NOT_FOUND, UNKNOWN, ChargeResult, GatewayClient, LookupFailed, NotSent,
                                     RateLimited)
+from billing.providers import ChargeRequest, Provider
 from billing.limiter import RateLimiter
 from billing.worker.recorder import ResultRecorder
 
@@ -69,11 +70,17 @@ class Claim:
     amount: int
     currency: str
     lookup: bool = False  # the key is near its expiry: ask the gateway what became of it, never resend it
+    customer_ref: str | None = None  # the provider's customer and payment method (None: by customer id)
+    payment_method_ref: str | None = None
     claimed_at: float = field(default_factory=time.monotonic)
+
+    def request(self) -> ChargeRequest:
+        return ChargeRequest(self.idempotency_key, self.invoice_id, self.customer_id, self.amount, self.currency,
+                             self.customer_ref, self.payment_method_ref)
 
 
 class Charger:
-    def __init__(self, pool, gateway: GatewayClient, limiter: RateLimiter, *, rate: float,
+    def __init__(self, pool, gateway: GatewayClient | Provider, limiter: RateLimiter, *, rate: float,
                  clock: Clock | None = None, worker_id: str | None = None, concurrency: int | None = None,
                  lease_seconds: float = 300.0, claim_batch: int = 100, poll_seconds: float = 1.0,
                  drain_seconds: float | None = None) -> None:
@@ -81,7 +88,12 @@ class Charger:
             raise ValueError(f"the gateway timeout ({gateway.timeout:g} s) must be shorter than the lease "
                              f"({lease_seconds:g} s)")
         self.pool = pool
-        self.gateway = gateway
+        self.gateway = gateway  # as given (a GatewayClient speaks the simulator's protocol)
+        if isinstance(gateway, GatewayClient):
+            from billing.providers.sim import SimProvider
+
+            gateway = SimProvider(gateway)
+        self.provider: Provider = gateway
         self.limiter = limiter
         self.clock = clock or SystemClock()
         self.worker_id = worker_id or default_worker_id()
@@ -109,10 +121,11 @@ class Charger:
         async with self.pool.connection() as conn:
             cur = await conn.execute(db.CLAIM_CHARGES, {
                 "worker": self.worker_id, "batch": size, "lease": timedelta(seconds=self.lease_seconds),
-                "now": self.clock.now()})
+                "now": self.clock.now(), "provider": self.provider.name})
             rows = await cur.fetchall()
         claims = [Claim(r["invoice_id"], r["attempt_id"], r["idempotency_key"], r["customer_id"], r["amount"],
-                        r["currency"].strip(), bool(r.get("lookup"))) for r in rows]
+                        r["currency"].strip(), bool(r.get("lookup")), r.get("customer_ref"),
+                        r.get("payment_method_ref")) for r in rows]
         self.counts["claimed"] += len(claims)
         return claims
 
@@ -141,7 +154,7 @@ class Charger:
             self._abandon(claim, "no rate-limit slot within the lease")
             return None
         try:
-            found = await self.gateway.lookup(claim.idempotency_key)
+            found = await self.provider.lookup(claim.idempotency_key)
         except LookupFailed as exc:
             result = ChargeResult(UNKNOWN, reason=f"key lookup failed: {exc}")
         else:
@@ -179,8 +192,7 @@ class Charger:
             self._committed.add(task)
             metrics.CHARGES_IN_FLIGHT.inc()
             try:
-                result = await self.gateway.charge(claim.idempotency_key, claim.customer_id, claim.amount,
-                                                   claim.currency, gate=gate)
+                result = await self.provider.charge(claim.request(), gate=gate)
             except NotSent:  # the limiter said no at the last moment: nothing went out
                 self._committed.discard(task)
                 continue
@@ -201,7 +213,7 @@ class Charger:
         """Inside the request, right before its bytes go out: the limiter's go-ahead. Refused or
         late, it paces again here, holding the (silent) connection, for at most a third of the
         gateway timeout; then the request is dropped unsent (NotSent) and the caller starts over."""
-        deadline = time.monotonic() + self.gateway.timeout / 3
+        deadline = time.monotonic() + self.provider.timeout / 3
         while True:
             if await self.limiter.use():
                 metrics.LIMITER_WAIT.observe(time.monotonic() - waiting_since)

@@ -11,12 +11,14 @@ the others; the exit code says so): ``code = await worker.run(stop)`` then ``awa
 
 The builder decides, from `settings` and its keyword options:
 * the connection pool (when renewal or charging runs);
-* the gateway client, its timeout well inside the charge lease:
+* the payment provider (`billing.providers.provider_from_settings`: BILLING_GATEWAY_PROVIDER), its
+  timeout well inside the charge lease:
   ``min(settings.gateway_timeout_seconds, settings.charge_lease_seconds / 3)``;
 * the rate limiter, chosen in one place (`billing.limiter.limiter_from_settings`): the Redis GCRA
   limiter when `settings.redis_url` is set, else the in-process one (see `local_limiter`), unless
   a `limiter` is passed (then the caller owns it and closes it);
-* the charger (`Charger`), at `settings.gateway_rate`, leases of `settings.charge_lease_seconds`;
+* the charger (`Charger`), at `settings.gateway_rate`, leases of `settings.charge_lease_seconds`, and
+  the refund loop (`Refunder`) through the same provider and limiter;
 * the outbox relay into `sink` (default: Kafka at `settings.kafka_bootstrap`, opened and closed
   by the relay itself; a sink that is passed is the caller's to close).
 """
@@ -38,6 +40,7 @@ if TYPE_CHECKING:  # the parts are imported when built, so that a switched-off p
     from billing.gateway.client import GatewayClient
     from billing.limiter import RateLimiter
     from billing.worker.charging import Charger
+    from billing.worker.refunds import Refunder
     from billing.worker.relay import RelayOptions
     from billing.worker.sinks import EventSink
 
@@ -58,6 +61,7 @@ class Worker:
     limiter: RateLimiter | None = None
     limiter_name: str = ""  # what the limiter is, in words (for logs and reports)
     charger: Charger | None = None
+    refunder: Refunder | None = None
     sink: EventSink | None = None  # the relay's sink when one was passed, else None (Kafka)
     # What to run: part name -> a coroutine function taking the stop event.
     parts: dict[str, Part] = field(default_factory=dict)
@@ -166,16 +170,19 @@ async def build_worker(
             from billing.worker.renewal import run_renewal
 
             async def renewal(stop: asyncio.Event) -> None:
-                await run_renewal(pool, stop, clock=clock, batch=renewal_batch, idle_seconds=renewal_idle_seconds)
+                await run_renewal(pool, stop, clock=clock, batch=renewal_batch, idle_seconds=renewal_idle_seconds,
+                                  expiry_notice_days=settings.card_expiry_notice_days)
 
             worker.parts["renewal"] = renewal
         if charge:
-            from billing.gateway.client import GatewayClient
             from billing.limiter import describe_limiter, limiter_from_settings
+            from billing.providers import provider_from_settings
             from billing.worker.charging import Charger
+            from billing.worker.refunds import Refunder
 
             timeout = min(settings.gateway_timeout_seconds, settings.charge_lease_seconds / 3)
-            worker.gateway = GatewayClient(settings.gateway_url, timeout=timeout)
+            # The payment provider BILLING_GATEWAY_PROVIDER names (docs/providers.md).
+            worker.gateway = provider_from_settings(settings, timeout=timeout)
             # Closed before the limiter and the pool, as `billing worker` always did.
             worker.closers.insert(0, worker.gateway.close)
             if limiter is None:
@@ -187,6 +194,11 @@ async def build_worker(
                                      concurrency=concurrency, lease_seconds=settings.charge_lease_seconds,
                                      poll_seconds=charge_poll_seconds)
             worker.parts["charging"] = worker.charger.run
+            # Refunds go through the same provider and the same rate limit, on their own loop.
+            worker.refunder = Refunder(pool, worker.gateway, limiter, clock=clock, worker_id=worker.charger.worker_id,
+                                       lease_seconds=settings.charge_lease_seconds,
+                                       poll_seconds=max(charge_poll_seconds, 0.5))
+            worker.parts["refunds"] = worker.refunder.run
         if relay:
             try:
                 from billing.worker.relay import run_relay

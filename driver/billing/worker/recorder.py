@@ -32,7 +32,8 @@ log = logging.getLogger("billing.charging")
 
 RECORD_PAYMENT_RESULTS = (
     "SELECT idempotency_key, error_code, error_message FROM billing.record_payment_results("
-    "%(keys)s::text[], %(outcomes)s::text[], %(references)s::text[], %(reasons)s::text[], %(now)s)"
+    "%(keys)s::text[], %(outcomes)s::text[], %(references)s::text[], %(reasons)s::text[], %(now)s, "
+    "%(hard)s::boolean[])"
 )
 
 
@@ -75,7 +76,8 @@ class ResultRecorder:
 
     async def _call(self, batch: list[tuple[str, ChargeResult, asyncio.Future]]) -> list[bool]:
         params = {"keys": [k for k, _, _ in batch], "outcomes": [r.outcome for _, r, _ in batch],
-                  "references": [r.reference for _, r, _ in batch], "reasons": [r.reason for _, r, _ in batch]}
+                  "references": [r.reference for _, r, _ in batch], "reasons": [r.reason for _, r, _ in batch],
+                  "hard": [bool(getattr(r, "hard_decline", False)) for _, r, _ in batch]}
         backoff = 0.2
         for attempt in range(self.tries):
             try:

@@ -18,6 +18,7 @@ from billing.clock import Clock, SystemClock, sleep_or_stop
 log = logging.getLogger("billing.renewal")
 
 EXPIRY_INTERVAL_SECONDS = 3600.0  # how often the loop forgets idempotency keys older than a day
+CARDS_INTERVAL_SECONDS = 60.0  # how often it looks for cards expiring before their next renewal
 
 
 async def renew_due(pool, clock: Clock, *, batch: int = 500, stop: asyncio.Event | None = None) -> int:
@@ -35,12 +36,28 @@ async def renew_due(pool, clock: Clock, *, batch: int = 500, stop: asyncio.Event
     return total
 
 
+async def announce_expiring_cards(pool, clock: Clock, *, days: int, batch: int = 500) -> int:
+    """PaymentMethodExpiring for each default card that expires before its customer's next
+    renewal, `days` ahead of that renewal (once per card); how many were announced."""
+    total = 0
+    while True:
+        async with pool.connection() as conn:
+            cur = await conn.execute(db.ANNOUNCE_EXPIRING_PAYMENT_METHODS, {"days": days, "batch": batch,
+                                                                            "now": clock.now()})
+            announced = (await cur.fetchone())["announced"]
+        total += announced
+        if announced < batch:
+            return total
+
+
 async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, batch: int = 500,
-                      idle_seconds: float = 1.0) -> None:
-    """Renew until `stop` is set; a database error is logged and retried with backoff."""
+                      idle_seconds: float = 1.0, expiry_notice_days: int = 7) -> None:
+    """Renew until `stop` is set; a database error is logged and retried with backoff. Once a
+    minute, announce the default cards that expire before their next renewal."""
     clock = clock or SystemClock()
     backoff = 0.5
     next_expiry = time.monotonic()
+    next_cards = time.monotonic()
     log.info("renewal loop started", extra={"batch": batch})
     while not stop.is_set():
         try:
@@ -53,6 +70,11 @@ async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, 
                 if expired:
                     log.info("idempotency keys expired", extra={"keys": expired})
                 next_expiry = time.monotonic() + (1 if expired == 10000 else EXPIRY_INTERVAL_SECONDS)
+            if time.monotonic() >= next_cards:
+                announced = await announce_expiring_cards(pool, clock, days=expiry_notice_days)
+                if announced:
+                    log.info("expiring cards announced", extra={"cards": announced})
+                next_cards = time.monotonic() + CARDS_INTERVAL_SECONDS
             handled = await renew_due(pool, clock, batch=batch, stop=stop)
             if handled:
                 log.info("renewed", extra={"subscriptions": handled})

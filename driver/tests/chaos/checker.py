@@ -46,6 +46,7 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
         requests = _rows(conn, "SELECT * FROM billing.subscription_request")
         credit_entries = _rows(conn, "SELECT * FROM billing.credit_entry")
         balances = _rows(conn, "SELECT * FROM billing.credit_balance")
+        refund_rows = _rows(conn, "SELECT * FROM billing.refund")
 
     charges = ledger.get("charges", [])
     by_status = Counter(i["status"] for i in invoices.values())
@@ -66,6 +67,10 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
         outbox_events=len(outbox),
         outbox_by_type=dict(Counter(e["event_type"] for e in outbox)),
         kafka_messages=len(messages),
+        refund_rows=len(refund_rows),
+        refunds_by_status=dict(Counter(r["status"] for r in refund_rows)),
+        refunds_by_reason=dict(Counter(r["reason"] for r in refund_rows)),
+        gateway_refunds=len(ledger.get("refunds", [])),
     )
 
     # -- 1. no invoice charged twice (the gateway's own ledger) ---------------------------------
@@ -339,7 +344,23 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
         "no call over the gateway's limit", limited == 0,
         f"simulator answered 429 {limited} times" + (f" (limit {gateway_rate}/s)" if gateway_rate else "")))
 
-    # -- 10. webhooks stored once each, about real keys ------------------------------------------
+    # -- 10. money: collected minus refunded is the PAID invoices' cash; no refund executed twice --
+    from billing.checks import money_balances
+
+    paid_cash: dict[str, int] = defaultdict(int)
+    for inv in invoices.values():
+        if inv["status"] == "PAID":
+            paid_cash[inv["currency"].strip()] += inv["amount"] - inv["amount_refunded"]
+    checks.append(money_balances(ledger, dict(paid_cash), refund_rows))
+    over = defaultdict(int)
+    for r in refund_rows:
+        if r["status"] != "FAILED":
+            over[r["attempt_id"]] += r["amount"]
+    beyond = [(a["id"], over[a["id"]], a["amount"]) for a in attempts if over.get(a["id"], 0) > a["amount"]]
+    checks.append(Check("no charge refunded beyond what it collected (database)", not beyond,
+                        f"{len(refund_rows)} refunds over {len(over)} charges; {len(beyond)} beyond", _fail_list(beyond)))
+
+    # -- 11. webhooks stored once each, about real keys ------------------------------------------
     bad = [w["event_id"] for w in webhooks if w["idempotency_key"] not in attempt_by_key]
     checks.append(Check("every stored webhook is about a key the engine sent", not bad,
                         f"{len(webhooks)} webhooks stored; {len(bad)} about unknown keys", _fail_list(bad)))

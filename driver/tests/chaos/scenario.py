@@ -92,7 +92,9 @@ class ApiTraffic(threading.Thread):
     rng: random.Random
     known_ids: list[int]
     run_id: str
-    api_key: str = ""  # a subscriptions:read+write key the run made for itself
+    api_key: str = ""  # a subscriptions:read+write and refunds:write key the run made for itself
+    db_url: str = ""  # where the traffic finds PAID invoices to ask refunds of
+    refunds: dict[str, int] = field(default_factory=dict)  # refund answers by status
     created: dict[str, set[int]] = field(default_factory=dict)
     statuses: dict[str, int] = field(default_factory=dict)
     server_errors: list[str] = field(default_factory=list)
@@ -153,6 +155,30 @@ class ApiTraffic(threading.Thread):
         self._call(client, "POST", f"/subscriptions/{sub_id}/change-plan",
                    json={"planCode": self.rng.choice(list(PLANS))}, headers=headers)
 
+    def _refund(self, client: httpx.Client) -> None:
+        """A customer asks for money back: part of a PAID invoice, all of it, or more than was paid
+        (refused); sometimes the same request twice (the same refund answers)."""
+        try:
+            with psycopg.connect(self.db_url, autocommit=True, connect_timeout=3) as conn:
+                row = conn.execute("SELECT id, amount FROM billing.invoice WHERE status = 'PAID' AND amount > 0 "
+                                   "ORDER BY random() LIMIT 1").fetchone()
+        except psycopg.Error:
+            return
+        if row is None:
+            return
+        invoice_id, amount = row
+        self._seq += 1
+        key = f"refund-{self.run_id}-{self._seq}"
+        ask = self.rng.choice([max(1, amount // 3), amount, amount + 1])
+        for _ in range(2 if self.rng.random() < 0.2 else 1):
+            resp = self._call(client, "POST", f"/invoices/{invoice_id}/refunds", json={"amount": ask},
+                              headers={"Idempotency-Key": key})
+            if resp is not None:
+                label = str(resp.status_code)
+                self.refunds[label] = self.refunds.get(label, 0) + 1
+                if ask > amount and resp.status_code == 200:
+                    self.server_errors.append(f"refund of {ask} for invoice {invoice_id} of {amount} accepted")
+
     def run(self) -> None:
         try:
             with httpx.Client(base_url=self.base_url, timeout=5.0,
@@ -163,8 +189,10 @@ class ApiTraffic(threading.Thread):
                         self._create(client)
                     elif r < 0.70:
                         self._cancel(client)
-                    elif r < 0.90:
+                    elif r < 0.85:
                         self._change_plan(client)
+                    elif r < 0.93:
+                        self._refund(client)
                     else:
                         self._call(client, "GET", f"/subscriptions/{self.rng.choice(self.known_ids)}")
         except BaseException as exc:  # noqa: BLE001 - surfaced by the run
@@ -274,6 +302,11 @@ class TimeWarp(threading.Thread):
                         "WHERE status = 'OPEN' AND next_attempt_at > now() + make_interval(secs => %s)",
                         (self.horizon,))
                     self.warped += cur.rowcount
+                    cur = conn.execute(  # refunds whose outcome was UNKNOWN likewise
+                        "UPDATE billing.refund SET next_attempt_at = now() "
+                        "WHERE status = 'REQUESTED' AND next_attempt_at > now() + make_interval(secs => %s)",
+                        (self.horizon,))
+                    self.warped += cur.rowcount
             except psycopg.Error:
                 pass  # PostgreSQL restarting: next second
 
@@ -348,10 +381,11 @@ def _drain_state(db_url: str) -> dict | None:
                        (SELECT count(*) FROM billing.outbox_event WHERE status = 'PENDING') AS pending_events,
                        (SELECT count(*) FROM billing.outbox_event) AS events,
                        (SELECT count(*) FROM billing.gateway_webhook) AS webhooks,
-                       (SELECT count(*) FROM billing.payment_attempt) AS attempts
+                       (SELECT count(*) FROM billing.payment_attempt) AS attempts,
+                       (SELECT count(*) FROM billing.refund WHERE status = 'REQUESTED') AS pending_refunds
             """).fetchone()
             return dict(zip(("open_invoices", "due_subscriptions", "pending_events", "events", "webhooks",
-                             "attempts"), row))
+                             "attempts", "pending_refunds"), row))
     except psycopg.Error:
         return None
 
@@ -421,10 +455,10 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
         with psycopg.connect(db_url, autocommit=True) as conn:
             known = [r[0] for r in conn.execute("SELECT id FROM billing.subscription ORDER BY id")]
         killer = WorkerKiller(workers, faults, random.Random(rng.random()), db_url=db_url, every=size.kill_every)
-        api_key = create_key(db_url, "chaos traffic", ["subscriptions:read", "subscriptions:write"],
+        api_key = create_key(db_url, "chaos traffic", ["subscriptions:read", "subscriptions:write", "refunds:write"],
                              actor="chaos").key
         traffic = ApiTraffic(f"http://127.0.0.1:{api_port}", size.api_ops_per_second, random.Random(rng.random()),
-                             known, run_id, api_key)
+                             known, run_id, api_key, db_url=db_url)
         warp = TimeWarp(db_url, lease)
         late = LateWebhooks(db_url, f"http://127.0.0.1:{api_port}", secret, random.Random(rng.random()))
         watch = GatewayWatch(f"http://127.0.0.1:{sim_port}", faults)
@@ -482,7 +516,7 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
         while time.monotonic() - t_drain < size.drain_seconds:
             state = _drain_state(db_url)
             quiet = (state is not None and state["open_invoices"] == 0 and state["due_subscriptions"] == 0
-                     and state["pending_events"] == 0)
+                     and state["pending_events"] == 0 and state["pending_refunds"] == 0)
             stable = stable + 1 if quiet and state == last else 0
             last = state
             if stable >= 4:  # nothing moved for 4 s (late webhooks arrive within ~3 s)
@@ -503,7 +537,8 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
         checks, check_figures = check_all(db_url, ledger, messages, created_keys=traffic.created,
                                           gateway_rate=size.gateway_rate)
         figures.update(check_figures)
-        checks.insert(0, Check("system drained after the faults (no OPEN invoice, nothing due, outbox empty)",
+        checks.insert(0, Check("system drained after the faults (no OPEN invoice, nothing due, outbox empty, "
+                               "no refund pending)",
                                figures["drained"], f"last state {last}"))
         checks.append(Check("workers stop cleanly on SIGTERM (exit 0)", all(c == 0 for c in exits.values()),
                             f"exit codes {exits}"))
@@ -525,10 +560,11 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
             unknown_retries_fast_forwarded=warp.warped,
             late_webhooks=dict(late.sent),
             api_creates=len(traffic.created),
+            api_refunds=dict(sorted(traffic.refunds.items())),
             api_statuses=dict(sorted(traffic.statuses.items())),
             simulator={k: sim_stats.get(k) for k in ("accepted", "rateLimited", "replays", "errors", "timeouts",
                                                        "webhooksDelivered", "webhooksFailed", "webhookAttempts",
-                                                       "maxWindow", "charged")},
+                                                       "maxWindow", "charged", "refunded", "refundsRefused")},
             total_seconds=round(time.monotonic() - started, 1),
         )
         ok = all(c.ok for c in checks)
@@ -578,6 +614,8 @@ def _report(figures: dict, checks, faults: FaultLog) -> list[str]:
         f"  events: {f.get('outbox_events')} in the outbox {f.get('outbox_by_type')}; {f.get('kafka_messages')} Kafka "
         f"messages, {f.get('kafka_distinct_events')} distinct, {f.get('kafka_redeliveries')} redeliveries; "
         f"refunds due {f.get('refunds_due')}",
+        f"  refunds: {f.get('refund_rows')} rows {f.get('refunds_by_status')} {f.get('refunds_by_reason')}; "
+        f"{f.get('gateway_refunds')} executed at the gateway; API answers to refund requests {f.get('api_refunds')}",
         "  invariants:",
         *[c.line() for c in checks],
     ]

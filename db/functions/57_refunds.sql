@@ -1,0 +1,286 @@
+-- 57_refunds: money given back. A refund is a row with its own idempotency key
+-- (<namespace>-ref-<id>), REQUESTED by a caller (refund_invoice) or by the engine's own rules
+-- (RefundDue: a duplicate charge, a success on a closed invoice, a payment on a subscription
+-- canceled before the invoice was declined). A worker claims it (claim_refunds, leased like a
+-- charge), calls the provider outside any transaction and records the result
+-- (record_refund_result): SUCCEEDED or FAILED are final; UNKNOWN retries the same key, never past
+-- the key's lifetime at the provider (then a person settles it). The refunds of one charge never
+-- exceed what it collected: every path checks it under the invoice's row lock.
+
+CREATE OR REPLACE FUNCTION billing._refund_data(p_refund billing.refund)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT jsonb_build_object(
+        'refundId', p_refund.id,
+        'invoiceId', p_refund.invoice_id,
+        'customerId', p_refund.customer_id,
+        'amount', p_refund.amount,
+        'currency', p_refund.currency,
+        'reason', p_refund.reason,
+        'status', p_refund.status,
+        'idempotencyKey', p_refund.idempotency_key,
+        'provider', p_refund.provider,
+        'providerReference', p_refund.provider_reference,
+        'failureReason', p_refund.failure_reason,
+        'requestedAt', billing._utc_text(p_refund.requested_at),
+        'settledAt', billing._utc_text(p_refund.settled_at))
+$$;
+COMMENT ON FUNCTION billing._refund_data(billing.refund) IS
+'Private: the "data" of refund events (subject invoice/<id>).
+Returns a jsonb object.';
+
+-- What is left to refund of a charge: its amount less the refunds not FAILED.
+CREATE OR REPLACE FUNCTION billing._refundable(p_attempt_id bigint)
+RETURNS bigint
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT a.amount - coalesce((SELECT sum(r.amount) FROM billing.refund r
+                                 WHERE r.attempt_id = a.id AND r.status <> 'FAILED'), 0)
+      FROM billing.payment_attempt a
+     WHERE a.id = p_attempt_id AND a.outcome = 'SUCCEEDED'
+$$;
+COMMENT ON FUNCTION billing._refundable(bigint) IS
+'Private: what may still be refunded of a successful charge (its amount less its refunds requested or succeeded).
+Returns the amount; NULL when the attempt did not succeed.';
+
+-- Call holding the invoice's row lock (after its subscription's): two requests for the same
+-- charge are decided one after the other.
+CREATE OR REPLACE FUNCTION billing._refund_invoice(
+    p_invoice billing.invoice, p_attempt_id bigint, p_amount bigint, p_reason text, p_actor text,
+    p_idempotency_key text, p_now timestamptz)
+RETURNS billing.refund
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_attempt    billing.payment_attempt;
+    v_refundable bigint;
+    v_refund     billing.refund;
+    v_id         bigint;
+BEGIN
+    SELECT * INTO v_attempt FROM billing.payment_attempt WHERE id = p_attempt_id AND invoice_id = p_invoice.id;
+    v_refundable := billing._refundable(p_attempt_id);
+    IF v_refundable IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('invoice %s has no successful charge to refund', p_invoice.id),
+            HINT = 'Only money collected can be refunded (credit is not cash).';
+    END IF;
+    IF p_amount IS NULL OR p_amount < 1 OR p_amount > v_refundable THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('a refund of invoice %s is between 1 and %s (collected %s, already refunded or being refunded %s), got %s',
+                             p_invoice.id, v_refundable, v_attempt.amount, v_attempt.amount - v_refundable,
+                             coalesce(p_amount::text, 'NULL')),
+            HINT = 'The refunds of a charge never exceed what it collected.';
+    END IF;
+    v_id := nextval(pg_get_serial_sequence('billing.refund', 'id'));
+    INSERT INTO billing.refund (customer_id, id, invoice_id, attempt_id, amount, currency, reason, status,
+                                idempotency_key, request_key, provider, charge_reference, requested_by, requested_at,
+                                next_attempt_at)
+    SELECT p_invoice.customer_id, v_id, p_invoice.id, v_attempt.id, p_amount, v_attempt.currency, p_reason, 'REQUESTED',
+           i.key_namespace || '-ref-' || v_id, p_idempotency_key, coalesce(v_attempt.provider, 'sim'),
+           v_attempt.gateway_reference, p_actor, p_now, p_now
+      FROM billing.installation i
+    RETURNING * INTO v_refund;
+    PERFORM billing._emit_event('invoice', p_invoice.id, 'RefundRequested', billing._refund_data(v_refund), p_now);
+    RETURN v_refund;
+END
+$$;
+COMMENT ON FUNCTION billing._refund_invoice(billing.invoice, bigint, bigint, text, text, text, timestamptz) IS
+'Private: a REQUESTED refund of p_amount against a successful charge of the (locked) invoice, key <namespace>-ref-<id>, event RefundRequested.
+Returns the refund; BL422 when the charge did not succeed or the amount exceeds what is left to refund.';
+
+CREATE OR REPLACE FUNCTION billing.refund_invoice(
+    p_invoice_id bigint, p_amount bigint, p_idempotency_key text DEFAULT NULL, p_now timestamptz DEFAULT now())
+RETURNS billing.refund
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_invoice billing.invoice;
+    v_refund  billing.refund;
+BEGIN
+    PERFORM billing._audit('refund_invoice', jsonb_build_object('invoice_id', p_invoice_id, 'amount', p_amount, 'idempotency_key', p_idempotency_key, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    IF p_idempotency_key IS NOT NULL THEN
+        PERFORM billing._check_text('a refund request key', p_idempotency_key, 255);
+    END IF;
+    SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404',
+            MESSAGE = format('invoice %s does not exist', coalesce(p_invoice_id::text, 'NULL'));
+    END IF;
+    -- Lock order: subscription, invoice (as payments do).
+    PERFORM billing._lock_subscription(v_invoice.subscription_id);
+    SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id FOR UPDATE;
+    IF p_idempotency_key IS NOT NULL THEN
+        SELECT * INTO v_refund FROM billing.refund WHERE request_key = p_idempotency_key;
+        IF FOUND THEN
+            IF v_refund.invoice_id <> p_invoice_id OR v_refund.amount IS DISTINCT FROM p_amount THEN
+                RAISE EXCEPTION USING ERRCODE = 'BL409',
+                    MESSAGE = format('the request key %L was used for another refund (invoice %s, amount %s)',
+                                     p_idempotency_key, v_refund.invoice_id, v_refund.amount),
+                    HINT = 'Use a new Idempotency-Key for a new refund.';
+            END IF;
+            RETURN v_refund;  -- the same request again: the same refund
+        END IF;
+    END IF;
+    IF v_invoice.status <> 'PAID' OR v_invoice.paid_attempt_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('invoice %s is %s%s: only a PAID invoice charged through the gateway can be refunded',
+                             p_invoice_id, v_invoice.status,
+                             CASE WHEN v_invoice.status = 'PAID' THEN ' by credit alone' ELSE '' END),
+            HINT = 'The engine refunds by itself what was collected on a VOID or FAILED invoice.';
+    END IF;
+    RETURN billing._refund_invoice(v_invoice, v_invoice.paid_attempt_id, p_amount, 'REQUESTED',
+        coalesce(nullif(left(current_setting('billing.actor', true), 200), ''), session_user::text),
+        p_idempotency_key, p_now);
+END
+$$;
+COMMENT ON FUNCTION billing.refund_invoice(bigint, bigint, text, timestamptz) IS
+'Asks for a refund of p_amount (partial or whole) of a PAID invoice''s charge; the worker executes it through the provider. p_idempotency_key makes the request idempotent (the same key answers the same refund). Event RefundRequested.
+Returns the refund; BL404 for an unknown invoice, BL409 for a request key reused with other arguments, BL422 for an invoice not PAID by a charge or an amount above what is left to refund.';
+
+CREATE OR REPLACE FUNCTION billing.list_refunds(p_invoice_id bigint)
+RETURNS SETOF billing.refund
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT * FROM billing.refund WHERE invoice_id = p_invoice_id ORDER BY id
+$$;
+COMMENT ON FUNCTION billing.list_refunds(bigint) IS
+'The refunds of an invoice, oldest first.
+Returns the rows (none for an unknown invoice).';
+
+CREATE OR REPLACE FUNCTION billing.claim_refunds(
+    p_worker text, p_batch_size integer DEFAULT 50, p_lease interval DEFAULT interval '5 minutes',
+    p_now timestamptz DEFAULT now())
+RETURNS TABLE (refund_id bigint, customer_id bigint, invoice_id bigint, idempotency_key text, provider text,
+               charge_reference text, charge_key text, amount bigint, currency text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_cfg billing.installation;
+BEGIN
+    PERFORM billing._audit('claim_refunds', jsonb_build_object('worker', p_worker, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_text('a worker name', p_worker, 255);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
+    SELECT * INTO v_cfg FROM billing.installation;
+    IF p_lease >= v_cfg.key_lifetime THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_cfg.key_lifetime);
+    END IF;
+    RETURN QUERY
+    WITH due AS MATERIALIZED (
+        SELECT r.customer_id, r.id, r.key_expires_at
+          FROM billing.refund r
+         WHERE r.status = 'REQUESTED' AND r.next_attempt_at <= p_now
+         ORDER BY r.next_attempt_at, r.id
+         LIMIT p_batch_size
+           FOR NO KEY UPDATE SKIP LOCKED
+    ), expired AS (
+        -- Sent before, fate unknown, and the provider may have forgotten the key: never sent
+        -- again (it could refund twice); a person settles it with record_refund_result.
+        UPDATE billing.refund r SET next_attempt_at = NULL, review_reason = 'KEY_EXPIRED'
+          FROM due d
+         WHERE r.customer_id = d.customer_id AND r.id = d.id AND d.key_expires_at <= p_now
+        RETURNING r.*
+    ), review_events AS (
+        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+        SELECT e.event_id, 'invoice', e.invoice_id, 'RefundReview',
+               billing._cloud_event(e.event_id, 'RefundReview', 'invoice', e.invoice_id, p_now,
+                                    billing._refund_data(e.ref) || jsonb_build_object('reviewReason', 'KEY_EXPIRED')),
+               p_now, p_now
+          FROM (SELECT gen_random_uuid() AS event_id, x.invoice_id, x::billing.refund AS ref FROM expired x ORDER BY x.id) e
+    ), claimed AS (
+        UPDATE billing.refund r
+           SET next_attempt_at = p_now + p_lease, claim_count = r.claim_count + 1,
+               first_claimed_at = coalesce(r.first_claimed_at, p_now),
+               key_expires_at = coalesce(r.key_expires_at, p_now + v_cfg.key_lifetime)
+          FROM due d
+         WHERE r.customer_id = d.customer_id AND r.id = d.id AND (d.key_expires_at IS NULL OR d.key_expires_at > p_now)
+        RETURNING r.*
+    )
+    SELECT c.id, c.customer_id, c.invoice_id, c.idempotency_key, c.provider, c.charge_reference, a.idempotency_key,
+           c.amount, c.currency::text
+      FROM claimed c
+      JOIN billing.payment_attempt a ON a.id = c.attempt_id
+     ORDER BY c.id;
+END
+$$;
+COMMENT ON FUNCTION billing.claim_refunds(text, integer, interval, timestamptz) IS
+'Claims up to p_batch_size REQUESTED refunds due by p_now (SKIP LOCKED) and leases them until p_now + p_lease; a refund whose key outlived the key lifetime with its fate unknown is set aside for a person instead (RefundReview).
+Returns what to send: the refund''s key (the same on every re-claim), the charge (provider reference and key), amount and currency; BL422 for bad arguments.';
+
+CREATE OR REPLACE FUNCTION billing.record_refund_result(
+    p_idempotency_key text, p_outcome text, p_provider_reference text DEFAULT NULL,
+    p_failure_reason text DEFAULT NULL, p_now timestamptz DEFAULT now())
+RETURNS billing.refund
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_refund  billing.refund;
+    v_invoice billing.invoice;
+    v_margin  interval;
+BEGIN
+    PERFORM billing._audit('record_refund_result', jsonb_build_object('idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'provider_reference', p_provider_reference, 'failure_reason', p_failure_reason, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_one_of('refund outcome', p_outcome, ARRAY['SUCCEEDED', 'FAILED', 'UNKNOWN'],
+                                  'Use SUCCEEDED, FAILED or UNKNOWN.');
+    SELECT * INTO v_refund FROM billing.refund WHERE idempotency_key = p_idempotency_key;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404',
+            MESSAGE = format('no refund has idempotency key %L', p_idempotency_key),
+            HINT = 'Report only keys returned by claim_refunds.';
+    END IF;
+    -- Lock order: subscription, invoice, refund.
+    SELECT * INTO v_invoice FROM billing.invoice WHERE id = v_refund.invoice_id;
+    PERFORM billing._lock_subscription(v_invoice.subscription_id);
+    SELECT * INTO v_invoice FROM billing.invoice WHERE id = v_refund.invoice_id FOR UPDATE;
+    SELECT * INTO v_refund FROM billing.refund
+     WHERE customer_id = v_refund.customer_id AND id = v_refund.id FOR UPDATE;
+
+    IF v_refund.status <> 'REQUESTED' THEN
+        -- Final already: a repeat changes nothing; a contradiction is logged by the caller.
+        RETURN v_refund;
+    END IF;
+    IF p_outcome = 'UNKNOWN' THEN
+        -- The same key again later (the provider answers the first call's result), but never
+        -- past the key's lifetime: claim_refunds sets it aside then.
+        SELECT lookup_margin INTO v_margin FROM billing.installation;
+        UPDATE billing.refund
+           SET outcome = 'UNKNOWN', failure_reason = p_failure_reason,
+               next_attempt_at = CASE WHEN review_reason IS NOT NULL THEN next_attempt_at
+                                      ELSE least(p_now + interval '15 minutes',
+                                                 greatest(p_now + interval '1 minute',
+                                                          coalesce(key_expires_at, p_now + interval '15 minutes') - v_margin)) END
+         WHERE customer_id = v_refund.customer_id AND id = v_refund.id
+        RETURNING * INTO v_refund;
+        RETURN v_refund;
+    END IF;
+    UPDATE billing.refund
+       SET status = p_outcome, outcome = p_outcome, next_attempt_at = NULL, settled_at = p_now,
+           provider_reference = coalesce(p_provider_reference, provider_reference),
+           failure_reason = CASE WHEN p_outcome = 'FAILED' THEN p_failure_reason END
+     WHERE customer_id = v_refund.customer_id AND id = v_refund.id
+    RETURNING * INTO v_refund;
+    IF p_outcome = 'SUCCEEDED' AND v_invoice.paid_attempt_id = v_refund.attempt_id THEN
+        UPDATE billing.invoice SET amount_refunded = amount_refunded + v_refund.amount WHERE id = v_invoice.id;
+    END IF;
+    PERFORM billing._emit_event('invoice', v_invoice.id,
+        CASE p_outcome WHEN 'SUCCEEDED' THEN 'RefundSucceeded' ELSE 'RefundFailed' END,
+        billing._refund_data(v_refund), p_now);
+    RETURN v_refund;
+END
+$$;
+COMMENT ON FUNCTION billing.record_refund_result(text, text, text, text, timestamptz) IS
+'Records the provider''s answer to a refund: SUCCEEDED (the invoice''s amount_refunded grows when it refunds the paying charge; RefundSucceeded) and FAILED (RefundFailed; the amount may be asked again) are final; UNKNOWN retries the same key later, within its lifetime. Idempotent: a refund already settled is returned unchanged.
+Returns the refund; BL404 for an unknown key, BL422 for an unknown outcome.';

@@ -1,0 +1,362 @@
+"""Stripe through its REST API: `BILLING_GATEWAY_PROVIDER=stripe` (docs/providers.md).
+
+Calls (form-encoded, `Authorization: Bearer <BILLING_STRIPE_API_KEY>`, the attempt's key as
+`Idempotency-Key`), made with the worker's aiohttp session (the official `stripe` package was
+measured and not used: docs/providers.md says why):
+
+* charge: `POST /v1/payment_intents` amount, currency (lower case), customer, payment_method,
+  off_session=true, confirm=true, metadata[invoice_id], metadata[customer_id] and
+  metadata[idempotency_key] (the webhook and the lookup find the attempt by them);
+* refund: `POST /v1/refunds` payment_intent, amount, metadata[refund_key], metadata[invoice_id];
+* lookup: `GET /v1/payment_intents/search?query=metadata['idempotency_key']:'<key>'`.
+
+| Stripe answers | the SQL API gets |
+|---|---|
+| 200, status `succeeded` | SUCCEEDED, reference = the payment intent id |
+| 402 `card_declined` with `decline_code` D | DECLINED, reason D (hard when D is in `HARD_DECLINES`) |
+| 402 other card error code C (`expired_card`, `incorrect_cvc`, ...) | DECLINED, reason C (hard likewise) |
+| 402 `authentication_required`, or 200 `requires_action` | DECLINED `authentication_required`, hard (the customer must act) |
+| 200 `requires_payment_method` with `last_payment_error` | DECLINED like a 402 |
+| 200 `processing` (or any other status) | UNKNOWN (the webhook or the lookup tells) |
+| 429 | nothing: RateLimited (neither a decline nor an attempt) |
+| 5xx, timeout, connection error | UNKNOWN |
+| 400 `idempotency_error`, 409 | UNKNOWN, logged (the same key with other parameters, or in use) |
+| other 4xx | UNKNOWN, logged as an error |
+
+Webhooks (`POST /webhooks/stripe`): `Stripe-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret,
+"<t>.<body>")>` (several v1 during a secret rotation; v0 ignored), 300 s tolerance.
+`payment_intent.succeeded` / `payment_intent.payment_failed` are charge outcomes for the key in
+the intent's metadata; `charge.refunded` settles each refund it lists that carries our
+`refund_key`. Other events are acknowledged and ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import time
+import urllib.parse
+from collections.abc import Mapping
+
+import aiohttp
+from aiohttp import payload
+
+from billing import metrics
+from billing.gateway.client import (DECLINED, FAILED, SUCCEEDED, UNKNOWN, ChargeResult, GatedBody, LookupFailed,
+                                    NotSent, RateLimited, RefundResult, _retry_after)
+from billing.providers import ChargeRequest, Gate, RefundRequest, WebhookOutcome, WebhookRejected
+
+log = logging.getLogger("billing.providers.stripe")
+
+DEFAULT_API_BASE = "https://api.stripe.com"
+SIGNATURE_TOLERANCE = 300  # seconds, both ways (Stripe's libraries use the same default)
+
+# Decline codes that say the card (or the way it was used) will not work again: retrying on the
+# schedule is pointless, the customer must give another method (Stripe's decline codes
+# documentation: "the customer needs to use another card" / "do not retry"). Every other code
+# (insufficient_funds, generic_decline, try_again_later, processing_error, do_not_honor, ...) is
+# soft: the dunning schedule retries it.
+HARD_DECLINES = frozenset({
+    "authentication_required", "card_not_supported", "currency_not_supported", "do_not_try_again",
+    "expired_card", "fraudulent", "incorrect_number", "invalid_account", "invalid_expiry_month",
+    "invalid_expiry_year", "invalid_number", "lost_card", "merchant_blacklist", "new_account_information_available",
+    "not_permitted", "pickup_card", "restricted_card", "revocation_of_all_authorizations",
+    "revocation_of_authorization", "security_violation", "service_not_allowed", "stolen_card",
+    "stop_payment_order", "transaction_not_allowed",
+})
+
+
+def decline(code: str | None, reference: str | None = None) -> ChargeResult:
+    code = code or "card_declined"
+    return ChargeResult(DECLINED, reference=reference, reason=code, hard_decline=code in HARD_DECLINES)
+
+
+def _error_decline(error: dict) -> ChargeResult:
+    """A card error (402, or an intent's last_payment_error) as a decline."""
+    intent = error.get("payment_intent") if isinstance(error.get("payment_intent"), dict) else {}
+    code = error.get("code")
+    if code == "card_declined":
+        code = error.get("decline_code") or code
+    return decline(code, intent.get("id"))
+
+
+class StripeProvider:
+    name = "stripe"
+    webhook_path = "/webhooks/stripe"
+
+    def __init__(self, api_key: str, *, api_base: str = DEFAULT_API_BASE, webhook_secrets: list[str] | None = None,
+                 timeout: float = 10.0, connect_timeout: float = 3.0) -> None:
+        self.api_key = api_key
+        self.api_base = api_base.rstrip("/")
+        self.webhook_secrets = webhook_secrets or []
+        self.timeout = timeout
+        self._timeout = aiohttp.ClientTimeout(total=timeout, connect=min(connect_timeout, timeout))
+        self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    def from_settings(cls, settings, *, timeout: float) -> "StripeProvider":
+        if not settings.stripe_api_key:
+            raise ValueError("BILLING_STRIPE_API_KEY (or BILLING_STRIPE_API_KEY_FILE) is required with the stripe provider")
+        return cls(settings.stripe_api_key or "", api_base=settings.stripe_api_base,
+                   webhook_secrets=[s for s in (settings.stripe_webhook_secret or "").split(",") if s],
+                   timeout=timeout)
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30), timeout=self._timeout,
+                headers={"Authorization": f"Bearer {self.api_key}"})
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # -- calls -----------------------------------------------------------------------------------
+
+    async def _post(self, path: str, key: str, form: list[tuple[str, str]], gate: Gate | None) -> tuple[int, dict | None, str]:
+        """POST a form with `Idempotency-Key`; (status, JSON body or None, text). Raises RateLimited,
+        NotSent, and asyncio.TimeoutError / aiohttp.ClientError / OSError for the caller to map."""
+        body = urllib.parse.urlencode(form).encode()
+        ctype = "application/x-www-form-urlencoded"
+        data = GatedBody(body, gate, ctype) if gate is not None else payload.BytesPayload(body, content_type=ctype)
+        try:
+            async with self._get_session().post(f"{self.api_base}{path}", data=data,
+                                                headers={"Idempotency-Key": key}) as resp:
+                if resp.status == 429:
+                    raise RateLimited(_retry_after(resp.headers.get("Retry-After")))
+                text = await resp.text()
+                status = resp.status
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError):
+            if isinstance(data, GatedBody) and data.held_back():
+                raise NotSent() from None
+            raise
+        try:
+            doc = json.loads(text)
+            doc = doc if isinstance(doc, dict) else None
+        except ValueError:
+            doc = None
+        return status, doc, text
+
+    async def charge(self, request: ChargeRequest, *, gate: Gate | None = None) -> ChargeResult:
+        if not isinstance(request.amount, int) or isinstance(request.amount, bool):
+            raise TypeError("amount must be an int in the currency's smallest unit")
+        if not request.payment_method_ref:
+            # claim_charges never hands a real provider an invoice without a method; if it did,
+            # nothing is sent and the invoice comes back after its lease.
+            log.error("no payment method to charge", extra={"key": request.idempotency_key})
+            return ChargeResult(UNKNOWN, reason="no payment method")
+        form = [("amount", str(request.amount)), ("currency", request.currency.lower())]
+        if request.customer_ref:
+            form.append(("customer", request.customer_ref))
+        form += [("payment_method", request.payment_method_ref), ("off_session", "true"), ("confirm", "true"),
+                 ("metadata[invoice_id]", str(request.invoice_id)),
+                 ("metadata[customer_id]", str(request.customer_id)),
+                 ("metadata[idempotency_key]", request.idempotency_key)]
+        started = time.monotonic()
+        try:
+            status, doc, text = await self._post("/v1/payment_intents", request.idempotency_key, form, gate)
+        except NotSent:
+            raise
+        except RateLimited:
+            metrics.GATEWAY_LATENCY.observe(time.monotonic() - started)
+            metrics.CHARGES.labels("RATE_LIMITED").inc()
+            raise
+        except asyncio.TimeoutError:
+            result = ChargeResult(UNKNOWN, reason=f"timeout after {self.timeout:g} s")
+        except (aiohttp.ClientError, OSError) as exc:
+            result = ChargeResult(UNKNOWN, reason=f"connection error: {type(exc).__name__}")
+        else:
+            result = self._charge_answer(request.idempotency_key, status, doc, text)
+        metrics.GATEWAY_LATENCY.observe(time.monotonic() - started)
+        metrics.CHARGES.labels(result.outcome).inc()
+        return result
+
+    def _charge_answer(self, key: str, status: int, doc: dict | None, text: str) -> ChargeResult:
+        if status >= 500:
+            return ChargeResult(UNKNOWN, reason=f"stripe answered {status}")
+        if doc is None:
+            return ChargeResult(UNKNOWN, reason="unreadable stripe answer")
+        if status == 200:
+            return intent_result(doc)
+        error = doc.get("error") if isinstance(doc.get("error"), dict) else {}
+        if status == 402 and error.get("type") == "card_error":
+            return _error_decline(error)
+        if error.get("type") == "idempotency_error" or status == 409:
+            # The key was used with other parameters, or is in use by a concurrent request: the
+            # charge's fate is not known from this answer; the same key later (or its lookup) tells.
+            log.warning("stripe idempotency error", extra={"key": key, "status": status, "body": text[:500]})
+            return ChargeResult(UNKNOWN, reason=f"idempotency error: {error.get('message', status)}"[:300])
+        log.error("stripe refused a charge", extra={"key": key, "status": status, "body": text[:500]})
+        return ChargeResult(UNKNOWN, reason=f"stripe answered {status}: {error.get('code') or error.get('type')}")
+
+    async def refund(self, request: RefundRequest, *, gate: Gate | None = None) -> RefundResult:
+        if not request.charge_reference:
+            log.error("refund without the charge's payment intent", extra={"key": request.idempotency_key})
+            return RefundResult(FAILED, reason="no payment intent to refund")
+        form = [("payment_intent", request.charge_reference), ("amount", str(request.amount)),
+                ("metadata[refund_key]", request.idempotency_key), ("metadata[invoice_id]", str(request.invoice_id))]
+        try:
+            status, doc, text = await self._post("/v1/refunds", request.idempotency_key, form, gate)
+        except (NotSent, RateLimited):
+            raise
+        except asyncio.TimeoutError:
+            return RefundResult(UNKNOWN, reason=f"timeout after {self.timeout:g} s")
+        except (aiohttp.ClientError, OSError) as exc:
+            return RefundResult(UNKNOWN, reason=f"connection error: {type(exc).__name__}")
+        if status >= 500 or doc is None:
+            return RefundResult(UNKNOWN, reason=f"stripe answered {status}")
+        if status == 200:
+            return refund_result(doc)
+        error = doc.get("error") if isinstance(doc.get("error"), dict) else {}
+        if error.get("type") == "idempotency_error" or status == 409:
+            log.warning("stripe idempotency error", extra={"key": request.idempotency_key, "body": text[:500]})
+            return RefundResult(UNKNOWN, reason="idempotency error")
+        # Refused for good (charge_already_refunded, amount too large, ...): FAILED, logged.
+        log.error("stripe refused a refund", extra={"key": request.idempotency_key, "status": status, "body": text[:500]})
+        return RefundResult(FAILED, reason=error.get("code") or error.get("type") or f"stripe answered {status}")
+
+    async def lookup(self, idempotency_key: str) -> ChargeResult | None:
+        """The payment intent made with `idempotency_key` (found by its metadata through the search
+        API), None when there is none, LookupFailed when Stripe cannot say. The search index lags
+        the writes by up to a minute; a lookup comes hours after the first call (near the key's end)."""
+        query = f"metadata['idempotency_key']:'{idempotency_key}'"
+        try:
+            async with self._get_session().get(f"{self.api_base}/v1/payment_intents/search",
+                                               params={"query": query}) as resp:
+                text = await resp.text()
+                status = resp.status
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+            metrics.KEY_LOOKUPS.labels("FAILED").inc()
+            raise LookupFailed(type(exc).__name__) from None
+        try:
+            if status != 200:
+                raise ValueError(f"stripe answered {status}")
+            doc = json.loads(text)
+            found = [pi for pi in doc["data"]
+                     if isinstance(pi, dict) and (pi.get("metadata") or {}).get("idempotency_key") == idempotency_key]
+        except (ValueError, KeyError, TypeError) as exc:
+            metrics.KEY_LOOKUPS.labels("FAILED").inc()
+            raise LookupFailed(str(exc)) from None
+        if not found:
+            metrics.KEY_LOOKUPS.labels("NOT_FOUND").inc()
+            return None
+        result = intent_result(found[0])
+        if result.outcome == UNKNOWN:
+            metrics.KEY_LOOKUPS.labels("FAILED").inc()
+            raise LookupFailed(result.reason or "undecided")
+        metrics.KEY_LOOKUPS.labels("FOUND").inc()
+        return result
+
+    # -- webhooks --------------------------------------------------------------------------------
+
+    def parse_webhook(self, headers: Mapping[str, str], body: bytes, now: float) -> list[WebhookOutcome]:
+        verify_signature(headers.get("stripe-signature"), body, self.webhook_secrets, now)
+        try:
+            event = json.loads(body)
+        except (ValueError, RecursionError):
+            raise WebhookRejected("the body is not valid JSON", code="invalid_json") from None
+        if not isinstance(event, dict) or not isinstance(event.get("id"), str) \
+                or not isinstance((event.get("data") or {}).get("object"), dict):
+            raise WebhookRejected("not a Stripe event (id, type, data.object)", code="invalid_json")
+        return parse_event(event)
+
+
+def intent_result(intent: dict) -> ChargeResult:
+    """A payment intent's state as a charge outcome."""
+    status, ref = intent.get("status"), intent.get("id")
+    if status == "succeeded":
+        return ChargeResult(SUCCEEDED, reference=ref)
+    if status == "requires_action":
+        return decline("authentication_required", ref)
+    error = intent.get("last_payment_error")
+    if status == "requires_payment_method" and isinstance(error, dict) and error.get("code"):
+        result = _error_decline(error)
+        return ChargeResult(result.outcome, ref, result.reason, result.hard_decline)
+    return ChargeResult(UNKNOWN, reference=ref, reason=f"payment intent {status!r}")
+
+
+def refund_result(refund: dict) -> RefundResult:
+    status, ref = refund.get("status"), refund.get("id")
+    if status == "succeeded":
+        return RefundResult(SUCCEEDED, reference=ref)
+    if status in ("failed", "canceled"):
+        return RefundResult(FAILED, reference=ref, reason=refund.get("failure_reason") or status)
+    return RefundResult(UNKNOWN, reference=ref, reason=f"refund {status!r}")  # pending, requires_action
+
+
+def parse_event(event: dict) -> list[WebhookOutcome]:
+    """A verified Stripe event as the SQL API's outcomes (none for events we do not act on)."""
+    kind, obj, event_id = event.get("type"), event["data"]["object"], event["id"]
+    if kind in ("payment_intent.succeeded", "payment_intent.payment_failed"):
+        metadata = obj.get("metadata") or {}
+        key = metadata.get("idempotency_key")
+        if not isinstance(key, str) or not key:
+            return []  # not a charge of ours
+        payload = {"stripeEventType": kind, "id": obj.get("id")}
+        if isinstance(obj.get("amount"), int):
+            payload["amount"] = obj["amount"]
+        if isinstance(obj.get("currency"), str):
+            payload["currency"] = obj["currency"].upper()
+        if str(metadata.get("customer_id", "")).isdigit():
+            payload["customerId"] = int(metadata["customer_id"])
+        if kind == "payment_intent.succeeded":
+            return [WebhookOutcome("charge", event_id, key, SUCCEEDED, obj.get("id"), None, False, payload)]
+        error = obj.get("last_payment_error") if isinstance(obj.get("last_payment_error"), dict) else {}
+        result = _error_decline(error) if error.get("code") else decline("card_declined")
+        payload["declineCode"] = result.reason
+        return [WebhookOutcome("charge", event_id, key, DECLINED, obj.get("id"), result.reason,
+                               result.hard_decline, payload)]
+    if kind == "charge.refunded":
+        refunds = (obj.get("refunds") or {}).get("data") if isinstance(obj.get("refunds"), dict) else None
+        outcomes = []
+        for refund in refunds or []:
+            key = (refund.get("metadata") or {}).get("refund_key") if isinstance(refund, dict) else None
+            if not isinstance(key, str) or not key:
+                continue
+            result = refund_result(refund)
+            if result.outcome != UNKNOWN:
+                outcomes.append(WebhookOutcome("refund", event_id, key, result.outcome, result.reference,
+                                               result.reason))
+        return outcomes
+    return []
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    return hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
+
+
+def verify_signature(header: str | None, body: bytes, secrets: list[str], now: float,
+                     tolerance: int = SIGNATURE_TOLERANCE) -> None:
+    """Raises WebhookRejected unless a v1 of the `Stripe-Signature` header is the HMAC-SHA256 of
+    "<t>.<body>" by one of `secrets`, with t within `tolerance` seconds of `now`."""
+    if not secrets:
+        raise WebhookRejected("Stripe webhooks are disabled: no BILLING_STRIPE_WEBHOOK_SECRET is configured")
+    if not header:
+        raise WebhookRejected("missing Stripe-Signature header")
+    timestamp, candidates = None, []
+    for part in header.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep:
+            continue
+        if key == "t":
+            if not value.isascii() or not value.isdigit() or len(value) > 12:
+                raise WebhookRejected("Stripe-Signature t= must be a unix time in seconds")
+            timestamp = int(value)
+        elif key == "v1":
+            candidates.append(value.strip())
+    if timestamp is None or not candidates:
+        raise WebhookRejected("Stripe-Signature must hold t=<unix time> and v1=<signature>")
+    if abs(now - timestamp) > tolerance:
+        raise WebhookRejected(f"Stripe-Signature timestamp is more than {tolerance} s away from this server's clock")
+    matched = False
+    for secret in secrets:
+        expected = sign(secret, timestamp, body).encode()
+        for candidate in candidates:
+            matched |= hmac.compare_digest(expected, candidate.encode("ascii", "replace"))
+    if not matched:
+        raise WebhookRejected("no Stripe-Signature v1 matches the body")

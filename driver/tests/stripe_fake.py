@@ -1,0 +1,187 @@
+"""A thin fake of Stripe's outcomes in front of stripe-mock.
+
+stripe-mock (Stripe's own mock, a Go program the services scripts install) validates every request
+against Stripe's OpenAPI description but answers canned objects: it cannot decline, time out or
+rate limit. This fake forwards every request to stripe-mock first, so stripe-mock stays the judge
+of each request's shape: a request it rejects is kept in `rejected` (a test asserts there is
+none) and answered with stripe-mock's error. An accepted request is then answered by the fake with
+stripe-mock's object, patched to the outcome the test asked for:
+
+* by payment method (Stripe's test payment methods): `pm_card_visa` succeeds;
+  `pm_card_chargeDeclinedInsufficientFunds` is a soft decline (402 card_declined /
+  insufficient_funds); `pm_card_chargeDeclinedStolenCard` a hard one (stolen_card);
+  `pm_card_authenticationRequired` answers 402 authentication_required; `pm_card_timeout`
+  succeeds but holds the answer past the client's timeout;
+* `rate_limit_next = n`: the next n POSTs answer 429 (nothing done);
+* idempotency as Stripe's: the same key with the same parameters replays the first answer, with
+  other parameters 400 idempotency_error;
+* refunds never exceed what the payment intent has left (400 amount_too_large);
+* `GET /v1/payment_intents/search?query=metadata['idempotency_key']:'K'` finds the intents made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import urllib.parse
+
+import aiohttp
+from aiohttp import web
+
+DECLINES = {
+    "pm_card_chargeDeclinedInsufficientFunds": ("card_declined", "insufficient_funds"),
+    "pm_card_chargeDeclinedStolenCard": ("card_declined", "stolen_card"),
+    "pm_card_authenticationRequired": ("authentication_required", None),
+}
+_QUERY = re.compile(r"^metadata\['idempotency_key'\]:'([^']+)'$")
+
+
+class StripeFake:
+    def __init__(self, mock_url: str, *, hold_seconds: float = 3.0) -> None:
+        self.mock_url = mock_url.rstrip("/")
+        self.hold_seconds = hold_seconds
+        self.rate_limit_next = 0
+        self.rejected: list[tuple[str, int, str]] = []  # (method path, status, stripe-mock's answer)
+        self.requests: list[tuple[str, str, dict, str | None]] = []  # (method, path, form, Idempotency-Key)
+        self.intents: dict[str, dict] = {}  # by idempotency key: the intent as answered
+        self.answers: dict[str, tuple[tuple, int, dict]] = {}  # idempotency key -> (params, status, body)
+        self.refunds: dict[str, dict] = {}
+        self.refunded: dict[str, int] = {}  # payment intent id -> amount refunded
+        self.rate_limited = 0
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.url: str | None = None
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        return self.url
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+    async def __aenter__(self) -> "StripeFake":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # -- the judge -------------------------------------------------------------------------------
+
+    async def _judge(self, request: web.Request, body: bytes) -> tuple[int, dict | None]:
+        headers = {k: v for k, v in request.headers.items()
+                   if k.lower() in ("authorization", "content-type", "idempotency-key", "stripe-version")}
+        async with self._session.request(request.method, f"{self.mock_url}{request.path_qs}", data=body or None,
+                                         headers=headers) as resp:
+            text = await resp.text()
+            status = resp.status
+        if status >= 300:
+            self.rejected.append((f"{request.method} {request.path}", status, text[:500]))
+            return status, None
+        try:
+            return status, await asyncio.to_thread(_json, text)
+        except ValueError:
+            self.rejected.append((f"{request.method} {request.path}", status, "stripe-mock answered no JSON"))
+            return 500, None
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        form = {k: v[-1] for k, v in urllib.parse.parse_qs(body.decode(), keep_blank_values=True).items()}
+        key = request.headers.get("Idempotency-Key")
+        self.requests.append((request.method, request.path, form, key))
+        status, mocked = await self._judge(request, body)
+        if mocked is None:
+            return web.json_response({"error": {"type": "invalid_request_error",
+                                                "message": "stripe-mock rejected the request"}}, status=status)
+        if request.method == "POST" and self.rate_limit_next > 0:
+            self.rate_limit_next -= 1
+            self.rate_limited += 1
+            return web.json_response({"error": {"type": "rate_limit_error", "message": "Too many requests"}},
+                                     status=429, headers={"Retry-After": "1"})
+        if request.method == "POST" and request.path == "/v1/payment_intents":
+            return await self._idempotent(key, form, lambda: self._intent(key, form, mocked))
+        if request.method == "POST" and request.path == "/v1/refunds":
+            return await self._idempotent(key, form, lambda: self._refund(key, form, mocked))
+        if request.method == "GET" and request.path == "/v1/payment_intents/search":
+            m = _QUERY.match(request.query.get("query", ""))
+            found = [self.intents[m.group(1)]] if m and m.group(1) in self.intents else []
+            return web.json_response({**mocked, "data": found, "has_more": False})
+        return web.json_response(mocked, status=status)
+
+    async def _idempotent(self, key: str | None, form: dict, make) -> web.Response:
+        params = tuple(sorted(form.items()))
+        if key is not None and key in self.answers:
+            first, status, doc = self.answers[key]
+            if first != params:
+                return web.json_response({"error": {"type": "idempotency_error", "message":
+                                          "Keys for idempotent requests can only be used with the same parameters"}},
+                                         status=400)
+            return web.json_response(doc, status=status)
+        status, doc, hold = make()
+        if key is not None:
+            self.answers[key] = (params, status, doc)
+        if hold:
+            await asyncio.sleep(self.hold_seconds)
+        return web.json_response(doc, status=status)
+
+    # -- outcomes --------------------------------------------------------------------------------
+
+    def _intent(self, key: str | None, form: dict, mocked: dict) -> tuple[int, dict, bool]:
+        pm = form.get("payment_method", "")
+        key = key or f"no-key-{len(self.requests)}"
+        intent = {**mocked, "id": "pi_" + hashlib.sha256(key.encode()).hexdigest()[:20],
+                  "amount": int(form["amount"]), "currency": form["currency"], "customer": form.get("customer"),
+                  "payment_method": pm, "last_payment_error": None, "next_action": None,
+                  "metadata": {k[len("metadata["):-1]: v for k, v in form.items() if k.startswith("metadata[")}}
+        if pm in DECLINES:
+            code, decline_code = DECLINES[pm]
+            intent.update(status="requires_payment_method",
+                          last_payment_error={"type": "card_error", "code": code, "decline_code": decline_code})
+            self.intents[key] = intent
+            error = {"type": "card_error", "code": code, "message": "Your card was declined.",
+                     "payment_intent": intent}
+            if decline_code:
+                error["decline_code"] = decline_code
+            return 402, {"error": error}, False
+        intent["status"] = "succeeded"
+        self.intents[key] = intent
+        return 200, intent, pm == "pm_card_timeout"
+
+    def _refund(self, key: str | None, form: dict, mocked: dict) -> tuple[int, dict, bool]:
+        pi = form.get("payment_intent")
+        key = key or f"no-key-{len(self.requests)}"
+        intent = next((i for i in self.intents.values() if i["id"] == pi), None)
+        amount = int(form.get("amount") or (intent or {}).get("amount", 0))
+        if intent is None or intent["status"] != "succeeded":
+            return 400, {"error": {"type": "invalid_request_error", "code": "resource_missing",
+                                   "message": f"No such payment_intent: '{pi}'"}}, False
+        left = intent["amount"] - self.refunded.get(pi, 0)
+        if amount > left:
+            return 400, {"error": {"type": "invalid_request_error", "code": "amount_too_large",
+                                   "message": f"Refund amount is greater than the unrefunded amount ({left})"}}, False
+        self.refunded[pi] = self.refunded.get(pi, 0) + amount
+        refund = {**mocked, "id": "re_" + hashlib.sha256(key.encode()).hexdigest()[:20], "amount": amount,
+                  "currency": intent["currency"], "payment_intent": pi, "status": "succeeded",
+                  "metadata": {k[len("metadata["):-1]: v for k, v in form.items() if k.startswith("metadata[")}}
+        self.refunds[key] = refund
+        return 200, refund, False
+
+
+def _json(text: str) -> dict:
+    import json
+
+    doc = json.loads(text)
+    if not isinstance(doc, dict):
+        raise ValueError("not an object")
+    return doc
