@@ -146,8 +146,11 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                               obj({**PAYMENT_METHOD, "expiresAt": INSTANT, "renewalAt": INSTANT})),
     "InvoiceFailed": ("invoice/<id>", "the dunning schedule is exhausted: the invoice will not be charged again",
                       obj(INVOICE, const={"status": {"const": "FAILED"}})),
-    "InvoiceVoided": ("invoice/<id>", "an OPEN invoice is voided because its subscription ended (its credit is restored)",
-                      obj(INVOICE, const={"status": {"const": "VOID"}})),
+    "InvoiceVoided": ("invoice/<id>", "an OPEN invoice is voided because its subscription ended, or by an operator "
+                                      "(void_invoice; `reason` says why); its credit is restored",
+                      obj({**INVOICE, "reason": {"type": "string", "minLength": 1, "description": "The operator's "
+                                                 "reason (void_invoice); absent when the engine voided it."}},
+                          const={"status": {"const": "VOID"}}, optional=("reason",))),
     "RefundDue": ("invoice/<id>", "money was collected that is not owed (a duplicate charge, a payment on a "
                                   "subscription canceled before the invoice was declined, a success on a VOID or "
                                   "FAILED invoice); `amount` is what to give back",
