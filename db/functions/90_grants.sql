@@ -60,7 +60,8 @@ DECLARE
                           "get_subscription", "plan_code", "outbox_stats", "is_simulation",
                           "cancel_subscription", "change_plan", "replay_outbox_event",
                           "uncancel_subscription", "pause_subscription", "resume_subscription", "apply_coupon",
-                          "retry_invoice", "void_invoice", "refund_invoice"]
+                          "set_quantity", "reactivate_subscription", "retry_invoice", "void_invoice",
+                          "refund_invoice"]
     }';
     v_role text;
     v_fn   regprocedure;

@@ -27,6 +27,9 @@ RECORD_REFUND_RESULT = (
 )
 REFUND_INVOICE = "SELECT * FROM billing.refund_invoice(%(invoice_id)s, %(amount)s, %(request_key)s, %(now)s)"
 LIST_REFUNDS = "SELECT * FROM billing.list_refunds(%(invoice_id)s)"
+# An operator's invoice actions (db/functions/58_invoice_actions.sql).
+RETRY_INVOICE = "SELECT * FROM billing.retry_invoice(%(invoice_id)s, %(now)s)"
+VOID_INVOICE = "SELECT * FROM billing.void_invoice(%(invoice_id)s, %(reason)s, %(now)s)"
 # Payment methods (db/functions/52_payment_methods.sql).
 SET_PAYMENT_METHOD = (
     "SELECT * FROM billing.set_payment_method(%(customer_id)s, %(provider)s, %(customer_ref)s, "

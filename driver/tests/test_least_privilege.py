@@ -38,6 +38,8 @@ API = {
     # payment methods and refunds (db/functions/52_payment_methods.sql, 57_refunds.sql)
     "set_payment_method", "detach_payment_method", "list_payment_methods", "announce_expiring_payment_methods",
     "refund_invoice", "list_refunds", "claim_refunds", "record_refund_result",
+    # an operator's invoice actions (db/functions/58_invoice_actions.sql)
+    "retry_invoice", "void_invoice",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -370,6 +372,11 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
         out["reactivated"] = "unexpected"
     except psycopg.Error as exc:
         out["reactivated"] = exc.sqlstate
+    # An operator's invoice actions, on a new subscription's first invoice (due at once).
+    extra = one("create_subscription", "%s, %s, %s, %s", (f"lp-void-{tag}", customer, basic, T0 + timedelta(days=14)))
+    invoice_id = one("console_subscription", "%s", (extra[0],))[0]["invoices"][0]["id"]
+    out["retried"] = one("retry_invoice", "%s, %s", (invoice_id, T0 + timedelta(days=14, seconds=1)))[10]
+    out["voided"] = one("void_invoice", "%s, %s, %s", (invoice_id, "lp", T0 + timedelta(days=14, seconds=2)))[10]
     out["called"] = called
     return out
 
@@ -388,7 +395,7 @@ EXPECTED = {
     "simulation": True, "key": True, "authenticated": True, "listed": True, "revoked": True, "audited": True,
     "skew": True, "expired": 0,
     "coupon": True, "notice": True, "trialing": "TRIALING", "seats": True, "paused": "PAUSED", "resumed": "ACTIVE",
-    "uncanceled": "ACTIVE", "reactivated": "BL422",
+    "uncanceled": "ACTIVE", "reactivated": "BL422", "retried": "OPEN", "voided": "VOID",
     "method": True, "methods": 1, "detached": "DETACHED", "expiring": 0, "refund": (1000, "REQUESTED"), "refunds": 1,
     "refund_claimed": [True], "refund_done": "SUCCEEDED",
     "console_login": True, "console_session": True, "console_logout": True, "console_overview": True,

@@ -179,6 +179,17 @@ def small_int(doc: dict, name: str) -> int:
     return value
 
 
+def invoice_json(row: dict) -> dict:
+    """An invoice as the API shows it (amounts in minor units)."""
+    return {"object": "invoice", "id": row["id"], "subscriptionId": row["subscription_id"],
+            "customerId": row["customer_id"], "kind": row["kind"], "status": row["status"],
+            "periodStart": _utc(row["period_start"]), "periodEnd": _utc(row["period_end"]),
+            "subtotal": row["subtotal"], "creditApplied": row["credit_applied"], "amount": row["amount"],
+            "amountRefunded": row["amount_refunded"], "currency": row["currency"].strip(),
+            "attemptCount": row["attempt_count"], "nextAttemptAt": _utc(row["next_attempt_at"]),
+            "paidAt": _utc(row["paid_at"]), "closedAt": _utc(row["closed_at"])}
+
+
 def attempt_json(row: dict) -> dict:
     return {"object": "webhook_attempt", "eventId": str(row["event_id"]), "eventType": row["event_type"],
             "outboxId": row["outbox_id"], "attempt": row["attempt"], "attemptedAt": _utc(row["attempted_at"]),
@@ -443,6 +454,24 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         rows = await database.all(db.LIST_REFUNDS, {"invoice_id": path_id(request, "invoice")})
         return JSONResponse({"object": "list", "data": [refund_json(r) for r in rows]})
 
+    # -- an operator's invoice actions (admin) ---------------------------------------------------
+    @endpoint_of("/invoices/{id}/retry")
+    async def retry_invoice(request: Request) -> Response:
+        require_admin(request)
+        invoice_id = path_id(request, "invoice")
+        await json_object(request, allowed=set(), required=set(), optional_body=True)
+        row = await database.mutate(actor(request), db.RETRY_INVOICE, {"invoice_id": invoice_id, "now": clock.now()})
+        return JSONResponse(invoice_json(row))
+
+    @endpoint_of("/invoices/{id}/void")
+    async def void_invoice(request: Request) -> Response:
+        require_admin(request)
+        invoice_id = path_id(request, "invoice")
+        doc = await json_object(request, allowed={"reason"}, required={"reason"})
+        row = await database.mutate(actor(request), db.VOID_INVOICE, {
+            "invoice_id": invoice_id, "reason": text_field(doc, "reason", max_len=500), "now": clock.now()})
+        return JSONResponse(invoice_json(row))
+
     # -- outbound webhook endpoints (admin) ------------------------------------------------------
     def require_admin(request: Request) -> None:
         # The operator's routes: ApiGuard has already required an API key with the admin scope
@@ -566,6 +595,8 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         Route("/customers/{id}/payment-method", put_payment_method, methods=["PUT"]),
         Route("/invoices/{id}/refunds", create_refund, methods=["POST"]),
         Route("/invoices/{id}/refunds", list_refunds, methods=["GET"]),
+        Route("/invoices/{id}/retry", retry_invoice, methods=["POST"]),
+        Route("/invoices/{id}/void", void_invoice, methods=["POST"]),
         Route("/webhook-endpoints", create_webhook_endpoint, methods=["POST"]),
         Route("/webhook-endpoints", list_webhook_endpoints, methods=["GET"]),
         Route("/webhook-endpoints/{id}", get_webhook_endpoint, methods=["GET"]),

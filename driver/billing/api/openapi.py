@@ -97,6 +97,20 @@ _REFUND = {
                    "requestedAt": {"type": "string", "format": "date-time"}, "settledAt": _NULLABLE_TIME,
                    "providerReference": {"type": ["string", "null"]}, "failureReason": {"type": ["string", "null"]}},
 }
+_INVOICE = {
+    "type": "object", "required": ["object", "id", "subscriptionId", "customerId", "kind", "status", "amount", "currency"],
+    "properties": {"object": {"const": "invoice"}, "id": {"type": "integer", "format": "int64"},
+                   "subscriptionId": {"type": "integer", "format": "int64"},
+                   "customerId": {"type": "integer", "format": "int64"},
+                   "kind": {"type": "string", "enum": ["INITIAL", "RENEWAL", "PRORATION", "PLAN_CHANGE"]},
+                   "status": {"type": "string", "enum": ["OPEN", "PAID", "FAILED", "VOID", "REVIEW"]},
+                   "periodStart": {"type": "string", "format": "date-time"},
+                   "periodEnd": {"type": "string", "format": "date-time"},
+                   "subtotal": {"type": "integer", "format": "int64"}, "creditApplied": {"type": "integer", "format": "int64"},
+                   "amount": {"type": "integer", "format": "int64"}, "amountRefunded": {"type": "integer", "format": "int64"},
+                   "currency": {"type": "string"}, "attemptCount": {"type": "integer"},
+                   "nextAttemptAt": _NULLABLE_TIME, "paidAt": _NULLABLE_TIME, "closedAt": _NULLABLE_TIME},
+}
 _ATTEMPT = {
     "type": "object", "required": ["eventId", "eventType", "attempt", "attemptedAt", "deliveryStatus"],
     "properties": {"object": {"const": "webhook_attempt"}, "eventId": {"type": "string"},
@@ -259,6 +273,29 @@ OPENAPI: dict = {
                     "responses": {"200": _list_ok("The invoice's refunds, oldest first", "Refund"),
                                   **_errors(400, 401, 403, 429, 503)}},
         },
+        "/invoices/{id}/retry": {"post": {
+            "operationId": "retryInvoice", "security": [{"apiKey": []}], "x-scope": "admin",
+            "description": "Charges an OPEN invoice at the next claim, with the key of its current try "
+                           "(docs/sql-api.md, retry_invoice); already due: unchanged.",
+            "parameters": [_ID_PARAM],
+            "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                "type": "object", "additionalProperties": False, "properties": {}}}}},
+            "responses": {"200": {"description": "The invoice",
+                                  "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Invoice"}}}},
+                          **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)},
+        }},
+        "/invoices/{id}/void": {"post": {
+            "operationId": "voidInvoice", "security": [{"apiKey": []}], "x-scope": "admin",
+            "description": "Voids an unpaid OPEN invoice; its subscription is not canceled (docs/sql-api.md, "
+                           "void_invoice); VOID already: unchanged.",
+            "parameters": [_ID_PARAM],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "additionalProperties": False, "required": ["reason"],
+                "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 500}}}}}},
+            "responses": {"200": {"description": "The invoice, VOID",
+                                  "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Invoice"}}}},
+                          **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)},
+        }},
         "/webhook-endpoints": {
             "post": {
                 "operationId": "createWebhookEndpoint", "security": [{"apiKey": []}], "x-scope": "admin",
@@ -312,7 +349,8 @@ OPENAPI: dict = {
     },
     "components": {
         "schemas": {"Error": _ERROR, "Subscription": _SUBSCRIPTION, "WebhookEndpoint": _ENDPOINT,
-                    "WebhookAttempt": _ATTEMPT, "PaymentMethod": _PAYMENT_METHOD, "Refund": _REFUND},
+                    "WebhookAttempt": _ATTEMPT, "PaymentMethod": _PAYMENT_METHOD, "Refund": _REFUND,
+                    "Invoice": _INVOICE},
         "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer",
                                        "description": "An API key: billing api-key create (docs/security.md)"}},
     },
