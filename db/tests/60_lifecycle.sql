@@ -2,7 +2,7 @@
 -- changes and calendar billing (docs/lifecycle.md): each function's happy path, every error code,
 -- time zones, month ends and DST.
 BEGIN;
-SELECT plan(162);
+SELECT plan(165);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS
 $$ SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key $$;
@@ -626,6 +626,18 @@ SELECT throws_ok(format('SELECT billing.apply_coupon(%s, %L, %L)', pg_temp.sid('
                  'BL422', NULL, 'a coupon after its period end passed with a cancel: BL422');
 SELECT is((billing.cancel_subscription(pg_temp.sid('t60-due11'), false, '2027-02-02Z')).cancel_reason, 'PERIOD_END',
           'cancel now after it ended at its period end: it stays ended at its period end');
+
+-- =============================================================================================
+-- Keys: a redemption is the customer's (distributed by customer); coupon is a reference table
+-- =============================================================================================
+SELECT col_is_pk('billing', 'coupon_redemption', ARRAY['customer_id', 'subscription_id', 'coupon_code'],
+                 'coupon_redemption: the primary key starts with customer_id');
+SELECT fk_ok('billing', 'coupon_redemption', ARRAY['customer_id', 'subscription_id'],
+             'billing', 'subscription', ARRAY['customer_id', 'id'],
+             'coupon_redemption -> subscription carries customer_id');
+SELECT throws_ok(format($$INSERT INTO billing.coupon_redemption (customer_id, subscription_id, coupon_code, redeemed_at)
+                          VALUES (6001, %s, 'C_HALF', now())$$, pg_temp.sid('t60-due5')),
+                 '23503', NULL, 'a redemption under another customer than its subscription''s is refused');
 
 SELECT * FROM finish();
 ROLLBACK;
