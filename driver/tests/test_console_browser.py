@@ -294,6 +294,8 @@ def test_console_in_a_browser(db_url, browser):
         done("retry-now", world.open_invoice)
         assert one(db_url, "SELECT next_attempt_at FROM billing.invoice WHERE id = %s",
                    (world.open_invoice,))["next_attempt_at"] == NOW
+        assert d.find_element(By.CSS_SELECTOR, f"#invoice-{world.open_invoice} .next-try").text \
+            == "next try 2026-09-11 09:00 UTC"  # the page it came back to shows it
         assert audited("retry_invoice")["invoice_id"] == world.open_invoice
         done("void", world.open_invoice, p_reason="goodwill after the outage")
         voided = one(db_url, "SELECT status, next_attempt_at FROM billing.invoice WHERE id = %s", (world.open_invoice,))
