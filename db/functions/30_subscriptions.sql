@@ -311,6 +311,10 @@ BEGIN
                                              v_new, v_new_price, p_now, v_from.id, v_from_price);
             END IF;
         ELSIF v_amount < 0 THEN
+            -- Credit for the unused rest, from what the customer kept of the period (refunds
+            -- lower it), capped by _grant_change_credit at what the period has not given back.
+            v_amount := billing.proration_amount(billing._period_credit_base(v_sub, v_from_price), v_new_price,
+                                                 v_sub.current_period_start, v_sub.current_period_end, v_change_at);
             PERFORM billing._grant_change_credit(v_sub, v_new.currency, -v_amount, p_now);
         END IF;
         v_before := v_sub;
@@ -328,7 +332,8 @@ BEGIN
       FROM billing.invoice
      WHERE subscription_id = v_sub.id AND kind = 'PLAN_CHANGE' AND period_start >= v_change_at;
     v_start := coalesce(v_start, v_change_at);
-    v_amount := -billing.proration_amount(v_from_price, 0, v_sub.current_period_start, v_sub.current_period_end,
+    v_amount := -billing.proration_amount(billing._period_credit_base(v_sub, v_from_price), 0,
+                                          v_sub.current_period_start, v_sub.current_period_end,
                                           least(v_start, v_sub.current_period_end));
     v_new_price := billing._price_at(v_new, v_start);
     v_end := billing._period_end(v_start, v_new.billing_interval, v_new.interval_count, 1, v_sub.timezone);
