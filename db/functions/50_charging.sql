@@ -269,6 +269,7 @@ DECLARE
     v_after   billing.subscription;
     v_hard    boolean := p_outcome = 'DECLINED' AND coalesce(p_hard_decline, false);
     v_other   billing.payment_method;
+    v_refund  billing.refund;
 BEGIN
     PERFORM billing._check_outcome(p_outcome);
     SELECT i.subscription_id INTO v_sub_id
@@ -328,13 +329,17 @@ BEGIN
         PERFORM billing._settle_pending_credit(v_invoice, p_now);
         IF v_sub.status = 'CANCELED' AND v_invoice.attempt_count = 0 THEN
             -- Canceled before this invoice was ever declined: nothing was owed (an invoice in
-            -- dunning, kept collectible by the cancellation, is owed and simply collected).
-            PERFORM billing._emit_event('invoice', v_invoice.id, 'RefundDue',
-                billing._invoice_data(v_invoice) || jsonb_build_object(
-                    'amount', v_attempt.amount, 'currency', v_attempt.currency, 'reason', 'SUBSCRIPTION_CANCELED',
-                    'idempotencyKey', v_attempt.idempotency_key), p_now);
-            PERFORM billing._refund_invoice(v_invoice, v_attempt.id, v_attempt.amount, 'SUBSCRIPTION_CANCELED',
-                                            'engine', NULL, p_now);
+            -- dunning, kept collectible by the cancellation, is owed and simply collected). All of
+            -- it is given back but what its period already gave back as credit for unused time
+            -- (credit that waited on this invoice was just released).
+            v_refund := billing._refund_invoice(v_invoice, v_attempt.id, v_attempt.amount, 'SUBSCRIPTION_CANCELED',
+                                                'engine', NULL, p_now);
+            IF v_refund.id IS NOT NULL THEN
+                PERFORM billing._emit_event('invoice', v_invoice.id, 'RefundDue',
+                    billing._invoice_data(v_invoice) || jsonb_build_object(
+                        'amount', v_refund.amount, 'currency', v_attempt.currency, 'reason', 'SUBSCRIPTION_CANCELED',
+                        'idempotencyKey', v_attempt.idempotency_key), p_now);
+            END IF;
         ELSIF v_sub.status = 'PAST_DUE'
               AND NOT EXISTS (SELECT 1 FROM billing.invoice
                                WHERE subscription_id = v_sub.id AND status = 'OPEN' AND id <> v_invoice.id) THEN
