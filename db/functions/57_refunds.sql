@@ -187,11 +187,12 @@ COMMENT ON FUNCTION billing.list_refunds(bigint) IS
 'The refunds of an invoice, oldest first.
 Returns the rows (none for an unknown invoice).';
 
+DROP FUNCTION IF EXISTS billing.claim_refunds(text, integer, interval, timestamptz);
 CREATE OR REPLACE FUNCTION billing.claim_refunds(
     p_worker text, p_batch_size integer DEFAULT 50, p_lease interval DEFAULT interval '5 minutes',
     p_now timestamptz DEFAULT now())
 RETURNS TABLE (refund_id bigint, customer_id bigint, invoice_id bigint, idempotency_key text, provider text,
-               charge_reference text, charge_key text, amount bigint, currency text)
+               charge_reference text, charge_key text, amount bigint, currency text, lookup boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 SET jit = off
@@ -212,45 +213,49 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH due AS MATERIALIZED (
-        SELECT r.customer_id, r.id, r.key_expires_at
+        SELECT r.customer_id, r.id, r.key_expires_at, r.review_reason, r.claim_count
           FROM billing.refund r
          WHERE r.status = 'REQUESTED' AND r.next_attempt_at <= p_now
          ORDER BY r.next_attempt_at, r.id
          LIMIT p_batch_size
            FOR NO KEY UPDATE SKIP LOCKED
-    ), expired AS (
-        -- Sent before, fate unknown, and the provider may have forgotten the key: never sent
-        -- again (it could refund twice); a person settles it with record_refund_result.
-        UPDATE billing.refund r SET next_attempt_at = NULL, review_reason = 'KEY_EXPIRED'
+    ), claimed AS (
+        -- Sent before, fate unknown, and the provider may have forgotten the key (or will before
+        -- this call ends): never sent again (it could refund twice), only looked up. Past the key's
+        -- lifetime it is in review (RefundReview once) and looked up every hour until the
+        -- provider answers; NOT_FOUND then gives it a new key (record_refund_result).
+        UPDATE billing.refund r
+           SET review_reason = CASE WHEN d.key_expires_at <= p_now THEN 'KEY_EXPIRED' ELSE r.review_reason END,
+               next_attempt_at = p_now + CASE WHEN d.key_expires_at <= p_now THEN greatest(p_lease, interval '1 hour')
+                                              ELSE p_lease END,
+               claim_count = r.claim_count + 1,
+               first_claimed_at = coalesce(r.first_claimed_at, p_now),
+               key_expires_at = coalesce(r.key_expires_at, p_now + v_cfg.key_lifetime)
           FROM due d
-         WHERE r.customer_id = d.customer_id AND r.id = d.id AND d.key_expires_at <= p_now
-        RETURNING r.*
+         WHERE r.customer_id = d.customer_id AND r.id = d.id
+        RETURNING r.*, r AS ref, d.review_reason IS NULL AND d.key_expires_at <= p_now AS newly_expired,
+                  coalesce(d.key_expires_at <= p_now
+                           OR (d.claim_count >= 1 AND p_now + p_lease > d.key_expires_at - v_cfg.lookup_margin),
+                           false) AS lookup
     ), review_events AS (
         INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
         SELECT e.event_id, 'invoice', e.invoice_id, 'RefundReview',
                billing._cloud_event(e.event_id, 'RefundReview', 'invoice', e.invoice_id, p_now,
                                     billing._refund_data(e.ref) || jsonb_build_object('reviewReason', 'KEY_EXPIRED')),
                p_now, p_now
-          FROM (SELECT gen_random_uuid() AS event_id, x.invoice_id, x::billing.refund AS ref FROM expired x ORDER BY x.id) e
-    ), claimed AS (
-        UPDATE billing.refund r
-           SET next_attempt_at = p_now + p_lease, claim_count = r.claim_count + 1,
-               first_claimed_at = coalesce(r.first_claimed_at, p_now),
-               key_expires_at = coalesce(r.key_expires_at, p_now + v_cfg.key_lifetime)
-          FROM due d
-         WHERE r.customer_id = d.customer_id AND r.id = d.id AND (d.key_expires_at IS NULL OR d.key_expires_at > p_now)
-        RETURNING r.*
+          FROM (SELECT gen_random_uuid() AS event_id, x.invoice_id, x.ref
+                  FROM claimed x WHERE x.newly_expired ORDER BY x.id) e
     )
     SELECT c.id, c.customer_id, c.invoice_id, c.idempotency_key, c.provider, c.charge_reference, a.idempotency_key,
-           c.amount, c.currency::text
+           c.amount, c.currency::text, c.lookup
       FROM claimed c
       JOIN billing.payment_attempt a ON a.id = c.attempt_id
      ORDER BY c.id;
 END
 $$;
 COMMENT ON FUNCTION billing.claim_refunds(text, integer, interval, timestamptz) IS
-'Claims up to p_batch_size REQUESTED refunds due by p_now (SKIP LOCKED) and leases them until p_now + p_lease; a refund whose key outlived the key lifetime with its fate unknown is set aside for a person instead (RefundReview).
-Returns what to send: the refund''s key (the same on every re-claim), the charge (provider reference and key), amount and currency; BL422 for bad arguments.';
+'Claims up to p_batch_size REQUESTED refunds due by p_now (SKIP LOCKED) and leases them until p_now + p_lease. A refund sent before whose key ends within the lookup margin is handed out for a look-up only (lookup); one whose key outlived the key lifetime is in review (RefundReview, once) and handed out for a look-up every hour.
+Returns what to send or look up: the refund''s key (the same on every re-claim), the charge (provider reference and key), amount, currency and lookup; BL422 for bad arguments.';
 
 CREATE OR REPLACE FUNCTION billing.record_refund_result(
     p_idempotency_key text, p_outcome text, p_provider_reference text DEFAULT NULL,
@@ -266,8 +271,8 @@ DECLARE
 BEGIN
     PERFORM billing._audit('record_refund_result', jsonb_build_object('idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'provider_reference', p_provider_reference, 'failure_reason', p_failure_reason, 'now', p_now));
     PERFORM billing._check_now(p_now);
-    PERFORM billing._check_one_of('refund outcome', p_outcome, ARRAY['SUCCEEDED', 'FAILED', 'UNKNOWN'],
-                                  'Use SUCCEEDED, FAILED or UNKNOWN.');
+    PERFORM billing._check_one_of('refund outcome', p_outcome, ARRAY['SUCCEEDED', 'FAILED', 'UNKNOWN', 'NOT_FOUND'],
+                                  'Use SUCCEEDED, FAILED, UNKNOWN or NOT_FOUND.');
     SELECT * INTO v_refund FROM billing.refund WHERE idempotency_key = p_idempotency_key;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
@@ -281,8 +286,34 @@ BEGIN
     SELECT * INTO v_refund FROM billing.refund
      WHERE customer_id = v_refund.customer_id AND id = v_refund.id FOR UPDATE;
 
+    IF v_refund.status = 'SUCCEEDED' AND p_outcome = 'FAILED' THEN
+        -- The provider reports the refund failed after all (Stripe: a refund the bank returned,
+        -- refund.updated / refund.failed): the money stayed with us.
+        UPDATE billing.refund SET status = 'FAILED', outcome = 'FAILED', settled_at = p_now,
+               provider_reference = coalesce(p_provider_reference, provider_reference), failure_reason = p_failure_reason
+         WHERE customer_id = v_refund.customer_id AND id = v_refund.id
+        RETURNING * INTO v_refund;
+        IF v_invoice.paid_attempt_id = v_refund.attempt_id THEN
+            UPDATE billing.invoice SET amount_refunded = amount_refunded - v_refund.amount WHERE id = v_invoice.id;
+        END IF;
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'RefundFailed', billing._refund_data(v_refund), p_now);
+        RETURN v_refund;
+    END IF;
     IF v_refund.status <> 'REQUESTED' THEN
         -- Final already: a repeat changes nothing; a contradiction is logged by the caller.
+        RETURN v_refund;
+    END IF;
+    IF p_outcome = 'NOT_FOUND' THEN
+        -- The provider never saw this key (a look-up said so): nothing was refunded, and the key
+        -- is never sent again. A new key, sent at once.
+        UPDATE billing.refund r
+           SET try_count = r.try_count + 1,
+               idempotency_key = i.key_namespace || '-ref-' || r.id || '-try-' || (r.try_count + 1),
+               outcome = 'NOT_FOUND', failure_reason = p_failure_reason, review_reason = NULL, next_attempt_at = p_now,
+               claim_count = 0, first_claimed_at = NULL, key_expires_at = NULL
+          FROM billing.installation i
+         WHERE r.customer_id = v_refund.customer_id AND r.id = v_refund.id
+        RETURNING r.* INTO v_refund;
         RETURN v_refund;
     END IF;
     IF p_outcome = 'UNKNOWN' THEN
@@ -300,7 +331,7 @@ BEGIN
         RETURN v_refund;
     END IF;
     UPDATE billing.refund
-       SET status = p_outcome, outcome = p_outcome, next_attempt_at = NULL, settled_at = p_now,
+       SET status = p_outcome, outcome = p_outcome, next_attempt_at = NULL, settled_at = p_now, review_reason = NULL,
            provider_reference = coalesce(p_provider_reference, provider_reference),
            failure_reason = CASE WHEN p_outcome = 'FAILED' THEN p_failure_reason END
      WHERE customer_id = v_refund.customer_id AND id = v_refund.id
@@ -315,7 +346,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.record_refund_result(text, text, text, text, timestamptz) IS
-'Records the provider''s answer to a refund: SUCCEEDED (the invoice''s amount_refunded grows when it refunds the paying charge; RefundSucceeded) and FAILED (RefundFailed; the amount may be asked again) are final; UNKNOWN retries the same key later, within its lifetime. Idempotent: a refund already settled is returned unchanged.
+'Records the provider''s answer to a refund: SUCCEEDED (the invoice''s amount_refunded grows when it refunds the paying charge; RefundSucceeded) and FAILED (RefundFailed; the amount may be asked again) are final, except that FAILED after SUCCEEDED (the provider reports it failed after all) makes it FAILED and takes it off amount_refunded; UNKNOWN retries the same key later, within its lifetime; NOT_FOUND (a look-up found nothing: the provider never saw the key) gives it a new key, sent at once. Idempotent: a refund already settled is returned unchanged.
 Returns the refund; BL404 for an unknown key, BL422 for an unknown outcome.';
 
 -- ---------------------------------------------------------------------------------------------
