@@ -16,7 +16,9 @@ stripe-mock's object, patched to the outcome the test asked for:
 * idempotency as Stripe's: the same key with the same parameters replays the first answer, with
   other parameters 400 idempotency_error;
 * refunds never exceed what the payment intent has left (400 amount_too_large);
-* `GET /v1/payment_intents/search?query=metadata['idempotency_key']:'K'` finds the intents made.
+* `GET /v1/payment_intents?customer=C&created[gte]=T` lists the customer's intents made (the
+  charge look-up), `GET /v1/refunds?payment_intent=P` the refunds of an intent (the refund look-up
+  and a charge.refunded without its refunds); `GET /v1/payment_intents/search` still answers.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import time
 import urllib.parse
 
 import aiohttp
@@ -49,6 +52,7 @@ class StripeFake:
         self.refunds: dict[str, dict] = {}
         self.refunded: dict[str, int] = {}  # payment intent id -> amount refunded
         self.rate_limited = 0
+        self.list_calls = 0
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.url: str | None = None
@@ -113,6 +117,17 @@ class StripeFake:
             return await self._idempotent(key, form, lambda: self._intent(key, form, mocked))
         if request.method == "POST" and request.path == "/v1/refunds":
             return await self._idempotent(key, form, lambda: self._refund(key, form, mocked))
+        if request.method == "GET" and request.path == "/v1/payment_intents":
+            # The list, filtered as Stripe does (customer, created[gte]); newest first, one page.
+            since = int(request.query.get("created[gte]", "0") or 0)
+            found = [i for i in reversed(list(self.intents.values()))
+                     if i.get("customer") == request.query.get("customer") and i.get("created", since) >= since]
+            self.list_calls += 1
+            return web.json_response({**mocked, "data": found, "has_more": False})
+        if request.method == "GET" and request.path == "/v1/refunds":
+            found = [r for r in reversed(list(self.refunds.values()))
+                     if r.get("payment_intent") == request.query.get("payment_intent")]
+            return web.json_response({**mocked, "data": found, "has_more": False})
         if request.method == "GET" and request.path == "/v1/payment_intents/search":
             m = _QUERY.match(request.query.get("query", ""))
             found = [self.intents[m.group(1)]] if m and m.group(1) in self.intents else []
@@ -140,7 +155,7 @@ class StripeFake:
     def _intent(self, key: str | None, form: dict, mocked: dict) -> tuple[int, dict, bool]:
         pm = form.get("payment_method", "")
         key = key or f"no-key-{len(self.requests)}"
-        intent = {**mocked, "id": "pi_" + hashlib.sha256(key.encode()).hexdigest()[:20],
+        intent = {**mocked, "id": "pi_" + hashlib.sha256(key.encode()).hexdigest()[:20], "created": int(time.time()),
                   "amount": int(form["amount"]), "currency": form["currency"], "customer": form.get("customer"),
                   "payment_method": pm, "last_payment_error": None, "next_action": None,
                   "metadata": {k[len("metadata["):-1]: v for k, v in form.items() if k.startswith("metadata[")}}

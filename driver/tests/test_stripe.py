@@ -125,10 +125,12 @@ def test_the_worker_charges_through_stripe_every_outcome(db_url, stripe_mock_url
     assert set(waiting) == {inv[3], inv[4]} and {w["reason"] for w in waiting.values()} == {"HARD_DECLINE"}
     failed = {e["data"]["invoiceId"]: e["data"]["hardDecline"] for e in events(db_url, "InvoicePaymentFailed")}
     assert failed == {inv[2]: False, inv[3]: True, inv[4]: True}
-    # The timeout: UNKNOWN first, then the lookup (search by the key in the intent's metadata) found it.
+    # The timeout: UNKNOWN first, then the lookup (the customer's payment intents listed, the one with
+    # the key in its metadata) found it; the Search API is not used.
     timed = invoice(db_url, inv[5])
     assert timed["status"] == "PAID" and timed["gateway_reference"] == fake.intents[timeout_key]["id"]
-    assert any(path == "/v1/payment_intents/search" for _, path, _, _ in fake.requests)
+    lists = [(path, form) for method, path, form, _ in fake.requests if method == "GET"]
+    assert fake.list_calls == 1 and not any(path == "/v1/payment_intents/search" for path, _ in lists)
     # Stripe charged each key once: the fake's idempotency store has one intent per key.
     assert len(fake.intents) == 5
 
