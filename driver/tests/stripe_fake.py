@@ -12,7 +12,9 @@ stripe-mock's object, patched to the outcome the test asked for:
   insufficient_funds); `pm_card_chargeDeclinedStolenCard` a hard one (stolen_card);
   `pm_card_authenticationRequired` answers 402 authentication_required; `pm_card_timeout`
   succeeds but holds the answer past the client's timeout;
-* `rate_limit_next = n`: the next n POSTs answer 429 (nothing done);
+* `rate_limit_next = n`: the next n POSTs answer 429 (nothing done); `fail_next_refund = n`: the
+  next n refunds answer 500 (nothing done); `hold_next_refund = n`: the next n refunds are made and
+  their answers held past the client's timeout;
 * idempotency as Stripe's: the same key with the same parameters replays the first answer, with
   other parameters 400 idempotency_error;
 * refunds never exceed what the payment intent has left (400 amount_too_large);
@@ -53,6 +55,8 @@ class StripeFake:
         self.refunded: dict[str, int] = {}  # payment intent id -> amount refunded
         self.rate_limited = 0
         self.list_calls = 0
+        self.fail_next_refund = 0  # the next n refund POSTs answer 500 without refunding
+        self.hold_next_refund = 0  # the next n refund POSTs refund, then hold their answer past the timeout
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.url: str | None = None
@@ -116,7 +120,12 @@ class StripeFake:
         if request.method == "POST" and request.path == "/v1/payment_intents":
             return await self._idempotent(key, form, lambda: self._intent(key, form, mocked))
         if request.method == "POST" and request.path == "/v1/refunds":
-            return await self._idempotent(key, form, lambda: self._refund(key, form, mocked))
+            if self.fail_next_refund > 0:  # a 500 that did nothing (not stored: the key is unused)
+                self.fail_next_refund -= 1
+                return web.json_response({"error": {"type": "api_error", "message": "simulated failure"}}, status=500)
+            hold = self.hold_next_refund > 0
+            self.hold_next_refund -= hold
+            return await self._idempotent(key, form, lambda: (*self._refund(key, form, mocked)[:2], hold))
         if request.method == "GET" and request.path == "/v1/payment_intents":
             # The list, filtered as Stripe does (customer, created[gte]); newest first, one page.
             since = int(request.query.get("created[gte]", "0") or 0)

@@ -522,6 +522,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
                     exception_handlers={HTTPException: http_error, Exception: unexpected},
                     middleware=[Middleware(ApiGuard, authenticate=database.authenticate, limiter=limiter)])
     app.state.database = database
+    app.state.stripe = stripe_parser  # closed by the lifespan (a test without it closes it itself)
     app.state.metrics = metrics
     app.state.openapi = openapi
     app.state.healthz = healthz
