@@ -27,6 +27,8 @@ DECLARE
     -- role -> the functions of its job (by name: every overload).
     c_jobs constant jsonb := '{
       "billing_api": ["create_subscription", "get_subscription", "cancel_subscription", "change_plan",
+                      "apply_coupon", "pause_subscription", "resume_subscription", "uncancel_subscription",
+                      "reactivate_subscription", "set_quantity",
                       "upsert_customer", "plan_code", "apply_gateway_webhook", "authenticate_api_key",
                       "read_audit", "outbox_stats", "period_end", "proration_amount", "is_simulation",
                       "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
@@ -43,7 +45,8 @@ DECLARE
       "billing_readonly": ["get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
                            "proration_amount", "dunning_next_attempt", "is_simulation", "list_payment_methods",
                            "list_refunds"],
-      "billing_admin": ["upsert_plan", "upsert_customer", "create_api_key", "list_api_keys", "revoke_api_key",
+      "billing_admin": ["upsert_plan", "upsert_customer", "upsert_coupon",
+                        "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                         "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
                         "plan_code", "period_end", "proration_amount", "is_simulation",
                         "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",

@@ -23,6 +23,8 @@ from .chaos.harness import BILLING
 
 POLICY = {
     "billing_api": {"create_subscription", "get_subscription", "cancel_subscription", "change_plan",
+                    "apply_coupon", "pause_subscription", "resume_subscription", "uncancel_subscription",
+                    "reactivate_subscription", "set_quantity",
                     "upsert_customer", "plan_code", "apply_gateway_webhook", "authenticate_api_key", "read_audit",
                     "outbox_stats", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",
                     "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint", "list_webhook_attempts",
@@ -38,7 +40,8 @@ POLICY = {
     "billing_readonly": {"get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
                          "proration_amount", "dunning_next_attempt", "is_simulation", "list_payment_methods",
                          "list_refunds"},
-    "billing_admin": {"upsert_plan", "upsert_customer", "create_api_key", "list_api_keys", "revoke_api_key",
+    "billing_admin": {"upsert_plan", "upsert_customer", "upsert_coupon",
+                      "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                       "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
                       "plan_code", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",
                       "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
@@ -56,8 +59,9 @@ POLICY = {
 # The findings of the issue, by name: who must never reach these.
 NEVER = {
     "billing_api": {"record_payment_result", "upsert_plan", "mark_outbox_published", "create_due_invoices",
-                    "claim_charges", "create_api_key", "set_max_clock_skew", "claim_refunds"},
-    "billing_worker": {"upsert_plan", "create_api_key", "mark_outbox_published", "cancel_subscription",
+                    "claim_charges", "create_api_key", "set_max_clock_skew", "claim_refunds", "upsert_coupon",
+                    "set_trial_will_end_notice"},
+    "billing_worker": {"upsert_plan", "upsert_coupon", "create_api_key", "mark_outbox_published", "cancel_subscription",
                        "create_webhook_endpoint", "retry_dead_outbox_events", "refund_invoice", "set_payment_method"},
     "billing_relay": {"record_payment_result", "upsert_plan", "create_subscription", "refund_invoice",
                       "record_refund_result"},

@@ -81,7 +81,9 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("GET", re.compile(r"^/invoices/[^/]+/refunds$"), "subscriptions:read"),
     ("GET", re.compile(r"^/subscriptions/[^/]+$"), "subscriptions:read"),
     ("POST", re.compile(r"^/subscriptions$"), "subscriptions:write"),
-    ("POST", re.compile(r"^/subscriptions/[^/]+/(cancel|change-plan)$"), "subscriptions:write"),
+    ("POST", re.compile(r"^/subscriptions/[^/]+/(cancel|change-plan|coupon|pause|resume|uncancel|reactivate|quantity)$"),
+     "subscriptions:write"),
+    ("POST", re.compile(r"^/coupons$"), "admin"),  # a coupon is money: only the operator makes one
     ("GET", re.compile(r"^/admin/audit$"), "admin"),
     ("GET", re.compile(r"^/webhook-endpoints(/[^/]+(/attempts)?)?$"), "admin"),
     ("POST", re.compile(r"^/webhook-endpoints$"), "admin"),
