@@ -33,6 +33,7 @@ REFERENCE_TABLES = (
     "api_key",
     "console_session",
     "webhook_endpoint",
+    "coupon",
 )
 
 # Distributed by customer, colocated with billing.customer, in foreign-key order (a table after the
