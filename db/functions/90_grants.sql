@@ -38,7 +38,7 @@ DECLARE
       "billing_worker": ["create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                          "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats",
                          "period_end", "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
-                         "announce_expiring_payment_methods"],
+                         "announce_expiring_payment_methods", "give_up_waiting_invoices"],
       "billing_relay": ["claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
                         "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
                         "is_simulation"],

@@ -38,6 +38,8 @@ SET_PAYMENT_METHOD = (
 ANNOUNCE_EXPIRING_PAYMENT_METHODS = (
     "SELECT billing.announce_expiring_payment_methods(%(days)s, %(batch)s, %(now)s) AS announced"
 )
+# Invoices that waited for a payment method past their dunning span (db/functions/50_charging.sql).
+GIVE_UP_WAITING_INVOICES = "SELECT billing.give_up_waiting_invoices(%(batch)s, %(now)s) AS given_up"
 RECORD_PAYMENT_RESULT = (
     "SELECT * FROM billing.record_payment_result(%(key)s, %(outcome)s, %(reference)s, %(reason)s, %(now)s)"
 )

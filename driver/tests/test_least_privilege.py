@@ -37,7 +37,7 @@ API = {
     "reactivate_subscription", "set_quantity", "set_trial_will_end_notice",
     # payment methods and refunds (db/functions/52_payment_methods.sql, 57_refunds.sql)
     "set_payment_method", "detach_payment_method", "list_payment_methods", "announce_expiring_payment_methods",
-    "refund_invoice", "list_refunds", "claim_refunds", "record_refund_result",
+    "refund_invoice", "list_refunds", "claim_refunds", "record_refund_result", "give_up_waiting_invoices",
     # an operator's invoice actions (db/functions/58_invoice_actions.sql)
     "retry_invoice", "void_invoice",
 }
@@ -312,6 +312,7 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["methods"] = len(one("list_payment_methods", "%s", (customer,), setof=True))
     out["detached"] = one("detach_payment_method", "%s, %s, %s, %s", (customer, "sim", f"pm_{tag}", renew_at))[10]
     out["expiring"] = one("announce_expiring_payment_methods", "%s, %s, %s", (7, 100, renew_at))[0]
+    out["given_up"] = one("give_up_waiting_invoices", "%s, %s", (100, renew_at))[0]
     refund = one("refund_invoice", "%s, %s, %s, %s", (claims[0][0], 1000, f"lp-refund-{tag}", renew_at))
     out["refund"] = (refund[4], refund[7])  # amount, status
     out["refunds"] = len(one("list_refunds", "%s", (claims[0][0],), setof=True))
@@ -396,7 +397,7 @@ EXPECTED = {
     "skew": True, "expired": 0,
     "coupon": True, "notice": True, "trialing": "TRIALING", "seats": True, "paused": "PAUSED", "resumed": "ACTIVE",
     "uncanceled": "ACTIVE", "reactivated": "BL422", "retried": "OPEN", "voided": "VOID",
-    "method": True, "methods": 1, "detached": "DETACHED", "expiring": 0, "refund": (1000, "REQUESTED"), "refunds": 1,
+    "method": True, "methods": 1, "detached": "DETACHED", "expiring": 0, "given_up": 0, "refund": (1000, "REQUESTED"), "refunds": 1,
     "refund_claimed": [True], "refund_done": "SUCCEEDED",
     "console_login": True, "console_session": True, "console_logout": True, "console_overview": True,
     "console_mrr": True, "console_customers": True, "console_customer": True, "console_subscription": True,

@@ -33,7 +33,7 @@ POLICY = {
     "billing_worker": {"create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                        "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats", "period_end",
                        "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
-                       "announce_expiring_payment_methods"},
+                       "announce_expiring_payment_methods", "give_up_waiting_invoices"},
     "billing_relay": {"claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
                       "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
                       "is_simulation"},
@@ -248,6 +248,8 @@ def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
                             ).fetchall() == []  # the refund loop
         assert conn.execute(db.ANNOUNCE_EXPIRING_PAYMENT_METHODS, {"days": 7, "batch": 10, "now": now}
                             ).fetchone()["announced"] == 0  # the renewal loop's card notices
+        assert conn.execute(db.GIVE_UP_WAITING_INVOICES, {"batch": 10, "now": now}
+                            ).fetchone()["given_up"] == 0  # the renewal loop's end of waiting invoices
         events = conn.execute(db.CLAIM_OUTBOX_EVENTS_RAW, {"batch": 100, "lease": "30 seconds", "now": now}).fetchall()
         assert len(events) >= 2
         assert conn.execute(db.MARK_OUTBOX_PUBLISHED, {"ids": [e["id"] for e in events], "now": now}
@@ -262,5 +264,5 @@ def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
         audit = conn.execute("SELECT array_agg(DISTINCT function ORDER BY function) FROM billing.audit_log "
                              "WHERE db_role = %s", (user,)).fetchone()[0]
     assert audit == ["announce_expiring_payment_methods", "claim_charges", "claim_outbox_events", "claim_refunds",
-                     "create_due_invoices", "expire_idempotency_keys", "mark_outbox_published", "purge_expired",
-                     "record_payment_result", "record_payment_results"]
+                     "create_due_invoices", "expire_idempotency_keys", "give_up_waiting_invoices",
+                     "mark_outbox_published", "purge_expired", "record_payment_result", "record_payment_results"]

@@ -391,6 +391,21 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
             outcomes = stripe_parser.parse_webhook(request.headers, body, wall_clock())
         except WebhookRejected as exc:
             raise ApiError(exc.status, exc.code, exc.message) from None
+        if any(o.kind == "refund_lookup" for o in outcomes):
+            # A charge.refunded without its refunds: read from Stripe (with the API key), or left to
+            # the worker's look-ups when this API has none.
+            from billing.providers import LookupFailed
+
+            if not stripe_parser.api_key:
+                log.warning("charge.refunded without its refunds and no BILLING_STRIPE_API_KEY to read them; "
+                            "the refund worker's look-ups settle them", extra={"eventId": outcomes[0].event_id})
+                outcomes = [o for o in outcomes if o.kind != "refund_lookup"]
+            else:
+                try:
+                    outcomes = await stripe_parser.complete_webhook(outcomes)
+                except LookupFailed as exc:
+                    # Not acknowledged: Stripe delivers the event again later.
+                    raise ApiError(503, "unavailable", f"could not read the charge's refunds from Stripe: {exc}") from None
         applied = []
         for o in outcomes:
             if o.kind == "charge":
@@ -410,9 +425,11 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
 
     from billing.providers.stripe import StripeProvider as _Stripe
 
-    # Only its webhook verifier is used here; without BILLING_STRIPE_WEBHOOK_SECRET every Stripe
+    # Its webhook verifier, and (with BILLING_STRIPE_API_KEY) the reading of a charge's refunds that
+    # a charge.refunded event does not list; without BILLING_STRIPE_WEBHOOK_SECRET every Stripe
     # webhook is refused.
-    stripe_parser = _Stripe("", webhook_secrets=[x for x in (settings.stripe_webhook_secret or "").split(",") if x])
+    stripe_parser = _Stripe(settings.stripe_api_key or "", api_base=settings.stripe_api_base,
+                            webhook_secrets=[x for x in (settings.stripe_webhook_secret or "").split(",") if x])
 
     # -- payment methods and refunds -------------------------------------------------------------
     @endpoint_of("/customers/{id}/payment-method")
@@ -617,6 +634,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         await database.pool()
         yield
         await database.close()
+        await stripe_parser.close()
         if limiter is not None:
             await limiter.close()
 
@@ -624,6 +642,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
                     exception_handlers={HTTPException: http_error, Exception: unexpected},
                     middleware=[Middleware(ApiGuard, authenticate=database.authenticate, limiter=limiter)])
     app.state.database = database
+    app.state.stripe = stripe_parser  # closed by the lifespan (a test without it closes it itself)
     app.state.metrics = metrics
     app.state.openapi = openapi
     app.state.healthz = healthz

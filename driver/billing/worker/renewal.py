@@ -50,10 +50,25 @@ async def announce_expiring_cards(pool, clock: Clock, *, days: int, batch: int =
             return total
 
 
+async def give_up_waiting(pool, clock: Clock, *, batch: int = 500) -> int:
+    """Ends the invoices that waited for a payment method past their dunning span, as exhausted
+    dunning does (FAILED; the subscription canceled, an upgrade reverted or the period written off);
+    how many were given up."""
+    total = 0
+    while True:
+        async with pool.connection() as conn:
+            cur = await conn.execute(db.GIVE_UP_WAITING_INVOICES, {"batch": batch, "now": clock.now()})
+            given_up = (await cur.fetchone())["given_up"]
+        total += given_up
+        if given_up < batch:
+            return total
+
+
 async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, batch: int = 500,
                       idle_seconds: float = 1.0, expiry_notice_days: int = 7) -> None:
     """Renew until `stop` is set; a database error is logged and retried with backoff. Once a
-    minute, announce the default cards that expire before their next renewal."""
+    minute, announce the default cards that expire before their next renewal; every round, give
+    up the invoices that waited for a payment method past their dunning span."""
     clock = clock or SystemClock()
     backoff = 0.5
     next_expiry = time.monotonic()
@@ -75,6 +90,9 @@ async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, 
                 if announced:
                     log.info("expiring cards announced", extra={"cards": announced})
                 next_cards = time.monotonic() + CARDS_INTERVAL_SECONDS
+            given_up = await give_up_waiting(pool, clock)
+            if given_up:
+                log.info("invoices given up after waiting for a payment method", extra={"invoices": given_up})
             handled = await renew_due(pool, clock, batch=batch, stop=stop)
             if handled:
                 log.info("renewed", extra={"subscriptions": handled})
