@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 # Every time-dependent call passes p_now explicitly, so the demo and the tests drive the clock.
 
 CREATE_DUE_INVOICES = "SELECT billing.create_due_invoices(%(batch)s, %(now)s) AS handled"
+FINALIZE_INVOICES = "SELECT billing.finalize_invoices(%(batch)s, %(now)s) AS finalized"
 CLAIM_CHARGES = (
     "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup, customer_ref, "
     "payment_method_ref FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s, %(provider)s)"
