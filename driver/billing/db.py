@@ -28,6 +28,12 @@ RECORD_REFUND_RESULT = (
 )
 REFUND_INVOICE = "SELECT * FROM billing.refund_invoice(%(invoice_id)s, %(amount)s, %(request_key)s, %(now)s)"
 LIST_REFUNDS = "SELECT * FROM billing.list_refunds(%(invoice_id)s)"
+# Invoice documents and reports (db/functions/58_invoices.sql, 75_reports.sql).
+GET_INVOICE_DOCUMENT = "SELECT billing.get_invoice_document(%(invoice_id)s) AS document"
+REPORT_MRR = "SELECT * FROM billing.report_mrr(%(at)s)"
+REPORT_MRR_MOVEMENTS = "SELECT * FROM billing.report_mrr_movements(%(from)s, %(to)s)"
+REPORT_CHURN = "SELECT * FROM billing.report_churn(%(from)s, %(to)s)"
+REPORT_REVENUE = "SELECT * FROM billing.report_revenue(%(from)s, %(to)s)"
 # Payment methods (db/functions/52_payment_methods.sql).
 SET_PAYMENT_METHOD = (
     "SELECT * FROM billing.set_payment_method(%(customer_id)s, %(provider)s, %(customer_ref)s, "
