@@ -175,6 +175,13 @@ BEGIN
         RETURN v_sub;  -- already final: repeating a cancel is harmless
     END IF;
     PERFORM billing._check_version(v_sub, p_expected_version);
+    -- What was due and not yet processed is settled first, at its own instant: a cancellation at
+    -- period end decided after a period began ends that period, not the one before (which would
+    -- leave the time since unbilled); one whose period end passed has ended it already.
+    v_sub := billing._settle_due(v_sub, p_now);
+    IF v_sub.status = 'CANCELED' THEN
+        RETURN v_sub;
+    END IF;
 
     IF p_at_period_end THEN
         IF v_sub.cancel_at_period_end THEN
@@ -269,7 +276,9 @@ BEGIN
             HINT = 'Create a new subscription instead.';
     END IF;
     PERFORM billing._check_version(v_sub, p_expected_version);
-    v_sub := billing._end_due_trial(v_sub, p_now);
+    -- What was due and not yet processed (a resume, a trial's end, renewals) is settled first, at its
+    -- own instant: a change never chooses the terms of a period already begun.
+    v_sub := billing._settle_due(v_sub, p_now, 'its plan cannot change');
 
     SELECT * INTO v_new FROM billing.plan WHERE code = p_plan_code;
     IF NOT FOUND THEN
@@ -302,14 +311,6 @@ BEGIN
     IF p_when = 'period_end' THEN
         -- Takes effect at the renewal (or at the trial's end, or when a pause ends): the new
         -- plan bills the next period, nothing is prorated, nothing credited.
-        IF v_sub.status IN ('ACTIVE', 'PAST_DUE') THEN
-            v_sub := billing._catch_up(v_sub, p_now);
-            IF v_sub.status = 'CANCELED' THEN
-                RAISE EXCEPTION USING ERRCODE = 'BL422',
-                    MESSAGE = format('subscription %s ended at its period end %s; its plan cannot change', v_sub.id,
-                                     v_sub.current_period_end);
-            END IF;
-        END IF;
         IF v_sub.scheduled_plan_id IS NOT DISTINCT FROM v_new.id THEN
             RETURN v_sub;
         END IF;
@@ -335,14 +336,7 @@ BEGIN
         RETURN v_sub;
     END IF;
 
-    -- Periods already due are billed at the plan they were due under, before the change.
-    v_sub := billing._catch_up(v_sub, p_now);
-    IF v_sub.status = 'CANCELED' THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('subscription %s ended at its period end %s; its plan cannot change', v_sub.id,
-                             v_sub.current_period_end),
-            HINT = 'Create a new subscription instead.';
-    END IF;
+    -- (Periods already due were billed above, by _settle_due, at the plan they were due under.)
     -- A change now replaces a change scheduled for the period end.
     IF v_sub.scheduled_plan_id IS NOT NULL THEN
         UPDATE billing.subscription SET scheduled_plan_id = NULL WHERE id = v_sub.id RETURNING * INTO v_sub;

@@ -392,31 +392,39 @@ COMMENT ON FUNCTION billing._renew_lifecycle(integer, timestamptz) IS
 'Private: create_due_invoices'' per-row path: SubscriptionTrialWillEnd when due, resumes at resume_at, and one renewal of each due subscription flagged lifecycle_pending (up to p_batch_size of each, SKIP LOCKED; handled in customer order).
 Returns how many rows it handled.';
 
--- A trial that has ended while the renewal job has not run yet: its first period is billed
--- before anything else changes the subscription (a change never reprices a period already begun).
-CREATE OR REPLACE FUNCTION billing._end_due_trial(p_sub billing.subscription, p_now timestamptz)
+-- Every automatic transition due by p_now that the renewal job has not processed yet is settled at
+-- its own instant before a call changes anything: a scheduled resume first (its period starts at
+-- resume_at, on the plan and seats in force then), then the renewals due (a trial's end, a change
+-- scheduled for the period end, a renewal at the terms in force, a cancellation at period end). So
+-- a call never chooses the terms of a period already begun, and any credit it makes is a share of
+-- a period billed. Every lifecycle call (plan, seats, coupon, cancel, uncancel, pause, resume)
+-- starts with it, as the renewal job would have run just before.
+DROP FUNCTION IF EXISTS billing._end_due_trial(billing.subscription, timestamptz);
+CREATE OR REPLACE FUNCTION billing._settle_due(p_sub billing.subscription, p_now timestamptz, p_refusal text DEFAULT NULL)
 RETURNS billing.subscription
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_sub billing.subscription;
+    v_sub billing.subscription := p_sub;
 BEGIN
-    IF p_sub.status <> 'TRIALING' OR p_sub.current_period_end > p_now THEN
-        RETURN p_sub;
+    IF v_sub.status = 'PAUSED' AND v_sub.resume_at <= p_now THEN
+        v_sub := billing._resume(v_sub, v_sub.resume_at, p_now);
     END IF;
-    v_sub := billing._catch_up(p_sub, p_now);
-    IF v_sub.status = 'CANCELED' THEN
+    v_sub := billing._catch_up(v_sub, p_now);
+    IF p_refusal IS NOT NULL AND v_sub.status = 'CANCELED' AND p_sub.status <> 'CANCELED' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('subscription %s ended with its trial at %s', v_sub.id, p_sub.current_period_end),
+            MESSAGE = format('subscription %s ended at %s %s; %s', v_sub.id,
+                             CASE WHEN p_sub.status = 'TRIALING' THEN 'the end of its trial' ELSE 'its period end' END,
+                             v_sub.current_period_end, p_refusal),
             HINT = 'Create a new subscription instead.';
     END IF;
     RETURN v_sub;
 END
 $$;
-COMMENT ON FUNCTION billing._end_due_trial(billing.subscription, timestamptz) IS
-'Private: a locked TRIALING subscription whose trial has ended is renewed up to p_now first (_catch_up).
-Returns it; BL422 when it was to cancel at the trial''s end.';
+COMMENT ON FUNCTION billing._settle_due(billing.subscription, timestamptz, text) IS
+'Private: settles what was due on the locked subscription by p_now and not yet processed, each at its own instant: a resume at resume_at, then renewals (trial end, scheduled change, cancellation at period end) through _catch_up.
+Returns it; BL422 (message ending with p_refusal) when p_refusal is given and it ended meanwhile.';
 
 CREATE OR REPLACE FUNCTION billing._resume(p_sub billing.subscription, p_at timestamptz, p_now timestamptz)
 RETURNS billing.subscription
@@ -553,7 +561,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('subscription %s is canceled; no coupon applies to it', v_sub.id);
     END IF;
-    v_sub := billing._end_due_trial(v_sub, p_now);
+    -- What was due is settled first: the coupon discounts the period invoices after the call, never
+    -- one of a period already begun (a renewal due, a trial's end, a resume due).
+    v_sub := billing._settle_due(v_sub, p_now, 'no coupon applies to it');
     v_before := v_sub;
     IF NOT billing._redeem_coupon(v_sub, p_code, p_now) THEN
         RETURN v_sub;
@@ -590,6 +600,11 @@ BEGIN
             HINT = 'Leave it out to pause until resume_subscription is called.';
     END IF;
     v_sub := billing._lock_subscription(p_subscription_id);
+    -- What was due is settled first, at its own instant: a resume date already passed resumed it
+    -- then (so a pause now credits only the rest of the period billed from it, and the time since
+    -- is not made free by moving the date); a trial ended is converted and renewals due are billed
+    -- before the pause, which then starts within the current period.
+    v_sub := billing._settle_due(v_sub, p_now);
     IF v_sub.status = 'PAUSED' THEN
         IF v_sub.resume_at IS NOT DISTINCT FROM p_resume_at THEN
             RETURN v_sub;
@@ -609,12 +624,6 @@ BEGIN
                                      WHEN 'PAST_DUE' THEN 'Pay the invoice in dunning first.'
                                      WHEN 'CANCELED' THEN 'Create a new subscription instead.'
                                      ELSE 'Uncancel it first.' END;
-    END IF;
-    -- Periods already due are billed first; the pause then starts within the current period.
-    v_sub := billing._catch_up(v_sub, p_now);
-    IF v_sub.status <> 'ACTIVE' THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('subscription %s became %s on catching up: it cannot be paused', v_sub.id, v_sub.status);
     END IF;
     -- The unused rest of the period, at the price it was billed at, is credited (pending until the
     -- period is paid; reversed if it never is).
@@ -654,6 +663,11 @@ BEGIN
     IF v_sub.status <> 'PAUSED' THEN
         RETURN v_sub;  -- not paused: nothing to do
     END IF;
+    -- A resume date already passed (the job not yet run): it resumed then, not now (the time since
+    -- is served and billed); later periods due are renewed.
+    IF v_sub.resume_at <= p_now THEN
+        RETURN billing._settle_due(v_sub, p_now);
+    END IF;
     RETURN billing._resume(v_sub, p_now, p_now);
 END
 $$;
@@ -673,10 +687,9 @@ BEGIN
     PERFORM billing._audit('uncancel_subscription', jsonb_build_object('subscription_id', p_subscription_id, 'now', p_now));
     PERFORM billing._check_now(p_now);
     v_sub := billing._lock_subscription(p_subscription_id);
-    -- A period end already passed (the renewal job not yet run) has ended it: too late.
-    IF v_sub.status IN ('ACTIVE', 'PAST_DUE', 'TRIALING') AND v_sub.cancel_at_period_end THEN
-        v_sub := billing._catch_up(v_sub, p_now);
-    END IF;
+    -- What was due is settled first: a period end already passed (the renewal job not yet run) has
+    -- ended it, too late to withdraw.
+    v_sub := billing._settle_due(v_sub, p_now);
     IF v_sub.status = 'CANCELED' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('subscription %s is canceled (%s); there is no pending cancellation to withdraw',
@@ -783,7 +796,8 @@ BEGIN
     IF v_sub.quantity = p_quantity THEN
         RETURN v_sub;
     END IF;
-    v_sub := billing._end_due_trial(v_sub, p_now);
+    -- What was due is settled first (a resume, a trial's end, renewals at the seats in force then).
+    v_sub := billing._settle_due(v_sub, p_now, 'its seats cannot change');
     v_before := v_sub;
     IF v_sub.status IN ('TRIALING', 'PAUSED') THEN
         -- Nothing is being billed: the seats count from the next billed period.
@@ -794,12 +808,6 @@ BEGIN
         RETURN v_sub;
     END IF;
 
-    v_sub := billing._catch_up(v_sub, p_now);
-    IF v_sub.status = 'CANCELED' THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('subscription %s ended at its period end %s; its seats cannot change', v_sub.id,
-                             v_sub.current_period_end);
-    END IF;
     v_before := v_sub;
     -- Like a plan change: the period's price moves by the seats added or removed (at the unit price
     -- of the period, its share for a first calendar period), and the rest of the period is

@@ -2,7 +2,7 @@
 -- changes and calendar billing (docs/lifecycle.md): each function's happy path, every error code,
 -- time zones, month ends and DST.
 BEGIN;
-SELECT plan(148);
+SELECT plan(165);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS
 $$ SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key $$;
@@ -519,6 +519,125 @@ SELECT results_eq(
 SELECT billing.set_quantity(pg_temp.sid('t60-k1'), 2, '2026-05-01 04:00Z');
 SELECT is((SELECT subtotal FROM billing.invoice WHERE subscription_id = pg_temp.sid('t60-k1') AND kind = 'PRORATION'),
           3100::bigint, 'a seat added at the start of a calendar month: a whole month');
+
+-- =============================================================================================
+-- Due but not yet processed: every call settles it first, at its own instant
+-- (found by the money adversary: a period billed at terms chosen after it began)
+-- =============================================================================================
+SELECT billing.upsert_plan('L_D', 100, 'USD', 'DAY', 1, '2025-01-01Z');
+SELECT billing.upsert_customer(6005, 'UTC');
+SELECT billing.upsert_coupon('C_HALF', 50, NULL, NULL, 'forever');
+CREATE FUNCTION pg_temp.lines(p_key text) RETURNS TABLE (kind text, period_start timestamptz, code text, quantity integer, subtotal bigint)
+LANGUAGE sql AS
+$$ SELECT i.kind, i.period_start, p.code, i.quantity, i.subtotal FROM billing.invoice i JOIN billing.plan p ON p.id = i.plan_id
+    WHERE i.subscription_id = pg_temp.sid(p_key) ORDER BY i.id $$;
+-- the adversary's sequence: daily plan, paused to resume in 3 days, 4 days later a change now
+SELECT billing.create_subscription('t60-due1', 6005, 'L_D', '2027-01-31 09:00Z');
+SELECT billing.pause_subscription(pg_temp.sid('t60-due1'), '2027-02-03 09:00Z', '2027-01-31 10:00Z');
+SELECT billing.change_plan(pg_temp.sid('t60-due1'), 'L_M', '2027-02-04 08:00Z');
+SELECT billing.create_due_invoices(100, '2027-02-04 08:00Z');
+SELECT results_eq($$SELECT * FROM pg_temp.lines('t60-due1')$$,
+    $$VALUES ('INITIAL', '2027-01-31 09:00Z'::timestamptz, 'L_D', 1, 100::bigint),
+             ('RENEWAL', '2027-02-03 09:00Z'::timestamptz, 'L_D', 1, 100::bigint),
+             ('PLAN_CHANGE', '2027-02-04 08:00Z'::timestamptz, 'L_M', 1, 1000::bigint)$$,
+    'a change after a resume date passed: the resumed period is billed at the plan in force then, the change after it');
+-- the same with a change for the period end, and a renewal due after the resumed period too
+SELECT billing.create_subscription('t60-due2', 6005, 'L_D', '2027-01-31 09:00Z');
+SELECT billing.pause_subscription(pg_temp.sid('t60-due2'), '2027-02-03 09:00Z', '2027-01-31 10:00Z');
+SELECT billing.change_plan(pg_temp.sid('t60-due2'), 'L_M', '2027-02-04 10:00Z', NULL, 'period_end');
+SELECT billing.create_due_invoices(100, '2027-02-05 09:00Z');
+SELECT results_eq($$SELECT * FROM pg_temp.lines('t60-due2')$$,
+    $$VALUES ('INITIAL', '2027-01-31 09:00Z'::timestamptz, 'L_D', 1, 100::bigint),
+             ('RENEWAL', '2027-02-03 09:00Z'::timestamptz, 'L_D', 1, 100::bigint),
+             ('RENEWAL', '2027-02-04 09:00Z'::timestamptz, 'L_D', 1, 100::bigint),
+             ('RENEWAL', '2027-02-05 09:00Z'::timestamptz, 'L_M', 1, 1000::bigint)$$,
+    'a change for the period end after a resume date passed: from the end of the period begun before it');
+-- seats: the resumed period at the seats in force then, the added seats prorated
+SELECT billing.create_subscription('t60-due3', 6005, 'L_M', '2027-01-01Z', 0, NULL, 3);
+SELECT billing.pause_subscription(pg_temp.sid('t60-due3'), '2027-01-11Z', '2027-01-06Z');
+SELECT billing.set_quantity(pg_temp.sid('t60-due3'), 1, '2027-01-21Z');
+SELECT results_eq($$SELECT kind, period_start, quantity, subtotal FROM pg_temp.lines('t60-due3') WHERE kind = 'RENEWAL'$$,
+    $$VALUES ('RENEWAL', '2027-01-11Z'::timestamptz, 3, 3000::bigint)$$,
+    'seats removed after a resume date passed: the resumed period billed at 3 seats');
+SELECT results_eq(
+    $$SELECT amount, (SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid('t60-due3')
+                                AND kind = 'RENEWAL') = ANY (depends_on)
+        FROM billing.credit_pending WHERE subscription_id = pg_temp.sid('t60-due3') ORDER BY id DESC LIMIT 1$$,
+    $$VALUES (1355::bigint, true)$$,
+    'the 2 seats removed credit the rest of the resumed period (2000 x 21 / 31 days), pending on its invoice');
+-- a coupon: never discounts a period begun before it was applied
+SELECT billing.create_subscription('t60-due4', 6005, 'L_M', '2027-01-01Z');
+SELECT billing.pause_subscription(pg_temp.sid('t60-due4'), '2027-01-11Z', '2027-01-06Z');
+SELECT billing.apply_coupon(pg_temp.sid('t60-due4'), 'C_HALF', '2027-01-12Z');
+SELECT billing.create_due_invoices(100, '2027-02-11Z');
+SELECT results_eq($$SELECT kind, period_start, subtotal FROM pg_temp.lines('t60-due4')$$,
+    $$VALUES ('INITIAL', '2027-01-01Z'::timestamptz, 1000::bigint), ('RENEWAL', '2027-01-11Z'::timestamptz, 1000::bigint),
+             ('RENEWAL', '2027-02-11Z'::timestamptz, 500::bigint)$$,
+    'a coupon applied after a resume date passed discounts from the next period, not the resumed one');
+SELECT billing.create_subscription('t60-due5', 6005, 'L_M', '2027-01-01Z');
+SELECT billing.apply_coupon(pg_temp.sid('t60-due5'), 'C_HALF', '2027-02-02Z');
+SELECT billing.create_due_invoices(100, '2027-03-01Z');
+SELECT results_eq($$SELECT kind, period_start, subtotal FROM pg_temp.lines('t60-due5')$$,
+    $$VALUES ('INITIAL', '2027-01-01Z'::timestamptz, 1000::bigint), ('RENEWAL', '2027-02-01Z'::timestamptz, 1000::bigint),
+             ('RENEWAL', '2027-03-01Z'::timestamptz, 500::bigint)$$,
+    'a coupon applied after a renewal was due (job not yet run) discounts from the next period');
+-- cancel at period end decided after the period end passed: the period begun is billed and ended
+SELECT billing.create_subscription('t60-due6', 6005, 'L_M', '2027-01-01Z');
+SELECT billing.cancel_subscription(pg_temp.sid('t60-due6'), true, '2027-02-10Z');
+SELECT billing.create_due_invoices(100, '2027-03-02Z');
+SELECT results_eq(
+    $$SELECT s.status, s.cancel_reason, (SELECT max(period_end) FROM billing.invoice i WHERE i.subscription_id = s.id)
+        FROM billing.subscription s WHERE id = pg_temp.sid('t60-due6')$$,
+    $$VALUES ('CANCELED', 'PERIOD_END', '2027-03-01Z'::timestamptz)$$,
+    'a cancel at period end after a renewal was due: February is billed, it ends on 1 March');
+SELECT billing.create_subscription('t60-due7', 6005, 'L_M', '2027-01-01Z', 7);
+SELECT billing.cancel_subscription(pg_temp.sid('t60-due7'), true, '2027-01-09Z');
+SELECT billing.create_due_invoices(100, '2027-02-09Z');
+SELECT results_eq(
+    $$SELECT s.status, (SELECT string_agg(kind || ' ' || period_start, ',') FROM billing.invoice i WHERE i.subscription_id = s.id)
+        FROM billing.subscription s WHERE id = pg_temp.sid('t60-due7')$$,
+    $$VALUES ('CANCELED', 'INITIAL ' || '2027-01-08Z'::timestamptz)$$,
+    'a cancel at period end after the trial ended: the first period is billed, it ends then');
+-- pause and resume after the resume date passed
+SELECT billing.create_subscription('t60-due8', 6005, 'L_M', '2027-01-01Z');
+SELECT billing.pause_subscription(pg_temp.sid('t60-due8'), '2027-01-11Z', '2027-01-06Z');
+SELECT results_eq(
+    $$SELECT status, current_period_start, resume_at FROM billing.pause_subscription(pg_temp.sid('t60-due8'), '2027-03-01Z', '2027-01-21Z')$$,
+    $$VALUES ('PAUSED', '2027-01-11Z'::timestamptz, '2027-03-01Z'::timestamptz)$$,
+    'pausing again after the resume date passed: it resumed then, and pauses now');
+SELECT is((SELECT count(*) FROM billing.invoice WHERE subscription_id = pg_temp.sid('t60-due8') AND kind = 'RENEWAL'
+            AND period_start = '2027-01-11Z'), 1::bigint, 'the ten days from the resume date are billed');
+SELECT billing.create_subscription('t60-due9', 6005, 'L_M', '2027-01-01Z');
+SELECT billing.pause_subscription(pg_temp.sid('t60-due9'), '2027-01-11Z', '2027-01-06Z');
+SELECT results_eq(
+    $$SELECT status, current_period_start FROM billing.resume_subscription(pg_temp.sid('t60-due9'), '2027-01-21Z')$$,
+    $$VALUES ('ACTIVE', '2027-01-11Z'::timestamptz)$$,
+    'resume after the resume date passed: resumed at its date, not now');
+-- a pause after the trial ended: the first period is billed, then paused
+SELECT billing.create_subscription('t60-due10', 6005, 'L_M', '2027-01-01Z', 7);
+SELECT results_eq(
+    $$SELECT status, current_period_start FROM billing.pause_subscription(pg_temp.sid('t60-due10'), NULL, '2027-01-10Z')$$,
+    $$VALUES ('PAUSED', '2027-01-08Z'::timestamptz)$$,
+    'a pause after the trial ended: its first period billed from the trial''s end, then paused');
+-- errors through the settling: ended at a passed period end
+SELECT billing.create_subscription('t60-due11', 6005, 'L_M', '2027-01-01Z');
+SELECT billing.cancel_subscription(pg_temp.sid('t60-due11'), true, '2027-01-02Z');
+SELECT throws_ok(format('SELECT billing.apply_coupon(%s, %L, %L)', pg_temp.sid('t60-due11'), 'C_HALF', '2027-02-02Z'),
+                 'BL422', NULL, 'a coupon after its period end passed with a cancel: BL422');
+SELECT is((billing.cancel_subscription(pg_temp.sid('t60-due11'), false, '2027-02-02Z')).cancel_reason, 'PERIOD_END',
+          'cancel now after it ended at its period end: it stays ended at its period end');
+
+-- =============================================================================================
+-- Keys: a redemption is the customer's (distributed by customer); coupon is a reference table
+-- =============================================================================================
+SELECT col_is_pk('billing', 'coupon_redemption', ARRAY['customer_id', 'subscription_id', 'coupon_code'],
+                 'coupon_redemption: the primary key starts with customer_id');
+SELECT fk_ok('billing', 'coupon_redemption', ARRAY['customer_id', 'subscription_id'],
+             'billing', 'subscription', ARRAY['customer_id', 'id'],
+             'coupon_redemption -> subscription carries customer_id');
+SELECT throws_ok(format($$INSERT INTO billing.coupon_redemption (customer_id, subscription_id, coupon_code, redeemed_at)
+                          VALUES (6001, %s, 'C_HALF', now())$$, pg_temp.sid('t60-due5')),
+                 '23503', NULL, 'a redemption under another customer than its subscription''s is refused');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -425,12 +425,16 @@ class Model:
         while sub.status in ("TRIALING", "ACTIVE", "PAST_DUE") and sub.end <= self.now:
             self.renew_one(sub)
 
-    def end_due_trial(self, sub: MSub) -> None:
-        """_end_due_trial: a trial that has ended is renewed first (a cancel at its end: BL422)."""
-        if sub.status == "TRIALING" and sub.end <= self.now:
-            if sub.cancel_at_period_end:
-                raise Refused("BL422")  # the database rolls the catch-up back
-            self.catch_up(sub)
+    def settle_due(self, sub: MSub, refuse: bool = False) -> None:
+        """_settle_due: what was due and not yet processed, at its own instant: a resume at its date,
+        then renewals (trial end, scheduled change, cancel at period end). refuse: BL422 if it ended
+        meanwhile (the database rolls the settling back; so does _tx here)."""
+        was = sub.status
+        if sub.status == "PAUSED" and sub.resume_at is not None and sub.resume_at <= self.now:
+            self.resume_at_(sub, sub.resume_at)
+        self.catch_up(sub)
+        if refuse and sub.status == "CANCELED" and was != "CANCELED":
+            raise Refused("BL422")
 
     def resume_at_(self, sub: MSub, at: datetime) -> None:
         before = sub.announced()
@@ -500,6 +504,9 @@ class Model:
         if sub.status == "CANCELED":
             return
         self.check_version(sub, expected)
+        self.settle_due(sub)
+        if sub.status == "CANCELED":
+            return
         if at_period_end:
             if not sub.cancel_at_period_end and sub.status == "PAUSED":
                 raise Refused("BL422")
@@ -520,7 +527,7 @@ class Model:
         if sub.status == "CANCELED":
             raise Refused("BL422")
         self.check_version(sub, expected)
-        self.end_due_trial(sub)
+        self.settle_due(sub, refuse=True)
         if plan not in PLANS:
             raise Refused("BL422")
         old, new = PLANS[sub.plan], PLANS[plan]
@@ -535,10 +542,6 @@ class Model:
                 self.announce(sub, before)
             return
         if when == "period_end":
-            if sub.status in ("ACTIVE", "PAST_DUE"):
-                if sub.cancel_at_period_end and sub.end <= self.now:
-                    raise Refused("BL422")  # it ended at its period end (the database rolls the catch-up back)
-                self.catch_up(sub)
             if sub.scheduled == plan:
                 return
             before = sub.announced()
@@ -553,9 +556,6 @@ class Model:
             sub.pending = self.needs_lifecycle(sub)
             self.announce(sub, before)
             return
-        if sub.cancel_at_period_end and sub.end <= self.now:
-            raise Refused("BL422")  # it ended at its period end (the database rolls the catch-up back)
-        self.catch_up(sub)
         if sub.scheduled is not None:
             sub.scheduled = None
             sub.pending = self.needs_lifecycle(sub)
@@ -609,7 +609,7 @@ class Model:
         sub = self.lock(sub_id)
         if sub.status == "CANCELED":
             raise Refused("BL422")
-        self.end_due_trial(sub)
+        self.settle_due(sub, refuse=True)
         before = sub.announced()
         if not self.redeem(sub, code):
             return
@@ -621,6 +621,7 @@ class Model:
         if resume_at is not None and resume_at <= self.now:
             raise Refused("BL422")
         sub = self.lock(sub_id)
+        self.settle_due(sub)
         before = sub.announced()
         if sub.status == "PAUSED":
             if sub.resume_at != resume_at:
@@ -630,7 +631,6 @@ class Model:
             return
         if sub.status != "ACTIVE" or sub.cancel_at_period_end:
             raise Refused("BL422")
-        self.catch_up(sub)
         credit = -proration(sub.price, 0, sub.start, sub.end, max(self.now, sub.start))
         self.grant_change_credit(sub, PLANS[sub.plan][1], credit)
         before = sub.announced()
@@ -642,13 +642,14 @@ class Model:
         sub = self.lock(sub_id)
         if sub.status == "CANCELED":
             raise Refused("BL422")
-        if sub.status == "PAUSED":
+        if sub.status == "PAUSED" and sub.resume_at is not None and sub.resume_at <= self.now:
+            self.settle_due(sub)  # it resumed at its date, not now
+        elif sub.status == "PAUSED":
             self.resume_at_(sub, self.now)
 
     def uncancel(self, sub_id: int) -> None:
         sub = self.lock(sub_id)
-        if sub.status in ("ACTIVE", "PAST_DUE", "TRIALING") and sub.cancel_at_period_end and sub.end <= self.now:
-            raise Refused("BL422")  # it ended at its period end (the database rolls the catch-up back)
+        self.settle_due(sub)
         if sub.status == "CANCELED":
             raise Refused("BL422")
         if sub.cancel_at_period_end:
@@ -677,17 +678,13 @@ class Model:
             raise Refused("BL422")
         if sub.quantity == quantity:
             return
-        self.end_due_trial(sub)
+        self.settle_due(sub, refuse=True)
         before = sub.announced()
         if sub.status in ("TRIALING", "PAUSED"):
             sub.quantity = quantity
             sub.version += 1
             self.announce(sub, before)
             return
-        if sub.cancel_at_period_end and sub.end <= self.now:
-            raise Refused("BL422")
-        self.catch_up(sub)
-        before = sub.announced()
         price, currency = PLANS[sub.plan][0], PLANS[sub.plan][1]
         at = max(self.now, sub.start)
         delta = period_charge(price, abs(quantity - sub.quantity), sub.start, sub.end, self.nominal_start(sub))
