@@ -264,7 +264,8 @@ AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'BL409',
         MESSAGE = format('%s: a finalized document never changes (%s refused)', TG_TABLE_NAME,
-                         CASE WHEN TG_TABLE_NAME = 'invoice' THEN 'invoice ' || OLD.id || ' ' || TG_OP ELSE TG_OP END),
+                         CASE WHEN TG_TABLE_NAME = 'invoice' THEN 'invoice ' || (to_jsonb(OLD)->>'id') || ' ' || TG_OP
+                              ELSE TG_OP END),
         HINT = 'Void or refund it: a credit note is issued.';
 END
 $$;
