@@ -166,7 +166,7 @@ BEGIN
 
     -- The lines must add up to the invoice's figures (a bug here must not print a wrong document).
     PERFORM 1 FROM billing.invoice i
-      LEFT JOIN billing.invoice_totals t ON t.invoice_id = i.id
+      LEFT JOIN billing._invoice_totals(p_ids) t ON t.invoice_id = i.id
      WHERE i.id = ANY (p_ids)
        AND (t.invoice_id IS NULL OR t.subtotal <> i.subtotal OR t.tax_amount <> i.tax_amount
             OR t.tax_included <> i.tax_included OR t.amount_due <> i.amount);
@@ -239,18 +239,28 @@ COMMENT ON FUNCTION billing.finalize_invoice(bigint, timestamptz) IS
 'Finalizes one invoice now (as finalize_invoices does); idempotent: a finalized invoice is returned unchanged.
 Returns the invoice; BL404 for an unknown id, BL422 for an invoice voided before it was finalized.';
 
-CREATE OR REPLACE VIEW billing.invoice_totals AS
-SELECT l.invoice_id,
-       sum(l.amount) FILTER (WHERE l.kind IN ('PLAN', 'PRORATION', 'DISCOUNT'))::bigint AS subtotal,
-       coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND NOT l.tax_inclusive), 0)::bigint AS tax_amount,
-       coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND l.tax_inclusive), 0)::bigint AS tax_included,
-       (sum(l.amount) FILTER (WHERE l.kind IN ('PLAN', 'PRORATION', 'DISCOUNT'))
-        + coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND NOT l.tax_inclusive), 0))::bigint AS total,
-       coalesce(-sum(l.amount) FILTER (WHERE l.kind = 'CREDIT'), 0)::bigint AS credit_applied,
-       (sum(l.amount) FILTER (WHERE l.kind <> 'TAX' OR NOT l.tax_inclusive))::bigint AS amount_due
-  FROM billing.invoice_line l
- GROUP BY l.invoice_id;
-COMMENT ON VIEW billing.invoice_totals IS 'Totals of finalized invoices computed from their lines: subtotal (charges and discounts), exclusive tax, inclusive tax, total, credit applied and amount due.';
+DROP VIEW IF EXISTS billing.invoice_totals;
+CREATE OR REPLACE FUNCTION billing._invoice_totals(p_invoice_ids bigint[])
+RETURNS TABLE (invoice_id bigint, subtotal bigint, tax_amount bigint, tax_included bigint, total bigint,
+               credit_applied bigint, amount_due bigint)
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT l.invoice_id,
+           sum(l.amount) FILTER (WHERE l.kind IN ('PLAN', 'PRORATION', 'DISCOUNT'))::bigint,
+           coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND NOT l.tax_inclusive), 0)::bigint,
+           coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND l.tax_inclusive), 0)::bigint,
+           (sum(l.amount) FILTER (WHERE l.kind IN ('PLAN', 'PRORATION', 'DISCOUNT'))
+            + coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND NOT l.tax_inclusive), 0))::bigint,
+           coalesce(-sum(l.amount) FILTER (WHERE l.kind = 'CREDIT'), 0)::bigint,
+           (sum(l.amount) FILTER (WHERE l.kind <> 'TAX' OR NOT l.tax_inclusive))::bigint
+      FROM billing.invoice_line l
+     WHERE l.invoice_id = ANY (p_invoice_ids)
+     GROUP BY l.invoice_id
+$$;
+COMMENT ON FUNCTION billing._invoice_totals(bigint[]) IS
+'Private: totals of finalized invoices computed from their lines: subtotal (charges and discounts), exclusive tax, inclusive tax, total, credit applied and amount due.
+Returns one row per invoice that has lines.';
 
 -- ---------------------------------------------------------------------------------------------
 -- Immutability: a finalized invoice's document never changes; lines and credit notes are
