@@ -122,6 +122,15 @@ DEMO_SIGNUP_CUSTOMERS = (
     "SELECT count(billing.upsert_customer(u.customer_id, u.timezone)) AS n "
     "FROM unnest(%(customer_ids)s::bigint[], %(timezones)s::text[]) AS u(customer_id, timezone)"
 )
+DEMO_CUSTOMER_DETAILS = (
+    "SELECT count(billing.set_customer_details(u.id, u.name, u.email, u.address, u.city, u.postal_code, u.region, "
+    "u.country, u.tax_id, u.tax_status)) AS n "
+    "FROM unnest(%(ids)s::bigint[], %(names)s::text[], %(emails)s::text[], %(addresses)s::text[], %(cities)s::text[], "
+    "%(postal_codes)s::text[], %(regions)s::text[], %(countries)s::text[], %(tax_ids)s::text[], %(statuses)s::text[]) "
+    "AS u(id, name, email, address, city, postal_code, region, country, tax_id, tax_status)"
+)
+DEMO_TAX_RATE = ("SELECT * FROM billing.upsert_tax_rate(%(code)s, %(country)s, %(region)s, %(name)s, %(bp)s, "
+                 "%(inclusive)s)")
 DEMO_SIGNUP_SUBSCRIPTIONS = (
     "SELECT u.customer_id, (billing.create_subscription(u.key, u.customer_id, u.plan_code, u.at, u.trial_days, "
     "u.coupon, u.quantity)).id AS id "

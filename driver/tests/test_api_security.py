@@ -57,6 +57,7 @@ ROUTES = [
                                             "expYear": 2031}),
     ("POST", "/invoices/1/refunds", {"amount": 100}),
     ("GET", "/invoices/1/refunds", None),
+    ("GET", "/invoices/1", None),
 ]
 PUBLIC_ROUTES = {("GET", "/healthz"), ("POST", "/webhooks/payments"), ("POST", "/webhooks/stripe")}
 
@@ -141,7 +142,7 @@ def test_every_route_refuses_a_key_without_its_scope_and_accepts_one_with_it(db_
              "POST /webhook-endpoints": "admin", "GET /webhook-endpoints": "admin", "GET /webhook-endpoints/1": "admin",
              "DELETE /webhook-endpoints/1": "admin", "GET /webhook-endpoints/1/attempts": "admin",
              "PUT /customers/1/payment-method": "subscriptions:write", "POST /invoices/1/refunds": "refunds:write",
-             "GET /invoices/1/refunds": "subscriptions:read"}
+             "GET /invoices/1/refunds": "subscriptions:read", "GET /invoices/1": "subscriptions:read"}
 
     async def body():
         async with client_for(db_url) as client:

@@ -12,6 +12,7 @@ name prints; without it, the PDF core font Helvetica, and characters outside Lat
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +22,8 @@ from jinja2 import Environment, select_autoescape
 from billing.invoices.money import format_amount
 
 DEJAVU = Path("/usr/share/fonts/truetype/dejavu")
+# fontTools (fpdf2's font subsetter) logs every table it touches at INFO.
+logging.getLogger("fontTools").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)
