@@ -220,8 +220,9 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
             MESSAGE = format('invoice %s does not exist', coalesce(p_invoice_id::text, 'NULL'));
     END IF;
-    -- Lock order: the series' counter, then the invoice (as finalize_invoices).
-    PERFORM billing._take_numbers(to_char(p_now AT TIME ZONE 'UTC', 'YYYY'), 0);
+    -- Lock order: the invoice, then the series' counter (in _finalize), as the refund and void
+    -- paths do; finalize_invoices takes the counter first but never waits for an invoice (SKIP
+    -- LOCKED), so no cycle can form.
     SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id FOR UPDATE;
     IF v_invoice.number IS NOT NULL THEN
         RETURN v_invoice;
