@@ -2,7 +2,7 @@
 -- changes and calendar billing (docs/lifecycle.md): each function's happy path, every error code,
 -- time zones, month ends and DST.
 BEGIN;
-SELECT plan(165);
+SELECT plan(167);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS
 $$ SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key $$;
@@ -619,6 +619,25 @@ SELECT results_eq(
     $$SELECT status, current_period_start FROM billing.pause_subscription(pg_temp.sid('t60-due10'), NULL, '2027-01-10Z')$$,
     $$VALUES ('PAUSED', '2027-01-08Z'::timestamptz)$$,
     'a pause after the trial ended: its first period billed from the trial''s end, then paused');
+-- time zones, DST and month ends on the settling path
+SELECT billing.create_subscription('t60-due12', 6002, 'L_M', '2026-02-01 12:00Z');
+SELECT billing.pause_subscription(pg_temp.sid('t60-due12'), '2026-03-01 12:00Z', '2026-02-10Z');
+SELECT billing.set_quantity(pg_temp.sid('t60-due12'), 2, '2026-03-20Z');
+SELECT results_eq(
+    $$SELECT kind, period_start, period_end, quantity FROM billing.invoice WHERE subscription_id = pg_temp.sid('t60-due12')
+       AND kind <> 'INITIAL' ORDER BY id$$,
+    $$VALUES ('RENEWAL', '2026-03-01 12:00Z'::timestamptz, '2026-04-01 11:00Z'::timestamptz, 1),
+             ('PRORATION', '2026-03-20Z'::timestamptz, '2026-04-01 11:00Z'::timestamptz, 2)$$,
+    'New York across the March DST change: resumed at 07:00 EST by the seats call, to 07:00 EDT, then the seat prorated');
+SELECT billing.create_subscription('t60-due13', 6005, 'L_M', '2026-01-05Z');
+SELECT billing.pause_subscription(pg_temp.sid('t60-due13'), '2026-01-31 12:00Z', '2026-01-20Z');
+SELECT billing.apply_coupon(pg_temp.sid('t60-due13'), 'C_HALF', '2026-03-02Z');
+SELECT results_eq(
+    $$SELECT kind, period_start, period_end, subtotal FROM billing.invoice WHERE subscription_id = pg_temp.sid('t60-due13')
+       AND kind = 'RENEWAL' ORDER BY id$$,
+    $$VALUES ('RENEWAL', '2026-01-31 12:00Z'::timestamptz, '2026-02-28 12:00Z'::timestamptz, 1000::bigint),
+             ('RENEWAL', '2026-02-28 12:00Z'::timestamptz, '2026-03-31 12:00Z'::timestamptz, 1000::bigint)$$,
+    'month end: resumed on 31 January and renewed on 28 February by the coupon call, both undiscounted');
 -- errors through the settling: ended at a passed period end
 SELECT billing.create_subscription('t60-due11', 6005, 'L_M', '2027-01-01Z');
 SELECT billing.cancel_subscription(pg_temp.sid('t60-due11'), true, '2027-01-02Z');

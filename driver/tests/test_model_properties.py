@@ -240,6 +240,8 @@ class Model:
     namespace: str = ""
     redemptions: dict[tuple[int, str], list] = field(default_factory=dict)  # (sub, code) -> [periods left, ended]
     redeemed: dict[str, int] = field(default_factory=dict)        # coupon -> times redeemed
+    coupons: dict[str, tuple] = field(default_factory=lambda: dict(COUPONS))  # as upsert_coupon left them
+    trial_notice: timedelta = TRIAL_NOTICE                        # set_trial_will_end_notice
 
     # -- helpers --------------------------------------------------------------------------------
     def emit(self, aggregate: str, ident, kind: str) -> None:
@@ -323,7 +325,7 @@ class Model:
         if sub.coupon is None:
             return 0, None
         code = sub.coupon
-        percent, amount, cur, *_ = COUPONS[code]
+        percent, amount, cur, *_ = self.coupons[code]
         if percent is not None:
             discount = subtotal * percent // 10000
         else:
@@ -338,12 +340,12 @@ class Model:
 
     def coupon_refusal(self, sub: MSub, code: str) -> str | None:
         """What _redeem_coupon refuses, in its order; None: it may be redeemed."""
-        if code not in COUPONS:
+        if code not in self.coupons:
             return "BL422"
         red = self.redemptions.get((sub.id, code))
         if red is not None:
             return None if not red[1] else "BL409"
-        percent, amount, cur, duration, periods, max_r, redeem_by, plans = COUPONS[code]
+        percent, amount, cur, duration, periods, max_r, redeem_by, plans = self.coupons[code]
         if redeem_by is not None and self.now >= redeem_by:
             return "BL422"
         if plans is not None and sub.plan not in plans:
@@ -364,7 +366,7 @@ class Model:
             if sid == sub.id:
                 red[1] = True
         self.redeemed[code] = self.redeemed.get(code, 0) + 1
-        duration, periods = COUPONS[code][3], COUPONS[code][4]
+        duration, periods = self.coupons[code][3], self.coupons[code][4]
         self.redemptions[(sub.id, code)] = [1 if duration == "once" else periods, False]
         sub.coupon = code
         return True
@@ -457,6 +459,25 @@ class Model:
             raise Refused("BL422")
         self.tz[customer] = tz
 
+    def upsert_coupon(self, code: str, terms: tuple) -> None:
+        """upsert_coupon of an existing code: a redeemed coupon keeps its discount and duration, and its
+        maximum cannot go below its redemptions so far; the limits (max, redeem-by, plans) may change."""
+        percent, amount, cur, duration, periods, max_r, redeem_by, plans = terms
+        old = self.coupons[code]
+        if max_r is not None and max_r < 1:
+            raise Refused("BL422")
+        used = self.redeemed.get(code, 0)
+        if used and old[:5] != terms[:5]:
+            raise Refused("BL422")
+        if max_r is not None and max_r < used:
+            raise Refused("BL422")
+        self.coupons[code] = terms
+
+    def set_trial_will_end_notice(self, notice: timedelta) -> None:
+        if not timedelta(0) <= notice <= timedelta(days=30):
+            raise Refused("BL422")
+        self.trial_notice = notice
+
     def create_subscription(self, key: str, customer: int, plan: str, new_id, trial: int = 0,
                             coupon: str | None = None, quantity: int = 1) -> int:
         if not 0 <= trial <= 730 or not 1 <= quantity <= 1_000_000:
@@ -474,7 +495,7 @@ class Model:
         if trial:
             end = boundary(self.now, "DAY", trial, 1, tz)
             sub = MSub(0, customer, plan, tz, self.now, 1, self.now, end, status="TRIALING", price=0,
-                       quantity=quantity, trial_end=end, trial_notice=max(self.now, end - TRIAL_NOTICE), pending=True)
+                       quantity=quantity, trial_end=end, trial_notice=max(self.now, end - self.trial_notice), pending=True)
             full = 0
         else:
             anchor, number, end, nominal = first_period(plan, tz, self.now)
@@ -881,6 +902,7 @@ class Database:
         for code, (price, currency, interval, count) in PLANS.items():
             self.conn.execute("SELECT billing.upsert_plan(%s, %s, %s, %s, %s, p_billing_day => %s)",
                               (code, price, currency, interval, count, BILLING_DAY.get(code)))
+        self.conn.execute("SELECT billing.set_trial_will_end_notice(%s)", (TRIAL_NOTICE,))
         for code, (percent, amount, currency, duration, periods, max_r, redeem_by, plans) in COUPONS.items():
             self.conn.execute("SELECT billing.upsert_coupon(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                               (code, None if percent is None else Decimal(percent) / 100, amount, currency, duration,
@@ -939,6 +961,37 @@ def make_machine(db: Database, max_steps: int):
         def upsert_customer(self, customer, tz):
             same_outcome(lambda: self.m.upsert_customer(customer, tz),
                          lambda: db.call("SELECT * FROM billing.upsert_customer(%s, %s)", (customer, tz)))
+
+        @rule(data=st.data(), change=st.sampled_from(["max", "redeem_by", "plans", "percent", "percent"]))
+        def upsert_coupon(self, data, change):
+            """An operator changes a coupon (a redeemed one most of the time): its limits (allowed, even
+            once redeemed) or its discount (refused once redeemed)."""
+            code = data.draw(st.sampled_from(sorted(self.m.redeemed) * 3 + sorted(COUPONS)), label="coupon")
+            percent, amount, cur, duration, periods, max_r, redeem_by, plans = self.m.coupons[code]
+            if change == "max":
+                max_r = data.draw(st.sampled_from([None, 0, 1, 2, 5]), label="max redemptions")
+            elif change == "redeem_by":
+                redeem_by = data.draw(st.sampled_from([None, self.m.now + timedelta(days=2), self.m.now]),
+                                      label="redeem by")
+            elif change == "plans":
+                plans = data.draw(st.sampled_from([None, ["M_PRO", "D_PRO"], ["D_BASIC"]]), label="plans")
+                if cur is not None and any(PLANS[p][1] != cur for p in plans or []):
+                    plans = None  # (an amount coupon limited to plans of another currency: BL422, in pgTAP)
+            elif percent is not None:
+                percent = 2500 if percent != 2500 else 5000
+            else:
+                amount = amount + 100
+            terms = (percent, amount, cur, duration, periods, max_r, redeem_by, plans)
+            same_outcome(lambda: self.m.upsert_coupon(code, terms),
+                         lambda: db.call("SELECT * FROM billing.upsert_coupon(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                                         (code, None if percent is None else Decimal(percent) / 100, amount, cur,
+                                          duration, periods, max_r, redeem_by, plans)))
+
+        @rule(notice=st.sampled_from([timedelta(0), timedelta(days=1), timedelta(days=3), timedelta(hours=30),
+                                      timedelta(days=31), timedelta(days=-1)]))
+        def set_trial_will_end_notice(self, notice):
+            same_outcome(lambda: self.m.set_trial_will_end_notice(notice),
+                         lambda: db.call("SELECT billing.set_trial_will_end_notice(%s) AS n", (notice,)))
 
         @rule(data=st.data(), customer=st.integers(1, 2), plan=st.sampled_from(sorted(PLANS) + ["NOPE"]),
               trial=st.sampled_from([0, 0, 0, 2, 10, -1]), coupon=st.sampled_from([None, None, None] + sorted(COUPONS)
@@ -1194,6 +1247,11 @@ def make_machine(db: Database, max_steps: int):
             redeemed = {r["code"]: r["times_redeemed"] for r in db.call("SELECT code, times_redeemed FROM billing.coupon",
                                                                        many=True) if r["times_redeemed"]}
             assert redeemed == m.redeemed, "coupon redemptions differ"
+            terms = {r["code"]: (None if r["percent_off"] is None else int(r["percent_off"] * 100), r["amount_off"],
+                                 r["currency"], r["duration"], r["duration_periods"], r["max_redemptions"],
+                                 r["redeem_by"], r["plan_codes"])
+                     for r in db.call("SELECT * FROM billing.coupon", many=True)}
+            assert terms == m.coupons, "coupon terms differ"
             active = {(r["subscription_id"], r["coupon_code"]): [r["periods_left"], r["ended_at"] is not None]
                       for r in db.call("SELECT * FROM billing.coupon_redemption", many=True)}
             assert active == m.redemptions, "coupon redemptions differ"

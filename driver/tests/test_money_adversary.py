@@ -14,8 +14,12 @@ engine: after every step it checks the money rules on the database itself:
 * every PAID invoice is backed: by a successful charge of exactly its amount, or (amount 0) by
   credit; and the money collected (successful charges less refunds due) equals what PAID
   invoices were charged;
-* each period is invoiced at its own terms: the plan in force when it started (this test's own
-  record of the changes) at that plan's price then (this test's own record of the prices);
+* each period is invoiced at its own terms: the plan and the seats in force when it started (this
+  test's own record of the changes) at that plan's price then (this test's own record of the
+  prices), discounted only by a coupon redeemed by then;
+* nothing is decided after the fact: a cancellation at period end ends a period that had not
+  ended when it was asked for, and a pause whose resume date has passed resumed then (a period
+  starts by that date: no later resume, no moving the date once it has passed);
 * no served period is silently forgiven: no invoice that was declined is VOID, and every FAILED
   invoice is a reverted upgrade, written off with an event, or ended its subscription by dunning;
 * every event written matches its JSON Schema in docs/events (the new money events included).
@@ -39,6 +43,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
@@ -108,6 +113,9 @@ def make_machine(db: Db, steps: int):
             self.seen_reverts = 0
             self.checked_events = 0
             self.scheduled: dict[int, tuple[datetime, str]] = {}  # sub -> (when scheduled, plan)
+            self.seat_history: dict[int, list[tuple[datetime, int]]] = {}  # sub -> [(since, quantity)]
+            self.cancel_asked: dict[int, datetime] = {}  # sub -> when a cancel at period end was asked
+            self.paused: dict[int, tuple[datetime, datetime | None]] = {}  # sub -> (paused_at, resume_at)
 
         # -- helpers ---------------------------------------------------------------------------
         def _subs(self) -> list[int]:
@@ -120,6 +128,7 @@ def make_machine(db: Db, steps: int):
             for r in rows:
                 data = r["payload"]["data"]
                 self.plan_history[data["subscriptionId"]].append((self.now, data["planCode"]))
+                self.seat_history[data["subscriptionId"]].append((self.now, data["quantity"]))
                 self.seen_reverts = r["id"]
 
         def _learn_scheduled(self) -> None:
@@ -171,6 +180,7 @@ def make_machine(db: Db, steps: int):
                 return
             assert isinstance(rows, list), rows
             self.plan_history[rows[0]["id"]] = [(self.now, plan)]
+            self.seat_history[rows[0]["id"]] = [(self.now, quantity)]
 
         @precondition(lambda self: self.plan_history)
         @rule(data=st.data(), code=st.sampled_from(sorted(COUPONS)))
@@ -194,6 +204,8 @@ def make_machine(db: Db, steps: int):
             sub = data.draw(st.sampled_from(self._subs()), label="subscription")
             got = db.call(f"SELECT * FROM billing.{action}_subscription(%s, %s)", (sub, self.now))
             assert isinstance(got, list) or got in ("BL422", "BL409"), got
+            if isinstance(got, list) and not got[0]["cancel_at_period_end"]:
+                self.cancel_asked.pop(sub, None)
             self._learn_scheduled()
 
         @precondition(lambda self: self.plan_history)
@@ -202,6 +214,8 @@ def make_machine(db: Db, steps: int):
             sub = data.draw(st.sampled_from(self._subs()), label="subscription")
             got = db.call("SELECT * FROM billing.set_quantity(%s, %s, %s)", (sub, quantity, self.now))
             assert isinstance(got, list) or got == "BL422", got
+            if isinstance(got, list) and got[0]["quantity"] != self.seat_history[sub][-1][1]:
+                self.seat_history[sub].append((self.now, got[0]["quantity"]))
             self._learn_scheduled()
             self._learn_reverts()
 
@@ -227,6 +241,8 @@ def make_machine(db: Db, steps: int):
             sub = data.draw(st.sampled_from(self._subs()), label="subscription")
             got = db.call("SELECT * FROM billing.cancel_subscription(%s, %s, %s)", (sub, at_period_end, self.now))
             assert isinstance(got, list) or (got == "BL422" and at_period_end), got  # a PAUSED one: now only
+            if isinstance(got, list) and got[0]["cancel_at_period_end"] and got[0]["status"] != "CANCELED":
+                self.cancel_asked.setdefault(sub, self.now)
 
         @rule(plan=st.sampled_from(sorted(PLANS)), factor=st.sampled_from([0.5, 2, 3]))
         def change_price(self, plan, factor):
@@ -332,6 +348,12 @@ def make_machine(db: Db, steps: int):
                     (price * r["quantity"], price, PLANS[r["code"]][2]), \
                     f"invoice {r['id']} ({r['kind']} from {start}): {r['subtotal']} at {r['code']}, terms then: {price}"
                 assert r["subtotal"] >= 0 and (r["discount_amount"] == 0 or r["coupon_code"] is not None)
+                # The seats in force just before it started, or set at that very instant (a tie).
+                seats = self.seat_history[r["subscription_id"]]
+                in_force = {q for t, q in seats if t == start}
+                in_force |= {[q for t, q in seats if t < start][-1]} if seats[0][0] < start else set()
+                assert r["quantity"] in in_force, \
+                    f"invoice {r['id']} ({r['kind']} from {start}): {r['quantity']} seats, in force then {in_force}"
                 if r["coupon_code"] is not None:
                     percent, amount, currency, _, _ = COUPONS[r["coupon_code"]]
                     full = price * r["quantity"]
@@ -346,6 +368,49 @@ def make_machine(db: Db, steps: int):
                     in_force |= {[plan for t, plan in history if t < start][-1]} if history[0][0] < start else set()
                     assert r["code"] in in_force, \
                         f"invoice {r['id']}: period from {start} billed at {r['code']}, plan in force then {in_force}"
+
+        @invariant()
+        def a_discount_only_from_a_coupon_redeemed_by_then(self):
+            late = db.rows("""
+                SELECT i.id, i.kind, i.period_start, r.redeemed_at FROM billing.invoice i
+                  JOIN billing.coupon_redemption r ON r.customer_id = i.customer_id
+                   AND r.subscription_id = i.subscription_id AND r.coupon_code = i.coupon_code
+                 WHERE i.discount_amount > 0 AND r.redeemed_at > i.period_start""")
+            assert not late, f"periods discounted by a coupon redeemed after they began: {late}"
+
+        @invariant()
+        def nothing_decided_after_the_fact(self):
+            # A cancellation at period end ends a period that had not ended when it was asked for.
+            for sub, asked in list(self.cancel_asked.items()):
+                row = db.rows("SELECT status, cancel_reason, cancel_at_period_end, current_period_end "
+                              "FROM billing.subscription WHERE id = %s", (sub,))[0]
+                if row["status"] == "CANCELED":
+                    del self.cancel_asked[sub]
+                    if row["cancel_reason"] == "PERIOD_END":
+                        assert row["current_period_end"] >= asked, \
+                            f"subscription {sub}: canceled at the period end {row['current_period_end']}, asked at {asked}"
+                elif not row["cancel_at_period_end"]:
+                    del self.cancel_asked[sub]
+            # A pause whose resume date has passed resumed by then: a period starts by that date.
+            rows = db.rows("SELECT id, status, paused_at, resume_at FROM billing.subscription")
+            now = {r["id"]: r for r in rows}
+            for sub, (paused_at, resume_at) in list(self.paused.items()):
+                r = now[sub]
+                if r["status"] == "PAUSED" and r["paused_at"] == paused_at:
+                    if r["resume_at"] != resume_at:
+                        assert resume_at is None or resume_at > self.now, \
+                            f"subscription {sub}: its passed resume date {resume_at} moved to {r['resume_at']}"
+                        self.paused[sub] = (paused_at, r["resume_at"])
+                    continue
+                del self.paused[sub]
+                if resume_at is not None and resume_at <= self.now:
+                    # (a period started at an instant another already started at moves on by 1 us)
+                    started = db.rows("SELECT 1 FROM billing.invoice WHERE subscription_id = %s AND kind = 'RENEWAL' "
+                                      "AND period_start BETWEEN %s AND %s", (sub, paused_at, resume_at + timedelta(milliseconds=1)))
+                    assert started, f"subscription {sub} paused at {paused_at} did not resume by its date {resume_at}"
+            for r in rows:
+                if r["status"] == "PAUSED" and r["id"] not in self.paused:
+                    self.paused[r["id"]] = (r["paused_at"], r["resume_at"])
 
         @invariant()
         def every_event_matches_the_catalogue(self):
@@ -382,5 +447,69 @@ def test_an_adversarial_customer_cannot_make_money_from_nothing(db_url):
     try:
         machine = make_machine(db, int(os.environ.get("BILLING_ADVERSARY_STEPS", 30)))
         run_state_machine_as_test(machine, settings=machine.TestCase.settings)
+    finally:
+        db.conn.close()
+
+
+class Drawn:
+    """Stands for hypothesis' `data` in a replay: draw() hands out the given values in order."""
+
+    def __init__(self, *values) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy, label=None):
+        return self.values.pop(0)
+
+
+DAYS = timedelta(days=1)
+# Attacks the adversary found (or that are siblings of one it found), replayed step by step on every
+# run: (rule, arguments) in order; a rule that picks a subscription gets Drawn(1, ...).
+REPLAYS = {
+    # change_plan after a passed resume date billed the resumed period at the new plan
+    "plan change after a passed resume date": [
+        ("subscribe", dict(customer=1, plan="D_DAILY", trial=0, coupon=None, quantity=1)),
+        ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=4 * DAYS)),
+        ("change_plan", dict(data=Drawn(1), plan="M_BASIC", how=("now", True))), ("renew", {})],
+    "seats removed after a passed resume date": [
+        ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=3)),
+        ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=4 * DAYS)),
+        ("seats", dict(data=Drawn(1), quantity=1)), ("renew", {})],
+    "coupon applied after a renewal was due": [
+        ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("clock_jump", dict(delta=40 * DAYS)), ("apply_coupon", dict(data=Drawn(1), code="FREE1")), ("renew", {})],
+    "cancel at period end after the period ended": [
+        ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("clock_jump", dict(delta=40 * DAYS)), ("cancel", dict(data=Drawn(1), at_period_end=True)), ("renew", {})],
+    "cancel at period end after the trial ended": [
+        ("subscribe", dict(customer=1, plan="M_BASIC", trial=3, coupon=None, quantity=1)),
+        ("clock_jump", dict(delta=4 * DAYS)), ("cancel", dict(data=Drawn(1), at_period_end=True)), ("renew", {})],
+    "resume after the resume date": [
+        ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=16 * DAYS)),
+        ("come_back", dict(data=Drawn(1), action="resume"))],
+    "a passed resume date moved by pausing again": [
+        ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=4 * DAYS)),
+        ("pause", dict(data=Drawn(1), resume_in=20 * DAYS)), ("clock_jump", dict(delta=16 * DAYS)), ("renew", {})],
+}
+INVARIANTS = ("the_books_balance", "every_paid_invoice_is_backed", "each_period_at_its_own_terms",
+              "a_discount_only_from_a_coupon_redeemed_by_then", "nothing_decided_after_the_fact",
+              "every_event_matches_the_catalogue", "no_served_period_silently_forgiven")
+
+
+@pytest.mark.parametrize("name", sorted(REPLAYS))
+def test_replayed_attacks_stay_closed(db_url, name):
+    """Each replay broke one of the money rules on the engine before its fix (docs/lifecycle.md, "Due
+    but not yet processed")."""
+    db = Db(db_url)
+    try:
+        adversary = make_machine(db, 30)()
+        for rule_name, kwargs in REPLAYS[name]:
+            getattr(adversary, rule_name)(**kwargs)
+            for check in INVARIANTS:
+                try:
+                    getattr(adversary, check)()
+                except AssertionError as exc:
+                    raise AssertionError(f"after {rule_name}: {exc}") from exc
     finally:
         db.conn.close()
