@@ -392,3 +392,31 @@ def plan_code(conn, plan_id: int) -> str:
     if plan_id not in _plan_codes:
         _plan_codes[plan_id] = conn.execute("SELECT code FROM billing.plan WHERE id = %s", (plan_id,)).fetchone()["code"]
     return _plan_codes[plan_id]
+
+
+def test_the_console_serves_the_documents_to_a_logged_in_operator(db_url):
+    import re
+
+    import httpx
+
+    from .console_world import ConsoleServer
+
+    with connect(db_url) as conn:
+        conn.execute("SELECT billing.upsert_plan('PRO', 2999, 'EUR', 'MONTH', 1)")
+        conn.execute("SELECT billing.create_subscription('c', 5, 'PRO', %s)", (T0,))
+        conn.execute("SELECT billing.finalize_invoices(100, %s)", (T0,))
+        invoice_id = conn.execute("SELECT id FROM billing.invoice").fetchone()["id"]
+    key = create_test_key(db_url, "subscriptions:read")
+    with ConsoleServer(db_url) as server, httpx.Client(base_url=server.url) as c:
+        anonymous = c.get(f"/console/invoices/{invoice_id}.html")
+        assert anonymous.status_code == 303 and "/console/login" in anonymous.headers["location"]
+        form = c.get("/console/login")
+        token = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)
+        c.post("/console/login", data={"csrf": token, "key": key, "next": "/console/"})
+        html = c.get(f"/console/invoices/{invoice_id}.html")
+        pdf = c.get(f"/console/invoices/{invoice_id}.pdf")
+        missing = c.get("/console/invoices/999999.pdf")
+        other = c.get(f"/console/invoices/{invoice_id}.txt")
+    assert html.status_code == 200 and "Invoice 2026-000001" in html.text
+    assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF-")
+    assert missing.status_code == 404 and other.status_code == 404
