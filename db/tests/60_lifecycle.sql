@@ -2,7 +2,7 @@
 -- changes and calendar billing (docs/lifecycle.md): each function's happy path, every error code,
 -- time zones, month ends and DST.
 BEGIN;
-SELECT plan(167);
+SELECT plan(171);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS
 $$ SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key $$;
@@ -189,6 +189,14 @@ SELECT billing.create_subscription('t60-cp4', 6001, 'L_M', '2026-01-10Z', 0, 'L_
 SELECT billing.create_subscription('t60-cp5', 6001, 'L_M', '2026-01-10Z');
 SELECT throws_ok(format('SELECT billing.apply_coupon(%s, %L, %L)', pg_temp.sid('t60-cp5'), 'L_FOREVER', '2026-01-11Z'),
                  'BL409', NULL, 'the third redemption of a coupon limited to 2: BL409');
+SELECT throws_ok($$SELECT billing.upsert_coupon('L_FOREVER', 10, NULL, NULL, 'forever', NULL, 1)$$, 'BL422', NULL,
+                 'a maximum below the redemptions so far: BL422');
+SELECT throws_ok($$SELECT billing.upsert_coupon('L_X', 10, NULL, NULL, 'once', NULL, NULL, 'infinity')$$, 'BL422', NULL,
+                 'an infinite redeem-by: BL422');
+SELECT throws_ok($$SELECT billing.upsert_coupon('L_X', NULL, 100, 'usd', 'once')$$, 'BL422', NULL,
+                 'a currency not in ISO 4217 form: BL422');
+SELECT throws_ok($$SELECT billing.upsert_coupon('L_X', 10, NULL, NULL, 'repeating', 121)$$, 'BL422', NULL,
+                 'more than 120 repeating periods: BL422');
 SELECT throws_ok($$SELECT billing.create_subscription('t60-cp6', 6001, 'L_M', '2026-01-10Z', 0, 'L_FOREVER')$$,
                  'BL409', NULL, 'also at signup (nothing is created)');
 SELECT is(pg_temp.sid('t60-cp6'), NULL, 'the failed signup left no trace');

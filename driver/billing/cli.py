@@ -37,8 +37,11 @@ def db() -> None:
 @click.option("--simulation/--no-simulation", default=None,
               help="Mark the database as a simulation database (any p_now accepted: demo, tests, benchmarks), "
                    "or clear the mark. Default: leave the mark as it is (a new database is not one).")
+@click.option("--citus", is_flag=True, default=False,
+              help="The database is a Citus coordinator's: distribute the tables by customer and the "
+                   "per-customer functions after migrating (docs/scaling.md).")
 @click.pass_obj
-def db_migrate(settings: Settings, database_url: str | None, simulation: bool | None) -> None:
+def db_migrate(settings: Settings, database_url: str | None, simulation: bool | None, citus: bool) -> None:
     """Apply pending migrations, then (re)apply every SQL function. Safe to run concurrently.
 
     Runs as the owner role billing_owner (the login needs CREATEROLE or superuser the first time,
@@ -47,7 +50,7 @@ def db_migrate(settings: Settings, database_url: str | None, simulation: bool | 
 
     settings = settings.with_overrides(database_url=database_url)
     try:
-        result = migrate(settings.database_url, settings.db_dir, simulation=simulation)
+        result = migrate(settings.database_url, settings.db_dir, simulation=simulation, citus=citus)
     except MigrationError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(

@@ -125,6 +125,66 @@ class MigrationError(RuntimeError):
     pass
 
 
+_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$")
+
+
+def split_statements(text: str) -> list[str]:
+    """The statements of an SQL file, split at each `;` outside quotes, dollar quotes and comments.
+
+    Used on Citus, which forwards a replaced function's whole query string to the workers, where a
+    string of several commands is refused ("cannot insert multiple commands into a prepared statement")."""
+    out: list[str] = []
+    start = i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c == "-" and text.startswith("--", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif c == "/" and text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        elif c in "'\"":
+            escape = c == "'" and i > 0 and text[i - 1] in "eE" and (i < 2 or not (text[i - 2].isalnum() or text[i - 2] == "_"))
+            i += 1
+            while i < n:
+                if escape and text[i] == "\\":
+                    i += 2
+                elif text[i] == c:
+                    if i + 1 < n and text[i + 1] == c:
+                        i += 2
+                    else:
+                        i += 1
+                        break
+                else:
+                    i += 1
+        elif c == "$" and (m := _DOLLAR.match(text, i)) and not (i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")):
+            tag = m.group(0)
+            j = text.find(tag, m.end())
+            i = n if j < 0 else j + len(tag)
+        elif c == ";":
+            stmt = text[start:i + 1]
+            if _has_code(stmt):
+                out.append(stmt)
+            start = i = i + 1
+        else:
+            i += 1
+    if _has_code(text[start:]):
+        out.append(text[start:])
+    return out
+
+
+def _has_code(stmt: str) -> bool:
+    lines = [ln for ln in stmt.splitlines() if ln.strip() and not ln.strip().startswith("--")]
+    return bool(lines) and "".join(lines).strip() not in ("", ";")
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -161,9 +221,20 @@ class MigrateResult:
     simulation: bool = False
 
 
-def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None) -> MigrateResult:
+def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
+            citus: bool = False) -> MigrateResult:
+    """`citus=True`: the database is a Citus coordinator's (the extension created, the workers
+    registered); the roles are prepared on every node first and, after the migrations, the tables
+    and functions are distributed (billing.citus, docs/scaling.md)."""
     migrations, functions = discover(db_dir)
     applied: list[str] = []
+    if citus:
+        from billing import citus as citus_mod
+
+        try:
+            citus_mod.prepare(database_url)
+        except citus_mod.CitusError as exc:
+            raise MigrationError(str(exc)) from exc
     with psycopg.connect(database_url, autocommit=False) as conn:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
@@ -175,7 +246,12 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None) 
                     f"the migrating login cannot create or hand over the billing roles ({exc.diag.message_primary}); "
                     "migrate once as a superuser or a login with CREATEROLE that owns the billing schema "
                     "(docs/security.md)") from exc
-            conn.execute(f"SET LOCAL ROLE {OWNER}")
+            if not citus:
+                conn.execute(f"SET LOCAL ROLE {OWNER}")
+            # On Citus the migration runs as the migrating login and hands everything to the owner
+            # at the end of the same transaction (ADOPT below): Citus propagates each new object with
+            # its owner role to the workers through a connection of the current user, and as
+            # billing_owner it would try to alter that role itself there (superuser only).
             conn.execute(BOOKKEEPING)
             done = {
                 row[0]: (row[1], row[2])
@@ -201,12 +277,23 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None) 
             unknown = set(done) - {m.version for m in migrations}
             if unknown:
                 log.warning("database has migrations this code does not know: %s", sorted(unknown))
+            if citus:
+                try:
+                    placed = citus_mod.distribute(conn)
+                except psycopg.Error as exc:
+                    raise MigrationError(f"--citus: {exc}") from exc
+                log.info("citus: %d reference tables, %d distributed by customer, %d left on the coordinator (%s)",
+                         len(placed.reference), len(placed.distributed), len(placed.local), ", ".join(placed.local))
             for path in functions:
                 log.debug("applying functions %s", path.name)
                 try:
-                    conn.execute(path.read_text(encoding="utf-8"))
+                    text = path.read_text(encoding="utf-8")
+                    for stmt in (split_statements(text) if citus else [text]):
+                        conn.execute(stmt)
                 except psycopg.Error as exc:
                     raise MigrationError(f"{path.name}: {exc}") from exc
+            if citus:
+                conn.execute(ADOPT)
             # An older db/ (a benchmark's baseline commit) has neither the mark nor the clock guard.
             marked = conn.execute("SELECT to_regclass('billing.database_setting') IS NOT NULL").fetchone()[0]
             if simulation is not None and marked:

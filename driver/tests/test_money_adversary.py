@@ -188,6 +188,7 @@ def make_machine(db: Db, steps: int):
             sub = data.draw(st.sampled_from(self._subs()), label="subscription")
             got = db.call("SELECT * FROM billing.apply_coupon(%s, %s, %s)", (sub, code, self.now))
             assert isinstance(got, list) or got in ("BL422", "BL409"), got
+            self._learn_scheduled()  # (renewals due are settled first: a scheduled change may apply)
 
         @precondition(lambda self: self.plan_history)
         @rule(data=st.data(), resume_in=st.sampled_from([None, timedelta(days=3), timedelta(days=20)]))
@@ -243,6 +244,7 @@ def make_machine(db: Db, steps: int):
             assert isinstance(got, list) or (got == "BL422" and at_period_end), got  # a PAUSED one: now only
             if isinstance(got, list) and got[0]["cancel_at_period_end"] and got[0]["status"] != "CANCELED":
                 self.cancel_asked.setdefault(sub, self.now)
+            self._learn_scheduled()
 
         @rule(plan=st.sampled_from(sorted(PLANS)), factor=st.sampled_from([0.5, 2, 3]))
         def change_price(self, plan, factor):
@@ -477,6 +479,10 @@ REPLAYS = {
     "coupon applied after a renewal was due": [
         ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
         ("clock_jump", dict(delta=40 * DAYS)), ("apply_coupon", dict(data=Drawn(1), code="FREE1")), ("renew", {})],
+    "coupon after a change scheduled for the period end was due": [
+        ("subscribe", dict(customer=1, plan="D_DAILY", trial=0, coupon=None, quantity=1)),
+        ("change_plan", dict(data=Drawn(1), plan="M_BASIC", how=("period_end", True))),
+        ("clock_jump", dict(delta=40 * DAYS)), ("apply_coupon", dict(data=Drawn(1), code="BIG")), ("renew", {})],
     "cancel at period end after the period ended": [
         ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
         ("clock_jump", dict(delta=40 * DAYS)), ("cancel", dict(data=Drawn(1), at_period_end=True)), ("renew", {})],

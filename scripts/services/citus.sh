@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# A three-node Citus cluster on loopback: a coordinator and two workers, each a PostgreSQL 15 cluster
+# under the cache folder with `shared_preload_libraries = 'citus'`.
+#
+#   citus.sh              build Citus if needed, start the three nodes, print the coordinator's URL
+#   citus.sh build        only build and install the extension (cached under .cache/citus/)
+#   citus.sh createdb DB  (re)create database DB on every node with the extension, workers registered
+#   citus.sh stop         stop the three nodes
+#
+# Citus is not packaged by Debian and its package repository is not reachable here, so it is built from
+# the vendored source (VENDOR, release 13.2.2). The build is kept in .cache/citus/stage and copied into
+# PostgreSQL's folders when they lack it, so only the first run pays the ~6 minutes.
+#
+# The build headers are pinned to the version of the PostgreSQL server already installed: installing
+# Debian's newest postgresql-server-dev-15 would upgrade the server package under every running cluster
+# of the machine (new connections then fail to load plpgsql.so).
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+PGBIN="${PGBIN:-/usr/lib/postgresql/15/bin}"
+# The vendored source: ../shared/vendor beside the main checkout (../../shared/vendor from a worktree).
+VENDOR="${BILLING_CITUS_VENDOR:-}"
+if [ -z "$VENDOR" ]; then
+  for VENDOR in "$ROOT/../shared/vendor" "$ROOT/../../shared/vendor"; do [ -d "$VENDOR" ] && break; done
+fi
+CITUS_VERSION=13.2.2
+COORD_PORT="${BILLING_CITUS_PORT:-25545}"
+WORKER_PORTS=("${BILLING_CITUS_WORKER1_PORT:-25546}" "${BILLING_CITUS_WORKER2_PORT:-25547}")
+BASE="$CACHE/citus"
+STAGE="$BASE/stage"
+URL_BASE="postgresql://postgres@127.0.0.1:$COORD_PORT"
+
+as_pg() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+sudo_() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+build() {
+  mkdir -p "$BASE"
+  if [ ! -f "$STAGE/.built" ]; then
+    local server_version
+    server_version=$(dpkg-query -W -f='${Version}' postgresql-15)
+    apt_ensure /usr/include/postgresql/15/server/postgres.h "postgresql-server-dev-15=$server_version"
+    apt_ensure /usr/include/lz4.h liblz4-dev
+    apt_ensure /usr/include/zstd.h libzstd-dev
+    apt_ensure /usr/include/krb5.h libkrb5-dev
+    apt_ensure /usr/include/openssl/ssl.h libssl-dev
+    local src="$BASE/citus-$CITUS_VERSION" t0=$SECONDS
+    log "building Citus $CITUS_VERSION from $VENDOR (about 6 minutes, once)"
+    rm -rf "$src" "$STAGE"
+    tar xzf "$VENDOR/citus-$CITUS_VERSION.tar.gz" -C "$BASE"
+    # PostgreSQL 15.20's headers export have_createdb_privilege, which Citus 13.2.2 defines itself.
+    if grep -q have_createdb_privilege /usr/include/postgresql/15/server/commands/dbcommands.h; then
+      (cd "$src" && patch -s -p1 < "$VENDOR/citus-pg15.20.patch")
+    fi
+    # with_llvm=no: no JIT bitcode (clang per file); the servers here run without JIT for it.
+    (cd "$src" && ./configure -q --without-libcurl >"$BASE/configure.log" 2>&1 &&
+      make -s -j"$(nproc)" with_llvm=no >"$BASE/make.log" 2>&1 &&
+      make -s install with_llvm=no DESTDIR="$STAGE" >>"$BASE/make.log" 2>&1) ||
+      { log "Citus build failed, see $BASE/configure.log and $BASE/make.log"; tail -20 "$BASE/make.log" >&2; exit 1; }
+    echo "$((SECONDS - t0))" > "$STAGE/.build_seconds"
+    touch "$STAGE/.built"
+    rm -rf "$src"
+    log "Citus built in $((SECONDS - t0)) s"
+  fi
+  # Copy the staged files into PostgreSQL's folders where they differ (atomic rename per file).
+  local f rel
+  while IFS= read -r -d '' f; do
+    rel=${f#"$STAGE"}
+    if ! cmp -s "$f" "$rel" 2>/dev/null; then
+      sudo_ mkdir -p "$(dirname "$rel")"
+      sudo_ cp "$f" "$rel.tmp.$$" && sudo_ mv -f "$rel.tmp.$$" "$rel"
+    fi
+  done < <(find "$STAGE/usr" -type f -print0)
+}
+
+start_node() {
+  local data=$1 port=$2
+  if port_open 127.0.0.1 "$port" && as_pg "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$port"; then return 0; fi
+  if [ ! -f "$data/PG_VERSION" ]; then
+    log "initdb $data"
+    mkdir -p "$data"
+    [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$data" "$BASE" "$CACHE"
+    as_pg "$PGBIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >/dev/null
+    cat >> "$data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$data'
+shared_preload_libraries = 'citus'
+max_connections = 300
+shared_buffers = 256MB
+work_mem = 16MB
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+wal_level = logical
+max_wal_size = 4GB
+checkpoint_timeout = 30min
+timezone = 'UTC'
+log_min_messages = warning
+jit = off
+citus.shard_count = ${BILLING_CITUS_SHARD_COUNT:-8}
+citus.max_adaptive_executor_pool_size = 4
+CONF
+  fi
+  as_pg "$PGBIN/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 start >/dev/null
+  wait_port 127.0.0.1 "$port" 30 || { log "citus node did not open $port"; tail -20 "$data/server.log" >&2; exit 1; }
+}
+
+stop_all() {
+  local d
+  for d in "$BASE/coordinator" "$BASE/worker1" "$BASE/worker2"; do
+    [ -f "$d/PG_VERSION" ] && as_pg "$PGBIN/pg_ctl" -D "$d" -m fast stop >/dev/null 2>&1 || true
+  done
+}
+
+psql_at() { PGOPTIONS="-c client_min_messages=warning" psql -XAtq -v ON_ERROR_STOP=1 "postgresql://postgres@127.0.0.1:$1/$2" "${@:3}"; }
+
+# createdb DB: the database on every node, the extension in each, the workers registered on the coordinator.
+createdb_all() {
+  local db=$1 port
+  for port in "$COORD_PORT" "${WORKER_PORTS[@]}"; do
+    psql_at "$port" postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" >/dev/null
+    psql_at "$port" "$db" -c "CREATE EXTENSION citus" >/dev/null
+  done
+  psql_at "$COORD_PORT" "$db" -c "SELECT citus_set_coordinator_host('127.0.0.1', $COORD_PORT)" >/dev/null
+  for port in "${WORKER_PORTS[@]}"; do
+    psql_at "$COORD_PORT" "$db" -c "SELECT citus_add_node('127.0.0.1', $port)" >/dev/null
+  done
+  echo "$URL_BASE/$db"
+}
+
+case "${1:-start}" in
+  build) build ;;
+  stop) stop_all ;;
+  createdb) createdb_all "${2:?database name}" ;;
+  start)
+    build
+    start_node "$BASE/coordinator" "$COORD_PORT"
+    start_node "$BASE/worker1" "${WORKER_PORTS[0]}"
+    start_node "$BASE/worker2" "${WORKER_PORTS[1]}"
+    echo "$URL_BASE/postgres"
+    ;;
+  *) echo "usage: $0 [start|build|createdb DB|stop]" >&2; exit 2 ;;
+esac
