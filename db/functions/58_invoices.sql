@@ -53,21 +53,24 @@ RETURNS TABLE (line_no integer, kind text, description text, quantity integer, u
 LANGUAGE sql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    WITH charge AS (
+    WITH zone AS (
+        -- Service dates are printed in the subscription's own zone (its calendar).
+        SELECT coalesce((SELECT s.timezone FROM billing.subscription s WHERE s.id = p_invoice.subscription_id), 'UTC') AS tz
+    ), charge AS (
         SELECT CASE WHEN p_invoice.kind = 'PRORATION' THEN 'PRORATION' ELSE 'PLAN' END AS kind,
                CASE WHEN p_invoice.kind = 'PRORATION'
                     THEN format('Plan change to %s (%s seat%s), prorated from %s to %s', p.code, p_invoice.quantity,
                                 CASE WHEN p_invoice.quantity = 1 THEN '' ELSE 's' END,
-                                to_char(p_invoice.period_start AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
-                                to_char(p_invoice.period_end AT TIME ZONE 'UTC', 'YYYY-MM-DD'))
+                                to_char(p_invoice.period_start AT TIME ZONE z.tz, 'YYYY-MM-DD'),
+                                to_char(p_invoice.period_end AT TIME ZONE z.tz, 'YYYY-MM-DD'))
                     ELSE format('%s (%s seat%s), %s to %s%s', p.code, p_invoice.quantity,
                                 CASE WHEN p_invoice.quantity = 1 THEN '' ELSE 's' END,
-                                to_char(p_invoice.period_start AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
-                                to_char(p_invoice.period_end AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
+                                to_char(p_invoice.period_start AT TIME ZONE z.tz, 'YYYY-MM-DD'),
+                                to_char(p_invoice.period_end AT TIME ZONE z.tz, 'YYYY-MM-DD'),
                                 CASE WHEN p_invoice.subtotal + p_invoice.discount_amount
                                           <> p_invoice.plan_price * p_invoice.quantity THEN ', prorated' ELSE '' END)
                END AS description
-          FROM billing.plan p WHERE p.id = p_invoice.plan_id
+          FROM billing.plan p, zone z WHERE p.id = p_invoice.plan_id
     ), taxes AS (
         SELECT t.ord, t.line->>'code' AS code, t.line->>'name' AS name, (t.line->>'rateBp')::integer AS rate_bp,
                (t.line->>'inclusive')::boolean AS inclusive, (t.line->>'amount')::bigint AS amount
@@ -110,7 +113,7 @@ AS $$
      ORDER BY a.ord
 $$;
 COMMENT ON FUNCTION billing._invoice_lines(billing.invoice, text) IS
-'Private: the document lines of an invoice from its terms: PLAN (or PRORATION) = subtotal + discount, DISCOUNT, one TAX line per rate applied (or one at 0 saying exempt / reverse charge / no tax), CREDIT.
+'Private: the document lines of an invoice from its terms (service dates in the subscription''s zone): PLAN (or PRORATION) = subtotal + discount, DISCOUNT, one TAX line per rate applied (or one at 0 saying exempt / reverse charge / no tax), CREDIT.
 Returns the lines in order.';
 
 -- ---------------------------------------------------------------------------------------------
@@ -563,6 +566,7 @@ BEGIN
         'periodStart', billing._utc_text(v_invoice.period_start), 'periodEnd', billing._utc_text(v_invoice.period_end),
         'issuedAt', billing._utc_text(coalesce(v_invoice.finalized_at, v_invoice.created_at)),
         'dueAt', billing._utc_text(v_invoice.due_at), 'paidAt', billing._utc_text(v_invoice.paid_at),
+        'timezone', (SELECT s.timezone FROM billing.subscription s WHERE s.id = v_invoice.subscription_id),
         'billTo', coalesce(v_invoice.bill_to, billing._bill_to(v_invoice.customer_id)),
         'subtotal', v_invoice.subtotal, 'taxAmount', v_invoice.tax_amount, 'taxIncluded', v_invoice.tax_included,
         'total', v_invoice.subtotal + v_invoice.tax_amount, 'creditApplied', v_invoice.credit_applied,

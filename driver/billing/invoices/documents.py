@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from jinja2 import Environment, select_autoescape
 
@@ -38,8 +39,17 @@ class Issuer:
         return cls(settings.issuer_name, settings.issuer_address, settings.issuer_tax_id, settings.issuer_email)
 
 
-def _date(text: str | None) -> str:
-    return text[:10] if text else ""
+def _date(text: str | None, zone: str | None = None) -> str:
+    """The local date of an instant of the document, in the subscription's zone when known."""
+    if not text:
+        return ""
+    if zone:
+        try:
+            instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            return instant.astimezone(ZoneInfo(zone)).date().isoformat()
+        except (ValueError, ZoneInfoNotFoundError):
+            pass
+    return text[:10]
 
 
 def _bill_to_lines(bill_to: dict) -> list[str]:
@@ -75,7 +85,9 @@ def view(doc: dict, issuer: Issuer) -> dict:
         })
     totals = [("Subtotal", fmt(doc["subtotal"]))]
     for line in doc["lines"]:
-        if line["kind"] == "TAX" and not line.get("tax_inclusive"):
+        # Exclusive tax lines add to the total; a line at 0 without a rate (exempt, reverse
+        # charge, no tax) says so among the lines only.
+        if line["kind"] == "TAX" and not line.get("tax_inclusive") and (line["amount"] or line.get("tax_rate_code")):
             totals.append((line["description"], fmt(line["amount"])))
     totals.append(("Total", fmt(doc["total"])))
     if doc["creditApplied"]:
@@ -89,7 +101,8 @@ def view(doc: dict, issuer: Issuer) -> dict:
         notes.append("Reverse charge: the recipient accounts for the tax.")
     elif treatment == "EXEMPT":
         notes.append("The customer is exempt from tax.")
-    status = {"PAID": f"Paid on {_date(doc.get('paidAt'))}", "VOID": "Void (see the credit note)",
+    zone = doc.get("timezone")
+    status = {"PAID": f"Paid on {_date(doc.get('paidAt'), zone)}", "VOID": "Void (see the credit note)",
               "FAILED": "Unpaid (written off)", "OPEN": "Due", "REVIEW": "Payment under review"}.get(doc["status"], doc["status"])
     if doc.get("amountRefunded"):
         status += f"; refunded {fmt(doc['amountRefunded'])}"
@@ -99,12 +112,12 @@ def view(doc: dict, issuer: Issuer) -> dict:
         "issuer": {"name": issuer.name, "lines": [x for x in issuer.address.splitlines() if x.strip()]
                    + ([f"Tax id: {issuer.tax_id}"] if issuer.tax_id else []) + ([issuer.email] if issuer.email else [])},
         "bill_to": _bill_to_lines(doc.get("billTo") or {}),
-        "facts": [("Invoice date", _date(doc.get("issuedAt"))), ("Service period",
-                   f"{_date(doc.get('periodStart'))} to {_date(doc.get('periodEnd'))}"),
+        "facts": [("Invoice date", _date(doc.get("issuedAt"), zone)), ("Service period",
+                   f"{_date(doc.get('periodStart'), zone)} to {_date(doc.get('periodEnd'), zone)}"),
                   ("Currency", cur), ("Status", status)],
         "lines": lines, "totals": totals, "notes": notes,
         "credit_notes": [{"number": n["number"], "reason": "Void" if n["reason"] == "VOID" else "Refund",
-                          "date": _date(n.get("issuedAt")), "total": fmt(n["total"]),
+                          "date": _date(n.get("issuedAt"), zone), "total": fmt(n["total"]),
                           "lines": [(x["description"], fmt(x["amount"])) for x in (n.get("lines") or [])]}
                          for n in doc.get("creditNotes") or []],
     }
