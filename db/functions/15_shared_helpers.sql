@@ -159,12 +159,21 @@ DECLARE
     v_balance bigint;
     v_applied bigint := 0;
     v_invoice billing.invoice;
+    v_tax     record;
+    v_total   bigint;
 BEGIN
+    -- Taxes by the customer's billing address (14_tax); credit pays the total, tax included.
+    SELECT coalesce(t.tax_amount, 0) AS tax_amount, coalesce(t.tax_included, 0) AS tax_included, t.tax_detail
+      INTO v_tax
+      FROM (SELECT 1) one
+      LEFT JOIN billing._invoice_tax(p_sub.customer_id, p_subtotal,
+                                     EXISTS (SELECT 1 FROM billing.tax_rate WHERE active)) t ON true;
+    v_total := p_subtotal + v_tax.tax_amount;
     SELECT balance INTO v_balance FROM billing.credit_balance
      WHERE customer_id = p_sub.customer_id AND currency = p_plan.currency AND balance > 0
        FOR UPDATE;
     IF FOUND THEN
-        v_applied := least(v_balance, p_subtotal);
+        v_applied := least(v_balance, v_total);
         UPDATE billing.credit_balance SET balance = balance - v_applied, updated_at = p_now
          WHERE customer_id = p_sub.customer_id AND currency = p_plan.currency;
     END IF;
@@ -172,14 +181,16 @@ BEGIN
     INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, credit_applied,
                                  amount, currency, status, due_at, next_attempt_at, paid_at, created_at,
                                  plan_id, plan_price, billing_interval, interval_count, from_plan_id, from_price,
-                                 quantity, discount_amount, coupon_code, from_quantity)
+                                 quantity, discount_amount, coupon_code, from_quantity,
+                                 tax_amount, tax_included, tax_detail)
     VALUES (p_sub.id, p_sub.customer_id, p_kind, p_period_start, p_period_end, p_subtotal, v_applied,
-            p_subtotal - v_applied, p_plan.currency,
-            CASE WHEN p_subtotal - v_applied = 0 THEN 'PAID' ELSE 'OPEN' END, p_now,
-            CASE WHEN p_subtotal - v_applied = 0 THEN NULL ELSE p_now END,
-            CASE WHEN p_subtotal - v_applied = 0 THEN p_now END, p_now,
+            v_total - v_applied, p_plan.currency,
+            CASE WHEN v_total - v_applied = 0 THEN 'PAID' ELSE 'OPEN' END, p_now,
+            CASE WHEN v_total - v_applied = 0 THEN NULL ELSE p_now END,
+            CASE WHEN v_total - v_applied = 0 THEN p_now END, p_now,
             p_plan.id, p_plan_price, p_plan.billing_interval, p_plan.interval_count, p_from_plan_id, p_from_price,
-            p_sub.quantity, coalesce(p_discount, 0), p_coupon_code, p_from_quantity)
+            p_sub.quantity, coalesce(p_discount, 0), p_coupon_code, p_from_quantity,
+            v_tax.tax_amount, v_tax.tax_included, v_tax.tax_detail)
     RETURNING * INTO v_invoice;
 
     IF v_applied > 0 THEN

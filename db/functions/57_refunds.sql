@@ -338,6 +338,8 @@ BEGIN
     RETURNING * INTO v_refund;
     IF p_outcome = 'SUCCEEDED' AND v_invoice.paid_attempt_id = v_refund.attempt_id THEN
         UPDATE billing.invoice SET amount_refunded = amount_refunded + v_refund.amount WHERE id = v_invoice.id;
+        -- The numbered credit note of the money given back (58_invoices).
+        PERFORM billing._refund_credit_note(v_invoice.id, v_refund, p_now);
     END IF;
     PERFORM billing._emit_event('invoice', v_invoice.id,
         CASE p_outcome WHEN 'SUCCEEDED' THEN 'RefundSucceeded' ELSE 'RefundFailed' END,

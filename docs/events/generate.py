@@ -170,6 +170,13 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                                               "currency or customer): kept, not applied",
                               obj({**INVOICE, "reason": {"const": "WEBHOOK_MISMATCH"}, "detail": {"type": "string"},
                                    "webhookEventId": {"type": "string"}, "idempotencyKey": {"type": "string"}})),
+    "CreditNoteIssued": ("invoice/<id>", "a numbered credit note is issued for a finalized invoice: VOID (the "
+                                         "invoice was voided) or REFUND (a refund of its charge succeeded)",
+                         obj({"creditNoteId": ID, "number": {"type": "string", "pattern": "^CN-[0-9]{4}-[0-9]{6,}$"},
+                              "invoiceId": ID, "invoiceNumber": {"type": "string"}, "customerId": ID,
+                              "reason": {"enum": ["VOID", "REFUND"]}, "refundId": nullable(ID),
+                              "subtotal": MINOR, "taxAmount": MINOR, "total": MINOR,
+                              "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}, "issuedAt": INSTANT})),
     "SubscriptionCreated": ("subscription/<id>", "a subscription is created (its INITIAL invoice follows, or, "
                                                  "TRIALING, comes when the trial ends)",
                             obj(SUBSCRIPTION, const={"status": {"enum": ["ACTIVE", "TRIALING"]}})),

@@ -5,7 +5,7 @@ type, declared size). Each endpoint validates its input (billing.api.validation)
 the SQL API and maps the SQLSTATEs of docs/sql-api.md to HTTP statuses (BL404 -> 404, BL409 -> 409,
 or 412 when the caller sent If-Match, BL422 -> 422). A mutation runs in a transaction that first
 names its actor (`billing.actor` = api-key:<id>) for the audit log. Plus /webhooks/payments (signed
-gateway results, billing.api.webhooks), /webhook-endpoints (outbound webhooks), /admin/audit, /metrics, /healthz and /openapi.json
+gateway results, billing.api.webhooks), /webhook-endpoints (outbound webhooks), /invoices/{id}[.html|.pdf] (documents), /admin/audit, /metrics, /healthz and /openapi.json
 (billing.api.openapi), and the operator console under /console (billing.console). Serving (timeouts,
 concurrency, the internal listener): billing.api.serving.
 """
@@ -45,6 +45,7 @@ from billing.events.schemas import catalogue
 from billing.worker.targets import BlockedAddress, check_target
 from billing.clock import Clock, SystemClock
 from billing.console import create_console
+from billing.invoices.documents import Issuer, render_html, render_pdf
 from billing.metrics import HTTP_REQUESTS, OUTBOX_BACKLOG, OUTBOX_DEAD, OUTBOX_OLDEST_AGE, WEBHOOKS_FOR_REVIEW
 
 log = logging.getLogger("billing.api")
@@ -488,6 +489,28 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         row = await database.mutate(actor(request), db.VOID_INVOICE, {
             "invoice_id": invoice_id, "reason": text_field(doc, "reason", max_len=500), "now": clock.now()})
         return JSONResponse(invoice_json(row))
+    # -- invoice documents (docs/invoices.md) -------------------------------------------------------
+    issuer = Issuer.from_settings(settings)
+
+    @endpoint_of("/invoices/{id}")
+    async def get_invoice(request: Request) -> Response:
+        # /invoices/12 (JSON with its lines), /invoices/12.html, /invoices/12.pdf
+        ref = request.path_params["id"]
+        stem, _, suffix = ref.partition(".")
+        if suffix not in ("", "html", "pdf"):
+            raise ApiError(404, "not_found", "an invoice is served as /invoices/{id}, {id}.html or {id}.pdf")
+        request.path_params["id"] = stem
+        invoice_id = path_id(request, "invoice")
+        row = await database.one(db.GET_INVOICE_DOCUMENT, {"invoice_id": invoice_id})
+        doc = row["document"]
+        if suffix == "html":
+            return Response(render_html(doc, issuer), media_type="text/html; charset=utf-8")
+        if suffix == "pdf":
+            pdf = await asyncio.get_running_loop().run_in_executor(None, render_pdf, doc, issuer)
+            name = doc.get("number") or f"draft-{invoice_id}"
+            return Response(pdf, media_type="application/pdf",
+                            headers={"Content-Disposition": f'inline; filename="invoice-{name}.pdf"'})
+        return JSONResponse({"object": "invoice", **doc})
 
     # -- outbound webhook endpoints (admin) ------------------------------------------------------
     def require_admin(request: Request) -> None:
@@ -610,6 +633,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         Route("/webhooks/payments", payment_webhook, methods=["POST"]),
         Route("/webhooks/stripe", stripe_webhook, methods=["POST"]),
         Route("/customers/{id}/payment-method", put_payment_method, methods=["PUT"]),
+        Route("/invoices/{id}", get_invoice, methods=["GET"]),
         Route("/invoices/{id}/refunds", create_refund, methods=["POST"]),
         Route("/invoices/{id}/refunds", list_refunds, methods=["GET"]),
         Route("/invoices/{id}/retry", retry_invoice, methods=["POST"]),

@@ -1,4 +1,5 @@
-"""The renewal loop: `create_due_invoices` until it reports nothing due, then a short wait.
+"""The renewal loop: `create_due_invoices` until it reports nothing due, then `finalize_invoices`
+(legal numbers and document lines, docs/invoices.md) until none waits, then a short wait.
 
 Several instances may run it at once: the SQL function claims with SKIP LOCKED, so they share
 the due subscriptions instead of fighting over them.
@@ -33,6 +34,20 @@ async def renew_due(pool, clock: Clock, *, batch: int = 500, stop: asyncio.Event
         total += handled
         metrics.RENEWALS.inc(handled)
         metrics.RENEWAL_BATCHES.inc()
+    return total
+
+
+async def finalize_waiting(pool, clock: Clock, *, batch: int = 500, stop: asyncio.Event | None = None) -> int:
+    """Call finalize_invoices until it returns less than a batch; how many invoices were finalized.
+    One series counter serialises concurrent callers, so several loops are harmless but not faster."""
+    total = 0
+    while stop is None or not stop.is_set():
+        async with pool.connection() as conn:
+            cur = await conn.execute(db.FINALIZE_INVOICES, {"batch": batch, "now": clock.now()})
+            done = (await cur.fetchone())["finalized"]
+        total += done
+        if done < batch:
+            break
     return total
 
 
@@ -96,6 +111,9 @@ async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, 
             handled = await renew_due(pool, clock, batch=batch, stop=stop)
             if handled:
                 log.info("renewed", extra={"subscriptions": handled})
+            finalized = await finalize_waiting(pool, clock, batch=batch, stop=stop)
+            if finalized:
+                log.info("invoices finalized", extra={"invoices": finalized})
             backoff = 0.5
             wait = idle_seconds
         except psycopg.Error as exc:
