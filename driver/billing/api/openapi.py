@@ -133,7 +133,7 @@ def _list_ok(description: str, item: str) -> dict:
         "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {"$ref": f"#/components/schemas/{item}"}}}}}}}
 
 
-_INVOICE = {
+_INVOICE_DOCUMENT = {
     "type": "object",
     "required": ["object", "id", "number", "status", "currency", "customerId", "lines", "subtotal", "taxAmount",
                  "total", "creditApplied", "amountDue", "creditNotes"],
@@ -279,7 +279,7 @@ OPENAPI: dict = {
                 "parameters": [{"name": "id", "in": "path", "required": True,
                                 "schema": {"type": "string", "pattern": "^[0-9]{1,18}(\\.(html|pdf))?$"}}],
                 "responses": {"200": {"description": "The invoice document",
-                                      "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Invoice"}},
+                                      "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InvoiceDocument"}},
                                                   "text/html": {"schema": {"type": "string"}},
                                                   "application/pdf": {"schema": {"type": "string", "format": "binary"}}}},
                               **_errors(400, 401, 403, 404, 429, 503)},
@@ -380,7 +380,7 @@ OPENAPI: dict = {
     "components": {
         "schemas": {"Error": _ERROR, "Subscription": _SUBSCRIPTION, "WebhookEndpoint": _ENDPOINT,
                     "WebhookAttempt": _ATTEMPT, "PaymentMethod": _PAYMENT_METHOD, "Refund": _REFUND,
-                    "Invoice": _INVOICE},
+                    "Invoice": _INVOICE, "InvoiceDocument": _INVOICE_DOCUMENT},
         "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer",
                                        "description": "An API key: billing api-key create (docs/security.md)"}},
     },
