@@ -63,6 +63,7 @@ PLANS = {  # code: (price, currency, interval, count)
     "M_EUR": (2000, "EUR", "MONTH", 1),
 }
 T0 = datetime(2027, 1, 31, 9, 0, tzinfo=timezone.utc)  # a month end: the calendar clamps
+TIE = timedelta(milliseconds=1)  # changes this close before a period's start are made at its instant
 COUPONS = {  # code: (percent_off, amount_off, currency, duration, periods)
     "FREE1": (100, None, None, "once", None),
     "HALF2": (50, None, None, "repeating", 2),
@@ -388,10 +389,13 @@ def make_machine(db: Db, steps: int):
                     (price * r["quantity"], price, PLANS[r["code"]][2]), \
                     f"invoice {r['id']} ({r['kind']} from {start}): {r['subtotal']} at {r['code']}, terms then: {price}"
                 assert r["subtotal"] >= 0 and (r["discount_amount"] == 0 or r["coupon_code"] is not None)
-                # The seats in force just before it started, or set at that very instant (a tie).
+                # The seats in force just before it started, or set at that very instant (a tie; a period
+                # started at an instant another already started at moves on by 1 us, so "that instant"
+                # is the millisecond up to its start).
                 seats = self.seat_history[r["subscription_id"]]
-                in_force = {q for t, q in seats if t == start}
-                in_force |= {[q for t, q in seats if t < start][-1]} if seats[0][0] < start else set()
+                in_force = {q for t, q in seats if start - TIE <= t <= start}
+                before = [q for t, q in seats if t < start - TIE]
+                in_force |= {before[-1]} if before else set()
                 assert r["quantity"] in in_force, \
                     f"invoice {r['id']} ({r['kind']} from {start}): {r['quantity']} seats, in force then {in_force}"
                 if r["coupon_code"] is not None:
@@ -404,8 +408,9 @@ def make_machine(db: Db, steps: int):
                     # resume or a reactivation starts now bills a plan in force at that instant (changes
                     # made at that very instant, before or after it, are a tie).
                     history = self.plan_history[r["subscription_id"]]
-                    in_force = {plan for t, plan in history if t == start}
-                    in_force |= {[plan for t, plan in history if t < start][-1]} if history[0][0] < start else set()
+                    in_force = {plan for t, plan in history if start - TIE <= t <= start}
+                    before = [plan for t, plan in history if t < start - TIE]
+                    in_force |= {before[-1]} if before else set()
                     assert r["code"] in in_force, \
                         f"invoice {r['id']}: period from {start} billed at {r['code']}, plan in force then {in_force}"
 
