@@ -141,8 +141,8 @@ def test_tax_lines_match_the_oracle_on_signup_and_renewal(db_url, price, quantit
 
 # -- the documents over HTTP --------------------------------------------------------------------
 
-@pytest.mark.skipif(shutil.which("pdftotext") is None, reason="make poppler installs Debian's poppler-utils")
 def test_invoice_document_json_html_and_pdf(db_url):
+    assert shutil.which("pdftotext"), "pdftotext is missing: `make poppler` installs Debian's poppler-utils (make test does)"
     with connect(db_url) as conn:
         conn.execute("SELECT billing.upsert_plan('PRO', 2999, 'EUR', 'MONTH', 1)")
         conn.execute("SELECT billing.upsert_plan('YEN', 12000, 'JPY', 'YEAR', 1)")
