@@ -34,6 +34,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -146,8 +147,10 @@ def backend_cpu(server_url: str, dbname: str) -> float:
 class RelayProcess:
     """bench/relay/relay_proc.py with `billing` imported from `tree` (None: the current tree)."""
 
-    def __init__(self, tree: Path | None, url: str, bootstrap: str, topic: str, batch: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(RELAY_PROC), url, bootstrap, topic, str(batch)],
+    def __init__(self, tree: Path | None, url: str, bootstrap: str, topic: str, batch: int,
+                 trace: Path | None = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(RELAY_PROC), url, bootstrap, topic, str(batch),
+                                      *([str(trace)] if trace else [])],
                                      env=tree_env(tree), cwd=str(tree or REPO))
 
     def cpu(self) -> float:
@@ -355,8 +358,42 @@ def drain_seed(url: str, bootstrap: str, topic: str, seconds: float) -> dict:
     return {"events": relay.published, "seconds": elapsed, "per_second": relay.published / elapsed}
 
 
+def stages(trace: list, commits: dict[int, float], received: dict[int, float]) -> dict:
+    """Each event's latency split at the relay's stamps: commit -> the claim that returned it
+    starts ("wait": NOTIFY, wake-up, the cycle in progress), the claim, claim -> produce, produce ->
+    the consumer receives it ("kafka"); and produce -> the broker's acknowledgement. Percentiles
+    of each, and the mean of each over the slowest 1% of events (where the p99 comes from)."""
+    claim: dict[int, tuple[float, float]] = {}
+    publish: dict[int, tuple[float, float]] = {}
+    claims = empty = 0
+    for kind, t0, t1, seqs in trace:
+        target = claim if kind == "claim" else publish
+        if kind == "claim":
+            claims += 1
+            empty += not seqs
+        for n in seqs:
+            if n is not None and n >= 0 and n not in target:
+                target[n] = (t0, t1)
+    rows = []
+    for n, c in commits.items():
+        if n in received and n in claim and n in publish:
+            (c0, c1), (p0, p1), a = claim[n], publish[n], received[n]
+            rows.append({"total": a - c, "wait": c0 - c, "claim": c1 - c0, "to_produce": p0 - c1,
+                         "kafka": a - p0, "ack": p1 - p0})
+    if not rows:
+        return {}
+    out = {"claims": claims, "empty_claims": empty, "events_per_claim": len(rows) / max(claims - empty, 1)}
+    for key in ("total", "wait", "claim", "to_produce", "kafka", "ack"):
+        out[key] = {k: (v * 1000 if v is not None else None)
+                    for k, v in percentiles([r[key] for r in rows]).items()}
+    slow = sorted(rows, key=lambda r: r["total"])[int(0.99 * len(rows)):]
+    out["slowest_1pct_mean_ms"] = {key: 1000 * statistics.fmean(r[key] for r in slow)
+                                   for key in ("total", "wait", "claim", "to_produce", "kafka", "ack")}
+    return out
+
+
 def steady(tree: Path | None, url: str, bootstrap: str, topic: str, partitions: int, rate: float,
-           duration: float, writers: int, seed: bool = False) -> dict:
+           duration: float, writers: int, seed: bool = False, trace: Path | None = None) -> dict:
     reader = TopicReader(bootstrap, topic, partitions)
     reader.start()
     stop_seed = threading.Event()
@@ -365,7 +402,7 @@ def steady(tree: Path | None, url: str, bootstrap: str, topic: str, partitions: 
         seed_thread = threading.Thread(target=SeedRelay(url, bootstrap, topic).run, args=(stop_seed,))
         seed_thread.start()
     else:
-        relay = RelayProcess(tree, url, bootstrap, topic, 5000)
+        relay = RelayProcess(tree, url, bootstrap, topic, 5000, trace)
     try:
         warm_up(url)
         deadline = time.monotonic() + 60
@@ -391,6 +428,9 @@ def steady(tree: Path | None, url: str, bootstrap: str, topic: str, partitions: 
            "unpublished": len(commits) - len(latencies), **percentiles(latencies)}
     if cpu is not None:
         out["relay_cpu_us_per_event"] = 1e6 * cpu / max(len(commits), 1)
+    if trace is not None and trace.exists():
+        out["stages"] = stages(json.loads(trace.read_text()), commits, reader.received)
+        trace.unlink()
     return out
 
 
@@ -418,6 +458,8 @@ def main() -> None:
     ap.add_argument("--with-seed", action="store_true", help="also the seed article's relay")
     ap.add_argument("--seed-drain-seconds", type=float, default=30, help="time box for the seed relay's drain")
     ap.add_argument("--skip-drain", action="store_true")
+    ap.add_argument("--trace", action="store_true",
+                    help="stamp the relays' claims and publishes: split each event's latency into stages")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
@@ -456,8 +498,10 @@ def main() -> None:
                 url, _ = dbs[name if name in dbs else who[-1][0]].fresh()
                 topic = fresh_topic(args.bootstrap, args.partitions)
                 load = host_load()
+                trace = (Path(tempfile.gettempdir()) / f"relay-trace-{uuid.uuid4().hex[:8]}.json"
+                         if args.trace and name != "seed article" else None)
                 r = steady(tree, url, args.bootstrap, topic, args.partitions, rate, args.duration, args.writers,
-                           seed=name == "seed article")
+                           seed=name == "seed article", trace=trace)
                 r["load"] = load
                 results["steady"].setdefault(str(int(rate)), {})[name] = r
                 print(f"{name} @ {rate:.0f}/s: p50 {fmt_ms(r['p50'])} ms, p99 {fmt_ms(r['p99'])} ms, "
@@ -491,6 +535,22 @@ def report(results: dict, args) -> str:
             cpu = f"{r['relay_cpu_us_per_event']:.0f} µs" if "relay_cpu_us_per_event" in r else "-"
             lines.append(f"| {rate}/s | {who} | {r['written']:,} | {fmt_ms(r['p50'])} | {fmt_ms(r['p99'])} | "
                          f"{fmt_ms(r['max'])} | {r['unpublished']:,} | {cpu} | {r['load']} |")
+    traced = [(rate, who, r["stages"]) for rate, by in results["steady"].items() for who, r in by.items()
+              if r.get("stages")]
+    if traced:
+        lines += ["", "Where the time goes (--trace), ms: p50 / p99 of each stage, and its mean over the slowest 1% "
+                  "of events. wait = COMMIT -> the claim that returned the event starts; kafka = produce -> the "
+                  "consumer has it; ack = produce -> the broker's acknowledgement (not on the consumer's path).", "",
+                  "| rate | relay | claims (empty) | events/claim | wait | claim | to produce | kafka | ack | "
+                  "slowest 1%: total = wait + claim + to produce + kafka |",
+                  "|---:|---|---:|---:|---|---|---|---|---|---|"]
+        for rate, who, st in traced:
+            cell = lambda k: f"{fmt_ms(st[k]['p50'])} / {fmt_ms(st[k]['p99'])}"  # noqa: E731
+            sl = st["slowest_1pct_mean_ms"]
+            lines.append(f"| {rate}/s | {who} | {st['claims']:,} ({st['empty_claims']:,}) | "
+                         f"{st['events_per_claim']:.1f} | {cell('wait')} | {cell('claim')} | {cell('to_produce')} | "
+                         f"{cell('kafka')} | {cell('ack')} | {fmt_ms(sl['total'])} = {fmt_ms(sl['wait'])} + "
+                         f"{fmt_ms(sl['claim'])} + {fmt_ms(sl['to_produce'])} + {fmt_ms(sl['kafka'])} |")
     return "\n".join(lines)
 
 
