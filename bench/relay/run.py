@@ -46,7 +46,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from baseline import DEFAULT_BASELINE, baseline_tree, host_load, proc_cpu, tree_env  # noqa: E402
+from baseline import DEFAULT_BASELINE, baseline_tree, host_load, proc_cpu, proc_rss_kb, tree_env  # noqa: E402
 
 from billing import db as sqlapi  # noqa: E402
 from billing.migrate import migrate  # noqa: E402
@@ -183,6 +183,19 @@ def wait_published(url: str, at_least: int, timeout: float, proc: RelayProcess, 
             if time.monotonic() > deadline:
                 raise TimeoutError(f"fewer than {at_least} events published after {timeout:.0f} s")
             time.sleep(poll)
+
+
+def broker_gc() -> tuple[int, float] | None:
+    """(collections, total pause ms) of the local Kafka broker's JVM so far (jstat), when the broker
+    is this checkout's (scripts/services/kafka.sh keeps its pid) and jstat is installed."""
+    try:
+        pid = int((REPO / ".cache" / "kafka" / "kafka.pid").read_text().split()[0])
+        out = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True, timeout=10).stdout.split("\n")
+        row = dict(zip(out[0].split(), out[1].split()))
+        return (int(row["YGC"]) + int(row["FGC"]) + int(row.get("CGC", 0)),
+                1000 * (float(row["YGCT"]) + float(row["FGCT"]) + float(row.get("CGCT", 0))))
+    except (OSError, ValueError, IndexError, KeyError, subprocess.SubprocessError):
+        return None
 
 
 # -- the consumer that times each event's arrival -------------------------------------------------
@@ -409,12 +422,15 @@ def steady(tree: Path | None, url: str, bootstrap: str, topic: str, partitions: 
         while sum(1 for n in reader.received if n < 0) < 20 and time.monotonic() < deadline:
             time.sleep(0.02)
         cpu0 = relay.cpu() if relay else 0.0
+        gc0 = broker_gc()
         commits = steady_writers(url, rate, duration, writers)
         # A few seconds past the writers for the stragglers; what is left then is the backlog.
         deadline = time.monotonic() + 5
         while sum(1 for n in commits if n in reader.received) < len(commits) and time.monotonic() < deadline:
             time.sleep(0.05)
         cpu = (relay.cpu() - cpu0) if relay else None
+        rss = proc_rss_kb(relay.proc.pid) if relay else None
+        gc1 = broker_gc()
     finally:
         if relay:
             relay.stop()
@@ -428,6 +444,10 @@ def steady(tree: Path | None, url: str, bootstrap: str, topic: str, partitions: 
            "unpublished": len(commits) - len(latencies), **percentiles(latencies)}
     if cpu is not None:
         out["relay_cpu_us_per_event"] = 1e6 * cpu / max(len(commits), 1)
+    if rss:
+        out["relay_rss_kb"], out["relay_peak_rss_kb"] = rss
+    if gc0 and gc1:
+        out["broker_gc"] = {"pauses": gc1[0] - gc0[0], "ms": gc1[1] - gc0[1]}
     if trace is not None and trace.exists():
         out["stages"] = stages(json.loads(trace.read_text()), commits, reader.received)
         trace.unlink()
@@ -505,7 +525,8 @@ def main() -> None:
                 r["load"] = load
                 results["steady"].setdefault(str(int(rate)), {})[name] = r
                 print(f"{name} @ {rate:.0f}/s: p50 {fmt_ms(r['p50'])} ms, p99 {fmt_ms(r['p99'])} ms, "
-                      f"max {fmt_ms(r['max'])} ms, unpublished {r['unpublished']} ({load})", file=sys.stderr)
+                      f"max {fmt_ms(r['max'])} ms, unpublished {r['unpublished']}, broker GC {r.get('broker_gc')} "
+                      f"({load})", file=sys.stderr)
     finally:
         for d in dbs.values():
             d.drop_all()
@@ -528,13 +549,16 @@ def report(results: dict, args) -> str:
             lines.append(f"| {who} | {r['events']:,} | {r['seconds']:.1f} | {r['per_second']:,.0f} | {cpu} | {pg} "
                          f"| {r['load']} |")
     lines += ["", f"Steady rate, COMMIT -> a Kafka consumer receives the event, {args.duration:.0f} s per run:", "",
-              "| rate | relay | events | p50 ms | p99 ms | max ms | not received | relay CPU / event | host |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+              "| rate | relay | events | p50 ms | p99 ms | max ms | not received | relay CPU / event | relay RSS at the "
+              "end | broker GC pauses (total) | host |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for rate, by in results["steady"].items():
         for who, r in by.items():
             cpu = f"{r['relay_cpu_us_per_event']:.0f} µs" if "relay_cpu_us_per_event" in r else "-"
+            gc = (f"{r['broker_gc']['pauses']} ({r['broker_gc']['ms']:.0f} ms)" if r.get("broker_gc") else "-")
+            rss = f"{r['relay_rss_kb'] / 1024:.0f} MB" if r.get("relay_rss_kb") else "-"
             lines.append(f"| {rate}/s | {who} | {r['written']:,} | {fmt_ms(r['p50'])} | {fmt_ms(r['p99'])} | "
-                         f"{fmt_ms(r['max'])} | {r['unpublished']:,} | {cpu} | {r['load']} |")
+                         f"{fmt_ms(r['max'])} | {r['unpublished']:,} | {cpu} | {rss} | {gc} | {r['load']} |")
     traced = [(rate, who, r["stages"]) for rate, by in results["steady"].items() for who, r in by.items()
               if r.get("stages")]
     if traced:
