@@ -10,7 +10,7 @@ SERVICES_ENV := $(CACHE)/services.env
 PGTAP_DB ?= billing_pgtap
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium services services-stop citus citus-stop db-migrate test test-fast test-sql test-citus test-py demo bench-renewal bench-relay bench-charge bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
+.PHONY: help venv chromium services services-stop citus citus-stop db-migrate test test-fast test-sql test-citus test-py demo bench-renewal bench-relay bench-charge bench-citus bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -119,6 +119,13 @@ bench-charge: venv services
 
 bench-first-of-month: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python bench/first_of_month/run.py $(BENCH_ARGS)
+
+# Per-shard claims on the Citus cluster next to one PostgreSQL (bench/citus_claim, docs/scaling.md).
+bench-citus: venv services
+	@source $(SERVICES_ENV) && bash scripts/services/citus.sh >/dev/null && \
+	 citus_url=$$(bash scripts/services/citus.sh createdb billing_bench_citus) && \
+	 psql -q "$$BILLING_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS billing_bench_single WITH (FORCE)" -c "CREATE DATABASE billing_bench_single" && \
+	 $(BIN)/python bench/citus_claim/run.py --citus-url "$$citus_url" --single-url "$${BILLING_TEST_DATABASE_URL%/*}/billing_bench_single" $(BENCH_ARGS)
 
 bench-http: venv
 	@$(BIN)/python bench/http_client/run.py $(BENCH_ARGS)
