@@ -80,10 +80,16 @@ WITH due AS MATERIALIZED (
     INSERT INTO {inv} (id, customer_id, subscription_id, period_start, amount)
     SELECT nextval('bench_claim.invoice_id_seq'), d.customer_id, d.id, d.current_period_end, d.price FROM due d
 )
+-- Through the primary key, not the locked row's ctid: when another claimer renewed a row after
+-- this statement's snapshot, the lock follows to the newest version but a TID scan of the
+-- snapshot would miss it, leaving the period unadvanced and the next claim billing it again (the
+-- engine's renewal uses the ctid and retries when renewed <> claimed). The first version of this
+-- bench used the ctid without the retry: the racers below hit invoice_one_per_period, the
+-- per-customer unique constraint that is the last line against billing a period twice.
 UPDATE {sub} s
    SET current_period_end = d.current_period_end + interval '1 month', period_number = s.period_number + 1
   FROM due d
- WHERE s.ctid = d.row_id
+ WHERE s.customer_id = d.customer_id AND s.id = d.id
 """
 
 
