@@ -58,7 +58,7 @@ test-sql: venv services
 # Citus (docs/scaling.md): a coordinator and two workers on loopback, Citus built once from the vendored
 # source into .cache/citus/. test-citus: a fresh database migrated with --citus, then the pgTAP suites
 # listed in db/tests/citus.list (the ones the engine passes on Citus today; docs/scaling.md says why
-# the others do not yet).
+# the others do not yet) and the Citus-only ones of db/tests/citus/.
 CITUS_DB ?= billing_pgtap_citus
 citus:
 	@bash scripts/services/citus.sh
@@ -71,7 +71,7 @@ test-citus: venv
 	 url=$$(bash scripts/services/citus.sh createdb $(CITUS_DB)) && \
 	 $(BIN)/billing --log-level WARNING db migrate --simulation --citus --database-url "$$url" && \
 	 psql -q "$$url" -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pgtap" && \
-	 pg_prove --dbname "$$url" $$(grep -v '^#' db/tests/citus.list | sed 's|^|db/tests/|')
+	 pg_prove --dbname "$$url" $$(grep -v '^#' db/tests/citus.list | sed 's|^|db/tests/|') db/tests/citus/*.sql
 
 # The fast tier: pure logic, no services (driver/tests/unit), first, so a broken pure function fails in seconds.
 test-fast: venv
