@@ -10,21 +10,40 @@
 --
 -- Rows are looked up by id alone too (an attempt by its invoice, an invoice by id): each id keeps
 -- a plain index. payment_attempt gains customer_id (its invoice's).
+--
+-- The foreign keys to the re-keyed tables are found in the catalog, not listed: every key that
+-- points at subscription, invoice, payment_attempt or credit_entry by id alone, whichever
+-- migration made it, is dropped and made again on (customer_id, <its column>) under its own name.
 
 ALTER TABLE billing.payment_attempt ADD COLUMN customer_id bigint;
 UPDATE billing.payment_attempt a SET customer_id = i.customer_id FROM billing.invoice i WHERE i.id = a.invoice_id;
 ALTER TABLE billing.payment_attempt ALTER COLUMN customer_id SET NOT NULL;
 COMMENT ON COLUMN billing.payment_attempt.customer_id IS 'The invoice''s customer (the distribution key on Citus).';
 
--- The foreign keys on the old single-column keys go first.
-ALTER TABLE billing.subscription_request DROP CONSTRAINT subscription_request_subscription_fkey;
-ALTER TABLE billing.credit_entry DROP CONSTRAINT credit_entry_subscription_fkey,
-                                 DROP CONSTRAINT credit_entry_invoice_fkey;
-ALTER TABLE billing.credit_pending DROP CONSTRAINT credit_pending_subscription_fkey;
-ALTER TABLE billing.payment_attempt DROP CONSTRAINT payment_attempt_invoice_fkey;
-ALTER TABLE billing.invoice DROP CONSTRAINT invoice_paid_attempt_fkey;
-ALTER TABLE billing.refund DROP CONSTRAINT refund_invoice_fkey,
-                           DROP CONSTRAINT refund_attempt_fkey;
+CREATE TEMPORARY TABLE rekeyed_fk ON COMMIT DROP AS
+SELECT k.conname, k.conrelid::regclass AS child, k.confrelid::regclass AS parent, a.attname AS column_name,
+       k.confupdtype, k.confdeltype
+  FROM pg_catalog.pg_constraint k
+  JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[1]
+ WHERE k.contype = 'f' AND k.connamespace = 'billing'::regnamespace
+   AND k.confrelid IN ('billing.subscription'::regclass, 'billing.invoice'::regclass,
+                       'billing.payment_attempt'::regclass, 'billing.credit_entry'::regclass)
+   AND cardinality(k.confkey) = 1;
+
+DO $$
+DECLARE
+    v_fk record;
+BEGIN
+    FOR v_fk IN SELECT * FROM rekeyed_fk LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+                        WHERE attrelid = v_fk.child AND attname = 'customer_id' AND NOT attisdropped) THEN
+            RAISE EXCEPTION '%.%: a table referring to % must carry customer_id (docs/scaling.md)',
+                v_fk.child, v_fk.conname, v_fk.parent;
+        END IF;
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', v_fk.child, v_fk.conname);
+    END LOOP;
+END
+$$;
 
 -- Primary keys (customer_id, id), and a plain index on id for the lookups by id.
 ALTER TABLE billing.subscription DROP CONSTRAINT subscription_pkey,
@@ -49,19 +68,17 @@ ALTER TABLE billing.credit_entry DROP CONSTRAINT credit_entry_pkey,
     ADD CONSTRAINT credit_entry_pkey PRIMARY KEY (customer_id, id);
 
 -- The foreign keys again, with customer_id: a child's customer is its parent's.
-ALTER TABLE billing.subscription_request ADD CONSTRAINT subscription_request_subscription_fkey
-    FOREIGN KEY (customer_id, subscription_id) REFERENCES billing.subscription (customer_id, id);
-ALTER TABLE billing.credit_entry
-    ADD CONSTRAINT credit_entry_subscription_fkey
-        FOREIGN KEY (customer_id, subscription_id) REFERENCES billing.subscription (customer_id, id),
-    ADD CONSTRAINT credit_entry_invoice_fkey
-        FOREIGN KEY (customer_id, invoice_id) REFERENCES billing.invoice (customer_id, id);
-ALTER TABLE billing.credit_pending ADD CONSTRAINT credit_pending_subscription_fkey
-    FOREIGN KEY (customer_id, subscription_id) REFERENCES billing.subscription (customer_id, id);
-ALTER TABLE billing.payment_attempt ADD CONSTRAINT payment_attempt_invoice_fkey
-    FOREIGN KEY (customer_id, invoice_id) REFERENCES billing.invoice (customer_id, id);
-ALTER TABLE billing.invoice ADD CONSTRAINT invoice_paid_attempt_fkey
-    FOREIGN KEY (customer_id, paid_attempt_id) REFERENCES billing.payment_attempt (customer_id, id);
-ALTER TABLE billing.refund
-    ADD CONSTRAINT refund_invoice_fkey FOREIGN KEY (customer_id, invoice_id) REFERENCES billing.invoice (customer_id, id),
-    ADD CONSTRAINT refund_attempt_fkey FOREIGN KEY (customer_id, attempt_id) REFERENCES billing.payment_attempt (customer_id, id);
+DO $$
+DECLARE
+    v_fk record;
+BEGIN
+    FOR v_fk IN SELECT * FROM rekeyed_fk ORDER BY child::text, conname LOOP
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I FOREIGN KEY (customer_id, %I) REFERENCES %s (customer_id, id)%s%s',
+                       v_fk.child, v_fk.conname, v_fk.column_name, v_fk.parent,
+                       CASE v_fk.confupdtype WHEN 'c' THEN ' ON UPDATE CASCADE' WHEN 'r' THEN ' ON UPDATE RESTRICT'
+                                             WHEN 'n' THEN ' ON UPDATE SET NULL' ELSE '' END,
+                       CASE v_fk.confdeltype WHEN 'c' THEN ' ON DELETE CASCADE' WHEN 'r' THEN ' ON DELETE RESTRICT'
+                                             WHEN 'n' THEN ' ON DELETE SET NULL' ELSE '' END);
+    END LOOP;
+END
+$$;

@@ -10,19 +10,15 @@ SELECT is_empty($$
     EXCEPT SELECT table_name FROM billing._placement()$$,
     'every table of schema billing has a placement (db/functions/88_placement.sql)');
 
+-- A distributed table: its distribution column in its primary key and in every unique constraint
+-- or unique index (Citus enforces uniqueness inside one shard only).
 SELECT is_empty($$
-    SELECT table_name FROM billing._placement()
-    EXCEPT SELECT c.relname::text FROM pg_catalog.pg_class c WHERE c.relnamespace = 'billing'::regnamespace$$,
-    'every placement names a table that exists');
-
--- A distributed table: its distribution column in its primary key and in every unique constraint.
-SELECT is_empty($$
-    SELECT p.table_name || '.' || k.conname
+    SELECT p.table_name || '.' || i.indexrelid::regclass
       FROM billing._placement() p
-      JOIN pg_catalog.pg_constraint k ON k.conrelid = ('billing.' || p.table_name)::regclass AND k.contype IN ('p', 'u')
-      JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attname = p.distribution_column
-     WHERE p.placement = 'distributed' AND NOT a.attnum = ANY (k.conkey)$$,
-    'a distributed table''s primary key and unique constraints include its distribution column');
+      JOIN pg_catalog.pg_index i ON i.indrelid = ('billing.' || p.table_name)::regclass AND i.indisunique
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attname = p.distribution_column
+     WHERE p.placement = 'distributed' AND NOT a.attnum = ANY (i.indkey::int2[])$$,
+    'a distributed table''s unique keys include its distribution column (else: placement pending, with the reason)');
 
 SELECT is_empty($$
     SELECT p.table_name FROM billing._placement() p
@@ -50,6 +46,12 @@ SELECT is_empty($$
       JOIN billing._placement() q ON ('billing.' || q.table_name)::regclass = k.confrelid AND q.placement <> 'reference'
      WHERE k.contype = 'f'$$,
     'no reference table refers to a customer-owned table');
+
+SELECT is_empty($$
+    SELECT table_name FROM billing._placement() WHERE placement NOT IN ('reference', 'distributed', 'pending', 'coordinator')
+       OR coalesce(btrim(reason), '') = ''
+       OR (placement IN ('distributed', 'pending')) <> (distribution_column IS NOT NULL)$$,
+    'every placement is known, says why, and names a distribution column exactly when customer-owned');
 
 -- The re-keyed primary keys, one by one (migration 0080).
 SELECT col_is_pk('billing', 'subscription', ARRAY['customer_id', 'id'], 'subscription: primary key (customer_id, id)');
