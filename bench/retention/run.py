@@ -44,7 +44,7 @@ NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
 DATA = ("jsonb_build_object('invoiceId', g, 'subscriptionId', g, 'customerId', g, 'kind', 'RENEWAL', "
         "'status', 'PAID', 'periodStart', '2026-10-01T00:00:00.000000Z', 'periodEnd', '2026-11-01T00:00:00.000000Z', "
         "'subtotal', 2990, 'creditApplied', 0, 'amount', 2990, 'currency', 'EUR', 'attemptCount', 0, "
-        "'paidAt', '2026-10-01T03:00:00.000000Z', 'gatewayReference', 'ch_' || md5(g::text))")
+        "'paidAt', '2026-10-01T03:00:00.000000Z', 'gatewayReference', 'ch_' || md5(g::text), 'quantity', 1, 'discountAmount', 0, 'couponCode', NULL)")
 ROWS = f"""
 SELECT g AS id, u AS event_id, 'invoice' AS aggregate_type, g AS aggregate_id, 'InvoicePaid' AS event_type,
        jsonb_build_object('specversion', '1.0', 'id', u::text, 'source', 'billing', 'type', 'InvoicePaid',

@@ -41,7 +41,10 @@ AS $$
         'currency', p_invoice.currency,
         'attemptCount', p_invoice.attempt_count,
         'paidAt', billing._utc_text(p_invoice.paid_at),
-        'gatewayReference', p_invoice.gateway_reference)
+        'gatewayReference', p_invoice.gateway_reference,
+        'quantity', p_invoice.quantity,
+        'discountAmount', p_invoice.discount_amount,
+        'couponCode', p_invoice.coupon_code)
 $$;
 COMMENT ON FUNCTION billing._invoice_data(billing.invoice) IS
 'Private: the "data" of invoice events (amounts as integers in the smallest unit, instants in UTC).
@@ -62,15 +65,23 @@ AS $$
         'canceledAt', billing._utc_text(p_sub.canceled_at),
         'reason', p_sub.cancel_reason,
         'cancelAtPeriodEnd', p_sub.cancel_at_period_end,
-        'version', p_sub.version)
+        'version', p_sub.version,
+        'quantity', p_sub.quantity,
+        'trialEnd', billing._utc_text(p_sub.trial_end),
+        'pausedAt', billing._utc_text(p_sub.paused_at),
+        'resumeAt', billing._utc_text(p_sub.resume_at),
+        'scheduledPlanCode', (SELECT code FROM billing.plan WHERE id = p_sub.scheduled_plan_id),
+        'couponCode', p_sub.coupon_code)
 $$;
 COMMENT ON FUNCTION billing._subscription_data(billing.subscription) IS
 'Private: the "data" of subscription events.
 Returns a jsonb object.';
 
--- Every change of a subscription's plan, status or cancel-at-period-end flag (cancellation
--- excepted: SubscriptionCanceled) is announced by SubscriptionUpdated with each changed field
--- before and after, then, for the dunning transitions, by SubscriptionPastDue / SubscriptionRecovered.
+-- Every change of a subscription's plan, status, cancel-at-period-end flag, seats, scheduled plan,
+-- resume date or coupon (cancellation excepted: SubscriptionCanceled) is announced by
+-- SubscriptionUpdated with each changed field before and after, then, for the dunning transitions,
+-- by SubscriptionPastDue / SubscriptionRecovered, and for a pause or resume by SubscriptionPaused /
+-- SubscriptionResumed.
 CREATE OR REPLACE FUNCTION billing._emit_subscription_change(
     p_before billing.subscription, p_after billing.subscription, p_now timestamptz)
 RETURNS void
@@ -84,7 +95,8 @@ DECLARE
 BEGIN
     SELECT jsonb_object_agg(f, jsonb_build_object('before', v_before -> f, 'after', v_after -> f))
       INTO v_changes
-      FROM unnest(ARRAY['planCode', 'status', 'cancelAtPeriodEnd']) AS f
+      FROM unnest(ARRAY['planCode', 'status', 'cancelAtPeriodEnd', 'quantity', 'scheduledPlanCode', 'resumeAt',
+                        'couponCode']) AS f
      WHERE v_before -> f IS DISTINCT FROM v_after -> f;
     IF v_changes IS NULL THEN
         RETURN;
@@ -95,11 +107,15 @@ BEGIN
         PERFORM billing._emit_event('subscription', p_after.id, 'SubscriptionPastDue', v_after, p_now);
     ELSIF p_before.status = 'PAST_DUE' AND p_after.status = 'ACTIVE' THEN
         PERFORM billing._emit_event('subscription', p_after.id, 'SubscriptionRecovered', v_after, p_now);
+    ELSIF p_before.status <> 'PAUSED' AND p_after.status = 'PAUSED' THEN
+        PERFORM billing._emit_event('subscription', p_after.id, 'SubscriptionPaused', v_after, p_now);
+    ELSIF p_before.status = 'PAUSED' AND p_after.status <> 'PAUSED' THEN
+        PERFORM billing._emit_event('subscription', p_after.id, 'SubscriptionResumed', v_after, p_now);
     END IF;
 END
 $$;
 COMMENT ON FUNCTION billing._emit_subscription_change(billing.subscription, billing.subscription, timestamptz) IS
-'Private: SubscriptionUpdated (changed fields before and after), plus SubscriptionPastDue / SubscriptionRecovered on those transitions; nothing when nothing announced changed.
+'Private: SubscriptionUpdated (changed fields before and after), plus SubscriptionPastDue / SubscriptionRecovered / SubscriptionPaused / SubscriptionResumed on those transitions; nothing when nothing announced changed.
 Returns nothing; call it holding the subscription''s row lock.';
 
 CREATE OR REPLACE FUNCTION billing._grant_credit(
@@ -128,10 +144,13 @@ Returns nothing.';
 -- Inserts one invoice with its terms, consuming the customer's credit first; an invoice the
 -- credit covers entirely is PAID at once, announced, and never charged.
 DROP FUNCTION IF EXISTS billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, char, timestamptz);
+DROP FUNCTION IF EXISTS billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, billing.plan,
+                                             bigint, timestamptz, bigint, bigint);
 CREATE OR REPLACE FUNCTION billing._new_invoice(
     p_sub billing.subscription, p_kind text, p_period_start timestamptz, p_period_end timestamptz,
     p_subtotal bigint, p_plan billing.plan, p_plan_price bigint, p_now timestamptz,
-    p_from_plan_id bigint DEFAULT NULL, p_from_price bigint DEFAULT NULL)
+    p_from_plan_id bigint DEFAULT NULL, p_from_price bigint DEFAULT NULL,
+    p_discount bigint DEFAULT 0, p_coupon_code text DEFAULT NULL, p_from_quantity integer DEFAULT NULL)
 RETURNS billing.invoice
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
@@ -152,13 +171,15 @@ BEGIN
 
     INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, credit_applied,
                                  amount, currency, status, due_at, next_attempt_at, paid_at, created_at,
-                                 plan_id, plan_price, billing_interval, interval_count, from_plan_id, from_price)
+                                 plan_id, plan_price, billing_interval, interval_count, from_plan_id, from_price,
+                                 quantity, discount_amount, coupon_code, from_quantity)
     VALUES (p_sub.id, p_sub.customer_id, p_kind, p_period_start, p_period_end, p_subtotal, v_applied,
             p_subtotal - v_applied, p_plan.currency,
             CASE WHEN p_subtotal - v_applied = 0 THEN 'PAID' ELSE 'OPEN' END, p_now,
             CASE WHEN p_subtotal - v_applied = 0 THEN NULL ELSE p_now END,
             CASE WHEN p_subtotal - v_applied = 0 THEN p_now END, p_now,
-            p_plan.id, p_plan_price, p_plan.billing_interval, p_plan.interval_count, p_from_plan_id, p_from_price)
+            p_plan.id, p_plan_price, p_plan.billing_interval, p_plan.interval_count, p_from_plan_id, p_from_price,
+            p_sub.quantity, coalesce(p_discount, 0), p_coupon_code, p_from_quantity)
     RETURNING * INTO v_invoice;
 
     IF v_applied > 0 THEN
@@ -172,8 +193,8 @@ BEGIN
     RETURN v_invoice;
 END
 $$;
-COMMENT ON FUNCTION billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, billing.plan, bigint, timestamptz, bigint, bigint) IS
-'Private: inserts one invoice due at p_now with its terms (plan, price, interval; for PRORATION the replaced ones) after consuming the customer''s credit (PAID and announced when credit covers it).
+COMMENT ON FUNCTION billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, billing.plan, bigint, timestamptz, bigint, bigint, bigint, text, integer) IS
+'Private: inserts one invoice due at p_now with its terms (plan, price, seats, coupon discount already taken off p_subtotal; for PRORATION the replaced terms) after consuming the customer''s credit (PAID and announced when credit covers it).
 Returns the invoice.';
 
 -- The price of a plan for a period starting at p_at (billing.plan_price; the usual case, a period

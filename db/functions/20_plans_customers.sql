@@ -4,9 +4,10 @@
 -- A price change applies to periods starting at or after p_now (the period being served keeps
 -- the price it was invoiced at); the history is kept in billing.plan_price.
 DROP FUNCTION IF EXISTS billing.upsert_plan(text, bigint, text, text, integer);
+DROP FUNCTION IF EXISTS billing.upsert_plan(text, bigint, text, text, integer, timestamptz);
 CREATE OR REPLACE FUNCTION billing.upsert_plan(
     p_code text, p_price_amount bigint, p_currency text, p_billing_interval text, p_interval_count integer DEFAULT 1,
-    p_now timestamptz DEFAULT now())
+    p_now timestamptz DEFAULT now(), p_billing_day integer DEFAULT NULL)
 RETURNS billing.plan
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -15,7 +16,7 @@ DECLARE
     v_old billing.plan;
     v_new billing.plan;
 BEGIN
-    PERFORM billing._audit('upsert_plan', jsonb_build_object('code', p_code, 'price_amount', p_price_amount, 'currency', p_currency, 'billing_interval', p_billing_interval, 'interval_count', p_interval_count, 'now', p_now));
+    PERFORM billing._audit('upsert_plan', jsonb_build_object('code', p_code, 'price_amount', p_price_amount, 'currency', p_currency, 'billing_interval', p_billing_interval, 'interval_count', p_interval_count, 'now', p_now, 'billing_day', p_billing_day));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('a plan code', p_code, 100);
     IF p_price_amount IS NULL OR p_price_amount < 0 THEN
@@ -30,11 +31,18 @@ BEGIN
     PERFORM billing._check_one_of(format('plan %s: billing interval', p_code), p_billing_interval,
                                   billing._billing_intervals(), 'Use DAY, WEEK, MONTH or YEAR.');
     PERFORM billing._check_between(format('plan %s: interval count', p_code), p_interval_count, 1, 1000);
+    IF p_billing_day IS NOT NULL THEN
+        PERFORM billing._check_between(format('plan %s: billing day', p_code), p_billing_day, 1, 31);
+        IF p_billing_interval <> 'MONTH' THEN
+            RAISE EXCEPTION USING ERRCODE = 'BL422',
+                MESSAGE = format('plan %s: calendar billing (a billing day) needs a MONTH interval, got %s', p_code, p_billing_interval);
+        END IF;
+    END IF;
 
     SELECT * INTO v_old FROM billing.plan WHERE code = p_code FOR UPDATE;
     IF NOT FOUND THEN
-        INSERT INTO billing.plan AS p (code, price_amount, currency, billing_interval, interval_count)
-        VALUES (p_code, p_price_amount, p_currency, p_billing_interval, p_interval_count)
+        INSERT INTO billing.plan AS p (code, price_amount, currency, billing_interval, interval_count, billing_day)
+        VALUES (p_code, p_price_amount, p_currency, p_billing_interval, p_interval_count, p_billing_day)
         ON CONFLICT ON CONSTRAINT plan_code_key DO NOTHING
         RETURNING * INTO v_new;
         IF v_new.id IS NULL THEN  -- created concurrently: update it as below
@@ -45,8 +53,8 @@ BEGIN
         END IF;
     END IF;
 
-    IF (v_old.currency, v_old.billing_interval, v_old.interval_count)
-           IS DISTINCT FROM (p_currency::char(3), p_billing_interval, p_interval_count)
+    IF (v_old.currency, v_old.billing_interval, v_old.interval_count, v_old.billing_day)
+           IS DISTINCT FROM (p_currency::char(3), p_billing_interval, p_interval_count, p_billing_day::smallint)
        AND EXISTS (SELECT 1 FROM billing.subscription WHERE plan_id = v_old.id) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('plan %s has subscriptions: only its price can change', p_code),
@@ -64,10 +72,11 @@ BEGIN
            currency = p_currency,
            billing_interval = p_billing_interval,
            interval_count = p_interval_count,
+           billing_day = p_billing_day,
            updated_at = now()
      WHERE p.id = v_old.id
-       AND (p.price_amount, p.currency, p.billing_interval, p.interval_count)
-           IS DISTINCT FROM (p_price_amount, p_currency::char(3), p_billing_interval, p_interval_count)
+       AND (p.price_amount, p.currency, p.billing_interval, p.interval_count, p.billing_day)
+           IS DISTINCT FROM (p_price_amount, p_currency::char(3), p_billing_interval, p_interval_count, p_billing_day::smallint)
     RETURNING * INTO v_new;
     IF v_new.id IS NULL THEN  -- unchanged
         RETURN v_old;
@@ -79,9 +88,9 @@ BEGIN
     RETURN v_new;
 END
 $$;
-COMMENT ON FUNCTION billing.upsert_plan(text, bigint, text, text, integer, timestamptz) IS
-'Creates the plan p_code or updates it; a plan with subscriptions may only change its price, which applies to periods starting at or after p_now (history in plan_price).
-Returns the plan row; BL422 for a negative price, bad currency, unknown interval, count out of 1..1000, or a price change dated before the last one.';
+COMMENT ON FUNCTION billing.upsert_plan(text, bigint, text, text, integer, timestamptz, integer) IS
+'Creates the plan p_code or updates it; a plan with subscriptions may only change its price, which applies to periods starting at or after p_now (history in plan_price). p_billing_day (1..31, MONTH plans only): calendar billing, every period ends on that day of the month at local midnight, the first one prorated.
+Returns the plan row; BL422 for a negative price, bad currency, unknown interval, count out of 1..1000, billing day out of 1..31 or on another interval, or a price change dated before the last one.';
 
 CREATE OR REPLACE FUNCTION billing.upsert_customer(p_customer_id bigint, p_timezone text DEFAULT 'UTC')
 RETURNS billing.customer

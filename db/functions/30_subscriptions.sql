@@ -25,34 +25,46 @@ Returns nothing; BL409 when p_expected_version is given and differs from the row
 -- ---------------------------------------------------------------------------------------------
 -- API
 -- ---------------------------------------------------------------------------------------------
+DROP FUNCTION IF EXISTS billing.create_subscription(text, bigint, text, timestamptz);
 CREATE OR REPLACE FUNCTION billing.create_subscription(
-    p_idempotency_key text, p_customer_id bigint, p_plan_code text, p_now timestamptz DEFAULT now())
+    p_idempotency_key text, p_customer_id bigint, p_plan_code text, p_now timestamptz DEFAULT now(),
+    p_trial_days integer DEFAULT 0, p_coupon_code text DEFAULT NULL, p_quantity integer DEFAULT 1)
 RETURNS billing.subscription
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_request billing.subscription_request;
+    v_options jsonb;
     v_plan    billing.plan;
     v_tz      text;
     v_price   bigint;
+    v_first   record;
+    v_list    bigint;
+    v_disc    record;
+    v_trial_end timestamptz;
+    v_notice  interval;
     v_sub     billing.subscription;
 BEGIN
-    PERFORM billing._audit('create_subscription', jsonb_build_object('idempotency_key', p_idempotency_key, 'customer_id', p_customer_id, 'plan_code', p_plan_code, 'now', p_now));
+    PERFORM billing._audit('create_subscription', jsonb_build_object('idempotency_key', p_idempotency_key, 'customer_id', p_customer_id, 'plan_code', p_plan_code, 'now', p_now, 'trial_days', p_trial_days, 'coupon_code', p_coupon_code, 'quantity', p_quantity));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('an idempotency key', p_idempotency_key, 255);
     IF p_customer_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'customer id is required';
     END IF;
+    PERFORM billing._check_between('trial days', p_trial_days, 0, 730);
+    PERFORM billing._check_between('quantity', p_quantity, 1, 1000000);
+    v_options := jsonb_build_object('trialDays', p_trial_days, 'couponCode', p_coupon_code, 'quantity', p_quantity);
 
     <<attempt>>
     LOOP  -- at most twice: a concurrent first use of the same key makes us replay it
         SELECT * INTO v_request FROM billing.subscription_request WHERE idempotency_key = p_idempotency_key;
         IF FOUND THEN
-            IF v_request.customer_id IS DISTINCT FROM p_customer_id OR v_request.plan_code IS DISTINCT FROM p_plan_code THEN
+            IF v_request.customer_id IS DISTINCT FROM p_customer_id OR v_request.plan_code IS DISTINCT FROM p_plan_code
+               OR v_request.options IS DISTINCT FROM v_options THEN
                 RAISE EXCEPTION USING ERRCODE = 'BL409',
-                    MESSAGE = format('idempotency key %L was already used for customer %s and plan %s',
-                                     p_idempotency_key, v_request.customer_id, v_request.plan_code),
+                    MESSAGE = format('idempotency key %L was already used for customer %s and plan %s (%s)',
+                                     p_idempotency_key, v_request.customer_id, v_request.plan_code, v_request.options),
                     HINT = 'Use a new idempotency key for a different request.';
             END IF;
             SELECT * INTO v_sub FROM billing.subscription WHERE id = v_request.subscription_id;
@@ -66,8 +78,8 @@ BEGIN
                 HINT = 'Create the plan with upsert_plan first.';
         END IF;
 
-        INSERT INTO billing.subscription_request (idempotency_key, customer_id, plan_code)
-        VALUES (p_idempotency_key, p_customer_id, p_plan_code)
+        INSERT INTO billing.subscription_request (idempotency_key, customer_id, plan_code, options)
+        VALUES (p_idempotency_key, p_customer_id, p_plan_code, v_options)
         ON CONFLICT ON CONSTRAINT subscription_request_pkey DO NOTHING;
         EXIT attempt WHEN FOUND;
     END LOOP;
@@ -76,24 +88,51 @@ BEGIN
     ON CONFLICT ON CONSTRAINT customer_pkey DO NOTHING;
     SELECT timezone INTO v_tz FROM billing.customer WHERE id = p_customer_id;
 
-    v_price := billing._price_at(v_plan, p_now);
-    INSERT INTO billing.subscription (customer_id, plan_id, status, timezone, billing_anchor, period_number,
-                                      current_period_start, current_period_end, period_price, updated_at)
-    VALUES (p_customer_id, v_plan.id, 'ACTIVE', v_tz, p_now, 1,
-            p_now, billing._period_end(p_now, v_plan.billing_interval, v_plan.interval_count, 1, v_tz), v_price, p_now)
-    RETURNING * INTO v_sub;
+    IF p_trial_days > 0 THEN
+        -- A trial: nothing billed until it ends (p_trial_days local days later); the first billed
+        -- period starts then (_renew_one).
+        v_trial_end := billing._period_end(p_now, 'DAY', p_trial_days, 1, v_tz);
+        SELECT s.trial_will_end_notice INTO v_notice FROM billing.database_setting s;
+        INSERT INTO billing.subscription (customer_id, plan_id, status, timezone, billing_anchor, period_number,
+                                          current_period_start, current_period_end, period_price, quantity,
+                                          trial_end, trial_notice_at, lifecycle_pending, updated_at)
+        VALUES (p_customer_id, v_plan.id, 'TRIALING', v_tz, p_now, 1, p_now, v_trial_end, 0, p_quantity,
+                v_trial_end, greatest(p_now, v_trial_end - coalesce(v_notice, interval '3 days')), true, p_now)
+        RETURNING * INTO v_sub;
+    ELSE
+        v_first := billing._first_period(v_plan, v_tz, p_now);
+        v_price := billing._price_at(v_plan, p_now);
+        v_list := billing._period_charge(v_price, p_quantity, p_now, v_first.period_end, v_first.nominal_start);
+        INSERT INTO billing.subscription (customer_id, plan_id, status, timezone, billing_anchor, period_number,
+                                          current_period_start, current_period_end, period_price, quantity, updated_at)
+        VALUES (p_customer_id, v_plan.id, 'ACTIVE', v_tz, v_first.anchor, v_first.period_number,
+                p_now, v_first.period_end, v_list, p_quantity, p_now)
+        RETURNING * INTO v_sub;
+    END IF;
 
     UPDATE billing.subscription_request SET subscription_id = v_sub.id WHERE idempotency_key = p_idempotency_key;
+    IF p_coupon_code IS NOT NULL THEN
+        PERFORM billing._redeem_coupon(v_sub, p_coupon_code, p_now);
+        SELECT * INTO v_sub FROM billing.subscription WHERE id = v_sub.id;
+    END IF;
     PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCreated', billing._subscription_data(v_sub), p_now);
 
-    PERFORM billing._new_invoice(v_sub, 'INITIAL', v_sub.current_period_start, v_sub.current_period_end,
-                                 v_price, v_plan, v_price, p_now);
+    IF v_sub.status = 'ACTIVE' THEN
+        v_disc := billing._take_discount(v_sub, v_list, v_plan.currency, p_now);
+        UPDATE billing.subscription SET period_price = v_list - v_disc.discount WHERE id = v_sub.id
+        RETURNING * INTO v_sub;
+        UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE id = v_sub.id
+        RETURNING * INTO v_sub;
+        PERFORM billing._new_invoice(v_sub, 'INITIAL', v_sub.current_period_start, v_sub.current_period_end,
+                                     v_list - v_disc.discount, v_plan, v_price, p_now, NULL, NULL,
+                                     v_disc.discount, v_disc.coupon_code);
+    END IF;
     RETURN v_sub;
 END
 $$;
-COMMENT ON FUNCTION billing.create_subscription(text, bigint, text, timestamptz) IS
-'New ACTIVE subscription for [p_now, next boundary) with an OPEN INITIAL invoice due at p_now; unknown customers are created in UTC.
-Returns the subscription (the same row when the key is replayed; created_at = now() tells a new one); BL409 for a key reused with other parameters, BL422 for an unknown plan.';
+COMMENT ON FUNCTION billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer) IS
+'New subscription of p_quantity seats: ACTIVE for [p_now, next boundary) with an OPEN INITIAL invoice due at p_now (calendar plans: the first period ends on the billing day, prorated), or TRIALING for p_trial_days local days with no invoice until the trial ends; p_coupon_code is redeemed at once (its first discount on the first invoice). Unknown customers are created in UTC.
+Returns the subscription (the same row when the key is replayed; created_at = now() tells a new one); BL409 for a key reused with other parameters or a coupon used up, BL422 for an unknown plan, a bad coupon, trial days outside 0..730 or quantity outside 1..1000000.';
 
 CREATE OR REPLACE FUNCTION billing.get_subscription(p_subscription_id bigint)
 RETURNS billing.subscription
@@ -136,10 +175,22 @@ BEGIN
         RETURN v_sub;  -- already final: repeating a cancel is harmless
     END IF;
     PERFORM billing._check_version(v_sub, p_expected_version);
+    -- What was due and not yet processed is settled first, at its own instant: a cancellation at
+    -- period end decided after a period began ends that period, not the one before (which would
+    -- leave the time since unbilled); one whose period end passed has ended it already.
+    v_sub := billing._settle_due(v_sub, p_now);
+    IF v_sub.status = 'CANCELED' THEN
+        RETURN v_sub;
+    END IF;
 
     IF p_at_period_end THEN
         IF v_sub.cancel_at_period_end THEN
             RETURN v_sub;
+        END IF;
+        IF v_sub.status = 'PAUSED' THEN
+            RAISE EXCEPTION USING ERRCODE = 'BL422',
+                MESSAGE = format('subscription %s is paused: it has no period end to cancel at', v_sub.id),
+                HINT = 'Cancel it now, or resume it first.';
         END IF;
         v_before := v_sub;
         UPDATE billing.subscription
@@ -162,7 +213,7 @@ END
 $$;
 COMMENT ON FUNCTION billing.cancel_subscription(bigint, boolean, timestamptz, bigint) IS
 'Cancels now (CANCELED, event SubscriptionCanceled; OPEN invoices never declined become VOID, those in dunning stay OPEN and collectible) or flags it to cancel at period end; repeating is harmless.
-Returns the subscription; BL404 when absent, BL409 when p_expected_version is stale.';
+Returns the subscription; BL404 when absent, BL409 when p_expected_version is stale, BL422 at period end for a PAUSED one.';
 
 -- Renews a locked subscription, one period at a time, until its current period contains p_now,
 -- at the terms in force when each period starts (its plan, and that plan's price then), or cancels
@@ -174,43 +225,22 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_sub   billing.subscription := p_sub;
-    v_plan  billing.plan;
-    v_price bigint;
-    v_end   timestamptz;
+    v_sub billing.subscription := p_sub;
 BEGIN
-    WHILE v_sub.status <> 'CANCELED' AND v_sub.current_period_end <= p_now LOOP
-        IF v_sub.cancel_at_period_end THEN
-            UPDATE billing.subscription
-               SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'PERIOD_END',
-                   version = version + 1, updated_at = p_now
-             WHERE id = v_sub.id
-            RETURNING * INTO v_sub;
-            PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled', billing._subscription_data(v_sub), p_now);
-            PERFORM billing._void_open_invoices(ARRAY[v_sub.id], p_now);
-            EXIT;
-        END IF;
-        SELECT * INTO v_plan FROM billing.plan WHERE id = v_sub.plan_id;
-        v_price := billing._price_at(v_plan, v_sub.current_period_end);
-        v_end := billing._period_end(v_sub.billing_anchor, v_plan.billing_interval, v_plan.interval_count,
-                                     v_sub.period_number + 1, v_sub.timezone);
-        PERFORM billing._new_invoice(v_sub, 'RENEWAL', v_sub.current_period_end, v_end, v_price, v_plan, v_price, p_now);
-        UPDATE billing.subscription
-           SET current_period_start = current_period_end, current_period_end = v_end, period_number = period_number + 1,
-               period_price = v_price, version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
-        RETURNING * INTO v_sub;
+    WHILE v_sub.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND v_sub.current_period_end <= p_now LOOP
+        v_sub := billing._renew_one(v_sub, p_now);
     END LOOP;
     RETURN v_sub;
 END
 $$;
 COMMENT ON FUNCTION billing._catch_up(billing.subscription, timestamptz) IS
-'Private: renews the locked subscription period by period (each at the terms in force when it starts) until its period contains p_now, or cancels it at period end if flagged.
+'Private: renews the locked subscription period by period (each at the terms in force when it starts, through _renew_one: trial end, scheduled change, coupon) until its period contains p_now, or cancels it at period end if flagged.
 Returns the subscription as it is then.';
 
+DROP FUNCTION IF EXISTS billing.change_plan(bigint, text, timestamptz, bigint);
 CREATE OR REPLACE FUNCTION billing.change_plan(
     p_subscription_id bigint, p_plan_code text, p_now timestamptz DEFAULT now(),
-    p_expected_version bigint DEFAULT NULL)
+    p_expected_version bigint DEFAULT NULL, p_when text DEFAULT 'now', p_prorate boolean DEFAULT true)
 RETURNS billing.subscription
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -223,14 +253,22 @@ DECLARE
     v_superseded billing.invoice;
     v_from_price bigint;
     v_new_price bigint;
+    v_unit      bigint;
     v_change_at timestamptz;
     v_amount    bigint;
     v_start     timestamptz;
-    v_end       timestamptz;
     v_before    billing.subscription;
 BEGIN
-    PERFORM billing._audit('change_plan', jsonb_build_object('subscription_id', p_subscription_id, 'plan_code', p_plan_code, 'now', p_now, 'expected_version', p_expected_version));
+    PERFORM billing._audit('change_plan', jsonb_build_object('subscription_id', p_subscription_id, 'plan_code', p_plan_code, 'now', p_now, 'expected_version', p_expected_version, 'when', p_when, 'prorate', p_prorate));
     PERFORM billing._check_now(p_now);
+    PERFORM billing._check_one_of('change time', p_when, ARRAY['now', 'period_end'], 'Use now or period_end.');
+    IF p_prorate IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_prorate must be true or false';
+    END IF;
+    IF p_when = 'period_end' AND NOT p_prorate THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a change at period end is never prorated: leave p_prorate true',
+            HINT = 'p_prorate false is for a change now.';
+    END IF;
     v_sub := billing._lock_subscription(p_subscription_id);
     IF v_sub.status = 'CANCELED' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
@@ -238,6 +276,9 @@ BEGIN
             HINT = 'Create a new subscription instead.';
     END IF;
     PERFORM billing._check_version(v_sub, p_expected_version);
+    -- What was due and not yet processed (a resume, a trial's end, renewals) is settled first, at its
+    -- own instant: a change never chooses the terms of a period already begun.
+    v_sub := billing._settle_due(v_sub, p_now, 'its plan cannot change');
 
     SELECT * INTO v_new FROM billing.plan WHERE code = p_plan_code;
     IF NOT FOUND THEN
@@ -251,17 +292,61 @@ BEGIN
                              v_new.code, v_new.currency, v_sub.id, v_old.currency),
             HINT = 'Choose a plan in the same currency, or cancel and subscribe again.';
     END IF;
+
     IF v_new.id = v_old.id THEN
-        RETURN v_sub;  -- nothing to change
+        -- Back to the current plan: withdraws a scheduled change, if any; nothing else to do.
+        IF v_sub.scheduled_plan_id IS NULL THEN
+            RETURN v_sub;
+        END IF;
+        v_before := v_sub;
+        UPDATE billing.subscription SET scheduled_plan_id = NULL, version = version + 1, updated_at = p_now
+         WHERE id = v_sub.id
+        RETURNING * INTO v_sub;
+        UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE id = v_sub.id
+        RETURNING * INTO v_sub;
+        PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
+        RETURN v_sub;
     END IF;
 
-    -- Periods already due are billed at the plan they were due under, before the change.
-    v_sub := billing._catch_up(v_sub, p_now);
-    IF v_sub.status = 'CANCELED' THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('subscription %s ended at its period end %s; its plan cannot change', v_sub.id,
-                             v_sub.current_period_end),
-            HINT = 'Create a new subscription instead.';
+    IF p_when = 'period_end' THEN
+        -- Takes effect at the renewal (or at the trial's end, or when a pause ends): the new
+        -- plan bills the next period, nothing is prorated, nothing credited.
+        IF v_sub.scheduled_plan_id IS NOT DISTINCT FROM v_new.id THEN
+            RETURN v_sub;
+        END IF;
+        v_before := v_sub;
+        UPDATE billing.subscription
+           SET scheduled_plan_id = v_new.id, lifecycle_pending = true, version = version + 1, updated_at = p_now
+         WHERE id = v_sub.id
+        RETURNING * INTO v_sub;
+        PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
+        RETURN v_sub;
+    END IF;
+
+    IF v_sub.status IN ('TRIALING', 'PAUSED') THEN
+        -- Nothing is being billed: the plan switches, its price counts from the next billed period.
+        v_before := v_sub;
+        UPDATE billing.subscription
+           SET plan_id = v_new.id, scheduled_plan_id = NULL, version = version + 1, updated_at = p_now
+         WHERE id = v_sub.id
+        RETURNING * INTO v_sub;
+        UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE id = v_sub.id
+        RETURNING * INTO v_sub;
+        PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
+        RETURN v_sub;
+    END IF;
+
+    -- (Periods already due were billed above, by _settle_due, at the plan they were due under.)
+    -- A change now replaces a change scheduled for the period end.
+    IF v_sub.scheduled_plan_id IS NOT NULL THEN
+        UPDATE billing.subscription SET scheduled_plan_id = NULL WHERE id = v_sub.id RETURNING * INTO v_sub;
+        UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE id = v_sub.id
+        RETURNING * INTO v_sub;
+    END IF;
+    SELECT * INTO v_old FROM billing.plan WHERE id = v_sub.plan_id;
+    IF v_new.id = v_old.id THEN
+        -- Catching up applied a scheduled change to this very plan.
+        RETURN v_sub;
     END IF;
     -- Decided on the row as locked: a renewal that committed while we waited has moved the period
     -- on, and the change then applies from that period's start.
@@ -272,27 +357,36 @@ BEGIN
     -- bills upgraded time already served: it stays owed, and the change starts from its terms.
     v_from := v_old;
     v_from_price := v_sub.period_price;
-    SELECT * INTO v_superseded FROM billing.invoice
-     WHERE subscription_id = v_sub.id AND kind = 'PRORATION' AND status = 'OPEN' AND from_plan_id IS NOT NULL
-       AND attempt_count = 0 AND period_end = v_sub.current_period_end
-     ORDER BY id DESC LIMIT 1
-       FOR UPDATE;
-    IF FOUND THEN
-        UPDATE billing.invoice SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now, waiting_for = NULL
-         WHERE id = v_superseded.id
-        RETURNING * INTO v_superseded;
-        PERFORM billing._emit_event('invoice', v_superseded.id, 'InvoiceVoided', billing._invoice_data(v_superseded), p_now);
-        PERFORM billing._restore_credit(v_superseded, p_now);
-        PERFORM billing._settle_pending_credit(v_superseded, p_now);
-        SELECT * INTO v_from FROM billing.plan WHERE id = v_superseded.from_plan_id;
-        v_from_price := v_superseded.from_price;
+    IF p_prorate THEN
+        SELECT * INTO v_superseded FROM billing.invoice
+         WHERE subscription_id = v_sub.id AND kind = 'PRORATION' AND status = 'OPEN' AND from_plan_id IS NOT NULL
+           AND attempt_count = 0 AND period_end = v_sub.current_period_end
+         ORDER BY id DESC LIMIT 1
+           FOR UPDATE;
+        IF FOUND THEN
+            UPDATE billing.invoice SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now, waiting_for = NULL
+             WHERE id = v_superseded.id
+            RETURNING * INTO v_superseded;
+            PERFORM billing._emit_event('invoice', v_superseded.id, 'InvoiceVoided', billing._invoice_data(v_superseded), p_now);
+            PERFORM billing._restore_credit(v_superseded, p_now);
+            PERFORM billing._settle_pending_credit(v_superseded, p_now);
+            SELECT * INTO v_from FROM billing.plan WHERE id = v_superseded.from_plan_id;
+            v_from_price := v_superseded.from_price;
+        END IF;
     END IF;
 
-    IF (v_new.billing_interval, v_new.interval_count) = (v_from.billing_interval, v_from.interval_count) THEN
-        -- Same period length: the rest of this period at the new plan's price for it, against the
-        -- price this period was invoiced at.
-        v_new_price := billing._price_at(v_new, v_sub.current_period_start);
-        IF v_new.id = v_from.id THEN
+    IF (v_new.billing_interval, v_new.interval_count, v_new.billing_day)
+       IS NOT DISTINCT FROM (v_from.billing_interval, v_from.interval_count, v_from.billing_day) THEN
+        -- Same period length: the rest of this period at the new plan's price for it (times the
+        -- seats; its share for a first calendar period), against the price this period was
+        -- invoiced at. Without proration the plan switches and the period keeps the price billed.
+        v_unit := billing._price_at(v_new, v_sub.current_period_start);
+        v_new_price := billing._period_charge(v_unit, v_sub.quantity, v_sub.current_period_start,
+                                              v_sub.current_period_end, billing._nominal_start(v_sub, v_old));
+        IF NOT p_prorate THEN
+            v_amount := 0;
+            v_new_price := v_sub.period_price;
+        ELSIF v_new.id = v_from.id THEN
             v_amount := 0;  -- back to the plan paid for
             v_new_price := v_from_price;
         ELSE
@@ -308,7 +402,7 @@ BEGIN
             v_start := coalesce(v_start, v_change_at);
             IF v_start < v_sub.current_period_end THEN
                 PERFORM billing._new_invoice(v_sub, 'PRORATION', v_start, v_sub.current_period_end, v_amount,
-                                             v_new, v_new_price, p_now, v_from.id, v_from_price);
+                                             v_new, v_unit, p_now, v_from.id, v_from_price);
             END IF;
         ELSIF v_amount < 0 THEN
             PERFORM billing._grant_change_credit(v_sub, v_new.currency, -v_amount, p_now);
@@ -322,30 +416,24 @@ BEGIN
         RETURN v_sub;
     END IF;
 
-    -- Another period length: a new period starts now at the new plan's price, and the unused rest
-    -- of the current period (at the price it was invoiced at) is credited against it.
+    -- Another period length: a new period starts now at the new plan's price (calendar plans: to
+    -- the billing day, prorated), and the unused rest of the current period (at the price it was
+    -- invoiced at) is credited against it; without proration nothing is credited.
     SELECT greatest(v_change_at, max(period_start) + interval '1 microsecond') INTO v_start
       FROM billing.invoice
      WHERE subscription_id = v_sub.id AND kind = 'PLAN_CHANGE' AND period_start >= v_change_at;
     v_start := coalesce(v_start, v_change_at);
-    v_amount := -billing.proration_amount(v_from_price, 0, v_sub.current_period_start, v_sub.current_period_end,
-                                          least(v_start, v_sub.current_period_end));
-    v_new_price := billing._price_at(v_new, v_start);
-    v_end := billing._period_end(v_start, v_new.billing_interval, v_new.interval_count, 1, v_sub.timezone);
-    PERFORM billing._grant_change_credit(v_sub, v_new.currency, v_amount, p_now);
+    IF p_prorate THEN
+        v_amount := -billing.proration_amount(v_from_price, 0, v_sub.current_period_start, v_sub.current_period_end,
+                                              least(v_start, v_sub.current_period_end));
+        PERFORM billing._grant_change_credit(v_sub, v_new.currency, v_amount, p_now);
+    END IF;
     v_before := v_sub;
-    UPDATE billing.subscription
-       SET plan_id = v_new.id, billing_anchor = v_start, period_number = 1,
-           current_period_start = v_start, current_period_end = v_end, period_price = v_new_price,
-           version = version + 1, updated_at = p_now
-     WHERE id = v_sub.id
-    RETURNING * INTO v_sub;
+    v_sub := billing._start_period(v_sub, v_new, v_start, 'PLAN_CHANGE', p_now, v_from.id, v_from_price);
     PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
-    PERFORM billing._new_invoice(v_sub, 'PLAN_CHANGE', v_start, v_end, v_new_price, v_new, v_new_price, p_now,
-                                 v_from.id, v_from_price);
     RETURN v_sub;
 END
 $$;
-COMMENT ON FUNCTION billing.change_plan(bigint, text, timestamptz, bigint) IS
-'Switches the plan now (after billing any overdue period at its own terms). Same period length: the rest of the period is prorated against the price it was invoiced at (an OPEN PRORATION invoice, or credit that waits until the period is paid). Another length: a new period starts now (a PLAN_CHANGE invoice) and the unused rest of the current one is credited. An unpaid earlier change of the period, never declined, is superseded (voided).
-Returns the subscription; BL404 absent, BL409 stale version, BL422 unknown plan, other currency or canceled subscription.';
+COMMENT ON FUNCTION billing.change_plan(bigint, text, timestamptz, bigint, text, boolean) IS
+'Switches the plan now (after billing any overdue period at its own terms) or, p_when = period_end, at the next renewal (no proration, no credit; changing to the current plan withdraws it). Now, same period length: the rest of the period is prorated against the price it was invoiced at, times the seats (an OPEN PRORATION invoice, or credit that waits until the period is paid); p_prorate false switches without invoice or credit. Another length: a new period starts now (a PLAN_CHANGE invoice) and the unused rest of the current one is credited (unless p_prorate is false). An unpaid earlier change of the period, never declined, is superseded (voided). TRIALING or PAUSED: the plan switches without proration.
+Returns the subscription; BL404 absent, BL409 stale version, BL422 unknown plan or change time, other currency, canceled subscription, or p_prorate false at period end.';

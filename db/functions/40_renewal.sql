@@ -34,9 +34,11 @@ BEGIN
     WITH due AS MATERIALIZED (
         -- Locked rows come back in their latest committed version.
         SELECT s.ctid AS row_id, s.id, s.customer_id, s.plan_id, s.timezone, s.billing_anchor, s.period_number,
-               s.current_period_end, s.cancel_at_period_end
+               s.current_period_end, s.cancel_at_period_end, s.quantity
           FROM billing.subscription s
          WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now
+           -- A trial's end, a coupon or a scheduled change: the per-row path (_renew_lifecycle).
+           AND NOT s.lifecycle_pending
          ORDER BY s.current_period_end
          LIMIT p_batch_size
            FOR NO KEY UPDATE SKIP LOCKED
@@ -53,10 +55,11 @@ BEGIN
         SELECT d.row_id, d.id, d.customer_id, d.current_period_end AS period_start,
                billing._period_end(d.billing_anchor, p.billing_interval, p.interval_count,
                                    d.period_number + 1, d.timezone) AS period_end,
-               t.price_amount, p.currency, p.id AS plan_id, p.billing_interval, p.interval_count,
+               t.price_amount * d.quantity AS amount, t.price_amount AS plan_price, d.quantity,
+               p.currency, p.id AS plan_id, p.billing_interval, p.interval_count,
                -- A balance is spread over the customer's invoices of this batch in id order.
                CASE WHEN c.balance IS NULL THEN 0::bigint
-                    ELSE least(t.price_amount, greatest(0, c.balance - coalesce(sum(t.price_amount) OVER (
+                    ELSE least(t.price_amount * d.quantity, greatest(0, c.balance - coalesce(sum(t.price_amount * d.quantity) OVER (
                              PARTITION BY d.customer_id, p.currency ORDER BY d.id
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::bigint
                END AS credit_applied
@@ -75,13 +78,13 @@ BEGIN
     ), new_invoice AS (
         INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal,
                                      credit_applied, amount, currency, status, due_at, next_attempt_at, paid_at,
-                                     created_at, plan_id, plan_price, billing_interval, interval_count)
-        SELECT p.id, p.customer_id, 'RENEWAL', p.period_start, p.period_end, p.price_amount,
-               p.credit_applied, p.price_amount - p.credit_applied, p.currency,
-               CASE WHEN p.price_amount = p.credit_applied THEN 'PAID' ELSE 'OPEN' END, p_now,
-               CASE WHEN p.price_amount = p.credit_applied THEN NULL ELSE p_now END,
-               CASE WHEN p.price_amount = p.credit_applied THEN p_now END, p_now,
-               p.plan_id, p.price_amount, p.billing_interval, p.interval_count
+                                     created_at, plan_id, plan_price, billing_interval, interval_count, quantity)
+        SELECT p.id, p.customer_id, 'RENEWAL', p.period_start, p.period_end, p.amount,
+               p.credit_applied, p.amount - p.credit_applied, p.currency,
+               CASE WHEN p.amount = p.credit_applied THEN 'PAID' ELSE 'OPEN' END, p_now,
+               CASE WHEN p.amount = p.credit_applied THEN NULL ELSE p_now END,
+               CASE WHEN p.amount = p.credit_applied THEN p_now END, p_now,
+               p.plan_id, p.plan_price, p.billing_interval, p.interval_count, p.quantity
           FROM priced p
         RETURNING *
     ), renewed AS (
@@ -89,7 +92,7 @@ BEGIN
            SET current_period_start = p.period_start,
                current_period_end = p.period_end,
                period_number = s.period_number + 1,
-               period_price = p.price_amount,
+               period_price = p.amount,
                version = s.version + 1,
                updated_at = p_now
           FROM priced p
@@ -163,10 +166,15 @@ DECLARE
     v_handled  integer;
     v_canceled bigint[];
     v_try      integer := 0;
+    v_lifecycle integer;
 BEGIN
     PERFORM billing._audit('create_due_invoices', jsonb_build_object('batch_size', p_batch_size, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 100000);
+
+    -- Trial notices, resumes at their date, and the renewals that need the per-row path (a trial
+    -- ends, a coupon discounts, a scheduled change applies): usually few rows (35_lifecycle).
+    v_lifecycle := billing._renew_lifecycle(p_batch_size, p_now);
 
     LOOP
         v_try := v_try + 1;
@@ -188,9 +196,9 @@ BEGIN
     IF v_canceled IS NOT NULL THEN
         PERFORM billing._void_open_invoices(v_canceled, p_now);
     END IF;
-    RETURN v_handled;
+    RETURN v_handled + v_lifecycle;
 END
 $$;
 COMMENT ON FUNCTION billing.create_due_invoices(integer, timestamptz) IS
-'Claims up to p_batch_size due subscriptions (SKIP LOCKED); renews each by one period (RENEWAL invoice due at p_now at the plan''s price in force when the period starts, credit applied) or cancels it if flagged.
+'Claims up to p_batch_size due subscriptions (SKIP LOCKED); renews each by one period (RENEWAL invoice due at p_now at the plan''s price in force when the period starts, times its seats, coupon discount and credit applied) or cancels it if flagged; ends trials (first invoice), resumes paused subscriptions at their resume date, applies scheduled plan changes and announces trials ending soon.
 Returns how many it handled: 0 means nothing is due; call again to catch up missed periods (one per call per subscription).';

@@ -456,6 +456,7 @@ BEGIN
            AND v_sub.current_period_end = v_invoice.period_end THEN
             UPDATE billing.subscription
                SET plan_id = v_invoice.from_plan_id, period_price = v_invoice.from_price,
+                   quantity = coalesce(v_invoice.from_quantity, quantity),
                    version = version + 1, updated_at = p_now
              WHERE id = v_sub.id
             RETURNING * INTO v_after;

@@ -388,6 +388,7 @@ BEGIN
     RETURN jsonb_build_object(
         'subscription', to_jsonb(v_sub),
         'plan', to_jsonb(v_plan),
+        'scheduled_plan_code', (SELECT p.code FROM billing.plan p WHERE p.id = v_sub.scheduled_plan_id),
         'invoices', (SELECT coalesce(jsonb_agg(to_jsonb(i) ORDER BY i.period_start DESC, i.id DESC), '[]')
                        FROM billing.invoice i WHERE i.subscription_id = p_subscription_id),
         'attempts', (SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.id DESC), '[]')
@@ -407,7 +408,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.console_subscription(bigint) IS
-'One subscription for the console: the row, its plan, every invoice (its billed periods, newest first), the charge attempts, its own events, and the other plans of its currency (to change to).
+'One subscription for the console: the row, its plan, the code of the plan scheduled for its next period, every invoice (its billed periods, newest first), the charge attempts, its own events, and the other plans of its currency (to change to).
 Returns one jsonb document; BL404 for an unknown subscription.';
 
 CREATE OR REPLACE FUNCTION billing.console_invoices(p_status text, p_before_id bigint, p_limit integer DEFAULT 50)
@@ -418,8 +419,8 @@ AS $$
 BEGIN
     PERFORM billing._check_between('limit', p_limit, 1, 500);
     IF p_status IS NOT NULL THEN
-        PERFORM billing._check_one_of('an invoice status', p_status, ARRAY['OPEN', 'PAID', 'FAILED', 'VOID'],
-                                      'Filter by OPEN, PAID, FAILED or VOID, or give no status.');
+        PERFORM billing._check_one_of('an invoice status', p_status, ARRAY['OPEN', 'PAID', 'FAILED', 'VOID', 'REVIEW'],
+                                      'Filter by OPEN, PAID, FAILED, VOID or REVIEW, or give no status.');
     END IF;
     RETURN QUERY
     SELECT * FROM billing.invoice i

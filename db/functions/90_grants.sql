@@ -27,12 +27,14 @@ DECLARE
     -- role -> the functions of its job (by name: every overload).
     c_jobs constant jsonb := '{
       "billing_api": ["create_subscription", "get_subscription", "cancel_subscription", "change_plan",
+                      "apply_coupon", "pause_subscription", "resume_subscription", "uncancel_subscription",
+                      "reactivate_subscription", "set_quantity",
                       "upsert_customer", "plan_code", "apply_gateway_webhook", "authenticate_api_key",
                       "read_audit", "outbox_stats", "period_end", "proration_amount", "is_simulation",
                       "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
                       "delete_webhook_endpoint", "list_webhook_attempts", "set_payment_method",
                       "detach_payment_method", "list_payment_methods", "refund_invoice", "list_refunds",
-                      "record_refund_result"],
+                      "record_refund_result", "retry_invoice", "void_invoice"],
       "billing_worker": ["create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                          "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats",
                          "period_end", "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
@@ -43,21 +45,23 @@ DECLARE
       "billing_readonly": ["get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
                            "proration_amount", "dunning_next_attempt", "is_simulation", "list_payment_methods",
                            "list_refunds"],
-      "billing_admin": ["upsert_plan", "upsert_customer", "create_api_key", "list_api_keys", "revoke_api_key",
+      "billing_admin": ["upsert_plan", "upsert_customer", "upsert_coupon",
+                        "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                         "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
                         "plan_code", "period_end", "proration_amount", "is_simulation",
                         "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
                         "delete_webhook_endpoint", "list_webhook_attempts", "outbox_events_from",
                         "retry_dead_outbox_events", "replay_outbox_event", "new_key_namespace", "set_payment_method",
                         "detach_payment_method", "list_payment_methods", "refund_invoice", "list_refunds",
-                        "record_refund_result"],
+                        "record_refund_result", "retry_invoice", "void_invoice"],
       "billing_console": ["console_open_session", "console_session", "console_close_session", "console_functions",
                           "console_overview", "console_mrr", "console_customers", "console_customer",
                           "console_subscription", "console_invoices", "console_events", "authenticate_api_key",
                           "get_subscription", "plan_code", "outbox_stats", "is_simulation",
                           "cancel_subscription", "change_plan", "replay_outbox_event",
                           "uncancel_subscription", "pause_subscription", "resume_subscription", "apply_coupon",
-                          "retry_invoice", "void_invoice", "refund_invoice"]
+                          "set_quantity", "reactivate_subscription", "retry_invoice", "void_invoice",
+                          "refund_invoice"]
     }';
     v_role text;
     v_fn   regprocedure;

@@ -15,7 +15,7 @@ SELECT is((SELECT rolcanlogin OR rolsuper FROM pg_roles WHERE rolname = 'billing
           'the owner can neither log in nor is a superuser');
 SELECT ok(NOT has_function_privilege('billing_api', 'billing.record_payment_result(text,text,text,text,timestamptz,boolean)', 'EXECUTE'),
           'billing_api cannot record payment results');
-SELECT ok(NOT has_function_privilege('billing_api', 'billing.upsert_plan(text,bigint,text,text,integer,timestamptz)', 'EXECUTE'),
+SELECT ok(NOT has_function_privilege('billing_api', 'billing.upsert_plan(text,bigint,text,text,integer,timestamptz,integer)', 'EXECUTE'),
           'billing_api cannot change plans');
 SELECT ok(NOT has_function_privilege('billing_worker', 'billing.mark_outbox_published(bigint[],timestamptz)', 'EXECUTE'),
           'billing_worker cannot mark events published');
@@ -56,8 +56,10 @@ SELECT is((SELECT count(*)::int FROM pg_proc p WHERE p.pronamespace = 'billing':
                               'mark_outbox_failed', 'create_api_key', 'revoke_api_key', 'set_max_clock_skew',
                               'expire_idempotency_keys', 'record_payment_results', 'create_webhook_endpoint',
                               'delete_webhook_endpoint', 'claim_webhook_deliveries', 'record_webhook_attempts',
-                              'purge_expired', 'retry_dead_outbox_events')
-            AND p.prosrc ~ ('billing\._audit\(''' || p.proname || '''')), 23,
+                              'purge_expired', 'retry_dead_outbox_events', 'upsert_coupon', 'apply_coupon',
+                              'pause_subscription', 'resume_subscription', 'uncancel_subscription',
+                              'reactivate_subscription', 'set_quantity', 'set_trial_will_end_notice')
+            AND p.prosrc ~ ('billing\._audit\(''' || p.proname || '''')), 31,
           'every mutating API function writes its audit row');
 
 -- -- API keys --------------------------------------------------------------------------------

@@ -37,19 +37,28 @@ INVOICE = {
     "attemptCount": {"type": "integer", "minimum": 0},
     "paidAt": nullable(INSTANT),
     "gatewayReference": nullable({"type": "string"}),
+    "quantity": {"type": "integer", "minimum": 1, "description": "Seats billed."},
+    "discountAmount": {**MINOR, "description": "Coupon discount taken off the plan line (subtotal is after it)."},
+    "couponCode": nullable({"type": "string"}),
 }
 
 SUBSCRIPTION = {
     "subscriptionId": ID,
     "customerId": ID,
     "planCode": {"type": "string", "minLength": 1},
-    "status": {"enum": ["ACTIVE", "PAST_DUE", "CANCELED"]},
+    "status": {"enum": ["TRIALING", "ACTIVE", "PAST_DUE", "PAUSED", "CANCELED"]},
     "currentPeriodStart": INSTANT,
     "currentPeriodEnd": INSTANT,
     "canceledAt": nullable(INSTANT),
     "reason": {"enum": [None, "REQUESTED", "PERIOD_END", "DUNNING_EXHAUSTED"]},
     "cancelAtPeriodEnd": {"type": "boolean"},
     "version": {"type": "integer", "minimum": 1},
+    "quantity": {"type": "integer", "minimum": 1, "description": "Seats."},
+    "trialEnd": nullable(INSTANT),
+    "pausedAt": nullable(INSTANT),
+    "resumeAt": nullable(INSTANT),
+    "scheduledPlanCode": nullable({"type": "string", "minLength": 1}),
+    "couponCode": nullable({"type": "string", "minLength": 1}),
 }
 
 REFUND = {
@@ -137,8 +146,11 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                               obj({**PAYMENT_METHOD, "expiresAt": INSTANT, "renewalAt": INSTANT})),
     "InvoiceFailed": ("invoice/<id>", "the dunning schedule is exhausted: the invoice will not be charged again",
                       obj(INVOICE, const={"status": {"const": "FAILED"}})),
-    "InvoiceVoided": ("invoice/<id>", "an OPEN invoice is voided because its subscription ended (its credit is restored)",
-                      obj(INVOICE, const={"status": {"const": "VOID"}})),
+    "InvoiceVoided": ("invoice/<id>", "an OPEN invoice is voided because its subscription ended, or by an operator "
+                                      "(void_invoice; `reason` says why); its credit is restored",
+                      obj({**INVOICE, "reason": {"type": "string", "minLength": 1, "description": "The operator's "
+                                                 "reason (void_invoice); absent when the engine voided it."}},
+                          const={"status": {"const": "VOID"}}, optional=("reason",))),
     "RefundDue": ("invoice/<id>", "money was collected that is not owed (a duplicate charge, a payment on a "
                                   "subscription canceled before the invoice was declined, a success on a VOID or "
                                   "FAILED invoice); `amount` is what to give back",
@@ -157,15 +169,30 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                                               "currency or customer): kept, not applied",
                               obj({**INVOICE, "reason": {"const": "WEBHOOK_MISMATCH"}, "detail": {"type": "string"},
                                    "webhookEventId": {"type": "string"}, "idempotencyKey": {"type": "string"}})),
-    "SubscriptionCreated": ("subscription/<id>", "a subscription is created (its INITIAL invoice follows)",
-                            obj(SUBSCRIPTION, const={"status": {"const": "ACTIVE"}})),
-    "SubscriptionUpdated": ("subscription/<id>", "its plan, status or cancel-at-period-end flag changed (not for a "
-                                                 "cancellation); `changes` holds each changed field before and after",
+    "SubscriptionCreated": ("subscription/<id>", "a subscription is created (its INITIAL invoice follows, or, "
+                                                 "TRIALING, comes when the trial ends)",
+                            obj(SUBSCRIPTION, const={"status": {"enum": ["ACTIVE", "TRIALING"]}})),
+    "SubscriptionTrialWillEnd": ("subscription/<id>", "a trial ends within the configured notice (3 days by "
+                                                      "default; `trialEnd` says when)",
+                                 obj(SUBSCRIPTION, const={"status": {"const": "TRIALING"}, "trialEnd": INSTANT})),
+    "SubscriptionPaused": ("subscription/<id>", "a subscription is paused (after its SubscriptionUpdated); nothing "
+                                                "is billed until it resumes (`resumeAt`, or on request)",
+                           obj(SUBSCRIPTION, const={"status": {"const": "PAUSED"}, "pausedAt": INSTANT})),
+    "SubscriptionResumed": ("subscription/<id>", "a paused subscription resumes (after its SubscriptionUpdated): a "
+                                                 "new period starts and is billed",
+                            obj(SUBSCRIPTION, const={"status": {"enum": ["ACTIVE", "PAST_DUE"]}})),
+    "SubscriptionUpdated": ("subscription/<id>", "its plan, status, cancel-at-period-end flag, seats, scheduled plan, "
+                                                 "resume date or coupon changed (not for a cancellation); `changes` "
+                                                 "holds each changed field before and after",
                             obj({**SUBSCRIPTION, "changes": {
                                 "type": "object", "minProperties": 1, "additionalProperties": False,
                                 "properties": {"planCode": change(SUBSCRIPTION["planCode"]),
                                                "status": change(SUBSCRIPTION["status"]),
-                                               "cancelAtPeriodEnd": change(SUBSCRIPTION["cancelAtPeriodEnd"])}}})),
+                                               "cancelAtPeriodEnd": change(SUBSCRIPTION["cancelAtPeriodEnd"]),
+                                               "quantity": change(SUBSCRIPTION["quantity"]),
+                                               "scheduledPlanCode": change(SUBSCRIPTION["scheduledPlanCode"]),
+                                               "resumeAt": change(SUBSCRIPTION["resumeAt"]),
+                                               "couponCode": change(SUBSCRIPTION["couponCode"])}}})),
     "SubscriptionPastDue": ("subscription/<id>", "a declined renewal puts an ACTIVE subscription in dunning",
                             obj(SUBSCRIPTION, const={"status": {"const": "PAST_DUE"}})),
     "SubscriptionRecovered": ("subscription/<id>", "a PAST_DUE subscription has nothing left unpaid and is ACTIVE again",

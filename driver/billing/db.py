@@ -27,6 +27,9 @@ RECORD_REFUND_RESULT = (
 )
 REFUND_INVOICE = "SELECT * FROM billing.refund_invoice(%(invoice_id)s, %(amount)s, %(request_key)s, %(now)s)"
 LIST_REFUNDS = "SELECT * FROM billing.list_refunds(%(invoice_id)s)"
+# An operator's invoice actions (db/functions/58_invoice_actions.sql).
+RETRY_INVOICE = "SELECT * FROM billing.retry_invoice(%(invoice_id)s, %(now)s)"
+VOID_INVOICE = "SELECT * FROM billing.void_invoice(%(invoice_id)s, %(reason)s, %(now)s)"
 # Payment methods (db/functions/52_payment_methods.sql).
 SET_PAYMENT_METHOD = (
     "SELECT * FROM billing.set_payment_method(%(customer_id)s, %(provider)s, %(customer_ref)s, "
@@ -69,15 +72,26 @@ STATUS_SUMMARY = "SELECT * FROM billing.status_summary(%(now)s)"
 # -- The HTTP API: the subscription row plus its plan's code. `created` is exact: the SQL API sets
 # subscription.created_at = now() in the creating transaction, and now() is this statement's
 # transaction time, so it is true only when this very call inserted the row (201 vs 200).
-_API_SUBSCRIPTION = "SELECT s.*, billing.plan_code(s.plan_id) AS plan_code{extra} FROM billing.{call} s"
+_API_SUBSCRIPTION = ("SELECT s.*, billing.plan_code(s.plan_id) AS plan_code, "
+                     "billing.plan_code(s.scheduled_plan_id) AS scheduled_plan_code{extra} FROM billing.{call} s")
 API_CREATE_SUBSCRIPTION = _API_SUBSCRIPTION.format(
     extra=", s.created_at = now() AS created",
-    call="create_subscription(%(key)s, %(customer_id)s, %(plan_code)s, %(now)s)")
+    call="create_subscription(%(key)s, %(customer_id)s, %(plan_code)s, %(now)s, %(trial_days)s, %(coupon_code)s, "
+         "%(quantity)s)")
 API_GET_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="get_subscription(%(id)s)")
 API_CANCEL_SUBSCRIPTION = _API_SUBSCRIPTION.format(
     extra="", call="cancel_subscription(%(id)s, %(at_period_end)s, %(now)s, %(expected_version)s)")
 API_CHANGE_PLAN = _API_SUBSCRIPTION.format(
-    extra="", call="change_plan(%(id)s, %(plan_code)s, %(now)s, %(expected_version)s)")
+    extra="", call="change_plan(%(id)s, %(plan_code)s, %(now)s, %(expected_version)s, %(when)s, %(prorate)s)")
+# The lifecycle (db/functions/35_lifecycle.sql, docs/lifecycle.md).
+API_APPLY_COUPON = _API_SUBSCRIPTION.format(extra="", call="apply_coupon(%(id)s, %(code)s, %(now)s)")
+API_PAUSE_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="pause_subscription(%(id)s, %(resume_at)s, %(now)s)")
+API_RESUME_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="resume_subscription(%(id)s, %(now)s)")
+API_UNCANCEL_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="uncancel_subscription(%(id)s, %(now)s)")
+API_REACTIVATE_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="reactivate_subscription(%(id)s, %(now)s)")
+API_SET_QUANTITY = _API_SUBSCRIPTION.format(extra="", call="set_quantity(%(id)s, %(quantity)s, %(now)s)")
+UPSERT_COUPON = ("SELECT * FROM billing.upsert_coupon(%(code)s, %(percent_off)s, %(amount_off)s, %(currency)s, "
+                 "%(duration)s, %(duration_periods)s, %(max_redemptions)s, %(redeem_by)s, %(plan_codes)s::text[])")
 HEALTH = "SELECT 1"
 # Outbound webhook endpoints (db/functions/64_webhooks.sql).
 CREATE_WEBHOOK_ENDPOINT = "SELECT * FROM billing.create_webhook_endpoint(%(url)s, %(types)s::text[], %(secret)s, %(now)s)"
@@ -105,10 +119,14 @@ DEMO_SIGNUP_CUSTOMERS = (
     "FROM unnest(%(customer_ids)s::bigint[], %(timezones)s::text[]) AS u(customer_id, timezone)"
 )
 DEMO_SIGNUP_SUBSCRIPTIONS = (
-    "SELECT u.customer_id, (billing.create_subscription(u.key, u.customer_id, u.plan_code, u.at)).id AS id "
-    "FROM unnest(%(keys)s::text[], %(customer_ids)s::bigint[], %(plan_codes)s::text[], %(ats)s::timestamptz[]) "
-    "WITH ORDINALITY AS u(key, customer_id, plan_code, at, n) ORDER BY u.n"
+    "SELECT u.customer_id, (billing.create_subscription(u.key, u.customer_id, u.plan_code, u.at, u.trial_days, "
+    "u.coupon, u.quantity)).id AS id "
+    "FROM unnest(%(keys)s::text[], %(customer_ids)s::bigint[], %(plan_codes)s::text[], %(ats)s::timestamptz[], "
+    "%(trial_days)s::integer[], %(coupons)s::text[], %(quantities)s::integer[]) "
+    "WITH ORDINALITY AS u(key, customer_id, plan_code, at, trial_days, coupon, quantity, n) ORDER BY u.n"
 )
+DEMO_CAMPAIGN_COUPON = ("SELECT * FROM billing.upsert_coupon(%(code)s, 20, NULL, NULL, 'repeating', 2, NULL, "
+                        "%(until)s, NULL)")
 # The demo's progress probes read the tables of its own database directly (as their owner):
 # invoices due and not yet claimed, and the outbox (all events written; those still PENDING).
 DEMO_CHARGEABLE = (

@@ -34,6 +34,7 @@ def build_world(db_url: str) -> World:
     with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:
         for code, price, interval in (("PRO_M", 2000, "MONTH"), ("PRO_Y", 20000, "YEAR"), ("BASIC_M", 900, "MONTH")):
             conn.execute("SELECT billing.upsert_plan(%s, %s, 'USD', %s, 1)", (code, price, interval))
+        conn.execute("SELECT billing.upsert_coupon('WELCOME10', 10, NULL, NULL, 'once', NULL, NULL, NULL, NULL)")
         subs = {}
         for i, role in enumerate(("keep", "change", "cancel")):
             cid = 7001 + i

@@ -10,7 +10,8 @@ def invoice_paid_data(invoice_id: int, *, seq: int = 0, tag: str | None = None) 
     return {"invoiceId": invoice_id, "subscriptionId": invoice_id, "customerId": invoice_id, "kind": "RENEWAL",
             "status": "PAID", "periodStart": "2026-01-01T00:00:00.000000Z", "periodEnd": "2026-02-01T00:00:00.000000Z",
             "subtotal": 1000, "creditApplied": 0, "amount": 1000, "currency": "USD", "attemptCount": seq,
-            "paidAt": "2026-01-01T00:00:00.000000Z", "gatewayReference": tag}
+            "paidAt": "2026-01-01T00:00:00.000000Z", "gatewayReference": tag, "quantity": 1, "discountAmount": 0,
+            "couponCode": None}
 
 
 def invoice_paid_data_sql(id_expr: str) -> str:
@@ -18,4 +19,5 @@ def invoice_paid_data_sql(id_expr: str) -> str:
     return ("jsonb_build_object('invoiceId', {i}, 'subscriptionId', {i}, 'customerId', {i}, 'kind', 'RENEWAL', "
             "'status', 'PAID', 'periodStart', '2026-01-01T00:00:00.000000Z', 'periodEnd', '2026-02-01T00:00:00.000000Z', "
             "'subtotal', 1000, 'creditApplied', 0, 'amount', 1000, 'currency', 'USD', 'attemptCount', 0, "
-            "'paidAt', '2026-01-01T00:00:00.000000Z', 'gatewayReference', NULL)").format(i=id_expr)
+            "'paidAt', '2026-01-01T00:00:00.000000Z', 'gatewayReference', NULL, 'quantity', 1, 'discountAmount', 0, "
+            "'couponCode', NULL)").format(i=id_expr)

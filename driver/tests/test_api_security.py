@@ -38,6 +38,13 @@ ROUTES = [
     ("GET", "/subscriptions/1", None),
     ("POST", "/subscriptions/1/cancel", {"atPeriodEnd": True}),
     ("POST", "/subscriptions/1/change-plan", {"planCode": "BASIC_MONTHLY"}),
+    ("POST", "/subscriptions/1/coupon", {"couponCode": "NOPE"}),
+    ("POST", "/subscriptions/1/pause", {}),
+    ("POST", "/subscriptions/1/resume", {}),
+    ("POST", "/subscriptions/1/uncancel", {}),
+    ("POST", "/subscriptions/1/reactivate", {}),
+    ("POST", "/subscriptions/1/quantity", {"quantity": 2}),
+    ("POST", "/coupons", {"code": "SEC10", "percentOff": 10, "duration": "once"}),
     ("GET", "/admin/audit", None),
     ("GET", "/metrics", None),
     ("GET", "/openapi.json", None),
@@ -50,6 +57,8 @@ ROUTES = [
                                             "expYear": 2031}),
     ("POST", "/invoices/1/refunds", {"amount": 100}),
     ("GET", "/invoices/1/refunds", None),
+    ("POST", "/invoices/1/retry", {}),
+    ("POST", "/invoices/1/void", {"reason": "goodwill"}),
 ]
 PUBLIC_ROUTES = {("GET", "/healthz"), ("POST", "/webhooks/payments"), ("POST", "/webhooks/stripe")}
 
@@ -126,11 +135,16 @@ def test_every_route_refuses_a_key_without_its_scope_and_accepts_one_with_it(db_
     needs = {"GET /subscriptions/1": "subscriptions:read", "POST /subscriptions": "subscriptions:write",
              "POST /subscriptions/1/cancel": "subscriptions:write",
              "POST /subscriptions/1/change-plan": "subscriptions:write",
+             "POST /subscriptions/1/coupon": "subscriptions:write", "POST /subscriptions/1/pause": "subscriptions:write",
+             "POST /subscriptions/1/resume": "subscriptions:write", "POST /subscriptions/1/uncancel": "subscriptions:write",
+             "POST /subscriptions/1/reactivate": "subscriptions:write",
+             "POST /subscriptions/1/quantity": "subscriptions:write", "POST /coupons": "admin",
              "GET /admin/audit": "admin", "GET /metrics": "admin", "GET /openapi.json": "admin",
              "POST /webhook-endpoints": "admin", "GET /webhook-endpoints": "admin", "GET /webhook-endpoints/1": "admin",
              "DELETE /webhook-endpoints/1": "admin", "GET /webhook-endpoints/1/attempts": "admin",
              "PUT /customers/1/payment-method": "subscriptions:write", "POST /invoices/1/refunds": "refunds:write",
-             "GET /invoices/1/refunds": "subscriptions:read"}
+             "GET /invoices/1/refunds": "subscriptions:read", "POST /invoices/1/retry": "admin",
+             "POST /invoices/1/void": "admin"}
 
     async def body():
         async with client_for(db_url) as client:

@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from billing.config import REPO_ROOT
 
 from .conftest import create_test_key
-from .console_world import NOW, ConsoleServer, build_world
+from .console_world import NOW, T0, ConsoleServer, build_world
 
 ARTIFACTS = Path(os.environ.get("BILLING_CONSOLE_ARTIFACTS", REPO_ROOT / ".cache" / "artifacts" / "console"))
 
@@ -179,9 +179,60 @@ def test_console_in_a_browser(db_url, browser):
                             "ORDER BY id DESC LIMIT 1")
         assert audit["actor"] == f"api-key:{admin_id}" and audit["args"]["at_period_end"] is True
 
+        # The lifecycle, on the same subscription: each action through its form, its effect in the database.
+        keep = world.subs["keep"]
+
+        def done(action: str, target: int, **fields) -> None:
+            form = d.find_element(By.CSS_SELECTOR, f'form[data-action="{action}"] input[name="id"][value="{target}"]') \
+                .find_element(By.XPATH, "..")
+            for name, value in fields.items():
+                box = form.find_element(By.NAME, name)
+                if box.tag_name == "select":
+                    Select(box).select_by_value(value)
+                else:  # also a datetime-local input, whose typing depends on the locale
+                    d.execute_script("arguments[0].value = arguments[1]", box, value)
+            submit_action(d, action, target)
+            flash = d.find_elements(By.ID, "flash-ok")
+            assert flash and "done" in flash[0].text, (action, d.find_element(By.TAG_NAME, "main").text[:600])
+
+        def sub_row(sub_id: int) -> dict:
+            return one(db_url, "SELECT status, cancel_at_period_end, coupon_code, quantity, paused_at, resume_at, "
+                               "billing.plan_code(plan_id) AS plan, billing.plan_code(scheduled_plan_id) AS scheduled "
+                               "FROM billing.subscription WHERE id = %s", (sub_id,))
+
+        def audited(function: str) -> dict:
+            row = one(db_url, "SELECT actor, args FROM billing.audit_log WHERE function = %s ORDER BY id DESC LIMIT 1",
+                      (function,))
+            assert row and row["actor"] == f"api-key:{admin_id}", (function, row)
+            return row["args"]
+
+        from selenium.webdriver.support.ui import Select
+
+        assert not d.find_elements(By.CSS_SELECTOR, 'form[data-action="pause"]')  # it ends at period end: no pause
+        done("uncancel", keep)
+        assert sub_row(keep)["cancel_at_period_end"] is False
+        audited("uncancel_subscription")
+        done("apply-coupon", keep, p_code="WELCOME10")
+        assert sub_row(keep)["coupon_code"] == "WELCOME10" and audited("apply_coupon")["code"] == "WELCOME10"
+        done("set-quantity", keep, p_quantity="3")
+        assert sub_row(keep)["quantity"] == 3 and audited("set_quantity")["quantity"] == 3
+        done("change-plan", keep, p_plan_code="BASIC_M", p_when="period_end", p_prorate="true")
+        row = sub_row(keep)
+        assert (row["plan"], row["scheduled"]) == ("PRO_M", "BASIC_M"), row
+        assert audited("change_plan")["when"] == "period_end"
+        assert d.find_element(By.ID, "scheduled-plan").text == "BASIC_M"
+        done("pause", keep, p_resume_at="2026-09-20T09:30")
+        row = sub_row(keep)
+        assert row["status"] == "PAUSED" and row["resume_at"] == T0.replace(day=20, minute=30), row
+        assert "PAUSED" in d.find_element(By.TAG_NAME, "h1").text
+        shot(d, "11-subscription-paused")
+        done("resume", keep)
+        row = sub_row(keep)
+        assert row["status"] == "ACTIVE" and row["plan"] == "BASIC_M" and row["resume_at"] is None, row
+        audited("resume_subscription")
+
         d.get(f"{url}/console/subscriptions/{world.subs['change']}")
         form = d.find_element(By.CSS_SELECTOR, 'form[data-action="change-plan"]')
-        from selenium.webdriver.support.ui import Select
 
         Select(form.find_element(By.TAG_NAME, "select")).select_by_value("PRO_Y")
         submit_action(d, "change-plan", world.subs["change"])
@@ -219,7 +270,43 @@ def test_console_in_a_browser(db_url, browser):
                 "SELECT proname FROM pg_proc WHERE pronamespace = 'billing'::regnamespace "
                 "AND proname IN ('refund_invoice', 'void_invoice', 'retry_invoice')")}
         assert ("refund" in invoice_actions) == ("refund_invoice" in existing)
-        assert not {"void", "retry-now"} & invoice_actions  # they apply to OPEN / FAILED invoices only
+        assert not {"void", "retry-now"} & invoice_actions  # they apply to OPEN invoices only
+
+        # Refund part of a paid invoice: a REQUESTED refund, by this operator, the worker executes it.
+        done("refund", world.paid_invoice, p_amount="500")
+        refund = one(db_url, "SELECT amount, status, requested_by FROM billing.refund WHERE invoice_id = %s",
+                     (world.paid_invoice,))
+        assert refund == {"amount": 500, "status": "REQUESTED", "requested_by": f"api-key:{admin_id}"}, refund
+
+        # The invoice in dunning (its subscription canceled above, it stays owed): retry it now, then void it.
+        with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:  # the worker's second try: declined
+            for c in conn.execute("SELECT * FROM billing.claim_charges('w', 10, '5 minutes', %s)", (NOW,)).fetchall():
+                if c["invoice_id"] == world.open_invoice:
+                    conn.execute("SELECT billing.record_payment_result(%s, 'DECLINED', NULL, 'card_declined', %s)",
+                                 (c["idempotency_key"], NOW))
+        d.get(f"{url}/console/invoices?status=OPEN")
+        assert d.find_element(By.ID, f"invoice-{world.open_invoice}").get_attribute("data-status") == "OPEN"
+        assert {"retry-now", "void"} <= {f.get_attribute("data-action") for f in
+                                         d.find_elements(By.CSS_SELECTOR, f"#invoice-{world.open_invoice} form.action")}
+        shot(d, "12-invoices-open")
+        before = one(db_url, "SELECT next_attempt_at FROM billing.invoice WHERE id = %s", (world.open_invoice,))
+        assert before["next_attempt_at"] > NOW
+        done("retry-now", world.open_invoice)
+        assert one(db_url, "SELECT next_attempt_at FROM billing.invoice WHERE id = %s",
+                   (world.open_invoice,))["next_attempt_at"] == NOW
+        assert d.find_element(By.CSS_SELECTOR, f"#invoice-{world.open_invoice} .next-try").text \
+            == "next try 2026-09-11 09:00 UTC"  # the page it came back to shows it
+        assert audited("retry_invoice")["invoice_id"] == world.open_invoice
+        done("void", world.open_invoice, p_reason="goodwill after the outage")
+        voided = one(db_url, "SELECT status, next_attempt_at FROM billing.invoice WHERE id = %s", (world.open_invoice,))
+        assert voided == {"status": "VOID", "next_attempt_at": None}, voided
+        assert one(db_url, "SELECT payload -> 'data' ->> 'reason' AS reason FROM billing.outbox_event "
+                           "WHERE event_type = 'InvoiceVoided' AND aggregate_id = %s",
+                   (world.open_invoice,))["reason"] == "goodwill after the outage"
+        assert audited("void_invoice")["reason"] == "goodwill after the outage"
+        d.get(f"{url}/console/invoices?status=VOID")
+        assert d.find_element(By.ID, f"invoice-{world.open_invoice}").get_attribute("data-status") == "VOID"
+        shot(d, "13-invoices-void")
 
         # -- events: search by subject and type, replay one.
         d.get(f"{url}/console/events")

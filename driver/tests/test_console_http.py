@@ -112,27 +112,42 @@ def test_secure_cookies_behind_tls(db_url, monkeypatch):
             assert r.status_code == 303 and "Secure" in r.headers["set-cookie"]
 
 
-def test_an_action_appears_the_day_its_function_lands(db_url, served):
-    """A stand-in for a function another part of the SQL API will add (retry_invoice): the console
-    finds it in the catalog, shows it on the invoices that fit, and calls it by argument name."""
+def test_invoice_actions_need_an_admin_session_and_the_csrf_token(db_url, served):
+    """Retry, void and refund move money: a read session, a missing token or another site's form
+    changes nothing; an admin session's form does, once per form (its nonce)."""
     world, server = served
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        exists = conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'retry_invoice' "
-                              "AND pronamespace = 'billing'::regnamespace").fetchone()[0]
-        if exists:
-            pytest.skip("billing.retry_invoice exists in this database: the browser test exercises the real one")
-        conn.execute("CREATE TABLE public.retried (invoice_id bigint, at timestamptz)")
-        conn.execute("""CREATE FUNCTION billing.retry_invoice(p_invoice_id bigint, p_now timestamptz DEFAULT now())
-                        RETURNS bigint LANGUAGE sql AS
-                        $$ INSERT INTO public.retried VALUES (p_invoice_id, p_now) RETURNING invoice_id $$""")
-    key = create_test_key(db_url, "admin")
+
+    def invoice() -> tuple:
+        with psycopg.connect(db_url) as conn:
+            return conn.execute("SELECT status, next_attempt_at, (SELECT count(*) FROM billing.refund) "
+                                "FROM billing.invoice WHERE id = %s", (world.open_invoice,)).fetchone()
+
+    untouched = invoice()
+    reader, admin = create_test_key(db_url, "subscriptions:read"), create_test_key(db_url, "admin")
+    forms = [("retry-now", world.open_invoice, {}), ("void", world.open_invoice, {"p_reason": "x"}),
+             ("refund", world.paid_invoice, {"p_amount": "100"})]
     with httpx.Client(base_url=server.url) as c:
-        _login(c, key)
+        _login(c, reader)
         page = c.get("/console/invoices").text
-        assert f'data-action="retry-now"' in page
-        assert page.count('data-action="retry-now"') == 1  # only the OPEN invoice
-        r = c.post("/console/actions/retry-now", data={"csrf": _csrf(page), "id": str(world.open_invoice),
-                                                       "nonce": "n", "back": "/console/invoices"})
-        assert r.status_code == 303 and "ok=" in r.headers["location"]
+        assert 'data-action="void"' in page and "disabled" in page  # shown, not usable
+        for name, target, fields in forms:
+            r = c.post(f"/console/actions/{name}", data={"csrf": _csrf(page), "id": str(target), "nonce": "n", **fields})
+            assert r.status_code == 403 and "may look but not act" in r.text
+    with httpx.Client(base_url=server.url) as c:
+        _login(c, admin)
+        page = c.get("/console/invoices").text
+        for name, target, fields in forms:
+            base = {"id": str(target), "nonce": "n", **fields}
+            assert c.post(f"/console/actions/{name}", data=base).status_code == 403
+            assert c.post(f"/console/actions/{name}", data={**base, "csrf": _csrf(page)},
+                          headers={"Origin": "https://evil.example"}).status_code == 403
+        assert invoice() == untouched
+        refund = {"csrf": _csrf(page), "id": str(world.paid_invoice), "nonce": "same-form", "p_amount": "100",
+                  "back": "/console/invoices"}
+        for _ in range(2):  # the same form sent twice (a double click, a reload): one refund
+            r = c.post("/console/actions/refund", data=refund)
+            assert r.status_code == 303 and "ok=" in r.headers["location"], r.headers["location"]
+        r = c.post("/console/actions/refund", data={**refund, "nonce": "other", "p_amount": "999999"})
+        assert r.status_code == 303 and "error=" in r.headers["location"]  # more than was paid
     with psycopg.connect(db_url) as conn:
-        assert conn.execute("SELECT invoice_id FROM public.retried").fetchall() == [(world.open_invoice,)]
+        assert conn.execute("SELECT array_agg(amount) FROM billing.refund").fetchone()[0] == [100]

@@ -7,7 +7,7 @@ import asyncio
 import copy
 import re
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
@@ -70,6 +70,11 @@ def test_small_demo_holds_every_invariant_and_writes_its_report(demo_run):
     assert sim["timeouts"] > 0 and sim["errors"] > 0 and sim["webhooksDelivered"] > 0
     assert sim["replays"] + sim["lookups"] > 0
     assert {r["reason"] for r in s["subscriptions"]} >= {"REQUESTED", "PERIOD_END"}
+    # The lifecycle (docs/lifecycle.md): trials told of their end, the campaign's coupon, seats, pauses.
+    life = s["lifecycle"]
+    assert life["trials"] > 0 and life["redemptions"] > 0 and life["discounted"] > 0 and life["seats"] > 0
+    assert s["events"].get("SubscriptionTrialWillEnd", 0) > 0
+    assert s["events"].get("SubscriptionPaused", 0) > 0 and s["events"].get("SubscriptionResumed", 0) > 0
     assert len(s["revenue"]) == 6
 
     page = (out / "report.html").read_text(encoding="utf-8")
@@ -174,7 +179,15 @@ def test_scenario_is_deterministic_and_clustered():
     assert len(signups) == 2000
     on_campaign_day = [x for x in signups if a.peaks[0][0] <= x.at < a.peaks[0][1]]
     assert len(on_campaign_day) > 0.5 * len(signups)
-    assert {x.kind for x in a.actions} == {"signup", "upgrade", "downgrade", "cancel_now", "cancel_at_end", "refund"}
+    assert {x.kind for x in a.actions} == {"signup", "upgrade", "downgrade", "cancel_now", "cancel_at_end",
+                                           "seats", "pause", "resume", "uncancel", "refund"}
+    # The lifecycle: the campaign's coupon on its signups only, trials, seats, pauses with and without a date.
+    assert all((x.coupon == "SEPT1") == (x.at < datetime(2026, 9, 2, 12, tzinfo=timezone.utc)
+                                         and not x.plan_code.startswith("WEEKLY")) for x in signups)
+    assert 0.05 < sum(x.trial_days > 0 for x in signups) / len(signups) < 0.2
+    assert 0.03 < sum(x.quantity > 1 for x in signups) / len(signups) < 0.15
+    pauses = [x for x in a.actions if x.kind == "pause"]
+    assert any(x.resume_at for x in pauses) and any(x.resume_at is None for x in pauses)
     assert all(x.at >= y.at - timedelta(0) for x, y in zip(a.actions[1:], a.actions))
 
 

@@ -32,9 +32,14 @@ API = {
     "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
     "list_webhook_attempts", "claim_webhook_deliveries", "record_webhook_attempts", "purge_expired",
     "outbox_events_from", "retry_dead_outbox_events",
+    # the lifecycle (db/functions/35_lifecycle.sql, docs/lifecycle.md)
+    "upsert_coupon", "apply_coupon", "pause_subscription", "resume_subscription", "uncancel_subscription",
+    "reactivate_subscription", "set_quantity", "set_trial_will_end_notice",
     # payment methods and refunds (db/functions/52_payment_methods.sql, 57_refunds.sql)
     "set_payment_method", "detach_payment_method", "list_payment_methods", "announce_expiring_payment_methods",
     "refund_invoice", "list_refunds", "claim_refunds", "record_refund_result",
+    # an operator's invoice actions (db/functions/58_invoice_actions.sql)
+    "retry_invoice", "void_invoice",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -345,6 +350,33 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     # driver/tests/test_api_security.py.
     out["expired"] = one("expire_idempotency_keys", "%s::interval, %s, %s", ("30 days", 100, T0))[0]
     out["namespace"] = len(one("new_key_namespace", "")[0])
+    # The lifecycle, on a subscription of its own: a coupon, a trial with seats, pause and resume,
+    # a cancellation withdrawn, a reactivation refused (canceled on request, not by dunning).
+    coupon = f"LP_{tag}"[:64]
+    out["coupon"] = one("upsert_coupon", "%s, %s, %s, %s, %s, %s, %s, %s, %s::text[]",
+                        (coupon, 10, None, None, "once", None, 5, None, None))[0] == coupon
+    out["notice"] = one("set_trial_will_end_notice", "%s::interval", ("2 days",))[0] == timedelta(days=2)
+    trial = one("create_subscription", "%s, %s, %s, %s, %s, %s, %s", (f"lp-trial-{tag}", customer, basic, T0, 7, None, 2))
+    out["trialing"] = trial[3]
+    out["seats"] = one("set_quantity", "%s, %s, %s", (trial[0], 3, T0))[0] == trial[0]
+    one("apply_coupon", "%s, %s, %s", (trial[0], coupon, T0))
+    one("create_due_invoices", "%s, %s", (500, T0 + timedelta(days=8)))
+    out["paused"] = one("pause_subscription", "%s, %s, %s", (trial[0], None, T0 + timedelta(days=9)))[3]
+    out["resumed"] = one("resume_subscription", "%s, %s", (trial[0], T0 + timedelta(days=10)))[3]
+    one("cancel_subscription", "%s, %s, %s", (trial[0], True, T0 + timedelta(days=11)))
+    out["uncanceled"] = one("uncancel_subscription", "%s, %s", (trial[0], T0 + timedelta(days=11)))[3]
+    one("cancel_subscription", "%s, %s, %s", (trial[0], False, T0 + timedelta(days=12)))
+    try:
+        with conn.transaction():
+            one("reactivate_subscription", "%s, %s", (trial[0], T0 + timedelta(days=13)))
+        out["reactivated"] = "unexpected"
+    except psycopg.Error as exc:
+        out["reactivated"] = exc.sqlstate
+    # An operator's invoice actions, on a new subscription's first invoice (due at once).
+    extra = one("create_subscription", "%s, %s, %s, %s", (f"lp-void-{tag}", customer, basic, T0 + timedelta(days=14)))
+    invoice_id = one("console_subscription", "%s", (extra[0],))[0]["invoices"][0]["id"]
+    out["retried"] = one("retry_invoice", "%s, %s", (invoice_id, T0 + timedelta(days=14, seconds=1)))[10]
+    out["voided"] = one("void_invoice", "%s, %s, %s", (invoice_id, "lp", T0 + timedelta(days=14, seconds=2)))[10]
     out["called"] = called
     return out
 
@@ -362,6 +394,8 @@ EXPECTED = {
     "purged": (0, 0, 0), "deleted": True,
     "simulation": True, "key": True, "authenticated": True, "listed": True, "revoked": True, "audited": True,
     "skew": True, "expired": 0,
+    "coupon": True, "notice": True, "trialing": "TRIALING", "seats": True, "paused": "PAUSED", "resumed": "ACTIVE",
+    "uncanceled": "ACTIVE", "reactivated": "BL422", "retried": "OPEN", "voided": "VOID",
     "method": True, "methods": 1, "detached": "DETACHED", "expiring": 0, "refund": (1000, "REQUESTED"), "refunds": 1,
     "refund_claimed": [True], "refund_done": "SUCCEEDED",
     "console_login": True, "console_session": True, "console_logout": True, "console_overview": True,

@@ -7,7 +7,8 @@
   no invoice for a period after the cancel, version strictly increasing);
 * the same idempotency key sent by several sessions at once: one subscription;
 * the same payment result recorded by several sessions at once: one InvoicePaid;
-* the outbox wakes the relay with one NOTIFY per statement, carrying the row count.
+* the outbox wakes the relay with one NOTIFY per statement, carrying the row count;
+* an operator's void racing a charge worker's claim: never a VOID invoice with a charge in flight.
 """
 
 from __future__ import annotations
@@ -303,3 +304,40 @@ def test_change_plan_waiting_for_a_renewal_decides_on_the_row_it_locked(db_url):
         got = conn.execute("SELECT period_start, subtotal FROM billing.invoice WHERE subscription_id = %s "
                            "AND kind = 'PRORATION'", (sub,)).fetchall()
     assert got == [(end, 2000)]  # the whole new period, 3000 - 1000
+
+
+def test_a_void_waiting_on_a_claim_sees_the_charge_in_flight_and_refuses(db_url):
+    """void_invoice and a charge worker's claim on the same invoice: the void waits for the claim's
+    transaction, then sees its charge in flight and refuses (BL409); a claim after a void finds
+    nothing. Never a VOID invoice whose charge is out at the gateway."""
+    with connect(db_url) as conn:
+        conn.execute("SELECT billing.upsert_plan('RACE_V', 1000, 'USD', 'MONTH', 1)")
+        subs = [conn.execute("SELECT id FROM billing.create_subscription(%s, %s, 'RACE_V', %s)",
+                             (f"race-void-{i}", 9100 + i, T0)).fetchone()[0] for i in range(2)]
+        claimed_first, voided_first = (conn.execute("SELECT id FROM billing.invoice WHERE subscription_id = %s",
+                                                    (s,)).fetchone()[0] for s in subs)
+        conn.execute("SELECT billing.void_invoice(%s, 'before any claim', %s)", (voided_first, T0))
+    worker = psycopg.connect(db_url)  # a transaction held open: the claim made, not yet committed
+    claimed = worker.execute("SELECT invoice_id FROM billing.claim_charges('w', 10, '5 minutes', %s)",
+                             (T0,)).fetchall()
+    assert claimed == [(claimed_first,)]  # the voided one is never claimed
+    outcome: dict = {}
+
+    def void() -> None:
+        with connect(db_url) as conn:
+            try:
+                conn.execute("SELECT billing.void_invoice(%s, 'raced', %s)", (claimed_first, T0))
+                outcome["result"] = "voided"
+            except psycopg.Error as exc:
+                outcome["result"] = exc.sqlstate
+
+    t = threading.Thread(target=void)
+    t.start()
+    t.join(timeout=2)
+    assert t.is_alive(), "the void must wait for the claim's row lock"
+    worker.commit()
+    worker.close()
+    t.join(timeout=30)
+    assert outcome["result"] == "BL409"
+    with connect(db_url) as conn:
+        assert conn.execute("SELECT status FROM billing.invoice WHERE id = %s", (claimed_first,)).fetchone()[0] == "OPEN"

@@ -19,6 +19,7 @@ import secrets as secrets_module
 import logging
 import time
 from datetime import timezone
+from decimal import Decimal
 from typing import Awaitable, Callable
 
 import psycopg
@@ -36,8 +37,8 @@ from billing import db
 from billing.api.openapi import OPENAPI
 from billing.api.security import ApiGuard, KeyRateLimiter, Unavailable
 from billing.api.validation import (
-    BIGINT_MAX, IDEMPOTENCY_KEY, ApiError, bigint_field, bool_field, error_response, if_match, iso_utc,
-    json_object, path_id, query_int, query_text, read_body, subscription_response, text_field,
+    BIGINT_MAX, IDEMPOTENCY_KEY, ApiError, bigint_field, bool_field, error_response, if_match, instant_field,
+    int_field, iso_utc, json_object, path_id, query_int, query_text, read_body, subscription_response, text_field,
 )
 from billing.api.webhooks import MAX_WEBHOOK_BODY, verify_signature, webhook_fields
 from billing.events.schemas import catalogue
@@ -146,6 +147,14 @@ def endpoint_json(row: dict, *, with_secret: bool = False) -> dict:
     return out
 
 
+def coupon_json(row: dict) -> dict:
+    return {"object": "coupon", "code": row["code"],
+            "percentOff": None if row["percent_off"] is None else float(row["percent_off"]),
+            "amountOff": row["amount_off"], "currency": row["currency"], "duration": row["duration"],
+            "durationPeriods": row["duration_periods"], "maxRedemptions": row["max_redemptions"],
+            "timesRedeemed": row["times_redeemed"], "redeemBy": _utc(row["redeem_by"]), "planCodes": row["plan_codes"]}
+
+
 def payment_method_json(row: dict) -> dict:
     """A payment method as the API shows it (the provider references are the caller's own)."""
     return {"object": "payment_method", "id": row["id"], "customerId": row["customer_id"], "provider": row["provider"],
@@ -168,6 +177,17 @@ def small_int(doc: dict, name: str) -> int:
     if not 0 <= value <= 10000:
         raise ApiError(422, "invalid_input", f"{name} is out of range")
     return value
+
+
+def invoice_json(row: dict) -> dict:
+    """An invoice as the API shows it (amounts in minor units)."""
+    return {"object": "invoice", "id": row["id"], "subscriptionId": row["subscription_id"],
+            "customerId": row["customer_id"], "kind": row["kind"], "status": row["status"],
+            "periodStart": _utc(row["period_start"]), "periodEnd": _utc(row["period_end"]),
+            "subtotal": row["subtotal"], "creditApplied": row["credit_applied"], "amount": row["amount"],
+            "amountRefunded": row["amount_refunded"], "currency": row["currency"].strip(),
+            "attemptCount": row["attempt_count"], "nextAttemptAt": _utc(row["next_attempt_at"]),
+            "paidAt": _utc(row["paid_at"]), "closedAt": _utc(row["closed_at"])}
 
 
 def attempt_json(row: dict) -> dict:
@@ -229,12 +249,17 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         if not IDEMPOTENCY_KEY.match(key):
             raise ApiError(400, "invalid_idempotency_key",
                            "Idempotency-Key must be 1 to 255 printable ASCII characters without spaces")
-        doc = await json_object(request, allowed={"customerId", "planCode"}, required={"customerId", "planCode"})
+        doc = await json_object(request, allowed={"customerId", "planCode", "trialDays", "couponCode", "quantity"},
+                                required={"customerId", "planCode"})
         customer_id = bigint_field(doc, "customerId")
         plan_code = text_field(doc, "planCode")
+        trial_days = int_field(doc, "trialDays", 0, 730) if doc.get("trialDays") is not None else 0
+        coupon = text_field(doc, "couponCode", max_len=64) if doc.get("couponCode") is not None else None
+        quantity = int_field(doc, "quantity", 1, 1_000_000) if doc.get("quantity") is not None else 1
         row = await database.mutate(actor(request), db.API_CREATE_SUBSCRIPTION, {
             "key": scoped_idempotency_key(request.state.api_key_id, key), "customer_id": customer_id,
-            "plan_code": plan_code, "now": clock.now()})
+            "plan_code": plan_code, "now": clock.now(), "trial_days": trial_days, "coupon_code": coupon,
+            "quantity": quantity})
         created = bool(row and row["created"])
         return subscription_response(row, 201 if created else 200, {"Location": f"/subscriptions/{row['id']}"})
 
@@ -257,11 +282,79 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
     async def change_plan(request: Request) -> Response:
         sub_id = path_id(request)
         expected = if_match(request)
-        doc = await json_object(request, allowed={"planCode"}, required={"planCode"})
+        doc = await json_object(request, allowed={"planCode", "when", "prorate"}, required={"planCode"})
+        when = text_field(doc, "when", max_len=20) if doc.get("when") is not None else "now"
+        if when not in ("now", "period_end"):
+            raise ApiError(422, "invalid_input", "when must be now or period_end")
+        prorate = bool_field(doc, "prorate") if doc.get("prorate") is not None else True
         row = await database.mutate(actor(request), db.API_CHANGE_PLAN, {
             "id": sub_id, "plan_code": text_field(doc, "planCode"),
-            "now": clock.now(), "expected_version": expected})
+            "now": clock.now(), "expected_version": expected, "when": when, "prorate": prorate})
         return subscription_response(row)
+
+    # -- the lifecycle (docs/lifecycle.md) -------------------------------------------------------
+    @endpoint_of("/subscriptions/{id}/coupon")
+    async def apply_coupon(request: Request) -> Response:
+        sub_id = path_id(request)
+        doc = await json_object(request, allowed={"couponCode"}, required={"couponCode"})
+        row = await database.mutate(actor(request), db.API_APPLY_COUPON, {
+            "id": sub_id, "code": text_field(doc, "couponCode", max_len=64), "now": clock.now()})
+        return subscription_response(row)
+
+    @endpoint_of("/subscriptions/{id}/pause")
+    async def pause_subscription(request: Request) -> Response:
+        sub_id = path_id(request)
+        doc = await json_object(request, allowed={"resumeAt"}, required=set(), optional_body=True)
+        resume_at = instant_field(doc, "resumeAt") if doc.get("resumeAt") is not None else None
+        row = await database.mutate(actor(request), db.API_PAUSE_SUBSCRIPTION, {
+            "id": sub_id, "resume_at": resume_at, "now": clock.now()})
+        return subscription_response(row)
+
+    def no_body_call(route: str, query: str):
+        @endpoint_of(route)
+        async def handler(request: Request) -> Response:
+            sub_id = path_id(request)
+            await json_object(request, allowed=set(), required=set(), optional_body=True)
+            row = await database.mutate(actor(request), query, {"id": sub_id, "now": clock.now()})
+            return subscription_response(row)
+        return handler
+
+    resume_subscription = no_body_call("/subscriptions/{id}/resume", db.API_RESUME_SUBSCRIPTION)
+    uncancel_subscription = no_body_call("/subscriptions/{id}/uncancel", db.API_UNCANCEL_SUBSCRIPTION)
+    reactivate_subscription = no_body_call("/subscriptions/{id}/reactivate", db.API_REACTIVATE_SUBSCRIPTION)
+
+    @endpoint_of("/subscriptions/{id}/quantity")
+    async def set_quantity(request: Request) -> Response:
+        sub_id = path_id(request)
+        doc = await json_object(request, allowed={"quantity"}, required={"quantity"})
+        row = await database.mutate(actor(request), db.API_SET_QUANTITY, {
+            "id": sub_id, "quantity": int_field(doc, "quantity", 1, 1_000_000), "now": clock.now()})
+        return subscription_response(row)
+
+    @endpoint_of("/coupons")
+    async def upsert_coupon(request: Request) -> Response:
+        require_admin(request)
+        fields = {"code", "percentOff", "amountOff", "currency", "duration", "durationPeriods", "maxRedemptions",
+                  "redeemBy", "planCodes"}
+        doc = await json_object(request, allowed=fields, required={"code", "duration"})
+        percent = doc.get("percentOff")
+        if percent is not None and (isinstance(percent, bool) or not isinstance(percent, (int, float))):
+            raise ApiError(400, "invalid_field", "percentOff must be a number")
+        plans = doc.get("planCodes")
+        if plans is not None and (not isinstance(plans, list) or not all(isinstance(p, str) for p in plans)):
+            raise ApiError(400, "invalid_field", "planCodes must be a list of plan codes")
+        opt = lambda name, f: f(doc, name) if doc.get(name) is not None else None  # noqa: E731
+        row = await database.mutate(actor(request), db.UPSERT_COUPON, {
+            "code": text_field(doc, "code", max_len=64),
+            "percent_off": None if percent is None else Decimal(str(percent)),
+            "amount_off": opt("amountOff", bigint_field),
+            "currency": opt("currency", lambda d, n: text_field(d, n, max_len=3)),
+            "duration": text_field(doc, "duration", max_len=20),
+            "duration_periods": opt("durationPeriods", lambda d, n: int_field(d, n, 1, 120)),
+            "max_redemptions": opt("maxRedemptions", lambda d, n: int_field(d, n, 1, 2**31 - 1)),
+            "redeem_by": opt("redeemBy", instant_field),
+            "plan_codes": plans})
+        return JSONResponse(coupon_json(row))
 
     @endpoint_of("/webhooks/payments")
     async def payment_webhook(request: Request) -> Response:
@@ -360,6 +453,24 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
     async def list_refunds(request: Request) -> Response:
         rows = await database.all(db.LIST_REFUNDS, {"invoice_id": path_id(request, "invoice")})
         return JSONResponse({"object": "list", "data": [refund_json(r) for r in rows]})
+
+    # -- an operator's invoice actions (admin) ---------------------------------------------------
+    @endpoint_of("/invoices/{id}/retry")
+    async def retry_invoice(request: Request) -> Response:
+        require_admin(request)
+        invoice_id = path_id(request, "invoice")
+        await json_object(request, allowed=set(), required=set(), optional_body=True)
+        row = await database.mutate(actor(request), db.RETRY_INVOICE, {"invoice_id": invoice_id, "now": clock.now()})
+        return JSONResponse(invoice_json(row))
+
+    @endpoint_of("/invoices/{id}/void")
+    async def void_invoice(request: Request) -> Response:
+        require_admin(request)
+        invoice_id = path_id(request, "invoice")
+        doc = await json_object(request, allowed={"reason"}, required={"reason"})
+        row = await database.mutate(actor(request), db.VOID_INVOICE, {
+            "invoice_id": invoice_id, "reason": text_field(doc, "reason", max_len=500), "now": clock.now()})
+        return JSONResponse(invoice_json(row))
 
     # -- outbound webhook endpoints (admin) ------------------------------------------------------
     def require_admin(request: Request) -> None:
@@ -472,11 +583,20 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         Route("/subscriptions/{id}", get_subscription, methods=["GET"]),
         Route("/subscriptions/{id}/cancel", cancel_subscription, methods=["POST"]),
         Route("/subscriptions/{id}/change-plan", change_plan, methods=["POST"]),
+        Route("/subscriptions/{id}/coupon", apply_coupon, methods=["POST"]),
+        Route("/subscriptions/{id}/pause", pause_subscription, methods=["POST"]),
+        Route("/subscriptions/{id}/resume", resume_subscription, methods=["POST"]),
+        Route("/subscriptions/{id}/uncancel", uncancel_subscription, methods=["POST"]),
+        Route("/subscriptions/{id}/reactivate", reactivate_subscription, methods=["POST"]),
+        Route("/subscriptions/{id}/quantity", set_quantity, methods=["POST"]),
+        Route("/coupons", upsert_coupon, methods=["POST"]),
         Route("/webhooks/payments", payment_webhook, methods=["POST"]),
         Route("/webhooks/stripe", stripe_webhook, methods=["POST"]),
         Route("/customers/{id}/payment-method", put_payment_method, methods=["PUT"]),
         Route("/invoices/{id}/refunds", create_refund, methods=["POST"]),
         Route("/invoices/{id}/refunds", list_refunds, methods=["GET"]),
+        Route("/invoices/{id}/retry", retry_invoice, methods=["POST"]),
+        Route("/invoices/{id}/void", void_invoice, methods=["POST"]),
         Route("/webhook-endpoints", create_webhook_endpoint, methods=["POST"]),
         Route("/webhook-endpoints", list_webhook_endpoints, methods=["GET"]),
         Route("/webhook-endpoints/{id}", get_webhook_endpoint, methods=["GET"]),

@@ -15,13 +15,41 @@ _SUBSCRIPTION = {
         "id": {"type": "integer", "format": "int64"},
         "customerId": {"type": "integer", "format": "int64"},
         "planCode": {"type": "string"},
-        "status": {"type": "string", "enum": ["ACTIVE", "PAST_DUE", "CANCELED"]},
+        "status": {"type": "string", "enum": ["TRIALING", "ACTIVE", "PAST_DUE", "PAUSED", "CANCELED"]},
         "currentPeriodStart": {"type": "string", "format": "date-time"},
         "currentPeriodEnd": {"type": "string", "format": "date-time"},
         "cancelAtPeriodEnd": {"type": "boolean"},
         "version": {"type": "integer", "format": "int64"},
+        "quantity": {"type": "integer", "minimum": 1},
+        "trialEnd": {"type": ["string", "null"], "format": "date-time"},
+        "pausedAt": {"type": ["string", "null"], "format": "date-time"},
+        "resumeAt": {"type": ["string", "null"], "format": "date-time"},
+        "scheduledPlanCode": {"type": ["string", "null"]},
+        "couponCode": {"type": ["string", "null"]},
     },
 }
+_COUPON = {
+    "type": "object", "required": ["object", "code", "duration", "timesRedeemed"],
+    "properties": {"object": {"const": "coupon"}, "code": {"type": "string"},
+                   "percentOff": {"type": ["number", "null"]}, "amountOff": {"type": ["integer", "null"]},
+                   "currency": {"type": ["string", "null"]},
+                   "duration": {"type": "string", "enum": ["once", "repeating", "forever"]},
+                   "durationPeriods": {"type": ["integer", "null"]}, "maxRedemptions": {"type": ["integer", "null"]},
+                   "timesRedeemed": {"type": "integer"}, "redeemBy": {"type": ["string", "null"], "format": "date-time"},
+                   "planCodes": {"type": ["array", "null"], "items": {"type": "string"}}},
+}
+
+
+def _lifecycle(operation: str, description: str, body: dict | None) -> dict:
+    """A POST /subscriptions/{id}/<action> of the lifecycle (docs/lifecycle.md)."""
+    request = {"type": "object", "additionalProperties": False, **(body or {"properties": {}})}
+    return {"post": {
+        "operationId": operation, "parameters": [_ID_PARAM],
+        "requestBody": {"required": body is not None and bool(request.get("required")),
+                        "content": {"application/json": {"schema": request}}},
+        "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
+        "responses": {"200": _sub_ok(description), **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)},
+    }}
 
 
 def _errors(*statuses: int) -> dict:
@@ -69,6 +97,20 @@ _REFUND = {
                    "requestedAt": {"type": "string", "format": "date-time"}, "settledAt": _NULLABLE_TIME,
                    "providerReference": {"type": ["string", "null"]}, "failureReason": {"type": ["string", "null"]}},
 }
+_INVOICE = {
+    "type": "object", "required": ["object", "id", "subscriptionId", "customerId", "kind", "status", "amount", "currency"],
+    "properties": {"object": {"const": "invoice"}, "id": {"type": "integer", "format": "int64"},
+                   "subscriptionId": {"type": "integer", "format": "int64"},
+                   "customerId": {"type": "integer", "format": "int64"},
+                   "kind": {"type": "string", "enum": ["INITIAL", "RENEWAL", "PRORATION", "PLAN_CHANGE"]},
+                   "status": {"type": "string", "enum": ["OPEN", "PAID", "FAILED", "VOID", "REVIEW"]},
+                   "periodStart": {"type": "string", "format": "date-time"},
+                   "periodEnd": {"type": "string", "format": "date-time"},
+                   "subtotal": {"type": "integer", "format": "int64"}, "creditApplied": {"type": "integer", "format": "int64"},
+                   "amount": {"type": "integer", "format": "int64"}, "amountRefunded": {"type": "integer", "format": "int64"},
+                   "currency": {"type": "string"}, "attemptCount": {"type": "integer"},
+                   "nextAttemptAt": _NULLABLE_TIME, "paidAt": _NULLABLE_TIME, "closedAt": _NULLABLE_TIME},
+}
 _ATTEMPT = {
     "type": "object", "required": ["eventId", "eventType", "attempt", "attemptedAt", "deliveryStatus"],
     "properties": {"object": {"const": "webhook_attempt"}, "eventId": {"type": "string"},
@@ -108,7 +150,10 @@ OPENAPI: dict = {
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "additionalProperties": False, "required": ["customerId", "planCode"],
                 "properties": {"customerId": {"type": "integer", "format": "int64"},
-                               "planCode": {"type": "string", "minLength": 1, "maxLength": 100}}}}}},
+                               "planCode": {"type": "string", "minLength": 1, "maxLength": 100},
+                               "trialDays": {"type": "integer", "minimum": 0, "maximum": 730},
+                               "couponCode": {"type": "string", "minLength": 1, "maxLength": 64},
+                               "quantity": {"type": "integer", "minimum": 1, "maximum": 1000000}}}}}},
             "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
             "responses": {"201": _sub_ok("Created"), "200": _sub_ok("The key replays an earlier request"),
                           **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503)},
@@ -131,10 +176,39 @@ OPENAPI: dict = {
             "operationId": "changePlan", "parameters": [_ID_PARAM, _IF_MATCH],
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "additionalProperties": False, "required": ["planCode"],
-                "properties": {"planCode": {"type": "string", "minLength": 1, "maxLength": 100}}}}}},
+                "properties": {"planCode": {"type": "string", "minLength": 1, "maxLength": 100},
+                               "when": {"type": "string", "enum": ["now", "period_end"]},
+                               "prorate": {"type": "boolean"}}}}}},
             "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
-            "responses": {"200": _sub_ok("The plan was changed (prorated)"),
+            "responses": {"200": _sub_ok("The plan was changed (prorated unless prorate is false), or scheduled"),
                           **_errors(400, 401, 403, 404, 409, 412, 413, 415, 422, 429, 503)},
+        }},
+        "/subscriptions/{id}/coupon": _lifecycle("applyCoupon", "The coupon applies from the next period invoice", {
+            "required": ["couponCode"], "properties": {"couponCode": {"type": "string", "minLength": 1, "maxLength": 64}}}),
+        "/subscriptions/{id}/pause": _lifecycle("pauseSubscription", "Paused (the unused rest of the period credited)", {
+            "properties": {"resumeAt": {"type": "string", "format": "date-time"}}}),
+        "/subscriptions/{id}/resume": _lifecycle("resumeSubscription", "Resumed: a new period from now, billed", None),
+        "/subscriptions/{id}/uncancel": _lifecycle("uncancelSubscription", "The cancellation at period end is withdrawn", None),
+        "/subscriptions/{id}/reactivate": _lifecycle("reactivateSubscription",
+                                                     "Reactivated after dunning: a new period from now, billed", None),
+        "/subscriptions/{id}/quantity": _lifecycle("setQuantity", "Seats set (prorated)", {
+            "required": ["quantity"], "properties": {"quantity": {"type": "integer", "minimum": 1, "maximum": 1000000}}}),
+        "/coupons": {"post": {
+            "operationId": "upsertCoupon",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "additionalProperties": False, "required": ["code", "duration"],
+                "properties": {"code": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                               "percentOff": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
+                               "amountOff": {"type": "integer", "minimum": 1},
+                               "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                               "duration": {"type": "string", "enum": ["once", "repeating", "forever"]},
+                               "durationPeriods": {"type": "integer", "minimum": 1, "maximum": 120},
+                               "maxRedemptions": {"type": "integer", "minimum": 1},
+                               "redeemBy": {"type": "string", "format": "date-time"},
+                               "planCodes": {"type": "array", "items": {"type": "string"}, "minItems": 1}}}}}},
+            "security": [{"apiKey": []}], "x-scope": "admin",
+            "responses": {"200": {"description": "The coupon", "content": {"application/json": {"schema": _COUPON}}},
+                          **_errors(400, 401, 403, 413, 415, 422, 429, 503)},
         }},
         "/webhooks/payments": {"post": {
             "operationId": "paymentWebhook", "security": [],
@@ -199,6 +273,29 @@ OPENAPI: dict = {
                     "responses": {"200": _list_ok("The invoice's refunds, oldest first", "Refund"),
                                   **_errors(400, 401, 403, 429, 503)}},
         },
+        "/invoices/{id}/retry": {"post": {
+            "operationId": "retryInvoice", "security": [{"apiKey": []}], "x-scope": "admin",
+            "description": "Charges an OPEN invoice at the next claim, with the key of its current try "
+                           "(docs/sql-api.md, retry_invoice); already due: unchanged.",
+            "parameters": [_ID_PARAM],
+            "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                "type": "object", "additionalProperties": False, "properties": {}}}}},
+            "responses": {"200": {"description": "The invoice",
+                                  "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Invoice"}}}},
+                          **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)},
+        }},
+        "/invoices/{id}/void": {"post": {
+            "operationId": "voidInvoice", "security": [{"apiKey": []}], "x-scope": "admin",
+            "description": "Voids an unpaid OPEN invoice; its subscription is not canceled (docs/sql-api.md, "
+                           "void_invoice); VOID already: unchanged.",
+            "parameters": [_ID_PARAM],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "additionalProperties": False, "required": ["reason"],
+                "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 500}}}}}},
+            "responses": {"200": {"description": "The invoice, VOID",
+                                  "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Invoice"}}}},
+                          **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)},
+        }},
         "/webhook-endpoints": {
             "post": {
                 "operationId": "createWebhookEndpoint", "security": [{"apiKey": []}], "x-scope": "admin",
@@ -252,7 +349,8 @@ OPENAPI: dict = {
     },
     "components": {
         "schemas": {"Error": _ERROR, "Subscription": _SUBSCRIPTION, "WebhookEndpoint": _ENDPOINT,
-                    "WebhookAttempt": _ATTEMPT, "PaymentMethod": _PAYMENT_METHOD, "Refund": _REFUND},
+                    "WebhookAttempt": _ATTEMPT, "PaymentMethod": _PAYMENT_METHOD, "Refund": _REFUND,
+                    "Invoice": _INVOICE},
         "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer",
                                        "description": "An API key: billing api-key create (docs/security.md)"}},
     },

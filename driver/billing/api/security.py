@@ -79,9 +79,12 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("PUT", re.compile(r"^/customers/[^/]+/payment-method$"), "subscriptions:write"),
     ("POST", re.compile(r"^/invoices/[^/]+/refunds$"), "refunds:write"),  # money leaves: a scope of its own
     ("GET", re.compile(r"^/invoices/[^/]+/refunds$"), "subscriptions:read"),
+    ("POST", re.compile(r"^/invoices/[^/]+/(retry|void)$"), "admin"),  # the operator's: a void forgives a debt
     ("GET", re.compile(r"^/subscriptions/[^/]+$"), "subscriptions:read"),
     ("POST", re.compile(r"^/subscriptions$"), "subscriptions:write"),
-    ("POST", re.compile(r"^/subscriptions/[^/]+/(cancel|change-plan)$"), "subscriptions:write"),
+    ("POST", re.compile(r"^/subscriptions/[^/]+/(cancel|change-plan|coupon|pause|resume|uncancel|reactivate|quantity)$"),
+     "subscriptions:write"),
+    ("POST", re.compile(r"^/coupons$"), "admin"),  # a coupon is money: only the operator makes one
     ("GET", re.compile(r"^/admin/audit$"), "admin"),
     ("GET", re.compile(r"^/webhook-endpoints(/[^/]+(/attempts)?)?$"), "admin"),
     ("POST", re.compile(r"^/webhook-endpoints$"), "admin"),

@@ -96,6 +96,30 @@ def check_text(name: str, value: str, max_len: int) -> None:
         raise ApiError(422, "invalid_input", f"{name} is too long (at most {max_len} characters)")
 
 
+def int_field(doc: dict, name: str, low: int, high: int) -> int:
+    """An integer in [low, high]: 400 when not an integer, 422 when out of range."""
+    value = doc[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ApiError(400, "invalid_field", f"{name} must be an integer")
+    if not low <= value <= high:
+        raise ApiError(422, "invalid_input", f"{name} must be between {low} and {high}")
+    return value
+
+
+def instant_field(doc: dict, name: str) -> datetime:
+    """An ISO 8601 instant with its offset (e.g. 2026-09-01T00:00:00Z)."""
+    value = doc[name]
+    if not isinstance(value, str) or len(value) > 40:
+        raise ApiError(400, "invalid_field", f"{name} must be an ISO 8601 instant such as 2026-09-01T00:00:00Z")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+    except ValueError:
+        raise ApiError(400, "invalid_field", f"{name} must be an ISO 8601 instant such as 2026-09-01T00:00:00Z") from None
+    if parsed.tzinfo is None:
+        raise ApiError(400, "invalid_field", f"{name} needs its offset (Z or +hh:mm)")
+    return parsed
+
+
 def bool_field(doc: dict, name: str) -> bool:
     value = doc[name]
     if not isinstance(value, bool):
@@ -165,6 +189,12 @@ def subscription_json(row: dict) -> dict:
         "currentPeriodEnd": _iso(row["current_period_end"]),
         "cancelAtPeriodEnd": row["cancel_at_period_end"],
         "version": row["version"],
+        "quantity": row["quantity"],
+        "trialEnd": _iso(row["trial_end"]),
+        "pausedAt": _iso(row["paused_at"]) if row["status"] == "PAUSED" else None,
+        "resumeAt": _iso(row["resume_at"]),
+        "scheduledPlanCode": row.get("scheduled_plan_code"),
+        "couponCode": row["coupon_code"],
     }
 
 

@@ -12,6 +12,7 @@ the form (required when it has no default).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,17 +37,23 @@ class Action:
     confirm: str = ""  # asked in the form before it is sent
 
 
+LIVE = ("TRIALING", "ACTIVE", "PAST_DUE", "PAUSED")  # every subscription status but CANCELED
+
 ACTIONS: tuple[Action, ...] = (
     Action("cancel-now", "Cancel now", "subscription", ("cancel_subscription",), {"p_at_period_end": False},
-           ("ACTIVE", "PAST_DUE"), danger=True, confirm="Cancel this subscription now? Open invoices are voided."),
+           LIVE, danger=True, confirm="Cancel this subscription now? Open invoices never declined are voided."),
     Action("cancel-at-period-end", "Cancel at period end", "subscription", ("cancel_subscription",),
-           {"p_at_period_end": True}, ("ACTIVE", "PAST_DUE")),
-    Action("uncancel", "Undo the cancellation", "subscription", ("uncancel_subscription",), {}, ("ACTIVE", "PAST_DUE")),
-    Action("pause", "Pause", "subscription", ("pause_subscription",), {}, ("ACTIVE", "PAST_DUE")),
-    Action("resume", "Resume", "subscription", ("resume_subscription",), {}, ()),
-    Action("change-plan", "Change plan", "subscription", ("change_plan",), {}, ("ACTIVE", "PAST_DUE")),
-    Action("apply-coupon", "Apply a coupon", "subscription", ("apply_coupon",), {}, ("ACTIVE", "PAST_DUE")),
-    Action("retry-now", "Retry now", "invoice", ("retry_invoice",), {}, ("OPEN", "FAILED")),
+           {"p_at_period_end": True}, ("TRIALING", "ACTIVE", "PAST_DUE")),
+    Action("uncancel", "Undo the cancellation", "subscription", ("uncancel_subscription",), {},
+           ("TRIALING", "ACTIVE", "PAST_DUE")),
+    Action("pause", "Pause", "subscription", ("pause_subscription",), {}, ("ACTIVE",)),
+    Action("change-resume-date", "Change the resume date", "subscription", ("pause_subscription",), {}, ("PAUSED",)),
+    Action("resume", "Resume now", "subscription", ("resume_subscription",), {}, ("PAUSED",)),
+    Action("change-plan", "Change plan", "subscription", ("change_plan",), {}, LIVE),
+    Action("set-quantity", "Change seats", "subscription", ("set_quantity",), {}, LIVE),
+    Action("apply-coupon", "Apply a coupon", "subscription", ("apply_coupon",), {}, LIVE),
+    Action("reactivate", "Reactivate", "subscription", ("reactivate_subscription",), {}, ("CANCELED",)),
+    Action("retry-now", "Retry now", "invoice", ("retry_invoice",), {}, ("OPEN",)),
     Action("void", "Void", "invoice", ("void_invoice",), {}, ("OPEN",), danger=True,
            confirm="Void this invoice? The customer will not be charged for it."),
     Action("refund", "Refund", "invoice", ("refund_invoice",), {}, ("PAID",), danger=True,
@@ -55,6 +62,13 @@ ACTIONS: tuple[Action, ...] = (
 )
 BY_NAME = {a.name: a for a in ACTIONS}
 CANDIDATE_FUNCTIONS = sorted({f for a in ACTIONS for f in a.functions})
+
+# How some arguments are asked for: a choice of values (the first is the default shown), a label.
+BOOLEAN = (("true", "yes"), ("false", "no"))
+CHOICES = {"p_when": (("now", "now"), ("period_end", "at the period end"))}
+LABELS = {"p_when": "when", "p_prorate": "prorate", "p_resume_at": "resume on (UTC)", "p_code": "coupon code",
+          "p_quantity": "seats", "p_reason": "reason", "p_amount": "amount (minor units)"}
+_LOCAL_INSTANT = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?$")
 
 # Arguments the console fills itself; never a form field.
 _SUPPLIED = {"p_now", "p_expected_version", "p_idempotency_key"}
@@ -74,7 +88,9 @@ class Signature:
             if name in _SUPPLIED or name in action.fixed or name in TARGET_IDS[action.target]:
                 continue
             out.append({"name": name, "type": typ, "required": i < self.required,
-                        "label": name.removeprefix("p_").replace("_", " ")})
+                        "label": LABELS.get(name, name.removeprefix("p_").replace("_", " ")),
+                        "choices": CHOICES.get(name) or (BOOLEAN if typ == "boolean" else None),
+                        "input": "datetime-local" if typ == "timestamp with time zone" else "text"})
         return out
 
     def target_arg(self, action: Action) -> str | None:
@@ -141,6 +157,8 @@ def build_call(action: Action, sig: Signature, target_id: int, form: dict[str, s
                     raise ActionInputError(f"{name.removeprefix('p_').replace('_', ' ')} is required")
                 continue
             value = raw
+            if typ == "timestamp with time zone" and _LOCAL_INSTANT.match(raw):
+                value = raw + ("" if "T" in raw or " " in raw else "T00:00") + "+00:00"  # the form's times are UTC
         params[name] = value
         parts.append(sql.SQL("{} => {}::{}").format(sql.Identifier(name), sql.Placeholder(name), sql.SQL(typ)))
     query = sql.SQL("SELECT * FROM billing.{}({})").format(sql.Identifier(sig.name), sql.SQL(", ").join(parts))

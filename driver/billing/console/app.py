@@ -281,10 +281,10 @@ def create_console(database, settings, *, clock: Clock | None = None, limiter=No
         sigs = await signatures()
         sub = doc["subscription"]
         forms = forms_for(sigs, "subscription", sub["status"])
-        if not sub["cancel_at_period_end"]:
-            forms = [f for f in forms if f["action"].name != "uncancel"]
-        else:
-            forms = [f for f in forms if f["action"].name != "cancel-at-period-end"]
+        # A pending cancellation is undone, not asked again; a subscription that ends at its
+        # period end is not paused (pause_subscription refuses it).
+        hidden = {"cancel-at-period-end", "pause"} if sub["cancel_at_period_end"] else {"uncancel"}
+        forms = [f for f in forms if f["action"].name not in hidden]
         for inv in doc["invoices"]:
             inv["forms"] = forms_for(sigs, "invoice", inv["status"])
         return page(request, "subscription.html", session, s=doc, forms=forms)
@@ -292,8 +292,8 @@ def create_console(database, settings, *, clock: Clock | None = None, limiter=No
     @handler
     async def invoices(request: Request, session) -> Response:
         status = request.query_params.get("status", "").upper() or None
-        if status not in (None, "OPEN", "PAID", "FAILED", "VOID"):
-            raise Refused(422, "filter by OPEN, PAID, FAILED or VOID")
+        if status not in (None, "OPEN", "PAID", "FAILED", "VOID", "REVIEW"):
+            raise Refused(422, "filter by OPEN, PAID, FAILED, VOID or REVIEW")
         before = _opt_int(request.query_params.get("before"))
         rows = await database.all(INVOICES, {"status": status, "before": before, "limit": PAGE})
         sigs = await signatures()

@@ -43,7 +43,9 @@ async def apply_signups(conn: psycopg.AsyncConnection, actions: list[Action], su
                        {"customer_ids": customer_ids, "timezones": [a.timezone for a in actions]})
     cur = await conn.execute(db.DEMO_SIGNUP_SUBSCRIPTIONS, {
         "keys": [f"demo-signup-{a.customer_id}" for a in actions], "customer_ids": customer_ids,
-        "plan_codes": [a.plan_code for a in actions], "ats": [a.at for a in actions]})
+        "plan_codes": [a.plan_code for a in actions], "ats": [a.at for a in actions],
+        "trial_days": [a.trial_days for a in actions], "coupons": [a.coupon for a in actions],
+        "quantities": [a.quantity for a in actions]})
     for row in await cur.fetchall():
         sub_ids[row["customer_id"]] = row["id"]
 
@@ -55,6 +57,14 @@ async def apply_change(conn: psycopg.AsyncConnection, a: Action, sub_id: int) ->
     elif a.kind in ("cancel_now", "cancel_at_end"):
         await conn.execute(db.CANCEL_SUBSCRIPTION, {"id": sub_id, "at_period_end": a.kind == "cancel_at_end",
                                                     "now": a.at, "expected_version": None})
+    elif a.kind == "seats":
+        await conn.execute(db.API_SET_QUANTITY, {"id": sub_id, "quantity": a.quantity, "now": a.at})
+    elif a.kind == "pause":
+        await conn.execute(db.API_PAUSE_SUBSCRIPTION, {"id": sub_id, "resume_at": a.resume_at, "now": a.at})
+    elif a.kind == "resume":
+        await conn.execute(db.API_RESUME_SUBSCRIPTION, {"id": sub_id, "now": a.at})
+    elif a.kind == "uncancel":
+        await conn.execute(db.API_UNCANCEL_SUBSCRIPTION, {"id": sub_id, "now": a.at})
     elif a.kind == "refund":
         # Half of what the customer's last payment has left, through refund_invoice (the worker's
         # refund loop executes it at the gateway).

@@ -67,6 +67,11 @@ def collect(url: str, result: RunResult) -> dict:
         events = {r["event_type"]: r["n"] for r in q(
             "SELECT event_type, count(*) AS n FROM billing.outbox_event GROUP BY 1 ORDER BY 1")}
         webhooks = q("SELECT count(*) AS n FROM billing.gateway_webhook")[0]["n"]
+        lifecycle = q("""SELECT (SELECT count(*) FROM billing.subscription WHERE trial_end IS NOT NULL) AS trials,
+                                (SELECT count(*) FROM billing.coupon_redemption) AS redemptions,
+                                (SELECT count(*) FROM billing.invoice WHERE discount_amount > 0) AS discounted,
+                                (SELECT count(*) FROM billing.subscription WHERE quantity > 1) AS seats,
+                                (SELECT count(*) FROM billing.subscription WHERE status = 'PAUSED') AS paused""")[0]
         changes = q("""SELECT count(*) FILTER (WHERE kind = 'PRORATION') AS prorations,
                               (SELECT count(*) FROM billing.credit_entry WHERE reason = 'PRORATION') AS credits
                          FROM billing.invoice""")[0]
@@ -98,7 +103,7 @@ def collect(url: str, result: RunResult) -> dict:
         "calls_by_hour": calls_by_hour,
         "outcomes": outcomes, "invoices": invoices, "subscriptions": subs, "plans": plans, "funnel": funnel,
         "tries": tries, "charged": charged, "revenue": revenue, "events": events, "webhooks": webhooks,
-        "changes": changes,
+        "changes": changes, "lifecycle": lifecycle,
     }
 
 

@@ -178,12 +178,15 @@ def boundary(anchor: datetime, interval: str, count: int, n: int, tz: str) -> da
 
 
 def check_periods(conn, now: datetime) -> Check:
-    """Per subscription, its INITIAL then RENEWAL invoices tile time from the signup to the current
-    period: each starts where the previous ended, each ends on the calendar boundary, the last one is
-    the current period, and nothing due is left unrenewed."""
+    """Per subscription, its INITIAL then RENEWAL invoices tile time from the first billed period to the
+    current one: each starts where the previous ended, each ends on the calendar boundary, the last one
+    is the current period, and nothing due is left unrenewed. The lifecycle (docs/lifecycle.md): a
+    trial's first period starts at the trial's end; a resume (SubscriptionResumed) or a reactivation
+    starts a new calendar at its instant, the only place a period may not follow the previous one (the
+    paused rest was credited); a subscription still in its trial, or canceled in it, has no invoice."""
     rows = conn.execute(
         """SELECT s.id, s.status, s.timezone, s.billing_anchor, s.current_period_start, s.current_period_end,
-                  p.billing_interval, p.interval_count,
+                  s.trial_end, s.canceled_at, s.cancel_reason, p.billing_interval, p.interval_count,
                   array_agg(i.kind ORDER BY i.period_start) AS kinds,
                   array_agg(i.period_start ORDER BY i.period_start) AS starts,
                   array_agg(i.period_end ORDER BY i.period_start) AS ends
@@ -193,6 +196,13 @@ def check_periods(conn, now: datetime) -> Check:
             GROUP BY s.customer_id, s.id, p.billing_interval, p.interval_count
             ORDER BY s.id"""
     ).fetchall()
+    # Where a new calendar may start: the period a resume or a reactivation began.
+    restarts = {(r["aggregate_id"], datetime.fromisoformat(r["start"])) for r in conn.execute(
+        """SELECT aggregate_id, payload -> 'data' ->> 'currentPeriodStart' AS start FROM billing.outbox_event
+            WHERE aggregate_type = 'subscription'
+              AND (event_type = 'SubscriptionResumed'
+                   OR (event_type = 'SubscriptionUpdated'
+                       AND payload -> 'data' -> 'changes' -> 'status' ->> 'before' = 'CANCELED'))""").fetchall()}
     examples: list[str] = []
     bad: dict[str, int] = {}
 
@@ -205,31 +215,44 @@ def check_periods(conn, now: datetime) -> Check:
     for r in rows:
         sid, kinds, starts, ends = r["id"], r["kinds"], r["starts"], r["ends"]
         if not kinds or kinds[0] is None:
-            fail("no invoice", f"subscription {sid} has no INITIAL invoice")
+            # Still in its trial, or canceled in it (now, or at its end by the renewal job).
+            in_trial = r["trial_end"] is not None and (
+                r["status"] == "TRIALING"
+                or (r["status"] == "CANCELED"
+                    and (r["canceled_at"] <= r["trial_end"] or r["cancel_reason"] == "PERIOD_END")))
+            if not in_trial:
+                fail("no invoice", f"subscription {sid} has no INITIAL invoice")
             continue
         periods += len(kinds)
         if kinds[0] != "INITIAL" or kinds.count("INITIAL") != 1:
             fail("initial", f"subscription {sid}: invoice kinds {kinds}")
-        if starts[0] != r["billing_anchor"]:
-            fail("initial", f"subscription {sid}: first period starts {starts[0]}, anchor {r['billing_anchor']}")
+        if r["trial_end"] is not None and starts[0] != r["trial_end"]:
+            fail("trial", f"subscription {sid}: first period starts {starts[0]}, its trial ended {r['trial_end']}")
+        anchor, k = starts[0], 0
         for n in range(len(kinds)):
-            if n > 0 and starts[n] != ends[n - 1]:
+            if n > 0 and (sid, starts[n]) in restarts:
+                anchor, k = starts[n], 0  # a new calendar from the resume
+            elif n > 0 and starts[n] != ends[n - 1]:
                 what = "gap" if starts[n] > ends[n - 1] else "overlap"
                 fail(what, f"subscription {sid}: {what} between period {n} ending {ends[n - 1]:%Y-%m-%d %H:%M} "
                            f"and period {n + 1} starting {starts[n]:%Y-%m-%d %H:%M}")
-            expected = boundary(r["billing_anchor"], r["billing_interval"], r["interval_count"], n + 1, r["timezone"])
+            k += 1
+            expected = boundary(anchor, r["billing_interval"], r["interval_count"], k, r["timezone"])
             if ends[n] != expected:
                 fail("calendar", f"subscription {sid} ({r['timezone']}, {r['billing_interval']}): period {n + 1} "
                                  f"ends {ends[n]:%Y-%m-%d %H:%M:%S%z}, the calendar says {expected:%Y-%m-%d %H:%M:%S%z}")
+        if anchor != r["billing_anchor"]:
+            fail("initial", f"subscription {sid}: its calendar starts {anchor}, its anchor is {r['billing_anchor']}")
         if (starts[-1], ends[-1]) != (r["current_period_start"], r["current_period_end"]):
             fail("current", f"subscription {sid}: last invoiced period {starts[-1]}..{ends[-1]} is not its "
                             f"current period {r['current_period_start']}..{r['current_period_end']}")
-        if r["status"] != "CANCELED" and r["current_period_end"] <= now:
+        if r["status"] not in ("CANCELED", "PAUSED") and r["current_period_end"] <= now:
             fail("skipped", f"subscription {sid} is {r['status']} with a period that ended "
                             f"{r['current_period_end']:%Y-%m-%d %H:%M}, before the end of the run: not renewed")
     return Check(
         "no period skipped or overlapping",
-        promise="per subscription, billed periods are contiguous calendar periods from signup to the current one",
+        promise="per subscription, billed periods are contiguous calendar periods from the first billed one "
+                "(after any trial) to the current one, a new calendar only where a pause ended",
         ok=not bad,
         figures=f"{_fmt(len(rows))} subscriptions, {_fmt(periods)} billed periods checked against the calendar; "
         + (", ".join(f"{k}: {v}" for k, v in sorted(bad.items())) if bad else "no gap, overlap or drift"),

@@ -155,6 +155,12 @@ def render_html(result: RunResult) -> str:
         ["invoices", esc(", ".join(f"{r['kind']} {r['status']} {r['n']:,}" for r in s["invoices"]))],
         ["plan changes", esc(f"{s['changes']['prorations']:,} upgrades billed a PRORATION invoice; "
                               f"{s['changes']['credits']:,} downgrades granted credit")],
+        ["lifecycle", esc(f"{s['lifecycle']['trials']:,} trials ({s['events'].get('SubscriptionTrialWillEnd', 0):,} "
+                           f"told of their end), {s['lifecycle']['redemptions']:,} coupon redemptions discounting "
+                           f"{s['lifecycle']['discounted']:,} invoices, {s['lifecycle']['seats']:,} subscriptions "
+                           f"with several seats, {s['events'].get('SubscriptionPaused', 0):,} pauses and "
+                           f"{s['events'].get('SubscriptionResumed', 0):,} resumes ({s['lifecycle']['paused']:,} "
+                           f"still paused)")],
         ["payment attempts by outcome", esc(", ".join(f"{k} {v:,}" for k, v in sorted(s["outcomes"].items())))],
         ["attempts by try", esc(", ".join(f"try {k}: {v:,}" for k, v in sorted(s["tries"].items())))],
         ["gateway", esc(f"{sim.get('accepted', 0):,} calls accepted, {sim.get('charged', 0):,} keys charged, "

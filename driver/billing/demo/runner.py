@@ -175,6 +175,8 @@ class Simulation:
             for p in sc.plans:
                 await conn.execute(db.UPSERT_PLAN, {"code": p.code, "price": p.price, "currency": p.currency,
                                                     "interval": p.interval, "count": p.count})
+            await conn.execute(db.DEMO_CAMPAIGN_COUPON, {"code": scenario_mod.CAMPAIGN_COUPON,
+                                                           "until": scenario_mod.CAMPAIGN_COUPON_UNTIL})
 
     # -- 3. the HTTP API (webhooks), the gateway, the event target, the worker ------------------
 

@@ -5,7 +5,12 @@ day) brings most of the signups; others arrive on every other day through Octobe
 renew on the 1st of October at the local time their customer signed up, so the renewals pile up in
 a few hours; weekly plans renew every week, yearly ones not within the window. During October some
 customers upgrade (an OPEN PRORATION invoice, charged at once) or downgrade (a credit used by their
-next invoices), some cancel at once, some at the end of their period.
+next invoices), some cancel at once; some decide, any time after signing up, to cancel at the end of
+their period. The lifecycle
+(docs/lifecycle.md): the campaign's signups redeem the coupon SEPT1 (20% off their first two
+periods), some signups start with a free trial (their first invoice comes when it ends), some buy
+several seats, and in October some customers add seats, pause (until a date, or until they resume)
+and withdraw a cancellation.
 
 Everything here is plain data: the runner applies each action through the SQL API at its own
 instant (`p_now`), and the worker does the rest. The same seed gives the same world.
@@ -69,6 +74,11 @@ REGIONS: tuple[Region, ...] = (
 # Share of signups per kind of plan.
 PLAN_MIX = (("BASIC_MONTHLY", 0.48), ("PRO_MONTHLY", 0.30), ("WEEKLY", 0.02), ("PRO_YEARLY", 0.20))
 
+# The campaign's coupon (created by the runner): 20% off the first two period invoices, redeemable
+# until the campaign day has ended everywhere.
+CAMPAIGN_COUPON = "SEPT1"
+CAMPAIGN_COUPON_UNTIL = datetime(2026, 9, 2, 12, 0, tzinfo=UTC)
+
 # The campaign's local hour-of-day profile on the 1st: a launch at midnight, then daytime.
 CAMPAIGN_HOURS = (
     50, 6, 3, 2, 1, 1, 1, 2, 3, 4, 4, 4,  # 00h..11h
@@ -96,7 +106,8 @@ def all_plans() -> list[Plan]:
 
 @dataclass(frozen=True, order=True)
 class Action:
-    """One customer action at one instant: signup, upgrade, downgrade, cancel_now, cancel_at_end."""
+    """One customer action at one instant: signup, upgrade, downgrade, cancel_now, cancel_at_end,
+    seats, pause, resume, uncancel."""
 
     at: datetime
     seq: int  # tie-break: actions of one instant keep their generation order
@@ -104,6 +115,10 @@ class Action:
     customer_id: int = field(compare=False)
     timezone: str = field(compare=False, default="UTC")
     plan_code: str = field(compare=False, default="")
+    trial_days: int = field(compare=False, default=0)      # signup
+    coupon: str | None = field(compare=False, default=None)  # signup
+    quantity: int = field(compare=False, default=1)        # signup, seats
+    resume_at: datetime | None = field(compare=False, default=None)  # pause
 
 
 @dataclass
@@ -146,8 +161,9 @@ def _local_instant(rng: random.Random, day: datetime, tz: str, hours: tuple[int,
 
 def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 0.6,
           upgrade_share: float = 0.03, downgrade_share: float = 0.02, cancel_now_share: float = 0.01,
-          cancel_at_end_share: float = 0.03, refund_share: float = 0.01, start: datetime = WINDOW_START,
-          end: datetime = WINDOW_END) -> Scenario:
+          cancel_at_end_share: float = 0.03, trial_share: float = 0.12, seats_share: float = 0.08,
+          pause_share: float = 0.02, seat_change_share: float = 0.02, uncancel_share: float = 0.15,
+          refund_share: float = 0.01, start: datetime = WINDOW_START, end: datetime = WINDOW_END) -> Scenario:
     """The demo's world for `subscriptions` customers (one subscription each)."""
     if subscriptions < 1:
         raise ValueError("at least one subscription")
@@ -156,10 +172,10 @@ def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 
     actions: list[Action] = []
     seq = 0
 
-    def add(at, kind, customer_id, tz="UTC", code=""):
+    def add(at, kind, customer_id, tz="UTC", code="", **extra):
         nonlocal seq
         seq += 1
-        actions.append(Action(at, seq, kind, customer_id, tz, code))
+        actions.append(Action(at, seq, kind, customer_id, tz, code, **extra))
 
     campaign = datetime(*CAMPAIGN_DAY)
     # Background signups: any day from the 2nd of September to four days before the window's end.
@@ -178,7 +194,12 @@ def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 
         signups.append((at, customer_id, tz, kind, region, plan_code(kind, region.currency)))
     signups.sort(key=lambda s: (s[0], s[1]))
     for at, customer_id, tz, kind, region, code in signups:
-        add(at, "signup", customer_id, tz, code)
+        # The campaign's signups redeem its coupon; some signups take a trial (7 or 14 days), some
+        # buy seats for a team.
+        coupon = CAMPAIGN_COUPON if at < CAMPAIGN_COUPON_UNTIL and kind != "WEEKLY" else None
+        trial = rng.choice((7, 14)) if rng.random() < trial_share else 0
+        quantity = rng.randint(2, 5) if rng.random() < seats_share else 1
+        add(at, "signup", customer_id, tz, code, trial_days=trial, coupon=coupon, quantity=quantity)
 
     # Plan changes and cancellations during October, some time after the signup.
     october = datetime(2026, 10, 1, tzinfo=UTC)
@@ -200,7 +221,26 @@ def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 
         if x < cancel_now_share:
             add(when, "cancel_now", customer_id, tz)
         elif x < cancel_now_share + cancel_at_end_share:
+            # A cancellation at period end is often decided soon after signing up: any time from
+            # six hours after it (September included), so that its period end falls in the window.
+            first = at + timedelta(hours=6)
+            when = (first + timedelta(seconds=rng.uniform(0, (end - first).total_seconds() - 86400))
+                    ).replace(microsecond=0)
             add(when, "cancel_at_end", customer_id, tz)
+            later = when + timedelta(days=rng.uniform(0.5, 5))
+            if rng.random() < uncancel_share and later < end - timedelta(days=1):
+                add(later.replace(microsecond=0), "uncancel", customer_id, tz)
+        elif x < cancel_now_share + cancel_at_end_share + pause_share:
+            # Half pause until a date, half until they come back on their own.
+            back = (when + timedelta(days=rng.uniform(5, 15))).replace(microsecond=0)
+            if rng.random() < 0.5:
+                add(when, "pause", customer_id, tz, resume_at=back)
+            else:
+                add(when, "pause", customer_id, tz)
+                if back < end - timedelta(hours=6):
+                    add(back, "resume", customer_id, tz)
+        elif x < cancel_now_share + cancel_at_end_share + pause_share + seat_change_share:
+            add(when, "seats", customer_id, tz, quantity=rng.randint(2, 6))
     # Refund requests (half of what the customer's last payment has left), from a generator of their
     # own so that the other choices stay what they were without them.
     refund_rng = random.Random(seed * 7919 + 17)

@@ -99,3 +99,47 @@ def test_redirects_stay_inside_the_console_and_csrf_tokens_differ_per_session():
     for bad in ("https://evil.example/", "//evil.example/console/", "/console/..//x", "/other", None, "/console\\x"):
         assert _safe_next(bad) == "/console/"
     assert csrf_for("a") != csrf_for("b") and len(csrf_for("a")) == 64
+
+
+def test_instants_from_the_form_are_utc_and_choices_are_offered():
+    pause = A.BY_NAME["pause"]
+    sig = A.Signature("pause_subscription", ("p_subscription_id", "p_resume_at", "p_now"),
+                      ("bigint", "timestamp with time zone", "timestamp with time zone"), 1)
+    [field] = sig.fields(pause)
+    assert (field["name"], field["input"], field["required"], field["label"]) == \
+        ("p_resume_at", "datetime-local", False, "resume on (UTC)")
+    # A browser's datetime-local value has no offset: it is read as UTC, never as the server's zone.
+    for raw, sent in (("2026-09-20T09:30", "2026-09-20T09:30+00:00"), ("2026-09-20", "2026-09-20T00:00+00:00"),
+                      ("2026-09-20T09:30+02:00", "2026-09-20T09:30+02:00")):
+        assert A.build_call(pause, sig, 1, {"p_resume_at": raw}, None, "k")[1]["p_resume_at"] == sent
+    assert "p_resume_at" not in A.build_call(pause, sig, 1, {"p_resume_at": ""}, None, "k")[1]  # no date: until resumed
+    change = A.BY_NAME["change-plan"]
+    csig = A.Signature("change_plan", ("p_subscription_id", "p_plan_code", "p_now", "p_expected_version", "p_when",
+                                       "p_prorate"),
+                       ("bigint", "text", "timestamp with time zone", "bigint", "text", "boolean"), 2)
+    choices = {f["name"]: [v for v, _ in f["choices"] or ()] for f in csig.fields(change)}
+    assert choices == {"p_plan_code": [], "p_when": ["now", "period_end"], "p_prorate": ["true", "false"]}
+
+
+def test_each_lifecycle_action_is_offered_in_the_states_its_function_accepts():
+    rows = [{"name": n, "arg_names": ["p_subscription_id", "p_now"], "arg_types": ["bigint", "timestamptz"],
+             "required": 1}
+            for n in ("pause_subscription", "resume_subscription", "uncancel_subscription", "reactivate_subscription",
+                      "cancel_subscription", "change_plan", "set_quantity", "apply_coupon")]
+    sigs = A.available(rows)
+
+    def names(status):
+        return {a.name for a, _ in A.offered(sigs, "subscription", status)}
+
+    assert {"pause", "uncancel", "change-plan", "set-quantity", "apply-coupon", "cancel-now"} <= names("ACTIVE")
+    assert not {"resume", "reactivate", "change-resume-date"} & names("ACTIVE")
+    assert {"resume", "change-resume-date", "cancel-now"} <= names("PAUSED")
+    assert not {"pause", "cancel-at-period-end", "uncancel"} & names("PAUSED")
+    assert names("CANCELED") == {"reactivate"}
+    assert "pause" not in names("PAST_DUE") and "pause" not in names("TRIALING")
+    inv = A.available([{"name": n, "arg_names": ["p_invoice_id"], "arg_types": ["bigint"], "required": 1}
+                       for n in ("retry_invoice", "void_invoice", "refund_invoice")])
+    assert {a.name for a, _ in A.offered(inv, "invoice", "OPEN")} == {"retry-now", "void"}
+    assert {a.name for a, _ in A.offered(inv, "invoice", "PAID")} == {"refund"}
+    for status in ("VOID", "FAILED", "REVIEW"):
+        assert A.offered(inv, "invoice", status) == []

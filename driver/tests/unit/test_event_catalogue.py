@@ -39,7 +39,9 @@ def test_the_validator_rejects_what_the_schemas_forbid():
             "datacontenttype": "application/json", "dataschema": "urn:billing:events:SubscriptionPastDue:v1",
             "data": {"subscriptionId": 7, "customerId": 3, "planCode": "PRO", "status": "PAST_DUE",
                      "currentPeriodStart": "2026-09-01T03:00:00.000000Z", "currentPeriodEnd": "2026-10-01T03:00:00.000000Z",
-                     "canceledAt": None, "reason": None, "cancelAtPeriodEnd": False, "version": 4}}
+                     "canceledAt": None, "reason": None, "cancelAtPeriodEnd": False, "version": 4,
+                     "quantity": 1, "trialEnd": None, "pausedAt": None, "resumeAt": None, "scheduledPlanCode": None,
+                     "couponCode": None}}
     assert catalogue.errors(good) == []
     assert catalogue.errors({**good, "data": {**good["data"], "status": "ACTIVE"}})  # a PastDue must say PAST_DUE
     assert catalogue.errors({**good, "data": {**good["data"], "surprise": 1}})  # undocumented field

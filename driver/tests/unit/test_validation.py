@@ -72,7 +72,12 @@ def test_if_match_refuses_what_no_version_can_be(raw, status):
 def test_subscription_json_is_utc_iso():
     row = {"id": 1, "customer_id": 2, "plan_code": "P", "status": "ACTIVE", "cancel_at_period_end": False,
            "current_period_start": datetime(2026, 9, 1, 3, tzinfo=timezone.utc),
-           "current_period_end": None, "version": 4}
+           "current_period_end": None, "version": 4, "quantity": 3, "trial_end": None,
+           "paused_at": datetime(2026, 9, 2, tzinfo=timezone.utc), "resume_at": None, "scheduled_plan_code": "Q",
+           "coupon_code": None}
     doc = subscription_json(row)
     assert doc["currentPeriodStart"] == "2026-09-01T03:00:00.000000Z"
     assert doc["currentPeriodEnd"] is None and doc["customerId"] == 2 and doc["version"] == 4
+    assert doc["quantity"] == 3 and doc["scheduledPlanCode"] == "Q"
+    assert doc["pausedAt"] is None, "a pause is shown only while PAUSED"
+    assert subscription_json({**row, "status": "PAUSED"})["pausedAt"] == "2026-09-02T00:00:00.000000Z"
