@@ -10,7 +10,7 @@ SERVICES_ENV := $(CACHE)/services.env
 PGTAP_DB ?= billing_pgtap
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium services services-stop citus citus-stop db-migrate test test-fast test-sql test-citus test-py demo bench-renewal bench-relay bench-charge bench-citus bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
+.PHONY: help venv chromium poppler services services-stop citus citus-stop db-migrate test test-fast test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -81,8 +81,12 @@ test-fast: venv
 chromium:
 	@bash scripts/services/chromium.sh >/dev/null
 
+# Debian's poppler-utils: pdftotext reads the invoice PDFs back in the tests (installed when missing).
+poppler:
+	@bash scripts/services/poppler.sh >/dev/null
+
 # The console's browser tests leave a screenshot of each page in .cache/artifacts/console/.
-test-py: venv services chromium
+test-py: venv services chromium poppler
 	@source $(SERVICES_ENV) && $(BIN)/python -m pytest --ignore=driver/tests/unit $(PYTEST_ARGS)
 
 test: audit test-fast test-sql test-citus test-py
@@ -104,6 +108,9 @@ demo: venv
 	@pg=$$(bash scripts/services/postgres.sh) && \
 	 export BILLING_DATABASE_URL=$${BILLING_DATABASE_URL:-$${pg%/*}/billing_demo} && \
 	 $(BIN)/billing demo $(DEMO_ARGS)
+
+bench-pdf: venv poppler
+	@$(BIN)/python bench/pdf/run.py $(BENCH_ARGS)
 
 bench-renewal: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python bench/renewal/run.py $(BENCH_ARGS)

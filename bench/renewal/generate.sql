@@ -53,9 +53,11 @@ SELECT y.g, y.g, y.plan_id, 'ACTIVE', y.tz, y.anchor, y.n,
 SELECT setval(pg_get_serial_sequence('billing.subscription', 'id'), :total);
 
 INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, credit_applied, amount,
-                             currency, status, attempt_count, due_at, next_attempt_at, paid_at, created_at)
+                             currency, status, attempt_count, due_at, next_attempt_at, paid_at, created_at,
+                             plan_id, plan_price, billing_interval, interval_count)
 SELECT s.id, s.customer_id, 'INITIAL', s.billing_anchor, billing._period_end(s.billing_anchor, 'MONTH', 1, 1, s.timezone),
-       p.price_amount, 0, p.price_amount, p.currency, 'PAID', 0, s.billing_anchor, NULL, s.billing_anchor, s.billing_anchor
+       p.price_amount, 0, p.price_amount, p.currency, 'PAID', 0, s.billing_anchor, NULL, s.billing_anchor, s.billing_anchor,
+       p.id, p.price_amount, p.billing_interval, p.interval_count
   FROM billing.subscription s JOIN billing.plan p ON p.id = s.plan_id;
 
 VACUUM (FREEZE, ANALYZE) billing.customer, billing.subscription, billing.invoice, billing.plan;

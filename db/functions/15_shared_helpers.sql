@@ -159,12 +159,21 @@ DECLARE
     v_balance bigint;
     v_applied bigint := 0;
     v_invoice billing.invoice;
+    v_tax     record;
+    v_total   bigint;
 BEGIN
+    -- Taxes by the customer's billing address (14_tax); credit pays the total, tax included.
+    SELECT coalesce(t.tax_amount, 0) AS tax_amount, coalesce(t.tax_included, 0) AS tax_included, t.tax_detail
+      INTO v_tax
+      FROM (SELECT 1) one
+      LEFT JOIN billing._invoice_tax(p_sub.customer_id, p_subtotal,
+                                     EXISTS (SELECT 1 FROM billing.tax_rate WHERE active)) t ON true;
+    v_total := p_subtotal + v_tax.tax_amount;
     SELECT balance INTO v_balance FROM billing.credit_balance
      WHERE customer_id = p_sub.customer_id AND currency = p_plan.currency AND balance > 0
        FOR UPDATE;
     IF FOUND THEN
-        v_applied := least(v_balance, p_subtotal);
+        v_applied := least(v_balance, v_total);
         UPDATE billing.credit_balance SET balance = balance - v_applied, updated_at = p_now
          WHERE customer_id = p_sub.customer_id AND currency = p_plan.currency;
     END IF;
@@ -172,14 +181,16 @@ BEGIN
     INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, credit_applied,
                                  amount, currency, status, due_at, next_attempt_at, paid_at, created_at,
                                  plan_id, plan_price, billing_interval, interval_count, from_plan_id, from_price,
-                                 quantity, discount_amount, coupon_code, from_quantity)
+                                 quantity, discount_amount, coupon_code, from_quantity,
+                                 tax_amount, tax_included, tax_detail)
     VALUES (p_sub.id, p_sub.customer_id, p_kind, p_period_start, p_period_end, p_subtotal, v_applied,
-            p_subtotal - v_applied, p_plan.currency,
-            CASE WHEN p_subtotal - v_applied = 0 THEN 'PAID' ELSE 'OPEN' END, p_now,
-            CASE WHEN p_subtotal - v_applied = 0 THEN NULL ELSE p_now END,
-            CASE WHEN p_subtotal - v_applied = 0 THEN p_now END, p_now,
+            v_total - v_applied, p_plan.currency,
+            CASE WHEN v_total - v_applied = 0 THEN 'PAID' ELSE 'OPEN' END, p_now,
+            CASE WHEN v_total - v_applied = 0 THEN NULL ELSE p_now END,
+            CASE WHEN v_total - v_applied = 0 THEN p_now END, p_now,
             p_plan.id, p_plan_price, p_plan.billing_interval, p_plan.interval_count, p_from_plan_id, p_from_price,
-            p_sub.quantity, coalesce(p_discount, 0), p_coupon_code, p_from_quantity)
+            p_sub.quantity, coalesce(p_discount, 0), p_coupon_code, p_from_quantity,
+            v_tax.tax_amount, v_tax.tax_included, v_tax.tax_detail)
     RETURNING * INTO v_invoice;
 
     IF v_applied > 0 THEN
@@ -213,9 +224,12 @@ COMMENT ON FUNCTION billing._price_at(billing.plan, timestamptz) IS
 'Private: the price of p_plan for a period starting at p_at (the price in force then).
 Returns the amount.';
 
--- Credit granted by a plan change: straight to the balance when every invoice of the
--- subscription is settled, else pending on the unpaid ones (released when they are all PAID,
--- reversed when one is voided or fails).
+-- Credit granted by a plan change for the unused rest of the subscription's current period (the
+-- period p_sub is in): never more than the period kept (billed, less refunds succeeded or in
+-- flight, less the credit already given back for it: _period_credit_room, 57_refunds.sql); then
+-- straight to the balance when every invoice of the subscription is settled, else pending on the
+-- unpaid ones (released when they are all PAID, reversed when one is voided or fails). The
+-- period is recorded with it, so that its refunds know what went back as credit.
 CREATE OR REPLACE FUNCTION billing._grant_change_credit(p_sub billing.subscription, p_currency char(3), p_amount bigint,
                                                         p_now timestamptz)
 RETURNS void
@@ -224,22 +238,36 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_unpaid bigint[];
+    v_amount bigint;
 BEGIN
     IF p_amount <= 0 THEN
+        RETURN;
+    END IF;
+    v_amount := least(p_amount, billing._period_credit_room(p_sub));
+    IF v_amount <= 0 THEN
         RETURN;
     END IF;
     SELECT array_agg(id ORDER BY id) INTO v_unpaid FROM billing.invoice
      WHERE subscription_id = p_sub.id AND status IN ('OPEN', 'REVIEW');
     IF v_unpaid IS NULL THEN
-        PERFORM billing._grant_credit(p_sub.customer_id, p_currency, p_amount, 'PRORATION', p_sub.id, NULL, p_now);
+        INSERT INTO billing.credit_entry (customer_id, currency, amount, reason, subscription_id, invoice_id, created_at,
+                                          period_start, period_end)
+        VALUES (p_sub.customer_id, p_currency, v_amount, 'PRORATION', p_sub.id, NULL, p_now,
+                p_sub.current_period_start, p_sub.current_period_end);
+        INSERT INTO billing.credit_balance AS b (customer_id, currency, balance, updated_at)
+        VALUES (p_sub.customer_id, p_currency, v_amount, p_now)
+        ON CONFLICT ON CONSTRAINT credit_balance_pkey DO UPDATE
+            SET balance = b.balance + excluded.balance, updated_at = excluded.updated_at;
     ELSE
-        INSERT INTO billing.credit_pending (customer_id, currency, amount, subscription_id, depends_on, created_at)
-        VALUES (p_sub.customer_id, p_currency, p_amount, p_sub.id, v_unpaid, p_now);
+        INSERT INTO billing.credit_pending (customer_id, currency, amount, subscription_id, depends_on, created_at,
+                                            period_start, period_end)
+        VALUES (p_sub.customer_id, p_currency, v_amount, p_sub.id, v_unpaid, p_now,
+                p_sub.current_period_start, p_sub.current_period_end);
     END IF;
 END
 $$;
 COMMENT ON FUNCTION billing._grant_change_credit(billing.subscription, char, bigint, timestamptz) IS
-'Private: credit of a plan change: to the balance at once when no invoice of the subscription is unpaid, else pending on the unpaid ones.
+'Private: credit of a plan change for unused time of p_sub''s current period, capped at what the period kept and has not given back yet (_period_credit_room); to the balance at once when no invoice of the subscription is unpaid, else pending on the unpaid ones; the period is recorded with it.
 Returns nothing.';
 
 -- Called when an invoice reaches PAID, VOID or FAILED: settles the pending credit that waited on it.

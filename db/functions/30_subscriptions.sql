@@ -212,7 +212,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.cancel_subscription(bigint, boolean, timestamptz, bigint) IS
-'Cancels now (CANCELED, event SubscriptionCanceled; OPEN invoices never declined become VOID, those in dunning stay OPEN and collectible) or flags it to cancel at period end; repeating is harmless.
+'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Cancels now (CANCELED, event SubscriptionCanceled; OPEN invoices never declined become VOID, those in dunning stay OPEN and collectible) or flags it to cancel at period end; repeating is harmless.
 Returns the subscription; BL404 when absent, BL409 when p_expected_version is stale, BL422 at period end for a PAUSED one.';
 
 -- Renews a locked subscription, one period at a time, until its current period contains p_now,
@@ -405,6 +405,10 @@ BEGIN
                                              v_new, v_unit, p_now, v_from.id, v_from_price);
             END IF;
         ELSIF v_amount < 0 THEN
+            -- Credit for the unused rest, from what the customer kept of the period (refunds
+            -- lower it), capped by _grant_change_credit at what the period has not given back.
+            v_amount := billing.proration_amount(billing._period_credit_base(v_sub, v_from_price), v_new_price,
+                                                 v_sub.current_period_start, v_sub.current_period_end, v_change_at);
             PERFORM billing._grant_change_credit(v_sub, v_new.currency, -v_amount, p_now);
         END IF;
         v_before := v_sub;
@@ -424,7 +428,8 @@ BEGIN
      WHERE subscription_id = v_sub.id AND kind = 'PLAN_CHANGE' AND period_start >= v_change_at;
     v_start := coalesce(v_start, v_change_at);
     IF p_prorate THEN
-        v_amount := -billing.proration_amount(v_from_price, 0, v_sub.current_period_start, v_sub.current_period_end,
+        v_amount := -billing.proration_amount(billing._period_credit_base(v_sub, v_from_price), 0,
+                                              v_sub.current_period_start, v_sub.current_period_end,
                                               least(v_start, v_sub.current_period_end));
         PERFORM billing._grant_change_credit(v_sub, v_new.currency, v_amount, p_now);
     END IF;
@@ -435,5 +440,5 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.change_plan(bigint, text, timestamptz, bigint, text, boolean) IS
-'Switches the plan now (after billing any overdue period at its own terms) or, p_when = period_end, at the next renewal (no proration, no credit; changing to the current plan withdraws it). Now, same period length: the rest of the period is prorated against the price it was invoiced at, times the seats (an OPEN PRORATION invoice, or credit that waits until the period is paid); p_prorate false switches without invoice or credit. Another length: a new period starts now (a PLAN_CHANGE invoice) and the unused rest of the current one is credited (unless p_prorate is false). An unpaid earlier change of the period, never declined, is superseded (voided). TRIALING or PAUSED: the plan switches without proration.
+'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Switches the plan now (after billing any overdue period at its own terms) or, p_when = period_end, at the next renewal (no proration, no credit; changing to the current plan withdraws it). Now, same period length: the rest of the period is prorated against the price it was invoiced at, times the seats (an OPEN PRORATION invoice, or credit that waits until the period is paid); p_prorate false switches without invoice or credit. Another length: a new period starts now (a PLAN_CHANGE invoice) and the unused rest of the current one is credited (unless p_prorate is false). An unpaid earlier change of the period, never declined, is superseded (voided). TRIALING or PAUSED: the plan switches without proration.
 Returns the subscription; BL404 absent, BL409 stale version, BL422 unknown plan or change time, other currency, canceled subscription, or p_prorate false at period end.';

@@ -576,7 +576,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.apply_coupon(bigint, text, timestamptz) IS
-'Redeems coupon p_code on the subscription from its next period invoice (replacing its active coupon); SubscriptionUpdated (couponCode). Applying the active coupon again changes nothing.
+'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Redeems coupon p_code on the subscription from its next period invoice (replacing its active coupon); SubscriptionUpdated (couponCode). Applying the active coupon again changes nothing.
 Returns the subscription; BL404 absent; BL422 canceled, unknown, expired, other plan or currency; BL409 redeemed on it before, or no redemptions left.';
 
 CREATE OR REPLACE FUNCTION billing.pause_subscription(
@@ -629,7 +629,9 @@ BEGIN
     -- period is paid; reversed if it never is).
     SELECT * INTO v_plan FROM billing.plan WHERE id = v_sub.plan_id;
     v_at := greatest(p_now, v_sub.current_period_start);
-    v_credit := -billing.proration_amount(v_sub.period_price, 0, v_sub.current_period_start, v_sub.current_period_end, v_at);
+    -- From what the customer kept of the period (refunds lower it), capped by _grant_change_credit.
+    v_credit := -billing.proration_amount(billing._period_credit_base(v_sub, v_sub.period_price), 0,
+                                          v_sub.current_period_start, v_sub.current_period_end, v_at);
     PERFORM billing._grant_change_credit(v_sub, v_plan.currency, v_credit, p_now);
     v_before := v_sub;
     UPDATE billing.subscription
@@ -641,7 +643,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.pause_subscription(bigint, timestamptz, timestamptz) IS
-'Pauses an ACTIVE subscription now: nothing is billed while PAUSED; the unused rest of the current period is credited at the price it was billed at (pending until paid); resumes by itself at p_resume_at if given (a PAUSED one only gets its resume date changed). SubscriptionUpdated + SubscriptionPaused.
+'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Pauses an ACTIVE subscription now: nothing is billed while PAUSED; the unused rest of the current period is credited at the price it was billed at (pending until paid); resumes by itself at p_resume_at if given (a PAUSED one only gets its resume date changed). SubscriptionUpdated + SubscriptionPaused.
 Returns the subscription; BL404 absent; BL422 for a resume date not after p_now, or a subscription TRIALING, PAST_DUE, CANCELED or cancelling at period end.';
 
 CREATE OR REPLACE FUNCTION billing.resume_subscription(p_subscription_id bigint, p_now timestamptz DEFAULT now())
@@ -672,7 +674,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.resume_subscription(bigint, timestamptz) IS
-'Resumes a PAUSED subscription now: a new period starts at p_now (new anchor; calendar plans end it on the billing day, prorated), billed at once; a scheduled plan change applies. SubscriptionUpdated + SubscriptionResumed. Not paused: unchanged.
+'First settles what was due and not yet processed (a resume date already passed: it resumed then, and later periods are renewed). Resumes a PAUSED subscription now: a new period starts at p_now (new anchor; calendar plans end it on the billing day, prorated), billed at once; a scheduled plan change applies. SubscriptionUpdated + SubscriptionResumed. Not paused: unchanged.
 Returns the subscription; BL404 absent, BL422 canceled.';
 
 CREATE OR REPLACE FUNCTION billing.uncancel_subscription(p_subscription_id bigint, p_now timestamptz DEFAULT now())
@@ -708,7 +710,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.uncancel_subscription(bigint, timestamptz) IS
-'Withdraws a pending cancellation at period end (SubscriptionUpdated: cancelAtPeriodEnd true -> false); nothing pending: unchanged.
+'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Withdraws a pending cancellation at period end (SubscriptionUpdated: cancelAtPeriodEnd true -> false); nothing pending: unchanged.
 Returns the subscription; BL404 absent, BL422 when it is canceled already (its period end passed included).';
 
 CREATE OR REPLACE FUNCTION billing.reactivate_subscription(p_subscription_id bigint, p_now timestamptz DEFAULT now())
@@ -832,6 +834,10 @@ BEGIN
                                          v_before.quantity);
         END IF;
     ELSIF v_amount < 0 THEN
+        -- Seats removed: credit from what the customer kept of the period (refunds lower it),
+        -- capped by _grant_change_credit at what the period has not given back.
+        v_amount := billing.proration_amount(billing._period_credit_base(v_sub, v_sub.period_price), v_new_pp,
+                                             v_sub.current_period_start, v_sub.current_period_end, v_at);
         PERFORM billing._grant_change_credit(v_sub, v_plan.currency, -v_amount, p_now);
     END IF;
     UPDATE billing.subscription
@@ -843,7 +849,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.set_quantity(bigint, integer, timestamptz) IS
-'Sets the seats: every later period is billed price x quantity; the current one is prorated like a plan change (an OPEN PRORATION invoice for seats added, credit, pending until paid, for seats removed). TRIALING or PAUSED: no proration. SubscriptionUpdated (quantity).
+'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Sets the seats: every later period is billed price x quantity; the current one is prorated like a plan change (an OPEN PRORATION invoice for seats added, credit, pending until paid, for seats removed). TRIALING or PAUSED: no proration. SubscriptionUpdated (quantity).
 Returns the subscription; BL404 absent, BL422 canceled or quantity outside 1..1000000.';
 
 CREATE OR REPLACE FUNCTION billing.set_trial_will_end_notice(p_notice interval)

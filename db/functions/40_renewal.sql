@@ -30,6 +30,7 @@ DECLARE
     v_claimed  integer;
     v_expected integer;
     v_updated  integer;
+    v_taxes    boolean := EXISTS (SELECT 1 FROM billing.tax_rate WHERE active);
 BEGIN
     WITH due AS MATERIALIZED (
         -- Locked rows come back in their latest committed version.
@@ -57,9 +58,12 @@ BEGIN
                                    d.period_number + 1, d.timezone) AS period_end,
                t.price_amount * d.quantity AS amount, t.price_amount AS plan_price, d.quantity,
                p.currency, p.id AS plan_id, p.billing_interval, p.interval_count,
-               -- A balance is spread over the customer's invoices of this batch in id order.
+               coalesce(tx.tax_amount, 0) AS tax_amount, coalesce(tx.tax_included, 0) AS tax_included, tx.tax_detail,
+               -- A balance is spread over the customer's invoices of this batch in id order (on
+               -- their totals, tax included).
                CASE WHEN c.balance IS NULL THEN 0::bigint
-                    ELSE least(t.price_amount * d.quantity, greatest(0, c.balance - coalesce(sum(t.price_amount * d.quantity) OVER (
+                    ELSE least(t.price_amount * d.quantity + coalesce(tx.tax_amount, 0),
+                               greatest(0, c.balance - coalesce(sum(t.price_amount * d.quantity + coalesce(tx.tax_amount, 0)) OVER (
                              PARTITION BY d.customer_id, p.currency ORDER BY d.id
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::bigint
                END AS credit_applied
@@ -73,18 +77,22 @@ BEGIN
                           ELSE (SELECT pp.price_amount FROM billing.plan_price pp
                                  WHERE pp.plan_id = p.id AND pp.effective_from <= d.current_period_end
                                  ORDER BY pp.effective_from DESC LIMIT 1) END AS price_amount) t
+          -- Taxes by the customer's address (14_tax, inlined); skipped entirely while no rate exists.
+          LEFT JOIN LATERAL billing._invoice_tax(d.customer_id, t.price_amount * d.quantity, v_taxes) tx ON true
           LEFT JOIN credit c ON c.customer_id = d.customer_id AND c.currency = p.currency
          WHERE NOT d.cancel_at_period_end
     ), new_invoice AS (
         INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal,
                                      credit_applied, amount, currency, status, due_at, next_attempt_at, paid_at,
-                                     created_at, plan_id, plan_price, billing_interval, interval_count, quantity)
+                                     created_at, plan_id, plan_price, billing_interval, interval_count, quantity,
+                                     tax_amount, tax_included, tax_detail)
         SELECT p.id, p.customer_id, 'RENEWAL', p.period_start, p.period_end, p.amount,
-               p.credit_applied, p.amount - p.credit_applied, p.currency,
-               CASE WHEN p.amount = p.credit_applied THEN 'PAID' ELSE 'OPEN' END, p_now,
-               CASE WHEN p.amount = p.credit_applied THEN NULL ELSE p_now END,
-               CASE WHEN p.amount = p.credit_applied THEN p_now END, p_now,
-               p.plan_id, p.plan_price, p.billing_interval, p.interval_count, p.quantity
+               p.credit_applied, p.amount + p.tax_amount - p.credit_applied, p.currency,
+               CASE WHEN p.amount + p.tax_amount = p.credit_applied THEN 'PAID' ELSE 'OPEN' END, p_now,
+               CASE WHEN p.amount + p.tax_amount = p.credit_applied THEN NULL ELSE p_now END,
+               CASE WHEN p.amount + p.tax_amount = p.credit_applied THEN p_now END, p_now,
+               p.plan_id, p.plan_price, p.billing_interval, p.interval_count, p.quantity,
+               p.tax_amount, p.tax_included, p.tax_detail
           FROM priced p
         RETURNING *
     ), renewed AS (

@@ -199,7 +199,8 @@ BEGIN
     ), waiting AS (
         -- No usable payment method for a new key: the invoice waits for the customer (set_payment_method).
         UPDATE billing.invoice i
-           SET next_attempt_at = NULL, waiting_for = 'PAYMENT_METHOD'
+           SET next_attempt_at = NULL, waiting_for = 'PAYMENT_METHOD',
+               give_up_at = coalesce(i.give_up_at, billing._waiting_give_up_at(i.id, p_now))
           FROM keyed k
          WHERE i.id = k.id AND k.needs_method
         RETURNING i.id, i AS inv, k.has_default
@@ -249,6 +250,134 @@ COMMENT ON FUNCTION billing.claim_charges(text, integer, interval, timestamptz, 
 'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview); one whose customer has no usable payment method at p_provider waits (waiting_for PAYMENT_METHOD, InvoicePaymentMethodRequired), except with the simulator (sim) for a customer who never set a default method: charged by customer id.
 Returns what to charge: key <namespace>-inv-<invoice id>-try-<n>, reused by a re-claim with the same method references; lookup = ask the gateway for the key''s status instead of sending it (near its expiry); BL422 for bad arguments or a lease not shorter than the key lifetime.';
 
+-- The end of dunning for an invoice just made FAILED (its schedule exhausted, or its wait for a
+-- payment method over): InvoiceFailed; the credit it consumed goes back and the credit that waited
+-- on it is reversed; a failed upgrade is reverted, a served period on a canceled subscription is
+-- written off, and a live subscription is canceled (DUNNING_EXHAUSTED). Call it holding the
+-- subscription's and the invoice's row locks.
+CREATE OR REPLACE FUNCTION billing._dunning_exhausted(p_invoice billing.invoice, p_sub billing.subscription,
+                                                      p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_invoice billing.invoice := p_invoice;
+    v_sub     billing.subscription := p_sub;
+    v_after   billing.subscription;
+BEGIN
+    PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceFailed', billing._invoice_data(v_invoice), p_now);
+
+    -- Dunning exhausted: the invoice FAILED; the credit it consumed goes back and the credit that
+    -- waited on it is reversed.
+    PERFORM billing._restore_credit(v_invoice, p_now);
+    PERFORM billing._settle_pending_credit(v_invoice, p_now);
+    IF v_invoice.kind = 'PRORATION' AND v_invoice.from_plan_id IS NOT NULL THEN
+        -- A failed upgrade: reverted; the subscription keeps the plan paid for to its period end.
+        IF v_sub.status <> 'CANCELED' AND v_sub.plan_id = v_invoice.plan_id
+           AND v_sub.current_period_end = v_invoice.period_end THEN
+            UPDATE billing.subscription
+               SET plan_id = v_invoice.from_plan_id, period_price = v_invoice.from_price,
+                   quantity = coalesce(v_invoice.from_quantity, quantity),
+                   version = version + 1, updated_at = p_now
+             WHERE id = v_sub.id
+            RETURNING * INTO v_after;
+            PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionPlanReverted',
+                billing._subscription_data(v_after) || jsonb_build_object(
+                    'invoiceId', v_invoice.id, 'revertedPlanCode', billing.plan_code(v_invoice.plan_id)), p_now);
+            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
+            v_sub := v_after;
+        END IF;
+        IF v_sub.status = 'PAST_DUE'
+           AND NOT EXISTS (SELECT 1 FROM billing.invoice WHERE subscription_id = v_sub.id AND status = 'OPEN') THEN
+            UPDATE billing.subscription SET status = 'ACTIVE', version = version + 1, updated_at = p_now
+             WHERE id = v_sub.id
+            RETURNING * INTO v_after;
+            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
+        END IF;
+    ELSIF v_sub.status = 'CANCELED' THEN
+        -- Canceled during dunning: the served period stayed owed until now; it is written off.
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceWrittenOff',
+            billing._invoice_data(v_invoice) || jsonb_build_object('reason', 'DUNNING_EXHAUSTED'), p_now);
+    ELSE
+        UPDATE billing.subscription
+           SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'DUNNING_EXHAUSTED',
+               version = version + 1, updated_at = p_now
+         WHERE id = v_sub.id
+        RETURNING * INTO v_sub;
+        PERFORM billing._void_open_invoices(ARRAY[v_sub.id], p_now);
+        PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled',
+                                    billing._subscription_data(v_sub), p_now);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._dunning_exhausted(billing.invoice, billing.subscription, timestamptz) IS
+'Private: the end of dunning of an invoice just made FAILED: InvoiceFailed, credit restored and pending credit reversed, then a failed upgrade reverted (SubscriptionPlanReverted), a served period of a canceled subscription written off (InvoiceWrittenOff) or the subscription canceled (DUNNING_EXHAUSTED, its other never-declined invoices voided).
+Returns nothing; call it holding the subscription''s and the invoice''s row locks.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Invoices waiting for a payment method: given up at the end of their dunning span.
+-- ---------------------------------------------------------------------------------------------
+-- When an invoice that begins to wait at p_now is given up: the dunning span (the sum of the
+-- schedule's delays) after its first decline, or after p_now if it was never declined: the same
+-- end as the dunning it would have had.
+CREATE OR REPLACE FUNCTION billing._waiting_give_up_at(p_invoice_id bigint, p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((SELECT min(a.result_at) FROM billing.payment_attempt a
+                      WHERE a.invoice_id = p_invoice_id AND a.outcome = 'DECLINED'), p_now)
+         + coalesce((SELECT sum(d.delay) FROM billing.dunning_step d), interval '0')
+$$;
+COMMENT ON FUNCTION billing._waiting_give_up_at(bigint, timestamptz) IS
+'Private: when an invoice beginning to wait for a payment method at p_now is given up: the sum of the dunning delays after its first decline (or after p_now if never declined).
+Returns the instant.';
+
+CREATE OR REPLACE FUNCTION billing.give_up_waiting_invoices(p_batch_size integer DEFAULT 500,
+                                                            p_now timestamptz DEFAULT now())
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_id      bigint;
+    v_sub_id  bigint;
+    v_sub     billing.subscription;
+    v_invoice billing.invoice;
+    v_count   integer := 0;
+BEGIN
+    PERFORM billing._audit('give_up_waiting_invoices', jsonb_build_object('batch_size', p_batch_size, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    FOR v_id, v_sub_id IN
+        SELECT i.id, i.subscription_id FROM billing.invoice i
+         WHERE i.waiting_for IS NOT NULL AND i.give_up_at <= p_now
+         ORDER BY i.give_up_at, i.id
+         LIMIT p_batch_size
+    LOOP
+        -- Lock order: subscription, invoice (as payments do); another job may have moved it on.
+        v_sub := billing._lock_subscription(v_sub_id);
+        SELECT * INTO v_invoice FROM billing.invoice WHERE id = v_id FOR UPDATE;
+        CONTINUE WHEN v_invoice.status <> 'OPEN' OR v_invoice.waiting_for IS NULL OR v_invoice.give_up_at > p_now;
+        UPDATE billing.invoice
+           SET status = 'FAILED', waiting_for = NULL, next_attempt_at = NULL, closed_at = p_now
+         WHERE id = v_id
+        RETURNING * INTO v_invoice;
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentFailed',
+            billing._invoice_data(v_invoice) || jsonb_build_object(
+                'failureReason', 'PAYMENT_METHOD_REQUIRED', 'nextAttemptAt', NULL, 'final', true,
+                'hardDecline', false), p_now);
+        PERFORM billing._dunning_exhausted(v_invoice, v_sub, p_now);
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION billing.give_up_waiting_invoices(integer, timestamptz) IS
+'Gives up up to p_batch_size invoices that waited for a payment method until their give_up_at (the dunning span after their first decline, or after they began to wait): FAILED with InvoicePaymentFailed (failureReason PAYMENT_METHOD_REQUIRED, final) and InvoiceFailed, then as exhausted dunning (credit restored, an upgrade reverted, the period written off on a canceled subscription, or the subscription canceled). Run it periodically (the worker does).
+Returns how many were given up; BL422 for bad arguments.';
+
 -- The state machine behind record_payment_result and apply_gateway_webhook.
 DROP FUNCTION IF EXISTS billing._apply_payment_result(text, text, text, text, timestamptz);
 CREATE OR REPLACE FUNCTION billing._apply_payment_result(
@@ -269,6 +398,7 @@ DECLARE
     v_after   billing.subscription;
     v_hard    boolean := p_outcome = 'DECLINED' AND coalesce(p_hard_decline, false);
     v_other   billing.payment_method;
+    v_refund  billing.refund;
 BEGIN
     PERFORM billing._check_outcome(p_outcome);
     SELECT i.subscription_id INTO v_sub_id
@@ -328,13 +458,17 @@ BEGIN
         PERFORM billing._settle_pending_credit(v_invoice, p_now);
         IF v_sub.status = 'CANCELED' AND v_invoice.attempt_count = 0 THEN
             -- Canceled before this invoice was ever declined: nothing was owed (an invoice in
-            -- dunning, kept collectible by the cancellation, is owed and simply collected).
-            PERFORM billing._emit_event('invoice', v_invoice.id, 'RefundDue',
-                billing._invoice_data(v_invoice) || jsonb_build_object(
-                    'amount', v_attempt.amount, 'currency', v_attempt.currency, 'reason', 'SUBSCRIPTION_CANCELED',
-                    'idempotencyKey', v_attempt.idempotency_key), p_now);
-            PERFORM billing._refund_invoice(v_invoice, v_attempt.id, v_attempt.amount, 'SUBSCRIPTION_CANCELED',
-                                            'engine', NULL, p_now);
+            -- dunning, kept collectible by the cancellation, is owed and simply collected). All of
+            -- it is given back but what its period already gave back as credit for unused time
+            -- (credit that waited on this invoice was just released).
+            v_refund := billing._refund_invoice(v_invoice, v_attempt.id, v_attempt.amount, 'SUBSCRIPTION_CANCELED',
+                                                'engine', NULL, p_now);
+            IF v_refund.id IS NOT NULL THEN
+                PERFORM billing._emit_event('invoice', v_invoice.id, 'RefundDue',
+                    billing._invoice_data(v_invoice) || jsonb_build_object(
+                        'amount', v_refund.amount, 'currency', v_attempt.currency, 'reason', 'SUBSCRIPTION_CANCELED',
+                        'idempotencyKey', v_attempt.idempotency_key), p_now);
+            END IF;
         ELSIF v_sub.status = 'PAST_DUE'
               AND NOT EXISTS (SELECT 1 FROM billing.invoice
                                WHERE subscription_id = v_sub.id AND status = 'OPEN' AND id <> v_invoice.id) THEN
@@ -396,7 +530,10 @@ BEGIN
                last_failure_reason = p_failure_reason,
                status = 'OPEN',
                next_attempt_at = v_next,
-               waiting_for = CASE WHEN v_next IS NULL THEN 'PAYMENT_METHOD' END
+               waiting_for = CASE WHEN v_next IS NULL THEN 'PAYMENT_METHOD' END,
+               give_up_at = CASE WHEN v_next IS NULL
+                                 THEN coalesce(give_up_at, billing._waiting_give_up_at(v_invoice.id, p_now))
+                                 ELSE give_up_at END
          WHERE id = v_invoice.id
         RETURNING * INTO v_invoice;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentFailed',
@@ -444,49 +581,7 @@ BEGIN
         END IF;
         RETURN v_invoice;
     END IF;
-    PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceFailed', billing._invoice_data(v_invoice), p_now);
-
-    -- Dunning exhausted: the invoice FAILED; the credit it consumed goes back and the credit that
-    -- waited on it is reversed.
-    PERFORM billing._restore_credit(v_invoice, p_now);
-    PERFORM billing._settle_pending_credit(v_invoice, p_now);
-    IF v_invoice.kind = 'PRORATION' AND v_invoice.from_plan_id IS NOT NULL THEN
-        -- A failed upgrade: reverted; the subscription keeps the plan paid for to its period end.
-        IF v_sub.status <> 'CANCELED' AND v_sub.plan_id = v_invoice.plan_id
-           AND v_sub.current_period_end = v_invoice.period_end THEN
-            UPDATE billing.subscription
-               SET plan_id = v_invoice.from_plan_id, period_price = v_invoice.from_price,
-                   quantity = coalesce(v_invoice.from_quantity, quantity),
-                   version = version + 1, updated_at = p_now
-             WHERE id = v_sub.id
-            RETURNING * INTO v_after;
-            PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionPlanReverted',
-                billing._subscription_data(v_after) || jsonb_build_object(
-                    'invoiceId', v_invoice.id, 'revertedPlanCode', billing.plan_code(v_invoice.plan_id)), p_now);
-            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
-            v_sub := v_after;
-        END IF;
-        IF v_sub.status = 'PAST_DUE'
-           AND NOT EXISTS (SELECT 1 FROM billing.invoice WHERE subscription_id = v_sub.id AND status = 'OPEN') THEN
-            UPDATE billing.subscription SET status = 'ACTIVE', version = version + 1, updated_at = p_now
-             WHERE id = v_sub.id
-            RETURNING * INTO v_after;
-            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
-        END IF;
-    ELSIF v_sub.status = 'CANCELED' THEN
-        -- Canceled during dunning: the served period stayed owed until now; it is written off.
-        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceWrittenOff',
-            billing._invoice_data(v_invoice) || jsonb_build_object('reason', 'DUNNING_EXHAUSTED'), p_now);
-    ELSE
-        UPDATE billing.subscription
-           SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'DUNNING_EXHAUSTED',
-               version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
-        RETURNING * INTO v_sub;
-        PERFORM billing._void_open_invoices(ARRAY[v_sub.id], p_now);
-        PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled',
-                                    billing._subscription_data(v_sub), p_now);
-    END IF;
+    PERFORM billing._dunning_exhausted(v_invoice, v_sub, p_now);
     RETURN v_invoice;
 END
 $$;

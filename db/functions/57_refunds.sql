@@ -6,6 +6,13 @@
 -- (record_refund_result): SUCCEEDED or FAILED are final; UNKNOWN retries the same key, never past
 -- the key's lifetime at the provider (then a person settles it). The refunds of one charge never
 -- exceed what it collected: every path checks it under the invoice's row lock.
+--
+-- Refunds and credit for unused time share one bound per subscription period (docs/money.md,
+-- "Refunds and credit"): what the period's invoices billed, less their refunds (succeeded or in
+-- flight), less the credit a plan change already gave back for the period. A plan change credits
+-- unused time at the price the customer kept (_period_credit_base), never more than is left
+-- (_grant_change_credit caps it); a refund of a period's charge never returns what went back as
+-- credit (_refund_invoice).
 
 CREATE OR REPLACE FUNCTION billing._refund_data(p_refund billing.refund)
 RETURNS jsonb
@@ -60,6 +67,8 @@ DECLARE
     v_refundable bigint;
     v_refund     billing.refund;
     v_id         bigint;
+    v_room       bigint;
+    v_money      record;
 BEGIN
     SELECT * INTO v_attempt FROM billing.payment_attempt WHERE id = p_attempt_id AND invoice_id = p_invoice.id;
     v_refundable := billing._refundable(p_attempt_id);
@@ -67,6 +76,30 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('invoice %s has no successful charge to refund', p_invoice.id),
             HINT = 'Only money collected can be refunded (credit is not cash).';
+    END IF;
+    IF p_invoice.status = 'PAID' AND p_invoice.paid_attempt_id = p_attempt_id THEN
+        -- The charge that paid a period: what a plan change already gave back for the period as
+        -- credit is not refunded again.
+        v_money := billing._period_money(p_invoice.customer_id, p_invoice.subscription_id,
+                                         billing._invoice_period_start(p_invoice), p_invoice.period_end);
+        v_room := greatest(v_money.billed - v_money.refunded - v_money.credited, 0);
+        IF v_room < v_refundable THEN
+            IF p_reason = 'REQUESTED' AND p_amount IS NOT NULL AND p_amount BETWEEN 1 AND v_refundable
+               AND p_amount > v_room THEN
+                RAISE EXCEPTION USING ERRCODE = 'BL422',
+                    MESSAGE = format('a refund of invoice %s is at most %s: of its period''s %s billed, %s was refunded or is being refunded and %s went back as credit for unused time; got %s',
+                                     p_invoice.id, v_room, v_money.billed, v_money.refunded, v_money.credited, p_amount),
+                    HINT = 'Money already returned as credit is not refunded again.';
+            END IF;
+            v_refundable := v_room;
+            IF p_reason <> 'REQUESTED' THEN
+                -- The engine's own refund of the charge: all of it but what went back as credit.
+                IF v_room <= 0 THEN
+                    RETURN NULL;
+                END IF;
+                p_amount := least(p_amount, v_room);
+            END IF;
+        END IF;
     END IF;
     IF p_amount IS NULL OR p_amount < 1 OR p_amount > v_refundable THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
@@ -89,8 +122,8 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._refund_invoice(billing.invoice, bigint, bigint, text, text, text, timestamptz) IS
-'Private: a REQUESTED refund of p_amount against a successful charge of the (locked) invoice, key <namespace>-ref-<id>, event RefundRequested.
-Returns the refund; BL422 when the charge did not succeed or the amount exceeds what is left to refund.';
+'Private: a REQUESTED refund of p_amount against a successful charge of the (locked) invoice, key <namespace>-ref-<id>, event RefundRequested. The charge that paid the invoice is refunded at most what its period kept (billed, less refunds and credit given back for unused time): the engine''s own refunds (p_reason other than REQUESTED) are cut to it, or not made at all when nothing is left.
+Returns the refund (NULL for an engine refund with nothing left); BL422 when the charge did not succeed or the amount exceeds what is left to refund.';
 
 CREATE OR REPLACE FUNCTION billing.refund_invoice(
     p_invoice_id bigint, p_amount bigint, p_idempotency_key text DEFAULT NULL, p_now timestamptz DEFAULT now())
@@ -154,11 +187,12 @@ COMMENT ON FUNCTION billing.list_refunds(bigint) IS
 'The refunds of an invoice, oldest first.
 Returns the rows (none for an unknown invoice).';
 
+DROP FUNCTION IF EXISTS billing.claim_refunds(text, integer, interval, timestamptz);
 CREATE OR REPLACE FUNCTION billing.claim_refunds(
     p_worker text, p_batch_size integer DEFAULT 50, p_lease interval DEFAULT interval '5 minutes',
     p_now timestamptz DEFAULT now())
 RETURNS TABLE (refund_id bigint, customer_id bigint, invoice_id bigint, idempotency_key text, provider text,
-               charge_reference text, charge_key text, amount bigint, currency text)
+               charge_reference text, charge_key text, amount bigint, currency text, lookup boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 SET jit = off
@@ -179,45 +213,49 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH due AS MATERIALIZED (
-        SELECT r.customer_id, r.id, r.key_expires_at
+        SELECT r.customer_id, r.id, r.key_expires_at, r.review_reason, r.claim_count
           FROM billing.refund r
          WHERE r.status = 'REQUESTED' AND r.next_attempt_at <= p_now
          ORDER BY r.next_attempt_at, r.id
          LIMIT p_batch_size
            FOR NO KEY UPDATE SKIP LOCKED
-    ), expired AS (
-        -- Sent before, fate unknown, and the provider may have forgotten the key: never sent
-        -- again (it could refund twice); a person settles it with record_refund_result.
-        UPDATE billing.refund r SET next_attempt_at = NULL, review_reason = 'KEY_EXPIRED'
+    ), claimed AS (
+        -- Sent before, fate unknown, and the provider may have forgotten the key (or will before
+        -- this call ends): never sent again (it could refund twice), only looked up. Past the key's
+        -- lifetime it is in review (RefundReview once) and looked up every hour until the
+        -- provider answers; NOT_FOUND then gives it a new key (record_refund_result).
+        UPDATE billing.refund r
+           SET review_reason = CASE WHEN d.key_expires_at <= p_now THEN 'KEY_EXPIRED' ELSE r.review_reason END,
+               next_attempt_at = p_now + CASE WHEN d.key_expires_at <= p_now THEN greatest(p_lease, interval '1 hour')
+                                              ELSE p_lease END,
+               claim_count = r.claim_count + 1,
+               first_claimed_at = coalesce(r.first_claimed_at, p_now),
+               key_expires_at = coalesce(r.key_expires_at, p_now + v_cfg.key_lifetime)
           FROM due d
-         WHERE r.customer_id = d.customer_id AND r.id = d.id AND d.key_expires_at <= p_now
-        RETURNING r.*
+         WHERE r.customer_id = d.customer_id AND r.id = d.id
+        RETURNING r.*, r AS ref, d.review_reason IS NULL AND d.key_expires_at <= p_now AS newly_expired,
+                  coalesce(d.key_expires_at <= p_now
+                           OR (d.claim_count >= 1 AND p_now + p_lease > d.key_expires_at - v_cfg.lookup_margin),
+                           false) AS lookup
     ), review_events AS (
         INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
         SELECT e.event_id, 'invoice', e.invoice_id, 'RefundReview',
                billing._cloud_event(e.event_id, 'RefundReview', 'invoice', e.invoice_id, p_now,
                                     billing._refund_data(e.ref) || jsonb_build_object('reviewReason', 'KEY_EXPIRED')),
                p_now, p_now
-          FROM (SELECT gen_random_uuid() AS event_id, x.invoice_id, x::billing.refund AS ref FROM expired x ORDER BY x.id) e
-    ), claimed AS (
-        UPDATE billing.refund r
-           SET next_attempt_at = p_now + p_lease, claim_count = r.claim_count + 1,
-               first_claimed_at = coalesce(r.first_claimed_at, p_now),
-               key_expires_at = coalesce(r.key_expires_at, p_now + v_cfg.key_lifetime)
-          FROM due d
-         WHERE r.customer_id = d.customer_id AND r.id = d.id AND (d.key_expires_at IS NULL OR d.key_expires_at > p_now)
-        RETURNING r.*
+          FROM (SELECT gen_random_uuid() AS event_id, x.invoice_id, x.ref
+                  FROM claimed x WHERE x.newly_expired ORDER BY x.id) e
     )
     SELECT c.id, c.customer_id, c.invoice_id, c.idempotency_key, c.provider, c.charge_reference, a.idempotency_key,
-           c.amount, c.currency::text
+           c.amount, c.currency::text, c.lookup
       FROM claimed c
       JOIN billing.payment_attempt a ON a.id = c.attempt_id
      ORDER BY c.id;
 END
 $$;
 COMMENT ON FUNCTION billing.claim_refunds(text, integer, interval, timestamptz) IS
-'Claims up to p_batch_size REQUESTED refunds due by p_now (SKIP LOCKED) and leases them until p_now + p_lease; a refund whose key outlived the key lifetime with its fate unknown is set aside for a person instead (RefundReview).
-Returns what to send: the refund''s key (the same on every re-claim), the charge (provider reference and key), amount and currency; BL422 for bad arguments.';
+'Claims up to p_batch_size REQUESTED refunds due by p_now (SKIP LOCKED) and leases them until p_now + p_lease. A refund sent before whose key ends within the lookup margin is handed out for a look-up only (lookup); one whose key outlived the key lifetime is in review (RefundReview, once) and handed out for a look-up every hour.
+Returns what to send or look up: the refund''s key (the same on every re-claim), the charge (provider reference and key), amount, currency and lookup; BL422 for bad arguments.';
 
 CREATE OR REPLACE FUNCTION billing.record_refund_result(
     p_idempotency_key text, p_outcome text, p_provider_reference text DEFAULT NULL,
@@ -233,8 +271,8 @@ DECLARE
 BEGIN
     PERFORM billing._audit('record_refund_result', jsonb_build_object('idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'provider_reference', p_provider_reference, 'failure_reason', p_failure_reason, 'now', p_now));
     PERFORM billing._check_now(p_now);
-    PERFORM billing._check_one_of('refund outcome', p_outcome, ARRAY['SUCCEEDED', 'FAILED', 'UNKNOWN'],
-                                  'Use SUCCEEDED, FAILED or UNKNOWN.');
+    PERFORM billing._check_one_of('refund outcome', p_outcome, ARRAY['SUCCEEDED', 'FAILED', 'UNKNOWN', 'NOT_FOUND'],
+                                  'Use SUCCEEDED, FAILED, UNKNOWN or NOT_FOUND.');
     SELECT * INTO v_refund FROM billing.refund WHERE idempotency_key = p_idempotency_key;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
@@ -248,8 +286,34 @@ BEGIN
     SELECT * INTO v_refund FROM billing.refund
      WHERE customer_id = v_refund.customer_id AND id = v_refund.id FOR UPDATE;
 
+    IF v_refund.status = 'SUCCEEDED' AND p_outcome = 'FAILED' THEN
+        -- The provider reports the refund failed after all (Stripe: a refund the bank returned,
+        -- refund.updated / refund.failed): the money stayed with us.
+        UPDATE billing.refund SET status = 'FAILED', outcome = 'FAILED', settled_at = p_now,
+               provider_reference = coalesce(p_provider_reference, provider_reference), failure_reason = p_failure_reason
+         WHERE customer_id = v_refund.customer_id AND id = v_refund.id
+        RETURNING * INTO v_refund;
+        IF v_invoice.paid_attempt_id = v_refund.attempt_id THEN
+            UPDATE billing.invoice SET amount_refunded = amount_refunded - v_refund.amount WHERE id = v_invoice.id;
+        END IF;
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'RefundFailed', billing._refund_data(v_refund), p_now);
+        RETURN v_refund;
+    END IF;
     IF v_refund.status <> 'REQUESTED' THEN
         -- Final already: a repeat changes nothing; a contradiction is logged by the caller.
+        RETURN v_refund;
+    END IF;
+    IF p_outcome = 'NOT_FOUND' THEN
+        -- The provider never saw this key (a look-up said so): nothing was refunded, and the key
+        -- is never sent again. A new key, sent at once.
+        UPDATE billing.refund r
+           SET try_count = r.try_count + 1,
+               idempotency_key = i.key_namespace || '-ref-' || r.id || '-try-' || (r.try_count + 1),
+               outcome = 'NOT_FOUND', failure_reason = p_failure_reason, review_reason = NULL, next_attempt_at = p_now,
+               claim_count = 0, first_claimed_at = NULL, key_expires_at = NULL
+          FROM billing.installation i
+         WHERE r.customer_id = v_refund.customer_id AND r.id = v_refund.id
+        RETURNING r.* INTO v_refund;
         RETURN v_refund;
     END IF;
     IF p_outcome = 'UNKNOWN' THEN
@@ -267,13 +331,15 @@ BEGIN
         RETURN v_refund;
     END IF;
     UPDATE billing.refund
-       SET status = p_outcome, outcome = p_outcome, next_attempt_at = NULL, settled_at = p_now,
+       SET status = p_outcome, outcome = p_outcome, next_attempt_at = NULL, settled_at = p_now, review_reason = NULL,
            provider_reference = coalesce(p_provider_reference, provider_reference),
            failure_reason = CASE WHEN p_outcome = 'FAILED' THEN p_failure_reason END
      WHERE customer_id = v_refund.customer_id AND id = v_refund.id
     RETURNING * INTO v_refund;
     IF p_outcome = 'SUCCEEDED' AND v_invoice.paid_attempt_id = v_refund.attempt_id THEN
         UPDATE billing.invoice SET amount_refunded = amount_refunded + v_refund.amount WHERE id = v_invoice.id;
+        -- The numbered credit note of the money given back (58_invoices).
+        PERFORM billing._refund_credit_note(v_invoice.id, v_refund, p_now);
     END IF;
     PERFORM billing._emit_event('invoice', v_invoice.id,
         CASE p_outcome WHEN 'SUCCEEDED' THEN 'RefundSucceeded' ELSE 'RefundFailed' END,
@@ -282,5 +348,101 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.record_refund_result(text, text, text, text, timestamptz) IS
-'Records the provider''s answer to a refund: SUCCEEDED (the invoice''s amount_refunded grows when it refunds the paying charge; RefundSucceeded) and FAILED (RefundFailed; the amount may be asked again) are final; UNKNOWN retries the same key later, within its lifetime. Idempotent: a refund already settled is returned unchanged.
+'Records the provider''s answer to a refund: SUCCEEDED (the invoice''s amount_refunded grows when it refunds the paying charge; RefundSucceeded) and FAILED (RefundFailed; the amount may be asked again) are final, except that FAILED after SUCCEEDED (the provider reports it failed after all) makes it FAILED and takes it off amount_refunded; UNKNOWN retries the same key later, within its lifetime; NOT_FOUND (a look-up found nothing: the provider never saw the key) gives it a new key, sent at once. Idempotent: a refund already settled is returned unchanged.
 Returns the refund; BL404 for an unknown key, BL422 for an unknown outcome.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Refunds and credit for unused time: one bound per subscription period.
+-- ---------------------------------------------------------------------------------------------
+
+-- The start of the subscription period an invoice bills: its own start, except for a PRORATION
+-- invoice (the rest of a period from a change), whose period began with the latest other invoice
+-- of the subscription ending at the same instant.
+CREATE OR REPLACE FUNCTION billing._invoice_period_start(p_invoice billing.invoice)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN p_invoice.kind <> 'PRORATION' THEN p_invoice.period_start
+                ELSE coalesce((SELECT max(i.period_start) FROM billing.invoice i
+                                WHERE i.subscription_id = p_invoice.subscription_id AND i.kind <> 'PRORATION'
+                                  AND i.period_end = p_invoice.period_end AND i.period_start <= p_invoice.period_start),
+                              p_invoice.period_start) END
+$$;
+COMMENT ON FUNCTION billing._invoice_period_start(billing.invoice) IS
+'Private: the start of the subscription period p_invoice bills (for a PRORATION invoice, the start of the period it prorates).
+Returns the instant.';
+
+-- What one period of a subscription billed, and gave back. billed: the invoices of the period
+-- (the one that opened it and the PRORATION ones within it) PAID or still owed (OPEN, REVIEW),
+-- credit applied included (credit is value the customer had). refunded: the refunds, succeeded or
+-- in flight (REQUESTED, in review too), of the charges that paid them (a duplicate charge is not
+-- the period's money). credited: the credit plan changes gave back for the period's unused time,
+-- granted or pending (not reversed).
+CREATE OR REPLACE FUNCTION billing._period_money(
+    p_customer_id bigint, p_subscription_id bigint, p_period_start timestamptz, p_period_end timestamptz,
+    OUT billed bigint, OUT refunded bigint, OUT credited bigint)
+RETURNS record
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    WITH inv AS (
+        SELECT i.id, i.subtotal, i.status, i.paid_attempt_id FROM billing.invoice i
+         WHERE i.subscription_id = p_subscription_id AND i.status IN ('PAID', 'OPEN', 'REVIEW')
+           AND i.period_start >= p_period_start AND i.period_start < p_period_end AND i.period_end <= p_period_end
+    )
+    SELECT (SELECT coalesce(sum(subtotal), 0)::bigint FROM inv),
+           (SELECT coalesce(sum(r.amount), 0)::bigint FROM inv JOIN billing.refund r
+                ON r.invoice_id = inv.id AND r.attempt_id = inv.paid_attempt_id
+             WHERE inv.status = 'PAID' AND r.status <> 'FAILED'),
+           (SELECT coalesce(sum(c.amount), 0)::bigint FROM billing.credit_pending c
+             WHERE c.customer_id = p_customer_id AND c.subscription_id = p_subscription_id
+               AND c.period_start = p_period_start AND c.period_end = p_period_end AND c.status <> 'REVERSED')
+         + (SELECT coalesce(sum(e.amount), 0)::bigint FROM billing.credit_entry e
+             WHERE e.customer_id = p_customer_id AND e.subscription_id = p_subscription_id AND e.reason = 'PRORATION'
+               AND e.period_start = p_period_start AND e.period_end = p_period_end)
+$$;
+COMMENT ON FUNCTION billing._period_money(bigint, bigint, timestamptz, timestamptz) IS
+'Private: for the period [p_period_start, p_period_end) of a subscription, what its invoices billed (PAID, OPEN or REVIEW), what of their paying charges was refunded or is being refunded, and the credit plan changes gave back for its unused time (granted or pending).
+Returns (billed, refunded, credited).';
+
+-- The full-period price that credit for the unused rest of the subscription's current period is
+-- computed from: p_price (what the period was invoiced at) in the proportion the customer kept of
+-- what the period billed (a period half refunded credits half as much; wholly refunded, nothing).
+CREATE OR REPLACE FUNCTION billing._period_credit_base(p_sub billing.subscription, p_price bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_money record;
+BEGIN
+    v_money := billing._period_money(p_sub.customer_id, p_sub.id, p_sub.current_period_start, p_sub.current_period_end);
+    IF v_money.refunded <= 0 OR v_money.billed <= 0 THEN
+        RETURN p_price;
+    END IF;
+    RETURN floor(p_price::numeric * greatest(v_money.billed - v_money.refunded, 0) / v_money.billed)::bigint;
+END
+$$;
+COMMENT ON FUNCTION billing._period_credit_base(billing.subscription, bigint) IS
+'Private: the price credit for unused time of the current period is computed from: p_price times the share of the period''s billing not refunded (succeeded or in flight).
+Returns the amount (p_price when nothing was refunded).';
+
+-- What credit may still be given back for the subscription's current period: what it billed,
+-- less its refunds and the credit already given back for it. Every change credit is capped by it
+-- (_grant_change_credit).
+CREATE OR REPLACE FUNCTION billing._period_credit_room(p_sub billing.subscription)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_money record;
+BEGIN
+    v_money := billing._period_money(p_sub.customer_id, p_sub.id, p_sub.current_period_start, p_sub.current_period_end);
+    RETURN greatest(v_money.billed - v_money.refunded - v_money.credited, 0);
+END
+$$;
+COMMENT ON FUNCTION billing._period_credit_room(billing.subscription) IS
+'Private: the most credit that may still be given back for the current period of p_sub (billed, less refunds succeeded or in flight, less change credit already given for it).
+Returns the amount, never below zero.';

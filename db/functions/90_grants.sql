@@ -34,17 +34,19 @@ DECLARE
                       "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
                       "delete_webhook_endpoint", "list_webhook_attempts", "set_payment_method",
                       "detach_payment_method", "list_payment_methods", "refund_invoice", "list_refunds",
-                      "record_refund_result", "retry_invoice", "void_invoice"],
+                      "record_refund_result", "retry_invoice", "void_invoice", "get_invoice_document",
+                      "set_customer_details"],
       "billing_worker": ["create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                          "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats",
                          "period_end", "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
-                         "announce_expiring_payment_methods"],
+                         "announce_expiring_payment_methods", "give_up_waiting_invoices", "finalize_invoices"],
       "billing_relay": ["claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
                         "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
                         "is_simulation"],
       "billing_readonly": ["get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
                            "proration_amount", "dunning_next_attempt", "is_simulation", "list_payment_methods",
-                           "list_refunds"],
+                           "list_refunds", "get_invoice_document", "report_mrr", "report_mrr_movements",
+                           "report_churn", "report_revenue"],
       "billing_admin": ["upsert_plan", "upsert_customer", "upsert_coupon",
                         "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                         "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
@@ -53,7 +55,9 @@ DECLARE
                         "delete_webhook_endpoint", "list_webhook_attempts", "outbox_events_from",
                         "retry_dead_outbox_events", "replay_outbox_event", "new_key_namespace", "set_payment_method",
                         "detach_payment_method", "list_payment_methods", "refund_invoice", "list_refunds",
-                        "record_refund_result", "retry_invoice", "void_invoice"],
+                        "record_refund_result", "retry_invoice", "void_invoice", "upsert_tax_rate",
+                        "set_customer_details", "finalize_invoice", "finalize_invoices", "get_invoice_document",
+                        "report_mrr", "report_mrr_movements", "report_churn", "report_revenue"],
       "billing_console": ["console_open_session", "console_session", "console_close_session", "console_functions",
                           "console_overview", "console_mrr", "console_customers", "console_customer",
                           "console_subscription", "console_invoices", "console_events", "authenticate_api_key",
@@ -61,7 +65,8 @@ DECLARE
                           "cancel_subscription", "change_plan", "replay_outbox_event",
                           "uncancel_subscription", "pause_subscription", "resume_subscription", "apply_coupon",
                           "set_quantity", "reactivate_subscription", "retry_invoice", "void_invoice",
-                          "refund_invoice"]
+                          "refund_invoice", "get_invoice_document", "report_mrr", "report_mrr_movements",
+                          "report_churn", "report_revenue"]
     }';
     v_role text;
     v_fn   regprocedure;

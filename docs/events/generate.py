@@ -69,7 +69,8 @@ REFUND = {
     "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
     "reason": {"enum": ["REQUESTED", "DUPLICATE_CHARGE", "SUBSCRIPTION_CANCELED", "INVOICE_VOID", "INVOICE_FAILED"]},
     "status": {"enum": ["REQUESTED", "SUCCEEDED", "FAILED"]},
-    "idempotencyKey": {"type": "string", "pattern": "^[a-z0-9]+-ref-[1-9][0-9]*$"},
+    "idempotencyKey": {"type": "string", "pattern": "^[a-z0-9]+-ref-[1-9][0-9]*(-try-[1-9][0-9]*)?$",
+                       "description": "<namespace>-ref-<refund id>, then -try-<n> once a key the provider never saw was replaced."},
     "provider": {"type": "string"},
     "providerReference": nullable({"type": "string"}),
     "failureReason": nullable({"type": "string"}),
@@ -169,6 +170,13 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                                               "currency or customer): kept, not applied",
                               obj({**INVOICE, "reason": {"const": "WEBHOOK_MISMATCH"}, "detail": {"type": "string"},
                                    "webhookEventId": {"type": "string"}, "idempotencyKey": {"type": "string"}})),
+    "CreditNoteIssued": ("invoice/<id>", "a numbered credit note is issued for a finalized invoice: VOID (the "
+                                         "invoice was voided) or REFUND (a refund of its charge succeeded)",
+                         obj({"creditNoteId": ID, "number": {"type": "string", "pattern": "^CN-[0-9]{4}-[0-9]{6,}$"},
+                              "invoiceId": ID, "invoiceNumber": {"type": "string"}, "customerId": ID,
+                              "reason": {"enum": ["VOID", "REFUND"]}, "refundId": nullable(ID),
+                              "subtotal": MINOR, "taxAmount": MINOR, "total": MINOR,
+                              "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}, "issuedAt": INSTANT})),
     "SubscriptionCreated": ("subscription/<id>", "a subscription is created (its INITIAL invoice follows, or, "
                                                  "TRIALING, comes when the trial ends)",
                             obj(SUBSCRIPTION, const={"status": {"enum": ["ACTIVE", "TRIALING"]}})),

@@ -91,7 +91,7 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 60.0, group_prefi
 
 
 def money_balances(ledger: dict, paid_cash: dict[str, int], refund_rows: list[dict] | None = None,
-                   key_pattern: str = r"^[a-z0-9]+-ref-(\d+)$") -> Check:
+                   key_pattern: str = r"^[a-z0-9]+-ref-(\d+)(-try-\d+)?$") -> Check:
     """Money collected minus money refunded, per currency, from the gateway's own ledger, equals the
     cash of the PAID invoices (amount - amount_refunded) from the database; and no refund was
     executed twice (each refund key once at the gateway, no refund of a charge beyond what it

@@ -145,6 +145,36 @@ def db_login_role(settings: Settings, database_url, login, jobs, password_file) 
     click.echo(summary)
 
 
+@main.command("report")
+@database_url_option
+@click.argument("kind", type=click.Choice(["mrr", "churn", "revenue"]))
+@click.option("--from", "start", type=click.DateTime(["%Y-%m-%d"]), required=True,
+              help="First month of the report (its UTC calendar month).")
+@click.option("--to", "end", type=click.DateTime(["%Y-%m-%d"]), required=True, help="Last month (inclusive).")
+@click.option("--currency", default=None, help="Only this currency (figures are never summed across currencies).")
+@click.option("--at", type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d"]), default=None,
+              help="mrr only: MRR and ARR at this instant (UTC when no offset) instead of the monthly movements.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.pass_obj
+def report(settings: Settings, database_url, kind, start, end, currency, at, fmt) -> None:
+    """Board figures (docs/reports.md): mrr (per month: starting, new, expansion, contraction, churned,
+    ending MRR and ARR), churn (logo and revenue churn, voluntary vs dunning, dunning recovery) or
+    revenue (recognized straight-line vs invoiced vs cash collected). Read-only."""
+    from datetime import timezone
+
+    import psycopg
+
+    from billing.invoices.reports import run
+
+    settings = settings.with_overrides(database_url=database_url)
+    if at is not None and at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
+    try:
+        click.echo(run(settings.database_url, kind, start.date(), end.date(), currency, at, fmt))
+    except psycopg.Error as exc:
+        raise click.ClickException(str(exc).strip()) from None
+
+
 @main.group("api-key")
 def api_key() -> None:
     """HTTP API keys: create (the key is shown once), list, revoke."""

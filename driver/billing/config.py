@@ -178,6 +178,12 @@ class Settings:
     # proxy in front) or "false".
     console_session_hours: float = 12.0
     console_cookie_secure: str = "auto"
+    # The issuer printed on invoices and credit notes (docs/invoices.md); "\n" in the address
+    # separates its lines.
+    issuer_name: str = "Billing Engine Demo Ltd"
+    issuer_address: str = "1 Example Street\n75001 Paris\nFrance"
+    issuer_tax_id: str | None = None
+    issuer_email: str | None = None
     db_dir: Path = field(default_factory=lambda: Path(os.environ.get("BILLING_DB_DIR", REPO_ROOT / "db")))
 
     @classmethod
@@ -225,6 +231,10 @@ class Settings:
             api_max_concurrency=_env_int("BILLING_API_MAX_CONCURRENCY", cls.api_max_concurrency),
             console_session_hours=_env_float("BILLING_CONSOLE_SESSION_HOURS", cls.console_session_hours),
             console_cookie_secure=_console_cookie_secure(env.get("BILLING_CONSOLE_COOKIE_SECURE")),
+            issuer_name=env.get("BILLING_ISSUER_NAME") or cls.issuer_name,
+            issuer_address=(env.get("BILLING_ISSUER_ADDRESS") or cls.issuer_address).replace("\\n", "\n"),
+            issuer_tax_id=env.get("BILLING_ISSUER_TAX_ID") or None,
+            issuer_email=env.get("BILLING_ISSUER_EMAIL") or None,
         )
 
     def secret_problems(self) -> list[str]:

@@ -16,6 +16,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 # Every time-dependent call passes p_now explicitly, so the demo and the tests drive the clock.
 
 CREATE_DUE_INVOICES = "SELECT billing.create_due_invoices(%(batch)s, %(now)s) AS handled"
+FINALIZE_INVOICES = "SELECT billing.finalize_invoices(%(batch)s, %(now)s) AS finalized"
 CLAIM_CHARGES = (
     "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup, customer_ref, "
     "payment_method_ref FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s, %(provider)s)"
@@ -30,6 +31,12 @@ LIST_REFUNDS = "SELECT * FROM billing.list_refunds(%(invoice_id)s)"
 # An operator's invoice actions (db/functions/58_invoice_actions.sql).
 RETRY_INVOICE = "SELECT * FROM billing.retry_invoice(%(invoice_id)s, %(now)s)"
 VOID_INVOICE = "SELECT * FROM billing.void_invoice(%(invoice_id)s, %(reason)s, %(now)s)"
+# Invoice documents and reports (db/functions/58_invoices.sql, 75_reports.sql).
+GET_INVOICE_DOCUMENT = "SELECT billing.get_invoice_document(%(invoice_id)s) AS document"
+REPORT_MRR = "SELECT * FROM billing.report_mrr(%(at)s)"
+REPORT_MRR_MOVEMENTS = "SELECT * FROM billing.report_mrr_movements(%(from)s, %(to)s)"
+REPORT_CHURN = "SELECT * FROM billing.report_churn(%(from)s, %(to)s)"
+REPORT_REVENUE = "SELECT * FROM billing.report_revenue(%(from)s, %(to)s)"
 # Payment methods (db/functions/52_payment_methods.sql).
 SET_PAYMENT_METHOD = (
     "SELECT * FROM billing.set_payment_method(%(customer_id)s, %(provider)s, %(customer_ref)s, "
@@ -38,6 +45,8 @@ SET_PAYMENT_METHOD = (
 ANNOUNCE_EXPIRING_PAYMENT_METHODS = (
     "SELECT billing.announce_expiring_payment_methods(%(days)s, %(batch)s, %(now)s) AS announced"
 )
+# Invoices that waited for a payment method past their dunning span (db/functions/50_charging.sql).
+GIVE_UP_WAITING_INVOICES = "SELECT billing.give_up_waiting_invoices(%(batch)s, %(now)s) AS given_up"
 RECORD_PAYMENT_RESULT = (
     "SELECT * FROM billing.record_payment_result(%(key)s, %(outcome)s, %(reference)s, %(reason)s, %(now)s)"
 )
@@ -118,6 +127,15 @@ DEMO_SIGNUP_CUSTOMERS = (
     "SELECT count(billing.upsert_customer(u.customer_id, u.timezone)) AS n "
     "FROM unnest(%(customer_ids)s::bigint[], %(timezones)s::text[]) AS u(customer_id, timezone)"
 )
+DEMO_CUSTOMER_DETAILS = (
+    "SELECT count(billing.set_customer_details(u.id, u.name, u.email, u.address, u.city, u.postal_code, u.region, "
+    "u.country, u.tax_id, u.tax_status)) AS n "
+    "FROM unnest(%(ids)s::bigint[], %(names)s::text[], %(emails)s::text[], %(addresses)s::text[], %(cities)s::text[], "
+    "%(postal_codes)s::text[], %(regions)s::text[], %(countries)s::text[], %(tax_ids)s::text[], %(statuses)s::text[]) "
+    "AS u(id, name, email, address, city, postal_code, region, country, tax_id, tax_status)"
+)
+DEMO_TAX_RATE = ("SELECT * FROM billing.upsert_tax_rate(%(code)s, %(country)s, %(region)s, %(name)s, %(bp)s, "
+                 "%(inclusive)s)")
 DEMO_SIGNUP_SUBSCRIPTIONS = (
     "SELECT u.customer_id, (billing.create_subscription(u.key, u.customer_id, u.plan_code, u.at, u.trial_days, "
     "u.coupon, u.quantity)).id AS id "

@@ -12,11 +12,15 @@ stripe-mock's object, patched to the outcome the test asked for:
   insufficient_funds); `pm_card_chargeDeclinedStolenCard` a hard one (stolen_card);
   `pm_card_authenticationRequired` answers 402 authentication_required; `pm_card_timeout`
   succeeds but holds the answer past the client's timeout;
-* `rate_limit_next = n`: the next n POSTs answer 429 (nothing done);
+* `rate_limit_next = n`: the next n POSTs answer 429 (nothing done); `fail_next_refund = n`: the
+  next n refunds answer 500 (nothing done); `hold_next_refund = n`: the next n refunds are made and
+  their answers held past the client's timeout;
 * idempotency as Stripe's: the same key with the same parameters replays the first answer, with
   other parameters 400 idempotency_error;
 * refunds never exceed what the payment intent has left (400 amount_too_large);
-* `GET /v1/payment_intents/search?query=metadata['idempotency_key']:'K'` finds the intents made.
+* `GET /v1/payment_intents?customer=C&created[gte]=T` lists the customer's intents made (the
+  charge look-up), `GET /v1/refunds?payment_intent=P` the refunds of an intent (the refund look-up
+  and a charge.refunded without its refunds); `GET /v1/payment_intents/search` still answers.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import time
 import urllib.parse
 
 import aiohttp
@@ -49,6 +54,9 @@ class StripeFake:
         self.refunds: dict[str, dict] = {}
         self.refunded: dict[str, int] = {}  # payment intent id -> amount refunded
         self.rate_limited = 0
+        self.list_calls = 0
+        self.fail_next_refund = 0  # the next n refund POSTs answer 500 without refunding
+        self.hold_next_refund = 0  # the next n refund POSTs refund, then hold their answer past the timeout
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.url: str | None = None
@@ -112,7 +120,23 @@ class StripeFake:
         if request.method == "POST" and request.path == "/v1/payment_intents":
             return await self._idempotent(key, form, lambda: self._intent(key, form, mocked))
         if request.method == "POST" and request.path == "/v1/refunds":
-            return await self._idempotent(key, form, lambda: self._refund(key, form, mocked))
+            if self.fail_next_refund > 0:  # a 500 that did nothing (not stored: the key is unused)
+                self.fail_next_refund -= 1
+                return web.json_response({"error": {"type": "api_error", "message": "simulated failure"}}, status=500)
+            hold = self.hold_next_refund > 0
+            self.hold_next_refund -= hold
+            return await self._idempotent(key, form, lambda: (*self._refund(key, form, mocked)[:2], hold))
+        if request.method == "GET" and request.path == "/v1/payment_intents":
+            # The list, filtered as Stripe does (customer, created[gte]); newest first, one page.
+            since = int(request.query.get("created[gte]", "0") or 0)
+            found = [i for i in reversed(list(self.intents.values()))
+                     if i.get("customer") == request.query.get("customer") and i.get("created", since) >= since]
+            self.list_calls += 1
+            return web.json_response({**mocked, "data": found, "has_more": False})
+        if request.method == "GET" and request.path == "/v1/refunds":
+            found = [r for r in reversed(list(self.refunds.values()))
+                     if r.get("payment_intent") == request.query.get("payment_intent")]
+            return web.json_response({**mocked, "data": found, "has_more": False})
         if request.method == "GET" and request.path == "/v1/payment_intents/search":
             m = _QUERY.match(request.query.get("query", ""))
             found = [self.intents[m.group(1)]] if m and m.group(1) in self.intents else []
@@ -140,7 +164,7 @@ class StripeFake:
     def _intent(self, key: str | None, form: dict, mocked: dict) -> tuple[int, dict, bool]:
         pm = form.get("payment_method", "")
         key = key or f"no-key-{len(self.requests)}"
-        intent = {**mocked, "id": "pi_" + hashlib.sha256(key.encode()).hexdigest()[:20],
+        intent = {**mocked, "id": "pi_" + hashlib.sha256(key.encode()).hexdigest()[:20], "created": int(time.time()),
                   "amount": int(form["amount"]), "currency": form["currency"], "customer": form.get("customer"),
                   "payment_method": pm, "last_payment_error": None, "next_action": None,
                   "metadata": {k[len("metadata["):-1]: v for k, v in form.items() if k.startswith("metadata[")}}

@@ -4,6 +4,7 @@ flags, revocation, an action appearing the day its SQL function lands)."""
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 
 import httpx
 import psycopg
@@ -151,3 +152,34 @@ def test_invoice_actions_need_an_admin_session_and_the_csrf_token(db_url, served
         assert r.status_code == 303 and "error=" in r.headers["location"]  # more than was paid
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT array_agg(amount) FROM billing.refund").fetchone()[0] == [100]
+
+
+def test_customers_are_found_by_email_or_name_and_their_invoices_link_their_documents(db_url, served):
+    """The customer search reads the billing details (issue 15's email and name); every invoice row
+    links its document, served to a logged-in session (a link cannot carry the API's bearer key)."""
+    world, server = served
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.set_customer_details(7001, 'Acme Widgets Ltd', 'billing@acme.example', "
+                     "'1 Main Street', 'Paris', '75001', NULL, 'FR', NULL, 'TAXABLE')")
+        conn.execute("SELECT billing.set_customer_details(7002, 'Globex SA', 'ap@globex.example', "
+                     "'2 Side Street', 'Lyon', '69001', NULL, 'FR', NULL, 'TAXABLE')")
+        number = conn.execute("SELECT (billing.finalize_invoice(%s, %s)).number",
+                              (world.paid_invoice, datetime(2026, 9, 11, tzinfo=timezone.utc))).fetchone()[0]
+    assert number
+    reader = create_test_key(db_url, "subscriptions:read")
+    with httpx.Client(base_url=server.url) as c:
+        assert c.get(f"/console/invoices/{world.paid_invoice}.html").status_code in (303, 401)  # no session
+        _login(c, reader)
+        for q in ("acme", "BILLING@ACME", "Widgets"):
+            page = c.get("/console/customers", params={"q": q}).text
+            assert 'href="/console/customers/7001"' in page and 'href="/console/customers/7002"' not in page, q
+        page = c.get("/console/customers", params={"q": "globex"}).text
+        assert 'href="/console/customers/7002"' in page and 'href="/console/customers/7001"' not in page
+        page = c.get("/console/customers/7001").text
+        html_link, pdf_link = (f"/console/invoices/{world.paid_invoice}.{ext}" for ext in ("html", "pdf"))
+        assert f'href="{html_link}"' in page and f'href="{pdf_link}"' in page
+        doc = c.get(html_link)
+        assert doc.status_code == 200 and number in doc.text and "Acme Widgets Ltd" in doc.text
+        pdf = c.get(pdf_link)
+        assert pdf.status_code == 200 and pdf.headers["content-type"] == "application/pdf"
+        assert pdf.content.startswith(b"%PDF") and number in pdf.headers["content-disposition"]

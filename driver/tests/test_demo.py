@@ -4,6 +4,8 @@ its report, and proof that the invariant checker can fail."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 import copy
 import re
 import uuid
@@ -17,7 +19,7 @@ from psycopg.rows import dict_row
 
 from billing.cli import main
 from billing.config import Settings
-from billing.demo import invariants, report
+from billing.demo import documents, invariants, report
 from billing.demo.model import Options, exit_status
 from billing.demo.runner import simulate
 from billing.demo.scenario import build
@@ -35,6 +37,7 @@ def demo_run(pg_server_url, tmp_path_factory):
     settings = Settings(database_url=url_for_db(pg_server_url, name))
     options = Options(subscriptions=SUBSCRIPTIONS, rate=500, seed=7, report=str(out / "report.html"), quiet=True)
     result = asyncio.run(simulate(settings, options))
+    result.stats["sample_invoices"] = documents.write_samples(result.database_url, settings, out / "report.html")
     report.write_html(result, out / "report.html")
     yield result, out
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
@@ -88,6 +91,24 @@ def test_small_demo_holds_every_invariant_and_writes_its_report(demo_run):
 
     text = report.terminal_summary(result)
     assert "ALL INVARIANTS HOLD" in text
+
+    # Invoices as documents and the board figures (docs/invoices.md, docs/reports.md).
+    docs = s["documents"]
+    assert docs["finalized"] > 0 and docs["unfinalized"] == 0 and docs["taxed"] > 0 and docs["tax_included"] > 0
+    assert docs["refund_notes"] > 0
+    assert {r["currency"] for r in s["reports"]["mrr"]} == {"BRL", "EUR", "GBP", "INR", "JPY", "USD"}
+    assert all(r["mrr"] > 0 for r in s["reports"]["mrr"])
+    assert s["reports"]["churn"] and s["reports"]["revenue"] and s["reports"]["movements"]
+    for title in ("Invoices and board figures", "MRR and ARR at", "Churn per month", "Revenue per month"):
+        assert title in page
+    assert "MRR at the end" in text and "churn 2026-10" in text
+    samples = s["sample_invoices"]
+    assert len(samples) >= 3
+    if shutil.which("pdftotext"):
+        for sample in samples:
+            pdf_text = subprocess.run(["pdftotext", "-layout", sample["pdf"], "-"], capture_output=True,
+                                      check=True).stdout.decode()
+            assert f"Invoice {sample['number']}" in pdf_text and "Total" in pdf_text
 
 
 def test_checker_fails_on_a_second_charge_of_one_invoice(demo_run):

@@ -37,9 +37,12 @@ API = {
     "reactivate_subscription", "set_quantity", "set_trial_will_end_notice",
     # payment methods and refunds (db/functions/52_payment_methods.sql, 57_refunds.sql)
     "set_payment_method", "detach_payment_method", "list_payment_methods", "announce_expiring_payment_methods",
-    "refund_invoice", "list_refunds", "claim_refunds", "record_refund_result",
+    "refund_invoice", "list_refunds", "claim_refunds", "record_refund_result", "give_up_waiting_invoices",
     # an operator's invoice actions (db/functions/58_invoice_actions.sql)
     "retry_invoice", "void_invoice",
+    # invoices as documents and the reports (db/functions/58_invoices.sql, 75_reports.sql)
+    "upsert_tax_rate", "set_customer_details", "finalize_invoices", "finalize_invoice", "get_invoice_document",
+    "report_mrr", "report_mrr_movements", "report_churn", "report_revenue",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -312,6 +315,7 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["methods"] = len(one("list_payment_methods", "%s", (customer,), setof=True))
     out["detached"] = one("detach_payment_method", "%s, %s, %s, %s", (customer, "sim", f"pm_{tag}", renew_at))[10]
     out["expiring"] = one("announce_expiring_payment_methods", "%s, %s, %s", (7, 100, renew_at))[0]
+    out["given_up"] = one("give_up_waiting_invoices", "%s, %s", (100, renew_at))[0]
     refund = one("refund_invoice", "%s, %s, %s, %s", (claims[0][0], 1000, f"lp-refund-{tag}", renew_at))
     out["refund"] = (refund[4], refund[7])  # amount, status
     out["refunds"] = len(one("list_refunds", "%s", (claims[0][0],), setof=True))
@@ -377,6 +381,19 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     invoice_id = one("console_subscription", "%s", (extra[0],))[0]["invoices"][0]["id"]
     out["retried"] = one("retry_invoice", "%s, %s", (invoice_id, T0 + timedelta(days=14, seconds=1)))[10]
     out["voided"] = one("void_invoice", "%s, %s, %s", (invoice_id, "lp", T0 + timedelta(days=14, seconds=2)))[10]
+    # invoices as documents and the reports
+    out["tax_rate"] = one("upsert_tax_rate", "%s, %s, %s, %s, %s, %s",
+                          (f"LP_{tag}", "ZZ", None, "LP tax", 1000, False))[0] == f"LP_{tag}"
+    out["details"] = one("set_customer_details", "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s",
+                         (customer, "LP Ltd", "lp@example.com", None, None, None, None, "ZZ", None, "TAXABLE"))[0] == customer
+    out["finalized"] = one("finalize_invoices", "%s, %s", (500, T0 + timedelta(days=14)))[0] >= 0
+    invoice_id = claims[0][0]
+    out["numbered"] = one("finalize_invoice", "%s, %s", (invoice_id, T0 + timedelta(days=14)))[0] == invoice_id
+    doc = one("get_invoice_document", "%s", (invoice_id,))[0]
+    out["document"] = doc["number"] is not None and doc["lines"][0]["kind"] in ("PLAN", "PRORATION")
+    out["report_mrr"] = isinstance(one("report_mrr", "%s", (T0 + timedelta(days=5),), setof=True), list)
+    for fn in ("report_mrr_movements", "report_churn", "report_revenue"):
+        out[fn] = isinstance(one(fn, "%s, %s", (T0.date(), (T0 + timedelta(days=40)).date()), setof=True), list)
     out["called"] = called
     return out
 
@@ -396,11 +413,13 @@ EXPECTED = {
     "skew": True, "expired": 0,
     "coupon": True, "notice": True, "trialing": "TRIALING", "seats": True, "paused": "PAUSED", "resumed": "ACTIVE",
     "uncanceled": "ACTIVE", "reactivated": "BL422", "retried": "OPEN", "voided": "VOID",
-    "method": True, "methods": 1, "detached": "DETACHED", "expiring": 0, "refund": (1000, "REQUESTED"), "refunds": 1,
+    "method": True, "methods": 1, "detached": "DETACHED", "expiring": 0, "given_up": 0, "refund": (1000, "REQUESTED"), "refunds": 1,
     "refund_claimed": [True], "refund_done": "SUCCEEDED",
     "console_login": True, "console_session": True, "console_logout": True, "console_overview": True,
     "console_mrr": True, "console_customers": True, "console_customer": True, "console_subscription": True,
     "console_invoices": True, "console_events": True, "console_functions": True, "replay": "PENDING",
+    "tax_rate": True, "details": True, "finalized": True, "numbered": True, "document": True,
+    "report_mrr": True, "report_mrr_movements": True, "report_churn": True, "report_revenue": True,
 }
 
 

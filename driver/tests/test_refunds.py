@@ -119,6 +119,72 @@ def test_refunds_with_the_simulator_never_twice_and_the_books_balance(db_url):
     assert types.count("RefundRequested") == 3 and types.count("RefundSucceeded") == 3 and "RefundDue" in types
 
 
+class RefundsInDoubt(DecisionModel):
+    """Charges behave. The first call of the first refund's key answers 500 without refunding; the
+    first call of the second refund's key refunds and holds its answer past the client's timeout.
+    A later key of a refund (-try-n) behaves."""
+
+    def fails(self, key: str, calls: int) -> bool:
+        return key.endswith(f"-ref-{self.first}") and calls == 1
+
+    def times_out(self, key: str, calls: int) -> bool:
+        return key.endswith(f"-ref-{self.first + 1}") and calls == 1
+
+
+def test_refunds_in_doubt_are_looked_up_never_sent_twice(db_url):
+    """Two refunds whose answers are lost (a 500 that refunded nothing, a timeout that refunded):
+    retried with their keys they would be answered by the gateway's idempotency, but past the keys'
+    lifetime nobody may send them again. The worker looks them up instead: the one the gateway never
+    saw gets a new key and is refunded; the other is found refunded, and is not sent again."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_plan('PRO', 5000, 'EUR', 'MONTH', 1)")
+        for c in (1, 2):
+            conn.execute("SELECT billing.create_subscription(%s, %s, 'PRO', %s)", (f"s-{c}", c, T0))
+        first = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM billing.refund").fetchone()[0]
+    clock = SimulatedClock(T0)
+    decisions = RefundsInDoubt()
+    decisions.first = first
+
+    async def scenario():
+        pool = await async_pool(db_url, max_size=4)
+        async with GatewaySimulator(rate=0, decisions=decisions, timeout_hold_seconds=2.0) as sim:
+            provider = SimProvider(GatewayClient(sim.url, timeout=1.0))
+            await Charger(pool, provider, LocalGcraLimiter(50), rate=50, clock=clock, lease_seconds=60).charge_due()
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                for customer in (1, 2):
+                    conn.execute("SELECT billing.refund_invoice(i.id, 2000, NULL, %s) FROM billing.invoice i "
+                                 "WHERE i.customer_id = %s", (T0, customer))
+            refunder = Refunder(pool, provider, LocalGcraLimiter(50), clock=clock, lease_seconds=60)
+            sent = await refunder.refund_due()  # both answers lost: UNKNOWN
+            outcomes = [r["outcome"] for r in query(db_url, "SELECT outcome FROM billing.refund ORDER BY id")]
+            clock.advance(timedelta(hours=23, minutes=1))  # past the keys' lifetime: look-ups only
+            looked = await refunder.refund_due()  # two look-ups, then the new key of the one never seen
+            after_lookup = query(db_url, "SELECT id, status, outcome, idempotency_key, try_count FROM billing.refund "
+                                         "ORDER BY id")
+            again = await refunder.refund_due()
+            ledger, stats = sim.ledger(), sim.stats()
+            await provider.close()
+        await pool.close()
+        return sent, outcomes, looked, after_lookup, again, ledger, stats, refunder.counts
+
+    sent, outcomes, looked, after_lookup, again, ledger, stats, counts = asyncio.run(scenario())
+    assert (sent, outcomes) == (2, ["UNKNOWN", "UNKNOWN"])
+    assert (looked, counts["looked_up"], again) == (3, 2, 0)
+    never_seen, found = after_lookup
+    assert (never_seen["status"], never_seen["outcome"], never_seen["try_count"]) == ("SUCCEEDED", "SUCCEEDED", 1)
+    assert never_seen["idempotency_key"].endswith(f"-ref-{first}-try-1")
+    assert (found["status"], found["outcome"], found["try_count"]) == ("SUCCEEDED", "SUCCEEDED", 0)
+    rows = query(db_url, "SELECT * FROM billing.refund ORDER BY id")
+    assert [r["status"] for r in rows] == ["SUCCEEDED", "SUCCEEDED"]
+    # Each refund was made once at the gateway: the timed-out key was never sent again.
+    assert sorted(r["idempotencyKey"] for r in ledger["refunds"]) == sorted(r["idempotency_key"] for r in rows)
+    assert stats["lookups"] >= 2
+    check = money_balances(ledger, paid_cash(db_url), rows)
+    assert check.ok, check.examples
+    assert paid_cash(db_url) == {"EUR": 2 * 3000}
+    assert len(query(db_url, "SELECT 1 FROM billing.outbox_event WHERE event_type = 'RefundReview'")) == 2
+
+
 def test_the_money_check_catches_a_refund_twice_and_an_unbalanced_book():
     ledger = {"charges": [{"idempotencyKey": "ns-inv-1-try-0", "amount": 100, "currency": "USD", "status": "succeeded"}],
               "refunds": [{"idempotencyKey": "ns-ref-1", "chargeKey": "ns-inv-1-try-0", "amount": 60, "currency": "USD"},

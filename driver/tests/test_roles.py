@@ -29,17 +29,19 @@ POLICY = {
                     "outbox_stats", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",
                     "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint", "list_webhook_attempts",
                     "set_payment_method", "detach_payment_method", "list_payment_methods", "refund_invoice",
-                    "list_refunds", "record_refund_result", "retry_invoice", "void_invoice"},
+                    "list_refunds", "record_refund_result", "retry_invoice", "void_invoice", "get_invoice_document",
+                    "set_customer_details"},
     "billing_worker": {"create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                        "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats", "period_end",
                        "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
-                       "announce_expiring_payment_methods"},
+                       "announce_expiring_payment_methods", "give_up_waiting_invoices", "finalize_invoices"},
     "billing_relay": {"claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
                       "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
                       "is_simulation"},
     "billing_readonly": {"get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
                          "proration_amount", "dunning_next_attempt", "is_simulation", "list_payment_methods",
-                         "list_refunds"},
+                         "list_refunds", "get_invoice_document", "report_mrr", "report_mrr_movements",
+                         "report_churn", "report_revenue"},
     "billing_admin": {"upsert_plan", "upsert_customer", "upsert_coupon",
                       "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                       "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
@@ -47,14 +49,17 @@ POLICY = {
                       "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
                       "list_webhook_attempts", "outbox_events_from", "retry_dead_outbox_events", "replay_outbox_event",
                       "new_key_namespace", "set_payment_method", "detach_payment_method", "list_payment_methods",
-                      "refund_invoice", "list_refunds", "record_refund_result", "retry_invoice", "void_invoice"},
+                      "refund_invoice", "list_refunds", "record_refund_result", "retry_invoice", "void_invoice",
+                      "upsert_tax_rate", "set_customer_details", "finalize_invoice", "finalize_invoices",
+                      "get_invoice_document", "report_mrr", "report_mrr_movements", "report_churn", "report_revenue"},
     # The operator console: its reads and sessions, plus the actions it offers (billing.console.actions)
     # that exist in this database; see _with_console_actions().
     "billing_console": {"console_open_session", "console_session", "console_close_session", "console_functions",
                         "console_overview", "console_mrr", "console_customers", "console_customer",
                         "console_subscription", "console_invoices", "console_events", "authenticate_api_key",
                         "get_subscription", "plan_code", "outbox_stats", "is_simulation", "cancel_subscription",
-                        "change_plan", "replay_outbox_event"},
+                        "change_plan", "replay_outbox_event", "get_invoice_document", "report_mrr",
+                        "report_mrr_movements", "report_churn", "report_revenue"},
 }
 # The findings of the issue, by name: who must never reach these.
 NEVER = {
@@ -248,6 +253,8 @@ def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
                             ).fetchall() == []  # the refund loop
         assert conn.execute(db.ANNOUNCE_EXPIRING_PAYMENT_METHODS, {"days": 7, "batch": 10, "now": now}
                             ).fetchone()["announced"] == 0  # the renewal loop's card notices
+        assert conn.execute(db.GIVE_UP_WAITING_INVOICES, {"batch": 10, "now": now}
+                            ).fetchone()["given_up"] == 0  # the renewal loop's end of waiting invoices
         events = conn.execute(db.CLAIM_OUTBOX_EVENTS_RAW, {"batch": 100, "lease": "30 seconds", "now": now}).fetchall()
         assert len(events) >= 2
         assert conn.execute(db.MARK_OUTBOX_PUBLISHED, {"ids": [e["id"] for e in events], "now": now}
@@ -262,5 +269,5 @@ def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
         audit = conn.execute("SELECT array_agg(DISTINCT function ORDER BY function) FROM billing.audit_log "
                              "WHERE db_role = %s", (user,)).fetchone()[0]
     assert audit == ["announce_expiring_payment_methods", "claim_charges", "claim_outbox_events", "claim_refunds",
-                     "create_due_invoices", "expire_idempotency_keys", "mark_outbox_published", "purge_expired",
-                     "record_payment_result", "record_payment_results"]
+                     "create_due_invoices", "expire_idempotency_keys", "give_up_waiting_invoices",
+                     "mark_outbox_published", "purge_expired", "record_payment_result", "record_payment_results"]

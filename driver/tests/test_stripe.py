@@ -102,7 +102,7 @@ def test_the_worker_charges_through_stripe_every_outcome(db_url, stripe_mock_url
     assert (first, looked) == (5, 1) and counts["rate_limited"] == 2 and fake.rate_limited == 2
 
     # Each request carried what Stripe needs: off-session confirmation, lower-case currency, our keys.
-    posts = [(form, key) for method, path, form, key in fake.requests if path == "/v1/payment_intents"]
+    posts = [(form, key) for method, path, form, key in fake.requests if (method, path) == ("POST", "/v1/payment_intents")]
     form, key = posts[-1]
     assert form["off_session"] == "true" and form["confirm"] == "true" and form["currency"] == "brl"
     assert form["amount"] == "2990" and form["metadata[idempotency_key]"] == key
@@ -125,10 +125,12 @@ def test_the_worker_charges_through_stripe_every_outcome(db_url, stripe_mock_url
     assert set(waiting) == {inv[3], inv[4]} and {w["reason"] for w in waiting.values()} == {"HARD_DECLINE"}
     failed = {e["data"]["invoiceId"]: e["data"]["hardDecline"] for e in events(db_url, "InvoicePaymentFailed")}
     assert failed == {inv[2]: False, inv[3]: True, inv[4]: True}
-    # The timeout: UNKNOWN first, then the lookup (search by the key in the intent's metadata) found it.
+    # The timeout: UNKNOWN first, then the lookup (the customer's payment intents listed, the one with
+    # the key in its metadata) found it; the Search API is not used.
     timed = invoice(db_url, inv[5])
     assert timed["status"] == "PAID" and timed["gateway_reference"] == fake.intents[timeout_key]["id"]
-    assert any(path == "/v1/payment_intents/search" for _, path, _, _ in fake.requests)
+    lists = [(path, form) for method, path, form, _ in fake.requests if method == "GET"]
+    assert fake.list_calls == 1 and not any(path == "/v1/payment_intents/search" for path, _ in lists)
     # Stripe charged each key once: the fake's idempotency store has one intent per key.
     assert len(fake.intents) == 5
 
@@ -232,6 +234,46 @@ def test_refunds_through_stripe_partial_never_more_than_collected(db_url, stripe
     assert sum(fake.refunded.values()) == 2990 and len(fake.refunds) == 2
     assert {r["payment_intent"] for r in fake.refunds.values()} == {paid["gateway_reference"]}
     assert [e["data"]["status"] for e in events(db_url, "RefundSucceeded")] == ["SUCCEEDED", "SUCCEEDED"]
+
+
+def test_refunds_in_doubt_are_looked_up_at_stripe_never_made_twice(db_url, stripe_mock_url):
+    """Two refunds whose answers are lost: a 500 that refunded nothing and a timeout that refunded.
+    Past their keys' lifetime the worker lists the payment intent's refunds (GET /v1/refunds,
+    judged by stripe-mock) instead of sending the keys again: the one Stripe never saw gets a new
+    key and is made; the other is found made."""
+    inv = seed(db_url, {41: "pm_card_visa", 42: "pm_card_visa"})
+    clock = SimulatedClock(T0)
+
+    async def scenario():
+        pool = await async_pool(db_url, max_size=4)
+        async with StripeFake(stripe_mock_url, hold_seconds=2.0) as fake:
+            provider = provider_for(fake)
+            await charger_for(pool, provider, clock).charge_due()
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                for customer in (41, 42):
+                    conn.execute("SELECT billing.refund_invoice(%s, 1000, NULL, %s)", (inv[customer], T0))
+            refunder = Refunder(pool, provider, LocalGcraLimiter(50), clock=clock, lease_seconds=60, concurrency=1)
+            fake.fail_next_refund, fake.hold_next_refund = 1, 1
+            sent = await refunder.refund_due()
+            unknown = [r["outcome"] for r in query(db_url, "SELECT outcome FROM billing.refund ORDER BY id")]
+            clock.advance(timedelta(hours=23, minutes=1))
+            looked = await refunder.refund_due()
+            again = await refunder.refund_due()
+            await provider.close()
+        await pool.close()
+        return fake, sent, unknown, looked, again, refunder.counts
+
+    fake, sent, unknown, looked, again, counts = asyncio.run(scenario())
+    assert fake.rejected == [], "stripe-mock rejected a request"
+    assert (sent, unknown) == (2, ["UNKNOWN", "UNKNOWN"])
+    assert (looked, counts["looked_up"], again) == (3, 2, 0)  # two look-ups, then the new key
+    rows = query(db_url, "SELECT * FROM billing.refund ORDER BY id")
+    assert [(r["status"], r["try_count"]) for r in rows] == [("SUCCEEDED", 1), ("SUCCEEDED", 0)]
+    assert rows[0]["idempotency_key"].endswith("-try-1")
+    # Stripe made one refund per row, each with the row's key; the look-ups read the refunds list.
+    assert sorted(fake.refunds) == sorted(r["idempotency_key"] for r in rows) and sum(fake.refunded.values()) == 2000
+    assert sum(1 for m, path, _, _ in fake.requests if (m, path) == ("GET", "/v1/refunds")) == 2
+    assert [invoice(db_url, inv[c])["amount_refunded"] for c in (41, 42)] == [1000, 1000]
 
 
 # -- webhooks -----------------------------------------------------------------------------------
@@ -362,3 +404,66 @@ def test_stripe_mock_is_the_judge_of_every_request(stripe_mock_url):
     bad, good, rejected = asyncio.run(scenario())
     assert all(status == 400 for status in bad) and good == 200
     assert [r[0] for r in rejected] == ["POST /v1/payment_intents", "POST /v1/payment_intents", "POST /v1/refunds"]
+
+
+def test_refund_webhooks_without_their_refunds_and_refunds_that_fail_later(db_url, stripe_mock_url):
+    """charge.refunded as API versions from 2022-11-15 send it (no refunds list): the API reads the
+    payment intent's refunds from Stripe (through the fake and stripe-mock) and settles ours;
+    refund.updated with status failed after the refund had succeeded takes it back; a pending
+    refund changes nothing."""
+    inv = seed(db_url, {51: "pm_card_visa"})
+    clock = SimulatedClock(T0)
+
+    async def scenario():
+        pool = await async_pool(db_url, max_size=4)
+        out = {}
+        async with StripeFake(stripe_mock_url) as fake:
+            provider = provider_for(fake)
+            await charger_for(pool, provider, clock).charge_due()
+            with psycopg.connect(db_url, autocommit=True, row_factory=dict_row) as conn:
+                refund = conn.execute("SELECT * FROM billing.refund_invoice(%s, 700, NULL, %s)",
+                                      (inv[51], T0)).fetchone()
+                claim = conn.execute("SELECT * FROM billing.claim_refunds('t', 10, '5 minutes', %s)", (T0,)).fetchone()
+            from billing.providers import RefundRequest
+            made = await provider.refund(RefundRequest(
+                claim["idempotency_key"], claim["refund_id"], claim["invoice_id"], claim["customer_id"],
+                claim["amount"], claim["currency"].strip(), claim["charge_reference"], claim["charge_key"]))
+            out["made"] = made.outcome  # made at Stripe; its answer never recorded (the worker died)
+            settings = Settings(database_url=db_url, stripe_webhook_secret=WEBHOOK_SECRET, stripe_api_key=API_KEY,
+                                stripe_api_base=fake.url)
+            app = create_app(settings, clock=clock)
+            pi = invoice(db_url, inv[51])["gateway_reference"]
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://billing.test") as api:
+                async def post(event):
+                    r = await api.post("/webhooks/stripe", content=signed(event)[0], headers=signed(event)[1])
+                    return r.status_code, r.json()
+
+                bare = {"id": "evt_r1", "type": "charge.refunded", "data": {"object": {
+                    "id": "ch_1", "object": "charge", "payment_intent": pi, "amount_refunded": 700}}}
+                out["bare"] = await post(bare)
+                out["after_bare"] = query(db_url, "SELECT status FROM billing.refund")[0]["status"]
+                stripe_refund = fake.refunds[refund["idempotency_key"]]
+                pending = {"id": "evt_r2", "type": "refund.updated", "data": {"object": {
+                    **stripe_refund, "status": "pending"}}}
+                out["pending"] = await post(pending)
+                failed = {"id": "evt_r3", "type": "refund.updated", "data": {"object": {
+                    **stripe_refund, "status": "failed", "failure_reason": "expired_or_canceled_card"}}}
+                out["failed"] = await post(failed)
+                out["failed_again"] = await post(failed)
+            await app.state.database.close()
+            await app.state.stripe.close()
+            await provider.close()
+        await pool.close()
+        return fake, out
+
+    fake, out = asyncio.run(scenario())
+    assert fake.rejected == [], "stripe-mock rejected a request"
+    assert out["made"] == "SUCCEEDED"
+    assert out["bare"] == (200, {"received": True, "outcomes": ["REFUND"]}) and out["after_bare"] == "SUCCEEDED"
+    assert out["pending"] == (200, {"received": True, "outcomes": []})
+    assert out["failed"] == (200, {"received": True, "outcomes": ["REFUND"]}) == out["failed_again"]
+    (row,) = query(db_url, "SELECT * FROM billing.refund")
+    assert (row["status"], row["failure_reason"]) == ("FAILED", "expired_or_canceled_card")
+    assert invoice(db_url, inv[51])["amount_refunded"] == 0  # the money came back to us
+    assert [e["data"]["status"] for e in events(db_url, "RefundSucceeded")] == ["SUCCEEDED"]
+    assert [e["data"]["status"] for e in events(db_url, "RefundFailed")] == ["FAILED"]

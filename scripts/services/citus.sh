@@ -16,10 +16,20 @@
 # of the machine (new connections then fail to load plpgsql.so).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 PGBIN="${PGBIN:-/usr/lib/postgresql/15/bin}"
-# The vendored source: ../shared/vendor beside the main checkout (../../shared/vendor from a worktree).
+# The vendored source (BILLING_CITUS_VENDOR, else shared/vendor beside the checkout or beside one of
+# its parents: ../shared/vendor from the main checkout, ../../shared/vendor from a worktree, else the
+# workspace's /work/shared/vendor for a clone made elsewhere).
 VENDOR="${BILLING_CITUS_VENDOR:-}"
 if [ -z "$VENDOR" ]; then
-  for VENDOR in "$ROOT/../shared/vendor" "$ROOT/../../shared/vendor"; do [ -d "$VENDOR" ] && break; done
+  d="$ROOT"
+  while :; do
+    d=$(dirname "$d")
+    if [ -f "$d/shared/vendor/citus-13.2.2.tar.gz" ]; then VENDOR="$d/shared/vendor"; break; fi
+    if [ "$d" = "/" ]; then VENDOR=/work/shared/vendor; break; fi
+  done
+fi
+if [ "${1:-}" != "stop" ] && [ ! -f "$VENDOR/citus-13.2.2.tar.gz" ] && [ ! -f "$CACHE/citus/stage/.built" ]; then
+  log "no Citus source: set BILLING_CITUS_VENDOR to the folder holding citus-13.2.2.tar.gz and its patch"; exit 1
 fi
 CITUS_VERSION=13.2.2
 COORD_PORT="${BILLING_CITUS_PORT:-25545}"
@@ -101,6 +111,8 @@ citus.shard_count = ${BILLING_CITUS_SHARD_COUNT:-8}
 citus.max_adaptive_executor_pool_size = 4
 CONF
   fi
+  # A cache copied from another worktree keeps that worktree's port: this one's wins.
+  as_pg sed -i "s/^port = .*/port = $port/" "$data/postgresql.conf"
   as_pg "$PGBIN/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 start >/dev/null
   wait_port 127.0.0.1 "$port" 30 || { log "citus node did not open $port"; tail -20 "$data/server.log" >&2; exit 1; }
 }

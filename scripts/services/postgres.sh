@@ -49,6 +49,8 @@ timezone = 'UTC'
 log_min_messages = warning
 CONF
 fi
+# A cache copied from another worktree keeps that worktree's port: this one's wins.
+as_pg sed -i "s/^port = .*/port = $PORT/" "$DATA/postgresql.conf"
 as_pg "$PGBIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 start >/dev/null
 wait_port 127.0.0.1 "$PORT" 30 || { log "postgres did not open $PORT"; tail -20 "$DATA/server.log" >&2; exit 1; }
 echo "$URL"

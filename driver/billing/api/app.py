@@ -5,7 +5,7 @@ type, declared size). Each endpoint validates its input (billing.api.validation)
 the SQL API and maps the SQLSTATEs of docs/sql-api.md to HTTP statuses (BL404 -> 404, BL409 -> 409,
 or 412 when the caller sent If-Match, BL422 -> 422). A mutation runs in a transaction that first
 names its actor (`billing.actor` = api-key:<id>) for the audit log. Plus /webhooks/payments (signed
-gateway results, billing.api.webhooks), /webhook-endpoints (outbound webhooks), /admin/audit, /metrics, /healthz and /openapi.json
+gateway results, billing.api.webhooks), /webhook-endpoints (outbound webhooks), /invoices/{id}[.html|.pdf] (documents), /admin/audit, /metrics, /healthz and /openapi.json
 (billing.api.openapi), and the operator console under /console (billing.console). Serving (timeouts,
 concurrency, the internal listener): billing.api.serving.
 """
@@ -45,6 +45,7 @@ from billing.events.schemas import catalogue
 from billing.worker.targets import BlockedAddress, check_target
 from billing.clock import Clock, SystemClock
 from billing.console import create_console
+from billing.invoices.documents import Issuer, render_html, render_pdf
 from billing.metrics import HTTP_REQUESTS, OUTBOX_BACKLOG, OUTBOX_DEAD, OUTBOX_OLDEST_AGE, WEBHOOKS_FOR_REVIEW
 
 log = logging.getLogger("billing.api")
@@ -391,6 +392,21 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
             outcomes = stripe_parser.parse_webhook(request.headers, body, wall_clock())
         except WebhookRejected as exc:
             raise ApiError(exc.status, exc.code, exc.message) from None
+        if any(o.kind == "refund_lookup" for o in outcomes):
+            # A charge.refunded without its refunds: read from Stripe (with the API key), or left to
+            # the worker's look-ups when this API has none.
+            from billing.providers import LookupFailed
+
+            if not stripe_parser.api_key:
+                log.warning("charge.refunded without its refunds and no BILLING_STRIPE_API_KEY to read them; "
+                            "the refund worker's look-ups settle them", extra={"eventId": outcomes[0].event_id})
+                outcomes = [o for o in outcomes if o.kind != "refund_lookup"]
+            else:
+                try:
+                    outcomes = await stripe_parser.complete_webhook(outcomes)
+                except LookupFailed as exc:
+                    # Not acknowledged: Stripe delivers the event again later.
+                    raise ApiError(503, "unavailable", f"could not read the charge's refunds from Stripe: {exc}") from None
         applied = []
         for o in outcomes:
             if o.kind == "charge":
@@ -410,9 +426,11 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
 
     from billing.providers.stripe import StripeProvider as _Stripe
 
-    # Only its webhook verifier is used here; without BILLING_STRIPE_WEBHOOK_SECRET every Stripe
+    # Its webhook verifier, and (with BILLING_STRIPE_API_KEY) the reading of a charge's refunds that
+    # a charge.refunded event does not list; without BILLING_STRIPE_WEBHOOK_SECRET every Stripe
     # webhook is refused.
-    stripe_parser = _Stripe("", webhook_secrets=[x for x in (settings.stripe_webhook_secret or "").split(",") if x])
+    stripe_parser = _Stripe(settings.stripe_api_key or "", api_base=settings.stripe_api_base,
+                            webhook_secrets=[x for x in (settings.stripe_webhook_secret or "").split(",") if x])
 
     # -- payment methods and refunds -------------------------------------------------------------
     @endpoint_of("/customers/{id}/payment-method")
@@ -471,6 +489,28 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         row = await database.mutate(actor(request), db.VOID_INVOICE, {
             "invoice_id": invoice_id, "reason": text_field(doc, "reason", max_len=500), "now": clock.now()})
         return JSONResponse(invoice_json(row))
+    # -- invoice documents (docs/invoices.md) -------------------------------------------------------
+    issuer = Issuer.from_settings(settings)
+
+    @endpoint_of("/invoices/{id}")
+    async def get_invoice(request: Request) -> Response:
+        # /invoices/12 (JSON with its lines), /invoices/12.html, /invoices/12.pdf
+        ref = request.path_params["id"]
+        stem, _, suffix = ref.partition(".")
+        if suffix not in ("", "html", "pdf"):
+            raise ApiError(404, "not_found", "an invoice is served as /invoices/{id}, {id}.html or {id}.pdf")
+        request.path_params["id"] = stem
+        invoice_id = path_id(request, "invoice")
+        row = await database.one(db.GET_INVOICE_DOCUMENT, {"invoice_id": invoice_id})
+        doc = row["document"]
+        if suffix == "html":
+            return Response(render_html(doc, issuer), media_type="text/html; charset=utf-8")
+        if suffix == "pdf":
+            pdf = await asyncio.get_running_loop().run_in_executor(None, render_pdf, doc, issuer)
+            name = doc.get("number") or f"draft-{invoice_id}"
+            return Response(pdf, media_type="application/pdf",
+                            headers={"Content-Disposition": f'inline; filename="invoice-{name}.pdf"'})
+        return JSONResponse({"object": "invoice", **doc})
 
     # -- outbound webhook endpoints (admin) ------------------------------------------------------
     def require_admin(request: Request) -> None:
@@ -593,6 +633,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         Route("/webhooks/payments", payment_webhook, methods=["POST"]),
         Route("/webhooks/stripe", stripe_webhook, methods=["POST"]),
         Route("/customers/{id}/payment-method", put_payment_method, methods=["PUT"]),
+        Route("/invoices/{id}", get_invoice, methods=["GET"]),
         Route("/invoices/{id}/refunds", create_refund, methods=["POST"]),
         Route("/invoices/{id}/refunds", list_refunds, methods=["GET"]),
         Route("/invoices/{id}/retry", retry_invoice, methods=["POST"]),
@@ -617,6 +658,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
         await database.pool()
         yield
         await database.close()
+        await stripe_parser.close()
         if limiter is not None:
             await limiter.close()
 
@@ -624,6 +666,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
                     exception_handlers={HTTPException: http_error, Exception: unexpected},
                     middleware=[Middleware(ApiGuard, authenticate=database.authenticate, limiter=limiter)])
     app.state.database = database
+    app.state.stripe = stripe_parser  # closed by the lifespan (a test without it closes it itself)
     app.state.metrics = metrics
     app.state.openapi = openapi
     app.state.healthz = healthz

@@ -133,6 +133,22 @@ def _list_ok(description: str, item: str) -> dict:
         "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {"$ref": f"#/components/schemas/{item}"}}}}}}}
 
 
+_INVOICE_DOCUMENT = {
+    "type": "object",
+    "required": ["object", "id", "number", "status", "currency", "customerId", "lines", "subtotal", "taxAmount",
+                 "total", "creditApplied", "amountDue", "creditNotes"],
+    "properties": {
+        "object": {"const": "invoice"}, "id": {"type": "integer"}, "number": {"type": ["string", "null"]},
+        "status": {"type": "string"}, "kind": {"type": "string"}, "currency": {"type": "string"},
+        "customerId": {"type": "integer"}, "subscriptionId": {"type": "integer"},
+        "billTo": {"type": "object"}, "subtotal": {"type": "integer"}, "taxAmount": {"type": "integer"},
+        "taxIncluded": {"type": "integer"}, "total": {"type": "integer"}, "creditApplied": {"type": "integer"},
+        "amountDue": {"type": "integer"}, "amountRefunded": {"type": "integer"},
+        "lines": {"type": "array", "items": {"type": "object", "required": ["line_no", "kind", "description", "amount"]}},
+        "creditNotes": {"type": "array", "items": {"type": "object"}},
+    },
+}
+
 _ID_PARAM = {"name": "id", "in": "path", "required": True,
              "schema": {"type": "integer", "format": "int64", "minimum": 1}}
 _IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"},
@@ -255,6 +271,20 @@ OPENAPI: dict = {
                                   "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PaymentMethod"}}}},
                           **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)},
         }},
+        "/invoices/{id}": {
+            "get": {
+                "operationId": "getInvoice", "security": [{"apiKey": []}], "x-scope": "subscriptions:read",
+                "description": "The invoice as a document (docs/invoices.md): /invoices/{id} answers JSON with its lines "
+                               "and credit notes, /invoices/{id}.html an HTML page, /invoices/{id}.pdf a PDF.",
+                "parameters": [{"name": "id", "in": "path", "required": True,
+                                "schema": {"type": "string", "pattern": "^[0-9]{1,18}(\\.(html|pdf))?$"}}],
+                "responses": {"200": {"description": "The invoice document",
+                                      "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InvoiceDocument"}},
+                                                  "text/html": {"schema": {"type": "string"}},
+                                                  "application/pdf": {"schema": {"type": "string", "format": "binary"}}}},
+                              **_errors(400, 401, 403, 404, 429, 503)},
+            },
+        },
         "/invoices/{id}/refunds": {
             "post": {
                 "operationId": "createRefund", "security": [{"apiKey": []}], "x-scope": "refunds:write",
@@ -350,7 +380,7 @@ OPENAPI: dict = {
     "components": {
         "schemas": {"Error": _ERROR, "Subscription": _SUBSCRIPTION, "WebhookEndpoint": _ENDPOINT,
                     "WebhookAttempt": _ATTEMPT, "PaymentMethod": _PAYMENT_METHOD, "Refund": _REFUND,
-                    "Invoice": _INVOICE},
+                    "Invoice": _INVOICE, "InvoiceDocument": _INVOICE_DOCUMENT},
         "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer",
                                        "description": "An API key: billing api-key create (docs/security.md)"}},
     },

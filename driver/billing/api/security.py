@@ -80,6 +80,7 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("POST", re.compile(r"^/invoices/[^/]+/refunds$"), "refunds:write"),  # money leaves: a scope of its own
     ("GET", re.compile(r"^/invoices/[^/]+/refunds$"), "subscriptions:read"),
     ("POST", re.compile(r"^/invoices/[^/]+/(retry|void)$"), "admin"),  # the operator's: a void forgives a debt
+    ("GET", re.compile(r"^/invoices/[^/]+$"), "subscriptions:read"),  # the document: JSON, .html or .pdf
     ("GET", re.compile(r"^/subscriptions/[^/]+$"), "subscriptions:read"),
     ("POST", re.compile(r"^/subscriptions$"), "subscriptions:write"),
     ("POST", re.compile(r"^/subscriptions/[^/]+/(cancel|change-plan|coupon|pause|resume|uncancel|reactivate|quantity)$"),

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -37,6 +38,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from billing import db
+from billing.invoices.documents import Issuer, render_html as render_invoice_html, render_pdf as render_invoice_pdf
 from billing.api.security import hash_key, looks_like_key
 from billing.clock import Clock, SystemClock
 from billing.console import actions as actions_mod
@@ -302,6 +304,23 @@ def create_console(database, settings, *, clock: Clock | None = None, limiter=No
         return page(request, "invoices.html", session, rows=rows, status=status or "",
                     next_before=rows[-1]["id"] if len(rows) == PAGE else None)
 
+    issuer = Issuer.from_settings(settings)
+
+    @handler
+    async def invoice_document(request: Request, session) -> Response:
+        # /console/invoices/12.html and .pdf: the invoice document (docs/invoices.md) for a logged-in
+        # operator (the API's /invoices/{id}.html needs a bearer key, which a link cannot carry).
+        stem, _, suffix = request.path_params["ref"].partition(".")
+        if suffix not in ("html", "pdf") or not stem.isascii() or not stem.isdigit() or len(stem) > 18:
+            raise Refused(404, "an invoice document is /console/invoices/{id}.html or /console/invoices/{id}.pdf")
+        row = await database.one(db.GET_INVOICE_DOCUMENT, {"invoice_id": int(stem)})
+        doc = row["document"]
+        if suffix == "html":
+            return HTMLResponse(render_invoice_html(doc, issuer))
+        pdf = await asyncio.get_running_loop().run_in_executor(None, render_invoice_pdf, doc, issuer)
+        return Response(pdf, media_type="application/pdf",
+                        headers={"Content-Disposition": f'inline; filename="invoice-{doc.get("number") or stem}.pdf"'})
+
     @handler
     async def events(request: Request, session) -> Response:
         subject = request.query_params.get("subject", "")[:100]
@@ -359,6 +378,7 @@ def create_console(database, settings, *, clock: Clock | None = None, limiter=No
         Route("/customers/{id}", customer, methods=["GET"]),
         Route("/subscriptions/{id}", subscription, methods=["GET"]),
         Route("/invoices", invoices, methods=["GET"]),
+        Route("/invoices/{ref}", invoice_document, methods=["GET"]),
         Route("/events", events, methods=["GET"]),
         Route("/actions/{name}", act, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import psycopg
 
 from billing import db
-from billing.demo.scenario import Action, Scenario
+from billing.demo.scenario import Action, Scenario, billing_details
 
 
 class NothingToRefund(Exception):
@@ -41,6 +41,10 @@ async def apply_signups(conn: psycopg.AsyncConnection, actions: list[Action], su
     customer_ids = [a.customer_id for a in actions]
     await conn.execute(db.DEMO_SIGNUP_CUSTOMERS,
                        {"customer_ids": customer_ids, "timezones": [a.timezone for a in actions]})
+    details = [billing_details(a.customer_id, a.timezone) for a in actions]
+    columns = ("names", "emails", "addresses", "cities", "postal_codes", "regions", "countries", "tax_ids", "statuses")
+    await conn.execute(db.DEMO_CUSTOMER_DETAILS, {"ids": customer_ids, **{
+        c: [d[i] for d in details] for i, c in enumerate(columns)}})
     cur = await conn.execute(db.DEMO_SIGNUP_SUBSCRIPTIONS, {
         "keys": [f"demo-signup-{a.customer_id}" for a in actions], "customer_ids": customer_ids,
         "plan_codes": [a.plan_code for a in actions], "ats": [a.at for a in actions],

@@ -72,6 +72,20 @@ def collect(url: str, result: RunResult) -> dict:
                                 (SELECT count(*) FROM billing.invoice WHERE discount_amount > 0) AS discounted,
                                 (SELECT count(*) FROM billing.subscription WHERE quantity > 1) AS seats,
                                 (SELECT count(*) FROM billing.subscription WHERE status = 'PAUSED') AS paused""")[0]
+        # The board figures (docs/reports.md), through the read-only report functions.
+        first, last = result.started.date(), result.ended.date()
+        reports = {
+            "mrr": q("SELECT * FROM billing.report_mrr(%s)", (result.ended,)),
+            "movements": q("SELECT * FROM billing.report_mrr_movements(%s, %s)", (first, last)),
+            "churn": q("SELECT * FROM billing.report_churn(%s, %s)", (first, last)),
+            "revenue": q("SELECT * FROM billing.report_revenue(%s, %s)", (first, last)),
+        }
+        documents = q("""SELECT (SELECT count(*) FROM billing.invoice WHERE number IS NOT NULL) AS finalized,
+                                (SELECT count(*) FROM billing.invoice WHERE number IS NULL AND status <> 'VOID') AS unfinalized,
+                                (SELECT count(*) FROM billing.credit_note WHERE reason = 'VOID') AS void_notes,
+                                (SELECT count(*) FROM billing.credit_note WHERE reason = 'REFUND') AS refund_notes,
+                                (SELECT count(*) FROM billing.invoice WHERE tax_amount > 0) AS taxed,
+                                (SELECT count(*) FROM billing.invoice WHERE tax_included > 0) AS tax_included""")[0]
         changes = q("""SELECT count(*) FILTER (WHERE kind = 'PRORATION') AS prorations,
                               (SELECT count(*) FROM billing.credit_entry WHERE reason = 'PRORATION') AS credits
                          FROM billing.invoice""")[0]
@@ -103,7 +117,7 @@ def collect(url: str, result: RunResult) -> dict:
         "calls_by_hour": calls_by_hour,
         "outcomes": outcomes, "invoices": invoices, "subscriptions": subs, "plans": plans, "funnel": funnel,
         "tries": tries, "charged": charged, "revenue": revenue, "events": events, "webhooks": webhooks,
-        "changes": changes, "lifecycle": lifecycle,
+        "changes": changes, "lifecycle": lifecycle, "reports": reports, "documents": documents,
     }
 
 

@@ -173,8 +173,82 @@ def render_html(result: RunResult) -> str:
         ["run", esc(f"setup {result.setup_seconds:.1f} s, simulation {result.simulate_seconds:.1f} s, "
                      f"total {result.real_seconds:.1f} s; database {result.database_url.split('dbname=')[-1]}")],
     ]))
+    parts.append(board_html(result))
     parts.append("</body></html>")
     return "".join(parts)
+
+
+def _money(value, currency: str) -> str:
+    from decimal import Decimal
+
+    from billing.invoices.money import format_amount
+    return format_amount(Decimal(value).quantize(Decimal(1)), currency) if value is not None else "-"
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{float(value) * 100:.1f}%"
+
+
+def board_html(result: RunResult) -> str:
+    """Invoices as documents and the board figures (docs/invoices.md, docs/reports.md)."""
+    s = result.stats
+    r = s.get("reports")
+    if not r:
+        return ""
+    d = s["documents"]
+    parts = ["<h2>Invoices and board figures</h2>",
+             f"<p>{d['finalized']:,} invoices finalized with a gapless number ({d['unfinalized']:,} waiting), "
+             f"{d['taxed']:,} with tax added and {d['tax_included']:,} with tax included; credit notes: "
+             f"{d['void_notes']:,} for voided invoices, {d['refund_notes']:,} for refunds.</p>"]
+    samples = s.get("sample_invoices") or []
+    if samples:
+        parts.append("<p>Sample invoices: " + ", ".join(
+            f"{esc(x['what'])}: <a href='{esc(Path(x['html']).parent.name + '/' + Path(x['html']).name)}'>{esc(x['number'])}</a> "
+            f"(<a href='{esc(Path(x['pdf']).parent.name + '/' + Path(x['pdf']).name)}'>PDF</a>)" for x in samples) + "</p>")
+    parts.append(f"<h3>MRR and ARR at {result.ended:%Y-%m-%d %H:%M} UTC</h3>")
+    parts.append(_table(["currency", "subscriptions", "customers", "MRR", "ARR"],
+                        [[x["currency"], f"{x['subscriptions']:,}", f"{x['customers']:,}", _money(x["mrr"], x["currency"]),
+                          _money(x["arr"], x["currency"])] for x in r["mrr"]], {1, 2, 3, 4}))
+    parts.append("<h3>MRR movements per month</h3>")
+    parts.append(_table(["month", "currency", "starting", "new", "expansion", "contraction", "churned", "ending"],
+                        [[f"{x['month']:%Y-%m}", x["currency"]] + [_money(x[k], x["currency"]) for k in (
+                            "starting_mrr", "new_mrr", "expansion_mrr", "contraction_mrr", "churned_mrr", "ending_mrr")]
+                         for x in r["movements"]], {2, 3, 4, 5, 6, 7}))
+    parts.append("<h3>Churn per month</h3>")
+    parts.append(_table(["month", "currency", "customers at start", "churned", "voluntary", "dunning", "logo churn",
+                         "revenue churn", "net revenue churn", "dunning settled", "recovered", "recovery rate"],
+                        [[f"{x['month']:%Y-%m}", x["currency"], f"{x['customers_start']:,}", f"{x['customers_churned']:,}",
+                          f"{x['churned_voluntary']:,}", f"{x['churned_dunning']:,}", _pct(x["logo_churn_rate"]),
+                          _pct(x["revenue_churn_rate"]), _pct(x["net_revenue_churn_rate"]), f"{x['dunning_settled']:,}",
+                          f"{x['dunning_recovered']:,}", _pct(x["dunning_recovery_rate"])] for x in r["churn"]],
+                        set(range(2, 12))))
+    parts.append("<h3>Revenue per month: recognized (straight line) next to cash</h3>")
+    parts.append(_table(["month", "currency", "recognized", "invoiced (net)", "tax", "cash collected", "refunded",
+                         "net cash"],
+                        [[f"{x['month']:%Y-%m}", x["currency"]] + [_money(x[k], x["currency"]) for k in (
+                            "recognized", "invoiced", "tax", "cash_collected", "refunded", "net_cash")]
+                         for x in r["revenue"]], {2, 3, 4, 5, 6, 7}))
+    return "".join(parts)
+
+
+def board_lines(result: RunResult) -> list[str]:
+    s = result.stats
+    r = s.get("reports")
+    if not r:
+        return []
+    lines = ["  MRR at the end           " + ", ".join(
+        f"{_money(x['mrr'], x['currency'])} (ARR {_money(x['arr'], x['currency'])})" for x in r["mrr"])]
+    for x in r["churn"]:
+        if x["customers_start"]:
+            lines.append(f"  churn {x['month']:%Y-%m} {x['currency']}     logo {_pct(x['logo_churn_rate'])} "
+                         f"({x['customers_churned']:,} of {x['customers_start']:,}: {x['churned_voluntary']:,} voluntary, "
+                         f"{x['churned_dunning']:,} dunning), revenue {_pct(x['revenue_churn_rate'])}, "
+                         f"dunning recovery {_pct(x['dunning_recovery_rate'])}")
+    d = s["documents"]
+    lines.append(f"  {'invoices':<24} {d['finalized']:,} finalized and numbered, credit notes {d['void_notes']:,} void "
+                 f"+ {d['refund_notes']:,} refund; samples: " + ", ".join(
+                     x["number"] for x in s.get("sample_invoices") or []))
+    return lines
 
 
 def write_html(result: RunResult, path: Path) -> None:
@@ -210,6 +284,7 @@ def terminal_summary(result: RunResult) -> str:
                  f"busiest second {sim.get('maxWindow', 0):,}/{o.rate:,}")
     lines.append("  revenue collected        " + ", ".join(
         f"{major(r['collected'], r['currency'])} {r['currency']}" for r in s["revenue"]))
+    lines += board_lines(result)
     lines.append("")
     lines.append("  invariants")
     for c in result.checks:

@@ -41,7 +41,7 @@ import psycopg
 from billing import db
 from billing.clock import SimulatedClock
 from billing.config import Settings
-from billing.demo import figures, invariants, report, scenario as scenario_mod
+from billing.demo import documents, figures, invariants, report, scenario as scenario_mod
 from billing.demo.actions import apply_actions, estimate_renewals, next_step
 from billing.demo.gateway import GatewayProcess
 from billing.demo.model import Options, RunResult, Sample, exit_status
@@ -51,7 +51,7 @@ from billing.demo.services import (
 from billing.demo.worker import CHARGE_LEASE, DemoWorker, start_worker
 from billing.metrics import CHARGES, OUTBOX_PUBLISHED
 from billing.migrate import migrate
-from billing.worker.renewal import renew_due
+from billing.worker.renewal import finalize_waiting, renew_due
 
 __all__ = ["Options", "RunResult", "Sample", "exit_status", "run", "simulate"]
 
@@ -71,6 +71,7 @@ def run(settings: Settings, *, serve: bool = False, serve_host: str = "127.0.0.1
     options = Options(**{k: v for k, v in kwargs.items() if v is not None})
     result = asyncio.run(simulate(settings, options))
     report_path = Path(options.report)
+    result.stats["sample_invoices"] = documents.write_samples(result.database_url, settings, report_path)
     report.write_html(result, report_path)
     out = sys.stdout
     out.write(report.terminal_summary(result))
@@ -177,6 +178,9 @@ class Simulation:
                                                     "interval": p.interval, "count": p.count})
             await conn.execute(db.DEMO_CAMPAIGN_COUPON, {"code": scenario_mod.CAMPAIGN_COUPON,
                                                            "until": scenario_mod.CAMPAIGN_COUPON_UNTIL})
+            for code, country, region, name, bp, inclusive in scenario_mod.TAX_RATES:
+                await conn.execute(db.DEMO_TAX_RATE, {"code": code, "country": country, "region": region,
+                                                      "name": name, "bp": bp, "inclusive": inclusive})
 
     # -- 3. the HTTP API (webhooks), the gateway, the event target, the worker ------------------
 
@@ -230,6 +234,7 @@ class Simulation:
         self.clock.set(now)
         await apply_actions(self.actions_conn, self.actions_until(now), self.sub_ids, self.rejections)
         self.renewals += await renew_due(self.worker.pool, self.clock)
+        await finalize_waiting(self.worker.pool, self.clock)
         step_started = time.monotonic()
         while True:
             # The step is done when every due invoice has at least reached the gateway: a call
@@ -260,6 +265,7 @@ class Simulation:
     async def drain(self) -> None:
         while True:
             self.renewals += await renew_due(self.worker.pool, self.clock)
+            await finalize_waiting(self.worker.pool, self.clock)
             backlog = await self.chargeable() + self.worker.charger.held()
             if backlog == 0:
                 break

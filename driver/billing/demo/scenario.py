@@ -71,6 +71,40 @@ REGIONS: tuple[Region, ...] = (
     Region("India", 0.05, "INR", ("Asia/Kolkata",), (19900, 49900, 4900, 499900)),
 )
 
+# Taxes (docs/invoices.md): rates by billing address; the customers' countries follow their zones.
+# (code, country, region, name, basis points, inclusive)
+TAX_RATES = (
+    ("DE_VAT", "DE", None, "VAT", 1900, False), ("FR_VAT", "FR", None, "VAT", 2000, False),
+    ("PT_VAT", "PT", None, "VAT", 2300, False), ("ES_VAT", "ES", None, "VAT", 2100, False),
+    ("GB_VAT", "GB", None, "VAT", 2000, False), ("IN_GST", "IN", None, "GST", 1800, False),
+    ("JP_CT", "JP", None, "Consumption tax", 1000, True), ("US_NY_ST", "US", "NY", "Sales tax", 888, False),
+)
+_PLACES = {  # zone: (country, region, city, postal code)
+    "America/Sao_Paulo": ("BR", "SP", "São Paulo", "01310-100"), "America/Manaus": ("BR", "AM", "Manaus", "69005-000"),
+    "America/Recife": ("BR", "PE", "Recife", "50030-230"), "America/New_York": ("US", "NY", "New York", "10001"),
+    "America/Chicago": ("US", "IL", "Chicago", "60601"), "America/Denver": ("US", "CO", "Denver", "80202"),
+    "America/Los_Angeles": ("US", "CA", "Los Angeles", "90012"), "Europe/Berlin": ("DE", None, "Berlin", "10115"),
+    "Europe/Paris": ("FR", None, "Paris", "75001"), "Europe/Lisbon": ("PT", None, "Lisboa", "1100-148"),
+    "Europe/Madrid": ("ES", None, "Madrid", "28013"), "Asia/Tokyo": ("JP", None, "Tōkyō", "100-0005"),
+    "Europe/London": ("GB", None, "London", "EC1A 1BB"), "Asia/Kolkata": ("IN", None, "Kolkata", "700001"),
+}
+_EU = {"DE", "FR", "PT", "ES"}
+
+
+def billing_details(customer_id: int, zone: str) -> tuple:
+    """(name, email, address, city, postal code, region, country, tax id, tax status) of a demo
+    customer: in the EU, one business in four buys with a VAT id (reverse charge); one customer in
+    fifty anywhere is tax exempt (a charity)."""
+    country, region, city, postal = _PLACES.get(zone, ("US", None, "Springfield", "00000"))
+    status, tax_id = "TAXABLE", None
+    if country in _EU and customer_id % 4 == 0:
+        status, tax_id = "REVERSE_CHARGE", f"{country}{100000000 + customer_id}"
+    elif customer_id % 50 == 7:
+        status = "EXEMPT"
+    return (f"Customer {customer_id} Ltd", f"billing+{customer_id}@customer.example", f"{customer_id % 200 + 1} Main Street",
+            city, postal, region, country, tax_id, status)
+
+
 # Share of signups per kind of plan.
 PLAN_MIX = (("BASIC_MONTHLY", 0.48), ("PRO_MONTHLY", 0.30), ("WEEKLY", 0.02), ("PRO_YEARLY", 0.20))
 

@@ -41,7 +41,7 @@ class ChargeResult:
 
 @dataclass(frozen=True)
 class RefundResult:
-    outcome: str  # SUCCEEDED | FAILED | UNKNOWN (the SQL API's refund outcomes)
+    outcome: str  # SUCCEEDED | FAILED | UNKNOWN | NOT_FOUND (a look-up found nothing) (the SQL API's refund outcomes)
     reference: str | None = None  # the gateway's refund id
     reason: str | None = None  # why it failed, or why the outcome is unknown
 
@@ -171,6 +171,41 @@ class GatewayClient:
         if charge_status == "succeeded":
             return ChargeResult(SUCCEEDED, reference=reference)
         return ChargeResult(DECLINED, reference=reference, reason=doc.get("declineCode") or "declined")
+
+    async def lookup_refund(self, idempotency_key: str) -> RefundResult | None:
+        """What became of the refund sent with `idempotency_key`: `GET /v1/refunds?idempotencyKey=`.
+
+        Returns its result (SUCCEEDED or FAILED), None when the gateway never refunded with that key
+        (404: a new key is safe), and raises LookupFailed when the gateway cannot say."""
+        session = self._get_session()
+        try:
+            async with session.get(f"{self.base_url}/v1/refunds", params={"idempotencyKey": idempotency_key}) as resp:
+                text = await resp.text()
+                status = resp.status
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+            metrics.KEY_LOOKUPS.labels("FAILED").inc()
+            raise LookupFailed(f"{type(exc).__name__}") from None
+        if status == 404:
+            metrics.KEY_LOOKUPS.labels("NOT_FOUND").inc()
+            return None
+        try:
+            if status != 200:
+                raise ValueError(f"gateway answered {status}")
+            doc = _loads(text)
+            refund_status, reference = doc["status"], doc.get("id")
+            if doc.get("idempotencyKey", idempotency_key) != idempotency_key:
+                raise ValueError("the answer is about another key")
+        except (ValueError, KeyError, TypeError) as exc:
+            metrics.KEY_LOOKUPS.labels("FAILED").inc()
+            raise LookupFailed(str(exc)) from None
+        if refund_status == "succeeded":
+            metrics.KEY_LOOKUPS.labels("FOUND").inc()
+            return RefundResult(SUCCEEDED, reference=reference)
+        if refund_status == "failed":
+            metrics.KEY_LOOKUPS.labels("FOUND").inc()
+            return RefundResult(FAILED, reference=reference, reason=doc.get("failureReason") or "failed")
+        metrics.KEY_LOOKUPS.labels("FAILED").inc()
+        raise LookupFailed(f"refund status {refund_status!r}")
 
     async def refund(self, idempotency_key: str, charge_key: str, amount: int, *,
                      gate: Callable[[], Awaitable[bool]] | None = None) -> RefundResult:

@@ -25,6 +25,7 @@ Behaviour (docs/gateway.md is the reference for other programs):
   succeeded charge once per key, never more than the charge has left; the ledger lists refunds.
 - `GET /v1/charges?idempotencyKey=K` answers the charge made for K (200, the charge's answer plus
   its amount, currency and customerId) or 404 when K was never charged; it is not rate limited.
+  `GET /v1/refunds?idempotencyKey=K` likewise answers the refund made with K, or 404.
   `DecisionModel.lookup_fails` can make it answer 500.
 - Webhooks: each charge is announced by a signed POST to `webhook_url` after a random delay
   (`webhook_delay_ms`, so they arrive late and out of order), sent twice with probability
@@ -221,6 +222,7 @@ class GatewaySimulator:
         app.router.add_post("/v1/charges", self._handle_charge)
         app.router.add_get("/v1/charges", self._handle_lookup)
         app.router.add_post("/v1/refunds", self._handle_refund)
+        app.router.add_get("/v1/refunds", self._handle_refund_lookup)
         app.router.add_get("/v1/ledger", self._handle_ledger)
         app.router.add_get("/v1/stats", self._handle_stats)
         app.router.add_get("/v1/accepted", self._handle_accepted)
@@ -404,6 +406,27 @@ class GatewaySimulator:
                                      status=404)
         return web.json_response({**charge.answer(), "amount": charge.amount, "currency": charge.currency,
                                   "customerId": charge.customer_id, "idempotencyKey": key})
+
+    async def _handle_refund_lookup(self, request: web.Request) -> web.Response:
+        """`GET /v1/refunds?idempotencyKey=K`: the refund made with K (200, as the refund call
+        answered it, plus its key), or 404 when K never refunded anything."""
+        key = request.query.get("idempotencyKey", "")
+        if not key or len(key) > 255:
+            self.counters["badRequests"] += 1
+            return web.json_response({"error": {"code": "invalid_request", "message":
+                                      "the idempotencyKey query parameter is required"}}, status=400)
+        self.counters["lookups"] += 1
+        calls = self._lookups[key] = self._lookups.get(key, 0) + 1
+        await asyncio.sleep(self._latency())
+        if self.decisions.lookup_fails(key, calls):
+            self.counters["errors"] += 1
+            return web.json_response({"error": {"code": "internal", "message": "simulated gateway failure"}},
+                                     status=500)
+        refund = self._refunds.get(key)
+        if refund is None:
+            return web.json_response({"error": {"code": "not_found", "message": "no refund has this idempotency key"}},
+                                     status=404)
+        return web.json_response({**refund.answer(), "idempotencyKey": key})
 
     async def _handle_health(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True})

@@ -8,7 +8,8 @@ use nothing else of it, so adding a provider is one new module (a class with the
     provider = provider_from_settings(settings, timeout=8.0)   # BILLING_GATEWAY_PROVIDER: sim | stripe
     result = await provider.charge(ChargeRequest(...), gate=...)   # ChargeResult; RateLimited on 429
     result = await provider.refund(RefundRequest(...), gate=...)   # RefundResult; RateLimited on 429
-    found = await provider.lookup(key)                             # ChargeResult | None; LookupFailed
+    found = await provider.lookup(key, customer_ref=..., since=...)  # ChargeResult | None; LookupFailed
+    found = await provider.lookup_refund(RefundRequest(...))          # RefundResult | None; LookupFailed
     outcomes = provider.parse_webhook(headers, body, now)          # [WebhookOutcome]; WebhookRejected
 
 Every call is made outside any transaction, after the rate limiter granted it (`gate`: the
@@ -59,6 +60,7 @@ class RefundRequest:
     currency: str
     charge_reference: str | None  # the provider's id of the charge (Stripe payment intent)
     charge_key: str  # the idempotency key the charge was made with
+    lookup: bool = False  # fate unknown near or past the key's end: ask the provider, never send it again
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,10 @@ class Provider(Protocol):
 
     async def refund(self, request: RefundRequest, *, gate: Gate | None = None) -> RefundResult: ...
 
-    async def lookup(self, idempotency_key: str) -> ChargeResult | None: ...
+    async def lookup(self, idempotency_key: str, *, customer_ref: str | None = None,
+                     since: float | None = None) -> ChargeResult | None: ...
+
+    async def lookup_refund(self, request: RefundRequest) -> RefundResult | None: ...
 
     def parse_webhook(self, headers: Mapping[str, str], body: bytes, now: float) -> list[WebhookOutcome]: ...
 

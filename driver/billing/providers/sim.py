@@ -8,6 +8,7 @@
 | 5xx, timeout, connection error, 400/409 | UNKNOWN (400/409 logged) |
 | refund 200 `succeeded` / `failed` | SUCCEEDED / FAILED |
 | refund 4xx | FAILED (logged) |
+| refund look-up 200 / 404 (`GET /v1/refunds?idempotencyKey=`) | its outcome / NOT_FOUND (a new key) |
 | webhook `charge.succeeded` / `charge.declined` (Billing-Signature) | apply_gateway_webhook |
 
 A customer without a recorded payment method is charged by customer id (the simulator's protocol
@@ -51,9 +52,13 @@ class SimProvider:
     async def refund(self, request: RefundRequest, *, gate: Gate | None = None) -> RefundResult:
         return await self.client.refund(request.idempotency_key, request.charge_key, request.amount, gate=gate)
 
-    async def lookup(self, idempotency_key: str) -> ChargeResult | None:
+    async def lookup(self, idempotency_key: str, *, customer_ref: str | None = None,
+                     since: float | None = None) -> ChargeResult | None:
         found = await self.client.lookup(idempotency_key)
         return None if found is None else classify(found)
+
+    async def lookup_refund(self, request: RefundRequest) -> RefundResult | None:
+        return await self.client.lookup_refund(request.idempotency_key)
 
     def parse_webhook(self, headers: Mapping[str, str], body: bytes, now: float) -> list[WebhookOutcome]:
         from billing.api.validation import ApiError

@@ -8,7 +8,12 @@ measured and not used: docs/providers.md says why):
   off_session=true, confirm=true, metadata[invoice_id], metadata[customer_id] and
   metadata[idempotency_key] (the webhook and the lookup find the attempt by them);
 * refund: `POST /v1/refunds` payment_intent, amount, metadata[refund_key], metadata[invoice_id];
-* lookup: `GET /v1/payment_intents/search?query=metadata['idempotency_key']:'<key>'`.
+* lookup of a charge: `GET /v1/payment_intents?customer=<cus>&created[gte]=<two days ago>&limit=100`
+  (pages followed), the intent whose metadata[idempotency_key] is the key (not the Search API:
+  its index lags writes by up to a minute and it is not offered in every region; not the replay of
+  the same key either: a replay of a key Stripe never saw would charge);
+* lookup of a refund: `GET /v1/refunds?payment_intent=<pi>&limit=100`, the refund whose
+  metadata[refund_key] is the key.
 
 | Stripe answers | the SQL API gets |
 |---|---|
@@ -27,7 +32,10 @@ Webhooks (`POST /webhooks/stripe`): `Stripe-Signature: t=<unix>,v1=<hex HMAC-SHA
 "<t>.<body>")>` (several v1 during a secret rotation; v0 ignored), 300 s tolerance.
 `payment_intent.succeeded` / `payment_intent.payment_failed` are charge outcomes for the key in
 the intent's metadata; `charge.refunded` settles each refund it lists that carries our
-`refund_key`. Other events are acknowledged and ignored.
+`refund_key` (a charge that does not list them, as from API version 2022-11-15: the refunds of its
+payment intent are read, complete_webhook); `refund.created` / `refund.updated` / `refund.failed`
+(and the older `charge.refund.updated`) settle the refund they carry: succeeded, or failed /
+canceled (even after it had succeeded). Other events are acknowledged and ignored.
 """
 
 from __future__ import annotations
@@ -53,6 +61,9 @@ log = logging.getLogger("billing.providers.stripe")
 
 DEFAULT_API_BASE = "https://api.stripe.com"
 SIGNATURE_TOLERANCE = 300  # seconds, both ways (Stripe's libraries use the same default)
+# A charge is looked up among the customer's payment intents created this long before the lookup:
+# lookups come within the key's lifetime (23 hours by default, Stripe keeps keys 24 hours).
+LOOKUP_WINDOW_SECONDS = 48 * 3600
 
 # Decline codes that say the card (or the way it was used) will not work again: retrying on the
 # schedule is pointless, the customer must give another method (Stripe's decline codes
@@ -220,28 +231,49 @@ class StripeProvider:
         log.error("stripe refused a refund", extra={"key": request.idempotency_key, "status": status, "body": text[:500]})
         return RefundResult(FAILED, reason=error.get("code") or error.get("type") or f"stripe answered {status}")
 
-    async def lookup(self, idempotency_key: str) -> ChargeResult | None:
-        """The payment intent made with `idempotency_key` (found by its metadata through the search
-        API), None when there is none, LookupFailed when Stripe cannot say. The search index lags
-        the writes by up to a minute; a lookup comes hours after the first call (near the key's end)."""
-        query = f"metadata['idempotency_key']:'{idempotency_key}'"
-        try:
-            async with self._get_session().get(f"{self.api_base}/v1/payment_intents/search",
-                                               params={"query": query}) as resp:
-                text = await resp.text()
-                status = resp.status
-        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+    async def _list(self, path: str, params: dict[str, str], *, pages: int = 20) -> list[dict]:
+        """Every object of a Stripe list endpoint (`limit=100`, following `starting_after` while
+        `has_more`, at most `pages` pages). Raises LookupFailed when Stripe cannot say."""
+        found: list[dict] = []
+        params = {**params, "limit": "100"}
+        for _ in range(pages):
+            try:
+                async with self._get_session().get(f"{self.api_base}{path}", params=params) as resp:
+                    text = await resp.text()
+                    status = resp.status
+            except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
+                raise LookupFailed(type(exc).__name__) from None
+            try:
+                if status != 200:
+                    raise ValueError(f"stripe answered {status}: {text[:200]}")
+                doc = json.loads(text)
+                data = [o for o in doc["data"] if isinstance(o, dict)]
+                more = bool(doc.get("has_more"))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise LookupFailed(str(exc)) from None
+            found += data
+            if not more or not data or not isinstance(data[-1].get("id"), str):
+                return found
+            params["starting_after"] = data[-1]["id"]
+        raise LookupFailed(f"more than {pages * 100} objects to read at {path}")
+
+    async def lookup(self, idempotency_key: str, *, customer_ref: str | None = None,
+                     since: float | None = None) -> ChargeResult | None:
+        """The payment intent made with `idempotency_key`, found by its metadata among the
+        customer's payment intents of the last two days (`GET /v1/payment_intents?customer=&created[gte]=`,
+        a list endpoint: no search index lag, and available where the Search API is not); None when
+        there is none, LookupFailed when Stripe cannot say. Every charge of ours names the customer
+        (a method without a customer reference cannot be charged off-session)."""
+        if not customer_ref:
             metrics.KEY_LOOKUPS.labels("FAILED").inc()
-            raise LookupFailed(type(exc).__name__) from None
+            raise LookupFailed("no Stripe customer to list the payment intents of")
+        since = int(since if since is not None else time.time() - LOOKUP_WINDOW_SECONDS)
         try:
-            if status != 200:
-                raise ValueError(f"stripe answered {status}")
-            doc = json.loads(text)
-            found = [pi for pi in doc["data"]
-                     if isinstance(pi, dict) and (pi.get("metadata") or {}).get("idempotency_key") == idempotency_key]
-        except (ValueError, KeyError, TypeError) as exc:
+            intents = await self._list("/v1/payment_intents", {"customer": customer_ref, "created[gte]": str(since)})
+        except LookupFailed:
             metrics.KEY_LOOKUPS.labels("FAILED").inc()
-            raise LookupFailed(str(exc)) from None
+            raise
+        found = [pi for pi in intents if (pi.get("metadata") or {}).get("idempotency_key") == idempotency_key]
         if not found:
             metrics.KEY_LOOKUPS.labels("NOT_FOUND").inc()
             return None
@@ -251,6 +283,47 @@ class StripeProvider:
             raise LookupFailed(result.reason or "undecided")
         metrics.KEY_LOOKUPS.labels("FOUND").inc()
         return result
+
+    async def refunds_of(self, payment_intent: str) -> list[dict]:
+        """The refunds of a payment intent (`GET /v1/refunds?payment_intent=`)."""
+        return await self._list("/v1/refunds", {"payment_intent": payment_intent})
+
+    async def lookup_refund(self, request: RefundRequest) -> RefundResult | None:
+        """The refund made with the request's key, found by its metadata (refund_key) among the
+        refunds of the charge's payment intent; None when there is none (nothing was refunded with
+        that key), LookupFailed when Stripe cannot say or the refund is still pending."""
+        if not request.charge_reference:
+            metrics.KEY_LOOKUPS.labels("FAILED").inc()
+            raise LookupFailed("no payment intent to list the refunds of")
+        try:
+            refunds = await self.refunds_of(request.charge_reference)
+        except LookupFailed:
+            metrics.KEY_LOOKUPS.labels("FAILED").inc()
+            raise
+        found = [r for r in refunds if (r.get("metadata") or {}).get("refund_key") == request.idempotency_key]
+        if not found:
+            metrics.KEY_LOOKUPS.labels("NOT_FOUND").inc()
+            return None
+        result = refund_result(found[0])
+        if result.outcome == UNKNOWN:
+            metrics.KEY_LOOKUPS.labels("FAILED").inc()
+            raise LookupFailed(result.reason or "pending")
+        metrics.KEY_LOOKUPS.labels("FOUND").inc()
+        return result
+
+    async def complete_webhook(self, outcomes: list[WebhookOutcome]) -> list[WebhookOutcome]:
+        """Outcomes that need Stripe's data (a `charge.refunded` whose refunds are not in the event,
+        as with API versions from 2022-11-15): the refunds of its payment intent are read and each
+        of ours settled. LookupFailed when Stripe cannot say (the webhook is answered 5xx and
+        Stripe delivers it again)."""
+        done: list[WebhookOutcome] = []
+        for outcome in outcomes:
+            if outcome.kind != "refund_lookup":
+                done.append(outcome)
+                continue
+            for refund in await self.refunds_of(outcome.reference or ""):
+                done += _refund_outcomes(outcome.event_id, refund)
+        return done
 
     # -- webhooks --------------------------------------------------------------------------------
 
@@ -313,17 +386,34 @@ def parse_event(event: dict) -> list[WebhookOutcome]:
                                result.hard_decline, payload)]
     if kind == "charge.refunded":
         refunds = (obj.get("refunds") or {}).get("data") if isinstance(obj.get("refunds"), dict) else None
+        if not isinstance(refunds, list):
+            # Since API version 2022-11-15 a charge does not list its refunds (and an event's object
+            # cannot be expanded): they are read from Stripe (complete_webhook).
+            intent = obj.get("payment_intent")
+            intent = intent.get("id") if isinstance(intent, dict) else intent
+            if not isinstance(intent, str) or not intent:
+                return []  # not a charge of a payment intent: not ours
+            return [WebhookOutcome("refund_lookup", event_id, "", UNKNOWN, intent)]
         outcomes = []
-        for refund in refunds or []:
-            key = (refund.get("metadata") or {}).get("refund_key") if isinstance(refund, dict) else None
-            if not isinstance(key, str) or not key:
-                continue
-            result = refund_result(refund)
-            if result.outcome != UNKNOWN:
-                outcomes.append(WebhookOutcome("refund", event_id, key, result.outcome, result.reference,
-                                               result.reason))
+        for refund in refunds:
+            outcomes += _refund_outcomes(event_id, refund)
         return outcomes
+    if kind in ("refund.created", "refund.updated", "refund.failed", "charge.refund.updated"):
+        # The refund itself: its status changed (failed or canceled after it was pending, or even
+        # after it succeeded: the bank returned it).
+        return _refund_outcomes(event_id, obj)
     return []
+
+
+def _refund_outcomes(event_id: str, refund) -> list[WebhookOutcome]:
+    """A refund object as the SQL API's outcome, if it is ours (metadata refund_key) and settled."""
+    key = (refund.get("metadata") or {}).get("refund_key") if isinstance(refund, dict) else None
+    if not isinstance(key, str) or not key:
+        return []
+    result = refund_result(refund)
+    if result.outcome == UNKNOWN:
+        return []  # pending: a later event (or the worker's look-up) settles it
+    return [WebhookOutcome("refund", event_id, key, result.outcome, result.reference, result.reason)]
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:

@@ -154,7 +154,7 @@ class Charger:
             self._abandon(claim, "no rate-limit slot within the lease")
             return None
         try:
-            found = await self.provider.lookup(claim.idempotency_key)
+            found = await self.provider.lookup(claim.idempotency_key, customer_ref=claim.customer_ref)
         except LookupFailed as exc:
             result = ChargeResult(UNKNOWN, reason=f"key lookup failed: {exc}")
         else:

@@ -5,8 +5,11 @@
 
 * Each refund row has its own idempotency key (<namespace>-ref-<id>), sent with every try: a
   retry after a crash or an UNKNOWN answer is answered by the provider's idempotency, never
-  refunded twice. A key past its lifetime at the provider is never sent again (claim_refunds sets
-  the refund aside for a person).
+  refunded twice. A key near or past its lifetime at the provider is never sent again: claim_refunds
+  hands it out for a look-up (`lookup`), and the worker asks the provider what became of it
+  (provider.lookup_refund): found, its outcome is recorded; not found, NOT_FOUND (nothing was
+  refunded: the SQL API gives the refund a new key); the provider cannot say, UNKNOWN (in review,
+  looked up again every hour).
 * Calls share the gateway's rate limit with the charges (the same limiter); 429 is not an
   answer: the same key is tried again after the limiter grants another slot, within the lease.
 * A refund whose call would outlive its lease is left to the lease; the claim comes back with
@@ -25,7 +28,7 @@ import psycopg
 
 from billing import db
 from billing.clock import Clock, SystemClock, sleep_or_stop
-from billing.gateway.client import UNKNOWN, NotSent, RateLimited, RefundResult
+from billing.gateway.client import NOT_FOUND, UNKNOWN, LookupFailed, NotSent, RateLimited, RefundResult
 from billing.providers import Provider, RefundRequest
 
 log = logging.getLogger("billing.refunds")
@@ -48,7 +51,7 @@ class Refunder:
         self.poll_seconds = poll_seconds
         margin = min(5.0, 0.1 * lease_seconds)
         self.usable_lease = max(0.0, lease_seconds - provider.timeout - margin)
-        self.counts = {"claimed": 0, "recorded": 0, "abandoned": 0, "rate_limited": 0}
+        self.counts = {"claimed": 0, "recorded": 0, "abandoned": 0, "rate_limited": 0, "looked_up": 0}
 
     async def _claim(self) -> list[RefundRequest]:
         async with self.pool.connection() as conn:
@@ -58,7 +61,8 @@ class Refunder:
             rows = await cur.fetchall()
         self.counts["claimed"] += len(rows)
         return [RefundRequest(r["idempotency_key"], r["refund_id"], r["invoice_id"], r["customer_id"], r["amount"],
-                              r["currency"].strip(), r["charge_reference"], r["charge_key"]) for r in rows]
+                              r["currency"].strip(), r["charge_reference"], r["charge_key"], bool(r.get("lookup")))
+                for r in rows]
 
     async def _record(self, request: RefundRequest, result: RefundResult) -> None:
         backoff = 0.2
@@ -81,9 +85,31 @@ class Refunder:
         log.error("refund result not recorded; the refund comes back after its lease",
                   extra={"key": request.idempotency_key, "outcome": result.outcome})
 
+    async def look_up(self, request: RefundRequest, deadline: float) -> RefundResult | None:
+        """Ask the provider what became of a refund whose key must not be sent again, and record
+        it: its outcome, NOT_FOUND (never seen: a new key), or UNKNOWN (cannot say)."""
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await self.limiter.acquire()  # a look-up is a provider call too
+        except TimeoutError:
+            self.counts["abandoned"] += 1
+            return None
+        try:
+            found = await self.provider.lookup_refund(request)
+        except LookupFailed as exc:
+            result = RefundResult(UNKNOWN, reason=f"refund look-up failed: {exc}"[:500])
+        else:
+            result = found if found is not None else RefundResult(NOT_FOUND, reason="the provider has no refund for the key")
+        self.counts["looked_up"] += 1
+        log.info("refund looked up", extra={"key": request.idempotency_key, "outcome": result.outcome})
+        await self._record(request, result)
+        return result
+
     async def refund(self, request: RefundRequest, claimed_at: float | None = None) -> RefundResult | None:
-        """Execute one claimed refund and record the result; None when left to its lease."""
+        """Execute one claimed refund (or look it up) and record the result; None when left to its lease."""
         deadline = (claimed_at or time.monotonic()) + self.usable_lease
+        if request.lookup:
+            return await self.look_up(request, deadline)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -1,4 +1,5 @@
-"""The renewal loop: `create_due_invoices` until it reports nothing due, then a short wait.
+"""The renewal loop: `create_due_invoices` until it reports nothing due, then `finalize_invoices`
+(legal numbers and document lines, docs/invoices.md) until none waits, then a short wait.
 
 Several instances may run it at once: the SQL function claims with SKIP LOCKED, so they share
 the due subscriptions instead of fighting over them.
@@ -36,6 +37,20 @@ async def renew_due(pool, clock: Clock, *, batch: int = 500, stop: asyncio.Event
     return total
 
 
+async def finalize_waiting(pool, clock: Clock, *, batch: int = 500, stop: asyncio.Event | None = None) -> int:
+    """Call finalize_invoices until it returns less than a batch; how many invoices were finalized.
+    One series counter serialises concurrent callers, so several loops are harmless but not faster."""
+    total = 0
+    while stop is None or not stop.is_set():
+        async with pool.connection() as conn:
+            cur = await conn.execute(db.FINALIZE_INVOICES, {"batch": batch, "now": clock.now()})
+            done = (await cur.fetchone())["finalized"]
+        total += done
+        if done < batch:
+            break
+    return total
+
+
 async def announce_expiring_cards(pool, clock: Clock, *, days: int, batch: int = 500) -> int:
     """PaymentMethodExpiring for each default card that expires before its customer's next
     renewal, `days` ahead of that renewal (once per card); how many were announced."""
@@ -50,10 +65,25 @@ async def announce_expiring_cards(pool, clock: Clock, *, days: int, batch: int =
             return total
 
 
+async def give_up_waiting(pool, clock: Clock, *, batch: int = 500) -> int:
+    """Ends the invoices that waited for a payment method past their dunning span, as exhausted
+    dunning does (FAILED; the subscription canceled, an upgrade reverted or the period written off);
+    how many were given up."""
+    total = 0
+    while True:
+        async with pool.connection() as conn:
+            cur = await conn.execute(db.GIVE_UP_WAITING_INVOICES, {"batch": batch, "now": clock.now()})
+            given_up = (await cur.fetchone())["given_up"]
+        total += given_up
+        if given_up < batch:
+            return total
+
+
 async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, batch: int = 500,
                       idle_seconds: float = 1.0, expiry_notice_days: int = 7) -> None:
     """Renew until `stop` is set; a database error is logged and retried with backoff. Once a
-    minute, announce the default cards that expire before their next renewal."""
+    minute, announce the default cards that expire before their next renewal; every round, give
+    up the invoices that waited for a payment method past their dunning span."""
     clock = clock or SystemClock()
     backoff = 0.5
     next_expiry = time.monotonic()
@@ -75,9 +105,15 @@ async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, 
                 if announced:
                     log.info("expiring cards announced", extra={"cards": announced})
                 next_cards = time.monotonic() + CARDS_INTERVAL_SECONDS
+            given_up = await give_up_waiting(pool, clock)
+            if given_up:
+                log.info("invoices given up after waiting for a payment method", extra={"invoices": given_up})
             handled = await renew_due(pool, clock, batch=batch, stop=stop)
             if handled:
                 log.info("renewed", extra={"subscriptions": handled})
+            finalized = await finalize_waiting(pool, clock, batch=batch, stop=stop)
+            if finalized:
+                log.info("invoices finalized", extra={"invoices": finalized})
             backoff = 0.5
             wait = idle_seconds
         except psycopg.Error as exc:

@@ -91,6 +91,26 @@ def test_stripe_events_become_outcomes():
         [("refund", "ns-ref-1", SUCCEEDED, "re_1")]
 
 
+def test_refund_events_and_a_charge_refunded_without_its_refunds():
+    refund = {"id": "re_1", "object": "refund", "status": "failed", "failure_reason": "expired_or_canceled_card",
+              "metadata": {"refund_key": "ns-ref-7-try-1"}}
+    for kind in ("refund.updated", "refund.failed", "charge.refund.updated", "refund.created"):
+        (o,) = parse_event({"id": "evt_r", "type": kind, "data": {"object": refund}})
+        assert (o.kind, o.idempotency_key, o.outcome, o.reason) == ("refund", "ns-ref-7-try-1", "FAILED",
+                                                                  "expired_or_canceled_card")
+    canceled = {**refund, "status": "canceled", "failure_reason": None}
+    assert parse_event({"id": "e", "type": "refund.updated", "data": {"object": canceled}})[0].outcome == "FAILED"
+    pending = {**refund, "status": "pending"}
+    assert parse_event({"id": "e", "type": "refund.updated", "data": {"object": pending}}) == []
+    theirs = {**refund, "metadata": {}}
+    assert parse_event({"id": "e", "type": "refund.updated", "data": {"object": theirs}}) == []
+    # API versions from 2022-11-15: the charge does not list its refunds; they are to be read.
+    (lookup,) = parse_event({"id": "evt_c", "type": "charge.refunded", "data": {"object": {
+        "id": "ch_1", "object": "charge", "payment_intent": "pi_9"}}})
+    assert (lookup.kind, lookup.reference) == ("refund_lookup", "pi_9")
+    assert parse_event({"id": "evt_c", "type": "charge.refunded", "data": {"object": {"id": "ch_2"}}}) == []
+
+
 def test_the_simulator_speaks_stripe_s_decline_codes():
     assert classify(ChargeResult(DECLINED, "ch", "stolen_card")).hard_decline
     assert not classify(ChargeResult(DECLINED, "ch", "insufficient_funds")).hard_decline
