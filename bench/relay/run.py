@@ -116,12 +116,12 @@ def write_backlog(url: str, events: int, aggregates: int) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("""
             INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload,
-                                              created_at, available_at)
+                                              created_at, available_at, customer_id)
             SELECT e.id, 'invoice', e.agg, 'InvoicePaid',
                    billing._cloud_event(e.id, 'InvoicePaid', 'invoice', e.agg, now(),
                        jsonb_build_object('invoiceId', e.agg, 'subscriptionId', e.agg, 'amount', 2990,
                                           'currency', 'BRL', 'paidAt', billing._utc_text(now()))),
-                   now(), now()
+                   now(), now(), e.agg
             FROM (SELECT gen_random_uuid() AS id, (g * 7919) %% %s + 1 AS agg
                   FROM generate_series(1, %s) g) e""", (aggregates, events))
         conn.execute("VACUUM ANALYZE billing.outbox_event")

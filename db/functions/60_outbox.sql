@@ -54,10 +54,10 @@ DECLARE
     v_event_id uuid := gen_random_uuid();
     v_id       bigint;
 BEGIN
-    INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+    INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
     VALUES (v_event_id, p_aggregate_type, p_aggregate_id, p_event_type,
             billing._cloud_event(v_event_id, p_event_type, p_aggregate_type, p_aggregate_id, p_now, p_data),
-            p_now, p_now)
+            p_now, p_now, coalesce((p_data ->> 'customerId')::bigint, 0))
     RETURNING id INTO v_id;
     RETURN v_id;
 END

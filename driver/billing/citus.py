@@ -22,25 +22,10 @@ from psycopg import sql
 
 log = logging.getLogger("billing.citus")
 
-# A copy on every node: configuration, read by every shard's statements, written rarely.
-REFERENCE_TABLES = (
-    "timezone_name",
-    "plan",
-    "plan_price",
-    "dunning_step",
-    "installation",
-    "database_setting",
-    "api_key",
-    "console_session",
-    "webhook_endpoint",
-    "coupon",
-)
-
-# Distributed by customer, colocated with billing.customer, in foreign-key order (a table after the
-# tables it references). Each carries customer_id in its primary key and its foreign keys.
-# Until the customer-owned tables are re-keyed (customer_id in every primary and foreign key) they
-# stay on the coordinator as Citus local tables.
-DISTRIBUTED_TABLES: tuple[tuple[str, str], ...] = ()
+# The placement of every table is declared once, in SQL: billing._placement() (this file of
+# db/functions, applied before the tables are placed), checked against the catalog by
+# db/tests/80_customer_keys.sql.
+PLACEMENT_FILE = "88_placement.sql"
 
 
 class CitusError(RuntimeError):
@@ -52,7 +37,8 @@ class DistributeResult:
     reference: list[str] = field(default_factory=list)
     distributed: list[str] = field(default_factory=list)
     local: list[str] = field(default_factory=list)
-    functions: int = 0
+    # A table declared distributed but kept on the coordinator, and why.
+    held: dict[str, str] = field(default_factory=dict)
 
 
 def _connect(url: str) -> psycopg.Connection:
@@ -100,33 +86,160 @@ def _kind(conn: psycopg.Connection, table: str) -> str:
     return "distributed" if row[0] == "h" else "reference" if row[1] == "t" else "local"
 
 
-def distribute(conn: psycopg.Connection) -> DistributeResult:
-    """Run inside the migration's transaction, after the migrations and before the function files:
-    a table a foreign key ties to a reference table becomes a Citus local table, which Citus makes by
-    renaming the table to its shard's name, and a function created before would keep the renamed
-    row type (billing.subscription_102010) and refuse the next CREATE OR REPLACE."""
-    result = DistributeResult()
-    if True:
-        # DDL and data of several tables in one transaction: one connection per node.
-        conn.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
-        for table in REFERENCE_TABLES:
-            if conn.execute("SELECT to_regclass(%s)", (f"billing.{table}",)).fetchone()[0] is None:
+def distributable(placements: list[tuple[str, str, str | None, str]],
+                  fks: list[tuple[str, str]]) -> tuple[list[str], dict[str, str]]:
+    """The tables declared distributed that Citus can distribute now, and why each other one waits.
+
+    Citus refuses a foreign key between a distributed table and a table it keeps on the coordinator
+    (either way), so a declared-distributed table tied by a foreign key to a table that stays there
+    (pending, coordinator, or held itself) is held too, until nothing changes. `fks` are
+    (referencing, referenced) table pairs."""
+    kind = {t: p for t, p, _, _ in placements}
+    candidates = [t for t, p, _, _ in placements if p == "distributed"]
+    held: dict[str, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for t in candidates:
+            if t in held:
                 continue
-            if _kind(conn, table) != "reference":
-                log.info("reference table billing.%s", table)
-                conn.execute("SELECT create_reference_table(%s)", (f"billing.{table}",))
-            result.reference.append(table)
-        for table, column in DISTRIBUTED_TABLES:
-            if _kind(conn, table) != "distributed":
-                log.info("distributing billing.%s by %s", table, column)
-                colocate = "default" if table == "customer" else "billing.customer"
-                conn.execute("SELECT create_distributed_table(%s, %s, colocate_with => %s)",
-                             (f"billing.{table}", column, colocate))
-            result.distributed.append(table)
-        result.local = [r[0] for r in conn.execute(
-            """SELECT c.relname FROM pg_catalog.pg_class c
-                WHERE c.relnamespace = 'billing'::regnamespace AND c.relkind IN ('r', 'p')
-                  AND NOT EXISTS (SELECT 1 FROM pg_dist_partition p
-                                   WHERE p.logicalrelid = c.oid AND (p.partmethod = 'h' OR p.repmodel = 't'))
-                ORDER BY 1""")]
+            for a, b in fks:
+                other = b if a == t else a if b == t else None
+                if other is None or other == t or kind.get(other) == "reference":
+                    continue
+                if kind.get(other) != "distributed" or other in held:
+                    held[t] = f"a foreign key ties it to {other}, which stays on the coordinator"
+                    changed = True
+                    break
+    return [t for t in candidates if t not in held], held
+
+
+def distribute(conn: psycopg.Connection) -> DistributeResult:
+    """Run inside the migration's transaction, after the migrations and before the function files
+    (billing._placement() excepted, applied just before): a table a foreign key ties to a reference
+    table becomes a Citus local table, which Citus makes by renaming the table to its shard's name,
+    and a function created before would keep the renamed row type (billing.subscription_102010) and
+    refuse the next CREATE OR REPLACE."""
+    result = DistributeResult()
+    # DDL and data of several tables in one transaction: one connection per node.
+    conn.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
+    # The engine's triggers are kept on Citus (docs/scaling.md, "Triggers"): each fires on the
+    # shard its row is in, on the node that holds it.
+    conn.execute("SET LOCAL citus.enable_unsafe_triggers TO on")
+    placements = [tuple(r) for r in conn.execute(
+        "SELECT table_name, placement, distribution_column, reason FROM billing._placement()")]
+    fks = [tuple(r) for r in conn.execute(
+        """SELECT k.conrelid::regclass::text, k.confrelid::regclass::text FROM pg_catalog.pg_constraint k
+            WHERE k.contype = 'f' AND k.connamespace = 'billing'::regnamespace""")]
+    fks = [(a.removeprefix("billing."), b.removeprefix("billing.")) for a, b in fks]
+    ready, result.held = distributable(placements, fks)
+    column = {t: c for t, _, c, _ in placements}
+    todo = [t for t in ready if _kind(conn, t) != "distributed"]
+    # Citus refuses a foreign key between a table it keeps on the coordinator (a plain or Citus
+    # local table) and a distributed one, either way, so while the tables are distributed one by
+    # one the keys between them cannot stay: the foreign keys of the tables to distribute are
+    # dropped and made again, the same, once all of them are distributed (a key between two
+    # colocated tables on customer_id is then checked inside each shard group, a key to a
+    # reference table on every node).
+    saved = [] if not todo else [tuple(r) for r in conn.execute(
+        """SELECT k.conrelid::regclass::text, k.conname, pg_catalog.pg_get_constraintdef(k.oid)
+             FROM pg_catalog.pg_constraint k
+            WHERE k.contype = 'f' AND k.connamespace = 'billing'::regnamespace
+              AND (k.conrelid = ANY (%(t)s::regclass[]) OR k.confrelid = ANY (%(t)s::regclass[]))
+            ORDER BY 1, 2""", {"t": [f"billing.{t}" for t in todo]})]
+    for table, name, _ in saved:
+        conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(sql.SQL(table), sql.Identifier(name)))
+    # (before the reference tables too: a table a foreign key ties to a reference table becomes a
+    # Citus local table, which Citus cannot distribute afterwards when it has an identity column)
+    for table, placement, _, _ in placements:
+        if placement != "reference" or conn.execute("SELECT to_regclass(%s)", (f"billing.{table}",)).fetchone()[0] is None:
+            continue
+        if _kind(conn, table) != "reference":
+            log.info("reference table billing.%s", table)
+            conn.execute("SELECT create_reference_table(%s)", (f"billing.{table}",))
+        result.reference.append(table)
+    # billing.customer first: the others are colocated with it.
+    for table in sorted(ready, key=lambda t: t != "customer"):
+        if table in todo:
+            log.info("distributing billing.%s by %s", table, column[table])
+            colocate = "none" if table == "customer" else "billing.customer"
+            conn.execute("SELECT create_distributed_table(%s, %s, colocate_with => %s)",
+                         (f"billing.{table}", column[table], colocate))
+        result.distributed.append(table)
+    for table, name, definition in saved:
+        conn.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} {}").format(
+            sql.SQL(table), sql.Identifier(name), sql.SQL(definition)))
+    for table, why in result.held.items():
+        log.info("billing.%s stays on the coordinator for now: %s", table, why)
+    result.local = [r[0] for r in conn.execute(
+        """SELECT c.relname FROM pg_catalog.pg_class c
+            WHERE c.relnamespace = 'billing'::regnamespace AND c.relkind IN ('r', 'p')
+              AND NOT EXISTS (SELECT 1 FROM pg_dist_partition p
+                               WHERE p.logicalrelid = c.oid AND (p.partmethod = 'h' OR p.repmodel = 't'))
+            ORDER BY 1""")]
+    return result
+
+
+@dataclass
+class AdaptResult:
+    triggers: list[str] = field(default_factory=list)
+    functions: list[str] = field(default_factory=list)
+
+
+# Triggers with a transition table (REFERENCING NEW TABLE) cannot be planned next to a distributed
+# table ("unrecognized RTE kind: 7"). On Citus each is replaced, after the function files made it:
+# (trigger, table, what takes its place).
+TRANSITION_TRIGGERS = (
+    ("invoice_subscription_exists", "billing.invoice",
+     "ALTER TABLE billing.invoice ADD CONSTRAINT invoice_subscription_fkey FOREIGN KEY (customer_id, subscription_id) "
+     "REFERENCES billing.subscription (customer_id, id)"),
+    ("outbox_event_fan_out", "billing.outbox_event",
+     "CREATE TRIGGER outbox_event_fan_out AFTER INSERT ON billing.outbox_event "
+     "FOR EACH ROW EXECUTE FUNCTION billing._outbox_fan_out_row()"),
+    ("outbox_event_notify", "billing.outbox_event", None),
+)
+
+
+def adapt(conn: psycopg.Connection) -> AdaptResult:
+    """After the function files, in the migration's transaction, on Citus (docs/scaling.md):
+
+    - the triggers with a transition table are replaced (TRANSITION_TRIGGERS): the invoice's
+      subscription check becomes the composite foreign key it stands for, checked inside the shard
+      group; the webhook fan-out a row trigger on the event's shard; the relay's notification goes
+      (the relay polls);
+    - every SQL API function that takes p_customer_id becomes a distributed function colocated with
+      billing.customer: a call is sent to the node holding the customer and runs there."""
+    result = AdaptResult()
+    conn.execute("SET LOCAL citus.enable_unsafe_triggers TO on")
+    conn.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
+    for trigger, table, replacement in TRANSITION_TRIGGERS:
+        made_by_files = conn.execute(
+            """SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = to_regclass(%s) AND t.tgname = %s
+                                AND (t.tgoldtable IS NOT NULL OR t.tgnewtable IS NOT NULL))""",
+            (table, trigger)).fetchone()[0]
+        if not made_by_files:
+            continue
+        conn.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(trigger), sql.SQL(table)))
+        if replacement and "FOREIGN KEY" in replacement:
+            exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint "
+                                  "WHERE conname = 'invoice_subscription_fkey')", (table,)).fetchone()[0]
+            if exists:
+                replacement = None
+        if replacement:
+            conn.execute(replacement)
+        result.triggers.append(trigger)
+    rows = conn.execute(
+        """SELECT p.oid::regprocedure::text, (d.objid IS NOT NULL) AS done
+             FROM pg_catalog.pg_proc p
+             LEFT JOIN pg_dist_object d ON d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid
+                                       AND d.distribution_argument_index IS NOT NULL
+            WHERE p.pronamespace = 'billing'::regnamespace AND p.prosecdef AND p.prokind = 'f'
+              AND 'p_customer_id' = ANY (p.proargnames)
+            ORDER BY 1""").fetchall()
+    for signature, done in rows:
+        if not done:
+            log.info("distributed function %s by p_customer_id", signature)
+            conn.execute("SELECT create_distributed_function(%s, 'p_customer_id', colocate_with => 'billing.customer')",
+                         (signature,))
+        result.functions.append(signature)
     return result
