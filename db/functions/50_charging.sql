@@ -352,9 +352,14 @@ DECLARE
     v_invoice billing.invoice;
     v_count   integer := 0;
 BEGIN
-    PERFORM billing._audit('give_up_waiting_invoices', jsonb_build_object('batch_size', p_batch_size, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    -- Nothing to give up: the call changes nothing, so it leaves no audit row (the worker asks
+    -- every round of its renewal loop).
+    IF NOT EXISTS (SELECT 1 FROM billing.invoice i WHERE i.waiting_for IS NOT NULL AND i.give_up_at <= p_now) THEN
+        RETURN 0;
+    END IF;
+    PERFORM billing._audit('give_up_waiting_invoices', jsonb_build_object('batch_size', p_batch_size, 'now', p_now));
     FOR v_id, v_sub_id IN
         SELECT i.id, i.subscription_id FROM billing.invoice i
          WHERE i.waiting_for IS NOT NULL AND i.give_up_at <= p_now

@@ -1,6 +1,6 @@
 -- 30_charging_batch: record_payment_results, many gateway results in one call.
 BEGIN;
-SELECT plan(20);
+SELECT plan(21);
 
 CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE sql AS
 $$ SELECT i.id FROM billing.invoice i JOIN billing.subscription_request r ON r.subscription_id = i.subscription_id
@@ -80,14 +80,23 @@ SELECT is((SELECT attempt_count FROM billing.invoice WHERE id = pg_temp.inv('t30
 -- -- claims: nothing due, nothing changed, no audit row (idle workers ask every second) ------------
 TRUNCATE t30_audit_before;
 INSERT INTO t30_audit_before SELECT max(id) FROM billing.audit_log;
-SELECT is((SELECT count(*)::int FROM billing.claim_charges('idle', 10, interval '5 minutes', '2026-06-01 10:03Z'))
-          + (SELECT count(*)::int FROM billing.audit_log WHERE id > (SELECT id FROM t30_audit_before)), 0,
+-- (each call in its own statement: a statement does not see the rows its own functions write)
+CREATE TEMP TABLE t30_idle AS SELECT * FROM billing.claim_charges('idle', 10, interval '5 minutes', '2026-06-01 10:03Z');
+SELECT is((SELECT count(*)::int FROM t30_idle) || ' ' || (SELECT count(*) FROM billing.audit_log
+                                                           WHERE id > (SELECT id FROM t30_audit_before)), '0 0',
           'a claim that finds nothing due returns nothing and writes no audit row');
 CREATE TEMP TABLE t30_busy AS SELECT * FROM billing.claim_charges('busy', 10, interval '5 minutes', '2026-06-01 11:06Z');
 SELECT is((SELECT count(*)::int FROM t30_busy) || ' ' || (SELECT string_agg(function || ':' || (args ->> 'worker'), ',')
                                                             FROM billing.audit_log WHERE id > (SELECT id FROM t30_audit_before)),
           '1 claim_charges:busy',
           'a claim that takes an invoice (the refused result''s, back after its second lease) writes its audit row');
+TRUNCATE t30_audit_before;
+INSERT INTO t30_audit_before SELECT max(id) FROM billing.audit_log;
+CREATE TEMP TABLE t30_idle_refunds AS SELECT * FROM billing.claim_refunds('idle', 10, interval '5 minutes', '2026-06-01 11:07Z');
+CREATE TEMP TABLE t30_given_up AS SELECT billing.give_up_waiting_invoices(10, '2026-06-01 11:07Z') AS n;
+SELECT is((SELECT count(*)::int FROM t30_idle_refunds) || ' ' || (SELECT n FROM t30_given_up) || ' '
+          || (SELECT count(*) FROM billing.audit_log WHERE id > (SELECT id FROM t30_audit_before)), '0 0 0',
+          'a refund claim or a give-up run that finds nothing to do writes no audit row either');
 
 SELECT * FROM finish();
 ROLLBACK;
