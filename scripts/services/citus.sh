@@ -111,7 +111,8 @@ citus.shard_count = ${BILLING_CITUS_SHARD_COUNT:-8}
 citus.max_adaptive_executor_pool_size = 4
 CONF
   fi
-  as_pg "$PGBIN/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 start >/dev/null
+  # -p: the port asked for now, even when the node was made for another one (as in postgres.sh).
+  as_pg "$PGBIN/pg_ctl" -D "$data" -l "$data/server.log" -o "-p $port" -w -t 60 start >/dev/null
   wait_port 127.0.0.1 "$port" 30 || { log "citus node did not open $port"; tail -20 "$data/server.log" >&2; exit 1; }
 }
 
