@@ -210,15 +210,17 @@ class Charger:
                 self._committed.discard(task)
             return result
 
-    async def _gate(self, waiting_since: float) -> bool:
-        """Inside the request, right before its bytes go out: the limiter's go-ahead. Refused or
-        late, it paces again here, holding the (silent) connection, for at most a third of the
-        gateway timeout; then the request is dropped unsent (NotSent) and the caller starts over."""
+    async def _gate(self, waiting_since: float):
+        """Inside the request, right before its bytes go out: the limiter's go-ahead (a true
+        Grant, which the request tells when its bytes were sent). Refused or late, it paces again
+        here, holding the (silent) connection, for at most a third of the gateway timeout; then
+        the request is dropped unsent (NotSent) and the caller starts over."""
         deadline = time.monotonic() + self.provider.timeout / 3
         while True:
-            if await self.limiter.use():
+            grant = await self.limiter.use()
+            if grant:
                 metrics.LIMITER_WAIT.observe(time.monotonic() - waiting_since)
-                return True
+                return grant
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
