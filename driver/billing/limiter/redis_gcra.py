@@ -12,7 +12,7 @@ from importlib import resources
 
 from billing import metrics
 from billing.limiter.two_step import (DEFAULT_GUARD_SECONDS, DEFAULT_MAX_LATE_SECONDS, DEFAULT_MAX_WAIT_SECONDS,
-                                      PACE_OVERSUBSCRIPTION, TwoStepLimiter)
+                                      PACE_OVERSUBSCRIPTION, SEND_MARGIN_SECONDS, TwoStepLimiter)
 
 log = logging.getLogger("billing.limiter")
 
@@ -102,7 +102,8 @@ class RedisGcraLimiter(TwoStepLimiter):
                 continue
             # A Redis that restarted has lost the log: stay quiet until every call granted before
             # the outage is more than a second (and its lateness budget) old.
-            await asyncio.sleep(max(0.0, paused_at + 1.0 + self.lateness.budget - time.monotonic()))
+            await asyncio.sleep(max(0.0, paused_at + 1.0 + self.lateness.budget + SEND_MARGIN_SECONDS
+                                    - time.monotonic()))
             self.paused = False
             self._epoch += 1
             metrics.LIMITER_PAUSED.set(0)

@@ -26,6 +26,10 @@ PACE_OVERSUBSCRIPTION = 0.10
 WINDOW_SECONDS = 1.0
 MIN_HORIZON_US = 5_000
 MAX_BOUNDS = 64
+# Logged on top of the lateness budget until the caller says when its bytes went out: a process
+# descheduled between its check and its write (a starved host) is still inside its entry. Costs
+# nothing once the entry is shortened (Grant.sent), a few ms after the grant.
+SEND_MARGIN_SECONDS = 0.100
 
 
 class RateLimiter(Protocol):
@@ -101,14 +105,15 @@ class Grant:
     """A go-ahead (true). Its caller may say when the call's bytes were handed to the kernel
     (`sent()`): the call then arrives by that instant (on the limiter's clock, at most its local
     time + hi) + post, the time left for the way to the gateway, and its entry in the log can hold
-    that instead of grant + budget. The bound goes to the limiter with this process's next
-    go-ahead (never raising an entry); without `sent()` the entry keeps grant + budget."""
+    that instead of grant + budget + SEND_MARGIN. The bound goes to the limiter with this
+    process's next go-ahead (never raising an entry); without `sent()` the entry keeps it all."""
 
-    __slots__ = ("_limiter", "token", "_hi", "_logged_us")
+    __slots__ = ("_limiter", "token", "at_us", "_hi", "_logged_us")
 
-    def __init__(self, limiter: "TwoStepLimiter", token: str, hi: float, logged_us: int) -> None:
+    def __init__(self, limiter: "TwoStepLimiter", token: str, at_us: int, hi: float, logged_us: int) -> None:
         self._limiter = limiter
         self.token = token
+        self.at_us = at_us  # the grant instant, on the limiter's clock
         self._hi = hi
         self._logged_us = logged_us
 
@@ -201,7 +206,8 @@ class TwoStepLimiter:
             bounds = list(self._bounds)
             self._bounds.clear()
             asked = time.monotonic()
-            granted, value, now = await self.admit(token, release, int(budget * 1_000_000), bounds)
+            logged_us = int((budget + SEND_MARGIN_SECONDS) * 1_000_000)
+            granted, value, now = await self.admit(token, release, logged_us, bounds)
             answered = time.monotonic()
             release = None
             if not granted:
@@ -221,7 +227,7 @@ class TwoStepLimiter:
             self.lateness.add(late)
             post = self.lateness.post
             if late <= budget - post:
-                return Grant(self, token, hi, value + int(budget * 1_000_000))
+                return Grant(self, token, value, hi, value + logged_us)
             # Later than the budget declared: the call might land outside it. Ask again,
             # giving this grant back in the same script, with a budget that knows better.
             self.late_redos += 1
