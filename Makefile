@@ -10,7 +10,7 @@ SERVICES_ENV := $(CACHE)/services.env
 PGTAP_DB ?= billing_pgtap
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium poppler services services-stop citus citus-stop db-migrate test test-fast test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
+.PHONY: help venv chromium poppler services services-stop citus citus-stop db-migrate test test-fast test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -58,7 +58,7 @@ test-sql: venv services
 # Citus (docs/scaling.md): a coordinator and two workers on loopback, Citus built once from the vendored
 # source into .cache/citus/. test-citus: a fresh database migrated with --citus, then the pgTAP suites
 # listed in db/tests/citus.list (the ones the engine passes on Citus today; docs/scaling.md says why
-# the others do not yet).
+# the others do not yet) and the Citus-only ones of db/tests/citus/.
 CITUS_DB ?= billing_pgtap_citus
 citus:
 	@bash scripts/services/citus.sh
@@ -71,7 +71,7 @@ test-citus: venv
 	 url=$$(bash scripts/services/citus.sh createdb $(CITUS_DB)) && \
 	 $(BIN)/billing --log-level WARNING db migrate --simulation --citus --database-url "$$url" && \
 	 psql -q "$$url" -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pgtap" && \
-	 pg_prove --dbname "$$url" $$(grep -v '^#' db/tests/citus.list | sed 's|^|db/tests/|')
+	 pg_prove --dbname "$$url" $$(grep -v '^#' db/tests/citus.list | sed 's|^|db/tests/|') db/tests/citus/*.sql
 
 # The fast tier: pure logic, no services (driver/tests/unit), first, so a broken pure function fails in seconds.
 test-fast: venv
@@ -126,6 +126,13 @@ bench-charge: venv services
 
 bench-first-of-month: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python bench/first_of_month/run.py $(BENCH_ARGS)
+
+# Per-shard claims on the Citus cluster next to one PostgreSQL (bench/citus_claim, docs/scaling.md).
+bench-citus: venv services
+	@source $(SERVICES_ENV) && bash scripts/services/citus.sh >/dev/null && \
+	 citus_url=$$(bash scripts/services/citus.sh createdb billing_bench_citus) && \
+	 psql -q "$$BILLING_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS billing_bench_single WITH (FORCE)" -c "CREATE DATABASE billing_bench_single" && \
+	 $(BIN)/python bench/citus_claim/run.py --citus-url "$$citus_url" --single-url "$${BILLING_TEST_DATABASE_URL%/*}/billing_bench_single" $(BENCH_ARGS)
 
 bench-http: venv
 	@$(BIN)/python bench/http_client/run.py $(BENCH_ARGS)

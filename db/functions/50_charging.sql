@@ -230,9 +230,9 @@ BEGIN
         -- One row per try: a re-claim (lease expired, or UNKNOWN) reuses its key and what it was
         -- sent with, whatever the namespace and the customer's default method are now.
         INSERT INTO billing.payment_attempt AS a
-               (invoice_id, attempt_number, idempotency_key, amount, currency, worker, first_claimed_at, last_claimed_at,
-                key_expires_at, provider, payment_method_id, customer_ref, payment_method_ref)
-        SELECT c.id, c.try_count, v_cfg.key_namespace || '-inv-' || c.id || '-try-' || c.try_count, c.amount, c.currency,
+               (customer_id, invoice_id, attempt_number, idempotency_key, amount, currency, worker, first_claimed_at,
+                last_claimed_at, key_expires_at, provider, payment_method_id, customer_ref, payment_method_ref)
+        SELECT c.customer_id, c.id, c.try_count, v_cfg.key_namespace || '-inv-' || c.id || '-try-' || c.try_count, c.amount, c.currency,
                p_worker, p_now, p_now, p_now + v_cfg.key_lifetime, p_provider, c.method_id, c.customer_ref,
                c.payment_method_ref
           FROM claimed c

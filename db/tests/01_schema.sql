@@ -12,8 +12,8 @@ SELECT col_type_is('billing', 'subscription', 'current_period_end', 'timestamp w
 SELECT has_column('billing', 'subscription', c, 'subscription.' || c) FROM unnest(ARRAY[
     'customer_id', 'plan_id', 'status', 'current_period_start', 'current_period_end',
     'cancel_at_period_end', 'billing_anchor', 'version']) AS c;
-SELECT col_is_unique('billing', 'invoice', ARRAY['subscription_id', 'period_start', 'kind'],
-                     'one invoice per subscription, period start and kind');
+SELECT col_is_unique('billing', 'invoice', ARRAY['customer_id', 'subscription_id', 'period_start', 'kind'],
+                     'one invoice per customer, subscription, period start and kind');
 SELECT has_index('billing', 'subscription', 'subscription_due_idx', 'partial index of due subscriptions');
 SELECT has_index('billing', 'invoice', 'invoice_chargeable_idx', 'partial index of chargeable invoices');
 SELECT has_trigger('billing', 'outbox_event', 'outbox_event_notify', 'outbox insert notifies');

@@ -22,25 +22,10 @@ from psycopg import sql
 
 log = logging.getLogger("billing.citus")
 
-# A copy on every node: configuration, read by every shard's statements, written rarely.
-REFERENCE_TABLES = (
-    "timezone_name",
-    "plan",
-    "plan_price",
-    "dunning_step",
-    "installation",
-    "database_setting",
-    "api_key",
-    "console_session",
-    "webhook_endpoint",
-    "coupon",
-)
-
-# Distributed by customer, colocated with billing.customer, in foreign-key order (a table after the
-# tables it references). Each carries customer_id in its primary key and its foreign keys.
-# Until the customer-owned tables are re-keyed (customer_id in every primary and foreign key) they
-# stay on the coordinator as Citus local tables.
-DISTRIBUTED_TABLES: tuple[tuple[str, str], ...] = ()
+# The placement of every table is declared once, in SQL: billing._placement() (this file of
+# db/functions, applied before the tables are placed), checked against the catalog by
+# db/tests/80_customer_keys.sql.
+PLACEMENT_FILE = "88_placement.sql"
 
 
 class CitusError(RuntimeError):
@@ -52,7 +37,8 @@ class DistributeResult:
     reference: list[str] = field(default_factory=list)
     distributed: list[str] = field(default_factory=list)
     local: list[str] = field(default_factory=list)
-    functions: int = 0
+    # A table declared distributed but kept on the coordinator, and why.
+    held: dict[str, str] = field(default_factory=dict)
 
 
 def _connect(url: str) -> psycopg.Connection:
@@ -100,33 +86,72 @@ def _kind(conn: psycopg.Connection, table: str) -> str:
     return "distributed" if row[0] == "h" else "reference" if row[1] == "t" else "local"
 
 
-def distribute(conn: psycopg.Connection) -> DistributeResult:
-    """Run inside the migration's transaction, after the migrations and before the function files:
-    a table a foreign key ties to a reference table becomes a Citus local table, which Citus makes by
-    renaming the table to its shard's name, and a function created before would keep the renamed
-    row type (billing.subscription_102010) and refuse the next CREATE OR REPLACE."""
-    result = DistributeResult()
-    if True:
-        # DDL and data of several tables in one transaction: one connection per node.
-        conn.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
-        for table in REFERENCE_TABLES:
-            if conn.execute("SELECT to_regclass(%s)", (f"billing.{table}",)).fetchone()[0] is None:
+def distributable(placements: list[tuple[str, str, str | None, str]],
+                  fks: list[tuple[str, str]]) -> tuple[list[str], dict[str, str]]:
+    """The tables declared distributed that Citus can distribute now, and why each other one waits.
+
+    Citus refuses a foreign key between a distributed table and a table it keeps on the coordinator
+    (either way), so a declared-distributed table tied by a foreign key to a table that stays there
+    (pending, coordinator, or held itself) is held too, until nothing changes. `fks` are
+    (referencing, referenced) table pairs."""
+    kind = {t: p for t, p, _, _ in placements}
+    candidates = [t for t, p, _, _ in placements if p == "distributed"]
+    held: dict[str, str] = {}
+    changed = True
+    while changed:
+        changed = False
+        for t in candidates:
+            if t in held:
                 continue
-            if _kind(conn, table) != "reference":
-                log.info("reference table billing.%s", table)
-                conn.execute("SELECT create_reference_table(%s)", (f"billing.{table}",))
-            result.reference.append(table)
-        for table, column in DISTRIBUTED_TABLES:
-            if _kind(conn, table) != "distributed":
-                log.info("distributing billing.%s by %s", table, column)
-                colocate = "default" if table == "customer" else "billing.customer"
-                conn.execute("SELECT create_distributed_table(%s, %s, colocate_with => %s)",
-                             (f"billing.{table}", column, colocate))
-            result.distributed.append(table)
-        result.local = [r[0] for r in conn.execute(
-            """SELECT c.relname FROM pg_catalog.pg_class c
-                WHERE c.relnamespace = 'billing'::regnamespace AND c.relkind IN ('r', 'p')
-                  AND NOT EXISTS (SELECT 1 FROM pg_dist_partition p
-                                   WHERE p.logicalrelid = c.oid AND (p.partmethod = 'h' OR p.repmodel = 't'))
-                ORDER BY 1""")]
+            for a, b in fks:
+                other = b if a == t else a if b == t else None
+                if other is None or other == t or kind.get(other) == "reference":
+                    continue
+                if kind.get(other) != "distributed" or other in held:
+                    held[t] = f"a foreign key ties it to {other}, which stays on the coordinator"
+                    changed = True
+                    break
+    return [t for t in candidates if t not in held], held
+
+
+def distribute(conn: psycopg.Connection) -> DistributeResult:
+    """Run inside the migration's transaction, after the migrations and before the function files
+    (billing._placement() excepted, applied just before): a table a foreign key ties to a reference
+    table becomes a Citus local table, which Citus makes by renaming the table to its shard's name,
+    and a function created before would keep the renamed row type (billing.subscription_102010) and
+    refuse the next CREATE OR REPLACE."""
+    result = DistributeResult()
+    # DDL and data of several tables in one transaction: one connection per node.
+    conn.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
+    placements = [tuple(r) for r in conn.execute(
+        "SELECT table_name, placement, distribution_column, reason FROM billing._placement()")]
+    fks = [tuple(r) for r in conn.execute(
+        """SELECT k.conrelid::regclass::text, k.confrelid::regclass::text FROM pg_catalog.pg_constraint k
+            WHERE k.contype = 'f' AND k.connamespace = 'billing'::regnamespace""")]
+    fks = [(a.removeprefix("billing."), b.removeprefix("billing.")) for a, b in fks]
+    for table, placement, _, _ in placements:
+        if placement != "reference" or conn.execute("SELECT to_regclass(%s)", (f"billing.{table}",)).fetchone()[0] is None:
+            continue
+        if _kind(conn, table) != "reference":
+            log.info("reference table billing.%s", table)
+            conn.execute("SELECT create_reference_table(%s)", (f"billing.{table}",))
+        result.reference.append(table)
+    ready, result.held = distributable(placements, fks)
+    column = {t: c for t, _, c, _ in placements}
+    # billing.customer first: the others are colocated with it.
+    for table in sorted(ready, key=lambda t: t != "customer"):
+        if _kind(conn, table) != "distributed":
+            log.info("distributing billing.%s by %s", table, column[table])
+            colocate = "none" if table == "customer" else "billing.customer"
+            conn.execute("SELECT create_distributed_table(%s, %s, colocate_with => %s)",
+                         (f"billing.{table}", column[table], colocate))
+        result.distributed.append(table)
+    for table, why in result.held.items():
+        log.info("billing.%s stays on the coordinator for now: %s", table, why)
+    result.local = [r[0] for r in conn.execute(
+        """SELECT c.relname FROM pg_catalog.pg_class c
+            WHERE c.relnamespace = 'billing'::regnamespace AND c.relkind IN ('r', 'p')
+              AND NOT EXISTS (SELECT 1 FROM pg_dist_partition p
+                               WHERE p.logicalrelid = c.oid AND (p.partmethod = 'h' OR p.repmodel = 't'))
+            ORDER BY 1""")]
     return result

@@ -58,6 +58,12 @@ def db_migrate(settings: Settings, database_url: str | None, simulation: bool | 
         f"function files applied: {result.functions}"
         + ("; simulation database (any p_now accepted)" if result.simulation else "")
     )
+    if result.citus is not None:
+        placed = result.citus
+        click.echo(f"citus: {len(placed.reference)} reference tables, {len(placed.distributed)} distributed by customer, "
+                   f"{len(placed.local)} on the coordinator"
+                   + (f" ({len(placed.held)} of them held back until the pending tables are keyed by customer: "
+                      "docs/scaling.md)" if placed.held else ""))
 
 
 def _run(module: str, func: str, *args, **kwargs):

@@ -219,6 +219,7 @@ class MigrateResult:
     applied: list[str]
     functions: int
     simulation: bool = False
+    citus: object | None = None  # billing.citus.DistributeResult with --citus
 
 
 def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
@@ -279,11 +280,17 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
                 log.warning("database has migrations this code does not know: %s", sorted(unknown))
             if citus:
                 try:
+                    placement = next((f for f in functions if f.name == citus_mod.PLACEMENT_FILE), None)
+                    if placement is None:
+                        raise MigrationError(f"--citus: db/functions/{citus_mod.PLACEMENT_FILE} is missing")
+                    for stmt in split_statements(placement.read_text(encoding="utf-8")):
+                        conn.execute(stmt)
                     placed = citus_mod.distribute(conn)
                 except psycopg.Error as exc:
                     raise MigrationError(f"--citus: {exc}") from exc
                 log.info("citus: %d reference tables, %d distributed by customer, %d left on the coordinator (%s)",
                          len(placed.reference), len(placed.distributed), len(placed.local), ", ".join(placed.local))
+                citus_placed = placed
             for path in functions:
                 log.debug("applying functions %s", path.name)
                 try:
@@ -301,4 +308,5 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
             is_simulation = bool(marked and conn.execute("SELECT billing.is_simulation()").fetchone()[0])
     if is_simulation:
         log.info("this is a simulation database: any p_now is accepted (billing.is_simulation())")
-    return MigrateResult(applied=applied, functions=len(functions), simulation=is_simulation)
+    return MigrateResult(applied=applied, functions=len(functions), simulation=is_simulation,
+                         citus=citus_placed if citus else None)

@@ -536,6 +536,19 @@ REPLAYS = {
         ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
         ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=16 * DAYS)),
         ("come_back", dict(data=Drawn(1), action="resume"))],
+    "a second pause and resume at the signup instant, another subscription of the customer between": [
+        ("subscribe", dict(customer=1, plan="D_DAILY", trial=0, coupon=None, quantity=1)),
+        ("pause", dict(data=Drawn(1), resume_in=None)), ("come_back", dict(data=Drawn(1), action="resume")),
+        ("subscribe", dict(customer=1, plan="D_DAILY", trial=0, coupon=None, quantity=1)),
+        ("pause", dict(data=Drawn(1), resume_in=None)), ("come_back", dict(data=Drawn(1), action="resume")),
+        ("seats", dict(data=Drawn(1), quantity=2))],
+    "a plan change after two pauses at the signup instant, another subscription between": [
+        ("subscribe", dict(customer=1, plan="D_DAILY", trial=0, coupon=None, quantity=1)),
+        ("pause", dict(data=Drawn(1), resume_in=None)), ("come_back", dict(data=Drawn(1), action="resume")),
+        ("subscribe", dict(customer=1, plan="D_DAILY", trial=0, coupon=None, quantity=1)),
+        ("pause", dict(data=Drawn(1), resume_in=None)), ("come_back", dict(data=Drawn(1), action="resume")),
+        ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("cancel", dict(data=Drawn(2), at_period_end=True)),
+        ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True)))],
     "a passed resume date moved by pausing again": [
         ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
         ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=4 * DAYS)),

@@ -174,7 +174,7 @@ def test_cancel_racing_renewal_leaves_a_consistent_state(db_url):
             "       count(i.*) FILTER (WHERE i.status = 'OPEN'),"
             "       count(i.*), max(i.period_start), bool_and(i.status IN ('VOID', 'PAID'))"
             "  FROM billing.subscription s JOIN billing.invoice i ON i.subscription_id = s.id"
-            " GROUP BY s.id ORDER BY s.id"
+            " GROUP BY s.customer_id, s.id ORDER BY s.id"
         ).fetchall()
         for sid, status, version, number, end, open_, n_inv, last_start, settled in rows:
             assert status == "CANCELED", sid

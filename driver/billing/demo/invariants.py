@@ -193,7 +193,7 @@ def check_periods(conn, now: datetime) -> Check:
              FROM billing.subscription s
              JOIN billing.plan p ON p.id = s.plan_id
              LEFT JOIN billing.invoice i ON i.subscription_id = s.id AND i.kind IN ('INITIAL', 'RENEWAL')
-            GROUP BY s.id, p.billing_interval, p.interval_count
+            GROUP BY s.customer_id, s.id, p.billing_interval, p.interval_count
             ORDER BY s.id"""
     ).fetchall()
     # Where a new calendar may start: the period a resume or a reactivation began.

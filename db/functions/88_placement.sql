@@ -1,0 +1,65 @@
+-- 88_placement: where each table of schema billing goes on a Citus cluster (docs/scaling.md).
+-- One list, read by `billing db migrate --citus` (driver/billing/citus.py) and checked against the
+-- catalog by db/tests/80_customer_keys.sql: a table added without a line here fails that test.
+-- Re-applied after every migration: CREATE OR REPLACE only.
+--
+--   reference    a copy on every node: configuration, written rarely, read by every shard.
+--   distributed  sharded by its distribution column, colocated with billing.customer: customer_id
+--                is in its primary key, its unique constraints and its foreign keys to the others.
+--   pending      belongs to a customer but is not keyed by customer yet (the reason says what is
+--                missing); --citus leaves it and everything tied to it on the coordinator.
+--   coordinator  bookkeeping of the coordinator only.
+--
+-- A line may name a table another branch adds (coupons, tax rates, invoice documents): it counts
+-- once the table exists.
+
+CREATE OR REPLACE FUNCTION billing._placement()
+RETURNS TABLE (table_name text, placement text, distribution_column text, reason text)
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT * FROM (VALUES
+        ('timezone_name',        'reference',   NULL,          'configuration'),
+        ('plan',                 'reference',   NULL,          'configuration'),
+        ('plan_price',           'reference',   NULL,          'configuration'),
+        ('dunning_step',         'reference',   NULL,          'configuration'),
+        ('installation',         'reference',   NULL,          'configuration'),
+        ('database_setting',     'reference',   NULL,          'configuration'),
+        ('api_key',              'reference',   NULL,          'configuration'),
+        ('console_session',      'reference',   NULL,          'an operator''s session, not a customer''s'),
+        ('webhook_endpoint',     'reference',   NULL,          'configuration'),
+        ('coupon',               'reference',   NULL,          'configuration'),
+        ('tax_rate',             'reference',   NULL,          'configuration'),
+        ('document_series',      'reference',   NULL,          'a numbering series (its counter is written when a number is taken)'),
+        ('customer',             'distributed', 'id',          'the customer'),
+        ('subscription',         'distributed', 'customer_id', 'primary key (customer_id, id)'),
+        -- Invoice numbers (a legal series, unique across customers: invoice_number_key) hold the
+        -- invoice back until the series' counter, not an index, is what keeps them unique on Citus.
+        ('invoice',              CASE WHEN pg_catalog.to_regclass('billing.invoice_number_key') IS NULL
+                                      THEN 'distributed' ELSE 'pending' END,
+                                                'customer_id', CASE WHEN pg_catalog.to_regclass('billing.invoice_number_key') IS NULL
+                                                                    THEN 'primary key (customer_id, id)'
+                                                                    ELSE 'number unique across customers (invoice_number_key)' END),
+        ('credit_balance',       'distributed', 'customer_id', 'primary key (customer_id, currency)'),
+        ('credit_entry',         'distributed', 'customer_id', 'primary key (customer_id, id)'),
+        ('credit_pending',       'distributed', 'customer_id', 'primary key (customer_id, id)'),
+        ('payment_method',       'distributed', 'customer_id', 'primary key (customer_id, id)'),
+        ('coupon_redemption',    'distributed', 'customer_id', 'primary key (customer_id, subscription_id, coupon_code)'),
+        ('invoice_line',         'distributed', 'customer_id', 'primary key (customer_id, invoice_id, line_no)'),
+        ('credit_note_line',     'distributed', 'customer_id', 'primary key (customer_id, credit_note_id, line_no)'),
+        ('credit_note',          'pending',     'customer_id', 'number unique across customers (a legal numbering series)'),
+        ('payment_attempt',      'distributed', 'customer_id', 'primary key (customer_id, id)'),
+        ('refund',               'pending',     'customer_id', 'request_key, the caller''s key, is unique across customers'),
+        ('subscription_request', 'pending',     'customer_id', 'primary key idempotency_key without customer_id'),
+        ('outbox_event',         'pending',     'customer_id', 'no customer_id column yet'),
+        ('webhook_delivery',     'pending',     'customer_id', 'no customer_id column yet (its event''s)'),
+        ('webhook_attempt',      'pending',     'customer_id', 'no customer_id column yet (its event''s)'),
+        ('audit_log',            'pending',     'customer_id', 'no customer_id column yet'),
+        ('gateway_webhook',      'pending',     'customer_id', 'keyed by the gateway''s event id; its customer is its attempt''s'),
+        ('schema_migration',     'coordinator', NULL,          'the migrations applied')
+    ) AS t (table_name, placement, distribution_column, reason)
+    WHERE pg_catalog.to_regclass('billing.' || t.table_name) IS NOT NULL
+$$;
+COMMENT ON FUNCTION billing._placement() IS
+'Private: each table of schema billing and where it goes on Citus (reference, distributed by its column, pending re-keying, coordinator), with why.
+Returns one row per table (a table not created yet is ignored); read by billing db migrate --citus and db/tests/80_customer_keys.sql.';
