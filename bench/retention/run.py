@@ -52,7 +52,7 @@ SELECT g AS id, u AS event_id, 'invoice' AS aggregate_type, g AS aggregate_id, '
                           'datacontenttype', 'application/json', 'dataschema', 'urn:billing:events:InvoicePaid:v1',
                           'data', {DATA}) AS payload,
        'PUBLISHED' AS status, t AS created_at, t AS available_at, NULL::timestamptz AS lease_until, 0 AS attempts,
-       NULL::text AS last_error, t + interval '50 milliseconds' AS published_at
+       NULL::text AS last_error, t + interval '50 milliseconds' AS published_at, g AS customer_id
   FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) g,
        LATERAL (SELECT gen_random_uuid() AS u,
                        %(start)s::timestamptz + (g - 1) * %(step)s::interval AS t) x

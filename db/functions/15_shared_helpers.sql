@@ -338,10 +338,10 @@ BEGIN
          WHERE subscription_id = ANY (p_subscription_ids) AND status = 'OPEN' AND attempt_count = 0
         RETURNING *
     ), announced AS (
-        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
         SELECT e.event_id, 'invoice', e.id, 'InvoiceVoided',
                billing._cloud_event(e.event_id, 'InvoiceVoided', 'invoice', e.id, p_now, billing._invoice_data(e.inv)),
-               p_now, p_now
+               p_now, p_now, (e.inv).customer_id
           FROM (SELECT gen_random_uuid() AS event_id, v.id, v::billing.invoice AS inv FROM voided v ORDER BY v.id) e
     ), reversed AS (
         UPDATE billing.credit_pending c SET status = 'REVERSED', settled_at = p_now

@@ -99,6 +99,7 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_row billing.customer;
+    v_at  timestamptz := now();  -- a variable, not now(), in DO UPDATE (Citus wants no volatile call there)
 BEGIN
     PERFORM billing._audit('upsert_customer', jsonb_build_object('customer_id', p_customer_id, 'timezone', p_timezone));
     IF p_customer_id IS NULL THEN
@@ -107,7 +108,7 @@ BEGIN
     PERFORM billing._check_timezone(p_timezone);
     INSERT INTO billing.customer AS c (id, timezone) VALUES (p_customer_id, p_timezone)
     ON CONFLICT ON CONSTRAINT customer_pkey DO UPDATE
-        SET timezone = excluded.timezone, updated_at = now()
+        SET timezone = excluded.timezone, updated_at = v_at
         WHERE c.timezone IS DISTINCT FROM excluded.timezone
     RETURNING * INTO v_row;
     IF v_row.id IS NULL THEN

@@ -128,20 +128,20 @@ BEGIN
     ), events AS (
         -- InvoiceCreated for every invoice, plus the rare rows (cancellations, invoices paid by
         -- credit): one INSERT, hence one NOTIFY.
-        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
         SELECT e.event_id, e.aggregate_type, e.aggregate_id, e.event_type,
                billing._cloud_event(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, p_now, e.data),
-               p_now, p_now
+               p_now, p_now, e.customer_id
           FROM (SELECT gen_random_uuid() AS event_id, x.*
                   FROM (SELECT 'subscription' AS aggregate_type, c.id AS aggregate_id,
                                'SubscriptionCanceled' AS event_type,
-                               billing._subscription_data(c::billing.subscription) AS data, 0 AS seq
+                               billing._subscription_data(c::billing.subscription) AS data, 0 AS seq, c.customer_id
                           FROM canceled c
                         UNION ALL
-                        SELECT 'invoice', i.id, 'InvoiceCreated', billing._invoice_data(i::billing.invoice), 1
+                        SELECT 'invoice', i.id, 'InvoiceCreated', billing._invoice_data(i::billing.invoice), 1, i.customer_id
                           FROM new_invoice i
                         UNION ALL
-                        SELECT 'invoice', i.id, 'InvoicePaid', billing._invoice_data(i::billing.invoice), 2
+                        SELECT 'invoice', i.id, 'InvoicePaid', billing._invoice_data(i::billing.invoice), 2, i.customer_id
                           FROM new_invoice i
                          WHERE i.status = 'PAID') x
                  ORDER BY x.aggregate_type, x.aggregate_id, x.seq) e

@@ -195,11 +195,11 @@ BEGIN
          WHERE i.id = k.id AND k.key_expires_at <= p_now
         RETURNING i.*
     ), review_events AS (
-        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
         SELECT e.event_id, 'invoice', e.id, 'InvoicePaymentReview',
                billing._cloud_event(e.event_id, 'InvoicePaymentReview', 'invoice', e.id, p_now,
                                     billing._invoice_data(e.inv) || jsonb_build_object('reason', 'KEY_EXPIRED')),
-               p_now, p_now
+               p_now, p_now, (e.inv).customer_id
           FROM (SELECT gen_random_uuid() AS event_id, x.id, x::billing.invoice AS inv FROM expired x ORDER BY x.id) e
     ), waiting AS (
         -- No usable payment method for a new key: the invoice waits for the customer (set_payment_method).
@@ -210,13 +210,13 @@ BEGIN
          WHERE i.id = k.id AND k.needs_method
         RETURNING i.id, i AS inv, k.has_default
     ), waiting_events AS (
-        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
         SELECT e.event_id, 'invoice', e.id, 'InvoicePaymentMethodRequired',
                billing._cloud_event(e.event_id, 'InvoicePaymentMethodRequired', 'invoice', e.id, p_now,
                                     billing._invoice_data(e.inv) || jsonb_build_object(
                                         'reason', CASE WHEN e.has_default THEN 'PAYMENT_METHOD_EXPIRED' ELSE 'NO_PAYMENT_METHOD' END,
                                         'declineCode', NULL, 'provider', p_provider)),
-               p_now, p_now
+               p_now, p_now, (e.inv).customer_id
           FROM (SELECT gen_random_uuid() AS event_id, w.id, w.has_default, w.inv
                   FROM waiting w ORDER BY w.id) e
     ), claimed AS (
@@ -690,8 +690,12 @@ BEGIN
         v_mismatch := billing._webhook_mismatch(v_attempt, v_invoice.customer_id, p_payload);
     END IF;
     INSERT INTO billing.gateway_webhook (event_id, idempotency_key, outcome, gateway_reference, payload, received_at,
-                                         review_reason)
-    VALUES (p_event_id, p_idempotency_key, p_outcome, p_gateway_reference, p_payload, p_now, nullif(v_mismatch, ''))
+                                         review_reason, customer_id)
+    VALUES (p_event_id, p_idempotency_key, p_outcome, p_gateway_reference, p_payload, p_now, nullif(v_mismatch, ''),
+            -- its attempt's customer (0 when the key names none); the key is unique per customer and
+            -- names one attempt of the engine's (<namespace>-inv-<invoice>-try-<n>)
+            coalesce((SELECT a.customer_id FROM billing.payment_attempt a WHERE a.idempotency_key = p_idempotency_key
+                       ORDER BY a.customer_id LIMIT 1), 0))
     ON CONFLICT ON CONSTRAINT gateway_webhook_pkey DO NOTHING;
     IF NOT FOUND THEN
         RETURN 'DUPLICATE';  -- delivered before

@@ -209,13 +209,13 @@ BEGIN
           FROM due d WHERE pm.customer_id = d.customer_id AND pm.id = d.id
         RETURNING pm, d.renewal_at, d.expires_at
     ), announced AS (
-        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
         SELECT e.event_id, 'customer', (e.pm).customer_id, 'PaymentMethodExpiring',
                billing._cloud_event(e.event_id, 'PaymentMethodExpiring', 'customer', (e.pm).customer_id, p_now,
                                     billing._payment_method_data(e.pm) || jsonb_build_object(
                                         'expiresAt', billing._utc_text(e.expires_at),
                                         'renewalAt', billing._utc_text(e.renewal_at))),
-               p_now, p_now
+               p_now, p_now, (e.pm).customer_id
           FROM (SELECT gen_random_uuid() AS event_id, m.* FROM marked m ORDER BY (m.pm).customer_id, (m.pm).id) e
         RETURNING 1
     )

@@ -242,11 +242,11 @@ BEGIN
                            OR (d.claim_count >= 1 AND p_now + p_lease > d.key_expires_at - v_cfg.lookup_margin),
                            false) AS lookup
     ), review_events AS (
-        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at)
+        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
         SELECT e.event_id, 'invoice', e.invoice_id, 'RefundReview',
                billing._cloud_event(e.event_id, 'RefundReview', 'invoice', e.invoice_id, p_now,
                                     billing._refund_data(e.ref) || jsonb_build_object('reviewReason', 'KEY_EXPIRED')),
-               p_now, p_now
+               p_now, p_now, (e.ref).customer_id
           FROM (SELECT gen_random_uuid() AS event_id, x.invoice_id, x.ref
                   FROM claimed x WHERE x.newly_expired ORDER BY x.id) e
     )

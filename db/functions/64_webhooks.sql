@@ -135,8 +135,8 @@ DECLARE
     v_count bigint;
 BEGIN
     INSERT INTO billing.webhook_delivery (endpoint_id, outbox_id, event_id, event_type, aggregate_type, aggregate_id,
-                                          created_at, available_at)
-    SELECT w.id, e.id, e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, e.created_at, e.created_at
+                                          created_at, available_at, customer_id)
+    SELECT w.id, e.id, e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, e.created_at, e.created_at, e.customer_id
       FROM new_events e
       JOIN billing.webhook_endpoint w
         ON w.status = 'ENABLED' AND (e.event_type = ANY (w.event_types) OR '*' = ANY (w.event_types));
@@ -155,6 +155,29 @@ CREATE OR REPLACE TRIGGER outbox_event_fan_out
     AFTER INSERT ON billing.outbox_event
     REFERENCING NEW TABLE AS new_events
     FOR EACH STATEMENT EXECUTE FUNCTION billing._outbox_fan_out();
+
+-- On Citus (docs/scaling.md, "Triggers"): a trigger with a transition table cannot be planned next
+-- to a distributed table, so `billing db migrate --citus` puts this row trigger in its place. It
+-- fires on the event's shard, on the node holding it; the deliveries it writes are the event's
+-- customer's, in the same shard group. No notification: the delivery worker polls there.
+CREATE OR REPLACE FUNCTION billing._outbox_fan_out_row()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO billing.webhook_delivery (endpoint_id, outbox_id, event_id, event_type, aggregate_type, aggregate_id,
+                                          created_at, available_at, customer_id)
+    SELECT w.id, NEW.id, NEW.event_id, NEW.event_type, NEW.aggregate_type, NEW.aggregate_id, NEW.created_at,
+           NEW.created_at, NEW.customer_id
+      FROM billing.webhook_endpoint w
+     WHERE w.status = 'ENABLED' AND (NEW.event_type = ANY (w.event_types) OR '*' = ANY (w.event_types));
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION billing._outbox_fan_out_row() IS
+'Private trigger, on Citus only (billing db migrate --citus): queues the new event for every ENABLED endpoint that wants its type, in the event''s shard group.
+Returns NULL (row-level AFTER trigger).';
 
 -- ---------------------------------------------------------------------------------------------
 -- The delivery worker's side
@@ -270,12 +293,13 @@ BEGIN
           FROM r
          WHERE d.endpoint_id = p_endpoint_id AND d.outbox_id = r.outbox_id AND d.status = 'PENDING'
            AND r.outcome <> 'RELEASED'
-        RETURNING d.outbox_id, d.attempts, d.first_failed_at, r.status_code, r.error, r.duration_ms, r.outcome
+        RETURNING d.outbox_id, d.attempts, d.first_failed_at, r.status_code, r.error, r.duration_ms, r.outcome, d.customer_id
     ), logged AS (
-        INSERT INTO billing.webhook_attempt (endpoint_id, outbox_id, attempt, attempted_at, status_code, error, duration_ms)
+        INSERT INTO billing.webhook_attempt (endpoint_id, outbox_id, attempt, attempted_at, status_code, error, duration_ms,
+                                             customer_id)
         SELECT p_endpoint_id, a.outbox_id, a.attempts, p_now, a.status_code,
                CASE WHEN a.outcome = 'DELIVERED' THEN NULL ELSE left(coalesce(a.error, 'failed'), 2000) END,
-               greatest(coalesce(a.duration_ms, 0), 0)
+               greatest(coalesce(a.duration_ms, 0), 0), a.customer_id
           FROM attempted a
         ON CONFLICT ON CONSTRAINT webhook_attempt_pkey DO NOTHING
     )

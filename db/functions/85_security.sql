@@ -14,9 +14,10 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
-    INSERT INTO billing.audit_log (actor, db_role, function, args)
+    INSERT INTO billing.audit_log (actor, db_role, function, args, customer_id)
     VALUES (coalesce(nullif(left(current_setting('billing.actor', true), 200), ''), session_user::text),
-            session_user::text, p_function, coalesce(p_args, '{}'::jsonb));
+            session_user::text, p_function, coalesce(p_args, '{}'::jsonb),
+            coalesce((p_args ->> 'customer_id')::bigint, 0));
 END
 $$;
 COMMENT ON FUNCTION billing._audit(text, jsonb) IS

@@ -10,8 +10,7 @@
 --                missing); --citus leaves it and everything tied to it on the coordinator.
 --   coordinator  bookkeeping of the coordinator only.
 --
--- A line may name a table another branch adds (coupons, tax rates, invoice documents): it counts
--- once the table exists.
+-- A line may name a table another branch adds: it counts once the table exists.
 
 CREATE OR REPLACE FUNCTION billing._placement()
 RETURNS TABLE (table_name text, placement text, distribution_column text, reason text)
@@ -33,13 +32,7 @@ AS $$
         ('document_series',      'reference',   NULL,          'a numbering series (its counter is written when a number is taken)'),
         ('customer',             'distributed', 'id',          'the customer'),
         ('subscription',         'distributed', 'customer_id', 'primary key (customer_id, id)'),
-        -- Invoice numbers (a legal series, unique across customers: invoice_number_key) hold the
-        -- invoice back until the series' counter, not an index, is what keeps them unique on Citus.
-        ('invoice',              CASE WHEN pg_catalog.to_regclass('billing.invoice_number_key') IS NULL
-                                      THEN 'distributed' ELSE 'pending' END,
-                                                'customer_id', CASE WHEN pg_catalog.to_regclass('billing.invoice_number_key') IS NULL
-                                                                    THEN 'primary key (customer_id, id)'
-                                                                    ELSE 'number unique across customers (invoice_number_key)' END),
+        ('invoice',              'distributed', 'customer_id', 'primary key (customer_id, id); its number unique per customer, taken once from its series'' counter'),
         ('credit_balance',       'distributed', 'customer_id', 'primary key (customer_id, currency)'),
         ('credit_entry',         'distributed', 'customer_id', 'primary key (customer_id, id)'),
         ('credit_pending',       'distributed', 'customer_id', 'primary key (customer_id, id)'),
@@ -47,15 +40,15 @@ AS $$
         ('coupon_redemption',    'distributed', 'customer_id', 'primary key (customer_id, subscription_id, coupon_code)'),
         ('invoice_line',         'distributed', 'customer_id', 'primary key (customer_id, invoice_id, line_no)'),
         ('credit_note_line',     'distributed', 'customer_id', 'primary key (customer_id, credit_note_id, line_no)'),
-        ('credit_note',          'pending',     'customer_id', 'number unique across customers (a legal numbering series)'),
+        ('credit_note',          'distributed', 'customer_id', 'primary key (customer_id, id); its number unique per customer, taken once from its series'' counter'),
         ('payment_attempt',      'distributed', 'customer_id', 'primary key (customer_id, id)'),
-        ('refund',               'pending',     'customer_id', 'request_key, the caller''s key, is unique across customers'),
-        ('subscription_request', 'pending',     'customer_id', 'primary key idempotency_key without customer_id'),
-        ('outbox_event',         'pending',     'customer_id', 'no customer_id column yet'),
-        ('webhook_delivery',     'pending',     'customer_id', 'no customer_id column yet (its event''s)'),
-        ('webhook_attempt',      'pending',     'customer_id', 'no customer_id column yet (its event''s)'),
-        ('audit_log',            'pending',     'customer_id', 'no customer_id column yet'),
-        ('gateway_webhook',      'pending',     'customer_id', 'keyed by the gateway''s event id; its customer is its attempt''s'),
+        ('refund',               'distributed', 'customer_id', 'primary key (customer_id, id); the caller''s request key unique per customer'),
+        ('subscription_request', 'distributed', 'customer_id', 'primary key (customer_id, idempotency_key)'),
+        ('outbox_event',         'distributed', 'customer_id', 'primary key (customer_id, id): an aggregate''s events in its customer''s shard (0: events of no customer)'),
+        ('webhook_delivery',     'distributed', 'customer_id', 'primary key (customer_id, endpoint_id, outbox_id): its event''s customer'),
+        ('webhook_attempt',      'distributed', 'customer_id', 'primary key (customer_id, endpoint_id, outbox_id, attempt): its event''s customer'),
+        ('audit_log',            'distributed', 'customer_id', 'primary key (customer_id, id): the customer its call named (0: none)'),
+        ('gateway_webhook',      'distributed', 'customer_id', 'primary key (customer_id, event_id): its payment attempt''s customer (0: none)'),
         ('schema_migration',     'coordinator', NULL,          'the migrations applied')
     ) AS t (table_name, placement, distribution_column, reason)
     WHERE pg_catalog.to_regclass('billing.' || t.table_name) IS NOT NULL

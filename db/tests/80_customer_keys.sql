@@ -2,7 +2,7 @@
 -- The catalog is checked against billing._placement(), so a table added without a placement, or a
 -- distributed table whose keys lack customer_id, fails here before it fails on a Citus cluster.
 BEGIN;
-SELECT plan(9);
+SELECT plan(12);
 
 SELECT is_empty($$
     SELECT c.relname::text FROM pg_catalog.pg_class c
@@ -57,6 +57,12 @@ SELECT is_empty($$
 SELECT col_is_pk('billing', 'subscription', ARRAY['customer_id', 'id'], 'subscription: primary key (customer_id, id)');
 SELECT col_is_pk('billing', 'invoice', ARRAY['customer_id', 'id'], 'invoice: primary key (customer_id, id)');
 SELECT col_is_pk('billing', 'payment_attempt', ARRAY['customer_id', 'id'], 'payment_attempt: primary key (customer_id, id)');
+-- ... and the rest (migration 0082): nothing a customer owns is left pending.
+SELECT col_is_pk('billing', 'outbox_event', ARRAY['customer_id', 'id'], 'outbox_event: primary key (customer_id, id)');
+SELECT col_is_pk('billing', 'subscription_request', ARRAY['customer_id', 'idempotency_key'],
+                 'subscription_request: primary key (customer_id, idempotency_key)');
+SELECT is_empty($$SELECT table_name FROM billing._placement() WHERE placement = 'pending'$$,
+                'no customer-owned table is pending: every one is distributed by customer on Citus');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -123,12 +123,34 @@ def distribute(conn: psycopg.Connection) -> DistributeResult:
     result = DistributeResult()
     # DDL and data of several tables in one transaction: one connection per node.
     conn.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
+    # The engine's triggers are kept on Citus (docs/scaling.md, "Triggers"): each fires on the
+    # shard its row is in, on the node that holds it.
+    conn.execute("SET LOCAL citus.enable_unsafe_triggers TO on")
     placements = [tuple(r) for r in conn.execute(
         "SELECT table_name, placement, distribution_column, reason FROM billing._placement()")]
     fks = [tuple(r) for r in conn.execute(
         """SELECT k.conrelid::regclass::text, k.confrelid::regclass::text FROM pg_catalog.pg_constraint k
             WHERE k.contype = 'f' AND k.connamespace = 'billing'::regnamespace""")]
     fks = [(a.removeprefix("billing."), b.removeprefix("billing.")) for a, b in fks]
+    ready, result.held = distributable(placements, fks)
+    column = {t: c for t, _, c, _ in placements}
+    todo = [t for t in ready if _kind(conn, t) != "distributed"]
+    # Citus refuses a foreign key between a table it keeps on the coordinator (a plain or Citus
+    # local table) and a distributed one, either way, so while the tables are distributed one by
+    # one the keys between them cannot stay: the foreign keys of the tables to distribute are
+    # dropped and made again, the same, once all of them are distributed (a key between two
+    # colocated tables on customer_id is then checked inside each shard group, a key to a
+    # reference table on every node).
+    saved = [] if not todo else [tuple(r) for r in conn.execute(
+        """SELECT k.conrelid::regclass::text, k.conname, pg_catalog.pg_get_constraintdef(k.oid)
+             FROM pg_catalog.pg_constraint k
+            WHERE k.contype = 'f' AND k.connamespace = 'billing'::regnamespace
+              AND (k.conrelid = ANY (%(t)s::regclass[]) OR k.confrelid = ANY (%(t)s::regclass[]))
+            ORDER BY 1, 2""", {"t": [f"billing.{t}" for t in todo]})]
+    for table, name, _ in saved:
+        conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(sql.SQL(table), sql.Identifier(name)))
+    # (before the reference tables too: a table a foreign key ties to a reference table becomes a
+    # Citus local table, which Citus cannot distribute afterwards when it has an identity column)
     for table, placement, _, _ in placements:
         if placement != "reference" or conn.execute("SELECT to_regclass(%s)", (f"billing.{table}",)).fetchone()[0] is None:
             continue
@@ -136,16 +158,17 @@ def distribute(conn: psycopg.Connection) -> DistributeResult:
             log.info("reference table billing.%s", table)
             conn.execute("SELECT create_reference_table(%s)", (f"billing.{table}",))
         result.reference.append(table)
-    ready, result.held = distributable(placements, fks)
-    column = {t: c for t, _, c, _ in placements}
     # billing.customer first: the others are colocated with it.
     for table in sorted(ready, key=lambda t: t != "customer"):
-        if _kind(conn, table) != "distributed":
+        if table in todo:
             log.info("distributing billing.%s by %s", table, column[table])
             colocate = "none" if table == "customer" else "billing.customer"
             conn.execute("SELECT create_distributed_table(%s, %s, colocate_with => %s)",
                          (f"billing.{table}", column[table], colocate))
         result.distributed.append(table)
+    for table, name, definition in saved:
+        conn.execute(sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} {}").format(
+            sql.SQL(table), sql.Identifier(name), sql.SQL(definition)))
     for table, why in result.held.items():
         log.info("billing.%s stays on the coordinator for now: %s", table, why)
     result.local = [r[0] for r in conn.execute(
@@ -154,4 +177,69 @@ def distribute(conn: psycopg.Connection) -> DistributeResult:
               AND NOT EXISTS (SELECT 1 FROM pg_dist_partition p
                                WHERE p.logicalrelid = c.oid AND (p.partmethod = 'h' OR p.repmodel = 't'))
             ORDER BY 1""")]
+    return result
+
+
+@dataclass
+class AdaptResult:
+    triggers: list[str] = field(default_factory=list)
+    functions: list[str] = field(default_factory=list)
+
+
+# Triggers with a transition table (REFERENCING NEW TABLE) cannot be planned next to a distributed
+# table ("unrecognized RTE kind: 7"). On Citus each is replaced, after the function files made it:
+# (trigger, table, what takes its place).
+TRANSITION_TRIGGERS = (
+    ("invoice_subscription_exists", "billing.invoice",
+     "ALTER TABLE billing.invoice ADD CONSTRAINT invoice_subscription_fkey FOREIGN KEY (customer_id, subscription_id) "
+     "REFERENCES billing.subscription (customer_id, id)"),
+    ("outbox_event_fan_out", "billing.outbox_event",
+     "CREATE TRIGGER outbox_event_fan_out AFTER INSERT ON billing.outbox_event "
+     "FOR EACH ROW EXECUTE FUNCTION billing._outbox_fan_out_row()"),
+    ("outbox_event_notify", "billing.outbox_event", None),
+)
+
+
+def adapt(conn: psycopg.Connection) -> AdaptResult:
+    """After the function files, in the migration's transaction, on Citus (docs/scaling.md):
+
+    - the triggers with a transition table are replaced (TRANSITION_TRIGGERS): the invoice's
+      subscription check becomes the composite foreign key it stands for, checked inside the shard
+      group; the webhook fan-out a row trigger on the event's shard; the relay's notification goes
+      (the relay polls);
+    - every SQL API function that takes p_customer_id becomes a distributed function colocated with
+      billing.customer: a call is sent to the node holding the customer and runs there."""
+    result = AdaptResult()
+    conn.execute("SET LOCAL citus.enable_unsafe_triggers TO on")
+    conn.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
+    for trigger, table, replacement in TRANSITION_TRIGGERS:
+        made_by_files = conn.execute(
+            """SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = to_regclass(%s) AND t.tgname = %s
+                                AND (t.tgoldtable IS NOT NULL OR t.tgnewtable IS NOT NULL))""",
+            (table, trigger)).fetchone()[0]
+        if not made_by_files:
+            continue
+        conn.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(trigger), sql.SQL(table)))
+        if replacement and "FOREIGN KEY" in replacement:
+            exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint "
+                                  "WHERE conname = 'invoice_subscription_fkey')", (table,)).fetchone()[0]
+            if exists:
+                replacement = None
+        if replacement:
+            conn.execute(replacement)
+        result.triggers.append(trigger)
+    rows = conn.execute(
+        """SELECT p.oid::regprocedure::text, (d.objid IS NOT NULL) AS done
+             FROM pg_catalog.pg_proc p
+             LEFT JOIN pg_dist_object d ON d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid
+                                       AND d.distribution_argument_index IS NOT NULL
+            WHERE p.pronamespace = 'billing'::regnamespace AND p.prosecdef AND p.prokind = 'f'
+              AND 'p_customer_id' = ANY (p.proargnames)
+            ORDER BY 1""").fetchall()
+    for signature, done in rows:
+        if not done:
+            log.info("distributed function %s by p_customer_id", signature)
+            conn.execute("SELECT create_distributed_function(%s, 'p_customer_id', colocate_with => 'billing.customer')",
+                         (signature,))
+        result.functions.append(signature)
     return result

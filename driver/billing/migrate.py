@@ -300,6 +300,12 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
                 except psycopg.Error as exc:
                     raise MigrationError(f"{path.name}: {exc}") from exc
             if citus:
+                try:
+                    adapted = citus_mod.adapt(conn)
+                except psycopg.Error as exc:
+                    raise MigrationError(f"--citus: {exc}") from exc
+                log.info("citus: %d triggers replaced (%s), %d distributed functions", len(adapted.triggers),
+                         ", ".join(adapted.triggers), len(adapted.functions))
                 conn.execute(ADOPT)
             # An older db/ (a benchmark's baseline commit) has neither the mark nor the clock guard.
             marked = conn.execute("SELECT to_regclass('billing.database_setting') IS NOT NULL").fetchone()[0]

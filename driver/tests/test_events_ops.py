@@ -149,9 +149,9 @@ def test_retention_deletes_in_batches_while_the_relay_runs(db_url, tmp_path):
         conn.execute("SELECT billing.mark_outbox_published(ARRAY[%s]::bigint[], %s)", (owed, old))
         conn.execute("UPDATE billing.webhook_delivery SET status = 'DELIVERED', finished_at = %s WHERE outbox_id <> %s",
                      (old, owed))
-        conn.execute("INSERT INTO billing.gateway_webhook (event_id, idempotency_key, outcome, payload, received_at) "
-                     "SELECT 'old-' || g, 'k', 'SUCCEEDED', '{}'::jsonb, %s FROM generate_series(1, 300) g "
-                     "UNION ALL SELECT 'new-' || g, 'k', 'SUCCEEDED', '{}'::jsonb, %s FROM generate_series(1, 5) g",
+        conn.execute("INSERT INTO billing.gateway_webhook (event_id, idempotency_key, outcome, payload, received_at, customer_id) "
+                     "SELECT 'old-' || g, 'k', 'SUCCEEDED', '{}'::jsonb, %s, 0 FROM generate_series(1, 300) g "
+                     "UNION ALL SELECT 'new-' || g, 'k', 'SUCCEEDED', '{}'::jsonb, %s, 0 FROM generate_series(1, 5) g",
                      (old, now))
     old_ids = {r["id"] for r in rows(db_url)}
 
