@@ -2,12 +2,15 @@
 the gateway simulator at --rate calls/s, with the processes that run in production.
 
     python bench/first_of_month/run.py                     # 100,000 due (about 5 minutes here)
-    python bench/first_of_month/run.py --due 1000000       # the full peak: 1,000,000 due among 5,000,000
+    python bench/first_of_month/run.py --due 1000000       # the full peak: 1,000,000 due
     make bench-first-of-month BENCH_ARGS="--due 1000000"
 
 1. Data: bench/renewal's generator (set-based, kept as a template database and reused):
-   --total subscriptions, --due of them due at the bench clock (2026-03-01, in the past of the
-   wall clock, so what it renews is due for the workers at once). A fresh copy per run.
+   --total subscriptions (default: --due, every one due: the charge path reads the OPEN invoices
+   through their partial index, so subscriptions that are not due change nothing here but the
+   time to generate them, five times longer at bench/renewal's 5 x due), --due of them due at
+   the bench clock (2026-03-01, in the past of the wall clock, so what it renews is due for the
+   workers at once). A fresh copy per run.
 2. Renewal: `create_due_invoices(5000)` until it returns 0: --due OPEN RENEWAL invoices.
 3. Charging: `billing gateway-sim --rate R` (strict: a call over the limit is refused and
    counted), --workers `billing worker --no-renew --no-relay` processes sharing the Redis limit,
@@ -76,6 +79,15 @@ def memory(pid: int) -> tuple[int, int]:
     return anon, hwm
 
 
+def broker_pid() -> int | None:
+    """The local Kafka broker's process (scripts/services/kafka.sh keeps its pid), if it is ours."""
+    try:
+        pid = int((ROOT / ".cache" / "kafka" / "kafka.pid").read_text().split()[0])
+        return pid if Path(f"/proc/{pid}").exists() else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def get(url: str, tries: int = 5) -> dict:
     """The simulator answers its stats between thousands of charges: a starved host may make it slow."""
     for attempt in range(tries):
@@ -105,7 +117,8 @@ def open_invoices(url: str) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--due", type=int, default=100_000, help="renewals to create and charge")
-    ap.add_argument("--total", type=int, default=None, help="subscriptions in the table (default: 5 x due)")
+    ap.add_argument("--total", type=int, default=None,
+                    help="subscriptions in the table (default: --due, all due; a multiple of --due)")
     ap.add_argument("--rate", type=int, default=2000, help="the gateway's limit, calls per second")
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--latency-ms", default="50-300", help="the simulator's answer time")
@@ -115,7 +128,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=4 * 3600, help="give up after this many seconds of charging")
     ap.add_argument("--json", type=Path, help="also write the figures (and the samples) here")
     args = ap.parse_args()
-    total = args.total or 5 * args.due
+    total = args.total or args.due
     # Calls in flight that keep the gateway at its limit when every answer is the slowest one,
     # shared by the workers. The worker's own default (1.5 x the rate, per process) is sized for
     # one process and answers of up to a second: 3 x 3,000 tasks here, which on a starved host
@@ -124,7 +137,9 @@ def main() -> None:
     concurrency = args.concurrency or max(50, math.ceil(1.5 * args.rate * slowest / args.workers))
     print(f"first of the month: {args.due:,} due among {total:,}, gateway limit {args.rate}/s, "
           f"{args.workers} workers x {concurrency} charge tasks; {host_load()}", flush=True)
+    built = time.perf_counter()
     template = renewal.build_template(PG, total, args.due, "bands", False)
+    print(f"  data: {time.perf_counter() - built:.0f} s", flush=True)
     copy = renewal.Copy(PG, template, "fom")
     logs = Path(tempfile.mkdtemp(prefix="bench-fom-"))
     procs: dict[str, subprocess.Popen] = {}
@@ -171,8 +186,11 @@ def main() -> None:
                 BILLING + ["worker", "--no-renew", "--no-charge"], env=env,
                 stdout=subprocess.DEVNULL, stderr=open(logs / "relay.log", "w"))
         redis_pid = int(redis.Redis.from_url(REDIS).info("server")["process_id"])
+        kafka_pid = broker_pid()
         cpu0 = {name: proc_cpu(p.pid) for name, p in procs.items()}
         cpu0["redis"] = proc_cpu(redis_pid)
+        if kafka_pid:
+            cpu0["kafka broker (the bench's, shared)"] = proc_cpu(kafka_pid)
         started = time.monotonic()
         first_at = last_at = None
         # Progress from the database (the simulator's own stats are read at the end only: with
@@ -188,6 +206,8 @@ def main() -> None:
                     "AND pid <> %s", (copy.name, db.info.backend_pid))]
                 mem = {name: memory(p.pid) for name, p in procs.items()}
                 mem["redis"] = memory(redis_pid)
+                if kafka_pid:
+                    mem["kafka broker (the bench's, shared)"] = memory(kafka_pid)
                 mem["postgres (largest backend)"] = max((memory(pid) for pid in backends), default=(0, 0))
                 sample = {"t": round(now - started, 1), "paid": paid, "memory_kb": mem}
                 samples.append(sample)
@@ -205,6 +225,8 @@ def main() -> None:
                     raise RuntimeError("timed out")
         cpu1 = {name: proc_cpu(p.pid) for name, p in procs.items()}
         cpu1["redis"] = proc_cpu(redis_pid)
+        if kafka_pid:
+            cpu1["kafka broker (the bench's, shared)"] = proc_cpu(kafka_pid)
         final = get(f"{sim_url}/v1/stats", tries=10)
         load = host_load()
     finally:

@@ -34,6 +34,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -45,7 +46,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from baseline import DEFAULT_BASELINE, baseline_tree, host_load, proc_cpu, tree_env  # noqa: E402
+from baseline import DEFAULT_BASELINE, baseline_tree, host_load, proc_cpu, proc_rss_kb, tree_env  # noqa: E402
 
 from billing import db as sqlapi  # noqa: E402
 from billing.migrate import migrate  # noqa: E402
@@ -146,8 +147,10 @@ def backend_cpu(server_url: str, dbname: str) -> float:
 class RelayProcess:
     """bench/relay/relay_proc.py with `billing` imported from `tree` (None: the current tree)."""
 
-    def __init__(self, tree: Path | None, url: str, bootstrap: str, topic: str, batch: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(RELAY_PROC), url, bootstrap, topic, str(batch)],
+    def __init__(self, tree: Path | None, url: str, bootstrap: str, topic: str, batch: int,
+                 trace: Path | None = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(RELAY_PROC), url, bootstrap, topic, str(batch),
+                                      *([str(trace)] if trace else [])],
                                      env=tree_env(tree), cwd=str(tree or REPO))
 
     def cpu(self) -> float:
@@ -180,6 +183,19 @@ def wait_published(url: str, at_least: int, timeout: float, proc: RelayProcess, 
             if time.monotonic() > deadline:
                 raise TimeoutError(f"fewer than {at_least} events published after {timeout:.0f} s")
             time.sleep(poll)
+
+
+def broker_gc() -> tuple[int, float] | None:
+    """(collections, total pause ms) of the local Kafka broker's JVM so far (jstat), when the broker
+    is this checkout's (scripts/services/kafka.sh keeps its pid) and jstat is installed."""
+    try:
+        pid = int((REPO / ".cache" / "kafka" / "kafka.pid").read_text().split()[0])
+        out = subprocess.run(["jstat", "-gc", str(pid)], capture_output=True, text=True, timeout=10).stdout.split("\n")
+        row = dict(zip(out[0].split(), out[1].split()))
+        return (int(row["YGC"]) + int(row["FGC"]) + int(row.get("CGC", 0)),
+                1000 * (float(row["YGCT"]) + float(row["FGCT"]) + float(row.get("CGCT", 0))))
+    except (OSError, ValueError, IndexError, KeyError, subprocess.SubprocessError):
+        return None
 
 
 # -- the consumer that times each event's arrival -------------------------------------------------
@@ -355,8 +371,42 @@ def drain_seed(url: str, bootstrap: str, topic: str, seconds: float) -> dict:
     return {"events": relay.published, "seconds": elapsed, "per_second": relay.published / elapsed}
 
 
+def stages(trace: list, commits: dict[int, float], received: dict[int, float]) -> dict:
+    """Each event's latency split at the relay's stamps: commit -> the claim that returned it
+    starts ("wait": NOTIFY, wake-up, the cycle in progress), the claim, claim -> produce, produce ->
+    the consumer receives it ("kafka"); and produce -> the broker's acknowledgement. Percentiles
+    of each, and the mean of each over the slowest 1% of events (where the p99 comes from)."""
+    claim: dict[int, tuple[float, float]] = {}
+    publish: dict[int, tuple[float, float]] = {}
+    claims = empty = 0
+    for kind, t0, t1, seqs in trace:
+        target = claim if kind == "claim" else publish
+        if kind == "claim":
+            claims += 1
+            empty += not seqs
+        for n in seqs:
+            if n is not None and n >= 0 and n not in target:
+                target[n] = (t0, t1)
+    rows = []
+    for n, c in commits.items():
+        if n in received and n in claim and n in publish:
+            (c0, c1), (p0, p1), a = claim[n], publish[n], received[n]
+            rows.append({"total": a - c, "wait": c0 - c, "claim": c1 - c0, "to_produce": p0 - c1,
+                         "kafka": a - p0, "ack": p1 - p0})
+    if not rows:
+        return {}
+    out = {"claims": claims, "empty_claims": empty, "events_per_claim": len(rows) / max(claims - empty, 1)}
+    for key in ("total", "wait", "claim", "to_produce", "kafka", "ack"):
+        out[key] = {k: (v * 1000 if v is not None else None)
+                    for k, v in percentiles([r[key] for r in rows]).items()}
+    slow = sorted(rows, key=lambda r: r["total"])[int(0.99 * len(rows)):]
+    out["slowest_1pct_mean_ms"] = {key: 1000 * statistics.fmean(r[key] for r in slow)
+                                   for key in ("total", "wait", "claim", "to_produce", "kafka", "ack")}
+    return out
+
+
 def steady(tree: Path | None, url: str, bootstrap: str, topic: str, partitions: int, rate: float,
-           duration: float, writers: int, seed: bool = False) -> dict:
+           duration: float, writers: int, seed: bool = False, trace: Path | None = None) -> dict:
     reader = TopicReader(bootstrap, topic, partitions)
     reader.start()
     stop_seed = threading.Event()
@@ -365,19 +415,22 @@ def steady(tree: Path | None, url: str, bootstrap: str, topic: str, partitions: 
         seed_thread = threading.Thread(target=SeedRelay(url, bootstrap, topic).run, args=(stop_seed,))
         seed_thread.start()
     else:
-        relay = RelayProcess(tree, url, bootstrap, topic, 5000)
+        relay = RelayProcess(tree, url, bootstrap, topic, 5000, trace)
     try:
         warm_up(url)
         deadline = time.monotonic() + 60
         while sum(1 for n in reader.received if n < 0) < 20 and time.monotonic() < deadline:
             time.sleep(0.02)
         cpu0 = relay.cpu() if relay else 0.0
+        gc0 = broker_gc()
         commits = steady_writers(url, rate, duration, writers)
         # A few seconds past the writers for the stragglers; what is left then is the backlog.
         deadline = time.monotonic() + 5
         while sum(1 for n in commits if n in reader.received) < len(commits) and time.monotonic() < deadline:
             time.sleep(0.05)
         cpu = (relay.cpu() - cpu0) if relay else None
+        rss = proc_rss_kb(relay.proc.pid) if relay else None
+        gc1 = broker_gc()
     finally:
         if relay:
             relay.stop()
@@ -391,6 +444,13 @@ def steady(tree: Path | None, url: str, bootstrap: str, topic: str, partitions: 
            "unpublished": len(commits) - len(latencies), **percentiles(latencies)}
     if cpu is not None:
         out["relay_cpu_us_per_event"] = 1e6 * cpu / max(len(commits), 1)
+    if rss:
+        out["relay_rss_kb"], out["relay_peak_rss_kb"] = rss
+    if gc0 and gc1:
+        out["broker_gc"] = {"pauses": gc1[0] - gc0[0], "ms": gc1[1] - gc0[1]}
+    if trace is not None and trace.exists():
+        out["stages"] = stages(json.loads(trace.read_text()), commits, reader.received)
+        trace.unlink()
     return out
 
 
@@ -418,6 +478,8 @@ def main() -> None:
     ap.add_argument("--with-seed", action="store_true", help="also the seed article's relay")
     ap.add_argument("--seed-drain-seconds", type=float, default=30, help="time box for the seed relay's drain")
     ap.add_argument("--skip-drain", action="store_true")
+    ap.add_argument("--trace", action="store_true",
+                    help="stamp the relays' claims and publishes: split each event's latency into stages")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
@@ -456,12 +518,15 @@ def main() -> None:
                 url, _ = dbs[name if name in dbs else who[-1][0]].fresh()
                 topic = fresh_topic(args.bootstrap, args.partitions)
                 load = host_load()
+                trace = (Path(tempfile.gettempdir()) / f"relay-trace-{uuid.uuid4().hex[:8]}.json"
+                         if args.trace and name != "seed article" else None)
                 r = steady(tree, url, args.bootstrap, topic, args.partitions, rate, args.duration, args.writers,
-                           seed=name == "seed article")
+                           seed=name == "seed article", trace=trace)
                 r["load"] = load
                 results["steady"].setdefault(str(int(rate)), {})[name] = r
                 print(f"{name} @ {rate:.0f}/s: p50 {fmt_ms(r['p50'])} ms, p99 {fmt_ms(r['p99'])} ms, "
-                      f"max {fmt_ms(r['max'])} ms, unpublished {r['unpublished']} ({load})", file=sys.stderr)
+                      f"max {fmt_ms(r['max'])} ms, unpublished {r['unpublished']}, broker GC {r.get('broker_gc')} "
+                      f"({load})", file=sys.stderr)
     finally:
         for d in dbs.values():
             d.drop_all()
@@ -484,13 +549,32 @@ def report(results: dict, args) -> str:
             lines.append(f"| {who} | {r['events']:,} | {r['seconds']:.1f} | {r['per_second']:,.0f} | {cpu} | {pg} "
                          f"| {r['load']} |")
     lines += ["", f"Steady rate, COMMIT -> a Kafka consumer receives the event, {args.duration:.0f} s per run:", "",
-              "| rate | relay | events | p50 ms | p99 ms | max ms | not received | relay CPU / event | host |",
-              "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+              "| rate | relay | events | p50 ms | p99 ms | max ms | not received | relay CPU / event | relay RSS at the "
+              "end | broker GC pauses (total) | host |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for rate, by in results["steady"].items():
         for who, r in by.items():
             cpu = f"{r['relay_cpu_us_per_event']:.0f} µs" if "relay_cpu_us_per_event" in r else "-"
+            gc = (f"{r['broker_gc']['pauses']} ({r['broker_gc']['ms']:.0f} ms)" if r.get("broker_gc") else "-")
+            rss = f"{r['relay_rss_kb'] / 1024:.0f} MB" if r.get("relay_rss_kb") else "-"
             lines.append(f"| {rate}/s | {who} | {r['written']:,} | {fmt_ms(r['p50'])} | {fmt_ms(r['p99'])} | "
-                         f"{fmt_ms(r['max'])} | {r['unpublished']:,} | {cpu} | {r['load']} |")
+                         f"{fmt_ms(r['max'])} | {r['unpublished']:,} | {cpu} | {rss} | {gc} | {r['load']} |")
+    traced = [(rate, who, r["stages"]) for rate, by in results["steady"].items() for who, r in by.items()
+              if r.get("stages")]
+    if traced:
+        lines += ["", "Where the time goes (--trace), ms: p50 / p99 of each stage, and its mean over the slowest 1% "
+                  "of events. wait = COMMIT -> the claim that returned the event starts; kafka = produce -> the "
+                  "consumer has it; ack = produce -> the broker's acknowledgement (not on the consumer's path).", "",
+                  "| rate | relay | claims (empty) | events/claim | wait | claim | to produce | kafka | ack | "
+                  "slowest 1%: total = wait + claim + to produce + kafka |",
+                  "|---:|---|---:|---:|---|---|---|---|---|---|"]
+        for rate, who, st in traced:
+            cell = lambda k: f"{fmt_ms(st[k]['p50'])} / {fmt_ms(st[k]['p99'])}"  # noqa: E731
+            sl = st["slowest_1pct_mean_ms"]
+            lines.append(f"| {rate}/s | {who} | {st['claims']:,} ({st['empty_claims']:,}) | "
+                         f"{st['events_per_claim']:.1f} | {cell('wait')} | {cell('claim')} | {cell('to_produce')} | "
+                         f"{cell('kafka')} | {cell('ack')} | {fmt_ms(sl['total'])} = {fmt_ms(sl['wait'])} + "
+                         f"{fmt_ms(sl['claim'])} + {fmt_ms(sl['to_produce'])} + {fmt_ms(sl['kafka'])} |")
     return "\n".join(lines)
 
 

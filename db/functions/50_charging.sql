@@ -250,6 +250,48 @@ COMMENT ON FUNCTION billing.claim_charges(text, integer, interval, timestamptz, 
 'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview); one whose customer has no usable payment method at p_provider waits (waiting_for PAYMENT_METHOD, InvoicePaymentMethodRequired), except with the simulator (sim) for a customer who never set a default method: charged by customer id.
 Returns what to charge: key <namespace>-inv-<invoice id>-try-<n>, reused by a re-claim with the same method references; lookup = ask the gateway for the key''s status instead of sending it (near its expiry); BL422 for bad arguments or a lease not shorter than the key lifetime.';
 
+-- An unpaid PRORATION invoice that will never be paid (its dunning failed, or it was voided): the
+-- upgrade or seat increase it billed is reverted to the terms paid for, while it is still the
+-- subscription's current change; a PAST_DUE subscription with nothing left OPEN is ACTIVE again.
+-- Call it holding the subscription's and the invoice's row locks, the invoice already FAILED or VOID.
+CREATE OR REPLACE FUNCTION billing._revert_unpaid_change(p_invoice billing.invoice, p_sub billing.subscription,
+                                                         p_now timestamptz)
+RETURNS billing.subscription
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_sub   billing.subscription := p_sub;
+    v_after billing.subscription;
+BEGIN
+    IF p_invoice.kind = 'PRORATION' AND p_invoice.from_plan_id IS NOT NULL AND v_sub.status <> 'CANCELED'
+       AND v_sub.plan_id = p_invoice.plan_id AND v_sub.current_period_end = p_invoice.period_end THEN
+        UPDATE billing.subscription
+           SET plan_id = p_invoice.from_plan_id, period_price = p_invoice.from_price,
+               quantity = coalesce(p_invoice.from_quantity, quantity), version = version + 1, updated_at = p_now
+         WHERE id = v_sub.id
+        RETURNING * INTO v_after;
+        PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionPlanReverted',
+            billing._subscription_data(v_after) || jsonb_build_object(
+                'invoiceId', p_invoice.id, 'revertedPlanCode', billing.plan_code(p_invoice.plan_id)), p_now);
+        PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
+        v_sub := v_after;
+    END IF;
+    IF v_sub.status = 'PAST_DUE'
+       AND NOT EXISTS (SELECT 1 FROM billing.invoice WHERE subscription_id = v_sub.id AND status = 'OPEN') THEN
+        UPDATE billing.subscription SET status = 'ACTIVE', version = version + 1, updated_at = p_now
+         WHERE id = v_sub.id
+        RETURNING * INTO v_after;
+        PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
+        v_sub := v_after;
+    END IF;
+    RETURN v_sub;
+END
+$$;
+COMMENT ON FUNCTION billing._revert_unpaid_change(billing.invoice, billing.subscription, timestamptz) IS
+'Private: for an unpaid PRORATION invoice now FAILED or VOID, reverts the upgrade or seat increase it billed (SubscriptionPlanReverted) while it is still current; then a PAST_DUE subscription with nothing left OPEN is ACTIVE again (SubscriptionRecovered).
+Returns the subscription as left; call it holding the subscription''s and the invoice''s row locks.';
+
 -- The end of dunning for an invoice just made FAILED (its schedule exhausted, or its wait for a
 -- payment method over): InvoiceFailed; the credit it consumed goes back and the credit that waited
 -- on it is reversed; a failed upgrade is reverted, a served period on a canceled subscription is
@@ -264,7 +306,6 @@ AS $$
 DECLARE
     v_invoice billing.invoice := p_invoice;
     v_sub     billing.subscription := p_sub;
-    v_after   billing.subscription;
 BEGIN
     PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceFailed', billing._invoice_data(v_invoice), p_now);
 
@@ -274,27 +315,7 @@ BEGIN
     PERFORM billing._settle_pending_credit(v_invoice, p_now);
     IF v_invoice.kind = 'PRORATION' AND v_invoice.from_plan_id IS NOT NULL THEN
         -- A failed upgrade: reverted; the subscription keeps the plan paid for to its period end.
-        IF v_sub.status <> 'CANCELED' AND v_sub.plan_id = v_invoice.plan_id
-           AND v_sub.current_period_end = v_invoice.period_end THEN
-            UPDATE billing.subscription
-               SET plan_id = v_invoice.from_plan_id, period_price = v_invoice.from_price,
-                   quantity = coalesce(v_invoice.from_quantity, quantity),
-                   version = version + 1, updated_at = p_now
-             WHERE id = v_sub.id
-            RETURNING * INTO v_after;
-            PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionPlanReverted',
-                billing._subscription_data(v_after) || jsonb_build_object(
-                    'invoiceId', v_invoice.id, 'revertedPlanCode', billing.plan_code(v_invoice.plan_id)), p_now);
-            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
-            v_sub := v_after;
-        END IF;
-        IF v_sub.status = 'PAST_DUE'
-           AND NOT EXISTS (SELECT 1 FROM billing.invoice WHERE subscription_id = v_sub.id AND status = 'OPEN') THEN
-            UPDATE billing.subscription SET status = 'ACTIVE', version = version + 1, updated_at = p_now
-             WHERE id = v_sub.id
-            RETURNING * INTO v_after;
-            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
-        END IF;
+        PERFORM billing._revert_unpaid_change(v_invoice, v_sub, p_now);
     ELSIF v_sub.status = 'CANCELED' THEN
         -- Canceled during dunning: the served period stayed owed until now; it is written off.
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceWrittenOff',

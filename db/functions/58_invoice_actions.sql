@@ -97,7 +97,6 @@ AS $$
 DECLARE
     v_invoice billing.invoice;
     v_sub     billing.subscription;
-    v_after   billing.subscription;
     v_doubt   text;
 BEGIN
     PERFORM billing._audit('void_invoice', jsonb_build_object('invoice_id', p_invoice_id, 'reason', p_reason, 'now', p_now));
@@ -139,26 +138,7 @@ BEGIN
     -- The subscription, as when the dunning of this invoice fails, except that it is not canceled:
     -- an unpaid upgrade (or seats added) is reverted to the terms paid for, and a PAST_DUE
     -- subscription with nothing left OPEN is ACTIVE again.
-    IF v_invoice.kind = 'PRORATION' AND v_invoice.from_plan_id IS NOT NULL AND v_sub.status <> 'CANCELED'
-       AND v_sub.plan_id = v_invoice.plan_id AND v_sub.current_period_end = v_invoice.period_end THEN
-        UPDATE billing.subscription
-           SET plan_id = v_invoice.from_plan_id, period_price = v_invoice.from_price,
-               quantity = coalesce(v_invoice.from_quantity, quantity), version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
-        RETURNING * INTO v_after;
-        PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionPlanReverted',
-            billing._subscription_data(v_after) || jsonb_build_object(
-                'invoiceId', v_invoice.id, 'revertedPlanCode', billing.plan_code(v_invoice.plan_id)), p_now);
-        PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
-        v_sub := v_after;
-    END IF;
-    IF v_sub.status = 'PAST_DUE'
-       AND NOT EXISTS (SELECT 1 FROM billing.invoice WHERE subscription_id = v_sub.id AND status = 'OPEN') THEN
-        UPDATE billing.subscription SET status = 'ACTIVE', version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
-        RETURNING * INTO v_after;
-        PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
-    END IF;
+    PERFORM billing._revert_unpaid_change(v_invoice, v_sub, p_now);
     RETURN v_invoice;
 END
 $$;

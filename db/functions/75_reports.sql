@@ -84,6 +84,22 @@ COMMENT ON FUNCTION billing._report_months(date, date) IS
 'Private: the UTC calendar months from p_from''s to p_to''s (inclusive), with their start and end instants.
 Returns one row per month; BL422 when p_to < p_from or the span exceeds ten years.';
 
+CREATE OR REPLACE FUNCTION billing._mrr_month_ends(p_from date, p_to date)
+RETURNS TABLE (month date, currency text, customer_id bigint, subscription_id bigint, s numeric, e numeric)
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    WITH months AS (SELECT * FROM billing._report_months(p_from, p_to)),
+    a AS (SELECT mo.month, x.* FROM months mo CROSS JOIN LATERAL billing._mrr_at(mo.starts) x),
+    b AS (SELECT mo.month, x.* FROM months mo CROSS JOIN LATERAL billing._mrr_at(mo.ends) x)
+    SELECT coalesce(a.month, b.month), coalesce(a.currency, b.currency), coalesce(a.customer_id, b.customer_id),
+           coalesce(a.subscription_id, b.subscription_id), coalesce(a.mrr, 0), coalesce(b.mrr, 0)
+      FROM a FULL JOIN b ON b.month = a.month AND b.subscription_id = a.subscription_id
+$$;
+COMMENT ON FUNCTION billing._mrr_month_ends(date, date) IS
+'Private: each subscription''s MRR at the start (s) and end (e) of every UTC month from p_from''s to p_to''s, 0 where none.
+Returns one row per month and subscription with MRR at either end; BL422 for a bad span.';
+
 -- ---------------------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION billing.report_mrr(p_at timestamptz)
 RETURNS TABLE (currency text, subscriptions bigint, customers bigint, mrr numeric, arr numeric)
@@ -117,14 +133,7 @@ AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    WITH months AS (SELECT * FROM billing._report_months(p_from, p_to)),
-    a AS (SELECT mo.month, x.* FROM months mo CROSS JOIN LATERAL billing._mrr_at(mo.starts) x),
-    b AS (SELECT mo.month, x.* FROM months mo CROSS JOIN LATERAL billing._mrr_at(mo.ends) x),
-    per_sub AS (
-        SELECT coalesce(a.month, b.month) AS month, coalesce(a.currency, b.currency) AS currency,
-               coalesce(a.mrr, 0) AS s, coalesce(b.mrr, 0) AS e
-          FROM a FULL JOIN b ON b.month = a.month AND b.subscription_id = a.subscription_id
-    )
+    WITH per_sub AS (SELECT * FROM billing._mrr_month_ends(p_from, p_to))
     SELECT p.month, p.currency,
            round(sum(p.s), 2),
            round(coalesce(sum(p.e) FILTER (WHERE p.s = 0 AND p.e > 0), 0), 2),
@@ -154,14 +163,8 @@ AS $$
 BEGIN
     RETURN QUERY
     WITH months AS (SELECT * FROM billing._report_months(p_from, p_to)),
-    a AS (SELECT mo.month, x.* FROM months mo CROSS JOIN LATERAL billing._mrr_at(mo.starts) x),
-    b AS (SELECT mo.month, x.* FROM months mo CROSS JOIN LATERAL billing._mrr_at(mo.ends) x),
-    per_sub AS (
-        SELECT coalesce(a.month, b.month) AS month, coalesce(a.currency, b.currency) AS currency,
-               coalesce(a.customer_id, b.customer_id) AS customer_id,
-               coalesce(a.mrr, 0) AS s, coalesce(b.mrr, 0) AS e
-          FROM a FULL JOIN b ON b.month = a.month AND b.subscription_id = a.subscription_id
-    ), per_customer AS (
+    per_sub AS (SELECT * FROM billing._mrr_month_ends(p_from, p_to)),
+    per_customer AS (
         SELECT p.month, p.currency, p.customer_id, sum(p.s) AS s, sum(p.e) AS e
           FROM per_sub p GROUP BY 1, 2, 3
     ), churned AS (

@@ -250,6 +250,73 @@ def test_jsonl_sink_through_the_same_relay(db_url, tmp_path):
     assert_per_key_order(rows, lines)
 
 
+def test_notifications_received_while_busy_wake_the_relay_once(db_url, tmp_path):
+    """Notifications that arrive while the relay claims or publishes are kept by the connection;
+    the next wait takes them all and returns at once, and the wait after it waits again (for a
+    notification or the fallback poll), instead of one more empty claim per stale notification."""
+
+    async def run() -> tuple[float, float]:
+        relay = Relay(db_url, JsonlSink(tmp_path / "e.jsonl"), asyncio.Event(),
+                      options=RelayOptions(poll_interval=0.6))
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            await conn.execute("LISTEN billing_outbox")
+            emit(db_url, range(1, 6), 1, "busy")  # five commits, five notifications
+            await asyncio.sleep(0.2)
+            await conn.execute("SELECT 1")  # "busy": they arrive while a statement runs
+            t = time.monotonic()
+            await relay._wait_for_work(conn)
+            first = time.monotonic() - t
+            t = time.monotonic()
+            await relay._wait_for_work(conn)
+            return first, time.monotonic() - t
+
+    first, second = asyncio.run(run())
+    assert first < 0.3, "the notifications kept while busy must wake the relay at once"
+    assert second >= 0.5, "one wake-up takes every kept notification; the next wait must wait"
+
+
+def test_claim_skips_dead_index_entries_without_reading_their_rows(db_url):
+    """Every published event leaves dead entries in the pending index until VACUUM. The claim
+    reads that index with an index scan, which marks them dead the first time: the next claims
+    read a few heap pages, not one per dead entry (a bitmap scan read them all, every claim: the
+    planner chose one with statistics taken when few events were PENDING; a session without index
+    scans makes it choose one here, and the claim must not care)."""
+    emit(db_url, range(1, 201), 20, "dead")  # 4,000 events
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        # Index entries are marked dead only once the deleting commit is flushed (the test
+        # server runs synchronous_commit = off, which flushes within ~0.6 s): flush at commit.
+        conn.execute("SET synchronous_commit = on")
+        conn.execute("ALTER TABLE billing.outbox_event SET (autovacuum_enabled = off)")
+        for _ in range(40):
+            ids = [r[0] for r in conn.execute(
+                "SELECT id FROM billing.claim_outbox_events(500, '1 minute', now())").fetchall()]
+            if not ids:
+                break
+            conn.execute("SELECT billing.mark_outbox_published(%s::bigint[], now())", (ids,))
+        assert conn.execute("SELECT count(*) FROM billing.outbox_event WHERE status = 'PENDING'").fetchone()[0] == 0
+        # Statistics of a relay that keeps up: next to nothing PENDING (autoanalyze sees that).
+        conn.execute("ANALYZE billing.outbox_event")
+    emit(db_url, range(1, 4), 1, "live")  # three live events behind 4,000 published ones
+
+    def heap_blocks_read_by_a_claim(conn, hours: int) -> tuple[int, int]:
+        with conn.transaction():
+            before = conn.execute("SELECT pg_stat_get_xact_blocks_fetched('billing.outbox_event'::regclass)").fetchone()[0]
+            n = len(conn.execute(
+                "SELECT id FROM billing.claim_outbox_events(500, '1 second', now() + %s * interval '1 hour')",
+                (hours,)).fetchall())
+            after = conn.execute("SELECT pg_stat_get_xact_blocks_fetched('billing.outbox_event'::regclass)").fetchone()[0]
+        return n, after - before
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SET enable_indexscan = off")
+        heap_blocks_read_by_a_claim(conn, 1)  # the first one marks the dead entries
+        claimed, blocks = heap_blocks_read_by_a_claim(conn, 2)  # (the first one's lease has lapsed)
+        conn.execute("ALTER TABLE billing.outbox_event RESET (autovacuum_enabled)")
+    assert claimed == 3
+    pages = 4000 // 8  # the dead rows span hundreds of heap pages
+    assert blocks < 60, f"a claim of 3 events read {blocks} blocks of outbox_event (dead rows on ~{pages} pages)"
+
+
 # -- one active relay ---------------------------------------------------------------------------
 
 RELAY_SCRIPT = """

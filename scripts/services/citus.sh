@@ -8,7 +8,7 @@
 #   citus.sh stop         stop the three nodes
 #
 # Citus is not packaged by Debian and its package repository is not reachable here, so it is built from
-# the vendored source (VENDOR, release 13.2.2). The build is kept in .cache/citus/stage-* and copied into
+# the vendored source (VENDOR, release 13.2.2). The build is kept in .cache/citus/stage and copied into
 # PostgreSQL's folders when they lack it, so only the first run pays the ~6 minutes.
 #
 # The build headers are pinned to the version of the PostgreSQL server already installed: installing
@@ -35,9 +35,7 @@ CITUS_VERSION=13.2.2
 COORD_PORT="${BILLING_CITUS_PORT:-25545}"
 WORKER_PORTS=("${BILLING_CITUS_WORKER1_PORT:-25546}" "${BILLING_CITUS_WORKER2_PORT:-25547}")
 BASE="$CACHE/citus"
-# The build is kept per PostgreSQL server version (a server upgrade rebuilds against its headers).
-SERVER_VERSION=$(dpkg-query -W -f='${Version}' postgresql-15 2>/dev/null || "$PGBIN/postgres" -V | awk '{print $3}')
-STAGE="$BASE/stage-$CITUS_VERSION-pg$SERVER_VERSION"
+STAGE="$BASE/stage"
 URL_BASE="postgresql://postgres@127.0.0.1:$COORD_PORT"
 
 as_pg() {
@@ -48,7 +46,9 @@ sudo_() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 build() {
   mkdir -p "$BASE"
   if [ ! -f "$STAGE/.built" ]; then
-    apt_ensure /usr/include/postgresql/15/server/postgres.h "postgresql-server-dev-15=$SERVER_VERSION"
+    local server_version
+    server_version=$(dpkg-query -W -f='${Version}' postgresql-15)
+    apt_ensure /usr/include/postgresql/15/server/postgres.h "postgresql-server-dev-15=$server_version"
     apt_ensure /usr/include/lz4.h liblz4-dev
     apt_ensure /usr/include/zstd.h libzstd-dev
     apt_ensure /usr/include/krb5.h libkrb5-dev
@@ -111,9 +111,8 @@ citus.shard_count = ${BILLING_CITUS_SHARD_COUNT:-8}
 citus.max_adaptive_executor_pool_size = 4
 CONF
   fi
-  # A cache copied from another worktree keeps that worktree's port: this one's wins.
-  as_pg sed -i "s/^port = .*/port = $port/" "$data/postgresql.conf"
-  as_pg "$PGBIN/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 start >/dev/null
+  # -p: the port asked for now, even when the node was made for another one (as in postgres.sh).
+  as_pg "$PGBIN/pg_ctl" -D "$data" -l "$data/server.log" -o "-p $port" -w -t 60 start >/dev/null
   wait_port 127.0.0.1 "$port" 30 || { log "citus node did not open $port"; tail -20 "$data/server.log" >&2; exit 1; }
 }
 

@@ -57,7 +57,12 @@ auto.create.topics.enable=true
 log.retention.hours=24
 log.segment.bytes=104857600
 PROPS
-JOPTS=(-Xms512m -Xmx1g -XX:+UseG1GC -Dkafka.logs.dir="$DIR/logs"
+# The JVM options of Kafka's own start script (kafka-run-class.sh, KAFKA_JVM_PERFORMANCE_OPTS): G1 with
+# a 20 ms pause goal. Without it G1 aims at 200 ms, grows the young generation to match, and each
+# collection stalled the broker 55 ms on average on a shared 2-CPU host (jstat; bench/relay reports
+# the pauses of each run): one or two of them in a run were the p99 of the relay's latency.
+JOPTS=(-Xms512m -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35
+       -XX:+ExplicitGCInvokesConcurrent -Dkafka.logs.dir="$DIR/logs"
        -Dlog4j2.configurationFile="$ROOT/scripts/kafka/log4j2.properties" -Djava.awt.headless=true)
 mkdir -p "$DIR/logs"
 if [ ! -f "$DIR/data/meta.properties" ]; then

@@ -215,8 +215,13 @@ class Relay:
         stop_wait = asyncio.ensure_future(self.stop.wait())
         try:
             async def notified() -> None:
+                # Run the generator to its end, never `break`: it first hands out every
+                # notification that arrived while the relay was busy (psycopg keeps them), and
+                # breaking after the first one left the rest queued, each waking the relay for
+                # one more claim that found nothing new (a third of all claims at 200 events/s).
+                # One claim after the wake-up covers them all: each was sent after its COMMIT.
                 async for _ in conn.notifies(timeout=self.opt.poll_interval, stop_after=1):
-                    break
+                    pass
 
             listen = asyncio.ensure_future(notified())
             await asyncio.wait({listen, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
