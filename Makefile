@@ -10,7 +10,7 @@ SERVICES_ENV := $(CACHE)/services.env
 PGTAP_DB ?= billing_pgtap
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium poppler services services-stop citus citus-stop db-migrate test test-fast test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
+.PHONY: help venv chromium poppler services services-stop citus citus-stop db-migrate test test-fast test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -133,6 +133,11 @@ bench-citus: venv services
 	 citus_url=$$(bash scripts/services/citus.sh createdb billing_bench_citus) && \
 	 psql -q "$$BILLING_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS billing_bench_single WITH (FORCE)" -c "CREATE DATABASE billing_bench_single" && \
 	 $(BIN)/python bench/citus_claim/run.py --citus-url "$$citus_url" --single-url "$${BILLING_TEST_DATABASE_URL%/*}/billing_bench_single" $(BENCH_ARGS)
+
+# The engine's per-shard claims (db/functions/56_shard_claims.sql) on the cluster and on one PostgreSQL.
+bench-citus-engine: venv services
+	@source $(SERVICES_ENV) && bash scripts/services/citus.sh >/dev/null && \
+	 $(BIN)/python bench/citus_claim/engine.py --single-url "$$BILLING_TEST_DATABASE_URL" $(BENCH_ARGS)
 
 bench-http: venv
 	@$(BIN)/python bench/http_client/run.py $(BENCH_ARGS)

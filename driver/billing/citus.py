@@ -228,6 +228,14 @@ def adapt(conn: psycopg.Connection) -> AdaptResult:
         if replacement:
             conn.execute(replacement)
         result.triggers.append(trigger)
+    # The batch claims' shard groups (db/schema/0083): one lease row per group of billing.customer's
+    # shards, 1..n in hash order, in place of the single PostgreSQL's group 0.
+    if conn.execute("SELECT to_regclass('billing.shard_lease') IS NOT NULL").fetchone()[0]:
+        conn.execute("""INSERT INTO billing.shard_lease (shard_group)
+                        SELECT g.shard_group FROM billing._shard_groups() g
+                        ON CONFLICT ON CONSTRAINT shard_lease_pkey DO NOTHING""")
+        conn.execute("DELETE FROM billing.shard_lease l WHERE NOT EXISTS "
+                     "(SELECT 1 FROM billing._shard_groups() g WHERE g.shard_group = l.shard_group)")
     rows = conn.execute(
         """SELECT p.oid::regprocedure::text, (d.objid IS NOT NULL) AS done
              FROM pg_catalog.pg_proc p

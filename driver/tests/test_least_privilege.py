@@ -43,6 +43,8 @@ API = {
     # invoices as documents and the reports (db/functions/58_invoices.sql, 75_reports.sql)
     "upsert_tax_rate", "set_customer_details", "finalize_invoices", "finalize_invoice", "get_invoice_document",
     "report_mrr", "report_mrr_movements", "report_churn", "report_revenue",
+    # the batch claims per shard group (db/functions/56_shard_claims.sql, docs/scaling.md)
+    "lease_shard_groups", "claim_renewals_in_shard", "claim_charges_in_shard", "claim_outbox_in_shard",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -394,6 +396,18 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["report_mrr"] = isinstance(one("report_mrr", "%s", (T0 + timedelta(days=5),), setof=True), list)
     for fn in ("report_mrr_movements", "report_churn", "report_revenue"):
         out[fn] = isinstance(one(fn, "%s, %s", (T0.date(), (T0 + timedelta(days=40)).date()), setof=True), list)
+    # The per-shard claims (docs/scaling.md): on a single PostgreSQL one group, 0, the whole database.
+    late = T0 + timedelta(days=400)
+    groups = one("lease_shard_groups", "%s, %s, %s, %s", ("lp-worker", 4, timedelta(seconds=30), late), setof=True)
+    out["shard_groups"] = [(g[0], g[1] == late + timedelta(seconds=30)) for g in groups]
+    renewals = one("claim_renewals_in_shard", "%s, %s, %s, %s", ("lp-worker", 0, 500, late), setof=True)
+    out["shard_renewals"] = extra[0] in [r[1] for r in renewals]
+    charges = one("claim_charges_in_shard", "%s, %s, %s, %s, %s", ("lp-worker", 0, 100, timedelta(minutes=5), late),
+                  setof=True)
+    out["shard_charges"] = bool(charges) and all(c[2] == late + timedelta(minutes=5) for c in charges)
+    events = one("claim_outbox_in_shard", "%s, %s, %s, %s, %s", ("lp-worker", 0, 500, timedelta(seconds=30), late),
+                 setof=True)
+    out["shard_events"] = bool(events) and all(e[9] == late + timedelta(seconds=30) for e in events)
     out["called"] = called
     return out
 
@@ -420,6 +434,7 @@ EXPECTED = {
     "console_invoices": True, "console_events": True, "console_functions": True, "replay": "PENDING",
     "tax_rate": True, "details": True, "finalized": True, "numbered": True, "document": True,
     "report_mrr": True, "report_mrr_movements": True, "report_churn": True, "report_revenue": True,
+    "shard_groups": [(0, True)], "shard_renewals": True, "shard_charges": True, "shard_events": True,
 }
 
 

@@ -149,8 +149,12 @@ def make_machine(db: Db, steps: int):
                                 "ON p.id = i.plan_id WHERE i.subscription_id = %s AND p.code = %s AND "
                                 "i.kind IN ('RENEWAL', 'INITIAL') AND i.created_at >= %s", (sub, plan, since))[0]["at"]
                 if first is not None:
-                    self.plan_history[sub].append((first - timedelta(microseconds=1), plan))
-                    self.plan_history[sub].sort()
+                    # In force just before that period, but never before it was scheduled: a resume at
+                    # the signup instant starts its period at the signup's own instant, and the change
+                    # dated 1 us earlier went before the signup's plan. Sorted by time only (stable):
+                    # entries of one instant keep the order they happened in, not the plans' names.
+                    self.plan_history[sub].append((max(first - timedelta(microseconds=1), since), plan))
+                    self.plan_history[sub].sort(key=lambda entry: entry[0])
 
         def _report(self, key: str, outcome: str, channel: str, data) -> None:
             if channel == "record":
@@ -549,6 +553,14 @@ REPLAYS = {
         ("pause", dict(data=Drawn(1), resume_in=None)), ("come_back", dict(data=Drawn(1), action="resume")),
         ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("cancel", dict(data=Drawn(2), at_period_end=True)),
         ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True)))],
+    # a change scheduled for the period end, applied by a resume at the signup instant: the
+    # adversary dated it before the signup (its own bookkeeping)
+    "a scheduled change applied by a resume at the signup instant": [
+        ("subscribe", dict(customer=1, plan="D_DAILY", trial=0, coupon=None, quantity=1)),
+        ("pause", dict(data=Drawn(1), resume_in=None)),
+        ("change_plan", dict(data=Drawn(1), plan="M_BASIC", how=("period_end", True))),
+        ("come_back", dict(data=Drawn(1), action="resume")),
+        ("clock_jump", dict(delta=40 * DAYS)), ("renew", {})],
     "a passed resume date moved by pausing again": [
         ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
         ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=4 * DAYS)),

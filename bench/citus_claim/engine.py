@@ -1,0 +1,146 @@
+"""The engine's own per-shard claims on Citus, next to the same calls on one PostgreSQL.
+
+    make bench-citus-engine                                     # defaults below
+    make bench-citus-engine BENCH_ARGS="--shards 8,32 --customers 20000,80000"
+
+`run.py` measures the claim statement on a bench schema; this one measures the engine's SQL API
+(db/functions/56_shard_claims.sql) on the engine's schema migrated with `billing db migrate
+--citus`: `claim_charges_in_shard` (lease a batch of due OPEN invoices) and
+`claim_renewals_in_shard` (lock a batch of due subscriptions, rolled back so each claim meets the
+same rows), each inside one shard group on the node that holds it, for several shard counts and
+customer counts; and the same calls on one PostgreSQL (its one group, 0). The per-claim cost
+should stay flat as shards and customers grow: a claim reads its group's due index only.
+
+Fixtures are written straight into the tables (customers, two due subscriptions each, one due
+OPEN invoice per subscription): the billing path on Citus is not there yet (docs/scaling.md).
+Server CPU is not measured: on a shared 2-core host the wall times are noisy, compare rows of one
+run, and note the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+from datetime import datetime, timezone
+
+import psycopg
+
+from billing.config import REPO_ROOT
+from billing.migrate import migrate
+
+NOW = datetime(2027, 3, 1, 12, tzinfo=timezone.utc)
+
+LOAD = """
+SELECT billing.upsert_plan('BENCH_MONTH', 1000, 'USD', 'MONTH', 1, '2026-01-01Z');
+INSERT INTO billing.customer (id) SELECT g FROM generate_series(1, %(n)s) g;
+INSERT INTO billing.subscription (customer_id, plan_id, status, timezone, billing_anchor, current_period_start,
+                                  current_period_end, period_price)
+SELECT g, p.id, 'ACTIVE', 'UTC', '2027-01-01Z', '2027-01-01Z',
+       timestamptz '2027-02-01Z' + ((g * 7919 + k) %% 40000) * interval '1 minute', 1000
+  FROM generate_series(1, %(n)s) g, generate_series(1, 2) k, billing.plan p WHERE p.code = 'BENCH_MONTH';
+INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, amount, currency,
+                             status, due_at, next_attempt_at, created_at, plan_id, plan_price, billing_interval,
+                             interval_count)
+SELECT s.id, s.customer_id, 'RENEWAL', s.current_period_start, s.current_period_end, 1000, 1000, 'USD', 'OPEN',
+       s.current_period_start, s.current_period_end, s.current_period_start, s.plan_id, 1000, 'MONTH', 1
+  FROM billing.subscription s;
+"""
+
+
+def node_url(url: str, host: str | None, port: int | None) -> str:
+    if host is None:
+        return url
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    info.update(host=host, port=str(port))
+    return psycopg.conninfo.make_conninfo(**info)
+
+
+def fresh(server_url: str | None, name: str, *, shards: int) -> str:
+    """A database migrated from db/, loaded later: on the cluster (`citus.sh createdb`, then
+    `--citus` with `shards` shards) when server_url is None, else on that PostgreSQL."""
+    if server_url is None:
+        url = subprocess.run(["bash", str(REPO_ROOT / "scripts/services/citus.sh"), "createdb", name],
+                             check=True, capture_output=True, text=True).stdout.strip()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"ALTER DATABASE {name} SET citus.shard_count = {int(shards)}")
+    else:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {name}")
+        url = server_url.rsplit("/", 1)[0] + f"/{name}"
+    migrate(url, REPO_ROOT / "db", simulation=True, citus=server_url is None)
+    return url
+
+
+def claims(url: str, fn: str, group: int, batch: int, count: int) -> list[float]:
+    """Milliseconds per claim of `batch`, `count` claims in a row (each its own transaction)."""
+    out = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET jit = off")
+        for _ in range(count):
+            t = time.perf_counter()
+            if fn == "renewals":  # locks only: rolled back, the next claim meets the same rows
+                with conn.transaction(force_rollback=True):
+                    n = len(conn.execute("SELECT * FROM billing.claim_renewals_in_shard('bench', %s, %s, %s)",
+                                         (group, batch, NOW)).fetchall())
+            else:  # leases: the next claim takes the next batch
+                n = len(conn.execute("SELECT * FROM billing.claim_charges_in_shard('bench', %s, %s, '1 hour', %s)",
+                                     (group, batch, NOW)).fetchall())
+            out.append((time.perf_counter() - t) * 1000)
+            if n < batch:
+                break
+    return out
+
+
+def measure(url: str, layout: str, shards: int, customers: int, batch: int, count: int, rows: list) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        t = time.perf_counter()
+        for stmt in LOAD.split(";"):
+            if stmt.strip():
+                conn.execute(stmt, {"n": customers})
+        conn.execute("VACUUM ANALYZE billing.subscription")
+        conn.execute("VACUUM ANALYZE billing.invoice")
+        loaded = time.perf_counter() - t
+        groups = conn.execute("SELECT shard_group, node_name, node_port FROM "
+                              "billing.lease_shard_groups('bench', 10000, '1 day', %s)", (NOW,)).fetchall()
+    picked = [groups[0], groups[len(groups) // 2]] if len(groups) > 1 else groups
+    for fn in ("renewals", "charges"):
+        times: list[float] = []
+        for g, host, port in picked:
+            times += claims(node_url(url, host, port), fn, g, batch, count)
+        med = statistics.median(times)
+        per_group = 2 * customers // len(groups)
+        rows.append((layout, len(groups), customers, per_group, fn, med, med * 1000 / batch))
+        print(f"{layout:6s} groups={len(groups):3d} customers={customers:7d} (~{per_group:6d} due per group, "
+              f"loaded in {loaded:.1f} s): {fn} claim of {batch} = {med:.1f} ms median "
+              f"({med * 1000 / batch:.0f} us/row, {len(times)} claims)", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--single-url", default=os.environ.get("BILLING_SINGLE_BENCH_URL"))
+    ap.add_argument("--shards", default="8,32")
+    ap.add_argument("--customers", default="10000,40000")
+    ap.add_argument("--batch", type=int, default=200)
+    ap.add_argument("--claims", type=int, default=8)
+    a = ap.parse_args()
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)", flush=True)
+    rows: list = []
+    for customers in [int(x) for x in a.customers.split(",")]:
+        for shards in [int(x) for x in a.shards.split(",")]:
+            url = fresh(None, "billing_bench_engine", shards=shards)
+            measure(url, "citus", shards, customers, a.batch, a.claims, rows)
+        if a.single_url:
+            url = fresh(a.single_url, "billing_bench_engine_single", shards=0)
+            measure(url, "single", 1, customers, a.batch, a.claims, rows)
+    print(f"\n| layout | shard groups | customers | due per group | claim | claim of {a.batch} (median ms) | us per row |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]:,} | {r[3]:,} | {r[4]} | {r[5]:.1f} | {r[6]:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+-- 56_shard_claims: the batch claims inside one shard group (docs/scaling.md, "Batch claims").
+-- On Citus a claim cannot be one statement over the distributed tables ("could not run distributed
+-- query with FOR UPDATE/SHARE commands"); it runs inside one shard group instead: a worker leases
+-- groups (lease_shard_groups), then, connected to the node holding a group, claims in it. There
+-- the statement reads and locks the group's own shards (their tables on that node): plain
+-- PostgreSQL, FOR UPDATE SKIP LOCKED included. On a single PostgreSQL there is one group, 0: the
+-- tables themselves, so the same calls work there.
+-- Re-applied after every migration: CREATE OR REPLACE only.
+
+CREATE OR REPLACE FUNCTION billing._distributed(p_table regclass)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_distributed boolean;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN false;  -- no Citus here
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1 AND partmethod = %L)', 'h')
+       INTO v_distributed USING p_table;
+    RETURN v_distributed;
+END
+$$;
+COMMENT ON FUNCTION billing._distributed(regclass) IS
+'Private: whether the table is distributed by hash on a Citus cluster (false on a single PostgreSQL).
+Returns a boolean.';
+
+CREATE OR REPLACE FUNCTION billing._shard_groups()
+RETURNS TABLE (shard_group integer, node_name text, node_port integer, is_local boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT billing._distributed('billing.customer') THEN
+        RETURN QUERY SELECT 0, NULL::text, NULL::integer, true;
+        RETURN;
+    END IF;
+    -- Groups numbered 1..n in hash order of billing.customer's shards; every colocated table has
+    -- the same ranges in the same order, on the same node.
+    RETURN QUERY EXECUTE format($q$
+        SELECT (pg_catalog.row_number() OVER (ORDER BY s.shardminvalue::bigint))::integer,
+               n.nodename::text, n.nodeport::integer,
+               n.groupid = (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)
+          FROM pg_catalog.pg_dist_shard s
+          JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid
+          JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
+         WHERE s.logicalrelid = 'billing.customer'::regclass
+         ORDER BY 1$q$);
+END
+$$;
+COMMENT ON FUNCTION billing._shard_groups() IS
+'Private: the shard groups of the batch claims and the node holding each (1..n in hash order on Citus; one group 0, the whole database, on a single PostgreSQL).
+Returns one row per group: its number, the node''s name and port, and whether it is this node.';
+
+CREATE OR REPLACE FUNCTION billing._shard_table(p_table regclass, p_shard_group integer)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_group record;
+    v_name  text;
+BEGIN
+    SELECT * INTO v_group FROM billing._shard_groups() g WHERE g.shard_group = p_shard_group;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404',
+            MESSAGE = format('shard group %s does not exist', coalesce(p_shard_group::text, 'NULL')),
+            HINT = 'Claim in the groups lease_shard_groups returned (one group, 0, on a single PostgreSQL).';
+    END IF;
+    IF NOT billing._distributed(p_table) THEN
+        RETURN p_table::text;
+    END IF;
+    IF NOT v_group.is_local THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL409',
+            MESSAGE = format('shard group %s is on node %s:%s, not on this one', p_shard_group, v_group.node_name,
+                             v_group.node_port),
+            HINT = 'Claim on the node lease_shard_groups names for the group (a group that moved: lease again).';
+    END IF;
+    EXECUTE format($q$
+        SELECT shard_name($1, s.shardid)
+          FROM (SELECT d.shardid, pg_catalog.row_number() OVER (ORDER BY d.shardminvalue::bigint) AS i
+                  FROM pg_catalog.pg_dist_shard d WHERE d.logicalrelid = $1) s
+         WHERE s.i = $2$q$)
+       INTO v_name USING p_table, p_shard_group;
+    RETURN v_name;
+END
+$$;
+COMMENT ON FUNCTION billing._shard_table(regclass, integer) IS
+'Private: the table to claim from for one shard group: on Citus the group''s shard of p_table (BL409 unless it is on this node), on a single PostgreSQL the table itself (group 0).
+Returns a qualified, quoted relation name; BL404 for an unknown group.';
+
+CREATE OR REPLACE FUNCTION billing._check_shard_lease(p_worker text, p_shard_group integer, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._check_text('worker', p_worker, 200);
+    IF NOT EXISTS (SELECT 1 FROM billing.shard_lease l WHERE l.shard_group = p_shard_group) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404',
+            MESSAGE = format('shard group %s does not exist', coalesce(p_shard_group::text, 'NULL')),
+            HINT = 'Claim in the groups lease_shard_groups returned (one group, 0, on a single PostgreSQL).';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM billing.shard_lease l
+                    WHERE l.shard_group = p_shard_group AND l.holder = p_worker AND l.lease_until > p_now) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL409',
+            MESSAGE = format('worker %L does not hold the lease of shard group %s at %s', p_worker,
+                             coalesce(p_shard_group::text, 'NULL'), p_now),
+            HINT = 'Lease the group with lease_shard_groups first (a lease that ran out may be another worker''s now).';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._check_shard_lease(text, integer, timestamptz) IS
+'Private: BL404 for a shard group that does not exist, BL409 unless p_worker holds its lease at p_now.
+Returns nothing.';
+
+CREATE OR REPLACE FUNCTION billing.lease_shard_groups(
+    p_worker text, p_max_groups integer, p_lease interval DEFAULT interval '30 seconds', p_now timestamptz DEFAULT now())
+RETURNS TABLE (shard_group integer, lease_until timestamptz, node_name text, node_port integer)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_held integer;
+BEGIN
+    PERFORM billing._audit('lease_shard_groups', jsonb_build_object('worker', p_worker, 'max_groups', p_max_groups, 'lease', p_lease, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_text('worker', p_worker, 200);
+    PERFORM billing._check_between('max groups', p_max_groups, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
+    -- The worker's own leases, renewed.
+    UPDATE billing.shard_lease l
+       SET lease_until = p_now + p_lease
+     WHERE l.holder = p_worker AND l.lease_until > p_now;
+    GET DIAGNOSTICS v_held = ROW_COUNT;
+    -- Free groups, or groups whose lease ran out, up to p_max_groups in all. Two workers after the
+    -- same group: the second waits for the first's row lock, then finds it held and takes nothing.
+    IF v_held < p_max_groups THEN
+        UPDATE billing.shard_lease l
+           SET holder = p_worker, lease_until = p_now + p_lease, leased_at = p_now
+         WHERE l.shard_group IN (SELECT f.shard_group FROM billing.shard_lease f
+                                  WHERE f.lease_until IS NULL OR f.lease_until <= p_now
+                                  ORDER BY f.lease_until NULLS FIRST, f.shard_group
+                                  LIMIT p_max_groups - v_held)
+           AND (l.lease_until IS NULL OR l.lease_until <= p_now);
+    END IF;
+    RETURN QUERY
+    SELECT l.shard_group, l.lease_until, g.node_name, g.node_port
+      FROM billing.shard_lease l
+      LEFT JOIN billing._shard_groups() g ON g.shard_group = l.shard_group
+     WHERE l.holder = p_worker AND l.lease_until > p_now
+     ORDER BY l.shard_group;
+END
+$$;
+COMMENT ON FUNCTION billing.lease_shard_groups(text, integer, interval, timestamptz) IS
+'Leases shard groups to a batch worker (docs/scaling.md): renews the worker''s own leases to p_now + p_lease, then takes free groups or groups whose lease ran out, up to p_max_groups. The lease spreads the groups over the workers; what keeps a row from being claimed twice is the claim itself (row locks, row leases).
+Returns the groups the worker holds, with the node holding each (NULL on a single PostgreSQL: group 0, this database); BL422 for a bad worker name, count or lease.';
+
+CREATE OR REPLACE FUNCTION billing.claim_renewals_in_shard(
+    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
+RETURNS TABLE (customer_id bigint, subscription_id bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+AS $$
+BEGIN
+    PERFORM billing._audit('claim_renewals_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
+    -- The renewal's claim (create_due_invoices' due rows, fast and lifecycle paths alike): locked
+    -- until the caller's transaction ends, in which it renews them by (customer_id, id).
+    RETURN QUERY EXECUTE format($q$
+        SELECT s.customer_id, s.id
+          FROM %s s
+         WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND s.current_period_end <= $1
+         ORDER BY s.current_period_end
+         LIMIT $2
+           FOR NO KEY UPDATE SKIP LOCKED$q$, billing._shard_table('billing.subscription', p_shard_group))
+      USING p_now, p_batch_size;
+END
+$$;
+COMMENT ON FUNCTION billing.claim_renewals_in_shard(text, integer, integer, timestamptz) IS
+'Claims up to p_batch_size subscriptions due for renewal at p_now in one leased shard group, oldest due first: they stay locked (FOR NO KEY UPDATE, skipping rows another claimer holds) until the caller''s transaction ends, in which the caller renews them. Call it on the node holding the group (lease_shard_groups names it).
+Returns (customer_id, subscription_id) per claimed subscription; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size.';
+
+CREATE OR REPLACE FUNCTION billing.claim_charges_in_shard(
+    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 100, p_lease interval DEFAULT interval '5 minutes',
+    p_now timestamptz DEFAULT now())
+RETURNS TABLE (customer_id bigint, invoice_id bigint, lease_until timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+AS $$
+BEGIN
+    PERFORM billing._audit('claim_charges_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
+    PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
+    -- claim_charges' lease, inside one group: OPEN invoices due, oldest first, skipping rows another
+    -- claimer holds; each comes back at p_now + p_lease unless a result settles it first.
+    RETURN QUERY EXECUTE format($q$
+        WITH due AS MATERIALIZED (
+            SELECT i.customer_id, i.id
+              FROM %1$s i
+             WHERE i.status = 'OPEN' AND i.next_attempt_at <= $1
+             ORDER BY i.next_attempt_at
+             LIMIT $2
+               FOR NO KEY UPDATE SKIP LOCKED
+        ), leased AS (
+            UPDATE %1$s i
+               SET next_attempt_at = $1 + $3
+              FROM due d
+             WHERE i.customer_id = d.customer_id AND i.id = d.id
+            RETURNING i.customer_id, i.id, i.next_attempt_at
+        )
+        SELECT * FROM leased ORDER BY 1, 2$q$, billing._shard_table('billing.invoice', p_shard_group))
+      USING p_now, p_batch_size, p_lease;
+END
+$$;
+COMMENT ON FUNCTION billing.claim_charges_in_shard(text, integer, integer, interval, timestamptz) IS
+'Claims up to p_batch_size OPEN invoices due for a charge at p_now in one leased shard group, oldest due first, skipping rows another claimer holds: each is leased (next_attempt_at = p_now + p_lease) as claim_charges leases it, and comes back when the lease runs out unless a result settles it. Call it on the node holding the group.
+Returns (customer_id, invoice_id, lease_until) per claimed invoice; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size or lease.';
+
+CREATE OR REPLACE FUNCTION billing.claim_outbox_in_shard(
+    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 500, p_lease interval DEFAULT interval '30 seconds',
+    p_now timestamptz DEFAULT now())
+RETURNS SETOF billing.outbox_event
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    v_table text;
+    v_ids   bigint[];
+BEGIN
+    PERFORM billing._audit('claim_outbox_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
+    PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
+    v_table := billing._shard_table('billing.outbox_event', p_shard_group);
+    -- claim_outbox_events inside one group: an aggregate's events are all in its customer's shard,
+    -- so "an event waits while an earlier pending event of its aggregate is held elsewhere" is a
+    -- question about this shard only.
+    EXECUTE format($q$
+        WITH candidate AS MATERIALIZED (
+            SELECT e.id, e.aggregate_type, e.aggregate_id
+              FROM %1$s e
+             WHERE e.status = 'PENDING' AND e.available_at <= $1 AND (e.lease_until IS NULL OR e.lease_until <= $1)
+             ORDER BY e.id
+             LIMIT $2
+               FOR UPDATE SKIP LOCKED
+        )
+        SELECT array_agg(c.id ORDER BY c.id)
+          FROM candidate c
+         WHERE NOT EXISTS (
+                   SELECT 1 FROM %1$s earlier
+                    WHERE earlier.status <> 'PUBLISHED' AND earlier.status <> 'DEAD'
+                      AND earlier.aggregate_type = c.aggregate_type AND earlier.aggregate_id = c.aggregate_id
+                      AND earlier.id < c.id AND earlier.id NOT IN (SELECT id FROM candidate)
+                   OFFSET 0)$q$, v_table)
+       INTO v_ids USING p_now, p_batch_size;
+    RETURN QUERY EXECUTE format($q$
+        WITH leased AS (
+            UPDATE %s e SET lease_until = $1 + $2 WHERE e.id = ANY ($3) RETURNING e.*
+        )
+        SELECT * FROM leased ORDER BY leased.id$q$, v_table)
+      USING p_now, p_lease, coalesce(v_ids, '{}');
+END
+$$;
+COMMENT ON FUNCTION billing.claim_outbox_in_shard(text, integer, integer, interval, timestamptz) IS
+'Claims up to p_batch_size PENDING events of one leased shard group for the relay, as claim_outbox_events does for the whole database: in id order, skipping rows another claimer holds, none while an earlier pending event of its aggregate is held elsewhere; each is leased until p_now + p_lease. Call it on the node holding the group.
+Returns the claimed events in id order; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size or lease.';
