@@ -114,14 +114,17 @@ def write_backlog(url: str, events: int, aggregates: int) -> float:
     """One statement: `events` InvoicePaid events over `aggregates` aggregates, ids interleaved."""
     t = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("""
+        # The baseline's outbox has no customer_id (migration 0082 added it): the column only where it exists.
+        keyed = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'billing.outbox_event'::regclass "
+                             "AND attname = 'customer_id' AND NOT attisdropped)").fetchone()[0]
+        conn.execute(f"""
             INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload,
-                                              created_at, available_at, customer_id)
+                                              created_at, available_at{', customer_id' if keyed else ''})
             SELECT e.id, 'invoice', e.agg, 'InvoicePaid',
                    billing._cloud_event(e.id, 'InvoicePaid', 'invoice', e.agg, now(),
                        jsonb_build_object('invoiceId', e.agg, 'subscriptionId', e.agg, 'amount', 2990,
                                           'currency', 'BRL', 'paidAt', billing._utc_text(now()))),
-                   now(), now(), e.agg
+                   now(), now(){', e.agg' if keyed else ''}
             FROM (SELECT gen_random_uuid() AS id, (g * 7919) %% %s + 1 AS agg
                   FROM generate_series(1, %s) g) e""", (aggregates, events))
         conn.execute("VACUUM ANALYZE billing.outbox_event")
