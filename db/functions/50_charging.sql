@@ -143,7 +143,6 @@ AS $$
 DECLARE
     v_cfg billing.installation;
 BEGIN
-    PERFORM billing._audit('claim_charges', jsonb_build_object('worker', p_worker, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now, 'provider', p_provider));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('a worker name', p_worker, 255);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
@@ -159,6 +158,12 @@ BEGIN
             MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_cfg.key_lifetime),
             HINT = 'A call made near the end of a longer lease could reach the gateway after it forgot the key.';
     END IF;
+    -- Nothing due: the call changes nothing, so it leaves no audit row (idle workers ask every
+    -- second). One probe of the index the claim reads.
+    IF NOT EXISTS (SELECT 1 FROM billing.invoice i WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now) THEN
+        RETURN;
+    END IF;
+    PERFORM billing._audit('claim_charges', jsonb_build_object('worker', p_worker, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now, 'provider', p_provider));
 
     RETURN QUERY
     WITH due AS MATERIALIZED (
@@ -368,9 +373,14 @@ DECLARE
     v_invoice billing.invoice;
     v_count   integer := 0;
 BEGIN
-    PERFORM billing._audit('give_up_waiting_invoices', jsonb_build_object('batch_size', p_batch_size, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    -- Nothing to give up: the call changes nothing, so it leaves no audit row (the worker asks
+    -- every round of its renewal loop).
+    IF NOT EXISTS (SELECT 1 FROM billing.invoice i WHERE i.waiting_for IS NOT NULL AND i.give_up_at <= p_now) THEN
+        RETURN 0;
+    END IF;
+    PERFORM billing._audit('give_up_waiting_invoices', jsonb_build_object('batch_size', p_batch_size, 'now', p_now));
     FOR v_id, v_sub_id IN
         SELECT i.id, i.subscription_id FROM billing.invoice i
          WHERE i.waiting_for IS NOT NULL AND i.give_up_at <= p_now

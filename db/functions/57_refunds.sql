@@ -201,7 +201,6 @@ AS $$
 DECLARE
     v_cfg billing.installation;
 BEGIN
-    PERFORM billing._audit('claim_refunds', jsonb_build_object('worker', p_worker, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('a worker name', p_worker, 255);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
@@ -211,6 +210,11 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_cfg.key_lifetime);
     END IF;
+    -- Nothing due: the call changes nothing, so it leaves no audit row (idle workers ask every second).
+    IF NOT EXISTS (SELECT 1 FROM billing.refund r WHERE r.status = 'REQUESTED' AND r.next_attempt_at <= p_now) THEN
+        RETURN;
+    END IF;
+    PERFORM billing._audit('claim_refunds', jsonb_build_object('worker', p_worker, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
     RETURN QUERY
     WITH due AS MATERIALIZED (
         SELECT r.customer_id, r.id, r.key_expires_at, r.review_reason, r.claim_count

@@ -1,6 +1,6 @@
 -- 30_charging_batch: record_payment_results, many gateway results in one call.
 BEGIN;
-SELECT plan(12);
+SELECT plan(21);
 
 CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE sql AS
 $$ SELECT i.id FROM billing.invoice i JOIN billing.subscription_request r ON r.subscription_id = i.subscription_id
@@ -48,6 +48,55 @@ SELECT throws_ok($$SELECT * FROM billing.record_payment_results(ARRAY[]::text[],
                  'an empty batch: BL422');
 SELECT throws_ok($$SELECT * FROM billing.record_payment_results(ARRAY['a'], ARRAY['SUCCEEDED'], NULL, NULL, NULL)$$,
                  'BL422', NULL, 'p_now NULL: BL422, as everywhere');
+
+-- -- the usual batch: every result accepted, one subtransaction, one audit row ----------------------
+SELECT billing.create_subscription('t30b-' || g, 30100 + g, 'T_RB', '2026-06-01 11:00Z') FROM generate_series(1, 3) g;
+SELECT is((SELECT count(*)::int FROM billing.claim_charges('w', 10, interval '5 minutes', '2026-06-01 11:00Z')), 4,
+          'three new invoices claimed, and the refused result''s, back after its lease');
+CREATE TEMP TABLE t30_audit_before AS SELECT coalesce(max(id), 0) AS id FROM billing.audit_log;
+SELECT results_eq(
+    $$SELECT idempotency_key, invoice_id, invoice_status, error_code
+        FROM billing.record_payment_results(
+               ARRAY[pg_temp.pay_key('t30b-3'), pg_temp.pay_key('t30b-1'), pg_temp.pay_key('t30b-2')],
+               ARRAY['SUCCEEDED', 'DECLINED', 'SUCCEEDED'],
+               ARRAY['ch_b3', NULL, 'ch_b2'], ARRAY[NULL, 'card_declined', NULL], '2026-06-01 11:01Z')$$,
+    $$SELECT k, pg_temp.inv(r), s, NULL::text
+        FROM (VALUES (pg_temp.pay_key('t30b-1'), 't30b-1', 'OPEN'), (pg_temp.pay_key('t30b-2'), 't30b-2', 'PAID'),
+                     (pg_temp.pay_key('t30b-3'), 't30b-3', 'PAID')) v(k, r, s)
+       ORDER BY k$$,
+    'all accepted: one row per result, in key order, each with its invoice after it');
+SELECT is((SELECT array_agg(function ORDER BY id) FROM billing.audit_log WHERE id > (SELECT id FROM t30_audit_before)),
+          ARRAY['record_payment_results'],
+          'one audit row for the batch, none per result');
+SELECT is((SELECT args -> 'idempotency_keys' FROM billing.audit_log WHERE id > (SELECT id FROM t30_audit_before)),
+          to_jsonb(ARRAY[pg_temp.pay_key('t30b-3'), pg_temp.pay_key('t30b-1'), pg_temp.pay_key('t30b-2')]),
+          'and it holds every key of the batch');
+SELECT is((SELECT count(*)::int FROM billing.outbox_event
+            WHERE aggregate_id IN (pg_temp.inv('t30b-2'), pg_temp.inv('t30b-3')) AND event_type = 'InvoicePaid'), 2,
+          'one InvoicePaid per success');
+SELECT is((SELECT attempt_count FROM billing.invoice WHERE id = pg_temp.inv('t30b-1')), 1,
+          'the decline in the same batch follows dunning');
+
+-- -- claims: nothing due, nothing changed, no audit row (idle workers ask every second) ------------
+TRUNCATE t30_audit_before;
+INSERT INTO t30_audit_before SELECT max(id) FROM billing.audit_log;
+-- (each call in its own statement: a statement does not see the rows its own functions write)
+CREATE TEMP TABLE t30_idle AS SELECT * FROM billing.claim_charges('idle', 10, interval '5 minutes', '2026-06-01 10:03Z');
+SELECT is((SELECT count(*)::int FROM t30_idle) || ' ' || (SELECT count(*) FROM billing.audit_log
+                                                           WHERE id > (SELECT id FROM t30_audit_before)), '0 0',
+          'a claim that finds nothing due returns nothing and writes no audit row');
+CREATE TEMP TABLE t30_busy AS SELECT * FROM billing.claim_charges('busy', 10, interval '5 minutes', '2026-06-01 11:06Z');
+SELECT is((SELECT count(*)::int FROM t30_busy) || ' ' || (SELECT string_agg(function || ':' || (args ->> 'worker'), ',')
+                                                            FROM billing.audit_log WHERE id > (SELECT id FROM t30_audit_before)),
+          '1 claim_charges:busy',
+          'a claim that takes an invoice (the refused result''s, back after its second lease) writes its audit row');
+TRUNCATE t30_audit_before;
+INSERT INTO t30_audit_before SELECT max(id) FROM billing.audit_log;
+CREATE TEMP TABLE t30_idle_refunds AS SELECT * FROM billing.claim_refunds('idle', 10, interval '5 minutes', '2026-06-01 11:07Z');
+CREATE TEMP TABLE t30_given_up AS SELECT billing.give_up_waiting_invoices(10, '2026-06-01 11:07Z') AS n;
+SELECT is((SELECT count(*)::int FROM t30_idle_refunds) || ' ' || (SELECT n FROM t30_given_up) || ' '
+          || (SELECT count(*) FROM billing.audit_log WHERE id > (SELECT id FROM t30_audit_before)), '0 0 0',
+          'a refund claim or a give-up run that finds nothing to do writes no audit row either');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -144,6 +144,9 @@ class Settings:
     # call's timeout, which must stay well inside the lease.
     charge_lease_seconds: float = 300.0
     gateway_timeout_seconds: float = 10.0
+    # How long a charge worker lets payment results gather before recording them in one call
+    # (billing.worker.recorder): batches at low rates; 0 records each at once when nothing else runs.
+    record_linger_ms: float = 100.0
     # The rate limiter's tuning (docs/limiter.md); None: the limiter's own default.
     limiter_guard_ms: float | None = None
     limiter_max_late_ms: float | None = None
@@ -208,6 +211,7 @@ class Settings:
             card_expiry_notice_days=_env_int("BILLING_CARD_EXPIRY_NOTICE_DAYS", cls.card_expiry_notice_days),
             charge_lease_seconds=_env_float("BILLING_CHARGE_LEASE_SECONDS", cls.charge_lease_seconds),
             gateway_timeout_seconds=_env_float("BILLING_GATEWAY_TIMEOUT_SECONDS", cls.gateway_timeout_seconds),
+            record_linger_ms=_env_float("BILLING_RECORD_LINGER_MS", cls.record_linger_ms),
             limiter_guard_ms=_env_float("BILLING_LIMITER_GUARD_MS", cls.limiter_guard_ms),
             limiter_max_late_ms=_env_float("BILLING_LIMITER_MAX_LATE_MS", cls.limiter_max_late_ms),
             limiter_pace_oversubscription=_env_float("BILLING_LIMITER_PACE_OVERSUBSCRIPTION",

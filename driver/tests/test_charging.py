@@ -328,6 +328,12 @@ def test_sigkill_mid_charge_charges_nothing_twice_and_claims_come_back(db_url, r
             if first.poll() is None:
                 first.kill()
         charged_at_kill = sim.get("/v1/stats")["charged"]
+        # A statement the worker sent just before it died still runs, and commits, in its
+        # backend: what it recorded counts as recorded before the kill.
+        dbname = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+        wait_for(lambda: not query(db_url, "SELECT 1 FROM pg_stat_activity WHERE datname = %s AND state = 'active' "
+                                           "AND pid <> pg_backend_pid() AND query LIKE '%%billing.%%'", dbname),
+                 30, "the dead worker's statements to end")
         paid_at_kill = sum(inv["status"] == "PAID" for inv in invoices(db_url).values())
         assert paid_at_kill < charged_at_kill  # calls were in flight when it died
 

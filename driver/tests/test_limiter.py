@@ -138,8 +138,62 @@ def test_the_log_refuses_past_the_rate_whatever_the_pacing(redis_url):
         return results
 
     results = asyncio.run(scenario())
-    assert [granted for granted, _ in results] == [True] * rate + [False] * 3
-    assert all(0 < retry <= 1_010_000 for _, retry in results[rate:])
+    assert [granted for granted, _, _ in results] == [True] * rate + [False] * 3
+    assert all(0 < retry <= 1_010_000 for _, retry, _ in results[rate:])
+
+
+def test_a_full_log_grants_the_instant_it_has_room_within_the_horizon(redis_url):
+    """No slot lost to pacing's granularity: a caller finding the log full is granted at the
+    instant the log has room (a second after the entry that leaves), if that is within the
+    horizon; further ahead it is refused."""
+    rate = 5
+
+    async def scenario():
+        limiter = RedisGcraLimiter(redis_url, rate, key="test:ahead")
+        firsts = [await limiter.admit(f"t{i}", None, 10_000) for i in range(rate)]
+        too_early = await limiter.admit("early", None, 10_000)
+        await asyncio.sleep(1.010 - limiter.horizon_us / 1_000_000 / 2)  # the first entry leaves within the horizon
+        ahead = await limiter.admit("ahead", None, 10_000)
+        behind = await limiter.admit("behind", None, 10_000)
+        await limiter.close()
+        return limiter.horizon_us, firsts, too_early, ahead, behind
+
+    horizon_us, firsts, too_early, ahead, behind = asyncio.run(scenario())
+    client = redis.Redis.from_url(redis_url)
+    assert all(granted for granted, _, _ in firsts)
+    assert too_early[0] is False and 0 < too_early[1] <= 1_010_000 - horizon_us  # a second away: refused
+    granted, at, now = ahead
+    first_entry = int(client.zscore("{test:ahead}:log", "t0"))
+    assert granted and at == first_entry + 1_000_000 and 0 < at - now <= horizon_us
+    assert int(client.zscore("{test:ahead}:log", "ahead")) == at + 10_000  # logged from its grant instant
+    granted, at2, _ = behind
+    assert granted and at2 == int(client.zscore("{test:ahead}:log", "t1")) + 1_000_000  # the next one leaves next
+
+
+def test_calls_made_shorten_their_entries_never_lengthen(redis_url):
+    """A caller that checked its promise sends, with its next go-ahead, the bound its call arrives
+    by: the entry is lowered to it (the log then frees sooner), never raised, never re-added."""
+    async def scenario():
+        limiter = RedisGcraLimiter(redis_url, 10, key="test:bounds")
+        _, at_a, _ = await limiter.admit("a", None, 50_000)
+        _, at_b, _ = await limiter.admit("b", None, 50_000)
+        await limiter.admit("c", None, 50_000, [("a", at_a + 7_000), ("b", at_b + 90_000), ("gone", 1)])
+        # A grant told that its call was sent keeps that bound and sends it with the next go-ahead.
+        grant = await limiter.use()
+        assert grant and not limiter._bounds
+        grant.sent()
+        (token, bound), = list(limiter._bounds)
+        assert token == grant.token
+        await limiter.use()
+        await limiter.close()
+        return at_a, at_b, token, bound
+
+    at_a, at_b, token, bound = asyncio.run(scenario())
+    client = redis.Redis.from_url(redis_url)
+    assert int(client.zscore("{test:bounds}:log", "a")) == at_a + 7_000, "lowered to the bound"
+    assert int(client.zscore("{test:bounds}:log", "b")) == at_b + 50_000, "a higher bound changes nothing"
+    assert client.zscore("{test:bounds}:log", "gone") is None, "a bound never adds an entry"
+    assert int(client.zscore("{test:bounds}:log", token)) == bound, "use() sent its call's bound"
 
 
 def _bench_fixed_window():
@@ -235,3 +289,39 @@ def test_redis_down_pauses_then_resumes_by_itself(private_redis, caplog):
     warnings = [r.getMessage() for r in caplog.records]
     assert sum("charging paused" in m for m in warnings) == 1
     assert sum("charging resumed" in m for m in warnings) == 1
+
+
+def test_a_gated_request_shortens_its_entry_once_its_bytes_are_sent(redis_url):
+    """Through a real HTTP call (GatewayClient against the simulator): the request tells its grant
+    when its bytes went out, and the next go-ahead lowers the first call's entry from grant +
+    budget to that instant + post, never below the grant."""
+    from billing.gateway.client import GatewayClient
+    from billing.gateway.simulator import GatewaySimulator
+
+    async def scenario():
+        limiter = RedisGcraLimiter(redis_url, 50, key="test:sent")
+        grants = []
+
+        async def gate():
+            grant = await limiter.use()
+            grants.append(grant)
+            return grant
+
+        async with GatewaySimulator(rate=50) as sim:
+            client = GatewayClient(sim.url, timeout=5)
+            first = await client.charge("k-sent-1", 1, 100, "USD", gate=gate)
+            second = await client.charge("k-sent-2", 1, 100, "USD", gate=gate)
+            await client.close()
+        await limiter.close()
+        return limiter, grants, first, second
+
+    limiter, grants, first, second = asyncio.run(scenario())
+    assert first.outcome == "SUCCEEDED" and second.outcome == "SUCCEEDED"
+    client = redis.Redis.from_url(redis_url)
+    entry = int(client.zscore("{test:sent}:log", grants[0].token))
+    logged = grants[0]._logged_us  # grant + budget + the send margin, what it held before
+    post_us = int(limiter.lateness.post * 1_000_000)
+    assert logged - grants[0].at_us >= 100_000, "logged with the send margin until told"
+    assert entry < grants[0].at_us + 50_000, "the first call's entry was not shortened"
+    assert entry >= grants[0].at_us + post_us, "below grant + post"
+    assert int(client.zscore("{test:sent}:log", grants[1].token)) == grants[1]._logged_us, "not yet told"

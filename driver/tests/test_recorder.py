@@ -74,3 +74,50 @@ def test_a_lost_connection_is_retried_whole(db_url, caplog):
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM billing.invoice WHERE status = 'PAID'").fetchone()[0] == 5
         assert conn.execute("SELECT count(*) FROM billing.outbox_event WHERE event_type = 'InvoicePaid'").fetchone()[0] == 5
+
+
+def test_results_linger_into_one_call_and_close_cuts_the_wait_short(db_url):
+    """At a low rate results arrive one by one: with `linger` they share a call (one transaction,
+    one audit row); without it each goes alone. close() records what waits at once."""
+    keys = claimed_keys(db_url, 16)
+
+    async def staggered(recorder: ResultRecorder, batch: list[str]) -> list[bool]:
+        async def one(n: int, key: str) -> bool:
+            await asyncio.sleep(0.02 * n)
+            return await recorder.record(key, ChargeResult("SUCCEEDED", f"ch_{key}"))
+        return await asyncio.gather(*(one(n, k) for n, k in enumerate(batch)))
+
+    async def main() -> tuple[int, int, list[bool], list[bool], float]:
+        pool = await async_pool(db_url, min_size=1, max_size=2)
+        try:
+            clock = SimulatedClock(T0 + timedelta(seconds=1))
+            lingering = ResultRecorder(pool, clock, linger=0.5)
+            together = await staggered(lingering, keys[:6])  # 6 results over 0.1 s
+            alone = ResultRecorder(pool, clock)
+            apart = await staggered(alone, keys[6:12])
+            closing = ResultRecorder(pool, clock, linger=30.0)
+            waiting = [asyncio.ensure_future(closing.record(k, ChargeResult("SUCCEEDED", "ch"))) for k in keys[12:]]
+            await asyncio.sleep(0.05)
+            started = asyncio.get_running_loop().time()
+            await closing.close()
+            closed_in = asyncio.get_running_loop().time() - started
+            assert all(await asyncio.gather(*waiting))
+            return lingering.calls, alone.calls, together, apart, closed_in
+        finally:
+            await pool.close()
+
+    lingering_calls, alone_calls, together, apart, closed_in = asyncio.run(main())
+    assert together == [True] * 6 and apart == [True] * 6
+    assert lingering_calls == 1, f"{lingering_calls} calls for 6 results within the linger"
+    assert alone_calls >= 4, f"without linger results 20 ms apart went in {alone_calls} calls"
+    assert closed_in < 5, f"close() waited {closed_in:.1f} s for a 30 s linger"
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM billing.invoice WHERE status = 'PAID'").fetchone()[0] == 16
+        audit = conn.execute("SELECT count(*) FROM billing.audit_log WHERE function LIKE 'record_payment_result%'"
+                             ).fetchone()[0]
+    assert audit == lingering_calls + alone_calls + 1, "one audit row per call, none per result"
+
+
+def test_a_negative_linger_is_refused():
+    with pytest.raises(ValueError):
+        ResultRecorder(None, linger=-1)

@@ -269,6 +269,8 @@ def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
     with psycopg.connect(db_url) as conn:
         audit = conn.execute("SELECT array_agg(DISTINCT function ORDER BY function) FROM billing.audit_log "
                              "WHERE db_role = %s", (user,)).fetchone()[0]
-    assert audit == ["announce_expiring_payment_methods", "claim_charges", "claim_outbox_events", "claim_refunds",
-                     "create_due_invoices", "expire_idempotency_keys", "give_up_waiting_invoices",
+    # claim_refunds and give_up_waiting_invoices found nothing to do: they changed nothing and
+    # wrote no row (idle polls every second).
+    assert audit == ["announce_expiring_payment_methods", "claim_charges", "claim_outbox_events",
+                     "create_due_invoices", "expire_idempotency_keys",
                      "mark_outbox_published", "purge_expired", "record_payment_result", "record_payment_results"]

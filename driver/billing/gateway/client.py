@@ -70,10 +70,17 @@ class GatedBody(payload.BytesPayload):
 
     async def write_with_length(self, writer, content_length) -> None:
         self.asked = True
-        if not await self._gate():
+        grant = await self._gate()
+        if not grant:
             raise NotSent()
         self.passed = True
         await super().write_with_length(writer, content_length)
+        # Handed to the kernel, nothing left in the transport's buffer: tell the limiter when
+        # (a Grant's `sent`, billing.limiter.two_step), so that the call's entry can be shortened.
+        sent = getattr(grant, "sent", None)
+        transport = getattr(writer, "transport", None)
+        if sent is not None and transport is not None and transport.get_write_buffer_size() == 0:
+            sent()
 
 
 class LookupFailed(Exception):

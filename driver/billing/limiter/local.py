@@ -35,20 +35,35 @@ class LocalGcraLimiter(TwoStepLimiter):
         self._tat = slot + granted * self.interval_us
         return granted, slot - now
 
-    async def admit(self, token: str, release: str | None, budget_us: int) -> tuple[bool, int]:
+    async def admit(self, token: str, release: str | None, budget_us: int,
+                    bounds: list[tuple[str, int]] = ()) -> tuple[bool, int, int]:
         now = self._now()
         entries = self._log
-        if release is not None:
-            kept = [e for e in entries if e[1] != release]
-            if len(kept) != len(entries):
+        changed = False
+        if release is not None or bounds:
+            lower = dict(bounds)
+            kept = []
+            for score, entry_token in entries:
+                if entry_token == release:
+                    changed = True
+                    continue
+                bound = lower.get(entry_token)
+                if bound is not None and bound < score:
+                    score, changed = bound, True
+                kept.append((score, entry_token))
+            if changed:
                 heapq.heapify(kept)
                 self._log = entries = kept
         while entries and entries[0][0] <= now - 1_000_000:
             heapq.heappop(entries)
+        at = now
         if len(entries) >= self.rate:
-            return False, entries[0][0] + 1_000_000 - now
-        heapq.heappush(entries, (now + budget_us, token))
-        return True, now
+            # A second after the (n - rate + 1)-th smallest entry, as in gcra.lua.
+            at = heapq.nsmallest(len(entries) - self.rate + 1, entries)[-1][0] + 1_000_000
+            if at - now > self.horizon_us:
+                return False, at - now - self.horizon_us, now
+        heapq.heappush(entries, (at + budget_us, token))
+        return True, at, now
 
     async def close(self) -> None:
         await super().close()

@@ -12,7 +12,7 @@ from importlib import resources
 
 from billing import metrics
 from billing.limiter.two_step import (DEFAULT_GUARD_SECONDS, DEFAULT_MAX_LATE_SECONDS, DEFAULT_MAX_WAIT_SECONDS,
-                                      PACE_OVERSUBSCRIPTION, TwoStepLimiter)
+                                      PACE_OVERSUBSCRIPTION, SEND_MARGIN_SECONDS, TwoStepLimiter)
 
 log = logging.getLogger("billing.limiter")
 
@@ -53,25 +53,29 @@ class RedisGcraLimiter(TwoStepLimiter):
         self._max_backoff = max_backoff_seconds
         self.paused = False
 
-    async def _call(self, *args) -> tuple[int, int]:
+    async def _call(self, *args) -> list[int]:
         import redis.exceptions as rexc
 
         while True:
             await self._available.wait()
             epoch = self._epoch
             try:
-                a, b = await self._script(keys=self._keys, args=list(args))
-                return int(a), int(b)
+                return [int(x) for x in await self._script(keys=self._keys, args=list(args))]
             except (rexc.ConnectionError, rexc.TimeoutError, OSError) as exc:
                 if epoch == self._epoch:  # not a straggler sent before the last recovery
                     self._pause(exc)
 
     async def reserve(self, count: int) -> tuple[int, int]:
-        return await self._call("pace", self.interval_us, self.max_wait_us, count)
+        granted, wait = await self._call("pace", self.interval_us, self.max_wait_us, count)
+        return granted, wait
 
-    async def admit(self, token: str, release: str | None, budget_us: int) -> tuple[bool, int]:
-        granted, value = await self._call("use", self.rate, token, release or "", budget_us)
-        return bool(granted), value
+    async def admit(self, token: str, release: str | None, budget_us: int,
+                    bounds: list[tuple[str, int]] = ()) -> tuple[bool, int, int]:
+        args = ["use", self.rate, token, release or "", budget_us, self.horizon_us]
+        for bound_token, bound_us in bounds:
+            args += [bound_token, bound_us]
+        granted, value, now = await self._call(*args)
+        return bool(granted), value, now
 
     def _pause(self, exc: BaseException) -> None:
         if self._available.is_set():
@@ -98,7 +102,8 @@ class RedisGcraLimiter(TwoStepLimiter):
                 continue
             # A Redis that restarted has lost the log: stay quiet until every call granted before
             # the outage is more than a second (and its lateness budget) old.
-            await asyncio.sleep(max(0.0, paused_at + 1.0 + self.lateness.budget - time.monotonic()))
+            await asyncio.sleep(max(0.0, paused_at + 1.0 + self.lateness.budget + SEND_MARGIN_SECONDS
+                                    - time.monotonic()))
             self.paused = False
             self._epoch += 1
             metrics.LIMITER_PAUSED.set(0)

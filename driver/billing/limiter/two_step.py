@@ -24,6 +24,12 @@ DEFAULT_MAX_WAIT_SECONDS = 2.0
 # (a starved process) are then made up by the next callers, the log staying the only limit.
 PACE_OVERSUBSCRIPTION = 0.10
 WINDOW_SECONDS = 1.0
+MIN_HORIZON_US = 5_000
+MAX_BOUNDS = 64
+# Logged on top of the lateness budget until the caller says when its bytes went out: a process
+# descheduled between its check and its write (a starved host) is still inside its entry. Costs
+# nothing once the entry is shortened (Grant.sent), a few ms after the grant.
+SEND_MARGIN_SECONDS = 0.100
 
 
 class RateLimiter(Protocol):
@@ -95,6 +101,32 @@ class Lateness:
             self.budget = self.post + min(self.ceiling, max(self.floor, 1.25 * p95, late))
 
 
+class Grant:
+    """A go-ahead (true). Its caller may say when the call's bytes were handed to the kernel
+    (`sent()`): the call then arrives by that instant (on the limiter's clock, at most its local
+    time + hi) + post, the time left for the way to the gateway, and its entry in the log can hold
+    that instead of grant + budget + SEND_MARGIN. The bound goes to the limiter with this
+    process's next go-ahead (never raising an entry); without `sent()` the entry keeps it all."""
+
+    __slots__ = ("_limiter", "token", "at_us", "_hi", "_logged_us")
+
+    def __init__(self, limiter: "TwoStepLimiter", token: str, at_us: int, hi: float, logged_us: int) -> None:
+        self._limiter = limiter
+        self.token = token
+        self.at_us = at_us  # the grant instant, on the limiter's clock
+        self._hi = hi
+        self._logged_us = logged_us
+
+    def __bool__(self) -> bool:
+        return True
+
+    def sent(self) -> None:
+        """Call right after the request's bytes were handed to the kernel (none left buffered)."""
+        bound = int((time.monotonic() + self._hi + self._limiter.lateness.post) * 1_000_000) + 1
+        if bound < self._logged_us:
+            self._limiter._bounds.append((self.token, bound))
+
+
 class TwoStepLimiter:
     """Pacing and the use check (docs/limiter.md), whatever stores them: a subclass provides
     `reserve` (the pacing slots) and `admit` (the sliding log), and closes its store in `close`."""
@@ -113,8 +145,16 @@ class TwoStepLimiter:
         self.late_redos = 0
         self.refusals = 0
         self.lateness = Lateness(max_late_seconds, guard_seconds - max_late_seconds)
+        # A caller finding the log full is granted the instant it has room, if that is within the
+        # horizon (it waits for it inside the request); past the horizon it is refused and paces
+        # again. Two pacing intervals: the slot a refusal would lose to pacing's granularity.
+        self.horizon_us = max(MIN_HORIZON_US, 2 * self.interval_us)
         self._offset = ClockOffset()
-        self._tokens = (f"{uuid.uuid4().hex[:12]}:{n}" for n in itertools.count())
+        prefix = uuid.uuid4().hex[:12]
+        self._tokens = (f"{prefix}:{n}" for n in itertools.count())
+        # Calls made since this process last asked: (token, bound on their arrival, us on the
+        # limiter's clock), sent with the next go-ahead to shorten their entries in the log.
+        self._bounds: deque[tuple[str, int]] = deque(maxlen=MAX_BOUNDS)
         self._release: str | None = None
         self._waiters: deque[asyncio.Future] = deque()
         self._wake: asyncio.Event | None = None
@@ -127,10 +167,12 @@ class TwoStepLimiter:
         (0, retry_us) when even the first would be more than max_wait ahead."""
         raise NotImplementedError
 
-    async def admit(self, token: str, release: str | None, budget_us: int) -> tuple[bool, int]:
-        """Grant and log `token` if fewer than `rate` logged calls may share a second with it
-        (dropping `release` first); (True, the limiter's clock in us at the grant) or
-        (False, retry_us)."""
+    async def admit(self, token: str, release: str | None, budget_us: int,
+                    bounds: list[tuple[str, int]] = ()) -> tuple[bool, int, int]:
+        """Grant and log `token` (dropping `release` first, lowering the entries named in `bounds`
+        to the bound given, never raising one) at the first instant `at`, from now on and within
+        the horizon, when fewer than `rate` logged calls may share a second with it: (True, at,
+        now), instants in us on the limiter's clock; (False, retry_us, now) past the horizon."""
         raise NotImplementedError
 
     # -- callers ---------------------------------------------------------------------------------
@@ -148,10 +190,11 @@ class TwoStepLimiter:
         """Wait for this caller's pacing slot (the long wait; nothing is granted yet)."""
         await self._paced()
 
-    async def use(self) -> bool:
-        """The go-ahead for one call, to be made at once: True when granted; False when refused
-        (the log is full) or when the grant came back too late to keep the promise: then pace
-        again. One Redis round trip (two when the first reply is late).
+    async def use(self) -> "Grant | bool":
+        """The go-ahead for one call, to be made at once: a Grant (true) when granted; False when refused
+        (the log is full past the horizon) or when the grant came back too late to keep the
+        promise: then pace again. One Redis round trip (two when the first reply is late); a
+        grant a little ahead (the log has room within the horizon) is waited for here.
 
         Call it as close to the write as possible: GatewayClient runs it inside the request,
         right before the bytes go out (see `charge(..., gate=)`)."""
@@ -160,21 +203,31 @@ class TwoStepLimiter:
         for _ in range(2):  # one immediate retry when late
             token = next(self._tokens)
             budget = self.lateness.budget
+            bounds = list(self._bounds)
+            self._bounds.clear()
             asked = time.monotonic()
-            granted, value = await self.admit(token, release, int(budget * 1_000_000))
+            logged_us = int((budget + SEND_MARGIN_SECONDS) * 1_000_000)
+            granted, value, now = await self.admit(token, release, logged_us, bounds)
             answered = time.monotonic()
             release = None
             if not granted:
                 self.refusals += 1
                 metrics.LIMITER_REFUSALS.inc()
                 return False
-            # The grant happened at `value` on the limiter's clock, no earlier than
-            # value - hi on ours: how late we already are, at most.
-            _, hi = self._offset.add(asked, answered, value / 1_000_000)
-            late = time.monotonic() - (value / 1_000_000 - hi)
+            # Our clock's place of the limiter's: offset in [lo, hi] (ClockOffset).
+            lo, hi = self._offset.add(asked, answered, now / 1_000_000)
+            at = value / 1_000_000
+            # Granted at `at` on the limiter's clock: no call before it (wait until even the
+            # smallest offset puts it past), and no later than `at` + budget - post (below).
+            while (wait := at - lo - time.monotonic()) > 0:
+                await asyncio.sleep(wait)
+            # How late we are, at most: the limiter's clock reads at most now + hi.
+            checked = time.monotonic()
+            late = checked - (at - hi)
             self.lateness.add(late)
-            if late <= budget - self.lateness.post:
-                return True
+            post = self.lateness.post
+            if late <= budget - post:
+                return Grant(self, token, value, hi, value + logged_us)
             # Later than the budget declared: the call might land outside it. Ask again,
             # giving this grant back in the same script, with a budget that knows better.
             self.late_redos += 1

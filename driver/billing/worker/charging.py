@@ -83,7 +83,7 @@ class Charger:
     def __init__(self, pool, gateway: GatewayClient | Provider, limiter: RateLimiter, *, rate: float,
                  clock: Clock | None = None, worker_id: str | None = None, concurrency: int | None = None,
                  lease_seconds: float = 300.0, claim_batch: int = 100, poll_seconds: float = 1.0,
-                 drain_seconds: float | None = None) -> None:
+                 drain_seconds: float | None = None, record_linger: float = 0.0) -> None:
         if gateway.timeout >= lease_seconds:
             raise ValueError(f"the gateway timeout ({gateway.timeout:g} s) must be shorter than the lease "
                              f"({lease_seconds:g} s)")
@@ -111,8 +111,9 @@ class Charger:
         self._busy = 0
         self._committed: set[asyncio.Task] = set()  # tasks past the gateway call's start
         # Results are recorded in batches: one record_payment_results call for all that arrive
-        # while the previous call runs (one round trip and one transaction for many charges).
-        self.recorder = ResultRecorder(pool, self.clock)
+        # within record_linger of the first or while the previous call runs (one round trip, one
+        # transaction and one audit row for many charges).
+        self.recorder = ResultRecorder(pool, self.clock, linger=record_linger)
         self.counts = {"claimed": 0, "recorded": 0, "abandoned": 0, "rate_limited": 0}
 
     # -- SQL -----------------------------------------------------------------------------------
@@ -209,15 +210,17 @@ class Charger:
                 self._committed.discard(task)
             return result
 
-    async def _gate(self, waiting_since: float) -> bool:
-        """Inside the request, right before its bytes go out: the limiter's go-ahead. Refused or
-        late, it paces again here, holding the (silent) connection, for at most a third of the
-        gateway timeout; then the request is dropped unsent (NotSent) and the caller starts over."""
+    async def _gate(self, waiting_since: float):
+        """Inside the request, right before its bytes go out: the limiter's go-ahead (a true
+        Grant, which the request tells when its bytes were sent). Refused or late, it paces again
+        here, holding the (silent) connection, for at most a third of the gateway timeout; then
+        the request is dropped unsent (NotSent) and the caller starts over."""
         deadline = time.monotonic() + self.provider.timeout / 3
         while True:
-            if await self.limiter.use():
+            grant = await self.limiter.use()
+            if grant:
                 metrics.LIMITER_WAIT.observe(time.monotonic() - waiting_since)
-                return True
+                return grant
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False

@@ -192,7 +192,8 @@ async def build_worker(
             worker.limiter_name = describe_limiter(limiter, settings)
             worker.charger = Charger(pool, worker.gateway, limiter, rate=settings.gateway_rate, clock=clock,
                                      concurrency=concurrency, lease_seconds=settings.charge_lease_seconds,
-                                     poll_seconds=charge_poll_seconds)
+                                     poll_seconds=charge_poll_seconds,
+                                     record_linger=settings.record_linger_ms / 1000)
             worker.parts["charging"] = worker.charger.run
             # Refunds go through the same provider and the same rate limit, on their own loop.
             worker.refunder = Refunder(pool, worker.gateway, limiter, clock=clock, worker_id=worker.charger.worker_id,
