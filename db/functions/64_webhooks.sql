@@ -190,6 +190,11 @@ RETURNS TABLE (outbox_id bigint, event_id uuid, event_type text, aggregate_type 
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 SET jit = off
+-- Plain index scans only, as claim_outbox_events (60_outbox.sql): a bitmap scan of the pending
+-- index re-reads the heap page of every dead entry (every delivered event) on every claim.
+SET enable_indexscan = on
+SET enable_bitmapscan = off
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -317,6 +317,49 @@ def test_claim_skips_dead_index_entries_without_reading_their_rows(db_url):
     assert blocks < 60, f"a claim of 3 events read {blocks} blocks of outbox_event (dead rows on ~{pages} pages)"
 
 
+def test_webhook_claim_skips_dead_index_entries_without_reading_their_rows(db_url):
+    """The same for the webhook deliverer's claim: delivered rows leave dead entries in
+    webhook_delivery's pending index; after the first claim met them, a claim of three deliveries
+    reads a few heap pages, not one per delivered row."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        endpoint = conn.execute("SELECT id FROM billing.create_webhook_endpoint("
+                                "'https://hooks.example.com/x', '{InvoicePaid}', %s, now())", ("k" * 24,)).fetchone()[0]
+    emit(db_url, range(1, 201), 20, "dead")  # 4,000 deliveries
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = on")  # see the test above
+        conn.execute("ALTER TABLE billing.webhook_delivery SET (autovacuum_enabled = off)")
+        for _ in range(40):
+            ids = [r[0] for r in conn.execute(
+                "SELECT outbox_id FROM billing.claim_webhook_deliveries(%s, 500, '1 minute', now())",
+                (endpoint,)).fetchall()]
+            if not ids:
+                break
+            n = len(ids)
+            conn.execute("SELECT billing.record_webhook_attempts(%s, %s::bigint[], %s::text[], %s::int[], %s::text[], "
+                         "%s::int[], now())", (endpoint, ids, ["DELIVERED"] * n, [200] * n, [None] * n, [1] * n))
+        assert conn.execute("SELECT count(*) FROM billing.webhook_delivery WHERE status = 'PENDING'").fetchone()[0] == 0
+        conn.execute("ANALYZE billing.webhook_delivery")
+    emit(db_url, range(1, 4), 1, "live")
+
+    def heap_blocks_read_by_a_claim(conn, hours: int) -> tuple[int, int]:
+        with conn.transaction():
+            fetched = "SELECT pg_stat_get_xact_blocks_fetched('billing.webhook_delivery'::regclass)"
+            before = conn.execute(fetched).fetchone()[0]
+            n = len(conn.execute(
+                "SELECT outbox_id FROM billing.claim_webhook_deliveries(%s, 500, '1 second', now() + %s * interval '1 hour')",
+                (endpoint, hours)).fetchall())
+            after = conn.execute(fetched).fetchone()[0]
+        return n, after - before
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SET enable_indexscan = off")
+        heap_blocks_read_by_a_claim(conn, 1)
+        claimed, blocks = heap_blocks_read_by_a_claim(conn, 2)
+        conn.execute("ALTER TABLE billing.webhook_delivery RESET (autovacuum_enabled)")
+    assert claimed == 3
+    assert blocks < 25, f"a claim of 3 deliveries read {blocks} blocks of webhook_delivery (4,000 delivered rows on ~50 pages)"
+
+
 # -- one active relay ---------------------------------------------------------------------------
 
 RELAY_SCRIPT = """
