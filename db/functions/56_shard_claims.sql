@@ -123,9 +123,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_held integer;
+    v_held  integer;
+    v_taken integer := 0;
 BEGIN
-    PERFORM billing._audit('lease_shard_groups', jsonb_build_object('worker', p_worker, 'max_groups', p_max_groups, 'lease', p_lease, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('worker', p_worker, 200);
     PERFORM billing._check_between('max groups', p_max_groups, 1, 10000);
@@ -145,6 +145,11 @@ BEGIN
                                   ORDER BY f.lease_until NULLS FIRST, f.shard_group
                                   LIMIT p_max_groups - v_held)
            AND (l.lease_until IS NULL OR l.lease_until <= p_now);
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
+    END IF;
+    -- An audit row when a group changes hands (renewing one's own leases changes no holder).
+    IF v_taken > 0 THEN
+        PERFORM billing._audit('lease_shard_groups', jsonb_build_object('worker', p_worker, 'max_groups', p_max_groups, 'lease', p_lease, 'now', p_now, 'taken', v_taken));
     END IF;
     RETURN QUERY
     SELECT l.shard_group, l.lease_until, g.node_name, g.node_port
@@ -165,8 +170,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 SET jit = off
 AS $$
+DECLARE
+    v_claimed bigint;
 BEGIN
-    PERFORM billing._audit('claim_renewals_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
     PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
@@ -180,6 +186,11 @@ BEGIN
          LIMIT $2
            FOR NO KEY UPDATE SKIP LOCKED$q$, billing._shard_table('billing.subscription', p_shard_group))
       USING p_now, p_batch_size;
+    -- An audit row only when something was claimed (idle workers ask every second, per group).
+    GET DIAGNOSTICS v_claimed = ROW_COUNT;
+    IF v_claimed > 0 THEN
+        PERFORM billing._audit('claim_renewals_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'now', p_now));
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION billing.claim_renewals_in_shard(text, integer, integer, timestamptz) IS
@@ -194,8 +205,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 SET jit = off
 AS $$
+DECLARE
+    v_claimed bigint;
 BEGIN
-    PERFORM billing._audit('claim_charges_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
     PERFORM billing._check_lease(p_lease);
@@ -219,6 +231,10 @@ BEGIN
         )
         SELECT * FROM leased ORDER BY 1, 2$q$, billing._shard_table('billing.invoice', p_shard_group))
       USING p_now, p_batch_size, p_lease;
+    GET DIAGNOSTICS v_claimed = ROW_COUNT;
+    IF v_claimed > 0 THEN
+        PERFORM billing._audit('claim_charges_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION billing.claim_charges_in_shard(text, integer, integer, interval, timestamptz) IS
@@ -236,8 +252,8 @@ AS $$
 DECLARE
     v_table text;
     v_ids   bigint[];
+    v_claimed bigint;
 BEGIN
-    PERFORM billing._audit('claim_outbox_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
     PERFORM billing._check_lease(p_lease);
@@ -270,6 +286,10 @@ BEGIN
         )
         SELECT * FROM leased ORDER BY leased.id$q$, v_table)
       USING p_now, p_lease, coalesce(v_ids, '{}');
+    GET DIAGNOSTICS v_claimed = ROW_COUNT;
+    IF v_claimed > 0 THEN
+        PERFORM billing._audit('claim_outbox_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION billing.claim_outbox_in_shard(text, integer, integer, interval, timestamptz) IS

@@ -1,7 +1,7 @@
 -- 83_shard_claims: the batch claims per shard group on a single PostgreSQL, where there is one
 -- group, 0, the whole database (docs/scaling.md; on Citus: db/tests/citus/20_shard_claims.sql).
 BEGIN;
-SELECT plan(14);
+SELECT plan(16);
 
 SELECT billing.upsert_plan('T83_PLAN', 1000, 'USD', 'MONTH', 1, '2026-01-01Z');
 SELECT billing.create_subscription('t83-a', 83001, 'T83_PLAN', '2026-01-10Z');
@@ -42,6 +42,12 @@ SELECT results_eq($$SELECT customer_id FROM billing.claim_renewals_in_shard('w2'
                   $$VALUES (83001::bigint), (83002)$$, 'renewals: the due subscriptions, oldest due first');
 SELECT results_eq($$SELECT customer_id FROM billing.claim_renewals_in_shard('w2', 0, 1, '2026-02-15Z')$$,
                   $$VALUES (83001::bigint)$$, 'renewals: only what is due at p_now, up to the batch');
+
+-- Audit rows only for calls that changed something (idle workers ask every second, per group).
+SELECT is((SELECT count(*) FROM billing.audit_log WHERE function = 'claim_charges_in_shard'), 1::bigint,
+          'charges: one audit row, for the claim that took invoices, none for the empty one');
+SELECT is((SELECT count(*) FROM billing.audit_log WHERE function = 'lease_shard_groups'), 2::bigint,
+          'leases: an audit row when a group changes hands, none for a renewal or nothing taken');
 
 SELECT * FROM finish();
 ROLLBACK;
