@@ -145,14 +145,12 @@ class GatewayClient:
         metrics.CHARGES.labels(result.outcome).inc()
         return result
 
-    async def lookup(self, idempotency_key: str) -> ChargeResult | None:
-        """What became of the charge sent with `idempotency_key`: `GET /v1/charges?idempotencyKey=`.
-
-        Returns its result (SUCCEEDED or DECLINED), None when the gateway never charged that key
-        (404: a new key is safe), and raises LookupFailed when the gateway cannot say."""
+    async def _look_up(self, kind: str, idempotency_key: str) -> dict | None:
+        """`GET /v1/<kind>?idempotencyKey=`: the gateway's document about the key (with a "status"),
+        None on 404 (nothing was done with the key), LookupFailed when the gateway cannot say."""
         session = self._get_session()
         try:
-            async with session.get(f"{self.base_url}/v1/charges", params={"idempotencyKey": idempotency_key}) as resp:
+            async with session.get(f"{self.base_url}/v1/{kind}", params={"idempotencyKey": idempotency_key}) as resp:
                 text = await resp.text()
                 status = resp.status
         except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -165,12 +163,24 @@ class GatewayClient:
             if status != 200:
                 raise ValueError(f"gateway answered {status}")
             doc = _loads(text)
-            charge_status, reference = doc["status"], doc.get("id")
+            if not isinstance(doc, dict) or "status" not in doc:
+                raise ValueError("the answer has no status")
             if doc.get("idempotencyKey", idempotency_key) != idempotency_key:
                 raise ValueError("the answer is about another key")
         except (ValueError, KeyError, TypeError) as exc:
             metrics.KEY_LOOKUPS.labels("FAILED").inc()
             raise LookupFailed(str(exc)) from None
+        return doc
+
+    async def lookup(self, idempotency_key: str) -> ChargeResult | None:
+        """What became of the charge sent with `idempotency_key`: `GET /v1/charges?idempotencyKey=`.
+
+        Returns its result (SUCCEEDED or DECLINED), None when the gateway never charged that key
+        (404: a new key is safe), and raises LookupFailed when the gateway cannot say."""
+        doc = await self._look_up("charges", idempotency_key)
+        if doc is None:
+            return None
+        charge_status, reference = doc["status"], doc.get("id")
         if charge_status not in ("succeeded", "declined"):
             metrics.KEY_LOOKUPS.labels("FAILED").inc()
             raise LookupFailed(f"unknown status {charge_status!r}")
@@ -184,27 +194,10 @@ class GatewayClient:
 
         Returns its result (SUCCEEDED or FAILED), None when the gateway never refunded with that key
         (404: a new key is safe), and raises LookupFailed when the gateway cannot say."""
-        session = self._get_session()
-        try:
-            async with session.get(f"{self.base_url}/v1/refunds", params={"idempotencyKey": idempotency_key}) as resp:
-                text = await resp.text()
-                status = resp.status
-        except (asyncio.TimeoutError, aiohttp.ClientError, OSError) as exc:
-            metrics.KEY_LOOKUPS.labels("FAILED").inc()
-            raise LookupFailed(f"{type(exc).__name__}") from None
-        if status == 404:
-            metrics.KEY_LOOKUPS.labels("NOT_FOUND").inc()
+        doc = await self._look_up("refunds", idempotency_key)
+        if doc is None:
             return None
-        try:
-            if status != 200:
-                raise ValueError(f"gateway answered {status}")
-            doc = _loads(text)
-            refund_status, reference = doc["status"], doc.get("id")
-            if doc.get("idempotencyKey", idempotency_key) != idempotency_key:
-                raise ValueError("the answer is about another key")
-        except (ValueError, KeyError, TypeError) as exc:
-            metrics.KEY_LOOKUPS.labels("FAILED").inc()
-            raise LookupFailed(str(exc)) from None
+        refund_status, reference = doc["status"], doc.get("id")
         if refund_status == "succeeded":
             metrics.KEY_LOOKUPS.labels("FOUND").inc()
             return RefundResult(SUCCEEDED, reference=reference)
