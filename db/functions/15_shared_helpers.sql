@@ -3,6 +3,44 @@
 -- customer's credit, the credit ledger and the voiding of OPEN invoices.
 -- Re-applied after every migration: CREATE OR REPLACE only.
 
+-- Finding a customer's row by its id alone. Every customer-owned table is keyed (customer_id, id) and,
+-- on Citus, distributed by customer_id (docs/scaling.md): a statement that names a row by id alone is a
+-- query over every shard, and one that locks it (FOR UPDATE) is refused there. So a function that is
+-- given only an id first reads the row's customer (an unlocked read by the id's own index; on Citus a
+-- read of every shard's index), then names the row by (customer_id, id) in every statement that follows:
+-- each of those goes to the one shard group of the customer.
+CREATE OR REPLACE FUNCTION billing._subscription_customer(p_subscription_id bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_customer_id bigint;
+BEGIN
+    SELECT s.customer_id INTO v_customer_id FROM billing.subscription s WHERE s.id = p_subscription_id;
+    RETURN v_customer_id;
+END
+$$;
+COMMENT ON FUNCTION billing._subscription_customer(bigint) IS
+'Private: the customer of a subscription named by id alone (NULL when there is none). Callers then name
+the row by (customer_id, id), which goes to one shard on Citus.';
+
+CREATE OR REPLACE FUNCTION billing._invoice_customer(p_invoice_id bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_customer_id bigint;
+BEGIN
+    SELECT i.customer_id INTO v_customer_id FROM billing.invoice i WHERE i.id = p_invoice_id;
+    RETURN v_customer_id;
+END
+$$;
+COMMENT ON FUNCTION billing._invoice_customer(bigint) IS
+'Private: the customer of an invoice named by id alone (NULL when there is none). Callers then name the
+row by (customer_id, id), which goes to one shard on Citus.';
+
 CREATE OR REPLACE FUNCTION billing._lock_subscription(p_subscription_id bigint)
 RETURNS billing.subscription
 LANGUAGE plpgsql VOLATILE
@@ -10,8 +48,10 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_sub billing.subscription;
+    v_customer_id bigint := billing._subscription_customer(p_subscription_id);
 BEGIN
-    SELECT * INTO v_sub FROM billing.subscription WHERE id = p_subscription_id FOR UPDATE;
+    SELECT * INTO v_sub FROM billing.subscription
+     WHERE customer_id = v_customer_id AND id = p_subscription_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
             MESSAGE = format('subscription %s does not exist', coalesce(p_subscription_id::text, 'NULL'));

@@ -32,14 +32,15 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_invoice billing.invoice;
+    v_customer_id bigint := billing._invoice_customer(p_invoice_id);
 BEGIN
-    SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id;
+    SELECT * INTO v_invoice FROM billing.invoice WHERE customer_id = v_customer_id AND id = p_invoice_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
             MESSAGE = format('invoice %s does not exist', coalesce(p_invoice_id::text, 'NULL'));
     END IF;
     PERFORM billing._lock_subscription(v_invoice.subscription_id);
-    SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id FOR UPDATE;
+    SELECT * INTO v_invoice FROM billing.invoice WHERE customer_id = v_customer_id AND id = p_invoice_id FOR UPDATE;
     RETURN v_invoice;
 END
 $$;

@@ -31,6 +31,11 @@ fi
 if [ "${1:-}" != "stop" ] && [ ! -f "$VENDOR/citus-13.2.2.tar.gz" ] && [ ! -f "$CACHE/citus/stage/.built" ]; then
   log "no Citus source: set BILLING_CITUS_VENDOR to the folder holding citus-13.2.2.tar.gz and its patch"; exit 1
 fi
+# pgTAP and pg_prove: make test-citus runs the suites on the cluster (also when run before make test-sql).
+if [ "${1:-}" != "stop" ]; then
+  apt_ensure /usr/share/postgresql/15/extension/pgtap.control postgresql-15-pgtap
+  apt_ensure pg_prove libtap-parser-sourcehandler-pgtap-perl
+fi
 CITUS_VERSION=13.2.2
 COORD_PORT="${BILLING_CITUS_PORT:-25545}"
 WORKER_PORTS=("${BILLING_CITUS_WORKER1_PORT:-25546}" "${BILLING_CITUS_WORKER2_PORT:-25547}")
