@@ -158,6 +158,33 @@ def db_url(pg_server_url, migrated_template) -> str:
         pytest.fail("events that do not match their schema (docs/events):\n  " + "\n  ".join(problems))
 
 
+@pytest.fixture(scope="session")
+def citus_server_url() -> str:
+    """The coordinator of the three-node Citus cluster on loopback (scripts/services/citus.sh builds
+    Citus once, cached, and starts a coordinator and two workers; `BILLING_TEST_CITUS_URL` names a
+    cluster of your own instead: its coordinator's maintenance database, the workers reachable with
+    the same user)."""
+    return os.environ.get("BILLING_TEST_CITUS_URL") or _script("citus")
+
+
+@pytest.fixture
+def citus_db_url(citus_server_url) -> str:
+    """A throwaway database on every node of the Citus cluster, migrated with `--citus` (superuser
+    URL of the coordinator). A Citus database cannot be cloned from a template (the workers hold the
+    shards), so each test migrates its own: a few seconds."""
+    name = f"c_{uuid.uuid4().hex[:12]}"
+    if os.environ.get("BILLING_TEST_CITUS_URL"):
+        raise pytest.UsageError("citus_db_url makes its databases with scripts/services/citus.sh createdb")
+    subprocess.run(["bash", str(SCRIPTS / "citus.sh"), "createdb", name], check=True, capture_output=True, text=True)
+    url = url_for_db(citus_server_url, name)
+    migrate(url, REPO_ROOT / "db", simulation=True, citus=True)
+    yield url
+    problems = _invalid_events(url)
+    subprocess.run(["bash", str(SCRIPTS / "citus.sh"), "dropdb", name], check=False, capture_output=True, text=True)
+    if problems:
+        pytest.fail("events that do not match their schema (docs/events):\n  " + "\n  ".join(problems))
+
+
 def _invalid_events(url: str) -> list[str]:
     from billing.events.schemas import catalogue
 

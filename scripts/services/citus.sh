@@ -5,6 +5,7 @@
 #   citus.sh              build Citus if needed, start the three nodes, print the coordinator's URL
 #   citus.sh build        only build and install the extension (cached under .cache/citus/)
 #   citus.sh createdb DB  (re)create database DB on every node with the extension, workers registered
+#   citus.sh dropdb DB    drop database DB on every node
 #   citus.sh stop         stop the three nodes
 #
 # Citus is not packaged by Debian and its package repository is not reachable here, so it is built from
@@ -144,10 +145,19 @@ createdb_all() {
   echo "$URL_BASE/$db"
 }
 
+# dropdb DB: the database gone from every node (a test's throwaway database).
+dropdb_all() {
+  local db=$1 port
+  for port in "$COORD_PORT" "${WORKER_PORTS[@]}"; do
+    psql_at "$port" postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null || true
+  done
+}
+
 case "${1:-start}" in
   build) build ;;
   stop) stop_all ;;
   createdb) createdb_all "${2:?database name}" ;;
+  dropdb) dropdb_all "${2:?database name}" ;;
   start)
     build
     start_node "$BASE/coordinator" "$COORD_PORT"
@@ -155,5 +165,5 @@ case "${1:-start}" in
     start_node "$BASE/worker2" "${WORKER_PORTS[1]}"
     echo "$URL_BASE/postgres"
     ;;
-  *) echo "usage: $0 [start|build|createdb DB|stop]" >&2; exit 2 ;;
+  *) echo "usage: $0 [start|build|createdb DB|dropdb DB|stop]" >&2; exit 2 ;;
 esac
