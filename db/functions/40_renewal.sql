@@ -179,6 +179,12 @@ BEGIN
     PERFORM billing._audit('create_due_invoices', jsonb_build_object('batch_size', p_batch_size, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 100000);
+    -- On Citus the statement below cannot run (FOR UPDATE across shards, docs/scaling.md): the
+    -- same work row by row, each row locked by (customer_id, id). The scale path there is
+    -- renew_in_shard, per shard group.
+    IF billing._distributed('billing.customer') THEN
+        RETURN billing._renew_rows(p_batch_size, p_now);
+    END IF;
 
     -- Trial notices, resumes at their date, and the renewals that need the per-row path (a trial
     -- ends, a coupon discounts, a scheduled change applies): usually few rows (35_lifecycle).
@@ -210,3 +216,85 @@ $$;
 COMMENT ON FUNCTION billing.create_due_invoices(integer, timestamptz) IS
 'Claims up to p_batch_size due subscriptions (SKIP LOCKED); renews each by one period (RENEWAL invoice due at p_now at the plan''s price in force when the period starts, times its seats, coupon discount and credit applied) or cancels it if flagged; ends trials (first invoice), resumes paused subscriptions at their resume date, applies scheduled plan changes and announces trials ending soon.
 Returns how many it handled: 0 means nothing is due; call again to catch up missed periods (one per call per subscription).';
+
+-- ---------------------------------------------------------------------------------------------
+-- The per-row renewal: create_due_invoices on Citus (below) and renew_in_shard (56_shard_claims).
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._renew_row(p_customer_id bigint, p_subscription_id bigint, p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_sub     billing.subscription;
+    v_handled integer := 0;
+BEGIN
+    -- Locked by (customer_id, id): one shard on Citus. Skipped when another session holds it; the
+    -- conditions are checked again on the locked version, so a row renewed meanwhile is not due.
+    SELECT * INTO v_sub FROM billing.subscription s
+     WHERE s.customer_id = p_customer_id AND s.id = p_subscription_id
+       AND ((s.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now)
+            OR (s.status = 'PAUSED' AND s.resume_at <= p_now)
+            OR (s.status = 'TRIALING' AND s.trial_notice_at <= p_now))
+       FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    IF v_sub.status = 'TRIALING' AND v_sub.trial_notice_at <= p_now THEN
+        -- Bookkeeping, not a change of the subscription: version stays (as _renew_lifecycle).
+        UPDATE billing.subscription s SET trial_notice_at = NULL
+         WHERE s.customer_id = v_sub.customer_id AND s.id = v_sub.id;
+        PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionTrialWillEnd',
+                                    billing._subscription_data(v_sub), p_now);
+        v_sub.trial_notice_at := NULL;
+        v_handled := 1;
+    END IF;
+    IF v_sub.status = 'PAUSED' THEN
+        -- Resumed at the date set, however late the job runs (later periods follow as renewals).
+        PERFORM billing._resume(v_sub, v_sub.resume_at, p_now);
+        v_handled := v_handled + 1;
+    ELSIF v_sub.current_period_end <= p_now THEN
+        -- One period (or the cancellation at its end), as the renewal statement or
+        -- _renew_lifecycle would: _renew_one is the per-row form of both.
+        PERFORM billing._renew_one(v_sub, p_now);
+        v_handled := v_handled + 1;
+    END IF;
+    RETURN v_handled;
+END
+$$;
+COMMENT ON FUNCTION billing._renew_row(bigint, bigint, timestamptz) IS
+'Private: what create_due_invoices does to one subscription named by (customer_id, id), under its row lock (FOR NO KEY UPDATE SKIP LOCKED, the due conditions checked on the locked version): SubscriptionTrialWillEnd when due, a resume at resume_at, or one renewal (or cancellation at period end) through _renew_one.
+Returns how many of those it did (0: not due, or held by another session).';
+
+CREATE OR REPLACE FUNCTION billing._renew_rows(p_batch_size integer, p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key     record;
+    v_handled integer := 0;
+BEGIN
+    -- An unlocked read of the candidates (on Citus a multi-shard read, allowed without FOR
+    -- UPDATE): the oldest due first, then worked on in customer order, so the credit balances
+    -- they lock are taken in key order as the renewal statement takes them.
+    FOR v_key IN
+        SELECT c.customer_id, c.id
+          FROM (SELECT s.customer_id, s.id
+                  FROM billing.subscription s
+                 WHERE (s.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now)
+                    OR (s.status = 'PAUSED' AND s.resume_at <= p_now)
+                    OR (s.status = 'TRIALING' AND s.trial_notice_at <= p_now)
+                 ORDER BY least(CASE WHEN s.status = 'PAUSED' THEN s.resume_at ELSE s.current_period_end END,
+                                s.trial_notice_at), s.id
+                 LIMIT p_batch_size) c
+         ORDER BY c.customer_id, c.id
+    LOOP
+        v_handled := v_handled + billing._renew_row(v_key.customer_id, v_key.id, p_now);
+    END LOOP;
+    RETURN v_handled;
+END
+$$;
+COMMENT ON FUNCTION billing._renew_rows(integer, timestamptz) IS
+'Private: create_due_invoices on Citus, where its statement cannot run: up to p_batch_size due subscriptions read without locks, then each renewed under its own row lock by _renew_row (skipping rows another session holds).
+Returns how many it handled: 0 means nothing is due.';

@@ -295,3 +295,204 @@ $$;
 COMMENT ON FUNCTION billing.claim_outbox_in_shard(text, integer, integer, interval, timestamptz) IS
 'Claims up to p_batch_size PENDING events of one leased shard group for the relay, as claim_outbox_events does for the whole database: in id order, skipping rows another claimer holds, none while an earlier pending event of its aggregate is held elsewhere; each is leased until p_now + p_lease. Call it on the node holding the group.
 Returns the claimed events in id order; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size or lease.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Claim and work in one call, inside one shard group: what the driver's workers call on the node
+-- that holds the group (docs/scaling.md, "Batch claims"). The claim locks the group's due rows on
+-- its own shard (SKIP LOCKED, so two claimers take disjoint rows); each claimed row is then worked
+-- on by the per-row functions, whose statements name it by (customer_id, id): on Citus a
+-- single-shard statement, executed locally on this node. All in the caller's one transaction.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing.renew_in_shard(
+    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+AS $$
+DECLARE
+    v_customers bigint[];
+    v_ids       bigint[];
+    v_handled   integer := 0;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
+    -- create_due_invoices' rows, in this group: trial notices, resumes at their date and due
+    -- renewals (fast and lifecycle paths alike), up to a batch of each, oldest first, locked until
+    -- the transaction ends; worked on in customer order (credit balances locked in key order).
+    EXECUTE format($q$
+        WITH notice AS MATERIALIZED (
+            SELECT s.customer_id, s.id FROM %1$s s
+             WHERE s.status = 'TRIALING' AND s.trial_notice_at <= $1
+             ORDER BY s.trial_notice_at, s.id LIMIT $2
+               FOR NO KEY UPDATE SKIP LOCKED
+        ), resuming AS MATERIALIZED (
+            SELECT s.customer_id, s.id FROM %1$s s
+             WHERE s.status = 'PAUSED' AND s.resume_at <= $1
+             ORDER BY s.resume_at, s.id LIMIT $2
+               FOR NO KEY UPDATE SKIP LOCKED
+        ), renewing AS MATERIALIZED (
+            SELECT s.customer_id, s.id FROM %1$s s
+             WHERE s.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND s.current_period_end <= $1
+             ORDER BY s.current_period_end LIMIT $2
+               FOR NO KEY UPDATE SKIP LOCKED
+        ), claimed AS (
+            SELECT * FROM notice UNION SELECT * FROM resuming UNION SELECT * FROM renewing
+        )
+        SELECT array_agg(c.customer_id ORDER BY c.customer_id, c.id), array_agg(c.id ORDER BY c.customer_id, c.id)
+          FROM claimed c$q$, billing._shard_table('billing.subscription', p_shard_group))
+       INTO v_customers, v_ids USING p_now, p_batch_size;
+    IF v_ids IS NULL THEN
+        RETURN 0;  -- nothing due: no audit row (idle workers ask every second, per group)
+    END IF;
+    PERFORM billing._audit('renew_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'now', p_now));
+    FOR i IN 1 .. array_length(v_ids, 1) LOOP
+        v_handled := v_handled + billing._renew_row(v_customers[i], v_ids[i], p_now);
+    END LOOP;
+    RETURN v_handled;
+END
+$$;
+COMMENT ON FUNCTION billing.renew_in_shard(text, integer, integer, timestamptz) IS
+'create_due_invoices inside one leased shard group: claims the group''s due subscriptions (trial notices, resumes, renewals; up to p_batch_size of each, oldest first, skipping rows another claimer holds) and renews each in this transaction through the per-row path (_renew_row: one period, or the cancellation at period end, a trial''s end, a scheduled change, a coupon, credit, tax, events). Call it on the node holding the group (lease_shard_groups names it).
+Returns how many it handled (0: nothing due in the group; call again to catch up missed periods); BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size.';
+
+CREATE OR REPLACE FUNCTION billing._claim_charge_row(
+    p_customer_id bigint, p_invoice_id bigint, p_worker text, p_lease interval, p_now timestamptz, p_provider text,
+    p_cfg billing.installation)
+RETURNS TABLE (invoice_id bigint, attempt_id bigint, idempotency_key text, customer_id bigint, amount bigint,
+               currency text, lookup boolean, customer_ref text, payment_method_ref text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_inv         billing.invoice;
+    v_attempt     billing.payment_attempt;
+    v_method      billing.payment_method;
+    v_has_default boolean;
+BEGIN
+    -- claim_charges' statement for one invoice, every statement by (customer_id, id).
+    SELECT * INTO v_inv FROM billing.invoice i
+     WHERE i.customer_id = p_customer_id AND i.id = p_invoice_id AND i.status = 'OPEN' AND i.next_attempt_at <= p_now
+       FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_attempt FROM billing.payment_attempt a
+     WHERE a.customer_id = v_inv.customer_id AND a.invoice_id = v_inv.id AND a.attempt_number = v_inv.try_count;
+    IF v_attempt.id IS NOT NULL AND v_attempt.key_expires_at <= p_now THEN
+        -- The key's lifetime is over and its fate is still unknown: never sent again; a person decides.
+        UPDATE billing.invoice i SET status = 'REVIEW', next_attempt_at = NULL, review_reason = 'KEY_EXPIRED'
+         WHERE i.customer_id = v_inv.customer_id AND i.id = v_inv.id
+        RETURNING * INTO v_inv;
+        PERFORM billing._emit_event('invoice', v_inv.id, 'InvoicePaymentReview',
+                                    billing._invoice_data(v_inv) || jsonb_build_object('reason', 'KEY_EXPIRED'), p_now);
+        RETURN;
+    END IF;
+    IF v_attempt.id IS NULL THEN
+        -- A new key takes the customer's default usable method (a card works until the end of its
+        -- expiry month, UTC); with the simulator a customer who never set a default is charged by
+        -- customer id, otherwise the invoice waits for the customer.
+        SELECT * INTO v_method FROM billing.payment_method pm
+         WHERE pm.customer_id = v_inv.customer_id AND pm.is_default AND pm.provider = p_provider
+           AND make_timestamptz(pm.exp_year, pm.exp_month, 1, 0, 0, 0, 'UTC') + interval '1 month' > p_now;
+        v_has_default := EXISTS (SELECT 1 FROM billing.payment_method x
+                                  WHERE x.customer_id = v_inv.customer_id AND x.is_default AND x.provider = p_provider);
+        IF v_method.id IS NULL AND (p_provider <> 'sim' OR v_has_default) THEN
+            UPDATE billing.invoice i
+               SET next_attempt_at = NULL, waiting_for = 'PAYMENT_METHOD',
+                   give_up_at = coalesce(i.give_up_at,
+                       coalesce((SELECT min(a.result_at) FROM billing.payment_attempt a
+                                  WHERE a.customer_id = v_inv.customer_id AND a.invoice_id = v_inv.id
+                                    AND a.outcome = 'DECLINED'), p_now)
+                       + coalesce((SELECT sum(d.delay) FROM billing.dunning_step d), interval '0'))
+             WHERE i.customer_id = v_inv.customer_id AND i.id = v_inv.id
+            RETURNING * INTO v_inv;
+            PERFORM billing._emit_event('invoice', v_inv.id, 'InvoicePaymentMethodRequired',
+                billing._invoice_data(v_inv) || jsonb_build_object(
+                    'reason', CASE WHEN v_has_default THEN 'PAYMENT_METHOD_EXPIRED' ELSE 'NO_PAYMENT_METHOD' END,
+                    'declineCode', NULL, 'provider', p_provider), p_now);
+            RETURN;
+        END IF;
+    END IF;
+    -- The lease: a worker that dies before reporting gives the invoice back at p_now + p_lease.
+    UPDATE billing.invoice i SET next_attempt_at = p_now + p_lease
+     WHERE i.customer_id = v_inv.customer_id AND i.id = v_inv.id;
+    -- One row per try: a re-claim reuses its key and what it was sent with.
+    INSERT INTO billing.payment_attempt AS a
+           (customer_id, invoice_id, attempt_number, idempotency_key, amount, currency, worker, first_claimed_at,
+            last_claimed_at, key_expires_at, provider, payment_method_id, customer_ref, payment_method_ref)
+    VALUES (v_inv.customer_id, v_inv.id, v_inv.try_count,
+            p_cfg.key_namespace || '-inv-' || v_inv.id || '-try-' || v_inv.try_count, v_inv.amount, v_inv.currency,
+            p_worker, p_now, p_now, p_now + p_cfg.key_lifetime, p_provider, v_method.id, v_method.customer_ref,
+            v_method.payment_method_ref)
+    ON CONFLICT (customer_id, invoice_id, attempt_number) DO UPDATE
+        SET claim_count = a.claim_count + 1, worker = excluded.worker, last_claimed_at = excluded.last_claimed_at
+    RETURNING * INTO v_attempt;
+    RETURN QUERY SELECT v_inv.id, v_attempt.id, v_attempt.idempotency_key, v_inv.customer_id, v_inv.amount,
+                        v_inv.currency::text,
+                        -- Sent before and could end within the lookup margin of its expiry: look it up.
+                        v_attempt.claim_count > 1 AND p_now + p_lease > v_attempt.key_expires_at - p_cfg.lookup_margin,
+                        v_attempt.customer_ref, v_attempt.payment_method_ref;
+END
+$$;
+COMMENT ON FUNCTION billing._claim_charge_row(bigint, bigint, text, interval, timestamptz, text, billing.installation) IS
+'Private: claim_charges'' work on one invoice named by (customer_id, id), under its row lock (SKIP LOCKED; OPEN and due checked on the locked version): to REVIEW when its key outlived the key lifetime (InvoicePaymentReview), waiting for a payment method when it has no usable one (InvoicePaymentMethodRequired), else leased until p_now + p_lease with its payment_attempt (key <namespace>-inv-<id>-try-<n>, reused by a re-claim).
+Returns the row claim_charges returns for it, or none.';
+
+CREATE OR REPLACE FUNCTION billing.charge_claims_in_shard(
+    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 100, p_lease interval DEFAULT interval '5 minutes',
+    p_now timestamptz DEFAULT now(), p_provider text DEFAULT 'sim')
+RETURNS TABLE (invoice_id bigint, attempt_id bigint, idempotency_key text, customer_id bigint, amount bigint,
+               currency text, lookup boolean, customer_ref text, payment_method_ref text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_cfg       billing.installation;
+    v_customers bigint[];
+    v_ids       bigint[];
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_text('a worker name', p_worker, 200);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
+    IF p_provider IS NULL OR p_provider !~ '^[a-z][a-z0-9_]{1,31}$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('a provider name is 2 to 32 lower-case letters, digits or _, got %L', p_provider),
+            HINT = 'Pass the worker''s BILLING_GATEWAY_PROVIDER (sim, stripe, ...).';
+    END IF;
+    SELECT * INTO v_cfg FROM billing.installation;
+    IF p_lease >= v_cfg.key_lifetime THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_cfg.key_lifetime),
+            HINT = 'A call made near the end of a longer lease could reach the gateway after it forgot the key.';
+    END IF;
+    PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
+    -- claim_charges' due invoices, in this group: oldest first, locked (SKIP LOCKED) until the
+    -- transaction ends, then each keyed and leased as claim_charges does.
+    EXECUTE format($q$
+        WITH due AS MATERIALIZED (
+            SELECT i.customer_id, i.id FROM %s i
+             WHERE i.status = 'OPEN' AND i.next_attempt_at <= $1
+             ORDER BY i.next_attempt_at LIMIT $2
+               FOR NO KEY UPDATE SKIP LOCKED
+        )
+        SELECT array_agg(d.customer_id ORDER BY d.id), array_agg(d.id ORDER BY d.id) FROM due d$q$,
+        billing._shard_table('billing.invoice', p_shard_group))
+       INTO v_customers, v_ids USING p_now, p_batch_size;
+    IF v_ids IS NULL THEN
+        RETURN;  -- nothing due: no audit row
+    END IF;
+    PERFORM billing._audit('charge_claims_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now, 'provider', p_provider));
+    FOR i IN 1 .. array_length(v_ids, 1) LOOP
+        RETURN QUERY SELECT * FROM billing._claim_charge_row(v_customers[i], v_ids[i], p_worker, p_lease, p_now, p_provider, v_cfg);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION billing.charge_claims_in_shard(text, integer, integer, interval, timestamptz, text) IS
+'claim_charges inside one leased shard group: claims up to p_batch_size OPEN invoices of the group due by p_now (oldest first, SKIP LOCKED) and does claim_charges'' work on each (_claim_charge_row): the payment attempt and its key, the lease until p_now + p_lease, REVIEW past the key lifetime, waiting without a usable payment method. Call it on the node holding the group.
+Returns what claim_charges returns, in invoice id order; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for bad arguments.';

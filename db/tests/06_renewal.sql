@@ -1,6 +1,6 @@
 -- 06_renewal: create_due_invoices renews, catches up, cancels at period end and spends credit.
 BEGIN;
-SELECT plan(32);
+SELECT plan(36);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS
 $$ SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key $$;
@@ -113,6 +113,43 @@ SELECT is((SELECT balance FROM billing.credit_balance WHERE customer_id = 6301 A
 -- A free plan: nothing to charge, PAID at once.
 SELECT billing.create_subscription('t06-e', 6401, 'T_M_FREE', '2030-01-01Z');
 SELECT is((SELECT status FROM billing.invoice WHERE subscription_id = pg_temp.sid('t06-e')), 'PAID', 'a zero invoice is PAID at once');
+
+-- The per-row path (create_due_invoices on Citus, where its statement cannot run; renew_in_shard) --
+-- Same subscriptions renewed by the statement, then (rolled back) by _renew_rows: the same
+-- invoices, credit, subscription states and events. A customer with two subscriptions and credit,
+-- one canceled at period end (its unpaid invoice voided), one PAST_DUE.
+SELECT pg_temp.close('t06-e', '2030-01-02Z');
+SELECT billing.create_subscription('t06-r' || n, 6500 + least(n, 2), 'T_M', '2031-01-10Z') FROM generate_series(1, 4) n;
+SELECT billing._grant_credit(6501, 'USD', 700, 'PRORATION', NULL, NULL, '2031-01-20Z');
+SELECT billing.cancel_subscription(pg_temp.sid('t06-r3'), true, '2031-01-20Z');
+UPDATE billing.subscription SET status = 'PAST_DUE' WHERE id = pg_temp.sid('t06-r4');
+CREATE TEMP VIEW renewal_effects AS
+SELECT 'invoice' AS what, r.idempotency_key AS sub, concat_ws(' ', i.kind, i.status, i.period_start, i.period_end, i.subtotal,
+       i.credit_applied, i.amount, i.tax_amount, i.next_attempt_at, i.due_at) AS state
+  FROM billing.invoice i JOIN billing.subscription_request r ON r.subscription_id = i.subscription_id
+ WHERE r.idempotency_key LIKE 't06-r%'
+UNION ALL
+SELECT 'subscription', r.idempotency_key, concat_ws(' ', s.status, s.current_period_start, s.current_period_end,
+       s.period_number, s.version, s.cancel_reason, s.period_price)
+  FROM billing.subscription s JOIN billing.subscription_request r ON r.subscription_id = s.id
+ WHERE r.idempotency_key LIKE 't06-r%'
+UNION ALL
+SELECT 'event', r.idempotency_key, e.event_type || ' ' || ((e.payload -> 'data') - 'invoiceId'::text)::text
+  FROM billing.outbox_event e
+  JOIN billing.invoice i ON e.aggregate_type = 'invoice' AND i.id = e.aggregate_id
+  JOIN billing.subscription_request r ON r.subscription_id = i.subscription_id
+ WHERE r.idempotency_key LIKE 't06-r%' AND e.created_at >= '2031-02-10Z'
+UNION ALL
+SELECT 'credit', c.customer_id::text, concat_ws(' ', c.currency, c.balance) FROM billing.credit_balance c WHERE c.customer_id IN (6501, 6502);
+SAVEPOINT by_statement;
+SELECT is(billing.create_due_invoices(500, '2031-02-10 12:00Z'), 4, 'the statement: 4 renewed or canceled');
+SELECT string_agg(concat_ws('|', what, sub, state), E'\n' ORDER BY concat_ws('|', what, sub, state)) AS by_statement FROM renewal_effects \gset
+ROLLBACK TO SAVEPOINT by_statement;
+SELECT is(billing._renew_rows(500, '2031-02-10 12:00Z'), 4, 'the per-row path: the same 4');
+SELECT is((SELECT string_agg(concat_ws('|', what, sub, state), E'\n' ORDER BY concat_ws('|', what, sub, state)) FROM renewal_effects), :'by_statement',
+          'the per-row path: the same invoices, credit, subscriptions and events as the statement');
+SELECT is(billing._renew_rows(500, '2031-02-10 12:00Z'), 0, 'the per-row path: nothing due twice');
+SELECT pg_temp.close('t06-r', '2031-02-11Z');
 
 SELECT * FROM finish();
 ROLLBACK;

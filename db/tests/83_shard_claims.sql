@@ -1,7 +1,7 @@
 -- 83_shard_claims: the batch claims per shard group on a single PostgreSQL, where there is one
 -- group, 0, the whole database (docs/scaling.md; on Citus: db/tests/citus/20_shard_claims.sql).
 BEGIN;
-SELECT plan(16);
+SELECT plan(24);
 
 SELECT billing.upsert_plan('T83_PLAN', 1000, 'USD', 'MONTH', 1, '2026-01-01Z');
 SELECT billing.create_subscription('t83-a', 83001, 'T83_PLAN', '2026-01-10Z');
@@ -42,6 +42,32 @@ SELECT results_eq($$SELECT customer_id FROM billing.claim_renewals_in_shard('w2'
                   $$VALUES (83001::bigint), (83002)$$, 'renewals: the due subscriptions, oldest due first');
 SELECT results_eq($$SELECT customer_id FROM billing.claim_renewals_in_shard('w2', 0, 1, '2026-02-15Z')$$,
                   $$VALUES (83001::bigint)$$, 'renewals: only what is due at p_now, up to the batch');
+
+-- Claim and work in one call. Renewals: the due subscriptions renewed in the claimer's transaction.
+SELECT throws_ok($$SELECT billing.renew_in_shard('w1', 0, 10, '2026-02-25Z')$$, 'BL409', NULL,
+                 'renew_in_shard without the group''s lease: BL409');
+SELECT is(billing.renew_in_shard('w2', 0, 10, '2026-02-25Z'), 2, 'renew_in_shard: both due subscriptions renewed');
+SELECT results_eq($$SELECT customer_id, period_start, period_end, status FROM billing.invoice
+                     WHERE customer_id IN (83001, 83002) AND kind = 'RENEWAL' ORDER BY customer_id$$,
+                  $$VALUES (83001::bigint, '2026-02-10Z'::timestamptz, '2026-03-10Z'::timestamptz, 'OPEN'),
+                           (83002, '2026-02-20Z', '2026-03-20Z', 'OPEN')$$,
+                  'renew_in_shard: one RENEWAL invoice per subscription for its next period');
+SELECT is(billing.renew_in_shard('w2', 0, 10, '2026-02-25Z'), 0, 'renew_in_shard: nothing due twice');
+-- Charges: keyed and leased as claim_charges does, so claim_charges (the single-node charger) and
+-- charge_claims_in_shard take the same rows with the same keys.
+SELECT results_eq($$SELECT c.invoice_id, c.idempotency_key, c.lookup FROM billing.charge_claims_in_shard('w2', 0, 10, '5 minutes', '2026-02-25 00:01Z') c$$,
+                  $$SELECT i.id, n.key_namespace || '-inv-' || i.id || '-try-0', false FROM billing.invoice i, billing.installation n
+                     WHERE i.customer_id IN (83001, 83002) ORDER BY i.id$$,
+                  'charge_claims_in_shard: every due invoice, keyed <namespace>-inv-<id>-try-<n> as claim_charges keys it');
+SELECT is_empty($$SELECT * FROM billing.claim_charges('w3', 10, '5 minutes', '2026-02-25 00:02Z')$$,
+                'claim_charges respects the leases charge_claims_in_shard took');
+SELECT results_eq($$SELECT c.invoice_id, c.idempotency_key FROM billing.claim_charges('w3', 10, '5 minutes', '2026-02-25 00:10Z') c$$,
+                  $$SELECT i.id, n.key_namespace || '-inv-' || i.id || '-try-0' FROM billing.invoice i, billing.installation n
+                     WHERE i.customer_id IN (83001, 83002) ORDER BY i.id$$,
+                  'after the lease claim_charges takes them back with the same keys');
+SELECT results_eq($$SELECT count(*), min(claim_count), max(claim_count), min(worker) FROM billing.payment_attempt
+                     WHERE customer_id IN (83001, 83002)$$,
+                  $$VALUES (4::bigint, 2, 2, 'w3'::text)$$, 'and the same attempts, claimed a second time');
 
 -- Audit rows only for calls that changed something (idle workers ask every second, per group).
 SELECT is((SELECT count(*) FROM billing.audit_log WHERE function = 'claim_charges_in_shard'), 1::bigint,
