@@ -123,33 +123,58 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_held  integer;
-    v_taken integer := 0;
+    v_held     integer;
+    v_taken    integer := 0;
+    v_released integer := 0;
+    v_groups   integer;
+    v_alive    integer;
+    v_share    integer;
 BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('worker', p_worker, 200);
     PERFORM billing._check_between('max groups', p_max_groups, 1, 10000);
     PERFORM billing._check_lease(p_lease);
+    -- The worker is alive until p_now + p_lease; its fair share is the groups over the workers
+    -- alive, rounded up (at most p_max_groups), so a worker that starts after the others gets
+    -- groups too: the others give back what they hold beyond their share at their next call.
+    INSERT INTO billing.shard_worker AS w (worker, seen_until) VALUES (p_worker, p_now + p_lease)
+    ON CONFLICT (worker) DO UPDATE SET seen_until = excluded.seen_until;
+    SELECT count(*) INTO v_groups FROM billing.shard_lease;
+    SELECT count(*) INTO v_alive FROM billing.shard_worker w WHERE w.seen_until > p_now;
+    v_share := least(p_max_groups, ceil(v_groups::numeric / greatest(v_alive, 1))::integer);
     -- The worker's own leases, renewed.
     UPDATE billing.shard_lease l
        SET lease_until = p_now + p_lease
      WHERE l.holder = p_worker AND l.lease_until > p_now;
     GET DIAGNOSTICS v_held = ROW_COUNT;
-    -- Free groups, or groups whose lease ran out, up to p_max_groups in all. Two workers after the
-    -- same group: the second waits for the first's row lock, then finds it held and takes nothing.
-    IF v_held < p_max_groups THEN
+    IF v_held > v_share THEN
+        -- Beyond its share: the highest groups go back, free at once (the rows they claimed stay
+        -- locked or leased by their own claims, so a new holder cannot take them twice).
+        UPDATE billing.shard_lease l
+           SET holder = NULL, lease_until = NULL, leased_at = NULL
+         WHERE l.shard_group IN (SELECT h.shard_group FROM billing.shard_lease h
+                                  WHERE h.holder = p_worker AND h.lease_until > p_now
+                                  ORDER BY h.shard_group DESC LIMIT v_held - v_share);
+        GET DIAGNOSTICS v_released = ROW_COUNT;
+        v_held := v_held - v_released;
+    END IF;
+    -- Free groups, or groups whose lease ran out, up to the share. Two workers after the same
+    -- group: the second waits for the first's row lock, then finds it held and takes nothing.
+    IF v_held < v_share THEN
         UPDATE billing.shard_lease l
            SET holder = p_worker, lease_until = p_now + p_lease, leased_at = p_now
          WHERE l.shard_group IN (SELECT f.shard_group FROM billing.shard_lease f
                                   WHERE f.lease_until IS NULL OR f.lease_until <= p_now
                                   ORDER BY f.lease_until NULLS FIRST, f.shard_group
-                                  LIMIT p_max_groups - v_held)
+                                  LIMIT v_share - v_held)
            AND (l.lease_until IS NULL OR l.lease_until <= p_now);
         GET DIAGNOSTICS v_taken = ROW_COUNT;
     END IF;
+    -- Workers not seen for a day are forgotten.
+    DELETE FROM billing.shard_worker w WHERE w.seen_until < p_now - interval '1 day';
     -- An audit row when a group changes hands (renewing one's own leases changes no holder).
-    IF v_taken > 0 THEN
-        PERFORM billing._audit('lease_shard_groups', jsonb_build_object('worker', p_worker, 'max_groups', p_max_groups, 'lease', p_lease, 'now', p_now, 'taken', v_taken));
+    IF v_taken > 0 OR v_released > 0 THEN
+        PERFORM billing._audit('lease_shard_groups', jsonb_build_object('worker', p_worker, 'max_groups', p_max_groups, 'lease', p_lease, 'now', p_now, 'taken', v_taken, 'released', v_released));
     END IF;
     RETURN QUERY
     SELECT l.shard_group, l.lease_until, g.node_name, g.node_port
@@ -160,8 +185,27 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.lease_shard_groups(text, integer, interval, timestamptz) IS
-'Leases shard groups to a batch worker (docs/scaling.md): renews the worker''s own leases to p_now + p_lease, then takes free groups or groups whose lease ran out, up to p_max_groups. The lease spreads the groups over the workers; what keeps a row from being claimed twice is the claim itself (row locks, row leases).
+'Leases shard groups to a batch worker (docs/scaling.md): the worker counts as alive until p_now + p_lease; it renews its own leases to p_now + p_lease, gives back what it holds beyond its fair share (the groups over the workers alive, rounded up, at most p_max_groups), then takes free groups or groups whose lease ran out up to that share. The lease spreads the groups over the workers; what keeps a row from being claimed twice is the claim itself (row locks, row leases).
 Returns the groups the worker holds, with the node holding each (NULL on a single PostgreSQL: group 0, this database); BL422 for a bad worker name, count or lease.';
+
+CREATE OR REPLACE FUNCTION billing.shard_groups(p_now timestamptz DEFAULT now())
+RETURNS TABLE (shard_group integer, node_name text, node_port integer, holder text, lease_until timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._check_now(p_now);
+    RETURN QUERY
+    SELECT g.shard_group, g.node_name, g.node_port,
+           CASE WHEN l.lease_until > p_now THEN l.holder END, CASE WHEN l.lease_until > p_now THEN l.lease_until END
+      FROM billing._shard_groups() g
+      LEFT JOIN billing.shard_lease l ON l.shard_group = g.shard_group
+     ORDER BY g.shard_group;
+END
+$$;
+COMMENT ON FUNCTION billing.shard_groups(timestamptz) IS
+'The shard groups of the batch claims: each with the node holding it (NULL on a single PostgreSQL: one group, 0, this database) and its lease holder at p_now (NULL when free). The worker reads it to choose its path: per shard group when a node is named.
+Returns one row per group.';
 
 CREATE OR REPLACE FUNCTION billing.claim_renewals_in_shard(
     p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())

@@ -30,6 +30,7 @@ AS $$
         ('coupon',               'reference',   NULL,          'configuration'),
         ('tax_rate',             'reference',   NULL,          'configuration'),
         ('shard_lease',          'reference',   NULL,          'the batch workers'' leases of shard groups (written about once a lease)'),
+        ('shard_worker',         'reference',   NULL,          'the batch workers leasing shard groups (written about once a lease)'),
         ('document_series',      'reference',   NULL,          'a numbering series (its counter is written when a number is taken)'),
         ('customer',             'distributed', 'id',          'the customer'),
         ('subscription',         'distributed', 'customer_id', 'primary key (customer_id, id)'),
