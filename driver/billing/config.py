@@ -109,6 +109,13 @@ def _env_bool(name: str, default: bool) -> bool:
     raise ValueError(f"{name} must be a boolean, got {raw!r}")
 
 
+def _shard_claims(raw: str | None) -> str:
+    value = (raw or "auto").strip().lower()
+    if value not in ("auto", "on", "off"):
+        raise ValueError(f"BILLING_SHARD_CLAIMS must be auto, on or off, got {raw!r}")
+    return value
+
+
 def _console_cookie_secure(raw: str | None) -> str:
     value = (raw or "auto").strip().lower()
     if value not in ("auto", "true", "false"):
@@ -144,6 +151,15 @@ class Settings:
     # call's timeout, which must stay well inside the lease.
     charge_lease_seconds: float = 300.0
     gateway_timeout_seconds: float = 10.0
+    # The batch claims per shard group on Citus (docs/scaling.md, "Batch claims"): "auto" takes them
+    # when the database is distributed (billing.shard_groups names nodes), "on" always (on a single
+    # PostgreSQL: its one group, 0), "off" never (create_due_invoices and claim_charges on the
+    # database named by database_url). A worker leases groups for shard_lease_seconds (renewed every
+    # third of it), at most shard_max_groups of them, and connects to the node of each with the user,
+    # password and database of database_url.
+    shard_claims: str = "auto"
+    shard_lease_seconds: float = 30.0
+    shard_max_groups: int = 10000
     # How long a charge worker lets payment results gather before recording them in one call
     # (billing.worker.recorder): batches at low rates; 0 records each at once when nothing else runs.
     record_linger_ms: float = 100.0
@@ -212,6 +228,9 @@ class Settings:
             charge_lease_seconds=_env_float("BILLING_CHARGE_LEASE_SECONDS", cls.charge_lease_seconds),
             gateway_timeout_seconds=_env_float("BILLING_GATEWAY_TIMEOUT_SECONDS", cls.gateway_timeout_seconds),
             record_linger_ms=_env_float("BILLING_RECORD_LINGER_MS", cls.record_linger_ms),
+            shard_claims=_shard_claims(env.get("BILLING_SHARD_CLAIMS")),
+            shard_lease_seconds=_env_float("BILLING_SHARD_LEASE_SECONDS", cls.shard_lease_seconds),
+            shard_max_groups=_env_int("BILLING_SHARD_MAX_GROUPS", cls.shard_max_groups),
             limiter_guard_ms=_env_float("BILLING_LIMITER_GUARD_MS", cls.limiter_guard_ms),
             limiter_max_late_ms=_env_float("BILLING_LIMITER_MAX_LATE_MS", cls.limiter_max_late_ms),
             limiter_pace_oversubscription=_env_float("BILLING_LIMITER_PACE_OVERSUBSCRIPTION",

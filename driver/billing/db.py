@@ -21,6 +21,20 @@ CLAIM_CHARGES = (
     "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup, customer_ref, "
     "payment_method_ref FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s, %(provider)s)"
 )
+# Batch claims per shard group on Citus (db/functions/56_shard_claims.sql, docs/scaling.md): the
+# groups and their nodes, the worker's leases (on the coordinator), then claim and work in one call
+# on the node that holds the group.
+SHARD_GROUPS = "SELECT shard_group, node_name, node_port FROM billing.shard_groups(%(now)s)"
+LEASE_SHARD_GROUPS = (
+    "SELECT shard_group, lease_until, node_name, node_port "
+    "FROM billing.lease_shard_groups(%(worker)s, %(max_groups)s, %(lease)s::interval, %(now)s)"
+)
+RENEW_IN_SHARD = "SELECT billing.renew_in_shard(%(worker)s, %(group)s, %(batch)s, %(now)s) AS handled"
+CHARGE_CLAIMS_IN_SHARD = (
+    "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup, customer_ref, "
+    "payment_method_ref FROM billing.charge_claims_in_shard(%(worker)s, %(group)s, %(batch)s, %(lease)s::interval, "
+    "%(now)s, %(provider)s)"
+)
 # Refunds (db/functions/57_refunds.sql): the worker claims and records; the API requests and lists.
 CLAIM_REFUNDS = "SELECT * FROM billing.claim_refunds(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s)"
 RECORD_REFUND_RESULT = (

@@ -83,11 +83,14 @@ class Charger:
     def __init__(self, pool, gateway: GatewayClient | Provider, limiter: RateLimiter, *, rate: float,
                  clock: Clock | None = None, worker_id: str | None = None, concurrency: int | None = None,
                  lease_seconds: float = 300.0, claim_batch: int = 100, poll_seconds: float = 1.0,
-                 drain_seconds: float | None = None, record_linger: float = 0.0) -> None:
+                 drain_seconds: float | None = None, record_linger: float = 0.0, shards=None) -> None:
         if gateway.timeout >= lease_seconds:
             raise ValueError(f"the gateway timeout ({gateway.timeout:g} s) must be shorter than the lease "
                              f"({lease_seconds:g} s)")
         self.pool = pool
+        # On Citus (a billing.worker.shards.ShardLeases): claims per shard group, on the node of
+        # each group the worker leases (charge_claims_in_shard); results recorded as ever.
+        self.shards = shards
         self.gateway = gateway  # as given (a GatewayClient speaks the simulator's protocol)
         if isinstance(gateway, GatewayClient):
             from billing.providers.sim import SimProvider
@@ -119,11 +122,16 @@ class Charger:
     # -- SQL -----------------------------------------------------------------------------------
 
     async def _claim(self, size: int) -> list[Claim]:
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(db.CLAIM_CHARGES, {
-                "worker": self.worker_id, "batch": size, "lease": timedelta(seconds=self.lease_seconds),
-                "now": self.clock.now(), "provider": self.provider.name})
-            rows = await cur.fetchall()
+        params = {"worker": self.worker_id, "batch": size, "lease": timedelta(seconds=self.lease_seconds),
+                  "now": self.clock.now(), "provider": self.provider.name}
+        if self.shards is not None:
+            from billing.worker.shards import in_each_group
+
+            rows = await in_each_group(self.shards, db.CHARGE_CLAIMS_IN_SHARD, params, want=size)
+        else:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(db.CLAIM_CHARGES, params)
+                rows = await cur.fetchall()
         claims = [Claim(r["invoice_id"], r["attempt_id"], r["idempotency_key"], r["customer_id"], r["amount"],
                         r["currency"].strip(), bool(r.get("lookup")), r.get("customer_ref"),
                         r.get("payment_method_ref")) for r in rows]

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the parts are imported when built, so that a switched-off p
     from billing.worker.charging import Charger
     from billing.worker.refunds import Refunder
     from billing.worker.relay import RelayOptions
+    from billing.worker.shards import ShardLeases
     from billing.worker.sinks import EventSink
 
 log = logging.getLogger("billing.worker")
@@ -62,6 +63,7 @@ class Worker:
     limiter_name: str = ""  # what the limiter is, in words (for logs and reports)
     charger: Charger | None = None
     refunder: Refunder | None = None
+    shards: ShardLeases | None = None  # the shard groups leased (Citus), None on the single-node path
     sink: EventSink | None = None  # the relay's sink when one was passed, else None (Kafka)
     # What to run: part name -> a coroutine function taking the stop event.
     parts: dict[str, Part] = field(default_factory=dict)
@@ -166,12 +168,26 @@ async def build_worker(
                                            name=pool_name)
             worker.closers.append(worker.pool.close)
         pool = worker.pool
+        worker_id = None
+        if renew or charge:
+            # Per shard group on Citus, or as asked (BILLING_SHARD_CLAIMS); else the single-node path.
+            from billing.worker.charging import default_worker_id
+            from billing.worker.shards import ShardLeases, shard_mode
+
+            worker_id = default_worker_id()
+            if await shard_mode(pool, settings.shard_claims, clock):
+                worker.shards = ShardLeases(pool, settings.database_url, worker_id, clock=clock,
+                                            lease_seconds=settings.shard_lease_seconds,
+                                            max_groups=settings.shard_max_groups)
+                worker.closers.insert(0, worker.shards.close)
+                worker.parts["shards"] = worker.shards.run
+        shards = worker.shards
         if renew:
             from billing.worker.renewal import run_renewal
 
             async def renewal(stop: asyncio.Event) -> None:
                 await run_renewal(pool, stop, clock=clock, batch=renewal_batch, idle_seconds=renewal_idle_seconds,
-                                  expiry_notice_days=settings.card_expiry_notice_days)
+                                  expiry_notice_days=settings.card_expiry_notice_days, shards=shards)
 
             worker.parts["renewal"] = renewal
         if charge:
@@ -193,7 +209,8 @@ async def build_worker(
             worker.charger = Charger(pool, worker.gateway, limiter, rate=settings.gateway_rate, clock=clock,
                                      concurrency=concurrency, lease_seconds=settings.charge_lease_seconds,
                                      poll_seconds=charge_poll_seconds,
-                                     record_linger=settings.record_linger_ms / 1000)
+                                     record_linger=settings.record_linger_ms / 1000, worker_id=worker_id,
+                                     shards=shards)
             worker.parts["charging"] = worker.charger.run
             # Refunds go through the same provider and the same rate limit, on their own loop.
             worker.refunder = Refunder(pool, worker.gateway, limiter, clock=clock, worker_id=worker.charger.worker_id,

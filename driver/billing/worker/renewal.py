@@ -3,6 +3,11 @@
 
 Several instances may run it at once: the SQL function claims with SKIP LOCKED, so they share
 the due subscriptions instead of fighting over them.
+
+On Citus (`shards` given: billing.worker.shards) the renewals go per shard group instead:
+`renew_in_shard` in each group the worker leases, on the node holding it, until the group has
+nothing due; the other steps (finalizing, cards, waiting invoices, keys) stay calls on the
+coordinator, each on its own, so that one failing does not hold the renewals back.
 """
 
 from __future__ import annotations
@@ -34,6 +39,34 @@ async def renew_due(pool, clock: Clock, *, batch: int = 500, stop: asyncio.Event
         total += handled
         metrics.RENEWALS.inc(handled)
         metrics.RENEWAL_BATCHES.inc()
+    return total
+
+
+async def renew_due_in_shards(shards, clock: Clock, *, batch: int = 500, stop: asyncio.Event | None = None) -> int:
+    """Call renew_in_shard in every shard group the worker leases, each until it returns 0 (or
+    `stop` is set); how many subscriptions it handled. A group whose claim is refused (BL409: the
+    lease was lost or the group moved) is dropped and left to its next lease."""
+    from billing.worker.shards import LOST
+
+    total = 0
+    for group in shards.held():
+        while stop is None or not stop.is_set():
+            try:
+                pool = await shards.pool_for(group)
+                async with pool.connection() as conn:
+                    cur = await conn.execute(db.RENEW_IN_SHARD, {"worker": shards.worker_id, "group": group,
+                                                                 "batch": batch, "now": clock.now()})
+                    handled = (await cur.fetchone())["handled"]
+            except psycopg.Error as exc:
+                if exc.sqlstate in LOST:
+                    shards.lost(group, exc)
+                    break
+                raise
+            if not handled:
+                break
+            total += handled
+            metrics.RENEWALS.inc(handled)
+            metrics.RENEWAL_BATCHES.inc()
     return total
 
 
@@ -80,10 +113,15 @@ async def give_up_waiting(pool, clock: Clock, *, batch: int = 500) -> int:
 
 
 async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, batch: int = 500,
-                      idle_seconds: float = 1.0, expiry_notice_days: int = 7) -> None:
+                      idle_seconds: float = 1.0, expiry_notice_days: int = 7, shards=None) -> None:
     """Renew until `stop` is set; a database error is logged and retried with backoff. Once a
     minute, announce the default cards that expire before their next renewal; every round, give
-    up the invoices that waited for a payment method past their dunning span."""
+    up the invoices that waited for a payment method past their dunning span. With `shards`
+    (a billing.worker.shards.ShardLeases), per shard group (`run_renewal_in_shards`)."""
+    if shards is not None:
+        await run_renewal_in_shards(pool, shards, stop, clock=clock, batch=batch, idle_seconds=idle_seconds,
+                                    expiry_notice_days=expiry_notice_days)
+        return
     clock = clock or SystemClock()
     backoff = 0.5
     next_expiry = time.monotonic()
@@ -120,5 +158,54 @@ async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, 
             log.warning("create_due_invoices failed; retrying", extra={"error": repr(exc)})
             wait = backoff
             backoff = min(backoff * 2, 10.0)
+        if await sleep_or_stop(stop, wait):
+            return
+
+
+async def run_renewal_in_shards(pool, shards, stop: asyncio.Event, *, clock: Clock | None = None, batch: int = 500,
+                                idle_seconds: float = 1.0, expiry_notice_days: int = 7) -> None:
+    """`run_renewal` on Citus: the renewals per shard group (`renew_due_in_shards`), the other
+    steps on the coordinator as before, each retried on its own (a step that fails is logged and
+    tried again next round; it never holds the renewals back)."""
+    clock = clock or SystemClock()
+    backoff = 0.5
+    next_expiry = time.monotonic()
+    next_cards = time.monotonic()
+    log.info("renewal loop started, per shard group", extra={"batch": batch, "worker": shards.worker_id})
+
+    async def step(name: str, call):
+        try:
+            return await call()
+        except psycopg.Error as exc:
+            log.warning("renewal step failed; retried next round", extra={"step": name, "error": repr(exc)})
+            return None
+
+    async def expire_keys() -> int:
+        async with pool.connection() as conn:
+            cur = await conn.execute(db.EXPIRE_IDEMPOTENCY_KEYS,
+                                     {"max_age": "24 hours", "batch": 10000, "now": clock.now()})
+            return (await cur.fetchone())["expired"]
+
+    await shards.ready.wait()
+    while not stop.is_set():
+        if time.monotonic() >= next_expiry:
+            expired = await step("expire_idempotency_keys", expire_keys)
+            next_expiry = time.monotonic() + (1 if expired == 10000 else EXPIRY_INTERVAL_SECONDS)
+        if time.monotonic() >= next_cards:
+            await step("announce_expiring_payment_methods",
+                       lambda: announce_expiring_cards(pool, clock, days=expiry_notice_days))
+            next_cards = time.monotonic() + CARDS_INTERVAL_SECONDS
+        await step("give_up_waiting_invoices", lambda: give_up_waiting(pool, clock))
+        try:
+            handled = await renew_due_in_shards(shards, clock, batch=batch, stop=stop)
+            if handled:
+                log.info("renewed", extra={"subscriptions": handled})
+            backoff = 0.5
+            wait = idle_seconds
+        except psycopg.Error as exc:
+            log.warning("renew_in_shard failed; retrying", extra={"error": repr(exc)})
+            wait = backoff
+            backoff = min(backoff * 2, 10.0)
+        await step("finalize_invoices", lambda: finalize_waiting(pool, clock, batch=batch, stop=stop))
         if await sleep_or_stop(stop, wait):
             return

@@ -1,0 +1,191 @@
+"""The workers per shard group (billing.worker.shards; docs/scaling.md, "Batch claims"), end to end.
+
+Real `billing worker` processes on the wall clock (renewal and charging; the relay off) against the
+gateway simulator, leasing shard groups: on the three-node Citus cluster (8 groups on two worker
+nodes, a few hundred customers spread over them) and on a single PostgreSQL with
+BILLING_SHARD_CLAIMS=on (its one group, 0: the same driver path). Every subscription is two periods
+behind with its first invoice unpaid, so each needs two renewals and three charges. Checked
+independently, from the tables and the simulator's ledger:
+
+* no period invoiced twice, none skipped: each subscription has exactly the invoices of periods
+  1, 2 and 3, contiguous, and is at period 3;
+* no invoice charged twice: each idempotency key once in the ledger, one successful charge per invoice;
+* every due invoice paid, and the ledger and the database agree.
+
+Then the chaos case: a worker killed (SIGKILL) in the middle of its work; its groups are taken over
+by the other once the leases run out, with the same invariants.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from .test_charging import SimulatorThread, assert_never_charged_twice, wait_for
+
+FIRST_CUSTOMER = 700000
+
+
+def query(url: str, sql: str, *args) -> list[dict]:
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def seed_behind(url: str, customers: int, per_customer: int = 1) -> datetime:
+    """`customers` customers with `per_customer` monthly subscriptions each, anchored 63 days ago:
+    two periods ended (two renewals due) and the first period's INITIAL invoice OPEN. Written as the
+    superuser straight into the tables (the same on one PostgreSQL and on Citus); the anchor."""
+    anchor = (datetime.now(timezone.utc) - timedelta(days=63)).replace(microsecond=0)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_plan('SHARD_MONTH', 1500, 'USD', 'MONTH', 1, %s)", (anchor - timedelta(days=1),))
+        conn.execute("INSERT INTO billing.customer (id) SELECT %s + g FROM generate_series(1, %s) g",
+                     (FIRST_CUSTOMER, customers))
+        conn.execute(
+            """INSERT INTO billing.subscription (customer_id, plan_id, status, timezone, billing_anchor, current_period_start,
+                                                 current_period_end, period_price, created_at, updated_at)
+               SELECT %(first)s + g, p.id, 'ACTIVE', 'UTC', %(a)s, %(a)s, billing.period_end(%(a)s, 'MONTH', 1, 1, 'UTC'),
+                      1500, %(a)s, %(a)s
+                 FROM generate_series(1, %(n)s) g, generate_series(1, %(k)s) k, billing.plan p WHERE p.code = 'SHARD_MONTH'""",
+            {"first": FIRST_CUSTOMER, "a": anchor, "n": customers, "k": per_customer})
+        conn.execute(
+            """INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, amount,
+                                            currency, status, due_at, next_attempt_at, created_at, plan_id, plan_price,
+                                            billing_interval, interval_count)
+               SELECT s.id, s.customer_id, 'INITIAL', s.current_period_start, s.current_period_end, 1500, 1500, 'USD',
+                      'OPEN', s.current_period_start, s.current_period_start, s.current_period_start, s.plan_id, 1500,
+                      'MONTH', 1
+                 FROM billing.subscription s WHERE s.customer_id > %s""", (FIRST_CUSTOMER,))
+    return anchor
+
+
+def start_worker(url: str, gateway_url: str, name: str, *, lease: float, shard_lease: float,
+                 extra: dict | None = None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BILLING_")}
+    env.update(BILLING_DATABASE_URL=url, BILLING_GATEWAY_URL=gateway_url, BILLING_GATEWAY_RATE="400",
+               BILLING_CHARGE_LEASE_SECONDS=str(lease), BILLING_GATEWAY_TIMEOUT_SECONDS="1.5",
+               BILLING_SHARD_LEASE_SECONDS=str(shard_lease), PYTHONUNBUFFERED="1", PGAPPNAME=f"shard-{name}",
+               **(extra or {}))
+    return subprocess.Popen([sys.executable, "-m", "billing.cli", "--log-level", "INFO", "worker", "--no-relay",
+                             "--no-webhooks", "--no-retention"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen) -> str:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+
+
+def done(url: str, subscriptions: int) -> bool:
+    row = query(url, """SELECT (SELECT count(*) FROM billing.invoice WHERE customer_id > %s AND status = 'PAID') AS paid,
+                               (SELECT count(*) FROM billing.invoice WHERE customer_id > %s) AS invoices""",
+                FIRST_CUSTOMER, FIRST_CUSTOMER)[0]
+    return row["invoices"] == row["paid"] == 3 * subscriptions
+
+
+def check_invariants(url: str, anchor: datetime, subscriptions: int, ledger: dict) -> None:
+    subs = query(url, "SELECT customer_id, id, period_number, current_period_start, current_period_end, status "
+                      "FROM billing.subscription WHERE customer_id > %s", FIRST_CUSTOMER)
+    assert len(subs) == subscriptions
+    ends = [query(url, "SELECT billing.period_end(%s, 'MONTH', 1, %s, 'UTC') AS e", anchor, n)[0]["e"] for n in (1, 2, 3)]
+    assert {(s["period_number"], s["current_period_start"], s["current_period_end"], s["status"]) for s in subs} == \
+        {(3, ends[1], ends[2], "ACTIVE")}, "every subscription renewed exactly twice"
+    rows = query(url, "SELECT customer_id, subscription_id, kind, period_start, period_end, status, paid_attempt_id "
+                      "FROM billing.invoice WHERE customer_id > %s", FIRST_CUSTOMER)
+    periods = Counter((r["customer_id"], r["subscription_id"], r["period_start"], r["period_end"]) for r in rows)
+    assert not [p for p, n in periods.items() if n > 1], "a period invoiced twice"
+    want = {(s["customer_id"], s["id"], start, end) for s in subs
+            for start, end in ((anchor, ends[0]), (ends[0], ends[1]), (ends[1], ends[2]))}
+    assert set(periods) == want, "a period skipped (or one that should not exist)"
+    assert Counter(r["status"] for r in rows) == Counter({"PAID": 3 * subscriptions}), "every due invoice paid"
+    assert_never_charged_twice(ledger)
+    succeeded = {c["idempotencyKey"].split("-try-")[0] for c in ledger["charges"] if c["status"] == "succeeded"}
+    assert len(succeeded) == 3 * subscriptions, "the ledger and the database agree: one charge per PAID invoice"
+
+
+def groups_of(url: str) -> dict[int, int]:
+    """Customers of the fixture per shard group (Citus), to show they are spread."""
+    rows = query(url, """SELECT g.shard_group, count(*) AS n
+                           FROM billing.customer c
+                           JOIN (SELECT shardid, row_number() OVER (ORDER BY shardminvalue::bigint) AS shard_group
+                                   FROM pg_dist_shard WHERE logicalrelid = 'billing.customer'::regclass) g
+                             ON g.shardid = get_shard_id_for_distribution_column('billing.customer', c.id)
+                          WHERE c.id > %s GROUP BY 1 ORDER BY 1""", FIRST_CUSTOMER)
+    return {r["shard_group"]: r["n"] for r in rows}
+
+
+def run_two_workers(url: str, *, customers: int, per_customer: int, kill: bool, extra: dict | None = None,
+                    holders: int = 2) -> dict:
+    anchor = seed_behind(url, customers, per_customer)
+    subscriptions = customers * per_customer
+    lease, shard_lease = 4.0, 3.0
+    figures: dict = {}
+    with SimulatorThread(rate=0, latency_ms=(20, 120), seed=18) as sim:
+        a = start_worker(url, sim.url, "a", lease=lease, shard_lease=shard_lease, extra=extra)
+        b = start_worker(url, sim.url, "b", lease=lease, shard_lease=shard_lease, extra=extra)
+        outputs = []
+        try:
+            # Both lease groups (the second one's share is taken from the first one's surplus).
+            wait_for(lambda: len({r["holder"] for r in query(url, "SELECT holder FROM billing.shard_groups(now()) "
+                                                                  "WHERE holder IS NOT NULL")}) == holders
+                     or done(url, subscriptions), 60, "the workers holding shard groups")
+            if kill:
+                wait_for(lambda: sim.get("/v1/stats")["accepted"] >= subscriptions // 2
+                         or done(url, subscriptions), 120, "charges under way")
+                held = [r["shard_group"] for r in query(url, "SELECT shard_group FROM billing.shard_groups(now()) "
+                                                             "WHERE holder LIKE %s", f"%:{a.pid}")]
+                os.killpg(a.pid, signal.SIGKILL)
+                a.wait(10)
+                figures["killed_holding"] = held
+                figures["killed_at_accepted"] = sim.get("/v1/stats")["accepted"]
+            started = time.monotonic()
+            wait_for(lambda: done(url, subscriptions), 240, "every invoice of every period PAID")
+            figures["drained_seconds"] = round(time.monotonic() - started, 1)
+            if kill:
+                holders = {r["holder"] for r in query(url, "SELECT holder FROM billing.shard_groups(now())")}
+                figures["holders_after"] = sorted(h for h in holders if h)
+        finally:
+            for p in (a, b):
+                outputs.append(stop(p))
+        ledger, stats = sim.get("/v1/ledger"), sim.get("/v1/stats")
+    figures["outputs"] = outputs
+    figures["stats"] = stats
+    check_invariants(url, anchor, subscriptions, ledger)
+    return figures
+
+
+def test_two_workers_lease_a_single_postgresql_s_one_group(db_url):
+    """BILLING_SHARD_CLAIMS=on on one PostgreSQL: the per-group driver path on group 0."""
+    figures = run_two_workers(db_url, customers=60, per_customer=1, kill=False, extra={"BILLING_SHARD_CLAIMS": "on"},
+                              holders=1)
+    assert "per shard group" in "".join(figures["outputs"])
+
+
+def test_two_workers_renew_and_charge_on_citus(citus_db_url):
+    figures = run_two_workers(citus_db_url, customers=240, per_customer=1, kill=False)
+    spread = groups_of(citus_db_url)
+    assert len(spread) == 8 and min(spread.values()) >= 10, spread
+    logs = "".join(figures["outputs"])
+    assert "per shard group" in logs
+    assert figures["stats"]["accepted"] >= 3 * 240
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_killed_mid_batch_on_citus_loses_nothing(citus_db_url):
+    figures = run_two_workers(citus_db_url, customers=240, per_customer=1, kill=True)
+    assert figures["killed_holding"], "the killed worker held shard groups"
+    assert len(figures["holders_after"]) <= 1  # its groups were taken over by the survivor
