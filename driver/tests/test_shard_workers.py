@@ -161,12 +161,17 @@ def run_two_workers(url: str, *, customers: int, per_customer: int, kill: bool, 
             if kill:
                 wait_for(lambda: sim.get("/v1/stats")["accepted"] >= subscriptions // 2
                          or done(url, subscriptions), 120, "charges under way")
-                held = [r["shard_group"] for r in query(url, "SELECT shard_group FROM billing.shard_groups(now()) "
-                                                             "WHERE holder LIKE %s", f"%:{a.pid}")]
-                os.killpg(a.pid, signal.SIGKILL)
-                a.wait(10)
+                # The victim: a worker holding groups (on one PostgreSQL, the one holding group 0).
+                rows = query(url, "SELECT shard_group, holder FROM billing.shard_groups(now()) WHERE holder IS NOT NULL")
+                victim = a if any(r["holder"].endswith(f":{a.pid}") for r in rows) else b
+                held = [r["shard_group"] for r in rows if r["holder"].endswith(f":{victim.pid}")]
+                os.killpg(victim.pid, signal.SIGKILL)
+                victim.wait(10)
                 figures["killed_holding"] = held
+                figures["victim"] = victim.pid
                 figures["killed_at_accepted"] = sim.get("/v1/stats")["accepted"]
+                figures["unpaid_at_kill"] = query(url, "SELECT count(*) AS n FROM billing.invoice WHERE customer_id > %s "
+                                                       "AND status <> 'PAID'", FIRST_CUSTOMER)[0]["n"]
             started = time.monotonic()
             wait_for(lambda: done(url, subscriptions), float(os.environ.get("SHARD_E2E_WAIT", 240)), "every invoice of every period PAID")
             figures["drained_seconds"] = round(time.monotonic() - started, 1)
@@ -207,4 +212,15 @@ def test_two_workers_renew_and_charge_on_citus(citus_db_url):
 def test_a_worker_killed_mid_batch_on_citus_loses_nothing(citus_db_url):
     figures = run_two_workers(citus_db_url, customers=240, per_customer=1, kill=True)
     assert figures["killed_holding"], "the killed worker held shard groups"
+    assert figures["unpaid_at_kill"] > 0  # killed in the middle of the work
     assert len(figures["holders_after"]) <= 1  # its groups were taken over by the survivor
+
+
+def test_a_worker_killed_mid_batch_on_a_single_postgresql_loses_nothing(db_url):
+    """The same takeover on one PostgreSQL with BILLING_SHARD_CLAIMS=on: the holder of group 0 dies,
+    the other worker takes the group once its lease has run out and finishes the work."""
+    figures = run_two_workers(db_url, customers=150, per_customer=1, kill=True, extra={"BILLING_SHARD_CLAIMS": "on"},
+                              holders=1)
+    assert figures["killed_holding"] == [0]
+    assert figures["unpaid_at_kill"] > 0  # killed in the middle of the work
+    assert len(figures["holders_after"]) == 1 and not figures["holders_after"][0].endswith(f":{figures['victim']}")
