@@ -540,3 +540,102 @@ $$;
 COMMENT ON FUNCTION billing.charge_claims_in_shard(text, integer, integer, interval, timestamptz, text) IS
 'claim_charges inside one leased shard group: claims up to p_batch_size OPEN invoices of the group due by p_now (oldest first, SKIP LOCKED) and does claim_charges'' work on each (_claim_charge_row): the payment attempt and its key, the lease until p_now + p_lease, REVIEW past the key lifetime, waiting without a usable payment method. Call it on the node holding the group.
 Returns what claim_charges returns, in invoice id order; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for bad arguments.';
+
+CREATE OR REPLACE FUNCTION billing._claim_refund_row(
+    p_customer_id bigint, p_refund_id bigint, p_lease interval, p_now timestamptz, p_cfg billing.installation)
+RETURNS TABLE (refund_id bigint, customer_id bigint, invoice_id bigint, idempotency_key text, provider text,
+               charge_reference text, charge_key text, amount bigint, currency text, lookup boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_before billing.refund;
+    v_ref    billing.refund;
+    v_key    text;
+BEGIN
+    -- claim_refunds' statement for one refund, every statement by (customer_id, id).
+    SELECT * INTO v_before FROM billing.refund r
+     WHERE r.customer_id = p_customer_id AND r.id = p_refund_id AND r.status = 'REQUESTED' AND r.next_attempt_at <= p_now
+       FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- Sent before, fate unknown, and the provider may have forgotten the key (or will before this
+    -- call ends): only looked up, never sent again; past the key's lifetime in review (RefundReview
+    -- once), looked up every hour.
+    UPDATE billing.refund r
+       SET review_reason = CASE WHEN v_before.key_expires_at <= p_now THEN 'KEY_EXPIRED' ELSE r.review_reason END,
+           next_attempt_at = p_now + CASE WHEN v_before.key_expires_at <= p_now THEN greatest(p_lease, interval '1 hour')
+                                          ELSE p_lease END,
+           claim_count = r.claim_count + 1,
+           first_claimed_at = coalesce(r.first_claimed_at, p_now),
+           key_expires_at = coalesce(r.key_expires_at, p_now + p_cfg.key_lifetime)
+     WHERE r.customer_id = v_before.customer_id AND r.id = v_before.id
+    RETURNING * INTO v_ref;
+    IF v_before.review_reason IS NULL AND v_before.key_expires_at <= p_now THEN
+        PERFORM billing._emit_event('invoice', v_ref.invoice_id, 'RefundReview',
+                                    billing._refund_data(v_ref) || jsonb_build_object('reviewReason', 'KEY_EXPIRED'), p_now);
+    END IF;
+    SELECT a.idempotency_key INTO v_key FROM billing.payment_attempt a
+     WHERE a.customer_id = v_ref.customer_id AND a.id = v_ref.attempt_id;
+    RETURN QUERY SELECT v_ref.id, v_ref.customer_id, v_ref.invoice_id, v_ref.idempotency_key, v_ref.provider,
+                        v_ref.charge_reference, v_key, v_ref.amount, v_ref.currency::text,
+                        coalesce(v_before.key_expires_at <= p_now
+                                 OR (v_before.claim_count >= 1 AND p_now + p_lease > v_before.key_expires_at - p_cfg.lookup_margin),
+                                 false);
+END
+$$;
+COMMENT ON FUNCTION billing._claim_refund_row(bigint, bigint, interval, timestamptz, billing.installation) IS
+'Private: claim_refunds'' work on one refund named by (customer_id, id), under its row lock (SKIP LOCKED; REQUESTED and due checked on the locked version): leased until p_now + p_lease (an hour for a key past its lifetime, in review with RefundReview once), its key kept.
+Returns the row claim_refunds returns for it, or none.';
+
+CREATE OR REPLACE FUNCTION billing.refund_claims_in_shard(
+    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 50, p_lease interval DEFAULT interval '5 minutes',
+    p_now timestamptz DEFAULT now())
+RETURNS TABLE (refund_id bigint, customer_id bigint, invoice_id bigint, idempotency_key text, provider text,
+               charge_reference text, charge_key text, amount bigint, currency text, lookup boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_cfg       billing.installation;
+    v_customers bigint[];
+    v_ids       bigint[];
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_text('a worker name', p_worker, 200);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
+    SELECT * INTO v_cfg FROM billing.installation;
+    IF p_lease >= v_cfg.key_lifetime THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_cfg.key_lifetime);
+    END IF;
+    PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
+    -- claim_refunds' due refunds, in this group: oldest first, locked (SKIP LOCKED) until the
+    -- transaction ends, then each leased as claim_refunds leases it.
+    EXECUTE format($q$
+        WITH due AS MATERIALIZED (
+            SELECT r.customer_id, r.id, r.next_attempt_at FROM %s r
+             WHERE r.status = 'REQUESTED' AND r.next_attempt_at <= $1
+             ORDER BY r.next_attempt_at, r.id LIMIT $2
+               FOR NO KEY UPDATE SKIP LOCKED
+        )
+        SELECT array_agg(d.customer_id ORDER BY d.id), array_agg(d.id ORDER BY d.id) FROM due d$q$,
+        billing._shard_table('billing.refund', p_shard_group))
+       INTO v_customers, v_ids USING p_now, p_batch_size;
+    IF v_ids IS NULL THEN
+        RETURN;  -- nothing due: no audit row
+    END IF;
+    PERFORM billing._audit('refund_claims_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
+    FOR i IN 1 .. array_length(v_ids, 1) LOOP
+        RETURN QUERY SELECT * FROM billing._claim_refund_row(v_customers[i], v_ids[i], p_lease, p_now, v_cfg);
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION billing.refund_claims_in_shard(text, integer, integer, interval, timestamptz) IS
+'claim_refunds inside one leased shard group: claims up to p_batch_size REQUESTED refunds of the group due by p_now (oldest first, SKIP LOCKED) and leases each as claim_refunds does (_claim_refund_row: same key, look-up only near or past its lifetime, RefundReview once past it). Call it on the node holding the group.
+Returns what claim_refunds returns, in refund id order; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for bad arguments.';

@@ -41,7 +41,7 @@ DECLARE
                          "period_end", "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
                          "announce_expiring_payment_methods", "give_up_waiting_invoices", "finalize_invoices",
                          "lease_shard_groups", "claim_renewals_in_shard", "claim_charges_in_shard",
-                         "renew_in_shard", "charge_claims_in_shard", "shard_groups"],
+                         "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups"],
       "billing_relay": ["claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
                         "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
                         "is_simulation", "lease_shard_groups", "claim_outbox_in_shard", "shard_groups"],

@@ -1,7 +1,7 @@
 -- 83_shard_claims: the batch claims per shard group on a single PostgreSQL, where there is one
 -- group, 0, the whole database (docs/scaling.md; on Citus: db/tests/citus/20_shard_claims.sql).
 BEGIN;
-SELECT plan(24);
+SELECT plan(27);
 
 SELECT billing.upsert_plan('T83_PLAN', 1000, 'USD', 'MONTH', 1, '2026-01-01Z');
 SELECT billing.create_subscription('t83-a', 83001, 'T83_PLAN', '2026-01-10Z');
@@ -68,6 +68,21 @@ SELECT results_eq($$SELECT c.invoice_id, c.idempotency_key FROM billing.claim_ch
 SELECT results_eq($$SELECT count(*), min(claim_count), max(claim_count), min(worker) FROM billing.payment_attempt
                      WHERE customer_id IN (83001, 83002)$$,
                   $$VALUES (4::bigint, 2, 2, 'w3'::text)$$, 'and the same attempts, claimed a second time');
+
+-- Refunds: leased as claim_refunds leases them, same keys.
+SELECT billing.record_payment_result(n.key_namespace || '-inv-' || i.id || '-try-0', 'SUCCEEDED', 'ch_83', NULL, '2026-02-25 00:11Z')
+  FROM billing.invoice i, billing.installation n WHERE i.customer_id = 83001 AND i.kind = 'INITIAL';
+SELECT billing.refund_invoice(i.id, 400, 'rk-83', '2026-02-25 00:12Z') FROM billing.invoice i WHERE i.customer_id = 83001 AND i.kind = 'INITIAL';
+SELECT results_eq($$SELECT c.idempotency_key, c.charge_key, c.amount, c.lookup FROM billing.refund_claims_in_shard('w2', 0, 10, '5 minutes', '2026-02-25 00:13Z') c$$,
+                  $$SELECT r.idempotency_key, a.idempotency_key, 400::bigint, false FROM billing.refund r
+                      JOIN billing.payment_attempt a ON a.customer_id = r.customer_id AND a.id = r.attempt_id
+                     WHERE r.customer_id = 83001$$,
+                  'refund_claims_in_shard: the requested refund, with its key and its charge''s key');
+SELECT is_empty($$SELECT * FROM billing.claim_refunds('w3', 10, '5 minutes', '2026-02-25 00:14Z')$$,
+                'claim_refunds respects the lease refund_claims_in_shard took');
+SELECT results_eq($$SELECT c.idempotency_key, c.lookup FROM billing.claim_refunds('w3', 10, '5 minutes', '2026-02-25 00:20Z') c$$,
+                  $$SELECT r.idempotency_key, false FROM billing.refund r WHERE r.customer_id = 83001$$,
+                  'after the lease claim_refunds takes it back with the same key');
 
 -- Audit rows only for calls that changed something (idle workers ask every second, per group).
 SELECT is((SELECT count(*) FROM billing.audit_log WHERE function = 'claim_charges_in_shard'), 1::bigint,

@@ -35,6 +35,9 @@ CHARGE_CLAIMS_IN_SHARD = (
     "payment_method_ref FROM billing.charge_claims_in_shard(%(worker)s, %(group)s, %(batch)s, %(lease)s::interval, "
     "%(now)s, %(provider)s)"
 )
+REFUND_CLAIMS_IN_SHARD = (
+    "SELECT * FROM billing.refund_claims_in_shard(%(worker)s, %(group)s, %(batch)s, %(lease)s::interval, %(now)s)"
+)
 # Refunds (db/functions/57_refunds.sql): the worker claims and records; the API requests and lists.
 CLAIM_REFUNDS = "SELECT * FROM billing.claim_refunds(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s)"
 RECORD_REFUND_RESULT = (

@@ -144,7 +144,7 @@ def groups_of(url: str) -> dict[int, int]:
 
 
 def run_two_workers(url: str, *, customers: int, per_customer: int, kill: bool, extra: dict | None = None,
-                    holders: int = 2) -> dict:
+                    holders: int = 2, refunds: int = 0) -> dict:
     anchor = seed_behind(url, customers, per_customer)
     subscriptions = customers * per_customer
     lease, shard_lease = 4.0, 3.0
@@ -175,6 +175,12 @@ def run_two_workers(url: str, *, customers: int, per_customer: int, kill: bool, 
             started = time.monotonic()
             wait_for(lambda: done(url, subscriptions), float(os.environ.get("SHARD_E2E_WAIT", 240)), "every invoice of every period PAID")
             figures["drained_seconds"] = round(time.monotonic() - started, 1)
+            if refunds:
+                # Refunds asked for some paid invoices: executed once each by the workers' refund loops.
+                query(url, "SELECT billing.refund_invoice(i.id, 100, 'shard-refund-' || i.id, now()) FROM billing.invoice i "
+                           "WHERE i.customer_id > %s AND i.kind = 'INITIAL' ORDER BY i.id LIMIT %s", FIRST_CUSTOMER, refunds)
+                wait_for(lambda: query(url, "SELECT count(*) AS n FROM billing.refund WHERE status = 'SUCCEEDED'")[0]["n"]
+                         == refunds, 60, "every refund executed")
             if kill:
                 holders = {r["holder"] for r in query(url, "SELECT holder FROM billing.shard_groups(now())")}
                 figures["holders_after"] = sorted(h for h in holders if h)
@@ -187,19 +193,21 @@ def run_two_workers(url: str, *, customers: int, per_customer: int, kill: bool, 
     figures["outputs"] = outputs
     figures["stats"] = stats
     check_invariants(url, anchor, subscriptions, ledger)
+    refund_keys = [r["idempotencyKey"] for r in ledger.get("refunds", [])]
+    assert len(refund_keys) == len(set(refund_keys)) == refunds, "each refund executed once"
     return figures
 
 
 def test_two_workers_lease_a_single_postgresql_s_one_group(db_url):
     """BILLING_SHARD_CLAIMS=on on one PostgreSQL: the per-group driver path on group 0."""
     figures = run_two_workers(db_url, customers=60, per_customer=1, kill=False, extra={"BILLING_SHARD_CLAIMS": "on"},
-                              holders=1)
+                              holders=1, refunds=10)
     assert "per shard group" in "".join(figures["outputs"])
 
 
 @CITUS_PER_ROW_PENDING
 def test_two_workers_renew_and_charge_on_citus(citus_db_url):
-    figures = run_two_workers(citus_db_url, customers=240, per_customer=1, kill=False)
+    figures = run_two_workers(citus_db_url, customers=240, per_customer=1, kill=False, refunds=20)
     spread = groups_of(citus_db_url)
     assert len(spread) == 8 and min(spread.values()) >= 10, spread
     logs = "".join(figures["outputs"])

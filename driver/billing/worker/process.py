@@ -215,7 +215,7 @@ async def build_worker(
             # Refunds go through the same provider and the same rate limit, on their own loop.
             worker.refunder = Refunder(pool, worker.gateway, limiter, clock=clock, worker_id=worker.charger.worker_id,
                                        lease_seconds=settings.charge_lease_seconds,
-                                       poll_seconds=max(charge_poll_seconds, 0.5))
+                                       poll_seconds=max(charge_poll_seconds, 0.5), shards=shards)
             worker.parts["refunds"] = worker.refunder.run
         if relay:
             try:

@@ -37,10 +37,11 @@ log = logging.getLogger("billing.refunds")
 class Refunder:
     def __init__(self, pool, provider: Provider, limiter, *, clock: Clock | None = None, worker_id: str = "refunds",
                  lease_seconds: float = 300.0, batch: int = 50, concurrency: int = 8,
-                 poll_seconds: float = 1.0) -> None:
+                 poll_seconds: float = 1.0, shards=None) -> None:
         if provider.timeout >= lease_seconds:
             raise ValueError("the provider's timeout must be shorter than the lease")
         self.pool = pool
+        self.shards = shards  # on Citus: claims per shard group (refund_claims_in_shard), billing.worker.shards
         self.provider = provider
         self.limiter = limiter
         self.clock = clock or SystemClock()
@@ -54,11 +55,16 @@ class Refunder:
         self.counts = {"claimed": 0, "recorded": 0, "abandoned": 0, "rate_limited": 0, "looked_up": 0}
 
     async def _claim(self) -> list[RefundRequest]:
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(db.CLAIM_REFUNDS, {"worker": self.worker_id, "batch": self.batch,
-                                                        "lease": timedelta(seconds=self.lease_seconds),
-                                                        "now": self.clock.now()})
-            rows = await cur.fetchall()
+        params = {"worker": self.worker_id, "batch": self.batch, "lease": timedelta(seconds=self.lease_seconds),
+                  "now": self.clock.now()}
+        if self.shards is not None:
+            from billing.worker.shards import in_each_group
+
+            rows = await in_each_group(self.shards, db.REFUND_CLAIMS_IN_SHARD, params, want=self.batch)
+        else:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(db.CLAIM_REFUNDS, params)
+                rows = await cur.fetchall()
         self.counts["claimed"] += len(rows)
         return [RefundRequest(r["idempotency_key"], r["refund_id"], r["invoice_id"], r["customer_id"], r["amount"],
                               r["currency"].strip(), r["charge_reference"], r["charge_key"], bool(r.get("lookup")))
