@@ -2,14 +2,24 @@
 BEGIN;
 SELECT plan(52);
 
-CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS
-$$ SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key $$;
-CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE sql AS
-$$ SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid(p_key) AND kind = 'INITIAL' $$;
-CREATE FUNCTION pg_temp.pay_key(p_key text, p_try integer) RETURNS text LANGUAGE sql AS
-$$ SELECT (SELECT key_namespace FROM billing.installation) || '-inv-' || pg_temp.inv(p_key) || '-try-' || p_try $$;
-CREATE FUNCTION pg_temp.events(p_type text, p_invoice bigint) RETURNS bigint LANGUAGE sql AS
-$$ SELECT count(*) FROM billing.outbox_event WHERE event_type = p_type AND aggregate_type = 'invoice' AND aggregate_id = p_invoice $$;
+-- One user for the fixtures and the API's SECURITY DEFINER calls: on Citus a transaction may not
+-- touch a placement another user modified in it (docs/scaling.md).
+SET LOCAL ROLE billing_owner;
+
+-- PL/pgSQL: on Citus a SQL function that reads a distributed table across shards with a parameter
+-- cannot be planned. The look-ups of ids are IMMUTABLE so that a statement of the suite naming a row
+-- through them folds the id in when it is planned (each runs once, planned as it runs): on Citus the
+-- call of a temporary function is never sent to the workers, where it does not exist.
+CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql IMMUTABLE AS
+$$ BEGIN RETURN (SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key); END $$;
+CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE plpgsql IMMUTABLE AS
+$$ DECLARE v_sub bigint := pg_temp.sid(p_key);
+   BEGIN RETURN (SELECT id FROM billing.invoice WHERE subscription_id = v_sub AND kind = 'INITIAL'); END $$;
+CREATE FUNCTION pg_temp.pay_key(p_key text, p_try integer) RETURNS text LANGUAGE plpgsql IMMUTABLE AS
+$$ BEGIN RETURN (SELECT key_namespace FROM billing.installation) || '-inv-' || pg_temp.inv(p_key) || '-try-' || p_try; END $$;
+CREATE FUNCTION pg_temp.events(p_type text, p_invoice bigint) RETURNS bigint LANGUAGE plpgsql AS
+$$ BEGIN RETURN (SELECT count(*) FROM billing.outbox_event
+                  WHERE event_type = p_type AND aggregate_type = 'invoice' AND aggregate_id = p_invoice); END $$;
 CREATE FUNCTION pg_temp.claim(p_now timestamptz) RETURNS SETOF text LANGUAGE sql AS
 $$ SELECT idempotency_key FROM billing.claim_charges('w', 100, interval '5 minutes', p_now) $$;
 
