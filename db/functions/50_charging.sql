@@ -280,6 +280,7 @@ DECLARE
     v_method      billing.payment_method;
     v_has_default boolean;
     v_invoice     billing.invoice;
+    v_give_up     timestamptz;
 BEGIN
     IF p_invoice.status IS DISTINCT FROM 'OPEN' OR NOT p_invoice.next_attempt_at <= p_now THEN
         RETURN;  -- settled or leased by another claim meanwhile
@@ -308,9 +309,10 @@ BEGIN
     END IF;
     IF v_attempt.id IS NULL AND v_method.id IS NULL AND (p_provider <> 'sim' OR v_has_default) THEN
         -- No usable payment method for a new key: the invoice waits for the customer (set_payment_method).
+        -- (the instant computed first: Citus takes no function reading a table in an UPDATE's SET)
+        v_give_up := coalesce(p_invoice.give_up_at, billing._waiting_give_up_at(p_invoice.customer_id, p_invoice.id, p_now));
         UPDATE billing.invoice i
-           SET next_attempt_at = NULL, waiting_for = 'PAYMENT_METHOD',
-               give_up_at = coalesce(i.give_up_at, billing._waiting_give_up_at(i.customer_id, i.id, p_now))
+           SET next_attempt_at = NULL, waiting_for = 'PAYMENT_METHOD', give_up_at = v_give_up
          WHERE i.customer_id = p_invoice.customer_id AND i.id = p_invoice.id
         RETURNING i.* INTO v_invoice;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentMethodRequired',
@@ -618,6 +620,7 @@ DECLARE
     v_other   billing.payment_method;
     v_refund  billing.refund;
     v_customer_id bigint;
+    v_give_up timestamptz;
 BEGIN
     PERFORM billing._check_outcome(p_outcome);
     -- The key's customer first; then every row is named by (customer_id, ...): one shard on Citus.
@@ -748,6 +751,11 @@ BEGIN
         v_other := billing._usable_method(v_invoice.customer_id, coalesce(v_attempt.provider, 'sim'), p_now);
         v_next := CASE WHEN v_other.id IS NOT NULL AND v_other.id IS DISTINCT FROM v_attempt.payment_method_id
                        THEN p_now END;
+        -- (computed first: Citus takes no function reading a table in an UPDATE's SET)
+        v_give_up := CASE WHEN v_next IS NULL
+                          THEN coalesce(v_invoice.give_up_at,
+                                        billing._waiting_give_up_at(v_invoice.customer_id, v_invoice.id, p_now))
+                          ELSE v_invoice.give_up_at END;
         UPDATE billing.invoice
            SET attempt_count = v_failed,
                try_count = try_count + 1,
@@ -755,9 +763,7 @@ BEGIN
                status = 'OPEN',
                next_attempt_at = v_next,
                waiting_for = CASE WHEN v_next IS NULL THEN 'PAYMENT_METHOD' END,
-               give_up_at = CASE WHEN v_next IS NULL
-                                 THEN coalesce(give_up_at, billing._waiting_give_up_at(v_invoice.customer_id, v_invoice.id, p_now))
-                                 ELSE give_up_at END
+               give_up_at = v_give_up
          WHERE customer_id = v_invoice.customer_id AND id = v_invoice.id
         RETURNING * INTO v_invoice;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentFailed',

@@ -296,6 +296,8 @@ DECLARE
     v_refund    billing.refund;
     v_lookup    boolean;
     v_key       text;
+    v_next      timestamptz;
+    v_expires   timestamptz;
     v_locked    integer := 0;
     v_after     timestamptz := '-infinity';
     v_after_id  bigint := -1;
@@ -323,16 +325,20 @@ BEGIN
                FOR NO KEY UPDATE SKIP LOCKED;
             CONTINUE WHEN NOT FOUND;  -- another claimer holds it, or it moved on
             v_locked := v_locked + 1;
+            v_next := p_now + CASE WHEN v_due.key_expires_at <= p_now THEN greatest(p_lease, interval '1 hour')
+                                   ELSE p_lease END;
+            v_expires := coalesce(v_due.key_expires_at, p_now + v_cfg.key_lifetime);
             -- As the statement: sent before, fate unknown, and the provider may have forgotten the
             -- key (or will before this call ends): only looked up; past the key's lifetime in review
             -- (RefundReview once) and looked up every hour.
+            -- (the new values computed from the locked row first: Citus takes no STABLE function,
+            -- timestamptz + interval, inside a CASE or coalesce of an UPDATE)
             UPDATE billing.refund r
-               SET review_reason = CASE WHEN v_due.key_expires_at <= p_now THEN 'KEY_EXPIRED' ELSE r.review_reason END,
-                   next_attempt_at = p_now + CASE WHEN v_due.key_expires_at <= p_now
-                                                  THEN greatest(p_lease, interval '1 hour') ELSE p_lease END,
+               SET review_reason = CASE WHEN v_due.key_expires_at <= p_now THEN 'KEY_EXPIRED' ELSE v_due.review_reason END,
+                   next_attempt_at = v_next,
                    claim_count = r.claim_count + 1,
-                   first_claimed_at = coalesce(r.first_claimed_at, p_now),
-                   key_expires_at = coalesce(r.key_expires_at, p_now + v_cfg.key_lifetime)
+                   first_claimed_at = coalesce(v_due.first_claimed_at, p_now),
+                   key_expires_at = v_expires
              WHERE r.customer_id = v_due.customer_id AND r.id = v_due.id
             RETURNING r.* INTO v_refund;
             v_lookup := coalesce(v_due.key_expires_at <= p_now
@@ -399,6 +405,7 @@ DECLARE
     v_margin  interval;
     v_namespace text;
     v_customer_id bigint;
+    v_next    timestamptz;
 BEGIN
     PERFORM billing._audit('record_refund_result', jsonb_build_object('idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'provider_reference', p_provider_reference, 'failure_reason', p_failure_reason, 'now', p_now));
     PERFORM billing._check_now(p_now);
@@ -455,12 +462,14 @@ BEGIN
         -- The same key again later (the provider answers the first call's result), but never
         -- past the key's lifetime: claim_refunds sets it aside then.
         SELECT lookup_margin INTO v_margin FROM billing.installation;
+        -- (computed from the locked row first: Citus takes no STABLE function, timestamptz +
+        -- interval, inside a CASE or coalesce of an UPDATE)
+        v_next := CASE WHEN v_refund.review_reason IS NOT NULL THEN v_refund.next_attempt_at
+                       ELSE least(p_now + interval '15 minutes',
+                                  greatest(p_now + interval '1 minute',
+                                           coalesce(v_refund.key_expires_at, p_now + interval '15 minutes') - v_margin)) END;
         UPDATE billing.refund
-           SET outcome = 'UNKNOWN', failure_reason = p_failure_reason,
-               next_attempt_at = CASE WHEN review_reason IS NOT NULL THEN next_attempt_at
-                                      ELSE least(p_now + interval '15 minutes',
-                                                 greatest(p_now + interval '1 minute',
-                                                          coalesce(key_expires_at, p_now + interval '15 minutes') - v_margin)) END
+           SET outcome = 'UNKNOWN', failure_reason = p_failure_reason, next_attempt_at = v_next
          WHERE customer_id = v_refund.customer_id AND id = v_refund.id
         RETURNING * INTO v_refund;
         RETURN v_refund;
