@@ -203,11 +203,7 @@ DECLARE
     v_total   bigint;
 BEGIN
     -- Taxes by the customer's billing address (14_tax); credit pays the total, tax included.
-    SELECT coalesce(t.tax_amount, 0) AS tax_amount, coalesce(t.tax_included, 0) AS tax_included, t.tax_detail
-      INTO v_tax
-      FROM (SELECT 1) one
-      LEFT JOIN billing._invoice_tax(p_sub.customer_id, p_subtotal,
-                                     EXISTS (SELECT 1 FROM billing.tax_rate WHERE active)) t ON true;
+    v_tax := billing._invoice_tax_row(p_sub.customer_id, p_subtotal);
     v_total := p_subtotal + v_tax.tax_amount;
     SELECT balance INTO v_balance FROM billing.credit_balance
      WHERE customer_id = p_sub.customer_id AND currency = p_plan.currency AND balance > 0
