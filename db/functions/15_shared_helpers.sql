@@ -443,6 +443,7 @@ BEGIN
            SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now, waiting_for = NULL
          WHERE customer_id = p_customer_id AND id = v_id
         RETURNING * INTO v_invoice;
+        PERFORM billing._void_credit_note(v_invoice, p_now);
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceVoided', billing._invoice_data(v_invoice), p_now);
         PERFORM billing._settle_pending_credit(v_invoice, p_now);
         PERFORM billing._restore_credit(v_invoice, p_now);

@@ -369,6 +369,7 @@ BEGIN
             UPDATE billing.invoice SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now, waiting_for = NULL
              WHERE customer_id = v_superseded.customer_id AND id = v_superseded.id
             RETURNING * INTO v_superseded;
+            PERFORM billing._void_credit_note(v_superseded, p_now);
             PERFORM billing._emit_event('invoice', v_superseded.id, 'InvoiceVoided', billing._invoice_data(v_superseded), p_now);
             PERFORM billing._restore_credit(v_superseded, p_now);
             PERFORM billing._settle_pending_credit(v_superseded, p_now);

@@ -506,13 +506,37 @@ LANGUAGE plpgsql
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF TG_TABLE_NAME <> 'invoice' THEN
+        -- On a Citus shard (billing.invoice_<shard id>): a trigger there may not write the numbering
+        -- series (a reference table: every node's copy), so the path that voids calls
+        -- _void_credit_note itself, in the function's transaction.
+        RETURN NULL;
+    END IF;
     PERFORM billing._issue_credit_note(NEW, 'VOID', NULL, coalesce(NEW.closed_at, now()));
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION billing._invoice_voided() IS
-'Private trigger: a finalized invoice that becomes VOID (by whatever path) gets its VOID credit note.
+'Private trigger: a finalized invoice that becomes VOID (by whatever path) gets its VOID credit note (on a single PostgreSQL; on a Citus shard the paths call _void_credit_note).
 Returns NULL.';
+
+-- The VOID credit note of an invoice just voided, for the paths that void (on Citus the trigger above
+-- cannot): a finalized VOID invoice gets it once; otherwise nothing (idempotent: on a single
+-- PostgreSQL the trigger issued it already).
+CREATE OR REPLACE FUNCTION billing._void_credit_note(p_invoice billing.invoice, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_invoice.status = 'VOID' AND p_invoice.number IS NOT NULL THEN
+        PERFORM billing._issue_credit_note(p_invoice, 'VOID', NULL, coalesce(p_invoice.closed_at, p_now));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._void_credit_note(billing.invoice, timestamptz) IS
+'Private: issues the VOID credit note of a finalized invoice just voided, unless issued already (call it after every UPDATE to VOID: on Citus the trigger invoice_voided_credit_note cannot).
+Returns nothing.';
 
 CREATE OR REPLACE TRIGGER invoice_voided_credit_note
     AFTER UPDATE OF status ON billing.invoice

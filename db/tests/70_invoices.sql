@@ -6,7 +6,8 @@ SELECT plan(40);
 
 CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
-    RETURN (SELECT i.id FROM billing.invoice i JOIN billing.subscription_request r ON r.subscription_id = i.subscription_id
+    RETURN (SELECT i.id FROM billing.invoice i
+              JOIN billing.subscription_request r ON r.customer_id = i.customer_id AND r.subscription_id = i.subscription_id
     WHERE r.idempotency_key = p_key AND i.kind = 'INITIAL');
 END
 $$;
@@ -102,8 +103,10 @@ SELECT billing.finalize_invoices(500, '2026-03-02 00:05Z');
 ROLLBACK TO SAVEPOINT before_finalize;
 SELECT billing.create_subscription('t70-8', 70003, 'T70_CAD', '2026-03-02Z');
 SELECT billing.finalize_invoices(500, '2026-03-02 00:06Z');
-SELECT results_eq($$SELECT right(number, 6)::int - (SELECT right(number, 6)::int FROM billing.invoice WHERE id = (SELECT pg_temp.inv('t70-6')))
-                      FROM billing.invoice WHERE id IN ((SELECT pg_temp.inv('t70-7')), (SELECT pg_temp.inv('t70-8'))) ORDER BY id$$,
+SELECT results_eq($$WITH first AS MATERIALIZED (SELECT right(number, 6)::int AS n FROM billing.invoice WHERE id = (SELECT pg_temp.inv('t70-6')))
+                    SELECT right(i.number, 6)::int - f.n
+                      FROM billing.invoice i CROSS JOIN first f
+                     WHERE i.id IN ((SELECT pg_temp.inv('t70-7')), (SELECT pg_temp.inv('t70-8'))) ORDER BY i.id$$,
                   $$VALUES (1), (2)$$, 'a rolled-back finalization gives its number back: no gap');
 
 -- -- credit notes ---------------------------------------------------------------------------------
