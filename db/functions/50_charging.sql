@@ -490,7 +490,7 @@ BEGIN
                version = version + 1, updated_at = p_now
          WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
-        PERFORM billing._void_open_invoices(ARRAY[v_sub.id], p_now);
+        PERFORM billing._void_open_invoices(v_sub.customer_id, ARRAY[v_sub.id], p_now);
         PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled',
                                     billing._subscription_data(v_sub), p_now);
     END IF;

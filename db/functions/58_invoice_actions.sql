@@ -138,6 +138,8 @@ BEGIN
        SET status = 'VOID', next_attempt_at = NULL, waiting_for = NULL, closed_at = p_now
      WHERE customer_id = v_invoice.customer_id AND id = v_invoice.id
     RETURNING * INTO v_invoice;
+    -- Its VOID credit note when it was finalized (on Citus the trigger cannot issue it from a shard).
+    PERFORM billing._void_credit_note(v_invoice, p_now);
     PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceVoided',
         billing._invoice_data(v_invoice) || jsonb_build_object('reason', p_reason), p_now);
     PERFORM billing._restore_credit(v_invoice, p_now);
