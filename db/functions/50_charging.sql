@@ -261,13 +261,16 @@ COMMENT ON FUNCTION billing.claim_charges(text, integer, interval, timestamptz, 
 'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview); one whose customer has no usable payment method at p_provider waits (waiting_for PAYMENT_METHOD, InvoicePaymentMethodRequired), except with the simulator (sim) for a customer who never set a default method: charged by customer id.
 Returns what to charge: key <namespace>-inv-<invoice id>-try-<n>, reused by a re-claim with the same method references; lookup = ask the gateway for the key''s status instead of sending it (near its expiry); BL422 for bad arguments or a lease not shorter than the key lifetime.';
 
--- claim_charges' work for one invoice its caller holds locked (OPEN, due): what the statement of
--- claim_charges does to each row it claims, every statement naming the row by (customer_id, id)
+-- claim_charges' work for one invoice named by (customer_id, id): what the statement of
+-- claim_charges does to each row it claims, under the row's lock (FOR NO KEY UPDATE SKIP LOCKED,
+-- OPEN and due checked on the locked version), every statement naming the row by (customer_id, id)
 -- (one shard on Citus). Used by claim_charges' per-row path on Citus and by the per-shard-group
 -- claims (56_shard_claims). The same outcomes: REVIEW when the key outlived its lifetime, a wait
 -- for a payment method, or the lease with one attempt row per key (a re-claim reuses it).
+DROP FUNCTION IF EXISTS billing._claim_charge_row(billing.invoice, text, interval, timestamptz, text);
 CREATE OR REPLACE FUNCTION billing._claim_charge_row(
-    p_invoice billing.invoice, p_worker text, p_lease interval, p_now timestamptz, p_provider text)
+    p_customer_id bigint, p_invoice_id bigint, p_worker text, p_lease interval, p_now timestamptz, p_provider text,
+    p_cfg billing.installation)
 RETURNS TABLE (invoice_id bigint, attempt_id bigint, idempotency_key text, customer_id bigint, amount bigint,
                currency text, lookup boolean, customer_ref text, payment_method_ref text)
 LANGUAGE plpgsql VOLATILE
@@ -275,33 +278,34 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_cfg         billing.installation;
+    v_invoice     billing.invoice;
     v_attempt     billing.payment_attempt;
     v_method      billing.payment_method;
     v_has_default boolean;
-    v_invoice     billing.invoice;
     v_give_up     timestamptz;
 BEGIN
-    IF p_invoice.status IS DISTINCT FROM 'OPEN' OR NOT p_invoice.next_attempt_at <= p_now THEN
-        RETURN;  -- settled or leased by another claim meanwhile
+    SELECT * INTO v_invoice FROM billing.invoice i
+     WHERE i.customer_id = p_customer_id AND i.id = p_invoice_id AND i.status = 'OPEN' AND i.next_attempt_at <= p_now
+       FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;  -- another claimer holds it, or it was settled or leased meanwhile
     END IF;
-    SELECT * INTO v_cfg FROM billing.installation;
     SELECT a.* INTO v_attempt FROM billing.payment_attempt a
-     WHERE a.customer_id = p_invoice.customer_id AND a.invoice_id = p_invoice.id AND a.attempt_number = p_invoice.try_count;
+     WHERE a.customer_id = v_invoice.customer_id AND a.invoice_id = v_invoice.id AND a.attempt_number = v_invoice.try_count;
     -- A key already claimed keeps what it was sent with; a new key takes the customer's default
     -- usable method. With the simulator, a customer without a default is charged by customer id
     -- (method NULL); with a real provider such an invoice waits (below).
     IF v_attempt.id IS NULL THEN
-        v_method := billing._usable_method(p_invoice.customer_id, p_provider, p_now);
+        v_method := billing._usable_method(v_invoice.customer_id, p_provider, p_now);
     END IF;
     v_has_default := EXISTS (SELECT 1 FROM billing.payment_method x
-                              WHERE x.customer_id = p_invoice.customer_id AND x.is_default AND x.provider = p_provider);
+                              WHERE x.customer_id = v_invoice.customer_id AND x.is_default AND x.provider = p_provider);
 
     IF v_attempt.key_expires_at <= p_now THEN
         -- The key's lifetime is over and its fate is still unknown: never sent again; a person decides.
         UPDATE billing.invoice i
            SET status = 'REVIEW', next_attempt_at = NULL, review_reason = 'KEY_EXPIRED'
-         WHERE i.customer_id = p_invoice.customer_id AND i.id = p_invoice.id
+         WHERE i.customer_id = v_invoice.customer_id AND i.id = v_invoice.id
         RETURNING i.* INTO v_invoice;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentReview',
             billing._invoice_data(v_invoice) || jsonb_build_object('reason', 'KEY_EXPIRED'), p_now);
@@ -309,11 +313,12 @@ BEGIN
     END IF;
     IF v_attempt.id IS NULL AND v_method.id IS NULL AND (p_provider <> 'sim' OR v_has_default) THEN
         -- No usable payment method for a new key: the invoice waits for the customer (set_payment_method).
-        -- (the instant computed first: Citus takes no function reading a table in an UPDATE's SET)
-        v_give_up := coalesce(p_invoice.give_up_at, billing._waiting_give_up_at(p_invoice.customer_id, p_invoice.id, p_now));
+        -- (The instant computed first: Citus takes no function reading a table, nor a STABLE
+        -- operator, inside an UPDATE's coalesce.)
+        v_give_up := coalesce(v_invoice.give_up_at, billing._waiting_give_up_at(v_invoice.customer_id, v_invoice.id, p_now));
         UPDATE billing.invoice i
            SET next_attempt_at = NULL, waiting_for = 'PAYMENT_METHOD', give_up_at = v_give_up
-         WHERE i.customer_id = p_invoice.customer_id AND i.id = p_invoice.id
+         WHERE i.customer_id = v_invoice.customer_id AND i.id = v_invoice.id
         RETURNING i.* INTO v_invoice;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentMethodRequired',
             billing._invoice_data(v_invoice) || jsonb_build_object(
@@ -324,7 +329,7 @@ BEGIN
 
     -- The lease: a worker that dies before reporting gives the invoice back at p_now + p_lease.
     UPDATE billing.invoice i SET next_attempt_at = p_now + p_lease
-     WHERE i.customer_id = p_invoice.customer_id AND i.id = p_invoice.id
+     WHERE i.customer_id = v_invoice.customer_id AND i.id = v_invoice.id
     RETURNING i.* INTO v_invoice;
     -- One row per try: a re-claim (lease expired, or UNKNOWN) reuses its key and what it was sent
     -- with, whatever the namespace and the customer's default method are now.
@@ -332,8 +337,8 @@ BEGIN
            (customer_id, invoice_id, attempt_number, idempotency_key, amount, currency, worker, first_claimed_at,
             last_claimed_at, key_expires_at, provider, payment_method_id, customer_ref, payment_method_ref)
     VALUES (v_invoice.customer_id, v_invoice.id, v_invoice.try_count,
-            v_cfg.key_namespace || '-inv-' || v_invoice.id || '-try-' || v_invoice.try_count, v_invoice.amount,
-            v_invoice.currency, p_worker, p_now, p_now, p_now + v_cfg.key_lifetime, p_provider, v_method.id,
+            p_cfg.key_namespace || '-inv-' || v_invoice.id || '-try-' || v_invoice.try_count, v_invoice.amount,
+            v_invoice.currency, p_worker, p_now, p_now, p_now + p_cfg.key_lifetime, p_provider, v_method.id,
             v_method.customer_ref, v_method.payment_method_ref)
     ON CONFLICT ON CONSTRAINT payment_attempt_one_per_try DO UPDATE
         SET claim_count = a.claim_count + 1, worker = excluded.worker, last_claimed_at = excluded.last_claimed_at
@@ -343,13 +348,13 @@ BEGIN
            v_invoice.currency::text,
            -- A key sent before whose call could end within the lookup margin of its expiry: ask
            -- the gateway what became of it instead of sending it again.
-           v_attempt.claim_count > 1 AND p_now + p_lease > v_attempt.key_expires_at - v_cfg.lookup_margin,
+           v_attempt.claim_count > 1 AND p_now + p_lease > v_attempt.key_expires_at - p_cfg.lookup_margin,
            v_attempt.customer_ref, v_attempt.payment_method_ref;
 END
 $$;
-COMMENT ON FUNCTION billing._claim_charge_row(billing.invoice, text, interval, timestamptz, text) IS
-'Private: claim_charges'' work for one OPEN invoice due by p_now that the caller holds locked (FOR NO KEY UPDATE): REVIEW when its key outlived the key lifetime (InvoicePaymentReview), a wait for a payment method (InvoicePaymentMethodRequired), or the lease to p_now + p_lease with its payment_attempt (one per key; a re-claim counts). Every statement names the row by (customer_id, id).
-Returns the charge to make as a claim_charges row, or no row (review, waiting, or no longer OPEN and due).';
+COMMENT ON FUNCTION billing._claim_charge_row(bigint, bigint, text, interval, timestamptz, text, billing.installation) IS
+'Private: claim_charges'' work on one invoice named by (customer_id, id), under its row lock (SKIP LOCKED; OPEN and due checked on the locked version): REVIEW when its key outlived the key lifetime (InvoicePaymentReview), a wait for a payment method (InvoicePaymentMethodRequired), else the lease to p_now + p_lease with its payment_attempt (key <namespace>-inv-<id>-try-<n>, one per try; a re-claim counts). p_cfg: billing.installation.
+Returns the row claim_charges returns for it, or none (review, waiting, or held by another claimer, settled or leased meanwhile).';
 
 -- claim_charges on Citus: its statement locks due invoices of many shards at once, which Citus
 -- refuses. The same claim row by row: the due invoices are read unlocked (a read of every shard,
@@ -365,8 +370,8 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_cfg       billing.installation;
     v_page      record;
-    v_invoice   billing.invoice;
     v_locked    integer := 0;
     v_after     timestamptz := '-infinity';
     v_after_c   bigint := -1;
@@ -375,6 +380,7 @@ DECLARE
     v_row       record;
     v_rows      jsonb := '[]';
 BEGIN
+    SELECT * INTO v_cfg FROM billing.installation;
     LOOP
         v_seen := 0;
         FOR v_page IN
@@ -388,13 +394,16 @@ BEGIN
             v_after := v_page.next_attempt_at;
             v_after_c := v_page.customer_id;
             v_after_id := v_page.id;
-            SELECT * INTO v_invoice FROM billing.invoice i
+            -- Locked here to count it against the batch (the statement's LIMIT counts the rows it
+            -- locks); _claim_charge_row takes the same lock again, held already.
+            PERFORM 1 FROM billing.invoice i
              WHERE i.customer_id = v_page.customer_id AND i.id = v_page.id
                AND i.status = 'OPEN' AND i.next_attempt_at <= p_now
                FOR NO KEY UPDATE SKIP LOCKED;
             CONTINUE WHEN NOT FOUND;  -- another claimer holds it, or it moved on
             v_locked := v_locked + 1;
-            FOR v_row IN SELECT * FROM billing._claim_charge_row(v_invoice, p_worker, p_lease, p_now, p_provider) LOOP
+            FOR v_row IN SELECT * FROM billing._claim_charge_row(v_page.customer_id, v_page.id, p_worker, p_lease, p_now,
+                                                                 p_provider, v_cfg) LOOP
                 v_rows := v_rows || jsonb_build_array(to_jsonb(v_row));
             END LOOP;
         END LOOP;
