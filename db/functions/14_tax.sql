@@ -1,6 +1,8 @@
 -- 14_tax: the taxes of a new invoice, chosen by the customer's billing address (docs/invoices.md).
--- One SQL function, inlined into the renewal statement (set-based) and called by _new_invoice, so
--- both paths compute the same figures. Re-applied after every migration: CREATE OR REPLACE only.
+-- The figures are computed in one place, _tax_of (an address, a base): the renewal statement inlines
+-- it set-based through _invoice_tax, and the per-row path (_new_invoice) calls it through
+-- _invoice_tax_row, so both paths compute the same figures. Re-applied after every migration:
+-- CREATE OR REPLACE only.
 --
 -- Rounding, per tax line (one line per rate), half away from zero, on the taxable amount (the
 -- charge after its discount, before customer credit):
@@ -8,30 +10,69 @@
 --   inclusive rates:   round(base * r / (10000 + sum of the address's rates)), contained in base.
 -- All active rates of one country are of the same kind (upsert_tax_rate refuses a mix).
 
-CREATE OR REPLACE FUNCTION billing._invoice_tax(p_customer_id bigint, p_base bigint, p_enabled boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION billing._tax_of(p_country char(2), p_region text, p_tax_status text, p_base bigint)
 RETURNS TABLE (tax_amount bigint, tax_included bigint, tax_detail jsonb)
-LANGUAGE sql STABLE  -- inlinable into the renewal statement: no SET clause, every name qualified
+LANGUAGE sql STABLE  -- inlinable: no SET clause, every name qualified; reads the tax rates only (a reference table)
 AS $$
     SELECT coalesce(sum(x.amount) FILTER (WHERE NOT x.inclusive), 0)::bigint,
            coalesce(sum(x.amount) FILTER (WHERE x.inclusive), 0)::bigint,
            pg_catalog.jsonb_build_object(
-               'treatment', c.tax_status,
+               'treatment', p_tax_status,
                'lines', coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                             'code', x.code, 'name', x.name, 'rateBp', x.rate_bp, 'inclusive', x.inclusive,
-                            'amount', x.amount) ORDER BY x.region NULLS FIRST, x.code) FILTER (WHERE x.code IS NOT NULL),
+                            'amount', x.amount) ORDER BY x.region NULLS FIRST, x.code),
                             '[]'::jsonb))
+      FROM (SELECT r.code, r.name, r.rate_bp, r.inclusive, r.region,
+                   pg_catalog.round(p_base::numeric * r.rate_bp
+                                    / CASE WHEN r.inclusive THEN 10000 + sum(r.rate_bp) OVER () ELSE 10000 END)::bigint AS amount
+              FROM billing.tax_rate r
+             WHERE r.active AND r.country = p_country AND (r.region IS NULL OR r.region = p_region)
+               AND p_tax_status = 'TAXABLE') x
+$$;
+COMMENT ON FUNCTION billing._tax_of(char, text, text, bigint) IS
+'Private: the taxes on p_base (minor units, after discount) for a billing address (country, region) and tax status: exclusive tax (added), inclusive tax (contained) and the detail stored on the invoice ({treatment, lines: [{code, name, rateBp, inclusive, amount}]}); one line per rate rounded half away from zero.
+Returns one row.';
+
+-- Set-based: inlined into the renewal statement (a join of the customer row). Citus cannot plan a
+-- SQL function that reads a distributed table (billing.customer) when called with parameters, so
+-- the per-row callers use _invoice_tax_row.
+CREATE OR REPLACE FUNCTION billing._invoice_tax(p_customer_id bigint, p_base bigint, p_enabled boolean DEFAULT true)
+RETURNS TABLE (tax_amount bigint, tax_included bigint, tax_detail jsonb)
+LANGUAGE sql STABLE  -- inlinable into the renewal statement: no SET clause, every name qualified
+AS $$
+    SELECT t.tax_amount, t.tax_included, t.tax_detail
       FROM billing.customer c
-      LEFT JOIN LATERAL (
-          SELECT r.code, r.name, r.rate_bp, r.inclusive, r.region,
-                 pg_catalog.round(p_base::numeric * r.rate_bp
-                                  / CASE WHEN r.inclusive THEN 10000 + sum(r.rate_bp) OVER () ELSE 10000 END)::bigint AS amount
-            FROM billing.tax_rate r
-           WHERE r.active AND r.country = c.country AND (r.region IS NULL OR r.region = c.region)
-             AND c.tax_status = 'TAXABLE'
-      ) x ON true
+     CROSS JOIN LATERAL billing._tax_of(c.country, c.region, c.tax_status, p_base) t
      WHERE c.id = p_customer_id AND p_enabled
-     GROUP BY c.id, c.tax_status
 $$;
 COMMENT ON FUNCTION billing._invoice_tax(bigint, bigint, boolean) IS
-'Private: the taxes on p_base (minor units, after discount) for the customer''s billing address and tax status: exclusive tax (added), inclusive tax (contained) and the detail stored on the invoice ({treatment, lines: [{code, name, rateBp, inclusive, amount}]}); one line per rate rounded half away from zero. No row when p_enabled is false (the renewal passes whether any rate exists).
+'Private, set-based (inlined by the renewal statement): the taxes on p_base for the customer''s billing address and tax status (_tax_of). No row when p_enabled is false (the renewal passes whether any rate exists).
 Returns at most one row.';
+
+-- Per-row: the customer read by its key (one shard on Citus), then the rates.
+CREATE OR REPLACE FUNCTION billing._invoice_tax_row(p_customer_id bigint, p_base bigint,
+                                                    OUT tax_amount bigint, OUT tax_included bigint, OUT tax_detail jsonb)
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_customer billing.customer;
+BEGIN
+    tax_amount := 0;
+    tax_included := 0;
+    IF NOT EXISTS (SELECT 1 FROM billing.tax_rate r WHERE r.active) THEN
+        RETURN;  -- no rate anywhere: no tax, no detail (as the renewal statement)
+    END IF;
+    SELECT * INTO v_customer FROM billing.customer c WHERE c.id = p_customer_id;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- Called in a target list, not inlined in FROM: Citus refuses a query into which a SQL function
+    -- over one of its tables (the rates are a reference table) was inlined.
+    SELECT (x.t).tax_amount, (x.t).tax_included, (x.t).tax_detail INTO tax_amount, tax_included, tax_detail
+      FROM (SELECT billing._tax_of(v_customer.country, v_customer.region, v_customer.tax_status, p_base) AS t) x;
+END
+$$;
+COMMENT ON FUNCTION billing._invoice_tax_row(bigint, bigint) IS
+'Private, per row (PL/pgSQL: runs on Citus): the taxes on p_base for the customer''s billing address and tax status (_tax_of); 0, 0 and no detail while no rate is active.
+Returns exclusive tax, inclusive tax and the detail.';

@@ -203,11 +203,7 @@ DECLARE
     v_total   bigint;
 BEGIN
     -- Taxes by the customer's billing address (14_tax); credit pays the total, tax included.
-    SELECT coalesce(t.tax_amount, 0) AS tax_amount, coalesce(t.tax_included, 0) AS tax_included, t.tax_detail
-      INTO v_tax
-      FROM (SELECT 1) one
-      LEFT JOIN billing._invoice_tax(p_sub.customer_id, p_subtotal,
-                                     EXISTS (SELECT 1 FROM billing.tax_rate WHERE active)) t ON true;
+    v_tax := billing._invoice_tax_row(p_sub.customer_id, p_subtotal);
     v_total := p_subtotal + v_tax.tax_amount;
     SELECT balance INTO v_balance FROM billing.credit_balance
      WHERE customer_id = p_sub.customer_id AND currency = p_plan.currency AND balance > 0
@@ -288,7 +284,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT array_agg(id ORDER BY id) INTO v_unpaid FROM billing.invoice
-     WHERE subscription_id = p_sub.id AND status IN ('OPEN', 'REVIEW');
+     WHERE customer_id = p_sub.customer_id AND subscription_id = p_sub.id AND status IN ('OPEN', 'REVIEW');
     IF v_unpaid IS NULL THEN
         INSERT INTO billing.credit_entry (customer_id, currency, amount, reason, subscription_id, invoice_id, created_at,
                                           period_start, period_end)
@@ -326,7 +322,8 @@ BEGIN
         FOR v_credit IN
             UPDATE billing.credit_pending c SET status = 'RELEASED', settled_at = p_now
              WHERE c.customer_id = p_invoice.customer_id AND c.status = 'PENDING' AND p_invoice.id = ANY (c.depends_on)
-               AND NOT EXISTS (SELECT 1 FROM billing.invoice i WHERE i.id = ANY (c.depends_on) AND i.status <> 'PAID')
+               AND NOT EXISTS (SELECT 1 FROM billing.invoice i
+                                WHERE i.customer_id = c.customer_id AND i.id = ANY (c.depends_on) AND i.status <> 'PAID')
             RETURNING c.*
         LOOP
             PERFORM billing._grant_credit(v_credit.customer_id, v_credit.currency, v_credit.amount, 'PRORATION',
@@ -367,10 +364,21 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_count integer;
+    v_count integer := 0;
+    v_group record;
 BEGIN
     IF p_subscription_ids IS NULL OR cardinality(p_subscription_ids) = 0 THEN
         RETURN 0;
+    END IF;
+    IF billing._distributed('billing.customer') THEN
+        -- Citus: one customer at a time (this statement would span shards).
+        FOR v_group IN
+            SELECT s.customer_id, array_agg(s.id ORDER BY s.id) AS ids FROM billing.subscription s
+             WHERE s.id = ANY (p_subscription_ids) GROUP BY s.customer_id ORDER BY s.customer_id
+        LOOP
+            v_count := v_count + billing._void_open_invoices(v_group.customer_id, v_group.ids, p_now);
+        END LOOP;
+        RETURN v_count;
     END IF;
     WITH voided AS (
         UPDATE billing.invoice
@@ -407,3 +415,42 @@ COMMENT ON FUNCTION billing._void_open_invoices(bigint[], timestamptz) IS
 'Private: OPEN invoices never declined of the given subscriptions become VOID (InvoiceVoided each); credit they consumed goes back to the customer, pending credit depending on them is reversed (invoices in dunning stay OPEN).
 Returns how many invoices were voided.';
 
+
+-- The same for the subscriptions of one customer, row by row: the per-row paths (cancel_subscription,
+-- a renewal through _renew_one, a dunning exhaustion) name the customer, and on Citus every statement
+-- then goes to the customer's shard group (the set-based statement above cannot be planned there).
+CREATE OR REPLACE FUNCTION billing._void_open_invoices(p_customer_id bigint, p_subscription_ids bigint[], p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_ids     bigint[];
+    v_id      bigint;
+    v_invoice billing.invoice;
+BEGIN
+    IF p_subscription_ids IS NULL OR cardinality(p_subscription_ids) = 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT array_agg(i.id ORDER BY i.id) INTO v_ids
+      FROM (SELECT i.id FROM billing.invoice i
+             WHERE i.customer_id = p_customer_id AND i.subscription_id = ANY (p_subscription_ids)
+               AND i.status = 'OPEN' AND i.attempt_count = 0
+             ORDER BY i.id
+               FOR UPDATE) i;
+    FOREACH v_id IN ARRAY coalesce(v_ids, '{}') LOOP
+        UPDATE billing.invoice
+           SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now, waiting_for = NULL
+         WHERE customer_id = p_customer_id AND id = v_id
+        RETURNING * INTO v_invoice;
+        PERFORM billing._void_credit_note(v_invoice, p_now);
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceVoided', billing._invoice_data(v_invoice), p_now);
+        PERFORM billing._settle_pending_credit(v_invoice, p_now);
+        PERFORM billing._restore_credit(v_invoice, p_now);
+    END LOOP;
+    RETURN coalesce(cardinality(v_ids), 0);
+END
+$$;
+COMMENT ON FUNCTION billing._void_open_invoices(bigint, bigint[], timestamptz) IS
+'Private: _void_open_invoices for the subscriptions of one customer, by (customer_id, id): OPEN invoices never declined become VOID (InvoiceVoided each, in id order), their consumed credit goes back, pending credit depending on them is reversed.
+Returns how many invoices were voided.';

@@ -67,7 +67,8 @@ BEGIN
                                      p_idempotency_key, v_request.customer_id, v_request.plan_code, v_request.options),
                     HINT = 'Use a new idempotency key for a different request.';
             END IF;
-            SELECT * INTO v_sub FROM billing.subscription WHERE id = v_request.subscription_id;
+            SELECT * INTO v_sub FROM billing.subscription
+             WHERE customer_id = v_request.customer_id AND id = v_request.subscription_id;
             RETURN v_sub;
         END IF;
 
@@ -110,18 +111,19 @@ BEGIN
         RETURNING * INTO v_sub;
     END IF;
 
-    UPDATE billing.subscription_request SET subscription_id = v_sub.id WHERE idempotency_key = p_idempotency_key;
+    UPDATE billing.subscription_request SET subscription_id = v_sub.id
+     WHERE customer_id = p_customer_id AND idempotency_key = p_idempotency_key;
     IF p_coupon_code IS NOT NULL THEN
         PERFORM billing._redeem_coupon(v_sub, p_coupon_code, p_now);
-        SELECT * INTO v_sub FROM billing.subscription WHERE id = v_sub.id;
+        SELECT * INTO v_sub FROM billing.subscription WHERE customer_id = v_sub.customer_id AND id = v_sub.id;
     END IF;
     PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCreated', billing._subscription_data(v_sub), p_now);
 
     IF v_sub.status = 'ACTIVE' THEN
         v_disc := billing._take_discount(v_sub, v_list, v_plan.currency, p_now);
-        UPDATE billing.subscription SET period_price = v_list - v_disc.discount WHERE id = v_sub.id
+        UPDATE billing.subscription SET period_price = v_list - v_disc.discount WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
-        UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE id = v_sub.id
+        UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
         PERFORM billing._new_invoice(v_sub, 'INITIAL', v_sub.current_period_start, v_sub.current_period_end,
                                      v_list - v_disc.discount, v_plan, v_price, p_now, NULL, NULL,
@@ -195,7 +197,7 @@ BEGIN
         v_before := v_sub;
         UPDATE billing.subscription
            SET cancel_at_period_end = true, version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
         PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
         RETURN v_sub;
@@ -204,9 +206,9 @@ BEGIN
     UPDATE billing.subscription
        SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'REQUESTED',
            version = version + 1, updated_at = p_now
-     WHERE id = v_sub.id
+     WHERE customer_id = v_sub.customer_id AND id = v_sub.id
     RETURNING * INTO v_sub;
-    PERFORM billing._void_open_invoices(ARRAY[v_sub.id], p_now);
+    PERFORM billing._void_open_invoices(v_sub.customer_id, ARRAY[v_sub.id], p_now);
     PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled', billing._subscription_data(v_sub), p_now);
     RETURN v_sub;
 END
@@ -300,9 +302,9 @@ BEGIN
         END IF;
         v_before := v_sub;
         UPDATE billing.subscription SET scheduled_plan_id = NULL, version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
-        UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE id = v_sub.id
+        UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
         PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
         RETURN v_sub;
@@ -317,7 +319,7 @@ BEGIN
         v_before := v_sub;
         UPDATE billing.subscription
            SET scheduled_plan_id = v_new.id, lifecycle_pending = true, version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
         PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
         RETURN v_sub;
@@ -328,9 +330,9 @@ BEGIN
         v_before := v_sub;
         UPDATE billing.subscription
            SET plan_id = v_new.id, scheduled_plan_id = NULL, version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
-        UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE id = v_sub.id
+        UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
         PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
         RETURN v_sub;
@@ -339,8 +341,8 @@ BEGIN
     -- (Periods already due were billed above, by _settle_due, at the plan they were due under.)
     -- A change now replaces a change scheduled for the period end.
     IF v_sub.scheduled_plan_id IS NOT NULL THEN
-        UPDATE billing.subscription SET scheduled_plan_id = NULL WHERE id = v_sub.id RETURNING * INTO v_sub;
-        UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE id = v_sub.id
+        UPDATE billing.subscription SET scheduled_plan_id = NULL WHERE customer_id = v_sub.customer_id AND id = v_sub.id RETURNING * INTO v_sub;
+        UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
     END IF;
     SELECT * INTO v_old FROM billing.plan WHERE id = v_sub.plan_id;
@@ -359,14 +361,15 @@ BEGIN
     v_from_price := v_sub.period_price;
     IF p_prorate THEN
         SELECT * INTO v_superseded FROM billing.invoice
-         WHERE subscription_id = v_sub.id AND kind = 'PRORATION' AND status = 'OPEN' AND from_plan_id IS NOT NULL
+         WHERE customer_id = v_sub.customer_id AND subscription_id = v_sub.id AND kind = 'PRORATION' AND status = 'OPEN' AND from_plan_id IS NOT NULL
            AND attempt_count = 0 AND period_end = v_sub.current_period_end
          ORDER BY id DESC LIMIT 1
            FOR UPDATE;
         IF FOUND THEN
             UPDATE billing.invoice SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now, waiting_for = NULL
-             WHERE id = v_superseded.id
+             WHERE customer_id = v_superseded.customer_id AND id = v_superseded.id
             RETURNING * INTO v_superseded;
+            PERFORM billing._void_credit_note(v_superseded, p_now);
             PERFORM billing._emit_event('invoice', v_superseded.id, 'InvoiceVoided', billing._invoice_data(v_superseded), p_now);
             PERFORM billing._restore_credit(v_superseded, p_now);
             PERFORM billing._settle_pending_credit(v_superseded, p_now);
@@ -398,7 +401,7 @@ BEGIN
             -- the change instant; two changes at the very same instant move the second by 1 us.
             SELECT greatest(v_change_at, max(period_start) + interval '1 microsecond') INTO v_start
               FROM billing.invoice
-             WHERE subscription_id = v_sub.id AND kind = 'PRORATION' AND period_start >= v_change_at;
+             WHERE customer_id = v_sub.customer_id AND subscription_id = v_sub.id AND kind = 'PRORATION' AND period_start >= v_change_at;
             v_start := coalesce(v_start, v_change_at);
             IF v_start < v_sub.current_period_end THEN
                 PERFORM billing._new_invoice(v_sub, 'PRORATION', v_start, v_sub.current_period_end, v_amount,
@@ -414,7 +417,7 @@ BEGIN
         v_before := v_sub;
         UPDATE billing.subscription
            SET plan_id = v_new.id, period_price = v_new_price, version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
         PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
         RETURN v_sub;
@@ -425,7 +428,7 @@ BEGIN
     -- invoiced at) is credited against it; without proration nothing is credited.
     SELECT greatest(v_change_at, max(period_start) + interval '1 microsecond') INTO v_start
       FROM billing.invoice
-     WHERE subscription_id = v_sub.id AND kind = 'PLAN_CHANGE' AND period_start >= v_change_at;
+     WHERE customer_id = v_sub.customer_id AND subscription_id = v_sub.id AND kind = 'PLAN_CHANGE' AND period_start >= v_change_at;
     v_start := coalesce(v_start, v_change_at);
     IF p_prorate THEN
         v_amount := -billing.proration_amount(billing._period_credit_base(v_sub, v_from_price), 0,

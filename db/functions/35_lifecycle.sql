@@ -135,7 +135,7 @@ BEGIN
      WHERE r.customer_id = v_red.customer_id AND r.subscription_id = v_red.subscription_id
        AND r.coupon_code = v_red.coupon_code AND r.periods_left IS NOT NULL;
     IF v_red.periods_left = 1 THEN
-        UPDATE billing.subscription SET coupon_code = NULL WHERE id = p_sub.id;
+        UPDATE billing.subscription SET coupon_code = NULL WHERE customer_id = p_sub.customer_id AND id = p_sub.id;
     END IF;
 END
 $$;
@@ -199,7 +199,7 @@ BEGIN
     INSERT INTO billing.coupon_redemption (customer_id, subscription_id, coupon_code, periods_left, redeemed_at)
     VALUES (p_sub.customer_id, p_sub.id, p_code,
             CASE v_coupon.duration WHEN 'once' THEN 1 WHEN 'repeating' THEN v_coupon.duration_periods END, p_now);
-    UPDATE billing.subscription SET coupon_code = p_code WHERE id = p_sub.id;
+    UPDATE billing.subscription SET coupon_code = p_code WHERE customer_id = p_sub.customer_id AND id = p_sub.id;
     RETURN true;
 END
 $$;
@@ -241,7 +241,7 @@ BEGIN
     -- Invoices are unique per (subscription, period start, kind): a second period started at the
     -- very same instant (pause and resume at once) starts 1 us later.
     SELECT greatest(p_start, max(period_start) + interval '1 microsecond') INTO v_start
-      FROM billing.invoice WHERE subscription_id = p_sub.id AND kind = p_kind AND period_start >= p_start;
+      FROM billing.invoice WHERE customer_id = p_sub.customer_id AND subscription_id = p_sub.id AND kind = p_kind AND period_start >= p_start;
     v_start := coalesce(v_start, p_start);
     v_first := billing._first_period(p_plan, p_sub.timezone, v_start);
     v_price := billing._price_at(p_plan, v_start);
@@ -257,10 +257,10 @@ BEGIN
            period_price = v_list - v_disc.discount,
            trial_notice_at = NULL, paused_at = NULL, resume_at = NULL, scheduled_plan_id = NULL,
            version = version + 1, updated_at = p_now
-     WHERE id = p_sub.id
+     WHERE customer_id = p_sub.customer_id AND id = p_sub.id
     RETURNING * INTO v_sub;
     UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub)
-     WHERE id = v_sub.id
+     WHERE customer_id = v_sub.customer_id AND id = v_sub.id
     RETURNING * INTO v_sub;
     PERFORM billing._new_invoice(v_sub, p_kind, v_start, v_first.period_end, v_list - v_disc.discount, p_plan, v_price,
                                  p_now, p_from_plan_id, p_from_price, v_disc.discount, v_disc.coupon_code);
@@ -292,10 +292,10 @@ BEGIN
         UPDATE billing.subscription
            SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'PERIOD_END',
                version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
         PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled', billing._subscription_data(v_sub), p_now);
-        PERFORM billing._void_open_invoices(ARRAY[v_sub.id], p_now);
+        PERFORM billing._void_open_invoices(v_sub.customer_id, ARRAY[v_sub.id], p_now);
         RETURN v_sub;
     END IF;
     SELECT * INTO v_old FROM billing.plan WHERE id = v_sub.plan_id;
@@ -321,10 +321,10 @@ BEGIN
                current_period_start = current_period_end, current_period_end = v_end,
                period_number = period_number + 1, period_price = v_list - v_disc.discount,
                version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
         UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub)
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
     END IF;
     PERFORM billing._emit_subscription_change(p_sub, v_sub, p_now);
@@ -347,6 +347,9 @@ DECLARE
     v_plan   billing.plan;
     v_count  integer := 0;
 BEGIN
+    IF billing._distributed('billing.customer') THEN
+        RETURN billing._renew_lifecycle_rows(p_batch_size, p_now);
+    END IF;
     FOR v_sub IN
         SELECT * FROM billing.subscription
          WHERE trial_notice_at <= p_now AND status = 'TRIALING'
@@ -354,7 +357,7 @@ BEGIN
            FOR NO KEY UPDATE SKIP LOCKED
     LOOP
         -- Bookkeeping, not a change of the subscription: version stays.
-        UPDATE billing.subscription SET trial_notice_at = NULL WHERE id = v_sub.id;
+        UPDATE billing.subscription SET trial_notice_at = NULL WHERE customer_id = v_sub.customer_id AND id = v_sub.id;
         PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionTrialWillEnd',
                                     billing._subscription_data(v_sub), p_now);
         v_count := v_count + 1;
@@ -390,6 +393,70 @@ END
 $$;
 COMMENT ON FUNCTION billing._renew_lifecycle(integer, timestamptz) IS
 'Private: create_due_invoices'' per-row path: SubscriptionTrialWillEnd when due, resumes at resume_at, and one renewal of each due subscription flagged lifecycle_pending (up to p_batch_size of each, SKIP LOCKED; handled in customer order).
+Returns how many rows it handled.';
+
+-- The same on Citus, where a claim cannot lock rows of several shards in one statement (convention 3
+-- of docs/scaling.md): an unlocked read of the candidates' keys over every shard, then each row locked
+-- by (customer_id, id) with SKIP LOCKED (one shard) and its condition checked again on the locked row,
+-- then worked on in this transaction, as above. The scale path on Citus is the per-shard-group claim
+-- (56_shard_claims), which calls the same per-row functions.
+CREATE OR REPLACE FUNCTION billing._renew_lifecycle_rows(p_batch_size integer, p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_keys   record;
+    v_sub    billing.subscription;
+    v_count  integer := 0;
+    i        integer;
+BEGIN
+    SELECT array_agg(k.customer_id ORDER BY k.trial_notice_at, k.id) AS customers,
+           array_agg(k.id ORDER BY k.trial_notice_at, k.id) AS ids INTO v_keys
+      FROM (SELECT s.customer_id, s.id, s.trial_notice_at FROM billing.subscription s
+             WHERE s.trial_notice_at <= p_now AND s.status = 'TRIALING'
+             ORDER BY s.trial_notice_at, s.id LIMIT p_batch_size) k;
+    FOR i IN 1..coalesce(cardinality(v_keys.ids), 0) LOOP
+        SELECT * INTO v_sub FROM billing.subscription
+         WHERE customer_id = v_keys.customers[i] AND id = v_keys.ids[i]
+           AND trial_notice_at <= p_now AND status = 'TRIALING'
+           FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        UPDATE billing.subscription SET trial_notice_at = NULL WHERE customer_id = v_sub.customer_id AND id = v_sub.id;
+        PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionTrialWillEnd',
+                                    billing._subscription_data(v_sub), p_now);
+        v_count := v_count + 1;
+    END LOOP;
+
+    -- Resumes and per-row renewals, each kind oldest first, handled in customer order.
+    SELECT array_agg(k.customer_id ORDER BY k.customer_id, k.id) AS customers,
+           array_agg(k.id ORDER BY k.customer_id, k.id) AS ids INTO v_keys
+      FROM ((SELECT s.customer_id, s.id FROM billing.subscription s
+              WHERE s.status = 'PAUSED' AND s.resume_at <= p_now
+              ORDER BY s.resume_at, s.id LIMIT p_batch_size)
+            UNION
+            (SELECT s.customer_id, s.id FROM billing.subscription s
+              WHERE s.lifecycle_pending AND s.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now
+              ORDER BY s.current_period_end, s.id LIMIT p_batch_size)) k;
+    FOR i IN 1..coalesce(cardinality(v_keys.ids), 0) LOOP
+        SELECT * INTO v_sub FROM billing.subscription
+         WHERE customer_id = v_keys.customers[i] AND id = v_keys.ids[i]
+           AND ((status = 'PAUSED' AND resume_at <= p_now)
+                OR (lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND current_period_end <= p_now))
+           FOR NO KEY UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        IF v_sub.status = 'PAUSED' THEN
+            PERFORM billing._resume(v_sub, v_sub.resume_at, p_now);
+        ELSE
+            PERFORM billing._renew_one(v_sub, p_now);
+        END IF;
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION billing._renew_lifecycle_rows(integer, timestamptz) IS
+'Private: _renew_lifecycle on Citus: the candidates read unlocked over every shard, then each locked by (customer_id, id) SKIP LOCKED (one shard), its condition checked again, and handled as _renew_lifecycle does.
 Returns how many rows it handled.';
 
 -- Every automatic transition due by p_now that the renewal job has not processed yet is settled at
@@ -569,7 +636,7 @@ BEGIN
         RETURN v_sub;
     END IF;
     UPDATE billing.subscription SET lifecycle_pending = true, version = version + 1, updated_at = p_now
-     WHERE id = v_sub.id
+     WHERE customer_id = v_sub.customer_id AND id = v_sub.id
     RETURNING * INTO v_sub;
     PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
     RETURN v_sub;
@@ -611,7 +678,7 @@ BEGIN
         END IF;
         v_before := v_sub;
         UPDATE billing.subscription SET resume_at = p_resume_at, version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
         PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
         RETURN v_sub;
@@ -636,7 +703,7 @@ BEGIN
     v_before := v_sub;
     UPDATE billing.subscription
        SET status = 'PAUSED', paused_at = p_now, resume_at = p_resume_at, version = version + 1, updated_at = p_now
-     WHERE id = v_sub.id
+     WHERE customer_id = v_sub.customer_id AND id = v_sub.id
     RETURNING * INTO v_sub;
     PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
     RETURN v_sub;
@@ -703,7 +770,7 @@ BEGIN
     END IF;
     v_before := v_sub;
     UPDATE billing.subscription SET cancel_at_period_end = false, version = version + 1, updated_at = p_now
-     WHERE id = v_sub.id
+     WHERE customer_id = v_sub.customer_id AND id = v_sub.id
     RETURNING * INTO v_sub;
     PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
     RETURN v_sub;
@@ -742,7 +809,7 @@ BEGIN
     -- The customer must owe nothing on it any more: an invoice still in dunning (OPEN) or in
     -- REVIEW is paid first. (The written-off one is FAILED: docs/lifecycle.md.)
     SELECT array_agg(id ORDER BY id) INTO v_unpaid FROM billing.invoice
-     WHERE subscription_id = v_sub.id AND status IN ('OPEN', 'REVIEW');
+     WHERE customer_id = v_sub.customer_id AND subscription_id = v_sub.id AND status IN ('OPEN', 'REVIEW');
     IF v_unpaid IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'BL409',
             MESSAGE = format('subscription %s still has unpaid invoices %s', v_sub.id, v_unpaid),
@@ -804,7 +871,7 @@ BEGIN
     IF v_sub.status IN ('TRIALING', 'PAUSED') THEN
         -- Nothing is being billed: the seats count from the next billed period.
         UPDATE billing.subscription SET quantity = p_quantity, version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
         PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
         RETURN v_sub;
@@ -825,9 +892,9 @@ BEGIN
     IF v_amount > 0 THEN
         SELECT greatest(v_at, max(period_start) + interval '1 microsecond') INTO v_start
           FROM billing.invoice
-         WHERE subscription_id = v_sub.id AND kind = 'PRORATION' AND period_start >= v_at;
+         WHERE customer_id = v_sub.customer_id AND subscription_id = v_sub.id AND kind = 'PRORATION' AND period_start >= v_at;
         v_start := coalesce(v_start, v_at);
-        UPDATE billing.subscription SET quantity = p_quantity WHERE id = v_sub.id RETURNING * INTO v_sub;
+        UPDATE billing.subscription SET quantity = p_quantity WHERE customer_id = v_sub.customer_id AND id = v_sub.id RETURNING * INTO v_sub;
         IF v_start < v_sub.current_period_end THEN
             PERFORM billing._new_invoice(v_sub, 'PRORATION', v_start, v_sub.current_period_end, v_amount,
                                          v_plan, v_unit, p_now, v_plan.id, v_before.period_price, 0, NULL,
@@ -842,7 +909,7 @@ BEGIN
     END IF;
     UPDATE billing.subscription
        SET quantity = p_quantity, period_price = v_new_pp, version = version + 1, updated_at = p_now
-     WHERE id = v_sub.id
+     WHERE customer_id = v_sub.customer_id AND id = v_sub.id
     RETURNING * INTO v_sub;
     PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
     RETURN v_sub;

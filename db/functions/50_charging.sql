@@ -96,7 +96,7 @@ DECLARE
     v_invoice billing.invoice;
 BEGIN
     UPDATE billing.invoice SET status = 'REVIEW', next_attempt_at = NULL, review_reason = p_reason, waiting_for = NULL
-     WHERE id = p_invoice.id AND status = 'OPEN'
+     WHERE customer_id = p_invoice.customer_id AND id = p_invoice.id AND status = 'OPEN'
     RETURNING * INTO v_invoice;
     IF FOUND THEN
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentReview',
@@ -164,6 +164,12 @@ BEGIN
         RETURN;
     END IF;
     PERFORM billing._audit('claim_charges', jsonb_build_object('worker', p_worker, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now, 'provider', p_provider));
+    IF billing._distributed('billing.customer') THEN
+        -- On Citus the statement below would lock rows of many shards at once (refused there): the
+        -- same claim row by row, each invoice locked and worked on in its customer's shard.
+        RETURN QUERY SELECT * FROM billing._claim_charges_rows(p_worker, p_batch_size, p_lease, p_now, p_provider);
+        RETURN;
+    END IF;
 
     RETURN QUERY
     WITH due AS MATERIALIZED (
@@ -205,7 +211,7 @@ BEGIN
         -- No usable payment method for a new key: the invoice waits for the customer (set_payment_method).
         UPDATE billing.invoice i
            SET next_attempt_at = NULL, waiting_for = 'PAYMENT_METHOD',
-               give_up_at = coalesce(i.give_up_at, billing._waiting_give_up_at(i.id, p_now))
+               give_up_at = coalesce(i.give_up_at, billing._waiting_give_up_at(i.customer_id, i.id, p_now))
           FROM keyed k
          WHERE i.id = k.id AND k.needs_method
         RETURNING i.id, i AS inv, k.has_default
@@ -255,6 +261,167 @@ COMMENT ON FUNCTION billing.claim_charges(text, integer, interval, timestamptz, 
 'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview); one whose customer has no usable payment method at p_provider waits (waiting_for PAYMENT_METHOD, InvoicePaymentMethodRequired), except with the simulator (sim) for a customer who never set a default method: charged by customer id.
 Returns what to charge: key <namespace>-inv-<invoice id>-try-<n>, reused by a re-claim with the same method references; lookup = ask the gateway for the key''s status instead of sending it (near its expiry); BL422 for bad arguments or a lease not shorter than the key lifetime.';
 
+-- claim_charges' work for one invoice named by (customer_id, id): what the statement of
+-- claim_charges does to each row it claims, under the row's lock (FOR NO KEY UPDATE SKIP LOCKED,
+-- OPEN and due checked on the locked version), every statement naming the row by (customer_id, id)
+-- (one shard on Citus). Used by claim_charges' per-row path on Citus and by the per-shard-group
+-- claims (56_shard_claims). The same outcomes: REVIEW when the key outlived its lifetime, a wait
+-- for a payment method, or the lease with one attempt row per key (a re-claim reuses it).
+DROP FUNCTION IF EXISTS billing._claim_charge_row(billing.invoice, text, interval, timestamptz, text);
+CREATE OR REPLACE FUNCTION billing._claim_charge_row(
+    p_customer_id bigint, p_invoice_id bigint, p_worker text, p_lease interval, p_now timestamptz, p_provider text,
+    p_cfg billing.installation)
+RETURNS TABLE (invoice_id bigint, attempt_id bigint, idempotency_key text, customer_id bigint, amount bigint,
+               currency text, lookup boolean, customer_ref text, payment_method_ref text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_invoice     billing.invoice;
+    v_attempt     billing.payment_attempt;
+    v_method      billing.payment_method;
+    v_has_default boolean;
+    v_give_up     timestamptz;
+BEGIN
+    SELECT * INTO v_invoice FROM billing.invoice i
+     WHERE i.customer_id = p_customer_id AND i.id = p_invoice_id AND i.status = 'OPEN' AND i.next_attempt_at <= p_now
+       FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;  -- another claimer holds it, or it was settled or leased meanwhile
+    END IF;
+    SELECT a.* INTO v_attempt FROM billing.payment_attempt a
+     WHERE a.customer_id = v_invoice.customer_id AND a.invoice_id = v_invoice.id AND a.attempt_number = v_invoice.try_count;
+    -- A key already claimed keeps what it was sent with; a new key takes the customer's default
+    -- usable method. With the simulator, a customer without a default is charged by customer id
+    -- (method NULL); with a real provider such an invoice waits (below).
+    IF v_attempt.id IS NULL THEN
+        v_method := billing._usable_method(v_invoice.customer_id, p_provider, p_now);
+    END IF;
+    v_has_default := EXISTS (SELECT 1 FROM billing.payment_method x
+                              WHERE x.customer_id = v_invoice.customer_id AND x.is_default AND x.provider = p_provider);
+
+    IF v_attempt.key_expires_at <= p_now THEN
+        -- The key's lifetime is over and its fate is still unknown: never sent again; a person decides.
+        UPDATE billing.invoice i
+           SET status = 'REVIEW', next_attempt_at = NULL, review_reason = 'KEY_EXPIRED'
+         WHERE i.customer_id = v_invoice.customer_id AND i.id = v_invoice.id
+        RETURNING i.* INTO v_invoice;
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentReview',
+            billing._invoice_data(v_invoice) || jsonb_build_object('reason', 'KEY_EXPIRED'), p_now);
+        RETURN;
+    END IF;
+    IF v_attempt.id IS NULL AND v_method.id IS NULL AND (p_provider <> 'sim' OR v_has_default) THEN
+        -- No usable payment method for a new key: the invoice waits for the customer (set_payment_method).
+        -- (The instant computed first: Citus takes no function reading a table, nor a STABLE
+        -- operator, inside an UPDATE's coalesce.)
+        v_give_up := coalesce(v_invoice.give_up_at, billing._waiting_give_up_at(v_invoice.customer_id, v_invoice.id, p_now));
+        UPDATE billing.invoice i
+           SET next_attempt_at = NULL, waiting_for = 'PAYMENT_METHOD', give_up_at = v_give_up
+         WHERE i.customer_id = v_invoice.customer_id AND i.id = v_invoice.id
+        RETURNING i.* INTO v_invoice;
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentMethodRequired',
+            billing._invoice_data(v_invoice) || jsonb_build_object(
+                'reason', CASE WHEN v_has_default THEN 'PAYMENT_METHOD_EXPIRED' ELSE 'NO_PAYMENT_METHOD' END,
+                'declineCode', NULL, 'provider', p_provider), p_now);
+        RETURN;
+    END IF;
+
+    -- The lease: a worker that dies before reporting gives the invoice back at p_now + p_lease.
+    UPDATE billing.invoice i SET next_attempt_at = p_now + p_lease
+     WHERE i.customer_id = v_invoice.customer_id AND i.id = v_invoice.id
+    RETURNING i.* INTO v_invoice;
+    -- One row per try: a re-claim (lease expired, or UNKNOWN) reuses its key and what it was sent
+    -- with, whatever the namespace and the customer's default method are now.
+    INSERT INTO billing.payment_attempt AS a
+           (customer_id, invoice_id, attempt_number, idempotency_key, amount, currency, worker, first_claimed_at,
+            last_claimed_at, key_expires_at, provider, payment_method_id, customer_ref, payment_method_ref)
+    VALUES (v_invoice.customer_id, v_invoice.id, v_invoice.try_count,
+            p_cfg.key_namespace || '-inv-' || v_invoice.id || '-try-' || v_invoice.try_count, v_invoice.amount,
+            v_invoice.currency, p_worker, p_now, p_now, p_now + p_cfg.key_lifetime, p_provider, v_method.id,
+            v_method.customer_ref, v_method.payment_method_ref)
+    ON CONFLICT ON CONSTRAINT payment_attempt_one_per_try DO UPDATE
+        SET claim_count = a.claim_count + 1, worker = excluded.worker, last_claimed_at = excluded.last_claimed_at
+    RETURNING a.* INTO v_attempt;
+    RETURN QUERY
+    SELECT v_invoice.id, v_attempt.id, v_attempt.idempotency_key, v_invoice.customer_id, v_invoice.amount,
+           v_invoice.currency::text,
+           -- A key sent before whose call could end within the lookup margin of its expiry: ask
+           -- the gateway what became of it instead of sending it again.
+           v_attempt.claim_count > 1 AND p_now + p_lease > v_attempt.key_expires_at - p_cfg.lookup_margin,
+           v_attempt.customer_ref, v_attempt.payment_method_ref;
+END
+$$;
+COMMENT ON FUNCTION billing._claim_charge_row(bigint, bigint, text, interval, timestamptz, text, billing.installation) IS
+'Private: claim_charges'' work on one invoice named by (customer_id, id), under its row lock (SKIP LOCKED; OPEN and due checked on the locked version): REVIEW when its key outlived the key lifetime (InvoicePaymentReview), a wait for a payment method (InvoicePaymentMethodRequired), else the lease to p_now + p_lease with its payment_attempt (key <namespace>-inv-<id>-try-<n>, one per try; a re-claim counts). p_cfg: billing.installation.
+Returns the row claim_charges returns for it, or none (review, waiting, or held by another claimer, settled or leased meanwhile).';
+
+-- claim_charges on Citus: its statement locks due invoices of many shards at once, which Citus
+-- refuses. The same claim row by row: the due invoices are read unlocked (a read of every shard,
+-- oldest due first, a page at a time), each is locked by (customer_id, id) FOR NO KEY UPDATE SKIP
+-- LOCKED (one shard: another claimer's rows are skipped, as by the statement) and worked on by
+-- _claim_charge_row, until p_batch_size invoices were locked or none is left.
+CREATE OR REPLACE FUNCTION billing._claim_charges_rows(
+    p_worker text, p_batch_size integer, p_lease interval, p_now timestamptz, p_provider text)
+RETURNS TABLE (invoice_id bigint, attempt_id bigint, idempotency_key text, customer_id bigint, amount bigint,
+               currency text, lookup boolean, customer_ref text, payment_method_ref text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_cfg       billing.installation;
+    v_page      record;
+    v_locked    integer := 0;
+    v_after     timestamptz := '-infinity';
+    v_after_c   bigint := -1;
+    v_after_id  bigint := -1;
+    v_seen      integer;
+    v_row       record;
+    v_rows      jsonb := '[]';
+BEGIN
+    SELECT * INTO v_cfg FROM billing.installation;
+    LOOP
+        v_seen := 0;
+        FOR v_page IN
+            SELECT i.customer_id, i.id, i.next_attempt_at FROM billing.invoice i
+             WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now
+               AND (i.next_attempt_at, i.customer_id, i.id) > (v_after, v_after_c, v_after_id)
+             ORDER BY i.next_attempt_at, i.customer_id, i.id
+             LIMIT p_batch_size - v_locked
+        LOOP
+            v_seen := v_seen + 1;
+            v_after := v_page.next_attempt_at;
+            v_after_c := v_page.customer_id;
+            v_after_id := v_page.id;
+            -- Locked here to count it against the batch (the statement's LIMIT counts the rows it
+            -- locks); _claim_charge_row takes the same lock again, held already.
+            PERFORM 1 FROM billing.invoice i
+             WHERE i.customer_id = v_page.customer_id AND i.id = v_page.id
+               AND i.status = 'OPEN' AND i.next_attempt_at <= p_now
+               FOR NO KEY UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;  -- another claimer holds it, or it moved on
+            v_locked := v_locked + 1;
+            FOR v_row IN SELECT * FROM billing._claim_charge_row(v_page.customer_id, v_page.id, p_worker, p_lease, p_now,
+                                                                 p_provider, v_cfg) LOOP
+                v_rows := v_rows || jsonb_build_array(to_jsonb(v_row));
+            END LOOP;
+        END LOOP;
+        EXIT WHEN v_seen = 0 OR v_locked >= p_batch_size;
+    END LOOP;
+    RETURN QUERY
+    SELECT r.invoice_id, r.attempt_id, r.idempotency_key, r.customer_id, r.amount, r.currency, r.lookup, r.customer_ref,
+           r.payment_method_ref
+      FROM jsonb_to_recordset(v_rows) AS r(invoice_id bigint, attempt_id bigint, idempotency_key text, customer_id bigint,
+                                           amount bigint, currency text, lookup boolean, customer_ref text,
+                                           payment_method_ref text)
+     ORDER BY r.invoice_id;
+END
+$$;
+COMMENT ON FUNCTION billing._claim_charges_rows(text, integer, interval, timestamptz, text) IS
+'Private: claim_charges on Citus, row by row: the due OPEN invoices read unlocked oldest due first, each locked by (customer_id, id) SKIP LOCKED and claimed by _claim_charge_row, up to p_batch_size locked.
+Returns claim_charges'' rows in invoice id order.';
+
 -- An unpaid PRORATION invoice that will never be paid (its dunning failed, or it was voided): the
 -- upgrade or seat increase it billed is reverted to the terms paid for, while it is still the
 -- subscription's current change; a PAST_DUE subscription with nothing left OPEN is ACTIVE again.
@@ -274,7 +441,7 @@ BEGIN
         UPDATE billing.subscription
            SET plan_id = p_invoice.from_plan_id, period_price = p_invoice.from_price,
                quantity = coalesce(p_invoice.from_quantity, quantity), version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_after;
         PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionPlanReverted',
             billing._subscription_data(v_after) || jsonb_build_object(
@@ -283,9 +450,10 @@ BEGIN
         v_sub := v_after;
     END IF;
     IF v_sub.status = 'PAST_DUE'
-       AND NOT EXISTS (SELECT 1 FROM billing.invoice WHERE subscription_id = v_sub.id AND status = 'OPEN') THEN
+       AND NOT EXISTS (SELECT 1 FROM billing.invoice
+                        WHERE customer_id = v_sub.customer_id AND subscription_id = v_sub.id AND status = 'OPEN') THEN
         UPDATE billing.subscription SET status = 'ACTIVE', version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_after;
         PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
         v_sub := v_after;
@@ -329,9 +497,9 @@ BEGIN
         UPDATE billing.subscription
            SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'DUNNING_EXHAUSTED',
                version = version + 1, updated_at = p_now
-         WHERE id = v_sub.id
+         WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
-        PERFORM billing._void_open_invoices(ARRAY[v_sub.id], p_now);
+        PERFORM billing._void_open_invoices(v_sub.customer_id, ARRAY[v_sub.id], p_now);
         PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled',
                                     billing._subscription_data(v_sub), p_now);
     END IF;
@@ -347,17 +515,23 @@ Returns nothing; call it holding the subscription''s and the invoice''s row lock
 -- When an invoice that begins to wait at p_now is given up: the dunning span (the sum of the
 -- schedule's delays) after its first decline, or after p_now if it was never declined: the same
 -- end as the dunning it would have had.
-CREATE OR REPLACE FUNCTION billing._waiting_give_up_at(p_invoice_id bigint, p_now timestamptz)
+DROP FUNCTION IF EXISTS billing._waiting_give_up_at(bigint, timestamptz);
+CREATE OR REPLACE FUNCTION billing._waiting_give_up_at(p_customer_id bigint, p_invoice_id bigint, p_now timestamptz)
 RETURNS timestamptz
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT coalesce((SELECT min(a.result_at) FROM billing.payment_attempt a
-                      WHERE a.invoice_id = p_invoice_id AND a.outcome = 'DECLINED'), p_now)
-         + coalesce((SELECT sum(d.delay) FROM billing.dunning_step d), interval '0')
+BEGIN
+    -- PL/pgSQL: Citus plans a SQL function's statement with parameters only when it reads one table
+    -- by its distribution column.
+    RETURN coalesce((SELECT min(a.result_at) FROM billing.payment_attempt a
+                      WHERE a.customer_id = p_customer_id AND a.invoice_id = p_invoice_id AND a.outcome = 'DECLINED'),
+                    p_now)
+         + coalesce((SELECT sum(d.delay) FROM billing.dunning_step d), interval '0');
+END
 $$;
-COMMENT ON FUNCTION billing._waiting_give_up_at(bigint, timestamptz) IS
-'Private: when an invoice beginning to wait for a payment method at p_now is given up: the sum of the dunning delays after its first decline (or after p_now if never declined).
+COMMENT ON FUNCTION billing._waiting_give_up_at(bigint, bigint, timestamptz) IS
+'Private: when an invoice (of customer p_customer_id: one shard on Citus) beginning to wait for a payment method at p_now is given up: the sum of the dunning delays after its first decline (or after p_now if never declined).
 Returns the instant.';
 
 CREATE OR REPLACE FUNCTION billing.give_up_waiting_invoices(p_batch_size integer DEFAULT 500,
@@ -367,6 +541,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_customer_id bigint;
     v_id      bigint;
     v_sub_id  bigint;
     v_sub     billing.subscription;
@@ -381,19 +556,21 @@ BEGIN
         RETURN 0;
     END IF;
     PERFORM billing._audit('give_up_waiting_invoices', jsonb_build_object('batch_size', p_batch_size, 'now', p_now));
-    FOR v_id, v_sub_id IN
-        SELECT i.id, i.subscription_id FROM billing.invoice i
+    -- The candidates are read unlocked (on Citus a read of every shard), then each is locked and
+    -- worked on by (customer_id, id): one shard.
+    FOR v_customer_id, v_id, v_sub_id IN
+        SELECT i.customer_id, i.id, i.subscription_id FROM billing.invoice i
          WHERE i.waiting_for IS NOT NULL AND i.give_up_at <= p_now
          ORDER BY i.give_up_at, i.id
          LIMIT p_batch_size
     LOOP
         -- Lock order: subscription, invoice (as payments do); another job may have moved it on.
-        v_sub := billing._lock_subscription(v_sub_id);
-        SELECT * INTO v_invoice FROM billing.invoice WHERE id = v_id FOR UPDATE;
+        SELECT * INTO v_sub FROM billing.subscription WHERE customer_id = v_customer_id AND id = v_sub_id FOR UPDATE;
+        SELECT * INTO v_invoice FROM billing.invoice WHERE customer_id = v_customer_id AND id = v_id FOR UPDATE;
         CONTINUE WHEN v_invoice.status <> 'OPEN' OR v_invoice.waiting_for IS NULL OR v_invoice.give_up_at > p_now;
         UPDATE billing.invoice
            SET status = 'FAILED', waiting_for = NULL, next_attempt_at = NULL, closed_at = p_now
-         WHERE id = v_id
+         WHERE customer_id = v_customer_id AND id = v_id
         RETURNING * INTO v_invoice;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentFailed',
             billing._invoice_data(v_invoice) || jsonb_build_object(
@@ -408,6 +585,27 @@ $$;
 COMMENT ON FUNCTION billing.give_up_waiting_invoices(integer, timestamptz) IS
 'Gives up up to p_batch_size invoices that waited for a payment method until their give_up_at (the dunning span after their first decline, or after they began to wait): FAILED with InvoicePaymentFailed (failureReason PAYMENT_METHOD_REQUIRED, final) and InvoiceFailed, then as exhausted dunning (credit restored, an upgrade reverted, the period written off on a canceled subscription, or the subscription canceled). Run it periodically (the worker does).
 Returns how many were given up; BL422 for bad arguments.';
+
+-- The customer of a payment attempt named by its key alone (a gateway's answer or webhook knows
+-- only the key): an unlocked read by the key's plain index (on Citus, of every shard's). The engine's
+-- keys name one invoice (<namespace>-inv-<invoice id>-try-<n>), so one customer.
+CREATE OR REPLACE FUNCTION billing._attempt_customer(p_idempotency_key text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_customer_id bigint;
+BEGIN
+    SELECT a.customer_id INTO v_customer_id FROM billing.payment_attempt a
+     WHERE a.idempotency_key = p_idempotency_key
+     ORDER BY a.customer_id LIMIT 1;
+    RETURN v_customer_id;
+END
+$$;
+COMMENT ON FUNCTION billing._attempt_customer(text) IS
+'Private: the customer of the payment attempt with this idempotency key (NULL when there is none). Callers then
+name the attempt by (customer_id, idempotency_key), which goes to one shard on Citus.';
 
 -- The state machine behind record_payment_result and apply_gateway_webhook.
 DROP FUNCTION IF EXISTS billing._apply_payment_result(text, text, text, text, timestamptz);
@@ -430,11 +628,15 @@ DECLARE
     v_hard    boolean := p_outcome = 'DECLINED' AND coalesce(p_hard_decline, false);
     v_other   billing.payment_method;
     v_refund  billing.refund;
+    v_customer_id bigint;
+    v_give_up timestamptz;
 BEGIN
     PERFORM billing._check_outcome(p_outcome);
+    -- The key's customer first; then every row is named by (customer_id, ...): one shard on Citus.
+    v_customer_id := billing._attempt_customer(p_idempotency_key);
     SELECT i.subscription_id INTO v_sub_id
-      FROM billing.payment_attempt a JOIN billing.invoice i ON i.id = a.invoice_id
-     WHERE a.idempotency_key = p_idempotency_key;
+      FROM billing.payment_attempt a JOIN billing.invoice i ON i.customer_id = a.customer_id AND i.id = a.invoice_id
+     WHERE a.customer_id = v_customer_id AND a.idempotency_key = p_idempotency_key;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
             MESSAGE = format('no payment attempt has idempotency key %L', p_idempotency_key),
@@ -442,10 +644,12 @@ BEGIN
     END IF;
 
     -- Lock order: subscription, invoice, attempt (as cancel and renewal do).
-    v_sub := billing._lock_subscription(v_sub_id);
-    SELECT a.* INTO v_attempt FROM billing.payment_attempt a WHERE a.idempotency_key = p_idempotency_key;
-    SELECT i.* INTO v_invoice FROM billing.invoice i WHERE i.id = v_attempt.invoice_id FOR UPDATE;
-    PERFORM 1 FROM billing.payment_attempt a WHERE a.id = v_attempt.id FOR UPDATE;
+    SELECT * INTO v_sub FROM billing.subscription WHERE customer_id = v_customer_id AND id = v_sub_id FOR UPDATE;
+    SELECT a.* INTO v_attempt FROM billing.payment_attempt a
+     WHERE a.customer_id = v_customer_id AND a.idempotency_key = p_idempotency_key;
+    SELECT i.* INTO v_invoice FROM billing.invoice i WHERE i.customer_id = v_customer_id AND i.id = v_attempt.invoice_id
+       FOR UPDATE;
+    PERFORM 1 FROM billing.payment_attempt a WHERE a.customer_id = v_customer_id AND a.id = v_attempt.id FOR UPDATE;
 
     -- Never regress what this key already told us; a repeat of the same result changes nothing.
     IF v_attempt.outcome = 'SUCCEEDED'
@@ -460,7 +664,7 @@ BEGIN
            result_at = p_now,
            result_claim = claim_count,
            hard_decline = v_hard
-     WHERE id = v_attempt.id;
+     WHERE customer_id = v_customer_id AND id = v_attempt.id;
 
     IF p_outcome = 'SUCCEEDED' THEN
         IF v_invoice.status IN ('PAID', 'VOID', 'FAILED') THEN
@@ -483,7 +687,7 @@ BEGIN
         UPDATE billing.invoice
            SET status = 'PAID', paid_at = p_now, paid_attempt_id = v_attempt.id,
                gateway_reference = p_gateway_reference, next_attempt_at = NULL, waiting_for = NULL
-         WHERE id = v_invoice.id
+         WHERE customer_id = v_invoice.customer_id AND id = v_invoice.id
         RETURNING * INTO v_invoice;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaid', billing._invoice_data(v_invoice), p_now);
         PERFORM billing._settle_pending_credit(v_invoice, p_now);
@@ -502,9 +706,10 @@ BEGIN
             END IF;
         ELSIF v_sub.status = 'PAST_DUE'
               AND NOT EXISTS (SELECT 1 FROM billing.invoice
-                               WHERE subscription_id = v_sub.id AND status = 'OPEN' AND id <> v_invoice.id) THEN
+                               WHERE customer_id = v_sub.customer_id AND subscription_id = v_sub.id AND status = 'OPEN'
+                                 AND id <> v_invoice.id) THEN
             UPDATE billing.subscription SET status = 'ACTIVE', version = version + 1, updated_at = p_now
-             WHERE id = v_sub.id
+             WHERE customer_id = v_sub.customer_id AND id = v_sub.id
             RETURNING * INTO v_after;
             PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
         END IF;
@@ -527,7 +732,7 @@ BEGIN
         UPDATE billing.invoice
            SET next_attempt_at = least(p_now + interval '15 minutes',
                                        greatest(p_now + interval '1 minute', v_attempt.key_expires_at - v_margin))
-         WHERE id = v_invoice.id
+         WHERE customer_id = v_invoice.customer_id AND id = v_invoice.id
         RETURNING * INTO v_invoice;
         RETURN v_invoice;
     END IF;
@@ -535,7 +740,7 @@ BEGIN
     IF p_outcome = 'NOT_FOUND' THEN
         -- The gateway never saw this key: nothing was charged; a new key is safe, at once.
         UPDATE billing.invoice SET status = 'OPEN', try_count = try_count + 1, next_attempt_at = p_now
-         WHERE id = v_invoice.id
+         WHERE customer_id = v_invoice.customer_id AND id = v_invoice.id
         RETURNING * INTO v_invoice;
         RETURN v_invoice;
     END IF;
@@ -555,6 +760,11 @@ BEGIN
         v_other := billing._usable_method(v_invoice.customer_id, coalesce(v_attempt.provider, 'sim'), p_now);
         v_next := CASE WHEN v_other.id IS NOT NULL AND v_other.id IS DISTINCT FROM v_attempt.payment_method_id
                        THEN p_now END;
+        -- (computed first: Citus takes no function reading a table in an UPDATE's SET)
+        v_give_up := CASE WHEN v_next IS NULL
+                          THEN coalesce(v_invoice.give_up_at,
+                                        billing._waiting_give_up_at(v_invoice.customer_id, v_invoice.id, p_now))
+                          ELSE v_invoice.give_up_at END;
         UPDATE billing.invoice
            SET attempt_count = v_failed,
                try_count = try_count + 1,
@@ -562,10 +772,8 @@ BEGIN
                status = 'OPEN',
                next_attempt_at = v_next,
                waiting_for = CASE WHEN v_next IS NULL THEN 'PAYMENT_METHOD' END,
-               give_up_at = CASE WHEN v_next IS NULL
-                                 THEN coalesce(give_up_at, billing._waiting_give_up_at(v_invoice.id, p_now))
-                                 ELSE give_up_at END
-         WHERE id = v_invoice.id
+               give_up_at = v_give_up
+         WHERE customer_id = v_invoice.customer_id AND id = v_invoice.id
         RETURNING * INTO v_invoice;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentFailed',
             billing._invoice_data(v_invoice) || jsonb_build_object(
@@ -580,7 +788,7 @@ BEGIN
         END IF;
         IF v_sub.status = 'ACTIVE' THEN
             UPDATE billing.subscription SET status = 'PAST_DUE', version = version + 1, updated_at = p_now
-             WHERE id = v_sub.id
+             WHERE customer_id = v_sub.customer_id AND id = v_sub.id
             RETURNING * INTO v_after;
             PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
         END IF;
@@ -595,7 +803,7 @@ BEGIN
            next_attempt_at = v_next,
            waiting_for = NULL,
            closed_at = CASE WHEN v_next IS NULL THEN p_now END
-     WHERE id = v_invoice.id
+     WHERE customer_id = v_invoice.customer_id AND id = v_invoice.id
     RETURNING * INTO v_invoice;
     PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaymentFailed',
         billing._invoice_data(v_invoice) || jsonb_build_object(
@@ -606,7 +814,7 @@ BEGIN
     IF v_next IS NOT NULL THEN
         IF v_sub.status = 'ACTIVE' THEN
             UPDATE billing.subscription SET status = 'PAST_DUE', version = version + 1, updated_at = p_now
-             WHERE id = v_sub.id
+             WHERE customer_id = v_sub.customer_id AND id = v_sub.id
             RETURNING * INTO v_after;
             PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
         END IF;
@@ -670,6 +878,7 @@ DECLARE
     v_attempt  billing.payment_attempt;
     v_invoice  billing.invoice;
     v_mismatch text := '';
+    v_customer_id bigint;
 BEGIN
     PERFORM billing._audit('apply_gateway_webhook', jsonb_build_object('event_id', p_event_id, 'idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'gateway_reference', p_gateway_reference, 'now', p_now, 'hard_decline', p_hard_decline));
     PERFORM billing._check_now(p_now);
@@ -679,23 +888,24 @@ BEGIN
     PERFORM billing._check_one_of('webhook outcome', p_outcome, ARRAY['SUCCEEDED', 'DECLINED', 'UNKNOWN'],
                                   'Use SUCCEEDED, DECLINED or UNKNOWN.');
     p_payload := coalesce(p_payload, '{}'::jsonb);
+    -- its attempt's customer (NULL when the key names none); the key is unique per customer and
+    -- names one attempt of the engine's (<namespace>-inv-<invoice>-try-<n>)
+    v_customer_id := billing._attempt_customer(p_idempotency_key);
     IF p_outcome = 'SUCCEEDED' THEN
-        SELECT a.* INTO v_attempt FROM billing.payment_attempt a WHERE a.idempotency_key = p_idempotency_key;
+        SELECT a.* INTO v_attempt FROM billing.payment_attempt a
+         WHERE a.customer_id = v_customer_id AND a.idempotency_key = p_idempotency_key;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'BL404',
                 MESSAGE = format('no payment attempt has idempotency key %L', p_idempotency_key),
                 HINT = 'Report only keys returned by claim_charges.';
         END IF;
-        SELECT i.* INTO v_invoice FROM billing.invoice i WHERE i.id = v_attempt.invoice_id;
+        SELECT i.* INTO v_invoice FROM billing.invoice i WHERE i.customer_id = v_customer_id AND i.id = v_attempt.invoice_id;
         v_mismatch := billing._webhook_mismatch(v_attempt, v_invoice.customer_id, p_payload);
     END IF;
     INSERT INTO billing.gateway_webhook (event_id, idempotency_key, outcome, gateway_reference, payload, received_at,
                                          review_reason, customer_id)
     VALUES (p_event_id, p_idempotency_key, p_outcome, p_gateway_reference, p_payload, p_now, nullif(v_mismatch, ''),
-            -- its attempt's customer (0 when the key names none); the key is unique per customer and
-            -- names one attempt of the engine's (<namespace>-inv-<invoice>-try-<n>)
-            coalesce((SELECT a.customer_id FROM billing.payment_attempt a WHERE a.idempotency_key = p_idempotency_key
-                       ORDER BY a.customer_id LIMIT 1), 0))
+            coalesce(v_customer_id, 0))  -- 0 when the key names no attempt
     ON CONFLICT ON CONSTRAINT gateway_webhook_pkey DO NOTHING;
     IF NOT FOUND THEN
         RETURN 'DUPLICATE';  -- delivered before
@@ -703,7 +913,8 @@ BEGIN
     IF v_mismatch <> '' THEN
         -- Not applied: a charge that is not the one we asked for (another installation's key,
         -- a gateway mix-up). Kept with its reason; a person looks at it.
-        PERFORM billing._lock_subscription(v_invoice.subscription_id);
+        PERFORM 1 FROM billing.subscription
+         WHERE customer_id = v_invoice.customer_id AND id = v_invoice.subscription_id FOR UPDATE;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'PaymentReviewRequired',
             billing._invoice_data(v_invoice) || jsonb_build_object(
                 'reason', 'WEBHOOK_MISMATCH', 'detail', v_mismatch, 'webhookEventId', p_event_id,

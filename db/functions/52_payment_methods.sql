@@ -87,17 +87,18 @@ BEGIN
     -- flight (no attempt claimed for their current key), are retried at once. Locked before the
     -- methods: a hard decline being recorded holds its invoice, then retires its method.
     WITH retry AS (
-        SELECT i.id FROM billing.invoice i
+        SELECT i.customer_id, i.id FROM billing.invoice i
          WHERE i.customer_id = p_customer_id AND i.status = 'OPEN'
            AND (i.waiting_for IS NOT NULL
                 OR (i.attempt_count > 0 AND i.next_attempt_at > p_now
                     AND NOT EXISTS (SELECT 1 FROM billing.payment_attempt a
-                                     WHERE a.invoice_id = i.id AND a.attempt_number = i.try_count)))
+                                     WHERE a.customer_id = p_customer_id AND a.invoice_id = i.id
+                                       AND a.attempt_number = i.try_count)))
          ORDER BY i.id
            FOR UPDATE
     ), moved AS (
         UPDATE billing.invoice i SET next_attempt_at = p_now, waiting_for = NULL
-          FROM retry r WHERE i.id = r.id
+          FROM retry r WHERE i.customer_id = p_customer_id AND i.id = r.id
         RETURNING i.id
     )
     SELECT coalesce(array_agg(id ORDER BY id), '{}') INTO v_retried FROM moved;
@@ -173,6 +174,85 @@ COMMENT ON FUNCTION billing.list_payment_methods(bigint) IS
 'The customer''s payment methods, the default first, then the newest.
 Returns the rows (none for an unknown customer).';
 
+-- announce_expiring_payment_methods on Citus: its statement locks customers and methods of many
+-- shards at once, which Citus refuses. The same work row by row: the methods due an announcement
+-- are read unlocked (a read of every shard, in (customer, method) order, a page at a time); each
+-- one's customer and method are locked by their keys SKIP LOCKED (one shard: rows another
+-- transaction holds are skipped, as by the statement), the method is checked again under the lock
+-- and announced exactly as the statement announces it, until p_batch_size were locked.
+CREATE OR REPLACE FUNCTION billing._announce_expiring_rows(p_days integer, p_batch_size integer, p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_page      record;
+    v_due       record;
+    v_method    billing.payment_method;
+    v_locked    integer := 0;
+    v_count     integer := 0;
+    v_after_c   bigint := -1;
+    v_after_id  bigint := -1;
+    v_seen      integer;
+BEGIN
+    LOOP
+        v_seen := 0;
+        FOR v_page IN
+            SELECT pm.customer_id, pm.id
+              FROM billing.payment_method pm
+              CROSS JOIN LATERAL (
+                  SELECT min(s.current_period_end) AS renewal_at FROM billing.subscription s
+                   WHERE s.customer_id = pm.customer_id AND s.status IN ('ACTIVE', 'PAST_DUE')
+                     AND NOT s.cancel_at_period_end) r
+             WHERE pm.is_default AND pm.expiry_announced_at IS NULL
+               AND r.renewal_at IS NOT NULL AND r.renewal_at <= p_now + make_interval(days => p_days)
+               AND make_timestamptz(pm.exp_year, pm.exp_month, 1, 0, 0, 0, 'UTC') + interval '1 month' <= r.renewal_at
+               AND (pm.customer_id, pm.id) > (v_after_c, v_after_id)
+             ORDER BY pm.customer_id, pm.id
+             LIMIT p_batch_size - v_locked
+        LOOP
+            v_seen := v_seen + 1;
+            v_after_c := v_page.customer_id;
+            v_after_id := v_page.id;
+            -- The statement's FOR UPDATE OF c, pm SKIP LOCKED, in the lock order of set_payment_method.
+            PERFORM 1 FROM billing.customer c WHERE c.id = v_page.customer_id FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            PERFORM 1 FROM billing.payment_method pm
+             WHERE pm.customer_id = v_page.customer_id AND pm.id = v_page.id FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            v_locked := v_locked + 1;
+            -- Checked again under the lock (the method or the renewals may have changed meanwhile).
+            SELECT r.renewal_at,
+                   make_timestamptz(pm.exp_year, pm.exp_month, 1, 0, 0, 0, 'UTC') + interval '1 month' AS expires_at
+              INTO v_due
+              FROM billing.payment_method pm
+              CROSS JOIN LATERAL (
+                  SELECT min(s.current_period_end) AS renewal_at FROM billing.subscription s
+                   WHERE s.customer_id = v_page.customer_id AND s.status IN ('ACTIVE', 'PAST_DUE')
+                     AND NOT s.cancel_at_period_end) r
+             WHERE pm.customer_id = v_page.customer_id AND pm.id = v_page.id
+               AND pm.is_default AND pm.expiry_announced_at IS NULL
+               AND r.renewal_at IS NOT NULL AND r.renewal_at <= p_now + make_interval(days => p_days)
+               AND make_timestamptz(pm.exp_year, pm.exp_month, 1, 0, 0, 0, 'UTC') + interval '1 month' <= r.renewal_at;
+            CONTINUE WHEN NOT FOUND;
+            UPDATE billing.payment_method pm SET expiry_announced_at = p_now
+             WHERE pm.customer_id = v_page.customer_id AND pm.id = v_page.id
+            RETURNING pm.* INTO v_method;
+            PERFORM billing._emit_event('customer', v_method.customer_id, 'PaymentMethodExpiring',
+                billing._payment_method_data(v_method) || jsonb_build_object(
+                    'expiresAt', billing._utc_text(v_due.expires_at),
+                    'renewalAt', billing._utc_text(v_due.renewal_at)), p_now);
+            v_count := v_count + 1;
+        END LOOP;
+        EXIT WHEN v_seen = 0 OR v_locked >= p_batch_size;
+    END LOOP;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION billing._announce_expiring_rows(integer, integer, timestamptz) IS
+'Private: announce_expiring_payment_methods on Citus, row by row: the methods due an announcement read unlocked in (customer, method) order, each customer and method locked SKIP LOCKED, checked again and announced (PaymentMethodExpiring) as the statement does, up to p_batch_size locked.
+Returns how many were announced.';
+
 CREATE OR REPLACE FUNCTION billing.announce_expiring_payment_methods(
     p_days integer DEFAULT 7, p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
 RETURNS integer
@@ -187,6 +267,11 @@ BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('days of notice', p_days, 0, 366);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    IF billing._distributed('billing.customer') THEN
+        -- On Citus the statement below would lock rows of many shards at once (refused there): the
+        -- same announcements row by row, each method locked in its customer's shard.
+        RETURN billing._announce_expiring_rows(p_days, p_batch_size, p_now);
+    END IF;
     WITH due AS MATERIALIZED (
         -- A default card not announced yet that expires before a live subscription's renewal
         -- falling within the next p_days.

@@ -38,19 +38,25 @@ COMMENT ON FUNCTION billing._refund_data(billing.refund) IS
 'Private: the "data" of refund events (subject invoice/<id>).
 Returns a jsonb object.';
 
--- What is left to refund of a charge: its amount less the refunds not FAILED.
-CREATE OR REPLACE FUNCTION billing._refundable(p_attempt_id bigint)
+-- What is left to refund of a charge: its amount less the refunds not FAILED. Named by
+-- (customer_id, id): one shard on Citus (PL/pgSQL: Citus plans a SQL function's statement with
+-- parameters only when it reads one table by its distribution column).
+DROP FUNCTION IF EXISTS billing._refundable(bigint);
+CREATE OR REPLACE FUNCTION billing._refundable(p_customer_id bigint, p_attempt_id bigint)
 RETURNS bigint
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT a.amount - coalesce((SELECT sum(r.amount) FROM billing.refund r
-                                 WHERE r.attempt_id = a.id AND r.status <> 'FAILED'), 0)
-      FROM billing.payment_attempt a
-     WHERE a.id = p_attempt_id AND a.outcome = 'SUCCEEDED'
+BEGIN
+    RETURN (SELECT a.amount - coalesce((SELECT sum(r.amount) FROM billing.refund r
+                                         WHERE r.customer_id = p_customer_id AND r.attempt_id = a.id
+                                           AND r.status <> 'FAILED'), 0)
+              FROM billing.payment_attempt a
+             WHERE a.customer_id = p_customer_id AND a.id = p_attempt_id AND a.outcome = 'SUCCEEDED');
+END
 $$;
-COMMENT ON FUNCTION billing._refundable(bigint) IS
-'Private: what may still be refunded of a successful charge (its amount less its refunds requested or succeeded).
+COMMENT ON FUNCTION billing._refundable(bigint, bigint) IS
+'Private: what may still be refunded of a successful charge of customer p_customer_id (its amount less its refunds requested or succeeded).
 Returns the amount; NULL when the attempt did not succeed.';
 
 -- Call holding the invoice's row lock (after its subscription's): two requests for the same
@@ -69,9 +75,11 @@ DECLARE
     v_id         bigint;
     v_room       bigint;
     v_money      record;
+    v_namespace  text;
 BEGIN
-    SELECT * INTO v_attempt FROM billing.payment_attempt WHERE id = p_attempt_id AND invoice_id = p_invoice.id;
-    v_refundable := billing._refundable(p_attempt_id);
+    SELECT * INTO v_attempt FROM billing.payment_attempt
+     WHERE customer_id = p_invoice.customer_id AND id = p_attempt_id AND invoice_id = p_invoice.id;
+    v_refundable := billing._refundable(p_invoice.customer_id, p_attempt_id);
     IF v_refundable IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('invoice %s has no successful charge to refund', p_invoice.id),
@@ -109,13 +117,13 @@ BEGIN
             HINT = 'The refunds of a charge never exceed what it collected.';
     END IF;
     v_id := nextval(pg_get_serial_sequence('billing.refund', 'id'));
+    SELECT key_namespace INTO v_namespace FROM billing.installation;
     INSERT INTO billing.refund (customer_id, id, invoice_id, attempt_id, amount, currency, reason, status,
                                 idempotency_key, request_key, provider, charge_reference, requested_by, requested_at,
                                 next_attempt_at)
-    SELECT p_invoice.customer_id, v_id, p_invoice.id, v_attempt.id, p_amount, v_attempt.currency, p_reason, 'REQUESTED',
-           i.key_namespace || '-ref-' || v_id, p_idempotency_key, coalesce(v_attempt.provider, 'sim'),
-           v_attempt.gateway_reference, p_actor, p_now, p_now
-      FROM billing.installation i
+    VALUES (p_invoice.customer_id, v_id, p_invoice.id, v_attempt.id, p_amount, v_attempt.currency, p_reason, 'REQUESTED',
+            v_namespace || '-ref-' || v_id, p_idempotency_key, coalesce(v_attempt.provider, 'sim'),
+            v_attempt.gateway_reference, p_actor, p_now, p_now)
     RETURNING * INTO v_refund;
     PERFORM billing._emit_event('invoice', p_invoice.id, 'RefundRequested', billing._refund_data(v_refund), p_now);
     RETURN v_refund;
@@ -140,14 +148,8 @@ BEGIN
     IF p_idempotency_key IS NOT NULL THEN
         PERFORM billing._check_text('a refund request key', p_idempotency_key, 255);
     END IF;
-    SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL404',
-            MESSAGE = format('invoice %s does not exist', coalesce(p_invoice_id::text, 'NULL'));
-    END IF;
-    -- Lock order: subscription, invoice (as payments do).
-    PERFORM billing._lock_subscription(v_invoice.subscription_id);
-    SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id FOR UPDATE;
+    -- Lock order: subscription, invoice (as payments do); BL404 when there is no such invoice.
+    v_invoice := billing._lock_invoice(p_invoice_id);
     IF p_idempotency_key IS NOT NULL THEN
         SELECT * INTO v_refund FROM billing.refund WHERE request_key = p_idempotency_key;
         IF FOUND THEN
@@ -176,12 +178,19 @@ COMMENT ON FUNCTION billing.refund_invoice(bigint, bigint, text, timestamptz) IS
 'Asks for a refund of p_amount (partial or whole) of a PAID invoice''s charge; the worker executes it through the provider. p_idempotency_key makes the request idempotent (the same key answers the same refund). Event RefundRequested.
 Returns the refund; BL404 for an unknown invoice, BL409 for a request key reused with other arguments, BL422 for an invoice not PAID by a charge or an amount above what is left to refund.';
 
+-- PL/pgSQL: the invoice's customer first, then its refunds in its shard (on Citus a SQL function
+-- reading every shard with a parameter cannot be planned).
 CREATE OR REPLACE FUNCTION billing.list_refunds(p_invoice_id bigint)
 RETURNS SETOF billing.refund
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT * FROM billing.refund WHERE invoice_id = p_invoice_id ORDER BY id
+DECLARE
+    v_customer_id bigint := billing._invoice_customer(p_invoice_id);
+BEGIN
+    RETURN QUERY
+    SELECT * FROM billing.refund WHERE customer_id = v_customer_id AND invoice_id = p_invoice_id ORDER BY id;
+END
 $$;
 COMMENT ON FUNCTION billing.list_refunds(bigint) IS
 'The refunds of an invoice, oldest first.
@@ -215,6 +224,12 @@ BEGIN
         RETURN;
     END IF;
     PERFORM billing._audit('claim_refunds', jsonb_build_object('worker', p_worker, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
+    IF billing._distributed('billing.customer') THEN
+        -- On Citus the statement below would lock rows of many shards at once (refused there): the
+        -- same claim row by row, each refund locked and worked on in its customer's shard.
+        RETURN QUERY SELECT * FROM billing._claim_refunds_rows(p_worker, p_batch_size, p_lease, p_now);
+        RETURN;
+    END IF;
     RETURN QUERY
     WITH due AS MATERIALIZED (
         SELECT r.customer_id, r.id, r.key_expires_at, r.review_reason, r.claim_count
@@ -261,6 +276,122 @@ COMMENT ON FUNCTION billing.claim_refunds(text, integer, interval, timestamptz) 
 'Claims up to p_batch_size REQUESTED refunds due by p_now (SKIP LOCKED) and leases them until p_now + p_lease. A refund sent before whose key ends within the lookup margin is handed out for a look-up only (lookup); one whose key outlived the key lifetime is in review (RefundReview, once) and handed out for a look-up every hour.
 Returns what to send or look up: the refund''s key (the same on every re-claim), the charge (provider reference and key), amount, currency and lookup; BL422 for bad arguments.';
 
+-- claim_refunds on Citus: its statement locks due refunds of many shards at once, which Citus
+-- refuses. The same claim row by row: the due refunds are read unlocked (a read of every shard,
+-- oldest due first, a page at a time), each is locked by (customer_id, id) FOR NO KEY UPDATE SKIP
+-- LOCKED (one shard: another claimer's rows are skipped, as by the statement) and leased exactly as
+-- the statement leases it, until p_batch_size refunds were locked or none is left.
+CREATE OR REPLACE FUNCTION billing._claim_refunds_rows(
+    p_worker text, p_batch_size integer, p_lease interval, p_now timestamptz)
+RETURNS TABLE (refund_id bigint, customer_id bigint, invoice_id bigint, idempotency_key text, provider text,
+               charge_reference text, charge_key text, amount bigint, currency text, lookup boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_cfg       billing.installation;
+    v_page      record;
+    v_due       billing.refund;
+    v_refund    billing.refund;
+    v_lookup    boolean;
+    v_key       text;
+    v_next      timestamptz;
+    v_expires   timestamptz;
+    v_locked    integer := 0;
+    v_after     timestamptz := '-infinity';
+    v_after_id  bigint := -1;
+    v_after_c   bigint := -1;
+    v_seen      integer;
+    v_rows      jsonb := '[]';
+BEGIN
+    SELECT * INTO v_cfg FROM billing.installation;
+    LOOP
+        v_seen := 0;
+        FOR v_page IN
+            SELECT r.customer_id, r.id, r.next_attempt_at FROM billing.refund r
+             WHERE r.status = 'REQUESTED' AND r.next_attempt_at <= p_now
+               AND (r.next_attempt_at, r.id, r.customer_id) > (v_after, v_after_id, v_after_c)
+             ORDER BY r.next_attempt_at, r.id, r.customer_id
+             LIMIT p_batch_size - v_locked
+        LOOP
+            v_seen := v_seen + 1;
+            v_after := v_page.next_attempt_at;
+            v_after_id := v_page.id;
+            v_after_c := v_page.customer_id;
+            SELECT * INTO v_due FROM billing.refund r
+             WHERE r.customer_id = v_page.customer_id AND r.id = v_page.id
+               AND r.status = 'REQUESTED' AND r.next_attempt_at <= p_now
+               FOR NO KEY UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;  -- another claimer holds it, or it moved on
+            v_locked := v_locked + 1;
+            v_next := p_now + CASE WHEN v_due.key_expires_at <= p_now THEN greatest(p_lease, interval '1 hour')
+                                   ELSE p_lease END;
+            v_expires := coalesce(v_due.key_expires_at, p_now + v_cfg.key_lifetime);
+            -- As the statement: sent before, fate unknown, and the provider may have forgotten the
+            -- key (or will before this call ends): only looked up; past the key's lifetime in review
+            -- (RefundReview once) and looked up every hour.
+            -- (the new values computed from the locked row first: Citus takes no STABLE function,
+            -- timestamptz + interval, inside a CASE or coalesce of an UPDATE)
+            UPDATE billing.refund r
+               SET review_reason = CASE WHEN v_due.key_expires_at <= p_now THEN 'KEY_EXPIRED' ELSE v_due.review_reason END,
+                   next_attempt_at = v_next,
+                   claim_count = r.claim_count + 1,
+                   first_claimed_at = coalesce(v_due.first_claimed_at, p_now),
+                   key_expires_at = v_expires
+             WHERE r.customer_id = v_due.customer_id AND r.id = v_due.id
+            RETURNING r.* INTO v_refund;
+            v_lookup := coalesce(v_due.key_expires_at <= p_now
+                                 OR (v_due.claim_count >= 1 AND p_now + p_lease > v_due.key_expires_at - v_cfg.lookup_margin),
+                                 false);
+            IF v_due.review_reason IS NULL AND v_due.key_expires_at <= p_now THEN
+                PERFORM billing._emit_event('invoice', v_refund.invoice_id, 'RefundReview',
+                    billing._refund_data(v_refund) || jsonb_build_object('reviewReason', 'KEY_EXPIRED'), p_now);
+            END IF;
+            SELECT a.idempotency_key INTO v_key FROM billing.payment_attempt a
+             WHERE a.customer_id = v_refund.customer_id AND a.id = v_refund.attempt_id;
+            v_rows := v_rows || jsonb_build_array(jsonb_build_object(
+                'refund_id', v_refund.id, 'customer_id', v_refund.customer_id, 'invoice_id', v_refund.invoice_id,
+                'idempotency_key', v_refund.idempotency_key, 'provider', v_refund.provider,
+                'charge_reference', v_refund.charge_reference, 'charge_key', v_key, 'amount', v_refund.amount,
+                'currency', v_refund.currency, 'lookup', v_lookup));
+        END LOOP;
+        EXIT WHEN v_seen = 0 OR v_locked >= p_batch_size;
+    END LOOP;
+    RETURN QUERY
+    SELECT r.refund_id, r.customer_id, r.invoice_id, r.idempotency_key, r.provider, r.charge_reference, r.charge_key,
+           r.amount, r.currency, r.lookup
+      FROM jsonb_to_recordset(v_rows) AS r(refund_id bigint, customer_id bigint, invoice_id bigint, idempotency_key text,
+                                           provider text, charge_reference text, charge_key text, amount bigint,
+                                           currency text, lookup boolean)
+     ORDER BY r.refund_id;
+END
+$$;
+COMMENT ON FUNCTION billing._claim_refunds_rows(text, integer, interval, timestamptz) IS
+'Private: claim_refunds on Citus, row by row: the due REQUESTED refunds read unlocked oldest due first, each locked by (customer_id, id) SKIP LOCKED and leased as claim_refunds'' statement leases it (RefundReview once past the key''s lifetime), up to p_batch_size locked.
+Returns claim_refunds'' rows in refund id order.';
+
+-- The customer of a refund named by its key alone (the provider's answer knows only the key): an
+-- unlocked read by the key's plain index (on Citus, of every shard's). The engine's refund keys name
+-- one refund (<namespace>-ref-<refund id>[-try-<n>]), so one customer.
+CREATE OR REPLACE FUNCTION billing._refund_customer(p_idempotency_key text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_customer_id bigint;
+BEGIN
+    SELECT r.customer_id INTO v_customer_id FROM billing.refund r
+     WHERE r.idempotency_key = p_idempotency_key
+     ORDER BY r.customer_id LIMIT 1;
+    RETURN v_customer_id;
+END
+$$;
+COMMENT ON FUNCTION billing._refund_customer(text) IS
+'Private: the customer of the refund with this idempotency key (NULL when there is none). Callers then name the
+refund by (customer_id, idempotency_key), which goes to one shard on Citus.';
+
 CREATE OR REPLACE FUNCTION billing.record_refund_result(
     p_idempotency_key text, p_outcome text, p_provider_reference text DEFAULT NULL,
     p_failure_reason text DEFAULT NULL, p_now timestamptz DEFAULT now())
@@ -272,21 +403,27 @@ DECLARE
     v_refund  billing.refund;
     v_invoice billing.invoice;
     v_margin  interval;
+    v_namespace text;
+    v_customer_id bigint;
+    v_next    timestamptz;
 BEGIN
     PERFORM billing._audit('record_refund_result', jsonb_build_object('idempotency_key', p_idempotency_key, 'outcome', p_outcome, 'provider_reference', p_provider_reference, 'failure_reason', p_failure_reason, 'now', p_now));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_one_of('refund outcome', p_outcome, ARRAY['SUCCEEDED', 'FAILED', 'UNKNOWN', 'NOT_FOUND'],
                                   'Use SUCCEEDED, FAILED, UNKNOWN or NOT_FOUND.');
-    SELECT * INTO v_refund FROM billing.refund WHERE idempotency_key = p_idempotency_key;
+    -- The key's customer first; then every row is named by (customer_id, ...): one shard on Citus.
+    v_customer_id := billing._refund_customer(p_idempotency_key);
+    SELECT * INTO v_refund FROM billing.refund WHERE customer_id = v_customer_id AND idempotency_key = p_idempotency_key;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
             MESSAGE = format('no refund has idempotency key %L', p_idempotency_key),
             HINT = 'Report only keys returned by claim_refunds.';
     END IF;
     -- Lock order: subscription, invoice, refund.
-    SELECT * INTO v_invoice FROM billing.invoice WHERE id = v_refund.invoice_id;
-    PERFORM billing._lock_subscription(v_invoice.subscription_id);
-    SELECT * INTO v_invoice FROM billing.invoice WHERE id = v_refund.invoice_id FOR UPDATE;
+    SELECT * INTO v_invoice FROM billing.invoice WHERE customer_id = v_customer_id AND id = v_refund.invoice_id;
+    PERFORM 1 FROM billing.subscription
+     WHERE customer_id = v_customer_id AND id = v_invoice.subscription_id FOR UPDATE;
+    SELECT * INTO v_invoice FROM billing.invoice WHERE customer_id = v_customer_id AND id = v_refund.invoice_id FOR UPDATE;
     SELECT * INTO v_refund FROM billing.refund
      WHERE customer_id = v_refund.customer_id AND id = v_refund.id FOR UPDATE;
 
@@ -298,7 +435,8 @@ BEGIN
          WHERE customer_id = v_refund.customer_id AND id = v_refund.id
         RETURNING * INTO v_refund;
         IF v_invoice.paid_attempt_id = v_refund.attempt_id THEN
-            UPDATE billing.invoice SET amount_refunded = amount_refunded - v_refund.amount WHERE id = v_invoice.id;
+            UPDATE billing.invoice SET amount_refunded = amount_refunded - v_refund.amount
+             WHERE customer_id = v_invoice.customer_id AND id = v_invoice.id;
         END IF;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'RefundFailed', billing._refund_data(v_refund), p_now);
         RETURN v_refund;
@@ -310,12 +448,12 @@ BEGIN
     IF p_outcome = 'NOT_FOUND' THEN
         -- The provider never saw this key (a look-up said so): nothing was refunded, and the key
         -- is never sent again. A new key, sent at once.
+        SELECT key_namespace INTO v_namespace FROM billing.installation;
         UPDATE billing.refund r
            SET try_count = r.try_count + 1,
-               idempotency_key = i.key_namespace || '-ref-' || r.id || '-try-' || (r.try_count + 1),
+               idempotency_key = v_namespace || '-ref-' || r.id || '-try-' || (r.try_count + 1),
                outcome = 'NOT_FOUND', failure_reason = p_failure_reason, review_reason = NULL, next_attempt_at = p_now,
                claim_count = 0, first_claimed_at = NULL, key_expires_at = NULL
-          FROM billing.installation i
          WHERE r.customer_id = v_refund.customer_id AND r.id = v_refund.id
         RETURNING r.* INTO v_refund;
         RETURN v_refund;
@@ -324,12 +462,14 @@ BEGIN
         -- The same key again later (the provider answers the first call's result), but never
         -- past the key's lifetime: claim_refunds sets it aside then.
         SELECT lookup_margin INTO v_margin FROM billing.installation;
+        -- (computed from the locked row first: Citus takes no STABLE function, timestamptz +
+        -- interval, inside a CASE or coalesce of an UPDATE)
+        v_next := CASE WHEN v_refund.review_reason IS NOT NULL THEN v_refund.next_attempt_at
+                       ELSE least(p_now + interval '15 minutes',
+                                  greatest(p_now + interval '1 minute',
+                                           coalesce(v_refund.key_expires_at, p_now + interval '15 minutes') - v_margin)) END;
         UPDATE billing.refund
-           SET outcome = 'UNKNOWN', failure_reason = p_failure_reason,
-               next_attempt_at = CASE WHEN review_reason IS NOT NULL THEN next_attempt_at
-                                      ELSE least(p_now + interval '15 minutes',
-                                                 greatest(p_now + interval '1 minute',
-                                                          coalesce(key_expires_at, p_now + interval '15 minutes') - v_margin)) END
+           SET outcome = 'UNKNOWN', failure_reason = p_failure_reason, next_attempt_at = v_next
          WHERE customer_id = v_refund.customer_id AND id = v_refund.id
         RETURNING * INTO v_refund;
         RETURN v_refund;
@@ -341,7 +481,8 @@ BEGIN
      WHERE customer_id = v_refund.customer_id AND id = v_refund.id
     RETURNING * INTO v_refund;
     IF p_outcome = 'SUCCEEDED' AND v_invoice.paid_attempt_id = v_refund.attempt_id THEN
-        UPDATE billing.invoice SET amount_refunded = amount_refunded + v_refund.amount WHERE id = v_invoice.id;
+        UPDATE billing.invoice SET amount_refunded = amount_refunded + v_refund.amount
+         WHERE customer_id = v_invoice.customer_id AND id = v_invoice.id;
         -- The numbered credit note of the money given back (58_invoices).
         PERFORM billing._refund_credit_note(v_invoice.id, v_refund, p_now);
     END IF;
@@ -364,14 +505,17 @@ Returns the refund; BL404 for an unknown key, BL422 for an unknown outcome.';
 -- of the subscription ending at the same instant.
 CREATE OR REPLACE FUNCTION billing._invoice_period_start(p_invoice billing.invoice)
 RETURNS timestamptz
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT CASE WHEN p_invoice.kind <> 'PRORATION' THEN p_invoice.period_start
+BEGIN
+    RETURN CASE WHEN p_invoice.kind <> 'PRORATION' THEN p_invoice.period_start
                 ELSE coalesce((SELECT max(i.period_start) FROM billing.invoice i
-                                WHERE i.subscription_id = p_invoice.subscription_id AND i.kind <> 'PRORATION'
+                                WHERE i.customer_id = p_invoice.customer_id
+                                  AND i.subscription_id = p_invoice.subscription_id AND i.kind <> 'PRORATION'
                                   AND i.period_end = p_invoice.period_end AND i.period_start <= p_invoice.period_start),
-                              p_invoice.period_start) END
+                              p_invoice.period_start) END;
+END
 $$;
 COMMENT ON FUNCTION billing._invoice_period_start(billing.invoice) IS
 'Private: the start of the subscription period p_invoice bills (for a PRORATION invoice, the start of the period it prorates).
@@ -387,17 +531,19 @@ CREATE OR REPLACE FUNCTION billing._period_money(
     p_customer_id bigint, p_subscription_id bigint, p_period_start timestamptz, p_period_end timestamptz,
     OUT billed bigint, OUT refunded bigint, OUT credited bigint)
 RETURNS record
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+BEGIN
     WITH inv AS (
-        SELECT i.id, i.subtotal, i.status, i.paid_attempt_id FROM billing.invoice i
-         WHERE i.subscription_id = p_subscription_id AND i.status IN ('PAID', 'OPEN', 'REVIEW')
+        SELECT i.customer_id, i.id, i.subtotal, i.status, i.paid_attempt_id FROM billing.invoice i
+         WHERE i.customer_id = p_customer_id AND i.subscription_id = p_subscription_id
+           AND i.status IN ('PAID', 'OPEN', 'REVIEW')
            AND i.period_start >= p_period_start AND i.period_start < p_period_end AND i.period_end <= p_period_end
     )
     SELECT (SELECT coalesce(sum(subtotal), 0)::bigint FROM inv),
            (SELECT coalesce(sum(r.amount), 0)::bigint FROM inv JOIN billing.refund r
-                ON r.invoice_id = inv.id AND r.attempt_id = inv.paid_attempt_id
+                ON r.customer_id = inv.customer_id AND r.invoice_id = inv.id AND r.attempt_id = inv.paid_attempt_id
              WHERE inv.status = 'PAID' AND r.status <> 'FAILED'),
            (SELECT coalesce(sum(c.amount), 0)::bigint FROM billing.credit_pending c
              WHERE c.customer_id = p_customer_id AND c.subscription_id = p_subscription_id
@@ -405,6 +551,8 @@ AS $$
          + (SELECT coalesce(sum(e.amount), 0)::bigint FROM billing.credit_entry e
              WHERE e.customer_id = p_customer_id AND e.subscription_id = p_subscription_id AND e.reason = 'PRORATION'
                AND e.period_start = p_period_start AND e.period_end = p_period_end)
+      INTO billed, refunded, credited;
+END
 $$;
 COMMENT ON FUNCTION billing._period_money(bigint, bigint, timestamptz, timestamptz) IS
 'Private: for the period [p_period_start, p_period_end) of a subscription, what its invoices billed (PAID, OPEN or REVIEW), what of their paying charges was refunded or is being refunded, and the credit plan changes gave back for its unused time (granted or pending).

@@ -9,16 +9,19 @@
 
 -- The current try of an invoice whose charge has gone out and whose result is not known:
 -- 'IN_FLIGHT' (claimed, no answer for this claim yet), 'UNKNOWN' (answered UNKNOWN), or NULL.
+-- (PL/pgSQL: Citus plans a SQL function's statement with parameters only in its simplest forms.)
 CREATE OR REPLACE FUNCTION billing._charge_in_doubt(p_invoice billing.invoice)
 RETURNS text
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT CASE WHEN a.outcome IS NULL OR a.result_claim IS DISTINCT FROM a.claim_count THEN 'IN_FLIGHT'
-                WHEN a.outcome = 'UNKNOWN' THEN 'UNKNOWN' END
-      FROM billing.payment_attempt a
-     WHERE a.invoice_id = p_invoice.id AND a.attempt_number = p_invoice.try_count
-       AND (a.outcome IS NULL OR a.outcome = 'UNKNOWN')
+BEGIN
+    RETURN (SELECT CASE WHEN a.outcome IS NULL OR a.result_claim IS DISTINCT FROM a.claim_count THEN 'IN_FLIGHT'
+                        WHEN a.outcome = 'UNKNOWN' THEN 'UNKNOWN' END
+              FROM billing.payment_attempt a
+             WHERE a.customer_id = p_invoice.customer_id AND a.invoice_id = p_invoice.id
+               AND a.attempt_number = p_invoice.try_count AND (a.outcome IS NULL OR a.outcome = 'UNKNOWN'));
+END
 $$;
 COMMENT ON FUNCTION billing._charge_in_doubt(billing.invoice) IS
 'Private: whether the current try of the invoice went to the gateway without a known result: IN_FLIGHT (claimed, this claim not answered), UNKNOWN (answered UNKNOWN), else NULL.
@@ -39,7 +42,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
             MESSAGE = format('invoice %s does not exist', coalesce(p_invoice_id::text, 'NULL'));
     END IF;
-    PERFORM billing._lock_subscription(v_invoice.subscription_id);
+    PERFORM 1 FROM billing.subscription
+     WHERE customer_id = v_customer_id AND id = v_invoice.subscription_id FOR UPDATE;
     SELECT * INTO v_invoice FROM billing.invoice WHERE customer_id = v_customer_id AND id = p_invoice_id FOR UPDATE;
     RETURN v_invoice;
 END
@@ -82,7 +86,9 @@ BEGIN
                              billing._utc_text(v_invoice.next_attempt_at)),
             HINT = 'Wait for its result (a worker that died gives it back at the end of its lease).';
     END IF;
-    UPDATE billing.invoice SET next_attempt_at = p_now WHERE id = v_invoice.id RETURNING * INTO v_invoice;
+    UPDATE billing.invoice SET next_attempt_at = p_now
+     WHERE customer_id = v_invoice.customer_id AND id = v_invoice.id
+    RETURNING * INTO v_invoice;
     RETURN v_invoice;
 END
 $$;
@@ -104,7 +110,8 @@ BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('a reason', p_reason, 500);
     v_invoice := billing._lock_invoice(p_invoice_id);
-    SELECT * INTO v_sub FROM billing.subscription WHERE id = v_invoice.subscription_id;
+    SELECT * INTO v_sub FROM billing.subscription
+     WHERE customer_id = v_invoice.customer_id AND id = v_invoice.subscription_id;
     IF v_invoice.status = 'VOID' THEN
         RETURN v_invoice;  -- voided already (by this call, a cancellation or the engine): nothing more
     END IF;
@@ -129,8 +136,10 @@ BEGIN
     -- being paid is reversed (as for any VOID invoice).
     UPDATE billing.invoice
        SET status = 'VOID', next_attempt_at = NULL, waiting_for = NULL, closed_at = p_now
-     WHERE id = v_invoice.id
+     WHERE customer_id = v_invoice.customer_id AND id = v_invoice.id
     RETURNING * INTO v_invoice;
+    -- Its VOID credit note when it was finalized (on Citus the trigger cannot issue it from a shard).
+    PERFORM billing._void_credit_note(v_invoice, p_now);
     PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceVoided',
         billing._invoice_data(v_invoice) || jsonb_build_object('reason', p_reason), p_now);
     PERFORM billing._restore_credit(v_invoice, p_now);

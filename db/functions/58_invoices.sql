@@ -46,16 +46,23 @@ Returns the text.';
 -- The lines of an invoice, from its terms. Written once at finalization; an invoice not yet
 -- finalized shows the same lines as a preview.
 -- ---------------------------------------------------------------------------------------------
+-- PL/pgSQL: it reads the subscription (a distributed table on Citus) with a parameter.
 CREATE OR REPLACE FUNCTION billing._invoice_lines(p_invoice billing.invoice, p_tax_status text)
 RETURNS TABLE (line_no integer, kind text, description text, quantity integer, unit_amount bigint, amount bigint,
                tax_rate_code text, tax_rate_bp integer, tax_inclusive boolean,
                period_start timestamptz, period_end timestamptz)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
+DECLARE
+    -- Service dates are printed in the subscription's own zone (its calendar).
+    v_tz text := coalesce((SELECT s.timezone FROM billing.subscription s
+                            WHERE s.customer_id = p_invoice.customer_id AND s.id = p_invoice.subscription_id), 'UTC');
+BEGIN
+    RETURN QUERY
     WITH zone AS (
-        -- Service dates are printed in the subscription's own zone (its calendar).
-        SELECT coalesce((SELECT s.timezone FROM billing.subscription s WHERE s.id = p_invoice.subscription_id), 'UTC') AS tz
+        SELECT v_tz AS tz
     ), charge AS (
         SELECT CASE WHEN p_invoice.kind = 'PRORATION' THEN 'PRORATION' ELSE 'PLAN' END AS kind,
                CASE WHEN p_invoice.kind = 'PRORATION'
@@ -110,7 +117,8 @@ AS $$
     SELECT (row_number() OVER (ORDER BY a.ord))::integer, a.kind, a.description, a.quantity, a.unit_amount, a.amount,
            a.code, a.bp, a.incl, a.ps, a.pe
       FROM all_lines a
-     ORDER BY a.ord
+     ORDER BY a.ord;
+END
 $$;
 COMMENT ON FUNCTION billing._invoice_lines(billing.invoice, text) IS
 'Private: the document lines of an invoice from its terms (service dates in the subscription''s zone): PLAN (or PRORATION) = subtotal + discount, DISCOUNT, one TAX line per rate applied (or one at 0 saying exempt / reverse charge / no tax), CREDIT.
@@ -121,14 +129,16 @@ Returns the lines in order.';
 -- ---------------------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION billing._bill_to(p_customer_id bigint)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE  -- PL/pgSQL: it reads the customer (a distributed table on Citus) with a parameter
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT jsonb_strip_nulls(jsonb_build_object(
-        'customerId', c.id, 'name', c.name, 'email', c.email, 'address', c.address, 'city', c.city,
-        'postalCode', c.postal_code, 'region', c.region, 'country', c.country, 'taxId', c.tax_id,
-        'taxStatus', c.tax_status))
-      FROM billing.customer c WHERE c.id = p_customer_id
+BEGIN
+    RETURN (SELECT jsonb_strip_nulls(jsonb_build_object(
+                'customerId', c.id, 'name', c.name, 'email', c.email, 'address', c.address, 'city', c.city,
+                'postalCode', c.postal_code, 'region', c.region, 'country', c.country, 'taxId', c.tax_id,
+                'taxStatus', c.tax_status))
+              FROM billing.customer c WHERE c.id = p_customer_id);
+END
 $$;
 COMMENT ON FUNCTION billing._bill_to(bigint) IS
 'Private: the customer''s billing details as printed on a document.
@@ -141,14 +151,24 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_series text := to_char(p_now AT TIME ZONE 'UTC', 'YYYY');
-    v_first  bigint;
-    v_count  integer := coalesce(cardinality(p_ids), 0);
+    v_series  text := to_char(p_now AT TIME ZONE 'UTC', 'YYYY');
+    v_first   bigint;
+    v_count   integer := coalesce(cardinality(p_ids), 0);
+    v_invoice billing.invoice;
+    v_done    integer := 0;
 BEGIN
     IF v_count = 0 THEN
         RETURN 0;
     END IF;
     v_first := billing._take_numbers(v_series, v_count);
+    IF billing._distributed('billing.customer') THEN
+        -- Citus: one invoice at a time by (customer_id, id) (this statement would span shards).
+        FOR v_invoice IN SELECT * FROM billing.invoice i WHERE i.id = ANY (p_ids) ORDER BY i.id LOOP
+            PERFORM billing._finalize_one(v_invoice, p_now, billing._document_number(v_series, v_first + v_done));
+            v_done := v_done + 1;
+        END LOOP;
+        RETURN v_done;
+    END IF;
     WITH numbered AS (
         SELECT i.id, v_first + row_number() OVER (ORDER BY i.id) - 1 AS n
           FROM billing.invoice i WHERE i.id = ANY (p_ids)
@@ -183,19 +203,85 @@ COMMENT ON FUNCTION billing._finalize(bigint[], timestamptz) IS
 'Private: numbers the given locked invoices (gapless, series = UTC year of p_now, in id order), snapshots the bill-to details and writes their lines; checks the lines add up to the invoice figures.
 Returns how many were finalized.';
 
+-- One invoice, by (customer_id, id): the per-row paths (finalize_invoice, a refund's credit note) and
+-- the batch on Citus. Without p_number it takes the next number of the series (the caller holds the
+-- invoice's row lock: invoice first, then the series' counter, as everywhere).
+CREATE OR REPLACE FUNCTION billing._finalize_one(p_invoice billing.invoice, p_now timestamptz, p_number text DEFAULT NULL)
+RETURNS billing.invoice
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_series  text := to_char(p_now AT TIME ZONE 'UTC', 'YYYY');
+    v_number  text := coalesce(p_number, billing._document_number(v_series, billing._take_numbers(v_series, 1)));
+    v_bill_to jsonb := billing._bill_to(p_invoice.customer_id);
+    v_invoice billing.invoice;
+    v_totals  record;
+BEGIN
+    UPDATE billing.invoice SET number = v_number, finalized_at = p_now, bill_to = v_bill_to
+     WHERE customer_id = p_invoice.customer_id AND id = p_invoice.id
+    RETURNING * INTO v_invoice;
+    INSERT INTO billing.invoice_line (customer_id, invoice_id, line_no, kind, description, quantity, unit_amount, amount,
+                                      tax_rate_code, tax_rate_bp, tax_inclusive, period_start, period_end)
+    SELECT v_invoice.customer_id, v_invoice.id, l.line_no, l.kind, l.description, l.quantity, l.unit_amount, l.amount,
+           l.tax_rate_code, l.tax_rate_bp, l.tax_inclusive, l.period_start, l.period_end
+      FROM billing._invoice_lines(v_invoice, v_bill_to->>'taxStatus') l;
+    -- The lines must add up to the invoice's figures (a bug here must not print a wrong document).
+    SELECT * INTO v_totals FROM billing._invoice_totals(v_invoice.customer_id, ARRAY[v_invoice.id]);
+    IF v_totals.invoice_id IS NULL OR v_totals.subtotal <> v_invoice.subtotal OR v_totals.tax_amount <> v_invoice.tax_amount
+       OR v_totals.tax_included <> v_invoice.tax_included OR v_totals.amount_due <> v_invoice.amount THEN
+        RAISE EXCEPTION USING ERRCODE = 'XX000', MESSAGE = 'invoice lines do not add up to the invoice totals';
+    END IF;
+    RETURN v_invoice;
+END
+$$;
+COMMENT ON FUNCTION billing._finalize_one(billing.invoice, timestamptz, text) IS
+'Private: finalizes one locked invoice by (customer_id, id): its number (p_number, or the next of the series of p_now''s UTC year), bill-to snapshot and lines; checks the lines add up to its figures.
+Returns the invoice finalized.';
+
 CREATE OR REPLACE FUNCTION billing.finalize_invoices(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_ids bigint[];
+    v_ids     bigint[];
+    v_keys    record;
+    v_invoice billing.invoice;
+    v_locked  billing.invoice[] := '{}';
+    v_series  text := to_char(p_now AT TIME ZONE 'UTC', 'YYYY');
+    v_first   bigint;
+    i         integer;
 BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 100000);
     -- The series' counter first (waiting): one finalizer at a time per series, whose invoices
     -- are then picked in id order, skipping those another transaction holds (a charge, a void).
-    PERFORM billing._take_numbers(to_char(p_now AT TIME ZONE 'UTC', 'YYYY'), 0);
+    PERFORM billing._take_numbers(v_series, 0);
+    IF billing._distributed('billing.customer') THEN
+        -- Citus (convention 3 of docs/scaling.md): the candidates read unlocked over every shard, then
+        -- each locked by (customer_id, id), SKIP LOCKED, its condition checked again on the locked row.
+        SELECT array_agg(x.customer_id ORDER BY x.id) AS customers, array_agg(x.id ORDER BY x.id) AS ids INTO v_keys
+          FROM (SELECT i.customer_id, i.id FROM billing.invoice i
+                 WHERE i.number IS NULL AND i.status <> 'VOID'
+                 ORDER BY i.id LIMIT p_batch_size) x;
+        FOR i IN 1..coalesce(cardinality(v_keys.ids), 0) LOOP
+            SELECT * INTO v_invoice FROM billing.invoice
+             WHERE customer_id = v_keys.customers[i] AND id = v_keys.ids[i] AND number IS NULL AND status <> 'VOID'
+               FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                v_locked := v_locked || v_invoice;
+            END IF;
+        END LOOP;
+        IF cardinality(v_locked) = 0 THEN
+            RETURN 0;
+        END IF;
+        v_first := billing._take_numbers(v_series, cardinality(v_locked));
+        FOR i IN 1..cardinality(v_locked) LOOP
+            PERFORM billing._finalize_one(v_locked[i], p_now, billing._document_number(v_series, v_first + i - 1));
+        END LOOP;
+        RETURN cardinality(v_locked);
+    END IF;
     SELECT array_agg(id ORDER BY id) INTO v_ids
       FROM (SELECT i.id FROM billing.invoice i
              WHERE i.number IS NULL AND i.status <> 'VOID'
@@ -216,17 +302,18 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_invoice billing.invoice;
+    v_customer_id bigint;
 BEGIN
     PERFORM billing._check_now(p_now);
-    SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id;
+    v_customer_id := billing._invoice_customer(p_invoice_id);
+    -- Lock order: the invoice, then the series' counter (in _finalize_one), as the refund and void
+    -- paths do; finalize_invoices takes the counter first but never waits for an invoice (SKIP
+    -- LOCKED), so no cycle can form.
+    SELECT * INTO v_invoice FROM billing.invoice WHERE customer_id = v_customer_id AND id = p_invoice_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
             MESSAGE = format('invoice %s does not exist', coalesce(p_invoice_id::text, 'NULL'));
     END IF;
-    -- Lock order: the invoice, then the series' counter (in _finalize), as the refund and void
-    -- paths do; finalize_invoices takes the counter first but never waits for an invoice (SKIP
-    -- LOCKED), so no cycle can form.
-    SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id FOR UPDATE;
     IF v_invoice.number IS NOT NULL THEN
         RETURN v_invoice;
     END IF;
@@ -234,9 +321,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('invoice %s was voided before it was finalized: it is never numbered', p_invoice_id);
     END IF;
-    PERFORM billing._finalize(ARRAY[v_invoice.id], p_now);
-    SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id;
-    RETURN v_invoice;
+    RETURN billing._finalize_one(v_invoice, p_now);
 END
 $$;
 COMMENT ON FUNCTION billing.finalize_invoice(bigint, timestamptz) IS
@@ -244,12 +329,16 @@ COMMENT ON FUNCTION billing.finalize_invoice(bigint, timestamptz) IS
 Returns the invoice; BL404 for an unknown id, BL422 for an invoice voided before it was finalized.';
 
 DROP VIEW IF EXISTS billing.invoice_totals;
-CREATE OR REPLACE FUNCTION billing._invoice_totals(p_invoice_ids bigint[])
+-- PL/pgSQL (the lines are a distributed table on Citus); with p_customer_id, the lines of one customer
+-- only (one shard group on Citus).
+CREATE OR REPLACE FUNCTION billing._invoice_totals(p_customer_id bigint, p_invoice_ids bigint[])
 RETURNS TABLE (invoice_id bigint, subtotal bigint, tax_amount bigint, tax_included bigint, total bigint,
                credit_applied bigint, amount_due bigint)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+BEGIN
+    RETURN QUERY EXECUTE $q$
     SELECT l.invoice_id,
            sum(l.amount) FILTER (WHERE l.kind IN ('PLAN', 'PRORATION', 'DISCOUNT'))::bigint,
            coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND NOT l.tax_inclusive), 0)::bigint,
@@ -259,11 +348,27 @@ AS $$
            coalesce(-sum(l.amount) FILTER (WHERE l.kind = 'CREDIT'), 0)::bigint,
            (sum(l.amount) FILTER (WHERE l.kind <> 'TAX' OR NOT l.tax_inclusive))::bigint
       FROM billing.invoice_line l
-     WHERE l.invoice_id = ANY (p_invoice_ids)
-     GROUP BY l.invoice_id
+     WHERE $q$ || CASE WHEN p_customer_id IS NULL THEN '' ELSE 'l.customer_id = $2 AND ' END || $q$l.invoice_id = ANY ($1)
+     GROUP BY l.invoice_id$q$
+    USING p_invoice_ids, p_customer_id;
+END
+$$;
+COMMENT ON FUNCTION billing._invoice_totals(bigint, bigint[]) IS
+'Private: totals of finalized invoices computed from their lines: subtotal (charges and discounts), exclusive tax, inclusive tax, total, credit applied and amount due; of one customer''s invoices when p_customer_id is given.
+Returns one row per invoice that has lines.';
+
+CREATE OR REPLACE FUNCTION billing._invoice_totals(p_invoice_ids bigint[])
+RETURNS TABLE (invoice_id bigint, subtotal bigint, tax_amount bigint, tax_included bigint, total bigint,
+               credit_applied bigint, amount_due bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM billing._invoice_totals(NULL, p_invoice_ids);
+END
 $$;
 COMMENT ON FUNCTION billing._invoice_totals(bigint[]) IS
-'Private: totals of finalized invoices computed from their lines: subtotal (charges and discounts), exclusive tax, inclusive tax, total, credit applied and amount due.
+'Private: _invoice_totals of the given invoices, whatever their customers.
 Returns one row per invoice that has lines.';
 
 -- ---------------------------------------------------------------------------------------------
@@ -401,13 +506,37 @@ LANGUAGE plpgsql
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF TG_TABLE_NAME <> 'invoice' THEN
+        -- On a Citus shard (billing.invoice_<shard id>): a trigger there may not write the numbering
+        -- series (a reference table: every node's copy), so the path that voids calls
+        -- _void_credit_note itself, in the function's transaction.
+        RETURN NULL;
+    END IF;
     PERFORM billing._issue_credit_note(NEW, 'VOID', NULL, coalesce(NEW.closed_at, now()));
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION billing._invoice_voided() IS
-'Private trigger: a finalized invoice that becomes VOID (by whatever path) gets its VOID credit note.
+'Private trigger: a finalized invoice that becomes VOID (by whatever path) gets its VOID credit note (on a single PostgreSQL; on a Citus shard the paths call _void_credit_note).
 Returns NULL.';
+
+-- The VOID credit note of an invoice just voided, for the paths that void (on Citus the trigger above
+-- cannot): a finalized VOID invoice gets it once; otherwise nothing (idempotent: on a single
+-- PostgreSQL the trigger issued it already).
+CREATE OR REPLACE FUNCTION billing._void_credit_note(p_invoice billing.invoice, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_invoice.status = 'VOID' AND p_invoice.number IS NOT NULL THEN
+        PERFORM billing._issue_credit_note(p_invoice, 'VOID', NULL, coalesce(p_invoice.closed_at, p_now));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._void_credit_note(billing.invoice, timestamptz) IS
+'Private: issues the VOID credit note of a finalized invoice just voided, unless issued already (call it after every UPDATE to VOID: on Citus the trigger invoice_voided_credit_note cannot).
+Returns nothing.';
 
 CREATE OR REPLACE TRIGGER invoice_voided_credit_note
     AFTER UPDATE OF status ON billing.invoice
@@ -425,10 +554,9 @@ AS $$
 DECLARE
     v_invoice billing.invoice;
 BEGIN
-    SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id;
+    SELECT * INTO v_invoice FROM billing.invoice WHERE customer_id = p_refund.customer_id AND id = p_invoice_id;
     IF v_invoice.number IS NULL THEN
-        PERFORM billing._finalize(ARRAY[v_invoice.id], p_now);
-        SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id;
+        v_invoice := billing._finalize_one(v_invoice, p_now);
     END IF;
     PERFORM billing._issue_credit_note(v_invoice, 'REFUND', p_refund, p_now);
 END
@@ -449,6 +577,7 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_row billing.tax_rate;
+    v_at  timestamptz := now();  -- a variable, not now(), in DO UPDATE (Citus wants no volatile call there)
 BEGIN
     PERFORM billing._audit('upsert_tax_rate', jsonb_build_object('code', p_code, 'country', p_country, 'region', p_region, 'name', p_name, 'rate_bp', p_rate_bp, 'inclusive', p_inclusive, 'active', p_active));
     IF p_code IS NULL OR p_code !~ '^[A-Za-z0-9_-]{1,64}$' THEN
@@ -478,7 +607,7 @@ BEGIN
     VALUES (p_code, p_country, p_region, p_name, p_rate_bp, p_inclusive, p_active)
     ON CONFLICT ON CONSTRAINT tax_rate_pkey DO UPDATE
         SET country = excluded.country, region = excluded.region, name = excluded.name, rate_bp = excluded.rate_bp,
-            inclusive = excluded.inclusive, active = excluded.active, updated_at = now()
+            inclusive = excluded.inclusive, active = excluded.active, updated_at = v_at
     RETURNING * INTO v_row;
     RETURN v_row;
 END
@@ -496,6 +625,7 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_row billing.customer;
+    v_at  timestamptz := now();  -- a variable, not now(), in DO UPDATE (Citus wants no volatile call there)
 BEGIN
     PERFORM billing._audit('set_customer_details', jsonb_build_object('customer_id', p_customer_id, 'name', p_name, 'email', p_email, 'country', p_country, 'region', p_region, 'tax_status', p_tax_status));
     IF p_customer_id IS NULL THEN
@@ -525,7 +655,7 @@ BEGIN
     ON CONFLICT ON CONSTRAINT customer_pkey DO UPDATE
         SET name = excluded.name, email = excluded.email, address = excluded.address, city = excluded.city,
             postal_code = excluded.postal_code, region = excluded.region, country = excluded.country,
-            tax_id = excluded.tax_id, tax_status = excluded.tax_status, updated_at = now()
+            tax_id = excluded.tax_id, tax_status = excluded.tax_status, updated_at = v_at
     RETURNING * INTO v_row;
     RETURN v_row;
 END
@@ -566,7 +696,8 @@ BEGIN
         'periodStart', billing._utc_text(v_invoice.period_start), 'periodEnd', billing._utc_text(v_invoice.period_end),
         'issuedAt', billing._utc_text(coalesce(v_invoice.finalized_at, v_invoice.created_at)),
         'dueAt', billing._utc_text(v_invoice.due_at), 'paidAt', billing._utc_text(v_invoice.paid_at),
-        'timezone', (SELECT s.timezone FROM billing.subscription s WHERE s.id = v_invoice.subscription_id),
+        'timezone', (SELECT s.timezone FROM billing.subscription s
+                      WHERE s.customer_id = v_invoice.customer_id AND s.id = v_invoice.subscription_id),
         'billTo', coalesce(v_invoice.bill_to, billing._bill_to(v_invoice.customer_id)),
         'subtotal', v_invoice.subtotal, 'taxAmount', v_invoice.tax_amount, 'taxIncluded', v_invoice.tax_included,
         'total', v_invoice.subtotal + v_invoice.tax_amount, 'creditApplied', v_invoice.credit_applied,

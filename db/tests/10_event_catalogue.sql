@@ -1,23 +1,43 @@
 -- 10_event_catalogue: which events each state change announces, in order, with dataschema.
 BEGIN;
+SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 04_plans_customers)
 SELECT plan(14);
 
-CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS
-$$ SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key $$;
-CREATE FUNCTION pg_temp.inv(p_key text, p_kind text DEFAULT 'INITIAL') RETURNS bigint LANGUAGE sql AS
-$$ SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid(p_key) AND kind = p_kind ORDER BY id DESC LIMIT 1 $$;
+CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN (SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key);
+END
+$$;
+CREATE FUNCTION pg_temp.inv(p_key text, p_kind text DEFAULT 'INITIAL') RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_sub bigint := pg_temp.sid(p_key);
+BEGIN
+    RETURN (SELECT id FROM billing.invoice WHERE subscription_id = v_sub AND kind = p_kind ORDER BY id DESC LIMIT 1);
+END
+$$;
 -- The events written since the marker, in id order: "<type> <aggregate type>".
 CREATE TEMP TABLE mark (id bigint);
 INSERT INTO mark VALUES (0);
-CREATE FUNCTION pg_temp.since() RETURNS text[] LANGUAGE sql AS $$
-    SELECT coalesce(array_agg(event_type || ' ' || aggregate_type ORDER BY id), '{}')
-      FROM billing.outbox_event WHERE id > (SELECT id FROM mark) $$;
-CREATE FUNCTION pg_temp.reset() RETURNS void LANGUAGE sql AS $$
-    UPDATE mark SET id = (SELECT coalesce(max(id), 0) FROM billing.outbox_event) $$;
-CREATE FUNCTION pg_temp.pay(p_key text, p_outcome text, p_now timestamptz, p_kind text DEFAULT 'INITIAL') RETURNS void LANGUAGE sql AS $$
-    SELECT billing.record_payment_result(
-        (SELECT key_namespace FROM billing.installation) || '-inv-' || pg_temp.inv(p_key, p_kind) || '-try-' || (SELECT attempt_count FROM billing.invoice WHERE id = pg_temp.inv(p_key, p_kind)),
-        p_outcome, 'ch', 'card_declined', p_now) $$;
+CREATE FUNCTION pg_temp.since() RETURNS text[] LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN (SELECT coalesce(array_agg(event_type || ' ' || aggregate_type ORDER BY id), '{}')
+      FROM billing.outbox_event WHERE id > (SELECT id FROM mark));
+END
+$$;
+CREATE FUNCTION pg_temp.reset() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE mark SET id = (SELECT coalesce(max(id), 0) FROM billing.outbox_event);
+END
+$$;
+CREATE FUNCTION pg_temp.pay(p_key text, p_outcome text, p_now timestamptz, p_kind text DEFAULT 'INITIAL') RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_inv bigint := pg_temp.inv(p_key, p_kind);
+BEGIN
+    PERFORM billing.record_payment_result(
+        (SELECT key_namespace FROM billing.installation) || '-inv-' || v_inv || '-try-' || (SELECT attempt_count FROM billing.invoice WHERE id = v_inv),
+        p_outcome, 'ch', 'card_declined', p_now);
+END
+$$;
 
 SELECT billing.upsert_plan('T_E1', 1000, 'USD', 'MONTH');
 SELECT billing.upsert_plan('T_E2', 3000, 'USD', 'MONTH');

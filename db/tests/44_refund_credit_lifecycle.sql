@@ -5,18 +5,39 @@
 BEGIN;
 SELECT plan(9);
 
-CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS
-$$ SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key $$;
-CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE sql AS
-$$ SELECT max(id) FROM billing.invoice WHERE subscription_id = pg_temp.sid(p_key) AND kind = 'INITIAL' $$;
-CREATE FUNCTION pg_temp.pay(p_key text, p_at timestamptz) RETURNS bigint LANGUAGE sql AS
-$$ SELECT count(billing.record_payment_result(c.idempotency_key, 'SUCCEEDED', 'ch_' || c.idempotency_key, NULL, p_at))
-     FROM billing.claim_charges('t44', 1000, interval '5 minutes', p_at) c
-     JOIN billing.invoice i ON i.id = c.invoice_id
-    WHERE i.subscription_id = pg_temp.sid(p_key) $$;
-CREATE FUNCTION pg_temp.credit(p_customer bigint) RETURNS bigint LANGUAGE sql AS
-$$ SELECT coalesce((SELECT sum(balance) FROM billing.credit_balance WHERE customer_id = p_customer), 0)::bigint
-        + coalesce((SELECT sum(amount) FROM billing.credit_pending WHERE customer_id = p_customer AND status = 'PENDING'), 0)::bigint $$;
+-- One user for the fixtures and the API's SECURITY DEFINER calls: on Citus a transaction may not
+-- touch a placement another user modified in it (docs/scaling.md).
+SET LOCAL ROLE billing_owner;
+
+-- PL/pgSQL, and IMMUTABLE for the ids: see 07_charging (on Citus a SQL function reading every shard
+-- with a parameter cannot be planned, and a temporary function's call must be folded in on the
+-- coordinator).
+CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql IMMUTABLE AS
+$$ BEGIN RETURN (SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key); END $$;
+CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE plpgsql IMMUTABLE AS
+$$ DECLARE v_sub bigint := pg_temp.sid(p_key);
+   BEGIN RETURN (SELECT max(id) FROM billing.invoice WHERE subscription_id = v_sub AND kind = 'INITIAL'); END $$;
+CREATE FUNCTION pg_temp.pay(p_key text, p_at timestamptz) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_sub bigint := pg_temp.sid(p_key);
+    v_paid bigint := 0;
+    c record;
+BEGIN
+    FOR c IN SELECT * FROM billing.claim_charges('t44', 1000, interval '5 minutes', p_at) LOOP
+        IF (SELECT i.subscription_id FROM billing.invoice i WHERE i.customer_id = c.customer_id AND i.id = c.invoice_id) = v_sub THEN
+            PERFORM billing.record_payment_result(c.idempotency_key, 'SUCCEEDED', 'ch_' || c.idempotency_key, NULL, p_at);
+            v_paid := v_paid + 1;
+        END IF;
+    END LOOP;
+    RETURN v_paid;
+END
+$$;
+CREATE FUNCTION pg_temp.credit(p_customer bigint) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN coalesce((SELECT sum(balance) FROM billing.credit_balance WHERE customer_id = p_customer), 0)::bigint
+         + coalesce((SELECT sum(amount) FROM billing.credit_pending WHERE customer_id = p_customer AND status = 'PENDING'), 0)::bigint;
+END
+$$;
 
 SELECT billing.upsert_plan('RCL_SEAT', 1000, 'USD', 'MONTH');
 SELECT billing.upsert_customer(g, 'UTC') FROM generate_series(44001, 44006) g;
