@@ -527,6 +527,7 @@ DECLARE
     v_old     billing.coupon;
     v_new     billing.coupon;
     v_unknown text[];
+    v_at      timestamptz := now();  -- a variable, not now(), in DO UPDATE (Citus wants no volatile call there)
 BEGIN
     PERFORM billing._audit('upsert_coupon', jsonb_build_object('code', p_code, 'percent_off', p_percent_off, 'amount_off', p_amount_off, 'currency', p_currency, 'duration', p_duration, 'duration_periods', p_duration_periods, 'max_redemptions', p_max_redemptions, 'redeem_by', p_redeem_by, 'plan_codes', p_plan_codes));
     IF p_code IS NULL OR p_code !~ '^[A-Za-z0-9_-]{1,64}$' THEN
@@ -603,7 +604,7 @@ BEGIN
         SET percent_off = excluded.percent_off, amount_off = excluded.amount_off, currency = excluded.currency,
             duration = excluded.duration, duration_periods = excluded.duration_periods,
             max_redemptions = excluded.max_redemptions, redeem_by = excluded.redeem_by,
-            plan_codes = excluded.plan_codes, updated_at = now()
+            plan_codes = excluded.plan_codes, updated_at = v_at
     RETURNING * INTO v_new;
     RETURN v_new;
 END

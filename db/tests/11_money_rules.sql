@@ -149,7 +149,7 @@ SELECT is((SELECT subtotal FROM billing.invoice WHERE subscription_id = (SELECT 
 SELECT billing.create_subscription('t-dun', 11007, 'D30_A', '2030-11-01Z');
 SELECT pg_temp.settle((SELECT pg_temp.sid('t-dun')), 'DECLINED', '2030-11-01Z');
 SELECT billing.cancel_subscription(pg_temp.sid('t-dun'), false, '2030-11-01 12:00Z');
-SELECT results_eq($$SELECT i.status, s.status FROM billing.invoice i JOIN billing.subscription s ON s.id = i.subscription_id
+SELECT results_eq($$SELECT i.status, s.status FROM billing.invoice i JOIN billing.subscription s ON s.customer_id = i.customer_id AND s.id = i.subscription_id
                      WHERE i.subscription_id = (SELECT pg_temp.sid('t-dun'))$$,
                   $$VALUES ('OPEN', 'CANCELED')$$, 'canceled in dunning: the invoice stays OPEN');
 SELECT is(pg_temp.decline_to_the_end((SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-dun')))),
@@ -160,7 +160,8 @@ SELECT billing.create_subscription('t-dun2', 11008, 'D30_A', '2030-11-01Z');
 SELECT pg_temp.settle((SELECT pg_temp.sid('t-dun2')), 'DECLINED', '2030-11-01Z');
 SELECT billing.cancel_subscription(pg_temp.sid('t-dun2'), false, '2030-11-01 12:00Z');
 SELECT pg_temp.settle((SELECT pg_temp.sid('t-dun2')), 'SUCCEEDED', '2030-11-03Z');
-SELECT results_eq($$SELECT status, (SELECT count(*) FROM billing.outbox_event WHERE event_type = 'RefundDue' AND aggregate_id = i.id)
+SELECT results_eq($$SELECT status, (SELECT count(*) FROM billing.outbox_event
+                              WHERE customer_id = i.customer_id AND event_type = 'RefundDue' AND aggregate_id = i.id)
                       FROM billing.invoice i WHERE subscription_id = (SELECT pg_temp.sid('t-dun2'))$$,
                   $$VALUES ('PAID', 0::bigint)$$, 'collected later: PAID, and nothing to refund (it was owed)');
 
@@ -171,8 +172,8 @@ SELECT ok((SELECT bool_and(idempotency_key = (SELECT key_namespace FROM billing.
           'keys are <namespace>-inv-<id>-try-<n>');
 CREATE TEMP TABLE old_ns AS SELECT key_namespace FROM billing.installation;
 SELECT isnt(billing.new_key_namespace(), (SELECT key_namespace FROM old_ns), 'new_key_namespace draws another namespace');
-SELECT billing.record_payment_result(idempotency_key, 'UNKNOWN', NULL, 'timeout', '2031-01-01 00:01Z')
-  FROM billing.payment_attempt WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')));
+SELECT billing.record_payment_result(k, 'UNKNOWN', NULL, 'timeout', '2031-01-01 00:01Z')
+  FROM unnest((SELECT array_agg(idempotency_key) FROM billing.payment_attempt WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key'))))) k;
 SELECT results_eq($$SELECT idempotency_key LIKE (SELECT key_namespace FROM old_ns) || '-%', lookup
                       FROM billing.claim_charges('rules', 10, interval '5 minutes', '2031-01-01 00:16Z')
                      WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')))$$,
@@ -194,8 +195,8 @@ SELECT results_eq($$SELECT idempotency_key FROM billing.claim_charges('rules', 1
                      WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')))$$,
                   $$SELECT (SELECT key_namespace FROM billing.installation) || '-inv-' || (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key'))) || '-try-1'$$,
                   'the new key is try-1 in the current namespace');
-SELECT billing.record_payment_result(idempotency_key, 'UNKNOWN', NULL, 'timeout', '2031-01-01 22:02Z')
-  FROM billing.payment_attempt WHERE idempotency_key LIKE '%-try-1' AND invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')));
+SELECT billing.record_payment_result(k, 'UNKNOWN', NULL, 'timeout', '2031-01-01 22:02Z')
+  FROM unnest((SELECT array_agg(idempotency_key) FROM billing.payment_attempt WHERE idempotency_key LIKE '%-try-1' AND invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key'))))) k;
 SELECT is_empty($$SELECT * FROM billing.claim_charges('rules', 10, interval '5 minutes', '2031-01-02 21:03Z')
                    WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')))$$,
                 'a key past its lifetime is never claimed again');

@@ -88,7 +88,7 @@ SELECT billing.create_subscription('t60-trial-c2', 6001, 'L_M', '2026-01-01Z', 7
 SELECT billing.cancel_subscription(pg_temp.sid('t60-trial-c2'), true, '2026-01-03Z');
 SELECT billing.create_due_invoices(100, '2026-01-09Z');
 SELECT results_eq(
-    $$SELECT status, cancel_reason, (SELECT count(*) FROM billing.invoice i WHERE i.subscription_id = s.id)
+    $$SELECT status, cancel_reason, (SELECT count(*) FROM billing.invoice i WHERE i.customer_id = s.customer_id AND i.subscription_id = s.id)
         FROM billing.subscription s WHERE id IN ((SELECT pg_temp.sid('t60-trial-c1')), (SELECT pg_temp.sid('t60-trial-c2'))) ORDER BY id$$,
     $$VALUES ('CANCELED', 'REQUESTED', 0::bigint), ('CANCELED', 'PERIOD_END', 0::bigint)$$,
     'cancelling during a trial (now or at its end) costs nothing: no invoice');
@@ -613,7 +613,7 @@ SELECT billing.create_subscription('t60-due6', 6005, 'L_M', '2027-01-01Z');
 SELECT billing.cancel_subscription(pg_temp.sid('t60-due6'), true, '2027-02-10Z');
 SELECT billing.create_due_invoices(100, '2027-03-02Z');
 SELECT results_eq(
-    $$SELECT s.status, s.cancel_reason, (SELECT max(period_end) FROM billing.invoice i WHERE i.subscription_id = s.id)
+    $$SELECT s.status, s.cancel_reason, (SELECT max(period_end) FROM billing.invoice i WHERE i.customer_id = s.customer_id AND i.subscription_id = s.id)
         FROM billing.subscription s WHERE id = (SELECT pg_temp.sid('t60-due6'))$$,
     $$VALUES ('CANCELED', 'PERIOD_END', '2027-03-01Z'::timestamptz)$$,
     'a cancel at period end after a renewal was due: February is billed, it ends on 1 March');
@@ -621,7 +621,7 @@ SELECT billing.create_subscription('t60-due7', 6005, 'L_M', '2027-01-01Z', 7);
 SELECT billing.cancel_subscription(pg_temp.sid('t60-due7'), true, '2027-01-09Z');
 SELECT billing.create_due_invoices(100, '2027-02-09Z');
 SELECT results_eq(
-    $$SELECT s.status, (SELECT string_agg(kind || ' ' || period_start, ',') FROM billing.invoice i WHERE i.subscription_id = s.id)
+    $$SELECT s.status, (SELECT string_agg(kind || ' ' || period_start, ',') FROM billing.invoice i WHERE i.customer_id = s.customer_id AND i.subscription_id = s.id)
         FROM billing.subscription s WHERE id = (SELECT pg_temp.sid('t60-due7'))$$,
     $$VALUES ('CANCELED', 'INITIAL ' || '2027-01-08Z'::timestamptz)$$,
     'a cancel at period end after the trial ended: the first period is billed, it ends then');
