@@ -152,9 +152,10 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_coupon billing.coupon;
-    v_plan   billing.plan;
-    v_red    billing.coupon_redemption;
+    v_coupon  billing.coupon;
+    v_plan    billing.plan;
+    v_red     billing.coupon_redemption;
+    v_periods integer;
 BEGIN
     PERFORM billing._check_text('a coupon code', p_code, 64);
     SELECT * INTO v_coupon FROM billing.coupon WHERE code = p_code;
@@ -196,9 +197,10 @@ BEGIN
     END IF;
     UPDATE billing.coupon_redemption SET ended_at = p_now
      WHERE customer_id = p_sub.customer_id AND subscription_id = p_sub.id AND ended_at IS NULL;
+    -- The periods computed first: Citus deparses a simple CASE over parameters wrongly ("text = boolean").
+    v_periods := CASE v_coupon.duration WHEN 'once' THEN 1 WHEN 'repeating' THEN v_coupon.duration_periods END;
     INSERT INTO billing.coupon_redemption (customer_id, subscription_id, coupon_code, periods_left, redeemed_at)
-    VALUES (p_sub.customer_id, p_sub.id, p_code,
-            CASE v_coupon.duration WHEN 'once' THEN 1 WHEN 'repeating' THEN v_coupon.duration_periods END, p_now);
+    VALUES (p_sub.customer_id, p_sub.id, p_code, v_periods, p_now);
     UPDATE billing.subscription SET coupon_code = p_code WHERE customer_id = p_sub.customer_id AND id = p_sub.id;
     RETURN true;
 END

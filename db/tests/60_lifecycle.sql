@@ -587,9 +587,10 @@ SELECT results_eq($$SELECT kind, period_start, quantity, subtotal FROM pg_temp.l
     $$VALUES ('RENEWAL', '2027-01-11Z'::timestamptz, 3, 3000::bigint)$$,
     'seats removed after a resume date passed: the resumed period billed at 3 seats');
 SELECT results_eq(
-    $$SELECT amount, (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t60-due3'))
-                                AND kind = 'RENEWAL') = ANY (depends_on)
-        FROM billing.credit_pending WHERE subscription_id = (SELECT pg_temp.sid('t60-due3')) ORDER BY id DESC LIMIT 1$$,
+    $$SELECT c.amount, c.customer_id = i.customer_id AND i.id = ANY (c.depends_on)
+        FROM billing.credit_pending c
+        JOIN billing.invoice i ON i.customer_id = c.customer_id AND i.subscription_id = c.subscription_id AND i.kind = 'RENEWAL'
+       WHERE c.subscription_id = (SELECT pg_temp.sid('t60-due3')) ORDER BY c.id DESC LIMIT 1$$,
     $$VALUES (1355::bigint, true)$$,
     'the 2 seats removed credit the rest of the resumed period (2000 x 21 / 31 days), pending on its invoice');
 -- a coupon: never discounts a period begun before it was applied
