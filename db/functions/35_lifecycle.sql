@@ -152,9 +152,10 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_coupon billing.coupon;
-    v_plan   billing.plan;
-    v_red    billing.coupon_redemption;
+    v_coupon  billing.coupon;
+    v_plan    billing.plan;
+    v_red     billing.coupon_redemption;
+    v_periods integer;
 BEGIN
     PERFORM billing._check_text('a coupon code', p_code, 64);
     SELECT * INTO v_coupon FROM billing.coupon WHERE code = p_code;
@@ -196,9 +197,10 @@ BEGIN
     END IF;
     UPDATE billing.coupon_redemption SET ended_at = p_now
      WHERE customer_id = p_sub.customer_id AND subscription_id = p_sub.id AND ended_at IS NULL;
+    -- The periods computed first: Citus deparses a simple CASE over parameters wrongly ("text = boolean").
+    v_periods := CASE v_coupon.duration WHEN 'once' THEN 1 WHEN 'repeating' THEN v_coupon.duration_periods END;
     INSERT INTO billing.coupon_redemption (customer_id, subscription_id, coupon_code, periods_left, redeemed_at)
-    VALUES (p_sub.customer_id, p_sub.id, p_code,
-            CASE v_coupon.duration WHEN 'once' THEN 1 WHEN 'repeating' THEN v_coupon.duration_periods END, p_now);
+    VALUES (p_sub.customer_id, p_sub.id, p_code, v_periods, p_now);
     UPDATE billing.subscription SET coupon_code = p_code WHERE customer_id = p_sub.customer_id AND id = p_sub.id;
     RETURN true;
 END
@@ -527,6 +529,7 @@ DECLARE
     v_old     billing.coupon;
     v_new     billing.coupon;
     v_unknown text[];
+    v_at      timestamptz := now();  -- a variable, not now(), in DO UPDATE (Citus wants no volatile call there)
 BEGIN
     PERFORM billing._audit('upsert_coupon', jsonb_build_object('code', p_code, 'percent_off', p_percent_off, 'amount_off', p_amount_off, 'currency', p_currency, 'duration', p_duration, 'duration_periods', p_duration_periods, 'max_redemptions', p_max_redemptions, 'redeem_by', p_redeem_by, 'plan_codes', p_plan_codes));
     IF p_code IS NULL OR p_code !~ '^[A-Za-z0-9_-]{1,64}$' THEN
@@ -603,7 +606,7 @@ BEGIN
         SET percent_off = excluded.percent_off, amount_off = excluded.amount_off, currency = excluded.currency,
             duration = excluded.duration, duration_periods = excluded.duration_periods,
             max_redemptions = excluded.max_redemptions, redeem_by = excluded.redeem_by,
-            plan_codes = excluded.plan_codes, updated_at = now()
+            plan_codes = excluded.plan_codes, updated_at = v_at
     RETURNING * INTO v_new;
     RETURN v_new;
 END

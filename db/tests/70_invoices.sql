@@ -131,19 +131,23 @@ SELECT throws_ok($$SELECT billing.finalize_invoice(pg_temp.inv('t70-9'), '2026-0
 
 -- Partial refund of the paid French invoice (7196 = 5997 + 1199 VAT): 1000 back.
 SELECT billing.claim_charges('t70', 100, '5 minutes', '2026-03-05Z');
-SELECT billing.record_payment_result(a.idempotency_key, 'SUCCEEDED', 'ch_t70', NULL, '2026-03-05 00:01Z')
-  FROM billing.payment_attempt a WHERE a.invoice_id = (SELECT pg_temp.inv('t70-1'));
-SELECT billing.record_payment_result(a.idempotency_key, 'DECLINED', NULL, 'card_declined', '2026-03-05 00:01Z')
-  FROM billing.payment_attempt a WHERE a.invoice_id <> (SELECT pg_temp.inv('t70-1')) AND a.outcome IS NULL;
+-- (The keys read first, then the calls made on the coordinator: on Citus a call in a query over a
+-- distributed table would be sent to the workers.)
+SELECT billing.record_payment_result(k, 'SUCCEEDED', 'ch_t70', NULL, '2026-03-05 00:01Z')
+  FROM unnest((SELECT array_agg(a.idempotency_key) FROM billing.payment_attempt a
+                WHERE a.invoice_id = (SELECT pg_temp.inv('t70-1')))) k;
+SELECT billing.record_payment_result(k, 'DECLINED', NULL, 'card_declined', '2026-03-05 00:01Z')
+  FROM unnest((SELECT array_agg(a.idempotency_key ORDER BY a.id) FROM billing.payment_attempt a
+                WHERE a.invoice_id <> (SELECT pg_temp.inv('t70-1')) AND a.outcome IS NULL)) k;
 SELECT billing.refund_invoice(pg_temp.inv('t70-1'), 1000, 't70-refund', '2026-03-06Z');
 SELECT billing.claim_refunds('t70', 10, '5 minutes', '2026-03-06 00:01Z');
-SELECT billing.record_refund_result(r.idempotency_key, 'SUCCEEDED', 're_t70', NULL, '2026-03-06 00:02Z')
-  FROM billing.refund r WHERE r.invoice_id = (SELECT pg_temp.inv('t70-1'));
+SELECT billing.record_refund_result(k, 'SUCCEEDED', 're_t70', NULL, '2026-03-06 00:02Z')
+  FROM unnest((SELECT array_agg(r.idempotency_key) FROM billing.refund r WHERE r.invoice_id = (SELECT pg_temp.inv('t70-1')))) k;
 SELECT results_eq($$SELECT reason, subtotal, tax_amount, total FROM billing.credit_note WHERE invoice_id = (SELECT pg_temp.inv('t70-1'))$$,
                   $$VALUES ('REFUND', 834::bigint, 166::bigint, 1000::bigint)$$,
                   'a partial refund: credit note of 1000 whose VAT share is floor(1000 x 1199 / 7196) = 166');
-SELECT billing.record_refund_result(r.idempotency_key, 'SUCCEEDED', 're_t70', NULL, '2026-03-06 00:03Z')
-  FROM billing.refund r WHERE r.invoice_id = (SELECT pg_temp.inv('t70-1'));
+SELECT billing.record_refund_result(k, 'SUCCEEDED', 're_t70', NULL, '2026-03-06 00:03Z')
+  FROM unnest((SELECT array_agg(r.idempotency_key) FROM billing.refund r WHERE r.invoice_id = (SELECT pg_temp.inv('t70-1')))) k;
 SELECT is((SELECT count(*)::int FROM billing.credit_note WHERE invoice_id = (SELECT pg_temp.inv('t70-1'))), 1,
           'a repeated refund result issues no second credit note');
 SELECT results_eq($$SELECT amount, amount_refunded, number IS NOT NULL FROM billing.invoice WHERE id = (SELECT pg_temp.inv('t70-1'))$$,
