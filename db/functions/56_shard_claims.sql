@@ -401,90 +401,8 @@ COMMENT ON FUNCTION billing.renew_in_shard(text, integer, integer, timestamptz) 
 'create_due_invoices inside one leased shard group: claims the group''s due subscriptions (trial notices, resumes, renewals; up to p_batch_size of each, oldest first, skipping rows another claimer holds) and renews each in this transaction through the per-row path (_renew_row: one period, or the cancellation at period end, a trial''s end, a scheduled change, a coupon, credit, tax, events). Call it on the node holding the group (lease_shard_groups names it).
 Returns how many it handled (0: nothing due in the group; call again to catch up missed periods); BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size.';
 
-CREATE OR REPLACE FUNCTION billing._claim_charge_row(
-    p_customer_id bigint, p_invoice_id bigint, p_worker text, p_lease interval, p_now timestamptz, p_provider text,
-    p_cfg billing.installation)
-RETURNS TABLE (invoice_id bigint, attempt_id bigint, idempotency_key text, customer_id bigint, amount bigint,
-               currency text, lookup boolean, customer_ref text, payment_method_ref text)
-LANGUAGE plpgsql VOLATILE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_inv         billing.invoice;
-    v_attempt     billing.payment_attempt;
-    v_method      billing.payment_method;
-    v_has_default boolean;
-BEGIN
-    -- claim_charges' statement for one invoice, every statement by (customer_id, id).
-    SELECT * INTO v_inv FROM billing.invoice i
-     WHERE i.customer_id = p_customer_id AND i.id = p_invoice_id AND i.status = 'OPEN' AND i.next_attempt_at <= p_now
-       FOR NO KEY UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    SELECT * INTO v_attempt FROM billing.payment_attempt a
-     WHERE a.customer_id = v_inv.customer_id AND a.invoice_id = v_inv.id AND a.attempt_number = v_inv.try_count;
-    IF v_attempt.id IS NOT NULL AND v_attempt.key_expires_at <= p_now THEN
-        -- The key's lifetime is over and its fate is still unknown: never sent again; a person decides.
-        UPDATE billing.invoice i SET status = 'REVIEW', next_attempt_at = NULL, review_reason = 'KEY_EXPIRED'
-         WHERE i.customer_id = v_inv.customer_id AND i.id = v_inv.id
-        RETURNING * INTO v_inv;
-        PERFORM billing._emit_event('invoice', v_inv.id, 'InvoicePaymentReview',
-                                    billing._invoice_data(v_inv) || jsonb_build_object('reason', 'KEY_EXPIRED'), p_now);
-        RETURN;
-    END IF;
-    IF v_attempt.id IS NULL THEN
-        -- A new key takes the customer's default usable method (a card works until the end of its
-        -- expiry month, UTC); with the simulator a customer who never set a default is charged by
-        -- customer id, otherwise the invoice waits for the customer.
-        SELECT * INTO v_method FROM billing.payment_method pm
-         WHERE pm.customer_id = v_inv.customer_id AND pm.is_default AND pm.provider = p_provider
-           AND make_timestamptz(pm.exp_year, pm.exp_month, 1, 0, 0, 0, 'UTC') + interval '1 month' > p_now;
-        v_has_default := EXISTS (SELECT 1 FROM billing.payment_method x
-                                  WHERE x.customer_id = v_inv.customer_id AND x.is_default AND x.provider = p_provider);
-        IF v_method.id IS NULL AND (p_provider <> 'sim' OR v_has_default) THEN
-            UPDATE billing.invoice i
-               SET next_attempt_at = NULL, waiting_for = 'PAYMENT_METHOD',
-                   give_up_at = coalesce(i.give_up_at,
-                       coalesce((SELECT min(a.result_at) FROM billing.payment_attempt a
-                                  WHERE a.customer_id = v_inv.customer_id AND a.invoice_id = v_inv.id
-                                    AND a.outcome = 'DECLINED'), p_now)
-                       + coalesce((SELECT sum(d.delay) FROM billing.dunning_step d), interval '0'))
-             WHERE i.customer_id = v_inv.customer_id AND i.id = v_inv.id
-            RETURNING * INTO v_inv;
-            PERFORM billing._emit_event('invoice', v_inv.id, 'InvoicePaymentMethodRequired',
-                billing._invoice_data(v_inv) || jsonb_build_object(
-                    'reason', CASE WHEN v_has_default THEN 'PAYMENT_METHOD_EXPIRED' ELSE 'NO_PAYMENT_METHOD' END,
-                    'declineCode', NULL, 'provider', p_provider), p_now);
-            RETURN;
-        END IF;
-    END IF;
-    -- The lease: a worker that dies before reporting gives the invoice back at p_now + p_lease.
-    UPDATE billing.invoice i SET next_attempt_at = p_now + p_lease
-     WHERE i.customer_id = v_inv.customer_id AND i.id = v_inv.id;
-    -- One row per try: a re-claim reuses its key and what it was sent with.
-    INSERT INTO billing.payment_attempt AS a
-           (customer_id, invoice_id, attempt_number, idempotency_key, amount, currency, worker, first_claimed_at,
-            last_claimed_at, key_expires_at, provider, payment_method_id, customer_ref, payment_method_ref)
-    VALUES (v_inv.customer_id, v_inv.id, v_inv.try_count,
-            p_cfg.key_namespace || '-inv-' || v_inv.id || '-try-' || v_inv.try_count, v_inv.amount, v_inv.currency,
-            p_worker, p_now, p_now, p_now + p_cfg.key_lifetime, p_provider, v_method.id, v_method.customer_ref,
-            v_method.payment_method_ref)
-    ON CONFLICT (customer_id, invoice_id, attempt_number) DO UPDATE
-        SET claim_count = a.claim_count + 1, worker = excluded.worker, last_claimed_at = excluded.last_claimed_at
-    RETURNING * INTO v_attempt;
-    RETURN QUERY SELECT v_inv.id, v_attempt.id, v_attempt.idempotency_key, v_inv.customer_id, v_inv.amount,
-                        v_inv.currency::text,
-                        -- Sent before and could end within the lookup margin of its expiry: look it up.
-                        v_attempt.claim_count > 1 AND p_now + p_lease > v_attempt.key_expires_at - p_cfg.lookup_margin,
-                        v_attempt.customer_ref, v_attempt.payment_method_ref;
-END
-$$;
-COMMENT ON FUNCTION billing._claim_charge_row(bigint, bigint, text, interval, timestamptz, text, billing.installation) IS
-'Private: claim_charges'' work on one invoice named by (customer_id, id), under its row lock (SKIP LOCKED; OPEN and due checked on the locked version): to REVIEW when its key outlived the key lifetime (InvoicePaymentReview), waiting for a payment method when it has no usable one (InvoicePaymentMethodRequired), else leased until p_now + p_lease with its payment_attempt (key <namespace>-inv-<id>-try-<n>, reused by a re-claim).
-Returns the row claim_charges returns for it, or none.';
-
+-- Each claimed invoice is keyed and leased by billing._claim_charge_row (50_charging.sql): the
+-- per-row form of claim_charges, shared with claim_charges' own path on the Citus coordinator.
 CREATE OR REPLACE FUNCTION billing.charge_claims_in_shard(
     p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 100, p_lease interval DEFAULT interval '5 minutes',
     p_now timestamptz DEFAULT now(), p_provider text DEFAULT 'sim')
@@ -553,6 +471,8 @@ DECLARE
     v_before billing.refund;
     v_ref    billing.refund;
     v_key    text;
+    v_next   timestamptz;
+    v_expires timestamptz;
 BEGIN
     -- claim_refunds' statement for one refund, every statement by (customer_id, id).
     SELECT * INTO v_before FROM billing.refund r
@@ -564,13 +484,16 @@ BEGIN
     -- Sent before, fate unknown, and the provider may have forgotten the key (or will before this
     -- call ends): only looked up, never sent again; past the key's lifetime in review (RefundReview
     -- once), looked up every hour.
+    -- (the new values computed from the locked row first: Citus takes no STABLE function,
+    -- timestamptz + interval, inside a CASE or coalesce of an UPDATE)
+    v_next := p_now + CASE WHEN v_before.key_expires_at <= p_now THEN greatest(p_lease, interval '1 hour') ELSE p_lease END;
+    v_expires := coalesce(v_before.key_expires_at, p_now + p_cfg.key_lifetime);
     UPDATE billing.refund r
-       SET review_reason = CASE WHEN v_before.key_expires_at <= p_now THEN 'KEY_EXPIRED' ELSE r.review_reason END,
-           next_attempt_at = p_now + CASE WHEN v_before.key_expires_at <= p_now THEN greatest(p_lease, interval '1 hour')
-                                          ELSE p_lease END,
+       SET review_reason = CASE WHEN v_before.key_expires_at <= p_now THEN 'KEY_EXPIRED' ELSE v_before.review_reason END,
+           next_attempt_at = v_next,
            claim_count = r.claim_count + 1,
-           first_claimed_at = coalesce(r.first_claimed_at, p_now),
-           key_expires_at = coalesce(r.key_expires_at, p_now + p_cfg.key_lifetime)
+           first_claimed_at = coalesce(v_before.first_claimed_at, p_now),
+           key_expires_at = v_expires
      WHERE r.customer_id = v_before.customer_id AND r.id = v_before.id
     RETURNING * INTO v_ref;
     IF v_before.review_reason IS NULL AND v_before.key_expires_at <= p_now THEN
