@@ -1,5 +1,6 @@
 -- 06_renewal: create_due_invoices renews, catches up, cancels at period end and spends credit.
 BEGIN;
+SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 04_plans_customers)
 SELECT plan(36);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS
