@@ -45,6 +45,7 @@ API = {
     "report_mrr", "report_mrr_movements", "report_churn", "report_revenue",
     # the batch claims per shard group (db/functions/56_shard_claims.sql, docs/scaling.md)
     "lease_shard_groups", "claim_renewals_in_shard", "claim_charges_in_shard", "claim_outbox_in_shard",
+    "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -408,6 +409,17 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     events = one("claim_outbox_in_shard", "%s, %s, %s, %s, %s", ("lp-worker", 0, 500, timedelta(seconds=30), late),
                  setof=True)
     out["shard_events"] = bool(events) and all(e[9] == late + timedelta(seconds=30) for e in events)
+    # Claim and work per group (what the driver's workers call on Citus).
+    out["shard_holder"] = [(g[0], g[3]) for g in one("shard_groups", "%s", (late,), setof=True)]
+    out["shard_renewed"] = one("renew_in_shard", "%s, %s, %s, %s", ("lp-worker", 0, 500, late))[0] >= 1
+    one("lease_shard_groups", "%s, %s, %s, %s", ("lp-worker", 4, timedelta(seconds=30), late + timedelta(minutes=6)),
+        setof=True)
+    keyed = one("charge_claims_in_shard", "%s, %s, %s, %s, %s, %s",
+                ("lp-worker", 0, 100, timedelta(minutes=5), late + timedelta(minutes=6), "sim"), setof=True)
+    out["shard_keyed"] = bool(keyed) and all("-inv-" in c[2] for c in keyed)
+    out["shard_refunds"] = isinstance(one("refund_claims_in_shard", "%s, %s, %s, %s, %s",
+                                          ("lp-worker", 0, 50, timedelta(minutes=5), late + timedelta(minutes=6)),
+                                          setof=True), list)
     out["called"] = called
     return out
 
@@ -435,6 +447,7 @@ EXPECTED = {
     "tax_rate": True, "details": True, "finalized": True, "numbered": True, "document": True,
     "report_mrr": True, "report_mrr_movements": True, "report_churn": True, "report_revenue": True,
     "shard_groups": [(0, True)], "shard_renewals": True, "shard_charges": True, "shard_events": True,
+    "shard_holder": [(0, "lp-worker")], "shard_renewed": True, "shard_keyed": True, "shard_refunds": True,
 }
 
 
