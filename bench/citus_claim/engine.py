@@ -95,6 +95,30 @@ def claims(url: str, fn: str, group: int, batch: int, count: int) -> list[float]
     return out
 
 
+# Claim and work in one call (what the driver's workers call per group), and on one PostgreSQL the
+# single-node statements next to them. Each call rolled back: the next meets the same rows.
+WORK = {
+    "renew_in_shard": "SELECT billing.renew_in_shard('bench', %(group)s, %(batch)s, %(now)s)",
+    "charge_claims_in_shard": "SELECT count(*) FROM billing.charge_claims_in_shard('bench', %(group)s, %(batch)s, "
+                              "'1 hour', %(now)s)",
+    "create_due_invoices": "SELECT billing.create_due_invoices(%(batch)s, %(now)s)",
+    "claim_charges": "SELECT count(*) FROM billing.claim_charges('bench', %(batch)s, '1 hour', %(now)s)",
+}
+
+
+def work(url: str, fn: str, group: int, batch: int, count: int) -> list[float]:
+    """Milliseconds per call of `fn` on `batch` rows, `count` calls, each rolled back."""
+    out = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET jit = off")
+        for _ in range(count):
+            t = time.perf_counter()
+            with conn.transaction(force_rollback=True):
+                conn.execute(WORK[fn], {"group": group, "batch": batch, "now": NOW}).fetchall()
+            out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
 def measure(url: str, layout: str, shards: int, customers: int, batch: int, count: int, rows: list) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         t = time.perf_counter()
@@ -107,13 +131,25 @@ def measure(url: str, layout: str, shards: int, customers: int, batch: int, coun
         groups = conn.execute("SELECT shard_group, node_name, node_port FROM "
                               "billing.lease_shard_groups('bench', 10000, '1 day', %s)", (NOW,)).fetchall()
     picked = [groups[0], groups[len(groups) // 2]] if len(groups) > 1 else groups
+    per_group = 2 * customers // len(groups)
+    # Claim and work first (rolled back), then the claims alone (the charges' claims lease for good).
+    fns = ["renew_in_shard", "charge_claims_in_shard"]
+    if layout == "single":
+        fns += ["create_due_invoices", "claim_charges"]
+    for fn in fns:
+        times = []
+        for g, host, port in picked:
+            times += work(node_url(url, host, port), fn, g, batch, count)
+        med = statistics.median(times)
+        rows.append((layout, len(groups), customers, per_group, fn, med, med * 1000 / batch))
+        print(f"{layout:6s} groups={len(groups):3d} customers={customers:7d}: {fn} of {batch} = {med:.1f} ms median "
+              f"({med * 1000 / batch:.0f} us/row, {len(times)} calls)", flush=True)
     for fn in ("renewals", "charges"):
         times: list[float] = []
         for g, host, port in picked:
             times += claims(node_url(url, host, port), fn, g, batch, count)
         med = statistics.median(times)
-        per_group = 2 * customers // len(groups)
-        rows.append((layout, len(groups), customers, per_group, fn, med, med * 1000 / batch))
+        rows.append((layout, len(groups), customers, per_group, f"claim_{fn}_in_shard", med, med * 1000 / batch))
         print(f"{layout:6s} groups={len(groups):3d} customers={customers:7d} (~{per_group:6d} due per group, "
               f"loaded in {loaded:.1f} s): {fn} claim of {batch} = {med:.1f} ms median "
               f"({med * 1000 / batch:.0f} us/row, {len(times)} claims)", flush=True)
@@ -136,7 +172,8 @@ def main() -> None:
         if a.single_url:
             url = fresh(a.single_url, "billing_bench_engine_single", shards=0)
             measure(url, "single", 1, customers, a.batch, a.claims, rows)
-    print(f"\n| layout | shard groups | customers | due per group | claim | claim of {a.batch} (median ms) | us per row |")
+    print(f"\nload after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
+    print(f"\n| layout | shard groups | customers | due per group | call | {a.batch} rows (median ms) | us per row |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r[0]} | {r[1]} | {r[2]:,} | {r[3]:,} | {r[4]} | {r[5]:.1f} | {r[6]:.0f} |")

@@ -230,3 +230,40 @@ def test_a_worker_killed_mid_batch_on_a_single_postgresql_loses_nothing(db_url):
     assert figures["killed_holding"] == [0]
     assert figures["unpaid_at_kill"] > 0  # killed in the middle of the work
     assert len(figures["holders_after"]) == 1 and not figures["holders_after"][0].endswith(f":{figures['victim']}")
+
+
+def test_a_group_whose_lease_was_taken_over_is_dropped_and_leased_again(db_url):
+    """The driver's side of BL409 on a real database (group 0, simulated clock): a worker whose lease
+    ran out and was taken by another is refused at its next claim, drops the group, and finds it
+    again only when the other's lease has run out in turn."""
+    import asyncio
+
+    from billing.clock import SimulatedClock
+    from billing.db import CHARGE_CLAIMS_IN_SHARD, async_pool
+    from billing.worker.shards import ShardLeases, in_each_group
+
+    seed_behind(db_url, 3)
+    clock = SimulatedClock(datetime.now(timezone.utc))
+
+    async def scenario():
+        pool = await async_pool(db_url, min_size=1, max_size=2)
+        try:
+            mine = ShardLeases(pool, db_url, "w-mine", clock=clock, lease_seconds=30)
+            other = ShardLeases(pool, db_url, "w-other", clock=clock, lease_seconds=30)
+            assert sorted(await mine.lease()) == [0]
+            params = {"worker": "w-mine", "batch": 10, "lease": timedelta(minutes=5), "now": clock.now(),
+                      "provider": "sim"}
+            assert len(await in_each_group(mine, CHARGE_CLAIMS_IN_SHARD, params, want=10)) == 3
+            clock.advance(timedelta(seconds=40))  # mine ran out; the other takes the group
+            assert sorted(await other.lease()) == [0]
+            mine.leases[0].until = clock.now() + timedelta(seconds=30)  # as if its clock lagged
+            params["now"] = clock.now()
+            assert await in_each_group(mine, CHARGE_CLAIMS_IN_SHARD, params, want=10) == []
+            assert mine.leases == {} and mine.counts["lost"] == 1
+            assert await mine.lease() == {}  # held by the other: nothing
+            clock.advance(timedelta(seconds=40))
+            assert sorted(await mine.lease()) == [0]
+        finally:
+            await pool.close()
+
+    asyncio.run(scenario())
