@@ -340,6 +340,195 @@ COMMENT ON FUNCTION billing.claim_outbox_in_shard(text, integer, integer, interv
 'Claims up to p_batch_size PENDING events of one leased shard group for the relay, as claim_outbox_events does for the whole database: in id order, skipping rows another claimer holds, none while an earlier pending event of its aggregate is held elsewhere; each is leased until p_now + p_lease. Call it on the node holding the group.
 Returns the claimed events in id order; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size or lease.';
 
+-- The renewal statement inside one shard group, set-based (renew_in_shard's fast path): the same
+-- statement as _renew_batch (40_renewal.sql), run on the group's own shards on the node that holds
+-- it (on a single PostgreSQL, group 0: the tables themselves), where it is plain PostgreSQL. Names
+-- substituted: the group's shards of subscription, credit_balance, customer, invoice, credit_entry
+-- and outbox_event, this node's copies of the reference tables plan and plan_price; ids from each
+-- table's own sequence (a shard has no identity default: Citus gives each node its own range);
+-- the tax through _tax_of called per row (not inlined: it reads the rates, a Citus table). Keep it
+-- in step with _renew_batch: 06_renewal and 83_shard_claims compare them.
+CREATE OR REPLACE FUNCTION billing._local_table(p_table regclass)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_name text;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN p_table::text;
+    END IF;
+    -- A reference table: its one shard, of which every node holds a copy.
+    EXECUTE format('SELECT shard_name($1, s.shardid) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1')
+       INTO v_name USING p_table;
+    RETURN coalesce(v_name, p_table::text);
+END
+$$;
+COMMENT ON FUNCTION billing._local_table(regclass) IS
+'Private: this node''s copy of a reference table on Citus (its shard), the table itself elsewhere.
+Returns a qualified, quoted relation name.';
+
+CREATE OR REPLACE FUNCTION billing._renew_batch_in_shard(p_shard_group integer, p_batch_size integer, p_now timestamptz)
+RETURNS TABLE (handled integer, canceled bigint[])
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    v_claimed  integer;
+    v_expected integer;
+    v_updated  integer;
+    v_taxes    boolean := EXISTS (SELECT 1 FROM billing.tax_rate WHERE active);
+BEGIN
+    EXECUTE format($q$
+    WITH due AS MATERIALIZED (
+        -- Locked rows come back in their latest committed version.
+        SELECT s.ctid AS row_id, s.id, s.customer_id, s.plan_id, s.timezone, s.billing_anchor, s.period_number,
+               s.current_period_end, s.cancel_at_period_end, s.quantity
+          FROM %1$s s
+         WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND s.current_period_end <= $1
+           -- A trial's end, a coupon or a scheduled change: the per-row path (_renew_lifecycle).
+           AND NOT s.lifecycle_pending
+         ORDER BY s.current_period_end
+         LIMIT $2
+           FOR NO KEY UPDATE SKIP LOCKED
+    ), credit AS MATERIALIZED (
+        -- Usually empty. Locked (waiting, not skipping) in key order, so concurrent renewals of
+        -- one customer's subscriptions serialise on the balance instead of deadlocking.
+        SELECT b.customer_id, b.currency, b.balance
+          FROM %2$s b
+         WHERE b.customer_id = ANY (ARRAY(SELECT d.customer_id FROM due d WHERE NOT d.cancel_at_period_end))
+           AND b.balance > 0
+         ORDER BY b.customer_id, b.currency
+           FOR UPDATE
+    ), priced AS MATERIALIZED (
+        SELECT d.row_id, d.id, d.customer_id, d.current_period_end AS period_start,
+               billing._period_end(d.billing_anchor, p.billing_interval, p.interval_count,
+                                   d.period_number + 1, d.timezone) AS period_end,
+               t.price_amount * d.quantity AS amount, t.price_amount AS plan_price, d.quantity,
+               p.currency, p.id AS plan_id, p.billing_interval, p.interval_count,
+               coalesce(tx.tax_amount, 0) AS tax_amount, coalesce(tx.tax_included, 0) AS tax_included, tx.tax_detail,
+               -- A balance is spread over the customer's invoices of this batch in id order (on
+               -- their totals, tax included).
+               CASE WHEN c.balance IS NULL THEN 0::bigint
+                    ELSE least(t.price_amount * d.quantity + coalesce(tx.tax_amount, 0),
+                               greatest(0, c.balance - coalesce(sum(t.price_amount * d.quantity + coalesce(tx.tax_amount, 0)) OVER (
+                             PARTITION BY d.customer_id, p.currency ORDER BY d.id
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::bigint
+               END AS credit_applied
+          FROM due d
+          JOIN %3$s p ON p.id = d.plan_id
+          -- The price in force when the period starts (a late renewal of a past period is priced
+          -- as it was then); the history is read only for a period older than the current price.
+          CROSS JOIN LATERAL (
+              SELECT CASE WHEN p.price_effective_from IS NULL OR d.current_period_end >= p.price_effective_from
+                          THEN p.price_amount
+                          ELSE (SELECT pp.price_amount FROM %4$s pp
+                                 WHERE pp.plan_id = p.id AND pp.effective_from <= d.current_period_end
+                                 ORDER BY pp.effective_from DESC LIMIT 1) END AS price_amount) t
+          -- Taxes by the customer's address (14_tax, inlined); skipped entirely while no rate exists.
+          LEFT JOIN LATERAL (SELECT (x.t).tax_amount, (x.t).tax_included, (x.t).tax_detail
+                               FROM (SELECT billing._tax_of(c.country, c.region, c.tax_status, t.price_amount * d.quantity) AS t
+                                       FROM %5$s c WHERE c.id = d.customer_id AND $3) x) tx ON true
+          LEFT JOIN credit c ON c.customer_id = d.customer_id AND c.currency = p.currency
+         WHERE NOT d.cancel_at_period_end
+    ), new_invoice AS (
+        INSERT INTO %6$s (id, subscription_id, customer_id, kind, period_start, period_end, subtotal,
+                                     credit_applied, amount, currency, status, due_at, next_attempt_at, paid_at,
+                                     created_at, plan_id, plan_price, billing_interval, interval_count, quantity,
+                                     tax_amount, tax_included, tax_detail)
+        SELECT nextval(%9$L::regclass), p.id, p.customer_id, 'RENEWAL', p.period_start, p.period_end, p.amount,
+               p.credit_applied, p.amount + p.tax_amount - p.credit_applied, p.currency,
+               CASE WHEN p.amount + p.tax_amount = p.credit_applied THEN 'PAID' ELSE 'OPEN' END, $1,
+               CASE WHEN p.amount + p.tax_amount = p.credit_applied THEN NULL ELSE $1 END,
+               CASE WHEN p.amount + p.tax_amount = p.credit_applied THEN $1 END, $1,
+               p.plan_id, p.plan_price, p.billing_interval, p.interval_count, p.quantity,
+               p.tax_amount, p.tax_included, p.tax_detail
+          FROM priced p
+        RETURNING *
+    ), renewed AS (
+        UPDATE %1$s s
+           SET current_period_start = p.period_start,
+               current_period_end = p.period_end,
+               period_number = s.period_number + 1,
+               period_price = p.amount,
+               version = s.version + 1,
+               updated_at = $1
+          FROM priced p
+         WHERE s.ctid = p.row_id
+        RETURNING 1
+    ), canceled AS (
+        UPDATE %1$s s
+           SET status = 'CANCELED', canceled_at = $1, cancel_reason = 'PERIOD_END',
+               version = s.version + 1, updated_at = $1
+          FROM due d
+         WHERE s.ctid = d.row_id AND d.cancel_at_period_end
+        RETURNING s.*
+    ), credit_used AS (
+        UPDATE %2$s b
+           SET balance = b.balance - u.used, updated_at = $1
+          FROM (SELECT customer_id, currency, sum(credit_applied) AS used
+                  FROM priced WHERE credit_applied > 0
+                 GROUP BY customer_id, currency) u
+         WHERE b.customer_id = u.customer_id AND b.currency = u.currency
+    ), credit_ledger AS (
+        INSERT INTO %7$s (id, customer_id, currency, amount, reason, subscription_id, invoice_id, created_at)
+        SELECT nextval(%10$L::regclass), i.customer_id, i.currency, -i.credit_applied, 'APPLIED', i.subscription_id, i.id, $1
+          FROM new_invoice i
+         WHERE i.credit_applied > 0
+    ), events AS (
+        -- InvoiceCreated for every invoice, plus the rare rows (cancellations, invoices paid by
+        -- credit): one INSERT, hence one NOTIFY.
+        INSERT INTO %8$s (id, event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+        SELECT nextval(%11$L::regclass), e.event_id, e.aggregate_type, e.aggregate_id, e.event_type,
+               billing._cloud_event(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, $1, e.data),
+               $1, $1, e.customer_id
+          FROM (SELECT gen_random_uuid() AS event_id, x.*
+                  FROM (SELECT 'subscription' AS aggregate_type, c.id AS aggregate_id,
+                               'SubscriptionCanceled' AS event_type,
+                               billing._subscription_data(c::billing.subscription) AS data, 0 AS seq, c.customer_id
+                          FROM canceled c
+                        UNION ALL
+                        SELECT 'invoice', i.id, 'InvoiceCreated', billing._invoice_data(i::billing.invoice), 1, i.customer_id
+                          FROM new_invoice i
+                        UNION ALL
+                        SELECT 'invoice', i.id, 'InvoicePaid', billing._invoice_data(i::billing.invoice), 2, i.customer_id
+                          FROM new_invoice i
+                         WHERE i.status = 'PAID') x
+                 ORDER BY x.aggregate_type, x.aggregate_id, x.seq) e
+    )
+    SELECT (SELECT count(*) FROM due),
+           (SELECT count(*) FROM due),
+           (SELECT count(*) FROM renewed) + (SELECT count(*) FROM canceled),
+           (SELECT array_agg(d.id) FROM due d WHERE d.cancel_at_period_end)$q$,
+        billing._shard_table('billing.subscription', p_shard_group),
+        billing._shard_table('billing.credit_balance', p_shard_group),
+        billing._local_table('billing.plan'),
+        billing._local_table('billing.plan_price'),
+        billing._shard_table('billing.customer', p_shard_group),
+        billing._shard_table('billing.invoice', p_shard_group),
+        billing._shard_table('billing.credit_entry', p_shard_group),
+        billing._shard_table('billing.outbox_event', p_shard_group),
+        pg_catalog.pg_get_serial_sequence('billing.invoice', 'id'),
+        pg_catalog.pg_get_serial_sequence('billing.credit_entry', 'id'),
+        pg_catalog.pg_get_serial_sequence('billing.outbox_event', 'id'))
+      INTO v_claimed, v_expected, v_updated, canceled
+     USING p_now, p_batch_size, v_taxes;
+    IF v_updated <> v_expected THEN
+        RAISE EXCEPTION USING ERRCODE = '40001',
+            MESSAGE = format('%s of %s claimed subscriptions changed after the renewal statement began',
+                             v_expected - v_updated, v_expected);
+    END IF;
+    handled := v_claimed;
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION billing._renew_batch_in_shard(integer, integer, timestamptz) IS
+'Private: _renew_batch''s statement on one shard group''s own shards (renew_in_shard''s fast path: subscriptions without lifecycle_pending); raises 40001 when a claimed row changed under it.
+Returns how many subscriptions it handled and the ids it canceled at period end.';
+
 -- ---------------------------------------------------------------------------------------------
 -- Claim and work in one call, inside one shard group: what the driver's workers call on the node
 -- that holds the group (docs/scaling.md, "Batch claims"). The claim locks the group's due rows on
@@ -358,13 +547,17 @@ DECLARE
     v_customers bigint[];
     v_ids       bigint[];
     v_handled   integer := 0;
+    v_batch     integer;
+    v_canceled  bigint[];
+    v_try       integer := 0;
 BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
     PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
-    -- create_due_invoices' rows, in this group: trial notices, resumes at their date and due
-    -- renewals (fast and lifecycle paths alike), up to a batch of each, oldest first, locked until
-    -- the transaction ends; worked on in customer order (credit balances locked in key order).
+    -- create_due_invoices inside the group, in the same two steps. First the per-row path: trial
+    -- notices, resumes at their date and the renewals flagged lifecycle_pending (a trial ends, a
+    -- coupon, a scheduled change), up to a batch of each, oldest first, locked on the group's shard
+    -- (SKIP LOCKED) and worked on in customer order (credit balances locked in key order).
     EXECUTE format($q$
         WITH notice AS MATERIALIZED (
             SELECT s.customer_id, s.id FROM %1$s s
@@ -378,8 +571,8 @@ BEGIN
                FOR NO KEY UPDATE SKIP LOCKED
         ), renewing AS MATERIALIZED (
             SELECT s.customer_id, s.id FROM %1$s s
-             WHERE s.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND s.current_period_end <= $1
-             ORDER BY s.current_period_end LIMIT $2
+             WHERE s.lifecycle_pending AND s.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND s.current_period_end <= $1
+             ORDER BY s.current_period_end, s.id LIMIT $2
                FOR NO KEY UPDATE SKIP LOCKED
         ), claimed AS (
             SELECT * FROM notice UNION SELECT * FROM resuming UNION SELECT * FROM renewing
@@ -387,18 +580,38 @@ BEGIN
         SELECT array_agg(c.customer_id ORDER BY c.customer_id, c.id), array_agg(c.id ORDER BY c.customer_id, c.id)
           FROM claimed c$q$, billing._shard_table('billing.subscription', p_shard_group))
        INTO v_customers, v_ids USING p_now, p_batch_size;
-    IF v_ids IS NULL THEN
-        RETURN 0;  -- nothing due: no audit row (idle workers ask every second, per group)
-    END IF;
-    PERFORM billing._audit('renew_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'now', p_now));
-    FOR i IN 1 .. array_length(v_ids, 1) LOOP
+    FOR i IN 1 .. coalesce(array_length(v_ids, 1), 0) LOOP
         v_handled := v_handled + billing._renew_row(v_customers[i], v_ids[i], p_now);
     END LOOP;
+    -- Then the renewal statement, set-based on the group's own shards (the other due rows),
+    -- retried on a fresh snapshot when a claimed row changed under it, as create_due_invoices does.
+    LOOP
+        v_try := v_try + 1;
+        BEGIN
+            SELECT r.handled, r.canceled INTO v_batch, v_canceled
+              FROM billing._renew_batch_in_shard(p_shard_group, p_batch_size, p_now) r;
+            EXIT;
+        EXCEPTION WHEN serialization_failure THEN
+            IF v_try >= 10 THEN
+                RAISE;
+            END IF;
+        END;
+    END LOOP;
+    -- Canceled at period end: their OPEN invoices voided (a separate statement: it may give back
+    -- credit the statement just consumed). The rows are still locked.
+    IF v_canceled IS NOT NULL THEN
+        PERFORM billing._void_open_invoices(v_canceled, p_now);
+    END IF;
+    v_handled := v_handled + v_batch;
+    -- An audit row only when something was done (idle workers ask every second, per group).
+    IF v_handled > 0 THEN
+        PERFORM billing._audit('renew_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'now', p_now));
+    END IF;
     RETURN v_handled;
 END
 $$;
 COMMENT ON FUNCTION billing.renew_in_shard(text, integer, integer, timestamptz) IS
-'create_due_invoices inside one leased shard group: claims the group''s due subscriptions (trial notices, resumes, renewals; up to p_batch_size of each, oldest first, skipping rows another claimer holds) and renews each in this transaction through the per-row path (_renew_row: one period, or the cancellation at period end, a trial''s end, a scheduled change, a coupon, credit, tax, events). Call it on the node holding the group (lease_shard_groups names it).
+'create_due_invoices inside one leased shard group, in this transaction: trial notices, resumes and the renewals that need the per-row path (lifecycle_pending), claimed on the group''s shard (up to p_batch_size of each, oldest first, skipping rows another claimer holds) and handled by _renew_row; then up to p_batch_size other due subscriptions renewed by the renewal statement run set-based on the group''s own shards (_renew_batch_in_shard: invoices, credit, tax, period advance, cancellation at period end, events). Call it on the node holding the group (lease_shard_groups names it).
 Returns how many it handled (0: nothing due in the group; call again to catch up missed periods); BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size.';
 
 -- Each claimed invoice is keyed and leased by billing._claim_charge_row (50_charging.sql): the

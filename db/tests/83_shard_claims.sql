@@ -1,7 +1,7 @@
 -- 83_shard_claims: the batch claims per shard group on a single PostgreSQL, where there is one
 -- group, 0, the whole database (docs/scaling.md; on Citus: db/tests/citus/20_shard_claims.sql).
 BEGIN;
-SELECT plan(27);
+SELECT plan(29);
 
 SELECT billing.upsert_plan('T83_PLAN', 1000, 'USD', 'MONTH', 1, '2026-01-01Z');
 SELECT billing.create_subscription('t83-a', 83001, 'T83_PLAN', '2026-01-10Z');
@@ -83,6 +83,33 @@ SELECT is_empty($$SELECT * FROM billing.claim_refunds('w3', 10, '5 minutes', '20
 SELECT results_eq($$SELECT c.idempotency_key, c.lookup FROM billing.claim_refunds('w3', 10, '5 minutes', '2026-02-25 00:20Z') c$$,
                   $$SELECT r.idempotency_key, false FROM billing.refund r WHERE r.customer_id = 83001$$,
                   'after the lease claim_refunds takes it back with the same key');
+
+-- renew_in_shard (its set-based statement on the group's tables) gives what create_due_invoices gives:
+-- a customer with credit, one canceled at period end (its unpaid invoice voided), a plain one.
+SELECT billing.create_subscription('t83-r' || n, 83010 + n, 'T83_PLAN', '2026-01-24Z') FROM generate_series(1, 3) n;
+SELECT billing._grant_credit(83011, 'USD', 300, 'PRORATION', NULL, NULL, '2026-01-25Z');
+SELECT billing.cancel_subscription(r.subscription_id, true, '2026-01-25Z') FROM billing.subscription_request r WHERE r.idempotency_key = 't83-r2';
+CREATE TEMP VIEW renewal_83 AS
+SELECT concat_ws(' ', 'invoice', r.idempotency_key, i.kind, i.status, i.period_start, i.period_end, i.subtotal,
+                 i.credit_applied, i.amount, i.tax_amount, i.next_attempt_at) AS state
+  FROM billing.invoice i JOIN billing.subscription_request r ON r.customer_id = i.customer_id AND r.subscription_id = i.subscription_id
+ WHERE r.idempotency_key LIKE 't83-r%'
+UNION ALL
+SELECT concat_ws(' ', 'subscription', r.idempotency_key, s.status, s.current_period_end, s.period_number, s.version, s.cancel_reason)
+  FROM billing.subscription s JOIN billing.subscription_request r ON r.customer_id = s.customer_id AND r.subscription_id = s.id
+ WHERE r.idempotency_key LIKE 't83-r%'
+UNION ALL
+SELECT concat_ws(' ', 'event', e.customer_id, e.event_type, e.aggregate_type, ((e.payload -> 'data') - 'invoiceId'::text)::text)
+  FROM billing.outbox_event e WHERE e.customer_id BETWEEN 83011 AND 83013 AND e.created_at >= '2026-02-25 00:30Z'
+UNION ALL
+SELECT concat_ws(' ', 'credit', b.customer_id, b.balance) FROM billing.credit_balance b WHERE b.customer_id BETWEEN 83011 AND 83013;
+SAVEPOINT by_statement;
+SELECT billing.create_due_invoices(500, '2026-02-25 00:30Z') AS by_statement_count \gset
+SELECT string_agg(state, E'\n' ORDER BY state) AS by_statement FROM renewal_83 \gset
+ROLLBACK TO SAVEPOINT by_statement;
+SELECT is(billing.renew_in_shard('w2', 0, 500, '2026-02-25 00:30Z'), :by_statement_count, 'renew_in_shard handles what create_due_invoices handles (3)');
+SELECT is((SELECT string_agg(state, E'\n' ORDER BY state) FROM renewal_83), :'by_statement',
+          'renew_in_shard: the same invoices, credit, subscriptions and events as create_due_invoices');
 
 -- Audit rows only for calls that changed something (idle workers ask every second, per group).
 SELECT is((SELECT count(*) FROM billing.audit_log WHERE function = 'claim_charges_in_shard'), 1::bigint,

@@ -180,6 +180,10 @@ def run_two_workers(url: str, *, customers: int, per_customer: int, kill: bool, 
                 wait_for(lambda: query(url, "SELECT count(*) AS n FROM billing.refund WHERE status = 'SUCCEEDED'")[0]["n"]
                          == refunds, 60, "every refund executed")
             if kill:
+                # The dead worker's groups are taken over once its leases run out (if the work ended
+                # first, at the survivor's next lease call).
+                wait_for(lambda: not query(url, "SELECT 1 FROM billing.shard_groups(now()) WHERE holder LIKE %s",
+                                           f"%:{figures['victim']}"), 15, "the dead worker's groups taken over")
                 holders = {r["holder"] for r in query(url, "SELECT holder FROM billing.shard_groups(now())")}
                 figures["holders_after"] = sorted(h for h in holders if h)
         finally:
