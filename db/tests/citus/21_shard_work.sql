@@ -5,7 +5,7 @@
 -- takes none of them. The claimers are dblink sessions on the worker node, so the fixtures are
 -- committed (no enclosing transaction); the database is make test-citus' own, made fresh each run.
 \set ON_ERROR_STOP 1
-SELECT plan(12);
+SELECT plan(15);
 
 \set T '''2028-06-01 12:00Z'''
 SELECT billing.upsert_plan('SW_MONTH', 1200, 'USD', 'MONTH', 1, '2026-01-01Z') IS NOT NULL AS plan \gset
@@ -83,6 +83,30 @@ SELECT results_eq($$SELECT count(*), min(a.worker), min(a.claim_count), max(a.cl
                       JOIN due d ON d.customer_id = i.customer_id AND d.id = i.id$$,
                   $$SELECT count(*), 'sw-2'::text, 1, 1, true FROM due$$,
                   'one payment attempt per invoice, and each invoice leased until its claim time plus the lease');
+
+-- Renewals: renew_in_shard on the node renews every due subscription of the group once (one
+-- period each, set-based on the group's shards), in its transaction; nothing outside the group.
+CREATE TEMP TABLE due_subs AS
+SELECT s.customer_id, s.id, s.current_period_end FROM billing.subscription s
+ WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND s.current_period_end <= :T
+   AND get_shard_id_for_distribution_column('billing.subscription', s.customer_id) =
+       (SELECT x.shardid FROM (SELECT d.shardid, row_number() OVER (ORDER BY d.shardminvalue::bigint) AS n
+                                 FROM pg_dist_shard d WHERE d.logicalrelid = 'billing.subscription'::regclass) x WHERE x.n = :grp);
+CREATE TEMP TABLE renewals_before AS SELECT count(*) AS n FROM billing.invoice WHERE kind = 'RENEWAL';
+SELECT is((SELECT t.n FROM dblink('c1', format('SELECT billing.renew_in_shard(%L, %s, 10000, %L)', 'sw-2', :grp,
+                                                timestamptz :T + interval '7 seconds')) AS t(n integer)),
+          (SELECT count(*)::integer FROM due_subs), 'renew_in_shard renews every due subscription of the group');
+SELECT set_eq($$SELECT i.customer_id, i.subscription_id, i.period_start FROM billing.invoice i
+                 WHERE i.kind = 'RENEWAL' AND i.created_at = timestamptz $$ || quote_literal(:T) || $$ + interval '7 seconds'$$,
+              'SELECT customer_id, id, current_period_end FROM due_subs',
+              'one RENEWAL invoice each, for the period that ended, and none outside the group');
+SELECT is((SELECT t.n FROM dblink('c1', format('SELECT billing.renew_in_shard(%L, %s, 10000, %L)', 'sw-2', :grp,
+                                                timestamptz :T + interval '7 seconds')) AS t(n integer))
+          + (SELECT count(*)::integer FROM due_subs d JOIN billing.subscription s ON s.customer_id = d.customer_id AND s.id = d.id
+              WHERE s.current_period_end <= :T),
+          (SELECT count(*)::integer FROM due_subs d JOIN billing.subscription s ON s.customer_id = d.customer_id AND s.id = d.id
+            WHERE s.current_period_end <= :T) * 2,
+          'a second call renews only what is still behind (catch-up, one period per call)');
 
 SELECT dblink_disconnect('c1') AS c1_done \gset
 SELECT * FROM finish();
