@@ -10,9 +10,13 @@
 same rows), each inside one shard group on the node that holds it, for several shard counts and
 customer counts; and the same calls on one PostgreSQL (its one group, 0). The per-claim cost
 should stay flat as shards and customers grow: a claim reads its group's due index only.
+Then claim and work in one call, as the driver's workers call them per group: `renew_in_shard`
+(renew a batch) and `charge_claims_in_shard` (key, attempt and lease a batch), each rolled back,
+and on one PostgreSQL the single-node statements `create_due_invoices` and `claim_charges` beside
+them, in the same run.
 
 Fixtures are written straight into the tables (customers, two due subscriptions each, one due
-OPEN invoice per subscription): the billing path on Citus is not there yet (docs/scaling.md).
+OPEN invoice per subscription), the same on both layouts.
 Server CPU is not measured: on a shared 2-core host the wall times are noisy, compare rows of one
 run, and note the load.
 """
