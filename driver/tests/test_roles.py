@@ -39,7 +39,7 @@ POLICY = {
                        "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups"},
     "billing_relay": {"claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
                       "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
-                      "is_simulation", "lease_shard_groups", "claim_outbox_in_shard", "shard_groups"},
+                      "is_simulation", "lease_shard_groups", "claim_outbox_in_shard"},
     "billing_readonly": {"get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
                          "proration_amount", "dunning_next_attempt", "is_simulation", "list_payment_methods",
                          "list_refunds", "get_invoice_document", "report_mrr", "report_mrr_movements",
