@@ -699,6 +699,14 @@ BEGIN
     -- period is paid; reversed if it never is).
     SELECT * INTO v_plan FROM billing.plan WHERE id = v_sub.plan_id;
     v_at := greatest(p_now, v_sub.current_period_start);
+    IF v_at = v_sub.current_period_start THEN
+        -- Paused at the very start of its period: none of it was served, so its invoices not yet
+        -- paid and never declined bill nothing owed and are voided (as a cancellation voids them);
+        -- the credit below is then only what was paid of the period. Otherwise the customer would
+        -- owe the whole period to get it back as credit, and a resume at that instant would bill
+        -- the same time again at once (a one-day INITIAL and a month, both billed from the signup).
+        PERFORM billing._void_open_invoices(v_sub.customer_id, ARRAY[v_sub.id], p_now, v_sub.current_period_start);
+    END IF;
     -- From what the customer kept of the period (refunds lower it), capped by _grant_change_credit.
     v_credit := -billing.proration_amount(billing._period_credit_base(v_sub, v_sub.period_price), 0,
                                           v_sub.current_period_start, v_sub.current_period_end, v_at);
@@ -713,7 +721,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.pause_subscription(bigint, timestamptz, timestamptz) IS
-'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Pauses an ACTIVE subscription now: nothing is billed while PAUSED; the unused rest of the current period is credited at the price it was billed at (pending until paid); resumes by itself at p_resume_at if given (a PAUSED one only gets its resume date changed). SubscriptionUpdated + SubscriptionPaused.
+'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Pauses an ACTIVE subscription now: nothing is billed while PAUSED; the unused rest of the current period is credited at the price it was billed at (pending until paid; paused at the very start of its period, its invoices not yet paid and never declined are voided instead); resumes by itself at p_resume_at if given (a PAUSED one only gets its resume date changed). SubscriptionUpdated + SubscriptionPaused.
 Returns the subscription; BL404 absent; BL422 for a resume date not after p_now, or a subscription TRIALING, PAST_DUE, CANCELED or cancelling at period end.';
 
 CREATE OR REPLACE FUNCTION billing.resume_subscription(p_subscription_id bigint, p_now timestamptz DEFAULT now())

@@ -3,7 +3,7 @@
 -- time zones, month ends and DST.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 04_plans_customers)
-SELECT plan(171);
+SELECT plan(173);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
@@ -626,6 +626,21 @@ SELECT results_eq(
         FROM billing.subscription s WHERE id = (SELECT pg_temp.sid('t60-due7'))$$,
     $$VALUES ('CANCELED', 'INITIAL ' || '2027-01-08Z'::timestamptz)$$,
     'a cancel at period end after the trial ended: the first period is billed, it ends then');
+-- paused at its signup instant, a change scheduled, resumed at that instant: the day never served is
+-- not billed (its unpaid INITIAL is voided at the pause), only the month the resume starts is
+SELECT billing.create_subscription('t60-due0', 6005, 'L_D', '2027-01-20 09:00Z');
+SELECT billing.pause_subscription(pg_temp.sid('t60-due0'), NULL, '2027-01-20 09:00Z');
+SELECT billing.change_plan(pg_temp.sid('t60-due0'), 'L_M', '2027-01-20 09:00Z', NULL, 'period_end');
+SELECT billing.resume_subscription(pg_temp.sid('t60-due0'), '2027-01-20 09:00Z');
+SELECT results_eq($$SELECT i.kind, p.code, i.status, i.period_start, i.amount FROM billing.invoice i
+                      JOIN billing.plan p ON p.id = i.plan_id WHERE i.subscription_id = (SELECT pg_temp.sid('t60-due0')) ORDER BY i.id$$,
+    $$VALUES ('INITIAL', 'L_D', 'VOID', '2027-01-20 09:00Z'::timestamptz, 100::bigint),
+             ('RENEWAL', 'L_M', 'OPEN', '2027-01-20 09:00Z'::timestamptz, 1000::bigint)$$,
+    'paused at signup, resumed at once on the scheduled plan: the unserved day is voided, the month billed once');
+SELECT is((SELECT coalesce(sum(amount), 0) FROM billing.credit_pending WHERE subscription_id = (SELECT pg_temp.sid('t60-due0'))
+             AND status <> 'REVERSED')
+          + (SELECT coalesce(sum(amount), 0) FROM billing.credit_entry WHERE subscription_id = (SELECT pg_temp.sid('t60-due0'))),
+          0::numeric, 'and no credit is made of the voided day');
 -- pause and resume after the resume date passed
 SELECT billing.create_subscription('t60-due8', 6005, 'L_M', '2027-01-01Z');
 SELECT billing.pause_subscription(pg_temp.sid('t60-due8'), '2027-01-11Z', '2027-01-06Z');

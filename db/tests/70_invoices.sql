@@ -2,7 +2,7 @@
 -- docs/invoices.md): taxes by address, lines, gapless numbering, immutability, credit notes, reports.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 04_plans_customers)
-SELECT plan(40);
+SELECT plan(41);
 
 CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
@@ -165,6 +165,30 @@ SELECT is((SELECT sum(recognized)::bigint FROM billing.report_revenue('2026-03-0
             WHERE currency = 'EUR'), (SELECT sum(subtotal - tax_included)::bigint FROM billing.invoice
             WHERE currency = 'EUR' AND status NOT IN ('VOID', 'FAILED')),
           'revenue recognized over the invoices'' spans adds up to their net amounts');
+
+-- -- renewals: their taxes are the new invoices' ------------------------------------------------
+-- The renewal statement computes taxes set-based (_invoice_tax inlined; on Citus the renewal's
+-- per-row path); a new invoice per row (_invoice_tax_row). Both give the same figures.
+CREATE FUNCTION pg_temp.renewal_taxes() RETURNS TABLE (renewals bigint, taxed bigint, differing bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    v_rows billing.invoice[] := ARRAY(SELECT i FROM billing.invoice i WHERE i.kind = 'RENEWAL' ORDER BY i.id);
+    v_inv  billing.invoice;
+    v_tax  record;
+BEGIN
+    renewals := 0; taxed := 0; differing := 0;
+    FOREACH v_inv IN ARRAY v_rows LOOP
+        v_tax := billing._invoice_tax_row(v_inv.customer_id, v_inv.subtotal);
+        renewals := renewals + 1;
+        taxed := taxed + (v_inv.tax_amount + v_inv.tax_included > 0)::int;
+        differing := differing + ((v_inv.tax_amount, v_inv.tax_included, v_inv.tax_detail)
+                                  IS DISTINCT FROM (v_tax.tax_amount, v_tax.tax_included, v_tax.tax_detail))::int;
+    END LOOP;
+    RETURN NEXT;
+END
+$$;
+SELECT billing.create_due_invoices(500, '2026-04-02 12:00Z');
+SELECT results_eq($$SELECT * FROM pg_temp.renewal_taxes()$$, $$VALUES (6::bigint, 4::bigint, 0::bigint)$$,
+                  'renewals are taxed as new invoices are (the set-based statement and the per-row path agree)');
 
 SELECT * FROM finish();
 ROLLBACK;
