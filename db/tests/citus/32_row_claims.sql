@@ -1,4 +1,4 @@
--- citus/30_row_claims: the SQL API's batch claims on the coordinator, row by row on Citus
+-- citus/32_row_claims: the SQL API's batch claims on the coordinator, row by row on Citus
 -- (claim_charges, claim_refunds: an unlocked read of every shard, then each row locked by
 -- (customer_id, id) SKIP LOCKED in its shard), and a payment result recorded twice at once. Two
 -- claimers in open transactions never take the same invoice or refund and together take every due
