@@ -152,9 +152,10 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_coupon billing.coupon;
-    v_plan   billing.plan;
-    v_red    billing.coupon_redemption;
+    v_coupon  billing.coupon;
+    v_plan    billing.plan;
+    v_red     billing.coupon_redemption;
+    v_periods integer;
 BEGIN
     PERFORM billing._check_text('a coupon code', p_code, 64);
     SELECT * INTO v_coupon FROM billing.coupon WHERE code = p_code;
@@ -196,9 +197,10 @@ BEGIN
     END IF;
     UPDATE billing.coupon_redemption SET ended_at = p_now
      WHERE customer_id = p_sub.customer_id AND subscription_id = p_sub.id AND ended_at IS NULL;
+    -- The periods computed first: Citus deparses a simple CASE over parameters wrongly ("text = boolean").
+    v_periods := CASE v_coupon.duration WHEN 'once' THEN 1 WHEN 'repeating' THEN v_coupon.duration_periods END;
     INSERT INTO billing.coupon_redemption (customer_id, subscription_id, coupon_code, periods_left, redeemed_at)
-    VALUES (p_sub.customer_id, p_sub.id, p_code,
-            CASE v_coupon.duration WHEN 'once' THEN 1 WHEN 'repeating' THEN v_coupon.duration_periods END, p_now);
+    VALUES (p_sub.customer_id, p_sub.id, p_code, v_periods, p_now);
     UPDATE billing.subscription SET coupon_code = p_code WHERE customer_id = p_sub.customer_id AND id = p_sub.id;
     RETURN true;
 END
@@ -527,6 +529,7 @@ DECLARE
     v_old     billing.coupon;
     v_new     billing.coupon;
     v_unknown text[];
+    v_at      timestamptz := now();  -- a variable, not now(), in DO UPDATE (Citus wants no volatile call there)
 BEGIN
     PERFORM billing._audit('upsert_coupon', jsonb_build_object('code', p_code, 'percent_off', p_percent_off, 'amount_off', p_amount_off, 'currency', p_currency, 'duration', p_duration, 'duration_periods', p_duration_periods, 'max_redemptions', p_max_redemptions, 'redeem_by', p_redeem_by, 'plan_codes', p_plan_codes));
     IF p_code IS NULL OR p_code !~ '^[A-Za-z0-9_-]{1,64}$' THEN
@@ -603,7 +606,7 @@ BEGIN
         SET percent_off = excluded.percent_off, amount_off = excluded.amount_off, currency = excluded.currency,
             duration = excluded.duration, duration_periods = excluded.duration_periods,
             max_redemptions = excluded.max_redemptions, redeem_by = excluded.redeem_by,
-            plan_codes = excluded.plan_codes, updated_at = now()
+            plan_codes = excluded.plan_codes, updated_at = v_at
     RETURNING * INTO v_new;
     RETURN v_new;
 END
@@ -696,6 +699,14 @@ BEGIN
     -- period is paid; reversed if it never is).
     SELECT * INTO v_plan FROM billing.plan WHERE id = v_sub.plan_id;
     v_at := greatest(p_now, v_sub.current_period_start);
+    IF v_at = v_sub.current_period_start THEN
+        -- Paused at the very start of its period: none of it was served, so its invoices not yet
+        -- paid and never declined bill nothing owed and are voided (as a cancellation voids them);
+        -- the credit below is then only what was paid of the period. Otherwise the customer would
+        -- owe the whole period to get it back as credit, and a resume at that instant would bill
+        -- the same time again at once (a one-day INITIAL and a month, both billed from the signup).
+        PERFORM billing._void_open_invoices(v_sub.customer_id, ARRAY[v_sub.id], p_now, v_sub.current_period_start);
+    END IF;
     -- From what the customer kept of the period (refunds lower it), capped by _grant_change_credit.
     v_credit := -billing.proration_amount(billing._period_credit_base(v_sub, v_sub.period_price), 0,
                                           v_sub.current_period_start, v_sub.current_period_end, v_at);
@@ -710,7 +721,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.pause_subscription(bigint, timestamptz, timestamptz) IS
-'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Pauses an ACTIVE subscription now: nothing is billed while PAUSED; the unused rest of the current period is credited at the price it was billed at (pending until paid); resumes by itself at p_resume_at if given (a PAUSED one only gets its resume date changed). SubscriptionUpdated + SubscriptionPaused.
+'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Pauses an ACTIVE subscription now: nothing is billed while PAUSED; the unused rest of the current period is credited at the price it was billed at (pending until paid; paused at the very start of its period, its invoices not yet paid and never declined are voided instead); resumes by itself at p_resume_at if given (a PAUSED one only gets its resume date changed). SubscriptionUpdated + SubscriptionPaused.
 Returns the subscription; BL404 absent; BL422 for a resume date not after p_now, or a subscription TRIALING, PAST_DUE, CANCELED or cancelling at period end.';
 
 CREATE OR REPLACE FUNCTION billing.resume_subscription(p_subscription_id bigint, p_now timestamptz DEFAULT now())

@@ -162,8 +162,9 @@ BEGIN
     END IF;
     v_first := billing._take_numbers(v_series, v_count);
     IF billing._distributed('billing.customer') THEN
-        -- Citus: one invoice at a time by (customer_id, id) (this statement would span shards).
-        FOR v_invoice IN SELECT * FROM billing.invoice i WHERE i.id = ANY (p_ids) ORDER BY i.id LOOP
+        -- Citus: one invoice at a time by (customer_id, id) (this statement would span shards); the
+        -- rows (locked by the caller) read first, then finalized.
+        FOREACH v_invoice IN ARRAY ARRAY(SELECT i FROM billing.invoice i WHERE i.id = ANY (p_ids) ORDER BY i.id) LOOP
             PERFORM billing._finalize_one(v_invoice, p_now, billing._document_number(v_series, v_first + v_done));
             v_done := v_done + 1;
         END LOOP;
@@ -338,7 +339,8 @@ LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN QUERY EXECUTE $q$
+    -- One query text for both forms: the customer's filter is a constant fragment (no input in it).
+    RETURN QUERY EXECUTE format($q$
     SELECT l.invoice_id,
            sum(l.amount) FILTER (WHERE l.kind IN ('PLAN', 'PRORATION', 'DISCOUNT'))::bigint,
            coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND NOT l.tax_inclusive), 0)::bigint,
@@ -348,8 +350,8 @@ BEGIN
            coalesce(-sum(l.amount) FILTER (WHERE l.kind = 'CREDIT'), 0)::bigint,
            (sum(l.amount) FILTER (WHERE l.kind <> 'TAX' OR NOT l.tax_inclusive))::bigint
       FROM billing.invoice_line l
-     WHERE $q$ || CASE WHEN p_customer_id IS NULL THEN '' ELSE 'l.customer_id = $2 AND ' END || $q$l.invoice_id = ANY ($1)
-     GROUP BY l.invoice_id$q$
+     WHERE %s l.invoice_id = ANY ($1)
+     GROUP BY l.invoice_id$q$, CASE WHEN p_customer_id IS NULL THEN '' ELSE 'l.customer_id = $2 AND' END)
     USING p_invoice_ids, p_customer_id;
 END
 $$;

@@ -25,6 +25,17 @@ BEGIN
     RETURN n;
 END
 $$;
+-- The key of the payment attempt (matching p_like) of subscription p_sub_key's invoice: read here, on the
+-- coordinator, then passed to the API (on Citus a call whose argument reads a distributed table may be
+-- sent to a worker whole).
+CREATE FUNCTION pg_temp.attempt_key(p_sub_key text, p_like text DEFAULT '%') RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_sub     bigint := pg_temp.sid(p_sub_key);
+    v_invoice bigint := (SELECT i.id FROM billing.invoice i WHERE i.subscription_id = v_sub);
+BEGIN
+    RETURN (SELECT a.idempotency_key FROM billing.payment_attempt a WHERE a.idempotency_key LIKE p_like AND a.invoice_id = v_invoice);
+END
+$$;
 CREATE FUNCTION pg_temp.decline_to_the_end(p_invoice bigint) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_inv billing.invoice;
@@ -149,7 +160,7 @@ SELECT is((SELECT subtotal FROM billing.invoice WHERE subscription_id = (SELECT 
 SELECT billing.create_subscription('t-dun', 11007, 'D30_A', '2030-11-01Z');
 SELECT pg_temp.settle((SELECT pg_temp.sid('t-dun')), 'DECLINED', '2030-11-01Z');
 SELECT billing.cancel_subscription(pg_temp.sid('t-dun'), false, '2030-11-01 12:00Z');
-SELECT results_eq($$SELECT i.status, s.status FROM billing.invoice i JOIN billing.subscription s ON s.id = i.subscription_id
+SELECT results_eq($$SELECT i.status, s.status FROM billing.invoice i JOIN billing.subscription s ON s.customer_id = i.customer_id AND s.id = i.subscription_id
                      WHERE i.subscription_id = (SELECT pg_temp.sid('t-dun'))$$,
                   $$VALUES ('OPEN', 'CANCELED')$$, 'canceled in dunning: the invoice stays OPEN');
 SELECT is(pg_temp.decline_to_the_end((SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-dun')))),
@@ -160,7 +171,8 @@ SELECT billing.create_subscription('t-dun2', 11008, 'D30_A', '2030-11-01Z');
 SELECT pg_temp.settle((SELECT pg_temp.sid('t-dun2')), 'DECLINED', '2030-11-01Z');
 SELECT billing.cancel_subscription(pg_temp.sid('t-dun2'), false, '2030-11-01 12:00Z');
 SELECT pg_temp.settle((SELECT pg_temp.sid('t-dun2')), 'SUCCEEDED', '2030-11-03Z');
-SELECT results_eq($$SELECT status, (SELECT count(*) FROM billing.outbox_event WHERE event_type = 'RefundDue' AND aggregate_id = i.id)
+SELECT results_eq($$SELECT status, (SELECT count(*) FROM billing.outbox_event
+                              WHERE customer_id = i.customer_id AND event_type = 'RefundDue' AND aggregate_id = i.id)
                       FROM billing.invoice i WHERE subscription_id = (SELECT pg_temp.sid('t-dun2'))$$,
                   $$VALUES ('PAID', 0::bigint)$$, 'collected later: PAID, and nothing to refund (it was owed)');
 
@@ -171,8 +183,8 @@ SELECT ok((SELECT bool_and(idempotency_key = (SELECT key_namespace FROM billing.
           'keys are <namespace>-inv-<id>-try-<n>');
 CREATE TEMP TABLE old_ns AS SELECT key_namespace FROM billing.installation;
 SELECT isnt(billing.new_key_namespace(), (SELECT key_namespace FROM old_ns), 'new_key_namespace draws another namespace');
-SELECT billing.record_payment_result(idempotency_key, 'UNKNOWN', NULL, 'timeout', '2031-01-01 00:01Z')
-  FROM billing.payment_attempt WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')));
+SELECT billing.record_payment_result(k, 'UNKNOWN', NULL, 'timeout', '2031-01-01 00:01Z')
+  FROM unnest((SELECT array_agg(idempotency_key) FROM billing.payment_attempt WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key'))))) k;
 SELECT results_eq($$SELECT idempotency_key LIKE (SELECT key_namespace FROM old_ns) || '-%', lookup
                       FROM billing.claim_charges('rules', 10, interval '5 minutes', '2031-01-01 00:16Z')
                      WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')))$$,
@@ -180,22 +192,22 @@ SELECT results_eq($$SELECT idempotency_key LIKE (SELECT key_namespace FROM old_n
 SELECT throws_ok($$SELECT * FROM billing.claim_charges('rules', 10, interval '23 hours', '2031-01-01Z')$$, 'BL422', NULL,
                  'a lease as long as the key lifetime is refused');
 SELECT is((SELECT next_attempt_at FROM billing.record_payment_result(
-             (SELECT idempotency_key FROM billing.payment_attempt WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')))),
+             pg_temp.attempt_key('t-key'),
              'UNKNOWN', NULL, 'timeout', '2031-01-01 21:50Z')),
           '2031-01-01 22:00Z'::timestamptz, 'near the end, an UNKNOWN retries at the start of the lookup margin, not 15 min later');
 SELECT results_eq($$SELECT lookup FROM billing.claim_charges('rules', 10, interval '5 minutes', '2031-01-01 22:00Z')
                      WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')))$$,
                   $$VALUES (true)$$, 'in the lookup margin the claim says: ask the gateway, do not resend');
 SELECT results_eq($$SELECT status, try_count, next_attempt_at FROM billing.record_payment_result(
-                      (SELECT idempotency_key FROM billing.payment_attempt WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')))),
+                      pg_temp.attempt_key('t-key'),
                       'NOT_FOUND', NULL, 'no charge', '2031-01-01 22:01Z')$$,
                   $$VALUES ('OPEN', 1, '2031-01-01 22:01Z'::timestamptz)$$, 'NOT_FOUND: a new key, at once');
 SELECT results_eq($$SELECT idempotency_key FROM billing.claim_charges('rules', 10, interval '5 minutes', '2031-01-01 22:01Z')
                      WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')))$$,
                   $$SELECT (SELECT key_namespace FROM billing.installation) || '-inv-' || (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key'))) || '-try-1'$$,
                   'the new key is try-1 in the current namespace');
-SELECT billing.record_payment_result(idempotency_key, 'UNKNOWN', NULL, 'timeout', '2031-01-01 22:02Z')
-  FROM billing.payment_attempt WHERE idempotency_key LIKE '%-try-1' AND invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')));
+SELECT billing.record_payment_result(k, 'UNKNOWN', NULL, 'timeout', '2031-01-01 22:02Z')
+  FROM unnest((SELECT array_agg(idempotency_key) FROM billing.payment_attempt WHERE idempotency_key LIKE '%-try-1' AND invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key'))))) k;
 SELECT is_empty($$SELECT * FROM billing.claim_charges('rules', 10, interval '5 minutes', '2031-01-02 21:03Z')
                    WHERE invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')))$$,
                 'a key past its lifetime is never claimed again');
@@ -204,7 +216,7 @@ SELECT results_eq($$SELECT status, review_reason FROM billing.invoice WHERE subs
 SELECT is(pg_temp.events('InvoicePaymentReview', (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')))),
           1::bigint, 'with InvoicePaymentReview');
 SELECT is((billing.record_payment_result(
-             (SELECT idempotency_key FROM billing.payment_attempt WHERE idempotency_key LIKE '%-try-1' AND invoice_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-key')))),
+             pg_temp.attempt_key('t-key', '%-try-1'),
              'SUCCEEDED', 'ch_found', NULL, '2031-01-03Z')).status, 'PAID', 'a person settles it: the charge is found, PAID');
 
 -- Webhooks that disagree with their attempt ---------------------------------------------------------
@@ -216,7 +228,7 @@ SELECT is(billing.apply_gateway_webhook('evt-wh-1', (SELECT idempotency_key FROM
                                         '{"amount": 1, "currency": "USD", "customerId": 11010}', '2031-02-01 00:01Z'),
           'REVIEW', 'a success for another amount is kept for review');
 SELECT results_eq($$SELECT w.review_reason IS NOT NULL, i.status FROM billing.gateway_webhook w, billing.invoice i
-                     WHERE w.event_id = 'evt-wh-1' AND i.subscription_id = (SELECT pg_temp.sid('t-wh'))$$,
+                     WHERE w.event_id = 'evt-wh-1' AND w.customer_id = i.customer_id AND i.subscription_id = (SELECT pg_temp.sid('t-wh'))$$,
                   $$VALUES (true, 'OPEN')$$, 'stored with its reason, not applied');
 SELECT is(pg_temp.events('PaymentReviewRequired', (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-wh')))),
           1::bigint, 'PaymentReviewRequired written');

@@ -2,7 +2,7 @@
 -- docs/invoices.md): taxes by address, lines, gapless numbering, immutability, credit notes, reports.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 04_plans_customers)
-SELECT plan(40);
+SELECT plan(41);
 
 CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
@@ -131,19 +131,23 @@ SELECT throws_ok($$SELECT billing.finalize_invoice(pg_temp.inv('t70-9'), '2026-0
 
 -- Partial refund of the paid French invoice (7196 = 5997 + 1199 VAT): 1000 back.
 SELECT billing.claim_charges('t70', 100, '5 minutes', '2026-03-05Z');
-SELECT billing.record_payment_result(a.idempotency_key, 'SUCCEEDED', 'ch_t70', NULL, '2026-03-05 00:01Z')
-  FROM billing.payment_attempt a WHERE a.invoice_id = (SELECT pg_temp.inv('t70-1'));
-SELECT billing.record_payment_result(a.idempotency_key, 'DECLINED', NULL, 'card_declined', '2026-03-05 00:01Z')
-  FROM billing.payment_attempt a WHERE a.invoice_id <> (SELECT pg_temp.inv('t70-1')) AND a.outcome IS NULL;
+-- (The keys read first, then the calls made on the coordinator: on Citus a call in a query over a
+-- distributed table would be sent to the workers.)
+SELECT billing.record_payment_result(k, 'SUCCEEDED', 'ch_t70', NULL, '2026-03-05 00:01Z')
+  FROM unnest((SELECT array_agg(a.idempotency_key) FROM billing.payment_attempt a
+                WHERE a.invoice_id = (SELECT pg_temp.inv('t70-1')))) k;
+SELECT billing.record_payment_result(k, 'DECLINED', NULL, 'card_declined', '2026-03-05 00:01Z')
+  FROM unnest((SELECT array_agg(a.idempotency_key ORDER BY a.id) FROM billing.payment_attempt a
+                WHERE a.invoice_id <> (SELECT pg_temp.inv('t70-1')) AND a.outcome IS NULL)) k;
 SELECT billing.refund_invoice(pg_temp.inv('t70-1'), 1000, 't70-refund', '2026-03-06Z');
 SELECT billing.claim_refunds('t70', 10, '5 minutes', '2026-03-06 00:01Z');
-SELECT billing.record_refund_result(r.idempotency_key, 'SUCCEEDED', 're_t70', NULL, '2026-03-06 00:02Z')
-  FROM billing.refund r WHERE r.invoice_id = (SELECT pg_temp.inv('t70-1'));
+SELECT billing.record_refund_result(k, 'SUCCEEDED', 're_t70', NULL, '2026-03-06 00:02Z')
+  FROM unnest((SELECT array_agg(r.idempotency_key) FROM billing.refund r WHERE r.invoice_id = (SELECT pg_temp.inv('t70-1')))) k;
 SELECT results_eq($$SELECT reason, subtotal, tax_amount, total FROM billing.credit_note WHERE invoice_id = (SELECT pg_temp.inv('t70-1'))$$,
                   $$VALUES ('REFUND', 834::bigint, 166::bigint, 1000::bigint)$$,
                   'a partial refund: credit note of 1000 whose VAT share is floor(1000 x 1199 / 7196) = 166');
-SELECT billing.record_refund_result(r.idempotency_key, 'SUCCEEDED', 're_t70', NULL, '2026-03-06 00:03Z')
-  FROM billing.refund r WHERE r.invoice_id = (SELECT pg_temp.inv('t70-1'));
+SELECT billing.record_refund_result(k, 'SUCCEEDED', 're_t70', NULL, '2026-03-06 00:03Z')
+  FROM unnest((SELECT array_agg(r.idempotency_key) FROM billing.refund r WHERE r.invoice_id = (SELECT pg_temp.inv('t70-1')))) k;
 SELECT is((SELECT count(*)::int FROM billing.credit_note WHERE invoice_id = (SELECT pg_temp.inv('t70-1'))), 1,
           'a repeated refund result issues no second credit note');
 SELECT results_eq($$SELECT amount, amount_refunded, number IS NOT NULL FROM billing.invoice WHERE id = (SELECT pg_temp.inv('t70-1'))$$,
@@ -161,6 +165,30 @@ SELECT is((SELECT sum(recognized)::bigint FROM billing.report_revenue('2026-03-0
             WHERE currency = 'EUR'), (SELECT sum(subtotal - tax_included)::bigint FROM billing.invoice
             WHERE currency = 'EUR' AND status NOT IN ('VOID', 'FAILED')),
           'revenue recognized over the invoices'' spans adds up to their net amounts');
+
+-- -- renewals: their taxes are the new invoices' ------------------------------------------------
+-- The renewal statement computes taxes set-based (_invoice_tax inlined; on Citus the renewal's
+-- per-row path); a new invoice per row (_invoice_tax_row). Both give the same figures.
+CREATE FUNCTION pg_temp.renewal_taxes() RETURNS TABLE (renewals bigint, taxed bigint, differing bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    v_rows billing.invoice[] := ARRAY(SELECT i FROM billing.invoice i WHERE i.kind = 'RENEWAL' ORDER BY i.id);
+    v_inv  billing.invoice;
+    v_tax  record;
+BEGIN
+    renewals := 0; taxed := 0; differing := 0;
+    FOREACH v_inv IN ARRAY v_rows LOOP
+        v_tax := billing._invoice_tax_row(v_inv.customer_id, v_inv.subtotal);
+        renewals := renewals + 1;
+        taxed := taxed + (v_inv.tax_amount + v_inv.tax_included > 0)::int;
+        differing := differing + ((v_inv.tax_amount, v_inv.tax_included, v_inv.tax_detail)
+                                  IS DISTINCT FROM (v_tax.tax_amount, v_tax.tax_included, v_tax.tax_detail))::int;
+    END LOOP;
+    RETURN NEXT;
+END
+$$;
+SELECT billing.create_due_invoices(500, '2026-04-02 12:00Z');
+SELECT results_eq($$SELECT * FROM pg_temp.renewal_taxes()$$, $$VALUES (6::bigint, 4::bigint, 0::bigint)$$,
+                  'renewals are taxed as new invoices are (the set-based statement and the per-row path agree)');
 
 SELECT * FROM finish();
 ROLLBACK;
