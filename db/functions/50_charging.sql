@@ -76,8 +76,9 @@ DECLARE
     v_namespace text;
 BEGIN
     PERFORM billing._audit('new_key_namespace', '{}'::jsonb);
-    UPDATE billing.installation
-       SET key_namespace = substr(replace(gen_random_uuid()::text, '-', ''), 1, 12), updated_at = now()
+    -- Drawn first: Citus takes no VOLATILE function in an UPDATE (installation is a reference table).
+    v_namespace := substr(replace(gen_random_uuid()::text, '-', ''), 1, 12);
+    UPDATE billing.installation SET key_namespace = v_namespace, updated_at = now()
     RETURNING key_namespace INTO v_namespace;
     RETURN v_namespace;
 END

@@ -523,7 +523,10 @@ Returns the instant.';
 
 -- What one period of a subscription billed, and gave back. billed: the invoices of the period
 -- (the one that opened it and the PRORATION ones within it) PAID or still owed (OPEN, REVIEW),
--- credit applied included (credit is value the customer had). refunded: the refunds, succeeded or
+-- credit applied included (credit is value the customer had). Each ends with the period; a change to
+-- a shorter interval opens a new period inside the old one's span (its PLAN_CHANGE invoice and the
+-- renewals after it end earlier, or, when it ends with the old one, it and its PRORATION invoices
+-- start at or after it): theirs, not the old period's. refunded: the refunds, succeeded or
 -- in flight (REQUESTED, in review too), of the charges that paid them (a duplicate charge is not
 -- the period's money). credited: the credit plan changes gave back for the period's unused time,
 -- granted or pending (not reversed).
@@ -539,7 +542,11 @@ BEGIN
         SELECT i.customer_id, i.id, i.subtotal, i.status, i.paid_attempt_id FROM billing.invoice i
          WHERE i.customer_id = p_customer_id AND i.subscription_id = p_subscription_id
            AND i.status IN ('PAID', 'OPEN', 'REVIEW')
-           AND i.period_start >= p_period_start AND i.period_start < p_period_end AND i.period_end <= p_period_end
+           AND i.period_end = p_period_end AND i.period_start >= p_period_start
+           AND i.period_start < coalesce((SELECT min(n.period_start) FROM billing.invoice n
+                                           WHERE n.customer_id = p_customer_id AND n.subscription_id = p_subscription_id
+                                             AND n.kind <> 'PRORATION' AND n.period_end = p_period_end
+                                             AND n.period_start > p_period_start), p_period_end)
     )
     SELECT (SELECT coalesce(sum(subtotal), 0)::bigint FROM inv),
            (SELECT coalesce(sum(r.amount), 0)::bigint FROM inv JOIN billing.refund r

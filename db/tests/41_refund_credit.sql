@@ -3,7 +3,7 @@
 -- and money returned as credit is not refunded again, in every order. Each case runs in its own
 -- June (30 days), so the numbers are simple: 3000 a month, half a month left is 1500.
 BEGIN;
-SELECT plan(32);
+SELECT plan(35);
 
 -- One user for the fixtures and the API's SECURITY DEFINER calls: on Citus a transaction may not
 -- touch a placement another user modified in it (docs/scaling.md).
@@ -64,6 +64,7 @@ SELECT billing.upsert_plan('RC_HI', 3000, 'USD', 'MONTH');
 SELECT billing.upsert_plan('RC_LO', 1000, 'USD', 'MONTH');
 SELECT billing.upsert_plan('RC_FREE', 0, 'USD', 'MONTH');
 SELECT billing.upsert_plan('RC_YEAR', 30000, 'USD', 'YEAR');
+SELECT billing.upsert_plan('RC_DAY', 100, 'USD', 'DAY');
 SELECT billing.upsert_customer(g, 'UTC') FROM generate_series(41001, 41012) g;
 
 -- -- 1. refund, then downgrade --------------------------------------------------------------------
@@ -178,6 +179,18 @@ SELECT billing.cancel_subscription(pg_temp.sid('t41-j'), false, '2040-06-16 01:0
 SELECT is(pg_temp.balance(41010), 1500::bigint, 'the year''s invoice voided: the credit it had consumed comes back');
 SELECT throws_ok($$SELECT billing.refund_invoice(pg_temp.inv('t41-j'), 1501, NULL, '2040-06-17Z')$$, 'BL422', NULL,
                  'and still cannot be refunded as well');
+
+-- A change to a shorter interval opens a new period inside the old one's span (PLAN_CHANGE, a day):
+-- it is that period's money, not the old one's. The month kept 3000 - 1500 credited = 1500; the
+-- day's 100 (paid from that credit) counts for the day only (found by driver/tests/test_money_adversary.py).
+SELECT billing.create_subscription('t41-l', 41012, 'RC_HI', '2042-06-01Z');
+SELECT pg_temp.pay('t41-l', '2042-06-01Z');
+SELECT billing.change_plan(pg_temp.sid('t41-l'), 'RC_DAY', '2042-06-16Z');
+SELECT throws_like($$SELECT billing.refund_invoice(pg_temp.inv('t41-l'), 1501, NULL, '2042-06-16 01:00Z')$$,
+                   '%at most 1500%', 'the month''s charge: at most what the month kept, the new day''s invoice not counted');
+SELECT lives_ok($$SELECT billing.refund_invoice(pg_temp.inv('t41-l'), 1500, NULL, '2042-06-16 01:00Z')$$,
+                'and exactly that can');
+SELECT ok(pg_temp.given_back('t41-l') <= pg_temp.billed('t41-l'), 'refunds + credit never exceed what was billed');
 
 -- The engine's own refund of a charge (here: a payment that lands on a canceled subscription)
 -- gives back all of it but what already went back as credit.
