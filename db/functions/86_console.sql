@@ -490,10 +490,13 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_event billing.outbox_event;
+    v_customer_id bigint;
 BEGIN
     PERFORM billing._audit('replay_outbox_event', jsonb_build_object('outbox_id', p_outbox_id, 'now', p_now));
     PERFORM billing._check_now(p_now);
-    SELECT * INTO v_event FROM billing.outbox_event e WHERE e.id = p_outbox_id FOR UPDATE;
+    -- The row by (customer_id, id): one shard on Citus.
+    v_customer_id := (billing._outbox_event_customers(ARRAY[p_outbox_id]))[1];
+    SELECT * INTO v_event FROM billing.outbox_event e WHERE e.customer_id = v_customer_id AND e.id = p_outbox_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
             MESSAGE = format('outbox event %s does not exist (retention may have deleted it)', coalesce(p_outbox_id::text, 'NULL'));
@@ -505,9 +508,10 @@ BEGIN
        SET status = 'PENDING', published_at = NULL, available_at = p_now, lease_until = NULL, attempts = 0,
            last_error = left(format('replay requested at %s (was %s%s)', billing._utc_text(p_now), v_event.status,
                                     coalesce(', published ' || billing._utc_text(v_event.published_at), '')), 2000)
-     WHERE e.id = p_outbox_id;
+     WHERE e.customer_id = v_customer_id AND e.id = p_outbox_id;
     PERFORM pg_notify('billing_outbox', json_build_object('count', 1)::text);
-    RETURN QUERY SELECT e.id, e.event_id, e.status FROM billing.outbox_event e WHERE e.id = p_outbox_id;
+    RETURN QUERY SELECT e.id, e.event_id, e.status FROM billing.outbox_event e
+                  WHERE e.customer_id = v_customer_id AND e.id = p_outbox_id;
 END
 $$;
 COMMENT ON FUNCTION billing.replay_outbox_event(bigint, timestamptz) IS
