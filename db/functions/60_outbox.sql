@@ -68,10 +68,10 @@ Returns the outbox_event id.';
 
 -- On Citus (db/schema/0090): each node takes ids from its own range of the sequence, so an
 -- aggregate's event written on the coordinator after one written on a worker gets the smaller id.
--- This row trigger, on Citus only, gives every new event an order key above every unpublished
--- event of its aggregate (the caller holds the aggregate's row lock, as for the ids on one
--- PostgreSQL): the relay's claims on Citus order an aggregate's events by
--- coalesce(aggregate_seq, id). It fires on the event's shard, on the node holding it, and reads
+-- This row trigger, on Citus only, gives every new event an order key: the time it is written, in
+-- microseconds, raised above every unpublished event of its aggregate (the caller holds the
+-- aggregate's row lock, as for the ids on one PostgreSQL). The relay's claims on Citus take events
+-- in that order. It fires on the event's shard, on the node holding it, and reads
 -- that shard only (the aggregate's unpublished events, through their partial index).
 CREATE OR REPLACE FUNCTION billing._outbox_event_seq()
 RETURNS trigger
@@ -85,12 +85,14 @@ BEGIN
                    'WHERE e.status <> ''PUBLISHED'' AND e.aggregate_type = $1 AND e.aggregate_id = $2',
                    TG_TABLE_SCHEMA, TG_TABLE_NAME)
        INTO v_last USING NEW.aggregate_type, NEW.aggregate_id;
-    NEW.aggregate_seq := greatest(NEW.id, coalesce(v_last + 1, NEW.id));
+    -- The wall clock, so that events of every node are taken oldest first; raised above the
+    -- aggregate's unpublished events, so that an aggregate's order never depends on clocks.
+    NEW.aggregate_seq := greatest((extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::bigint, v_last + 1);
     RETURN NEW;
 END
 $$;
 COMMENT ON FUNCTION billing._outbox_event_seq() IS
-'Private trigger, on Citus only: sets the new event''s aggregate_seq above every unpublished event of its aggregate (at least its id), so the relay orders an aggregate''s events by commit whatever node took the id.
+'Private trigger, on Citus only: sets the new event''s aggregate_seq (the time in microseconds, raised above every unpublished event of its aggregate), so the relay orders an aggregate''s events by commit whatever node took the id.
 Returns the row (BEFORE INSERT, per row).';
 
 DO $$
@@ -164,16 +166,14 @@ DECLARE
     v_claimed   bigint[] := '{}';
     v_customers bigint[] := '{}';
 BEGIN
-    -- The oldest due ids, then in each aggregate's order (an event whose earlier one comes later in
-    -- id order would only wait for the next claim).
+    -- The oldest first by the order key (in id order an aggregate's earlier event may come after
+    -- its later one: a window of ids full of such later events would claim nothing).
     FOR v_candidate IN
-        SELECT c.customer_id, c.id FROM (
-            SELECT e.customer_id, e.id, coalesce(e.aggregate_seq, e.id) AS seq
-              FROM billing.outbox_event e
-             WHERE e.status = 'PENDING' AND e.available_at <= p_now AND (e.lease_until IS NULL OR e.lease_until <= p_now)
-             ORDER BY e.id
-             LIMIT p_batch_size) c
-         ORDER BY c.seq, c.id
+        SELECT e.customer_id, e.id
+          FROM billing.outbox_event e
+         WHERE e.status = 'PENDING' AND e.available_at <= p_now AND (e.lease_until IS NULL OR e.lease_until <= p_now)
+         ORDER BY coalesce(e.aggregate_seq, e.id), e.id
+         LIMIT p_batch_size
     LOOP
         SELECT * INTO v_event
           FROM billing.outbox_event e
@@ -376,13 +376,28 @@ BEGIN
     -- claim_outbox_events inside one group, with the aggregate's order key (db/schema/0090): an
     -- aggregate's events are all in its customer's shard, so the head-of-line rule is exact here.
     EXECUTE format($q$
-        WITH candidate AS MATERIALIZED (
-            SELECT e.id, e.aggregate_type, e.aggregate_id, coalesce(e.aggregate_seq, e.id) AS seq
+        WITH keyed AS MATERIALIZED (
+            -- Oldest first by the order key (every event written on Citus has one), through the
+            -- partial index of PENDING keys; events without one (a single PostgreSQL's group 0)
+            -- by id. An aggregate's earliest unpublished event has its smallest key, so the head
+            -- of this order is always claimable: a window of ids could be all held back.
+            SELECT e.id, e.aggregate_type, e.aggregate_id, e.aggregate_seq AS seq
               FROM %1$s e
-             WHERE e.status = 'PENDING' AND e.available_at <= $1 AND (e.lease_until IS NULL OR e.lease_until <= $1)
+             WHERE e.status = 'PENDING' AND e.aggregate_seq IS NOT NULL
+               AND e.available_at <= $1 AND (e.lease_until IS NULL OR e.lease_until <= $1)
+             ORDER BY e.aggregate_seq
+             LIMIT $2
+               FOR UPDATE SKIP LOCKED
+        ), unkeyed AS MATERIALIZED (
+            SELECT e.id, e.aggregate_type, e.aggregate_id, e.id AS seq
+              FROM %1$s e
+             WHERE e.status = 'PENDING' AND e.aggregate_seq IS NULL
+               AND e.available_at <= $1 AND (e.lease_until IS NULL OR e.lease_until <= $1)
              ORDER BY e.id
              LIMIT $2
                FOR UPDATE SKIP LOCKED
+        ), candidate AS MATERIALIZED (
+            SELECT * FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) u ORDER BY u.seq, u.id LIMIT $2
         )
         SELECT array_agg(c.id ORDER BY c.id)
           FROM candidate c
@@ -472,3 +487,36 @@ $$;
 COMMENT ON FUNCTION billing.mark_outbox_failed_in_shard(integer, bigint, text, timestamptz) IS
 'mark_outbox_failed inside one shard group, on the node holding it: backoff 5 s doubling (capped at 15 min), DEAD after 10 failures.
 Returns nothing; BL404 for an event not in the group, BL409 on a node that does not hold the group.';
+
+-- The relays share the groups: each holds at most its share, ceil(groups / relays), where relays is
+-- how many relay instances are up (the driver counts their presence locks). A relay above its share
+-- (another one started) lets its highest groups go; the others take them at their next lease. A
+-- group changing hands never risks an event: its claimed rows stay leased to the relay that claimed
+-- them, and the head-of-line rule holds back their aggregates' later events meanwhile.
+CREATE OR REPLACE FUNCTION billing.lease_relay_groups(
+    p_worker text, p_relays integer, p_lease interval DEFAULT interval '30 seconds', p_now timestamptz DEFAULT now())
+RETURNS TABLE (shard_group integer, lease_until timestamptz, node_name text, node_port integer)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_share integer;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_text('worker', p_worker, 200);
+    PERFORM billing._check_between('relays', p_relays, 1, 10000);
+    v_share := ceil((SELECT count(*) FROM billing.shard_lease)::numeric / p_relays)::integer;
+    UPDATE billing.shard_lease l
+       SET holder = NULL, lease_until = NULL, leased_at = NULL
+     WHERE l.holder = p_worker
+       AND l.shard_group IN (SELECT h.shard_group FROM billing.shard_lease h
+                              WHERE h.holder = p_worker AND h.lease_until > p_now
+                              ORDER BY h.shard_group DESC
+                              OFFSET v_share);
+    RETURN QUERY SELECT * FROM billing.lease_shard_groups(p_worker, greatest(v_share, 1), p_lease, p_now);
+END
+$$;
+COMMENT ON FUNCTION billing.lease_relay_groups(text, integer, interval, timestamptz) IS
+'The outbox relay''s share of the shard groups: lets go of the groups p_worker holds beyond ceil(groups / p_relays) (the highest first), then lease_shard_groups up to that share (renewing its own leases).
+Returns the groups p_worker holds, with the node holding each; BL422 for a bad worker name, relay count or lease.';

@@ -167,9 +167,9 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
     INSERT INTO billing.webhook_delivery (endpoint_id, outbox_id, event_id, event_type, aggregate_type, aggregate_id,
-                                          created_at, available_at, customer_id)
+                                          created_at, available_at, customer_id, aggregate_seq)
     SELECT w.id, NEW.id, NEW.event_id, NEW.event_type, NEW.aggregate_type, NEW.aggregate_id, NEW.created_at,
-           NEW.created_at, NEW.customer_id
+           NEW.created_at, NEW.customer_id, NEW.aggregate_seq
       FROM billing.webhook_endpoint w
      WHERE w.status = 'ENABLED' AND (NEW.event_type = ANY (w.event_types) OR '*' = ANY (w.event_types));
     RETURN NULL;
