@@ -265,26 +265,33 @@ AS $$
 DECLARE
     v_query text := nullif(btrim(coalesce(p_query, '')), '');
     v_like  text;
+    v_ids   bigint[];
 BEGIN
     PERFORM billing._check_between('limit', p_limit, 1, 500);
     PERFORM billing._check_text('a search', coalesce(v_query, '-'), 200);
     v_like := '%' || replace(replace(replace(coalesce(v_query, ''), '\', '\\'), '%', '\%'), '_', '\_') || '%';
-    RETURN QUERY
-    WITH found AS (
-        SELECT c.id, to_jsonb(c) AS doc
+    -- The page's customers first, then their counts grouped by customer_id and joined on it: on
+    -- Citus each part runs in the shards of these customers (a correlated subquery per row could
+    -- not be planned there).
+    v_ids := ARRAY(
+        SELECT c.id
           FROM billing.customer c
          WHERE v_query IS NULL
             OR (v_query ~ '^[0-9]{1,18}$' AND c.id = v_query::bigint)
             OR (v_query !~ '^[0-9]{1,18}$' AND (to_jsonb(c) ->> 'email' ILIKE v_like OR to_jsonb(c) ->> 'name' ILIKE v_like))
          ORDER BY c.id
-         LIMIT p_limit
-    )
-    SELECT f.id, f.doc,
-           (SELECT count(*) FROM billing.subscription s WHERE s.customer_id = f.id),
-           (SELECT count(*) FROM billing.subscription s WHERE s.customer_id = f.id AND s.status <> 'CANCELED'),
-           (SELECT count(*) FROM billing.invoice i WHERE i.customer_id = f.id AND i.status = 'OPEN')
-      FROM found f
-     ORDER BY f.id;
+         LIMIT p_limit);
+    RETURN QUERY
+    SELECT c.id, to_jsonb(c), coalesce(s.n, 0), coalesce(s.live, 0), coalesce(i.open, 0)
+      FROM billing.customer c
+      LEFT JOIN (SELECT x.customer_id, count(*) AS n, count(*) FILTER (WHERE x.status <> 'CANCELED') AS live
+                   FROM billing.subscription x WHERE x.customer_id = ANY (v_ids) GROUP BY x.customer_id) s
+        ON s.customer_id = c.id
+      LEFT JOIN (SELECT y.customer_id, count(*) AS open
+                   FROM billing.invoice y WHERE y.customer_id = ANY (v_ids) AND y.status = 'OPEN' GROUP BY y.customer_id) i
+        ON i.customer_id = c.id
+     WHERE c.id = ANY (v_ids)
+     ORDER BY c.id;
 END
 $$;
 COMMENT ON FUNCTION billing.console_customers(text, integer) IS
