@@ -512,7 +512,7 @@ BEGIN
      WHERE l.holder = p_worker
        AND l.shard_group IN (SELECT h.shard_group FROM billing.shard_lease h
                               WHERE h.holder = p_worker AND h.lease_until > p_now
-                              ORDER BY h.shard_group DESC
+                              ORDER BY h.shard_group
                               OFFSET v_share);
     RETURN QUERY SELECT * FROM billing.lease_shard_groups(p_worker, greatest(v_share, 1), p_lease, p_now);
 END

@@ -386,8 +386,10 @@ AS $$
 DECLARE
     v_sub  billing.subscription;
     v_plan billing.plan;
+    v_customer_id bigint := billing._subscription_customer(p_subscription_id);
 BEGIN
-    SELECT * INTO v_sub FROM billing.subscription WHERE id = p_subscription_id;
+    -- Every read by (customer_id, ...): one shard group on Citus.
+    SELECT * INTO v_sub FROM billing.subscription WHERE customer_id = v_customer_id AND id = p_subscription_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('subscription %s does not exist', coalesce(p_subscription_id::text, 'NULL'));
     END IF;
@@ -397,15 +399,18 @@ BEGIN
         'plan', to_jsonb(v_plan),
         'scheduled_plan_code', (SELECT p.code FROM billing.plan p WHERE p.id = v_sub.scheduled_plan_id),
         'invoices', (SELECT coalesce(jsonb_agg(to_jsonb(i) ORDER BY i.period_start DESC, i.id DESC), '[]')
-                       FROM billing.invoice i WHERE i.subscription_id = p_subscription_id),
+                       FROM billing.invoice i WHERE i.customer_id = v_customer_id AND i.subscription_id = p_subscription_id),
         'attempts', (SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.id DESC), '[]')
                        FROM billing.payment_attempt a
-                      WHERE a.invoice_id IN (SELECT i.id FROM billing.invoice i WHERE i.subscription_id = p_subscription_id)),
+                      WHERE a.customer_id = v_customer_id
+                        AND a.invoice_id IN (SELECT i.id FROM billing.invoice i
+                                              WHERE i.customer_id = v_customer_id AND i.subscription_id = p_subscription_id)),
         'events', (SELECT coalesce(jsonb_agg(jsonb_build_object('id', o.id, 'event_type', o.event_type,
                                                                'created_at', o.created_at, 'status', o.status)
                                              ORDER BY o.id DESC), '[]')
                      FROM billing.outbox_event o
-                    WHERE o.aggregate_type = 'subscription' AND o.aggregate_id = p_subscription_id),
+                    WHERE o.customer_id = v_customer_id
+                      AND o.aggregate_type = 'subscription' AND o.aggregate_id = p_subscription_id),
         'plans', (SELECT coalesce(jsonb_agg(jsonb_build_object('code', p.code, 'price_amount', p.price_amount,
                                                               'currency', p.currency,
                                                               'billing_interval', p.billing_interval,
@@ -498,6 +503,7 @@ AS $$
 DECLARE
     v_event billing.outbox_event;
     v_customer_id bigint;
+    v_note text;
 BEGIN
     PERFORM billing._audit('replay_outbox_event', jsonb_build_object('outbox_id', p_outbox_id, 'now', p_now));
     PERFORM billing._check_now(p_now);
@@ -511,10 +517,12 @@ BEGIN
     IF v_event.status = 'PENDING' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL409', MESSAGE = format('outbox event %s is already waiting to be published', p_outbox_id);
     END IF;
+    -- The note computed first (Citus allows no STABLE function in a distributed UPDATE's COALESCE).
+    v_note := left(format('replay requested at %s (was %s%s)', billing._utc_text(p_now), v_event.status,
+                          coalesce(', published ' || billing._utc_text(v_event.published_at), '')), 2000);
     UPDATE billing.outbox_event e
        SET status = 'PENDING', published_at = NULL, available_at = p_now, lease_until = NULL, attempts = 0,
-           last_error = left(format('replay requested at %s (was %s%s)', billing._utc_text(p_now), v_event.status,
-                                    coalesce(', published ' || billing._utc_text(v_event.published_at), '')), 2000)
+           last_error = v_note
      WHERE e.customer_id = v_customer_id AND e.id = p_outbox_id;
     PERFORM pg_notify('billing_outbox', json_build_object('count', 1)::text);
     RETURN QUERY SELECT e.id, e.event_id, e.status FROM billing.outbox_event e
