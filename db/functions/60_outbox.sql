@@ -349,8 +349,8 @@ Returns nothing; BL404 for an unknown id.';
 
 -- ---------------------------------------------------------------------------------------------
 -- The relay on Citus, per shard group (docs/scaling.md, "Events, webhooks and reads on Citus").
--- A relay leases shard groups (lease_shard_groups) and, connected to the node holding a group,
--- claims, marks published and marks failed in it. Each statement reads and writes the group's own
+-- A relay takes its share of the shard groups (relay_shard_groups, advisory locks) and, connected to
+-- the node holding a group, claims, marks published and marks failed in it. Each statement reads and writes the group's own
 -- shard of billing.outbox_event on that node: plain PostgreSQL, FOR UPDATE SKIP LOCKED included.
 -- On a single PostgreSQL the one group 0 is the table itself, so the calls work there too.
 -- ---------------------------------------------------------------------------------------------
@@ -371,7 +371,8 @@ BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
     PERFORM billing._check_lease(p_lease);
-    PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
+    PERFORM billing._check_text('worker', p_worker, 200);
+    -- No shard lease here: the relays share the groups with advisory locks (relay_shard_groups).
     v_table := billing._shard_table('billing.outbox_event', p_shard_group);
     -- claim_outbox_events inside one group, with the aggregate's order key (db/schema/0090): an
     -- aggregate's events are all in its customer's shard, so the head-of-line rule is exact here.
@@ -423,8 +424,8 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.claim_outbox_events_in_shard(text, integer, integer, interval, timestamptz) IS
-'The relay''s claim inside one leased shard group, on the node holding it: up to p_batch_size due PENDING events (SKIP LOCKED), none while an earlier unpublished event of its aggregate is PENDING outside the claim, each leased until p_now + p_lease.
-Returns the claimed events, each aggregate''s in order (coalesce(aggregate_seq, id)); BL409 without the group''s lease or on another node, BL404 for an unknown group, BL422 for a bad batch size or lease.';
+'The relay''s claim inside one shard group, on the node holding it (p_worker names the relay in the audit): up to p_batch_size due PENDING events (SKIP LOCKED), none while an earlier unpublished event of its aggregate is PENDING outside the claim, each leased until p_now + p_lease.
+Returns the claimed events, each aggregate''s in order (coalesce(aggregate_seq, id)); BL409 on a node that does not hold the group, BL404 for an unknown group, BL422 for a bad worker name, batch size or lease.';
 
 CREATE OR REPLACE FUNCTION billing.mark_outbox_published_in_shard(
     p_shard_group integer, p_ids bigint[], p_now timestamptz DEFAULT now())
@@ -488,35 +489,20 @@ COMMENT ON FUNCTION billing.mark_outbox_failed_in_shard(integer, bigint, text, t
 'mark_outbox_failed inside one shard group, on the node holding it: backoff 5 s doubling (capped at 15 min), DEAD after 10 failures.
 Returns nothing; BL404 for an event not in the group, BL409 on a node that does not hold the group.';
 
--- The relays share the groups: each holds at most its share, ceil(groups / relays), where relays is
--- how many relay instances are up (the driver counts their presence locks). A relay above its share
--- (another one started) lets its highest groups go; the others take them at their next lease. A
--- group changing hands never risks an event: its claimed rows stay leased to the relay that claimed
--- them, and the head-of-line rule holds back their aggregates' later events meanwhile.
-CREATE OR REPLACE FUNCTION billing.lease_relay_groups(
-    p_worker text, p_relays integer, p_lease interval DEFAULT interval '30 seconds', p_now timestamptz DEFAULT now())
-RETURNS TABLE (shard_group integer, lease_until timestamptz, node_name text, node_port integer)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- The relay's shard groups and the node holding each. The relays share them among themselves with
+-- advisory locks on the coordinator (billing.worker.relay.ShardRelay: a relay instance holds at most
+-- ceil(groups / relays up) group locks, and a dead relay's locks go with its session), not with
+-- billing.shard_lease: those leases are the batch workers' (renewal, charges), and a relay holding
+-- one would keep them out of its group. Like those leases, the group locks only spread the work:
+-- what keeps an event from being published out of order is the claim (row locks, row leases and
+-- the head-of-line rule), whoever calls it.
+CREATE OR REPLACE FUNCTION billing.relay_shard_groups()
+RETURNS TABLE (shard_group integer, node_name text, node_port integer)
+LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-#variable_conflict use_column
-DECLARE
-    v_share integer;
-BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_text('worker', p_worker, 200);
-    PERFORM billing._check_between('relays', p_relays, 1, 10000);
-    v_share := ceil((SELECT count(*) FROM billing.shard_lease)::numeric / p_relays)::integer;
-    UPDATE billing.shard_lease l
-       SET holder = NULL, lease_until = NULL, leased_at = NULL
-     WHERE l.holder = p_worker
-       AND l.shard_group IN (SELECT h.shard_group FROM billing.shard_lease h
-                              WHERE h.holder = p_worker AND h.lease_until > p_now
-                              ORDER BY h.shard_group
-                              OFFSET v_share);
-    RETURN QUERY SELECT * FROM billing.lease_shard_groups(p_worker, greatest(v_share, 1), p_lease, p_now);
-END
+    SELECT g.shard_group, g.node_name, g.node_port FROM billing._shard_groups() g ORDER BY g.shard_group
 $$;
-COMMENT ON FUNCTION billing.lease_relay_groups(text, integer, interval, timestamptz) IS
-'The outbox relay''s share of the shard groups: lets go of the groups p_worker holds beyond ceil(groups / p_relays) (the highest first), then lease_shard_groups up to that share (renewing its own leases).
-Returns the groups p_worker holds, with the node holding each; BL422 for a bad worker name, relay count or lease.';
+COMMENT ON FUNCTION billing.relay_shard_groups() IS
+'The shard groups the relay publishes from, with the node holding each (one group, 0, this database, on a single PostgreSQL).
+Returns one row per group, in order.';

@@ -46,7 +46,7 @@ API = {
     # the batch claims per shard group (db/functions/56_shard_claims.sql, docs/scaling.md)
     "lease_shard_groups", "claim_renewals_in_shard", "claim_charges_in_shard", "claim_outbox_in_shard",
     # the relay per shard group on Citus (db/functions/60_outbox.sql)
-    "lease_relay_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
+    "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
     "mark_outbox_failed_in_shard",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
@@ -413,8 +413,7 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["shard_events"] = bool(events) and all(e[9] == late + timedelta(seconds=30) for e in events)
     # The relay per shard group (db/functions/60_outbox.sql): the same events once those leases ran out.
     later = late + timedelta(minutes=1)
-    relay_groups = one("lease_relay_groups", "%s, %s, %s, %s", ("lp-relay", 1, timedelta(seconds=30), later),
-                       setof=True)
+    relay_groups = one("relay_shard_groups", "", setof=True)
     out["relay_groups"] = [g[0] for g in relay_groups]
     relayed = one("claim_outbox_events_in_shard", "%s, %s, %s, %s, %s", ("lp-relay", 0, 500, timedelta(seconds=30), later),
                   setof=True)

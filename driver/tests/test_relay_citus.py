@@ -160,13 +160,13 @@ def test_a_relay_killed_mid_batch_loses_nothing(citus_db_url, kafka_bootstrap, k
     async def run():
         stop_a, stop_b = asyncio.Event(), asyncio.Event()
         inner_a, sink_b = KafkaSink(kafka_bootstrap, kafka_topic), KafkaSink(kafka_bootstrap, kafka_topic)
-        fast = dict(batch_size=40, poll_interval=0.2, lease=timedelta(seconds=3), group_lease=timedelta(seconds=3))
+        fast = dict(batch_size=40, poll_interval=0.2, lease=timedelta(seconds=3))
         a = ShardRelay(citus_db_url, HangingSink(inner_a), stop_a, options=RelayOptions(worker_name="relay-a", **fast))
         task_a = asyncio.create_task(a.run())
         await until(lambda: len(a.groups) == 8, 20, "relay A to lease every group")
         await asyncio.sleep(1.0)  # A is mid-batch: its claimed rows leased, half of them sent, none marked
         assert a.published == 0 and unpublished(citus_db_url) == len(AGGREGATES) * PER_AGGREGATE
-        task_a.cancel()  # killed: its sessions end, its leases stay until they run out
+        task_a.cancel()  # stopped dead: its sessions end (its group locks with them), its row leases stay
         await asyncio.gather(task_a, return_exceptions=True)
         b = ShardRelay(citus_db_url, sink_b, stop_b, options=RelayOptions(worker_name="relay-b", **fast))
         started = time.monotonic()

@@ -39,7 +39,7 @@ POLICY = {
     "billing_relay": {"claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
                       "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
                       "is_simulation", "lease_shard_groups", "claim_outbox_in_shard",
-                      "lease_relay_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
+                      "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
                       "mark_outbox_failed_in_shard"},
     "billing_readonly": {"get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
                          "proration_amount", "dunning_next_attempt", "is_simulation", "list_payment_methods",

@@ -87,8 +87,7 @@ class RelayOptions:
     lock_key: int = RELAY_LOCK_KEY
     # On Citus (ShardRelay): per shard group. None: detected (billing.customer distributed).
     per_shard: bool | None = None
-    group_lease: timedelta = timedelta(seconds=30)  # a relay's hold on its shard groups
-    worker_name: str | None = None  # the name it leases groups under (default: host:pid:random)
+    worker_name: str | None = None  # its name in the audit of its claims (default: relay:host:pid:random)
 
 
 class Relay:
@@ -360,14 +359,18 @@ async def run_relay(settings, stop: asyncio.Event, *, sink: EventSink | None = N
 _DISTRIBUTED = """SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL
                   AND EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
                                WHERE logicalrelid = to_regclass('billing.customer') AND partmethod = 'h')"""
-# A relay instance is "up" while its coordinator session holds this advisory lock (RELAY_LOCK_KEY,
-# instance): pg_locks counts them, and a dead relay's lock goes with its session.
+# A relay instance is "up" while its coordinator session holds the advisory lock (RELAY_LOCK_KEY,
+# instance): pg_locks counts them, and a dead relay's lock goes with its session. A relay publishes
+# from a shard group while the same session holds (RELAY_GROUP_KEY, group). These locks only spread
+# the groups over the relays; the claim keeps the order whoever calls it.
+RELAY_GROUP_KEY = 0x62696C67  # "bilg"
 _PRESENCE = "SELECT pg_try_advisory_lock(%(key)s::int, %(instance)s::int)"
 _RELAYS_UP = """SELECT count(*) AS n FROM pg_catalog.pg_locks
                  WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = %(key)s::int::oid
                    AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())"""
-LEASE_RELAY_GROUPS = ("SELECT shard_group, node_name, node_port "
-                      "FROM billing.lease_relay_groups(%(worker)s, %(relays)s, %(lease)s::interval, %(now)s)")
+_TAKE_GROUP = "SELECT pg_try_advisory_lock(%(key)s::int, %(group)s::int)"
+_GIVE_GROUP = "SELECT pg_advisory_unlock(%(key)s::int, %(group)s::int)"
+RELAY_SHARD_GROUPS = "SELECT shard_group, node_name, node_port FROM billing.relay_shard_groups()"
 CLAIM_IN_SHARD = ("SELECT id, aggregate_type, aggregate_id, payload::text, coalesce(aggregate_seq, id) "
                   "FROM billing.claim_outbox_events_in_shard(%(worker)s, %(group)s, %(batch)s, %(lease)s::interval, "
                   "%(now)s) ORDER BY 5, 1")
@@ -384,19 +387,20 @@ async def is_distributed(database_url: str) -> bool:
 class ShardRelay(Relay):
     """The relay on Citus (docs/scaling.md, "Events, webhooks and reads on Citus").
 
-    Each round: count the relays that are up, lease this relay's share of the shard groups
-    (`lease_relay_groups`, on the coordinator), then in every group it holds, on the node holding
-    it, claim (`claim_outbox_events_in_shard`: the group's due events, each aggregate's in order,
+    Each round: count the relays that are up (their presence locks), hold this relay's share of
+    the shard groups (one advisory lock per group on the coordinator session: not the batch
+    workers' shard leases, which a relay would keep them out of), then in every group it holds, on
+    the node holding it, claim (`claim_outbox_events_in_shard`: the group's due events, each aggregate's in order,
     none while an earlier one of its aggregate is held elsewhere), produce everything claimed,
     wait for every delivery report, and mark the group's delivered rows published on that node.
     No NOTIFY on Citus (a worker would raise it): an idle relay polls every `poll_interval`.
 
-    Order per aggregate: an aggregate's events are all in its customer's shard group; only the
-    group's lease holder claims there, in the aggregate's order, and the head-of-line rule holds
-    back an event while an earlier one is leased by a relay that lost the group. No loss: rows are
-    marked from delivery reports only; a relay that dies leaves its claimed rows leased (they come
-    back when the row lease runs out) and its groups (taken by the others when the group lease runs
-    out, sooner as its presence lock goes with its session and the others' share grows)."""
+    Order per aggregate: an aggregate's events are all in its customer's shard group; the claim
+    hands them out in the aggregate's order and holds an event back while an earlier one is leased
+    by another claim (a relay that lost the group, or died). No loss: rows are marked from delivery
+    reports only; a relay that dies leaves its claimed rows leased (they come back when the row
+    lease runs out) and its groups (its locks go with its session: the others take them at their
+    next round)."""
 
     def __init__(self, database_url: str, sink: EventSink, stop: asyncio.Event, *,
                  clock: Clock | None = None, options: RelayOptions | None = None) -> None:
@@ -460,15 +464,26 @@ class ShardRelay(Relay):
                 await sleep_or_stop(self.stop, self.opt.retry_pause)
 
     async def _lease(self, coord: psycopg.AsyncConnection) -> None:
+        """Hold this relay's share of the groups: ceil(groups / relays up) group locks."""
         relays = (await (await coord.execute(_RELAYS_UP, {"key": self.opt.lock_key})).fetchone())[0]
-        cur = await coord.execute(LEASE_RELAY_GROUPS, {"worker": self.worker, "relays": max(int(relays), 1),
-                                                      "lease": self.opt.group_lease, "now": self.clock.now()})
-        held = {g: (name, port) for g, name, port in await cur.fetchall()}
-        if held.keys() != self.groups.keys():
-            log.info("relay shard groups", extra={"worker": self.worker, "groups": ",".join(map(str, sorted(held)))})
-        for group in set(self._redo) - set(held):
+        nodes = {g: (name, port) for g, name, port in await (await coord.execute(RELAY_SHARD_GROUPS)).fetchall()}
+        share = -(-len(nodes) // max(int(relays), 1))
+        held = sorted(g for g in self.groups if g in nodes)
+        for group in held[share:]:  # another relay came up: the highest groups go to it
+            await coord.execute(_GIVE_GROUP, {"key": RELAY_GROUP_KEY, "group": group})
+        held = held[:share]
+        for group in sorted(nodes):
+            if len(held) >= share:
+                break
+            if group not in held and (await (await coord.execute(
+                    _TAKE_GROUP, {"key": RELAY_GROUP_KEY, "group": group})).fetchone())[0]:
+                held.append(group)
+        held_nodes = {g: nodes[g] for g in sorted(held)}
+        if held_nodes.keys() != self.groups.keys():
+            log.info("relay shard groups", extra={"worker": self.worker, "groups": ",".join(map(str, held_nodes))})
+        for group in set(self._redo) - set(held_nodes):
             self._redo.pop(group)  # no longer ours: the rows come back to the new holder after their lease
-        self.groups = held
+        self.groups = held_nodes
 
     async def _node(self, group: int) -> psycopg.AsyncConnection:
         node = self.groups[group]
