@@ -154,8 +154,9 @@ AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM billing._audit('revoke_api_key', jsonb_build_object('id', p_id));
-    UPDATE billing.api_key k SET revoked_at = coalesce(k.revoked_at, now()) WHERE k.id = p_id;
-    IF NOT FOUND THEN
+    -- Only a key not revoked yet changes (Citus allows no now() inside a COALESCE of an UPDATE).
+    UPDATE billing.api_key k SET revoked_at = now() WHERE k.id = p_id AND k.revoked_at IS NULL;
+    IF NOT EXISTS (SELECT 1 FROM billing.api_key k WHERE k.id = p_id) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('API key %s does not exist', coalesce(p_id, 'NULL'));
     END IF;
     RETURN QUERY SELECT k.id, k.revoked_at FROM billing.api_key k WHERE k.id = p_id;
