@@ -5,7 +5,7 @@
 -- the coordinator's API (claim_outbox_events' per-row path) and for the relay's claim inside a
 -- group. The writes on the workers are other sessions (dblink), so the fixtures are committed; the
 -- database is make test-citus' own, made fresh each run (this file resets the outbox and the shard
--- leases citus/20 left). Run by `make test-citus` only.
+-- leases citus/20 left; its customers 740001..740040 are this file's alone). Run by `make test-citus` only.
 \set ON_ERROR_STOP 1
 SELECT plan(35);
 
@@ -14,44 +14,46 @@ DELETE FROM billing.outbox_event;
 UPDATE billing.shard_lease SET holder = NULL, lease_until = NULL, leased_at = NULL;
 \set T '''2026-06-01 00:00Z'''
 
--- 24 customers, one invoice aggregate each; its event n = 0 written on worker 2, n = 1 on worker 1,
+-- 40 customers, one invoice aggregate each; its event n = 0 written on worker 2, n = 1 on worker 1,
 -- n = 2 on the coordinator.
 SELECT format('host=%s port=%s dbname=%s user=postgres', nodename, nodeport, current_database()) AS w2
   FROM pg_dist_node WHERE groupid > 0 AND noderole = 'primary' ORDER BY groupid DESC LIMIT 1 \gset
 SELECT format('host=%s port=%s dbname=%s user=postgres', nodename, nodeport, current_database()) AS w1
   FROM pg_dist_node WHERE groupid > 0 AND noderole = 'primary' ORDER BY groupid LIMIT 1 \gset
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS dblink;
-\set EMIT 'SELECT billing._emit_event(''invoice'', c, ''InvoicePaid'', jsonb_build_object(''customerId'', c, ''invoiceId'', c, ''n'', %s), %L) FROM generate_series(600001, 600024) c'
+RESET client_min_messages;
+\set EMIT 'SELECT billing._emit_event(''invoice'', c, ''InvoicePaid'', jsonb_build_object(''customerId'', c, ''invoiceId'', c, ''n'', %s), %L) FROM generate_series(740001, 740040) c'
 SELECT count(*) AS n0 FROM dblink(:'w2', format(:'EMIT', 0, :T)) AS t(id bigint) \gset
 SELECT count(*) AS n1 FROM dblink(:'w1', format(:'EMIT', 1, :T)) AS t(id bigint) \gset
 SELECT count(*) AS n2 FROM (SELECT billing._emit_event('invoice', c, 'InvoicePaid',
                                    jsonb_build_object('customerId', c, 'invoiceId', c, 'n', 2), :T)
-                              FROM generate_series(600001, 600024) c) x \gset
+                              FROM generate_series(740001, 740040) c) x \gset
 CREATE TEMP TABLE ev AS
 SELECT e.customer_id, e.id, (e.payload -> 'data' ->> 'n')::int AS n, e.aggregate_seq FROM billing.outbox_event e;
 
-SELECT is((SELECT count(*) FROM ev), 72::bigint, 'three events for each of 24 aggregates');
+SELECT is((SELECT count(*) FROM ev), 120::bigint, 'three events for each of 40 aggregates');
 SELECT is((SELECT count(DISTINCT get_shard_id_for_distribution_column('billing.outbox_event', customer_id)) FROM ev),
           8::bigint, 'spread over the 8 shard groups');
 SELECT is((SELECT count(*) FROM ev a JOIN ev b ON b.customer_id = a.customer_id AND b.n = a.n + 1 WHERE b.id < a.id),
-          48::bigint, 'each later event of an aggregate took a smaller id (the nodes'' ranges)');
+          80::bigint, 'each later event of an aggregate took a smaller id (the nodes'' ranges)');
 SELECT is((SELECT count(*) FROM ev a JOIN ev b ON b.customer_id = a.customer_id AND b.n = a.n + 1
-            WHERE b.aggregate_seq > a.aggregate_seq), 48::bigint, 'the order key follows the order of writing');
+            WHERE b.aggregate_seq > a.aggregate_seq), 80::bigint, 'the order key follows the order of writing');
 SELECT is((SELECT count(*) FROM pg_trigger WHERE tgrelid = 'billing.outbox_event'::regclass AND tgname = 'outbox_event_seq'),
           1::bigint, 'the order key''s trigger is there on Citus');
 
 -- The coordinator's API: claim_outbox_events' per-row path.
 CREATE TEMP TABLE c1 AS
 SELECT e.k, e.customer_id, e.id, (e.payload -> 'data' ->> 'n')::int AS n
-  FROM billing.claim_outbox_events(24, interval '30 seconds', timestamptz :T + interval '1 minute') WITH ORDINALITY
+  FROM billing.claim_outbox_events(40, interval '30 seconds', timestamptz :T + interval '1 minute') WITH ORDINALITY
        AS e(id, event_id, aggregate_type, aggregate_id, event_type, payload, status, created_at, available_at, lease_until,
             attempts, last_error, published_at, customer_id, aggregate_seq, k);
-SELECT is((SELECT array_agg(DISTINCT n) FROM c1), ARRAY[0], 'a claim of 24 takes the oldest by the order key: every n = 0');
+SELECT is((SELECT array_agg(DISTINCT n) FROM c1), ARRAY[0], 'a claim of 40 takes the oldest by the order key: every n = 0');
 SELECT is((SELECT count(*) FROM billing.outbox_event WHERE lease_until = timestamptz :T + interval '90 seconds'),
-          24::bigint, 'and leases them');
+          40::bigint, 'and leases them');
 SELECT is_empty($$SELECT * FROM billing.claim_outbox_events(1000, interval '30 seconds', timestamptz '2026-06-01 00:01:01Z')$$,
                 'the later events of their aggregates wait while those are leased');
-SELECT is(billing.mark_outbox_published(ARRAY(SELECT id FROM c1), timestamptz :T + interval '2 minutes'), 24,
+SELECT is(billing.mark_outbox_published(ARRAY(SELECT id FROM c1), timestamptz :T + interval '2 minutes'), 40,
           'mark_outbox_published by ids alone finds their customers');
 SELECT is(billing.mark_outbox_published(ARRAY(SELECT id FROM c1), timestamptz :T + interval '2 minutes'), 0,
           'marking again changes nothing');
@@ -60,21 +62,21 @@ SELECT e.k, e.customer_id, e.id, (e.payload -> 'data' ->> 'n')::int AS n
   FROM billing.claim_outbox_events(1000, interval '30 seconds', timestamptz :T + interval '3 minutes') WITH ORDINALITY
        AS e(id, event_id, aggregate_type, aggregate_id, event_type, payload, status, created_at, available_at, lease_until,
             attempts, last_error, published_at, customer_id, aggregate_seq, k);
-SELECT is((SELECT count(*) FROM c2), 48::bigint, 'then both later events of every aggregate in one claim');
+SELECT is((SELECT count(*) FROM c2), 80::bigint, 'then both later events of every aggregate in one claim');
 SELECT is((SELECT count(*) FROM c2 a JOIN c2 b ON b.customer_id = a.customer_id AND b.n = a.n + 1 WHERE b.k < a.k),
           0::bigint, 'each aggregate''s in the order written, though its ids run the other way');
 SELECT lives_ok(format('SELECT billing.mark_outbox_failed(%s, %L, %L)',
-                       (SELECT id FROM c2 WHERE customer_id = 600001 AND n = 1), 'broker down', timestamptz :T + interval '3 minutes 20 seconds'),
+                       (SELECT id FROM c2 WHERE customer_id = 740001 AND n = 1), 'broker down', timestamptz :T + interval '3 minutes 20 seconds'),
                 'mark_outbox_failed by id alone');
 SELECT results_eq($$SELECT attempts, available_at, lease_until, status FROM billing.outbox_event
-                     WHERE customer_id = 600001 AND (payload -> 'data' ->> 'n') = '1'$$,
+                     WHERE customer_id = 740001 AND (payload -> 'data' ->> 'n') = '1'$$,
                   $$VALUES (1, timestamptz '2026-06-01 00:03:25Z', NULL::timestamptz, 'PENDING')$$,
                   'it backs off 5 seconds');
 SELECT billing.mark_outbox_failed(id, 'broker down', timestamptz :T + interval '3 minutes 26 seconds')
-  FROM c2 WHERE customer_id = 600001 AND n = 1;  -- then 10 seconds: due at 00:03:36
-SELECT is((SELECT count(*) || ' ' || bool_or(customer_id = 600001)
+  FROM c2 WHERE customer_id = 740001 AND n = 1;  -- then 10 seconds: due at 00:03:36
+SELECT is((SELECT count(*) || ' ' || bool_or(customer_id = 740001)
              FROM billing.claim_outbox_events(1000, interval '30 seconds', timestamptz :T + interval '3 minutes 31 seconds')),
-          '46 false', 'the others come back when their leases run out; neither it (backing off) nor its later event');
+          '78 false', 'the others come back when their leases run out; neither it (backing off) nor its later event');
 SELECT throws_ok($$SELECT billing.mark_outbox_failed(-1, 'x', '2026-06-01Z')$$, 'BL404', NULL, 'an unknown event: BL404');
 
 -- The relay per shard group: claims and marks on the node holding each group.
@@ -117,13 +119,15 @@ SELECT is((SELECT backlog FROM billing.outbox_stats(timestamptz :T + interval '1
           (SELECT count(*) FROM billing.outbox_event WHERE status = 'PENDING'), 'outbox_stats: the backlog, summed over the shards');
 SELECT is((SELECT outbox_backlog FROM billing.status_summary(timestamptz :T + interval '11 minutes')),
           (SELECT count(*) FROM billing.outbox_event WHERE status = 'PENDING'), 'status_summary runs there too');
+-- A customer outside group 1 (its events still PENDING).
+SELECT min(customer_id) AS dc FROM c2 WHERE n = 1 AND customer_id <> 740001 AND id NOT IN (SELECT id FROM g1) \gset
 SELECT billing.mark_outbox_failed(id, 'poison', timestamptz :T + interval '12 minutes') FROM c2 CROSS JOIN generate_series(1, 10)
- WHERE customer_id = 600002 AND n = 1;
+ WHERE customer_id = :dc AND n = 1;
 -- (read first: a query of one customer's shard with is() in it would be sent whole to the worker)
-SELECT status AS dead_status FROM billing.outbox_event WHERE customer_id = 600002 AND (payload -> 'data' ->> 'n') = '1' \gset
+SELECT status AS dead_status FROM billing.outbox_event WHERE customer_id = :dc AND (payload -> 'data' ->> 'n') = '1' \gset
 SELECT is(:'dead_status'::text, 'DEAD', 'ten failures: DEAD');
 SELECT is(billing.retry_dead_outbox_events(NULL, timestamptz :T + interval '13 minutes'), 1, 'retry-dead requeues it');
-SELECT is((SELECT status FROM billing.replay_outbox_event((SELECT id FROM c1 WHERE customer_id = 600003), timestamptz :T + interval '13 minutes')),
+SELECT is((SELECT status FROM billing.replay_outbox_event((SELECT id FROM c1 WHERE customer_id = 740003), timestamptz :T + interval '13 minutes')),
           'PENDING', 'replay puts a published event back in line, found by its id alone');
 SELECT is((SELECT count(*) FROM billing.outbox_events_from(1, NULL, NULL, NULL, 1000)),
           (SELECT count(*) FROM billing.outbox_event WHERE status = 'PUBLISHED'), 'outbox_events_from reads every shard');
