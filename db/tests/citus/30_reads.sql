@@ -2,7 +2,7 @@
 -- reads on Citus"): the reports, `billing status`, the console's lists and pages run as multi-shard
 -- reads on the coordinator and give the figures a direct count gives. Fixtures written straight into
 -- the tables (create_subscription on Citus is another branch's), committed; the database is make
--- test-citus' own (its customers 750001..750006 and the currency SEK are this file's alone: the
+-- test-citus' own (its customers 650001..650006 and the currency SEK are this file's alone: the
 -- reports sum per currency over every customer). Run by `make test-citus` only.
 \set ON_ERROR_STOP 1
 SELECT plan(16);
@@ -10,21 +10,21 @@ SELECT plan(16);
 -- Six customers with a monthly SEK subscription billed for January 2027 (an OPEN invoice each); two
 -- canceled on 20 January, one by dunning, one on request.
 SELECT billing.upsert_plan('RD_MONTH_SEK', 2000, 'SEK', 'MONTH', 1, '2026-01-01Z') IS NOT NULL AS plan \gset
-INSERT INTO billing.customer (id) SELECT 750000 + g FROM generate_series(1, 6) g;
+INSERT INTO billing.customer (id) SELECT 650000 + g FROM generate_series(1, 6) g;
 INSERT INTO billing.subscription (customer_id, plan_id, status, timezone, billing_anchor, current_period_start,
                                   current_period_end, period_price)
-SELECT 750000 + g, p.id, 'ACTIVE', 'UTC', '2027-01-01Z', '2027-01-01Z', '2027-02-01Z', 2000
+SELECT 650000 + g, p.id, 'ACTIVE', 'UTC', '2027-01-01Z', '2027-01-01Z', '2027-02-01Z', 2000
   FROM generate_series(1, 6) g, billing.plan p WHERE p.code = 'RD_MONTH_SEK';
 INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, amount, currency,
                              status, due_at, next_attempt_at, created_at, plan_id, plan_price, billing_interval,
                              interval_count)
 SELECT s.id, s.customer_id, 'INITIAL', s.current_period_start, s.current_period_end, 2000, 2000, 'SEK', 'OPEN',
        s.current_period_start, '2027-03-01Z', s.current_period_start, s.plan_id, 2000, 'MONTH', 1
-  FROM billing.subscription s WHERE s.customer_id BETWEEN 750001 AND 750006;
+  FROM billing.subscription s WHERE s.customer_id BETWEEN 650001 AND 650006;
 UPDATE billing.subscription SET status = 'CANCELED', canceled_at = '2027-01-20Z',
-       cancel_reason = CASE customer_id WHEN 750005 THEN 'DUNNING_EXHAUSTED' ELSE 'REQUESTED' END
- WHERE customer_id IN (750005, 750006);
-SELECT id AS sub FROM billing.subscription WHERE customer_id = 750001 \gset
+       cancel_reason = CASE customer_id WHEN 650005 THEN 'DUNNING_EXHAUSTED' ELSE 'REQUESTED' END
+ WHERE customer_id IN (650005, 650006);
+SELECT id AS sub FROM billing.subscription WHERE customer_id = 650001 \gset
 
 SELECT results_eq($$SELECT currency, subscriptions, customers, mrr, arr FROM billing.report_mrr('2027-01-15Z') WHERE currency = 'SEK'$$,
                   $$VALUES ('SEK', 6::bigint, 6::bigint, 12000.00, 144000.00)$$,
@@ -47,10 +47,10 @@ SELECT results_eq($$SELECT subscriptions_active, subscriptions_canceled, invoice
                            (SELECT count(*) FROM billing.invoice WHERE status = 'OPEN')$$,
                   'status_summary: the counts a direct count gives');
 SELECT is((SELECT array_agg(id || ':' || subscriptions || '/' || live_subscriptions || '/' || open_invoices ORDER BY id)
-             FROM billing.console_customers('', 500) WHERE id BETWEEN 750001 AND 750006),
-          ARRAY['750001:1/1/1', '750002:1/1/1', '750003:1/1/1', '750004:1/1/1', '750005:1/0/1', '750006:1/0/1'],
+             FROM billing.console_customers('', 500) WHERE id BETWEEN 650001 AND 650006),
+          ARRAY['650001:1/1/1', '650002:1/1/1', '650003:1/1/1', '650004:1/1/1', '650005:1/0/1', '650006:1/0/1'],
           'console_customers: each customer''s counts, grouped and joined on customer_id');
-SELECT is((SELECT array_agg(id) FROM billing.console_customers('750003', 50)), ARRAY[750003::bigint], 'search by id');
+SELECT is((SELECT array_agg(id) FROM billing.console_customers('650003', 50)), ARRAY[650003::bigint], 'search by id');
 SELECT is((billing.console_overview('2027-01-25Z') -> 'subscriptions' ->> 'active')::bigint,
           (SELECT count(*) FROM billing.subscription WHERE status = 'ACTIVE'), 'console_overview counts over the shards');
 SELECT is((billing.console_overview('2027-01-25Z') -> 'outbox' ->> 'backlog')::bigint,
@@ -62,7 +62,7 @@ SELECT is((SELECT count(*) FROM billing.console_invoices('OPEN', NULL, 500)),
 SELECT is((SELECT min(id) FROM billing.console_invoices('OPEN', NULL, 500)) >= ALL (
              SELECT id FROM billing.invoice WHERE status = 'OPEN' ORDER BY id DESC OFFSET 500), true, 'the newest ones');
 SELECT is(jsonb_array_length(billing.console_subscription(:sub) -> 'invoices'), 1, 'console_subscription reads by its customer');
-SELECT is(jsonb_array_length(billing.console_customer(750005) -> 'subscriptions'), 1,
+SELECT is(jsonb_array_length(billing.console_customer(650005) -> 'subscriptions'), 1,
           'console_customer runs on the node holding the customer');
 SELECT throws_ok('SELECT billing.console_subscription(-1)', 'BL404', NULL, 'an unknown subscription');
 

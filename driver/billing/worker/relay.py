@@ -340,13 +340,12 @@ async def run_relay(settings, stop: asyncio.Event, *, sink: EventSink | None = N
             raise ValueError("the outbox relay needs Kafka: set BILLING_KAFKA_BOOTSTRAP (or run the worker "
                              "with --no-relay; events wait in the outbox meanwhile)")
         sink = KafkaSink(settings.kafka_bootstrap, settings.kafka_topic, config=settings.kafka_config())
-    per_shard = options.per_shard if options is not None else None
-    if per_shard is None:
-        per_shard = await is_distributed(settings.database_url)
-    kind = ShardRelay if per_shard else Relay
-    relay = kind(settings.database_url, sink, stop, clock=clock, options=options)
     try:
-        await relay.run()
+        per_shard = options.per_shard if options is not None else None
+        if per_shard is None:
+            per_shard = await _detect_distributed(settings.database_url, stop)
+        kind = ShardRelay if per_shard else Relay
+        await kind(settings.database_url, sink, stop, clock=clock, options=options).run()
     finally:
         RELAY_ACTIVE.set(0)
         if own_sink:
@@ -355,10 +354,11 @@ async def run_relay(settings, stop: asyncio.Event, *, sink: EventSink | None = N
 
 # -- On Citus: the relay per shard group ----------------------------------------------------------
 
-# Whether billing.customer is distributed: readable by any login (Citus' catalog is public).
-_DISTRIBUTED = """SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL
-                  AND EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
-                               WHERE logicalrelid = to_regclass('billing.customer') AND partmethod = 'h')"""
+# Whether billing.customer is distributed: readable by any login (Citus' catalog is public). Two
+# statements: without Citus the second one cannot even be planned.
+_HAS_CITUS = "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
+_DISTRIBUTED = """SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
+                                WHERE logicalrelid = to_regclass('billing.customer') AND partmethod = 'h')"""
 # A relay instance is "up" while its coordinator session holds the advisory lock (RELAY_LOCK_KEY,
 # instance): pg_locks counts them, and a dead relay's lock goes with its session. A relay publishes
 # from a shard group while the same session holds (RELAY_GROUP_KEY, group). These locks only spread
@@ -381,7 +381,22 @@ MARK_FAILED_IN_SHARD = "SELECT billing.mark_outbox_failed_in_shard(%(group)s, %(
 async def is_distributed(database_url: str) -> bool:
     """Whether the database is a Citus coordinator with the engine distributed by customer."""
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True, connect_timeout=10) as conn:
+        if not (await (await conn.execute(_HAS_CITUS)).fetchone())[0]:
+            return False
         return bool((await (await conn.execute(_DISTRIBUTED)).fetchone())[0])
+
+
+async def _detect_distributed(database_url: str, stop: asyncio.Event) -> bool | None:
+    """is_distributed, asked again until the database answers (None: stopped meanwhile)."""
+    backoff = 0.5
+    while not stop.is_set():
+        try:
+            return await is_distributed(database_url)
+        except psycopg.OperationalError as exc:
+            log.warning("relay cannot reach the database to choose its mode, retrying", extra={"error": str(exc).strip()})
+            await sleep_or_stop(stop, backoff)
+            backoff = min(backoff * 2, 5.0)
+    return None
 
 
 class ShardRelay(Relay):
@@ -390,8 +405,9 @@ class ShardRelay(Relay):
     Each round: count the relays that are up (their presence locks), hold this relay's share of
     the shard groups (one advisory lock per group on the coordinator session: not the batch
     workers' shard leases, which a relay would keep them out of), then in every group it holds, on
-    the node holding it, claim (`claim_outbox_events_in_shard`: the group's due events, each aggregate's in order,
-    none while an earlier one of its aggregate is held elsewhere), produce everything claimed,
+    the node holding it, claim (`claim_outbox_events_in_shard`: the group's due events, each
+    aggregate's in order, none while an earlier one of its aggregate is held elsewhere), produce
+    everything claimed,
     wait for every delivery report, and mark the group's delivered rows published on that node.
     No NOTIFY on Citus (a worker would raise it): an idle relay polls every `poll_interval`.
 
@@ -439,6 +455,8 @@ class ShardRelay(Relay):
             finally:
                 self.active = False
                 RELAY_ACTIVE.set(0)
+                self.groups = {}  # the group locks went with the session
+                self._redo.clear()  # those rows come back when their leases run out
                 await self._close_nodes()
 
     async def _rounds(self, coord: psycopg.AsyncConnection) -> None:
