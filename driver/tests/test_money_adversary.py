@@ -140,14 +140,17 @@ def make_machine(db: Db, steps: int):
             plan after it was scheduled (a renewal, or the period a resume starts): learnt from that
             invoice, at its period start."""
             for sub, (since, plan) in list(self.scheduled.items()):
-                row = db.rows("SELECT p.code, s.scheduled_plan_id FROM billing.subscription s "
-                              "JOIN billing.plan p ON p.id = s.plan_id WHERE s.id = %s", (sub,))[0]
-                if row["scheduled_plan_id"] is not None:
-                    continue
-                del self.scheduled[sub]
+                row = db.rows("SELECT s.scheduled_plan_id, q.code AS scheduled FROM billing.subscription s "
+                              "LEFT JOIN billing.plan q ON q.id = s.scheduled_plan_id WHERE s.id = %s", (sub,))[0]
+                # Applied or replaced. A call that schedules another change settles the renewals due
+                # first, so the one scheduled before may have taken effect in that same call: whether it
+                # did is read from the periods billed, not from the schedule now held.
                 first = db.rows("SELECT min(i.period_start) AS at FROM billing.invoice i JOIN billing.plan p "
                                 "ON p.id = i.plan_id WHERE i.subscription_id = %s AND p.code = %s AND "
                                 "i.kind IN ('RENEWAL', 'INITIAL') AND i.created_at >= %s", (sub, plan, since))[0]["at"]
+                if row["scheduled"] == plan and first is None:
+                    continue  # still waiting for its period end
+                del self.scheduled[sub]
                 if first is not None:
                     # In force just before that period, but never before it was scheduled: a resume at
                     # the signup instant starts its period at the signup's own instant, and the change
@@ -561,6 +564,17 @@ REPLAYS = {
         ("change_plan", dict(data=Drawn(1), plan="M_BASIC", how=("period_end", True))),
         ("come_back", dict(data=Drawn(1), action="resume")),
         ("clock_jump", dict(delta=40 * DAYS)), ("renew", {})],
+    # a change scheduled for the period end whose time passed before the next call: that call (here a
+    # second change scheduled) settles the renewal first, at the first plan scheduled, and the
+    # adversary had forgotten it (its own bookkeeping: the second schedule replaced the first)
+    "a scheduled change applied by the call that schedules the next one": [
+        ("subscribe", dict(customer=1, plan="D_DAILY", trial=0, coupon=None, quantity=1)),
+        ("subscribe", dict(customer=2, plan="D_DAILY", trial=0, coupon=None, quantity=1)),
+        ("change_plan", dict(data=Drawn(2), plan="M_BASIC", how=("period_end", True))),
+        ("clock_jump", dict(delta=4 * DAYS)),
+        ("change_plan", dict(data=Drawn(1), plan="D_DAILY", how=("now", True))),
+        ("change_plan", dict(data=Drawn(2), plan="D_DAILY", how=("period_end", True))),
+        ("renew", {}), ("clock_jump", dict(delta=40 * DAYS)), ("renew", {})],
     "a passed resume date moved by pausing again": [
         ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
         ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=4 * DAYS)),
