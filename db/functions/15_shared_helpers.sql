@@ -419,22 +419,31 @@ Returns how many invoices were voided.';
 -- The same for the subscriptions of one customer, row by row: the per-row paths (cancel_subscription,
 -- a renewal through _renew_one, a dunning exhaustion) name the customer, and on Citus every statement
 -- then goes to the customer's shard group (the set-based statement above cannot be planned there).
--- With p_from, only the invoices of periods starting at or after it (a pause at a period's start).
+DROP FUNCTION IF EXISTS billing._void_open_invoices(bigint, bigint[], timestamptz, timestamptz);
 CREATE OR REPLACE FUNCTION billing._void_open_invoices(p_customer_id bigint, p_subscription_ids bigint[], p_now timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN billing._void_open_invoices(p_customer_id, p_subscription_ids, p_now, '-infinity'::timestamptz);
+    IF p_subscription_ids IS NULL OR cardinality(p_subscription_ids) = 0 THEN
+        RETURN 0;
+    END IF;
+    RETURN billing._void_invoices(p_customer_id, ARRAY(
+        SELECT i.id FROM billing.invoice i
+         WHERE i.customer_id = p_customer_id AND i.subscription_id = ANY (p_subscription_ids)
+           AND i.status = 'OPEN' AND i.attempt_count = 0
+         ORDER BY i.id), p_now);
 END
 $$;
 COMMENT ON FUNCTION billing._void_open_invoices(bigint, bigint[], timestamptz) IS
 'Private: _void_open_invoices for the subscriptions of one customer, by (customer_id, id): OPEN invoices never declined become VOID (InvoiceVoided each, in id order), their consumed credit goes back, pending credit depending on them is reversed.
 Returns how many invoices were voided.';
 
-CREATE OR REPLACE FUNCTION billing._void_open_invoices(p_customer_id bigint, p_subscription_ids bigint[], p_now timestamptz,
-                                                       p_from timestamptz)
+-- Voids the given invoices of one customer that are still OPEN and were never declined (each locked
+-- by key in id order, then as the statement above: VOID, its credit note if finalized, InvoiceVoided,
+-- the pending credit that waited on it reversed, the credit it consumed given back).
+CREATE OR REPLACE FUNCTION billing._void_invoices(p_customer_id bigint, p_invoice_ids bigint[], p_now timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
@@ -444,13 +453,10 @@ DECLARE
     v_id      bigint;
     v_invoice billing.invoice;
 BEGIN
-    IF p_subscription_ids IS NULL OR cardinality(p_subscription_ids) = 0 THEN
-        RETURN 0;
-    END IF;
     SELECT array_agg(i.id ORDER BY i.id) INTO v_ids
       FROM (SELECT i.id FROM billing.invoice i
-             WHERE i.customer_id = p_customer_id AND i.subscription_id = ANY (p_subscription_ids)
-               AND i.status = 'OPEN' AND i.attempt_count = 0 AND i.period_start >= p_from
+             WHERE i.customer_id = p_customer_id AND i.id = ANY (p_invoice_ids)
+               AND i.status = 'OPEN' AND i.attempt_count = 0
              ORDER BY i.id
                FOR UPDATE) i;
     FOREACH v_id IN ARRAY coalesce(v_ids, '{}') LOOP
@@ -466,6 +472,6 @@ BEGIN
     RETURN coalesce(cardinality(v_ids), 0);
 END
 $$;
-COMMENT ON FUNCTION billing._void_open_invoices(bigint, bigint[], timestamptz, timestamptz) IS
-'Private: _void_open_invoices for the subscriptions of one customer, by (customer_id, id), of the periods starting at or after p_from: OPEN invoices never declined become VOID (InvoiceVoided each, in id order), their consumed credit goes back, pending credit depending on them is reversed.
+COMMENT ON FUNCTION billing._void_invoices(bigint, bigint[], timestamptz) IS
+'Private: the given invoices of one customer still OPEN and never declined become VOID, by (customer_id, id) in id order (InvoiceVoided each, credit note if finalized); the credit they consumed goes back, pending credit depending on them is reversed.
 Returns how many invoices were voided.';

@@ -661,6 +661,8 @@ DECLARE
     v_plan   billing.plan;
     v_at     timestamptz;
     v_credit bigint;
+    v_unserved bigint[];
+    v_unpaid   boolean;
 BEGIN
     PERFORM billing._audit('pause_subscription', jsonb_build_object('subscription_id', p_subscription_id, 'resume_at', p_resume_at, 'now', p_now));
     PERFORM billing._check_now(p_now);
@@ -700,17 +702,29 @@ BEGIN
     SELECT * INTO v_plan FROM billing.plan WHERE id = v_sub.plan_id;
     v_at := greatest(p_now, v_sub.current_period_start);
     IF v_at = v_sub.current_period_start THEN
-        -- Paused at the very start of its period: none of it was served, so its invoices not yet
-        -- paid and never declined bill nothing owed and are voided (as a cancellation voids them);
-        -- the credit below is then only what was paid of the period. Otherwise the customer would
-        -- owe the whole period to get it back as credit, and a resume at that instant would bill
-        -- the same time again at once (a one-day INITIAL and a month, both billed from the signup).
-        PERFORM billing._void_open_invoices(v_sub.customer_id, ARRAY[v_sub.id], p_now, v_sub.current_period_start);
+        -- Paused at the very start of its period: none of it was served. When none of its invoices
+        -- was paid or ever sent to the gateway (all OPEN, no payment attempt), they bill nothing owed:
+        -- they are voided, as a cancellation voids them, and nothing is credited (nothing was paid).
+        -- Otherwise the customer would owe the whole period to get it back as credit, and a resume
+        -- at that instant would bill the same time again at once (a one-day INITIAL and a month,
+        -- both billed from the signup).
+        SELECT array_agg(i.id ORDER BY i.id),
+               bool_and(i.status = 'OPEN' AND i.attempt_count = 0
+                        AND NOT EXISTS (SELECT 1 FROM billing.payment_attempt a
+                                         WHERE a.customer_id = i.customer_id AND a.invoice_id = i.id))
+          INTO v_unserved, v_unpaid
+          FROM billing.invoice i
+         WHERE i.customer_id = v_sub.customer_id AND i.subscription_id = v_sub.id AND i.status <> 'VOID'
+           AND i.period_start >= v_sub.current_period_start AND i.period_end = v_sub.current_period_end;
     END IF;
-    -- From what the customer kept of the period (refunds lower it), capped by _grant_change_credit.
-    v_credit := -billing.proration_amount(billing._period_credit_base(v_sub, v_sub.period_price), 0,
-                                          v_sub.current_period_start, v_sub.current_period_end, v_at);
-    PERFORM billing._grant_change_credit(v_sub, v_plan.currency, v_credit, p_now);
+    IF v_unpaid THEN
+        PERFORM billing._void_invoices(v_sub.customer_id, v_unserved, p_now);
+    ELSE
+        -- From what the customer kept of the period (refunds lower it), capped by _grant_change_credit.
+        v_credit := -billing.proration_amount(billing._period_credit_base(v_sub, v_sub.period_price), 0,
+                                              v_sub.current_period_start, v_sub.current_period_end, v_at);
+        PERFORM billing._grant_change_credit(v_sub, v_plan.currency, v_credit, p_now);
+    END IF;
     v_before := v_sub;
     UPDATE billing.subscription
        SET status = 'PAUSED', paused_at = p_now, resume_at = p_resume_at, version = version + 1, updated_at = p_now
@@ -721,7 +735,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.pause_subscription(bigint, timestamptz, timestamptz) IS
-'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Pauses an ACTIVE subscription now: nothing is billed while PAUSED; the unused rest of the current period is credited at the price it was billed at (pending until paid; paused at the very start of its period, its invoices not yet paid and never declined are voided instead); resumes by itself at p_resume_at if given (a PAUSED one only gets its resume date changed). SubscriptionUpdated + SubscriptionPaused.
+'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Pauses an ACTIVE subscription now: nothing is billed while PAUSED; the unused rest of the current period is credited at the price it was billed at (pending until paid; paused at the very start of its period whose invoices were neither paid nor ever charged, they are voided instead); resumes by itself at p_resume_at if given (a PAUSED one only gets its resume date changed). SubscriptionUpdated + SubscriptionPaused.
 Returns the subscription; BL404 absent; BL422 for a resume date not after p_now, or a subscription TRIALING, PAST_DUE, CANCELED or cancelling at period end.';
 
 CREATE OR REPLACE FUNCTION billing.resume_subscription(p_subscription_id bigint, p_now timestamptz DEFAULT now())
