@@ -425,15 +425,18 @@ RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_ids bigint[];
 BEGIN
     IF p_subscription_ids IS NULL OR cardinality(p_subscription_ids) = 0 THEN
         RETURN 0;
     END IF;
-    RETURN billing._void_invoices(p_customer_id, ARRAY(
-        SELECT i.id FROM billing.invoice i
-         WHERE i.customer_id = p_customer_id AND i.subscription_id = ANY (p_subscription_ids)
-           AND i.status = 'OPEN' AND i.attempt_count = 0
-         ORDER BY i.id), p_now);
+    -- Read first, then called: on Citus a call inside a query of one shard is sent to the worker with it.
+    v_ids := ARRAY(SELECT i.id FROM billing.invoice i
+                    WHERE i.customer_id = p_customer_id AND i.subscription_id = ANY (p_subscription_ids)
+                      AND i.status = 'OPEN' AND i.attempt_count = 0
+                    ORDER BY i.id);
+    RETURN billing._void_invoices(p_customer_id, v_ids, p_now);
 END
 $$;
 COMMENT ON FUNCTION billing._void_open_invoices(bigint, bigint[], timestamptz) IS

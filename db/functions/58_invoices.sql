@@ -677,7 +677,13 @@ AS $$
 DECLARE
     v_invoice billing.invoice;
     v_lines   jsonb;
+    v_status  text;
+    v_bill_to jsonb;
+    v_tz      text;
+    v_notes   jsonb;
 BEGIN
+    -- Every read of a customer's rows on its own, then the document built from the values: on Citus a
+    -- function called inside a query of one shard is sent to the worker with it.
     SELECT * INTO v_invoice FROM billing.invoice WHERE id = p_invoice_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
@@ -687,10 +693,22 @@ BEGIN
         SELECT jsonb_agg(to_jsonb(l) - 'customer_id' - 'invoice_id' ORDER BY l.line_no) INTO v_lines
           FROM billing.invoice_line l WHERE l.customer_id = v_invoice.customer_id AND l.invoice_id = v_invoice.id;
     ELSE
-        SELECT jsonb_agg(to_jsonb(l) ORDER BY l.line_no) INTO v_lines
-          FROM billing._invoice_lines(v_invoice, (SELECT c.tax_status FROM billing.customer c
-                                                   WHERE c.id = v_invoice.customer_id)) l;
+        SELECT c.tax_status INTO v_status FROM billing.customer c WHERE c.id = v_invoice.customer_id;
+        SELECT jsonb_agg(to_jsonb(l) ORDER BY l.line_no) INTO v_lines FROM billing._invoice_lines(v_invoice, v_status) l;
     END IF;
+    v_bill_to := coalesce(v_invoice.bill_to, billing._bill_to(v_invoice.customer_id));
+    SELECT s.timezone INTO v_tz FROM billing.subscription s
+     WHERE s.customer_id = v_invoice.customer_id AND s.id = v_invoice.subscription_id;
+    SELECT jsonb_agg(jsonb_build_object(
+               'id', n.id, 'number', n.number, 'reason', n.reason, 'refundId', n.refund_id,
+               'subtotal', n.subtotal, 'taxAmount', n.tax_amount, 'total', n.total,
+               'issuedAt', billing._utc_text(n.issued_at),
+               'lines', (SELECT jsonb_agg(to_jsonb(cl) - 'customer_id' - 'credit_note_id' ORDER BY cl.line_no)
+                           FROM billing.credit_note_line cl
+                          WHERE cl.customer_id = n.customer_id AND cl.credit_note_id = n.id))
+           ORDER BY n.id) INTO v_notes
+      FROM billing.credit_note n
+     WHERE n.customer_id = v_invoice.customer_id AND n.invoice_id = v_invoice.id;
     RETURN jsonb_build_object(
         'id', v_invoice.id, 'number', v_invoice.number, 'finalizedAt', billing._utc_text(v_invoice.finalized_at),
         'status', v_invoice.status, 'kind', v_invoice.kind, 'customerId', v_invoice.customer_id,
@@ -698,24 +716,13 @@ BEGIN
         'periodStart', billing._utc_text(v_invoice.period_start), 'periodEnd', billing._utc_text(v_invoice.period_end),
         'issuedAt', billing._utc_text(coalesce(v_invoice.finalized_at, v_invoice.created_at)),
         'dueAt', billing._utc_text(v_invoice.due_at), 'paidAt', billing._utc_text(v_invoice.paid_at),
-        'timezone', (SELECT s.timezone FROM billing.subscription s
-                      WHERE s.customer_id = v_invoice.customer_id AND s.id = v_invoice.subscription_id),
-        'billTo', coalesce(v_invoice.bill_to, billing._bill_to(v_invoice.customer_id)),
+        'timezone', v_tz,
+        'billTo', v_bill_to,
         'subtotal', v_invoice.subtotal, 'taxAmount', v_invoice.tax_amount, 'taxIncluded', v_invoice.tax_included,
         'total', v_invoice.subtotal + v_invoice.tax_amount, 'creditApplied', v_invoice.credit_applied,
         'amountDue', v_invoice.amount, 'amountRefunded', v_invoice.amount_refunded,
         'lines', coalesce(v_lines, '[]'::jsonb),
-        'creditNotes', coalesce((
-            SELECT jsonb_agg(jsonb_build_object(
-                       'id', n.id, 'number', n.number, 'reason', n.reason, 'refundId', n.refund_id,
-                       'subtotal', n.subtotal, 'taxAmount', n.tax_amount, 'total', n.total,
-                       'issuedAt', billing._utc_text(n.issued_at),
-                       'lines', (SELECT jsonb_agg(to_jsonb(cl) - 'customer_id' - 'credit_note_id' ORDER BY cl.line_no)
-                                   FROM billing.credit_note_line cl
-                                  WHERE cl.customer_id = n.customer_id AND cl.credit_note_id = n.id))
-                   ORDER BY n.id)
-              FROM billing.credit_note n
-             WHERE n.customer_id = v_invoice.customer_id AND n.invoice_id = v_invoice.id), '[]'::jsonb));
+        'creditNotes', coalesce(v_notes, '[]'::jsonb));
 END
 $$;
 COMMENT ON FUNCTION billing.get_invoice_document(bigint) IS
