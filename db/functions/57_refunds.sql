@@ -90,13 +90,17 @@ BEGIN
         -- credit is not refunded again.
         v_money := billing._period_money(p_invoice.customer_id, p_invoice.subscription_id,
                                          billing._invoice_period_start(p_invoice), p_invoice.period_end);
-        v_room := greatest(v_money.billed - v_money.refunded - v_money.credited, 0);
+        -- What the period kept, whatever becomes of the invoices still owed: what of it was paid, less
+        -- its refunds and the credit granted, less the pending credit beyond what is owed (paid, they
+        -- release it; unpaid, it is reversed). An invoice still owed is no money to give back.
+        v_room := greatest(v_money.paid - v_money.refunded - (v_money.credited - v_money.pending)
+                           - greatest(v_money.pending - (v_money.billed - v_money.paid), 0), 0);
         IF v_room < v_refundable THEN
             IF p_reason = 'REQUESTED' AND p_amount IS NOT NULL AND p_amount BETWEEN 1 AND v_refundable
                AND p_amount > v_room THEN
                 RAISE EXCEPTION USING ERRCODE = 'BL422',
-                    MESSAGE = format('a refund of invoice %s is at most %s: of its period''s %s billed, %s was refunded or is being refunded and %s went back as credit for unused time; got %s',
-                                     p_invoice.id, v_room, v_money.billed, v_money.refunded, v_money.credited, p_amount),
+                    MESSAGE = format('a refund of invoice %s is at most %s: of its period''s %s paid, %s was refunded or is being refunded and %s went back as credit for unused time; got %s',
+                                     p_invoice.id, v_room, v_money.paid, v_money.refunded, v_money.credited, p_amount),
                     HINT = 'Money already returned as credit is not refunded again.';
             END IF;
             v_refundable := v_room;
@@ -521,7 +525,7 @@ COMMENT ON FUNCTION billing._invoice_period_start(billing.invoice) IS
 'Private: the start of the subscription period p_invoice bills (for a PRORATION invoice, the start of the period it prorates).
 Returns the instant.';
 
--- What one period of a subscription billed, and gave back. billed: the invoices of the period
+-- What one period of a subscription billed, and gave back. billed (paid: of it, what is PAID): the invoices of the period
 -- (the one that opened it and the PRORATION ones within it) PAID or still owed (OPEN, REVIEW),
 -- credit applied included (credit is value the customer had). Each ends with the period; a change to
 -- a shorter interval opens a new period inside the old one's span (its PLAN_CHANGE invoice and the
@@ -530,9 +534,10 @@ Returns the instant.';
 -- in flight (REQUESTED, in review too), of the charges that paid them (a duplicate charge is not
 -- the period's money). credited: the credit plan changes gave back for the period's unused time,
 -- granted or pending (not reversed).
+DROP FUNCTION IF EXISTS billing._period_money(bigint, bigint, timestamptz, timestamptz);
 CREATE OR REPLACE FUNCTION billing._period_money(
     p_customer_id bigint, p_subscription_id bigint, p_period_start timestamptz, p_period_end timestamptz,
-    OUT billed bigint, OUT refunded bigint, OUT credited bigint)
+    OUT billed bigint, OUT refunded bigint, OUT credited bigint, OUT paid bigint, OUT pending bigint)
 RETURNS record
 LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
@@ -549,6 +554,7 @@ BEGIN
                                              AND n.period_start > p_period_start), p_period_end)
     )
     SELECT (SELECT coalesce(sum(subtotal), 0)::bigint FROM inv),
+           (SELECT coalesce(sum(subtotal), 0)::bigint FROM inv WHERE inv.status = 'PAID'),
            (SELECT coalesce(sum(r.amount), 0)::bigint FROM inv JOIN billing.refund r
                 ON r.customer_id = inv.customer_id AND r.invoice_id = inv.id AND r.attempt_id = inv.paid_attempt_id
              WHERE inv.status = 'PAID' AND r.status <> 'FAILED'),
@@ -557,13 +563,16 @@ BEGIN
                AND c.period_start = p_period_start AND c.period_end = p_period_end AND c.status <> 'REVERSED')
          + (SELECT coalesce(sum(e.amount), 0)::bigint FROM billing.credit_entry e
              WHERE e.customer_id = p_customer_id AND e.subscription_id = p_subscription_id AND e.reason = 'PRORATION'
-               AND e.period_start = p_period_start AND e.period_end = p_period_end)
-      INTO billed, refunded, credited;
+               AND e.period_start = p_period_start AND e.period_end = p_period_end),
+           (SELECT coalesce(sum(c.amount), 0)::bigint FROM billing.credit_pending c
+             WHERE c.customer_id = p_customer_id AND c.subscription_id = p_subscription_id
+               AND c.period_start = p_period_start AND c.period_end = p_period_end AND c.status = 'PENDING')
+      INTO billed, paid, refunded, credited, pending;
 END
 $$;
 COMMENT ON FUNCTION billing._period_money(bigint, bigint, timestamptz, timestamptz) IS
-'Private: for the period [p_period_start, p_period_end) of a subscription, what its invoices billed (PAID, OPEN or REVIEW), what of their paying charges was refunded or is being refunded, and the credit plan changes gave back for its unused time (granted or pending).
-Returns (billed, refunded, credited).';
+'Private: for the period [p_period_start, p_period_end) of a subscription, what its invoices billed (PAID, OPEN or REVIEW), what of their paying charges was refunded or is being refunded, the credit plan changes gave back for its unused time (granted or pending), what of the billing is PAID and what of the credit is still pending (on invoices owed).
+Returns (billed, refunded, credited, paid, pending).';
 
 -- The full-period price that credit for the unused rest of the subscription's current period is
 -- computed from: p_price (what the period was invoiced at) in the proportion the customer kept of
