@@ -652,8 +652,22 @@ class Model:
             return
         if sub.status != "ACTIVE" or sub.cancel_at_period_end:
             raise Refused("BL422")
-        credit = -proration(sub.price, 0, sub.start, sub.end, max(self.now, sub.start))
-        self.grant_change_credit(sub, PLANS[sub.plan][1], credit)
+        # Paused at the very start of its period (none of it served) whose invoices were neither paid
+        # nor ever sent to the gateway: they are voided, as a cancellation voids them, and nothing is
+        # credited (docs/lifecycle.md, "Pause and resume"). Otherwise the rest of the period is credited.
+        period = [i for i in self.invoices.values() if i.sub == sub.id and i.status != "VOID"
+                  and i.start >= sub.start and i.end == sub.end] if max(self.now, sub.start) == sub.start else []
+        if period and all(i.status == "OPEN" and i.attempt_count == 0
+                          and not any(a.invoice == i.nkey for a in self.attempts.values()) for i in period):
+            for inv in sorted(period, key=lambda i: i.id):
+                inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "VOID", None, self.now, None
+                self.emit("invoice", inv.nkey, "InvoiceVoided")
+                self.add_credit(sub.customer, inv.currency, inv.credit)
+            for inv in period:
+                self.settle_pending(inv)
+        else:
+            credit = -proration(sub.price, 0, sub.start, sub.end, max(self.now, sub.start))
+            self.grant_change_credit(sub, PLANS[sub.plan][1], credit)
         before = sub.announced()
         sub.status, sub.paused_at, sub.resume_at = "PAUSED", self.now, resume_at
         sub.version += 1
