@@ -271,3 +271,54 @@ def test_a_group_whose_lease_was_taken_over_is_dropped_and_leased_again(db_url):
             await pool.close()
 
     asyncio.run(scenario())
+
+
+def test_a_group_moved_to_another_node_is_found_there_on_citus(citus_db_url):
+    """citus_move_shard_placement moves a shard group to the other worker node while a worker holds
+    it: the next claim on the old node is refused (BL409, "is on node ..."), the worker drops the
+    group, leases again, which reads the placements again, and claims on the new node."""
+    import asyncio
+
+    from billing.clock import SimulatedClock
+    from billing.db import CHARGE_CLAIMS_IN_SHARD, async_pool
+    from billing.worker.shards import ShardLeases, in_each_group
+
+    seed_behind(citus_db_url, 40)
+    clock = SimulatedClock(datetime.now(timezone.utc))
+    nodes = query(citus_db_url, "SELECT nodename, nodeport FROM pg_dist_node WHERE groupid > 0 ORDER BY nodeport")
+
+    async def scenario():
+        pool = await async_pool(citus_db_url, min_size=1, max_size=2)
+        shards = ShardLeases(pool, citus_db_url, "w-move", clock=clock, lease_seconds=60)
+        try:
+            leases = await shards.lease()
+            # The first group holding fixture invoices, and where it is.
+            group = next(g for g in sorted(leases) if query(
+                citus_db_url, "SELECT 1 FROM billing.invoice i JOIN (SELECT shardid, row_number() OVER "
+                              "(ORDER BY shardminvalue::bigint) AS g FROM pg_dist_shard WHERE logicalrelid = "
+                              "'billing.invoice'::regclass) s ON s.shardid = get_shard_id_for_distribution_column("
+                              "'billing.invoice', i.customer_id) WHERE s.g = %s AND i.customer_id > %s LIMIT 1",
+                g, FIRST_CUSTOMER))
+            old = leases[group].node
+            new = next((n["nodename"], n["nodeport"]) for n in nodes if (n["nodename"], n["nodeport"]) != old)
+            params = {"worker": "w-move", "batch": 5, "lease": timedelta(minutes=5), "now": clock.now(),
+                      "provider": "sim"}
+            await shards.pool_for(group)  # a pool to the old node, as a running worker has
+            shardid = query(citus_db_url, "SELECT shardid FROM (SELECT shardid, row_number() OVER (ORDER BY "
+                                          "shardminvalue::bigint) AS g FROM pg_dist_shard WHERE logicalrelid = "
+                                          "'billing.customer'::regclass) s WHERE s.g = %s", group)[0]["shardid"]
+            query(citus_db_url, "SELECT citus_move_shard_placement(%s, %s, %s, %s, %s, shard_transfer_mode => "
+                                "'block_writes')", shardid, old[0], old[1], new[0], new[1])
+            # Only this group: the claim in it is refused on the old node and the group dropped.
+            shards.leases = {group: shards.leases[group]}
+            assert await in_each_group(shards, CHARGE_CLAIMS_IN_SHARD, params, want=5) == []
+            assert group not in shards.leases and shards.counts["lost"] == 1
+            again = await shards.lease()
+            assert again[group].node == new
+            claimed = await in_each_group(shards, CHARGE_CLAIMS_IN_SHARD, {**params, "now": clock.now()}, want=5)
+            assert claimed and all(r["idempotency_key"] for r in claimed)
+        finally:
+            await shards.close()
+            await pool.close()
+
+    asyncio.run(scenario())
