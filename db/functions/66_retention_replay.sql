@@ -4,6 +4,66 @@
 -- events back in id order for `billing events replay`; retry-dead puts DEAD events back in line.
 -- Why batches and not partitions: bench/README.md, "Retention".
 
+-- purge_expired on Citus: each kind's oldest candidates read without locks (a read of every
+-- shard), then deleted by customer and key in one statement over their shards only, every
+-- condition checked again on the row (a concurrent purger's rows are deleted once: the second
+-- DELETE finds them gone). Ids and keys are unique across the cluster or per customer, and the
+-- conditions are re-checked, so customer_id = ANY and key = ANY delete only rows past the window.
+CREATE OR REPLACE FUNCTION billing._purge_expired_citus(p_cutoff timestamptz, p_batch_size integer)
+RETURNS TABLE (outbox_events bigint, webhook_deliveries bigint, gateway_webhooks bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_customers bigint[];
+    v_ids       bigint[];
+    v_endpoints bigint[];
+    v_keys      text[];
+BEGIN
+    SELECT array_agg(DISTINCT x.customer_id), array_agg(x.id) INTO v_customers, v_ids
+      FROM (SELECT e.customer_id, e.id FROM billing.outbox_event e
+             WHERE e.status = 'PUBLISHED' AND e.published_at < p_cutoff
+             ORDER BY e.published_at LIMIT p_batch_size) x;
+    DELETE FROM billing.outbox_event e
+     WHERE e.customer_id = ANY (coalesce(v_customers, '{}')) AND e.id = ANY (coalesce(v_ids, '{}'))
+       AND e.status = 'PUBLISHED' AND e.published_at < p_cutoff
+       AND NOT EXISTS (SELECT 1 FROM billing.webhook_delivery d
+                        WHERE d.customer_id = e.customer_id AND d.outbox_id = e.id AND d.status = 'PENDING');
+    GET DIAGNOSTICS outbox_events = ROW_COUNT;
+
+    SELECT array_agg(DISTINCT x.customer_id), array_agg(DISTINCT x.endpoint_id), array_agg(x.outbox_id)
+      INTO v_customers, v_endpoints, v_ids
+      FROM (SELECT d.customer_id, d.endpoint_id, d.outbox_id FROM billing.webhook_delivery d
+             WHERE d.status <> 'PENDING' AND d.finished_at < p_cutoff
+             ORDER BY d.finished_at LIMIT p_batch_size) x;
+    -- An attempt goes with its finished delivery only (the customer x endpoint x id product may
+    -- name a delivery still PENDING: its attempts stay).
+    DELETE FROM billing.webhook_attempt a
+     WHERE a.customer_id = ANY (coalesce(v_customers, '{}')) AND a.endpoint_id = ANY (coalesce(v_endpoints, '{}'))
+       AND a.outbox_id = ANY (coalesce(v_ids, '{}'))
+       AND EXISTS (SELECT 1 FROM billing.webhook_delivery d
+                    WHERE d.customer_id = a.customer_id AND d.endpoint_id = a.endpoint_id AND d.outbox_id = a.outbox_id
+                      AND d.status <> 'PENDING' AND d.finished_at < p_cutoff);
+    DELETE FROM billing.webhook_delivery d
+     WHERE d.customer_id = ANY (coalesce(v_customers, '{}')) AND d.endpoint_id = ANY (coalesce(v_endpoints, '{}'))
+       AND d.outbox_id = ANY (coalesce(v_ids, '{}'))
+       AND d.status <> 'PENDING' AND d.finished_at < p_cutoff;
+    GET DIAGNOSTICS webhook_deliveries = ROW_COUNT;
+
+    SELECT array_agg(DISTINCT x.customer_id), array_agg(x.event_id) INTO v_customers, v_keys
+      FROM (SELECT w.customer_id, w.event_id FROM billing.gateway_webhook w
+             WHERE w.received_at < p_cutoff ORDER BY w.received_at LIMIT p_batch_size) x;
+    DELETE FROM billing.gateway_webhook w
+     WHERE w.customer_id = ANY (coalesce(v_customers, '{}')) AND w.event_id = ANY (coalesce(v_keys, '{}'))
+       AND w.received_at < p_cutoff;
+    GET DIAGNOSTICS gateway_webhooks = ROW_COUNT;
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION billing._purge_expired_citus(timestamptz, integer) IS
+'Private: purge_expired on Citus (no FOR UPDATE across shards): the oldest candidates read, then deleted by customer and key with every condition checked again.
+Returns how many of each kind were deleted (a call may delete a few more than p_batch_size deliveries).';
+
 CREATE OR REPLACE FUNCTION billing.purge_expired(
     p_keep interval, p_batch_size integer DEFAULT 5000, p_now timestamptz DEFAULT now())
 RETURNS TABLE (outbox_events bigint, webhook_deliveries bigint, gateway_webhooks bigint)
@@ -22,6 +82,11 @@ BEGIN
             HINT = 'Consumers dedupe and replay from what is kept: keep days, not minutes.';
     END IF;
     v_cutoff := p_now - p_keep;
+    IF billing._distributed('billing.outbox_event') THEN
+        -- Citus refuses FOR UPDATE across shards: the per-shard form (docs/scaling.md).
+        RETURN QUERY SELECT * FROM billing._purge_expired_citus(v_cutoff, p_batch_size);
+        RETURN;
+    END IF;
 
     -- Oldest publications first, through the partial index of PUBLISHED rows; an event a webhook
     -- endpoint has not received yet stays (its delivery reads the payload from here).

@@ -2,6 +2,9 @@
 -- the relay's takeover check (plan_code, the other read-only helper, sits with the plans in 20).
 -- Re-applied after every migration: CREATE OR REPLACE only.
 -- Each reads through partial indexes where one exists, so a scrape stays cheap on a large table.
+-- PL/pgSQL, not SQL: on Citus a SQL function reading a distributed table with parameters cannot
+-- be planned; each statement here is a multi-shard read (counts pushed down to every shard, summed
+-- on the coordinator).
 
 CREATE OR REPLACE FUNCTION billing.outbox_stats(p_now timestamptz DEFAULT now())
 RETURNS TABLE (
@@ -13,10 +16,13 @@ RETURNS TABLE (
     oldest_created_at  timestamptz,
     oldest_age_seconds double precision
 )
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT billing._check_now(p_now);
+#variable_conflict use_column
+BEGIN
+    PERFORM billing._check_now(p_now);
+    RETURN QUERY
     WITH pending AS (
         SELECT count(*) AS backlog,
                count(*) FILTER (WHERE o.available_at <= p_now
@@ -31,7 +37,8 @@ AS $$
            (SELECT count(*) FROM billing.outbox_event d WHERE d.status = 'DEAD'),
            p.oldest_created_at,
            coalesce(greatest(extract(epoch FROM p_now - p.oldest_created_at), 0), 0)::double precision
-    FROM pending p
+    FROM pending p;
+END
 $$;
 COMMENT ON FUNCTION billing.outbox_stats(timestamptz) IS
 'The outbox at p_now: unpublished events (backlog), those claimable now (due), those leased by a relay and until when, DEAD ones, and the oldest unpublished event''s creation time and age in seconds.
@@ -66,10 +73,13 @@ RETURNS TABLE (
     invoices_waiting_for_method bigint,
     refunds_pending           bigint
 )
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT billing._check_now(p_now);
+#variable_conflict use_column
+BEGIN
+    PERFORM billing._check_now(p_now);
+    RETURN QUERY
     WITH subs AS (
         SELECT count(*) FILTER (WHERE s.status = 'ACTIVE') AS active,
                count(*) FILTER (WHERE s.status = 'PAST_DUE') AS past_due,
@@ -92,7 +102,8 @@ AS $$
            inv.open, inv.charges_due, inv.dunning, inv.failed, inv.paid,
            o.backlog, o.due, o.dead, o.oldest_age_seconds, inv.waiting,
            (SELECT count(*) FROM billing.refund r WHERE r.status = 'REQUESTED')
-    FROM subs, due, inv, billing.outbox_stats(p_now) o
+    FROM subs, due, inv, billing.outbox_stats(p_now) o;
+END
 $$;
 COMMENT ON FUNCTION billing.status_summary(timestamptz) IS
 'One row for `billing status`: subscriptions by status, renewals due at p_now, invoices open / chargeable now / in dunning (declined at least once) / failed / paid, the outbox figures of outbox_stats, invoices waiting for a payment method and refunds not executed yet.

@@ -31,32 +31,43 @@ Returns the factor.';
 
 CREATE OR REPLACE FUNCTION billing._mrr_at(p_at timestamptz)
 RETURNS TABLE (subscription_id bigint, customer_id bigint, currency text, mrr numeric)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
+BEGIN
+    -- PL/pgSQL (a SQL function reading a distributed table with a parameter cannot be planned on
+    -- Citus); an invoice and its subscription joined on (customer_id, id) and each subscription's
+    -- invoice chosen per (customer_id, subscription_id): on Citus every part runs in each shard.
+    RETURN QUERY
     WITH cover AS (
-        SELECT DISTINCT ON (i.subscription_id) i.*
+        SELECT DISTINCT ON (i.customer_id, i.subscription_id) i.*
           FROM billing.invoice i
-          JOIN billing.subscription s ON s.id = i.subscription_id
+          JOIN billing.subscription s ON s.customer_id = i.customer_id AND s.id = i.subscription_id
          WHERE i.status <> 'VOID' AND i.period_start <= p_at AND p_at < i.period_end
            AND (s.canceled_at IS NULL OR s.canceled_at > p_at)
-         ORDER BY i.subscription_id, i.period_start DESC, i.id DESC
+         ORDER BY i.customer_id, i.subscription_id, i.period_start DESC, i.id DESC
     ), ongoing AS (
         -- Live subscriptions whose renewal for p_at is not billed yet (p_at is ahead of the
-        -- renewal job, or in the future): their last terms go on.
-        SELECT DISTINCT ON (i.subscription_id) i.*
+        -- renewal job, or in the future): their last terms go on. (No invoice covers p_at: the
+        -- cover's condition, asked of the subscription's own invoices.)
+        SELECT DISTINCT ON (i.customer_id, i.subscription_id) i.*
           FROM billing.subscription s
-          JOIN billing.invoice i ON i.subscription_id = s.id
+          JOIN billing.invoice i ON i.customer_id = s.customer_id AND i.subscription_id = s.id
          WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND NOT s.cancel_at_period_end
            AND s.current_period_end <= p_at AND i.status <> 'VOID' AND i.period_end <= p_at
-           AND NOT EXISTS (SELECT 1 FROM cover c WHERE c.subscription_id = s.id)
-         ORDER BY i.subscription_id, i.period_end DESC, i.id DESC
+           AND NOT ((s.canceled_at IS NULL OR s.canceled_at > p_at)
+                    AND EXISTS (SELECT 1 FROM billing.invoice c
+                                 WHERE c.customer_id = s.customer_id AND c.subscription_id = s.id
+                                   AND c.status <> 'VOID' AND c.period_start <= p_at AND p_at < c.period_end))
+         ORDER BY i.customer_id, i.subscription_id, i.period_end DESC, i.id DESC
     )
     SELECT i.subscription_id, i.customer_id, i.currency::text,
            CASE WHEN i.subtotal + i.discount_amount = 0 THEN 0::numeric
                 ELSE i.plan_price::numeric * i.quantity * (i.subtotal - i.tax_included)
                      * billing._mrr_factor(i.billing_interval, i.interval_count) / (i.subtotal + i.discount_amount) END
-      FROM (SELECT * FROM cover UNION ALL SELECT * FROM ongoing) i
+      FROM (SELECT * FROM cover UNION ALL SELECT * FROM ongoing) i;
+END
 $$;
 COMMENT ON FUNCTION billing._mrr_at(timestamptz) IS
 'Private: each subscription''s MRR at p_at from the invoice covering it (see the file''s header).
@@ -167,18 +178,22 @@ BEGIN
     per_customer AS (
         SELECT p.month, p.currency, p.customer_id, sum(p.s) AS s, sum(p.e) AS e
           FROM per_sub p GROUP BY 1, 2, 3
+    ), last_cancel AS (
+        -- Each customer's last cancellation per month and currency (a join, not a correlated
+        -- subquery: Citus runs it in each shard).
+        SELECT DISTINCT ON (s.customer_id, pl.currency, mo.month)
+               mo.month, pl.currency::text AS currency, s.customer_id,
+               s.cancel_reason = 'DUNNING_EXHAUSTED' AS by_dunning
+          FROM billing.subscription s
+          JOIN billing.plan pl ON pl.id = s.plan_id
+          JOIN months mo ON s.canceled_at >= mo.starts AND s.canceled_at < mo.ends
+         ORDER BY s.customer_id, pl.currency, mo.month, s.canceled_at DESC, s.id DESC
     ), churned AS (
         -- Why a customer left: dunning when the last of its subscriptions in that currency
         -- canceled during the month was canceled by dunning exhaustion; otherwise voluntary.
-        SELECT c.month, c.currency, c.customer_id,
-               coalesce((SELECT s.cancel_reason = 'DUNNING_EXHAUSTED'
-                           FROM billing.subscription s
-                           JOIN billing.plan pl ON pl.id = s.plan_id
-                           JOIN months mo ON mo.month = c.month
-                          WHERE s.customer_id = c.customer_id AND pl.currency = c.currency
-                            AND s.canceled_at >= mo.starts AND s.canceled_at < mo.ends
-                          ORDER BY s.canceled_at DESC, s.id DESC LIMIT 1), false) AS by_dunning
+        SELECT c.month, c.currency, c.customer_id, coalesce(lc.by_dunning, false) AS by_dunning
           FROM per_customer c
+          LEFT JOIN last_cancel lc ON lc.month = c.month AND lc.currency = c.currency AND lc.customer_id = c.customer_id
          WHERE c.s > 0 AND c.e = 0
     ), mrr AS (
         SELECT p.month, p.currency, sum(p.s) AS s,

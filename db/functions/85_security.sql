@@ -154,8 +154,9 @@ AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM billing._audit('revoke_api_key', jsonb_build_object('id', p_id));
-    UPDATE billing.api_key k SET revoked_at = coalesce(k.revoked_at, now()) WHERE k.id = p_id;
-    IF NOT FOUND THEN
+    -- Only a key not revoked yet changes (Citus allows no now() inside a COALESCE of an UPDATE).
+    UPDATE billing.api_key k SET revoked_at = now() WHERE k.id = p_id AND k.revoked_at IS NULL;
+    IF NOT EXISTS (SELECT 1 FROM billing.api_key k WHERE k.id = p_id) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('API key %s does not exist', coalesce(p_id, 'NULL'));
     END IF;
     RETURN QUERY SELECT k.id, k.revoked_at FROM billing.api_key k WHERE k.id = p_id;
@@ -195,7 +196,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_count integer;
+    v_count     integer;
+    v_customers bigint[];
+    v_keys      text[];
 BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._audit('expire_idempotency_keys',
@@ -204,6 +207,18 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the maximum age must be between 1 hour and 30 days';
     END IF;
     PERFORM billing._check_between('batch size', p_batch_size, 1, 100000);
+    IF billing._distributed('billing.subscription_request') THEN
+        -- Citus plans no ctid across shards: by primary key (customer_id, idempotency_key), the
+        -- age checked again on the row.
+        SELECT array_agg(DISTINCT x.customer_id), array_agg(x.idempotency_key) INTO v_customers, v_keys
+          FROM (SELECT r.customer_id, r.idempotency_key FROM billing.subscription_request r
+                 WHERE r.created_at < p_now - p_max_age LIMIT p_batch_size) x;
+        DELETE FROM billing.subscription_request r
+         WHERE r.customer_id = ANY (coalesce(v_customers, '{}')) AND r.idempotency_key = ANY (coalesce(v_keys, '{}'))
+           AND r.created_at < p_now - p_max_age;
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        RETURN v_count;
+    END IF;
     DELETE FROM billing.subscription_request r
      WHERE r.ctid = ANY (ARRAY(SELECT x.ctid FROM billing.subscription_request x
                                 WHERE x.created_at < p_now - p_max_age LIMIT p_batch_size));

@@ -265,26 +265,33 @@ AS $$
 DECLARE
     v_query text := nullif(btrim(coalesce(p_query, '')), '');
     v_like  text;
+    v_ids   bigint[];
 BEGIN
     PERFORM billing._check_between('limit', p_limit, 1, 500);
     PERFORM billing._check_text('a search', coalesce(v_query, '-'), 200);
     v_like := '%' || replace(replace(replace(coalesce(v_query, ''), '\', '\\'), '%', '\%'), '_', '\_') || '%';
-    RETURN QUERY
-    WITH found AS (
-        SELECT c.id, to_jsonb(c) AS doc
+    -- The page's customers first, then their counts grouped by customer_id and joined on it: on
+    -- Citus each part runs in the shards of these customers (a correlated subquery per row could
+    -- not be planned there).
+    v_ids := ARRAY(
+        SELECT c.id
           FROM billing.customer c
          WHERE v_query IS NULL
             OR (v_query ~ '^[0-9]{1,18}$' AND c.id = v_query::bigint)
             OR (v_query !~ '^[0-9]{1,18}$' AND (to_jsonb(c) ->> 'email' ILIKE v_like OR to_jsonb(c) ->> 'name' ILIKE v_like))
          ORDER BY c.id
-         LIMIT p_limit
-    )
-    SELECT f.id, f.doc,
-           (SELECT count(*) FROM billing.subscription s WHERE s.customer_id = f.id),
-           (SELECT count(*) FROM billing.subscription s WHERE s.customer_id = f.id AND s.status <> 'CANCELED'),
-           (SELECT count(*) FROM billing.invoice i WHERE i.customer_id = f.id AND i.status = 'OPEN')
-      FROM found f
-     ORDER BY f.id;
+         LIMIT p_limit);
+    RETURN QUERY
+    SELECT c.id, to_jsonb(c), coalesce(s.n, 0), coalesce(s.live, 0), coalesce(i.open, 0)
+      FROM billing.customer c
+      LEFT JOIN (SELECT x.customer_id, count(*) AS n, count(*) FILTER (WHERE x.status <> 'CANCELED') AS live
+                   FROM billing.subscription x WHERE x.customer_id = ANY (v_ids) GROUP BY x.customer_id) s
+        ON s.customer_id = c.id
+      LEFT JOIN (SELECT y.customer_id, count(*) AS open
+                   FROM billing.invoice y WHERE y.customer_id = ANY (v_ids) AND y.status = 'OPEN' GROUP BY y.customer_id) i
+        ON i.customer_id = c.id
+     WHERE c.id = ANY (v_ids)
+     ORDER BY c.id;
 END
 $$;
 COMMENT ON FUNCTION billing.console_customers(text, integer) IS
@@ -379,8 +386,10 @@ AS $$
 DECLARE
     v_sub  billing.subscription;
     v_plan billing.plan;
+    v_customer_id bigint := billing._subscription_customer(p_subscription_id);
 BEGIN
-    SELECT * INTO v_sub FROM billing.subscription WHERE id = p_subscription_id;
+    -- Every read by (customer_id, ...): one shard group on Citus.
+    SELECT * INTO v_sub FROM billing.subscription WHERE customer_id = v_customer_id AND id = p_subscription_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('subscription %s does not exist', coalesce(p_subscription_id::text, 'NULL'));
     END IF;
@@ -390,15 +399,18 @@ BEGIN
         'plan', to_jsonb(v_plan),
         'scheduled_plan_code', (SELECT p.code FROM billing.plan p WHERE p.id = v_sub.scheduled_plan_id),
         'invoices', (SELECT coalesce(jsonb_agg(to_jsonb(i) ORDER BY i.period_start DESC, i.id DESC), '[]')
-                       FROM billing.invoice i WHERE i.subscription_id = p_subscription_id),
+                       FROM billing.invoice i WHERE i.customer_id = v_customer_id AND i.subscription_id = p_subscription_id),
         'attempts', (SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.id DESC), '[]')
                        FROM billing.payment_attempt a
-                      WHERE a.invoice_id IN (SELECT i.id FROM billing.invoice i WHERE i.subscription_id = p_subscription_id)),
+                      WHERE a.customer_id = v_customer_id
+                        AND a.invoice_id IN (SELECT i.id FROM billing.invoice i
+                                              WHERE i.customer_id = v_customer_id AND i.subscription_id = p_subscription_id)),
         'events', (SELECT coalesce(jsonb_agg(jsonb_build_object('id', o.id, 'event_type', o.event_type,
                                                                'created_at', o.created_at, 'status', o.status)
                                              ORDER BY o.id DESC), '[]')
                      FROM billing.outbox_event o
-                    WHERE o.aggregate_type = 'subscription' AND o.aggregate_id = p_subscription_id),
+                    WHERE o.customer_id = v_customer_id
+                      AND o.aggregate_type = 'subscription' AND o.aggregate_id = p_subscription_id),
         'plans', (SELECT coalesce(jsonb_agg(jsonb_build_object('code', p.code, 'price_amount', p.price_amount,
                                                               'currency', p.currency,
                                                               'billing_interval', p.billing_interval,
@@ -490,10 +502,14 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_event billing.outbox_event;
+    v_customer_id bigint;
+    v_note text;
 BEGIN
     PERFORM billing._audit('replay_outbox_event', jsonb_build_object('outbox_id', p_outbox_id, 'now', p_now));
     PERFORM billing._check_now(p_now);
-    SELECT * INTO v_event FROM billing.outbox_event e WHERE e.id = p_outbox_id FOR UPDATE;
+    -- The row by (customer_id, id): one shard on Citus.
+    v_customer_id := (billing._outbox_event_customers(ARRAY[p_outbox_id]))[1];
+    SELECT * INTO v_event FROM billing.outbox_event e WHERE e.customer_id = v_customer_id AND e.id = p_outbox_id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
             MESSAGE = format('outbox event %s does not exist (retention may have deleted it)', coalesce(p_outbox_id::text, 'NULL'));
@@ -501,13 +517,16 @@ BEGIN
     IF v_event.status = 'PENDING' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL409', MESSAGE = format('outbox event %s is already waiting to be published', p_outbox_id);
     END IF;
+    -- The note computed first (Citus allows no STABLE function in a distributed UPDATE's COALESCE).
+    v_note := left(format('replay requested at %s (was %s%s)', billing._utc_text(p_now), v_event.status,
+                          coalesce(', published ' || billing._utc_text(v_event.published_at), '')), 2000);
     UPDATE billing.outbox_event e
        SET status = 'PENDING', published_at = NULL, available_at = p_now, lease_until = NULL, attempts = 0,
-           last_error = left(format('replay requested at %s (was %s%s)', billing._utc_text(p_now), v_event.status,
-                                    coalesce(', published ' || billing._utc_text(v_event.published_at), '')), 2000)
-     WHERE e.id = p_outbox_id;
+           last_error = v_note
+     WHERE e.customer_id = v_customer_id AND e.id = p_outbox_id;
     PERFORM pg_notify('billing_outbox', json_build_object('count', 1)::text);
-    RETURN QUERY SELECT e.id, e.event_id, e.status FROM billing.outbox_event e WHERE e.id = p_outbox_id;
+    RETURN QUERY SELECT e.id, e.event_id, e.status FROM billing.outbox_event e
+                  WHERE e.customer_id = v_customer_id AND e.id = p_outbox_id;
 END
 $$;
 COMMENT ON FUNCTION billing.replay_outbox_event(bigint, timestamptz) IS

@@ -2,6 +2,9 @@
 -- disabling after a day, retention, retry-dead.
 BEGIN;
 SELECT plan(23);
+-- One user for the fixtures and the SECURITY DEFINER calls (on Citus a transaction may not read
+-- placements another user wrote in it); the same on a single PostgreSQL.
+SET LOCAL ROLE billing_owner;
 
 CREATE FUNCTION pg_temp.emit(p_agg bigint, p_type text, p_at timestamptz) RETURNS bigint LANGUAGE sql AS
 $$ SELECT billing._emit_event('invoice', p_agg, p_type, jsonb_build_object('invoiceId', p_agg), p_at) $$;
@@ -29,45 +32,46 @@ SELECT pg_temp.emit(1, 'InvoicePaid', '2026-01-01Z');  -- e1 aggregate 1
 SELECT pg_temp.emit(2, 'InvoicePaid', '2026-01-01Z');  -- e2 aggregate 2
 SELECT pg_temp.emit(1, 'RefundDue', '2026-01-01Z');    -- e3 aggregate 1
 CREATE TEMP TABLE ev AS SELECT row_number() OVER (ORDER BY id) AS n, id FROM billing.outbox_event;
-CREATE FUNCTION pg_temp.e(p_n integer) RETURNS bigint LANGUAGE sql AS $$ SELECT id FROM ev WHERE n = p_n $$;
+-- Event n is (SELECT id FROM ev WHERE n = <n>): a subquery of a temporary table, which Citus runs on
+-- the coordinator (a pg_temp function would be sent to the workers, where pg_temp does not exist).
 
 SELECT is((SELECT count(*) FROM billing.webhook_delivery WHERE endpoint_id = (SELECT a FROM ep)), 3::bigint,
           'every event is queued for the endpoint that takes all types');
 SELECT results_eq($$SELECT outbox_id FROM billing.webhook_delivery WHERE endpoint_id = (SELECT b FROM ep)$$,
-                  $$SELECT pg_temp.e(3)$$, 'and only its types for the other');
+                  $$SELECT (SELECT id FROM ev WHERE n = 3)$$, 'and only its types for the other');
 SELECT results_eq($$SELECT * FROM pg_temp.claim((SELECT a FROM ep), '2026-01-01 00:00:01Z')$$,
-                  $$VALUES (pg_temp.e(1)), (pg_temp.e(2)), (pg_temp.e(3))$$, 'a claim in outbox id order');
+                  $$VALUES ((SELECT id FROM ev WHERE n = 1)), ((SELECT id FROM ev WHERE n = 2)), ((SELECT id FROM ev WHERE n = 3))$$, 'a claim in outbox id order');
 SELECT is_empty($$SELECT * FROM pg_temp.claim((SELECT a FROM ep), '2026-01-01 00:00:02Z')$$, 'leased: not claimed again');
-SELECT is(pg_temp.record((SELECT a FROM ep), ARRAY[pg_temp.e(1)], 'FAILED', '2026-01-01 00:00:03Z'), 'ENABLED',
+SELECT is(pg_temp.record((SELECT a FROM ep), ARRAY[(SELECT id FROM ev WHERE n = 1)], 'FAILED', '2026-01-01 00:00:03Z'), 'ENABLED',
           'a failure is recorded');
-SELECT pg_temp.record((SELECT a FROM ep), ARRAY[pg_temp.e(3)], 'RELEASED', '2026-01-01 00:00:03Z');
-SELECT pg_temp.record((SELECT a FROM ep), ARRAY[pg_temp.e(2)], 'DELIVERED', '2026-01-01 00:00:03Z');
+SELECT pg_temp.record((SELECT a FROM ep), ARRAY[(SELECT id FROM ev WHERE n = 3)], 'RELEASED', '2026-01-01 00:00:03Z');
+SELECT pg_temp.record((SELECT a FROM ep), ARRAY[(SELECT id FROM ev WHERE n = 2)], 'DELIVERED', '2026-01-01 00:00:03Z');
 SELECT results_eq($$SELECT attempts, available_at, first_failed_at, last_status FROM billing.webhook_delivery
-                     WHERE endpoint_id = (SELECT a FROM ep) AND outbox_id = pg_temp.e(1)$$,
+                     WHERE endpoint_id = (SELECT a FROM ep) AND outbox_id = (SELECT id FROM ev WHERE n = 1)$$,
                   $$VALUES (1, '2026-01-01 00:00:08Z'::timestamptz, '2026-01-01 00:00:03Z'::timestamptz, 500)$$,
                   'backs off 5 seconds');
-SELECT is((SELECT attempts FROM billing.webhook_delivery WHERE endpoint_id = (SELECT a FROM ep) AND outbox_id = pg_temp.e(3)),
+SELECT is((SELECT attempts FROM billing.webhook_delivery WHERE endpoint_id = (SELECT a FROM ep) AND outbox_id = (SELECT id FROM ev WHERE n = 3)),
           0, 'a released delivery was not attempted');
 SELECT is_empty($$SELECT * FROM pg_temp.claim((SELECT a FROM ep), '2026-01-01 00:00:05Z')$$,
                 'e3 waits behind e1 (same aggregate) while e1 backs off');
 SELECT results_eq($$SELECT * FROM pg_temp.claim((SELECT a FROM ep), '2026-01-01 00:00:09Z')$$,
-                  $$VALUES (pg_temp.e(1)), (pg_temp.e(3))$$, 'then both, in order');
-SELECT is(pg_temp.record((SELECT a FROM ep), ARRAY[pg_temp.e(1), pg_temp.e(3)], 'FAILED', '2026-01-01 00:00:10Z'),
+                  $$VALUES ((SELECT id FROM ev WHERE n = 1)), ((SELECT id FROM ev WHERE n = 3))$$, 'then both, in order');
+SELECT is(pg_temp.record((SELECT a FROM ep), ARRAY[(SELECT id FROM ev WHERE n = 1), (SELECT id FROM ev WHERE n = 3)], 'FAILED', '2026-01-01 00:00:10Z'),
           'ENABLED', 'failing again');
-SELECT is((SELECT available_at FROM billing.webhook_delivery WHERE endpoint_id = (SELECT a FROM ep) AND outbox_id = pg_temp.e(1)),
+SELECT is((SELECT available_at FROM billing.webhook_delivery WHERE endpoint_id = (SELECT a FROM ep) AND outbox_id = (SELECT id FROM ev WHERE n = 1)),
           '2026-01-01 00:00:20Z'::timestamptz, 'doubles the backoff');
 SELECT results_eq($$SELECT count(*)::int FROM billing.list_webhook_attempts((SELECT a FROM ep), 100)$$,
                   $$VALUES (4)$$, 'every attempt is listed');
 
 SELECT pg_temp.claim((SELECT a FROM ep), '2026-01-02 00:00:30Z');
-SELECT is(pg_temp.record((SELECT a FROM ep), ARRAY[pg_temp.e(1)], 'FAILED', '2026-01-02 00:00:30Z'), 'DISABLED',
+SELECT is(pg_temp.record((SELECT a FROM ep), ARRAY[(SELECT id FROM ev WHERE n = 1)], 'FAILED', '2026-01-02 00:00:30Z'), 'DISABLED',
           'failing for a day disables the endpoint');
 SELECT results_eq($$SELECT status, count(*)::int FROM billing.webhook_delivery WHERE endpoint_id = (SELECT a FROM ep) GROUP BY 1 ORDER BY 1$$,
                   $$VALUES ('DELIVERED', 1), ('FAILED', 2)$$, 'its queue is dropped');
 SELECT results_eq($$SELECT aggregate_type, aggregate_id, payload -> 'data' ->> 'status' FROM billing.outbox_event
                      WHERE event_type = 'WebhookEndpointDisabled'$$,
                   $$SELECT 'webhook_endpoint', a, 'DISABLED' FROM ep$$, 'and that is announced');
-SELECT is((SELECT count(*) FROM billing.webhook_delivery d JOIN billing.outbox_event e ON e.id = d.outbox_id
+SELECT is((SELECT count(*) FROM billing.webhook_delivery d JOIN billing.outbox_event e ON e.customer_id = d.customer_id AND e.id = d.outbox_id
             WHERE e.event_type = 'WebhookEndpointDisabled' AND d.endpoint_id = (SELECT a FROM ep)), 0::bigint,
           'a disabled endpoint is sent nothing more');
 SELECT is_empty($$SELECT * FROM pg_temp.claim((SELECT a FROM ep), '2026-01-03Z')$$, 'nor claimed');
@@ -77,5 +81,5 @@ SELECT billing.mark_outbox_published(array_agg(id), '2026-01-01Z') FROM billing.
 SELECT results_eq($$SELECT * FROM billing.purge_expired('30 days', 100, '2026-03-01Z')$$,
                   $$VALUES (3::bigint, 3::bigint, 0::bigint)$$,
                   'retention removes the published events but e3, owed to endpoint b, and the finished deliveries');
-SELECT results_eq($$SELECT outbox_id FROM billing.webhook_delivery$$, $$SELECT pg_temp.e(3)$$, 'e3''s delivery stays');
+SELECT results_eq($$SELECT outbox_id FROM billing.webhook_delivery$$, $$SELECT (SELECT id FROM ev WHERE n = 3)$$, 'e3''s delivery stays');
 ROLLBACK;

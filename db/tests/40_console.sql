@@ -1,6 +1,9 @@
 -- The operator console's SQL (db/functions/86_console.sql): sessions, reads, MRR, replay.
 BEGIN;
 SELECT plan(26);
+-- One user for the fixtures and the SECURITY DEFINER calls (on Citus a transaction may not read
+-- placements another user wrote in it); the same on a single PostgreSQL.
+SET LOCAL ROLE billing_owner;
 
 SELECT billing.upsert_plan('C_M', 3000, 'EUR', 'MONTH', 1);
 SELECT billing.upsert_plan('C_Y', 24000, 'EUR', 'YEAR', 1);

@@ -46,6 +46,9 @@ API = {
     # the batch claims per shard group (db/functions/56_shard_claims.sql, docs/scaling.md)
     "lease_shard_groups", "claim_renewals_in_shard", "claim_charges_in_shard", "claim_outbox_in_shard",
     "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups",
+    # the relay per shard group on Citus (db/functions/60_outbox.sql)
+    "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
+    "mark_outbox_failed_in_shard",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -409,6 +412,15 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     events = one("claim_outbox_in_shard", "%s, %s, %s, %s, %s", ("lp-worker", 0, 500, timedelta(seconds=30), late),
                  setof=True)
     out["shard_events"] = bool(events) and all(e[9] == late + timedelta(seconds=30) for e in events)
+    # The relay per shard group (db/functions/60_outbox.sql): the same events once those leases ran out.
+    later = late + timedelta(minutes=1)
+    relay_groups = one("relay_shard_groups", "", setof=True)
+    out["relay_groups"] = [g[0] for g in relay_groups]
+    relayed = one("claim_outbox_events_in_shard", "%s, %s, %s, %s, %s", ("lp-relay", 0, 500, timedelta(seconds=30), later),
+                  setof=True)
+    out["relay_events"] = len(relayed) == len(events)
+    out["relay_marked"] = one("mark_outbox_published_in_shard", "%s, %s, %s", (0, [relayed[0][0]], later))[0]
+    one("mark_outbox_failed_in_shard", "%s, %s, %s, %s", (0, relayed[-1][0], "lp", later))
     # Claim and work per group (what the driver's workers call on Citus).
     out["shard_holder"] = [(g[0], g[3]) for g in one("shard_groups", "%s", (late,), setof=True)]
     out["shard_renewed"] = one("renew_in_shard", "%s, %s, %s, %s", ("lp-worker", 0, 500, late))[0] >= 1
@@ -448,6 +460,7 @@ EXPECTED = {
     "report_mrr": True, "report_mrr_movements": True, "report_churn": True, "report_revenue": True,
     "shard_groups": [(0, True)], "shard_renewals": True, "shard_charges": True, "shard_events": True,
     "shard_holder": [(0, "lp-worker")], "shard_renewed": True, "shard_keyed": True, "shard_refunds": True,
+    "relay_groups": [0], "relay_events": True, "relay_marked": 1,
 }
 
 

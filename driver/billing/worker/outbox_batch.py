@@ -50,6 +50,13 @@ class OutboxRow:
     aggregate: tuple[str, int]
     key: bytes
     value: bytes
+    # The order within the aggregate: the id on a single PostgreSQL, coalesce(aggregate_seq, id)
+    # on Citus (db/schema/0090); 0 means "the id".
+    seq: int = 0
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (self.seq or self.id, self.id)
 
 
 @dataclass

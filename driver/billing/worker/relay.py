@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from billing import db
@@ -56,7 +57,8 @@ from billing.worker.outbox_batch import Batch, Marker, OutboxRow
 # callers that used to find them in this module.
 from billing.worker.sinks import EventSink, JsonlSink, KafkaSink
 
-__all__ = ["RELAY_LOCK_KEY", "EventSink", "JsonlSink", "KafkaSink", "Relay", "RelayOptions", "run_relay"]
+__all__ = ["RELAY_LOCK_KEY", "EventSink", "JsonlSink", "KafkaSink", "Relay", "RelayOptions", "ShardRelay",
+           "is_distributed", "run_relay"]
 
 log = logging.getLogger("billing.relay")
 
@@ -83,6 +85,9 @@ class RelayOptions:
     stop_grace: float = 5.0  # on stop, how long to wait for the batch in flight
     prefetch: bool = True  # with a backlog, claim the next batch while the current one is in flight
     lock_key: int = RELAY_LOCK_KEY
+    # On Citus (ShardRelay): per shard group. None: detected (billing.customer distributed).
+    per_shard: bool | None = None
+    worker_name: str | None = None  # its name in the audit of its claims (default: relay:host:pid:random)
 
 
 class Relay:
@@ -325,17 +330,234 @@ class Relay:
 
 async def run_relay(settings, stop: asyncio.Event, *, sink: EventSink | None = None, clock: Clock | None = None,
                     options: RelayOptions | None = None) -> None:
-    """Relay the outbox until `stop` is set. Without a sink, publishes to the configured Kafka."""
+    """Relay the outbox until `stop` is set. Without a sink, publishes to the configured Kafka.
+
+    On a Citus coordinator (detected, or `options.per_shard`) the relay works per shard group
+    (`ShardRelay`); on a single PostgreSQL it is the one active relay of the advisory lock."""
     own_sink = sink is None
     if sink is None:
         if not settings.kafka_bootstrap:
             raise ValueError("the outbox relay needs Kafka: set BILLING_KAFKA_BOOTSTRAP (or run the worker "
                              "with --no-relay; events wait in the outbox meanwhile)")
         sink = KafkaSink(settings.kafka_bootstrap, settings.kafka_topic, config=settings.kafka_config())
-    relay = Relay(settings.database_url, sink, stop, clock=clock, options=options)
     try:
-        await relay.run()
+        per_shard = options.per_shard if options is not None else None
+        if per_shard is None:
+            per_shard = await _detect_distributed(settings.database_url, stop)
+        kind = ShardRelay if per_shard else Relay
+        await kind(settings.database_url, sink, stop, clock=clock, options=options).run()
     finally:
         RELAY_ACTIVE.set(0)
         if own_sink:
             await asyncio.to_thread(sink.close)
+
+
+# -- On Citus: the relay per shard group ----------------------------------------------------------
+
+# Whether billing.customer is distributed: readable by any login (Citus' catalog is public). Two
+# statements: without Citus the second one cannot even be planned.
+_HAS_CITUS = "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
+_DISTRIBUTED = """SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
+                                WHERE logicalrelid = to_regclass('billing.customer') AND partmethod = 'h')"""
+# A relay instance is "up" while its coordinator session holds the advisory lock (RELAY_LOCK_KEY,
+# instance): pg_locks counts them, and a dead relay's lock goes with its session. A relay publishes
+# from a shard group while the same session holds (RELAY_GROUP_KEY, group). These locks only spread
+# the groups over the relays; the claim keeps the order whoever calls it.
+RELAY_GROUP_KEY = 0x62696C67  # "bilg"
+_PRESENCE = "SELECT pg_try_advisory_lock(%(key)s::int, %(instance)s::int)"
+_RELAYS_UP = """SELECT count(*) AS n FROM pg_catalog.pg_locks
+                 WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = %(key)s::int::oid
+                   AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())"""
+_TAKE_GROUP = "SELECT pg_try_advisory_lock(%(key)s::int, %(group)s::int)"
+_GIVE_GROUP = "SELECT pg_advisory_unlock(%(key)s::int, %(group)s::int)"
+RELAY_SHARD_GROUPS = "SELECT shard_group, node_name, node_port FROM billing.relay_shard_groups()"
+CLAIM_IN_SHARD = ("SELECT id, aggregate_type, aggregate_id, payload::text, coalesce(aggregate_seq, id) "
+                  "FROM billing.claim_outbox_events_in_shard(%(worker)s, %(group)s, %(batch)s, %(lease)s::interval, "
+                  "%(now)s) ORDER BY 5, 1")
+MARK_PUBLISHED_IN_SHARD = "SELECT billing.mark_outbox_published_in_shard(%(group)s, %(ids)s::bigint[], %(now)s)"
+MARK_FAILED_IN_SHARD = "SELECT billing.mark_outbox_failed_in_shard(%(group)s, %(id)s, %(error)s, %(now)s)"
+
+
+async def is_distributed(database_url: str) -> bool:
+    """Whether the database is a Citus coordinator with the engine distributed by customer."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True, connect_timeout=10) as conn:
+        if not (await (await conn.execute(_HAS_CITUS)).fetchone())[0]:
+            return False
+        return bool((await (await conn.execute(_DISTRIBUTED)).fetchone())[0])
+
+
+async def _detect_distributed(database_url: str, stop: asyncio.Event) -> bool | None:
+    """is_distributed, asked again until the database answers (None: stopped meanwhile)."""
+    backoff = 0.5
+    while not stop.is_set():
+        try:
+            return await is_distributed(database_url)
+        except psycopg.OperationalError as exc:
+            log.warning("relay cannot reach the database to choose its mode, retrying", extra={"error": str(exc).strip()})
+            await sleep_or_stop(stop, backoff)
+            backoff = min(backoff * 2, 5.0)
+    return None
+
+
+class ShardRelay(Relay):
+    """The relay on Citus (docs/scaling.md, "Events, webhooks and reads on Citus").
+
+    Each round: count the relays that are up (their presence locks), hold this relay's share of
+    the shard groups (one advisory lock per group on the coordinator session: not the batch
+    workers' shard leases, which a relay would keep them out of), then in every group it holds, on
+    the node holding it, claim (`claim_outbox_events_in_shard`: the group's due events, each
+    aggregate's in order, none while an earlier one of its aggregate is held elsewhere), produce
+    everything claimed,
+    wait for every delivery report, and mark the group's delivered rows published on that node.
+    No NOTIFY on Citus (a worker would raise it): an idle relay polls every `poll_interval`.
+
+    Order per aggregate: an aggregate's events are all in its customer's shard group; the claim
+    hands them out in the aggregate's order and holds an event back while an earlier one is leased
+    by another claim (a relay that lost the group, or died). No loss: rows are marked from delivery
+    reports only; a relay that dies leaves its claimed rows leased (they come back when the row
+    lease runs out) and its groups (its locks go with its session: the others take them at their
+    next round)."""
+
+    def __init__(self, database_url: str, sink: EventSink, stop: asyncio.Event, *,
+                 clock: Clock | None = None, options: RelayOptions | None = None) -> None:
+        super().__init__(database_url, sink, stop, clock=clock, options=options)
+        import os
+        import random
+        import socket
+
+        self.instance = random.randint(1, 2**31 - 1)
+        self.worker = self.opt.worker_name or f"relay:{socket.gethostname()}:{os.getpid()}:{self.instance}"
+        self.groups: dict[int, tuple[str | None, int | None]] = {}  # group -> node (None: this database)
+        self._nodes: dict[tuple[str | None, int | None], psycopg.AsyncConnection] = {}
+        self._redo: dict[int, list[OutboxRow]] = {}
+
+    async def run(self) -> None:
+        backoff = 0.5
+        while not self.stop.is_set():
+            try:
+                coord = await psycopg.AsyncConnection.connect(self.url, autocommit=True, **_KEEPALIVES)
+            except psycopg.OperationalError as exc:
+                log.warning("relay cannot reach the coordinator, retrying", extra={"error": str(exc).strip()})
+                await sleep_or_stop(self.stop, backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.5
+            try:
+                async with coord:
+                    await coord.execute(_PRESENCE, {"key": self.opt.lock_key, "instance": self.instance})
+                    RELAY_ACTIVE.set(1)
+                    self.active = True
+                    log.info("relay is up, per shard group", extra={"worker": self.worker})
+                    await self._rounds(coord)
+            except (psycopg.OperationalError, _LostLeadership) as exc:
+                log.warning("relay lost the coordinator; starting again", extra={"error": str(exc).strip()})
+                await sleep_or_stop(self.stop, 0.2)
+            finally:
+                self.active = False
+                RELAY_ACTIVE.set(0)
+                self.groups = {}  # the group locks went with the session
+                self._redo.clear()  # those rows come back when their leases run out
+                await self._close_nodes()
+
+    async def _rounds(self, coord: psycopg.AsyncConnection) -> None:
+        while not self.stop.is_set():
+            await self._lease(coord)
+            claimed: dict[int, list[OutboxRow]] = {}
+            for group in sorted(self.groups):
+                try:
+                    rows = self._redo.pop(group, None) or await self._claim_group(group)
+                except psycopg.Error as exc:
+                    await self._node_failed(group, exc)
+                    continue
+                if rows:
+                    claimed[group] = rows
+            if not claimed:
+                await sleep_or_stop(self.stop, self.opt.poll_interval)
+                continue
+            rows = [r for group in sorted(claimed) for r in claimed[group]]
+            batch = await self._publish(rows, coord)
+            await self._settle_groups(claimed, batch)
+            if batch.transient:
+                self._recover_sink()
+                await sleep_or_stop(self.stop, self.opt.retry_pause)
+
+    async def _lease(self, coord: psycopg.AsyncConnection) -> None:
+        """Hold this relay's share of the groups: ceil(groups / relays up) group locks."""
+        relays = (await (await coord.execute(_RELAYS_UP, {"key": self.opt.lock_key})).fetchone())[0]
+        nodes = {g: (name, port) for g, name, port in await (await coord.execute(RELAY_SHARD_GROUPS)).fetchall()}
+        share = -(-len(nodes) // max(int(relays), 1))
+        held = sorted(g for g in self.groups if g in nodes)
+        for group in held[share:]:  # another relay came up: the highest groups go to it
+            await coord.execute(_GIVE_GROUP, {"key": RELAY_GROUP_KEY, "group": group})
+        held = held[:share]
+        for group in sorted(nodes):
+            if len(held) >= share:
+                break
+            if group not in held and (await (await coord.execute(
+                    _TAKE_GROUP, {"key": RELAY_GROUP_KEY, "group": group})).fetchone())[0]:
+                held.append(group)
+        held_nodes = {g: nodes[g] for g in sorted(held)}
+        if held_nodes.keys() != self.groups.keys():
+            log.info("relay shard groups", extra={"worker": self.worker, "groups": ",".join(map(str, held_nodes))})
+        for group in set(self._redo) - set(held_nodes):
+            self._redo.pop(group)  # no longer ours: the rows come back to the new holder after their lease
+        self.groups = held_nodes
+
+    async def _node(self, group: int) -> psycopg.AsyncConnection:
+        node = self.groups[group]
+        conn = self._nodes.get(node)
+        if conn is None or conn.closed:
+            host, port = node
+            url = self.url if host is None else make_conninfo(self.url, host=host, port=port)
+            conn = await psycopg.AsyncConnection.connect(url, autocommit=True, **_KEEPALIVES)
+            self._nodes[node] = conn
+        return conn
+
+    async def _claim_group(self, group: int) -> list[OutboxRow]:
+        conn = await self._node(group)
+        cur = await conn.execute(CLAIM_IN_SHARD, {"worker": self.worker, "group": group, "batch": self.opt.batch_size,
+                                                  "lease": self.opt.lease, "now": self.clock.now()})
+        return [OutboxRow(id_, (agg_type, agg_id), str(agg_id).encode(), payload.encode(), seq)
+                for id_, agg_type, agg_id, payload, seq in await cur.fetchall()]
+
+    async def _node_failed(self, group: int, exc: Exception) -> None:
+        # A node away, or a group moved (BL409 naming its new node): its rows come back after their
+        # lease; the next round leases again and reads the placements afresh.
+        log.warning("relay: shard group unavailable this round", extra={"group": group, "error": str(exc).strip()})
+        conn = self._nodes.pop(self.groups.get(group), None)
+        if conn is not None:
+            await conn.close()
+
+    async def _settle_groups(self, claimed: dict[int, list[OutboxRow]], batch: Batch) -> None:
+        delivered = set(batch.delivered)
+        poison = dict(batch.poison)
+        transient = {r.id for r in batch.transient}
+        now = self.clock.now()
+        for group, rows in claimed.items():
+            ids = [r.id for r in rows if r.id in delivered]
+            try:
+                conn = await self._node(group)
+                if ids:
+                    await conn.execute(MARK_PUBLISHED_IN_SHARD, {"group": group, "ids": ids, "now": now})
+                    self.published += len(ids)
+                    OUTBOX_PUBLISHED.inc(len(ids))
+                for row in rows:
+                    if row.id in poison:
+                        log.error("event rejected by the sink; marked failed", extra={"outbox_id": row.id})
+                        await conn.execute(MARK_FAILED_IN_SHARD, {"group": group, "id": row.id,
+                                                                  "error": poison[row.id][:1000], "now": now})
+                        OUTBOX_FAILED.inc()
+            except psycopg.Error as exc:  # published but not marked: published again (at least once)
+                await self._node_failed(group, exc)
+                continue
+            redo = sorted((r for r in rows if r.id in transient), key=lambda r: r.order)
+            if redo:
+                self._redo[group] = redo
+
+    async def _close_nodes(self) -> None:
+        nodes, self._nodes = self._nodes, {}
+        for conn in nodes.values():
+            try:
+                await conn.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass

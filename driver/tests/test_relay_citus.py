@@ -1,0 +1,287 @@
+"""The outbox relay on the three-node Citus cluster (docs/scaling.md, "Events, webhooks and reads on
+Citus"): relays lease shard groups, claim and mark on the node holding each group, and publish to a
+real Kafka broker, one partition key per aggregate.
+
+The events are written with billing._emit_event (the SQL API's writer; create_subscription and the
+other writers are being made to run on Citus by other branches), for 240 aggregates of as many
+customers, so they spread over the 8 shard groups. Each aggregate's events are written in turn on
+worker 2, worker 1 and the coordinator: each node takes ids from its own range of the sequence, so
+the later events of an aggregate get *smaller* ids. The relays must still publish them in the
+order they were written (the order key of db/schema/0090), each at least once, also when a relay
+process is SIGKILLed mid-batch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import timedelta
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from billing.worker.relay import RelayOptions, ShardRelay, is_distributed, run_relay
+from billing.worker.sinks import KafkaSink
+from .synthetic import invoice_paid_data
+from .test_relay import consume_all, until
+
+AGGREGATES = range(1001, 1241)  # 240 customers, one invoice aggregate each
+PER_AGGREGATE = 3
+
+
+def node_urls(url: str) -> list[str]:
+    """Worker 2, worker 1, then the coordinator (ids of decreasing ranges)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        workers = conn.execute("SELECT nodename, nodeport FROM pg_dist_node WHERE groupid > 0 AND noderole = 'primary' "
+                               "ORDER BY groupid DESC").fetchall()
+    return [make_conninfo(url, host=h, port=p) for h, p in workers] + [url]
+
+
+def write_events(url: str) -> None:
+    conns = [psycopg.connect(u, autocommit=True) for u in node_urls(url)]
+    try:
+        for n in range(PER_AGGREGATE):
+            conn = conns[n % len(conns)]
+            for agg in AGGREGATES:
+                conn.execute("SELECT billing._emit_event('invoice', %s, 'InvoicePaid', %s::jsonb, now())",
+                             (agg, json.dumps(invoice_paid_data(agg, seq=n, tag="citus"))))
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def rows(url: str) -> list[dict]:
+    with psycopg.connect(url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        return conn.execute("SELECT id, event_id::text, aggregate_id, status, customer_id FROM billing.outbox_event "
+                            "ORDER BY id").fetchall()
+
+
+def unpublished(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM billing.outbox_event WHERE status <> 'PUBLISHED'").fetchone()[0]
+
+
+def check(rows_: list[dict], messages: list) -> int:
+    """Every event in Kafka under its aggregate's key; per key, first deliveries in the order the
+    events were written (attemptCount). Returns the number of redeliveries (at least once)."""
+    by_event = {r["event_id"]: r for r in rows_}
+    seen: set[str] = set()
+    last: dict[bytes, int] = {}
+    duplicates = 0
+    for msg in messages:
+        envelope = json.loads(msg.value())
+        row = by_event[envelope["id"]]
+        assert msg.key() == str(row["aggregate_id"]).encode()
+        if envelope["id"] in seen:
+            duplicates += 1
+            continue
+        seen.add(envelope["id"])
+        n = envelope["data"]["attemptCount"]
+        assert n == last.get(msg.key(), -1) + 1, f"aggregate {msg.key()!r}: event {n} after {last.get(msg.key())}"
+        last[msg.key()] = n
+    assert seen == set(by_event), f"missing from Kafka: {len(set(by_event) - seen)} events"
+    return duplicates
+
+
+def test_written_on_three_nodes_ids_do_not_follow_commit_order(citus_db_url):
+    write_events(citus_db_url)
+    with psycopg.connect(citus_db_url, autocommit=True) as conn:
+        inverted = conn.execute(
+            """SELECT count(*) FILTER (WHERE a.id > b.id) FROM billing.outbox_event a
+                 JOIN billing.outbox_event b ON b.customer_id = a.customer_id AND b.aggregate_id = a.aggregate_id
+                  AND (b.payload -> 'data' ->> 'attemptCount')::int = (a.payload -> 'data' ->> 'attemptCount')::int + 1
+            """).fetchone()[0]
+        seq_ok = conn.execute(
+            """SELECT bool_and(b.aggregate_seq > a.aggregate_seq) FROM billing.outbox_event a
+                 JOIN billing.outbox_event b ON b.customer_id = a.customer_id AND b.aggregate_id = a.aggregate_id
+                  AND (b.payload -> 'data' ->> 'attemptCount')::int = (a.payload -> 'data' ->> 'attemptCount')::int + 1
+            """).fetchone()[0]
+    assert inverted == len(AGGREGATES) * (PER_AGGREGATE - 1), "each later event took an id of a lower range"
+    assert seq_ok, "the order key follows the order of writing"
+
+
+def test_two_relays_share_the_groups_and_keep_each_aggregates_order(citus_db_url, kafka_bootstrap, kafka_topic):
+    write_events(citus_db_url)
+    assert asyncio.run(is_distributed(citus_db_url))
+    with psycopg.connect(citus_db_url, autocommit=True) as conn:
+        groups = conn.execute("SELECT count(*) FROM billing.shard_lease").fetchone()[0]
+        spread = conn.execute(
+            "SELECT count(DISTINCT get_shard_id_for_distribution_column('billing.outbox_event', customer_id)) "
+            "FROM billing.outbox_event").fetchone()[0]
+    assert groups == 8 and spread == 8
+
+    async def run():
+        stop = asyncio.Event()
+        sinks = [KafkaSink(kafka_bootstrap, kafka_topic) for _ in range(2)]
+        opts = [RelayOptions(batch_size=50, poll_interval=0.2, worker_name=f"relay-{i}") for i in range(2)]
+        relays = [ShardRelay(citus_db_url, s, stop, options=o) for s, o in zip(sinks, opts)]
+        tasks = [asyncio.create_task(r.run()) for r in relays]
+        await until(lambda: unpublished(citus_db_url) == 0, 90, "both relays to drain the outbox")
+        shares = [sorted(r.groups) for r in relays]
+        stop.set()
+        await asyncio.gather(*tasks)
+        for s in sinks:
+            s.close()
+        return relays, shares
+
+    relays, shares = asyncio.run(run())
+    assert all(r.published > 0 for r in relays), "both relays published"
+    assert sorted(shares[0] + shares[1]) == list(range(1, 9)), f"the groups shared, each to one relay: {shares}"
+    rows_ = rows(citus_db_url)
+    assert len(rows_) == len(AGGREGATES) * PER_AGGREGATE
+    messages = consume_all(kafka_bootstrap, kafka_topic, len(rows_), timeout=60)
+    assert check(rows_, messages) == 0, "no failure, no redelivery"
+
+
+class HangingSink:
+    """A real KafkaSink that sends the events of half the keys and never reports on the others:
+    a relay stuck mid-batch (some of it acknowledged by Kafka, none of it marked)."""
+
+    def __init__(self, inner: KafkaSink) -> None:
+        self.inner = inner
+        self.held = 0
+
+    def produce(self, key, value, on_delivery):
+        if int(key) % 2:
+            self.held += 1
+        else:
+            self.inner.produce(key, value, on_delivery)
+
+    def poll(self, timeout):
+        return self.inner.poll(timeout)
+
+    def flush(self, timeout):
+        return self.inner.flush(timeout) + self.held
+
+
+def test_a_relay_killed_mid_batch_loses_nothing(citus_db_url, kafka_bootstrap, kafka_topic):
+    write_events(citus_db_url)
+
+    async def run():
+        stop_a, stop_b = asyncio.Event(), asyncio.Event()
+        inner_a, sink_b = KafkaSink(kafka_bootstrap, kafka_topic), KafkaSink(kafka_bootstrap, kafka_topic)
+        fast = dict(batch_size=40, poll_interval=0.2, lease=timedelta(seconds=3))
+        a = ShardRelay(citus_db_url, HangingSink(inner_a), stop_a, options=RelayOptions(worker_name="relay-a", **fast))
+        task_a = asyncio.create_task(a.run())
+        await until(lambda: len(a.groups) == 8, 20, "relay A to lease every group")
+        await asyncio.sleep(1.0)  # A is mid-batch: its claimed rows leased, half of them sent, none marked
+        assert a.published == 0 and unpublished(citus_db_url) == len(AGGREGATES) * PER_AGGREGATE
+        task_a.cancel()  # stopped dead: its sessions end (its group locks with them), its row leases stay
+        await asyncio.gather(task_a, return_exceptions=True)
+        b = ShardRelay(citus_db_url, sink_b, stop_b, options=RelayOptions(worker_name="relay-b", **fast))
+        started = time.monotonic()
+        task_b = asyncio.create_task(b.run())
+        await until(lambda: unpublished(citus_db_url) == 0, 90, "relay B to take A's groups over and drain")
+        took = time.monotonic() - started
+        groups = sorted(b.groups)
+        stop_b.set()
+        await task_b
+        inner_a.close()
+        sink_b.close()
+        return groups, took
+
+    groups, took = asyncio.run(run())
+    assert groups == list(range(1, 9))
+    rows_ = rows(citus_db_url)
+    messages = consume_all(kafka_bootstrap, kafka_topic, len(rows_), timeout=60)
+    duplicates = check(rows_, messages)
+    # What A sent before dying comes again from B (at least once): at most A's first batches.
+    assert duplicates <= 8 * 40
+
+
+def test_run_relay_detects_citus(citus_db_url, kafka_bootstrap, kafka_topic):
+    from billing.config import Settings
+
+    write_events(citus_db_url)
+    settings = Settings(database_url=citus_db_url, kafka_bootstrap=kafka_bootstrap, kafka_topic=kafka_topic)
+
+    async def run():
+        stop = asyncio.Event()
+        task = asyncio.create_task(run_relay(settings, stop, options=RelayOptions(poll_interval=0.2, batch_size=200)))
+        await until(lambda: unpublished(citus_db_url) == 0, 90, "the detected per-group relay to drain")
+        stop.set()
+        await task
+
+    asyncio.run(run())
+    messages = consume_all(kafka_bootstrap, kafka_topic, len(AGGREGATES) * PER_AGGREGATE, timeout=60)
+    assert check(rows(citus_db_url), messages) == 0
+
+
+_KILLED_RELAY = r"""
+import asyncio, sys
+from billing.worker.relay import RelayOptions, ShardRelay
+from billing.worker.sinks import KafkaSink
+
+class Hanging:
+    # Sends the events of even keys, never reports on the odd ones: stuck mid-batch.
+    def __init__(self, inner):
+        self.inner, self.held = inner, 0
+    def produce(self, key, value, on_delivery):
+        if int(key) % 2:
+            self.held += 1
+        else:
+            self.inner.produce(key, value, on_delivery)
+    def poll(self, timeout):
+        return self.inner.poll(timeout)
+    def flush(self, timeout):
+        return self.inner.flush(timeout) + self.held
+
+url, bootstrap, topic = sys.argv[1:4]
+opts = RelayOptions(batch_size=40, poll_interval=0.2, worker_name="relay-killed")
+asyncio.run(ShardRelay(url, Hanging(KafkaSink(bootstrap, topic)), asyncio.Event(), options=opts).run())
+"""
+
+
+def test_a_relay_process_sigkilled_mid_batch_loses_nothing(citus_db_url, kafka_bootstrap, kafka_topic, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from billing.config import REPO_ROOT
+
+    write_events(citus_db_url)
+    script = tmp_path / "killed_relay.py"
+    script.write_text(_KILLED_RELAY)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "driver")}
+    proc = subprocess.Popen([sys.executable, str(script), citus_db_url, kafka_bootstrap, kafka_topic], env=env)
+
+    def leased() -> int:
+        with psycopg.connect(citus_db_url, autocommit=True) as conn:
+            return conn.execute("SELECT count(*) FROM billing.outbox_event WHERE status = 'PENDING' "
+                                "AND lease_until IS NOT NULL").fetchone()[0]
+
+    async def run():
+        try:
+            await until(lambda: leased() >= 8 * 20, 60, "the relay process to claim in every group")
+            await asyncio.sleep(1.0)  # half of its batches sent to Kafka, nothing marked
+            assert unpublished(citus_db_url) == len(AGGREGATES) * PER_AGGREGATE
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        stop = asyncio.Event()
+        sink = KafkaSink(kafka_bootstrap, kafka_topic)
+        b = ShardRelay(citus_db_url, sink, stop, options=RelayOptions(worker_name="relay-b", batch_size=40,
+                                                                     poll_interval=0.2, lease=timedelta(seconds=3)))
+        task = asyncio.create_task(b.run())
+        await until(lambda: unpublished(citus_db_url) == 0, 90, "another relay to take over and drain")
+        groups = sorted(b.groups)
+        stop.set()
+        await task
+        sink.close()
+        return groups
+
+    groups = asyncio.run(run())
+    assert groups == list(range(1, 9)), "the killed relay's groups were free at once (its locks died with it)"
+    rows_ = rows(citus_db_url)
+    messages = consume_all(kafka_bootstrap, kafka_topic, len(rows_), timeout=60)
+    duplicates = check(rows_, messages)
+    # What the killed relay had sent (and Kafka kept) comes again: at least once, never lost.
+    assert 0 < duplicates <= 8 * 40
+
+
+def test_a_single_postgresql_is_not_distributed(db_url):
+    # No Citus catalog there: the detection must not even plan a query of it (run_relay then runs
+    # the single-node relay of the advisory lock).
+    assert asyncio.run(is_distributed(db_url)) is False
