@@ -293,52 +293,20 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 SET jit = off
 AS $$
-DECLARE
-    v_table text;
-    v_ids   bigint[];
-    v_claimed bigint;
 BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
     PERFORM billing._check_lease(p_lease);
     PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
-    v_table := billing._shard_table('billing.outbox_event', p_shard_group);
-    -- claim_outbox_events inside one group: an aggregate's events are all in its customer's shard,
-    -- so "an event waits while an earlier pending event of its aggregate is held elsewhere" is a
-    -- question about this shard only.
-    EXECUTE format($q$
-        WITH candidate AS MATERIALIZED (
-            SELECT e.id, e.aggregate_type, e.aggregate_id
-              FROM %1$s e
-             WHERE e.status = 'PENDING' AND e.available_at <= $1 AND (e.lease_until IS NULL OR e.lease_until <= $1)
-             ORDER BY e.id
-             LIMIT $2
-               FOR UPDATE SKIP LOCKED
-        )
-        SELECT array_agg(c.id ORDER BY c.id)
-          FROM candidate c
-         WHERE NOT EXISTS (
-                   SELECT 1 FROM %1$s earlier
-                    WHERE earlier.status <> 'PUBLISHED' AND earlier.status <> 'DEAD'
-                      AND earlier.aggregate_type = c.aggregate_type AND earlier.aggregate_id = c.aggregate_id
-                      AND earlier.id < c.id AND earlier.id NOT IN (SELECT id FROM candidate)
-                   OFFSET 0)$q$, v_table)
-       INTO v_ids USING p_now, p_batch_size;
-    RETURN QUERY EXECUTE format($q$
-        WITH leased AS (
-            UPDATE %s e SET lease_until = $1 + $2 WHERE e.id = ANY ($3) RETURNING e.*
-        )
-        SELECT * FROM leased ORDER BY leased.id$q$, v_table)
-      USING p_now, p_lease, coalesce(v_ids, '{}');
-    GET DIAGNOSTICS v_claimed = ROW_COUNT;
-    IF v_claimed > 0 THEN
-        PERFORM billing._audit('claim_outbox_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
-    END IF;
+    -- The relay's own per-group claim (60_outbox.sql): each aggregate's events in its order key
+    -- (aggregate_seq on Citus, where nodes take ids from their own ranges; id on a single
+    -- PostgreSQL), with the head-of-line rule. This call adds the shard lease check.
+    RETURN QUERY SELECT * FROM billing.claim_outbox_events_in_shard(p_worker, p_shard_group, p_batch_size, p_lease, p_now);
 END
 $$;
 COMMENT ON FUNCTION billing.claim_outbox_in_shard(text, integer, integer, interval, timestamptz) IS
-'Claims up to p_batch_size PENDING events of one leased shard group for the relay, as claim_outbox_events does for the whole database: in id order, skipping rows another claimer holds, none while an earlier pending event of its aggregate is held elsewhere; each is leased until p_now + p_lease. Call it on the node holding the group.
-Returns the claimed events in id order; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size or lease.';
+'Claims up to p_batch_size PENDING events of one leased shard group, through the relay''s claim_outbox_events_in_shard after checking the worker''s shard lease: oldest first by each aggregate''s order key (aggregate_seq on Citus, id on a single PostgreSQL), skipping rows another claimer holds, none while an earlier pending event of its aggregate is held elsewhere; each is leased until p_now + p_lease. Call it on the node holding the group.
+Returns the claimed events, each aggregate''s in order; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size or lease.';
 
 -- The renewal statement inside one shard group, set-based (renew_in_shard's fast path): the same
 -- statement as _renew_batch (40_renewal.sql), run on the group's own shards on the node that holds
