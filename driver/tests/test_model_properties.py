@@ -826,8 +826,10 @@ class Model:
             self.emit("invoice", inv.nkey, "InvoicePaid")
             self.settle_pending(inv)
             if sub.status == "CANCELED" and inv.attempt_count == 0:
-                self.emit("invoice", inv.nkey, "RefundDue")
+                # The refund row first (RefundRequested), then RefundDue with its amount (what the
+                # period did not already give back as credit): 50_charging.sql's order.
                 self.emit("invoice", inv.nkey, "RefundRequested")
+                self.emit("invoice", inv.nkey, "RefundDue")
             elif sub.status == "PAST_DUE" and not any(
                     i.sub == sub.id and i.status == "OPEN" and i is not inv for i in self.invoices.values()):
                 sub.status = "ACTIVE"
