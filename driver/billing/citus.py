@@ -200,6 +200,13 @@ TRANSITION_TRIGGERS = (
 )
 
 
+# SQL API calls that write a reference table after reading distributed ones (adapt, below).
+SEQUENTIAL_FUNCTIONS = (
+    "billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer)",
+    "billing.apply_coupon(bigint, text, timestamptz)",
+)
+
+
 def adapt(conn: psycopg.Connection) -> AdaptResult:
     """After the function files, in the migration's transaction, on Citus (docs/scaling.md):
 
@@ -228,6 +235,15 @@ def adapt(conn: psycopg.Connection) -> AdaptResult:
         if replacement:
             conn.execute(replacement)
         result.triggers.append(trigger)
+    # A coupon's redemption counts on the coupon (a reference table: one row, every node's copy)
+    # after the call has read its customer's rows: Citus refuses a reference-table write after a
+    # parallel read of a distributed table in one transaction ("cannot modify table coupon because
+    # there was a parallel operation on a distributed table"), so these calls run their shard reads
+    # over one connection per node. Re-applied after every migration (the function files reset it).
+    for function in SEQUENTIAL_FUNCTIONS:
+        if conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (function,)).fetchone()[0]:
+            conn.execute(sql.SQL("ALTER FUNCTION {} SET citus.multi_shard_modify_mode = 'sequential'").format(
+                sql.SQL(function)))
     # The batch claims' shard groups (db/schema/0083): one lease row per group of billing.customer's
     # shards, 1..n in hash order, in place of the single PostgreSQL's group 0.
     if conn.execute("SELECT to_regclass('billing.shard_lease') IS NOT NULL").fetchone()[0]:

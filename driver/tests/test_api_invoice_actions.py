@@ -82,5 +82,5 @@ def test_retry_and_void_over_http(db_url):
         assert {r[1] for r in rows} == {f"api-key:{key_id}"}
         assert [r[0] for r in rows].count("void_invoice") >= 2
         sub_status = conn.execute("SELECT s.status FROM billing.subscription s JOIN billing.invoice i "
-                                  "ON i.subscription_id = s.id WHERE i.id = %s", (in_dunning,)).fetchone()[0]
+                                  "ON i.customer_id = s.customer_id AND i.subscription_id = s.id WHERE i.id = %s", (in_dunning,)).fetchone()[0]
         assert sub_status == "ACTIVE"  # nothing left unpaid: out of dunning, not canceled
