@@ -640,60 +640,6 @@ COMMENT ON FUNCTION billing.charge_claims_in_shard(text, integer, integer, inter
 'claim_charges inside one leased shard group: claims up to p_batch_size OPEN invoices of the group due by p_now (oldest first, SKIP LOCKED) and does claim_charges'' work on each (_claim_charge_row): the payment attempt and its key, the lease until p_now + p_lease, REVIEW past the key lifetime, waiting without a usable payment method. Call it on the node holding the group.
 Returns what claim_charges returns, in invoice id order; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for bad arguments.';
 
-CREATE OR REPLACE FUNCTION billing._claim_refund_row(
-    p_customer_id bigint, p_refund_id bigint, p_lease interval, p_now timestamptz, p_cfg billing.installation)
-RETURNS TABLE (refund_id bigint, customer_id bigint, invoice_id bigint, idempotency_key text, provider text,
-               charge_reference text, charge_key text, amount bigint, currency text, lookup boolean)
-LANGUAGE plpgsql VOLATILE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    v_before billing.refund;
-    v_ref    billing.refund;
-    v_key    text;
-    v_next   timestamptz;
-    v_expires timestamptz;
-BEGIN
-    -- claim_refunds' statement for one refund, every statement by (customer_id, id).
-    SELECT * INTO v_before FROM billing.refund r
-     WHERE r.customer_id = p_customer_id AND r.id = p_refund_id AND r.status = 'REQUESTED' AND r.next_attempt_at <= p_now
-       FOR NO KEY UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    -- Sent before, fate unknown, and the provider may have forgotten the key (or will before this
-    -- call ends): only looked up, never sent again; past the key's lifetime in review (RefundReview
-    -- once), looked up every hour.
-    -- (the new values computed from the locked row first: Citus takes no STABLE function,
-    -- timestamptz + interval, inside a CASE or coalesce of an UPDATE)
-    v_next := p_now + CASE WHEN v_before.key_expires_at <= p_now THEN greatest(p_lease, interval '1 hour') ELSE p_lease END;
-    v_expires := coalesce(v_before.key_expires_at, p_now + p_cfg.key_lifetime);
-    UPDATE billing.refund r
-       SET review_reason = CASE WHEN v_before.key_expires_at <= p_now THEN 'KEY_EXPIRED' ELSE v_before.review_reason END,
-           next_attempt_at = v_next,
-           claim_count = r.claim_count + 1,
-           first_claimed_at = coalesce(v_before.first_claimed_at, p_now),
-           key_expires_at = v_expires
-     WHERE r.customer_id = v_before.customer_id AND r.id = v_before.id
-    RETURNING * INTO v_ref;
-    IF v_before.review_reason IS NULL AND v_before.key_expires_at <= p_now THEN
-        PERFORM billing._emit_event('invoice', v_ref.invoice_id, 'RefundReview',
-                                    billing._refund_data(v_ref) || jsonb_build_object('reviewReason', 'KEY_EXPIRED'), p_now);
-    END IF;
-    SELECT a.idempotency_key INTO v_key FROM billing.payment_attempt a
-     WHERE a.customer_id = v_ref.customer_id AND a.id = v_ref.attempt_id;
-    RETURN QUERY SELECT v_ref.id, v_ref.customer_id, v_ref.invoice_id, v_ref.idempotency_key, v_ref.provider,
-                        v_ref.charge_reference, v_key, v_ref.amount, v_ref.currency::text,
-                        coalesce(v_before.key_expires_at <= p_now
-                                 OR (v_before.claim_count >= 1 AND p_now + p_lease > v_before.key_expires_at - p_cfg.lookup_margin),
-                                 false);
-END
-$$;
-COMMENT ON FUNCTION billing._claim_refund_row(bigint, bigint, interval, timestamptz, billing.installation) IS
-'Private: claim_refunds'' work on one refund named by (customer_id, id), under its row lock (SKIP LOCKED; REQUESTED and due checked on the locked version): leased until p_now + p_lease (an hour for a key past its lifetime, in review with RefundReview once), its key kept.
-Returns the row claim_refunds returns for it, or none.';
-
 CREATE OR REPLACE FUNCTION billing.refund_claims_in_shard(
     p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 50, p_lease interval DEFAULT interval '5 minutes',
     p_now timestamptz DEFAULT now())

@@ -285,6 +285,60 @@ Returns what to send or look up: the refund''s key (the same on every re-claim),
 -- oldest due first, a page at a time), each is locked by (customer_id, id) FOR NO KEY UPDATE SKIP
 -- LOCKED (one shard: another claimer's rows are skipped, as by the statement) and leased exactly as
 -- the statement leases it, until p_batch_size refunds were locked or none is left.
+CREATE OR REPLACE FUNCTION billing._claim_refund_row(
+    p_customer_id bigint, p_refund_id bigint, p_lease interval, p_now timestamptz, p_cfg billing.installation)
+RETURNS TABLE (refund_id bigint, customer_id bigint, invoice_id bigint, idempotency_key text, provider text,
+               charge_reference text, charge_key text, amount bigint, currency text, lookup boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_before billing.refund;
+    v_ref    billing.refund;
+    v_key    text;
+    v_next   timestamptz;
+    v_expires timestamptz;
+BEGIN
+    -- claim_refunds' statement for one refund, every statement by (customer_id, id).
+    SELECT * INTO v_before FROM billing.refund r
+     WHERE r.customer_id = p_customer_id AND r.id = p_refund_id AND r.status = 'REQUESTED' AND r.next_attempt_at <= p_now
+       FOR NO KEY UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- Sent before, fate unknown, and the provider may have forgotten the key (or will before this
+    -- call ends): only looked up, never sent again; past the key's lifetime in review (RefundReview
+    -- once), looked up every hour.
+    -- (the new values computed from the locked row first: Citus takes no STABLE function,
+    -- timestamptz + interval, inside a CASE or coalesce of an UPDATE)
+    v_next := p_now + CASE WHEN v_before.key_expires_at <= p_now THEN greatest(p_lease, interval '1 hour') ELSE p_lease END;
+    v_expires := coalesce(v_before.key_expires_at, p_now + p_cfg.key_lifetime);
+    UPDATE billing.refund r
+       SET review_reason = CASE WHEN v_before.key_expires_at <= p_now THEN 'KEY_EXPIRED' ELSE v_before.review_reason END,
+           next_attempt_at = v_next,
+           claim_count = r.claim_count + 1,
+           first_claimed_at = coalesce(v_before.first_claimed_at, p_now),
+           key_expires_at = v_expires
+     WHERE r.customer_id = v_before.customer_id AND r.id = v_before.id
+    RETURNING * INTO v_ref;
+    IF v_before.review_reason IS NULL AND v_before.key_expires_at <= p_now THEN
+        PERFORM billing._emit_event('invoice', v_ref.invoice_id, 'RefundReview',
+                                    billing._refund_data(v_ref) || jsonb_build_object('reviewReason', 'KEY_EXPIRED'), p_now);
+    END IF;
+    SELECT a.idempotency_key INTO v_key FROM billing.payment_attempt a
+     WHERE a.customer_id = v_ref.customer_id AND a.id = v_ref.attempt_id;
+    RETURN QUERY SELECT v_ref.id, v_ref.customer_id, v_ref.invoice_id, v_ref.idempotency_key, v_ref.provider,
+                        v_ref.charge_reference, v_key, v_ref.amount, v_ref.currency::text,
+                        coalesce(v_before.key_expires_at <= p_now
+                                 OR (v_before.claim_count >= 1 AND p_now + p_lease > v_before.key_expires_at - p_cfg.lookup_margin),
+                                 false);
+END
+$$;
+COMMENT ON FUNCTION billing._claim_refund_row(bigint, bigint, interval, timestamptz, billing.installation) IS
+'Private: claim_refunds'' work on one refund named by (customer_id, id), under its row lock (SKIP LOCKED; REQUESTED and due checked on the locked version): leased until p_now + p_lease (an hour for a key past its lifetime, in review with RefundReview once), its key kept.
+Returns the row claim_refunds returns for it, or none.';
+
 CREATE OR REPLACE FUNCTION billing._claim_refunds_rows(
     p_worker text, p_batch_size integer, p_lease interval, p_now timestamptz)
 RETURNS TABLE (refund_id bigint, customer_id bigint, invoice_id bigint, idempotency_key text, provider text,
@@ -296,12 +350,7 @@ AS $$
 DECLARE
     v_cfg       billing.installation;
     v_page      record;
-    v_due       billing.refund;
-    v_refund    billing.refund;
-    v_lookup    boolean;
-    v_key       text;
-    v_next      timestamptz;
-    v_expires   timestamptz;
+    v_row       jsonb;
     v_locked    integer := 0;
     v_after     timestamptz := '-infinity';
     v_after_id  bigint := -1;
@@ -323,42 +372,13 @@ BEGIN
             v_after := v_page.next_attempt_at;
             v_after_id := v_page.id;
             v_after_c := v_page.customer_id;
-            SELECT * INTO v_due FROM billing.refund r
-             WHERE r.customer_id = v_page.customer_id AND r.id = v_page.id
-               AND r.status = 'REQUESTED' AND r.next_attempt_at <= p_now
-               FOR NO KEY UPDATE SKIP LOCKED;
-            CONTINUE WHEN NOT FOUND;  -- another claimer holds it, or it moved on
+            -- Locked by its key SKIP LOCKED and leased, as claim_refunds' statement does: none when
+            -- another claimer holds it, or it moved on.
+            v_row := (SELECT to_jsonb(c) FROM billing._claim_refund_row(v_page.customer_id, v_page.id, p_lease, p_now,
+                                                                       v_cfg) c);
+            CONTINUE WHEN v_row IS NULL;
             v_locked := v_locked + 1;
-            v_next := p_now + CASE WHEN v_due.key_expires_at <= p_now THEN greatest(p_lease, interval '1 hour')
-                                   ELSE p_lease END;
-            v_expires := coalesce(v_due.key_expires_at, p_now + v_cfg.key_lifetime);
-            -- As the statement: sent before, fate unknown, and the provider may have forgotten the
-            -- key (or will before this call ends): only looked up; past the key's lifetime in review
-            -- (RefundReview once) and looked up every hour.
-            -- (the new values computed from the locked row first: Citus takes no STABLE function,
-            -- timestamptz + interval, inside a CASE or coalesce of an UPDATE)
-            UPDATE billing.refund r
-               SET review_reason = CASE WHEN v_due.key_expires_at <= p_now THEN 'KEY_EXPIRED' ELSE v_due.review_reason END,
-                   next_attempt_at = v_next,
-                   claim_count = r.claim_count + 1,
-                   first_claimed_at = coalesce(v_due.first_claimed_at, p_now),
-                   key_expires_at = v_expires
-             WHERE r.customer_id = v_due.customer_id AND r.id = v_due.id
-            RETURNING r.* INTO v_refund;
-            v_lookup := coalesce(v_due.key_expires_at <= p_now
-                                 OR (v_due.claim_count >= 1 AND p_now + p_lease > v_due.key_expires_at - v_cfg.lookup_margin),
-                                 false);
-            IF v_due.review_reason IS NULL AND v_due.key_expires_at <= p_now THEN
-                PERFORM billing._emit_event('invoice', v_refund.invoice_id, 'RefundReview',
-                    billing._refund_data(v_refund) || jsonb_build_object('reviewReason', 'KEY_EXPIRED'), p_now);
-            END IF;
-            SELECT a.idempotency_key INTO v_key FROM billing.payment_attempt a
-             WHERE a.customer_id = v_refund.customer_id AND a.id = v_refund.attempt_id;
-            v_rows := v_rows || jsonb_build_array(jsonb_build_object(
-                'refund_id', v_refund.id, 'customer_id', v_refund.customer_id, 'invoice_id', v_refund.invoice_id,
-                'idempotency_key', v_refund.idempotency_key, 'provider', v_refund.provider,
-                'charge_reference', v_refund.charge_reference, 'charge_key', v_key, 'amount', v_refund.amount,
-                'currency', v_refund.currency, 'lookup', v_lookup));
+            v_rows := v_rows || jsonb_build_array(v_row);
         END LOOP;
         EXIT WHEN v_seen = 0 OR v_locked >= p_batch_size;
     END LOOP;
@@ -372,7 +392,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._claim_refunds_rows(text, integer, interval, timestamptz) IS
-'Private: claim_refunds on Citus, row by row: the due REQUESTED refunds read unlocked oldest due first, each locked by (customer_id, id) SKIP LOCKED and leased as claim_refunds'' statement leases it (RefundReview once past the key''s lifetime), up to p_batch_size locked.
+'Private: claim_refunds on Citus, row by row: the due REQUESTED refunds read unlocked oldest due first, each locked by (customer_id, id) SKIP LOCKED and leased as claim_refunds'' statement leases it (_claim_refund_row: RefundReview once past the key''s lifetime), up to p_batch_size locked.
 Returns claim_refunds'' rows in refund id order.';
 
 -- The customer of a refund named by its key alone (the provider's answer knows only the key): an
