@@ -43,6 +43,8 @@ API = {
     # invoices as documents and the reports (db/functions/60_invoices.sql, 62_invoice_document.sql, 75_reports.sql)
     "upsert_tax_rate", "set_customer_details", "finalize_invoices", "finalize_invoice", "get_invoice_document",
     "report_mrr", "report_mrr_movements", "report_churn", "report_revenue",
+    # the run's figures (db/functions/79_figures.sql)
+    "figures_by_hour", "figures_counts", "figures_revenue",
     # the batch claims per shard group (db/functions/16_shards.sql and the *_in_shard functions, docs/scaling.md)
     "lease_shard_groups", "claim_renewals_in_shard", "claim_charges_in_shard", "claim_outbox_in_shard",
     "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups",
@@ -400,6 +402,12 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["report_mrr"] = isinstance(one("report_mrr", "%s", (T0 + timedelta(days=5),), setof=True), list)
     for fn in ("report_mrr_movements", "report_churn", "report_revenue"):
         out[fn] = isinstance(one(fn, "%s, %s", (T0.date(), (T0 + timedelta(days=40)).date()), setof=True), list)
+    # The run's figures: whole-database counts, as the demo's report reads them.
+    by_hour = one("figures_by_hour", "", setof=True)
+    out["figures_by_hour"] = {r[0] for r in by_hour} == {"due", "attempts"}
+    counts = {r[0]: r[3] for r in one("figures_counts", "", setof=True) if r[1] is None}
+    out["figures_counts"] = counts["charged"] >= 1 and counts["finalized"] >= 1
+    out["figures_revenue"] = [r[0] for r in one("figures_revenue", "", setof=True)] == ["USD"]
     # The per-shard claims (docs/scaling.md): on a single PostgreSQL one group, 0, the whole database.
     late = T0 + timedelta(days=400)
     groups = one("lease_shard_groups", "%s, %s, %s, %s", ("lp-worker", 4, timedelta(seconds=30), late), setof=True)
@@ -458,6 +466,7 @@ EXPECTED = {
     "console_invoices": True, "console_events": True, "console_functions": True, "replay": "PENDING",
     "tax_rate": True, "details": True, "finalized": True, "numbered": True, "document": True,
     "report_mrr": True, "report_mrr_movements": True, "report_churn": True, "report_revenue": True,
+    "figures_by_hour": True, "figures_counts": True, "figures_revenue": True,
     "shard_groups": [(0, True)], "shard_renewals": True, "shard_charges": True, "shard_events": True,
     "shard_holder": [(0, "lp-worker")], "shard_renewed": True, "shard_keyed": True, "shard_refunds": True,
     "relay_groups": [0], "relay_events": True, "relay_marked": 1,
