@@ -8,7 +8,9 @@
 --   and CHARGE lines for the rest of the time on the new terms. Amounts are signed: a reversal is
 --   <= 0. invoice_id is the invoice that bills the line; NULL for the lines of a change whose
 --   balance was credit (the credit rows of that change record the money, same subscription and
---   created_at).
+--   created_at); those depend on the period's unpaid invoices as the credit does (depends_on).
+--   A line is in force while its invoice (if any) is PAID, OPEN or REVIEW and none of depends_on
+--   is VOID or FAILED.
 -- * coupon_redemption.discount_until: the end of a repeating coupon's months of service (set when
 --   its first period is discounted); the discount of a line is its share of service before it.
 -- * Existing invoices get one CHARGE line each reproducing their figures exactly (gross =
@@ -35,6 +37,7 @@ CREATE TABLE billing.service_line (
     tax_inclusive   boolean     NOT NULL DEFAULT false,
     currency        char(3)     NOT NULL,
     reverses_id     bigint,
+    depends_on      bigint[],
     created_at      timestamptz NOT NULL,
     CONSTRAINT service_line_pkey PRIMARY KEY (customer_id, id),
     CONSTRAINT service_line_invoice_fkey FOREIGN KEY (customer_id, invoice_id)
@@ -75,10 +78,19 @@ COMMENT ON COLUMN billing.service_line.tax IS 'Tax on net: added to the total wh
 COMMENT ON COLUMN billing.service_line.tax_inclusive IS 'true when tax is contained in net.';
 COMMENT ON COLUMN billing.service_line.currency IS 'Currency of the amounts.';
 COMMENT ON COLUMN billing.service_line.reverses_id IS 'REVERSAL lines: the line whose unused part this gives back.';
+COMMENT ON COLUMN billing.service_line.depends_on IS 'Lines without an invoice (a change that ended in credit): the unpaid invoices of the period the change depended on; the lines fall with the first of them that is VOID or FAILED (as its credit does).';
 COMMENT ON COLUMN billing.service_line.created_at IS 'When the line was written (p_now of the call).';
 
 ALTER TABLE billing.coupon_redemption ADD COLUMN discount_until timestamptz;
 COMMENT ON COLUMN billing.coupon_redemption.discount_until IS 'A repeating coupon: the end of its months of service, set when its first period is discounted (NULL: not started, or once / forever).';
+
+-- A repeating coupon already started counts its periods left as months after the current period.
+UPDATE billing.coupon_redemption r
+   SET discount_until = s.current_period_end + make_interval(months => r.periods_left)
+  FROM billing.coupon c, billing.subscription s
+ WHERE c.code = r.coupon_code AND c.duration = 'repeating' AND r.ended_at IS NULL
+   AND s.customer_id = r.customer_id AND s.id = r.subscription_id
+   AND r.periods_left < c.duration_periods;
 
 -- Existing invoices: one CHARGE line each, reproducing their figures exactly.
 INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
