@@ -32,18 +32,7 @@ COMMENT ON FUNCTION billing._line_in_force(billing.service_line) IS
 'Private: whether a service line is in force (its invoice PAID, OPEN or REVIEW if it has one; none of the invoices it depends on VOID or FAILED).
 Returns the flag.';
 
--- Every line with whether it is in force: what the reports (MRR, revenue) and the checks read.
-CREATE OR REPLACE VIEW billing.service_line_in_force AS
-SELECT l.*, i.status AS invoice_status
-  FROM billing.service_line l
-  LEFT JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
- WHERE (l.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW'))
-   AND (l.depends_on IS NULL
-        OR NOT EXISTS (SELECT 1 FROM billing.invoice d
-                        WHERE d.customer_id = l.customer_id AND d.id = ANY (l.depends_on)
-                          AND d.status IN ('VOID', 'FAILED')));
-COMMENT ON VIEW billing.service_line_in_force IS
-'The service lines in force (invoice PAID, OPEN or REVIEW, or none; nothing they depend on VOID or FAILED), with their invoice''s status (NULL: a change that ended in credit).';
+DROP VIEW IF EXISTS billing.service_line_in_force;
 
 -- The unpaid invoices (OPEN, REVIEW) of the subscription that bill its current period: what credit
 -- and the lines of a change made in it depend on. An unpaid invoice of another period (an older

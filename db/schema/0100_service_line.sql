@@ -50,8 +50,8 @@ CREATE TABLE billing.service_line (
     CONSTRAINT service_line_span CHECK (span_start < span_end),
     CONSTRAINT service_line_quantity_positive CHECK (quantity >= 1),
     CONSTRAINT service_line_net_is_gross_less_discount CHECK (net = gross - discount),
-    CONSTRAINT service_line_sign CHECK (CASE kind WHEN 'CHARGE' THEN gross >= 0 AND discount >= 0 AND net >= 0 AND tax >= 0
-                                                  ELSE gross <= 0 AND discount <= 0 AND net <= 0 AND tax <= 0 END),
+    CONSTRAINT service_line_sign CHECK ((kind = 'CHARGE' AND gross >= 0 AND discount >= 0 AND net >= 0 AND tax >= 0)
+                                        OR (kind = 'REVERSAL' AND gross <= 0 AND discount <= 0 AND net <= 0 AND tax <= 0)),
     CONSTRAINT service_line_discount_has_coupon CHECK (discount = 0 OR coupon_code IS NOT NULL),
     CONSTRAINT service_line_currency_iso4217 CHECK (currency ~ '^[A-Z]{3}$')
 );
