@@ -1,4 +1,4 @@
--- 16_ledger: the service ledger (billing.service_line, docs/money.md): what every invoice sells, and
+-- 17_ledger: the service ledger (billing.service_line, docs/money.md): what every invoice sells, and
 -- what a change gives back. Every money rule that needs "what was sold, for which time, at what net
 -- price" reads it here: the unused part of the lines in force (proration, change credit, pause),
 -- the discount of a line (coupon eligibility and its months of service), the tax of a line.

@@ -4,7 +4,7 @@
 -- (billing.service_line, docs/money.md); the rule now in force is named in each block. Distinct
 -- customers and increasing years, so one scenario's renewals never touch another's.
 BEGIN;
-SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 04_plans_customers)
+SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
 SELECT plan(22);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
