@@ -97,8 +97,11 @@ BEGIN
         line_id := v_line.id;
         span_start := greatest(p_at, v_line.span_start);
         span_end := v_line.span_end;
-        v_gross := billing._share(v_line.gross, v_line.span_start, v_line.span_end, p_at, v_line.span_end);
-        v_net := billing._share(v_line.net, v_line.span_start, v_line.span_end, p_at, v_line.span_end);
+        -- From the whole period the line is a share of (the proration formula on the period's own
+        -- price: floor(price x remaining / period)), never more than the line itself.
+        v_gross := least(v_line.gross, billing._share(v_line.basis_gross, v_line.basis_start, v_line.span_end, p_at, v_line.span_end));
+        v_net := least(v_line.net, v_gross,
+                       billing._share(v_line.basis_net, v_line.basis_start, v_line.span_end, p_at, v_line.span_end));
         gross := v_gross;
         net := v_net;
         discount := v_gross - v_net;
@@ -130,11 +133,11 @@ BEGIN
         SELECT * INTO v_line FROM billing.service_line WHERE customer_id = p_sub.customer_id AND id = v_u.line_id;
         INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
                                           span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
-                                          currency, reverses_id, depends_on, created_at)
+                                          currency, reverses_id, depends_on, basis_start, basis_gross, basis_net, created_at)
         VALUES (p_sub.customer_id, p_sub.id, p_invoice_id, 'REVERSAL', v_line.item, v_line.plan_id, v_line.quantity,
                 v_line.unit_price, v_u.span_start, v_u.span_end, -v_u.gross, -v_u.discount, v_line.coupon_code, -v_u.net,
                 -v_u.tax, v_line.tax_inclusive, v_line.currency, v_line.id,
-                CASE WHEN p_invoice_id IS NULL THEN p_depends_on END, p_now);
+                CASE WHEN p_invoice_id IS NULL THEN p_depends_on END, v_u.span_start, -v_u.gross, -v_u.net, p_now);
         v_n := v_n + 1;
     END LOOP;
     RETURN v_n;
@@ -165,7 +168,8 @@ Returns (net, tax_exclusive).';
 CREATE OR REPLACE FUNCTION billing._charge_line(
     p_sub billing.subscription, p_invoice_id bigint, p_plan billing.plan, p_quantity integer, p_unit_price bigint,
     p_start timestamptz, p_end timestamptz, p_gross bigint, p_discount bigint, p_coupon_code text,
-    p_tax bigint, p_tax_inclusive boolean, p_depends_on bigint[], p_now timestamptz)
+    p_tax bigint, p_tax_inclusive boolean, p_depends_on bigint[], p_now timestamptz,
+    p_basis_start timestamptz DEFAULT NULL, p_basis_gross bigint DEFAULT NULL, p_basis_net bigint DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
@@ -176,14 +180,16 @@ BEGIN
     END IF;
     INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
                                       span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
-                                      currency, depends_on, created_at)
+                                      currency, depends_on, basis_start, basis_gross, basis_net, created_at)
     VALUES (p_sub.customer_id, p_sub.id, p_invoice_id, 'CHARGE', 'PLAN', p_plan.id, p_quantity, p_unit_price,
             p_start, p_end, p_gross, coalesce(p_discount, 0), CASE WHEN coalesce(p_discount, 0) > 0 THEN p_coupon_code END,
             p_gross - coalesce(p_discount, 0), coalesce(p_tax, 0), coalesce(p_tax_inclusive, false), p_plan.currency,
-            CASE WHEN p_invoice_id IS NULL THEN p_depends_on END, p_now);
+            CASE WHEN p_invoice_id IS NULL THEN p_depends_on END, coalesce(p_basis_start, p_start),
+            coalesce(p_basis_gross, p_gross), coalesce(p_basis_net, p_gross - coalesce(p_discount, 0)), p_now);
 END
 $$;
-COMMENT ON FUNCTION billing._charge_line(billing.subscription, bigint, billing.plan, integer, bigint, timestamptz, timestamptz, bigint, bigint, text, bigint, boolean, bigint[], timestamptz) IS
+DROP FUNCTION IF EXISTS billing._charge_line(billing.subscription, bigint, billing.plan, integer, bigint, timestamptz, timestamptz, bigint, bigint, text, bigint, boolean, bigint[], timestamptz);
+COMMENT ON FUNCTION billing._charge_line(billing.subscription, bigint, billing.plan, integer, bigint, timestamptz, timestamptz, bigint, bigint, text, bigint, boolean, bigint[], timestamptz, timestamptz, bigint, bigint) IS
 'Private: writes one CHARGE line (p_quantity seats of p_plan at p_unit_price a full period, for [p_start, p_end): gross, discount, tax), billed by p_invoice_id or by a change''s credit depending on p_depends_on. Nothing for an empty span.
 Returns nothing.';
 
@@ -310,6 +316,7 @@ DECLARE
     v_invoice billing.invoice;
     v_depends bigint[];
     v_credit  bigint;
+    v_full_disc record;
 BEGIN
     IF p_at >= v_end THEN
         RETURN 0;
@@ -320,6 +327,8 @@ BEGIN
     v_net := v_gross - v_disc.discount;
     v_tax := billing._line_tax(p_sub.customer_id, v_net);
     v_amount := v_net - v_unused.net;
+    -- The whole period on the new terms: what a later change reverses from (the period's price).
+    v_full_disc := billing._line_discount(p_sub, p_plan, p_full, p_full, p_sub.current_period_start, v_end, false, p_now);
     IF v_amount > 0 THEN
         -- Several changes may happen within one period, each its own PRORATION invoice keyed by the
         -- change instant; two changes at the very same instant move the second by 1 us.
@@ -335,7 +344,8 @@ BEGIN
                                           p_from_plan_id, p_from_price, 0, NULL, p_from_quantity);
         PERFORM billing._reverse_unused(p_sub, p_at, v_invoice.id, NULL, p_now);
         PERFORM billing._charge_line(p_sub, v_invoice.id, p_plan, p_sub.quantity, p_unit, p_at, v_end, v_gross,
-                                     v_disc.discount, v_disc.coupon_code, v_tax.tax, v_tax.inclusive, NULL, p_now);
+                                     v_disc.discount, v_disc.coupon_code, v_tax.tax, v_tax.inclusive, NULL, p_now,
+                                     p_sub.current_period_start, p_full, p_full - v_full_disc.discount);
         RETURN v_amount;
     END IF;
     v_depends := billing._period_unpaid(p_sub);
@@ -343,7 +353,8 @@ BEGIN
                 - (v_net + CASE WHEN v_tax.inclusive THEN 0 ELSE v_tax.tax END);
     PERFORM billing._reverse_unused(p_sub, p_at, NULL, v_depends, p_now);
     PERFORM billing._charge_line(p_sub, NULL, p_plan, p_sub.quantity, p_unit, p_at, v_end, v_gross,
-                                 v_disc.discount, v_disc.coupon_code, v_tax.tax, v_tax.inclusive, v_depends, p_now);
+                                 v_disc.discount, v_disc.coupon_code, v_tax.tax, v_tax.inclusive, v_depends, p_now,
+                                 p_sub.current_period_start, p_full, p_full - v_full_disc.discount);
     IF v_credit > 0 THEN
         PERFORM billing._grant_change_credit(p_sub, p_plan.currency, v_credit, p_now);
     END IF;

@@ -99,6 +99,16 @@ BEGIN
                p.tax_amount, p.tax_included, p.tax_detail
           FROM priced p
         RETURNING *
+    ), new_lines AS (
+        -- The service ledger (16_ledger): each renewal sells its period in one CHARGE line (no
+        -- coupon here: a discounted renewal takes the per-row path).
+        INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity,
+                                          unit_price, span_start, span_end, gross, net, tax, tax_inclusive, currency,
+                                          basis_start, basis_gross, basis_net, created_at)
+        SELECT i.customer_id, i.subscription_id, i.id, 'CHARGE', 'PLAN', i.plan_id, i.quantity, i.plan_price,
+               i.period_start, i.period_end, i.subtotal, i.subtotal, i.tax_amount + i.tax_included, i.tax_included > 0,
+               i.currency, i.period_start, i.subtotal, i.subtotal, p_now
+          FROM new_invoice i
     ), renewed AS (
         UPDATE billing.subscription s
            SET current_period_start = p.period_start,

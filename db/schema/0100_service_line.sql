@@ -38,6 +38,9 @@ CREATE TABLE billing.service_line (
     currency        char(3)     NOT NULL,
     reverses_id     bigint,
     depends_on      bigint[],
+    basis_start     timestamptz NOT NULL,
+    basis_gross     bigint      NOT NULL,
+    basis_net       bigint      NOT NULL,
     created_at      timestamptz NOT NULL,
     CONSTRAINT service_line_pkey PRIMARY KEY (customer_id, id),
     CONSTRAINT service_line_invoice_fkey FOREIGN KEY (customer_id, invoice_id)
@@ -47,7 +50,7 @@ CREATE TABLE billing.service_line (
     CONSTRAINT service_line_kind_known CHECK (kind IN ('CHARGE', 'REVERSAL')),
     CONSTRAINT service_line_item_known CHECK (item IN ('PLAN')),
     CONSTRAINT service_line_reversal_names_its_line CHECK ((kind = 'REVERSAL') = (reverses_id IS NOT NULL)),
-    CONSTRAINT service_line_span CHECK (span_start < span_end),
+    CONSTRAINT service_line_span CHECK (span_start < span_end AND basis_start <= span_start),
     CONSTRAINT service_line_quantity_positive CHECK (quantity >= 1),
     CONSTRAINT service_line_net_is_gross_less_discount CHECK (net = gross - discount),
     CONSTRAINT service_line_sign CHECK ((kind = 'CHARGE' AND gross >= 0 AND discount >= 0 AND net >= 0 AND tax >= 0)
@@ -79,6 +82,9 @@ COMMENT ON COLUMN billing.service_line.tax_inclusive IS 'true when tax is contai
 COMMENT ON COLUMN billing.service_line.currency IS 'Currency of the amounts.';
 COMMENT ON COLUMN billing.service_line.reverses_id IS 'REVERSAL lines: the line whose unused part this gives back.';
 COMMENT ON COLUMN billing.service_line.depends_on IS 'Lines without an invoice (a change that ended in credit): the unpaid invoices of the period the change depended on; the lines fall with the first of them that is VOID or FAILED (as its credit does).';
+COMMENT ON COLUMN billing.service_line.basis_start IS 'CHARGE lines: start of the whole period [basis_start, span_end) the line is a share of (its own start unless sold from a change within the period).';
+COMMENT ON COLUMN billing.service_line.basis_gross IS 'CHARGE lines: the gross of that whole period on the line''s terms (its unused part from t is floor(basis_gross x (span_end - t) / (span_end - basis_start))).';
+COMMENT ON COLUMN billing.service_line.basis_net IS 'CHARGE lines: the net of that whole period on the line''s terms (the price the period is billed at).';
 COMMENT ON COLUMN billing.service_line.created_at IS 'When the line was written (p_now of the call).';
 
 ALTER TABLE billing.coupon_redemption ADD COLUMN discount_until timestamptz;
@@ -95,11 +101,12 @@ UPDATE billing.coupon_redemption r
 -- Existing invoices: one CHARGE line each, reproducing their figures exactly.
 INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
                                   span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
-                                  currency, created_at)
+                                  currency, basis_start, basis_gross, basis_net, created_at)
 SELECT i.customer_id, i.subscription_id, i.id, 'CHARGE', 'PLAN', i.plan_id, i.quantity, i.plan_price,
        i.period_start, i.period_end, i.subtotal + i.discount_amount, i.discount_amount,
        CASE WHEN i.discount_amount > 0 THEN i.coupon_code END, i.subtotal,
-       i.tax_amount + i.tax_included, i.tax_included > 0, i.currency, i.created_at
+       i.tax_amount + i.tax_included, i.tax_included > 0, i.currency,
+       i.period_start, i.subtotal + i.discount_amount, i.subtotal, i.created_at
   FROM billing.invoice i
  WHERE i.period_start < i.period_end
  ORDER BY i.customer_id, i.id;
