@@ -116,9 +116,11 @@ COMMENT ON FUNCTION billing._unused_lines(billing.subscription, timestamptz) IS
 Returns one row per line.';
 
 -- Reverses the unused part from p_at of the lines in force (REVERSAL lines, billed by p_invoice_id
--- or, NULL, by the credit of the change, depending on p_depends_on).
+-- or, NULL, by the credit of the change, depending on p_depends_on). p_free: the time ends without
+-- anything given back (a change of period length without proration): the reversal is worth 0.
+DROP FUNCTION IF EXISTS billing._reverse_unused(billing.subscription, timestamptz, bigint, bigint[], timestamptz);
 CREATE OR REPLACE FUNCTION billing._reverse_unused(p_sub billing.subscription, p_at timestamptz, p_invoice_id bigint,
-                                                   p_depends_on bigint[], p_now timestamptz)
+                                                   p_depends_on bigint[], p_now timestamptz, p_free boolean DEFAULT false)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
@@ -135,16 +137,19 @@ BEGIN
                                           span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
                                           currency, reverses_id, depends_on, basis_start, basis_gross, basis_net, created_at)
         VALUES (p_sub.customer_id, p_sub.id, p_invoice_id, 'REVERSAL', v_line.item, v_line.plan_id, v_line.quantity,
-                v_line.unit_price, v_u.span_start, v_u.span_end, -v_u.gross, -v_u.discount, v_line.coupon_code, -v_u.net,
-                -v_u.tax, v_line.tax_inclusive, v_line.currency, v_line.id,
-                CASE WHEN p_invoice_id IS NULL THEN p_depends_on END, v_u.span_start, -v_u.gross, -v_u.net, p_now);
+                v_line.unit_price, v_u.span_start, v_u.span_end,
+                CASE WHEN p_free THEN 0 ELSE -v_u.gross END, CASE WHEN p_free THEN 0 ELSE -v_u.discount END,
+                v_line.coupon_code, CASE WHEN p_free THEN 0 ELSE -v_u.net END, CASE WHEN p_free THEN 0 ELSE -v_u.tax END,
+                v_line.tax_inclusive, v_line.currency, v_line.id,
+                CASE WHEN p_invoice_id IS NULL THEN p_depends_on END, v_u.span_start,
+                CASE WHEN p_free THEN 0 ELSE -v_u.gross END, CASE WHEN p_free THEN 0 ELSE -v_u.net END, p_now);
         v_n := v_n + 1;
     END LOOP;
     RETURN v_n;
 END
 $$;
-COMMENT ON FUNCTION billing._reverse_unused(billing.subscription, timestamptz, bigint, bigint[], timestamptz) IS
-'Private: writes a REVERSAL line for the unused part from p_at of each line in force of p_sub (billed by p_invoice_id, or by the change''s credit depending on p_depends_on).
+COMMENT ON FUNCTION billing._reverse_unused(billing.subscription, timestamptz, bigint, bigint[], timestamptz, boolean) IS
+'Private: writes a REVERSAL line for the unused part from p_at of each line in force of p_sub (billed by p_invoice_id, or by the change''s credit depending on p_depends_on; worth 0 with p_free).
 Returns how many lines it wrote.';
 
 -- What the unused part from p_at of the lines in force comes to: net, and the exclusive tax on it.

@@ -405,6 +405,11 @@ BEGIN
         PERFORM billing._reverse_unused(v_sub, v_change_at, NULL, billing._period_unpaid(v_sub), p_now);
         PERFORM billing._grant_change_credit(v_sub, v_new.currency,
                                              billing._period_credit_base(v_sub, v_unused.net + v_unused.tax_exclusive), p_now);
+    ELSE
+        -- Without proration the rest of the old period ends unused and nothing is given back: its
+        -- lines are reversed at 0 (the time is not sold twice).
+        PERFORM billing._reverse_unused(v_sub, least(v_start, v_sub.current_period_end), NULL,
+                                        billing._period_unpaid(v_sub), p_now, true);
     END IF;
     v_before := v_sub;
     v_sub := billing._start_period(v_sub, v_new, v_start, 'PLAN_CHANGE', p_now, v_from.id, v_from_price);
