@@ -369,3 +369,70 @@ $$;
 COMMENT ON FUNCTION billing._prorate_change(billing.subscription, billing.plan, bigint, bigint, timestamptz, timestamptz, bigint, bigint, integer) IS
 'Private: a change within the current period at p_at, from the lines: REVERSAL lines for the unused part of the lines in force, a CHARGE line for the rest on the new terms (p_sub''s seats, p_plan, p_full for a whole period, the coupon if it covers the plan); an OPEN PRORATION invoice billing both when the new line costs more, else the difference (tax included, from what the customer kept) as credit through _grant_change_credit.
 Returns the signed difference (positive: invoiced).';
+
+-- A cancellation now at p_at gives back the unused paid time as p_proration says: none (nothing,
+-- the rule before), credit (to the balance, pending while an invoice of the period is unpaid,
+-- capped at what the period kept) or refund (from the charges that paid the period, newest first,
+-- each an engine refund capped at what its period kept: never money already given back). The
+-- unused part of the lines in force is reversed either way the time is given back.
+CREATE OR REPLACE FUNCTION billing._cancel_unused(p_sub billing.subscription, p_at timestamptz, p_proration text,
+                                                  p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_unused record;
+    v_amount bigint;
+    v_left   bigint;
+    v_paid   billing.invoice;
+    v_refund billing.refund;
+    v_plan   billing.plan;
+    v_given  bigint := 0;
+BEGIN
+    IF p_proration = 'none' OR p_at >= p_sub.current_period_end OR p_sub.status = 'PAUSED' THEN
+        RETURN 0;
+    END IF;
+    v_unused := billing._unused_total(p_sub, p_at);
+    v_amount := billing._period_credit_base(p_sub, v_unused.net + v_unused.tax_exclusive);
+    IF v_amount <= 0 THEN
+        RETURN 0;
+    END IF;
+    SELECT * INTO v_plan FROM billing.plan WHERE id = p_sub.plan_id;
+    IF p_proration = 'credit' THEN
+        PERFORM billing._reverse_unused(p_sub, p_at, NULL, billing._period_unpaid(p_sub), p_now);
+        PERFORM billing._grant_change_credit(p_sub, v_plan.currency, v_amount, p_now);
+        RETURN v_amount;
+    END IF;
+    -- refund: only money the period kept, from the charges that paid it.
+    v_left := least(v_amount, billing._period_credit_room(p_sub));
+    FOR v_paid IN
+        SELECT i.* FROM billing.invoice i
+         WHERE i.customer_id = p_sub.customer_id AND i.subscription_id = p_sub.id AND i.status = 'PAID'
+           AND i.paid_attempt_id IS NOT NULL
+           AND i.period_end = p_sub.current_period_end AND i.period_start >= p_sub.current_period_start
+         ORDER BY i.id DESC
+           FOR UPDATE
+    LOOP
+        EXIT WHEN v_left <= 0;
+        v_amount := least(v_left, coalesce(billing._refundable(v_paid.customer_id, v_paid.paid_attempt_id), 0));
+        CONTINUE WHEN v_amount <= 0;
+        v_refund := billing._refund_invoice(v_paid, v_paid.paid_attempt_id, v_amount, 'SUBSCRIPTION_CANCELED',
+                                            'engine', NULL, p_now);
+        CONTINUE WHEN v_refund.id IS NULL;
+        PERFORM billing._emit_event('invoice', v_paid.id, 'RefundDue',
+            billing._invoice_data(v_paid) || jsonb_build_object(
+                'amount', v_refund.amount, 'currency', v_refund.currency, 'reason', 'SUBSCRIPTION_CANCELED',
+                'idempotencyKey', v_refund.idempotency_key), p_now);
+        v_left := v_left - v_refund.amount;
+        v_given := v_given + v_refund.amount;
+    END LOOP;
+    IF v_given > 0 THEN
+        PERFORM billing._reverse_unused(p_sub, p_at, NULL, NULL, p_now);
+    END IF;
+    RETURN v_given;
+END
+$$;
+COMMENT ON FUNCTION billing._cancel_unused(billing.subscription, timestamptz, text, timestamptz) IS
+'Private: the unused paid time of a subscription canceled now at p_at given back per p_proration: none, credit (capped, pending while the period is unpaid) or refund (engine refunds of the charges that paid the period, capped at what it kept; RefundDue each); its lines reversed.
+Returns the amount given back.';

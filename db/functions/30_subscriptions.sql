@@ -157,9 +157,10 @@ COMMENT ON FUNCTION billing.get_subscription(bigint) IS
 'Reads one subscription.
 Returns the row; BL404 when absent.';
 
+DROP FUNCTION IF EXISTS billing.cancel_subscription(bigint, boolean, timestamptz, bigint);
 CREATE OR REPLACE FUNCTION billing.cancel_subscription(
     p_subscription_id bigint, p_at_period_end boolean, p_now timestamptz DEFAULT now(),
-    p_expected_version bigint DEFAULT NULL)
+    p_expected_version bigint DEFAULT NULL, p_proration text DEFAULT 'none')
 RETURNS billing.subscription
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -168,8 +169,14 @@ DECLARE
     v_sub    billing.subscription;
     v_before billing.subscription;
 BEGIN
-    PERFORM billing._audit('cancel_subscription', jsonb_build_object('subscription_id', p_subscription_id, 'at_period_end', p_at_period_end, 'now', p_now, 'expected_version', p_expected_version));
+    PERFORM billing._audit('cancel_subscription', jsonb_build_object('subscription_id', p_subscription_id, 'at_period_end', p_at_period_end, 'now', p_now, 'expected_version', p_expected_version, 'proration', p_proration));
     PERFORM billing._check_now(p_now);
+    PERFORM billing._check_one_of('proration', p_proration, ARRAY['none', 'credit', 'refund'],
+                                  'Use none (nothing given back), credit or refund (the unused paid time).');
+    IF p_at_period_end AND p_proration <> 'none' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a cancellation at period end leaves no unused time: p_proration is none',
+            HINT = 'p_proration credit or refund is for a cancellation now.';
+    END IF;
     IF p_at_period_end IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_at_period_end must be true or false';
     END IF;
@@ -204,19 +211,23 @@ BEGIN
         RETURN v_sub;
     END IF;
 
+    -- The unused paid time, as p_proration says (17_ledger), read before the invoices never declined
+    -- are voided (their lines then bill nothing) and the subscription ends.
+    v_before := v_sub;
     UPDATE billing.subscription
        SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'REQUESTED',
            version = version + 1, updated_at = p_now
      WHERE customer_id = v_sub.customer_id AND id = v_sub.id
     RETURNING * INTO v_sub;
     PERFORM billing._void_open_invoices(v_sub.customer_id, ARRAY[v_sub.id], p_now);
+    PERFORM billing._cancel_unused(v_before, greatest(p_now, v_before.current_period_start), p_proration, p_now);
     PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled', billing._subscription_data(v_sub), p_now);
     RETURN v_sub;
 END
 $$;
-COMMENT ON FUNCTION billing.cancel_subscription(bigint, boolean, timestamptz, bigint) IS
-'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Cancels now (CANCELED, event SubscriptionCanceled; OPEN invoices never declined become VOID, those in dunning stay OPEN and collectible) or flags it to cancel at period end; repeating is harmless.
-Returns the subscription; BL404 when absent, BL409 when p_expected_version is stale, BL422 at period end for a PAUSED one.';
+COMMENT ON FUNCTION billing.cancel_subscription(bigint, boolean, timestamptz, bigint, text) IS
+'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Cancels now (CANCELED, event SubscriptionCanceled; OPEN invoices never declined become VOID, those in dunning stay OPEN and collectible; the unused paid time per p_proration: none, credit to the balance, or refund of the charges that paid it, capped at what the period kept) or flags it to cancel at period end; repeating is harmless.
+Returns the subscription; BL404 when absent, BL409 when p_expected_version is stale, BL422 at period end for a PAUSED one, for an unknown p_proration or one other than none at period end.';
 
 -- Renews a locked subscription, one period at a time, until its current period contains p_now,
 -- at the terms in force when each period starts (its plan, and that plan's price then), or cancels

@@ -5,7 +5,7 @@
 -- customers and increasing years, so one scenario's renewals never touch another's.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(22);
+SELECT plan(28);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
@@ -169,24 +169,54 @@ SELECT billing.set_quantity(pg_temp.sid('l13'), 1, '2047-04-20 00:00Z');
 SELECT results_eq($$SELECT pg_temp.balance(20013)$$, $$VALUES (0::bigint)$$,
                   'ledger 13: removing the unpaid seats credits nothing now: the credit waits on the seats'' invoice');
 
+-- Cancel now with p_proration (issue 26): none gives nothing back (the rule before); credit gives
+-- the unused paid time to the balance; refund gives it back from the charge that paid it, tax
+-- included, never what the period already gave back.
+SELECT billing.upsert_plan('LC_P', 3000, 'USD', 'MONTH');
+SELECT billing.create_subscription('lc-n', 20021, 'LC_P', '2048-04-01 00:00Z');
+SELECT billing.create_subscription('lc-c', 20022, 'LC_P', '2048-04-01 00:00Z');
+SELECT billing.create_subscription('lc-r', 20023, 'LC_P', '2048-04-01 00:00Z');
+SELECT billing.record_payment_result(c.idempotency_key, 'SUCCEEDED', 'ch_' || c.idempotency_key, NULL, '2048-04-01 00:00Z')
+  FROM billing.claim_charges('ledger', 1000, interval '5 minutes', '2048-04-01 00:00Z') c
+ WHERE c.customer_id BETWEEN 20021 AND 20023;
+SELECT throws_ok($$SELECT billing.cancel_subscription(pg_temp.sid('lc-n'), false, '2048-04-16 00:00Z', NULL, 'later')$$,
+                 'BL422', NULL, 'cancel: an unknown p_proration is refused');
+SELECT throws_ok($$SELECT billing.cancel_subscription(pg_temp.sid('lc-n'), true, '2048-04-16 00:00Z', NULL, 'credit')$$,
+                 'BL422', NULL, 'cancel: at period end nothing is unused');
+SELECT billing.cancel_subscription(pg_temp.sid('lc-n'), false, '2048-04-16 00:00Z');
+SELECT billing.cancel_subscription(pg_temp.sid('lc-c'), false, '2048-04-16 00:00Z', NULL, 'credit');
+SELECT billing.cancel_subscription(pg_temp.sid('lc-r'), false, '2048-04-16 00:00Z', NULL, 'refund');
+SELECT results_eq($$SELECT pg_temp.balance(20021), pg_temp.balance(20022), pg_temp.balance(20023)$$,
+                  $$VALUES (0::bigint, 1500::bigint, 0::bigint)$$,
+                  'cancel: none keeps the 15 unused days, credit gives them to the balance (1500)');
+SELECT results_eq($$SELECT amount, reason, status FROM billing.refund WHERE customer_id = 20023$$,
+                  $$VALUES (1500::bigint, 'SUBSCRIPTION_CANCELED', 'REQUESTED')$$,
+                  'cancel: refund gives the 1500 back from the charge that paid April');
+SELECT results_eq($$SELECT kind, net FROM billing.service_line WHERE customer_id = 20023 ORDER BY id$$,
+                  $$VALUES ('CHARGE', 3000::bigint), ('REVERSAL', -1500::bigint)$$,
+                  'cancel: the unused half of April is reversed in the ledger');
+SELECT throws_like($$SELECT billing.refund_invoice((SELECT id FROM billing.invoice WHERE customer_id = 20023), 1501, NULL,
+                                                    '2048-04-17 00:00Z')$$,
+                   '%between 1 and 1500%', 'cancel: and the rest of April''s charge is all that is left to refund');
+
 -- The ledger itself: every invoice's subtotal is the net of its lines, none sold twice.
 SELECT is_empty($$SELECT i.id FROM billing.invoice i
                    LEFT JOIN billing.service_line l ON l.customer_id = i.customer_id AND l.invoice_id = i.id
-                  WHERE i.customer_id BETWEEN 20001 AND 20013
+                  WHERE i.customer_id BETWEEN 20001 AND 20023
                   GROUP BY i.id, i.subtotal HAVING coalesce(sum(l.net), 0) <> i.subtotal$$,
                 'ledger: every invoice''s subtotal is the net of its service lines');
 SELECT is_empty($$SELECT l.reverses_id FROM billing.service_line l
                    LEFT JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
-                  WHERE l.customer_id BETWEEN 20001 AND 20013 AND l.kind = 'REVERSAL'
+                  WHERE l.customer_id BETWEEN 20001 AND 20023 AND l.kind = 'REVERSAL'
                     AND (i.id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW'))
                   GROUP BY l.customer_id, l.reverses_id HAVING count(*) > 1$$,
                 'ledger: no line is reversed twice while in force');
 SELECT is_empty($$SELECT r.id FROM billing.service_line r
                    JOIN billing.service_line o ON o.customer_id = r.customer_id AND o.id = r.reverses_id
-                  WHERE r.customer_id BETWEEN 20001 AND 20013
+                  WHERE r.customer_id BETWEEN 20001 AND 20023
                     AND (-r.net > o.net OR -r.tax > o.tax OR r.span_end <> o.span_end OR r.span_start < o.span_start)$$,
                 'ledger: a reversal never gives back more than its line, nor time outside it');
-SELECT cmp_ok((SELECT count(*) FROM billing.service_line WHERE customer_id BETWEEN 20001 AND 20013), '>=', 20::bigint,
+SELECT cmp_ok((SELECT count(*) FROM billing.service_line WHERE customer_id BETWEEN 20001 AND 20023), '>=', 20::bigint,
               'ledger: the lines exist');
 
 SELECT * FROM finish();

@@ -260,10 +260,11 @@ def make_machine(db: Db, steps: int):
             self._learn_reverts()
 
         @precondition(lambda self: self.plan_history)
-        @rule(data=st.data(), at_period_end=st.booleans())
-        def cancel(self, data, at_period_end):
+        @rule(data=st.data(), at_period_end=st.booleans(), proration=st.sampled_from(["none", "none", "credit", "refund"]))
+        def cancel(self, data, at_period_end, proration="none"):
             sub = data.draw(st.sampled_from(self._subs()), label="subscription")
-            got = db.call("SELECT * FROM billing.cancel_subscription(%s, %s, %s)", (sub, at_period_end, self.now))
+            got = db.call("SELECT * FROM billing.cancel_subscription(%s, %s, %s, NULL, %s)",
+                          (sub, at_period_end, self.now, "none" if at_period_end else proration))
             assert isinstance(got, list) or (got == "BL422" and at_period_end), got  # a PAUSED one: now only
             if isinstance(got, list) and got[0]["cancel_at_period_end"] and got[0]["status"] != "CANCELED":
                 self.cancel_asked.setdefault(sub, self.now)
