@@ -81,6 +81,8 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_line billing.service_line;
+    v_rev  billing.service_line;
+    v_reversed boolean;
     v_net  bigint;
     v_gross bigint;
 BEGIN
@@ -91,9 +93,17 @@ BEGIN
          ORDER BY l.id
     LOOP
         CONTINUE WHEN NOT billing._line_in_force(v_line);
-        CONTINUE WHEN EXISTS (SELECT 1 FROM billing.service_line r
-                               WHERE r.customer_id = v_line.customer_id AND r.reverses_id = v_line.id
-                                 AND billing._line_in_force(r));
+        -- Its reversals read first, then checked: on Citus a call inside a query of one shard would be
+        -- sent to the worker with it.
+        v_reversed := false;
+        FOR v_rev IN SELECT * FROM billing.service_line r
+                      WHERE r.customer_id = v_line.customer_id AND r.reverses_id = v_line.id LOOP
+            IF billing._line_in_force(v_rev) THEN
+                v_reversed := true;
+                EXIT;
+            END IF;
+        END LOOP;
+        CONTINUE WHEN v_reversed;
         line_id := v_line.id;
         span_start := greatest(p_at, v_line.span_start);
         span_end := v_line.span_end;
