@@ -126,7 +126,7 @@ SELECT is((SELECT sum(recognized) FROM billing.report_revenue('2042-06-01', '204
           3000::numeric, 'issue 26 #5: recognized over June and July = the cash kept (3000), the credit counted once');
 SELECT is((SELECT recognized FROM billing.report_revenue('2042-06-01', '2042-06-30') WHERE currency = 'XRV'),
           2000::bigint, 'issue 26 #5: June: half at 3000 (1500) and half at 1000 (500)');
-SELECT is((SELECT r.recognized FROM billing.recognized_revenue('2042-01-01 00:00Z', '2043-01-01 00:00Z') r WHERE r.currency = 'XRV'),
+SELECT is((SELECT r.recognized FROM billing._revenue_recognized('2042-01-01 00:00Z', '2043-01-01 00:00Z') r WHERE r.currency = 'XRV'),
           3000::bigint, 'issue 26 #5: billing.recognized_revenue over the whole history = the cash kept');
 
 -- =============================================================================================
