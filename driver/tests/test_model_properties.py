@@ -880,6 +880,18 @@ class Model:
                 self.emit("subscription", sub.id, "SubscriptionRecovered")
         elif sub.status == "CANCELED":
             self.emit("invoice", inv.nkey, "InvoiceWrittenOff")
+        elif inv.start < sub.start and any(
+                i.sub == sub.id and i.kind != "PRORATION" and i.status == "PAID" and i.start == sub.start
+                for i in self.invoices.values()):
+            # Dunning acts on its own period only (issue 26 #9): an earlier period's invoice is
+            # written off, the paid current period left alone.
+            self.emit("invoice", inv.nkey, "InvoiceWrittenOff")
+            if sub.status == "PAST_DUE" and not any(
+                    i.sub == sub.id and i.status == "OPEN" for i in self.invoices.values()):
+                sub.status = "ACTIVE"
+                sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
+                self.emit("subscription", sub.id, "SubscriptionRecovered")
         else:
             sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "DUNNING_EXHAUSTED"
             sub.version += 1
