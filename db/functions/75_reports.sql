@@ -42,6 +42,13 @@ BEGIN
     RETURN QUERY
     WITH pts AS MATERIALIZED (
         SELECT DISTINCT x AS at FROM unnest(p_points) x WHERE x IS NOT NULL
+    ), latest AS (
+        -- Inclusive tax is not MRR: the share net of it of each subscription's latest invoice.
+        SELECT DISTINCT ON (i.customer_id, i.subscription_id) i.customer_id, i.subscription_id,
+               CASE WHEN i.subtotal > 0 THEN (i.subtotal - i.tax_included)::numeric / i.subtotal END AS net_share
+          FROM billing.invoice i
+         WHERE i.status <> 'VOID'
+         ORDER BY i.customer_id, i.subscription_id, i.period_start DESC, i.id DESC
     ), subs AS (
         -- Where the subscription row itself says what is sold at t: from its last write (updated_at
         -- is the p_now of the call that made it) within its current period, and after that period's
@@ -60,12 +67,7 @@ BEGIN
                          * coalesce(sh.net_share, 1) END AS mrr
           FROM subs s
           JOIN billing.plan pl ON pl.id = s.plan_id
-          -- Inclusive tax is not MRR: the share net of it of the subscription's latest invoice.
-          LEFT JOIN LATERAL (
-              SELECT CASE WHEN i.subtotal > 0 THEN (i.subtotal - i.tax_included)::numeric / i.subtotal END AS net_share
-                FROM billing.invoice i
-               WHERE i.customer_id = s.customer_id AND i.subscription_id = s.id AND i.status <> 'VOID'
-               ORDER BY i.period_start DESC, i.id DESC LIMIT 1) sh ON true
+          LEFT JOIN latest sh ON sh.customer_id = s.customer_id AND sh.subscription_id = s.id
          WHERE s.live AND (s.canceled_at IS NULL OR s.canceled_at > s.at)
     ), cover AS (
         -- Otherwise the invoice whose billed span covers t (the latest starting: a change's

@@ -70,8 +70,8 @@ $$;
 -- 4a. A pause mid-period: MRR 0 from the pause (the unused rest was credited).
 SELECT billing.upsert_plan('F4A', 3000, 'XMA', 'MONTH');
 SELECT billing.create_subscription('f4a', 26401, 'F4A', '2041-03-01 00:00Z');
-SELECT pg_temp.settle(pg_temp.sid('f4a'), 'SUCCEEDED', '2041-03-01 00:00Z');
-SELECT billing.pause_subscription(pg_temp.sid('f4a'), NULL, '2041-03-11 00:00Z');
+SELECT pg_temp.settle((SELECT pg_temp.sid('f4a')), 'SUCCEEDED', '2041-03-01 00:00Z');
+SELECT billing.pause_subscription((SELECT pg_temp.sid('f4a')), NULL, '2041-03-11 00:00Z');
 SELECT is(pg_temp.mrr('XMA', '2041-03-05 00:00Z'), 3000.00, 'issue 26 #4: MRR before the pause');
 SELECT is(pg_temp.mrr('XMA', '2041-03-20 00:00Z'), 0::numeric, 'issue 26 #4: a paused subscription has no MRR');
 
@@ -79,8 +79,8 @@ SELECT is(pg_temp.mrr('XMA', '2041-03-20 00:00Z'), 0::numeric, 'issue 26 #4: a p
 SELECT billing.upsert_plan('F4B_PRO', 3000, 'XMB', 'MONTH');
 SELECT billing.upsert_plan('F4B_BASIC', 1000, 'XMB', 'MONTH');
 SELECT billing.create_subscription('f4b', 26402, 'F4B_PRO', '2041-03-01 00:00Z');
-SELECT pg_temp.settle(pg_temp.sid('f4b'), 'SUCCEEDED', '2041-03-01 00:00Z');
-SELECT billing.change_plan(pg_temp.sid('f4b'), 'F4B_BASIC', '2041-03-16 00:00Z');
+SELECT pg_temp.settle((SELECT pg_temp.sid('f4b')), 'SUCCEEDED', '2041-03-01 00:00Z');
+SELECT billing.change_plan((SELECT pg_temp.sid('f4b')), 'F4B_BASIC', '2041-03-16 00:00Z');
 SELECT is(pg_temp.mrr('XMB', '2041-03-10 00:00Z'), 3000.00, 'issue 26 #4: MRR before the downgrade');
 SELECT is(pg_temp.mrr('XMB', '2041-03-20 00:00Z'), 1000.00, 'issue 26 #4: a downgrade counts from its instant');
 
@@ -88,11 +88,11 @@ SELECT is(pg_temp.mrr('XMB', '2041-03-20 00:00Z'), 1000.00, 'issue 26 #4: a down
 SELECT billing.upsert_plan('F4C_BASIC', 1000, 'XMC', 'MONTH');
 SELECT billing.upsert_plan('F4C_PRO', 3000, 'XMC', 'MONTH');
 SELECT billing.create_subscription('f4c', 26403, 'F4C_BASIC', '2041-03-01 00:00Z');
-SELECT pg_temp.settle(pg_temp.sid('f4c'), 'SUCCEEDED', '2041-03-01 00:00Z');
-SELECT billing.change_plan(pg_temp.sid('f4c'), 'F4C_PRO', '2041-03-05 00:00Z');
-SELECT is(pg_temp.decline_to_the_end((SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid('f4c') AND kind = 'PRORATION')),
+SELECT pg_temp.settle((SELECT pg_temp.sid('f4c')), 'SUCCEEDED', '2041-03-01 00:00Z');
+SELECT billing.change_plan((SELECT pg_temp.sid('f4c')), 'F4C_PRO', '2041-03-05 00:00Z');
+SELECT is(pg_temp.decline_to_the_end((SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f4c')) AND kind = 'PRORATION')),
           'FAILED', 'issue 26 #4: the upgrade''s invoice failed');
-SELECT is((SELECT p.code FROM billing.subscription s JOIN billing.plan p ON p.id = s.plan_id WHERE s.id = pg_temp.sid('f4c')),
+SELECT is((SELECT p.code FROM billing.subscription s JOIN billing.plan p ON p.id = s.plan_id WHERE s.id = (SELECT pg_temp.sid('f4c'))),
           'F4C_BASIC', 'issue 26 #4: the upgrade was reverted');
 SELECT is(pg_temp.mrr('XMC', '2041-03-28 00:00Z'), 1000.00, 'issue 26 #4: a reverted upgrade is not MRR');
 
@@ -116,11 +116,11 @@ SELECT is((SELECT c.mrr FROM billing.console_mrr('2041-03-05 00:00Z', 3) c WHERE
 SELECT billing.upsert_plan('F5_PRO', 3000, 'XRV', 'MONTH');
 SELECT billing.upsert_plan('F5_BASIC', 1000, 'XRV', 'MONTH');
 SELECT billing.create_subscription('f5', 26501, 'F5_PRO', '2042-06-01 00:00Z');
-SELECT pg_temp.settle(pg_temp.sid('f5'), 'SUCCEEDED', '2042-06-01 00:00Z');
+SELECT pg_temp.settle((SELECT pg_temp.sid('f5')), 'SUCCEEDED', '2042-06-01 00:00Z');
 -- 15 of June's 30 days left: credit 1500 - 500 = 1000; July (1000) is paid by it.
-SELECT billing.change_plan(pg_temp.sid('f5'), 'F5_BASIC', '2042-06-16 00:00Z');
+SELECT billing.change_plan((SELECT pg_temp.sid('f5')), 'F5_BASIC', '2042-06-16 00:00Z');
 SELECT billing.create_due_invoices(500, '2042-07-01 00:00Z');
-SELECT is((SELECT amount FROM billing.invoice WHERE subscription_id = pg_temp.sid('f5') AND period_start = '2042-07-01 00:00Z'),
+SELECT is((SELECT amount FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f5')) AND period_start = '2042-07-01 00:00Z'),
           0::bigint, 'issue 26 #5: July is paid by the downgrade''s credit');
 SELECT is((SELECT sum(recognized) FROM billing.report_revenue('2042-06-01', '2042-07-31') WHERE currency = 'XRV'),
           3000::numeric, 'issue 26 #5: recognized over June and July = the cash kept (3000), the credit counted once');
@@ -136,20 +136,20 @@ SELECT is((SELECT r.recognized FROM billing._revenue_recognized('2042-01-01 00:0
 SELECT billing.upsert_plan('F9_M', 1000, 'XDN', 'MONTH');
 SELECT billing.upsert_plan('F9_Y', 12000, 'XDN', 'YEAR');
 SELECT billing.create_subscription('f9', 26901, 'F9_M', '2043-01-01 00:00Z');
-SELECT pg_temp.settle(pg_temp.sid('f9'), 'SUCCEEDED', '2043-01-01 00:00Z');
+SELECT pg_temp.settle((SELECT pg_temp.sid('f9')), 'SUCCEEDED', '2043-01-01 00:00Z');
 SELECT billing.create_due_invoices(500, '2043-02-01 00:00Z');
-SELECT pg_temp.settle(pg_temp.sid('f9'), 'DECLINED', '2043-02-01 00:00Z');
-SELECT billing.change_plan(pg_temp.sid('f9'), 'F9_Y', '2043-02-05 00:00Z');
-SELECT is(pg_temp.pay((SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid('f9') AND kind = 'PLAN_CHANGE'),
+SELECT pg_temp.settle((SELECT pg_temp.sid('f9')), 'DECLINED', '2043-02-01 00:00Z');
+SELECT billing.change_plan((SELECT pg_temp.sid('f9')), 'F9_Y', '2043-02-05 00:00Z');
+SELECT is(pg_temp.pay((SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f9')) AND kind = 'PLAN_CHANGE'),
                       'SUCCEEDED', '2043-02-05 00:00Z'), 1::bigint, 'issue 26 #9: the year is paid');
-SELECT is(pg_temp.decline_to_the_end((SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid('f9') AND kind = 'RENEWAL')),
+SELECT is(pg_temp.decline_to_the_end((SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f9')) AND kind = 'RENEWAL')),
           'FAILED', 'issue 26 #9: the old month''s dunning runs out');
-SELECT results_eq($$SELECT status, canceled_at FROM billing.subscription WHERE id = pg_temp.sid('f9')$$,
+SELECT results_eq($$SELECT status, canceled_at FROM billing.subscription WHERE id = (SELECT pg_temp.sid('f9'))$$,
                   $$VALUES ('ACTIVE', NULL::timestamptz)$$,
                   'issue 26 #9: the paid year is left alone (not canceled), the subscription ACTIVE again');
 SELECT ok(EXISTS (SELECT 1 FROM billing.outbox_event e
                    WHERE e.event_type = 'InvoiceWrittenOff'
-                     AND e.aggregate_id = (SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid('f9') AND kind = 'RENEWAL')),
+                     AND e.aggregate_id = (SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f9')) AND kind = 'RENEWAL')),
           'issue 26 #9: the old period''s invoice is written off');
 
 -- =============================================================================================
@@ -159,7 +159,7 @@ SELECT ok(EXISTS (SELECT 1 FROM billing.outbox_event e
 SELECT billing.upsert_plan('F10_A', 1000, 'USD', 'MONTH');
 SELECT billing.upsert_plan('F10_B', 2000, 'USD', 'MONTH');
 SELECT billing.create_subscription('f10', 26101, 'F10_A', '2044-01-01 00:00Z');
-SELECT billing.change_plan(pg_temp.sid('f10'), 'F10_B', '2044-01-10 00:00Z', NULL, 'period_end');
+SELECT billing.change_plan((SELECT pg_temp.sid('f10')), 'F10_B', '2044-01-10 00:00Z', NULL, 'period_end');
 SELECT throws_ok($$SELECT billing.upsert_plan('F10_B', 2000, 'EUR', 'MONTH', 1, '2044-01-11 00:00Z')$$, 'BL422', NULL,
                  'issue 26 #10: a plan a subscription is scheduled to move to cannot change currency');
 SELECT throws_ok($$SELECT billing.upsert_plan('F10_B', 2000, 'USD', 'YEAR', 1, '2044-01-11 00:00Z')$$, 'BL422', NULL,
@@ -168,8 +168,8 @@ SELECT throws_ok($$SELECT billing.upsert_plan('F10_B', 2000, 'USD', 'YEAR', 1, '
 SELECT billing.upsert_plan('F10_C', 1000, 'USD', 'MONTH');
 SELECT billing.upsert_plan('F10_D', 3000, 'USD', 'MONTH');
 SELECT billing.create_subscription('f10-r', 26102, 'F10_C', '2044-01-01 00:00Z');
-SELECT pg_temp.settle(pg_temp.sid('f10-r'), 'SUCCEEDED', '2044-01-01 00:00Z');
-SELECT billing.change_plan(pg_temp.sid('f10-r'), 'F10_D', '2044-01-10 00:00Z');
+SELECT pg_temp.settle((SELECT pg_temp.sid('f10-r')), 'SUCCEEDED', '2044-01-01 00:00Z');
+SELECT billing.change_plan((SELECT pg_temp.sid('f10-r')), 'F10_D', '2044-01-10 00:00Z');
 SELECT throws_ok($$SELECT billing.upsert_plan('F10_C', 1000, 'EUR', 'MONTH', 1, '2044-01-11 00:00Z')$$, 'BL422', NULL,
                  'issue 26 #10: the plan an unpaid upgrade may revert to cannot change currency');
 
@@ -182,23 +182,23 @@ SELECT billing.upsert_plan('F14_P', 1000, 'XTX', 'MONTH');
 SELECT billing.upsert_customer(26141);
 SELECT billing.set_customer_details(26141, 'Client SARL', 'a@client.fr', '1 rue X', 'Paris', '75001', NULL, 'FR', NULL, 'TAXABLE');
 SELECT billing.create_subscription('f14-a', 26141, 'F14_P', '2045-01-01 00:00Z');
-SELECT is((SELECT tax_amount FROM billing.invoice WHERE subscription_id = pg_temp.sid('f14-a')), 200::bigint,
+SELECT is((SELECT tax_amount FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f14-a'))), 200::bigint,
           'issue 26 #14: French VAT on the invoice at creation');
 -- The customer moves to Germany, reverse charge, before the invoice is finalized.
 SELECT billing.set_customer_details(26141, 'Kunde GmbH', 'a@kunde.de', 'Str. 1', 'Berlin', '10115', NULL, 'DE', 'DE123456789', 'REVERSE_CHARGE');
-SELECT billing.finalize_invoice((SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid('f14-a')), '2045-01-01 00:00:05Z');
+SELECT billing.finalize_invoice((SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f14-a'))), '2045-01-01 00:00:05Z');
 SELECT results_eq(
     $$SELECT bill_to->>'taxStatus', tax_detail->>'treatment', tax_amount, amount
-        FROM billing.invoice WHERE subscription_id = pg_temp.sid('f14-a')$$,
+        FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f14-a'))$$,
     $$VALUES ('REVERSE_CHARGE', 'REVERSE_CHARGE', 0::bigint, 1000::bigint)$$,
     'issue 26 #14: the bill-to and the tax are of one instant: reverse charge, no VAT, the amount recomputed');
 SELECT is((SELECT count(*) FROM billing.invoice_line l JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
-            WHERE i.subscription_id = pg_temp.sid('f14-a') AND l.kind = 'TAX' AND l.amount > 0), 0::bigint,
+            WHERE i.subscription_id = (SELECT pg_temp.sid('f14-a')) AND l.kind = 'TAX' AND l.amount > 0), 0::bigint,
           'issue 26 #14: no VAT line on a reverse-charge document');
 -- An invoice is numbered no later than its first charge attempt.
 SELECT billing.create_subscription('f14-b', 26142, 'F14_P', '2045-02-01 00:00Z');
-SELECT pg_temp.settle(pg_temp.sid('f14-b'), 'SUCCEEDED', '2045-02-01 00:00Z');
-SELECT results_eq($$SELECT status, number IS NOT NULL FROM billing.invoice WHERE subscription_id = pg_temp.sid('f14-b')$$,
+SELECT pg_temp.settle((SELECT pg_temp.sid('f14-b')), 'SUCCEEDED', '2045-02-01 00:00Z');
+SELECT results_eq($$SELECT status, number IS NOT NULL FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f14-b'))$$,
                   $$VALUES ('PAID', true)$$,
                   'issue 26 #14: a charged invoice has its number (finalized at the latest when claimed)');
 
