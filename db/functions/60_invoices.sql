@@ -328,31 +328,6 @@ COMMENT ON FUNCTION billing._finalize_one(billing.invoice, timestamptz, text) IS
 'Private: finalizes one locked invoice by (customer_id, id): its number (p_number, or the next of the series of p_now''s UTC year), bill-to snapshot (the tax recomputed first if the customer changed tax status or address since: _refresh_tax) and lines; checks the lines add up to its figures.
 Returns the invoice finalized.';
 
--- An invoice is finalized no later than its first charge attempt: the claims finalize the due
--- invoices not numbered yet (normally none, the renewal job finalizes right after creating) before
--- they claim, and claim only numbered ones. Lock order: the invoices (SKIP LOCKED), then the series'
--- counter, as finalize_invoice.
-CREATE OR REPLACE FUNCTION billing._finalize_due(p_batch_size integer, p_now timestamptz)
-RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_ids bigint[];
-BEGIN
-    -- By the unfinalized invoices' index (number IS NULL, not VOID): the finalizer's backlog only.
-    SELECT array_agg(x.id ORDER BY x.id) INTO v_ids
-      FROM (SELECT i.id FROM billing.invoice i
-             WHERE i.number IS NULL AND i.status <> 'VOID' AND i.status = 'OPEN' AND i.next_attempt_at <= p_now
-             ORDER BY i.id
-             LIMIT p_batch_size
-               FOR NO KEY UPDATE SKIP LOCKED) x;
-    RETURN billing._finalize(v_ids, p_now);
-END
-$$;
-COMMENT ON FUNCTION billing._finalize_due(integer, timestamptz) IS
-'Private: finalizes up to p_batch_size OPEN invoices due by p_now and not numbered yet (SKIP LOCKED), as finalize_invoices would: claim_charges calls it first, so that no invoice is charged unnumbered.
-Returns how many were finalized.';
 
 CREATE OR REPLACE FUNCTION billing.finalize_invoices(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
 RETURNS integer

@@ -420,6 +420,22 @@ def test_reports_match_the_oracle_on_generated_histories(db_url, steps, seed):
                 assert r is not None and (r["recognized"], r["cash_collected"]) == (recognized[cur], cash[cur]), \
                     (month, cur, r, recognized[cur], cash[cur])
 
+        # Over the whole history, revenue recognized (billing._revenue_recognized) = what the
+        # customers paid or still owe for their invoices, less tax, less the credit they still hold
+        # (on their balance or pending): the credit a change gave back is counted once.
+        total = {r["currency"].strip(): r["recognized"] for r in conn.execute(
+            "SELECT * FROM billing._revenue_recognized(%s, %s)", (T0 - timedelta(days=400), end + timedelta(days=1500)))}
+        owed = defaultdict(int)
+        for i in invoices:
+            if i["status"] in ("PAID", "OPEN", "REVIEW"):
+                owed[i["currency"].strip()] += i["amount"] - i["tax_amount"] - i["tax_included"]
+        for b in conn.execute("SELECT currency, balance FROM billing.credit_balance").fetchall():
+            owed[b["currency"].strip()] -= b["balance"]
+        for c in conn.execute("SELECT currency, amount FROM billing.credit_pending WHERE status = 'PENDING'").fetchall():
+            owed[c["currency"].strip()] -= c["amount"]
+        for cur in set(total) | {c for c, v in owed.items() if v}:
+            assert total.get(cur, 0) == owed[cur], (cur, total.get(cur), owed[cur])
+
 
 _plan_codes: dict[int, str] = {}
 

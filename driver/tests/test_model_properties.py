@@ -197,6 +197,7 @@ class MInv:
     from_quantity: int | None = None
     id: int | None = None
     dunning_window: tuple[datetime, datetime] | None = None  # jittered: learnt from the database
+    finalized: bool = False  # numbered: at the latest when a claim takes it (issue 26 #14)
 
     @property
     def nkey(self) -> tuple:
@@ -289,12 +290,18 @@ class Model:
                 p[4] = "RELEASED"
                 self.add_credit(p[0], p[1], p[2])
 
+    def emit_voided(self, inv: MInv) -> None:
+        # A finalized invoice voided gets its VOID credit note first (the trigger), unless its total is 0.
+        if inv.finalized and inv.subtotal > 0:
+            self.emit("invoice", inv.nkey, "CreditNoteIssued")
+        self.emit("invoice", inv.nkey, "InvoiceVoided")
+
     def void_open(self, sub: MSub) -> None:
         voided = []
         for inv in self.invoices.values():
             if inv.sub == sub.id and inv.status == "OPEN" and inv.attempt_count == 0:
                 inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "VOID", None, self.now, None
-                self.emit("invoice", inv.nkey, "InvoiceVoided")
+                self.emit_voided(inv)
                 self.add_credit(sub.customer, inv.currency, inv.credit)
                 voided.append(inv)
         for inv in voided:
@@ -591,7 +598,7 @@ class Model:
             if superseded:
                 p = max(superseded, key=lambda i: i.id)
                 p.status, p.next_attempt_at, p.closed_at, p.dunning_window = "VOID", None, self.now, None
-                self.emit("invoice", p.nkey, "InvoiceVoided")
+                self.emit_voided(p)
                 self.add_credit(sub.customer, p.currency, p.credit)
                 self.settle_pending(p)
                 from_plan, from_price = p.from_plan, p.from_price
@@ -661,7 +668,7 @@ class Model:
                           and not any(a.invoice == i.nkey for a in self.attempts.values()) for i in period):
             for inv in sorted(period, key=lambda i: i.id):
                 inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "VOID", None, self.now, None
-                self.emit("invoice", inv.nkey, "InvoiceVoided")
+                self.emit_voided(inv)
                 self.add_credit(sub.customer, inv.currency, inv.credit)
             for inv in period:
                 self.settle_pending(inv)
@@ -1138,6 +1145,8 @@ def make_machine(db: Database, max_steps: int):
             if claimed and len(claimed) + len(reviewed) < len(due):  # oldest next_attempt_at first
                 cut = max(c.next_attempt_at for c in claimed + reviewed)
                 assert all(d.next_attempt_at >= cut for d in due if d not in claimed and d not in reviewed)
+            for inv in claimed + reviewed:
+                inv.finalized = True  # the claim finalizes its batch before it charges
             self.m.to_review(reviewed)
             for r, inv in zip(rows, claimed):
                 truth = data.draw(st.sampled_from(["SUCCEEDED", "DECLINED"]), label="gateway truth")
@@ -1154,6 +1163,8 @@ def make_machine(db: Database, max_steps: int):
             expected = sorted(i.id for i in self.m.chargeable())
             rows = db.call("SELECT * FROM billing.claim_charges('model', 100, %s, %s)", (lease, self.m.now), many=True)
             assert sorted(r["invoice_id"] for r in rows) == expected
+            for inv in due:
+                inv.finalized = True  # the claim finalizes its batch before it charges
             self.m.to_review(due)
             by_id = {i.id: i for i in self.m.invoices.values()}
             for r in rows:
