@@ -238,15 +238,6 @@ BEGIN
         RETURN 0;
     END IF;
     v_first := billing._take_numbers(v_series, v_count);
-    -- Bill-to and tax of one instant: an invoice whose customer changed tax status or address since
-    -- it was made gets its tax recomputed first (rare: one row at a time; _finalize_one does it too).
-    FOR v_invoice IN
-        SELECT i.* FROM billing.invoice i JOIN billing.customer c ON c.id = i.customer_id
-         WHERE i.id = ANY (p_ids) AND NOT billing._distributed('billing.customer')
-           AND billing._tax_stale(i.tax_detail, c.tax_status, c.country::text, c.region)
-    LOOP
-        PERFORM billing._refresh_tax(v_invoice, p_now);
-    END LOOP;
     IF billing._distributed('billing.customer') THEN
         -- Citus: one invoice at a time by (customer_id, id) (this statement would span shards); the
         -- rows (locked by the caller) read first, then finalized.
@@ -256,6 +247,15 @@ BEGIN
         END LOOP;
         RETURN v_done;
     END IF;
+    -- Bill-to and tax of one instant: an invoice whose customer changed tax status or address since
+    -- it was made gets its tax recomputed first (rare: one row at a time; _finalize_one does it on
+    -- Citus).
+    FOR v_invoice IN
+        SELECT i.* FROM billing.invoice i JOIN billing.customer c ON c.id = i.customer_id
+         WHERE i.id = ANY (p_ids) AND billing._tax_stale(i.tax_detail, c.tax_status, c.country::text, c.region)
+    LOOP
+        PERFORM billing._refresh_tax(v_invoice, p_now);
+    END LOOP;
     WITH numbered AS (
         SELECT i.id, v_first + row_number() OVER (ORDER BY i.id) - 1 AS n
           FROM billing.invoice i WHERE i.id = ANY (p_ids)

@@ -4,7 +4,7 @@
 -- (made-up ISO-shaped codes) and its own years, so no scenario sees another's.
 BEGIN;
 SET LOCAL ROLE billing_owner;
-SELECT plan(25);
+SELECT plan(30);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
@@ -201,6 +201,40 @@ SELECT pg_temp.settle((SELECT pg_temp.sid('f14-b')), 'SUCCEEDED', '2045-02-01 00
 SELECT results_eq($$SELECT status, number IS NOT NULL FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f14-b'))$$,
                   $$VALUES ('PAID', true)$$,
                   'issue 26 #14: a charged invoice has its number (finalized at the latest when claimed)');
+
+-- The finalization job (finalize_invoices, set-based) takes them together too.
+SELECT billing.upsert_customer(26143);
+SELECT billing.set_customer_details(26143, 'Client 2', 'b@client.fr', '2 rue X', 'Lyon', '69001', NULL, 'FR', NULL, 'TAXABLE');
+SELECT billing.create_subscription('f14-c', 26143, 'F14_P', '2045-03-01 00:00Z');
+SELECT billing.set_customer_details(26143, 'Client 2', 'b@client.fr', '2 rue X', 'Lyon', '69001', NULL, 'FR', NULL, 'EXEMPT');
+SELECT ok(billing.finalize_invoices(10000, '2045-03-01 00:00:05Z') >= 1, 'issue 26 #14: the job finalizes');
+SELECT results_eq($$SELECT bill_to->>'taxStatus', tax_amount, amount, number IS NOT NULL
+                      FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f14-c'))$$,
+                  $$VALUES ('EXEMPT', 0::bigint, 1000::bigint, true)$$,
+                  'issue 26 #14: the job recomputes the tax of a customer who became exempt');
+-- A claim finalizes first, with the tax of the customer now: the amount charged is the document's.
+SELECT billing.upsert_customer(26144);
+SELECT billing.set_customer_details(26144, 'Client 3', 'c@client.fr', '3 rue X', 'Nice', '06000', NULL, 'FR', NULL, 'TAXABLE');
+SELECT billing.create_subscription('f14-d', 26144, 'F14_P', '2045-04-01 00:00Z');
+SELECT billing.set_customer_details(26144, 'Kunde 3', 'c@kunde.de', 'Str. 3', 'Bonn', '53111', NULL, 'DE', 'DE999999999', 'REVERSE_CHARGE');
+SELECT pg_temp.settle((SELECT pg_temp.sid('f14-d')), 'SUCCEEDED', '2045-04-01 00:00:01Z');
+SELECT results_eq($$SELECT i.status, i.tax_amount, a.amount, i.bill_to->>'country'
+                      FROM billing.invoice i JOIN billing.payment_attempt a ON a.customer_id = i.customer_id AND a.invoice_id = i.id
+                     WHERE i.subscription_id = (SELECT pg_temp.sid('f14-d'))$$,
+                  $$VALUES ('PAID', 0::bigint, 1000::bigint, 'DE')$$,
+                  'issue 26 #14: claimed after the change: finalized with the new tax, charged the recomputed amount');
+-- A lower total needs less of the credit it consumed: the rest goes back; covered, it is PAID.
+SELECT billing.upsert_customer(26145);
+SELECT billing.set_customer_details(26145, 'Client 4', 'd@client.fr', '4 rue X', 'Lille', '59000', NULL, 'FR', NULL, 'TAXABLE');
+SELECT billing._grant_credit(26145, 'XTX', 1100, 'PRORATION', NULL, NULL, '2045-05-01 00:00Z');
+SELECT billing.create_subscription('f14-e', 26145, 'F14_P', '2045-05-01 00:00Z');
+SELECT billing.set_customer_details(26145, 'Client 4', 'd@client.fr', '4 rue X', 'Lille', '59000', NULL, 'FR', NULL, 'EXEMPT');
+SELECT billing.finalize_invoice((SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f14-e'))), '2045-05-01 00:00:05Z');
+SELECT results_eq($$SELECT status, credit_applied, amount FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f14-e'))$$,
+                  $$VALUES ('PAID', 1000::bigint, 0::bigint)$$,
+                  'issue 26 #14: exempt now: the total 1000 is paid by credit (1100 applied before, at 1200 with VAT)');
+SELECT is((SELECT balance FROM billing.credit_balance WHERE customer_id = 26145), 100::bigint,
+          'issue 26 #14: the credit it no longer needs went back to the balance');
 
 SELECT * FROM finish();
 ROLLBACK;
