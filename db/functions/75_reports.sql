@@ -43,50 +43,55 @@ BEGIN
     WITH pts AS MATERIALIZED (
         SELECT DISTINCT x AS at FROM unnest(p_points) x WHERE x IS NOT NULL
     ), latest AS (
-        -- Inclusive tax is not MRR: the share net of it of each subscription's latest invoice.
+        -- Inclusive tax is not MRR: the share net of it of each subscription's latest invoice (one
+        -- of its current period: only those are read).
         SELECT DISTINCT ON (i.customer_id, i.subscription_id) i.customer_id, i.subscription_id,
                CASE WHEN i.subtotal > 0 THEN (i.subtotal - i.tax_included)::numeric / i.subtotal END AS net_share
-          FROM billing.invoice i
-         WHERE i.status <> 'VOID'
+          FROM billing.subscription s
+          JOIN billing.invoice i ON i.customer_id = s.customer_id AND i.subscription_id = s.id
+         WHERE i.status <> 'VOID' AND i.period_end > s.current_period_start
          ORDER BY i.customer_id, i.subscription_id, i.period_start DESC, i.id DESC
     ), subs AS (
         -- Where the subscription row itself says what is sold at t: from its last write (updated_at
         -- is the p_now of the call that made it) within its current period, and after that period's
-        -- end while it is not renewed yet. Nothing changed its terms since, so they were in force at t.
-        SELECT p.at, s.customer_id, s.id, s.status, s.paused_at, s.canceled_at, s.cancel_at_period_end,
+        -- end while it is not renewed yet (live_from). Nothing changed its terms since, so they were
+        -- in force at t.
+        SELECT s.customer_id, s.id, s.status, s.paused_at, s.canceled_at, s.cancel_at_period_end,
                s.current_period_end, s.period_price, s.plan_id,
-               (s.status IN ('ACTIVE', 'PAST_DUE', 'PAUSED') AND p.at >= s.current_period_start
-                AND (p.at >= s.updated_at OR p.at >= s.current_period_end)) AS live
-          FROM pts p CROSS JOIN billing.subscription s
+               CASE WHEN s.status IN ('ACTIVE', 'PAST_DUE', 'PAUSED')
+                    THEN greatest(s.current_period_start, least(s.updated_at, s.current_period_end)) END AS live_from
+          FROM billing.subscription s
     ), live AS (
-        SELECT s.at, s.id AS subscription_id, s.customer_id, pl.currency::text AS currency,
-               CASE WHEN s.status = 'PAUSED' AND s.paused_at <= s.at THEN 0::numeric
-                    WHEN s.status = 'PAUSED' THEN NULL  -- paused later than t: the invoices say
-                    WHEN s.cancel_at_period_end AND s.at >= s.current_period_end THEN 0::numeric
+        SELECT p.at, s.id AS subscription_id, s.customer_id, pl.currency::text AS currency,
+               -- Paused (t is after its last write, so after the pause) or ended at its period end: 0.
+               CASE WHEN s.status = 'PAUSED' OR (s.cancel_at_period_end AND p.at >= s.current_period_end) THEN 0::numeric
                     ELSE s.period_price * billing._mrr_factor(pl.billing_interval, pl.interval_count)
                          * coalesce(sh.net_share, 1) END AS mrr
-          FROM subs s
+          FROM pts p
+          JOIN subs s ON p.at >= s.live_from
           JOIN billing.plan pl ON pl.id = s.plan_id
           LEFT JOIN latest sh ON sh.customer_id = s.customer_id AND sh.subscription_id = s.id
-         WHERE s.live AND (s.canceled_at IS NULL OR s.canceled_at > s.at)
+         WHERE s.canceled_at IS NULL OR s.canceled_at > p.at
     ), cover AS (
         -- Otherwise the invoice whose billed span covers t (the latest starting: a change's
         -- PRORATION or PLAN_CHANGE invoice starts at the change). A VOID invoice was never owed and
         -- a FAILED PRORATION invoice is an upgrade that was reverted: neither was sold.
-        SELECT DISTINCT ON (s.at, i.customer_id, i.subscription_id)
-               s.at, i.subscription_id, i.customer_id, i.currency::text AS currency,
+        -- (Each invoice joined to the instants its span covers first: a pass over the invoices.)
+        SELECT DISTINCT ON (p.at, i.customer_id, i.subscription_id)
+               p.at, i.subscription_id, i.customer_id, i.currency::text AS currency,
                CASE WHEN i.subtotal + i.discount_amount = 0 THEN 0::numeric
                     ELSE i.plan_price::numeric * i.quantity * (i.subtotal - i.tax_included)
                          * billing._mrr_factor(i.billing_interval, i.interval_count) / (i.subtotal + i.discount_amount) END AS mrr
-          FROM subs s
-          JOIN billing.invoice i ON i.customer_id = s.customer_id AND i.subscription_id = s.id
-         WHERE NOT s.live AND i.status <> 'VOID' AND NOT (i.kind = 'PRORATION' AND i.status = 'FAILED')
-           AND i.period_start <= s.at AND s.at < i.period_end
-           AND (s.canceled_at IS NULL OR s.canceled_at > s.at)
-           AND NOT (s.status = 'PAUSED' AND s.paused_at <= s.at)
-         ORDER BY s.at, i.customer_id, i.subscription_id, i.period_start DESC, i.id DESC
+          FROM pts p
+          JOIN billing.invoice i ON i.period_start <= p.at AND p.at < i.period_end
+          JOIN subs s ON s.customer_id = i.customer_id AND s.id = i.subscription_id
+         WHERE NOT coalesce(p.at >= s.live_from, false)
+           AND i.status <> 'VOID' AND NOT (i.kind = 'PRORATION' AND i.status = 'FAILED')
+           AND (s.canceled_at IS NULL OR s.canceled_at > p.at)
+           AND NOT (s.status = 'PAUSED' AND s.paused_at <= p.at)
+         ORDER BY p.at, i.customer_id, i.subscription_id, i.period_start DESC, i.id DESC
     )
-    SELECT l.at, l.subscription_id, l.customer_id, l.currency, l.mrr FROM live l WHERE l.mrr IS NOT NULL
+    SELECT l.at, l.subscription_id, l.customer_id, l.currency, l.mrr FROM live l
     UNION ALL
     SELECT c.at, c.subscription_id, c.customer_id, c.currency, c.mrr FROM cover c;
 END
