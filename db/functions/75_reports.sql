@@ -53,13 +53,14 @@ BEGIN
          ORDER BY i.customer_id, i.subscription_id, i.period_start DESC, i.id DESC
     ), subs AS (
         -- Where the subscription row itself says what is sold at t: from its last write (updated_at
-        -- is the p_now of the call that made it) within its current period, and after that period's
-        -- end while it is not renewed yet (live_from). Nothing changed its terms since, so they were
-        -- in force at t.
+        -- is the p_now of the call that made it; a change to another interval starts the new
+        -- period at that instant or a microsecond later), and after its current period's end while
+        -- it is not renewed yet (live_from). Nothing changed its terms since, so they were in force
+        -- at t.
         SELECT s.customer_id, s.id, s.status, s.paused_at, s.canceled_at, s.cancel_at_period_end,
                s.current_period_end, s.period_price, s.plan_id,
                CASE WHEN s.status IN ('ACTIVE', 'PAST_DUE', 'PAUSED')
-                    THEN greatest(s.current_period_start, least(s.updated_at, s.current_period_end)) END AS live_from
+                    THEN least(s.updated_at, s.current_period_end) END AS live_from
           FROM billing.subscription s
     ), live AS (
         SELECT p.at, s.id AS subscription_id, s.customer_id, pl.currency::text AS currency,

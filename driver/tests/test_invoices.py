@@ -234,7 +234,7 @@ def oracle_mrr_at(invoices, subs, at: datetime) -> dict[int, tuple[str, int, Fra
         invs = by_sub.get(sid, [])
         if s["canceled_at"] is not None and s["canceled_at"] <= at:
             continue
-        live = (s["status"] in ("ACTIVE", "PAST_DUE", "PAUSED") and at >= s["current_period_start"]
+        live = (s["status"] in ("ACTIVE", "PAST_DUE", "PAUSED")
                 and (at >= s["updated_at"] or at >= s["current_period_end"]))
         if live:
             # The subscription's own terms: nothing changed them since its last write.

@@ -24,9 +24,9 @@ from __future__ import annotations
 import calendar
 import copy
 import os
-from decimal import Decimal
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 import psycopg
@@ -1215,6 +1215,23 @@ def make_machine(db: Database, max_steps: int):
                 inv = self.m.invoices.get((r["subscription_id"], r["kind"], r["period_start"]))
                 if inv is not None:
                     inv.id = r["id"]
+
+        @invariant()
+        def mrr_equals_model(self):
+            # Issue 26 #4: the one MRR function (billing._mrr_at), now, equals the model's: each live
+            # subscription's period price (seats, discount) normalized to a month (a week = 52/12
+            # of a month, a day 365/12); 0 paused, trialing, canceled or ended at its period end.
+            months = {"DAY": Decimal(365), "WEEK": Decimal(52), "MONTH": Decimal(12), "YEAR": Decimal(1)}
+            want: dict[str, Decimal] = {}
+            for s in self.m.subs.values():
+                price, currency, interval, count = PLANS[s.plan]
+                if s.status in ("ACTIVE", "PAST_DUE") and not (s.cancel_at_period_end and self.m.now >= s.end):
+                    want[currency] = want.get(currency, Decimal(0)) + Decimal(s.price) * months[interval] / (12 * count)
+            got = {r["currency"]: r["mrr"] for r in db.call(
+                "SELECT currency, sum(mrr) AS mrr FROM billing._mrr_at(%s) GROUP BY 1", (self.m.now,), many=True)}
+            for cur in set(want) | set(got):
+                assert abs(got.get(cur, Decimal(0)) - want.get(cur, Decimal(0))) < Decimal("0.01"), \
+                    f"MRR {cur}: database {got.get(cur)} != model {want.get(cur)}"
 
         @invariant()
         def database_equals_model(self):
