@@ -19,7 +19,7 @@ AS $$
     SELECT coalesce(sum(x.amount) FILTER (WHERE NOT x.inclusive), 0)::bigint,
            coalesce(sum(x.amount) FILTER (WHERE x.inclusive), 0)::bigint,
            pg_catalog.jsonb_build_object(
-               'treatment', p_tax_status,
+               'treatment', p_tax_status, 'country', p_country, 'region', p_region,
                'lines', coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                             'code', x.code, 'name', x.name, 'rateBp', x.rate_bp, 'inclusive', x.inclusive,
                             'amount', x.amount) ORDER BY x.region NULLS FIRST, x.code),
@@ -32,7 +32,7 @@ AS $$
                AND p_tax_status = 'TAXABLE') x
 $$;
 COMMENT ON FUNCTION billing._tax_of(char, text, text, bigint) IS
-'Private: the taxes on p_base (minor units, after discount) for a billing address (country, region) and tax status: exclusive tax (added), inclusive tax (contained) and the detail stored on the invoice ({treatment, lines: [{code, name, rateBp, inclusive, amount}]}); one line per rate rounded half away from zero.
+'Private: the taxes on p_base (minor units, after discount) for a billing address (country, region) and tax status: exclusive tax (added), inclusive tax (contained) and the detail stored on the invoice ({treatment, country, region: the address it was computed for, lines: [{code, name, rateBp, inclusive, amount}]}); one line per rate rounded half away from zero.
 Returns one row.';
 
 -- Set-based: inlined into the renewal statement (a join of the customer row), the same figures as
@@ -45,7 +45,7 @@ AS $$
     SELECT coalesce(sum(x.amount) FILTER (WHERE NOT x.inclusive), 0)::bigint,
            coalesce(sum(x.amount) FILTER (WHERE x.inclusive), 0)::bigint,
            pg_catalog.jsonb_build_object(
-               'treatment', c.tax_status,
+               'treatment', c.tax_status, 'country', c.country, 'region', c.region,
                'lines', coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                             'code', x.code, 'name', x.name, 'rateBp', x.rate_bp, 'inclusive', x.inclusive,
                             'amount', x.amount) ORDER BY x.region NULLS FIRST, x.code) FILTER (WHERE x.code IS NOT NULL),
@@ -60,7 +60,7 @@ AS $$
              AND c.tax_status = 'TAXABLE'
       ) x ON true
      WHERE c.id = p_customer_id AND p_enabled
-     GROUP BY c.id, c.tax_status
+     GROUP BY c.id, c.tax_status, c.country, c.region
 $$;
 COMMENT ON FUNCTION billing._invoice_tax(bigint, bigint, boolean) IS
 'Private, set-based (inlined by the renewal statement): the taxes on p_base for the customer''s billing address and tax status, as _tax_of computes them. No row when p_enabled is false (the renewal passes whether any rate exists).

@@ -24,9 +24,9 @@ from __future__ import annotations
 import calendar
 import copy
 import os
-from decimal import ROUND_FLOOR, Decimal
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import ROUND_FLOOR, Decimal
 from zoneinfo import ZoneInfo
 
 import psycopg
@@ -197,6 +197,7 @@ class MInv:
     from_quantity: int | None = None
     id: int | None = None
     dunning_window: tuple[datetime, datetime] | None = None  # jittered: learnt from the database
+    finalized: bool = False  # numbered: at the latest when a claim takes it (issue 26 #14)
 
     @property
     def nkey(self) -> tuple:
@@ -292,12 +293,18 @@ class Model:
                 p[4] = "RELEASED"
                 self.add_credit(p[0], p[1], p[2])
 
+    def emit_voided(self, inv: MInv) -> None:
+        # A finalized invoice voided gets its VOID credit note first (the trigger), unless its total is 0.
+        if inv.finalized and inv.subtotal > 0:
+            self.emit("invoice", inv.nkey, "CreditNoteIssued")
+        self.emit("invoice", inv.nkey, "InvoiceVoided")
+
     def void_open(self, sub: MSub) -> None:
         voided = []
         for inv in self.invoices.values():
             if inv.sub == sub.id and inv.status == "OPEN" and inv.attempt_count == 0:
                 inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "VOID", None, self.now, None
-                self.emit("invoice", inv.nkey, "InvoiceVoided")
+                self.emit_voided(inv)
                 self.add_credit(sub.customer, inv.currency, inv.credit)
                 voided.append(inv)
         for inv in voided:
@@ -686,7 +693,7 @@ class Model:
                           and not any(a.invoice == i.nkey for a in self.attempts.values()) for i in period):
             for inv in sorted(period, key=lambda i: i.id):
                 inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "VOID", None, self.now, None
-                self.emit("invoice", inv.nkey, "InvoiceVoided")
+                self.emit_voided(inv)
                 self.add_credit(sub.customer, inv.currency, inv.credit)
             for inv in period:
                 self.settle_pending(inv)
@@ -896,6 +903,18 @@ class Model:
                 self.emit("subscription", sub.id, "SubscriptionRecovered")
         elif sub.status == "CANCELED":
             self.emit("invoice", inv.nkey, "InvoiceWrittenOff")
+        elif inv.start < sub.start and any(
+                i.sub == sub.id and i.kind != "PRORATION" and i.status == "PAID" and i.start == sub.start
+                for i in self.invoices.values()):
+            # Dunning acts on its own period only (issue 26 #9): an earlier period's invoice is
+            # written off, the paid current period left alone.
+            self.emit("invoice", inv.nkey, "InvoiceWrittenOff")
+            if sub.status == "PAST_DUE" and not any(
+                    i.sub == sub.id and i.status == "OPEN" for i in self.invoices.values()):
+                sub.status = "ACTIVE"
+                sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
+                self.emit("subscription", sub.id, "SubscriptionRecovered")
         else:
             sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "DUNNING_EXHAUSTED"
             sub.version += 1
@@ -1142,6 +1161,8 @@ def make_machine(db: Database, max_steps: int):
             if claimed and len(claimed) + len(reviewed) < len(due):  # oldest next_attempt_at first
                 cut = max(c.next_attempt_at for c in claimed + reviewed)
                 assert all(d.next_attempt_at >= cut for d in due if d not in claimed and d not in reviewed)
+            for inv in claimed + reviewed:
+                inv.finalized = True  # the claim finalizes its batch before it charges
             self.m.to_review(reviewed)
             for r, inv in zip(rows, claimed):
                 truth = data.draw(st.sampled_from(["SUCCEEDED", "DECLINED"]), label="gateway truth")
@@ -1158,6 +1179,8 @@ def make_machine(db: Database, max_steps: int):
             expected = sorted(i.id for i in self.m.chargeable())
             rows = db.call("SELECT * FROM billing.claim_charges('model', 100, %s, %s)", (lease, self.m.now), many=True)
             assert sorted(r["invoice_id"] for r in rows) == expected
+            for inv in due:
+                inv.finalized = True  # the claim finalizes its batch before it charges
             self.m.to_review(due)
             by_id = {i.id: i for i in self.m.invoices.values()}
             for r in rows:
@@ -1208,6 +1231,23 @@ def make_machine(db: Database, max_steps: int):
                 inv = self.m.invoices.get((r["subscription_id"], r["kind"], r["period_start"]))
                 if inv is not None:
                     inv.id = r["id"]
+
+        @invariant()
+        def mrr_equals_model(self):
+            # Issue 26 #4: the one MRR function (billing._mrr_at), now, equals the model's: each live
+            # subscription's period price (seats, discount) normalized to a month (a week = 52/12
+            # of a month, a day 365/12); 0 paused, trialing, canceled or ended at its period end.
+            months = {"DAY": Decimal(365), "WEEK": Decimal(52), "MONTH": Decimal(12), "YEAR": Decimal(1)}
+            want: dict[str, Decimal] = {}
+            for s in self.m.subs.values():
+                price, currency, interval, count = PLANS[s.plan]
+                if s.status in ("ACTIVE", "PAST_DUE") and not (s.cancel_at_period_end and self.m.now >= s.end):
+                    want[currency] = want.get(currency, Decimal(0)) + Decimal(s.price) * months[interval] / (12 * count)
+            got = {r["currency"]: r["mrr"] for r in db.call(
+                "SELECT currency, sum(mrr) AS mrr FROM billing._mrr_at(%s) GROUP BY 1", (self.m.now,), many=True)}
+            for cur in set(want) | set(got):
+                assert abs(got.get(cur, Decimal(0)) - want.get(cur, Decimal(0))) < Decimal("0.01"), \
+                    f"MRR {cur}: database {got.get(cur)} != model {want.get(cur)}"
 
         @invariant()
         def database_equals_model(self):
