@@ -27,6 +27,14 @@ engine: after every step it checks the money rules on the database itself:
 * no served period is silently forgiven: no invoice that was declined is VOID, and every FAILED
   invoice is a reverted upgrade, written off with an event, or ended its subscription by dunning;
 * every event written matches its JSON Schema in docs/events (the new money events included).
+* the service ledger (issue 26, docs/money.md section 0): every invoice is the net of its lines; a
+  reversal never gives back more than its line, nor time outside it; no time of a subscription is
+  sold twice by lines in force; a repeating coupon discounts only inside its months of service, a
+  plan-restricted one only its plans.
+
+Coupons of every kind (percent, amount off, plan-restricted, once, repeating, forever), taxed
+customers (exclusive and inclusive), invoices waiting for a payment method and given up, and
+cancellations with p_proration none, credit or refund are part of the game.
 
 The lifecycle (docs/lifecycle.md) is part of the game: trials, coupons (at signup and later, up to
 100% off, amounts larger than the invoice), seats up and down, pauses with and without a resume
