@@ -67,8 +67,14 @@ BEGIN
     -- An invoice is finalized, with its number, no later than its first charge attempt: those of
     -- the batch not numbered yet (normally none: the renewal job finalizes right after creating)
     -- are finalized first, their tax recomputed if the customer changed since (docs/invoices.md).
+    -- A claim never waits for the numbering counter: while another transaction holds it (the
+    -- finalization job, another claim), they are left for a later round, unclaimed.
     IF v_unnumbered IS NOT NULL THEN
-        PERFORM billing._finalize(v_unnumbered, p_now);
+        IF billing._try_lock_numbers(p_now) THEN
+            PERFORM billing._finalize(v_unnumbered, p_now);
+        ELSE
+            v_ids := ARRAY(SELECT x FROM unnest(v_ids) x WHERE x <> ALL (v_unnumbered));
+        END IF;
     END IF;
 
     RETURN QUERY
@@ -155,7 +161,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.claim_charges(text, integer, interval, timestamptz, text) IS
-'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), each finalized first if it was not (numbered no later than its first charge attempt, its tax recomputed if the customer changed since), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview); one whose customer has no usable payment method at p_provider waits (waiting_for PAYMENT_METHOD, InvoicePaymentMethodRequired), except with the simulator (sim) for a customer who never set a default method: charged by customer id.
+'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), each finalized first if it was not (numbered no later than its first charge attempt, its tax recomputed if the customer changed since; left for a later call while another transaction holds the numbering counter), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview); one whose customer has no usable payment method at p_provider waits (waiting_for PAYMENT_METHOD, InvoicePaymentMethodRequired), except with the simulator (sim) for a customer who never set a default method: charged by customer id.
 Returns what to charge: key <namespace>-inv-<invoice id>-try-<n>, reused by a re-claim with the same method references; lookup = ask the gateway for the key''s status instead of sending it (near its expiry); BL422 for bad arguments or a lease not shorter than the key lifetime.';
 
 -- claim_charges' work for one invoice named by (customer_id, id): what the statement of
@@ -189,7 +195,11 @@ BEGIN
     END IF;
     IF v_invoice.number IS NULL THEN
         -- Finalized, with its number, no later than its first charge attempt (its tax recomputed
-        -- first if the customer changed since: the amount charged is the document's).
+        -- first if the customer changed since: the amount charged is the document's). Never waiting
+        -- for the numbering counter: held by another transaction, the invoice is left for later.
+        IF NOT billing._try_lock_numbers(p_now) THEN
+            RETURN;
+        END IF;
         v_invoice := billing._finalize_one(v_invoice, p_now);
         IF v_invoice.status <> 'OPEN' THEN
             RETURN;  -- credit now covers it (PAID): nothing to charge

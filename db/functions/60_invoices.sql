@@ -35,6 +35,31 @@ COMMENT ON FUNCTION billing._take_numbers(text, integer) IS
 'Private: takes p_count consecutive numbers of the series (its counter row stays locked until the transaction ends, so a rollback gives them back: no gap).
 Returns the first number taken.';
 
+-- The claims' form: the counter of p_now's series if no other transaction holds it (SKIP LOCKED), so
+-- a claim never waits for the finalization job or another claim; false when it is held.
+CREATE OR REPLACE FUNCTION billing._try_lock_numbers(p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_series text := to_char(p_now AT TIME ZONE 'UTC', 'YYYY');
+BEGIN
+    PERFORM 1 FROM billing.document_series WHERE series = v_series FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF EXISTS (SELECT 1 FROM billing.document_series WHERE series = v_series) THEN
+        RETURN false;  -- held by another transaction
+    END IF;
+    PERFORM billing._take_numbers(v_series, 0);  -- the year's first number: the series is created
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION billing._try_lock_numbers(timestamptz) IS
+'Private: locks the numbering counter of p_now''s UTC year unless another transaction holds it (SKIP LOCKED; a series not created yet is created).
+Returns whether the caller now holds it.';
+
 CREATE OR REPLACE FUNCTION billing._document_number(p_series text, p_number bigint)
 RETURNS text
 LANGUAGE sql IMMUTABLE

@@ -4,7 +4,7 @@
 -- (made-up ISO-shaped codes) and its own years, so no scenario sees another's.
 BEGIN;
 SET LOCAL ROLE billing_owner;
-SELECT plan(30);
+SELECT plan(33);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
@@ -235,6 +235,35 @@ SELECT results_eq($$SELECT status, credit_applied, amount FROM billing.invoice W
                   'issue 26 #14: exempt now: the total 1000 is paid by credit (1100 applied before, at 1200 with VAT)');
 SELECT results_eq($$SELECT balance FROM billing.credit_balance WHERE customer_id = 26145$$, $$VALUES (100::bigint)$$,
                   'issue 26 #14: the credit it no longer needs went back to the balance');
+
+-- A claim never waits for the numbering counter: while another session holds it, the claim leaves
+-- an unnumbered invoice for later (unclaimed, unnumbered), and takes it once the counter is free.
+-- (Single PostgreSQL only: on Citus the second session's write of the series, a reference table,
+-- waits for this test's own open transaction, which wrote reference tables too.)
+SELECT billing._distributed('billing.customer') AS on_citus \gset
+\if :on_citus
+SELECT skip('a second session cannot write the series (a reference table) beside this open transaction on Citus', 3);
+\else
+RESET ROLE;  -- the session that holds the counter: a superuser connection (dblink)
+CREATE EXTENSION IF NOT EXISTS dblink;
+SELECT dblink_connect('f14', format('host=127.0.0.1 port=%s dbname=%s user=postgres', inet_server_port(), current_database()));
+SET LOCAL ROLE billing_owner;
+SELECT * FROM dblink('f14', 'SELECT billing._take_numbers(''2046'', 0)') AS t(n bigint);  -- the series exists (committed)
+SELECT dblink_exec('f14', 'BEGIN');
+SELECT * FROM dblink('f14', 'SELECT billing._take_numbers(''2046'', 0)') AS t(n bigint);  -- and is held by that session
+SELECT billing.create_subscription('f14-f', 26146, 'F14_P', '2046-01-01 00:00Z');
+SET LOCAL statement_timeout = '10s';
+SELECT is((SELECT count(*) FROM billing.claim_charges('ledger-figures', 1000, interval '5 minutes', '2046-01-01 00:00:01Z')
+            WHERE customer_id = 26146), 0::bigint,
+          'issue 26 #14: counter held elsewhere: the claim does not wait and leaves the unnumbered invoice');
+SELECT dblink_exec('f14', 'ROLLBACK');
+SELECT dblink_disconnect('f14');
+SELECT is((SELECT count(*) FROM billing.claim_charges('ledger-figures', 1000, interval '5 minutes', '2046-01-01 00:00:02Z')
+            WHERE customer_id = 26146), 1::bigint, 'issue 26 #14: the counter free, the next claim takes it');
+SELECT ok((SELECT number IS NOT NULL FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('f14-f'))),
+          'issue 26 #14: numbered when claimed');
+RESET statement_timeout;
+\endif
 
 SELECT * FROM finish();
 ROLLBACK;
