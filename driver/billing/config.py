@@ -253,6 +253,8 @@ class Settings:
     api_body_timeout_seconds: float = 30.0
     api_keep_alive_seconds: float = 5.0
     api_max_concurrency: int = 256
+    # Connections one client address may hold at once (docs/http-api.md, "Serving limits").
+    api_max_connections_per_address: int = 32
     # The operator console under /console (docs/console.md): how long a login lasts, and whether
     # its cookies are Secure: "auto" (when the request came over https), "true" (TLS ends at a
     # proxy in front) or "false".
@@ -313,6 +315,8 @@ class Settings:
             api_body_timeout_seconds=_env_float("BILLING_API_BODY_TIMEOUT_SECONDS", cls.api_body_timeout_seconds),
             api_keep_alive_seconds=_env_float("BILLING_API_KEEP_ALIVE_SECONDS", cls.api_keep_alive_seconds),
             api_max_concurrency=_env_int("BILLING_API_MAX_CONCURRENCY", cls.api_max_concurrency),
+            api_max_connections_per_address=_env_int("BILLING_API_MAX_CONNECTIONS_PER_ADDRESS",
+                                                     cls.api_max_connections_per_address),
             console_session_hours=_env_float("BILLING_CONSOLE_SESSION_HOURS", cls.console_session_hours),
             console_cookie_secure=_console_cookie_secure(env.get("BILLING_CONSOLE_COOKIE_SECURE")),
             issuer_name=env.get("BILLING_ISSUER_NAME") or cls.issuer_name,

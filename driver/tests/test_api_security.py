@@ -29,7 +29,7 @@ from billing.config import REPO_ROOT, Settings
 from .chaos.harness import BILLING, Proc, free_ports, wait_port
 
 T0 = datetime(2026, 10, 1, 12, 0, tzinfo=timezone.utc)
-SECRET = "whsec_" + "k" * 10 + "9f3a" * 8
+SECRET = "whsec_Qm7vR2xK9pL4tZ8wN3cB6yH1dF5gJ0sA"  # random-looking: serve refuses guessable secrets
 
 # Every route of the app: (method, path, a valid body). Taken from the app's own router below and
 # checked against this list, so a new route cannot be added without being tested here.
@@ -465,6 +465,9 @@ def test_metrics_and_openapi_need_admin_on_the_public_port_but_not_on_the_intern
 @pytest.mark.parametrize("secret, why", [
     ("change-me", "placeholder"), ("whsec_test", "placeholder"), ("s" * 40, "placeholder"),
     ("short-but-random-9f3a", "shorter than 32"), ("REPLACE-ME-with-a-real-secret-0123456789", "placeholder"),
+    # issue 27, finding 8: long enough, varied enough, and guessable
+    ("passwordpasswordpasswordpassword1", "guessable"), ("12345678901234567890123456789012", "guessable"),
+    ("abcdefghijklmnopqrstuvwxyzabcdef", "guessable"),
 ])
 def test_serve_and_worker_refuse_weak_secrets(db_url, tmp_path, secret, why):
     env = {k: v for k, v in os.environ.items() if not k.startswith("BILLING_")}
