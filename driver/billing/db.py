@@ -40,6 +40,8 @@ REFUND_CLAIMS_IN_SHARD = (
 )
 # Refunds (db/functions/57_refunds.sql): the worker claims and records; the API requests and lists.
 CLAIM_REFUNDS = "SELECT * FROM billing.claim_refunds(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s)"
+# Refunds an event said failed after they succeeded: looked up at the provider (59_refund_webhooks).
+CLAIM_REFUND_RECHECKS = "SELECT * FROM billing.claim_refund_rechecks(%(batch)s, %(lease)s::interval, %(now)s)"
 RECORD_REFUND_RESULT = (
     "SELECT * FROM billing.record_refund_result(%(key)s, %(outcome)s, %(reference)s, %(reason)s, %(now)s)"
 )
