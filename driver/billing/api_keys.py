@@ -4,6 +4,8 @@ The secret is made here (billing.api.security.new_api_key) and only its SHA-256 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import psycopg
 from psycopg.rows import dict_row
 
@@ -11,12 +13,41 @@ from billing import db
 from billing.api.security import NewKey, new_api_key
 
 
-def create_key(database_url: str, name: str, scopes: list[str], *, actor: str = "cli") -> NewKey:
+@dataclass(frozen=True)
+class Guardrails:
+    """A key's own limits (docs/security.md, "Key guardrails"); None: no limit of its own."""
+
+    max_quantity: int | None = None
+    max_trial_days: int | None = None
+    max_refund: int | None = None
+    allow_no_proration: bool = False
+
+    @classmethod
+    def of(cls, row: dict | None) -> "Guardrails":
+        if not row:
+            return cls()
+        return cls(row.get("max_quantity"), row.get("max_trial_days"), row.get("max_refund"),
+                   bool(row.get("allow_no_proration")))
+
+    def describe(self) -> str:
+        parts = [f"{label} {value}" for label, value in (("max quantity", self.max_quantity),
+                                                         ("max trial days", self.max_trial_days),
+                                                         ("max refund", self.max_refund)) if value is not None]
+        if self.allow_no_proration:
+            parts.append("may skip proration")
+        return ", ".join(parts)
+
+
+def create_key(database_url: str, name: str, scopes: list[str], *, actor: str = "cli",
+               guardrails: Guardrails | None = None) -> NewKey:
     key = new_api_key()
+    g = guardrails or Guardrails()
     with psycopg.connect(database_url, row_factory=dict_row) as conn:
         with conn.transaction():
             conn.execute(db.SET_ACTOR, {"actor": actor})
-            conn.execute(db.CREATE_API_KEY, {"id": key.key_id, "name": name, "hash": key.key_hash, "scopes": scopes})
+            conn.execute(db.CREATE_API_KEY, {"id": key.key_id, "name": name, "hash": key.key_hash, "scopes": scopes,
+                                             "max_quantity": g.max_quantity, "max_trial_days": g.max_trial_days,
+                                             "max_refund": g.max_refund, "allow_no_proration": g.allow_no_proration})
     return key
 
 

@@ -130,9 +130,22 @@ LIST_WEBHOOK_ATTEMPTS = "SELECT * FROM billing.list_webhook_attempts(%(id)s, %(l
 
 # -- Security (db/functions/85_security.sql, docs/security.md). The actor of the audit log is a
 # transaction-local setting: a mutation sets it in its own transaction, first.
+# The actor proof (billing._actor, 87_sessions.sql) is the hash of the credential the request
+# carried: key:<hex>, console:<hex> or customer:<id>:<hex>; '' for none (the actor is then only a
+# description the caller gives, never a key's name).
 SET_ACTOR = "SELECT set_config('billing.actor', %(actor)s, true)"
-AUTHENTICATE_API_KEY = "SELECT key_id, scopes FROM billing.authenticate_api_key(%(hash)s)"
-CREATE_API_KEY = "SELECT * FROM billing.create_api_key(%(id)s, %(name)s, %(hash)s, %(scopes)s::text[])"
+SET_ACTOR_PROOF = "SELECT set_config('billing.actor_proof', %(proof)s, true)"
+AUTHENTICATE_API_KEY = ("SELECT key_id, scopes, max_quantity, max_trial_days, max_refund, allow_no_proration "
+                        "FROM billing.authenticate_api_key(%(hash)s)")
+CREATE_API_KEY = ("SELECT * FROM billing.create_api_key(%(id)s, %(name)s, %(hash)s, %(scopes)s::text[], "
+                  "%(max_quantity)s, %(max_trial_days)s, %(max_refund)s, %(allow_no_proration)s)")
+# Customer sessions and failed authentications (87_sessions.sql).
+OPEN_CUSTOMER_SESSION = ("SELECT * FROM billing.open_customer_session(%(customer_id)s, %(hash)s, "
+                         "%(ttl)s::interval, %(now)s)")
+CUSTOMER_SESSION = "SELECT * FROM billing.customer_session(%(customer_id)s, %(hash)s, %(now)s)"
+RECORD_AUTH_FAILURE = "SELECT billing.record_auth_failure(%(key_id)s, %(address)s, %(route)s, %(now)s) AS audited"
+APPLY_REFUND_WEBHOOK = ("SELECT billing.apply_refund_webhook(%(event_id)s, %(key)s, %(outcome)s, %(refund_id)s, "
+                        "%(amount)s, %(currency)s, %(charge)s, %(reason)s, %(now)s) AS outcome")
 LIST_API_KEYS = "SELECT * FROM billing.list_api_keys()"
 REVOKE_API_KEY = "SELECT * FROM billing.revoke_api_key(%(id)s)"
 READ_AUDIT = "SELECT * FROM billing.read_audit(%(before)s, %(limit)s, %(actor)s, %(function)s)"

@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS billing.schema_migration (
 
 
 OWNER = "billing_owner"
-JOB_ROLES = ("billing_api", "billing_worker", "billing_relay", "billing_readonly", "billing_admin", "billing_console")
+JOB_ROLES = ("billing_api", "billing_worker", "billing_relay", "billing_readonly", "billing_admin", "billing_console",
+             "billing_support")
 DEPRECATED_ROLE = "billing_app"
 
 # Run as the migrating login, before it becomes the owner. Idempotent; safe when another
@@ -51,7 +52,8 @@ DECLARE
     v_role text;
 BEGIN
     FOREACH v_role IN ARRAY ARRAY['billing_owner', 'billing_api', 'billing_worker', 'billing_relay',
-                                  'billing_readonly', 'billing_admin', 'billing_console', 'billing_app'] LOOP
+                                  'billing_readonly', 'billing_admin', 'billing_console', 'billing_support',
+                                  'billing_app'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
             BEGIN
                 EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
@@ -67,7 +69,7 @@ BEGIN
     END IF;
     -- billing_app: the deprecated union of every job role.
     FOREACH v_role IN ARRAY ARRAY['billing_api', 'billing_worker', 'billing_relay', 'billing_readonly',
-                                  'billing_admin', 'billing_console'] LOOP
+                                  'billing_admin', 'billing_console', 'billing_support'] LOOP
         IF NOT pg_catalog.pg_has_role('billing_app', v_role, 'MEMBER') THEN
             EXECUTE format('GRANT %I TO billing_app', v_role);
         END IF;

@@ -1,7 +1,7 @@
 """Login roles by job (docs/security.md): `billing db login-role LOGIN --job api ...`.
 
 The job roles (billing_api, billing_worker, billing_relay, billing_readonly, billing_admin,
-billing_console) are
+billing_console, billing_support: the one that reads customers' personal data) are
 NOLOGIN groups holding the EXECUTE grants (db/functions/90_grants.sql). PostgreSQL applies a
 role's settings only to the role one logs in as, never to its groups, so the timeouts of a job
 are set here on each login role: the strictest statement budget that still fits the job's work.
@@ -20,6 +20,7 @@ JOB_TIMEOUTS: dict[str, tuple[str, str, str]] = {
     "readonly": ("30s", "2s", "60s"),
     "admin": ("60s", "10s", "300s"),
     "console": ("15s", "2s", "10s"),
+    "support": ("15s", "2s", "10s"),
 }
 
 
