@@ -286,3 +286,81 @@ def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
     assert audit == ["announce_expiring_payment_methods", "claim_charges", "claim_outbox_events",
                      "create_due_invoices", "expire_idempotency_keys",
                      "mark_outbox_published", "purge_expired", "record_payment_result", "record_payment_results"]
+
+
+# -- issue 27, finding 6: every function a role may call, with the fields a caller controls left empty --
+
+def _state(conn) -> tuple:
+    """What a call must not change by being given nothing: money, sessions, keys, subscriptions."""
+    return conn.execute("""
+        SELECT (SELECT md5(coalesce(string_agg(id || status || amount_refunded || coalesce(paid_attempt_id::text, '-'),
+                                               ',' ORDER BY id), '')) FROM billing.invoice),
+               (SELECT md5(coalesce(string_agg(id || status || coalesce(recheck_at::text, '-'), ',' ORDER BY id), ''))
+                  FROM billing.refund),
+               (SELECT md5(coalesce(string_agg(id || status || version, ',' ORDER BY id), '')) FROM billing.subscription),
+               (SELECT count(*) FROM billing.console_session), (SELECT count(*) FROM billing.customer_session),
+               (SELECT count(*) FROM billing.api_key), (SELECT count(*) FROM billing.payment_method)""").fetchone()
+
+
+@pytest.fixture
+def money_world(db_url):
+    """A charge claimed and not answered yet, and a PAID invoice whose refund SUCCEEDED."""
+    from datetime import datetime, timezone
+
+    t0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_plan('EMPTY_P', 1599, 'USD', 'MONTH', 1)")
+        for customer in (7001, 7002):
+            conn.execute("SELECT billing.create_subscription(%s, %s, 'EMPTY_P', %s)", (f"e-{customer}", customer, t0))
+        keys = dict(conn.execute("SELECT customer_id, idempotency_key FROM billing.claim_charges('w', 10, '5 minutes', %s)",
+                                 (t0,)).fetchall())
+        conn.execute("SELECT billing.record_payment_result(%s, 'SUCCEEDED', 'pi_7002', NULL, %s)", (keys[7002], t0))
+        invoice = conn.execute("SELECT id FROM billing.invoice WHERE customer_id = 7002").fetchone()[0]
+        refund_key = conn.execute("SELECT idempotency_key FROM billing.refund_invoice(%s, 1599, NULL, %s)",
+                                  (invoice, t0)).fetchone()[0]
+        conn.execute("SELECT billing.record_refund_result(%s, 'SUCCEEDED', 're_7002', NULL, %s)", (refund_key, t0))
+        conn.execute("SELECT billing.create_api_key('bk_emptyfield1', 'e', sha256('the-key'), ARRAY['admin'])")
+    return {"t0": t0, "claimed_key": keys[7001], "refund_key": refund_key}
+
+
+@pytest.mark.parametrize("role", sorted(POLICY))
+def test_every_function_of_a_role_called_with_its_fields_left_empty_changes_nothing(db_url, login_as, money_world,
+                                                                                    role):
+    with psycopg.connect(db_url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        functions = [f for f in _catalog_functions(conn) if not f["is_trigger"] and f["kind"] == "f"]
+        allowed = _with_console_actions(conn)[role]
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        before = _state(conn)
+    mine = [f for f in functions if f["proname"] in allowed]
+    assert {f["proname"] for f in mine} == allowed
+    t0 = money_world["t0"]
+    with psycopg.connect(login_as(role), autocommit=True) as conn:
+        for f in mine:  # every argument NULL: a clear error or a harmless answer, never a change
+            call = sql.SQL("SELECT * FROM billing.{}({})").format(
+                sql.Identifier(f["proname"]),
+                sql.SQL(", ").join(sql.SQL("NULL::{}").format(sql.SQL(t)) for t in f["argtypes"]))
+            try:
+                conn.execute(call).fetchall()
+            except psycopg.Error as exc:
+                assert not isinstance(exc, (errors.InsufficientPrivilege, errors.InternalError_)), (f, exc)
+        # the findings, by name: what a caller controls given empty, the identifiers real
+        if "apply_gateway_webhook" in allowed:
+            assert conn.execute("SELECT billing.apply_gateway_webhook('evt-empty', %s, 'SUCCEEDED', 'ch', '{}', %s)",
+                                (money_world["claimed_key"], t0)).fetchone()[0] == "REVIEW"
+        if "apply_refund_webhook" in allowed:
+            assert conn.execute("SELECT billing.apply_refund_webhook('evt-empty', %s, 'FAILED', NULL, NULL, NULL, NULL, "
+                                "NULL, %s)", (money_world["refund_key"], t0)).fetchone()[0] == "REVIEW"
+        if "console_open_session" in allowed:
+            for key_hash in (None, b"\0" * 32):
+                with pytest.raises(psycopg.Error) as caught:
+                    conn.execute("SELECT * FROM billing.console_open_session(sha256('tok'), %s, '1 hour', now())",
+                                 (key_hash,))
+                assert caught.value.sqlstate in ("BL404", "BL422")
+        if "open_customer_session" in allowed:
+            with pytest.raises(psycopg.Error) as caught:
+                conn.execute("SELECT * FROM billing.open_customer_session(7001, sha256('tok'), '15 minutes', %s)", (t0,))
+            assert caught.value.sqlstate == "BL422"  # no proven key: no session
+        for name in ("record_refund_result", "record_payment_result"):
+            assert name not in allowed or role in ("billing_worker", "billing_admin"), (role, name)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert _state(conn) == before, role
