@@ -113,9 +113,9 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
-    PERFORM billing._audit('create_api_key', jsonb_build_object('id', p_id, 'name', p_name, 'scopes', p_scopes,
-        'max_quantity', p_max_quantity, 'max_trial_days', p_max_trial_days, 'max_refund', p_max_refund,
-        'allow_no_proration', p_allow_no_proration));
+    PERFORM billing._audit('create_api_key', jsonb_build_object('id', p_id, 'name', p_name, 'scopes', p_scopes)
+        || jsonb_strip_nulls(jsonb_build_object('max_quantity', p_max_quantity, 'max_trial_days', p_max_trial_days,
+               'max_refund', p_max_refund, 'allow_no_proration', CASE WHEN p_allow_no_proration THEN true END)));
     IF p_id IS NULL OR p_id !~ '^bk_[a-z0-9]{8,32}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a key id is bk_ and 8 to 32 lower-case letters or digits';
     END IF;

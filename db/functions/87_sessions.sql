@@ -98,14 +98,17 @@ COMMENT ON FUNCTION billing.open_customer_session(bigint, bytea, interval, times
 'Opens a session that may read and act on customer p_customer_id only, until p_now + p_ttl (1 minute..1 hour); only the SHA-256 of the token is stored. The opening key is the one proven by billing.actor_proof (key:<hex>), never a name the caller gives.
 Returns the customer, the key id and the expiry; BL404 for an unknown customer, BL422 without a proven key, for a bad hash or ttl.';
 
+DROP FUNCTION IF EXISTS billing.customer_session(bigint, bytea, timestamptz);
 CREATE OR REPLACE FUNCTION billing.customer_session(
     p_customer_id bigint, p_token_hash bytea, p_now timestamptz DEFAULT now())
-RETURNS TABLE (customer_id bigint, key_id text, scopes text[], expires_at timestamptz)
+RETURNS TABLE (customer_id bigint, key_id text, scopes text[], expires_at timestamptz, max_quantity integer,
+               max_trial_days integer, max_refund bigint, allow_no_proration boolean)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
     SELECT billing._check_now(p_now);
-    SELECT s.customer_id, s.key_id, k.scopes, s.expires_at
+    SELECT s.customer_id, s.key_id, k.scopes, s.expires_at, k.max_quantity, k.max_trial_days, k.max_refund,
+           k.allow_no_proration
       FROM billing.customer_session s
       JOIN billing.api_key k ON k.id = s.key_id
      WHERE s.customer_id = p_customer_id AND s.token_hash = p_token_hash
@@ -113,7 +116,7 @@ AS $$
 $$;
 COMMENT ON FUNCTION billing.customer_session(bigint, bytea, timestamptz) IS
 'The check of a customer session token: the session of customer p_customer_id whose token hashes to p_token_hash, not revoked, not expired at p_now, its key not revoked.
-Returns the customer, the opening key and its scopes, the expiry; or no row.';
+Returns the customer, the opening key, its scopes and guardrails, the expiry; or no row.';
 
 CREATE OR REPLACE FUNCTION billing.close_customer_session(
     p_customer_id bigint, p_token_hash bytea, p_now timestamptz DEFAULT now())

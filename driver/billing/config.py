@@ -255,6 +255,16 @@ class Settings:
     api_max_concurrency: int = 256
     # Connections one client address may hold at once (docs/http-api.md, "Serving limits").
     api_max_connections_per_address: int = 32
+    # Cost-aware limits (docs/security.md, "The cost of a request"): each key's budget of cost units
+    # per second (a PDF costs 10, an HTML document 3, a console page 1 to 10); requests without a
+    # valid credential per client address; the pool of the expensive reads (console, reports) and
+    # its statement timeout.
+    api_cost_per_key: float = 20.0
+    api_unauthenticated_rate_per_address: float = 20.0
+    api_unauthenticated_burst_per_address: int = 40
+    api_auth_failures_free: int = 10  # failed authentications per address and minute before the backoff
+    api_heavy_pool_size: int = 3
+    api_heavy_statement_timeout_ms: int = 5000
     # The operator console under /console (docs/console.md): how long a login lasts, and whether
     # its cookies are Secure: "auto" (when the request came over https), "true" (TLS ends at a
     # proxy in front) or "false".
@@ -317,6 +327,15 @@ class Settings:
             api_max_concurrency=_env_int("BILLING_API_MAX_CONCURRENCY", cls.api_max_concurrency),
             api_max_connections_per_address=_env_int("BILLING_API_MAX_CONNECTIONS_PER_ADDRESS",
                                                      cls.api_max_connections_per_address),
+            api_cost_per_key=_env_float("BILLING_API_COST_PER_KEY", cls.api_cost_per_key),
+            api_unauthenticated_rate_per_address=_env_float("BILLING_API_UNAUTHENTICATED_RATE_PER_ADDRESS",
+                                                            cls.api_unauthenticated_rate_per_address),
+            api_unauthenticated_burst_per_address=_env_int("BILLING_API_UNAUTHENTICATED_BURST_PER_ADDRESS",
+                                                           cls.api_unauthenticated_burst_per_address),
+            api_auth_failures_free=_env_int("BILLING_API_AUTH_FAILURES_FREE", cls.api_auth_failures_free),
+            api_heavy_pool_size=_env_int("BILLING_API_HEAVY_POOL_SIZE", cls.api_heavy_pool_size),
+            api_heavy_statement_timeout_ms=_env_int("BILLING_API_HEAVY_STATEMENT_TIMEOUT_MS",
+                                                    cls.api_heavy_statement_timeout_ms),
             console_session_hours=_env_float("BILLING_CONSOLE_SESSION_HOURS", cls.console_session_hours),
             console_cookie_secure=_console_cookie_secure(env.get("BILLING_CONSOLE_COOKIE_SECURE")),
             issuer_name=env.get("BILLING_ISSUER_NAME") or cls.issuer_name,

@@ -60,6 +60,7 @@ ROUTES = [
     ("POST", "/invoices/1/retry", {}),
     ("POST", "/invoices/1/void", {"reason": "goodwill"}),
     ("GET", "/invoices/1", None),
+    ("POST", "/customer-sessions", {"customerId": 1}),
 ]
 PUBLIC_ROUTES = {("GET", "/healthz"), ("POST", "/webhooks/payments"), ("POST", "/webhooks/stripe")}
 
@@ -74,6 +75,9 @@ def seed(db_url: str) -> int:
 
 @contextlib.asynccontextmanager
 async def client_for(db_url: str, **settings):
+    # These tests knock with many wrong keys from one address on purpose: the per-address throttle
+    # of failed authentications (test_doors.py tests it) would answer 429 before they are done.
+    settings = {"api_auth_failures_free": 100_000, "api_unauthenticated_burst_per_address": 100_000, **settings}
     app = create_app(Settings(database_url=db_url, webhook_secret=SECRET, **settings), clock=SimulatedClock(T0))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     try:
@@ -145,7 +149,8 @@ def test_every_route_refuses_a_key_without_its_scope_and_accepts_one_with_it(db_
              "DELETE /webhook-endpoints/1": "admin", "GET /webhook-endpoints/1/attempts": "admin",
              "PUT /customers/1/payment-method": "subscriptions:write", "POST /invoices/1/refunds": "refunds:write",
              "GET /invoices/1/refunds": "subscriptions:read", "POST /invoices/1/retry": "admin",
-             "POST /invoices/1/void": "admin", "GET /invoices/1": "subscriptions:read"}
+             "POST /invoices/1/void": "admin", "GET /invoices/1": "subscriptions:read",
+             "POST /customer-sessions": "customer-sessions:write"}
 
     async def body():
         async with client_for(db_url) as client:

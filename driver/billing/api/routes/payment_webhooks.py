@@ -17,7 +17,7 @@ from billing.api.context import Api
 from billing.api.errors import endpoint_of
 from billing.api.validation import ApiError, read_body
 from billing.api.webhooks import MAX_WEBHOOK_BODY, verify_signature, webhook_fields
-from billing.metrics import WEBHOOKS_FOR_REVIEW
+from billing.metrics import REFUND_REVIEWS, WEBHOOKS_FOR_REVIEW
 from billing.providers import LookupFailed, WebhookRejected
 from billing.providers.sim import is_hard
 from billing.providers.stripe import StripeProvider
@@ -90,10 +90,20 @@ def routes(api: Api) -> list[BaseRoute]:
                     WEBHOOKS_FOR_REVIEW.inc()
                     log.warning("webhook kept for review", extra={"eventId": o.event_id, "key": o.idempotency_key})
             else:
-                await database.mutate("gateway-webhook", db.RECORD_REFUND_RESULT, {
-                    "key": o.idempotency_key, "outcome": o.outcome, "reference": o.reference, "reason": o.reason,
-                    "now": clock.now()})
-                applied.append("REFUND")
+                # Bound to the refund its key names: its refund id (once known), amount, currency and
+                # charge must all be given and match, and a failure after success is only looked up
+                # (billing.apply_refund_webhook; issue 27, finding 1).
+                p = o.payload or {}
+                row = await database.mutate("gateway-webhook", db.APPLY_REFUND_WEBHOOK, {
+                    "event_id": o.event_id, "key": o.idempotency_key, "outcome": o.outcome,
+                    "refund_id": p.get("refundId"), "amount": p.get("amount"), "currency": p.get("currency"),
+                    "charge": p.get("charge"), "reason": o.reason, "now": clock.now()})
+                outcome = row["outcome"]
+                if outcome in ("REVIEW", "RECHECK"):
+                    REFUND_REVIEWS.labels(outcome=outcome).inc()
+                    log.warning("refund event not applied", extra={"eventId": o.event_id, "key": o.idempotency_key,
+                                                                  "outcome": outcome})
+                applied.append("REFUND" if outcome in ("APPLIED", "DUPLICATE") else outcome)
         return JSONResponse({"received": True, "outcomes": applied})
 
     return [
