@@ -395,7 +395,13 @@ def parse_event(event: dict) -> list[WebhookOutcome]:
                 return []  # not a charge of a payment intent: not ours
             return [WebhookOutcome("refund_lookup", event_id, "", UNKNOWN, intent)]
         outcomes = []
+        intent = obj.get("payment_intent")
+        parent = {"payment_intent": intent.get("id") if isinstance(intent, dict) else intent,
+                  "currency": obj.get("currency")}
         for refund in refunds:
+            # a refund listed by its charge: the charge's intent and currency where it omits them
+            if isinstance(refund, dict):
+                refund = {**{k: v for k, v in parent.items() if v is not None}, **refund}
             outcomes += _refund_outcomes(event_id, refund)
         return outcomes
     if kind in ("refund.created", "refund.updated", "refund.failed", "charge.refund.updated"):
