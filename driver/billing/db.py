@@ -134,6 +134,15 @@ LIST_WEBHOOK_ATTEMPTS = "SELECT * FROM billing.list_webhook_attempts(%(id)s, %(l
 # carried: key:<hex>, console:<hex> or customer:<id>:<hex>; '' for none (the actor is then only a
 # description the caller gives, never a key's name).
 SET_ACTOR = "SELECT set_config('billing.actor', %(actor)s, true)"
+
+
+class Actor(str):
+    """An audit actor name with the proof of the credential behind it (SET_ACTOR_PROOF): the
+    database names a key from the proof, never from the name (db/functions/87_sessions.sql)."""
+
+    proof: str = ""
+
+
 SET_ACTOR_PROOF = "SELECT set_config('billing.actor_proof', %(proof)s, true)"
 AUTHENTICATE_API_KEY = ("SELECT key_id, scopes, max_quantity, max_trial_days, max_refund, allow_no_proration "
                         "FROM billing.authenticate_api_key(%(hash)s)")

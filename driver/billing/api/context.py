@@ -15,6 +15,7 @@ from typing import Any, Callable
 from starlette.requests import Request
 
 from billing.api.database import Database
+from billing.db import Actor
 from billing.api.validation import IDEMPOTENCY_KEY, ApiError
 from billing.clock import Clock
 from billing.invoices.documents import Issuer
@@ -40,13 +41,6 @@ class Api:
 
     def now(self) -> datetime:
         return self.clock.now()
-
-
-class Actor(str):
-    """An audit actor name with the proof of the credential behind it (billing.actor_proof): the
-    database names the key from the proof, never from the name (db/functions/87_sessions.sql)."""
-
-    proof: str = ""
 
 
 def actor(request: Request) -> Actor:

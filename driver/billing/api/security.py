@@ -19,7 +19,7 @@
   (`route_cost`: a PDF 10, an HTML document 3, anything else nothing), so a read-only key cannot
   keep the CPU or the pool busy with expensive requests: 429 with `Retry-After` past it.
 * Addresses (findings 3 and 7): requests without a valid credential count against their client
-  address (`billing.api.abuse.AddressLimiter`), failed authentications back off per address
+  address (`billing.limiter.abuse.AddressLimiter`), failed authentications back off per address
   (`FailureThrottle`), each failure is logged, counted and, for a known key id with a wrong
   secret, audited (`billing.record_auth_failure`).
 """
@@ -34,7 +34,7 @@ from typing import Awaitable, Callable
 
 from starlette.responses import JSONResponse
 
-from billing.api.abuse import AddressLimiter, FailureThrottle, report_failure, retry_after
+from billing.limiter.abuse import AddressLimiter, FailureThrottle, report_failure, retry_after
 from billing.api.customer_sessions import CUSTOMER_SCOPES, hash_token, parse_customer_token
 from billing.api_keys import SCOPES, Guardrails, NewKey, hash_key, key_id_of, looks_like_key, new_api_key  # noqa: F401
 from billing.limiter import KeyRateLimiter

@@ -140,7 +140,7 @@ class Console:
     gives p_now to the reads and actions (the wall clock is for sessions)."""
 
     def __init__(self, database, settings, clock: Clock, limiter=None) -> None:
-        from billing.api.abuse import AddressLimiter, FailureThrottle
+        from billing.limiter.abuse import AddressLimiter, FailureThrottle
 
         self.failures = FailureThrottle(free=getattr(settings, "api_auth_failures_free", 10))
         # the expensive pages' budget per key (the overview 10, a search 5: docs/security.md)
@@ -203,9 +203,7 @@ class Console:
     @staticmethod
     def actor(session: dict):
         """The audit actor of a session's call, with the proof of its token (billing._actor)."""
-        from billing.api.context import Actor
-
-        name = Actor(f"api-key:{session['key_id']}")
+        name = db.Actor(f"api-key:{session['key_id']}")
         name.proof = "console:" + token_hash(session["token"]).hex()
         return name
 

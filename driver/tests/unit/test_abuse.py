@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from billing.api.abuse import AddressLimiter, FailureThrottle
+from billing.limiter.abuse import AddressLimiter, FailureThrottle
 from billing.api.customer_sessions import new_customer_token, parse_customer_token
 from billing.api.headers import SecurityHeaders
 

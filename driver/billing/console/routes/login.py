@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from billing.api.abuse import report_failure
+from billing.limiter.abuse import report_failure
 from billing.api_keys import hash_key, key_id_of, looks_like_key
 from billing.console.web import (CLOSE_SESSION, COOKIE, LOGIN_COOKIE, OPEN_SESSION, Console, Refused, back, safe_next,
                                  token_hash, wall)
