@@ -148,6 +148,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM billing._check_now(p_now);
     IF p_key_id IS NULL OR NOT EXISTS (SELECT 1 FROM billing.api_key k WHERE k.id = p_key_id) THEN
         RETURN false;
     END IF;
