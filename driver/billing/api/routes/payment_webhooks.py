@@ -1,7 +1,7 @@
 """/webhooks/payments (the simulator's signed results) and /webhooks/stripe (Stripe-Signature):
 the gateways' webhooks, public and authenticated by their signature (docs/gateway.md,
 docs/providers.md). Each outcome goes to the SQL API: charges through apply_gateway_webhook
-(stored once per event id), refunds through record_refund_result (idempotent)."""
+(stored once per event id), refunds through apply_refund_webhook (bound to their refund)."""
 
 from __future__ import annotations
 
