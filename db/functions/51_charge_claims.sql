@@ -1,6 +1,6 @@
 -- 51_charge_claims: charge workers claim OPEN invoices (docs/gateway.md): claim_charges (one
 -- statement on a single PostgreSQL, row by row on Citus) and, beside it, its forms inside one shard
--- group (claim_charges_in_shard, charge_claims_in_shard; docs/scaling.md, "Batch claims"). Each claim
+-- group (charge_claims_in_shard; docs/scaling.md, "Batch claims"). Each claim
 -- leases the invoice and keys its attempt with the invoice's current try.
 -- Re-applied after every migration: CREATE OR REPLACE only.
 
@@ -35,23 +35,12 @@ SET jit = off  -- a short OLTP statement: compiling it would cost more than runn
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_cfg billing.installation;
+    v_cfg        billing.installation;
+    v_ids        bigint[];
+    v_unnumbered bigint[];
 BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_text('a worker name', p_worker, 255);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
-    IF p_provider IS NULL OR p_provider !~ '^[a-z][a-z0-9_]{1,31}$' THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('a provider name is 2 to 32 lower-case letters, digits or _, got %L', p_provider),
-            HINT = 'Pass the worker''s BILLING_GATEWAY_PROVIDER (sim, stripe, ...).';
-    END IF;
+    PERFORM billing._check_claim(p_worker, p_batch_size, p_lease, p_now, true, coalesce(p_provider, ''));
     SELECT * INTO v_cfg FROM billing.installation;
-    IF p_lease >= v_cfg.key_lifetime THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_cfg.key_lifetime),
-            HINT = 'A call made near the end of a longer lease could reach the gateway after it forgot the key.';
-    END IF;
     -- Nothing due: the call changes nothing, so it leaves no audit row (idle workers ask every
     -- second). One probe of the index the claim reads.
     IF NOT EXISTS (SELECT 1 FROM billing.invoice i WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now) THEN
@@ -64,15 +53,29 @@ BEGIN
         RETURN QUERY SELECT * FROM billing._claim_charges_rows(p_worker, p_batch_size, p_lease, p_now, p_provider);
         RETURN;
     END IF;
+    -- The batch: due invoices, oldest first, locked (SKIP LOCKED: another claimer's are skipped).
+    SELECT array_agg(d.id), array_agg(d.id) FILTER (WHERE d.number IS NULL) INTO v_ids, v_unnumbered
+      FROM (SELECT i.id, i.number
+              FROM billing.invoice i
+             WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now
+             ORDER BY i.next_attempt_at
+             LIMIT p_batch_size
+               FOR NO KEY UPDATE SKIP LOCKED) d;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    -- An invoice is finalized, with its number, no later than its first charge attempt: those of
+    -- the batch not numbered yet (normally none: the renewal job finalizes right after creating)
+    -- are finalized first, their tax recomputed if the customer changed since (docs/invoices.md).
+    IF v_unnumbered IS NOT NULL THEN
+        PERFORM billing._finalize(v_unnumbered, p_now);
+    END IF;
 
     RETURN QUERY
     WITH due AS MATERIALIZED (
         SELECT i.id, i.try_count, i.customer_id
           FROM billing.invoice i
-         WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now
-         ORDER BY i.next_attempt_at
-         LIMIT p_batch_size
-           FOR NO KEY UPDATE SKIP LOCKED
+         WHERE i.id = ANY (v_ids) AND i.status = 'OPEN'  -- locked above; a refreshed one may be PAID
     ), keyed AS MATERIALIZED (
         -- A key already claimed keeps what it was sent with; a new key takes the customer's
         -- default usable method. With the simulator, a customer without a default is charged by
@@ -152,7 +155,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.claim_charges(text, integer, interval, timestamptz, text) IS
-'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview); one whose customer has no usable payment method at p_provider waits (waiting_for PAYMENT_METHOD, InvoicePaymentMethodRequired), except with the simulator (sim) for a customer who never set a default method: charged by customer id.
+'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), each finalized first if it was not (numbered no later than its first charge attempt, its tax recomputed if the customer changed since), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview); one whose customer has no usable payment method at p_provider waits (waiting_for PAYMENT_METHOD, InvoicePaymentMethodRequired), except with the simulator (sim) for a customer who never set a default method: charged by customer id.
 Returns what to charge: key <namespace>-inv-<invoice id>-try-<n>, reused by a re-claim with the same method references; lookup = ask the gateway for the key''s status instead of sending it (near its expiry); BL422 for bad arguments or a lease not shorter than the key lifetime.';
 
 -- claim_charges' work for one invoice named by (customer_id, id): what the statement of
@@ -183,6 +186,14 @@ BEGIN
        FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN;  -- another claimer holds it, or it was settled or leased meanwhile
+    END IF;
+    IF v_invoice.number IS NULL THEN
+        -- Finalized, with its number, no later than its first charge attempt (its tax recomputed
+        -- first if the customer changed since: the amount charged is the document's).
+        v_invoice := billing._finalize_one(v_invoice, p_now);
+        IF v_invoice.status <> 'OPEN' THEN
+            RETURN;  -- credit now covers it (PAID): nothing to charge
+        END IF;
     END IF;
     SELECT a.* INTO v_attempt FROM billing.payment_attempt a
      WHERE a.customer_id = v_invoice.customer_id AND a.invoice_id = v_invoice.id AND a.attempt_number = v_invoice.try_count;
@@ -247,7 +258,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._claim_charge_row(bigint, bigint, text, interval, timestamptz, text, billing.installation) IS
-'Private: claim_charges'' work on one invoice named by (customer_id, id), under its row lock (SKIP LOCKED; OPEN and due checked on the locked version): REVIEW when its key outlived the key lifetime (InvoicePaymentReview), a wait for a payment method (InvoicePaymentMethodRequired), else the lease to p_now + p_lease with its payment_attempt (key <namespace>-inv-<id>-try-<n>, one per try; a re-claim counts). p_cfg: billing.installation.
+'Private: claim_charges'' work on one invoice named by (customer_id, id), under its row lock (SKIP LOCKED; OPEN and due checked on the locked version), finalized first if it was not: REVIEW when its key outlived the key lifetime (InvoicePaymentReview), a wait for a payment method (InvoicePaymentMethodRequired), else the lease to p_now + p_lease with its payment_attempt (key <namespace>-inv-<id>-try-<n>, one per try; a re-claim counts). p_cfg: billing.installation.
 Returns the row claim_charges returns for it, or none (review, waiting, or held by another claimer, settled or leased meanwhile).';
 
 -- claim_charges on Citus: its statement locks due invoices of many shards at once, which Citus
@@ -315,50 +326,8 @@ $$;
 COMMENT ON FUNCTION billing._claim_charges_rows(text, integer, interval, timestamptz, text) IS
 'Private: claim_charges on Citus, row by row: the due OPEN invoices read unlocked oldest due first, each locked by (customer_id, id) SKIP LOCKED and claimed by _claim_charge_row, up to p_batch_size locked.
 Returns claim_charges'' rows in invoice id order.';
-
-CREATE OR REPLACE FUNCTION billing.claim_charges_in_shard(
-    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 100, p_lease interval DEFAULT interval '5 minutes',
-    p_now timestamptz DEFAULT now())
-RETURNS TABLE (customer_id bigint, invoice_id bigint, lease_until timestamptz)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = billing, pg_catalog, pg_temp
-SET jit = off
-AS $$
-DECLARE
-    v_claimed bigint;
-BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
-    PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
-    -- claim_charges' lease, inside one group: OPEN invoices due, oldest first, skipping rows another
-    -- claimer holds; each comes back at p_now + p_lease unless a result settles it first.
-    RETURN QUERY EXECUTE format($q$
-        WITH due AS MATERIALIZED (
-            SELECT i.customer_id, i.id
-              FROM %1$s i
-             WHERE i.status = 'OPEN' AND i.next_attempt_at <= $1
-             ORDER BY i.next_attempt_at
-             LIMIT $2
-               FOR NO KEY UPDATE SKIP LOCKED
-        ), leased AS (
-            UPDATE %1$s i
-               SET next_attempt_at = $1 + $3
-              FROM due d
-             WHERE i.customer_id = d.customer_id AND i.id = d.id
-            RETURNING i.customer_id, i.id, i.next_attempt_at
-        )
-        SELECT * FROM leased ORDER BY 1, 2$q$, billing._shard_table('billing.invoice', p_shard_group))
-      USING p_now, p_batch_size, p_lease;
-    GET DIAGNOSTICS v_claimed = ROW_COUNT;
-    IF v_claimed > 0 THEN
-        PERFORM billing._audit('claim_charges_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION billing.claim_charges_in_shard(text, integer, integer, interval, timestamptz) IS
-'Claims up to p_batch_size OPEN invoices due for a charge at p_now in one leased shard group, oldest due first, skipping rows another claimer holds: each is leased (next_attempt_at = p_now + p_lease) as claim_charges leases it, and comes back when the lease runs out unless a result settles it. Call it on the node holding the group.
-Returns (customer_id, invoice_id, lease_until) per claimed invoice; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size or lease.';
+-- claim_charges_in_shard (a claim without the work) was never called by the driver: removed.
+DROP FUNCTION IF EXISTS billing.claim_charges_in_shard(text, integer, integer, interval, timestamptz);
 
 -- Each claimed invoice is keyed and leased by billing._claim_charge_row (above): the
 -- per-row form of claim_charges, shared with claim_charges' own path on the Citus coordinator.
@@ -377,21 +346,8 @@ DECLARE
     v_customers bigint[];
     v_ids       bigint[];
 BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_text('a worker name', p_worker, 200);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
-    IF p_provider IS NULL OR p_provider !~ '^[a-z][a-z0-9_]{1,31}$' THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('a provider name is 2 to 32 lower-case letters, digits or _, got %L', p_provider),
-            HINT = 'Pass the worker''s BILLING_GATEWAY_PROVIDER (sim, stripe, ...).';
-    END IF;
+    PERFORM billing._check_claim(p_worker, p_batch_size, p_lease, p_now, true, coalesce(p_provider, ''));
     SELECT * INTO v_cfg FROM billing.installation;
-    IF p_lease >= v_cfg.key_lifetime THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_cfg.key_lifetime),
-            HINT = 'A call made near the end of a longer lease could reach the gateway after it forgot the key.';
-    END IF;
     PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
     -- claim_charges' due invoices, in this group: oldest first, locked (SKIP LOCKED) until the
     -- transaction ends, then each keyed and leased as claim_charges does.

@@ -112,36 +112,12 @@ COMMENT ON FUNCTION billing.console_functions(text[]) IS
 Returns one row per function; reads only the catalog.';
 
 -- ---------------------------------------------------------------------------------------------
--- Monthly recurring revenue. A period's price counts as a month's when it lasts a calendar
--- month, a twelfth when it lasts a year; other periods are scaled by 30.436875 days (a mean
--- month) over their length. Never summed across currencies; rounded to minor units at the end.
+-- Monthly recurring revenue: the reports' one figure (billing._mrr_points, 75_reports.sql), per
+-- currency, never summed across currencies. (The console once computed its own, by plan prices and a
+-- mean month: its helpers are gone.)
 -- ---------------------------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION billing._monthly_factor(p_billing_interval text, p_interval_count integer)
-RETURNS numeric
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT CASE p_billing_interval
-               WHEN 'MONTH' THEN 1::numeric / p_interval_count
-               WHEN 'YEAR'  THEN 1::numeric / (12 * p_interval_count)
-               WHEN 'WEEK'  THEN 30.436875 / (7 * p_interval_count)
-               WHEN 'DAY'   THEN 30.436875 / p_interval_count
-           END
-$$;
-COMMENT ON FUNCTION billing._monthly_factor(text, integer) IS
-'Private: what share of a month one period of this plan interval is (MONTH 1/count, YEAR 1/(12 count), WEEK and DAY by a mean month of 30.436875 days).
-Returns a numeric factor.';
-
-CREATE OR REPLACE FUNCTION billing._span_monthly_factor(p_start timestamptz, p_end timestamptz)
-RETURNS numeric
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT CASE WHEN p_end - p_start BETWEEN interval '27 days 21 hours' AND interval '31 days 3 hours' THEN 1::numeric
-                WHEN p_end - p_start BETWEEN interval '364 days 21 hours' AND interval '366 days 3 hours' THEN 1::numeric / 12
-                ELSE 2629746::numeric / extract(epoch FROM p_end - p_start) END
-$$;
-COMMENT ON FUNCTION billing._span_monthly_factor(timestamptz, timestamptz) IS
-'Private: what share of a month a billed span is (about 28..31 days: one month; about 365..366 days: a twelfth; else by a mean month of 30.436875 days).
-Returns a numeric factor.';
+DROP FUNCTION IF EXISTS billing._monthly_factor(text, integer);
+DROP FUNCTION IF EXISTS billing._span_monthly_factor(timestamptz, timestamptz);
 
 CREATE OR REPLACE FUNCTION billing.console_mrr(p_now timestamptz DEFAULT now(), p_days integer DEFAULT 30)
 RETURNS TABLE (currency text, at timestamptz, mrr bigint)
@@ -150,52 +126,31 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_first timestamptz;
+    v_first  timestamptz;
+    v_points timestamptz[];
 BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('days', p_days, 1, 366);
     v_first := p_now - make_interval(days => p_days);
-    -- The trend: at the end of each of the p_days days before p_now (point k at v_first + k days),
-    -- the monthly share of the billed periods covering that instant. Each period adds its share at
-    -- its first covered point and takes it back after its last (a running sum over the points), so
-    -- the cost is one pass over the invoices whatever the number of points.
+    -- The report's figure (billing._mrr_points, docs/reports.md) at p_now and at the end of each of
+    -- the p_days days before (point k at v_first + k days), per currency, rounded to the minor unit.
+    SELECT array_agg(v_first + make_interval(days => k) ORDER BY k) || p_now INTO v_points
+      FROM generate_series(0, p_days - 1) k;
     RETURN QUERY
-    WITH billed AS (
-        SELECT i.currency::text AS currency,
-               (i.subtotal * billing._span_monthly_factor(i.period_start, i.period_end) * 100)::bigint AS monthly,
-               greatest(ceil(extract(epoch FROM i.period_start - v_first) / 86400), 0)::int AS k_from,
-               ceil(extract(epoch FROM i.period_end - v_first) / 86400)::int AS k_to
-          FROM billing.invoice i
-         WHERE i.kind IN ('INITIAL', 'RENEWAL') AND i.status IN ('OPEN', 'PAID')
-           AND i.period_end > v_first AND i.period_start < p_now
-    ), steps AS (
-        SELECT b.currency, b.k_from AS k, sum(b.monthly) AS delta FROM billed b WHERE b.k_from < p_days GROUP BY 1, 2
-        UNION ALL
-        SELECT b.currency, b.k_to, -sum(b.monthly) FROM billed b WHERE b.k_to < p_days GROUP BY 1, 2
-    ), grid AS (
-        SELECT c.currency, k
-          FROM (SELECT DISTINCT s.currency FROM steps s) c CROSS JOIN generate_series(0, p_days - 1) k
-    ), trend AS (
-        SELECT g.currency, v_first + make_interval(days => g.k) AS at,
-               round(sum(coalesce((SELECT sum(s.delta) FROM steps s WHERE s.currency = g.currency AND s.k = g.k), 0))
-                     OVER (PARTITION BY g.currency ORDER BY g.k) / 100.0)::bigint AS mrr
-          FROM grid g
-    ), current AS (
-        SELECT p.currency::text AS currency, p_now AS at,
-               round(sum(p.price_amount * billing._monthly_factor(p.billing_interval, p.interval_count)))::bigint AS mrr
-          FROM billing.subscription s
-          JOIN billing.plan p ON p.id = s.plan_id
-         WHERE s.status IN ('ACTIVE', 'PAST_DUE')
-         GROUP BY 1
+    WITH per_point AS (
+        SELECT m.currency, m.at, sum(m.mrr) AS mrr FROM billing._mrr_points(v_points) m GROUP BY 1, 2
+    ), currencies AS (
+        SELECT DISTINCT pp.currency FROM per_point pp WHERE pp.mrr <> 0
     )
-    SELECT * FROM trend
-    UNION ALL
-    SELECT * FROM current
-    ORDER BY 1, 2;
+    SELECT c.currency, g.at, round(coalesce(pp.mrr, 0))::bigint
+      FROM currencies c
+     CROSS JOIN unnest(v_points) g(at)
+      LEFT JOIN per_point pp ON pp.currency = c.currency AND pp.at = g.at
+     ORDER BY 1, 2;
 END
 $$;
 COMMENT ON FUNCTION billing.console_mrr(timestamptz, integer) IS
-'Monthly recurring revenue per currency: at the end of each of the last p_days days (1..366), the monthly share of the signup and renewal invoices (OPEN or PAID) whose period covers that instant; at p_now, the monthly share of the plan price of every ACTIVE or PAST_DUE subscription.
+'Monthly recurring revenue per currency, the reports'' figure (billing._mrr_points: net of discounts, seats and included tax, 0 paused, a change counted from its instant, a reverted upgrade never): at p_now and at the end of each of the last p_days days (1..366).
 Returns (currency, at, mrr in minor units), ordered; never summed across currencies.';
 
 -- ---------------------------------------------------------------------------------------------

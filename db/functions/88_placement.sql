@@ -41,6 +41,7 @@ AS $$
         ('payment_method',       'distributed', 'customer_id', 'primary key (customer_id, id)'),
         ('coupon_redemption',    'distributed', 'customer_id', 'primary key (customer_id, subscription_id, coupon_code)'),
         ('invoice_line',         'distributed', 'customer_id', 'primary key (customer_id, invoice_id, line_no)'),
+        ('service_line',         'distributed', 'customer_id', 'primary key (customer_id, id)'),
         ('credit_note_line',     'distributed', 'customer_id', 'primary key (customer_id, credit_note_id, line_no)'),
         ('credit_note',          'distributed', 'customer_id', 'primary key (customer_id, id); its number unique per customer, taken once from its series'' counter'),
         ('payment_attempt',      'distributed', 'customer_id', 'primary key (customer_id, id)'),

@@ -58,24 +58,23 @@ SELECT is(billing.console_customer(41) -> 'payment_methods',
           'payment methods when their table exists (none here), else none at all');
 SELECT throws_ok($$SELECT billing.console_customer(999)$$, 'BL404', NULL, 'an unknown customer');
 SELECT is((billing.console_overview('2026-03-02Z') -> 'subscriptions' ->> 'active')::int, 3, 'the overview counts');
--- MRR now: 30.00 EUR monthly + 240.00 EUR yearly / 12 = 50.00 EUR; 700 JPY every 2 weeks = 700 * 30.436875 / 14.
+-- MRR now, the reports' figure: 30.00 EUR monthly + 240.00 EUR yearly / 12 = 50.00 EUR; 700 JPY
+-- every 2 weeks = 700 x 52 / 24 (a week is 52/12 of a month, as in report_mrr).
 SELECT is((SELECT array_agg(currency || ' ' || mrr ORDER BY currency) FROM billing.console_mrr('2026-03-02Z', 3)
             WHERE at = '2026-03-02Z'),
-          ARRAY['EUR 5000', 'JPY ' || round(700 * 30.436875 / 14)::bigint], 'MRR from the plans, per currency');
+          ARRAY['EUR 5000', 'JPY ' || round(700 * 52 / 24.0)::bigint], 'MRR per currency, as report_mrr counts it');
 SELECT is((SELECT mrr FROM billing.console_mrr('2026-03-05Z', 3) WHERE currency = 'EUR' AND at = '2026-03-04Z'), 5000::bigint,
           'the trend counts the billed periods covering each day the same way');
 SELECT billing.create_due_invoices(100, '2026-04-02Z');  -- renewals: a second billed period each
--- The trend's running sum equals counting, at each point, the billed periods that cover it.
+-- The trend is the reports' MRR (billing._mrr_at) at each point, rounded to the minor unit.
 SELECT is((SELECT array_agg(currency || ' ' || at || ' ' || mrr ORDER BY currency, at)
              FROM billing.console_mrr('2026-04-20Z', 60) WHERE at < '2026-04-20Z' AND mrr <> 0),
           (SELECT array_agg(currency || ' ' || at || ' ' || mrr ORDER BY currency, at) FROM (
-               SELECT i.currency::text AS currency, g AS at,
-                      round(sum((i.subtotal * billing._span_monthly_factor(i.period_start, i.period_end) * 100)::bigint) / 100.0)::bigint AS mrr
+               SELECT m.currency, g AS at, round(sum(m.mrr))::bigint AS mrr
                  FROM generate_series(timestamptz '2026-04-20Z' - interval '60 days', '2026-04-19Z', interval '1 day') g
-                 JOIN billing.invoice i ON i.period_start <= g AND i.period_end > g
-                WHERE i.kind IN ('INITIAL', 'RENEWAL') AND i.status IN ('OPEN', 'PAID')
+                CROSS JOIN LATERAL billing._mrr_at(g) m
                 GROUP BY 1, 2) x WHERE mrr <> 0),
-          'the trend equals a direct count of the periods covering each point');
+          'the trend equals the reports'' MRR at each point');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM billing.console_functions(ARRAY['change_plan', 'no_such_function'])),
           ARRAY['change_plan'], 'only the functions that exist are offered');
 

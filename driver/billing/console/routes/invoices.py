@@ -9,7 +9,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from billing import db
-from billing.console.web import INVOICES, PAGE, Console, Refused, opt_int
+from billing.console.web import PAGE, Console, Refused, opt_int
 from billing.invoices.documents import render_html, render_pdf
 
 
@@ -23,7 +23,7 @@ def routes(console: Console) -> list[BaseRoute]:
             raise Refused(422, "filter by OPEN, PAID, FAILED, VOID or REVIEW")
         before = opt_int(request.query_params.get("before"))
         console.spend(session, 2)
-        rows = await database.all(INVOICES, {"status": status, "before": before, "limit": PAGE}, heavy=True)
+        rows = await database.all(db.CONSOLE_INVOICES, {"status": status, "before": before, "limit": PAGE}, heavy=True)
         sigs = await console.signatures()
         for inv in rows:
             inv["forms"] = console.forms_for(sigs, "invoice", inv["status"])

@@ -6,8 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from billing import db
 from billing.console import render
-from billing.console.web import MRR, OVERVIEW, Console
+from billing.console.web import Console
 
 OVERVIEW_CACHE_SECONDS = 5.0
 
@@ -16,8 +17,8 @@ def routes(console: Console) -> list[BaseRoute]:
     database, clock, settings = console.database, console.clock, console.settings
 
     async def read(now) -> dict:
-        doc = (await database.one(OVERVIEW, {"now": now}, heavy=True))["doc"]
-        mrr = await database.all(MRR, {"now": now, "days": 30}, heavy=True)
+        doc = (await database.one(db.CONSOLE_OVERVIEW, {"now": now}, heavy=True))["doc"]
+        mrr = await database.all(db.CONSOLE_MRR, {"now": now, "days": 30}, heavy=True)
         return {"o": doc, "mrr": render.mrr_series(mrr), "gateway_rate": settings.gateway_rate,
                 "funnel_svg": render.funnel_svg(doc["dunning"])}
 
