@@ -178,7 +178,7 @@ BEGIN
             HINT = 'The engine refunds by itself what was collected on a VOID or FAILED invoice.';
     END IF;
     RETURN billing._refund_invoice(v_invoice, v_invoice.paid_attempt_id, p_amount, 'REQUESTED',
-        coalesce(nullif(left(current_setting('billing.actor', true), 200), ''), session_user::text),
+        billing._actor(),
         p_idempotency_key, p_now);
 END
 $$;

@@ -8,17 +8,18 @@
 -- Sessions. The console authenticates the key itself with authenticate_api_key (the API's own
 -- check), then opens a session for the key id it got back. Times are wall-clock.
 -- ---------------------------------------------------------------------------------------------
+DROP FUNCTION IF EXISTS billing.console_open_session(bytea, text, interval, timestamptz);
 CREATE OR REPLACE FUNCTION billing.console_open_session(
-    p_token_hash bytea, p_key_id text, p_ttl interval, p_now timestamptz DEFAULT now())
+    p_token_hash bytea, p_key_hash bytea, p_ttl interval, p_now timestamptz DEFAULT now())
 RETURNS TABLE (key_id text, scopes text[], expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_scopes text[];
+    v_key billing.api_key;
+    v_proof text := current_setting('billing.actor_proof', true);
 BEGIN
-    PERFORM billing._audit('console_open_session', jsonb_build_object('key_id', p_key_id, 'ttl', p_ttl, 'now', p_now));
     PERFORM billing._check_now(p_now);
     IF p_token_hash IS NULL OR length(p_token_hash) <> 32 THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the session token hash must be a SHA-256 (32 bytes)';
@@ -26,25 +27,31 @@ BEGIN
     IF p_ttl IS NULL OR p_ttl < interval '1 minute' OR p_ttl > interval '7 days' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a console session lasts between 1 minute and 7 days';
     END IF;
-    SELECT k.scopes INTO v_scopes FROM billing.api_key k WHERE k.id = p_key_id AND k.revoked_at IS NULL;
-    IF v_scopes IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('API key %s does not exist or is revoked', coalesce(p_key_id, 'NULL'));
+    -- The key itself (its SHA-256), never its public id: a session is opened only by whoever
+    -- holds the secret (issue 27, finding 6).
+    SELECT * INTO v_key FROM billing.api_key k WHERE k.key_hash = p_key_hash AND k.revoked_at IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = 'unknown or revoked API key';
     END IF;
-    IF NOT v_scopes && ARRAY['admin', 'subscriptions:read']::text[] THEN
+    IF NOT v_key.scopes && ARRAY['admin', 'subscriptions:read']::text[] THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the console needs a key with the admin or subscriptions:read scope';
     END IF;
+    -- audited as the key just proven (and the caller's own proof, if any, put back)
+    PERFORM set_config('billing.actor_proof', 'key:' || encode(p_key_hash, 'hex'), true);
+    PERFORM billing._audit('console_open_session', jsonb_build_object('key_id', v_key.id, 'ttl', p_ttl, 'now', p_now));
+    PERFORM set_config('billing.actor_proof', coalesce(v_proof, ''), true);
     -- Forget sessions that ended more than a day ago (a few at a time; the index keeps it cheap).
     DELETE FROM billing.console_session s
      WHERE s.token_hash = ANY (ARRAY(SELECT o.token_hash FROM billing.console_session o
                                       WHERE o.expires_at < p_now - interval '1 day' LIMIT 100));
     RETURN QUERY
     INSERT INTO billing.console_session (token_hash, key_id, created_at, expires_at)
-    VALUES (p_token_hash, p_key_id, p_now, p_now + p_ttl)
-    RETURNING key_id, v_scopes, expires_at;
+    VALUES (p_token_hash, v_key.id, p_now, p_now + p_ttl)
+    RETURNING key_id, v_key.scopes, expires_at;
 END
 $$;
-COMMENT ON FUNCTION billing.console_open_session(bytea, text, interval, timestamptz) IS
-'Opens a console session for an API key (already authenticated by the caller with authenticate_api_key) until p_now + p_ttl; only the SHA-256 of the browser''s token is stored.
+COMMENT ON FUNCTION billing.console_open_session(bytea, bytea, interval, timestamptz) IS
+'Opens a console session for the API key whose SHA-256 is p_key_hash (the key itself, checked here: its public id is not enough) until p_now + p_ttl; only the SHA-256 of the browser''s token is stored; audited as that key.
 Returns the key id, its scopes and the expiry; BL404 for an unknown or revoked key, BL422 for a key without admin or subscriptions:read, a bad hash or a ttl outside 1 minute..7 days.';
 
 CREATE OR REPLACE FUNCTION billing.console_session(p_token_hash bytea, p_now timestamptz DEFAULT now())
@@ -208,8 +215,8 @@ COMMENT ON FUNCTION billing.console_overview(timestamptz) IS
 Returns one jsonb document; scans subscription and invoice (a console, not a scrape).';
 
 -- ---------------------------------------------------------------------------------------------
--- Customers. The customer table may grow columns (email, name, ...): they are searched and
--- shown when they exist, through the row as jsonb.
+-- Customers. A text search goes through the trigram indexes of lower(name) and lower(email)
+-- (migration 0120: never a scan of every customer, issue 27 finding 2); the row is shown as jsonb.
 -- ---------------------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION billing.console_customers(p_query text, p_limit integer DEFAULT 50)
 RETURNS TABLE (id bigint, customer jsonb, subscriptions bigint, live_subscriptions bigint, open_invoices bigint)
@@ -228,14 +235,22 @@ BEGIN
     -- The page's customers first, then their counts grouped by customer_id and joined on it: on
     -- Citus each part runs in the shards of these customers (a correlated subquery per row could
     -- not be planned there).
-    v_ids := ARRAY(
-        SELECT c.id
-          FROM billing.customer c
-         WHERE v_query IS NULL
-            OR (v_query ~ '^[0-9]{1,18}$' AND c.id = v_query::bigint)
-            OR (v_query !~ '^[0-9]{1,18}$' AND (to_jsonb(c) ->> 'email' ILIKE v_like OR to_jsonb(c) ->> 'name' ILIKE v_like))
-         ORDER BY c.id
-         LIMIT p_limit);
+    -- One query per kind of search, so each is planned on its index (a text search through the
+    -- trigram indexes, union of the two columns' matches).
+    IF v_query IS NULL THEN
+        v_ids := ARRAY(SELECT c.id FROM billing.customer c ORDER BY c.id LIMIT p_limit);
+    ELSIF v_query ~ '^[0-9]{1,18}$' THEN
+        v_ids := ARRAY(SELECT c.id FROM billing.customer c WHERE c.id = v_query::bigint);
+    ELSE
+        v_like := lower(v_like);
+        v_ids := ARRAY(
+            SELECT m.id FROM (
+                SELECT c.id FROM billing.customer c WHERE lower(c.email) LIKE v_like
+                UNION
+                SELECT c.id FROM billing.customer c WHERE lower(c.name) LIKE v_like) m
+             ORDER BY m.id
+             LIMIT p_limit);
+    END IF;
     RETURN QUERY
     SELECT c.id, to_jsonb(c), coalesce(s.n, 0), coalesce(s.live, 0), coalesce(i.open, 0)
       FROM billing.customer c

@@ -52,6 +52,7 @@ AS $$
         ('webhook_attempt',      'distributed', 'customer_id', 'primary key (customer_id, endpoint_id, outbox_id, attempt): its event''s customer'),
         ('audit_log',            'distributed', 'customer_id', 'primary key (customer_id, id): the customer its call named (0: none)'),
         ('gateway_webhook',      'distributed', 'customer_id', 'primary key (customer_id, event_id): its payment attempt''s customer (0: none)'),
+        ('customer_session',     'distributed', 'customer_id', 'primary key (customer_id, token_hash): the one customer a front-end token may act on'),
         ('schema_migration',     'coordinator', NULL,          'the migrations applied')
     ) AS t (table_name, placement, distribution_column, reason)
     WHERE pg_catalog.to_regclass('billing.' || t.table_name) IS NOT NULL

@@ -1,6 +1,6 @@
 -- The operator console's SQL (db/functions/86_console.sql): sessions, reads, MRR, replay.
 BEGIN;
-SELECT plan(26);
+SELECT plan(27);
 -- One user for the fixtures and the SECURITY DEFINER calls (on Citus a transaction may not read
 -- placements another user wrote in it); the same on a single PostgreSQL.
 SET LOCAL ROLE billing_owner;
@@ -18,7 +18,7 @@ SELECT (billing.create_subscription('c-3', 42, 'C_W', '2026-03-01Z')).id AS s3 \
 SELECT billing.create_api_key('bk_console01', 'admin', sha256('k1'), ARRAY['admin']);
 SELECT billing.create_api_key('bk_console02', 'reader', sha256('k2'), ARRAY['subscriptions:read']);
 SELECT billing.create_api_key('bk_console03', 'writer', sha256('k3'), ARRAY['subscriptions:write']);
-SELECT is((SELECT scopes FROM billing.console_open_session(sha256('t1'), 'bk_console01', '1 hour', '2026-03-02Z')),
+SELECT is((SELECT scopes FROM billing.console_open_session(sha256('t1'), sha256('k1'), '1 hour', '2026-03-02Z')),
           ARRAY['admin'], 'an admin key opens a session');
 SELECT is((SELECT key_id FROM billing.console_session(sha256('t1'), '2026-03-02 00:30Z')), 'bk_console01',
           'the token finds its session');
@@ -27,14 +27,16 @@ SELECT is((SELECT count(*)::int FROM billing.console_session(sha256('t1'), '2026
 SELECT is((SELECT count(*)::int FROM billing.console_session(sha256('nope'), '2026-03-02 00:30Z')), 0,
           'another token finds nothing');
 SELECT is((SELECT actor || ' ' || (args ->> 'key_id') FROM billing.audit_log WHERE function = 'console_open_session'),
-          session_user || ' bk_console01', 'opening a session is audited, without the token');
-SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t3'), 'bk_console03', '1 hour', '2026-03-02Z')$$,
+          'api-key:bk_console01 bk_console01', 'opening a session is audited as its key, without the token');
+SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t3'), sha256('k3'), '1 hour', '2026-03-02Z')$$,
                  'BL422', NULL, 'a key without admin or subscriptions:read cannot log in');
-SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t4'), 'bk_nobody000', '1 hour', '2026-03-02Z')$$,
+SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t4'), sha256('nobody'), '1 hour', '2026-03-02Z')$$,
                  'BL404', NULL, 'an unknown key cannot log in');
-SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t4'), 'bk_console02', '30 days', '2026-03-02Z')$$,
+SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t5'), sha256('bk_console01'), '1 hour', '2026-03-02Z')$$,
+                 'BL404', NULL, 'a key''s public id is not its secret: no session without the key itself');
+SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t4'), sha256('k2'), '30 days', '2026-03-02Z')$$,
                  'BL422', NULL, 'a session lasts at most 7 days');
-SELECT lives_ok($$SELECT * FROM billing.console_open_session(sha256('t2'), 'bk_console02', '1 hour', '2026-03-02Z')$$,
+SELECT lives_ok($$SELECT * FROM billing.console_open_session(sha256('t2'), sha256('k2'), '1 hour', '2026-03-02Z')$$,
                 'a read key opens a session');
 SELECT billing.revoke_api_key('bk_console02');
 SELECT is((SELECT count(*)::int FROM billing.console_session(sha256('t2'), '2026-03-02 00:10Z')), 0,

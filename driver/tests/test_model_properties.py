@@ -1214,9 +1214,11 @@ def make_machine(db: Database, max_steps: int):
                 event_id = f"evt-{self.event_seq}"
             expected, got = same_outcome(
                 lambda: self.m.webhook(event_id, key, outcome, f"ch_{key}"),
-                lambda: db.call("SELECT billing.apply_gateway_webhook(%s, %s, %s, %s, %s::jsonb, %s) AS outcome",
-                                (event_id, key, outcome, f"ch_{key}", '{"declineCode": "do_not_honor"}',
-                                 self.m.now))["outcome"])
+                lambda: db.call("SELECT billing.apply_gateway_webhook(%s, %s, %s, %s, '{\"declineCode\": \"do_not_honor\"}'"
+                                "::jsonb || coalesce((SELECT jsonb_build_object('amount', a.amount, 'currency', "
+                                "btrim(a.currency), 'customerId', a.customer_id) FROM billing.payment_attempt a "
+                                "WHERE a.idempotency_key = %s), '{}'), %s) AS outcome",
+                                (event_id, key, outcome, f"ch_{key}", key, self.m.now))["outcome"])
             assert got == (None if expected is None else "APPLIED" if expected else "DUPLICATE")
 
         @rule(delta=st.sampled_from([timedelta(seconds=1), timedelta(minutes=16), timedelta(hours=5),
