@@ -144,7 +144,7 @@ bench-citus: venv services
 	 psql -q "$$BILLING_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS billing_bench_single WITH (FORCE)" -c "CREATE DATABASE billing_bench_single" && \
 	 $(BIN)/python bench/citus_claim/run.py --citus-url "$$citus_url" --single-url "$${BILLING_TEST_DATABASE_URL%/*}/billing_bench_single" $(BENCH_ARGS)
 
-# The engine's per-shard claims (db/functions/56_shard_claims.sql) on the cluster and on one PostgreSQL.
+# The engine's per-shard claims (db/functions/16_shards.sql, 41_renewal_rows.sql, 51_charge_claims.sql, 58_refund_claims.sql) on the cluster and on one PostgreSQL.
 bench-citus-engine: venv services
 	@source $(SERVICES_ENV) && bash scripts/services/citus.sh >/dev/null && \
 	 $(BIN)/python bench/citus_claim/engine.py --single-url "$$BILLING_TEST_DATABASE_URL" $(BENCH_ARGS)

@@ -4,7 +4,7 @@
     make bench-citus-engine BENCH_ARGS="--shards 8,32 --customers 20000,80000"
 
 `run.py` measures the claim statement on a bench schema; this one measures the engine's SQL API
-(db/functions/56_shard_claims.sql) on the engine's schema migrated with `billing db migrate
+(db/functions/16_shards.sql and the *_in_shard functions) on the engine's schema migrated with `billing db migrate
 --citus`: `claim_charges_in_shard` (lease a batch of due OPEN invoices) and
 `claim_renewals_in_shard` (lock a batch of due subscriptions, rolled back so each claim meets the
 same rows), each inside one shard group on the node that holds it, for several shard counts and

@@ -3,7 +3,7 @@
 -- a join of the customer row: measured 10 us per taxed invoice cheaper than inlining _tax_of there),
 -- and _tax_of, the rates of one address, which the per-row path (_new_invoice) calls through
 -- _invoice_tax_row in PL/pgSQL (Citus cannot plan a SQL function over its tables with parameters).
--- 70_invoices checks that renewals (the statement on one PostgreSQL) and new invoices (per row) agree.
+-- 600_invoices checks that renewals (the statement on one PostgreSQL) and new invoices (per row) agree.
 -- Re-applied after every migration: CREATE OR REPLACE only.
 --
 -- Rounding, per tax line (one line per rate), half away from zero, on the taxable amount (the

@@ -11,6 +11,10 @@
 -- session changed a due row after the statement began (a catch-up renewal, a concurrent cancel
 -- or plan change), the TID scan misses it, the statement notices (renewed <> claimed) and is
 -- retried as a whole with a fresh snapshot, inside a subtransaction.
+--
+-- _renew_batch_in_shard, the same statement inside one shard group (renew_in_shard's fast path),
+-- sits beside it; the per-row renewal (Citus, the lifecycle) is 41_renewal_rows.sql.
+-- Re-applied after every migration: CREATE OR REPLACE only.
 
 CREATE OR REPLACE FUNCTION billing._renew_batch(p_batch_size integer, p_now timestamptz)
 RETURNS TABLE (handled integer, canceled bigint[])
@@ -165,6 +169,166 @@ COMMENT ON FUNCTION billing._renew_batch(integer, timestamptz) IS
 'Private: the single renewal statement of create_due_invoices; raises 40001 when a claimed row changed under it.
 Returns how many subscriptions it handled and the ids it canceled at period end.';
 
+CREATE OR REPLACE FUNCTION billing._renew_batch_in_shard(p_shard_group integer, p_batch_size integer, p_now timestamptz)
+RETURNS TABLE (handled integer, canceled bigint[])
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+SET enable_seqscan = off
+SET jit = off
+AS $$
+DECLARE
+    v_claimed  integer;
+    v_expected integer;
+    v_updated  integer;
+    v_taxes    boolean := EXISTS (SELECT 1 FROM billing.tax_rate WHERE active);
+BEGIN
+    EXECUTE format($q$
+    WITH due AS MATERIALIZED (
+        -- Locked rows come back in their latest committed version.
+        SELECT s.ctid AS row_id, s.id, s.customer_id, s.plan_id, s.timezone, s.billing_anchor, s.period_number,
+               s.current_period_end, s.cancel_at_period_end, s.quantity
+          FROM %1$s s
+         WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND s.current_period_end <= $1
+           -- A trial's end, a coupon or a scheduled change: the per-row path (_renew_lifecycle).
+           AND NOT s.lifecycle_pending
+         ORDER BY s.current_period_end
+         LIMIT $2
+           FOR NO KEY UPDATE SKIP LOCKED
+    ), credit AS MATERIALIZED (
+        -- Usually empty. Locked (waiting, not skipping) in key order, so concurrent renewals of
+        -- one customer's subscriptions serialise on the balance instead of deadlocking.
+        SELECT b.customer_id, b.currency, b.balance
+          FROM %2$s b
+         WHERE b.customer_id = ANY (ARRAY(SELECT d.customer_id FROM due d WHERE NOT d.cancel_at_period_end))
+           AND b.balance > 0
+         ORDER BY b.customer_id, b.currency
+           FOR UPDATE
+    ), priced AS MATERIALIZED (
+        SELECT d.row_id, d.id, d.customer_id, d.current_period_end AS period_start,
+               billing._period_end(d.billing_anchor, p.billing_interval, p.interval_count,
+                                   d.period_number + 1, d.timezone) AS period_end,
+               t.price_amount * d.quantity AS amount, t.price_amount AS plan_price, d.quantity,
+               p.currency, p.id AS plan_id, p.billing_interval, p.interval_count,
+               coalesce(tx.tax_amount, 0) AS tax_amount, coalesce(tx.tax_included, 0) AS tax_included, tx.tax_detail,
+               -- A balance is spread over the customer's invoices of this batch in id order (on
+               -- their totals, tax included).
+               CASE WHEN c.balance IS NULL THEN 0::bigint
+                    ELSE least(t.price_amount * d.quantity + coalesce(tx.tax_amount, 0),
+                               greatest(0, c.balance - coalesce(sum(t.price_amount * d.quantity + coalesce(tx.tax_amount, 0)) OVER (
+                             PARTITION BY d.customer_id, p.currency ORDER BY d.id
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::bigint
+               END AS credit_applied
+          FROM due d
+          JOIN %3$s p ON p.id = d.plan_id
+          -- The price in force when the period starts (a late renewal of a past period is priced
+          -- as it was then); the history is read only for a period older than the current price.
+          CROSS JOIN LATERAL (
+              SELECT CASE WHEN p.price_effective_from IS NULL OR d.current_period_end >= p.price_effective_from
+                          THEN p.price_amount
+                          ELSE (SELECT pp.price_amount FROM %4$s pp
+                                 WHERE pp.plan_id = p.id AND pp.effective_from <= d.current_period_end
+                                 ORDER BY pp.effective_from DESC LIMIT 1) END AS price_amount) t
+          -- Taxes by the customer's address (14_tax, inlined); skipped entirely while no rate exists.
+          LEFT JOIN LATERAL (SELECT (x.t).tax_amount, (x.t).tax_included, (x.t).tax_detail
+                               FROM (SELECT billing._tax_of(c.country, c.region, c.tax_status, t.price_amount * d.quantity) AS t
+                                       FROM %5$s c WHERE c.id = d.customer_id AND $3) x) tx ON true
+          LEFT JOIN credit c ON c.customer_id = d.customer_id AND c.currency = p.currency
+         WHERE NOT d.cancel_at_period_end
+    ), new_invoice AS (
+        INSERT INTO %6$s (id, subscription_id, customer_id, kind, period_start, period_end, subtotal,
+                                     credit_applied, amount, currency, status, due_at, next_attempt_at, paid_at,
+                                     created_at, plan_id, plan_price, billing_interval, interval_count, quantity,
+                                     tax_amount, tax_included, tax_detail)
+        SELECT nextval(%9$L::regclass), p.id, p.customer_id, 'RENEWAL', p.period_start, p.period_end, p.amount,
+               p.credit_applied, p.amount + p.tax_amount - p.credit_applied, p.currency,
+               CASE WHEN p.amount + p.tax_amount = p.credit_applied THEN 'PAID' ELSE 'OPEN' END, $1,
+               CASE WHEN p.amount + p.tax_amount = p.credit_applied THEN NULL ELSE $1 END,
+               CASE WHEN p.amount + p.tax_amount = p.credit_applied THEN $1 END, $1,
+               p.plan_id, p.plan_price, p.billing_interval, p.interval_count, p.quantity,
+               p.tax_amount, p.tax_included, p.tax_detail
+          FROM priced p
+        RETURNING *
+    ), renewed AS (
+        UPDATE %1$s s
+           SET current_period_start = p.period_start,
+               current_period_end = p.period_end,
+               period_number = s.period_number + 1,
+               period_price = p.amount,
+               version = s.version + 1,
+               updated_at = $1
+          FROM priced p
+         WHERE s.ctid = p.row_id
+        RETURNING 1
+    ), canceled AS (
+        UPDATE %1$s s
+           SET status = 'CANCELED', canceled_at = $1, cancel_reason = 'PERIOD_END',
+               version = s.version + 1, updated_at = $1
+          FROM due d
+         WHERE s.ctid = d.row_id AND d.cancel_at_period_end
+        RETURNING s.*
+    ), credit_used AS (
+        UPDATE %2$s b
+           SET balance = b.balance - u.used, updated_at = $1
+          FROM (SELECT customer_id, currency, sum(credit_applied) AS used
+                  FROM priced WHERE credit_applied > 0
+                 GROUP BY customer_id, currency) u
+         WHERE b.customer_id = u.customer_id AND b.currency = u.currency
+    ), credit_ledger AS (
+        INSERT INTO %7$s (id, customer_id, currency, amount, reason, subscription_id, invoice_id, created_at)
+        SELECT nextval(%10$L::regclass), i.customer_id, i.currency, -i.credit_applied, 'APPLIED', i.subscription_id, i.id, $1
+          FROM new_invoice i
+         WHERE i.credit_applied > 0
+    ), events AS (
+        -- InvoiceCreated for every invoice, plus the rare rows (cancellations, invoices paid by
+        -- credit): one INSERT, hence one NOTIFY.
+        INSERT INTO %8$s (id, event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+        SELECT nextval(%11$L::regclass), e.event_id, e.aggregate_type, e.aggregate_id, e.event_type,
+               billing._cloud_event(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, $1, e.data),
+               $1, $1, e.customer_id
+          FROM (SELECT gen_random_uuid() AS event_id, x.*
+                  FROM (SELECT 'subscription' AS aggregate_type, c.id AS aggregate_id,
+                               'SubscriptionCanceled' AS event_type,
+                               billing._subscription_data(c::billing.subscription) AS data, 0 AS seq, c.customer_id
+                          FROM canceled c
+                        UNION ALL
+                        SELECT 'invoice', i.id, 'InvoiceCreated', billing._invoice_data(i::billing.invoice), 1, i.customer_id
+                          FROM new_invoice i
+                        UNION ALL
+                        SELECT 'invoice', i.id, 'InvoicePaid', billing._invoice_data(i::billing.invoice), 2, i.customer_id
+                          FROM new_invoice i
+                         WHERE i.status = 'PAID') x
+                 ORDER BY x.aggregate_type, x.aggregate_id, x.seq) e
+    )
+    SELECT (SELECT count(*) FROM due),
+           (SELECT count(*) FROM due),
+           (SELECT count(*) FROM renewed) + (SELECT count(*) FROM canceled),
+           (SELECT array_agg(d.id) FROM due d WHERE d.cancel_at_period_end)$q$,
+        billing._shard_table('billing.subscription', p_shard_group),
+        billing._shard_table('billing.credit_balance', p_shard_group),
+        billing._local_table('billing.plan'),
+        billing._local_table('billing.plan_price'),
+        billing._shard_table('billing.customer', p_shard_group),
+        billing._shard_table('billing.invoice', p_shard_group),
+        billing._shard_table('billing.credit_entry', p_shard_group),
+        billing._shard_table('billing.outbox_event', p_shard_group),
+        pg_catalog.pg_get_serial_sequence('billing.invoice', 'id'),
+        pg_catalog.pg_get_serial_sequence('billing.credit_entry', 'id'),
+        pg_catalog.pg_get_serial_sequence('billing.outbox_event', 'id'))
+      INTO v_claimed, v_expected, v_updated, canceled
+     USING p_now, p_batch_size, v_taxes;
+    IF v_updated <> v_expected THEN
+        RAISE EXCEPTION USING ERRCODE = '40001',
+            MESSAGE = format('%s of %s claimed subscriptions changed after the renewal statement began',
+                             v_expected - v_updated, v_expected);
+    END IF;
+    handled := v_claimed;
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION billing._renew_batch_in_shard(integer, integer, timestamptz) IS
+'Private: _renew_batch''s statement on one shard group''s own shards (renew_in_shard''s fast path: subscriptions without lifecycle_pending); raises 40001 when a claimed row changed under it.
+Returns how many subscriptions it handled and the ids it canceled at period end.';
+
 CREATE OR REPLACE FUNCTION billing.create_due_invoices(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -216,85 +380,3 @@ $$;
 COMMENT ON FUNCTION billing.create_due_invoices(integer, timestamptz) IS
 'Claims up to p_batch_size due subscriptions (SKIP LOCKED); renews each by one period (RENEWAL invoice due at p_now at the plan''s price in force when the period starts, times its seats, coupon discount and credit applied) or cancels it if flagged; ends trials (first invoice), resumes paused subscriptions at their resume date, applies scheduled plan changes and announces trials ending soon.
 Returns how many it handled: 0 means nothing is due; call again to catch up missed periods (one per call per subscription).';
-
--- ---------------------------------------------------------------------------------------------
--- The per-row renewal: create_due_invoices on Citus (below) and renew_in_shard (56_shard_claims).
--- ---------------------------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION billing._renew_row(p_customer_id bigint, p_subscription_id bigint, p_now timestamptz)
-RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_sub     billing.subscription;
-    v_handled integer := 0;
-BEGIN
-    -- Locked by (customer_id, id): one shard on Citus. Skipped when another session holds it; the
-    -- conditions are checked again on the locked version, so a row renewed meanwhile is not due.
-    SELECT * INTO v_sub FROM billing.subscription s
-     WHERE s.customer_id = p_customer_id AND s.id = p_subscription_id
-       AND ((s.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now)
-            OR (s.status = 'PAUSED' AND s.resume_at <= p_now)
-            OR (s.status = 'TRIALING' AND s.trial_notice_at <= p_now))
-       FOR NO KEY UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        RETURN 0;
-    END IF;
-    IF v_sub.status = 'TRIALING' AND v_sub.trial_notice_at <= p_now THEN
-        -- Bookkeeping, not a change of the subscription: version stays (as _renew_lifecycle).
-        UPDATE billing.subscription s SET trial_notice_at = NULL
-         WHERE s.customer_id = v_sub.customer_id AND s.id = v_sub.id;
-        PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionTrialWillEnd',
-                                    billing._subscription_data(v_sub), p_now);
-        v_sub.trial_notice_at := NULL;
-        v_handled := 1;
-    END IF;
-    IF v_sub.status = 'PAUSED' THEN
-        -- Resumed at the date set, however late the job runs (later periods follow as renewals).
-        PERFORM billing._resume(v_sub, v_sub.resume_at, p_now);
-        v_handled := v_handled + 1;
-    ELSIF v_sub.current_period_end <= p_now THEN
-        -- One period (or the cancellation at its end), as the renewal statement or
-        -- _renew_lifecycle would: _renew_one is the per-row form of both.
-        PERFORM billing._renew_one(v_sub, p_now);
-        v_handled := v_handled + 1;
-    END IF;
-    RETURN v_handled;
-END
-$$;
-COMMENT ON FUNCTION billing._renew_row(bigint, bigint, timestamptz) IS
-'Private: what create_due_invoices does to one subscription named by (customer_id, id), under its row lock (FOR NO KEY UPDATE SKIP LOCKED, the due conditions checked on the locked version): SubscriptionTrialWillEnd when due, a resume at resume_at, or one renewal (or cancellation at period end) through _renew_one.
-Returns how many of those it did (0: not due, or held by another session).';
-
-CREATE OR REPLACE FUNCTION billing._renew_rows(p_batch_size integer, p_now timestamptz)
-RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_key     record;
-    v_handled integer := 0;
-BEGIN
-    -- An unlocked read of the candidates (on Citus a multi-shard read, allowed without FOR
-    -- UPDATE): the oldest due first, then worked on in customer order, so the credit balances
-    -- they lock are taken in key order as the renewal statement takes them.
-    FOR v_key IN
-        SELECT c.customer_id, c.id
-          FROM (SELECT s.customer_id, s.id
-                  FROM billing.subscription s
-                 WHERE (s.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now)
-                    OR (s.status = 'PAUSED' AND s.resume_at <= p_now)
-                    OR (s.status = 'TRIALING' AND s.trial_notice_at <= p_now)
-                 ORDER BY least(CASE WHEN s.status = 'PAUSED' THEN s.resume_at ELSE s.current_period_end END,
-                                s.trial_notice_at), s.id
-                 LIMIT p_batch_size) c
-         ORDER BY c.customer_id, c.id
-    LOOP
-        v_handled := v_handled + billing._renew_row(v_key.customer_id, v_key.id, p_now);
-    END LOOP;
-    RETURN v_handled;
-END
-$$;
-COMMENT ON FUNCTION billing._renew_rows(integer, timestamptz) IS
-'Private: create_due_invoices on Citus, where its statement cannot run: up to p_batch_size due subscriptions read without locks, then each renewed under its own row lock by _renew_row (skipping rows another session holds).
-Returns how many it handled: 0 means nothing is due.';

@@ -1,6 +1,6 @@
 -- 88_placement: where each table of schema billing goes on a Citus cluster (docs/scaling.md).
 -- One list, read by `billing db migrate --citus` (driver/billing/citus.py) and checked against the
--- catalog by db/tests/80_customer_keys.sql: a table added without a line here fails that test.
+-- catalog by db/tests/880_customer_keys.sql: a table added without a line here fails that test.
 -- Re-applied after every migration: CREATE OR REPLACE only.
 --
 --   reference    a copy on every node: configuration, written rarely, read by every shard.
@@ -57,4 +57,4 @@ AS $$
 $$;
 COMMENT ON FUNCTION billing._placement() IS
 'Private: each table of schema billing and where it goes on Citus (reference, distributed by its column, pending re-keying, coordinator), with why.
-Returns one row per table (a table not created yet is ignored); read by billing db migrate --citus and db/tests/80_customer_keys.sql.';
+Returns one row per table (a table not created yet is ignored); read by billing db migrate --citus and db/tests/880_customer_keys.sql.';

@@ -24,7 +24,7 @@ log = logging.getLogger("billing.citus")
 
 # The placement of every table is declared once, in SQL: billing._placement() (this file of
 # db/functions, applied before the tables are placed), checked against the catalog by
-# db/tests/80_customer_keys.sql.
+# db/tests/880_customer_keys.sql.
 PLACEMENT_FILE = "88_placement.sql"
 
 

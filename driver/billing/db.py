@@ -21,7 +21,7 @@ CLAIM_CHARGES = (
     "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup, customer_ref, "
     "payment_method_ref FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s, %(provider)s)"
 )
-# Batch claims per shard group on Citus (db/functions/56_shard_claims.sql, docs/scaling.md): the
+# Batch claims per shard group on Citus (db/functions/16_shards.sql and the *_in_shard functions, docs/scaling.md): the
 # groups and their nodes, the worker's leases (on the coordinator), then claim and work in one call
 # on the node that holds the group.
 SHARD_GROUPS = "SELECT shard_group, node_name, node_port FROM billing.shard_groups(%(now)s)"
@@ -38,17 +38,17 @@ CHARGE_CLAIMS_IN_SHARD = (
 REFUND_CLAIMS_IN_SHARD = (
     "SELECT * FROM billing.refund_claims_in_shard(%(worker)s, %(group)s, %(batch)s, %(lease)s::interval, %(now)s)"
 )
-# Refunds (db/functions/57_refunds.sql): the worker claims and records; the API requests and lists.
+# Refunds (db/functions/57_refunds.sql, 58_refund_claims.sql): the worker claims and records; the API requests and lists.
 CLAIM_REFUNDS = "SELECT * FROM billing.claim_refunds(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s)"
 RECORD_REFUND_RESULT = (
     "SELECT * FROM billing.record_refund_result(%(key)s, %(outcome)s, %(reference)s, %(reason)s, %(now)s)"
 )
 REFUND_INVOICE = "SELECT * FROM billing.refund_invoice(%(invoice_id)s, %(amount)s, %(request_key)s, %(now)s)"
 LIST_REFUNDS = "SELECT * FROM billing.list_refunds(%(invoice_id)s)"
-# An operator's invoice actions (db/functions/58_invoice_actions.sql).
+# An operator's invoice actions (db/functions/63_invoice_actions.sql).
 RETRY_INVOICE = "SELECT * FROM billing.retry_invoice(%(invoice_id)s, %(now)s)"
 VOID_INVOICE = "SELECT * FROM billing.void_invoice(%(invoice_id)s, %(reason)s, %(now)s)"
-# Invoice documents and reports (db/functions/58_invoices.sql, 75_reports.sql).
+# Invoice documents and reports (db/functions/60_invoices.sql, 62_invoice_document.sql, 75_reports.sql).
 GET_INVOICE_DOCUMENT = "SELECT billing.get_invoice_document(%(invoice_id)s) AS document"
 REPORT_MRR = "SELECT * FROM billing.report_mrr(%(at)s)"
 REPORT_MRR_MOVEMENTS = "SELECT * FROM billing.report_mrr_movements(%(from)s, %(to)s)"
@@ -109,7 +109,7 @@ API_CANCEL_SUBSCRIPTION = _API_SUBSCRIPTION.format(
     extra="", call="cancel_subscription(%(id)s, %(at_period_end)s, %(now)s, %(expected_version)s)")
 API_CHANGE_PLAN = _API_SUBSCRIPTION.format(
     extra="", call="change_plan(%(id)s, %(plan_code)s, %(now)s, %(expected_version)s, %(when)s, %(prorate)s)")
-# The lifecycle (db/functions/35_lifecycle.sql, docs/lifecycle.md).
+# The lifecycle (db/functions/33_calendar.sql to 36_lifecycle_api.sql, docs/lifecycle.md).
 API_APPLY_COUPON = _API_SUBSCRIPTION.format(extra="", call="apply_coupon(%(id)s, %(code)s, %(now)s)")
 API_PAUSE_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="pause_subscription(%(id)s, %(resume_at)s, %(now)s)")
 API_RESUME_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="resume_subscription(%(id)s, %(now)s)")
@@ -119,7 +119,7 @@ API_SET_QUANTITY = _API_SUBSCRIPTION.format(extra="", call="set_quantity(%(id)s,
 UPSERT_COUPON = ("SELECT * FROM billing.upsert_coupon(%(code)s, %(percent_off)s, %(amount_off)s, %(currency)s, "
                  "%(duration)s, %(duration_periods)s, %(max_redemptions)s, %(redeem_by)s, %(plan_codes)s::text[])")
 HEALTH = "SELECT 1"
-# Outbound webhook endpoints (db/functions/64_webhooks.sql).
+# Outbound webhook endpoints (db/functions/66_webhooks.sql).
 CREATE_WEBHOOK_ENDPOINT = "SELECT * FROM billing.create_webhook_endpoint(%(url)s, %(types)s::text[], %(secret)s, %(now)s)"
 LIST_WEBHOOK_ENDPOINTS = "SELECT * FROM billing.list_webhook_endpoints()"
 GET_WEBHOOK_ENDPOINT = "SELECT * FROM billing.get_webhook_endpoint(%(id)s)"

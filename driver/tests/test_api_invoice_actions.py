@@ -1,5 +1,5 @@
 """POST /invoices/{id}/retry and /invoices/{id}/void (docs/http-api.md): the operator's, admin scope
-only; each maps the SQL API's answer (db/functions/58_invoice_actions.sql) and is audited."""
+only; each maps the SQL API's answer (db/functions/63_invoice_actions.sql) and is audited."""
 
 from __future__ import annotations
 

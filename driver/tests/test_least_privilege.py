@@ -28,25 +28,25 @@ API = {
     "change_plan", "proration_amount", "period_end", "create_due_invoices", "claim_charges",
     "record_payment_result", "record_payment_results", "apply_gateway_webhook", "dunning_next_attempt", "claim_outbox_events",
     "mark_outbox_published", "mark_outbox_failed", "new_key_namespace",
-    # outbound webhooks, retention, replay (db/functions/64_webhooks.sql, 66_retention_replay.sql)
+    # outbound webhooks, retention, replay (db/functions/66_webhooks.sql, 67_webhook_deliveries.sql, 68_retention_replay.sql)
     "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint",
     "list_webhook_attempts", "claim_webhook_deliveries", "record_webhook_attempts", "purge_expired",
     "outbox_events_from", "retry_dead_outbox_events",
-    # the lifecycle (db/functions/35_lifecycle.sql, docs/lifecycle.md)
+    # the lifecycle (db/functions/33_calendar.sql to 36_lifecycle_api.sql, docs/lifecycle.md)
     "upsert_coupon", "apply_coupon", "pause_subscription", "resume_subscription", "uncancel_subscription",
     "reactivate_subscription", "set_quantity", "set_trial_will_end_notice",
-    # payment methods and refunds (db/functions/52_payment_methods.sql, 57_refunds.sql)
+    # payment methods and refunds (db/functions/52_payment_methods.sql, 57_refunds.sql, 58_refund_claims.sql)
     "set_payment_method", "detach_payment_method", "list_payment_methods", "announce_expiring_payment_methods",
     "refund_invoice", "list_refunds", "claim_refunds", "record_refund_result", "give_up_waiting_invoices",
-    # an operator's invoice actions (db/functions/58_invoice_actions.sql)
+    # an operator's invoice actions (db/functions/63_invoice_actions.sql)
     "retry_invoice", "void_invoice",
-    # invoices as documents and the reports (db/functions/58_invoices.sql, 75_reports.sql)
+    # invoices as documents and the reports (db/functions/60_invoices.sql, 62_invoice_document.sql, 75_reports.sql)
     "upsert_tax_rate", "set_customer_details", "finalize_invoices", "finalize_invoice", "get_invoice_document",
     "report_mrr", "report_mrr_movements", "report_churn", "report_revenue",
-    # the batch claims per shard group (db/functions/56_shard_claims.sql, docs/scaling.md)
+    # the batch claims per shard group (db/functions/16_shards.sql and the *_in_shard functions, docs/scaling.md)
     "lease_shard_groups", "claim_renewals_in_shard", "claim_charges_in_shard", "claim_outbox_in_shard",
     "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups",
-    # the relay per shard group on Citus (db/functions/60_outbox.sql)
+    # the relay per shard group on Citus (db/functions/65_outbox_relay.sql)
     "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
     "mark_outbox_failed_in_shard",
 }
@@ -412,7 +412,7 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     events = one("claim_outbox_in_shard", "%s, %s, %s, %s, %s", ("lp-worker", 0, 500, timedelta(seconds=30), late),
                  setof=True)
     out["shard_events"] = bool(events) and all(e[9] == late + timedelta(seconds=30) for e in events)
-    # The relay per shard group (db/functions/60_outbox.sql): the same events once those leases ran out.
+    # The relay per shard group (db/functions/65_outbox_relay.sql): the same events once those leases ran out.
     later = late + timedelta(minutes=1)
     relay_groups = one("relay_shard_groups", "", setof=True)
     out["relay_groups"] = [g[0] for g in relay_groups]

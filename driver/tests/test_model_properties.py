@@ -827,7 +827,7 @@ class Model:
             self.settle_pending(inv)
             if sub.status == "CANCELED" and inv.attempt_count == 0:
                 # The refund row first (RefundRequested), then RefundDue with its amount (what the
-                # period did not already give back as credit): 50_charging.sql's order.
+                # period did not already give back as credit): 53_payment_results.sql's order.
                 self.emit("invoice", inv.nkey, "RefundRequested")
                 self.emit("invoice", inv.nkey, "RefundDue")
             elif sub.status == "PAST_DUE" and not any(

@@ -1,0 +1,241 @@
+-- 16_shards: the shard groups and their leases, the ground of the batch claims inside one shard
+-- group (docs/scaling.md, "Batch claims").
+-- On Citus a claim cannot be one statement over the distributed tables ("could not run distributed
+-- query with FOR UPDATE/SHARE commands"); it runs inside one shard group instead: a worker leases
+-- groups (lease_shard_groups), then, connected to the node holding a group, claims in it. There
+-- the statement reads and locks the group's own shards (their tables on that node): plain
+-- PostgreSQL, FOR UPDATE SKIP LOCKED included. On a single PostgreSQL there is one group, 0: the
+-- tables themselves, so the same calls work there.
+-- Re-applied after every migration: CREATE OR REPLACE only.
+-- Each claim inside a group sits beside its single-node twin: renew_in_shard in 41_renewal_rows.sql,
+-- charge_claims_in_shard in 51_charge_claims.sql, refund_claims_in_shard in 58_refund_claims.sql,
+-- the relay's claim_outbox_events_in_shard in 65_outbox_relay.sql.
+
+CREATE OR REPLACE FUNCTION billing._distributed(p_table regclass)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_distributed boolean;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN false;  -- no Citus here
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1 AND partmethod = %L)', 'h')
+       INTO v_distributed USING p_table;
+    RETURN v_distributed;
+END
+$$;
+COMMENT ON FUNCTION billing._distributed(regclass) IS
+'Private: whether the table is distributed by hash on a Citus cluster (false on a single PostgreSQL).
+Returns a boolean.';
+
+CREATE OR REPLACE FUNCTION billing._shard_groups()
+RETURNS TABLE (shard_group integer, node_name text, node_port integer, is_local boolean)
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT billing._distributed('billing.customer') THEN
+        RETURN QUERY SELECT 0, NULL::text, NULL::integer, true;
+        RETURN;
+    END IF;
+    -- Groups numbered 1..n in hash order of billing.customer's shards; every colocated table has
+    -- the same ranges in the same order, on the same node.
+    RETURN QUERY EXECUTE format($q$
+        SELECT (pg_catalog.row_number() OVER (ORDER BY s.shardminvalue::bigint))::integer,
+               n.nodename::text, n.nodeport::integer,
+               n.groupid = (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)
+          FROM pg_catalog.pg_dist_shard s
+          JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid
+          JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
+         WHERE s.logicalrelid = 'billing.customer'::regclass
+         ORDER BY 1$q$);
+END
+$$;
+COMMENT ON FUNCTION billing._shard_groups() IS
+'Private: the shard groups of the batch claims and the node holding each (1..n in hash order on Citus; one group 0, the whole database, on a single PostgreSQL).
+Returns one row per group: its number, the node''s name and port, and whether it is this node.';
+
+CREATE OR REPLACE FUNCTION billing._shard_table(p_table regclass, p_shard_group integer)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_group record;
+    v_name  text;
+BEGIN
+    SELECT * INTO v_group FROM billing._shard_groups() g WHERE g.shard_group = p_shard_group;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404',
+            MESSAGE = format('shard group %s does not exist', coalesce(p_shard_group::text, 'NULL')),
+            HINT = 'Claim in the groups lease_shard_groups returned (one group, 0, on a single PostgreSQL).';
+    END IF;
+    IF NOT billing._distributed(p_table) THEN
+        RETURN p_table::text;
+    END IF;
+    IF NOT v_group.is_local THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL409',
+            MESSAGE = format('shard group %s is on node %s:%s, not on this one', p_shard_group, v_group.node_name,
+                             v_group.node_port),
+            HINT = 'Claim on the node lease_shard_groups names for the group (a group that moved: lease again).';
+    END IF;
+    EXECUTE format($q$
+        SELECT shard_name($1, s.shardid)
+          FROM (SELECT d.shardid, pg_catalog.row_number() OVER (ORDER BY d.shardminvalue::bigint) AS i
+                  FROM pg_catalog.pg_dist_shard d WHERE d.logicalrelid = $1) s
+         WHERE s.i = $2$q$)
+       INTO v_name USING p_table, p_shard_group;
+    RETURN v_name;
+END
+$$;
+COMMENT ON FUNCTION billing._shard_table(regclass, integer) IS
+'Private: the table to claim from for one shard group: on Citus the group''s shard of p_table (BL409 unless it is on this node), on a single PostgreSQL the table itself (group 0).
+Returns a qualified, quoted relation name; BL404 for an unknown group.';
+
+CREATE OR REPLACE FUNCTION billing._check_shard_lease(p_worker text, p_shard_group integer, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._check_text('worker', p_worker, 200);
+    IF NOT EXISTS (SELECT 1 FROM billing.shard_lease l WHERE l.shard_group = p_shard_group) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404',
+            MESSAGE = format('shard group %s does not exist', coalesce(p_shard_group::text, 'NULL')),
+            HINT = 'Claim in the groups lease_shard_groups returned (one group, 0, on a single PostgreSQL).';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM billing.shard_lease l
+                    WHERE l.shard_group = p_shard_group AND l.holder = p_worker AND l.lease_until > p_now) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL409',
+            MESSAGE = format('worker %L does not hold the lease of shard group %s at %s', p_worker,
+                             coalesce(p_shard_group::text, 'NULL'), p_now),
+            HINT = 'Lease the group with lease_shard_groups first (a lease that ran out may be another worker''s now).';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._check_shard_lease(text, integer, timestamptz) IS
+'Private: BL404 for a shard group that does not exist, BL409 unless p_worker holds its lease at p_now.
+Returns nothing.';
+
+CREATE OR REPLACE FUNCTION billing.lease_shard_groups(
+    p_worker text, p_max_groups integer, p_lease interval DEFAULT interval '30 seconds', p_now timestamptz DEFAULT now())
+RETURNS TABLE (shard_group integer, lease_until timestamptz, node_name text, node_port integer)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_held     integer;
+    v_taken    integer := 0;
+    v_released integer := 0;
+    v_groups   integer;
+    v_alive    integer;
+    v_share    integer;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_text('worker', p_worker, 200);
+    PERFORM billing._check_between('max groups', p_max_groups, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
+    -- The worker is alive until p_now + p_lease; its fair share is the groups over the workers
+    -- alive, rounded up (at most p_max_groups), so a worker that starts after the others gets
+    -- groups too: the others give back what they hold beyond their share at their next call.
+    INSERT INTO billing.shard_worker AS w (worker, seen_until) VALUES (p_worker, p_now + p_lease)
+    ON CONFLICT (worker) DO UPDATE SET seen_until = excluded.seen_until;
+    SELECT count(*) INTO v_groups FROM billing.shard_lease;
+    SELECT count(*) INTO v_alive FROM billing.shard_worker w WHERE w.seen_until > p_now;
+    v_share := least(p_max_groups, ceil(v_groups::numeric / greatest(v_alive, 1))::integer);
+    -- The worker's own leases, renewed.
+    UPDATE billing.shard_lease l
+       SET lease_until = p_now + p_lease
+     WHERE l.holder = p_worker AND l.lease_until > p_now;
+    GET DIAGNOSTICS v_held = ROW_COUNT;
+    IF v_held > v_share THEN
+        -- Beyond its share: the highest groups go back, free at once (the rows they claimed stay
+        -- locked or leased by their own claims, so a new holder cannot take them twice).
+        UPDATE billing.shard_lease l
+           SET holder = NULL, lease_until = NULL, leased_at = NULL
+         WHERE l.shard_group IN (SELECT h.shard_group FROM billing.shard_lease h
+                                  WHERE h.holder = p_worker AND h.lease_until > p_now
+                                  ORDER BY h.shard_group DESC LIMIT v_held - v_share);
+        GET DIAGNOSTICS v_released = ROW_COUNT;
+        v_held := v_held - v_released;
+    END IF;
+    -- Free groups, or groups whose lease ran out, up to the share. Two workers after the same
+    -- group: the second waits for the first's row lock, then finds it held and takes nothing.
+    IF v_held < v_share THEN
+        UPDATE billing.shard_lease l
+           SET holder = p_worker, lease_until = p_now + p_lease, leased_at = p_now
+         WHERE l.shard_group IN (SELECT f.shard_group FROM billing.shard_lease f
+                                  WHERE f.lease_until IS NULL OR f.lease_until <= p_now
+                                  ORDER BY f.lease_until NULLS FIRST, f.shard_group
+                                  LIMIT v_share - v_held)
+           AND (l.lease_until IS NULL OR l.lease_until <= p_now);
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
+    END IF;
+    -- Workers not seen for a day are forgotten.
+    DELETE FROM billing.shard_worker w WHERE w.seen_until < p_now - interval '1 day';
+    -- An audit row when a group changes hands (renewing one's own leases changes no holder).
+    IF v_taken > 0 OR v_released > 0 THEN
+        PERFORM billing._audit('lease_shard_groups', jsonb_build_object('worker', p_worker, 'max_groups', p_max_groups, 'lease', p_lease, 'now', p_now, 'taken', v_taken, 'released', v_released));
+    END IF;
+    RETURN QUERY
+    SELECT l.shard_group, l.lease_until, g.node_name, g.node_port
+      FROM billing.shard_lease l
+      LEFT JOIN billing._shard_groups() g ON g.shard_group = l.shard_group
+     WHERE l.holder = p_worker AND l.lease_until > p_now
+     ORDER BY l.shard_group;
+END
+$$;
+COMMENT ON FUNCTION billing.lease_shard_groups(text, integer, interval, timestamptz) IS
+'Leases shard groups to a batch worker (docs/scaling.md): the worker counts as alive until p_now + p_lease; it renews its own leases to p_now + p_lease, gives back what it holds beyond its fair share (the groups over the workers alive, rounded up, at most p_max_groups), then takes free groups or groups whose lease ran out up to that share. The lease spreads the groups over the workers; what keeps a row from being claimed twice is the claim itself (row locks, row leases).
+Returns the groups the worker holds, with the node holding each (NULL on a single PostgreSQL: group 0, this database); BL422 for a bad worker name, count or lease.';
+
+CREATE OR REPLACE FUNCTION billing.shard_groups(p_now timestamptz DEFAULT now())
+RETURNS TABLE (shard_group integer, node_name text, node_port integer, holder text, lease_until timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._check_now(p_now);
+    RETURN QUERY
+    SELECT g.shard_group, g.node_name, g.node_port,
+           CASE WHEN l.lease_until > p_now THEN l.holder END, CASE WHEN l.lease_until > p_now THEN l.lease_until END
+      FROM billing._shard_groups() g
+      LEFT JOIN billing.shard_lease l ON l.shard_group = g.shard_group
+     ORDER BY g.shard_group;
+END
+$$;
+COMMENT ON FUNCTION billing.shard_groups(timestamptz) IS
+'The shard groups of the batch claims: each with the node holding it (NULL on a single PostgreSQL: one group, 0, this database) and its lease holder at p_now (NULL when free). The worker reads it to choose its path: per shard group when a node is named.
+Returns one row per group.';
+
+-- The renewal statement inside one shard group, set-based (renew_in_shard's fast path): the same
+-- statement as _renew_batch (40_renewal.sql), run on the group's own shards on the node that holds
+-- it (on a single PostgreSQL, group 0: the tables themselves), where it is plain PostgreSQL. Names
+-- substituted: the group's shards of subscription, credit_balance, customer, invoice, credit_entry
+-- and outbox_event, this node's copies of the reference tables plan and plan_price; ids from each
+-- table's own sequence (a shard has no identity default: Citus gives each node its own range);
+-- the tax through _tax_of called per row (not inlined: it reads the rates, a Citus table). Keep it
+-- in step with _renew_batch: 06_renewal and 83_shard_claims compare them.
+CREATE OR REPLACE FUNCTION billing._local_table(p_table regclass)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_name text;
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RETURN p_table::text;
+    END IF;
+    -- A reference table: its one shard, of which every node holds a copy.
+    EXECUTE format('SELECT shard_name($1, s.shardid) FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1')
+       INTO v_name USING p_table;
+    RETURN coalesce(v_name, p_table::text);
+END
+$$;
+COMMENT ON FUNCTION billing._local_table(regclass) IS
+'Private: this node''s copy of a reference table on Citus (its shard), the table itself elsewhere.
+Returns a qualified, quoted relation name.';

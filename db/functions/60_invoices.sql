@@ -1,0 +1,377 @@
+-- 60_invoices: invoices as documents (docs/invoices.md): billing details and tax rates, the lines
+-- of an invoice, finalization with a gapless legal number, immutability, credit notes for a
+-- voided or refunded finalized invoice, and the document read by GET /invoices/{id}.
+-- Re-applied after every migration: CREATE OR REPLACE only.
+--
+-- Finalization is a job step of its own (finalize_invoices, after create_due_invoices): the
+-- renewal statement stays set-based and never waits on a numbering counter. An invoice is charged
+-- as soon as it is created; it is numbered within seconds, and at the latest when a refund or a
+-- void needs its number. A voided invoice that was never finalized is a draft discarded: no
+-- number, no credit note.
+--
+-- This file: numbering, lines, finalization and totals; immutability and credit notes are
+-- 61_credit_notes.sql, tax rates, billing details and the document 62_invoice_document.sql.
+
+-- ---------------------------------------------------------------------------------------------
+-- Numbering: one counter row per series, taken under its row lock in the caller's transaction.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._take_numbers(p_series text, p_count integer)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_first bigint;
+BEGIN
+    INSERT INTO billing.document_series (series) VALUES (p_series)
+    ON CONFLICT ON CONSTRAINT document_series_pkey DO NOTHING;
+    UPDATE billing.document_series SET next_number = next_number + p_count, updated_at = now()
+     WHERE series = p_series
+    RETURNING next_number - p_count INTO v_first;
+    RETURN v_first;
+END
+$$;
+COMMENT ON FUNCTION billing._take_numbers(text, integer) IS
+'Private: takes p_count consecutive numbers of the series (its counter row stays locked until the transaction ends, so a rollback gives them back: no gap).
+Returns the first number taken.';
+
+CREATE OR REPLACE FUNCTION billing._document_number(p_series text, p_number bigint)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT p_series || '-' || pg_catalog.lpad(p_number::text, 6, '0')
+$$;
+COMMENT ON FUNCTION billing._document_number(text, bigint) IS
+'Private: the printed number: <series>-<at least 6 digits> (2026-000123).
+Returns the text.';
+
+-- ---------------------------------------------------------------------------------------------
+-- The lines of an invoice, from its terms. Written once at finalization; an invoice not yet
+-- finalized shows the same lines as a preview.
+-- ---------------------------------------------------------------------------------------------
+-- PL/pgSQL: it reads the subscription (a distributed table on Citus) with a parameter.
+CREATE OR REPLACE FUNCTION billing._invoice_lines(p_invoice billing.invoice, p_tax_status text)
+RETURNS TABLE (line_no integer, kind text, description text, quantity integer, unit_amount bigint, amount bigint,
+               tax_rate_code text, tax_rate_bp integer, tax_inclusive boolean,
+               period_start timestamptz, period_end timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    -- Service dates are printed in the subscription's own zone (its calendar).
+    v_tz text := coalesce((SELECT s.timezone FROM billing.subscription s
+                            WHERE s.customer_id = p_invoice.customer_id AND s.id = p_invoice.subscription_id), 'UTC');
+BEGIN
+    RETURN QUERY
+    WITH zone AS (
+        SELECT v_tz AS tz
+    ), charge AS (
+        SELECT CASE WHEN p_invoice.kind = 'PRORATION' THEN 'PRORATION' ELSE 'PLAN' END AS kind,
+               CASE WHEN p_invoice.kind = 'PRORATION'
+                    THEN format('Plan change to %s (%s seat%s), prorated from %s to %s', p.code, p_invoice.quantity,
+                                CASE WHEN p_invoice.quantity = 1 THEN '' ELSE 's' END,
+                                to_char(p_invoice.period_start AT TIME ZONE z.tz, 'YYYY-MM-DD'),
+                                to_char(p_invoice.period_end AT TIME ZONE z.tz, 'YYYY-MM-DD'))
+                    ELSE format('%s (%s seat%s), %s to %s%s', p.code, p_invoice.quantity,
+                                CASE WHEN p_invoice.quantity = 1 THEN '' ELSE 's' END,
+                                to_char(p_invoice.period_start AT TIME ZONE z.tz, 'YYYY-MM-DD'),
+                                to_char(p_invoice.period_end AT TIME ZONE z.tz, 'YYYY-MM-DD'),
+                                CASE WHEN p_invoice.subtotal + p_invoice.discount_amount
+                                          <> p_invoice.plan_price * p_invoice.quantity THEN ', prorated' ELSE '' END)
+               END AS description
+          FROM billing.plan p, zone z WHERE p.id = p_invoice.plan_id
+    ), taxes AS (
+        SELECT t.ord, t.line->>'code' AS code, t.line->>'name' AS name, (t.line->>'rateBp')::integer AS rate_bp,
+               (t.line->>'inclusive')::boolean AS inclusive, (t.line->>'amount')::bigint AS amount
+          FROM jsonb_array_elements(coalesce(p_invoice.tax_detail->'lines', '[]'::jsonb)) WITH ORDINALITY t(line, ord)
+    ), treatment AS (
+        SELECT coalesce(p_invoice.tax_detail->>'treatment', p_tax_status, 'TAXABLE') AS status
+    ), all_lines AS (
+        SELECT 1 AS ord, c.kind, c.description, p_invoice.quantity, p_invoice.plan_price AS unit_amount,
+               p_invoice.subtotal + p_invoice.discount_amount AS amount,
+               NULL::text AS code, NULL::integer AS bp, NULL::boolean AS incl,
+               p_invoice.period_start AS ps, p_invoice.period_end AS pe
+          FROM charge c
+        UNION ALL
+        SELECT 2, 'DISCOUNT', format('Coupon %s', p_invoice.coupon_code), NULL, NULL, -p_invoice.discount_amount,
+               NULL, NULL, NULL, NULL, NULL
+         WHERE p_invoice.discount_amount > 0
+        UNION ALL
+        SELECT 3 + t.ord, 'TAX',
+               format('%s %s%%%s', t.name, trim(trailing '.' FROM trim(trailing '0' FROM to_char(t.rate_bp / 100.0, 'FM990.00'))),
+                      CASE WHEN t.inclusive THEN ' (included)' ELSE '' END),
+               NULL, NULL, t.amount, t.code, t.rate_bp, t.inclusive, NULL, NULL
+          FROM taxes t
+        UNION ALL
+        -- Every invoice has a tax line: an exempt, reverse-charge or untaxed one says so at 0.
+        SELECT 3, 'TAX',
+               CASE tr.status WHEN 'EXEMPT' THEN 'Tax exempt'
+                              WHEN 'REVERSE_CHARGE' THEN 'Reverse charge: tax to be accounted for by the recipient'
+                              ELSE 'No tax' END,
+               NULL, NULL, 0, NULL, 0, false, NULL, NULL
+          FROM treatment tr
+         WHERE NOT EXISTS (SELECT 1 FROM taxes)
+        UNION ALL
+        SELECT 1000, 'CREDIT', 'Customer credit applied', NULL, NULL, -p_invoice.credit_applied,
+               NULL, NULL, NULL, NULL, NULL
+         WHERE p_invoice.credit_applied > 0
+    )
+    SELECT (row_number() OVER (ORDER BY a.ord))::integer, a.kind, a.description, a.quantity, a.unit_amount, a.amount,
+           a.code, a.bp, a.incl, a.ps, a.pe
+      FROM all_lines a
+     ORDER BY a.ord;
+END
+$$;
+COMMENT ON FUNCTION billing._invoice_lines(billing.invoice, text) IS
+'Private: the document lines of an invoice from its terms (service dates in the subscription''s zone): PLAN (or PRORATION) = subtotal + discount, DISCOUNT, one TAX line per rate applied (or one at 0 saying exempt / reverse charge / no tax), CREDIT.
+Returns the lines in order.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Finalization
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._bill_to(p_customer_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE  -- PL/pgSQL: it reads the customer (a distributed table on Citus) with a parameter
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN (SELECT jsonb_strip_nulls(jsonb_build_object(
+                'customerId', c.id, 'name', c.name, 'email', c.email, 'address', c.address, 'city', c.city,
+                'postalCode', c.postal_code, 'region', c.region, 'country', c.country, 'taxId', c.tax_id,
+                'taxStatus', c.tax_status))
+              FROM billing.customer c WHERE c.id = p_customer_id);
+END
+$$;
+COMMENT ON FUNCTION billing._bill_to(bigint) IS
+'Private: the customer''s billing details as printed on a document.
+Returns a jsonb object.';
+
+-- Finalizes the given invoices (locked by the caller, not finalized, not VOID) in id order.
+CREATE OR REPLACE FUNCTION billing._finalize(p_ids bigint[], p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_series  text := to_char(p_now AT TIME ZONE 'UTC', 'YYYY');
+    v_first   bigint;
+    v_count   integer := coalesce(cardinality(p_ids), 0);
+    v_invoice billing.invoice;
+    v_done    integer := 0;
+BEGIN
+    IF v_count = 0 THEN
+        RETURN 0;
+    END IF;
+    v_first := billing._take_numbers(v_series, v_count);
+    IF billing._distributed('billing.customer') THEN
+        -- Citus: one invoice at a time by (customer_id, id) (this statement would span shards); the
+        -- rows (locked by the caller) read first, then finalized.
+        FOREACH v_invoice IN ARRAY ARRAY(SELECT i FROM billing.invoice i WHERE i.id = ANY (p_ids) ORDER BY i.id) LOOP
+            PERFORM billing._finalize_one(v_invoice, p_now, billing._document_number(v_series, v_first + v_done));
+            v_done := v_done + 1;
+        END LOOP;
+        RETURN v_done;
+    END IF;
+    WITH numbered AS (
+        SELECT i.id, v_first + row_number() OVER (ORDER BY i.id) - 1 AS n
+          FROM billing.invoice i WHERE i.id = ANY (p_ids)
+    ), done AS (
+        UPDATE billing.invoice i
+           SET number = billing._document_number(v_series, n.n), finalized_at = p_now,
+               bill_to = billing._bill_to(i.customer_id)
+          FROM numbered n
+         WHERE i.id = n.id
+        RETURNING i.*
+    )
+    INSERT INTO billing.invoice_line (customer_id, invoice_id, line_no, kind, description, quantity, unit_amount, amount,
+                                      tax_rate_code, tax_rate_bp, tax_inclusive, period_start, period_end)
+    SELECT d.customer_id, d.id, l.line_no, l.kind, l.description, l.quantity, l.unit_amount, l.amount,
+           l.tax_rate_code, l.tax_rate_bp, l.tax_inclusive, l.period_start, l.period_end
+      FROM done d
+     CROSS JOIN LATERAL billing._invoice_lines(d::billing.invoice, d.bill_to->>'taxStatus') l;
+
+    -- The lines must add up to the invoice's figures (a bug here must not print a wrong document).
+    PERFORM 1 FROM billing.invoice i
+      LEFT JOIN billing._invoice_totals(p_ids) t ON t.invoice_id = i.id
+     WHERE i.id = ANY (p_ids)
+       AND (t.invoice_id IS NULL OR t.subtotal <> i.subtotal OR t.tax_amount <> i.tax_amount
+            OR t.tax_included <> i.tax_included OR t.amount_due <> i.amount);
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'XX000', MESSAGE = 'invoice lines do not add up to the invoice totals';
+    END IF;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION billing._finalize(bigint[], timestamptz) IS
+'Private: numbers the given locked invoices (gapless, series = UTC year of p_now, in id order), snapshots the bill-to details and writes their lines; checks the lines add up to the invoice figures.
+Returns how many were finalized.';
+
+-- One invoice, by (customer_id, id): the per-row paths (finalize_invoice, a refund's credit note) and
+-- the batch on Citus. Without p_number it takes the next number of the series (the caller holds the
+-- invoice's row lock: invoice first, then the series' counter, as everywhere).
+CREATE OR REPLACE FUNCTION billing._finalize_one(p_invoice billing.invoice, p_now timestamptz, p_number text DEFAULT NULL)
+RETURNS billing.invoice
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_series  text := to_char(p_now AT TIME ZONE 'UTC', 'YYYY');
+    v_number  text := coalesce(p_number, billing._document_number(v_series, billing._take_numbers(v_series, 1)));
+    v_bill_to jsonb := billing._bill_to(p_invoice.customer_id);
+    v_invoice billing.invoice;
+    v_totals  record;
+BEGIN
+    UPDATE billing.invoice SET number = v_number, finalized_at = p_now, bill_to = v_bill_to
+     WHERE customer_id = p_invoice.customer_id AND id = p_invoice.id
+    RETURNING * INTO v_invoice;
+    INSERT INTO billing.invoice_line (customer_id, invoice_id, line_no, kind, description, quantity, unit_amount, amount,
+                                      tax_rate_code, tax_rate_bp, tax_inclusive, period_start, period_end)
+    SELECT v_invoice.customer_id, v_invoice.id, l.line_no, l.kind, l.description, l.quantity, l.unit_amount, l.amount,
+           l.tax_rate_code, l.tax_rate_bp, l.tax_inclusive, l.period_start, l.period_end
+      FROM billing._invoice_lines(v_invoice, v_bill_to->>'taxStatus') l;
+    -- The lines must add up to the invoice's figures (a bug here must not print a wrong document).
+    SELECT * INTO v_totals FROM billing._invoice_totals(v_invoice.customer_id, ARRAY[v_invoice.id]);
+    IF v_totals.invoice_id IS NULL OR v_totals.subtotal <> v_invoice.subtotal OR v_totals.tax_amount <> v_invoice.tax_amount
+       OR v_totals.tax_included <> v_invoice.tax_included OR v_totals.amount_due <> v_invoice.amount THEN
+        RAISE EXCEPTION USING ERRCODE = 'XX000', MESSAGE = 'invoice lines do not add up to the invoice totals';
+    END IF;
+    RETURN v_invoice;
+END
+$$;
+COMMENT ON FUNCTION billing._finalize_one(billing.invoice, timestamptz, text) IS
+'Private: finalizes one locked invoice by (customer_id, id): its number (p_number, or the next of the series of p_now''s UTC year), bill-to snapshot and lines; checks the lines add up to its figures.
+Returns the invoice finalized.';
+
+CREATE OR REPLACE FUNCTION billing.finalize_invoices(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_ids     bigint[];
+    v_keys    record;
+    v_invoice billing.invoice;
+    v_locked  billing.invoice[] := '{}';
+    v_series  text := to_char(p_now AT TIME ZONE 'UTC', 'YYYY');
+    v_first   bigint;
+    i         integer;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 100000);
+    -- The series' counter first (waiting): one finalizer at a time per series, whose invoices
+    -- are then picked in id order, skipping those another transaction holds (a charge, a void).
+    PERFORM billing._take_numbers(v_series, 0);
+    IF billing._distributed('billing.customer') THEN
+        -- Citus (convention 3 of docs/scaling.md): the candidates read unlocked over every shard, then
+        -- each locked by (customer_id, id), SKIP LOCKED, its condition checked again on the locked row.
+        SELECT array_agg(x.customer_id ORDER BY x.id) AS customers, array_agg(x.id ORDER BY x.id) AS ids INTO v_keys
+          FROM (SELECT i.customer_id, i.id FROM billing.invoice i
+                 WHERE i.number IS NULL AND i.status <> 'VOID'
+                 ORDER BY i.id LIMIT p_batch_size) x;
+        FOR i IN 1..coalesce(cardinality(v_keys.ids), 0) LOOP
+            SELECT * INTO v_invoice FROM billing.invoice
+             WHERE customer_id = v_keys.customers[i] AND id = v_keys.ids[i] AND number IS NULL AND status <> 'VOID'
+               FOR UPDATE SKIP LOCKED;
+            IF FOUND THEN
+                v_locked := v_locked || v_invoice;
+            END IF;
+        END LOOP;
+        IF cardinality(v_locked) = 0 THEN
+            RETURN 0;
+        END IF;
+        v_first := billing._take_numbers(v_series, cardinality(v_locked));
+        FOR i IN 1..cardinality(v_locked) LOOP
+            PERFORM billing._finalize_one(v_locked[i], p_now, billing._document_number(v_series, v_first + i - 1));
+        END LOOP;
+        RETURN cardinality(v_locked);
+    END IF;
+    SELECT array_agg(id ORDER BY id) INTO v_ids
+      FROM (SELECT i.id FROM billing.invoice i
+             WHERE i.number IS NULL AND i.status <> 'VOID'
+             ORDER BY i.id
+             LIMIT p_batch_size
+               FOR UPDATE SKIP LOCKED) x;
+    RETURN billing._finalize(v_ids, p_now);
+END
+$$;
+COMMENT ON FUNCTION billing.finalize_invoices(integer, timestamptz) IS
+'Finalizes up to p_batch_size invoices not yet finalized (any status but VOID), oldest first: each gets its legal number <year>-<6 digits> from the gapless series of p_now''s UTC year, its bill-to details and its lines; its document never changes afterwards. Run by the renewal job after create_due_invoices.
+Returns how many were finalized: 0 means none is waiting.';
+
+CREATE OR REPLACE FUNCTION billing.finalize_invoice(p_invoice_id bigint, p_now timestamptz DEFAULT now())
+RETURNS billing.invoice
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_invoice billing.invoice;
+    v_customer_id bigint;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    v_customer_id := billing._invoice_customer(p_invoice_id);
+    -- Lock order: the invoice, then the series' counter (in _finalize_one), as the refund and void
+    -- paths do; finalize_invoices takes the counter first but never waits for an invoice (SKIP
+    -- LOCKED), so no cycle can form.
+    SELECT * INTO v_invoice FROM billing.invoice WHERE customer_id = v_customer_id AND id = p_invoice_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404',
+            MESSAGE = format('invoice %s does not exist', coalesce(p_invoice_id::text, 'NULL'));
+    END IF;
+    IF v_invoice.number IS NOT NULL THEN
+        RETURN v_invoice;
+    END IF;
+    IF v_invoice.status = 'VOID' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('invoice %s was voided before it was finalized: it is never numbered', p_invoice_id);
+    END IF;
+    RETURN billing._finalize_one(v_invoice, p_now);
+END
+$$;
+COMMENT ON FUNCTION billing.finalize_invoice(bigint, timestamptz) IS
+'Finalizes one invoice now (as finalize_invoices does); idempotent: a finalized invoice is returned unchanged.
+Returns the invoice; BL404 for an unknown id, BL422 for an invoice voided before it was finalized.';
+
+DROP VIEW IF EXISTS billing.invoice_totals;
+-- PL/pgSQL (the lines are a distributed table on Citus); with p_customer_id, the lines of one customer
+-- only (one shard group on Citus).
+CREATE OR REPLACE FUNCTION billing._invoice_totals(p_customer_id bigint, p_invoice_ids bigint[])
+RETURNS TABLE (invoice_id bigint, subtotal bigint, tax_amount bigint, tax_included bigint, total bigint,
+               credit_applied bigint, amount_due bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- One query text for both forms: the customer's filter is a constant fragment (no input in it).
+    RETURN QUERY EXECUTE format($q$
+    SELECT l.invoice_id,
+           sum(l.amount) FILTER (WHERE l.kind IN ('PLAN', 'PRORATION', 'DISCOUNT'))::bigint,
+           coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND NOT l.tax_inclusive), 0)::bigint,
+           coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND l.tax_inclusive), 0)::bigint,
+           (sum(l.amount) FILTER (WHERE l.kind IN ('PLAN', 'PRORATION', 'DISCOUNT'))
+            + coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND NOT l.tax_inclusive), 0))::bigint,
+           coalesce(-sum(l.amount) FILTER (WHERE l.kind = 'CREDIT'), 0)::bigint,
+           (sum(l.amount) FILTER (WHERE l.kind <> 'TAX' OR NOT l.tax_inclusive))::bigint
+      FROM billing.invoice_line l
+     WHERE %s l.invoice_id = ANY ($1)
+     GROUP BY l.invoice_id$q$, CASE WHEN p_customer_id IS NULL THEN '' ELSE 'l.customer_id = $2 AND' END)
+    USING p_invoice_ids, p_customer_id;
+END
+$$;
+COMMENT ON FUNCTION billing._invoice_totals(bigint, bigint[]) IS
+'Private: totals of finalized invoices computed from their lines: subtotal (charges and discounts), exclusive tax, inclusive tax, total, credit applied and amount due; of one customer''s invoices when p_customer_id is given.
+Returns one row per invoice that has lines.';
+
+CREATE OR REPLACE FUNCTION billing._invoice_totals(p_invoice_ids bigint[])
+RETURNS TABLE (invoice_id bigint, subtotal bigint, tax_amount bigint, tax_included bigint, total bigint,
+               credit_applied bigint, amount_due bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM billing._invoice_totals(NULL, p_invoice_ids);
+END
+$$;
+COMMENT ON FUNCTION billing._invoice_totals(bigint[]) IS
+'Private: _invoice_totals of the given invoices, whatever their customers.
+Returns one row per invoice that has lines.';

@@ -1,0 +1,109 @@
+-- 64_outbox: the transactional outbox's writer (_emit_event); its NOTIFY trigger and the relay's
+-- side are 65_outbox_relay.sql.
+-- Ordering: events of one aggregate are written under that aggregate's row lock, so their ids
+-- follow commit order. claim_outbox_events never hands out an event while an earlier PENDING
+-- event of the same aggregate is not part of the same claim (leased elsewhere, backing off, or
+-- skipped as locked), so even several relays publish one aggregate's events in order, provided
+-- each relay publishes a claimed batch in id order and stops at the first failure of an
+-- aggregate. The driver also runs a single active relay (advisory lock), which makes this moot
+-- in practice. A DEAD event no longer holds back later events of its aggregate.
+
+-- ---------------------------------------------------------------------------------------------
+-- The writer: every event is a CloudEvents 1.0 envelope inserted in the transaction of the change
+-- it announces (the renewal statement inserts its rare events itself, with the same envelope).
+-- ---------------------------------------------------------------------------------------------
+-- The catalogue's versions: a type's `data` schema is docs/events/<type>.v<version>.json, named
+-- in the envelope's `dataschema` (its $id). A breaking change of a type's data bumps its version
+-- here; adding a type needs a schema file, not a line here (version 1).
+CREATE OR REPLACE FUNCTION billing._event_version(p_event_type text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT 1
+$$;
+COMMENT ON FUNCTION billing._event_version(text) IS
+'Private: the version of an event type''s data schema (every type is at version 1 so far).
+Returns the version number.';
+
+CREATE OR REPLACE FUNCTION billing._cloud_event(
+    p_event_id uuid, p_event_type text, p_aggregate_type text, p_aggregate_id bigint, p_time timestamptz, p_data jsonb)
+RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE  -- inlinable (see billing._utc_text)
+AS $$
+    SELECT pg_catalog.jsonb_build_object(
+        'specversion', '1.0',
+        'id', p_event_id::text,
+        'source', 'billing',
+        'type', p_event_type,
+        'subject', p_aggregate_type || '/' || p_aggregate_id::text,
+        'time', billing._utc_text(p_time),
+        'datacontenttype', 'application/json',
+        'dataschema', 'urn:billing:events:' || p_event_type || ':v' || billing._event_version(p_event_type),
+        'data', p_data)
+$$;
+COMMENT ON FUNCTION billing._cloud_event(uuid, text, text, bigint, timestamptz, jsonb) IS
+'Private: the CloudEvents 1.0 envelope stored in outbox_event.payload (subject = <aggregate type>/<id>, dataschema = urn:billing:events:<type>:v<version>).
+Returns the envelope as jsonb.';
+
+CREATE OR REPLACE FUNCTION billing._emit_event(
+    p_aggregate_type text, p_aggregate_id bigint, p_event_type text, p_data jsonb, p_now timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_event_id uuid := gen_random_uuid();
+    v_id       bigint;
+BEGIN
+    INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+    VALUES (v_event_id, p_aggregate_type, p_aggregate_id, p_event_type,
+            billing._cloud_event(v_event_id, p_event_type, p_aggregate_type, p_aggregate_id, p_now, p_data),
+            p_now, p_now, coalesce((p_data ->> 'customerId')::bigint, 0))
+    RETURNING id INTO v_id;
+    RETURN v_id;
+END
+$$;
+COMMENT ON FUNCTION billing._emit_event(text, bigint, text, jsonb, timestamptz) IS
+'Private: writes one event to the outbox; call it while holding the aggregate''s row lock so ids follow commit order.
+Returns the outbox_event id.';
+
+-- On Citus (db/schema/0090): each node takes ids from its own range of the sequence, so an
+-- aggregate's event written on the coordinator after one written on a worker gets the smaller id.
+-- This row trigger, on Citus only, gives every new event an order key: the time it is written, in
+-- microseconds, raised above every unpublished event of its aggregate (the caller holds the
+-- aggregate's row lock, as for the ids on one PostgreSQL). The relay's claims on Citus take events
+-- in that order. It fires on the event's shard, on the node holding it, and reads
+-- that shard only (the aggregate's unpublished events, through their partial index).
+CREATE OR REPLACE FUNCTION billing._outbox_event_seq()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_last bigint;
+BEGIN
+    EXECUTE format('SELECT max(coalesce(e.aggregate_seq, e.id)) FROM %I.%I e '
+                   'WHERE e.status <> ''PUBLISHED'' AND e.aggregate_type = $1 AND e.aggregate_id = $2',
+                   TG_TABLE_SCHEMA, TG_TABLE_NAME)
+       INTO v_last USING NEW.aggregate_type, NEW.aggregate_id;
+    -- The wall clock, so that events of every node are taken oldest first; raised above the
+    -- aggregate's unpublished events, so that an aggregate's order never depends on clocks.
+    NEW.aggregate_seq := greatest((extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::bigint, v_last + 1);
+    RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION billing._outbox_event_seq() IS
+'Private trigger, on Citus only: sets the new event''s aggregate_seq (the time in microseconds, raised above every unpublished event of its aggregate), so the relay orders an aggregate''s events by commit whatever node took the id.
+Returns the row (BEFORE INSERT, per row).';
+
+DO $$
+BEGIN
+    IF billing._distributed('billing.outbox_event')
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = 'billing.outbox_event'::regclass
+                                                          AND tgname = 'outbox_event_seq') THEN
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+        CREATE TRIGGER outbox_event_seq BEFORE INSERT ON billing.outbox_event
+            FOR EACH ROW EXECUTE FUNCTION billing._outbox_event_seq();
+    END IF;
+END
+$$;

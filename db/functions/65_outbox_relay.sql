@@ -1,0 +1,427 @@
+-- 65_outbox_relay: the relay's side of the outbox: the NOTIFY trigger, the claim, published and
+-- failed; each beside its form per shard group on Citus (docs/scaling.md, "Events, webhooks and
+-- reads on Citus"). The order rules are in 64_outbox.sql's header.
+-- Re-applied after every migration: CREATE OR REPLACE only.
+
+-- ---------------------------------------------------------------------------------------------
+-- The relay side
+-- ---------------------------------------------------------------------------------------------
+-- One notification per INSERT statement (not per row), with how many rows it wrote.
+CREATE OR REPLACE FUNCTION billing._outbox_notify()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count bigint;
+BEGIN
+    SELECT count(*) INTO v_count FROM new_events;
+    IF v_count > 0 THEN
+        PERFORM pg_notify('billing_outbox', json_build_object('count', v_count)::text);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION billing._outbox_notify() IS
+'Private trigger: one pg_notify(''billing_outbox'', ''{"count": n}'') per statement that inserted outbox events.
+Returns NULL (statement-level AFTER trigger).';
+
+CREATE OR REPLACE TRIGGER outbox_event_notify
+    AFTER INSERT ON billing.outbox_event
+    REFERENCING NEW TABLE AS new_events
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._outbox_notify();
+
+CREATE OR REPLACE FUNCTION billing._outbox_event_customers(p_ids bigint[])
+RETURNS bigint[]
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN ARRAY(SELECT DISTINCT e.customer_id FROM billing.outbox_event e WHERE e.id = ANY (p_ids));
+END
+$$;
+COMMENT ON FUNCTION billing._outbox_event_customers(bigint[]) IS
+'Private: the customers of the given outbox events (an unlocked read by the id index: every shard on Citus), so that the statements after it name each row by (customer_id, id).
+Returns the distinct customer ids (empty when none exists).';
+
+-- The per-row path of claim_outbox_events on Citus (convention 3): an unlocked multi-shard read of
+-- the candidates in id order, then each one locked by (customer_id, id) with SKIP LOCKED (a query
+-- routed to one shard), checked again, and leased, under the same head-of-line rule with the
+-- aggregate's order key (coalesce(aggregate_seq, id): db/schema/0090). The rule holds event by
+-- event: an event is leased only when no earlier unpublished event of its aggregate is PENDING
+-- outside this claim, and an aggregate's events are all in one shard, so the probe is one shard's.
+CREATE OR REPLACE FUNCTION billing._claim_outbox_events_per_row(
+    p_batch_size integer, p_lease interval, p_now timestamptz)
+RETURNS SETOF billing.outbox_event
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_candidate record;
+    v_event     billing.outbox_event;
+    v_claimed   bigint[] := '{}';
+    v_customers bigint[] := '{}';
+BEGIN
+    -- The oldest first by the order key (in id order an aggregate's earlier event may come after
+    -- its later one: a window of ids full of such later events would claim nothing).
+    FOR v_candidate IN
+        SELECT e.customer_id, e.id
+          FROM billing.outbox_event e
+         WHERE e.status = 'PENDING' AND e.available_at <= p_now AND (e.lease_until IS NULL OR e.lease_until <= p_now)
+         ORDER BY coalesce(e.aggregate_seq, e.id), e.id
+         LIMIT p_batch_size
+    LOOP
+        SELECT * INTO v_event
+          FROM billing.outbox_event e
+         WHERE e.customer_id = v_candidate.customer_id AND e.id = v_candidate.id
+           AND e.status = 'PENDING' AND e.available_at <= p_now AND (e.lease_until IS NULL OR e.lease_until <= p_now)
+           FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;  -- another claimer holds it, or it changed since the read
+        CONTINUE WHEN EXISTS (
+            SELECT 1 FROM billing.outbox_event earlier
+             WHERE earlier.customer_id = v_event.customer_id
+               AND earlier.status = 'PENDING'
+               AND earlier.aggregate_type = v_event.aggregate_type AND earlier.aggregate_id = v_event.aggregate_id
+               AND coalesce(earlier.aggregate_seq, earlier.id) < coalesce(v_event.aggregate_seq, v_event.id)
+               AND NOT earlier.id = ANY (v_claimed));
+        UPDATE billing.outbox_event e SET lease_until = p_now + p_lease
+         WHERE e.customer_id = v_event.customer_id AND e.id = v_event.id;
+        v_claimed := v_claimed || v_event.id;
+        v_customers := v_customers || v_event.customer_id;
+    END LOOP;
+    RETURN QUERY
+    SELECT * FROM billing.outbox_event e
+     WHERE e.customer_id = ANY (v_customers) AND e.id = ANY (v_claimed)
+     ORDER BY coalesce(e.aggregate_seq, e.id), e.id;
+END
+$$;
+COMMENT ON FUNCTION billing._claim_outbox_events_per_row(integer, interval, timestamptz) IS
+'Private: claim_outbox_events on Citus, row by row (each locked by (customer_id, id) with SKIP LOCKED, the head-of-line rule by the aggregate''s order key).
+Returns the claimed rows, each aggregate''s in its order.';
+
+-- The head-of-line check stays a per-candidate probe of outbox_event_aggregate_unpublished_idx,
+-- the only index its predicate can use (db/schema/0021: another index made it O(batch^2) under
+-- misleading statistics); OFFSET 0 keeps the planner from pulling it up into a hash anti-join over
+-- every PENDING row;
+-- and the lease update goes through the primary key, so a claim costs O(batch), not O(table),
+-- with or without statistics (measured in bench/relay: a 5,000-row claim 550 ms -> ~150 ms).
+-- The candidates are read by a plain index scan of outbox_event_pending_idx in id order, never a
+-- bitmap scan: every event leaves dead entries in that index (its insert and its lease, once
+-- published) until VACUUM. An index scan marks them dead the first time it meets them (later
+-- scans skip them inside the index page); a bitmap scan cannot, and fetched every heap page of
+-- every dead entry on every claim: at 2,000 events/s a claim of 25 rows went from 1 ms to 22 ms
+-- within 20 s (bench/relay --trace). With few PENDING rows in the statistics the planner picked
+-- the bitmap scan, hence plain index scans only for this function, whatever the session says.
+CREATE OR REPLACE FUNCTION billing.claim_outbox_events(
+    p_batch_size integer DEFAULT 500, p_lease interval DEFAULT interval '30 seconds', p_now timestamptz DEFAULT now())
+RETURNS SETOF billing.outbox_event
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+SET enable_indexscan = on
+SET enable_bitmapscan = off
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_ids bigint[];
+BEGIN
+    PERFORM billing._audit('claim_outbox_events', jsonb_build_object('batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
+    IF billing._distributed('billing.outbox_event') THEN
+        -- Citus refuses FOR UPDATE across shards: the per-row path (docs/scaling.md).
+        RETURN QUERY SELECT * FROM billing._claim_outbox_events_per_row(p_batch_size, p_lease, p_now);
+        RETURN;
+    END IF;
+
+    WITH candidate AS MATERIALIZED (
+        SELECT e.id, e.aggregate_type, e.aggregate_id
+          FROM billing.outbox_event e
+         WHERE e.status = 'PENDING'
+           AND e.available_at <= p_now
+           AND (e.lease_until IS NULL OR e.lease_until <= p_now)
+         ORDER BY e.id
+         LIMIT p_batch_size
+           FOR UPDATE SKIP LOCKED
+    )
+    SELECT array_agg(c.id ORDER BY c.id) INTO v_ids
+      FROM candidate c
+     WHERE NOT EXISTS (
+               SELECT 1
+                 FROM billing.outbox_event earlier
+                WHERE earlier.status <> 'PUBLISHED' AND earlier.status <> 'DEAD'  -- = PENDING, see above
+                  AND earlier.aggregate_type = c.aggregate_type
+                  AND earlier.aggregate_id = c.aggregate_id
+                  AND earlier.id < c.id
+                  AND earlier.id NOT IN (SELECT id FROM candidate)
+               OFFSET 0);
+
+    RETURN QUERY
+    WITH leased AS (
+        UPDATE billing.outbox_event e
+           SET lease_until = p_now + p_lease
+         WHERE e.id = ANY (v_ids)
+        RETURNING e.*
+    )
+    SELECT * FROM leased ORDER BY leased.id;
+END
+$$;
+COMMENT ON FUNCTION billing.claim_outbox_events(integer, interval, timestamptz) IS
+'Claims up to p_batch_size PENDING events that are due and not leased, in id order (SKIP LOCKED), leasing them until p_now + p_lease.
+Returns the claimed rows (publish them in id order); an event waits while an earlier PENDING event of its aggregate is held elsewhere.';
+
+-- ---------------------------------------------------------------------------------------------
+-- The relay on Citus, per shard group (docs/scaling.md, "Events, webhooks and reads on Citus").
+-- A relay takes its share of the shard groups (relay_shard_groups, advisory locks) and, connected to
+-- the node holding a group, claims, marks published and marks failed in it. Each statement reads and writes the group's own
+-- shard of billing.outbox_event on that node: plain PostgreSQL, FOR UPDATE SKIP LOCKED included.
+-- On a single PostgreSQL the one group 0 is the table itself, so the calls work there too.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing.claim_outbox_events_in_shard(
+    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 500, p_lease interval DEFAULT interval '30 seconds',
+    p_now timestamptz DEFAULT now())
+RETURNS SETOF billing.outbox_event
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+    v_table   text;
+    v_ids     bigint[];
+    v_claimed bigint;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
+    PERFORM billing._check_text('worker', p_worker, 200);
+    -- No shard lease here: the relays share the groups with advisory locks (relay_shard_groups).
+    v_table := billing._shard_table('billing.outbox_event', p_shard_group);
+    -- claim_outbox_events inside one group, with the aggregate's order key (db/schema/0090): an
+    -- aggregate's events are all in its customer's shard, so the head-of-line rule is exact here.
+    EXECUTE format($q$
+        WITH keyed AS MATERIALIZED (
+            -- Oldest first by the order key (every event written on Citus has one), through the
+            -- partial index of PENDING keys; events without one (a single PostgreSQL's group 0)
+            -- by id. An aggregate's earliest unpublished event has its smallest key, so the head
+            -- of this order is always claimable: a window of ids could be all held back.
+            SELECT e.id, e.aggregate_type, e.aggregate_id, e.aggregate_seq AS seq
+              FROM %1$s e
+             WHERE e.status = 'PENDING' AND e.aggregate_seq IS NOT NULL
+               AND e.available_at <= $1 AND (e.lease_until IS NULL OR e.lease_until <= $1)
+             ORDER BY e.aggregate_seq
+             LIMIT $2
+               FOR UPDATE SKIP LOCKED
+        ), unkeyed AS MATERIALIZED (
+            SELECT e.id, e.aggregate_type, e.aggregate_id, e.id AS seq
+              FROM %1$s e
+             WHERE e.status = 'PENDING' AND e.aggregate_seq IS NULL
+               AND e.available_at <= $1 AND (e.lease_until IS NULL OR e.lease_until <= $1)
+             ORDER BY e.id
+             LIMIT $2
+               FOR UPDATE SKIP LOCKED
+        ), candidate AS MATERIALIZED (
+            SELECT * FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) u ORDER BY u.seq, u.id LIMIT $2
+        )
+        SELECT array_agg(c.id ORDER BY c.id)
+          FROM candidate c
+         WHERE NOT EXISTS (
+                   SELECT 1 FROM %1$s earlier
+                    WHERE earlier.status <> 'PUBLISHED' AND earlier.status <> 'DEAD'
+                      AND earlier.aggregate_type = c.aggregate_type AND earlier.aggregate_id = c.aggregate_id
+                      AND coalesce(earlier.aggregate_seq, earlier.id) < c.seq
+                      AND earlier.id NOT IN (SELECT id FROM candidate)
+                   OFFSET 0)$q$, v_table)
+       INTO v_ids USING p_now, p_batch_size;
+    RETURN QUERY EXECUTE format($q$
+        WITH leased AS (
+            UPDATE %s e SET lease_until = $1 + $2 WHERE e.id = ANY ($3) RETURNING e.*
+        )
+        SELECT * FROM leased ORDER BY coalesce(leased.aggregate_seq, leased.id), leased.id$q$, v_table)
+      USING p_now, p_lease, coalesce(v_ids, '{}');
+    GET DIAGNOSTICS v_claimed = ROW_COUNT;
+    -- An audit row only when something was claimed (an idle relay asks every poll, per group).
+    IF v_claimed > 0 THEN
+        PERFORM billing._audit('claim_outbox_events_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now, 'claimed', v_claimed));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing.claim_outbox_events_in_shard(text, integer, integer, interval, timestamptz) IS
+'The relay''s claim inside one shard group, on the node holding it (p_worker names the relay in the audit): up to p_batch_size due PENDING events (SKIP LOCKED), none while an earlier unpublished event of its aggregate is PENDING outside the claim, each leased until p_now + p_lease.
+Returns the claimed events, each aggregate''s in order (coalesce(aggregate_seq, id)); BL409 on a node that does not hold the group, BL404 for an unknown group, BL422 for a bad worker name, batch size or lease.';
+
+CREATE OR REPLACE FUNCTION billing.claim_outbox_in_shard(
+    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 500, p_lease interval DEFAULT interval '30 seconds',
+    p_now timestamptz DEFAULT now())
+RETURNS SETOF billing.outbox_event
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+AS $$
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
+    PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
+    -- The relay's own per-group claim (60_outbox.sql): each aggregate's events in its order key
+    -- (aggregate_seq on Citus, where nodes take ids from their own ranges; id on a single
+    -- PostgreSQL), with the head-of-line rule. This call adds the shard lease check.
+    RETURN QUERY SELECT * FROM billing.claim_outbox_events_in_shard(p_worker, p_shard_group, p_batch_size, p_lease, p_now);
+END
+$$;
+COMMENT ON FUNCTION billing.claim_outbox_in_shard(text, integer, integer, interval, timestamptz) IS
+'Claims up to p_batch_size PENDING events of one leased shard group, through the relay''s claim_outbox_events_in_shard after checking the worker''s shard lease: oldest first by each aggregate''s order key (aggregate_seq on Citus, id on a single PostgreSQL), skipping rows another claimer holds, none while an earlier pending event of its aggregate is held elsewhere; each is leased until p_now + p_lease. Call it on the node holding the group.
+Returns the claimed events, each aggregate''s in order; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size or lease.';
+
+CREATE OR REPLACE FUNCTION billing.mark_outbox_published(p_ids bigint[], p_now timestamptz DEFAULT now())
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+    v_customers bigint[];
+BEGIN
+    PERFORM billing._audit('mark_outbox_published', jsonb_build_object('ids', p_ids, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    IF billing._distributed('billing.outbox_event') THEN
+        -- Their customers first (an unlocked read of every shard by the id index), then one
+        -- statement on their shards only. Ids are unique across the cluster (each node its own
+        -- range of the sequence), so customer_id = ANY and id = ANY name exactly these rows.
+        v_customers := billing._outbox_event_customers(p_ids);
+        UPDATE billing.outbox_event
+           SET status = 'PUBLISHED', published_at = p_now, lease_until = NULL
+         WHERE customer_id = ANY (v_customers) AND id = ANY (p_ids) AND status = 'PENDING';
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        RETURN v_count;
+    END IF;
+    UPDATE billing.outbox_event
+       SET status = 'PUBLISHED', published_at = p_now, lease_until = NULL
+     WHERE id = ANY (p_ids) AND status = 'PENDING';
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION billing.mark_outbox_published(bigint[], timestamptz) IS
+'Marks the given PENDING events PUBLISHED (Kafka acknowledged them); others are left alone.
+Returns how many rows changed.';
+
+CREATE OR REPLACE FUNCTION billing.mark_outbox_published_in_shard(
+    p_shard_group integer, p_ids bigint[], p_now timestamptz DEFAULT now())
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    -- No lease check: Kafka acknowledged these events, so marking them is right whoever holds the
+    -- group now (at least once); only PENDING rows change.
+    EXECUTE format($q$
+        UPDATE %s e SET status = 'PUBLISHED', published_at = $1, lease_until = NULL
+         WHERE e.id = ANY ($2) AND e.status = 'PENDING'$q$, billing._shard_table('billing.outbox_event', p_shard_group))
+      USING p_now, p_ids;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+        PERFORM billing._audit('mark_outbox_published_in_shard', jsonb_build_object('shard_group', p_shard_group, 'ids', p_ids, 'now', p_now));
+    END IF;
+    RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION billing.mark_outbox_published_in_shard(integer, bigint[], timestamptz) IS
+'mark_outbox_published inside one shard group, on the node holding it: the given PENDING events of the group are PUBLISHED (Kafka acknowledged them).
+Returns how many rows changed; BL409 on a node that does not hold the group, BL404 for an unknown group.';
+
+CREATE OR REPLACE FUNCTION billing.mark_outbox_failed(p_id bigint, p_error text, p_now timestamptz DEFAULT now())
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- After 10 failed publishes (about 36 minutes of retries) an event is DEAD: kept, never
+    -- deleted, visible in `billing status`, and no longer holding back its aggregate.
+    c_max_attempts constant integer := 10;
+    v_event billing.outbox_event;
+    v_customer_id bigint;
+BEGIN
+    PERFORM billing._audit('mark_outbox_failed', jsonb_build_object('id', p_id, 'error', left(p_error, 200), 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    -- The row by (customer_id, id): one shard on Citus (convention 1 of the SQL API).
+    v_customer_id := (billing._outbox_event_customers(ARRAY[p_id]))[1];
+    SELECT * INTO v_event FROM billing.outbox_event WHERE customer_id = v_customer_id AND id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('outbox event %s does not exist', coalesce(p_id::text, 'NULL'));
+    END IF;
+    IF v_event.status <> 'PENDING' THEN
+        RETURN;  -- published meanwhile (at least once is enough) or already dead
+    END IF;
+    -- From the locked row's values (Citus refuses a STABLE timestamptz + interval over a column in
+    -- an UPDATE of a distributed table).
+    UPDATE billing.outbox_event
+       SET attempts = v_event.attempts + 1,
+           last_error = left(coalesce(p_error, 'unknown error'), 2000),
+           lease_until = NULL,
+           status = CASE WHEN v_event.attempts + 1 >= c_max_attempts THEN 'DEAD' ELSE 'PENDING' END,
+           -- 5 s, 10 s, 20 s ... capped at 15 minutes
+           available_at = p_now + least(interval '5 seconds' * power(2, v_event.attempts), interval '15 minutes')
+     WHERE customer_id = v_customer_id AND id = p_id;
+END
+$$;
+COMMENT ON FUNCTION billing.mark_outbox_failed(bigint, text, timestamptz) IS
+'Records a failed publish: retried after an exponential backoff (5 s doubling, capped at 15 min), DEAD after 10 failures (kept).
+Returns nothing; BL404 for an unknown id.';
+
+CREATE OR REPLACE FUNCTION billing.mark_outbox_failed_in_shard(
+    p_shard_group integer, p_id bigint, p_error text, p_now timestamptz DEFAULT now())
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    c_max_attempts constant integer := 10;  -- as mark_outbox_failed
+    v_table    text;
+    v_attempts integer;
+BEGIN
+    PERFORM billing._audit('mark_outbox_failed_in_shard', jsonb_build_object('shard_group', p_shard_group, 'id', p_id, 'error', left(p_error, 200), 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    v_table := billing._shard_table('billing.outbox_event', p_shard_group);
+    EXECUTE format('SELECT e.attempts FROM %s e WHERE e.id = $1 FOR UPDATE', v_table) INTO v_attempts USING p_id;
+    IF v_attempts IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404',
+            MESSAGE = format('outbox event %s does not exist in shard group %s', coalesce(p_id::text, 'NULL'), p_shard_group);
+    END IF;
+    -- Published meanwhile (at least once is enough) or already dead: nothing to do.
+    EXECUTE format($q$
+        UPDATE %s e
+           SET attempts = $4 + 1,
+               last_error = left(coalesce($2, 'unknown error'), 2000),
+               lease_until = NULL,
+               status = CASE WHEN $4 + 1 >= $5 THEN 'DEAD' ELSE 'PENDING' END,
+               available_at = $3 + least(interval '5 seconds' * power(2, $4), interval '15 minutes')
+         WHERE e.id = $1 AND e.status = 'PENDING'$q$, v_table)
+      USING p_id, p_error, p_now, v_attempts, c_max_attempts;
+END
+$$;
+COMMENT ON FUNCTION billing.mark_outbox_failed_in_shard(integer, bigint, text, timestamptz) IS
+'mark_outbox_failed inside one shard group, on the node holding it: backoff 5 s doubling (capped at 15 min), DEAD after 10 failures.
+Returns nothing; BL404 for an event not in the group, BL409 on a node that does not hold the group.';
+
+-- The relay's shard groups and the node holding each. The relays share them among themselves with
+-- advisory locks on the coordinator (billing.worker.relay.ShardRelay: a relay instance holds at most
+-- ceil(groups / relays up) group locks, and a dead relay's locks go with its session), not with
+-- billing.shard_lease: those leases are the batch workers' (renewal, charges), and a relay holding
+-- one would keep them out of its group. Like those leases, the group locks only spread the work:
+-- what keeps an event from being published out of order is the claim (row locks, row leases and
+-- the head-of-line rule), whoever calls it.
+CREATE OR REPLACE FUNCTION billing.relay_shard_groups()
+RETURNS TABLE (shard_group integer, node_name text, node_port integer)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT g.shard_group, g.node_name, g.node_port FROM billing._shard_groups() g ORDER BY g.shard_group
+$$;
+COMMENT ON FUNCTION billing.relay_shard_groups() IS
+'The shard groups the relay publishes from, with the node holding each (one group, 0, this database, on a single PostgreSQL).
+Returns one row per group, in order.';

@@ -1,0 +1,51 @@
+"""The layout of db/functions and db/tests (docs/testing.md, "pgTAP file numbers"): every function
+file has a number of its own, every pgTAP file too, and a pgTAP file's number names the function
+file it tests; db/tests/citus.list names files that exist."""
+
+from __future__ import annotations
+
+import re
+
+from billing.config import REPO_ROOT
+
+DB = REPO_ROOT / "db"
+_FUNCTION = re.compile(r"^(\d{2})_[a-z0-9_]+\.sql$")
+_TEST = re.compile(r"^(\d{2})(\d)_[a-z0-9_]+\.sql$")
+
+
+def _function_numbers() -> dict[str, str]:
+    numbers: dict[str, str] = {}
+    for path in sorted((DB / "functions").glob("*.sql")):
+        m = _FUNCTION.match(path.name)
+        assert m, f"db/functions/{path.name}: function files are named NN_name.sql"
+        assert m.group(1) not in numbers, f"db/functions: {numbers.get(m.group(1))} and {path.name} share a number"
+        numbers[m.group(1)] = path.name
+    return numbers
+
+
+def test_function_files_have_unique_numbers():
+    assert len(_function_numbers()) >= 20
+
+
+def test_pgtap_files_have_unique_numbers_naming_the_function_file_they_test():
+    functions = _function_numbers()
+    seen: dict[str, str] = {}
+    paths = sorted((DB / "tests").glob("*.sql")) + sorted((DB / "tests" / "citus").glob("*.sql"))
+    assert paths
+    for path in paths:
+        name = path.relative_to(DB / "tests").as_posix()
+        m = _TEST.match(path.name)
+        assert m, f"db/tests/{name}: pgTAP files are named NNK_name.sql (NN: the function file tested)"
+        number = m.group(1) + m.group(2)
+        assert number not in seen, f"db/tests: {seen.get(number)} and {name} share the number {number}"
+        seen[number] = name
+        assert m.group(1) == "00" or m.group(1) in functions, (
+            f"db/tests/{name}: no function file db/functions/{m.group(1)}_*.sql (00K: suites across files)")
+
+
+def test_citus_list_names_existing_files_once():
+    names = [ln.strip() for ln in (DB / "tests" / "citus.list").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert len(names) == len(set(names))
+    for name in names:
+        assert (DB / "tests" / name).is_file(), f"db/tests/citus.list: {name} does not exist"
