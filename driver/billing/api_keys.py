@@ -1,14 +1,56 @@
-"""API keys through the SQL API (billing.create_api_key, list_api_keys, revoke_api_key): what
-`billing api-key` runs, and what the demo, the chaos run and the tests use to make their own keys.
-The secret is made here (billing.api.security.new_api_key) and only its SHA-256 is sent."""
+"""API keys: their form (`bk_<id>_<secret>`; the id, `bk_` + 10 lower-case letters or digits, is
+public and readable, the secret 32 random bytes, URL-safe base64), and their management through the
+SQL API (billing.create_api_key, list_api_keys, revoke_api_key): what `billing api-key` runs, and
+what the demo, the chaos run and the tests use to make their own keys. The secret is made here
+(`new_api_key`) and only its SHA-256 is sent. The HTTP API (billing.api.security) and the console
+(billing.console) check keys with `looks_like_key` and `hash_key`."""
 
 from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
 
 import psycopg
 from psycopg.rows import dict_row
 
 from billing import db
-from billing.api.security import NewKey, new_api_key
+
+SCOPES = ("subscriptions:read", "subscriptions:write", "refunds:write", "admin")
+KEY_PREFIX = "bk_"
+_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+_KEY_FORM = re.compile(r"^bk_[a-z0-9]{8,32}_[A-Za-z0-9_-]{43,}$")
+
+
+@dataclass(frozen=True)
+class NewKey:
+    key_id: str
+    key: str  # shown once, never stored
+
+    @property
+    def key_hash(self) -> bytes:
+        return hash_key(self.key)
+
+
+def new_api_key() -> NewKey:
+    """A fresh key: a readable id and 32 random bytes."""
+    key_id = KEY_PREFIX + "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
+    secret = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
+    return NewKey(key_id, f"{key_id}_{secret}")
+
+
+def hash_key(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+def looks_like_key(token: str) -> bool:
+    return bool(_KEY_FORM.match(token))
+
+
+def key_id_of(key: str) -> str:
+    return "_".join(key.split("_", 2)[:2]) if looks_like_key(key) else ""  # the secret may hold "_"
 
 
 def create_key(database_url: str, name: str, scopes: list[str], *, actor: str = "cli") -> NewKey:

@@ -349,7 +349,7 @@ def test_errors_never_echo_database_text_and_healthz_says_only_ok_or_not(db_url)
     seed(db_url)
     key = create_key(db_url, "w", ["admin"]).key
 
-    from billing.api.app import database_error
+    from billing.api.errors import database_error
 
     # A constraint violation: the answer names our rule, never PostgreSQL's text (row contents...).
     with psycopg.connect(db_url) as conn:

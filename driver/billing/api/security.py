@@ -15,55 +15,20 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import math
 import re
-import secrets
 import time
-from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from starlette.responses import JSONResponse
 
+from billing.api_keys import SCOPES, NewKey, hash_key, key_id_of, looks_like_key, new_api_key  # noqa: F401
+
 log = logging.getLogger("billing.api.security")
 
-SCOPES = ("subscriptions:read", "subscriptions:write", "refunds:write", "admin")
-KEY_PREFIX = "bk_"
-_ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
-_KEY_FORM = re.compile(r"^bk_[a-z0-9]{8,32}_[A-Za-z0-9_-]{43,}$")
 MAX_BODY = 256 * 1024  # bytes a request may declare (the handlers have tighter limits of their own)
 MUTATING = frozenset({"POST", "PUT", "PATCH"})  # and a DELETE that carries a body
-
-
-@dataclass(frozen=True)
-class NewKey:
-    key_id: str
-    key: str  # shown once, never stored
-
-    @property
-    def key_hash(self) -> bytes:
-        return hash_key(self.key)
-
-
-def new_api_key() -> NewKey:
-    """A fresh key: a readable id and 32 random bytes."""
-    key_id = KEY_PREFIX + "".join(secrets.choice(_ID_ALPHABET) for _ in range(10))
-    secret = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
-    return NewKey(key_id, f"{key_id}_{secret}")
-
-
-def hash_key(key: str) -> bytes:
-    return hashlib.sha256(key.encode("utf-8")).digest()
-
-
-def looks_like_key(token: str) -> bool:
-    return bool(_KEY_FORM.match(token))
-
-
-def key_id_of(key: str) -> str:
-    return "_".join(key.split("_", 2)[:2]) if looks_like_key(key) else ""  # the secret may hold "_"
 
 
 # -- which scope each route needs ----------------------------------------------------------

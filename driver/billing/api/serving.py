@@ -21,6 +21,8 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from billing.api.app import create_app, internal_app
+
 log = logging.getLogger("billing.api")
 
 MAX_HEAD_BYTES = 16 * 1024
@@ -100,8 +102,6 @@ class _Follower(uvicorn.Server):
 def serve_app(settings, *, host: str, port: int, clock=None) -> None:
     """The HTTP API (and its console) on one listener until SIGTERM/SIGINT, with `clock` giving
     p_now (`billing demo --serve` stops it at the end of the simulated window)."""
-    from billing.api.app import create_app
-
     app = create_app(settings, clock=clock)
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     uvicorn.Server(uvicorn_config(app, settings, host=host, port=port)).run()
@@ -110,8 +110,6 @@ def serve_app(settings, *, host: str, port: int, clock=None) -> None:
 def serve(settings, *, host: str = "127.0.0.1", port: int = 8080, internal_host: str = "127.0.0.1",
           internal_port: int | None = None) -> None:
     """Serve until SIGTERM/SIGINT; a SIGTERM ends in a graceful shutdown and exit status 0."""
-    from billing.api.app import create_app, internal_app
-
     app = create_app(settings)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it to the handler that was there
     # before; a no-op one makes a requested stop a clean exit for supervisors.

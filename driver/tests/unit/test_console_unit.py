@@ -12,7 +12,7 @@ import pytest
 from billing.api.security import CONSOLE, required_scope
 from billing.config import REPO_ROOT
 from billing.console import actions as A
-from billing.console.app import _safe_next, csrf_for
+from billing.console.web import csrf_for, safe_next as _safe_next
 from billing.console.render import HTMX_FILE, money
 
 STATIC = REPO_ROOT / "driver" / "billing" / "console" / "static"

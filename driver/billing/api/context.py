@@ -1,0 +1,80 @@
+"""What every router of the HTTP API shares (`Api`), and the checks several of them make.
+
+`billing.api.app.create_app` builds one `Api` and hands it to each router's `routes(api)`
+(billing.api.routes). A handler reads the database, the clock and the settings from it, never
+from a global, so a test's app (a simulated clock, its own database) is the app itself."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from starlette.requests import Request
+
+from billing.api.database import Database
+from billing.api.security import KeyRateLimiter
+from billing.api.validation import IDEMPOTENCY_KEY, ApiError
+from billing.clock import Clock
+from billing.invoices.documents import Issuer
+
+
+@dataclass
+class Api:
+    """The app's parts. `clock` gives p_now for the SQL calls; `wall_clock` (unix seconds) checks
+    webhook signature timestamps, which are always real time; `pool_timeout`: how long a request
+    waits for a database connection before answering 503."""
+
+    settings: Any
+    database: Database
+    clock: Clock
+    wall_clock: Callable[[], float] = time.time
+    pool_timeout: float = 5.0
+    limiter: KeyRateLimiter | None = None
+    issuer: Issuer | None = None
+    stripe: Any = None  # the Stripe provider of /webhooks/stripe (billing.api.routes.payment_webhooks)
+    # Closed by the app's lifespan, after the pool (a router registers what it opens).
+    closers: list[Callable[[], Any]] = field(default_factory=list)
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+
+def actor(request: Request) -> str:
+    """The audit actor of a request (ApiGuard put its key's id in the request's state)."""
+    return f"api-key:{request.state.api_key_id}"
+
+
+def require_admin(request: Request) -> None:
+    # The operator's routes: ApiGuard has already required an API key with the admin scope
+    # (billing.api.security); this only makes sure no route of this kind escapes it.
+    if getattr(request.state, "api_key_id", None) is None:
+        raise ApiError(401, "unauthorized", "an API key with the admin scope is required",
+                       {"WWW-Authenticate": "Bearer"})
+
+
+def idempotency_key(request: Request) -> str:
+    """The request's Idempotency-Key, scoped to its API key (`scoped_idempotency_key`); 400 when
+    missing or malformed."""
+    key = request.headers.get("idempotency-key")
+    if key is None or key == "":
+        raise ApiError(400, "missing_idempotency_key", "the Idempotency-Key header is required")
+    if not IDEMPOTENCY_KEY.match(key):
+        raise ApiError(400, "invalid_idempotency_key",
+                       "Idempotency-Key must be 1 to 255 printable ASCII characters without spaces")
+    return scoped_idempotency_key(request.state.api_key_id, key)
+
+
+def scoped_idempotency_key(api_key_id: str, key: str) -> str:
+    """Idempotency keys are per API key: the SQL API sees `<key id>/<Idempotency-Key>` (hashed
+    when that would pass its 255 characters), so one caller's key never meets another's."""
+    scoped = f"{api_key_id}/{key}"
+    if len(scoped) > 255:
+        scoped = f"{api_key_id}/sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+    return scoped
+
+
+def utc(value) -> str | None:
+    return None if value is None else value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,18 @@
+"""The HTTP API's routes, one router per resource.
+
+Each module has `routes(api: billing.api.context.Api) -> list[starlette.routing.BaseRoute]`; its
+handlers are closures over `api` (the database, the clock, the settings), each wrapped in
+`billing.api.errors.endpoint_of(<route template>)` (the contract's error bodies, the request
+counter). `create_app` mounts the routers of `ROUTERS` in this order, then the console at /console.
+
+Adding a resource: a module here with its `routes(api)`, its name in `ROUTERS`, its scope rule in
+billing.api.security (`_RULES`; an unlisted route needs only *a* key), its paths in
+billing.api.openapi, and its tests.
+"""
+
+from billing.api.routes import (admin, coupons, customers, health, invoices, payment_webhooks, refunds,
+                                subscriptions, webhook_endpoints)
+
+ROUTERS = (subscriptions, coupons, payment_webhooks, customers, invoices, refunds, webhook_endpoints, admin, health)
+
+__all__ = ["ROUTERS"]

@@ -1,0 +1,116 @@
+"""/subscriptions: create, read, and the lifecycle's calls (docs/api.md, docs/lifecycle.md)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from billing import db
+from billing.api.context import Api, actor, idempotency_key
+from billing.api.errors import endpoint_of
+from billing.api.validation import (
+    bigint_field, bool_field, if_match, instant_field, int_field, json_object, path_id, subscription_response,
+    text_field, ApiError,
+)
+
+
+def routes(api: Api) -> list[BaseRoute]:
+    database, clock = api.database, api.clock
+
+    @endpoint_of("/subscriptions")
+    async def create_subscription(request: Request) -> Response:
+        key = idempotency_key(request)
+        doc = await json_object(request, allowed={"customerId", "planCode", "trialDays", "couponCode", "quantity"},
+                                required={"customerId", "planCode"})
+        customer_id = bigint_field(doc, "customerId")
+        plan_code = text_field(doc, "planCode")
+        trial_days = int_field(doc, "trialDays", 0, 730) if doc.get("trialDays") is not None else 0
+        coupon = text_field(doc, "couponCode", max_len=64) if doc.get("couponCode") is not None else None
+        quantity = int_field(doc, "quantity", 1, 1_000_000) if doc.get("quantity") is not None else 1
+        row = await database.mutate(actor(request), db.API_CREATE_SUBSCRIPTION, {
+            "key": key, "customer_id": customer_id,
+            "plan_code": plan_code, "now": clock.now(), "trial_days": trial_days, "coupon_code": coupon,
+            "quantity": quantity})
+        created = bool(row and row["created"])
+        return subscription_response(row, 201 if created else 200, {"Location": f"/subscriptions/{row['id']}"})
+
+    @endpoint_of("/subscriptions/{id}")
+    async def get_subscription(request: Request) -> Response:
+        row = await database.one(db.API_GET_SUBSCRIPTION, {"id": path_id(request)})
+        return subscription_response(row)
+
+    @endpoint_of("/subscriptions/{id}/cancel", precondition=True)
+    async def cancel_subscription(request: Request) -> Response:
+        sub_id = path_id(request)
+        expected = if_match(request)
+        doc = await json_object(request, allowed={"atPeriodEnd"}, required={"atPeriodEnd"})
+        row = await database.mutate(actor(request), db.API_CANCEL_SUBSCRIPTION, {
+            "id": sub_id, "at_period_end": bool_field(doc, "atPeriodEnd"),
+            "now": clock.now(), "expected_version": expected})
+        return subscription_response(row)
+
+    @endpoint_of("/subscriptions/{id}/change-plan", precondition=True)
+    async def change_plan(request: Request) -> Response:
+        sub_id = path_id(request)
+        expected = if_match(request)
+        doc = await json_object(request, allowed={"planCode", "when", "prorate"}, required={"planCode"})
+        when = text_field(doc, "when", max_len=20) if doc.get("when") is not None else "now"
+        if when not in ("now", "period_end"):
+            raise ApiError(422, "invalid_input", "when must be now or period_end")
+        prorate = bool_field(doc, "prorate") if doc.get("prorate") is not None else True
+        row = await database.mutate(actor(request), db.API_CHANGE_PLAN, {
+            "id": sub_id, "plan_code": text_field(doc, "planCode"),
+            "now": clock.now(), "expected_version": expected, "when": when, "prorate": prorate})
+        return subscription_response(row)
+
+    # -- the lifecycle (docs/lifecycle.md) -------------------------------------------------------
+    @endpoint_of("/subscriptions/{id}/coupon")
+    async def apply_coupon(request: Request) -> Response:
+        sub_id = path_id(request)
+        doc = await json_object(request, allowed={"couponCode"}, required={"couponCode"})
+        row = await database.mutate(actor(request), db.API_APPLY_COUPON, {
+            "id": sub_id, "code": text_field(doc, "couponCode", max_len=64), "now": clock.now()})
+        return subscription_response(row)
+
+    @endpoint_of("/subscriptions/{id}/pause")
+    async def pause_subscription(request: Request) -> Response:
+        sub_id = path_id(request)
+        doc = await json_object(request, allowed={"resumeAt"}, required=set(), optional_body=True)
+        resume_at = instant_field(doc, "resumeAt") if doc.get("resumeAt") is not None else None
+        row = await database.mutate(actor(request), db.API_PAUSE_SUBSCRIPTION, {
+            "id": sub_id, "resume_at": resume_at, "now": clock.now()})
+        return subscription_response(row)
+
+    def no_body_call(route: str, query: str):
+        @endpoint_of(route)
+        async def handler(request: Request) -> Response:
+            sub_id = path_id(request)
+            await json_object(request, allowed=set(), required=set(), optional_body=True)
+            row = await database.mutate(actor(request), query, {"id": sub_id, "now": clock.now()})
+            return subscription_response(row)
+        return handler
+
+    @endpoint_of("/subscriptions/{id}/quantity")
+    async def set_quantity(request: Request) -> Response:
+        sub_id = path_id(request)
+        doc = await json_object(request, allowed={"quantity"}, required={"quantity"})
+        row = await database.mutate(actor(request), db.API_SET_QUANTITY, {
+            "id": sub_id, "quantity": int_field(doc, "quantity", 1, 1_000_000), "now": clock.now()})
+        return subscription_response(row)
+
+    return [
+        Route("/subscriptions", create_subscription, methods=["POST"]),
+        Route("/subscriptions/{id}", get_subscription, methods=["GET"]),
+        Route("/subscriptions/{id}/cancel", cancel_subscription, methods=["POST"]),
+        Route("/subscriptions/{id}/change-plan", change_plan, methods=["POST"]),
+        Route("/subscriptions/{id}/coupon", apply_coupon, methods=["POST"]),
+        Route("/subscriptions/{id}/pause", pause_subscription, methods=["POST"]),
+        Route("/subscriptions/{id}/resume", no_body_call("/subscriptions/{id}/resume", db.API_RESUME_SUBSCRIPTION),
+              methods=["POST"]),
+        Route("/subscriptions/{id}/uncancel",
+              no_body_call("/subscriptions/{id}/uncancel", db.API_UNCANCEL_SUBSCRIPTION), methods=["POST"]),
+        Route("/subscriptions/{id}/reactivate",
+              no_body_call("/subscriptions/{id}/reactivate", db.API_REACTIVATE_SUBSCRIPTION), methods=["POST"]),
+        Route("/subscriptions/{id}/quantity", set_quantity, methods=["POST"]),
+    ]

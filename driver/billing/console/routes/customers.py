@@ -1,0 +1,33 @@
+"""/console/customers and /console/customers/{id}."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from billing.console.web import CUSTOMER, CUSTOMERS, PAGE, Console, path_id
+
+
+def routes(console: Console) -> list[BaseRoute]:
+    database = console.database
+
+    @console.handler
+    async def customers(request: Request, session) -> Response:
+        q = request.query_params.get("q", "")[:200]
+        rows = await database.all(CUSTOMERS, {"q": q, "limit": PAGE})
+        columns = sorted({k for r in rows for k in r["customer"]} - {"id", "timezone", "created_at", "updated_at"})
+        return console.page(request, "customers.html", session, q=q, rows=rows, extra_columns=columns)
+
+    @console.handler
+    async def customer(request: Request, session) -> Response:
+        doc = (await database.one(CUSTOMER, {"id": path_id(request), "limit": 200}))["doc"]
+        sigs = await console.signatures()
+        for inv in doc["invoices"]:
+            inv["forms"] = console.forms_for(sigs, "invoice", inv["status"])
+        return console.page(request, "customer.html", session, c=doc)
+
+    return [
+        Route("/customers", customers, methods=["GET"]),
+        Route("/customers/{id}", customer, methods=["GET"]),
+    ]

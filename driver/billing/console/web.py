@@ -1,0 +1,237 @@
+"""What every page and action of the console shares (`Console`): its session, its forms and their
+CSRF checks, the rendering of a page, and the `handler` that turns a failure into an error page.
+
+`billing.console.app.create_console` builds one `Console` and hands it to each router's
+`routes(console)` (billing.console.routes)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
+
+import psycopg
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from psycopg_pool import PoolTimeout
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from billing import db
+from billing.clock import Clock
+from billing.console import actions as actions_mod
+from billing.console import render
+from billing.invoices.documents import Issuer
+
+log = logging.getLogger("billing.console")
+
+HERE = Path(__file__).parent
+COOKIE = "billing_console"
+LOGIN_COOKIE = "billing_console_login"
+MAX_FORM_BYTES = 16 * 1024
+REFRESH_SECONDS = 5
+PAGE = 50
+
+# The console's SQL: one function call each (db/functions/86_console.sql).
+OPEN_SESSION = "SELECT * FROM billing.console_open_session(%(hash)s, %(key_id)s, %(ttl)s::interval, %(now)s)"
+READ_SESSION = "SELECT * FROM billing.console_session(%(hash)s, %(now)s)"
+CLOSE_SESSION = "SELECT billing.console_close_session(%(hash)s, %(now)s) AS closed"
+FUNCTIONS = "SELECT * FROM billing.console_functions(%(names)s::text[])"
+OVERVIEW = "SELECT billing.console_overview(%(now)s) AS doc"
+MRR = "SELECT * FROM billing.console_mrr(%(now)s, %(days)s)"
+CUSTOMERS = "SELECT * FROM billing.console_customers(%(q)s, %(limit)s)"
+CUSTOMER = "SELECT billing.console_customer(%(id)s, %(limit)s) AS doc"
+SUBSCRIPTION = "SELECT billing.console_subscription(%(id)s) AS doc"
+INVOICES = "SELECT * FROM billing.console_invoices(%(status)s, %(before)s, %(limit)s)"
+EVENTS = "SELECT * FROM billing.console_events(%(subject)s, %(type)s, %(before)s, %(limit)s)"
+
+SECURITY_HEADERS = {
+    # Scripts only from this origin (the vendored htmx), nothing inline; no framing.
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                               "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def csrf_for(token: str) -> str:
+    return hmac.new(token.encode(), b"billing-console-csrf", hashlib.sha256).hexdigest()
+
+
+def wall() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def token_hash(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def safe_next(value: str | None) -> str:
+    """A redirect target inside the console only."""
+    if value and (value == "/console" or value.startswith(("/console/", "/console?"))) and "//" not in value \
+            and "\\" not in value:
+        return value
+    return "/console/"
+
+
+def path_id(request: Request) -> int:
+    raw = request.path_params["id"]
+    if not raw.isdigit() or len(raw) > 18:
+        raise Refused(404, "no such id")
+    return int(raw)
+
+
+def opt_int(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() and len(value) <= 18 else None
+
+
+def back(to: str, **query) -> RedirectResponse:
+    sep = "&" if "?" in to else "?"
+    return RedirectResponse(to + (sep + urlencode(query) if query else ""), status_code=303)
+
+
+class Console:
+    """The console's parts: `database` is the API's pool (billing.api.database.Database), `clock`
+    gives p_now to the reads and actions (the wall clock is for sessions)."""
+
+    def __init__(self, database, settings, clock: Clock, limiter=None) -> None:
+        self.database = database
+        self.settings = settings
+        self.clock = clock
+        self.limiter = limiter
+        self.ttl = timedelta(hours=settings.console_session_hours)
+        self.issuer = Issuer.from_settings(settings)
+        self.env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
+                               trim_blocks=True, lstrip_blocks=True)
+        self.env.filters.update(render.FILTERS)
+        self.env.globals.update(refresh_seconds=REFRESH_SECONDS, htmx=render.HTMX_FILE)
+
+    def secure(self, request: Request) -> bool:
+        mode = self.settings.console_cookie_secure
+        return request.url.scheme == "https" if mode == "auto" else mode == "true"
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def session_of(self, request: Request) -> dict | None:
+        token = request.cookies.get(COOKIE, "")
+        if not token or len(token) > 100:
+            return None
+        row = await self.database.one(READ_SESSION, {"hash": token_hash(token), "now": wall()})
+        if row is None:
+            return None
+        return {"key_id": row["key_id"], "scopes": list(row["scopes"]), "can_act": "admin" in row["scopes"],
+                "csrf": csrf_for(token), "token": token}
+
+    async def check_rate(self, session: dict) -> None:
+        if self.limiter is not None and await self.limiter.check(session["key_id"]) > 0:
+            raise Refused(429, "too many requests for this API key; wait a moment")
+
+    # -- forms -------------------------------------------------------------------------------
+
+    @staticmethod
+    def same_origin(request: Request) -> bool:
+        origin = request.headers.get("origin")
+        if origin is None:
+            return True  # not a browser's cross-site form (browsers send Origin with every POST)
+        host = request.headers.get("host", "")
+        return urlsplit(origin).netloc == host
+
+    @staticmethod
+    async def read_form(request: Request) -> dict[str, str]:
+        ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if ctype != "application/x-www-form-urlencoded":
+            raise Refused(415, "forms only (application/x-www-form-urlencoded)")
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > MAX_FORM_BYTES):
+            raise Refused(413, "the form is too large")
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                raise Refused(413, "the form is too large")
+        try:
+            parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=50, strict_parsing=False)
+        except (UnicodeDecodeError, ValueError):
+            raise Refused(400, "the form could not be read") from None
+        return {k: v[0] for k, v in parsed.items()}
+
+    async def guarded_form(self, request: Request, session: dict) -> dict[str, str]:
+        """The form of a POST from a logged-in page: same origin and a valid CSRF token."""
+        if not self.same_origin(request):
+            raise Refused(403, "this form was sent from another site")
+        form = await self.read_form(request)
+        sent = form.get("csrf", "") or request.headers.get("x-csrf-token", "")
+        if not sent or not hmac.compare_digest(sent, session["csrf"]):
+            raise Refused(403, "the form's CSRF token is missing or wrong: reload the page and try again")
+        return form
+
+    # -- rendering ---------------------------------------------------------------------------
+
+    def page(self, request: Request, template: str, session: dict | None, code: int = 200, **context) -> HTMLResponse:
+        html = self.env.get_template(template).render(
+            request=request, session=session, base="/console", now=self.clock.now(),
+            message=request.query_params.get("ok", "")[:300], error=request.query_params.get("error", "")[:300],
+            **context)
+        return HTMLResponse(html, status_code=code, headers=SECURITY_HEADERS)
+
+    def handler(self, fn=None, *, public: bool = False):
+        """A page or action `fn(request, session)`: without a session it is sent to the login page
+        (or refused, 401) unless `public`; the session's key is rate limited; every failure is an
+        error page, never a stack trace."""
+        if fn is None:
+            return lambda f: self.handler(f, public=public)
+
+        async def endpoint(request: Request) -> Response:
+            session = None
+            try:
+                session = await self.session_of(request)
+                if session is None and not public:
+                    if request.method == "GET" and "hx-request" not in request.headers:
+                        return RedirectResponse(f"/console/login?next={quote(request.url.path)}", status_code=303)
+                    raise Refused(401, "log in first")
+                if session is not None:
+                    await self.check_rate(session)
+                return await fn(request, session)
+            except Refused as exc:
+                return self.page(request, "error.html", None if exc.status == 401 else session,
+                                 code=exc.status, problem=exc.message)
+            except (psycopg.OperationalError, PoolTimeout):
+                log.warning("console: database unavailable")
+                return self.page(request, "error.html", None, code=503, problem="the database is not reachable; retry")
+            except psycopg.Error as exc:
+                err = db.contract_error(exc)
+                if err is not None:
+                    status = {"BL404": 404, "BL409": 409}.get(err.code, 422)
+                    return self.page(request, "error.html", session, code=status, problem=err.message)
+                log.exception("console: unexpected database error")
+                return self.page(request, "error.html", None, code=500, problem="unexpected database error")
+            except Exception:  # noqa: BLE001 - a page, not a stack trace
+                log.exception("console: unexpected error")
+                return self.page(request, "error.html", None, code=500, problem="unexpected error")
+
+        endpoint.__name__ = fn.__name__
+        return endpoint
+
+    # -- the actions a page offers -----------------------------------------------------------
+
+    async def signatures(self) -> dict[str, actions_mod.Signature]:
+        rows = await self.database.all(FUNCTIONS, {"names": actions_mod.CANDIDATE_FUNCTIONS})
+        return actions_mod.available(rows)
+
+    @staticmethod
+    def forms_for(sigs, target: str, status: str | None) -> list[dict[str, Any]]:
+        return [{"action": a, "fields": s.fields(a), "nonce": uuid.uuid4().hex}
+                for a, s in actions_mod.offered(sigs, target, status)]
