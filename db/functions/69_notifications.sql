@@ -1,4 +1,4 @@
--- 68_notifications: emails owed to customers (docs/customers.md). A notification row is written in
+-- 69_notifications: emails owed to customers (docs/customers.md). A notification row is written in
 -- the transaction of the change it announces: by a row trigger on the outbox for the events a
 -- customer hears about, by a trigger on the invoice when it is finalized (issued: it has its number
 -- and its PDF), and by announce_upcoming_renewals for yearly plans. The worker claims them (a
@@ -8,7 +8,8 @@
 
 CREATE OR REPLACE FUNCTION billing.notification_kinds()
 RETURNS TABLE (kind text, legal boolean)
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql IMMUTABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
 AS $$
     SELECT * FROM (VALUES
         ('INVOICE_ISSUED', true), ('PAYMENT_SUCCEEDED', true), ('PAYMENT_FAILED', false),
@@ -22,7 +23,8 @@ Returns one row per kind.';
 
 CREATE OR REPLACE FUNCTION billing.customer_locales()
 RETURNS text[]
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql IMMUTABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
 AS $$ SELECT ARRAY['en', 'pt-BR', 'es', 'de', 'zh-CN'] $$;
 COMMENT ON FUNCTION billing.customer_locales() IS
 'The languages emails, documents and the portal are written in.
