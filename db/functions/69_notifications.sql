@@ -112,6 +112,16 @@ BEGIN
     IF v_kind IS NULL OR NEW.customer_id IS NULL OR NEW.customer_id = 0 THEN
         RETURN NULL;
     END IF;
+    IF TG_TABLE_NAME <> 'outbox_event' THEN
+        -- On a Citus shard (billing.outbox_event_<shard id>) a trigger may not query the
+        -- distributed customer table: the row is written whatever the address, and the claim
+        -- makes it SKIPPED when the customer has none.
+        INSERT INTO billing.notification (customer_id, kind, dedupe_key, subject, data, created_at, available_at)
+        VALUES (NEW.customer_id, v_kind, NEW.event_id::text, NEW.aggregate_type || '/' || NEW.aggregate_id,
+                NEW.payload -> 'data', NEW.created_at, NEW.created_at)
+        ON CONFLICT ON CONSTRAINT notification_once DO NOTHING;
+        RETURN NULL;
+    END IF;
     INSERT INTO billing.notification (customer_id, kind, dedupe_key, subject, data, created_at, available_at)
     SELECT NEW.customer_id, v_kind, NEW.event_id::text, NEW.aggregate_type || '/' || NEW.aggregate_id,
            NEW.payload -> 'data', NEW.created_at, NEW.created_at
@@ -138,12 +148,20 @@ RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_data jsonb := jsonb_build_object('invoiceId', NEW.id, 'subscriptionId', NEW.subscription_id,
+        'customerId', NEW.customer_id, 'number', NEW.number, 'amount', NEW.amount, 'currency', NEW.currency,
+        'periodStart', NEW.period_start, 'periodEnd', NEW.period_end);
 BEGIN
+    IF TG_TABLE_NAME <> 'invoice' THEN  -- on a Citus shard: as _notify_from_event
+        INSERT INTO billing.notification (customer_id, kind, dedupe_key, subject, data, created_at, available_at)
+        VALUES (NEW.customer_id, 'INVOICE_ISSUED', 'invoice-issued/' || NEW.id, 'invoice/' || NEW.id, v_data,
+                NEW.finalized_at, NEW.finalized_at)
+        ON CONFLICT ON CONSTRAINT notification_once DO NOTHING;
+        RETURN NULL;
+    END IF;
     INSERT INTO billing.notification (customer_id, kind, dedupe_key, subject, data, created_at, available_at)
-    SELECT NEW.customer_id, 'INVOICE_ISSUED', 'invoice-issued/' || NEW.id, 'invoice/' || NEW.id,
-           jsonb_build_object('invoiceId', NEW.id, 'subscriptionId', NEW.subscription_id, 'customerId', NEW.customer_id,
-                              'number', NEW.number, 'amount', NEW.amount, 'currency', NEW.currency,
-                              'periodStart', NEW.period_start, 'periodEnd', NEW.period_end),
+    SELECT NEW.customer_id, 'INVOICE_ISSUED', 'invoice-issued/' || NEW.id, 'invoice/' || NEW.id, v_data,
            NEW.finalized_at, NEW.finalized_at
       FROM billing.customer c
      WHERE c.id = NEW.customer_id AND c.email IS NOT NULL
@@ -268,30 +286,37 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_n billing.notification;
+    v_n         billing.notification;
+    v_status    text;
+    v_sent      timestamptz;
+    v_error     text;
+    v_available timestamptz;
 BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_one_of('outcome', p_outcome, ARRAY['SENT', 'FAILED'], 'SENT or FAILED');
     PERFORM billing._check_between('max attempts', p_max_attempts, 1, 100);
-    UPDATE billing.notification n
-       SET status = CASE WHEN p_outcome = 'SENT' THEN 'SENT'
-                         WHEN n.attempts >= p_max_attempts THEN 'DEAD' ELSE 'PENDING' END,
-           sent_at = CASE WHEN p_outcome = 'SENT' THEN p_now END,
-           message_id = coalesce(p_message_id, n.message_id),
-           last_error = CASE WHEN p_outcome = 'SENT' THEN NULL ELSE left(p_error, 1000) END,
-           lease_until = NULL,
-           -- 30 s, 1 min, 2 min ... capped: the attempt count is the one the claim took.
-           available_at = CASE WHEN p_outcome = 'SENT' THEN n.available_at
-                               ELSE p_now + least(p_backoff_cap, p_backoff * power(2, least(n.attempts - 1, 30))) END
-     WHERE n.customer_id = p_customer_id AND n.id = p_id AND n.status = 'PENDING'
-    RETURNING * INTO v_n;
+    SELECT * INTO v_n FROM billing.notification n WHERE n.customer_id = p_customer_id AND n.id = p_id FOR UPDATE;
     IF NOT FOUND THEN
-        SELECT * INTO v_n FROM billing.notification n WHERE n.customer_id = p_customer_id AND n.id = p_id;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('notification %s/%s does not exist', p_customer_id, p_id);
-        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('notification %s/%s does not exist', p_customer_id, p_id);
     END IF;
-    RETURN v_n;  -- already SENT, SKIPPED or DEAD: unchanged (a late duplicate result)
+    IF v_n.status <> 'PENDING' THEN
+        RETURN v_n;  -- already SENT, SKIPPED or DEAD: unchanged (a late duplicate result)
+    END IF;
+    -- The new values computed first (Citus plans no non-immutable expression inside an UPDATE's CASE).
+    IF p_outcome = 'SENT' THEN
+        v_status := 'SENT'; v_sent := p_now; v_error := NULL; v_available := v_n.available_at;
+    ELSE
+        v_status := CASE WHEN v_n.attempts >= p_max_attempts THEN 'DEAD' ELSE 'PENDING' END;
+        v_error := left(p_error, 1000);
+        -- 30 s, 1 min, 2 min ... capped: the attempt count is the one the claim took.
+        v_available := p_now + least(p_backoff_cap, p_backoff * power(2, least(v_n.attempts - 1, 30)));
+    END IF;
+    UPDATE billing.notification n
+       SET status = v_status, sent_at = v_sent, message_id = coalesce(p_message_id, n.message_id),
+           last_error = v_error, lease_until = NULL, available_at = v_available
+     WHERE n.customer_id = p_customer_id AND n.id = p_id
+    RETURNING * INTO v_n;
+    RETURN v_n;
 END
 $$;
 COMMENT ON FUNCTION billing.record_notification_result(bigint, bigint, text, text, text, timestamptz, interval, interval, integer) IS
