@@ -87,9 +87,7 @@ LANGUAGE sql IMMUTABLE
 AS $$
     SELECT CASE p_event_type
         WHEN 'InvoicePaid' THEN 'PAYMENT_SUCCEEDED'
-        WHEN 'InvoicePaymentFailed' THEN
-            CASE WHEN p_data ->> 'failureReason' = 'authentication_required' THEN 'ACTION_REQUIRED'
-                 ELSE 'PAYMENT_FAILED' END
+        WHEN 'InvoicePaymentFailed' THEN 'PAYMENT_FAILED'
         WHEN 'InvoiceActionRequired' THEN 'ACTION_REQUIRED'
         WHEN 'PaymentMethodExpiring' THEN 'CARD_EXPIRING'
         WHEN 'SubscriptionTrialWillEnd' THEN 'TRIAL_ENDING'
@@ -416,3 +414,50 @@ $$;
 COMMENT ON FUNCTION billing.revoke_portal_links(bigint, timestamptz) IS
 'Revokes every unused, unexpired portal link of the customer.
 Returns how many were revoked.';
+
+CREATE OR REPLACE FUNCTION billing.set_action_window(p_window interval)
+RETURNS interval
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._audit('set_action_window', jsonb_build_object('window', p_window));
+    IF p_window IS NULL OR p_window < interval '1 hour' OR p_window > interval '30 days' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the action window is 1 hour to 30 days';
+    END IF;
+    UPDATE billing.installation SET action_window = p_window;
+    RETURN p_window;
+END
+$$;
+COMMENT ON FUNCTION billing.set_action_window(interval) IS
+'How long dunning waits for a customer to authenticate a payment (3-D Secure) before trying again (72 hours by default).
+Returns the window; BL422 outside 1 hour .. 30 days.';
+
+CREATE OR REPLACE FUNCTION billing.invoice_action(p_customer_id bigint, p_invoice_id bigint, p_now timestamptz DEFAULT now())
+RETURNS TABLE (invoice_id bigint, idempotency_key text, payment_reference text, provider text, amount bigint,
+               currency text, action_required_until timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._check_now(p_now);
+    -- The customer's own OPEN invoice whose payment waits for their authentication: the attempt
+    -- to confirm (its key and the provider's reference). Another customer's invoice is unknown.
+    RETURN QUERY
+    SELECT i.id, a.idempotency_key, a.gateway_reference, a.provider, a.amount, a.currency::text, i.action_required_until
+      FROM billing.invoice i
+      JOIN billing.payment_attempt a ON a.customer_id = i.customer_id AND a.invoice_id = i.id
+     WHERE i.customer_id = p_customer_id AND i.id = p_invoice_id AND i.status = 'OPEN'
+       AND i.action_required_until IS NOT NULL AND a.failure_reason = 'authentication_required'
+       AND a.gateway_reference IS NOT NULL
+     ORDER BY a.attempt_number DESC
+     LIMIT 1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404',
+            MESSAGE = format('invoice %s of customer %s waits for no authentication', p_invoice_id, p_customer_id);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing.invoice_action(bigint, bigint, timestamptz) IS
+'The payment a customer is asked to authenticate on one of their OPEN invoices: the attempt''s key and the provider''s reference (a PaymentIntent), amount and currency.
+Returns one row; BL404 when the invoice is not theirs, not OPEN, or waits for no authentication.';

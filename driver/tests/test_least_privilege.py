@@ -65,7 +65,7 @@ CONSOLE = {"console_open_session", "console_session", "console_close_session", "
 # Emails to customers and portal links (db/functions/69_notifications.sql, docs/customers.md).
 CUSTOMERS = {"notification_kinds", "customer_locales", "set_customer_preferences", "announce_upcoming_renewals",
              "claim_notifications", "record_notification_result", "list_notifications", "create_portal_link",
-             "use_portal_link", "revoke_portal_links"}
+             "use_portal_link", "revoke_portal_links", "set_action_window", "invoice_action"}
 EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY | CONSOLE | CUSTOMERS
 
 T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
@@ -450,6 +450,13 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["portal_link"] = one("create_portal_link", "%s, %s, %s::interval, %s", (customer, link, "1 hour", late))[0] == customer
     out["portal_used"] = one("use_portal_link", "%s, %s, %s", (customer, link, late))[5] == late
     out["portal_revoked"] = one("revoke_portal_links", "%s, %s", (customer, late))[0]
+    out["action_window"] = one("set_action_window", "%s::interval", ("48 hours",))[0] == timedelta(hours=48)
+    try:
+        with conn.transaction():
+            one("invoice_action", "%s, %s, %s", (customer, claims[0][0], late))
+        out["invoice_action"] = "unexpected"
+    except psycopg.Error as exc:
+        out["invoice_action"] = exc.sqlstate  # paid: nothing waits for authentication
     out["called"] = called
     return out
 
@@ -481,6 +488,7 @@ EXPECTED = {
     "relay_groups": [0], "relay_events": True, "relay_marked": 1,
     "kinds": 9, "locales": "zh-CN", "preferences": True, "renewal_notices": True, "notified": True,
     "notifications": True, "portal_link": True, "portal_used": True, "portal_revoked": 0,
+    "action_window": True, "invoice_action": "BL404",
 }
 
 

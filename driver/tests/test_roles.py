@@ -31,7 +31,8 @@ POLICY = {
                     "set_payment_method", "detach_payment_method", "list_payment_methods", "refund_invoice",
                     "list_refunds", "record_refund_result", "retry_invoice", "void_invoice", "get_invoice_document",
                     "set_customer_details", "notification_kinds", "customer_locales", "set_customer_preferences",
-                    "list_notifications", "create_portal_link", "use_portal_link", "revoke_portal_links"},
+                    "list_notifications", "create_portal_link", "use_portal_link", "revoke_portal_links",
+                    "invoice_action"},
     "billing_worker": {"create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                        "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats", "period_end",
                        "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
@@ -61,7 +62,7 @@ POLICY = {
                       "upsert_tax_rate", "set_customer_details", "finalize_invoice", "finalize_invoices",
                       "get_invoice_document", "report_mrr", "report_mrr_movements", "report_churn", "report_revenue",
                       "notification_kinds", "customer_locales", "set_customer_preferences", "list_notifications",
-                      "create_portal_link", "revoke_portal_links"},
+                      "create_portal_link", "revoke_portal_links", "set_action_window"},
     # The operator console: its reads and sessions, plus the actions it offers (billing.console.actions)
     # that exist in this database; see _with_console_actions().
     "billing_console": {"console_open_session", "console_session", "console_close_session", "console_functions",
