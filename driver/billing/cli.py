@@ -8,6 +8,7 @@ import click
 
 from billing.config import Settings
 from billing.logs import setup_logging
+from billing.roles import JOBS
 
 
 @click.group()
@@ -125,7 +126,7 @@ def serve(settings: Settings, database_url, host, port, internal_host, internal_
 @database_url_option
 @click.argument("login")
 @click.option("--job", "jobs", multiple=True, required=True,
-              type=click.Choice(["api", "worker", "relay", "readonly", "admin", "console"]),
+              type=click.Choice(JOBS),
               help="The job role(s) to grant (billing_<job>); repeat for several (a `billing worker` that also "
                    "relays: --job worker --job relay).")
 @click.option("--password-file", type=click.Path(exists=True, dir_okay=False), default=None,

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import psycopg
 
+from billing.roles import JOB_ROLES
+
 log = logging.getLogger("billing.migrate")
 
 # An arbitrary constant: the advisory lock that serializes migrators across instances.
@@ -40,18 +42,16 @@ CREATE TABLE IF NOT EXISTS billing.schema_migration (
 
 
 OWNER = "billing_owner"
-JOB_ROLES = ("billing_api", "billing_worker", "billing_relay", "billing_readonly", "billing_admin", "billing_console")
 DEPRECATED_ROLE = "billing_app"
 
 # Run as the migrating login, before it becomes the owner. Idempotent; safe when another
 # migrator (of another database of the same cluster) creates the same roles at the same time.
-ROLES = """
+ROLES = ("""
 DO $$
 DECLARE
     v_role text;
 BEGIN
-    FOREACH v_role IN ARRAY ARRAY['billing_owner', 'billing_api', 'billing_worker', 'billing_relay',
-                                  'billing_readonly', 'billing_admin', 'billing_console', 'billing_app'] LOOP
+    FOREACH v_role IN ARRAY ARRAY['billing_owner', @JOB_ROLES@, 'billing_app'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
             BEGIN
                 EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
@@ -66,15 +66,14 @@ BEGIN
         EXECUTE format('GRANT billing_owner TO %I', current_user);
     END IF;
     -- billing_app: the deprecated union of every job role.
-    FOREACH v_role IN ARRAY ARRAY['billing_api', 'billing_worker', 'billing_relay', 'billing_readonly',
-                                  'billing_admin', 'billing_console'] LOOP
+    FOREACH v_role IN ARRAY ARRAY[@JOB_ROLES@] LOOP
         IF NOT pg_catalog.pg_has_role('billing_app', v_role, 'MEMBER') THEN
             EXECUTE format('GRANT %I TO billing_app', v_role);
         END IF;
     END LOOP;
 END
 $$;
-"""
+""").replace("@JOB_ROLES@", ", ".join(f"'{role}'" for role in JOB_ROLES))  # the one list: billing.roles
 
 # Run as the migrating login: schema billing and everything in it belong to billing_owner (a
 # database migrated by an earlier version has them owned by whoever migrated it).

@@ -1,7 +1,9 @@
-"""Login roles by job (docs/security.md): `billing db login-role LOGIN --job api ...`.
+"""The job roles, and login roles by job (docs/security.md): `billing db login-role LOGIN --job api ...`.
 
-The job roles (billing_api, billing_worker, billing_relay, billing_readonly, billing_admin,
-billing_console) are
+`JOB_TIMEOUTS` is THE list of jobs: `billing db migrate` creates their roles from it
+(billing.migrate.ROLES), `billing db login-role --job` offers it, the role tests
+(driver/tests/test_roles.py) and docs/security.md's table are checked against it. A job `x` is the
+role `billing_x` (`JOB_ROLES`). The job roles are
 NOLOGIN groups holding the EXECUTE grants (db/functions/90_grants.sql). PostgreSQL applies a
 role's settings only to the role one logs in as, never to its groups, so the timeouts of a job
 are set here on each login role: the strictest statement budget that still fits the job's work.
@@ -21,6 +23,8 @@ JOB_TIMEOUTS: dict[str, tuple[str, str, str]] = {
     "admin": ("60s", "10s", "300s"),
     "console": ("15s", "2s", "10s"),
 }
+JOBS = tuple(JOB_TIMEOUTS)
+JOB_ROLES = tuple(f"billing_{job}" for job in JOBS)
 
 
 class RoleError(RuntimeError):

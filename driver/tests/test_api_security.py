@@ -501,7 +501,7 @@ def test_no_default_webhook_secret_so_a_forged_webhook_marks_nothing_paid(db_url
         conn.execute("SELECT billing.create_subscription('forge', 1, 'PRO_MONTHLY', %s)", (T0,))
         key = conn.execute("SELECT idempotency_key FROM billing.claim_charges('w', 10, '5 minutes', %s)",
                            (T0,)).fetchone()[0]
-    from billing.api.webhooks import sign
+    from billing.signing import sign
 
     body = (f'{{"eventId": "evt_forged", "idempotencyKey": "{key}", "status": "succeeded", "id": "ch_x"}}').encode()
     now = int(time.time())

@@ -17,7 +17,8 @@ import pytest
 from aiohttp import ClientSession, web
 
 from billing.gateway.client import DECLINED, SUCCEEDED, UNKNOWN, GatewayClient, RateLimited
-from billing.gateway.simulator import DecisionModel, GatewaySimulator, parse_latency, sign_webhook
+from billing.gateway.simulator import DecisionModel, GatewaySimulator, parse_latency
+from billing.signing import signature_header
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -304,8 +305,8 @@ def test_extension_points_decide_and_gate_and_the_accepted_calls_are_readable():
     assert gate.entered == 4 and gate.inside == 0
 
 
-def test_sign_webhook_format():
-    header = sign_webhook("s", b'{"a":1}', timestamp=1700000000)
+def test_signature_header_format():
+    header = signature_header("s", b'{"a":1}', timestamp=1700000000)
     assert header == "t=1700000000,v1=" + hmac.new(b"s", b'1700000000.{"a":1}', hashlib.sha256).hexdigest()
 
 

@@ -89,6 +89,38 @@ NEVER = {
 }
 
 
+
+def test_the_policy_covers_exactly_the_job_roles():
+    """One list of jobs (billing.roles): the policy above and the findings name each of its roles."""
+    from billing.migrate import ROLES
+    from billing.roles import JOB_ROLES
+
+    assert set(POLICY) == set(JOB_ROLES)
+    assert set(NEVER) <= set(JOB_ROLES)
+    assert all(f"'{role}'" in ROLES for role in JOB_ROLES)  # billing db migrate creates each
+
+
+def test_security_md_lists_each_roles_functions():
+    """docs/security.md's table of roles says what each executes: exactly the policy (the console
+    also the functions of its actions, billing.console.actions)."""
+    import re
+
+    from billing.config import REPO_ROOT
+    from billing.console.actions import CANDIDATE_FUNCTIONS
+    from billing.roles import JOB_ROLES
+
+    rows = {}
+    for line in (REPO_ROOT / "docs" / "security.md").read_text().splitlines():
+        m = re.match(r"^\| `(billing_[a-z]+)` \|([^|]*)\|", line)
+        if m:
+            rows[m.group(1)] = set(re.findall(r"`([a-z_0-9]+)`", m.group(2)))
+    assert set(rows) == set(JOB_ROLES)
+    for role, listed in rows.items():
+        expected = POLICY[role] - {"is_simulation"}  # "every role also executes is_simulation"
+        assert expected - listed == set(), f"{role}: docs/security.md omits {sorted(expected - listed)}"
+        extra = listed - expected - (set(CANDIDATE_FUNCTIONS) if role == "billing_console" else set())
+        assert extra == set(), f"{role}: docs/security.md lists {sorted(extra)}, which it does not execute"
+
 def _with_console_actions(conn) -> dict[str, set[str]]:
     """POLICY, where billing_console also has each console action's function that exists here
     (90_grants.sql lists them ahead of their landing; the console offers them from that day)."""

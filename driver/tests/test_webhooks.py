@@ -15,10 +15,10 @@ import httpx
 import psycopg
 from prometheus_client import REGISTRY
 
-from billing.api import create_app, sign
+from billing.api import create_app
 from billing.clock import SimulatedClock
 from billing.config import Settings
-from billing.gateway.simulator import sign_webhook
+from billing.signing import sign, signature_header
 
 SECRET = "whsec_current"
 OLD_SECRET = "whsec_previous"
@@ -85,13 +85,13 @@ def test_rejected_webhooks_change_nothing(db_url):
     async def run():
         async with client_for(db_url) as client:
             # Forged: signed with another secret.
-            assert_refused(await post(client, body, sign_webhook("whsec_attacker", body, now)))
+            assert_refused(await post(client, body, signature_header("whsec_attacker", body, now)))
             # Tampered: a valid signature of another body.
             tampered = body.replace(b'"succeeded"', b'"declined"')
-            assert_refused(await post(client, tampered, sign_webhook(SECRET, body, now)))
+            assert_refused(await post(client, tampered, signature_header(SECRET, body, now)))
             # Stale and future: valid signatures outside the 300 s tolerance.
-            assert_refused(await post(client, body, sign_webhook(SECRET, body, now - 301)))
-            assert_refused(await post(client, body, sign_webhook(SECRET, body, now + 301)))
+            assert_refused(await post(client, body, signature_header(SECRET, body, now - 301)))
+            assert_refused(await post(client, body, signature_header(SECRET, body, now + 301)))
             # The timestamp is signed: moving it breaks the signature.
             v1 = sign(SECRET, now - 1000, body)
             assert_refused(await post(client, body, f"t={now},v1={v1}"))
@@ -115,13 +115,13 @@ def test_valid_webhook_is_applied_once(db_url):
 
     async def run():
         async with client_for(db_url) as client:
-            signature = sign_webhook(SECRET, body)  # the simulator's own signer
+            signature = signature_header(SECRET, body)  # the simulator's own signer
             r = await post(client, body, signature)
             assert r.status_code == 200, r.text
             assert r.json() == {"received": True, "applied": True, "duplicate": False, "review": False}
             # The same delivery replayed (within the tolerance) and a fresh signature of the same
             # event: acknowledged, not applied again.
-            for sig in (signature, sign_webhook(SECRET, body)):
+            for sig in (signature, signature_header(SECRET, body)):
                 again = await post(client, body, sig)
                 assert again.status_code == 200 and again.json()["applied"] is False
 
@@ -155,7 +155,7 @@ def test_receiver_accepts_any_configured_secret(db_url):
 
     async def run():
         async with client_for(db_url, secret=f"{SECRET},{OLD_SECRET}") as client:
-            r = await post(client, body, sign_webhook(OLD_SECRET, body))
+            r = await post(client, body, signature_header(OLD_SECRET, body))
             assert r.status_code == 200 and r.json()["applied"] is True, r.text
 
     asyncio.run(run())
@@ -168,7 +168,7 @@ def test_signed_but_invalid_bodies(db_url):
     async def run():
         async with client_for(db_url) as client:
             async def signed(raw: bytes):
-                return await post(client, raw, sign_webhook(SECRET, raw))
+                return await post(client, raw, signature_header(SECRET, raw))
 
             assert (await signed(b"{nope")).status_code == 400
             assert (await signed(b"[1]")).status_code == 400
@@ -193,7 +193,7 @@ def test_no_secret_configured_refuses_everything(db_url):
         app = create_app(Settings(database_url=db_url, webhook_secret=None))
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-            assert_refused(await post(client, body, sign_webhook("", body)))
+            assert_refused(await post(client, body, signature_header("", body)))
         await app.state.database.close()
 
     asyncio.run(run())
@@ -211,7 +211,7 @@ def test_a_success_for_another_amount_is_kept_for_review_and_counted(db_url):
 
     async def run():
         async with client_for(db_url) as client:
-            r = await post(client, body, sign_webhook(SECRET, body))
+            r = await post(client, body, signature_header(SECRET, body))
             assert r.status_code == 200, r.text
             assert r.json() == {"received": True, "applied": False, "duplicate": False, "review": True}
 

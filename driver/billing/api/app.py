@@ -24,10 +24,11 @@ from billing.api.context import Api
 from billing.api.database import Database
 from billing.api.errors import http_error, unexpected
 from billing.api.routes import ROUTERS, health
-from billing.api.security import ApiGuard, KeyRateLimiter
+from billing.api.security import ApiGuard
 from billing.clock import Clock, SystemClock
 from billing.console.app import create_console
 from billing.invoices.documents import Issuer
+from billing.limiter import KeyRateLimiter
 
 
 def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[], float] = time.time,

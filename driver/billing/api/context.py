@@ -15,10 +15,10 @@ from typing import Any, Callable
 from starlette.requests import Request
 
 from billing.api.database import Database
-from billing.api.security import KeyRateLimiter
 from billing.api.validation import IDEMPOTENCY_KEY, ApiError
 from billing.clock import Clock
 from billing.invoices.documents import Issuer
+from billing.limiter import KeyRateLimiter
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Input checks of the HTTP API: every value is checked strictly before it reaches PostgreSQL
+"""Input checks of the HTTP API (the request: body, path, headers, query; the fields: billing.fields): every value is checked strictly before it reaches PostgreSQL
 (types, bigint range, unknown fields, NUL characters...), so bad input is a 4xx with the API's error
 body ({"error": {"code", "message"}}), never a 500."""
 
@@ -11,16 +11,16 @@ from datetime import datetime, timezone
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
-BIGINT_MAX = 2**63 - 1
+# The checks of a JSON document's fields, shared with the providers' webhook parsers (an
+# ApiError is a billing.fields.InputError): billing.fields.
+from billing.fields import (BIGINT_MAX, InputError, bigint_field, bool_field, check_text, instant_field,  # noqa: F401
+                            int_field, text_field)
+
+ApiError = InputError
+
 MAX_BODY = 64 * 1024
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")  # printable ASCII, no spaces
 _ETAG = re.compile(r'^(?:W/)?"?([0-9]{1,30})"?$')
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, headers: dict | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.headers = status, code, message, headers
 
 
 def error_response(status: int, code: str, message: str, headers: dict | None = None) -> JSONResponse:
@@ -66,65 +66,6 @@ async def json_object(request: Request, *, allowed: set[str], required: set[str]
     if missing:
         raise ApiError(400, "missing_field", f"missing field(s): {', '.join(sorted(missing))}")
     return doc
-
-
-def bigint_field(doc: dict, name: str) -> int:
-    value = doc[name]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ApiError(400, "invalid_field", f"{name} must be an integer")
-    if not -BIGINT_MAX - 1 <= value <= BIGINT_MAX:
-        raise ApiError(422, "invalid_input", f"{name} is out of range (a 64-bit signed integer)")
-    return value
-
-
-def text_field(doc: dict, name: str, *, max_len: int = 1000) -> str:
-    value = doc[name]
-    if not isinstance(value, str):
-        raise ApiError(400, "invalid_field", f"{name} must be a string")
-    check_text(name, value, max_len)
-    return value
-
-
-def check_text(name: str, value: str, max_len: int) -> None:
-    if "\x00" in value:
-        raise ApiError(400, "invalid_field", f"{name} must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ApiError(400, "invalid_field", f"{name} is not valid Unicode (lone surrogate)") from None
-    if len(value) > max_len:
-        raise ApiError(422, "invalid_input", f"{name} is too long (at most {max_len} characters)")
-
-
-def int_field(doc: dict, name: str, low: int, high: int) -> int:
-    """An integer in [low, high]: 400 when not an integer, 422 when out of range."""
-    value = doc[name]
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ApiError(400, "invalid_field", f"{name} must be an integer")
-    if not low <= value <= high:
-        raise ApiError(422, "invalid_input", f"{name} must be between {low} and {high}")
-    return value
-
-
-def instant_field(doc: dict, name: str) -> datetime:
-    """An ISO 8601 instant with its offset (e.g. 2026-09-01T00:00:00Z)."""
-    value = doc[name]
-    if not isinstance(value, str) or len(value) > 40:
-        raise ApiError(400, "invalid_field", f"{name} must be an ISO 8601 instant such as 2026-09-01T00:00:00Z")
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
-    except ValueError:
-        raise ApiError(400, "invalid_field", f"{name} must be an ISO 8601 instant such as 2026-09-01T00:00:00Z") from None
-    if parsed.tzinfo is None:
-        raise ApiError(400, "invalid_field", f"{name} needs its offset (Z or +hh:mm)")
-    return parsed
-
-
-def bool_field(doc: dict, name: str) -> bool:
-    value = doc[name]
-    if not isinstance(value, bool):
-        raise ApiError(400, "invalid_field", f"{name} must be true or false")
-    return value
 
 
 def path_id(request: Request, what: str = "subscription") -> int:

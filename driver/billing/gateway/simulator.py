@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import hashlib
-import hmac
 import json
 import logging
 import random
@@ -49,11 +48,12 @@ from typing import AsyncContextManager
 
 from aiohttp import ClientSession, ClientTimeout, web
 
+from billing import signing
 from billing.gateway.arrival import arrival, stamp_arrivals
 from billing.gateway.decisions import DECLINE_CODES, DecisionModel, chance, charge_id
 
 __all__ = ["DECLINE_CODES", "Charge", "DecisionModel", "GatewaySimulator", "chance", "charge_id", "main",
-           "parse_latency", "sign_webhook"]
+           "parse_latency"]
 
 log = logging.getLogger("billing.gateway.simulator")
 
@@ -70,13 +70,6 @@ def parse_latency(text: str) -> tuple[int, int]:
     if lo is None or lo < 0 or hi < lo:
         raise ValueError(f"latency must be MIN-MAX milliseconds, got {text!r}")
     return lo, hi
-
-
-def sign_webhook(secret: str, body: bytes, timestamp: int | None = None) -> str:
-    """The `Billing-Signature` header value: t=<unix>,v1=<hex hmac-sha256 of "t.body">."""
-    ts = int(time.time()) if timestamp is None else timestamp
-    mac = hmac.new(secret.encode(), f"{ts}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"t={ts},v1={mac}"
 
 
 @dataclass
@@ -503,7 +496,7 @@ class GatewaySimulator:
         for attempt in range(1, WEBHOOK_MAX_TRIES + 1):
             self.counters["webhookAttempts"] += 1
             headers = {"Content-Type": "application/json",
-                       "Billing-Signature": sign_webhook(self.webhook_secret, body)}
+                       "Billing-Signature": signing.signature_header(self.webhook_secret, body)}
             try:
                 assert self._session is not None
                 async with self._session.post(self.webhook_url, data=body, headers=headers) as resp:

@@ -5,18 +5,22 @@ The algorithm (pace with GCRA, then check a sliding log at the instant of use) i
 its state lives in Redis (`redis_gcra`, shared by every instance, one Lua script `gcra.lua`) or in
 this process (`local`). Why it holds the limit, and its throughput: docs/limiter.md.
 `limiter_from_settings` is the one place where the worker's limiter is chosen.
+
+The HTTP API's per-key request rate (`KeyRateLimiter`, `keyed`) is the same GCRA pace step
+(`gcra.pace` here, gcra.lua's "pace" in Redis) per API key.
 """
 
 from __future__ import annotations
 
 import logging
 
+from billing.limiter.keyed import KeyRateLimiter
 from billing.limiter.local import LocalGcraLimiter
 from billing.limiter.redis_gcra import RedisGcraLimiter
 from billing.limiter.two_step import (DEFAULT_GUARD_SECONDS, DEFAULT_MAX_LATE_SECONDS, PACE_OVERSUBSCRIPTION,
                                       RateLimiter, TwoStepLimiter, pace_interval_us, window_us)
 
-__all__ = ["LocalGcraLimiter", "RateLimiter", "RedisGcraLimiter", "TwoStepLimiter", "describe_limiter",
+__all__ = ["KeyRateLimiter", "LocalGcraLimiter", "RateLimiter", "RedisGcraLimiter", "TwoStepLimiter", "describe_limiter",
            "limiter_from_settings", "pace_interval_us", "window_us"]
 
 log = logging.getLogger("billing.limiter")

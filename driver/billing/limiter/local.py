@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 import time
 
+from billing.limiter.gcra import pace
 from billing.limiter.two_step import (DEFAULT_GUARD_SECONDS, DEFAULT_MAX_LATE_SECONDS, DEFAULT_MAX_WAIT_SECONDS,
                                       PACE_OVERSUBSCRIPTION, TwoStepLimiter)
 
@@ -27,13 +28,8 @@ class LocalGcraLimiter(TwoStepLimiter):
         return time.monotonic_ns() // 1000
 
     async def reserve(self, count: int) -> tuple[int, int]:
-        now = self._now()
-        slot = max(self._tat, now)
-        if slot - now > self.max_wait_us:
-            return 0, slot - now - self.max_wait_us
-        granted = min(count, (self.max_wait_us - (slot - now)) // self.interval_us + 1)
-        self._tat = slot + granted * self.interval_us
-        return granted, slot - now
+        granted, wait, self._tat = pace(self._tat, self._now(), self.interval_us, self.max_wait_us, count)
+        return granted, wait
 
     async def admit(self, token: str, release: str | None, budget_us: int,
                     bounds: list[tuple[str, int]] = ()) -> tuple[bool, int, int]:

@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from billing import signing
+from billing.fields import InputError, check_text, text_field
 from billing.gateway.client import DECLINED, ChargeResult, GatewayClient, RefundResult
-from billing.providers import ChargeRequest, Gate, RefundRequest, WebhookOutcome, WebhookRejected
+from billing.providers.base import ChargeRequest, Gate, RefundRequest, WebhookOutcome, WebhookRejected
 
 # The simulator speaks Stripe's decline codes; those that mean "this card will not work".
 from billing.providers.stripe import HARD_DECLINES
@@ -61,17 +63,19 @@ class SimProvider:
         return await self.client.lookup_refund(request.idempotency_key)
 
     def parse_webhook(self, headers: Mapping[str, str], body: bytes, now: float) -> list[WebhookOutcome]:
-        from billing.api.validation import ApiError
-        from billing.api.webhooks import verify_signature, webhook_fields
-
+        """The simulator's signed result (Billing-Signature, billing.signing), checked on the raw
+        bytes before anything is parsed; WebhookRejected (with its HTTP status and code) otherwise."""
         try:
-            verify_signature(headers.get("billing-signature"), body, self.webhook_secrets, now)
+            signing.verify(headers.get("billing-signature"), body, self.webhook_secrets, now, scheme=signing.BILLING)
+        except signing.SignatureError as exc:
+            raise WebhookRejected(exc.message) from None
+        try:
             try:
                 doc = json.loads(body)
             except (ValueError, RecursionError):
-                raise ApiError(400, "invalid_json", "the body is not valid JSON (UTF-8)") from None
+                raise InputError(400, "invalid_json", "the body is not valid JSON (UTF-8)") from None
             fields = webhook_fields(doc)
-        except ApiError as exc:
+        except InputError as exc:
             raise WebhookRejected(exc.message, status=exc.status, code=exc.code) from None
         code = doc.get("declineCode")
         return [WebhookOutcome("charge", fields["event_id"], fields["key"], fields["outcome"], fields["reference"],
@@ -90,3 +94,26 @@ def classify(result: ChargeResult) -> ChargeResult:
     if result.outcome == DECLINED and is_hard(result.reason):
         return ChargeResult(result.outcome, result.reference, result.reason, hard_decline=True)
     return result
+
+
+_OUTCOMES = {"succeeded": "SUCCEEDED", "declined": "DECLINED"}
+
+
+def webhook_fields(doc) -> dict:
+    """The SQL API's fields of the simulator's webhook body (docs/gateway.md); InputError otherwise."""
+    if not isinstance(doc, dict):
+        raise InputError(400, "invalid_json", "the webhook body must be a JSON object")
+    for name in ("eventId", "idempotencyKey", "status"):
+        if name not in doc:
+            raise InputError(400, "missing_field", f"missing field: {name}")
+    event_id = text_field(doc, "eventId", max_len=255)
+    key = text_field(doc, "idempotencyKey", max_len=255)
+    status = doc["status"]
+    if status not in _OUTCOMES:
+        raise InputError(422, "invalid_input", "status must be succeeded or declined")
+    reference = doc.get("id")
+    if reference is not None and not isinstance(reference, str):
+        raise InputError(400, "invalid_field", "id must be a string")
+    if reference is not None:
+        check_text("id", reference, 255)
+    return {"event_id": event_id, "key": key, "outcome": _OUTCOMES[status], "reference": reference}

@@ -21,8 +21,6 @@ multicast and reserved addresses at connect time, so a DNS answer cannot smuggle
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import logging
 import time
 from dataclasses import dataclass
@@ -30,17 +28,13 @@ from datetime import timedelta
 
 import aiohttp
 
+from billing import signing
 from billing.clock import Clock, SystemClock, sleep_or_stop
 from billing.worker.targets import BlockedAddress, PublicOnlyResolver, check_target
 
 log = logging.getLogger("billing.webhooks")
 
 USER_AGENT = "billing-webhooks/1"
-
-
-def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The `v1` signature: hex HMAC-SHA256 of "<t>.<body>" (as billing.api.webhooks checks ours)."""
-    return hmac.new(secret.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
 
 
 @dataclass
@@ -202,7 +196,7 @@ class WebhookDeliverer:
         timestamp = int(time.time())
         headers = {
             "Content-Type": "application/cloudevents+json; charset=utf-8",
-            "Billing-Signature": f"t={timestamp},v1={sign(endpoint['secret'], timestamp, body)}",
+            "Billing-Signature": f"t={timestamp},v1={signing.sign(endpoint['secret'], timestamp, body)}",
             "Billing-Event-Id": row["event_id"],
         }
         started = time.monotonic()

@@ -218,12 +218,12 @@ class LateWebhooks(threading.Thread):
         self.unexpected: list[str] = []
 
     def _send(self, client: httpx.Client, doc: dict) -> httpx.Response | None:
-        from billing.gateway.simulator import sign_webhook
+        from billing.signing import signature_header
 
         body = json.dumps(doc, separators=(",", ":")).encode()
         try:
             return client.post("/webhooks/payments", content=body, headers={
-                "Content-Type": "application/json", "Billing-Signature": sign_webhook(self.secret, body)})
+                "Content-Type": "application/json", "Billing-Signature": signature_header(self.secret, body)})
         except httpx.HTTPError:
             return None
 

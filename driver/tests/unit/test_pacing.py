@@ -61,3 +61,41 @@ def test_lateness_budget_grows_with_what_is_seen_and_stays_capped():
 @pytest.mark.parametrize("rate,expected", [(1, 4), (200, 300), (1_000_000, 5000)])
 def test_default_concurrency(rate, expected):
     assert default_concurrency(rate) == expected
+
+
+# -- the one GCRA pace step (billing.limiter.gcra), shared by the gateway's in-process store and
+# the HTTP API's per-key limit (billing.limiter.keyed)
+
+
+def test_pace_grants_up_to_the_burst_then_says_how_long_to_wait():
+    from billing.limiter.gcra import pace
+
+    interval, max_wait = 1_000, 2_000  # a burst of 3
+    tat, now, granted_at = 0, 10_000, []
+    for _ in range(3):
+        granted, wait, tat = pace(tat, now, interval, max_wait)
+        assert granted == 1
+        granted_at.append(wait)
+    assert granted_at == [0, 1_000, 2_000]
+    assert pace(tat, now, interval, max_wait) == (0, 1_000, tat)  # refused: the state is unchanged
+    assert pace(tat, now + 1_000, interval, max_wait)[0] == 1  # one interval later: room again
+    assert pace(0, now, interval, max_wait, wanted=5)[:2] == (3, 0)  # a batch gets what fits
+
+
+def test_the_per_key_limit_in_process_paces_each_key_alone():
+    import asyncio
+
+    from billing.limiter import KeyRateLimiter
+
+    limiter = KeyRateLimiter(rate=1.0, burst=2)  # no Redis: this process
+
+    async def run():
+        first = [await limiter.check("bk_a") for _ in range(3)]
+        other = await limiter.check("bk_b")
+        return first, other
+
+    (a1, a2, a3), b1 = asyncio.run(run())
+    assert a1 == 0 and a2 == 0 and 0 < a3 <= 1.0
+    assert b1 == 0
+    with pytest.raises(ValueError):
+        KeyRateLimiter(rate=0, burst=1)

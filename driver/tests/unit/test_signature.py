@@ -1,4 +1,5 @@
-"""The webhook `v1` signature: building and checking it, without a server."""
+"""The webhook `v1` signature (billing.signing): building and checking it, without a server, and
+every signer and verifier of the house going through it."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import hmac
 
 import pytest
 
-from billing.api.validation import ApiError
-from billing.api.webhooks import SIGNATURE_TOLERANCE, sign, verify_signature
+from billing.signing import SIGNATURE_TOLERANCE, STRIPE, SignatureError, sign, signature_header, verify
+
+verify_signature = verify  # the Billing-Signature scheme by default
 
 SECRET = "s" * 40
 BODY = b'{"eventId":"e1","idempotencyKey":"k","status":"succeeded"}'
@@ -35,21 +37,21 @@ def test_the_tolerance_is_inclusive_both_ways(skew):
 
 @pytest.mark.parametrize("skew", [-SIGNATURE_TOLERANCE - 1, SIGNATURE_TOLERANCE + 1])
 def test_stale_and_future_signatures_fail(skew):
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(SignatureError) as err:
         verify_signature(header(t=NOW + skew), BODY, [SECRET], NOW)
-    assert err.value.status == 400 and err.value.code == "invalid_signature"
+    assert "away from this server's clock" in err.value.message
 
 
 def test_a_tampered_body_fails_at_every_byte():
     h = header()
     for i in range(len(BODY)):
         tampered = BODY[:i] + bytes([BODY[i] ^ 1]) + BODY[i + 1:]
-        with pytest.raises(ApiError):
+        with pytest.raises(SignatureError):
             verify_signature(h, tampered, [SECRET], NOW)
 
 
 def test_another_secret_fails():
-    with pytest.raises(ApiError):
+    with pytest.raises(SignatureError):
         verify_signature(header(secret="x" * 40), BODY, [SECRET], NOW)
 
 
@@ -63,11 +65,53 @@ def test_rotation_accepts_any_configured_secret_and_any_v1():
 @pytest.mark.parametrize("bad", [None, "", "v1=abc", f"t={NOW}", "t=abc,v1=00", f"t=-{NOW},v1=00",
                                  "t=1" + "0" * 20 + ",v1=00"])
 def test_malformed_headers_fail(bad):
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(SignatureError) as err:
         verify_signature(bad, BODY, [SECRET], NOW)
-    assert err.value.status == 400
+    assert "Billing-Signature" in err.value.message
 
 
 def test_no_secret_configured_refuses_everything():
-    with pytest.raises(ApiError):
+    with pytest.raises(SignatureError):
         verify_signature(header(), BODY, [], NOW)
+
+
+def test_the_header_names_its_scheme_in_every_refusal():
+    with pytest.raises(SignatureError, match="Stripe-Signature"):
+        verify(None, BODY, [SECRET], NOW, scheme=STRIPE)
+    with pytest.raises(SignatureError, match="BILLING_STRIPE_WEBHOOK_SECRET"):
+        verify(header(), BODY, [], NOW, scheme=STRIPE)
+    verify(header(), BODY, [SECRET], NOW, scheme=STRIPE)  # one scheme under two names
+
+
+def test_signature_header_is_t_and_v1():
+    assert signature_header(SECRET, BODY, NOW) == header()
+
+
+def test_the_providers_verify_through_billing_signing():
+    from billing.providers import SimProvider, WebhookRejected
+    from billing.providers.stripe import verify_signature as stripe_verify
+
+    sim = SimProvider(None, webhook_secrets=[SECRET])  # parse_webhook never calls the gateway
+    (outcome,) = sim.parse_webhook({"billing-signature": header()}, BODY, NOW)
+    assert (outcome.kind, outcome.event_id, outcome.idempotency_key, outcome.outcome) == ("charge", "e1", "k", "SUCCEEDED")
+    for bad in (header(secret="x" * 40), header(t=NOW - SIGNATURE_TOLERANCE - 1), ""):
+        with pytest.raises(WebhookRejected) as err:
+            sim.parse_webhook({"billing-signature": bad}, BODY, NOW)
+        assert (err.value.status, err.value.code) == (400, "invalid_signature")
+    body = b'{"eventId":"e1","idempotencyKey":"k","status":"refunded"}'
+    with pytest.raises(WebhookRejected) as err:  # signed, but not a result the SQL API knows
+        sim.parse_webhook({"billing-signature": header(body=body)}, body, NOW)
+    assert (err.value.status, err.value.code) == (422, "invalid_input")
+    stripe_verify(header(), BODY, [SECRET], NOW)
+    with pytest.raises(WebhookRejected, match="Stripe-Signature"):
+        stripe_verify(header(secret="x" * 40), BODY, [SECRET], NOW)
+
+
+def test_hmac_lives_in_billing_signing_only():
+    """No other module of the driver computes or compares a webhook HMAC (the console's CSRF token
+    is an HMAC of its own, not a webhook signature)."""
+    from billing.config import REPO_ROOT
+
+    package = REPO_ROOT / "driver" / "billing"
+    users = sorted(str(p.relative_to(package)) for p in package.rglob("*.py") if "import hmac" in p.read_text())
+    assert users == ["console/routes/login.py", "console/web.py", "signing.py"]

@@ -16,56 +16,62 @@ from billing import db
 from billing.api.context import Api
 from billing.api.errors import endpoint_of
 from billing.api.validation import ApiError, read_body
-from billing.api.webhooks import MAX_WEBHOOK_BODY, verify_signature, webhook_fields
 from billing.metrics import WEBHOOKS_FOR_REVIEW
-from billing.providers import LookupFailed, WebhookRejected
-from billing.providers.sim import is_hard
-from billing.providers.stripe import StripeProvider
+from billing.providers import LookupFailed, Provider, SimProvider, StripeProvider, WebhookOutcome, WebhookRejected
 
 log = logging.getLogger("billing.api")
+
+MAX_WEBHOOK_BODY = 256 * 1024
 
 
 def routes(api: Api) -> list[BaseRoute]:
     database, clock, settings, wall_clock = api.database, api.clock, api.settings, api.wall_clock
-    secrets = [s for s in (settings.webhook_secret or "").split(",") if s]
-    # Its webhook verifier, and (with BILLING_STRIPE_API_KEY) the reading of a charge's refunds that
-    # a charge.refunded event does not list; without BILLING_STRIPE_WEBHOOK_SECRET every Stripe
-    # webhook is refused.
+    # Each gateway's webhooks are verified and read by its provider (billing.providers, signatures:
+    # billing.signing). The simulator's with BILLING_WEBHOOK_SECRET; Stripe's with
+    # BILLING_STRIPE_WEBHOOK_SECRET, and (with BILLING_STRIPE_API_KEY) the reading of a charge's
+    # refunds that a charge.refunded event does not list. Without its secret, every webhook of a
+    # gateway is refused.
+    sim = SimProvider.from_settings(settings, timeout=settings.gateway_timeout_seconds)
     stripe_parser = StripeProvider(settings.stripe_api_key or "", api_base=settings.stripe_api_base,
                                    webhook_secrets=[x for x in (settings.stripe_webhook_secret or "").split(",") if x])
     api.stripe = stripe_parser  # closed by the app's lifespan (a test without it closes it itself)
-    api.closers.append(stripe_parser.close)
+    api.closers.extend([sim.close, stripe_parser.close])
+
+    async def parse(provider: Provider, request: Request) -> list[WebhookOutcome]:
+        body = await read_body(request, MAX_WEBHOOK_BODY)
+        try:
+            return provider.parse_webhook(request.headers, body, wall_clock())
+        except WebhookRejected as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from None
+
+    async def apply(outcome: WebhookOutcome) -> str:
+        """One outcome to the SQL API: APPLIED, DUPLICATE or REVIEW for a charge, REFUND for a refund."""
+        if outcome.kind != "charge":
+            await database.mutate("gateway-webhook", db.RECORD_REFUND_RESULT, {
+                "key": outcome.idempotency_key, "outcome": outcome.outcome, "reference": outcome.reference,
+                "reason": outcome.reason, "now": clock.now()})
+            return "REFUND"
+        row = await database.mutate("gateway-webhook", db.APPLY_GATEWAY_WEBHOOK, {
+            "event_id": outcome.event_id, "key": outcome.idempotency_key, "outcome": outcome.outcome,
+            "reference": outcome.reference, "payload": json.dumps(outcome.payload), "now": clock.now(),
+            "hard_decline": outcome.hard_decline})
+        if row["outcome"] == "REVIEW":
+            # Kept, not applied: a success that is not the charge we asked for (docs/gateway.md).
+            WEBHOOKS_FOR_REVIEW.inc()
+            log.warning("webhook kept for review", extra={"eventId": outcome.event_id, "key": outcome.idempotency_key})
+        return row["outcome"]
 
     @endpoint_of("/webhooks/payments")
     async def payment_webhook(request: Request) -> Response:
-        body = await read_body(request, MAX_WEBHOOK_BODY)
-        # The signature is checked on the raw bytes, before anything is parsed.
-        verify_signature(request.headers.get("billing-signature"), body, secrets, wall_clock())
-        try:
-            doc = json.loads(body)
-        except (ValueError, RecursionError):
-            raise ApiError(400, "invalid_json", "the body is not valid JSON (UTF-8)") from None
-        fields = webhook_fields(doc)
-        row = await database.mutate("gateway-webhook", db.APPLY_GATEWAY_WEBHOOK, {
-            **fields, "payload": json.dumps(doc), "now": clock.now(),
-            "hard_decline": fields["outcome"] == "DECLINED" and is_hard(doc.get("declineCode"))})
-        outcome = row["outcome"]
-        if outcome == "REVIEW":
-            # Kept, not applied: a success that is not the charge we asked for (docs/gateway.md).
-            WEBHOOKS_FOR_REVIEW.inc()
-            log.warning("webhook kept for review", extra={"eventId": fields["event_id"], "key": fields["key"]})
-        return JSONResponse({"received": True, "applied": outcome == "APPLIED", "duplicate": outcome == "DUPLICATE",
-                             "review": outcome == "REVIEW"})
+        (outcome,) = await parse(sim, request)
+        applied = await apply(outcome)
+        return JSONResponse({"received": True, "applied": applied == "APPLIED", "duplicate": applied == "DUPLICATE",
+                             "review": applied == "REVIEW"})
 
     @endpoint_of("/webhooks/stripe")
     async def stripe_webhook(request: Request) -> Response:
-        # Verified with the Stripe-Signature scheme on the raw bytes, then each outcome goes to the
-        # SQL API. Events we do not act on are acknowledged.
-        body = await read_body(request, MAX_WEBHOOK_BODY)
-        try:
-            outcomes = stripe_parser.parse_webhook(request.headers, body, wall_clock())
-        except WebhookRejected as exc:
-            raise ApiError(exc.status, exc.code, exc.message) from None
+        # Events we do not act on are acknowledged (no outcome).
+        outcomes = await parse(stripe_parser, request)
         if any(o.kind == "refund_lookup" for o in outcomes):
             # A charge.refunded without its refunds: read from Stripe (with the API key), or left to
             # the worker's look-ups when this API has none.
@@ -79,22 +85,7 @@ def routes(api: Api) -> list[BaseRoute]:
                 except LookupFailed as exc:
                     # Not acknowledged: Stripe delivers the event again later.
                     raise ApiError(503, "unavailable", f"could not read the charge's refunds from Stripe: {exc}") from None
-        applied = []
-        for o in outcomes:
-            if o.kind == "charge":
-                row = await database.mutate("gateway-webhook", db.APPLY_GATEWAY_WEBHOOK, {
-                    "event_id": o.event_id, "key": o.idempotency_key, "outcome": o.outcome, "reference": o.reference,
-                    "payload": json.dumps(o.payload), "now": clock.now(), "hard_decline": o.hard_decline})
-                applied.append(row["outcome"])
-                if row["outcome"] == "REVIEW":
-                    WEBHOOKS_FOR_REVIEW.inc()
-                    log.warning("webhook kept for review", extra={"eventId": o.event_id, "key": o.idempotency_key})
-            else:
-                await database.mutate("gateway-webhook", db.RECORD_REFUND_RESULT, {
-                    "key": o.idempotency_key, "outcome": o.outcome, "reference": o.reference, "reason": o.reason,
-                    "now": clock.now()})
-                applied.append("REFUND")
-        return JSONResponse({"received": True, "outcomes": applied})
+        return JSONResponse({"received": True, "outcomes": [await apply(o) for o in outcomes]})
 
     return [
         Route("/webhooks/payments", payment_webhook, methods=["POST"]),
