@@ -1,1 +1,1 @@
-"""The customer portal (docs/customers.md): single-use links (`links`), then a session bound to one customer."""
+"""The customer portal (docs/customers.md): its payment page for an authentication (`payments`); the links it is reached by are billing.notifications.links."""

@@ -25,7 +25,7 @@ from billing.clock import Clock, SystemClock, sleep_or_stop
 from billing.invoices.documents import Issuer, render_pdf
 from billing.notifications.compose import Brand, compose, environment
 from billing.notifications.mailer import SmtpTarget, build_message, message_id_for, send
-from billing.portal.links import create_link, login_url
+from billing.notifications.links import create_link, login_url
 
 log = logging.getLogger("billing.notifications")
 

@@ -14,7 +14,7 @@ from billing.notifications import KINDS, LEGAL_KINDS
 from billing.notifications.compose import Brand, compose, environment
 from billing.notifications.i18n import CATALOG_DIR, LOCALES, Translator, catalog, placeholders
 from billing.notifications.mailer import SmtpConfigError, SmtpTarget, build_message, message_id_for
-from billing.portal.links import login_url, new_token, parse_token, token_hash
+from billing.notifications.links import login_url, new_token, parse_token, token_hash
 
 REPO = Path(__file__).resolve().parents[3]
 LINKS = {"manage": "https://b.example/portal/login?token=t", "invoices": "https://b.example/portal/login?token=t&next=/invoices",
