@@ -275,3 +275,43 @@ def test_opt_outs_legal_kinds_and_customers_without_an_address(db_url, mail):
         (8, "PAYMENT_FAILED", "SKIPPED"), (8, "PAYMENT_SUCCEEDED", "SENT")}
     assert [r["last_error"] for r in rows if r["status"] == "SKIPPED"] == ["turned off by the customer"]
     assert [m["Subject"] for m in Inbox(http).messages_to(address)] == ["Recibo de tu pago de 9,90\xa0€"]
+
+
+def test_portal_links_over_the_api_single_use_scoped_and_audited(db_url):
+    from .conftest import create_test_key
+    from .test_api import api_client
+
+    with connect(db_url) as conn:
+        customer(conn, 21, "en")
+    reader = create_test_key(db_url, "subscriptions:read", name="reader")
+
+    async def scenario():
+        out = {}
+        async with api_client(db_url, clock=SimulatedClock(T0)) as client:
+            r = await client.post("/customers/21/portal-links", json={"next": "/invoices"})
+            out["made"] = (r.status_code, r.json())
+            r = await client.post("/customers/21/portal-links", json={})  # the portal's home
+            out["home"] = r.json()["url"]
+            out["unknown"] = (await client.post("/customers/22/portal-links", json={})).status_code
+            out["bad_next"] = (await client.post("/customers/21/portal-links", json={"next": "https://evil.example"})).status_code
+            out["bad_next2"] = (await client.post("/customers/21/portal-links", json={"next": "//evil.example"})).status_code
+            out["extra"] = (await client.post("/customers/21/portal-links", json={"customerId": 22})).status_code
+            out["read_only"] = (await client.post("/customers/21/portal-links", json={},
+                                                  headers={"Authorization": f"Bearer {reader}"})).status_code
+        return out
+
+    out = asyncio.run(scenario())
+    status, body = out["made"]
+    assert status == 201 and body["object"] == "portal_link" and body["customerId"] == 21
+    assert body["url"].startswith("http://127.0.0.1:8080/portal/login?token=pl_21_") and body["url"].endswith("&next=/invoices")
+    assert body["expiresAt"] == "2026-03-13T12:00:00Z"  # 72 hours
+    assert "next=" not in out["home"]
+    assert (out["unknown"], out["bad_next"], out["bad_next2"], out["extra"], out["read_only"]) == (404, 422, 422, 400, 403)
+    token = parse_qs(urlsplit(body["url"]).query)["token"][0]
+    with connect(db_url) as conn:
+        use = "SELECT customer_id FROM billing.use_portal_link(%s, %s, %s)"
+        assert conn.execute(use, (21, hashlib.sha256(token.encode()).digest(), T0)).fetchone() == {"customer_id": 21}
+        with refused("BL404"):
+            conn.execute(use, (21, hashlib.sha256(token.encode()).digest(), T0))
+        audit = conn.execute("SELECT actor FROM billing.audit_log WHERE function = 'create_portal_link'").fetchall()
+    assert len(audit) == 2 and all(a["actor"].startswith("api-key:") for a in audit)
