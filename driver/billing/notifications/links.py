@@ -11,12 +11,9 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from datetime import timedelta
 from urllib.parse import quote, urlencode
 
 _TOKEN = re.compile(r"^pl_([1-9][0-9]{0,18})_([A-Za-z0-9_-]{43})$")
-CREATE = "SELECT customer_id, expires_at FROM billing.create_portal_link(%(customer)s, %(hash)s, %(ttl)s::interval, %(now)s)"
-USE = "SELECT customer_id, expires_at FROM billing.use_portal_link(%(customer)s, %(hash)s, %(now)s)"
 
 
 def new_token(customer_id: int) -> str:
@@ -39,11 +36,3 @@ def login_url(portal_url: str, token: str, next_path: str = "/") -> str:
     if next_path and next_path != "/":
         query["next"] = next_path
     return f"{portal_url.rstrip('/')}/login?{urlencode(query, quote_via=quote, safe='/')}"
-
-
-async def create_link(conn, customer_id: int, *, hours: float, now) -> str:
-    """A new link's token for the customer (async connection, autocommit: one statement)."""
-    token = new_token(customer_id)
-    await conn.execute(CREATE, {"customer": customer_id, "hash": token_hash(token),
-                                "ttl": timedelta(hours=hours), "now": now})
-    return token

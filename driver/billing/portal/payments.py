@@ -14,10 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-ACTION = ("SELECT invoice_id, idempotency_key, payment_reference, provider, amount, currency, action_required_until "
-          "FROM billing.invoice_action(%(customer)s, %(invoice)s, %(now)s)")
-APPLY = ("SELECT billing.apply_gateway_webhook(%(event)s, %(key)s, 'SUCCEEDED', %(reference)s, %(detail)s::jsonb, "
-         "%(now)s) AS outcome")
+from billing import db
+
 
 
 @dataclass
@@ -32,7 +30,7 @@ class Action:
 
 
 async def _action(conn, customer_id: int, invoice_id: int, now) -> Action:
-    cur = await conn.execute(ACTION, {"customer": customer_id, "invoice": invoice_id, "now": now})
+    cur = await conn.execute(db.INVOICE_ACTION, {"customer": customer_id, "invoice": invoice_id, "now": now})
     row = await cur.fetchone()
     row = row if isinstance(row, dict) else dict(zip(("invoice_id", "idempotency_key", "payment_reference", "provider",
                                                       "amount", "currency", "action_required_until"), row))
@@ -61,7 +59,7 @@ async def finish(conn, provider, customer_id: int, invoice_id: int, *, now) -> s
         return "PENDING"
     detail = {"amount": intent.get("amount"), "currency": str(intent.get("currency") or "").upper(),
               "customerId": customer_id}
-    cur = await conn.execute(APPLY, {"event": f"portal-{action.reference}", "key": action.key,
+    cur = await conn.execute(db.APPLY_PORTAL_PAYMENT, {"event": f"portal-{action.reference}", "key": action.key,
                                      "reference": action.reference, "now": now, "detail": json.dumps(detail)})
     row = await cur.fetchone()
     return row["outcome"] if isinstance(row, dict) else row[0]

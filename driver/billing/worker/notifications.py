@@ -21,19 +21,15 @@ import logging
 import time
 from datetime import timedelta
 
+from billing import db
 from billing.clock import Clock, SystemClock, sleep_or_stop
 from billing.invoices.documents import Issuer, render_pdf
 from billing.notifications.compose import Brand, compose, environment
 from billing.notifications.mailer import SmtpTarget, build_message, message_id_for, send
-from billing.notifications.links import create_link, login_url
+from billing.notifications.links import login_url, new_token, token_hash
 
 log = logging.getLogger("billing.notifications")
 
-CLAIM = ("SELECT * FROM billing.claim_notifications(%(batch)s, %(lease)s::interval, %(now)s)")
-RECORD = ("SELECT status, attempts FROM billing.record_notification_result(%(customer)s, %(id)s, %(outcome)s, %(error)s, "
-          "%(message_id)s, %(now)s, %(backoff)s::interval, %(cap)s::interval, %(max)s)")
-DOCUMENT = "SELECT billing.get_invoice_document(%(id)s) AS doc"
-RENEWALS = "SELECT billing.announce_upcoming_renewals(%(days)s, 500, %(now)s) AS n"
 
 # Which portal page each email's button opens (after the link's login).
 def _pages(row: dict) -> dict[str, str]:
@@ -77,13 +73,13 @@ class Notifier:
 
     async def announce_renewals(self) -> int:
         async with self.pool.connection() as conn:
-            cur = await conn.execute(RENEWALS, {"days": self.settings.renewal_notice_days, "now": self.clock.now()})
+            cur = await conn.execute(db.ANNOUNCE_UPCOMING_RENEWALS, {"days": self.settings.renewal_notice_days, "now": self.clock.now()})
             return (await cur.fetchone())["n"]
 
     async def send_due(self) -> int:
         """Claim one batch and send it; how many were claimed."""
         async with self.pool.connection() as conn:
-            cur = await conn.execute(CLAIM, {"batch": self.batch, "lease": self.lease, "now": self.clock.now()})
+            cur = await conn.execute(db.CLAIM_NOTIFICATIONS, {"batch": self.batch, "lease": self.lease, "now": self.clock.now()})
             rows = await cur.fetchall()
         await asyncio.gather(*(self._deliver(r) for r in rows))
         return len(rows)
@@ -109,10 +105,12 @@ class Notifier:
         invoice_id = row["data"].get("invoiceId")
         async with self.pool.connection() as conn:
             if invoice_id is not None:
-                cur = await conn.execute(DOCUMENT, {"id": invoice_id})
+                cur = await conn.execute(db.NOTIFICATION_DOCUMENT, {"id": invoice_id})
                 doc = (await cur.fetchone())["doc"]
-            token = await create_link(conn, row["customer_id"], hours=self.settings.portal_link_hours,
-                                      now=self.clock.now())
+            token = new_token(row["customer_id"])
+            await conn.execute(db.CREATE_PORTAL_LINK, {"customer_id": row["customer_id"], "hash": token_hash(token),
+                                                       "ttl": timedelta(hours=self.settings.portal_link_hours),
+                                                       "now": self.clock.now()})
         if row["kind"] == "INVOICE_ISSUED" and doc is not None:
             pdf = await asyncio.to_thread(render_pdf, doc, self.issuer, row.get("locale") or "en")
         pages = _pages(row)
@@ -130,7 +128,7 @@ class Notifier:
         for _ in range(6):
             try:
                 async with self.pool.connection() as conn:
-                    await conn.execute(RECORD, params)
+                    await conn.execute(db.RECORD_NOTIFICATION_RESULT, params)
                 return
             except Exception as exc:  # noqa: BLE001 - the row comes back after its lease if this never lands
                 log.warning("recording a notification failed; retrying", extra={"error": repr(exc)})

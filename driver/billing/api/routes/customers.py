@@ -17,8 +17,6 @@ from billing.api.validation import ApiError, json_object, path_id, text_field
 from billing.notifications.links import login_url, new_token, token_hash
 
 _NEXT = re.compile(r"^/[A-Za-z0-9/_-]{0,199}$")
-CREATE_PORTAL_LINK = ("SELECT customer_id, expires_at FROM billing.create_portal_link(%(customer_id)s, %(hash)s, "
-                      "%(ttl)s::interval, %(now)s)")
 
 
 def payment_method_json(row: dict) -> dict:
@@ -64,7 +62,7 @@ def routes(api: Api) -> list[BaseRoute]:
         if not isinstance(next_path, str) or not _NEXT.match(next_path) or "//" in next_path:
             raise ApiError(422, "invalid_input", "next must be a path of the portal such as /invoices")
         token = new_token(customer_id)
-        row = await database.mutate(actor(request), CREATE_PORTAL_LINK, {
+        row = await database.mutate(actor(request), db.CREATE_PORTAL_LINK, {
             "customer_id": customer_id, "hash": token_hash(token),
             "ttl": timedelta(hours=api.settings.portal_link_hours), "now": clock.now()})
         return JSONResponse({"object": "portal_link", "customerId": row["customer_id"],
