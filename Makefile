@@ -12,7 +12,7 @@ PGTAP_DB ?= billing_pgtap
 PGTAP_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium poppler services services-stop citus citus-stop db-migrate test test-fast test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
+.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -35,13 +35,19 @@ services:
 	 rd=$$(bash scripts/services/redis.sh) && \
 	 kf=$$(bash scripts/services/kafka.sh) && \
 	 sm=$$(bash scripts/services/stripe-mock.sh) && \
+	 read -r smtp mailpit smtpca <<< "$$(bash scripts/services/mailpit.sh)" && \
 	 { echo "export BILLING_TEST_DATABASE_URL=$$pg"; \
 	   echo "export BILLING_TEST_REDIS_URL=$$rd"; \
 	   echo "export BILLING_TEST_KAFKA_BOOTSTRAP=$$kf"; \
-	   echo "export BILLING_TEST_STRIPE_MOCK_URL=$$sm"; } > $(SERVICES_ENV) && \
-	 echo "postgres: $$pg" && echo "redis:    $$rd" && echo "kafka:    $$kf" && echo "stripe-mock: $$sm"
+	   echo "export BILLING_TEST_STRIPE_MOCK_URL=$$sm"; \
+	   echo "export BILLING_TEST_SMTP_URL=$$smtp"; \
+	   echo "export BILLING_TEST_MAILPIT_URL=$$mailpit"; \
+	   echo "export BILLING_TEST_SMTP_CA_FILE=$$smtpca"; } > $(SERVICES_ENV) && \
+	 echo "postgres: $$pg" && echo "redis:    $$rd" && echo "kafka:    $$kf" && echo "stripe-mock: $$sm" && \
+	 echo "mailpit:  $$smtp $$mailpit"
 
 services-stop:
+	-bash scripts/services/mailpit.sh stop
 	-bash scripts/services/stripe-mock.sh stop
 	-bash scripts/services/kafka.sh stop
 	-bash scripts/services/redis.sh stop
@@ -88,12 +94,16 @@ test-fast: venv
 chromium:
 	@bash scripts/services/chromium.sh >/dev/null
 
+# Debian's fonts-wqy-microhei: invoice PDFs in Chinese (docs/customers.md; installed when missing).
+fonts:
+	@bash scripts/services/fonts.sh >/dev/null
+
 # Debian's poppler-utils: pdftotext reads the invoice PDFs back in the tests (installed when missing).
 poppler:
 	@bash scripts/services/poppler.sh >/dev/null
 
 # The console's browser tests leave a screenshot of each page in .cache/artifacts/console/.
-test-py: venv services chromium poppler
+test-py: venv services chromium poppler fonts
 	@source $(SERVICES_ENV) && $(BIN)/python -m pytest --ignore=driver/tests/unit $(PYTEST_ARGS)
 
 test: audit test-fast test-sql test-citus test-py

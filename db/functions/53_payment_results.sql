@@ -42,7 +42,10 @@ DECLARE
     v_next    timestamptz;
     v_margin  interval;
     v_after   billing.subscription;
-    v_hard    boolean := p_outcome = 'DECLINED' AND coalesce(p_hard_decline, false);
+    -- Authentication required is never hard: the card is good, the customer must act (below).
+    v_hard    boolean := p_outcome = 'DECLINED' AND coalesce(p_hard_decline, false)
+                         AND p_failure_reason IS DISTINCT FROM 'authentication_required';
+    v_window  interval;
     v_other   billing.payment_method;
     v_refund  billing.refund;
     v_customer_id bigint;
@@ -163,6 +166,32 @@ BEGIN
     END IF;
 
     -- DECLINED
+    IF p_failure_reason = 'authentication_required' AND v_invoice.action_required_until IS NULL THEN
+        -- Not a decline (docs/customers.md): the customer is asked to authenticate the payment
+        -- (InvoiceActionRequired; an email with the portal's payment page), the dunning schedule
+        -- waits the action window, once per invoice, and does not count this try. A success later
+        -- reported for this attempt's key, by the provider's webhook or the portal, pays the
+        -- invoice once (a success after a decline of the same key is applied, above).
+        SELECT action_window INTO v_window FROM billing.installation;
+        UPDATE billing.invoice
+           SET try_count = try_count + 1, last_failure_reason = p_failure_reason, status = 'OPEN',
+               next_attempt_at = p_now + v_window, action_required_until = p_now + v_window
+         WHERE customer_id = v_invoice.customer_id AND id = v_invoice.id
+        RETURNING * INTO v_invoice;
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceActionRequired',
+            billing._invoice_data(v_invoice) || jsonb_build_object(
+                'actionExpiresAt', billing._utc_text(v_invoice.action_required_until),
+                'paymentReference', coalesce(p_gateway_reference, v_attempt.gateway_reference),
+                'provider', coalesce(v_attempt.provider, 'sim')), p_now);
+        IF v_sub.status = 'ACTIVE' THEN
+            UPDATE billing.subscription SET status = 'PAST_DUE', version = version + 1, updated_at = p_now
+             WHERE customer_id = v_sub.customer_id AND id = v_sub.id
+            RETURNING * INTO v_after;
+            PERFORM billing._emit_subscription_change(v_sub, v_after, p_now);
+        END IF;
+        RETURN v_invoice;
+    END IF;
+    -- (authenticated too late, or asked again after the window: an ordinary soft decline)
     v_failed := v_invoice.attempt_count + 1;
     IF v_hard THEN
         -- A hard decline (stolen or lost card, fraud, closed account, authentication required...):

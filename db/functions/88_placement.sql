@@ -53,6 +53,8 @@ AS $$
         ('audit_log',            'distributed', 'customer_id', 'primary key (customer_id, id): the customer its call named (0: none)'),
         ('gateway_webhook',      'distributed', 'customer_id', 'primary key (customer_id, event_id): its payment attempt''s customer (0: none)'),
         ('customer_session',     'distributed', 'customer_id', 'primary key (customer_id, token_hash): the one customer a front-end token may act on'),
+        ('notification',         'distributed', 'customer_id', 'primary key (customer_id, id); its key unique per customer'),
+        ('portal_link',          'distributed', 'customer_id', 'primary key (customer_id, token_hash)'),
         ('schema_migration',     'coordinator', NULL,          'the migrations applied')
     ) AS t (table_name, placement, distribution_column, reason)
     WHERE pg_catalog.to_regclass('billing.' || t.table_name) IS NOT NULL

@@ -124,6 +124,12 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                                   "hardDecline": {"type": "boolean", "description": "The decline needs a new "
                                                   "payment method: the schedule stops (absent before issue 12)."}},
                                  optional=("hardDecline",))),
+    "InvoiceActionRequired": ("invoice/<id>", "a charge needs the customer's authentication (3-D Secure): not a "
+                                              "decline; the invoice stays OPEN and its dunning waits until "
+                                              "`actionExpiresAt` (docs/customers.md)",
+                              obj({**INVOICE, "actionExpiresAt": INSTANT,
+                                   "paymentReference": nullable({"type": "string"}),
+                                   "provider": {"type": "string"}})),
     "InvoicePaymentMethodRequired": ("invoice/<id>", "an invoice cannot be charged until the customer gives a usable "
                                                      "payment method (none recorded with a real provider, the "
                                                      "default one expired, or a hard decline); it waits, OPEN",

@@ -91,13 +91,17 @@ def _refuse_weak_secrets(settings: Settings, command: str) -> None:
 @click.option("--webhooks/--no-webhooks", default=True, help="Deliver outbound webhooks.")
 @click.option("--retention/--no-retention", default=True,
               help="Delete published events and stored webhooks older than $BILLING_RETENTION_DAYS.")
+@click.option("--notifications/--no-notifications", default=True,
+              help="Send the emails owed to customers over $BILLING_SMTP_URL (docs/customers.md).")
 @click.pass_obj
-def worker(settings: Settings, database_url, concurrency, renew, charge, relay, webhooks, retention) -> None:
+def worker(settings: Settings, database_url, concurrency, renew, charge, relay, webhooks, retention,
+           notifications) -> None:
     """Renewal, charge workers, outbox relay, webhooks and retention in one process. SIGTERM drains and exits 0."""
     settings = settings.with_overrides(database_url=database_url)
     _refuse_weak_secrets(settings, "billing worker")
     sys.exit(_run("billing.worker", "run_worker", settings, concurrency=concurrency,
-                  renew=renew, charge=charge, relay=relay, webhooks=webhooks, retention=retention) or 0)
+                  renew=renew, charge=charge, relay=relay, webhooks=webhooks, retention=retention,
+                  notifications=notifications) or 0)
 
 
 @main.command()

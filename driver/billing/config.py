@@ -276,6 +276,23 @@ class Settings:
     issuer_address: str = "1 Example Street\n75001 Paris\nFrance"
     issuer_tax_id: str | None = None
     issuer_email: str | None = None
+    # Emails to customers and their portal (docs/customers.md): SMTP (BILLING_SMTP_URL; none: no
+    # email is sent, the notifications wait), the sender, the brand, overriding templates, the
+    # portal's public URL (links in the emails) and how long a link lasts.
+    issuer_color: str = "#1a56db"
+    issuer_logo_url: str | None = None
+    smtp_url: str | None = None
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    smtp_ca_file: str | None = None
+    smtp_timeout_seconds: float = 20.0
+    smtp_from: str = "billing@localhost"
+    notification_templates: str | None = None
+    notification_backoff_seconds: float = 30.0
+    notification_max_attempts: int = 12
+    renewal_notice_days: int = 14
+    portal_url: str = "http://127.0.0.1:8080/portal"
+    portal_link_hours: float = 72.0
     db_dir: Path = field(default_factory=lambda: Path(os.environ.get("BILLING_DB_DIR", REPO_ROOT / "db")))
 
     @classmethod
@@ -342,6 +359,20 @@ class Settings:
             issuer_address=(env.get("BILLING_ISSUER_ADDRESS") or cls.issuer_address).replace("\\n", "\n"),
             issuer_tax_id=env.get("BILLING_ISSUER_TAX_ID") or None,
             issuer_email=env.get("BILLING_ISSUER_EMAIL") or None,
+            issuer_color=env.get("BILLING_ISSUER_COLOR") or cls.issuer_color,
+            issuer_logo_url=env.get("BILLING_ISSUER_LOGO_URL") or None,
+            smtp_url=env.get("BILLING_SMTP_URL") or None,
+            smtp_username=env.get("BILLING_SMTP_USERNAME") or None,
+            smtp_password=_env_secret("BILLING_SMTP_PASSWORD"),
+            smtp_ca_file=env.get("BILLING_SMTP_CA_FILE") or None,
+            smtp_timeout_seconds=_env_float("BILLING_SMTP_TIMEOUT_SECONDS", cls.smtp_timeout_seconds),
+            smtp_from=env.get("BILLING_SMTP_FROM") or env.get("BILLING_ISSUER_EMAIL") or cls.smtp_from,
+            notification_templates=env.get("BILLING_NOTIFICATION_TEMPLATES") or None,
+            notification_backoff_seconds=_env_float("BILLING_NOTIFICATION_BACKOFF_SECONDS", cls.notification_backoff_seconds),
+            notification_max_attempts=_env_int("BILLING_NOTIFICATION_MAX_ATTEMPTS", cls.notification_max_attempts),
+            renewal_notice_days=_env_int("BILLING_RENEWAL_NOTICE_DAYS", cls.renewal_notice_days),
+            portal_url=(env.get("BILLING_PORTAL_URL") or cls.portal_url).rstrip("/"),
+            portal_link_hours=_env_float("BILLING_PORTAL_LINK_HOURS", cls.portal_link_hours),
         )
 
     def secret_problems(self) -> list[str]:

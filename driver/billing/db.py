@@ -310,3 +310,19 @@ async def async_pool(url: str, *, min_size: int = 1, max_size: int = 8, name: st
     )
     await pool.open(wait=True, timeout=30)
     return pool
+
+
+# -- emails to customers, portal links, a payment the customer authenticates (docs/customers.md) --
+
+CLAIM_NOTIFICATIONS = "SELECT * FROM billing.claim_notifications(%(batch)s, %(lease)s::interval, %(now)s)"
+RECORD_NOTIFICATION_RESULT = (
+    "SELECT status, attempts FROM billing.record_notification_result(%(customer)s, %(id)s, %(outcome)s, %(error)s, "
+    "%(message_id)s, %(now)s, %(backoff)s::interval, %(cap)s::interval, %(max)s)")
+NOTIFICATION_DOCUMENT = "SELECT billing.get_invoice_document(%(id)s) AS doc"
+ANNOUNCE_UPCOMING_RENEWALS = "SELECT billing.announce_upcoming_renewals(%(days)s, 500, %(now)s) AS n"
+CREATE_PORTAL_LINK = ("SELECT customer_id, expires_at FROM billing.create_portal_link(%(customer_id)s, %(hash)s, "
+                      "%(ttl)s::interval, %(now)s)")
+INVOICE_ACTION = ("SELECT invoice_id, idempotency_key, payment_reference, provider, amount, currency, "
+                  "action_required_until FROM billing.invoice_action(%(customer)s, %(invoice)s, %(now)s)")
+APPLY_PORTAL_PAYMENT = ("SELECT billing.apply_gateway_webhook(%(event)s, %(key)s, 'SUCCEEDED', %(reference)s, "
+                        "%(detail)s::jsonb, %(now)s) AS outcome")

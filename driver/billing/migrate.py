@@ -233,7 +233,10 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
                         )
                     continue
                 log.info("applying migration %s", m.path.name)
-                conn.execute(m.sql)
+                # On Citus one statement at a time (a DDL it propagates to the workers may not be
+                # one of several commands), as the function files below.
+                for stmt in (split_statements(m.sql) if citus else [m.sql]):
+                    conn.execute(stmt)
                 conn.execute(
                     "INSERT INTO billing.schema_migration (version, name, checksum) VALUES (%s, %s, %s)",
                     (m.version, m.name, m.checksum),

@@ -55,6 +55,7 @@ class StripeFake:
         self.refunded: dict[str, int] = {}  # payment intent id -> amount refunded
         self.rate_limited = 0
         self.list_calls = 0
+        self.confirms = 0  # payment intents confirmed on session (the portal's payment page)
         self.fail_next_refund = 0  # the next n refund POSTs answer 500 without refunding
         self.hold_next_refund = 0  # the next n refund POSTs refund, then hold their answer past the timeout
         self._runner: web.AppRunner | None = None
@@ -119,6 +120,22 @@ class StripeFake:
                                      status=429, headers={"Retry-After": "1"})
         if request.method == "POST" and request.path == "/v1/payment_intents":
             return await self._idempotent(key, form, lambda: self._intent(key, form, mocked))
+        confirm = re.match(r"^/v1/payment_intents/([^/]+)/confirm$", request.path)
+        if request.method == "POST" and confirm:
+            # On session (the portal): 3-D Secure asked (its page), or the final status once done.
+            intent = next((i for i in self.intents.values() if i["id"] == confirm.group(1)), None)
+            if intent is None:
+                return web.json_response({"error": {"type": "invalid_request_error", "code": "resource_missing"}}, status=404)
+            if intent["status"] != "succeeded":
+                intent.update(status="requires_action", last_payment_error=None,
+                              next_action={"type": "redirect_to_url", "redirect_to_url": {
+                                  "url": f"{self.url}/3ds/{intent['id']}", "return_url": form.get("return_url")}})
+            self.confirms += 1
+            return web.json_response(intent)
+        fetch = re.match(r"^/v1/payment_intents/(pi_[^/]+)$", request.path)
+        if request.method == "GET" and fetch:
+            intent = next((i for i in self.intents.values() if i["id"] == fetch.group(1)), None)
+            return web.json_response(intent) if intent else web.json_response({"error": {"code": "resource_missing"}}, status=404)
         if request.method == "POST" and request.path == "/v1/refunds":
             if self.fail_next_refund > 0:  # a 500 that did nothing (not stored: the key is unused)
                 self.fail_next_refund -= 1
@@ -142,6 +159,12 @@ class StripeFake:
             found = [self.intents[m.group(1)]] if m and m.group(1) in self.intents else []
             return web.json_response({**mocked, "data": found, "has_more": False})
         return web.json_response(mocked, status=status)
+
+    def authenticate(self, intent_id: str) -> dict:
+        """The customer passes 3-D Secure on the provider's page: the intent succeeds."""
+        intent = next(i for i in self.intents.values() if i["id"] == intent_id)
+        intent.update(status="succeeded", next_action=None, last_payment_error=None)
+        return intent
 
     async def _idempotent(self, key: str | None, form: dict, make) -> web.Response:
         params = tuple(sorted(form.items()))

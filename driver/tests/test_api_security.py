@@ -55,6 +55,7 @@ ROUTES = [
     ("GET", "/webhook-endpoints/1/attempts", None),
     ("PUT", "/customers/1/payment-method", {"provider": "sim", "paymentMethodRef": "pm_1", "expMonth": 12,
                                             "expYear": 2031}),
+    ("POST", "/customers/1/portal-links", {"next": "/invoices"}),
     ("POST", "/invoices/1/refunds", {"amount": 100}),
     ("GET", "/invoices/1/refunds", None),
     ("POST", "/invoices/1/retry", {}),
@@ -148,6 +149,7 @@ def test_every_route_refuses_a_key_without_its_scope_and_accepts_one_with_it(db_
              "POST /webhook-endpoints": "admin", "GET /webhook-endpoints": "admin", "GET /webhook-endpoints/1": "admin",
              "DELETE /webhook-endpoints/1": "admin", "GET /webhook-endpoints/1/attempts": "admin",
              "PUT /customers/1/payment-method": "subscriptions:write", "POST /invoices/1/refunds": "refunds:write",
+             "POST /customers/1/portal-links": "subscriptions:write",
              "GET /invoices/1/refunds": "subscriptions:read", "POST /invoices/1/retry": "admin",
              "POST /invoices/1/void": "admin", "GET /invoices/1": "subscriptions:read",
              "POST /customer-sessions": "customer-sessions:write"}

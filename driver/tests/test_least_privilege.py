@@ -67,7 +67,11 @@ SECURITY = {"create_api_key", "list_api_keys", "revoke_api_key", "authenticate_a
 CONSOLE = {"console_open_session", "console_session", "console_close_session", "console_functions",
            "console_overview", "console_mrr", "console_customers", "console_customer", "console_subscription",
            "console_invoices", "console_events", "replay_outbox_event"}
-EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY | CONSOLE
+# Emails to customers and portal links (db/functions/69_notifications.sql, docs/customers.md).
+CUSTOMERS = {"notification_kinds", "customer_locales", "set_customer_preferences", "announce_upcoming_renewals",
+             "claim_notifications", "record_notification_result", "list_notifications", "create_portal_link",
+             "use_portal_link", "revoke_portal_links", "set_action_window", "invoice_action"}
+EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY | CONSOLE | CUSTOMERS
 
 T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
 
@@ -454,6 +458,27 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["shard_refunds"] = isinstance(one("refund_claims_in_shard", "%s, %s, %s, %s, %s",
                                           ("lp-worker", 0, 50, timedelta(minutes=5), late + timedelta(minutes=6)),
                                           setof=True), list)
+    # Emails to customers and portal links (docs/customers.md).
+    out["kinds"] = len(one("notification_kinds", "", setof=True))
+    out["locales"] = one("customer_locales", "")[0][-1]
+    out["preferences"] = one("set_customer_preferences", "%s, %s, %s::text[], %s",
+                             (customer, "de", ["TRIAL_ENDING"], late))[0] == customer
+    out["renewal_notices"] = one("announce_upcoming_renewals", "%s, %s, %s", (14, 100, late))[0] >= 0
+    owed = one("claim_notifications", "%s, %s, %s", (10, timedelta(minutes=5), late), setof=True)
+    out["notified"] = all(one("record_notification_result", "%s, %s, %s, %s, %s, %s",
+                              (n[0], n[1], "SENT", None, "<m@x>", late))[6] == "SENT" for n in owed)
+    out["notifications"] = isinstance(one("list_notifications", "%s, %s", (customer, 10), setof=True), list)
+    link = bytes(range(2, 34))
+    out["portal_link"] = one("create_portal_link", "%s, %s, %s::interval, %s", (customer, link, "1 hour", late))[0] == customer
+    out["portal_used"] = one("use_portal_link", "%s, %s, %s", (customer, link, late))[5] == late
+    out["portal_revoked"] = one("revoke_portal_links", "%s, %s", (customer, late))[0]
+    out["action_window"] = one("set_action_window", "%s::interval", ("48 hours",))[0] == timedelta(hours=48)
+    try:
+        with conn.transaction():
+            one("invoice_action", "%s, %s, %s", (customer, claims[0][0], late))
+        out["invoice_action"] = "unexpected"
+    except psycopg.Error as exc:
+        out["invoice_action"] = exc.sqlstate  # paid: nothing waits for authentication
     out["called"] = called
     return out
 
@@ -486,6 +511,9 @@ EXPECTED = {
     "shard_groups": [(0, True)],
     "shard_holder": [(0, "lp-worker")], "shard_renewed": True, "shard_keyed": True, "shard_refunds": True,
     "relay_groups": [0], "relay_events": True, "relay_marked": 1,
+    "kinds": 9, "locales": "zh-CN", "preferences": True, "renewal_notices": True, "notified": True,
+    "notifications": True, "portal_link": True, "portal_used": True, "portal_revoked": 0,
+    "action_window": True, "invoice_action": "BL404",
 }
 
 

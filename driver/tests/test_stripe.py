@@ -115,16 +115,25 @@ def test_the_worker_charges_through_stripe_every_outcome(db_url, stripe_mock_url
     assert (soft["status"], soft["attempt_count"], soft["waiting_for"], soft["last_failure_reason"]) == \
         ("OPEN", 1, None, "insufficient_funds")
     assert T0 + timedelta(days=1) <= soft["next_attempt_at"] < T0 + timedelta(days=1, hours=2)
-    for customer, code in ((3, "stolen_card"), (4, "authentication_required")):
-        hard = invoice(db_url, inv[customer])
-        assert (hard["status"], hard["attempt_count"], hard["waiting_for"], hard["next_attempt_at"],
-                hard["last_failure_reason"]) == ("OPEN", 1, "PAYMENT_METHOD", None, code)
-        (method,) = query(db_url, "SELECT * FROM billing.payment_method WHERE customer_id = %s", customer)
-        assert (method["status"], method["is_default"], method["failure_reason"]) == ("DECLINED", False, code)
+    hard = invoice(db_url, inv[3])
+    assert (hard["status"], hard["attempt_count"], hard["waiting_for"], hard["next_attempt_at"],
+            hard["last_failure_reason"]) == ("OPEN", 1, "PAYMENT_METHOD", None, "stolen_card")
+    (method,) = query(db_url, "SELECT * FROM billing.payment_method WHERE customer_id = %s", 3)
+    assert (method["status"], method["is_default"], method["failure_reason"]) == ("DECLINED", False, "stolen_card")
+    # Authentication required is not a decline (docs/customers.md): the card stays, the invoice is
+    # ACTION_REQUIRED (OPEN, dunning waits the action window, the try not counted).
+    action = invoice(db_url, inv[4])
+    assert (action["status"], action["attempt_count"], action["waiting_for"], action["next_attempt_at"],
+            action["action_required_until"], action["last_failure_reason"]) == \
+        ("OPEN", 0, None, T0 + timedelta(hours=72), T0 + timedelta(hours=72), "authentication_required")
+    (method,) = query(db_url, "SELECT * FROM billing.payment_method WHERE customer_id = %s", 4)
+    assert (method["status"], method["is_default"]) == ("ACTIVE", True)
+    (asked,) = events(db_url, "InvoiceActionRequired")
+    assert asked["data"]["invoiceId"] == inv[4] and asked["data"]["paymentReference"].startswith("pi_")
     waiting = {e["data"]["invoiceId"]: e["data"] for e in events(db_url, "InvoicePaymentMethodRequired")}
-    assert set(waiting) == {inv[3], inv[4]} and {w["reason"] for w in waiting.values()} == {"HARD_DECLINE"}
+    assert set(waiting) == {inv[3]} and {w["reason"] for w in waiting.values()} == {"HARD_DECLINE"}
     failed = {e["data"]["invoiceId"]: e["data"]["hardDecline"] for e in events(db_url, "InvoicePaymentFailed")}
-    assert failed == {inv[2]: False, inv[3]: True, inv[4]: True}
+    assert failed == {inv[2]: False, inv[3]: True}
     # The timeout: UNKNOWN first, then the lookup (the customer's payment intents listed, the one with
     # the key in its metadata) found it; the Search API is not used.
     timed = invoice(db_url, inv[5])

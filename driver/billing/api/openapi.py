@@ -287,6 +287,23 @@ OPENAPI: dict = {
                                   "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PaymentMethod"}}}},
                           **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)},
         }},
+        "/customers/{id}/portal-links": {"post": {
+            "operationId": "createPortalLink", "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
+            "description": "A single-use, expiring link to the customer portal (docs/customers.md).",
+            "parameters": [_ID_PARAM],
+            "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                "type": "object", "additionalProperties": False,
+                "properties": {"next": {"type": "string", "pattern": "^/[A-Za-z0-9/_-]{0,199}$"}}}}}},
+            "responses": {"201": {"description": "The link (shown once: only its hash is kept)",
+                                  "content": {"application/json": {"schema": {
+                                      "type": "object", "additionalProperties": False,
+                                      "required": ["object", "customerId", "url", "expiresAt"],
+                                      "properties": {"object": {"const": "portal_link"},
+                                                     "customerId": {"type": "integer"},
+                                                     "url": {"type": "string"},
+                                                     "expiresAt": {"type": "string"}}}}}},
+                          **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)},
+        }},
         "/invoices/{id}": {
             "get": {
                 "operationId": "getInvoice", "security": [{"apiKey": []}], "x-scope": "subscriptions:read",

@@ -57,6 +57,8 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("POST", re.compile(r"^/webhooks/payments$"), PUBLIC),  # authenticated by its signature
     ("POST", re.compile(r"^/webhooks/stripe$"), PUBLIC),  # likewise (Stripe-Signature)
     ("PUT", re.compile(r"^/customers/[^/]+/payment-method$"), "subscriptions:write"),
+    # a link into the customer portal acts as the customer there (docs/customers.md)
+    ("POST", re.compile(r"^/customers/[^/]+/portal-links$"), "subscriptions:write"),
     ("POST", re.compile(r"^/invoices/[^/]+/refunds$"), "refunds:write"),  # money leaves: a scope of its own
     ("GET", re.compile(r"^/invoices/[^/]+/refunds$"), "subscriptions:read"),
     ("POST", re.compile(r"^/invoices/[^/]+/(retry|void)$"), "admin"),  # the operator's: a void forgives a debt

@@ -151,6 +151,29 @@ class StripeProvider:
             doc = None
         return status, doc, text
 
+    # -- the customer's authentication (3-D Secure), on session, from the portal ----------------
+
+    async def confirm_intent(self, intent_id: str, *, return_url: str, key: str) -> dict:
+        """Confirm a payment intent the customer must authenticate (docs/customers.md): Stripe answers
+        `requires_action` with `next_action.redirect_to_url.url` (its 3-D Secure page, which sends the
+        customer back to `return_url`), or a final status. The intent keeps its payment method."""
+        status, doc, text = await self._post(f"/v1/payment_intents/{urllib.parse.quote(intent_id)}/confirm", key,
+                                             [("return_url", return_url)], None)
+        if doc is None or status >= 500:
+            raise LookupFailed(f"confirm answered {status}: {text[:200]}")
+        error = doc.get("error")
+        if isinstance(error, dict):
+            return error.get("payment_intent") if isinstance(error.get("payment_intent"), dict) else {"status": "error", "error": error}
+        return doc
+
+    async def retrieve_intent(self, intent_id: str) -> dict:
+        """The payment intent as Stripe has it now (after the customer came back from its page)."""
+        async with self._get_session().get(f"{self.api_base}/v1/payment_intents/{urllib.parse.quote(intent_id)}") as resp:
+            text = await resp.text()
+            if resp.status != 200:
+                raise LookupFailed(f"payment intent {intent_id}: {resp.status}")
+        return json.loads(text)
+
     async def charge(self, request: ChargeRequest, *, gate: Gate | None = None) -> ChargeResult:
         if not isinstance(request.amount, int) or isinstance(request.amount, bool):
             raise TypeError("amount must be an int in the currency's smallest unit")

@@ -20,7 +20,7 @@ log = logging.getLogger("billing.worker")
 
 def run_worker(settings: Settings, *, concurrency: int | None = None, renew: bool = True, charge: bool = True,
                relay: bool = True, webhooks: bool = True, retention: bool = True, clock: Clock | None = None,
-               limiter=None, sink=None, stop: asyncio.Event | None = None) -> int:
+               limiter=None, sink=None, stop: asyncio.Event | None = None, notifications: bool = True) -> int:
     """Run until SIGTERM/SIGINT (or `stop`); the process exit code (0 on a clean stop).
 
     From inside a running event loop, await `worker_main` with the same arguments instead.
@@ -30,13 +30,14 @@ def run_worker(settings: Settings, *, concurrency: int | None = None, renew: boo
     except RuntimeError:
         return asyncio.run(worker_main(settings, concurrency=concurrency, renew=renew, charge=charge,
                                        relay=relay, webhooks=webhooks, retention=retention, clock=clock,
-                                       limiter=limiter, sink=sink, stop=stop))
+                                       limiter=limiter, sink=sink, stop=stop, notifications=notifications))
     raise RuntimeError("run_worker() called from a running event loop: use `await worker_main(...)`")
 
 
 async def worker_main(settings: Settings, *, concurrency: int | None = None, renew: bool = True,
                       charge: bool = True, relay: bool = True, webhooks: bool = True, retention: bool = True,
-                      clock: Clock | None = None, limiter=None, sink=None, stop: asyncio.Event | None = None) -> int:
+                      clock: Clock | None = None, limiter=None, sink=None, stop: asyncio.Event | None = None,
+                      notifications: bool = True) -> int:
     """Build the worker (`billing.worker.process.build_worker`), run it until `stop` or a signal,
     close it; the exit code."""
     from billing.worker.process import build_worker
@@ -47,7 +48,8 @@ async def worker_main(settings: Settings, *, concurrency: int | None = None, ren
     _maybe_serve_metrics(settings)
 
     worker = await build_worker(settings, clock=clock, limiter=limiter, sink=sink, renew=renew, charge=charge,
-                                relay=relay, webhooks=webhooks, retention=retention, concurrency=concurrency)
+                                relay=relay, webhooks=webhooks, retention=retention, concurrency=concurrency,
+                                notifications=notifications)
     try:
         return await worker.run(stop)
     finally:

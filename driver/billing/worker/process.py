@@ -127,6 +127,7 @@ async def build_worker(
     relay: bool = True,
     webhooks: bool = False,
     retention: bool = False,
+    notifications: bool = False,
     concurrency: int | None = None,
     limiter_key: str | None = None,
     local_limiter: Literal["warn", "quiet", "refuse"] = "warn",
@@ -145,6 +146,8 @@ async def build_worker(
       `retention`: delete what is past `settings.retention_days` (`billing.worker.retention`).
       Both off unless asked for (`billing worker` asks): the demo's simulated months would
       otherwise age its own events out under it.
+    * `notifications`: send the emails owed to customers (`billing.worker.notifications`, a pool
+      of its own) when `settings.smtp_url` is set; without it they wait, PENDING, and a warning says so.
     * `limiter`: a ready limiter (the caller closes it); else chosen by `limiter_from_settings`
       with `limiter_key` (the Redis key prefix, default "billing:gateway") and `local_limiter`:
       without `settings.redis_url`, "warn" uses the in-process limiter with a warning that the
@@ -234,6 +237,15 @@ async def build_worker(
                 await run_webhooks(settings, stop, clock=clock)
 
             worker.parts["webhooks"] = webhooks_part
+        if notifications and settings.smtp_url:
+            from billing.worker.notifications import run_notifications
+
+            async def notifications_part(stop: asyncio.Event) -> None:
+                await run_notifications(settings, stop, clock=clock)
+
+            worker.parts["notifications"] = notifications_part
+        elif notifications:
+            log.warning("BILLING_SMTP_URL is not set: emails to customers wait, unsent (docs/customers.md)")
         if retention:
             from billing.worker.retention import run_retention
 

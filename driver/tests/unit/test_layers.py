@@ -18,7 +18,8 @@ PACKAGE = REPO_ROOT / "driver" / "billing"
 LAYERS: list[set[str]] = [
     # 0 base: settings, time, logs, metrics, the pure rules (signatures, input fields, job roles),
     # the SSRF guard: nothing of billing but their own component
-    {"billing", "config", "clock", "logs", "metrics", "signing", "fields", "roles", "checks", "sqlfile", "netguard"},
+    {"billing", "config", "clock", "logs", "metrics", "signing", "fields", "roles", "checks", "sqlfile", "netguard",
+     "notifications"},
     # 1 the one place of the driver's SQL calls
     {"db"},
     # 2 what goes through db alone: the Citus set-up, API keys
@@ -30,7 +31,7 @@ LAYERS: list[set[str]] = [
     # 5 the parts the jobs are made of
     {"providers", "limiter", "invoices", "events"},
     # 6 the jobs: the worker's loops, the operator console
-    {"worker", "console"},
+    {"worker", "console", "portal"},
     # 7 the HTTP API (it mounts the console)
     {"api"},
     # 8 entry points

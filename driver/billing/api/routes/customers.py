@@ -1,6 +1,10 @@
-"""/customers/{id}/payment-method: a customer's payment method (docs/providers.md)."""
+"""/customers/{id}/payment-method: a customer's payment method (docs/providers.md);
+/customers/{id}/portal-links: a single-use link to the customer portal (docs/customers.md)."""
 
 from __future__ import annotations
+
+import re
+from datetime import timedelta
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -10,6 +14,9 @@ from billing import db
 from billing.api.context import Api, actor, require_customer, utc
 from billing.api.errors import endpoint_of
 from billing.api.validation import ApiError, json_object, path_id, text_field
+from billing.notifications.links import login_url, new_token, token_hash
+
+_NEXT = re.compile(r"^/[A-Za-z0-9/_-]{0,199}$")
 
 
 def payment_method_json(row: dict) -> dict:
@@ -48,4 +55,20 @@ def routes(api: Api) -> list[BaseRoute]:
             "exp_month": small_int(doc, "expMonth"), "exp_year": small_int(doc, "expYear"), "now": clock.now()})
         return JSONResponse(payment_method_json(row))
 
-    return [Route("/customers/{id}/payment-method", put_payment_method, methods=["PUT"])]
+    @endpoint_of("/customers/{id}/portal-links")
+    async def post_portal_link(request: Request) -> Response:
+        customer_id = path_id(request, "customer")
+        doc = await json_object(request, allowed={"next"}, required=set(), optional_body=True)
+        next_path = doc.get("next") or "/"
+        if not isinstance(next_path, str) or not _NEXT.match(next_path) or "//" in next_path:
+            raise ApiError(422, "invalid_input", "next must be a path of the portal such as /invoices")
+        token = new_token(customer_id)
+        row = await database.mutate(actor(request), db.CREATE_PORTAL_LINK, {
+            "customer_id": customer_id, "hash": token_hash(token),
+            "ttl": timedelta(hours=api.settings.portal_link_hours), "now": clock.now()})
+        return JSONResponse({"object": "portal_link", "customerId": row["customer_id"],
+                             "url": login_url(api.settings.portal_url, token, next_path),
+                             "expiresAt": utc(row["expires_at"])}, status_code=201)
+
+    return [Route("/customers/{id}/payment-method", put_payment_method, methods=["PUT"]),
+            Route("/customers/{id}/portal-links", post_portal_link, methods=["POST"])]
