@@ -49,10 +49,17 @@ case "${1:-start}" in
     node=${2:?node1 or node2}
     pm=$(head -1 "$HA/$node/postmaster.pid" 2>/dev/null || true)
     [ -n "$pm" ] || { log "$node is not running"; exit 0; }
-    # The postmaster's children first (they would otherwise notice its death and exit cleanly).
+    # Freeze the postmaster so that it forks nothing more, then SIGKILL its children and itself at
+    # once (a backend forked after the list was taken would outlive it, holding the shared memory).
+    kill -STOP "$pm" 2>/dev/null || true
     kids=$(ps -o pid= --ppid "$pm" || true)
-    kill -KILL "$pm" $kids 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$pm" 2>/dev/null || break; sleep 0.05; done
+    kill -KILL $kids "$pm" 2>/dev/null || true
+    for _ in $(seq 200); do
+      alive=0
+      for p in $pm $kids; do kill -0 "$p" 2>/dev/null && alive=1; done
+      [ "$alive" = 0 ] && break
+      sleep 0.05
+    done
     exit 0 ;;
   promote)
     node=${2:?node1 or node2}

@@ -232,9 +232,14 @@ class HaServices(PrivateServices):
         (data / "standby.signal").unlink(missing_ok=True)
         as_pg = (lambda cmd: ["runuser", "-u", "postgres", "--", *cmd]) if os.geteuid() == 0 else (lambda cmd: cmd)
         pg_ctl = [str(PGBIN / "pg_ctl"), "-D", str(data)]
-        subprocess.run(as_pg([*pg_ctl, "-l", str(self.base / "pg-ha" / f"{node}.lost.log"), "-o",
-                              f"-p {self.pg_spare_port} -c synchronous_standby_names=''", "-w", "-t", "60", "start"]),
-                       check=True, capture_output=True, timeout=120)
+        start = as_pg([*pg_ctl, "-l", str(self.base / "pg-ha" / f"{node}.lost.log"), "-o",
+                       f"-p {self.pg_spare_port} -c synchronous_standby_names=''", "-w", "-t", "60", "start"])
+        for attempt in range(20):  # the killed backends may still be leaving the shared memory
+            if subprocess.run(start, capture_output=True, timeout=120).returncode == 0:
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"the lost primary's data directory did not start: see {node}.lost.log")
         try:
             with psycopg.connect(f"postgresql://postgres@127.0.0.1:{self.pg_spare_port}/{database}",
                                  autocommit=True) as conn:

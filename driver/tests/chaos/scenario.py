@@ -71,9 +71,9 @@ SIZES = {
                   redis_outages=4, kafka_restarts=3, serve_kills=3),
     # Issue 31: the primary is lost during a peak (several periods of every subscription due at once),
     # early in the fault phase, while charging runs at the gateway's limit; workers still SIGKILLed.
-    "failover": Size("failover", catchup_subscriptions=150, live_subscriptions=30, workers=3, fault_seconds=24,
+    "failover": Size("failover", catchup_subscriptions=100, live_subscriptions=20, workers=3, fault_seconds=18,
                      drain_seconds=90, gateway_rate=40, api_ops_per_second=4, kill_every=(2.0, 4.0),
-                     redis_outages=0, kafka_restarts=0, serve_kills=0, postgres_at=0.3),
+                     redis_outages=0, kafka_restarts=0, serve_kills=0, postgres_at=0.35),
 }
 
 
@@ -375,6 +375,7 @@ class ChaosResult:
     report: str
     figures: dict
     base: Path
+    checks: list = field(default_factory=list)
 
 
 def _drain_state(db_url: str) -> dict | None:
@@ -593,7 +594,7 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
         )
         ok = all(c.ok for c in checks)
         report_lines = _report(figures, checks, faults)
-        return ChaosResult(ok, "\n".join(report_lines), figures, base)
+        return ChaosResult(ok, "\n".join(report_lines), figures, base, checks)
     except BaseException:
         for p in procs:
             if p.logs:
@@ -653,11 +654,13 @@ def _report(figures: dict, checks, faults: FaultLog) -> list[str]:
             f"back on the new primary: first payment result {f['failover_first_result_after_s']} s, relay lock "
             f"{f['failover_relay_lock_after_s']} s, first event published {f['failover_first_publish_after_s']} s; "
             f"publish latency after (median) {f.get('failover_publish_latency_median_s')} s; WAL not streamed at the "
-            f"kill {f['failover_unstreamed_bytes']} bytes; lost: {f['failover_lost_results']} results "
+            f"kill {f['failover_unstreamed_bytes']} bytes, commits past the standby's WAL {f['failover_commits_not_on_standby']}; "
+            f"lost ({f['failover_lost_transactions']} transactions): {f['failover_lost_results']} results "
             f"{f['failover_lost_results_by_outcome']}, {f['failover_lost_attempts']} claims, "
             f"{f['failover_lost_events']} events ({f['failover_lost_events_already_on_kafka']} already on Kafka), "
             f"{f['failover_lost_subscriptions']} subscriptions; recovered from the gateway "
-            f"{f['failover_recovered_from_gateway']}"))
+            f"{f['failover_recovered_from_gateway']}, left unknown on invoices closed meanwhile "
+            f"{f['failover_lost_results_on_closed_invoices']}"))
     lines.append("  fault timeline: " + "; ".join(f"{t}s {what}" for t, what in faults.timeline[:400]))
     return lines
 
