@@ -73,6 +73,10 @@ unclean.leader.election.enable=false
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 replica.lag.time.max.ms=10000
+# A broker that stops heartbeating is fenced (and its partitions get new leaders) after 4 s rather
+# than the default 9 s; heartbeats every second.
+broker.session.timeout.ms=4000
+broker.heartbeat.interval.ms=1000
 log.retention.hours=24
 log.segment.bytes=104857600
 PROPS

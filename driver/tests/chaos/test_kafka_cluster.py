@@ -17,7 +17,7 @@ import os
 import random
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timezone
 
 import psycopg
 import pytest
@@ -32,6 +32,7 @@ from .harness import BILLING, FaultLog, PrivateServices, Proc, free_ports, port_
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 
 TOPIC = "billing.events"
+WARMUP = "warm-up"
 PLANS = {"DAILY_BASIC": 1000, "DAILY_PRO": 3000, "DAILY_MAX": 4500}
 RUN_SECONDS = 24.0
 
@@ -70,6 +71,31 @@ class KafkaCluster:
     def stop(self) -> None:
         self._run("stop")
 
+    def wait_in_sync(self, seconds: float = 90) -> float:
+        """Until every partition of the topic has its three replicas in sync; the seconds waited."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            try:
+                md = admin.list_topics(TOPIC, timeout=10)
+                parts = md.topics[TOPIC].partitions.values()
+                if parts and all(len(p.isrs) == 3 and p.leader >= 0 for p in parts):
+                    return round(time.monotonic() - t0, 1)
+            except Exception:  # noqa: BLE001 - the cluster is settling: ask again
+                pass
+            time.sleep(0.5)
+        raise RuntimeError("the topic's replicas did not all come in sync")
+
+    def warm_up(self) -> None:
+        """An idempotent acks=all produce that succeeds: producer ids are handed out, leaders known."""
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "acks": "all"})
+        producer.produce(WARMUP, b"warm-up")
+        assert producer.flush(120) == 0, "the warm-up message was not delivered"
+
     def leader(self, partition: int) -> int:
         from confluent_kafka.admin import AdminClient
 
@@ -90,11 +116,11 @@ class Traffic(threading.Thread):
     def run(self) -> None:
         try:
             with psycopg.connect(self.db_url, autocommit=True) as conn:
-                now = conn.execute("SELECT now()").fetchone()[0]
                 subs: list[int] = []
                 n = 0
                 while not self.stop_event.wait(0.05):
-                    now += timedelta(minutes=1)
+                    # The real clock: an event is claimable from its p_now on (available_at).
+                    now = datetime.now(timezone.utc)
                     for _ in range(3):
                         n += 1
                         subs.append(conn.execute("SELECT id FROM billing.create_subscription(%s, %s, %s, %s)",
@@ -151,8 +177,13 @@ def test_partition_leader_killed_mid_relay_loses_and_reorders_nothing(capsys):
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, num_partitions=3, replication_factor=3,
-                                      config={"min.insync.replicas": "2"})])[TOPIC].result(timeout=60)
+        for name, fs in admin.create_topics([NewTopic(t, num_partitions=3, replication_factor=3,
+                                                      config={"min.insync.replicas": "2"})
+                                             for t in (TOPIC, WARMUP)]).items():
+            fs.result(timeout=60)
+        kafka.warm_up()
+        kafka.wait_in_sync()
+        admin = None  # noqa: F841 - its connections close with it
         figures["setup_seconds"] = round(time.monotonic() - started, 1)
 
         logs = services.base / "logs"
@@ -175,29 +206,42 @@ def test_partition_leader_killed_mid_relay_loses_and_reorders_nothing(capsys):
             if delay > 0:
                 time.sleep(delay)
 
+        def published(conn) -> int:
+            return conn.execute("SELECT count(*) FROM billing.outbox_event WHERE status = 'PUBLISHED'").fetchone()[0]
+
         with psycopg.connect(db_url, autocommit=True) as conn:
-            for partition, (kill_at, back_at) in ((0, (0.2, 0.5)), (1, (0.6, None))):
-                at(kill_at)
-                node = kafka.leader(partition)
-                before = conn.execute("SELECT count(*) FROM billing.outbox_event WHERE status = 'PUBLISHED'"
-                                      ).fetchone()[0]
-                kafka.kill(node)
-                faults.add("kafka broker SIGKILL", f"node {node} (leader of partition {partition}), "
-                                                   f"{before} events published so far")
-                at(back_at if back_at is not None else 0.95)
-                after = conn.execute("SELECT count(*) FROM billing.outbox_event WHERE status = 'PUBLISHED'"
-                                     ).fetchone()[0]
-                down_published += after - before
-                faults.add("published with the broker down", str(after - before), injected=False)
-                if back_at is not None:
-                    kafka.start_node(node)
-                    faults.add("kafka broker started again", f"node {node}", injected=False)
-        at(1.0)
-        traffic.stop()
-        faults.add("traffic stopped", f"{traffic.calls} rounds", injected=False)
-        deadline = time.monotonic() + 60
-        while _pending(db_url) and time.monotonic() < deadline:
-            time.sleep(0.5)
+            # 1: the leader of partition 0 dies at 15%; it is started again at 45% (in the background:
+            # a JVM start takes seconds), while the traffic goes on.
+            at(0.15)
+            node = kafka.leader(0)
+            before = published(conn)
+            kafka.kill(node)
+            faults.add("kafka broker SIGKILL", f"node {node} (leader of partition 0), {before} events published so far")
+            at(0.45)
+            down_published += published(conn) - before
+            faults.add("published with the broker down", str(published(conn) - before), injected=False)
+            restart = threading.Thread(target=kafka.start_node, args=(node,), daemon=True)
+            restart.start()
+            faults.add("kafka broker starting again", f"node {node}", injected=False)
+            # 2: once every replica is in sync again, the leader of partition 1 dies; it stays down
+            # through the end of the traffic and the drain.
+            restart.join(timeout=120)
+            waited = kafka.wait_in_sync()
+            faults.add("all replicas in sync again", f"{waited} s after the node's port opened", injected=False)
+            at(0.6)
+            node = kafka.leader(1)
+            before = published(conn)
+            kafka.kill(node)
+            faults.add("kafka broker SIGKILL", f"node {node} (leader of partition 1), {before} events published so far")
+            at(1.0)
+            traffic.stop()
+            faults.add("traffic stopped", f"{traffic.calls} rounds", injected=False)
+            deadline = time.monotonic() + 60
+            while _pending(db_url) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            down_published += published(conn) - before
+            faults.add("drained with the broker down", f"{published(conn) - before} published since the kill",
+                       injected=False)
         figures["drain_seconds"] = round(time.monotonic() - t0 - RUN_SECONDS, 1)
         exits = {r.name: r.stop(timeout=30) for r in relays}
 
