@@ -52,7 +52,7 @@ case "${1:-start}" in
     # Freeze the postmaster so that it forks nothing more, then SIGKILL its children and itself at
     # once (a backend forked after the list was taken would outlive it, holding the shared memory).
     kill -STOP "$pm" 2>/dev/null || true
-    kids=$(ps -o pid= --ppid "$pm" || true)
+    kids=$(grep -l "^PPid:[[:space:]]*$pm\$" /proc/[0-9]*/status 2>/dev/null | cut -d/ -f3 || true)
     kill -KILL $kids "$pm" 2>/dev/null || true
     for _ in $(seq 200); do
       alive=0

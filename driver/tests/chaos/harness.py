@@ -156,9 +156,11 @@ class PrivateServices:
 
         kafka = threading.Thread(target=_kafka, daemon=True)
         kafka.start()
-        self.start_postgres()
-        self.start_redis()
-        kafka.join(timeout=240)
+        try:
+            self.start_postgres()
+            self.start_redis()
+        finally:  # a failure here must not leave Kafka starting behind the caller's teardown
+            kafka.join(timeout=240)
         if errors:
             raise errors[0]
 
