@@ -9,6 +9,8 @@ Used by `scenario.run_chaos(..., failover="sync"|"async")`. The fault runs in th
 * the primary's postmaster and every backend are SIGKILLed (the machine is lost);
 * after `detect` seconds (the HA manager noticing: Patroni's TTL, here short) the standby is
   promoted (`postgres-ha.sh promote`: pg_promote, then no synchronous standby to wait for);
+* `billing db after-failover` on it (every sequence moved past what the lost primary may have
+  issued), as the failover manager's callback would;
 * at once, on the new primary: which payment results, events and subscriptions it has (the
   snapshot: later writes by the workers come after it);
 * a watcher notes when the workers record their first payment result on the new primary, when the
@@ -31,6 +33,7 @@ from datetime import datetime
 
 import psycopg
 
+from billing.after_failover import advance_sequences
 from billing.checks import Check
 
 from .harness import FaultLog, HaServices, RELAY_LOCK_OBJID
@@ -134,6 +137,10 @@ def inject_failover(services: HaServices, faults: FaultLog, *, stall: float = 2.
     rec.promoted_after = round(time.time() - rec.t_kill, 2)
     faults.add("standby promoted", f"{rec.new_primary} after {rec.promoted_after} s")
     url = services.node_url(rec.new_primary, "billing")
+    # What the failover manager's callback runs next (Patroni's on_role_change): `billing db
+    # after-failover`, so that no id the lost primary may have issued is issued again.
+    moved = advance_sequences(url)
+    faults.add("billing db after-failover", f"{len(moved)} sequences advanced", injected=False)
     with psycopg.connect(url, autocommit=True) as conn:
         with conn.transaction():  # one snapshot of the four
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")

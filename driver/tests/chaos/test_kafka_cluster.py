@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(600)]
 TOPIC = "billing.events"
 WARMUP = "warm-up"
 PLANS = {"DAILY_BASIC": 1000, "DAILY_PRO": 3000, "DAILY_MAX": 4500}
-RUN_SECONDS = 24.0
+RUN_SECONDS = 20.0
 
 
 class KafkaCluster:
