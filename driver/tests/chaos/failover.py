@@ -177,24 +177,24 @@ def failover_checks(services: HaServices, rec: FailoverRecord, db_url: str, ledg
     unexplained = sorted(lost_xids - unsent) if unsent is not None else sorted(lost_xids)
     on_kafka = {str(m.value["id"]) for m in messages if isinstance(m.value, dict) and "id" in m.value}
     with psycopg.connect(db_url, autocommit=True) as conn:
-        rows = conn.execute("SELECT a.idempotency_key, a.outcome, a.last_claimed_at > %s, i.status "
+        rows = conn.execute("SELECT a.idempotency_key, a.outcome, i.status "
                             "FROM billing.payment_attempt a JOIN billing.invoice i "
-                            "ON i.customer_id = a.customer_id AND i.id = a.invoice_id", (rec.promoted_at,)).fetchall()
+                            "ON i.customer_id = a.customer_id AND i.id = a.invoice_id").fetchall()
     final = {r[0]: r[1] for r in rows}
-    reclaimed_after = {r[0] for r in rows if r[2]}
-    invoice_status = {r[0]: r[3] for r in rows}
+    invoice_status = {r[0]: r[2] for r in rows}
     by_key = {c["idempotencyKey"]: c for c in ledger.get("charges", [])}
     # A lost result whose attempt the standby had: the lease lapses, the invoice is claimed again and
     # the same key sent (or looked up); the gateway's answer is recorded. Must equal its ledger.
     kept_attempt = {k: v for k, v in lost_results.items() if k in rec.snapshot_attempts}
     wrong = [(k, v, final.get(k), by_key.get(k, {}).get("status"), invoice_status.get(k))
              for k, v in kept_attempt.items() if final.get(k) != LEDGER_OUTCOME.get(by_key.get(k, {}).get("status"))]
-    # Never claimed again: its invoice was closed (a cancel voided it) before the lease lapsed. Then
-    # only the gateway's webhook told the engine, and with an asynchronous standby that webhook was
-    # acknowledged by the lost primary: the charge is known to the gateway alone (printed, see
-    # docs/operations.md section 2). A result re-claimed and still wrong is a failure in any mode.
-    unrecovered = [w for w in wrong if w[0] in reclaimed_after or rec.mode == "sync"]
-    closed_unknown = [w for w in wrong if w not in unrecovered]
+    # Left without a result on an invoice that was closed (a cancel voided it) before a claim could
+    # resend the key (its lease had not lapsed, or the worker holding it was killed too): then only
+    # the gateway's webhook told the engine, and that webhook had been acknowledged by the lost
+    # primary. The charge is known to the gateway alone (printed, docs/operations.md section 2).
+    # Any other difference (a wrong outcome, an open or paid invoice without it) is a failure.
+    closed_unknown = [w for w in wrong if w[2] is None and w[4] in ("VOID", "FAILED")]
+    unrecovered = [w for w in wrong if w not in closed_unknown]
     # A lost claim (the attempt itself): the standby never knew the key was sent. Its invoice, if
     # the standby had it, claims the same key again (<namespace>-inv-<id>-try-<n>): the gateway
     # answers the stored result, so nothing is charged twice.
@@ -242,8 +242,8 @@ def failover_checks(services: HaServices, rec: FailoverRecord, db_url: str, ledg
     checks.append(Check(
         "each lost payment result whose attempt survived was recovered from the gateway (key look-up)",
         not unrecovered, f"{len(kept_attempt)} such results, {len(kept_attempt) - len(wrong)} recovered, "
-        f"{len(closed_unknown)} on invoices closed before their lease lapsed (never claimed again: unknown to the "
-        f"engine, their webhook lost with the primary); lost claims re-made under the same key: {len(lost_attempts)} "
+        f"{len(closed_unknown)} left unknown on invoices closed before the key was sent again (their webhook lost "
+        f"with the primary); lost claims re-made under the same key: {len(lost_attempts)} "
         f"(final outcomes {figures['failover_lost_attempts_final']})",
         _first(unrecovered) + _first(closed_unknown)))
     back = [rec.first_result_after, rec.first_publish_after, rec.relay_lock_after]
