@@ -7,8 +7,11 @@
 #
 #   postgres-ha.sh                 start both (made on first use; node1 primary, node2 its standby)
 #   postgres-ha.sh stop            stop both (fast)
-#   postgres-ha.sh promote NODE    promote NODE (node1|node2) as Patroni would: pg_promote, then drop
-#                                  synchronous_standby_names on it (no standby is left to wait for)
+#   postgres-ha.sh promote NODE [--hold]
+#                                  promote NODE (node1|node2) as Patroni would: pg_promote, then drop
+#                                  synchronous_standby_names on it (no standby is left to wait for);
+#                                  --hold: it comes up read-only (default_transaction_read_only) until
+#   postgres-ha.sh open NODE       lets the writers in (after `billing db after-failover`)
 #   postgres-ha.sh kill NODE       SIGKILL NODE's postmaster and every backend (the machine is lost)
 #   postgres-ha.sh primary         print the node that accepts writes (node1|node2|none)
 #
@@ -64,11 +67,29 @@ case "${1:-start}" in
   promote)
     node=${2:?node1 or node2}
     port=$(port_of "$node")
+    if [ "${3:-}" = "--hold" ]; then
+      # Promoted read-only: clients asking target_session_attrs=read-write keep away until `open`,
+      # so that `billing db after-failover` runs before the first write (docs/operations.md).
+      echo "default_transaction_read_only = on  # postgres-ha.sh promote --hold" >> "$HA/$node/postgresql.conf"
+      sql "$port" "SELECT pg_reload_conf()" >/dev/null
+      for _ in $(seq 100); do
+        [ "$(sql "$port" "SHOW default_transaction_read_only")" = "on" ] && break; sleep 0.05
+      done
+    fi
     # What Patroni does on failover: promote (waiting for the end of recovery), then, as the new
     # primary has no standby yet, no synchronous standby to wait for.
     sql "$port" "SELECT pg_promote(true, 60)" >/dev/null
     sql "$port" "ALTER SYSTEM SET synchronous_standby_names = ''" >/dev/null
     sql "$port" "SELECT pg_reload_conf()" >/dev/null
+    exit 0 ;;
+  open)
+    node=${2:?node1 or node2}
+    port=$(port_of "$node")
+    sed -i '/# postgres-ha.sh promote --hold$/d' "$HA/$node/postgresql.conf"
+    sql "$port" "SELECT pg_reload_conf()" >/dev/null
+    for _ in $(seq 100); do
+      [ "$(PGOPTIONS= sql "$port" "SHOW default_transaction_read_only")" = "off" ] && break; sleep 0.05
+    done
     exit 0 ;;
   primary)
     for node in node1 node2; do

@@ -133,14 +133,13 @@ def inject_failover(services: HaServices, faults: FaultLog, *, stall: float = 2.
     except psycopg.Error:
         pass
     time.sleep(detect)
-    services.promote_standby()
-    rec.promoted_after = round(time.time() - rec.t_kill, 2)
-    faults.add("standby promoted", f"{rec.new_primary} after {rec.promoted_after} s")
+    # Promoted read-only, `billing db after-failover` (every sequence past what the lost primary may
+    # have issued), then open to the writers: no id is issued twice, even by the workers that
+    # reconnect within milliseconds (a run where it ran 0.3 s after an open promotion saw 30
+    # invoices created meanwhile, their reused ids refused by the gateway).
+    services.promote_standby(hold=True)
     url = services.node_url(rec.new_primary, "billing")
-    # What the failover manager's callback runs next (Patroni's on_role_change): `billing db
-    # after-failover`, so that no id the lost primary may have issued is issued again.
-    moved = advance_sequences(url)
-    faults.add("billing db after-failover", f"{len(moved)} sequences advanced", injected=False)
+    moved = advance_sequences(url + "?options=-c%20default_transaction_read_only%3Doff")
     with psycopg.connect(url, autocommit=True) as conn:
         with conn.transaction():  # one snapshot of the four
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -149,6 +148,10 @@ def inject_failover(services: HaServices, faults: FaultLog, *, stall: float = 2.
             rec.snapshot_attempts = {r[0] for r in conn.execute(ATTEMPTS)}
             rec.snapshot_events = {r[0] for r in conn.execute(EVENTS)}
             rec.snapshot_subscriptions = {r[0] for r in conn.execute(SUBSCRIPTIONS)}
+    services.open_primary()
+    rec.promoted_after = round(time.time() - rec.t_kill, 2)
+    faults.add("standby promoted", f"{rec.new_primary} after {rec.promoted_after} s, read-only until "
+                                   f"billing db after-failover advanced {len(moved)} sequences")
     watch = _Watch(url, rec)
     watch.start()
     return rec, watch

@@ -220,10 +220,14 @@ class HaServices(PrivateServices):
         """SIGKILL the primary's postmaster and every backend: the machine is lost."""
         self._script("postgres-ha", "kill", self.primary)
 
-    def promote_standby(self) -> None:
-        """As Patroni would: promote the standby; it becomes the primary (the old one stays down)."""
-        self._script("postgres-ha", "promote", self.standby)
+    def promote_standby(self, hold: bool = False) -> None:
+        """As Patroni would: promote the standby; it becomes the primary (the old one stays down).
+        `hold`: read-only until `open_primary` (the writers keep away meanwhile)."""
+        self._script("postgres-ha", "promote", self.standby, *(["--hold"] if hold else []))
         self.primary, self.standby = self.standby, self.primary
+
+    def open_primary(self) -> None:
+        self._script("postgres-ha", "open", self.primary)
 
     def read_lost_primary(self, node: str, database: str, queries: list[str]) -> list[list[tuple]]:
         """Start the dead node's data directory alone on a spare port (it recovers what it had
