@@ -122,6 +122,21 @@ def serve(settings: Settings, database_url, host, port, internal_host, internal_
          internal_port=internal_port)
 
 
+@db.command("after-failover")
+@database_url_option
+@click.option("--margin", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+              help="How far past its value on the new primary each sequence moves.")
+@click.pass_obj
+def db_after_failover(settings: Settings, database_url: str | None, margin: int) -> None:
+    """After promoting a standby that may have lost writes (asynchronous): move every sequence of
+    schema billing past the ids the lost primary could have issued (docs/operations.md)."""
+    from billing.after_failover import advance_sequences
+
+    settings = settings.with_overrides(database_url=database_url)
+    moved = advance_sequences(settings.database_url, margin=margin)
+    click.echo(f"sequences advanced by {margin}: {len(moved)}")
+
+
 @db.command("login-role")
 @database_url_option
 @click.argument("login")

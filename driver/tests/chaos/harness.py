@@ -75,6 +75,10 @@ class PrivateServices:
         self.redis_url = f"redis://127.0.0.1:{self.redis_port}/0"
         self.kafka_bootstrap = f"127.0.0.1:{self.kafka_port}"
 
+    def database_url(self, name: str) -> str:
+        """The URL of database `name` on this run's PostgreSQL."""
+        return self.pg_url.rsplit("/", 1)[0] + "/" + name
+
     # -- the scripts ------------------------------------------------------------------------
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("BILLING_TEST_")}
@@ -152,9 +156,11 @@ class PrivateServices:
 
         kafka = threading.Thread(target=_kafka, daemon=True)
         kafka.start()
-        self.start_postgres()
-        self.start_redis()
-        kafka.join(timeout=240)
+        try:
+            self.start_postgres()
+            self.start_redis()
+        finally:  # a failure here must not leave Kafka starting behind the caller's teardown
+            kafka.join(timeout=240)
         if errors:
             raise errors[0]
 
@@ -167,6 +173,92 @@ class PrivateServices:
 
     def remove(self) -> None:
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+class HaServices(PrivateServices):
+    """PrivateServices whose PostgreSQL is a primary and a streaming standby (postgres-ha.sh,
+    `mode` sync or async), reached through one multi-host URL with target_session_attrs=read-write."""
+
+    def __init__(self, mode: str = "sync", base: Path | None = None) -> None:
+        super().__init__(base)
+        self.mode = mode
+        self.pg_standby_port, self.pg_spare_port = free_ports(2)
+        self.hosts = f"127.0.0.1:{self.pg_port},127.0.0.1:{self.pg_standby_port}"
+        self.pg_url = self.database_url("postgres")
+        self.primary, self.standby = "node1", "node2"
+        self.ports = {"node1": self.pg_port, "node2": self.pg_standby_port}
+
+    def database_url(self, name: str) -> str:
+        return f"postgresql://postgres@{self.hosts}/{name}?target_session_attrs=read-write"
+
+    def node_url(self, node: str, name: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.ports[node]}/{name}"
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        env.update(BILLING_PG_HA_PORT=str(self.pg_port), BILLING_PG_HA_STANDBY_PORT=str(self.pg_standby_port),
+                   BILLING_PG_HA_MODE=self.mode)
+        return env
+
+    def start_postgres(self) -> str:
+        url = self._script("postgres-ha")
+        assert url == self.pg_url, f"postgres-ha.sh served {url}, expected {self.pg_url}"
+        return url
+
+    def stall_replication(self) -> int:
+        """SIGSTOP the primary's walsender (a network stall): the primary runs on, the standby
+        receives nothing more. The pid stopped (it dies with the primary)."""
+        import psycopg
+
+        with psycopg.connect(self.node_url(self.primary), autocommit=True) as conn:
+            pid = conn.execute("SELECT pid FROM pg_stat_replication WHERE application_name = %s",
+                               (self.standby,)).fetchone()[0]
+        os.kill(pid, signal.SIGSTOP)
+        return pid
+
+    def kill_primary(self) -> None:
+        """SIGKILL the primary's postmaster and every backend: the machine is lost."""
+        self._script("postgres-ha", "kill", self.primary)
+
+    def promote_standby(self, hold: bool = False) -> None:
+        """As Patroni would: promote the standby; it becomes the primary (the old one stays down).
+        `hold`: read-only until `open_primary` (the writers keep away meanwhile)."""
+        self._script("postgres-ha", "promote", self.standby, *(["--hold"] if hold else []))
+        self.primary, self.standby = self.standby, self.primary
+
+    def open_primary(self) -> None:
+        self._script("postgres-ha", "open", self.primary)
+
+    def read_lost_primary(self, node: str, database: str, queries: list[str]) -> list[list[tuple]]:
+        """Start the dead node's data directory alone on a spare port (it recovers what it had
+        committed), run `queries`, stop it. Only after the run: it is outside the URL's hosts."""
+        import psycopg
+
+        data = self.base / "pg-ha" / node
+        (data / "standby.signal").unlink(missing_ok=True)
+        as_pg = (lambda cmd: ["runuser", "-u", "postgres", "--", *cmd]) if os.geteuid() == 0 else (lambda cmd: cmd)
+        pg_ctl = [str(PGBIN / "pg_ctl"), "-D", str(data)]
+        start = as_pg([*pg_ctl, "-l", str(self.base / "pg-ha" / f"{node}.lost.log"), "-o",
+                       f"-p {self.pg_spare_port} -c synchronous_standby_names=''", "-w", "-t", "60", "start"])
+        for attempt in range(20):  # the killed backends may still be leaving the shared memory
+            if subprocess.run(start, capture_output=True, timeout=120).returncode == 0:
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"the lost primary's data directory did not start: see {node}.lost.log")
+        try:
+            with psycopg.connect(f"postgresql://postgres@127.0.0.1:{self.pg_spare_port}/{database}",
+                                 autocommit=True) as conn:
+                return [conn.execute(q).fetchall() for q in queries]
+        finally:
+            subprocess.run(as_pg([*pg_ctl, "-m", "fast", "-w", "stop"]), capture_output=True, timeout=60)
+
+    def stop_all(self) -> None:
+        for name in ("kafka", "redis", "postgres-ha"):
+            try:
+                self._script(name, "stop", timeout=60)
+            except Exception:  # noqa: BLE001 - best effort at teardown
+                pass
 
 
 @dataclass

@@ -39,7 +39,7 @@ from billing.migrate import migrate
 from billing.checks import Check, read_topic
 
 from .checker import check_all
-from .harness import BILLING, FaultLog, PrivateServices, Proc, WorkerKiller, free_ports, wait_port
+from .harness import BILLING, FaultLog, HaServices, PrivateServices, Proc, WorkerKiller, free_ports, wait_port
 
 TOPIC = "billing.events"
 PLANS = {"DAILY_BASIC": 1000, "DAILY_PRO": 3000, "DAILY_MAX": 4500}
@@ -59,6 +59,7 @@ class Size:
     redis_outages: int
     kafka_restarts: int
     serve_kills: int
+    postgres_at: float = 0.6  # when PostgreSQL is restarted (or, with failover, its primary killed): share of the fault phase
 
 
 SIZES = {
@@ -68,6 +69,11 @@ SIZES = {
     "large": Size("large", catchup_subscriptions=900, live_subscriptions=400, workers=4, fault_seconds=240,
                   drain_seconds=420, gateway_rate=60, api_ops_per_second=8, kill_every=(1.0, 3.0),
                   redis_outages=4, kafka_restarts=3, serve_kills=3),
+    # Issue 31: the primary is lost during a peak (several periods of every subscription due at once),
+    # early in the fault phase, while charging runs at the gateway's limit; workers still SIGKILLed.
+    "failover": Size("failover", catchup_subscriptions=100, live_subscriptions=20, workers=3, fault_seconds=18,
+                     drain_seconds=90, gateway_rate=40, api_ops_per_second=4, kill_every=(2.0, 4.0),
+                     redis_outages=0, kafka_restarts=0, serve_kills=0, postgres_at=0.35),
 }
 
 
@@ -369,6 +375,7 @@ class ChaosResult:
     report: str
     figures: dict
     base: Path
+    checks: list = field(default_factory=list)
 
 
 def _drain_state(db_url: str) -> dict | None:
@@ -390,11 +397,16 @@ def _drain_state(db_url: str) -> dict | None:
         return None
 
 
-def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=print) -> ChaosResult:
+def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=print,
+              failover: str | None = None) -> ChaosResult:
+    """`failover` "sync" or "async": PostgreSQL is a primary and a streaming standby (of that
+    kind), every process connects through the multi-host URL, and instead of the restart in place
+    the primary is SIGKILLed and the standby promoted (chaos/failover.py)."""
     seed = seed if seed is not None else int(os.environ.get("BILLING_CHAOS_SEED", random.randrange(1_000_000)))
     rng = random.Random(seed)
     run_id = uuid.uuid4().hex[:8]
-    services = PrivateServices()
+    services = HaServices(failover) if failover else PrivateServices()
+    failover_record = failover_watch = None
     base = services.base
     logs = base / "logs"
     logs.mkdir()
@@ -410,7 +422,7 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
         log(f"[chaos] size={size.name} seed={seed} state={base}")
         services.start_all()
         _create_topic(services.kafka_bootstrap)
-        db_url = services.pg_url.rsplit("/", 1)[0] + "/billing"
+        db_url = services.database_url("billing")
         with psycopg.connect(services.pg_url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE billing"))
         migrate(db_url, REPO_ROOT / "db", simulation=True)
@@ -474,7 +486,7 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
             schedule.append((span * (k + 0.35) / size.kafka_restarts, "kafka"))
         for k in range(size.serve_kills):
             schedule.append((span * (k + 0.8) / size.serve_kills, "serve"))
-        schedule.append((span * 0.6, "postgres"))
+        schedule.append((span * size.postgres_at, "postgres"))
         schedule.sort()
         t_faults = time.monotonic()
         faults.t0 = t_faults
@@ -492,6 +504,10 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
                 faults.add("kafka restarted")
                 services.restart_kafka()
                 faults.add("kafka back", injected=False)
+            elif what == "postgres" and failover:
+                from .failover import inject_failover
+
+                failover_record, failover_watch = inject_failover(services, faults)
             elif what == "postgres":
                 faults.add("postgres restarted (fast)")
                 services.restart_postgres()
@@ -537,6 +553,15 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
         checks, check_figures = check_all(db_url, ledger, messages, created_keys=traffic.created,
                                           gateway_rate=size.gateway_rate)
         figures.update(check_figures)
+        if failover_record is not None:
+            from .failover import failover_checks, publish_latency
+
+            failover_watch.join(timeout=5)
+            more, more_figures = failover_checks(services, failover_record, db_url, ledger, messages)
+            checks += more
+            figures.update(more_figures)
+            figures["failover_publish_latency_median_s"] = publish_latency(
+                db_url, failover_record.promoted_at + timedelta(seconds=10))
         checks.insert(0, Check("system drained after the faults (no OPEN invoice, nothing due, outbox empty, "
                                "no refund pending)",
                                figures["drained"], f"last state {last}"))
@@ -569,7 +594,7 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
         )
         ok = all(c.ok for c in checks)
         report_lines = _report(figures, checks, faults)
-        return ChaosResult(ok, "\n".join(report_lines), figures, base)
+        return ChaosResult(ok, "\n".join(report_lines), figures, base, checks)
     except BaseException:
         for p in procs:
             if p.logs:
@@ -623,6 +648,19 @@ def _report(figures: dict, checks, faults: FaultLog) -> list[str]:
         if not c.ok and c.examples:
             lines.append(f"  first offenders of '{c.name}':")
             lines += [f"    {o!r}"[:400] for o in c.examples]
+    if "failover_mode" in f:
+        lines.insert(lines.index("  invariants:"), (
+            f"  failover ({f['failover_mode']} standby): promoted {f['failover_promoted_after_s']} s after the kill; "
+            f"back on the new primary: first payment result {f['failover_first_result_after_s']} s, relay lock "
+            f"{f['failover_relay_lock_after_s']} s, first event published {f['failover_first_publish_after_s']} s; "
+            f"publish latency after (median) {f.get('failover_publish_latency_median_s')} s; WAL not streamed at the "
+            f"kill {f['failover_unstreamed_bytes']} bytes, commits past the standby's WAL {f['failover_commits_not_on_standby']}; "
+            f"lost ({f['failover_lost_transactions']} transactions): {f['failover_lost_results']} results "
+            f"{f['failover_lost_results_by_outcome']}, {f['failover_lost_attempts']} claims, "
+            f"{f['failover_lost_events']} events ({f['failover_lost_events_already_on_kafka']} already on Kafka), "
+            f"{f['failover_lost_subscriptions']} subscriptions; recovered from the gateway "
+            f"{f['failover_recovered_from_gateway']}, left unknown on invoices closed meanwhile "
+            f"{f['failover_lost_results_on_closed_invoices']}"))
     lines.append("  fault timeline: " + "; ".join(f"{t}s {what}" for t, what in faults.timeline[:400]))
     return lines
 
