@@ -51,6 +51,11 @@ AS $$
         ('webhook_attempt',      'distributed', 'customer_id', 'primary key (customer_id, endpoint_id, outbox_id, attempt): its event''s customer'),
         ('audit_log',            'distributed', 'customer_id', 'primary key (customer_id, id): the customer its call named (0: none)'),
         ('gateway_webhook',      'distributed', 'customer_id', 'primary key (customer_id, event_id): its payment attempt''s customer (0: none)'),
+        ('meter',                'reference',   NULL,          'configuration: the usage meters'),
+        ('usage_event',          'distributed', 'customer_id', 'primary key (customer_id, event_time, source, event_id); partitioned by month'),
+        ('usage_dedup',          'distributed', 'customer_id', 'primary key (customer_id, source, event_id): the exactly-once key'),
+        ('usage_rollup',         'distributed', 'customer_id', 'primary key (customer_id, meter_code, bucket)'),
+        ('usage_unique',         'distributed', 'customer_id', 'primary key (customer_id, meter_code, bucket, value)'),
         ('schema_migration',     'coordinator', NULL,          'the migrations applied')
     ) AS t (table_name, placement, distribution_column, reason)
     WHERE pg_catalog.to_regclass('billing.' || t.table_name) IS NOT NULL
