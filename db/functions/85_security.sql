@@ -89,15 +89,16 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_scopes IS NULL OR cardinality(p_scopes) = 0 OR array_position(p_scopes, NULL) IS NOT NULL
-       OR NOT p_scopes <@ ARRAY['subscriptions:read', 'subscriptions:write', 'refunds:write', 'admin']::text[] THEN
+       OR NOT p_scopes <@ ARRAY['subscriptions:read', 'subscriptions:write', 'refunds:write', 'customer-sessions:write',
+                                'usage:write', 'admin']::text[] THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('unknown or missing scopes %s', coalesce(p_scopes::text, 'NULL')),
-            HINT = 'Use subscriptions:read, subscriptions:write, refunds:write and/or admin.';
+            HINT = 'Use subscriptions:read, subscriptions:write, refunds:write, customer-sessions:write, usage:write and/or admin.';
     END IF;
 END
 $$;
 COMMENT ON FUNCTION billing._check_scopes(text[]) IS
-'Private: at least one scope, each of subscriptions:read, subscriptions:write, refunds:write, admin.
+'Private: at least one scope, each of subscriptions:read, subscriptions:write, refunds:write, customer-sessions:write, usage:write, admin.
 Returns nothing; BL422 otherwise.';
 
 CREATE OR REPLACE FUNCTION billing.create_api_key(p_id text, p_name text, p_key_hash bytea, p_scopes text[])

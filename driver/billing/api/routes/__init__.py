@@ -11,8 +11,9 @@ billing.api.openapi, and its tests.
 """
 
 from billing.api.routes import (admin, coupons, customers, health, invoices, payment_webhooks, refunds,
-                                subscriptions, webhook_endpoints)
+                                subscriptions, usage, webhook_endpoints)
 
-ROUTERS = (subscriptions, coupons, payment_webhooks, customers, invoices, refunds, webhook_endpoints, admin, health)
+ROUTERS = (subscriptions, coupons, payment_webhooks, customers, invoices, refunds, webhook_endpoints, admin, health,
+           usage)
 
 __all__ = ["ROUTERS"]
