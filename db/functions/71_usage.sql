@@ -195,7 +195,7 @@ BEGIN
                    CASE WHEN p_meter.aggregation IN ('sum', 'max', 'latest') AND jsonb_typeof(e.data #> p_meter.property) = 'number'
                         THEN (e.data #>> p_meter.property)::numeric END AS num
               FROM billing.usage_event e
-             WHERE e.event_type = p_meter.event_type AND billing._usage_match(p_meter.filters, e.data)
+             WHERE e.event_type = p_meter.event_type AND (p_meter.filters = '{}'::jsonb OR billing._usage_match(p_meter.filters, e.data))
                AND (p_meter.aggregation = 'count' OR e.data #> p_meter.property IS NOT NULL)) v
      GROUP BY v.customer_id, v.bucket;
     IF p_meter.aggregation = 'unique_count' THEN
@@ -203,7 +203,7 @@ BEGIN
         SELECT DISTINCT e.customer_id, p_meter.code, date_trunc('hour', e.event_time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
                e.data #>> p_meter.property
           FROM billing.usage_event e
-         WHERE e.event_type = p_meter.event_type AND billing._usage_match(p_meter.filters, e.data)
+         WHERE e.event_type = p_meter.event_type AND (p_meter.filters = '{}'::jsonb OR billing._usage_match(p_meter.filters, e.data))
            AND e.data #>> p_meter.property IS NOT NULL;
     END IF;
 END
@@ -240,6 +240,7 @@ AS $$
 DECLARE
     v_now   timestamptz := billing._check_now(p_now);
     v_month timestamptz;
+    v_times timestamptz[];
 BEGIN
     IF p_events IS NULL OR jsonb_typeof(p_events) <> 'array' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'usage events: a JSON array of CloudEvents is expected';
@@ -254,10 +255,21 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('usage ingestion: grace 0..7 days, skew 0..1 day, retention >= 1 day; got %s, %s, %s', p_grace, p_skew, p_retention);
     END IF;
+    -- the events' times, parsed once: a strict RFC 3339 form cast directly; when one of them still
+    -- does not exist (30 February), each one alone, NULL for those that fail (invalid_time)
+    BEGIN
+        SELECT array_agg(CASE WHEN jsonb_typeof(a.e) = 'object'
+                               AND a.e ->> 'time' ~ '^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])[Tt ]([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$'
+                              THEN (a.e ->> 'time')::timestamptz END ORDER BY a.n)
+          INTO v_times FROM jsonb_array_elements(p_events) WITH ORDINALITY AS a (e, n);
+    EXCEPTION WHEN OTHERS THEN
+        SELECT array_agg(CASE WHEN jsonb_typeof(a.e) = 'object' THEN billing._usage_time(a.e ->> 'time') END ORDER BY a.n)
+          INTO v_times FROM jsonb_array_elements(p_events) WITH ORDINALITY AS a (e, n);
+    END;
     -- the partitions of the batch's months (a catalog probe each; made at most once a month)
     FOR v_month IN
         SELECT DISTINCT date_trunc('month', t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
-          FROM (SELECT billing._usage_time(e ->> 'time') AS t FROM jsonb_array_elements(p_events) e) x
+          FROM unnest(v_times) t
          WHERE t IS NOT NULL AND t <= v_now + p_skew AND t >= v_now - p_retention
     LOOP
         PERFORM billing._usage_partition(v_month);
@@ -274,7 +286,7 @@ BEGIN
                CASE WHEN jsonb_typeof(r.e) = 'object' THEN r.e ->> 'type' END AS event_type,
                CASE WHEN jsonb_typeof(r.e) = 'object' AND r.e ->> 'subject' ~ '^[0-9]{1,18}$'
                     THEN (r.e ->> 'subject')::bigint END AS subject_id,
-               CASE WHEN jsonb_typeof(r.e) = 'object' THEN billing._usage_time(r.e ->> 'time') END AS event_time,
+               v_times[r.ord] AS event_time,
                CASE WHEN jsonb_typeof(r.e) = 'object' THEN r.e -> 'data' END AS data
           FROM raw r
     ), customers AS (
@@ -297,12 +309,12 @@ BEGIN
                  WHEN p.event_time < c.open_from OR p.event_time < v_now - p_retention THEN 'too_old'
                  WHEN EXISTS (SELECT 1 FROM billing.meter m
                                WHERE m.event_type = p.event_type AND m.aggregation IN ('sum', 'max', 'latest')
-                                 AND billing._usage_match(m.filters, p.data)
+                                 AND (m.filters = '{}'::jsonb OR billing._usage_match(m.filters, p.data))
                                  AND jsonb_typeof(p.data #> m.property) IS DISTINCT FROM 'number')
                    THEN 'not_numeric'
                  WHEN EXISTS (SELECT 1 FROM billing.meter m
                                WHERE m.event_type = p.event_type AND m.aggregation = 'unique_count'
-                                 AND billing._usage_match(m.filters, p.data)
+                                 AND (m.filters = '{}'::jsonb OR billing._usage_match(m.filters, p.data))
                                  AND (p.data #>> m.property) IS NULL)
                    THEN 'missing_property'
                END AS why
@@ -328,7 +340,7 @@ BEGIN
                k.event_time,
                CASE WHEN m.aggregation IN ('sum', 'max', 'latest') THEN (k.data #>> m.property)::numeric END AS num,
                CASE WHEN m.aggregation = 'unique_count' THEN k.data #>> m.property END AS val
-          FROM kept k JOIN billing.meter m ON m.event_type = k.event_type AND billing._usage_match(m.filters, k.data)
+          FROM kept k JOIN billing.meter m ON m.event_type = k.event_type AND (m.filters = '{}'::jsonb OR billing._usage_match(m.filters, k.data))
     ), rolled AS (
         INSERT INTO billing.usage_rollup AS r (customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value)
         SELECT c.cust, c.code, c.bucket, count(*), coalesce(sum(c.num), 0), max(c.num), max(c.event_time),
@@ -388,7 +400,7 @@ BEGIN
                CASE WHEN m.aggregation IN ('sum', 'max', 'latest') THEN (e.data #>> m.property)::numeric END AS num,
                CASE WHEN m.aggregation = 'unique_count' THEN e.data #>> m.property END AS val
           FROM billing.usage_event e
-          JOIN billing.meter m ON m.event_type = e.event_type AND billing._usage_match(m.filters, e.data)
+          JOIN billing.meter m ON m.event_type = e.event_type AND (m.filters = '{}'::jsonb OR billing._usage_match(m.filters, e.data))
          WHERE e.customer_id = p_customer_id
            AND ((e.event_time >= p_from AND e.event_time < v_lo) OR (e.event_time >= v_hi AND e.event_time < p_to))
     ), parts AS (

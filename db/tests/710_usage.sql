@@ -2,7 +2,7 @@
 -- rollups against the raw events, the open period's grace, partitions and retention (issue 29).
 BEGIN;
 SET LOCAL ROLE billing_owner;
-SELECT plan(39);
+SELECT plan(40);
 
 SELECT billing.upsert_customer(7101);
 SELECT billing.upsert_customer(7102);
@@ -115,6 +115,13 @@ SELECT results_eq($$SELECT period_start, value FROM billing.current_usage(7102, 
   $$VALUES ('2026-04-01Z'::timestamptz, 1::numeric)$$, 'current usage is the open period''s');
 SELECT results_eq($$SELECT value FROM billing.usage_between(7102, '2026-03-01Z', '2026-04-01Z') WHERE meter_code = 't710_req'$$,
   $$VALUES (2::numeric)$$, 'the ended period kept the late event accepted within its grace');
+
+SELECT results_eq($$SELECT status, reason FROM billing.ingest_usage(jsonb_build_array(
+  '{"specversion":"1.0","id":"feb30","source":"gw","type":"t710.request","time":"2026-02-30T10:00:00Z","subject":"7102","data":{"user":"u"}}'::jsonb,
+  '{"specversion":"1.0","id":"ok30","source":"gw","type":"t710.request","time":"2026-04-01T00:20:00Z","subject":"7102","data":{"user":"u"}}'::jsonb),
+  '2026-04-01T01:00:00Z') ORDER BY ord$$,
+  $$VALUES ('rejected', 'invalid_time'), ('accepted', NULL::text)$$,
+  'a date that does not exist is rejected alone, the rest of its batch accepted');
 
 -- bad calls
 SELECT throws_ok($$SELECT * FROM billing.ingest_usage('{"a":1}', '2026-03-10Z')$$, 'BL422', NULL, 'not an array is BL422');

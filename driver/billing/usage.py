@@ -82,9 +82,12 @@ class UsageConsumer:
             if value:
                 common[key] = value
         common.update(kafka_config or {})
+        # A member that dies (SIGKILL) keeps its partitions until its session times out: 10 s, then
+        # the others take them over from the last committed offsets.
         self.consumer = Consumer({**common, "group.id": settings.usage_group, "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest", "enable.partition.eof": False,
-                                  "isolation.level": "read_committed"})
+                                  "isolation.level": "read_committed", "session.timeout.ms": 10000,
+                                  "heartbeat.interval.ms": 1000})
         self.dead = Producer({**common, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
         self.conn = psycopg.connect(settings.database_url, autocommit=False)
         self.stats = ConsumeStats()
@@ -151,10 +154,15 @@ class UsageConsumer:
         return len(msgs)
 
     def run(self, *, max_idle_seconds: float | None = None) -> ConsumeStats:
-        self.consumer.subscribe([self.settings.usage_topic])
+        """Until stopped; with max_idle_seconds, until that long without a message once partitions
+        were assigned (a group rebalancing after a member died takes its session timeout first)."""
+        assigned = []
+        self.consumer.subscribe([self.settings.usage_topic], on_assign=lambda _c, parts: assigned.append(len(parts)))
         idle_since = time.monotonic()
         while not self._stop:
             if self.step():
+                idle_since = time.monotonic()
+            elif not assigned:
                 idle_since = time.monotonic()
             elif max_idle_seconds is not None and time.monotonic() - idle_since >= max_idle_seconds:
                 break
