@@ -348,7 +348,8 @@ def usage_maintain(settings: Settings, database_url) -> None:
     import psycopg
 
     from billing.clock import SystemClock
-    from billing.usage import USAGE_PARTITIONS, windows
+    from billing.db import USAGE_PARTITIONS
+    from billing.usage import windows
 
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         for name, action in conn.execute(USAGE_PARTITIONS, {"now": SystemClock().now(),

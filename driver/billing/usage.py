@@ -22,19 +22,13 @@ from datetime import timedelta
 import psycopg
 from psycopg.types.json import Jsonb
 
+from billing import db
 from billing.clock import Clock
 from billing.config import Settings
 
 log = logging.getLogger("billing.usage")
 
 MAX_BATCH = 1000  # the SQL function's limit, and POST /usage-events'
-
-INGEST = ("SELECT ord, status, reason, customer_id FROM billing.ingest_usage(%(events)s, %(now)s, "
-          "%(grace)s, %(skew)s, %(retention)s)")
-CURRENT_USAGE = ("SELECT meter_code, aggregation, value, events, period_start, period_end "
-                 "FROM billing.current_usage(%(customer_id)s, %(now)s)")
-USAGE_PARTITIONS = "SELECT partition_name, action FROM billing.usage_partitions(%(now)s, %(retention)s)"
-
 
 def windows(settings: Settings) -> dict:
     return {"grace": timedelta(seconds=settings.usage_grace_seconds),
@@ -47,7 +41,7 @@ def ingest(conn: psycopg.Connection, events: list, now, settings: Settings) -> l
     ord its 1-based position."""
     if len(events) > MAX_BATCH:
         raise ValueError(f"at most {MAX_BATCH} events a batch, got {len(events)}")
-    rows = conn.execute(INGEST, {"events": Jsonb(events), "now": now, **windows(settings)}).fetchall()
+    rows = conn.execute(db.INGEST_USAGE, {"events": Jsonb(events), "now": now, **windows(settings)}).fetchall()
     return [(r[0], r[1], r[2]) for r in rows]
 
 

@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     # 3 the payment gateway's protocol (client, simulator)
     {"gateway"},
     # 4 the parts the jobs are made of
-    {"providers", "limiter", "invoices", "events"},
+    {"providers", "limiter", "invoices", "events", "usage"},
     # 5 the jobs: the worker's loops, the operator console
     {"worker", "console"},
     # 6 the HTTP API (it mounts the console)

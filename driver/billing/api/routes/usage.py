@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from billing import usage
+from billing import db, usage
 from billing.api.context import Api, utc
 from billing.api.errors import endpoint_of
 from billing.api.security import LARGE_BODIES
@@ -44,7 +44,7 @@ def routes(api: Api) -> list[BaseRoute]:
         pool = await database.pool()
         async with pool.connection() as conn:
             async with conn.transaction():
-                cur = await conn.execute(usage.INGEST, {"events": Jsonb(events), "now": api.now(),
+                cur = await conn.execute(db.INGEST_USAGE, {"events": Jsonb(events), "now": api.now(),
                                                         **usage.windows(api.settings)})
                 rows = await cur.fetchall()
         results, counts = [], {"accepted": 0, "duplicate": 0, "rejected": 0}
@@ -62,7 +62,7 @@ def routes(api: Api) -> list[BaseRoute]:
     async def get_customer_usage(request: Request) -> Response:
         customer_id = path_id(request, "customer")
         # doors (issue 27): a customer-scoped token may read only its own customer (require_customer)
-        rows = await database.all(usage.CURRENT_USAGE, {"customer_id": customer_id, "now": api.now()})
+        rows = await database.all(db.CURRENT_USAGE, {"customer_id": customer_id, "now": api.now()})
         start = rows[0]["period_start"] if rows else None
         end = rows[0]["period_end"] if rows else None
         return JSONResponse({"object": "customer_usage", "customerId": customer_id,
