@@ -241,6 +241,8 @@ DECLARE
     v_now   timestamptz := billing._check_now(p_now);
     v_month timestamptz;
     v_times timestamptz[];
+    v_ids   bigint[];
+    v_from  timestamptz[];
 BEGIN
     IF p_events IS NULL OR jsonb_typeof(p_events) <> 'array' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'usage events: a JSON array of CloudEvents is expected';
@@ -266,6 +268,13 @@ BEGIN
         SELECT array_agg(CASE WHEN jsonb_typeof(a.e) = 'object' THEN billing._usage_time(a.e ->> 'time') END ORDER BY a.n)
           INTO v_times FROM jsonb_array_elements(p_events) WITH ORDINALITY AS a (e, n);
     END;
+    -- the batch's customers that exist and the start of each one's open window, one customer at a
+    -- time (on Citus each is a query of its own shard group, not a nested distributed query)
+    SELECT coalesce(array_agg(c.id), '{}') INTO v_ids
+      FROM billing.customer c
+     WHERE c.id IN (SELECT (a.e ->> 'subject')::bigint FROM jsonb_array_elements(p_events) a (e)
+                     WHERE jsonb_typeof(a.e) = 'object' AND a.e ->> 'subject' ~ '^[0-9]{1,18}$');
+    v_from := ARRAY(SELECT billing._usage_open_from(i, v_now, p_grace) FROM unnest(v_ids) WITH ORDINALITY AS u (i, n) ORDER BY n);
     -- the partitions of the batch's months (a catalog probe each; made at most once a month)
     FOR v_month IN
         SELECT DISTINCT date_trunc('month', t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
@@ -290,9 +299,7 @@ BEGIN
                CASE WHEN jsonb_typeof(r.e) = 'object' THEN r.e -> 'data' END AS data
           FROM raw r
     ), customers AS (
-        SELECT c.id, billing._usage_open_from(c.id, v_now, p_grace) AS open_from
-          FROM billing.customer c
-         WHERE c.id IN (SELECT p.subject_id FROM parsed p WHERE p.subject_id IS NOT NULL)
+        SELECT o.id, o.open_from FROM unnest(v_ids, v_from) AS o (id, open_from)
     ), checked AS (
         SELECT p.*, c.id AS cust,
                CASE

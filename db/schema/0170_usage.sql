@@ -50,6 +50,10 @@ CREATE TABLE billing.usage_event (
     received_at timestamptz NOT NULL,
     CONSTRAINT usage_event_pkey PRIMARY KEY (customer_id, event_time, source, event_id)
 ) PARTITION BY RANGE (event_time);
+-- On Citus the migration runs as the migrating login and billing.migrate's ADOPT hands the tables to
+-- billing_owner, but it skips a table with an internal dependency, which Citus gives a distributed
+-- partitioned table: name the owner here (a no-op on one PostgreSQL, where billing_owner runs this).
+ALTER TABLE billing.usage_event OWNER TO billing_owner;
 COMMENT ON TABLE billing.usage_event IS 'A usage event (CloudEvents 1.0) accepted once; partitioned by month of event_time.';
 COMMENT ON COLUMN billing.usage_event.customer_id IS 'The customer its subject names.';
 COMMENT ON COLUMN billing.usage_event.event_time IS 'Its CloudEvents time (when the usage happened).';
