@@ -484,3 +484,161 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$ SELECT * FROM billing.meter ORDER BY code $$;
 COMMENT ON FUNCTION billing.list_meters() IS 'Every meter, by code.';
+
+-- Pricing (docs/usage.md, "Pricing"): a plan's charge for a meter.
+CREATE OR REPLACE FUNCTION billing.upsert_plan_charge(
+    p_plan_code text, p_meter_code text, p_model text, p_unit_amount numeric DEFAULT NULL,
+    p_package_size bigint DEFAULT NULL, p_tiers jsonb DEFAULT '[]'::jsonb, p_included_units numeric DEFAULT 0,
+    p_minimum_amount bigint DEFAULT NULL, p_maximum_amount bigint DEFAULT NULL, p_now timestamptz DEFAULT now())
+RETURNS billing.plan_charge
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now     timestamptz := billing._check_now(p_now);
+    v_plan_id bigint;
+    v_tiers   jsonb := coalesce(p_tiers, '[]'::jsonb);
+    v_row     billing.plan_charge;
+    v_prev    numeric := 0;
+    v_tier    jsonb;
+    v_i       integer := 0;
+    v_n       integer;
+BEGIN
+    PERFORM billing._audit('upsert_plan_charge', jsonb_build_object('plan', p_plan_code, 'meter', p_meter_code,
+        'model', p_model, 'unit_amount', p_unit_amount, 'package_size', p_package_size, 'tiers', p_tiers,
+        'included_units', p_included_units, 'minimum', p_minimum_amount, 'maximum', p_maximum_amount));
+    SELECT id INTO v_plan_id FROM billing.plan WHERE code = p_plan_code;
+    IF v_plan_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('plan %s not found', p_plan_code);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM billing.meter WHERE code = p_meter_code) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('meter %s not found', p_meter_code);
+    END IF;
+    PERFORM billing._check_one_of(format('charge %s/%s: model', p_plan_code, p_meter_code), p_model,
+                                  ARRAY['per_unit', 'graduated', 'volume', 'package'],
+                                  'Use per_unit, graduated, volume or package.');
+    IF p_model IN ('per_unit', 'package') AND (p_unit_amount IS NULL OR p_unit_amount < 0 OR v_tiers <> '[]'::jsonb) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('charge %s/%s: %s needs a unit amount >= 0 and no tiers', p_plan_code, p_meter_code, p_model);
+    END IF;
+    IF (p_model = 'package') <> (p_package_size IS NOT NULL) OR p_package_size <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('charge %s/%s: a package size > 0 for package, and only for it', p_plan_code, p_meter_code);
+    END IF;
+    IF p_model IN ('graduated', 'volume') THEN
+        IF p_unit_amount IS NOT NULL OR jsonb_typeof(v_tiers) <> 'array' OR jsonb_array_length(v_tiers) = 0 THEN
+            RAISE EXCEPTION USING ERRCODE = 'BL422',
+                MESSAGE = format('charge %s/%s: %s needs tiers and no unit amount', p_plan_code, p_meter_code, p_model);
+        END IF;
+        v_n := jsonb_array_length(v_tiers);
+        FOR v_tier IN SELECT value FROM jsonb_array_elements(v_tiers) LOOP
+            v_i := v_i + 1;
+            IF jsonb_typeof(v_tier) <> 'object' OR (v_tier - 'upTo' - 'unitAmount' - 'flatAmount') <> '{}'::jsonb
+               OR jsonb_typeof(v_tier -> 'unitAmount') IS DISTINCT FROM 'number' OR (v_tier ->> 'unitAmount')::numeric < 0
+               OR (v_tier ? 'flatAmount' AND (jsonb_typeof(v_tier -> 'flatAmount') IS DISTINCT FROM 'number'
+                                              OR (v_tier ->> 'flatAmount')::numeric < 0
+                                              OR (v_tier ->> 'flatAmount')::numeric <> trunc((v_tier ->> 'flatAmount')::numeric)))
+               OR (v_i < v_n AND (jsonb_typeof(v_tier -> 'upTo') IS DISTINCT FROM 'number' OR (v_tier ->> 'upTo')::numeric <= v_prev))
+               OR (v_i = v_n AND coalesce(jsonb_typeof(v_tier -> 'upTo'), 'null') <> 'null') THEN
+                RAISE EXCEPTION USING ERRCODE = 'BL422',
+                    MESSAGE = format('charge %s/%s: tier %s must be {"upTo": n, "unitAmount": x, "flatAmount": n}, upTo ascending, the last upTo null',
+                                     p_plan_code, p_meter_code, v_i);
+            END IF;
+            IF v_i < v_n THEN v_prev := (v_tier ->> 'upTo')::numeric; END IF;
+        END LOOP;
+    END IF;
+    IF coalesce(p_included_units, 0) < 0 OR p_minimum_amount < 0 OR p_maximum_amount < coalesce(p_minimum_amount, 0) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('charge %s/%s: included units >= 0, 0 <= minimum <= maximum', p_plan_code, p_meter_code);
+    END IF;
+    INSERT INTO billing.plan_charge AS c (plan_id, meter_code, model, unit_amount, package_size, tiers, included_units,
+                                          minimum_amount, maximum_amount, created_at, updated_at)
+    VALUES (v_plan_id, p_meter_code, p_model, p_unit_amount, p_package_size, v_tiers, coalesce(p_included_units, 0),
+            p_minimum_amount, p_maximum_amount, v_now, v_now)
+    ON CONFLICT ON CONSTRAINT plan_charge_pkey DO UPDATE
+       SET model = EXCLUDED.model, unit_amount = EXCLUDED.unit_amount, package_size = EXCLUDED.package_size,
+           tiers = EXCLUDED.tiers, included_units = EXCLUDED.included_units, minimum_amount = EXCLUDED.minimum_amount,
+           maximum_amount = EXCLUDED.maximum_amount, updated_at = EXCLUDED.updated_at
+    RETURNING * INTO v_row;
+    RETURN v_row;
+END
+$$;
+COMMENT ON FUNCTION billing.upsert_plan_charge(text, text, text, numeric, bigint, jsonb, numeric, bigint, bigint, timestamptz) IS
+'Creates or changes a plan''s usage charge for a meter: per_unit (p_unit_amount per unit), graduated / volume (p_tiers), package
+(p_unit_amount per started p_package_size units); p_included_units free, then at least p_minimum_amount and at most p_maximum_amount
+per period. BL404 unknown plan or meter; BL422 a bad definition.';
+
+-- The amount (minor units) a charge bills for a period's quantity: the included units off first,
+-- the model's amount rounded up to a whole minor unit once, then the minimum and the maximum.
+CREATE OR REPLACE FUNCTION billing._usage_amount(p_charge billing.plan_charge, p_quantity numeric)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_q      numeric := greatest(coalesce(p_quantity, 0) - p_charge.included_units, 0);
+    v_amount numeric := 0;
+    v_prev   numeric := 0;
+    v_tier   jsonb;
+    v_upto   numeric;
+    v_slice  numeric;
+BEGIN
+    IF p_charge.model = 'per_unit' THEN
+        v_amount := v_q * p_charge.unit_amount;
+    ELSIF p_charge.model = 'package' THEN
+        v_amount := ceil(v_q / p_charge.package_size) * p_charge.unit_amount;
+    ELSIF v_q > 0 AND p_charge.model = 'graduated' THEN
+        FOR v_tier IN SELECT value FROM jsonb_array_elements(p_charge.tiers) LOOP
+            v_upto := (v_tier ->> 'upTo')::numeric;
+            v_slice := least(v_q, coalesce(v_upto, v_q)) - v_prev;
+            EXIT WHEN v_slice <= 0;
+            v_amount := v_amount + v_slice * (v_tier ->> 'unitAmount')::numeric + coalesce((v_tier ->> 'flatAmount')::numeric, 0);
+            v_prev := coalesce(v_upto, v_q);
+        END LOOP;
+    ELSIF v_q > 0 AND p_charge.model = 'volume' THEN
+        SELECT v_q * (t.value ->> 'unitAmount')::numeric + coalesce((t.value ->> 'flatAmount')::numeric, 0)
+          INTO v_amount
+          FROM jsonb_array_elements(p_charge.tiers) WITH ORDINALITY AS t (value, n)
+         WHERE t.value ->> 'upTo' IS NULL OR v_q <= (t.value ->> 'upTo')::numeric
+         ORDER BY t.n LIMIT 1;
+    END IF;
+    v_amount := ceil(v_amount);
+    IF p_charge.minimum_amount IS NOT NULL THEN v_amount := greatest(v_amount, p_charge.minimum_amount); END IF;
+    IF p_charge.maximum_amount IS NOT NULL THEN v_amount := least(v_amount, p_charge.maximum_amount); END IF;
+    RETURN v_amount::bigint;
+END
+$$;
+COMMENT ON FUNCTION billing._usage_amount(billing.plan_charge, numeric) IS
+'Private: the amount in minor units a plan charge bills for a period''s quantity (included units off, the model, rounded up once, minimum, maximum).';
+
+-- Comments of two lines each (001_schema checks it), the short ones above made whole here.
+COMMENT ON FUNCTION billing.ingest_usage(jsonb, timestamptz, interval, interval, interval) IS
+'Ingests a batch (JSON array, at most 1000; BL413 above) of CloudEvents 1.0 usage events (subject = the customer id) in one statement; the exactly-once key (customer, source, id), the event and the rollups in the same transaction.
+Returns per event its 1-based ord, status accepted|duplicate|rejected, reason (invalid_event, invalid_time, unknown_customer, in_future, too_old, not_numeric, missing_property) and customer.';
+COMMENT ON FUNCTION billing.current_usage(bigint, timestamptz) IS
+'A customer''s usage per meter in its open period (its live subscription''s current period; the UTC month without one), from the rollups.
+Returns meter_code, aggregation, value, events, period_start, period_end; BL404 for an unknown customer.';
+COMMENT ON FUNCTION billing.list_meters() IS
+'Every meter (billing.meter), by code.
+Returns the meter rows.';
+COMMENT ON FUNCTION billing.upsert_plan_charge(text, text, text, numeric, bigint, jsonb, numeric, bigint, bigint, timestamptz) IS
+'Creates or changes a plan''s usage charge for a meter: per_unit, graduated or volume (p_tiers [{upTo, unitAmount, flatAmount}]), package (p_unit_amount per started p_package_size units), with included units, minimum, maximum.
+Returns the charge; BL404 for an unknown plan or meter, BL422 for a bad definition.';
+COMMENT ON FUNCTION billing._usage_amount(billing.plan_charge, numeric) IS
+'Private: the amount in minor units a plan charge bills for a period''s quantity (included units off, the model, rounded up once, minimum, maximum).
+Returns a bigint >= 0.';
+COMMENT ON FUNCTION billing._usage_match(jsonb, jsonb) IS
+'Private: whether an event''s data matches a meter''s filters (top-level keys; a value: equals, a list: in; compared as JSON).
+Returns a boolean (true for no filters).';
+COMMENT ON FUNCTION billing._usage_open_from(bigint, timestamptz, interval) IS
+'Private: the earliest event time a customer''s usage may still have: its open period''s start, or the previous period''s while the grace runs (the UTC month without a live subscription).
+Returns a timestamptz.';
+COMMENT ON FUNCTION billing._usage_partition(timestamptz) IS
+'Private: makes the monthly partition of usage_event holding p_at if it is missing (under an advisory lock).
+Returns its name.';
+COMMENT ON FUNCTION billing._usage_rebuild(billing.meter) IS
+'Private: re-aggregates one meter''s rollups and distinct values from the stored events (a new or redefined meter).
+Returns nothing.';
+COMMENT ON FUNCTION billing._usage_time(text) IS
+'Private: a CloudEvents time (RFC 3339 with a zone) as a timestamptz.
+Returns NULL when it is not one or the date does not exist.';

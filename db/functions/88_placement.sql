@@ -52,6 +52,7 @@ AS $$
         ('audit_log',            'distributed', 'customer_id', 'primary key (customer_id, id): the customer its call named (0: none)'),
         ('gateway_webhook',      'distributed', 'customer_id', 'primary key (customer_id, event_id): its payment attempt''s customer (0: none)'),
         ('meter',                'reference',   NULL,          'configuration: the usage meters'),
+        ('plan_charge',          'reference',   NULL,          'configuration: a plan''s usage charges'),
         ('usage_event',          'distributed', 'customer_id', 'primary key (customer_id, event_time, source, event_id); partitioned by month'),
         ('usage_dedup',          'distributed', 'customer_id', 'primary key (customer_id, source, event_id): the exactly-once key'),
         ('usage_rollup',         'distributed', 'customer_id', 'primary key (customer_id, meter_code, bucket)'),

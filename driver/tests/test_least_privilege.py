@@ -52,6 +52,7 @@ API = {
     "mark_outbox_failed_in_shard",
     # usage-based billing (db/functions/71_usage.sql, docs/usage.md)
     "upsert_meter", "list_meters", "ingest_usage", "current_usage", "usage_between", "usage_partitions",
+    "upsert_plan_charge",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -448,6 +449,9 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     between = one("usage_between", "%s, %s, %s", (user, T0, T0 + timedelta(hours=1)), setof=True)
     out["usage_between"] = [r[2] for r in between if r[0] == meter]
     out["usage_meters"] = meter in [m[0] for m in one("list_meters", "", setof=True)]
+    charge = one("upsert_plan_charge", "%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s",
+                 (basic, meter, "per_unit", 2, None, "[]", 10, None, None, T0))
+    out["usage_charge"] = charge[2]
     out["usage_partitions"] = len(one("usage_partitions", "%s, %s", (T0, timedelta(days=100)), setof=True)) >= 3
     out["called"] = called
     return out
@@ -480,7 +484,7 @@ EXPECTED = {
     "shard_holder": [(0, "lp-worker")], "shard_renewed": True, "shard_keyed": True, "shard_refunds": True,
     "relay_groups": [0], "relay_events": True, "relay_marked": 1,
     "usage_ingested": ["accepted"], "usage_again": ["duplicate"], "usage_current": [("count", 1)],
-    "usage_between": [1], "usage_meters": True, "usage_partitions": True,
+    "usage_between": [1], "usage_meters": True, "usage_partitions": True, "usage_charge": "per_unit",
 }
 
 

@@ -51,7 +51,7 @@ POLICY = {
                          "report_churn", "report_revenue",
                          "figures_by_hour", "figures_counts", "figures_revenue"},
     "billing_admin": {"upsert_plan", "upsert_customer", "upsert_coupon",
-                      "upsert_meter", "list_meters", "usage_partitions", "current_usage", "usage_between",
+                      "upsert_meter", "list_meters", "usage_partitions", "current_usage", "usage_between", "upsert_plan_charge",
                       "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                       "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
                       "plan_code", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",
