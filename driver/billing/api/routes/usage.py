@@ -61,7 +61,8 @@ def routes(api: Api) -> list[BaseRoute]:
     @endpoint_of("/customers/{id}/usage")
     async def get_customer_usage(request: Request) -> Response:
         customer_id = path_id(request, "customer")
-        # doors (issue 27): a customer-scoped token may read only its own customer (require_customer)
+        # AT MERGE WITH doors (issue 27): a customer token (cs_...) has subscriptions:read, so add here
+        # `require_customer(request, customer_id)` (billing.api.context): 404 for another customer's usage.
         rows = await database.all(db.CURRENT_USAGE, {"customer_id": customer_id, "now": api.now()})
         start = rows[0]["period_start"] if rows else None
         end = rows[0]["period_end"] if rows else None
