@@ -195,9 +195,9 @@ def test_kafka_door_exactly_once_across_a_sigkill(db_url, kafka_bootstrap, tmp_p
 
 @pytest.fixture
 def loaded(db_url):
-    """300 customers on a monthly plan (periods from 07:20:13 on the 10th), 3 meters, a month of
-    hourly rollups each (650,000 rows) and raw events every 20 minutes for two days."""
-    customers = 300
+    """200 customers on a monthly plan (periods from 07:20:13 on the 10th), 3 meters, a month of
+    hourly rollups each (437,400 rows) and raw events every 20 minutes for two days."""
+    customers = 200
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("SELECT billing.upsert_customer(c) FROM generate_series(1, %s) c", (customers,))
         setup_meters(conn, T0)
