@@ -55,6 +55,12 @@ AS $$
         ('customer_session',     'distributed', 'customer_id', 'primary key (customer_id, token_hash): the one customer a front-end token may act on'),
         ('notification',         'distributed', 'customer_id', 'primary key (customer_id, id); its key unique per customer'),
         ('portal_link',          'distributed', 'customer_id', 'primary key (customer_id, token_hash)'),
+        ('meter',                'reference',   NULL,          'configuration: the usage meters'),
+        ('plan_charge',          'reference',   NULL,          'configuration: a plan''s usage charges'),
+        ('usage_event',          'distributed', 'customer_id', 'primary key (customer_id, event_time, source, event_id); partitioned by month'),
+        ('usage_dedup',          'distributed', 'customer_id', 'primary key (customer_id, source, event_id): the exactly-once key'),
+        ('usage_rollup',         'distributed', 'customer_id', 'primary key (customer_id, meter_code, bucket)'),
+        ('usage_unique',         'distributed', 'customer_id', 'primary key (customer_id, meter_code, bucket, value)'),
         ('schema_migration',     'coordinator', NULL,          'the migrations applied')
     ) AS t (table_name, placement, distribution_column, reason)
     WHERE pg_catalog.to_regclass('billing.' || t.table_name) IS NOT NULL

@@ -344,6 +344,51 @@ def events_retry_dead(settings: Settings, database_url, types) -> None:
     click.echo(f"requeued {retry_dead(settings.database_url, types=list(types) or None)} DEAD events")
 
 
+@main.group()
+def usage() -> None:
+    """Usage-based billing: the Kafka consumer of usage events, partition upkeep (docs/usage.md)."""
+
+
+@usage.command("consume")
+@database_url_option
+@click.option("--batch", default=1000, show_default=True, type=click.IntRange(1, 1000),
+              help="Messages ingested per database transaction.")
+@click.option("--exit-when-idle", default=None, type=float, metavar="SECONDS",
+              help="Stop after this long without a message (default: run until SIGTERM).")
+@click.pass_obj
+def usage_consume(settings: Settings, database_url, batch, exit_when_idle) -> None:
+    """A member of the consumer group on $BILLING_USAGE_TOPIC: each batch ingested in one transaction,
+    offsets committed after it, rejected events to $BILLING_USAGE_DEAD_LETTER_TOPIC with the reason."""
+    settings = settings.with_overrides(database_url=database_url)
+    from billing.clock import SystemClock
+    from billing.usage import consume
+
+    try:
+        stats = consume(settings, SystemClock(), batch=batch, max_idle_seconds=exit_when_idle)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"usage: {stats.accepted} accepted, {stats.duplicate} duplicate, {stats.rejected} rejected "
+               f"({stats.dead_lettered} dead-lettered) in {stats.batches} batches")
+
+
+@usage.command("maintain")
+@database_url_option
+@click.pass_obj
+def usage_maintain(settings: Settings, database_url) -> None:
+    """Make the coming months' partitions of usage_event; drop those past $BILLING_USAGE_RETENTION days."""
+    settings = settings.with_overrides(database_url=database_url)
+    import psycopg
+
+    from billing.clock import SystemClock
+    from billing.db import USAGE_PARTITIONS
+    from billing.usage import windows
+
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        for name, action in conn.execute(USAGE_PARTITIONS, {"now": SystemClock().now(),
+                                                            "retention": windows(settings)["retention"]}):
+            click.echo(f"{name}: {action}")
+
+
 @main.command()
 @database_url_option
 @click.pass_obj

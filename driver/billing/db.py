@@ -326,3 +326,10 @@ INVOICE_ACTION = ("SELECT invoice_id, idempotency_key, payment_reference, provid
                   "action_required_until FROM billing.invoice_action(%(customer)s, %(invoice)s, %(now)s)")
 APPLY_PORTAL_PAYMENT = ("SELECT billing.apply_gateway_webhook(%(event)s, %(key)s, 'SUCCEEDED', %(reference)s, "
                         "%(detail)s::jsonb, %(now)s) AS outcome")
+
+# Usage-based billing (db/functions/71_usage.sql, docs/usage.md).
+INGEST_USAGE = ("SELECT ord, status, reason, customer_id FROM billing.ingest_usage(%(events)s, %(now)s, "
+                "%(grace)s, %(skew)s, %(retention)s)")
+CURRENT_USAGE = ("SELECT meter_code, aggregation, value, events, period_start, period_end "
+                 "FROM billing.current_usage(%(customer_id)s, %(now)s)")
+USAGE_PARTITIONS = "SELECT partition_name, action FROM billing.usage_partitions(%(now)s, %(retention)s)"

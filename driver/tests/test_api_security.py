@@ -62,6 +62,9 @@ ROUTES = [
     ("POST", "/invoices/1/void", {"reason": "goodwill"}),
     ("GET", "/invoices/1", None),
     ("POST", "/customer-sessions", {"customerId": 1}),
+    ("POST", "/usage-events", [{"specversion": "1.0", "id": "e1", "source": "s", "type": "t",
+                                "time": "2026-10-01T11:00:00Z", "subject": "1", "data": {}}]),
+    ("GET", "/customers/1/usage", None),
 ]
 PUBLIC_ROUTES = {("GET", "/healthz"), ("POST", "/webhooks/payments"), ("POST", "/webhooks/stripe")}
 
@@ -136,7 +139,7 @@ def test_every_route_refuses_a_missing_unknown_or_malformed_key(db_url):
 def test_every_route_refuses_a_key_without_its_scope_and_accepts_one_with_it(db_url):
     sub_id = seed(db_url)
     keys = {scope: create_key(db_url, scope, [scope]).key
-            for scope in ("subscriptions:read", "subscriptions:write", "refunds:write")}
+            for scope in ("subscriptions:read", "subscriptions:write", "refunds:write", "usage:write")}
     admin = create_key(db_url, "admin", ["admin"]).key
     needs = {"GET /subscriptions/1": "subscriptions:read", "POST /subscriptions": "subscriptions:write",
              "POST /subscriptions/1/cancel": "subscriptions:write",
@@ -152,7 +155,8 @@ def test_every_route_refuses_a_key_without_its_scope_and_accepts_one_with_it(db_
              "POST /customers/1/portal-links": "subscriptions:write",
              "GET /invoices/1/refunds": "subscriptions:read", "POST /invoices/1/retry": "admin",
              "POST /invoices/1/void": "admin", "GET /invoices/1": "subscriptions:read",
-             "POST /customer-sessions": "customer-sessions:write"}
+             "POST /customer-sessions": "customer-sessions:write",
+             "POST /usage-events": "usage:write", "GET /customers/1/usage": "subscriptions:read"}
 
     async def body():
         async with client_for(db_url) as client:

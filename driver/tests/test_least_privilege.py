@@ -50,6 +50,9 @@ API = {
     # the relay per shard group on Citus (db/functions/65_outbox_relay.sql)
     "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
     "mark_outbox_failed_in_shard",
+    # usage-based billing (db/functions/71_usage.sql, docs/usage.md)
+    "upsert_meter", "list_meters", "ingest_usage", "current_usage", "usage_between", "usage_partitions",
+    "upsert_plan_charge",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -479,6 +482,25 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
         out["invoice_action"] = "unexpected"
     except psycopg.Error as exc:
         out["invoice_action"] = exc.sqlstate  # paid: nothing waits for authentication
+    # Usage (db/functions/71_usage.sql): a meter, a batch sent twice in one call, the reads, the upkeep.
+    meter, user = f"lp_req_{tag}", customer + 50_000
+    one("upsert_customer", "%s, %s", (user, "UTC"))
+    one("upsert_meter", "%s, %s, %s, %s::text[], %s::jsonb, %s", (meter, f"lp.{tag}", "count", None, "{}", T0))
+    batch = ('[{"specversion": "1.0", "id": "lp1", "source": "lp", "type": "lp.%s", "time": "2026-10-01T00:00:00Z", '
+             '"subject": "%d", "data": {}}]' % (tag, user))
+    out["usage_ingested"] = [r[1] for r in one("ingest_usage", "%s::jsonb, %s", (batch, T0 + timedelta(minutes=1)),
+                                               setof=True)]
+    again = one("ingest_usage", "%s::jsonb, %s", (batch, T0 + timedelta(minutes=1)), setof=True)
+    out["usage_again"] = [r[1] for r in again]
+    current = one("current_usage", "%s, %s", (user, T0 + timedelta(minutes=2)), setof=True)
+    out["usage_current"] = [(r[1], r[2]) for r in current if r[0] == meter]
+    between = one("usage_between", "%s, %s, %s", (user, T0, T0 + timedelta(hours=1)), setof=True)
+    out["usage_between"] = [r[2] for r in between if r[0] == meter]
+    out["usage_meters"] = meter in [m[0] for m in one("list_meters", "", setof=True)]
+    charge = one("upsert_plan_charge", "%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s",
+                 (basic, meter, "per_unit", 2, None, "[]", 10, None, None, T0))
+    out["usage_charge"] = charge[2]
+    out["usage_partitions"] = len(one("usage_partitions", "%s, %s", (T0, timedelta(days=100)), setof=True)) >= 3
     out["called"] = called
     return out
 
@@ -514,6 +536,8 @@ EXPECTED = {
     "kinds": 9, "locales": "zh-CN", "preferences": True, "renewal_notices": True, "notified": True,
     "notifications": True, "portal_link": True, "portal_used": True, "portal_revoked": 0,
     "action_window": True, "invoice_action": "BL404",
+    "usage_ingested": ["accepted"], "usage_again": ["duplicate"], "usage_current": [("count", 1)],
+    "usage_between": [1], "usage_meters": True, "usage_partitions": True, "usage_charge": "per_unit",
 }
 
 

@@ -23,6 +23,7 @@ from .chaos.harness import BILLING
 
 POLICY = {
     "billing_api": {"create_subscription", "get_subscription", "cancel_subscription", "change_plan",
+                    "ingest_usage", "current_usage", "list_meters",
                     "apply_coupon", "pause_subscription", "resume_subscription", "uncancel_subscription",
                     "reactivate_subscription", "set_quantity",
                     "upsert_customer", "plan_code", "apply_gateway_webhook", "authenticate_api_key", "read_audit",
@@ -35,6 +36,7 @@ POLICY = {
                     "notification_kinds", "customer_locales", "set_customer_preferences", "list_notifications",
                     "create_portal_link", "use_portal_link", "revoke_portal_links", "invoice_action"},
     "billing_worker": {"create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
+                       "ingest_usage", "usage_partitions",
                        "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats", "period_end",
                        "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
                        "announce_expiring_payment_methods", "give_up_waiting_invoices", "finalize_invoices",
@@ -49,6 +51,7 @@ POLICY = {
                       "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
                       "mark_outbox_failed_in_shard"},
     "billing_readonly": {"get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
+                         "current_usage", "usage_between", "list_meters",
                          "proration_amount", "dunning_next_attempt", "is_simulation",
                          "list_refunds", "report_mrr", "report_mrr_movements",
                          "report_churn", "report_revenue",
@@ -58,6 +61,7 @@ POLICY = {
     "billing_support": {"get_subscription", "plan_code", "is_simulation", "list_payment_methods", "list_refunds",
                         "get_invoice_document", "list_notifications"},
     "billing_admin": {"upsert_plan", "upsert_customer", "upsert_coupon",
+                      "upsert_meter", "list_meters", "usage_partitions", "current_usage", "usage_between", "upsert_plan_charge",
                       "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                       "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
                       "plan_code", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",

@@ -242,6 +242,42 @@ OPENAPI: dict = {
                                           "expiresAt": {"type": "string", "format": "date-time"}}}}}},
                           **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)},
         }},
+        "/usage-events": {"post": {
+            "operationId": "ingestUsageEvents",
+            "description": "A batch of at most 1000 CloudEvents 1.0 usage events (subject = the customer id); "
+                           "each answered accepted, duplicate (its (customer, source, id) was accepted before) or "
+                           "rejected with its reason (docs/usage.md). Body at most 1 MiB.",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "array", "maxItems": 1000, "minItems": 1, "items": {
+                    "type": "object", "required": ["specversion", "id", "source", "type", "time", "subject"],
+                    "properties": {"specversion": {"const": "1.0"}, "id": {"type": "string"}, "source": {"type": "string"},
+                                   "type": {"type": "string"}, "time": {"type": "string", "format": "date-time"},
+                                   "subject": {"type": "string"}, "data": {"type": ["object", "null"]}}}}}}},
+            "security": [{"apiKey": []}], "x-scope": "usage:write",
+            "responses": {"200": {"description": "One result per event", "content": {"application/json": {"schema": {
+                "type": "object", "properties": {
+                    "accepted": {"type": "integer"}, "duplicate": {"type": "integer"}, "rejected": {"type": "integer"},
+                    "results": {"type": "array", "items": {"type": "object", "properties": {
+                        "index": {"type": "integer"}, "id": {"type": ["string", "null"]},
+                        "status": {"type": "string", "enum": ["accepted", "duplicate", "rejected"]},
+                        "reason": {"type": "string", "enum": ["invalid_event", "invalid_time", "unknown_customer",
+                                                              "in_future", "too_old", "not_numeric",
+                                                              "missing_property"]}}}}}}}}},
+                          **_errors(400, 401, 403, 413, 415, 422, 429, 503)},
+        }},
+        "/customers/{id}/usage": {"get": {
+            "operationId": "getCustomerUsage",
+            "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}],
+            "security": [{"apiKey": []}], "x-scope": "subscriptions:read",
+            "responses": {"200": {"description": "The open period's usage per meter, from the rollups", "content": {
+                "application/json": {"schema": {"type": "object", "properties": {
+                    "customerId": {"type": "integer"}, "periodStart": {"type": ["string", "null"]},
+                    "periodEnd": {"type": ["string", "null"]},
+                    "meters": {"type": "array", "items": {"type": "object", "properties": {
+                        "code": {"type": "string"}, "aggregation": {"type": "string"},
+                        "value": {"type": ["number", "null"]}, "events": {"type": "integer"}}}}}}}}},
+                          **_errors(400, 401, 403, 404, 429, 503)},
+        }},
         "/webhooks/payments": {"post": {
             "operationId": "paymentWebhook", "security": [],
             "parameters": [{"name": "Billing-Signature", "in": "header", "required": True, "schema": {"type": "string"},

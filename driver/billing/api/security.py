@@ -43,6 +43,7 @@ from billing.metrics import COST_REFUSALS
 log = logging.getLogger("billing.api.security")
 
 MAX_BODY = 256 * 1024  # bytes a request may declare (the handlers have tighter limits of their own)
+LARGE_BODIES = {"/usage-events": 1024 * 1024}  # a batch of 1,000 usage events (docs/usage.md)
 MUTATING = frozenset({"POST", "PUT", "PATCH"})  # and a DELETE that carries a body
 
 
@@ -73,6 +74,8 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("GET", re.compile(r"^/webhook-endpoints(/[^/]+(/attempts)?)?$"), "admin"),
     ("POST", re.compile(r"^/webhook-endpoints$"), "admin"),
     ("DELETE", re.compile(r"^/webhook-endpoints/[^/]+$"), "admin"),
+    ("POST", re.compile(r"^/usage-events$"), "usage:write"),
+    ("GET", re.compile(r"^/customers/[^/]+/usage$"), "subscriptions:read"),
     ("GET", re.compile(r"^/metrics$"), "admin"),
     ("GET", re.compile(r"^/openapi\.json$"), "admin"),
 ]
@@ -259,6 +262,7 @@ class ApiGuard:
                     declared = int(length)
                 except ValueError:
                     return _error(400, "bad_request", "Content-Length must be a number")
-                if declared > self.max_body:
-                    return _error(413, "payload_too_large", f"the body must be at most {self.max_body} bytes")
+                limit = LARGE_BODIES.get(path, self.max_body)
+                if declared > limit:
+                    return _error(413, "payload_too_large", f"the body must be at most {limit} bytes")
         return None

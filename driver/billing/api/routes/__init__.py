@@ -11,9 +11,9 @@ billing.api.openapi, and its tests.
 """
 
 from billing.api.routes import (admin, coupons, customer_sessions, customers, health, invoices, payment_webhooks,
-                                refunds, subscriptions, webhook_endpoints)
+                                refunds, subscriptions, usage, webhook_endpoints)
 
 ROUTERS = (subscriptions, coupons, payment_webhooks, customers, customer_sessions, invoices, refunds, webhook_endpoints,
-           admin, health)
+           admin, health, usage)
 
 __all__ = ["ROUTERS"]

@@ -1,0 +1,644 @@
+-- 71_usage: usage-based billing (issue 29; docs/usage.md): meters, the set-based ingestion of
+-- CloudEvents with its exactly-once key, the monthly partitions of usage_event, and the reads of
+-- a customer's usage from the hourly rollups.
+
+-- A meter: what it counts and how. Changing an existing meter's definition re-aggregates its
+-- rollups from the stored events (one scan of that customer's... every customer's events of the
+-- meter's type: an operator's act, rare).
+CREATE OR REPLACE FUNCTION billing.upsert_meter(
+    p_code text, p_event_type text, p_aggregation text, p_property text[] DEFAULT NULL,
+    p_filters jsonb DEFAULT '{}'::jsonb, p_now timestamptz DEFAULT now())
+RETURNS billing.meter
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now     timestamptz := billing._check_now(p_now);
+    v_old     billing.meter;
+    v_new     billing.meter;
+    v_filters jsonb := coalesce(p_filters, '{}'::jsonb);
+    v_key     text;
+    v_value   jsonb;
+BEGIN
+    PERFORM billing._audit('upsert_meter', jsonb_build_object('code', p_code, 'event_type', p_event_type,
+        'aggregation', p_aggregation, 'property', p_property, 'filters', p_filters));
+    IF p_code IS NULL OR p_code !~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('a meter code is 1 to 64 letters, digits, _ . or - (a letter or digit first), got %L', p_code);
+    END IF;
+    IF p_event_type IS NULL OR length(p_event_type) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('meter %s: the event type is 1 to 200 characters', p_code);
+    END IF;
+    PERFORM billing._check_one_of(format('meter %s: aggregation', p_code), p_aggregation,
+                                  ARRAY['count', 'sum', 'max', 'unique_count', 'latest'],
+                                  'Use count, sum, max, unique_count or latest.');
+    IF p_aggregation <> 'count' AND (p_property IS NULL OR cardinality(p_property) NOT BETWEEN 1 AND 8
+                                     OR array_position(p_property, NULL) IS NOT NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('meter %s: %s needs the property it reads (a path of 1 to 8 keys into data)', p_code, p_aggregation);
+    END IF;
+    IF jsonb_typeof(v_filters) <> 'object' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('meter %s: filters must be a JSON object', p_code);
+    END IF;
+    FOR v_key, v_value IN SELECT key, value FROM jsonb_each(v_filters) LOOP
+        IF jsonb_typeof(v_value) IN ('object', 'null')
+           OR (jsonb_typeof(v_value) = 'array' AND (jsonb_array_length(v_value) = 0 OR EXISTS (
+                SELECT 1 FROM jsonb_array_elements(v_value) x WHERE jsonb_typeof(x) IN ('object', 'array', 'null')))) THEN
+            RAISE EXCEPTION USING ERRCODE = 'BL422',
+                MESSAGE = format('meter %s: filter %s must be a value (equals) or a non-empty list of values (in)', p_code, v_key);
+        END IF;
+    END LOOP;
+
+    SELECT * INTO v_old FROM billing.meter WHERE code = p_code FOR UPDATE;
+    INSERT INTO billing.meter (code, event_type, aggregation, property, filters, created_at, updated_at)
+    VALUES (p_code, p_event_type, p_aggregation, CASE WHEN p_aggregation = 'count' THEN NULL ELSE p_property END,
+            v_filters, v_now, v_now)
+    ON CONFLICT (code) DO UPDATE
+        SET event_type = EXCLUDED.event_type, aggregation = EXCLUDED.aggregation, property = EXCLUDED.property,
+            filters = EXCLUDED.filters, updated_at = EXCLUDED.updated_at
+    RETURNING * INTO v_new;
+
+    IF v_old.code IS NOT NULL AND (v_old.event_type, v_old.aggregation, v_old.property, v_old.filters)
+                                  IS DISTINCT FROM (v_new.event_type, v_new.aggregation, v_new.property, v_new.filters) THEN
+        PERFORM billing._usage_rebuild(v_new);
+    ELSIF v_old.code IS NULL THEN
+        PERFORM billing._usage_rebuild(v_new);  -- events of its type may be stored already
+    END IF;
+    RETURN v_new;
+END
+$$;
+COMMENT ON FUNCTION billing.upsert_meter(text, text, text, text[], jsonb, timestamptz) IS
+'Creates or changes a meter (code, CloudEvents type, aggregation count|sum|max|unique_count|latest, property path into data, filters {"k": v} equals / {"k": [v...]} in).
+A new meter or a changed definition re-aggregates the meter''s rollups from the stored events. BL422 on a bad definition.';
+
+-- Does an event's data match a meter's filters? (top-level keys; equals or in, compared as JSON)
+CREATE OR REPLACE FUNCTION billing._usage_match(p_filters jsonb, p_data jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT p_filters = '{}'::jsonb OR NOT EXISTS (
+        SELECT 1 FROM jsonb_each(p_filters) f
+        WHERE NOT coalesce(CASE WHEN jsonb_typeof(f.value) = 'array'
+                                THEN jsonb_typeof(p_data -> f.key) NOT IN ('array', 'object') AND (p_data -> f.key) <@ f.value
+                                ELSE p_data -> f.key = f.value END, false))
+$$;
+
+-- The earliest event time a customer's usage may still have: the start of its open period, or of
+-- the period before while that one's grace runs (p_now - p_grace before the current period start).
+-- No live subscription: the UTC calendar month (the one p_now - p_grace is in).
+CREATE OR REPLACE FUNCTION billing._usage_open_from(p_customer_id bigint, p_now timestamptz, p_grace interval)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_from timestamptz;
+BEGIN
+    SELECT min(CASE WHEN p_now - p_grace >= s.current_period_start THEN s.current_period_start
+                    ELSE coalesce((SELECT max(i.period_start) FROM billing.invoice i
+                                   WHERE i.customer_id = s.customer_id AND i.subscription_id = s.id
+                                     AND i.period_start < s.current_period_start), s.current_period_start) END)
+      INTO v_from
+      FROM billing.subscription s
+     WHERE s.customer_id = p_customer_id AND s.status <> 'CANCELED';
+    RETURN coalesce(v_from, date_trunc('month', (p_now - p_grace) AT TIME ZONE 'UTC') AT TIME ZONE 'UTC');
+END
+$$;
+
+-- The monthly partition of usage_event holding p_at, made if missing. Idempotent.
+CREATE OR REPLACE FUNCTION billing._usage_partition(p_at timestamptz)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_from timestamptz := date_trunc('month', p_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    v_name text := 'usage_event_p' || to_char(p_at AT TIME ZONE 'UTC', 'YYYYMM');
+BEGIN
+    IF to_regclass('billing.' || v_name) IS NULL THEN
+        -- two ingestions making the same month: the second waits on the lock and finds it made
+        PERFORM pg_advisory_xact_lock(hashtext('billing.usage_event partitions'));
+        IF to_regclass('billing.' || v_name) IS NULL THEN
+            EXECUTE format('CREATE TABLE billing.%I PARTITION OF billing.usage_event FOR VALUES FROM (%L) TO (%L)',
+                           v_name, v_from, v_from + interval '1 month');
+            EXECUTE format('REVOKE ALL ON billing.%I FROM PUBLIC', v_name);
+        END IF;
+    END IF;
+    RETURN v_name;
+END
+$$;
+
+-- Partition upkeep (billing worker, or `billing usage maintain`): the months from p_now's to two
+-- ahead exist; months that ended more than p_retention ago are dropped with the exactly-once keys
+-- of their time (ingestion refuses events that old, so a key purged is never needed again).
+CREATE OR REPLACE FUNCTION billing.usage_partitions(p_now timestamptz DEFAULT now(),
+                                                    p_retention interval DEFAULT interval '100 days')
+RETURNS TABLE (partition_name text, action text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now  timestamptz := billing._check_now(p_now);
+    v_part record;
+    v_i    integer;
+    v_purged bigint;
+BEGIN
+    IF p_retention IS NULL OR p_retention < interval '1 day' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('usage retention must be at least a day, got %s', p_retention);
+    END IF;
+    FOR v_i IN 0..2 LOOP
+        partition_name := billing._usage_partition(v_now + make_interval(months => v_i));
+        action := 'present';
+        RETURN NEXT;
+    END LOOP;
+    FOR v_part IN
+        SELECT c.relname, (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz AS upper_bound
+          FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = 'billing.usage_event'::regclass
+    LOOP
+        IF v_part.upper_bound <= v_now - p_retention THEN
+            EXECUTE format('DROP TABLE billing.%I', v_part.relname);
+            partition_name := v_part.relname;
+            action := 'dropped';
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+    DELETE FROM billing.usage_dedup WHERE event_time < v_now - p_retention;
+    GET DIAGNOSTICS v_purged = ROW_COUNT;
+    IF v_purged > 0 THEN
+        partition_name := 'usage_dedup';
+        action := format('purged %s keys', v_purged);
+        RETURN NEXT;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing.usage_partitions(timestamptz, interval) IS
+'Makes the monthly partitions of usage_event from p_now''s month to two ahead, drops those that ended more than p_retention ago
+and purges the exactly-once keys of events older than p_retention (ingestion refuses those). Returns what it did.';
+
+-- Re-aggregates one meter's rollups from the stored events (a new or redefined meter).
+CREATE OR REPLACE FUNCTION billing._usage_rebuild(p_meter billing.meter)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM billing.usage_rollup WHERE meter_code = p_meter.code;
+    DELETE FROM billing.usage_unique WHERE meter_code = p_meter.code;
+    INSERT INTO billing.usage_rollup (customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value)
+    SELECT v.customer_id, p_meter.code, v.bucket, count(*), coalesce(sum(v.num), 0), max(v.num), max(v.event_time),
+           (array_agg(v.num ORDER BY v.event_time DESC, v.num DESC NULLS LAST))[1]
+      FROM (SELECT e.customer_id, date_trunc('hour', e.event_time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS bucket,
+                   e.event_time,
+                   CASE WHEN p_meter.aggregation IN ('sum', 'max', 'latest') AND jsonb_typeof(e.data #> p_meter.property) = 'number'
+                        THEN (e.data #>> p_meter.property)::numeric END AS num
+              FROM billing.usage_event e
+             WHERE e.event_type = p_meter.event_type AND (p_meter.filters = '{}'::jsonb OR billing._usage_match(p_meter.filters, e.data))
+               AND (p_meter.aggregation = 'count' OR e.data #> p_meter.property IS NOT NULL)) v
+     GROUP BY v.customer_id, v.bucket;
+    IF p_meter.aggregation = 'unique_count' THEN
+        INSERT INTO billing.usage_unique (customer_id, meter_code, bucket, value)
+        SELECT DISTINCT e.customer_id, p_meter.code, date_trunc('hour', e.event_time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
+               e.data #>> p_meter.property
+          FROM billing.usage_event e
+         WHERE e.event_type = p_meter.event_type AND (p_meter.filters = '{}'::jsonb OR billing._usage_match(p_meter.filters, e.data))
+           AND e.data #>> p_meter.property IS NOT NULL;
+    END IF;
+END
+$$;
+
+-- CloudEvents time -> timestamptz, NULL when it is not an RFC 3339 instant with a zone.
+CREATE OR REPLACE FUNCTION billing._usage_time(p_text text)
+RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_text IS NULL OR p_text !~ '^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$' THEN
+        RETURN NULL;
+    END IF;
+    RETURN p_text::timestamptz;
+EXCEPTION WHEN OTHERS THEN
+    RETURN NULL;
+END
+$$;
+
+-- The ingestion: a batch of CloudEvents (a JSON array, at most 1,000) in ONE statement. Each
+-- event is answered: accepted (stored, counted), duplicate (its (customer, source, id) was
+-- accepted before: nothing changes) or rejected with the reason. The exactly-once key, the event
+-- and the rollups are written in the same statement, so in the same transaction: an event is
+-- counted if and only if its key is stored.
+CREATE OR REPLACE FUNCTION billing.ingest_usage(
+    p_events jsonb, p_now timestamptz DEFAULT now(), p_grace interval DEFAULT interval '1 hour',
+    p_skew interval DEFAULT interval '5 minutes', p_retention interval DEFAULT interval '100 days')
+RETURNS TABLE (ord integer, status text, reason text, customer_id bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := billing._check_now(p_now);
+    v_month timestamptz;
+    v_times timestamptz[];
+    v_ids   bigint[];
+    v_from  timestamptz[];
+BEGIN
+    IF p_events IS NULL OR jsonb_typeof(p_events) <> 'array' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'usage events: a JSON array of CloudEvents is expected';
+    END IF;
+    IF jsonb_array_length(p_events) > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL413',
+            MESSAGE = format('usage events: at most 1000 a batch, got %s', jsonb_array_length(p_events));
+    END IF;
+    IF p_grace IS NULL OR p_grace < interval '0' OR p_grace > interval '7 days'
+       OR p_skew IS NULL OR p_skew < interval '0' OR p_skew > interval '1 day'
+       OR p_retention IS NULL OR p_retention < interval '1 day' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('usage ingestion: grace 0..7 days, skew 0..1 day, retention >= 1 day; got %s, %s, %s', p_grace, p_skew, p_retention);
+    END IF;
+    -- the events' times, parsed once: a strict RFC 3339 form cast directly; when one of them still
+    -- does not exist (30 February), each one alone, NULL for those that fail (invalid_time)
+    BEGIN
+        SELECT array_agg(CASE WHEN jsonb_typeof(a.e) = 'object'
+                               AND a.e ->> 'time' ~ '^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])[Tt ]([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$'
+                              THEN (a.e ->> 'time')::timestamptz END ORDER BY a.n)
+          INTO v_times FROM jsonb_array_elements(p_events) WITH ORDINALITY AS a (e, n);
+    EXCEPTION WHEN OTHERS THEN
+        SELECT array_agg(CASE WHEN jsonb_typeof(a.e) = 'object' THEN billing._usage_time(a.e ->> 'time') END ORDER BY a.n)
+          INTO v_times FROM jsonb_array_elements(p_events) WITH ORDINALITY AS a (e, n);
+    END;
+    -- the batch's customers that exist and the start of each one's open window, one customer at a
+    -- time (on Citus each is a query of its own shard group, not a nested distributed query)
+    SELECT coalesce(array_agg(c.id), '{}') INTO v_ids
+      FROM billing.customer c
+     WHERE c.id IN (SELECT (a.e ->> 'subject')::bigint FROM jsonb_array_elements(p_events) a (e)
+                     WHERE jsonb_typeof(a.e) = 'object' AND a.e ->> 'subject' ~ '^[0-9]{1,18}$');
+    v_from := ARRAY(SELECT billing._usage_open_from(i, v_now, p_grace) FROM unnest(v_ids) WITH ORDINALITY AS u (i, n) ORDER BY n);
+    -- the partitions of the batch's months (a catalog probe each; made at most once a month)
+    FOR v_month IN
+        SELECT DISTINCT date_trunc('month', t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+          FROM unnest(v_times) t
+         WHERE t IS NOT NULL AND t <= v_now + p_skew AND t >= v_now - p_retention
+    LOOP
+        PERFORM billing._usage_partition(v_month);
+    END LOOP;
+
+    RETURN QUERY
+    WITH raw AS (
+        SELECT a.n::integer AS ord, a.e
+          FROM jsonb_array_elements(p_events) WITH ORDINALITY AS a (e, n)
+    ), parsed AS (
+        SELECT r.ord, r.e,
+               CASE WHEN jsonb_typeof(r.e) = 'object' THEN r.e ->> 'id' END AS event_id,
+               CASE WHEN jsonb_typeof(r.e) = 'object' THEN r.e ->> 'source' END AS source,
+               CASE WHEN jsonb_typeof(r.e) = 'object' THEN r.e ->> 'type' END AS event_type,
+               CASE WHEN jsonb_typeof(r.e) = 'object' AND r.e ->> 'subject' ~ '^[0-9]{1,18}$'
+                    THEN (r.e ->> 'subject')::bigint END AS subject_id,
+               v_times[r.ord] AS event_time,
+               CASE WHEN jsonb_typeof(r.e) = 'object' THEN r.e -> 'data' END AS data
+          FROM raw r
+    ), customers AS (
+        SELECT o.id, o.open_from FROM unnest(v_ids, v_from) AS o (id, open_from)
+    ), checked AS (
+        SELECT p.*, c.id AS cust,
+               CASE
+                 WHEN jsonb_typeof(p.e) <> 'object' OR p.e ->> 'specversion' IS DISTINCT FROM '1.0'
+                      OR p.event_id IS NULL OR p.event_id = '' OR length(p.event_id) > 200
+                      OR p.source IS NULL OR p.source = '' OR length(p.source) > 200
+                      OR p.event_type IS NULL OR p.event_type = '' OR length(p.event_type) > 200
+                      OR (p.data IS NOT NULL AND jsonb_typeof(p.data) NOT IN ('object', 'null'))
+                   THEN 'invalid_event'
+                 WHEN p.e ->> 'subject' IS NULL THEN 'invalid_event'
+                 WHEN p.event_time IS NULL THEN 'invalid_time'
+                 WHEN c.id IS NULL THEN 'unknown_customer'
+                 WHEN p.event_time > v_now + p_skew THEN 'in_future'
+                 WHEN p.event_time < c.open_from OR p.event_time < v_now - p_retention THEN 'too_old'
+                 WHEN EXISTS (SELECT 1 FROM billing.meter m
+                               WHERE m.event_type = p.event_type AND m.aggregation IN ('sum', 'max', 'latest')
+                                 AND (m.filters = '{}'::jsonb OR billing._usage_match(m.filters, p.data))
+                                 AND jsonb_typeof(p.data #> m.property) IS DISTINCT FROM 'number')
+                   THEN 'not_numeric'
+                 WHEN EXISTS (SELECT 1 FROM billing.meter m
+                               WHERE m.event_type = p.event_type AND m.aggregation = 'unique_count'
+                                 AND (m.filters = '{}'::jsonb OR billing._usage_match(m.filters, p.data))
+                                 AND (p.data #>> m.property) IS NULL)
+                   THEN 'missing_property'
+               END AS why
+          FROM parsed p LEFT JOIN customers c ON c.id = p.subject_id
+    ), firsts AS (  -- a key sent twice in one batch: its first occurrence counts
+        SELECT DISTINCT ON (k.cust, k.source, k.event_id) k.*
+          FROM checked k WHERE k.why IS NULL
+         ORDER BY k.cust, k.source, k.event_id, k.ord
+    ), fresh AS (
+        INSERT INTO billing.usage_dedup AS d (customer_id, source, event_id, event_time)
+        SELECT f.cust, f.source, f.event_id, f.event_time FROM firsts f
+        ON CONFLICT ON CONSTRAINT usage_dedup_pkey DO NOTHING
+        RETURNING d.customer_id, d.source, d.event_id
+    ), kept AS (
+        SELECT f.* FROM firsts f
+          JOIN fresh n ON n.customer_id = f.cust AND n.source = f.source AND n.event_id = f.event_id
+    ), stored AS (
+        INSERT INTO billing.usage_event (customer_id, event_time, source, event_id, event_type, data, received_at)
+        SELECT k.cust, k.event_time, k.source, k.event_id, k.event_type, k.data, v_now FROM kept k
+        RETURNING 1
+    ), counted AS (
+        SELECT k.cust, m.code, date_trunc('hour', k.event_time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS bucket,
+               k.event_time,
+               CASE WHEN m.aggregation IN ('sum', 'max', 'latest') THEN (k.data #>> m.property)::numeric END AS num,
+               CASE WHEN m.aggregation = 'unique_count' THEN k.data #>> m.property END AS val
+          FROM kept k JOIN billing.meter m ON m.event_type = k.event_type AND (m.filters = '{}'::jsonb OR billing._usage_match(m.filters, k.data))
+    ), rolled AS (
+        INSERT INTO billing.usage_rollup AS r (customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value)
+        SELECT c.cust, c.code, c.bucket, count(*), coalesce(sum(c.num), 0), max(c.num), max(c.event_time),
+               (array_agg(c.num ORDER BY c.event_time DESC, c.num DESC NULLS LAST))[1]
+          FROM counted c GROUP BY c.cust, c.code, c.bucket
+        ON CONFLICT ON CONSTRAINT usage_rollup_pkey DO UPDATE
+           SET events = r.events + EXCLUDED.events,
+               total = r.total + EXCLUDED.total,
+               max_value = greatest(r.max_value, EXCLUDED.max_value),
+               latest_value = CASE WHEN r.latest_time IS NULL OR EXCLUDED.latest_time > r.latest_time
+                                        OR (EXCLUDED.latest_time = r.latest_time AND EXCLUDED.latest_value > r.latest_value)
+                                   THEN EXCLUDED.latest_value ELSE r.latest_value END,
+               latest_time = greatest(r.latest_time, EXCLUDED.latest_time)
+        RETURNING 1
+    ), uniq AS (
+        INSERT INTO billing.usage_unique (customer_id, meter_code, bucket, value)
+        SELECT DISTINCT c.cust, c.code, c.bucket, c.val FROM counted c WHERE c.val IS NOT NULL
+        ON CONFLICT ON CONSTRAINT usage_unique_pkey DO NOTHING
+        RETURNING 1
+    )
+    SELECT k.ord,
+           CASE WHEN k.why IS NOT NULL THEN 'rejected' WHEN kk.ord IS NOT NULL THEN 'accepted' ELSE 'duplicate' END,
+           k.why, k.cust
+      FROM checked k LEFT JOIN kept kk ON kk.ord = k.ord
+     ORDER BY k.ord;
+END
+$$;
+COMMENT ON FUNCTION billing.ingest_usage(jsonb, timestamptz, interval, interval, interval) IS
+'Ingests a batch (JSON array, at most 1000; BL413 above) of CloudEvents 1.0 usage events in one statement: per event (ord = its 1-based
+position) accepted, duplicate (its (customer, source, id) was accepted before) or rejected with the reason: invalid_event, invalid_time,
+unknown_customer, in_future (beyond p_skew), too_old (before the open period, or the period before while p_grace runs, or older than
+p_retention), not_numeric (a sum/max/latest meter''s property), missing_property (a unique_count meter''s). subject = the customer id.';
+
+-- A customer's usage per meter over [p_from, p_to): whole hours from the rollups, the partial
+-- hours at both ends from the stored events (an index range of the customer's partition rows).
+CREATE OR REPLACE FUNCTION billing.usage_between(p_customer_id bigint, p_from timestamptz, p_to timestamptz)
+RETURNS TABLE (meter_code text, aggregation text, value numeric, events bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_lo timestamptz;  -- the first whole hour
+    v_hi timestamptz;  -- the end of the last whole hour
+BEGIN
+    IF p_customer_id IS NULL OR p_from IS NULL OR p_to IS NULL OR p_to < p_from THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('usage_between: a customer and p_from <= p_to, got %s, %s, %s', p_customer_id, p_from, p_to);
+    END IF;
+    v_lo := date_trunc('hour', p_from AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    IF v_lo < p_from THEN v_lo := v_lo + interval '1 hour'; END IF;
+    v_hi := date_trunc('hour', p_to AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    IF v_hi <= v_lo THEN v_lo := p_to; v_hi := p_to; END IF;  -- no whole hour: the events alone
+
+    RETURN QUERY
+    WITH edge AS (
+        SELECT m.code, e.event_time,
+               CASE WHEN m.aggregation IN ('sum', 'max', 'latest') THEN (e.data #>> m.property)::numeric END AS num,
+               CASE WHEN m.aggregation = 'unique_count' THEN e.data #>> m.property END AS val
+          FROM billing.usage_event e
+          JOIN billing.meter m ON m.event_type = e.event_type AND (m.filters = '{}'::jsonb OR billing._usage_match(m.filters, e.data))
+         WHERE e.customer_id = p_customer_id
+           AND ((e.event_time >= p_from AND e.event_time < v_lo) OR (e.event_time >= v_hi AND e.event_time < p_to))
+    ), parts AS (
+        SELECT r.meter_code AS code, r.events, r.total, r.max_value, r.latest_time, r.latest_value
+          FROM billing.usage_rollup r
+         WHERE r.customer_id = p_customer_id AND r.bucket >= v_lo AND r.bucket < v_hi
+        UNION ALL
+        SELECT g.code, count(*), coalesce(sum(g.num), 0), max(g.num), max(g.event_time),
+               (array_agg(g.num ORDER BY g.event_time DESC, g.num DESC NULLS LAST))[1]
+          FROM edge g GROUP BY g.code
+    ), agg AS (
+        SELECT p.code, sum(p.events)::bigint AS events, sum(p.total) AS total, max(p.max_value) AS max_value,
+               (array_agg(p.latest_value ORDER BY p.latest_time DESC NULLS LAST, p.latest_value DESC NULLS LAST))[1] AS latest_value
+          FROM parts p GROUP BY p.code
+    ), uniques AS (
+        SELECT u.code, count(DISTINCT u.val) AS n
+          FROM (SELECT q.meter_code AS code, q.value AS val FROM billing.usage_unique q
+                 WHERE q.customer_id = p_customer_id AND q.bucket >= v_lo AND q.bucket < v_hi
+                UNION ALL
+                SELECT g.code, g.val FROM edge g WHERE g.val IS NOT NULL) u
+         GROUP BY u.code
+    )
+    SELECT m.code, m.aggregation,
+           CASE m.aggregation WHEN 'count' THEN coalesce(a.events, 0)::numeric
+                              WHEN 'sum' THEN coalesce(a.total, 0)
+                              WHEN 'max' THEN a.max_value
+                              WHEN 'latest' THEN a.latest_value
+                              WHEN 'unique_count' THEN coalesce(q.n, 0)::numeric END,
+           coalesce(a.events, 0)
+      FROM billing.meter m
+      LEFT JOIN agg a ON a.code = m.code
+      LEFT JOIN uniques q ON q.code = m.code
+     ORDER BY m.code;
+END
+$$;
+COMMENT ON FUNCTION billing.usage_between(bigint, timestamptz, timestamptz) IS
+'A customer''s usage per meter over [p_from, p_to): value (count, sum, max, latest, or the number of distinct values) and the events counted;
+every meter listed (count/sum/unique_count 0, max/latest NULL without events). Whole hours from the rollups, the partial hours from the events.';
+
+-- The customer's usage in its open period: its live subscription's current period (the earliest
+-- start when it has several), or the UTC calendar month without one.
+CREATE OR REPLACE FUNCTION billing.current_usage(p_customer_id bigint, p_now timestamptz DEFAULT now())
+RETURNS TABLE (meter_code text, aggregation text, value numeric, events bigint,
+               period_start timestamptz, period_end timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := billing._check_now(p_now);
+    v_start timestamptz;
+    v_end   timestamptz;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM billing.customer c WHERE c.id = p_customer_id) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('customer %s not found', p_customer_id);
+    END IF;
+    SELECT s.current_period_start, s.current_period_end INTO v_start, v_end
+      FROM billing.subscription s
+     WHERE s.customer_id = p_customer_id AND s.status <> 'CANCELED'
+     ORDER BY s.current_period_start LIMIT 1;
+    IF v_start IS NULL THEN
+        v_start := date_trunc('month', v_now AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+        v_end := v_start + interval '1 month';
+    END IF;
+    RETURN QUERY SELECT u.meter_code, u.aggregation, u.value, u.events, v_start, v_end
+                   FROM billing.usage_between(p_customer_id, v_start, v_end) u;
+END
+$$;
+COMMENT ON FUNCTION billing.current_usage(bigint, timestamptz) IS
+'A customer''s usage per meter in its open period (its live subscription''s current period; the UTC month without one), from the rollups. BL404 for an unknown customer.';
+
+CREATE OR REPLACE FUNCTION billing.list_meters()
+RETURNS SETOF billing.meter
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$ SELECT * FROM billing.meter ORDER BY code $$;
+COMMENT ON FUNCTION billing.list_meters() IS 'Every meter, by code.';
+
+-- Pricing (docs/usage.md, "Pricing"): a plan's charge for a meter.
+CREATE OR REPLACE FUNCTION billing.upsert_plan_charge(
+    p_plan_code text, p_meter_code text, p_model text, p_unit_amount numeric DEFAULT NULL,
+    p_package_size bigint DEFAULT NULL, p_tiers jsonb DEFAULT '[]'::jsonb, p_included_units numeric DEFAULT 0,
+    p_minimum_amount bigint DEFAULT NULL, p_maximum_amount bigint DEFAULT NULL, p_now timestamptz DEFAULT now())
+RETURNS billing.plan_charge
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now     timestamptz := billing._check_now(p_now);
+    v_plan_id bigint;
+    v_tiers   jsonb := coalesce(p_tiers, '[]'::jsonb);
+    v_row     billing.plan_charge;
+    v_prev    numeric := 0;
+    v_tier    jsonb;
+    v_i       integer := 0;
+    v_n       integer;
+BEGIN
+    PERFORM billing._audit('upsert_plan_charge', jsonb_build_object('plan', p_plan_code, 'meter', p_meter_code,
+        'model', p_model, 'unit_amount', p_unit_amount, 'package_size', p_package_size, 'tiers', p_tiers,
+        'included_units', p_included_units, 'minimum', p_minimum_amount, 'maximum', p_maximum_amount));
+    SELECT id INTO v_plan_id FROM billing.plan WHERE code = p_plan_code;
+    IF v_plan_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('plan %s not found', p_plan_code);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM billing.meter WHERE code = p_meter_code) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('meter %s not found', p_meter_code);
+    END IF;
+    PERFORM billing._check_one_of(format('charge %s/%s: model', p_plan_code, p_meter_code), p_model,
+                                  ARRAY['per_unit', 'graduated', 'volume', 'package'],
+                                  'Use per_unit, graduated, volume or package.');
+    IF p_model IN ('per_unit', 'package') AND (p_unit_amount IS NULL OR p_unit_amount < 0 OR v_tiers <> '[]'::jsonb) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('charge %s/%s: %s needs a unit amount >= 0 and no tiers', p_plan_code, p_meter_code, p_model);
+    END IF;
+    IF (p_model = 'package') <> (p_package_size IS NOT NULL) OR p_package_size <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('charge %s/%s: a package size > 0 for package, and only for it', p_plan_code, p_meter_code);
+    END IF;
+    IF p_model IN ('graduated', 'volume') THEN
+        IF p_unit_amount IS NOT NULL OR jsonb_typeof(v_tiers) <> 'array' OR jsonb_array_length(v_tiers) = 0 THEN
+            RAISE EXCEPTION USING ERRCODE = 'BL422',
+                MESSAGE = format('charge %s/%s: %s needs tiers and no unit amount', p_plan_code, p_meter_code, p_model);
+        END IF;
+        v_n := jsonb_array_length(v_tiers);
+        FOR v_tier IN SELECT value FROM jsonb_array_elements(v_tiers) LOOP
+            v_i := v_i + 1;
+            IF jsonb_typeof(v_tier) <> 'object' OR (v_tier - 'upTo' - 'unitAmount' - 'flatAmount') <> '{}'::jsonb
+               OR jsonb_typeof(v_tier -> 'unitAmount') IS DISTINCT FROM 'number' OR (v_tier ->> 'unitAmount')::numeric < 0
+               OR (v_tier ? 'flatAmount' AND (jsonb_typeof(v_tier -> 'flatAmount') IS DISTINCT FROM 'number'
+                                              OR (v_tier ->> 'flatAmount')::numeric < 0
+                                              OR (v_tier ->> 'flatAmount')::numeric <> trunc((v_tier ->> 'flatAmount')::numeric)))
+               OR (v_i < v_n AND (jsonb_typeof(v_tier -> 'upTo') IS DISTINCT FROM 'number' OR (v_tier ->> 'upTo')::numeric <= v_prev))
+               OR (v_i = v_n AND coalesce(jsonb_typeof(v_tier -> 'upTo'), 'null') <> 'null') THEN
+                RAISE EXCEPTION USING ERRCODE = 'BL422',
+                    MESSAGE = format('charge %s/%s: tier %s must be {"upTo": n, "unitAmount": x, "flatAmount": n}, upTo ascending, the last upTo null',
+                                     p_plan_code, p_meter_code, v_i);
+            END IF;
+            IF v_i < v_n THEN v_prev := (v_tier ->> 'upTo')::numeric; END IF;
+        END LOOP;
+    END IF;
+    IF coalesce(p_included_units, 0) < 0 OR p_minimum_amount < 0 OR p_maximum_amount < coalesce(p_minimum_amount, 0) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('charge %s/%s: included units >= 0, 0 <= minimum <= maximum', p_plan_code, p_meter_code);
+    END IF;
+    INSERT INTO billing.plan_charge AS c (plan_id, meter_code, model, unit_amount, package_size, tiers, included_units,
+                                          minimum_amount, maximum_amount, created_at, updated_at)
+    VALUES (v_plan_id, p_meter_code, p_model, p_unit_amount, p_package_size, v_tiers, coalesce(p_included_units, 0),
+            p_minimum_amount, p_maximum_amount, v_now, v_now)
+    ON CONFLICT ON CONSTRAINT plan_charge_pkey DO UPDATE
+       SET model = EXCLUDED.model, unit_amount = EXCLUDED.unit_amount, package_size = EXCLUDED.package_size,
+           tiers = EXCLUDED.tiers, included_units = EXCLUDED.included_units, minimum_amount = EXCLUDED.minimum_amount,
+           maximum_amount = EXCLUDED.maximum_amount, updated_at = EXCLUDED.updated_at
+    RETURNING * INTO v_row;
+    RETURN v_row;
+END
+$$;
+COMMENT ON FUNCTION billing.upsert_plan_charge(text, text, text, numeric, bigint, jsonb, numeric, bigint, bigint, timestamptz) IS
+'Creates or changes a plan''s usage charge for a meter: per_unit (p_unit_amount per unit), graduated / volume (p_tiers), package
+(p_unit_amount per started p_package_size units); p_included_units free, then at least p_minimum_amount and at most p_maximum_amount
+per period. BL404 unknown plan or meter; BL422 a bad definition.';
+
+-- The amount (minor units) a charge bills for a period's quantity: the included units off first,
+-- the model's amount rounded up to a whole minor unit once, then the minimum and the maximum.
+CREATE OR REPLACE FUNCTION billing._usage_amount(p_charge billing.plan_charge, p_quantity numeric)
+RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_q      numeric := greatest(coalesce(p_quantity, 0) - p_charge.included_units, 0);
+    v_amount numeric := 0;
+    v_prev   numeric := 0;
+    v_tier   jsonb;
+    v_upto   numeric;
+    v_slice  numeric;
+BEGIN
+    IF p_charge.model = 'per_unit' THEN
+        v_amount := v_q * p_charge.unit_amount;
+    ELSIF p_charge.model = 'package' THEN
+        v_amount := ceil(v_q / p_charge.package_size) * p_charge.unit_amount;
+    ELSIF v_q > 0 AND p_charge.model = 'graduated' THEN
+        FOR v_tier IN SELECT value FROM jsonb_array_elements(p_charge.tiers) LOOP
+            v_upto := (v_tier ->> 'upTo')::numeric;
+            v_slice := least(v_q, coalesce(v_upto, v_q)) - v_prev;
+            EXIT WHEN v_slice <= 0;
+            v_amount := v_amount + v_slice * (v_tier ->> 'unitAmount')::numeric + coalesce((v_tier ->> 'flatAmount')::numeric, 0);
+            v_prev := coalesce(v_upto, v_q);
+        END LOOP;
+    ELSIF v_q > 0 AND p_charge.model = 'volume' THEN
+        SELECT v_q * (t.value ->> 'unitAmount')::numeric + coalesce((t.value ->> 'flatAmount')::numeric, 0)
+          INTO v_amount
+          FROM jsonb_array_elements(p_charge.tiers) WITH ORDINALITY AS t (value, n)
+         WHERE t.value ->> 'upTo' IS NULL OR v_q <= (t.value ->> 'upTo')::numeric
+         ORDER BY t.n LIMIT 1;
+    END IF;
+    v_amount := ceil(v_amount);
+    IF p_charge.minimum_amount IS NOT NULL THEN v_amount := greatest(v_amount, p_charge.minimum_amount); END IF;
+    IF p_charge.maximum_amount IS NOT NULL THEN v_amount := least(v_amount, p_charge.maximum_amount); END IF;
+    RETURN v_amount::bigint;
+END
+$$;
+COMMENT ON FUNCTION billing._usage_amount(billing.plan_charge, numeric) IS
+'Private: the amount in minor units a plan charge bills for a period''s quantity (included units off, the model, rounded up once, minimum, maximum).';
+
+-- Comments of two lines each (001_schema checks it), the short ones above made whole here.
+COMMENT ON FUNCTION billing.ingest_usage(jsonb, timestamptz, interval, interval, interval) IS
+'Ingests a batch (JSON array, at most 1000; BL413 above) of CloudEvents 1.0 usage events (subject = the customer id) in one statement; the exactly-once key (customer, source, id), the event and the rollups in the same transaction.
+Returns per event its 1-based ord, status accepted|duplicate|rejected, reason (invalid_event, invalid_time, unknown_customer, in_future, too_old, not_numeric, missing_property) and customer.';
+COMMENT ON FUNCTION billing.current_usage(bigint, timestamptz) IS
+'A customer''s usage per meter in its open period (its live subscription''s current period; the UTC month without one), from the rollups.
+Returns meter_code, aggregation, value, events, period_start, period_end; BL404 for an unknown customer.';
+COMMENT ON FUNCTION billing.list_meters() IS
+'Every meter (billing.meter), by code.
+Returns the meter rows.';
+COMMENT ON FUNCTION billing.upsert_plan_charge(text, text, text, numeric, bigint, jsonb, numeric, bigint, bigint, timestamptz) IS
+'Creates or changes a plan''s usage charge for a meter: per_unit, graduated or volume (p_tiers [{upTo, unitAmount, flatAmount}]), package (p_unit_amount per started p_package_size units), with included units, minimum, maximum.
+Returns the charge; BL404 for an unknown plan or meter, BL422 for a bad definition.';
+COMMENT ON FUNCTION billing._usage_amount(billing.plan_charge, numeric) IS
+'Private: the amount in minor units a plan charge bills for a period''s quantity (included units off, the model, rounded up once, minimum, maximum).
+Returns a bigint >= 0.';
+COMMENT ON FUNCTION billing._usage_match(jsonb, jsonb) IS
+'Private: whether an event''s data matches a meter''s filters (top-level keys; a value: equals, a list: in; compared as JSON).
+Returns a boolean (true for no filters).';
+COMMENT ON FUNCTION billing._usage_open_from(bigint, timestamptz, interval) IS
+'Private: the earliest event time a customer''s usage may still have: its open period''s start, or the previous period''s while the grace runs (the UTC month without a live subscription).
+Returns a timestamptz.';
+COMMENT ON FUNCTION billing._usage_partition(timestamptz) IS
+'Private: makes the monthly partition of usage_event holding p_at if it is missing (under an advisory lock).
+Returns its name.';
+COMMENT ON FUNCTION billing._usage_rebuild(billing.meter) IS
+'Private: re-aggregates one meter''s rollups and distinct values from the stored events (a new or redefined meter).
+Returns nothing.';
+COMMENT ON FUNCTION billing._usage_time(text) IS
+'Private: a CloudEvents time (RFC 3339 with a zone) as a timestamptz.
+Returns NULL when it is not one or the date does not exist.';

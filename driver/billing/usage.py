@@ -1,0 +1,174 @@
+"""Usage ingestion (issue 29, docs/usage.md): one SQL call per batch (`billing.ingest_usage`), and
+`billing usage consume`, the Kafka consumer group on `BILLING_USAGE_TOPIC`.
+
+The consumer's exactly-once effect: a batch of messages is ingested in ONE database transaction,
+and the partitions' offsets are committed to Kafka only after that transaction committed. A crash
+between the two re-delivers the batch; every event in it is then a duplicate of its
+(customer, source, id) key, stored in the same transaction as its counts, so nothing is counted
+twice and nothing is lost. Messages the engine cannot accept (not JSON, not a CloudEvent, an
+unknown customer, a time out of the window, a non-numeric value for a numeric meter) go to the
+dead-letter topic with the reason in a header, before the offsets that passed them are committed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from billing import db
+from billing.clock import Clock
+from billing.config import Settings
+
+log = logging.getLogger("billing.usage")
+
+MAX_BATCH = 1000  # the SQL function's limit, and POST /usage-events'
+
+def windows(settings: Settings) -> dict:
+    return {"grace": timedelta(seconds=settings.usage_grace_seconds),
+            "skew": timedelta(seconds=settings.usage_skew_seconds),
+            "retention": timedelta(days=settings.usage_retention_days)}
+
+
+def ingest(conn: psycopg.Connection, events: list, now, settings: Settings) -> list[tuple[int, str, str | None]]:
+    """Ingests up to MAX_BATCH events in the caller's transaction: (ord, status, reason) per event,
+    ord its 1-based position."""
+    if len(events) > MAX_BATCH:
+        raise ValueError(f"at most {MAX_BATCH} events a batch, got {len(events)}")
+    rows = conn.execute(db.INGEST_USAGE, {"events": Jsonb(events), "now": now, **windows(settings)}).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+@dataclass
+class ConsumeStats:
+    batches: int = 0
+    accepted: int = 0
+    duplicate: int = 0
+    rejected: int = 0
+    dead_lettered: int = 0
+    reasons: dict = field(default_factory=dict)
+
+
+class UsageConsumer:
+    """A member of the consumer group: poll up to `batch` messages, ingest them in one
+    transaction, dead-letter the rejected ones, then commit the offsets (synchronously)."""
+
+    def __init__(self, settings: Settings, clock: Clock, *, batch: int = MAX_BATCH, poll_seconds: float = 0.5,
+                 kafka_config: dict | None = None) -> None:
+        from confluent_kafka import Consumer, Producer
+
+        if not settings.kafka_bootstrap:
+            raise ValueError("billing usage consume needs BILLING_KAFKA_BOOTSTRAP")
+        self.settings, self.clock = settings, clock
+        self.batch = max(1, min(batch, MAX_BATCH))
+        self.poll_seconds = poll_seconds
+        common = {"bootstrap.servers": settings.kafka_bootstrap}
+        for key, value in (("security.protocol", settings.kafka_security_protocol),
+                           ("sasl.mechanism", settings.kafka_sasl_mechanism),
+                           ("sasl.username", settings.kafka_username),
+                           ("sasl.password", settings.kafka_password)):
+            if value:
+                common[key] = value
+        common.update(kafka_config or {})
+        # A member that dies (SIGKILL) keeps its partitions until its session times out: 10 s, then
+        # the others take them over from the last committed offsets.
+        self.consumer = Consumer({**common, "group.id": settings.usage_group, "enable.auto.commit": False,
+                                  "auto.offset.reset": "earliest", "enable.partition.eof": False,
+                                  "isolation.level": "read_committed", "session.timeout.ms": 10000,
+                                  "heartbeat.interval.ms": 1000})
+        self.dead = Producer({**common, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+        self.conn = psycopg.connect(settings.database_url, autocommit=False)
+        self.stats = ConsumeStats()
+        self._stop = False
+
+    def stop(self, *_args) -> None:
+        self._stop = True
+
+    def close(self) -> None:
+        try:
+            self.consumer.close()
+        finally:
+            self.dead.flush(10)
+            self.conn.close()
+
+    def _dead_letter(self, msg, reason: str) -> None:
+        self.dead.produce(self.settings.usage_dead_letter_topic, value=msg.value(), key=msg.key(),
+                          headers=[("billing-reason", reason.encode()), ("billing-topic", msg.topic().encode()),
+                                   ("billing-partition", str(msg.partition()).encode()),
+                                   ("billing-offset", str(msg.offset()).encode())])
+
+    def step(self) -> int:
+        """One batch: returns the messages handled (0: nothing came)."""
+        from confluent_kafka import KafkaException
+
+        msgs = self.consumer.consume(self.batch, self.poll_seconds)
+        if not msgs:
+            return 0
+        events, origin, dead = [], [], []
+        for msg in msgs:
+            if msg.error():
+                if msg.error().fatal():
+                    raise KafkaException(msg.error())
+                log.warning("kafka: %s", msg.error())
+                continue
+            try:
+                event = json.loads(msg.value())
+            except (TypeError, ValueError):
+                dead.append((msg, "invalid_json"))
+                continue
+            events.append(event)
+            origin.append(msg)
+        if events:
+            with self.conn.transaction():
+                answers = ingest(self.conn, events, self.clock.now(), self.settings)
+            for ord_, status, reason in answers:
+                if status == "rejected":
+                    dead.append((origin[ord_ - 1], reason or "rejected"))
+                    self.stats.rejected += 1
+                    self.stats.reasons[reason] = self.stats.reasons.get(reason, 0) + 1
+                elif status == "accepted":
+                    self.stats.accepted += 1
+                else:
+                    self.stats.duplicate += 1
+        for msg, reason in dead:
+            self._dead_letter(msg, reason)
+        if dead:
+            # the dead letters are written before the offsets that passed them are committed
+            if self.dead.flush(30) != 0:
+                raise RuntimeError("the dead-letter topic did not take every rejected event; not committing")
+            self.stats.dead_lettered += len(dead)
+        self.consumer.commit(asynchronous=False)  # after the database commit: a crash re-delivers, deduped
+        self.stats.batches += 1
+        return len(msgs)
+
+    def run(self, *, max_idle_seconds: float | None = None) -> ConsumeStats:
+        """Until stopped; with max_idle_seconds, until that long without a message once partitions
+        were assigned (a group rebalancing after a member died takes its session timeout first)."""
+        assigned = []
+        self.consumer.subscribe([self.settings.usage_topic], on_assign=lambda _c, parts: assigned.append(len(parts)))
+        idle_since = time.monotonic()
+        while not self._stop:
+            if self.step():
+                idle_since = time.monotonic()
+            elif not assigned:
+                idle_since = time.monotonic()
+            elif max_idle_seconds is not None and time.monotonic() - idle_since >= max_idle_seconds:
+                break
+        return self.stats
+
+
+def consume(settings: Settings, clock: Clock, *, batch: int = MAX_BATCH,
+            max_idle_seconds: float | None = None) -> ConsumeStats:
+    consumer = UsageConsumer(settings, clock, batch=batch)
+    signal.signal(signal.SIGTERM, consumer.stop)
+    signal.signal(signal.SIGINT, consumer.stop)
+    try:
+        return consumer.run(max_idle_seconds=max_idle_seconds)
+    finally:
+        consumer.close()
