@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 CACHE := .cache
 SERVICES_ENV := $(CACHE)/services.env
 PGTAP_DB ?= billing_pgtap
+# pgTAP files run in parallel (pg_prove -j): each runs in its own transaction and rolls back.
+PGTAP_JOBS ?= 4
 PYTEST_ARGS ?=
 
 .PHONY: help venv chromium poppler services services-stop citus citus-stop db-migrate test test-fast test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
@@ -45,20 +47,23 @@ services-stop:
 	-bash scripts/services/redis.sh stop
 	-bash scripts/services/postgres.sh stop
 
-# pgTAP: a fresh database built from the migrations, then every file in db/tests.
+# pgTAP: a fresh database built from the migrations, then every file in db/tests, $(PGTAP_JOBS) at a time.
 test-sql: venv services
-	@source $(SERVICES_ENV) && \
+	@started=$$(date +%s) && source $(SERVICES_ENV) && \
 	 base=$${BILLING_TEST_DATABASE_URL%/*} && url="$$base/$(PGTAP_DB)" && \
 	 psql -q "$$BILLING_TEST_DATABASE_URL" -v ON_ERROR_STOP=1 \
 	   -c "DROP DATABASE IF EXISTS $(PGTAP_DB) WITH (FORCE)" -c "CREATE DATABASE $(PGTAP_DB)" && \
 	 $(BIN)/billing --log-level WARNING db migrate --simulation --database-url "$$url" && \
 	 psql -q "$$url" -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pgtap" && \
-	 pg_prove --dbname "$$url" --ext .sql db/tests/
+	 pg_prove -j $(PGTAP_JOBS) --dbname "$$url" --ext .sql db/tests/ && \
+	 echo "test-sql: $$(( $$(date +%s) - started )) s"
 
 # Citus (docs/scaling.md): a coordinator and two workers on loopback, Citus built once from the vendored
 # source into .cache/citus/. test-citus: a fresh database migrated with --citus, then the pgTAP suites
 # listed in db/tests/citus.list (the ones the engine passes on Citus today; docs/scaling.md says why
-# the others do not yet) and the Citus-only ones of db/tests/citus/.
+# the others do not yet), $(PGTAP_JOBS) at a time (each in its own transaction, rolled back), then the
+# Citus-only ones of db/tests/citus/ one after the other (they commit through dblink and release every
+# shard lease, so they must not overlap).
 CITUS_DB ?= billing_pgtap_citus
 citus:
 	@bash scripts/services/citus.sh
@@ -67,11 +72,13 @@ citus-stop:
 	-bash scripts/services/citus.sh stop
 
 test-citus: venv
-	@bash scripts/services/citus.sh >/dev/null && \
+	@started=$$(date +%s) && bash scripts/services/citus.sh >/dev/null && \
 	 url=$$(bash scripts/services/citus.sh createdb $(CITUS_DB)) && \
 	 $(BIN)/billing --log-level WARNING db migrate --simulation --citus --database-url "$$url" && \
 	 psql -q "$$url" -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pgtap" && \
-	 pg_prove --dbname "$$url" $$(grep -v '^#' db/tests/citus.list | sed 's|^|db/tests/|') db/tests/citus/*.sql
+	 pg_prove -j $(PGTAP_JOBS) --dbname "$$url" $$(grep -v '^#' db/tests/citus.list | sed 's|^|db/tests/|') && \
+	 pg_prove --dbname "$$url" db/tests/citus/*.sql && \
+	 echo "test-citus: $$(( $$(date +%s) - started )) s"
 
 # The fast tier: pure logic, no services (driver/tests/unit), first, so a broken pure function fails in seconds.
 test-fast: venv

@@ -5,8 +5,8 @@
 
 `run.py` measures the claim statement on a bench schema; this one measures the engine's SQL API
 (db/functions/16_shards.sql and the *_in_shard functions) on the engine's schema migrated with `billing db migrate
---citus`: `claim_charges_in_shard` (lease a batch of due OPEN invoices) and
-`claim_renewals_in_shard` (lock a batch of due subscriptions, rolled back so each claim meets the
+--citus`: `charge_claims_in_shard` (key, attempt and lease a batch of due OPEN invoices) and
+`renew_in_shard` (renew a batch of due subscriptions, rolled back so each call meets the
 same rows), each inside one shard group on the node that holds it, for several shard counts and
 customer counts; and the same calls on one PostgreSQL (its one group, 0). The per-claim cost
 should stay flat as shards and customers grow: a claim reads its group's due index only.
@@ -86,12 +86,13 @@ def claims(url: str, fn: str, group: int, batch: int, count: int) -> list[float]
         conn.execute("SET jit = off")
         for _ in range(count):
             t = time.perf_counter()
-            if fn == "renewals":  # locks only: rolled back, the next claim meets the same rows
+            # The claim-only calls (claim_renewals_in_shard, claim_charges_in_shard) were never called
+            # by the driver and are gone (issue 25): the driver's claim-and-work calls instead.
+            if fn == "renewals":  # rolled back, the next call meets the same rows
                 with conn.transaction(force_rollback=True):
-                    n = len(conn.execute("SELECT * FROM billing.claim_renewals_in_shard('bench', %s, %s, %s)",
-                                         (group, batch, NOW)).fetchall())
+                    n = conn.execute("SELECT billing.renew_in_shard('bench', %s, %s, %s)", (group, batch, NOW)).fetchone()[0]
             else:  # leases: the next claim takes the next batch
-                n = len(conn.execute("SELECT * FROM billing.claim_charges_in_shard('bench', %s, %s, '1 hour', %s)",
+                n = len(conn.execute("SELECT * FROM billing.charge_claims_in_shard('bench', %s, %s, '1 hour', %s)",
                                      (group, batch, NOW)).fetchall())
             out.append((time.perf_counter() - t) * 1000)
             if n < batch:

@@ -28,6 +28,10 @@ Runs, each on its own copy:
 Server CPU per invoice (the backends' user+system time, read from /proc when the server runs on
 this machine) is printed too: it does not depend on what else the machine is doing.
 
+--baseline REF runs ours also with the function files of git revision REF (db/functions of that
+commit applied to the same data), alternating baseline and current --rounds times, so a change to
+the renewal is measured beside what it replaces in one run (the migrations must be the same).
+
 Environment: BILLING_TEST_DATABASE_URL (a superuser URL of the server, as `make services` writes
 it) or BILLING_DATABASE_URL; --database-url overrides. Needs psql on PATH. --taxes adds a run of
 ours with a tax rate applying to every customer (invoices with tax lines, docs/invoices.md).
@@ -41,6 +45,8 @@ import hashlib
 import json
 import os
 import subprocess
+import tarfile
+import tempfile
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -114,7 +120,7 @@ def build_template(server_url: str, total: int, due: int, layout: str, rebuild: 
 class Copy:
     """A fresh database copied from the template (file copy: no WAL for the copy)."""
 
-    def __init__(self, server_url: str, template: str, tag: str) -> None:
+    def __init__(self, server_url: str, template: str, tag: str, db_dir: Path | None = None) -> None:
         self.server_url = server_url
         self.name = f"{template[:40]}_{tag}"
         admin(
@@ -123,7 +129,7 @@ class Copy:
             sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(sql.Identifier(self.name), sql.Identifier(template)),
         )
         self.url = url_for_db(server_url, self.name)
-        migrate(self.url, REPO / "db", simulation=True)  # the functions as they are now
+        migrate(self.url, db_dir or REPO / "db", simulation=True)  # the functions as they are now (or a baseline's)
         admin(self.url, sql.SQL("VACUUM ANALYZE"), sql.SQL("CHECKPOINT"))
 
     def drop(self) -> None:
@@ -201,6 +207,19 @@ class Workers:
         if failures:
             raise failures[0]
         return time.perf_counter() - started
+
+
+def baseline_db(ref: str) -> Path:
+    """db/ of git revision ref, extracted into a temporary directory (or ref itself: a db/ directory)."""
+    if (Path(ref) / "functions").is_dir():
+        return Path(ref)
+    out = Path(tempfile.mkdtemp(prefix="bench_renewal_baseline_"))
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "db"], check=True, capture_output=True).stdout
+    tar = out / "db.tar"
+    tar.write_bytes(archive)
+    with tarfile.open(tar) as f:
+        f.extractall(out, filter="data")
+    return out / "db"
 
 
 def run_ours(url: str, workers: int, batch: int, marks: list[int], limit: int | None = None) -> dict:
@@ -299,6 +318,8 @@ def main() -> None:
     ap.add_argument("--taxes", action="store_true",
                     help="also run ours with a tax rate applying to every customer (docs/invoices.md)")
     ap.add_argument("--json", type=Path, help="also write the figures there")
+    ap.add_argument("--baseline", metavar="REF", help="also run ours with the function files of git revision REF, alternating")
+    ap.add_argument("--rounds", type=int, default=1, help="with --baseline: how many baseline/current pairs")
     args = ap.parse_args()
     server = args.database_url
     scale_due = min(args.scale_due, args.due)
@@ -309,6 +330,32 @@ def main() -> None:
     templates = [build_template(server, args.total, args.due, args.layout, args.rebuild)]
     results: dict = {"total": args.total, "due": args.due, "layout": args.layout, "workers": args.workers, "batch": args.batch,
                      "load_average": os.getloadavg()}
+
+    if args.baseline:
+        base_dir = baseline_db(args.baseline)
+        pairs: list[dict] = []
+        for rnd in range(args.rounds):
+            pair = {}
+            for label, db_dir in (("baseline", base_dir), ("current", None)):
+                for taxed in ((False, True) if args.taxes else (False,)):
+                    copy = Copy(server, templates[0], f"{label[:4]}{'_tax' if taxed else ''}", db_dir)
+                    try:
+                        if taxed:
+                            admin(copy.url, sql.SQL("SELECT billing.upsert_tax_rate('BENCH_VAT', 'FR', NULL, 'VAT', 2000, false)"),
+                                  sql.SQL("UPDATE billing.customer SET country = 'FR'"), sql.SQL("VACUUM ANALYZE billing.customer"))
+                        r = run_ours(copy.url, args.workers, args.batch, [scale_due])
+                    finally:
+                        copy.drop()
+                    key = label + ("_taxes" if taxed else "")
+                    pair[key] = r
+                    cpu = f", server CPU {r['cpu_us']:.1f} us/invoice" if r["cpu_us"] else ""
+                    print(f"  round {rnd + 1} {key:>16}: {r['rows']:,} invoices in {r['seconds']:.1f} s = {r['rate']:,.0f} invoices/s{cpu} ({host_load()})")
+            pairs.append(pair)
+        results["baseline"] = {"ref": args.baseline, "rounds": pairs}
+        for key in pairs[0]:
+            rates = [p[key]["rate"] for p in pairs]
+            cpus = [p[key]["cpu_us"] for p in pairs if p[key]["cpu_us"]]
+            print(f"  {key:>16}: best {max(rates):,.0f} invoices/s" + (f", min CPU {min(cpus):.1f} us/invoice" if cpus else ""))
 
     copy = Copy(server, templates[0], "ours")
     try:

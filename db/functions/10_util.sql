@@ -73,6 +73,44 @@ COMMENT ON FUNCTION billing._check_text(text, text, integer) IS
 'Private: p_value must be non-blank text of at most p_max_length characters.
 Returns nothing; BL422 otherwise.';
 
+-- The arguments of every claim (claim_charges, claim_refunds and their forms per shard group,
+-- lease_shard_groups, the relay's claim inside a group): one rule each, one wording. A worker name
+-- is at most 200 characters: what billing.shard_worker and billing.shard_lease accept (their CHECK
+-- constraints), so a name valid for one claim is valid for every other. A charge's or a refund's
+-- lease (p_keyed) must end before the gateway forgets the key it is sent with; p_provider, when
+-- given, is a provider name as the worker's BILLING_GATEWAY_PROVIDER spells it.
+CREATE OR REPLACE FUNCTION billing._check_claim(p_worker text, p_batch_size integer, p_lease interval, p_now timestamptz,
+                                                p_keyed boolean DEFAULT false, p_provider text DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key_lifetime interval;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_text('a worker name', p_worker, 200);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
+    PERFORM billing._check_lease(p_lease);
+    IF p_keyed THEN
+        SELECT i.key_lifetime INTO v_key_lifetime FROM billing.installation i;
+        IF p_lease >= v_key_lifetime THEN
+            RAISE EXCEPTION USING ERRCODE = 'BL422',
+                MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_key_lifetime),
+                HINT = 'A call made near the end of a longer lease could reach the gateway after it forgot the key.';
+        END IF;
+    END IF;
+    IF p_provider IS NOT NULL AND p_provider !~ '^[a-z][a-z0-9_]{1,31}$' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('a provider name is 2 to 32 lower-case letters, digits or _, got %L', p_provider),
+            HINT = 'Pass the worker''s BILLING_GATEWAY_PROVIDER (sim, stripe, ...).';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._check_claim(text, integer, interval, timestamptz, boolean, text) IS
+'Private: the arguments of a claim: p_now (_check_now), a worker name of 1 to 200 characters, a batch size of 1 to 10000, a lease (_check_lease), shorter than the key lifetime when p_keyed, and a provider name when given.
+Returns nothing; BL422 otherwise.';
+
 CREATE OR REPLACE FUNCTION billing._check_one_of(p_what text, p_value text, p_allowed text[], p_hint text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE

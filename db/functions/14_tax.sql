@@ -1,6 +1,6 @@
 -- 14_tax: the taxes of a new invoice, chosen by the customer's billing address (docs/invoices.md).
--- Two forms of one computation: _invoice_tax, a SQL function the renewal statement inlines (set-based,
--- a join of the customer row: measured 10 us per taxed invoice cheaper than inlining _tax_of there),
+-- Two forms of one computation: _invoice_tax_sql, the set-based text the renewal statement joins (a
+-- join of the customer row: measured 10 us per taxed invoice cheaper than _tax_of per row there),
 -- and _tax_of, the rates of one address, which the per-row path (_new_invoice) calls through
 -- _invoice_tax_row in PL/pgSQL (Citus cannot plan a SQL function over its tables with parameters).
 -- 600_invoices checks that renewals (the statement on one PostgreSQL) and new invoices (per row) agree.
@@ -35,36 +35,42 @@ COMMENT ON FUNCTION billing._tax_of(char, text, text, bigint) IS
 'Private: the taxes on p_base (minor units, after discount) for a billing address (country, region) and tax status: exclusive tax (added), inclusive tax (contained) and the detail stored on the invoice ({treatment, country, region: the address it was computed for, lines: [{code, name, rateBp, inclusive, amount}]}); one line per rate rounded half away from zero.
 Returns one row.';
 
--- Set-based: inlined into the renewal statement (a join of the customer row), the same figures as
--- _tax_of. Citus cannot plan a SQL function that reads a distributed table (billing.customer) when
--- called with parameters, so the per-row callers use _invoice_tax_row.
-CREATE OR REPLACE FUNCTION billing._invoice_tax(p_customer_id bigint, p_base bigint, p_enabled boolean DEFAULT true)
-RETURNS TABLE (tax_amount bigint, tax_included bigint, tax_detail jsonb)
-LANGUAGE sql STABLE  -- inlinable into the renewal statement: no SET clause, every name qualified
+-- Set-based: the text the renewal statement joins (40_renewal.sql's _renew_statement, on the tables
+-- or on one shard group's shards: the customer and rate tables are parameters), the same figures as
+-- _tax_of: a join of the customer row and its rates, measured 10 us per taxed invoice cheaper than
+-- calling _tax_of per row. No row when p_enabled is false (the renewal passes whether any rate
+-- exists). It replaces _invoice_tax, a SQL function the statement inlined on a single PostgreSQL
+-- only (on Citus it would read the distributed customer table from inside a shard's statement).
+DROP FUNCTION IF EXISTS billing._invoice_tax(bigint, bigint, boolean);
+CREATE OR REPLACE FUNCTION billing._invoice_tax_sql(p_customer text, p_tax_rate text, p_customer_id text, p_base text,
+                                                    p_enabled text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
 AS $$
-    SELECT coalesce(sum(x.amount) FILTER (WHERE NOT x.inclusive), 0)::bigint,
-           coalesce(sum(x.amount) FILTER (WHERE x.inclusive), 0)::bigint,
+    SELECT pg_catalog.format($q$
+    SELECT coalesce(sum(x.amount) FILTER (WHERE NOT x.inclusive), 0)::bigint AS tax_amount,
+           coalesce(sum(x.amount) FILTER (WHERE x.inclusive), 0)::bigint AS tax_included,
            pg_catalog.jsonb_build_object(
                'treatment', c.tax_status, 'country', c.country, 'region', c.region,
                'lines', coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                             'code', x.code, 'name', x.name, 'rateBp', x.rate_bp, 'inclusive', x.inclusive,
                             'amount', x.amount) ORDER BY x.region NULLS FIRST, x.code) FILTER (WHERE x.code IS NOT NULL),
-                            '[]'::jsonb))
-      FROM billing.customer c
+                            '[]'::jsonb)) AS tax_detail
+      FROM %1$s c
       LEFT JOIN LATERAL (
           SELECT r.code, r.name, r.rate_bp, r.inclusive, r.region,
-                 pg_catalog.round(p_base::numeric * r.rate_bp
+                 pg_catalog.round((%4$s)::numeric * r.rate_bp
                                   / CASE WHEN r.inclusive THEN 10000 + sum(r.rate_bp) OVER () ELSE 10000 END)::bigint AS amount
-            FROM billing.tax_rate r
+            FROM %2$s r
            WHERE r.active AND r.country = c.country AND (r.region IS NULL OR r.region = c.region)
              AND c.tax_status = 'TAXABLE'
       ) x ON true
-     WHERE c.id = p_customer_id AND p_enabled
-     GROUP BY c.id, c.tax_status, c.country, c.region
+     WHERE c.id = %3$s AND %5$s
+     GROUP BY c.id, c.tax_status, c.country, c.region$q$, p_customer, p_tax_rate, p_customer_id, p_base, p_enabled)
 $$;
-COMMENT ON FUNCTION billing._invoice_tax(bigint, bigint, boolean) IS
-'Private, set-based (inlined by the renewal statement): the taxes on p_base for the customer''s billing address and tax status, as _tax_of computes them. No row when p_enabled is false (the renewal passes whether any rate exists).
-Returns at most one row.';
+COMMENT ON FUNCTION billing._invoice_tax_sql(text, text, text, text, text) IS
+'Private, set-based: the text of a query giving the taxes on p_base (an expression) for customer p_customer_id (an expression) of table p_customer, with the rates of table p_tax_rate, as _tax_of computes them; no row unless p_enabled (an expression).
+Returns the query text (one row: tax_amount, tax_included, tax_detail).';
 
 -- Per-row: the customer read by its key (one shard on Citus), then the rates.
 CREATE OR REPLACE FUNCTION billing._invoice_tax_row(p_customer_id bigint, p_base bigint,

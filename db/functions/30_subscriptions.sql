@@ -241,7 +241,7 @@ AS $$
 DECLARE
     v_sub billing.subscription := p_sub;
 BEGIN
-    WHILE v_sub.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND v_sub.current_period_end <= p_now LOOP
+    WHILE billing._due_renewal(v_sub.status, v_sub.current_period_end, p_now) LOOP
         v_sub := billing._renew_one(v_sub, p_now);
     END LOOP;
     RETURN v_sub;

@@ -126,8 +126,9 @@ COMMENT ON FUNCTION billing._renew_one(billing.subscription, timestamptz) IS
 'Private: renews (or cancels at period end) one locked subscription whose period has ended: a trial''s end starts the first billed period, a scheduled change applies, a coupon discounts.
 Returns the subscription after it; announces what changed.';
 
--- The per-row part of create_due_invoices: trial notices, resumes at their date, and due renewals
--- that need _renew_one. Each query claims with SKIP LOCKED, like the renewal statement.
+-- The per-row part of create_due_invoices on a single PostgreSQL: trial notices, resumes at their
+-- date, and due renewals that need _renew_one. Each query claims with SKIP LOCKED, like the renewal
+-- statement. (On Citus create_due_invoices takes _renew_rows and renew_in_shard its own claims.)
 CREATE OR REPLACE FUNCTION billing._renew_lifecycle(p_batch_size integer, p_now timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -138,12 +139,9 @@ DECLARE
     v_plan   billing.plan;
     v_count  integer := 0;
 BEGIN
-    IF billing._distributed('billing.customer') THEN
-        RETURN billing._renew_lifecycle_rows(p_batch_size, p_now);
-    END IF;
     FOR v_sub IN
         SELECT * FROM billing.subscription
-         WHERE trial_notice_at <= p_now AND status = 'TRIALING'
+         WHERE billing._due_trial_notice(status, trial_notice_at, p_now)
          ORDER BY trial_notice_at, id LIMIT p_batch_size
            FOR NO KEY UPDATE SKIP LOCKED
     LOOP
@@ -160,12 +158,12 @@ BEGIN
     FOR v_sub IN
         WITH resuming AS MATERIALIZED (
             SELECT * FROM billing.subscription
-             WHERE status = 'PAUSED' AND resume_at <= p_now
+             WHERE billing._due_resume(status, resume_at, p_now)
              ORDER BY resume_at, id LIMIT p_batch_size
                FOR NO KEY UPDATE SKIP LOCKED
         ), renewing AS MATERIALIZED (
             SELECT * FROM billing.subscription
-             WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND current_period_end <= p_now
+             WHERE billing._due_lifecycle(status, current_period_end, lifecycle_pending, p_now)
              ORDER BY current_period_end, id LIMIT p_batch_size
                FOR NO KEY UPDATE SKIP LOCKED
         )
@@ -186,69 +184,9 @@ COMMENT ON FUNCTION billing._renew_lifecycle(integer, timestamptz) IS
 'Private: create_due_invoices'' per-row path: SubscriptionTrialWillEnd when due, resumes at resume_at, and one renewal of each due subscription flagged lifecycle_pending (up to p_batch_size of each, SKIP LOCKED; handled in customer order).
 Returns how many rows it handled.';
 
--- The same on Citus, where a claim cannot lock rows of several shards in one statement (convention 3
--- of docs/scaling.md): an unlocked read of the candidates' keys over every shard, then each row locked
--- by (customer_id, id) with SKIP LOCKED (one shard) and its condition checked again on the locked row,
--- then worked on in this transaction, as above. The scale path on Citus is the per-shard-group claim
--- (renew_in_shard, 41_renewal_rows.sql), which calls the same per-row functions.
-CREATE OR REPLACE FUNCTION billing._renew_lifecycle_rows(p_batch_size integer, p_now timestamptz)
-RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_keys   record;
-    v_sub    billing.subscription;
-    v_count  integer := 0;
-    i        integer;
-BEGIN
-    SELECT array_agg(k.customer_id ORDER BY k.trial_notice_at, k.id) AS customers,
-           array_agg(k.id ORDER BY k.trial_notice_at, k.id) AS ids INTO v_keys
-      FROM (SELECT s.customer_id, s.id, s.trial_notice_at FROM billing.subscription s
-             WHERE s.trial_notice_at <= p_now AND s.status = 'TRIALING'
-             ORDER BY s.trial_notice_at, s.id LIMIT p_batch_size) k;
-    FOR i IN 1..coalesce(cardinality(v_keys.ids), 0) LOOP
-        SELECT * INTO v_sub FROM billing.subscription
-         WHERE customer_id = v_keys.customers[i] AND id = v_keys.ids[i]
-           AND trial_notice_at <= p_now AND status = 'TRIALING'
-           FOR NO KEY UPDATE SKIP LOCKED;
-        CONTINUE WHEN NOT FOUND;
-        UPDATE billing.subscription SET trial_notice_at = NULL WHERE customer_id = v_sub.customer_id AND id = v_sub.id;
-        PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionTrialWillEnd',
-                                    billing._subscription_data(v_sub), p_now);
-        v_count := v_count + 1;
-    END LOOP;
-
-    -- Resumes and per-row renewals, each kind oldest first, handled in customer order.
-    SELECT array_agg(k.customer_id ORDER BY k.customer_id, k.id) AS customers,
-           array_agg(k.id ORDER BY k.customer_id, k.id) AS ids INTO v_keys
-      FROM ((SELECT s.customer_id, s.id FROM billing.subscription s
-              WHERE s.status = 'PAUSED' AND s.resume_at <= p_now
-              ORDER BY s.resume_at, s.id LIMIT p_batch_size)
-            UNION
-            (SELECT s.customer_id, s.id FROM billing.subscription s
-              WHERE s.lifecycle_pending AND s.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now
-              ORDER BY s.current_period_end, s.id LIMIT p_batch_size)) k;
-    FOR i IN 1..coalesce(cardinality(v_keys.ids), 0) LOOP
-        SELECT * INTO v_sub FROM billing.subscription
-         WHERE customer_id = v_keys.customers[i] AND id = v_keys.ids[i]
-           AND ((status = 'PAUSED' AND resume_at <= p_now)
-                OR (lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND current_period_end <= p_now))
-           FOR NO KEY UPDATE SKIP LOCKED;
-        CONTINUE WHEN NOT FOUND;
-        IF v_sub.status = 'PAUSED' THEN
-            PERFORM billing._resume(v_sub, v_sub.resume_at, p_now);
-        ELSE
-            PERFORM billing._renew_one(v_sub, p_now);
-        END IF;
-        v_count := v_count + 1;
-    END LOOP;
-    RETURN v_count;
-END
-$$;
-COMMENT ON FUNCTION billing._renew_lifecycle_rows(integer, timestamptz) IS
-'Private: _renew_lifecycle on Citus: the candidates read unlocked over every shard, then each locked by (customer_id, id) SKIP LOCKED (one shard), its condition checked again, and handled as _renew_lifecycle does.
-Returns how many rows it handled.';
+-- _renew_lifecycle_rows (its form on Citus) could never run: create_due_invoices takes _renew_rows
+-- there first, and renew_in_shard claims per group. Removed.
+DROP FUNCTION IF EXISTS billing._renew_lifecycle_rows(integer, timestamptz);
 
 -- Every automatic transition due by p_now that the renewal job has not processed yet is settled at
 -- its own instant before a call changes anything: a scheduled resume first (its period starts at

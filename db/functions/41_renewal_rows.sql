@@ -20,14 +20,14 @@ BEGIN
     -- conditions are checked again on the locked version, so a row renewed meanwhile is not due.
     SELECT * INTO v_sub FROM billing.subscription s
      WHERE s.customer_id = p_customer_id AND s.id = p_subscription_id
-       AND ((s.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now)
-            OR (s.status = 'PAUSED' AND s.resume_at <= p_now)
-            OR (s.status = 'TRIALING' AND s.trial_notice_at <= p_now))
+       AND (billing._due_renewal(s.status, s.current_period_end, p_now)
+            OR billing._due_resume(s.status, s.resume_at, p_now)
+            OR billing._due_trial_notice(s.status, s.trial_notice_at, p_now))
        FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
-    IF v_sub.status = 'TRIALING' AND v_sub.trial_notice_at <= p_now THEN
+    IF billing._due_trial_notice(v_sub.status, v_sub.trial_notice_at, p_now) THEN
         -- Bookkeeping, not a change of the subscription: version stays (as _renew_lifecycle).
         UPDATE billing.subscription s SET trial_notice_at = NULL
          WHERE s.customer_id = v_sub.customer_id AND s.id = v_sub.id;
@@ -40,7 +40,7 @@ BEGIN
         -- Resumed at the date set, however late the job runs (later periods follow as renewals).
         PERFORM billing._resume(v_sub, v_sub.resume_at, p_now);
         v_handled := v_handled + 1;
-    ELSIF v_sub.current_period_end <= p_now THEN
+    ELSIF billing._due_renewal(v_sub.status, v_sub.current_period_end, p_now) THEN
         -- One period (or the cancellation at its end), as the renewal statement or
         -- _renew_lifecycle would: _renew_one is the per-row form of both.
         PERFORM billing._renew_one(v_sub, p_now);
@@ -69,9 +69,9 @@ BEGIN
         SELECT c.customer_id, c.id
           FROM (SELECT s.customer_id, s.id
                   FROM billing.subscription s
-                 WHERE (s.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now)
-                    OR (s.status = 'PAUSED' AND s.resume_at <= p_now)
-                    OR (s.status = 'TRIALING' AND s.trial_notice_at <= p_now)
+                 WHERE billing._due_renewal(s.status, s.current_period_end, p_now)
+                    OR billing._due_resume(s.status, s.resume_at, p_now)
+                    OR billing._due_trial_notice(s.status, s.trial_notice_at, p_now)
                  ORDER BY least(CASE WHEN s.status = 'PAUSED' THEN s.resume_at ELSE s.current_period_end END,
                                 s.trial_notice_at), s.id
                  LIMIT p_batch_size) c
@@ -86,39 +86,8 @@ COMMENT ON FUNCTION billing._renew_rows(integer, timestamptz) IS
 'Private: create_due_invoices on Citus, where its statement cannot run: up to p_batch_size due subscriptions read without locks, then each renewed under its own row lock by _renew_row (skipping rows another session holds).
 Returns how many it handled: 0 means nothing is due.';
 
-CREATE OR REPLACE FUNCTION billing.claim_renewals_in_shard(
-    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
-RETURNS TABLE (customer_id bigint, subscription_id bigint)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = billing, pg_catalog, pg_temp
-SET jit = off
-AS $$
-DECLARE
-    v_claimed bigint;
-BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
-    -- The renewal's claim (create_due_invoices' due rows, fast and lifecycle paths alike): locked
-    -- until the caller's transaction ends, in which it renews them by (customer_id, id).
-    RETURN QUERY EXECUTE format($q$
-        SELECT s.customer_id, s.id
-          FROM %s s
-         WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND s.current_period_end <= $1
-         ORDER BY s.current_period_end
-         LIMIT $2
-           FOR NO KEY UPDATE SKIP LOCKED$q$, billing._shard_table('billing.subscription', p_shard_group))
-      USING p_now, p_batch_size;
-    -- An audit row only when something was claimed (idle workers ask every second, per group).
-    GET DIAGNOSTICS v_claimed = ROW_COUNT;
-    IF v_claimed > 0 THEN
-        PERFORM billing._audit('claim_renewals_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'now', p_now));
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION billing.claim_renewals_in_shard(text, integer, integer, timestamptz) IS
-'Claims up to p_batch_size subscriptions due for renewal at p_now in one leased shard group, oldest due first: they stay locked (FOR NO KEY UPDATE, skipping rows another claimer holds) until the caller''s transaction ends, in which the caller renews them. Call it on the node holding the group (lease_shard_groups names it).
-Returns (customer_id, subscription_id) per claimed subscription; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size.';
+-- claim_renewals_in_shard (a claim without the work) was never called by the driver: removed.
+DROP FUNCTION IF EXISTS billing.claim_renewals_in_shard(text, integer, integer, timestamptz);
 
 -- ---------------------------------------------------------------------------------------------
 -- Claim and work in one call, inside one shard group: what the driver's workers call on the node
@@ -138,9 +107,6 @@ DECLARE
     v_customers bigint[];
     v_ids       bigint[];
     v_handled   integer := 0;
-    v_batch     integer;
-    v_canceled  bigint[];
-    v_try       integer := 0;
 BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
@@ -152,17 +118,17 @@ BEGIN
     EXECUTE format($q$
         WITH notice AS MATERIALIZED (
             SELECT s.customer_id, s.id FROM %1$s s
-             WHERE s.status = 'TRIALING' AND s.trial_notice_at <= $1
+             WHERE billing._due_trial_notice(s.status, s.trial_notice_at, $1)
              ORDER BY s.trial_notice_at, s.id LIMIT $2
                FOR NO KEY UPDATE SKIP LOCKED
         ), resuming AS MATERIALIZED (
             SELECT s.customer_id, s.id FROM %1$s s
-             WHERE s.status = 'PAUSED' AND s.resume_at <= $1
+             WHERE billing._due_resume(s.status, s.resume_at, $1)
              ORDER BY s.resume_at, s.id LIMIT $2
                FOR NO KEY UPDATE SKIP LOCKED
         ), renewing AS MATERIALIZED (
             SELECT s.customer_id, s.id FROM %1$s s
-             WHERE s.lifecycle_pending AND s.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AND s.current_period_end <= $1
+             WHERE billing._due_lifecycle(s.status, s.current_period_end, s.lifecycle_pending, $1)
              ORDER BY s.current_period_end, s.id LIMIT $2
                FOR NO KEY UPDATE SKIP LOCKED
         ), claimed AS (
@@ -174,26 +140,9 @@ BEGIN
     FOR i IN 1 .. coalesce(array_length(v_ids, 1), 0) LOOP
         v_handled := v_handled + billing._renew_row(v_customers[i], v_ids[i], p_now);
     END LOOP;
-    -- Then the renewal statement, set-based on the group's own shards (the other due rows),
-    -- retried on a fresh snapshot when a claimed row changed under it, as create_due_invoices does.
-    LOOP
-        v_try := v_try + 1;
-        BEGIN
-            SELECT r.handled, r.canceled INTO v_batch, v_canceled
-              FROM billing._renew_batch_in_shard(p_shard_group, p_batch_size, p_now) r;
-            EXIT;
-        EXCEPTION WHEN serialization_failure THEN
-            IF v_try >= 10 THEN
-                RAISE;
-            END IF;
-        END;
-    END LOOP;
-    -- Canceled at period end: their OPEN invoices voided (a separate statement: it may give back
-    -- credit the statement just consumed). The rows are still locked.
-    IF v_canceled IS NOT NULL THEN
-        PERFORM billing._void_open_invoices(v_canceled, p_now);
-    END IF;
-    v_handled := v_handled + v_batch;
+    -- Then the renewal statement on the group's own shards (the other due rows), as
+    -- create_due_invoices runs it on the tables (_renew_set: retried, then the cancellations' voids).
+    v_handled := v_handled + billing._renew_set(p_shard_group, p_batch_size, p_now);
     -- An audit row only when something was done (idle workers ask every second, per group).
     IF v_handled > 0 THEN
         PERFORM billing._audit('renew_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'now', p_now));

@@ -1,6 +1,6 @@
 -- 51_charge_claims: charge workers claim OPEN invoices (docs/gateway.md): claim_charges (one
 -- statement on a single PostgreSQL, row by row on Citus) and, beside it, its forms inside one shard
--- group (claim_charges_in_shard, charge_claims_in_shard; docs/scaling.md, "Batch claims"). Each claim
+-- group (charge_claims_in_shard; docs/scaling.md, "Batch claims"). Each claim
 -- leases the invoice and keys its attempt with the invoice's current try.
 -- Re-applied after every migration: CREATE OR REPLACE only.
 
@@ -39,21 +39,8 @@ DECLARE
     v_ids        bigint[];
     v_unnumbered bigint[];
 BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_text('a worker name', p_worker, 255);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
-    IF p_provider IS NULL OR p_provider !~ '^[a-z][a-z0-9_]{1,31}$' THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('a provider name is 2 to 32 lower-case letters, digits or _, got %L', p_provider),
-            HINT = 'Pass the worker''s BILLING_GATEWAY_PROVIDER (sim, stripe, ...).';
-    END IF;
+    PERFORM billing._check_claim(p_worker, p_batch_size, p_lease, p_now, true, coalesce(p_provider, ''));
     SELECT * INTO v_cfg FROM billing.installation;
-    IF p_lease >= v_cfg.key_lifetime THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_cfg.key_lifetime),
-            HINT = 'A call made near the end of a longer lease could reach the gateway after it forgot the key.';
-    END IF;
     -- Nothing due: the call changes nothing, so it leaves no audit row (idle workers ask every
     -- second). One probe of the index the claim reads.
     IF NOT EXISTS (SELECT 1 FROM billing.invoice i WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now) THEN
@@ -339,50 +326,8 @@ $$;
 COMMENT ON FUNCTION billing._claim_charges_rows(text, integer, interval, timestamptz, text) IS
 'Private: claim_charges on Citus, row by row: the due OPEN invoices read unlocked oldest due first, each locked by (customer_id, id) SKIP LOCKED and claimed by _claim_charge_row, up to p_batch_size locked.
 Returns claim_charges'' rows in invoice id order.';
-
-CREATE OR REPLACE FUNCTION billing.claim_charges_in_shard(
-    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 100, p_lease interval DEFAULT interval '5 minutes',
-    p_now timestamptz DEFAULT now())
-RETURNS TABLE (customer_id bigint, invoice_id bigint, lease_until timestamptz)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = billing, pg_catalog, pg_temp
-SET jit = off
-AS $$
-DECLARE
-    v_claimed bigint;
-BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
-    PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
-    -- claim_charges' lease, inside one group: OPEN invoices due, oldest first, skipping rows another
-    -- claimer holds; each comes back at p_now + p_lease unless a result settles it first.
-    RETURN QUERY EXECUTE format($q$
-        WITH due AS MATERIALIZED (
-            SELECT i.customer_id, i.id
-              FROM %1$s i
-             WHERE i.status = 'OPEN' AND i.next_attempt_at <= $1
-             ORDER BY i.next_attempt_at
-             LIMIT $2
-               FOR NO KEY UPDATE SKIP LOCKED
-        ), leased AS (
-            UPDATE %1$s i
-               SET next_attempt_at = $1 + $3
-              FROM due d
-             WHERE i.customer_id = d.customer_id AND i.id = d.id
-            RETURNING i.customer_id, i.id, i.next_attempt_at
-        )
-        SELECT * FROM leased ORDER BY 1, 2$q$, billing._shard_table('billing.invoice', p_shard_group))
-      USING p_now, p_batch_size, p_lease;
-    GET DIAGNOSTICS v_claimed = ROW_COUNT;
-    IF v_claimed > 0 THEN
-        PERFORM billing._audit('claim_charges_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION billing.claim_charges_in_shard(text, integer, integer, interval, timestamptz) IS
-'Claims up to p_batch_size OPEN invoices due for a charge at p_now in one leased shard group, oldest due first, skipping rows another claimer holds: each is leased (next_attempt_at = p_now + p_lease) as claim_charges leases it, and comes back when the lease runs out unless a result settles it. Call it on the node holding the group.
-Returns (customer_id, invoice_id, lease_until) per claimed invoice; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size or lease.';
+-- claim_charges_in_shard (a claim without the work) was never called by the driver: removed.
+DROP FUNCTION IF EXISTS billing.claim_charges_in_shard(text, integer, integer, interval, timestamptz);
 
 -- Each claimed invoice is keyed and leased by billing._claim_charge_row (above): the
 -- per-row form of claim_charges, shared with claim_charges' own path on the Citus coordinator.
@@ -401,21 +346,8 @@ DECLARE
     v_customers bigint[];
     v_ids       bigint[];
 BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_text('a worker name', p_worker, 200);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
-    IF p_provider IS NULL OR p_provider !~ '^[a-z][a-z0-9_]{1,31}$' THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('a provider name is 2 to 32 lower-case letters, digits or _, got %L', p_provider),
-            HINT = 'Pass the worker''s BILLING_GATEWAY_PROVIDER (sim, stripe, ...).';
-    END IF;
+    PERFORM billing._check_claim(p_worker, p_batch_size, p_lease, p_now, true, coalesce(p_provider, ''));
     SELECT * INTO v_cfg FROM billing.installation;
-    IF p_lease >= v_cfg.key_lifetime THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_cfg.key_lifetime),
-            HINT = 'A call made near the end of a longer lease could reach the gateway after it forgot the key.';
-    END IF;
     PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
     -- claim_charges' due invoices, in this group: oldest first, locked (SKIP LOCKED) until the
     -- transaction ends, then each keyed and leased as claim_charges does.

@@ -17,15 +17,8 @@ AS $$
 DECLARE
     v_cfg billing.installation;
 BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_text('a worker name', p_worker, 255);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
+    PERFORM billing._check_claim(p_worker, p_batch_size, p_lease, p_now, true);
     SELECT * INTO v_cfg FROM billing.installation;
-    IF p_lease >= v_cfg.key_lifetime THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_cfg.key_lifetime);
-    END IF;
     -- Nothing due: the call changes nothing, so it leaves no audit row (idle workers ask every second).
     IF NOT EXISTS (SELECT 1 FROM billing.refund r WHERE r.status = 'REQUESTED' AND r.next_attempt_at <= p_now) THEN
         RETURN;
@@ -213,15 +206,8 @@ DECLARE
     v_customers bigint[];
     v_ids       bigint[];
 BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_text('a worker name', p_worker, 200);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
+    PERFORM billing._check_claim(p_worker, p_batch_size, p_lease, p_now, true);
     SELECT * INTO v_cfg FROM billing.installation;
-    IF p_lease >= v_cfg.key_lifetime THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('the lease (%s) must be shorter than the gateway''s key lifetime (%s)', p_lease, v_cfg.key_lifetime);
-    END IF;
     PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
     -- claim_refunds' due refunds, in this group: oldest first, locked (SKIP LOCKED) until the
     -- transaction ends, then each leased as claim_refunds leases it.

@@ -192,10 +192,7 @@ DECLARE
     v_ids     bigint[];
     v_claimed bigint;
 BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
-    PERFORM billing._check_text('worker', p_worker, 200);
+    PERFORM billing._check_claim(p_worker, p_batch_size, p_lease, p_now);
     -- No shard lease here: the relays share the groups with advisory locks (relay_shard_groups).
     v_table := billing._shard_table('billing.outbox_event', p_shard_group);
     -- claim_outbox_events inside one group, with the aggregate's order key (db/schema/0090): an
@@ -250,29 +247,8 @@ $$;
 COMMENT ON FUNCTION billing.claim_outbox_events_in_shard(text, integer, integer, interval, timestamptz) IS
 'The relay''s claim inside one shard group, on the node holding it (p_worker names the relay in the audit): up to p_batch_size due PENDING events (SKIP LOCKED), none while an earlier unpublished event of its aggregate is PENDING outside the claim, each leased until p_now + p_lease.
 Returns the claimed events, each aggregate''s in order (coalesce(aggregate_seq, id)); BL409 on a node that does not hold the group, BL404 for an unknown group, BL422 for a bad worker name, batch size or lease.';
-
-CREATE OR REPLACE FUNCTION billing.claim_outbox_in_shard(
-    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 500, p_lease interval DEFAULT interval '30 seconds',
-    p_now timestamptz DEFAULT now())
-RETURNS SETOF billing.outbox_event
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = billing, pg_catalog, pg_temp
-SET jit = off
-AS $$
-BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
-    PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
-    -- The relay's own per-group claim (60_outbox.sql): each aggregate's events in its order key
-    -- (aggregate_seq on Citus, where nodes take ids from their own ranges; id on a single
-    -- PostgreSQL), with the head-of-line rule. This call adds the shard lease check.
-    RETURN QUERY SELECT * FROM billing.claim_outbox_events_in_shard(p_worker, p_shard_group, p_batch_size, p_lease, p_now);
-END
-$$;
-COMMENT ON FUNCTION billing.claim_outbox_in_shard(text, integer, integer, interval, timestamptz) IS
-'Claims up to p_batch_size PENDING events of one leased shard group, through the relay''s claim_outbox_events_in_shard after checking the worker''s shard lease: oldest first by each aggregate''s order key (aggregate_seq on Citus, id on a single PostgreSQL), skipping rows another claimer holds, none while an earlier pending event of its aggregate is held elsewhere; each is leased until p_now + p_lease. Call it on the node holding the group.
-Returns the claimed events, each aggregate''s in order; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size or lease.';
+-- claim_outbox_in_shard (a claim without the work) was never called by the driver: removed.
+DROP FUNCTION IF EXISTS billing.claim_outbox_in_shard(text, integer, integer, interval, timestamptz);
 
 CREATE OR REPLACE FUNCTION billing.mark_outbox_published(p_ids bigint[], p_now timestamptz DEFAULT now())
 RETURNS integer

@@ -1,5 +1,5 @@
 -- Argument checks: every API function taking p_now validates it through billing._check_now,
--- the one place where a rule about the clock lives.
+-- the one place where a rule about the clock lives (the claims through billing._check_claim, which calls it).
 BEGIN;
 SELECT plan(6);
 
@@ -9,7 +9,8 @@ SELECT is(
       WHERE p.pronamespace = 'billing'::regnamespace
         AND p.proname !~ '^_'
         AND 'p_now' = ANY (p.proargnames)
-        AND p.prosrc !~ 'billing\._check_now\(p_now\)'),
+        -- directly, or through the claims' one check, billing._check_claim (10_util.sql)
+        AND p.prosrc !~ 'billing\._check_now\(p_now\)|billing\._check_claim\([^)]*p_now'),
     '',
     'every API function taking p_now calls billing._check_now(p_now)');
 

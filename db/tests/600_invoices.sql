@@ -168,7 +168,7 @@ SELECT is((SELECT sum(recognized)::bigint FROM billing.report_revenue('2026-03-0
           'revenue recognized over the invoices'' spans adds up to their net amounts, less the refunds'' net (their credit notes)');
 
 -- -- renewals: their taxes are the new invoices' ------------------------------------------------
--- The renewal statement computes taxes set-based (_invoice_tax inlined; on Citus the renewal's
+-- The renewal statement computes taxes set-based (_invoice_tax_sql joined; on Citus the renewal's
 -- per-row path); a new invoice per row (_invoice_tax_row). Both give the same figures.
 CREATE FUNCTION pg_temp.renewal_taxes() RETURNS TABLE (renewals bigint, taxed bigint, differing bigint) LANGUAGE plpgsql AS $$
 DECLARE

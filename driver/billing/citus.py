@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psycopg
 from psycopg import sql
+
+from billing.sqlfile import read_statements
 
 log = logging.getLogger("billing.citus")
 
@@ -26,6 +29,9 @@ log = logging.getLogger("billing.citus")
 # db/functions, applied before the tables are placed), checked against the catalog by
 # db/tests/880_customer_keys.sql.
 PLACEMENT_FILE = "88_placement.sql"
+# The DDL that adapts the engine to Citus after the function files (triggers, foreign key, settings,
+# shard groups, distributed functions): SQL files of db/citus, applied in name order by adapt().
+CITUS_DIR = "citus"
 
 
 class CitusError(RuntimeError):
@@ -58,12 +64,12 @@ def check_coordinator(conn: psycopg.Connection) -> int:
     return workers
 
 
-def prepare(url: str) -> None:
-    from billing.migrate import ROLES
-
+def prepare(url: str, roles_sql: str) -> None:
+    """roles_sql: the statement that creates the roles (billing.migrate.ROLES, passed by the
+    migrator: this module does not import billing.migrate, which imports it)."""
     with _connect(url) as conn:
         check_coordinator(conn)
-        conn.execute(ROLES)  # committed: Citus creates the roles on every node
+        conn.execute(roles_sql)  # committed: Citus creates the roles on every node
         if not conn.execute("SELECT rolcanlogin FROM pg_catalog.pg_roles WHERE rolname = 'billing_owner'").fetchone()[0]:
             conn.execute("ALTER ROLE billing_owner LOGIN")
         db = conn.execute("SELECT current_database()").fetchone()[0]
@@ -186,84 +192,20 @@ class AdaptResult:
     functions: list[str] = field(default_factory=list)
 
 
-# Triggers with a transition table (REFERENCING NEW TABLE) cannot be planned next to a distributed
-# table ("unrecognized RTE kind: 7"). On Citus each is replaced, after the function files made it:
-# (trigger, table, what takes its place).
-TRANSITION_TRIGGERS = (
-    ("invoice_subscription_exists", "billing.invoice",
-     "ALTER TABLE billing.invoice ADD CONSTRAINT invoice_subscription_fkey FOREIGN KEY (customer_id, subscription_id) "
-     "REFERENCES billing.subscription (customer_id, id)"),
-    ("outbox_event_fan_out", "billing.outbox_event",
-     "CREATE TRIGGER outbox_event_fan_out AFTER INSERT ON billing.outbox_event "
-     "FOR EACH ROW EXECUTE FUNCTION billing._outbox_fan_out_row()"),
-    ("outbox_event_notify", "billing.outbox_event", None),
-)
-
-
-# SQL API calls that write a reference table after reading distributed ones (adapt, below).
-SEQUENTIAL_FUNCTIONS = (
-    "billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer)",
-    "billing.apply_coupon(bigint, text, timestamptz)",
-)
-
-
-def adapt(conn: psycopg.Connection) -> AdaptResult:
-    """After the function files, in the migration's transaction, on Citus (docs/scaling.md):
-
-    - the triggers with a transition table are replaced (TRANSITION_TRIGGERS): the invoice's
-      subscription check becomes the composite foreign key it stands for, checked inside the shard
-      group; the webhook fan-out a row trigger on the event's shard; the relay's notification goes
-      (the relay polls);
-    - every SQL API function that takes p_customer_id becomes a distributed function colocated with
-      billing.customer: a call is sent to the node holding the customer and runs there."""
+def adapt(conn: psycopg.Connection, db_dir: Path) -> AdaptResult:
+    """After the function files, in the migration's transaction, on Citus (docs/scaling.md): the SQL
+    files of db/citus, one statement at a time (db/citus/10_adapt.sql: the triggers with a transition
+    table replaced, the coupon's calls made sequential, the shard groups' lease rows, every SQL API
+    function taking p_customer_id distributed by it). They record what they did in
+    pg_temp.citus_adapted, read back here."""
     result = AdaptResult()
-    conn.execute("SET LOCAL citus.enable_unsafe_triggers TO on")
-    conn.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
-    for trigger, table, replacement in TRANSITION_TRIGGERS:
-        made_by_files = conn.execute(
-            """SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = to_regclass(%s) AND t.tgname = %s
-                                AND (t.tgoldtable IS NOT NULL OR t.tgnewtable IS NOT NULL))""",
-            (table, trigger)).fetchone()[0]
-        if not made_by_files:
-            continue
-        conn.execute(sql.SQL("DROP TRIGGER {} ON {}").format(sql.Identifier(trigger), sql.SQL(table)))
-        if replacement and "FOREIGN KEY" in replacement:
-            exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint "
-                                  "WHERE conname = 'invoice_subscription_fkey')", (table,)).fetchone()[0]
-            if exists:
-                replacement = None
-        if replacement:
-            conn.execute(replacement)
-        result.triggers.append(trigger)
-    # A coupon's redemption counts on the coupon (a reference table: one row, every node's copy)
-    # after the call has read its customer's rows: Citus refuses a reference-table write after a
-    # parallel read of a distributed table in one transaction ("cannot modify table coupon because
-    # there was a parallel operation on a distributed table"), so these calls run their shard reads
-    # over one connection per node. Re-applied after every migration (the function files reset it).
-    for function in SEQUENTIAL_FUNCTIONS:
-        if conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (function,)).fetchone()[0]:
-            conn.execute(sql.SQL("ALTER FUNCTION {} SET citus.multi_shard_modify_mode = 'sequential'").format(
-                sql.SQL(function)))
-    # The batch claims' shard groups (db/schema/0083): one lease row per group of billing.customer's
-    # shards, 1..n in hash order, in place of the single PostgreSQL's group 0.
-    if conn.execute("SELECT to_regclass('billing.shard_lease') IS NOT NULL").fetchone()[0]:
-        conn.execute("""INSERT INTO billing.shard_lease (shard_group)
-                        SELECT g.shard_group FROM billing._shard_groups() g
-                        ON CONFLICT ON CONSTRAINT shard_lease_pkey DO NOTHING""")
-        conn.execute("DELETE FROM billing.shard_lease l WHERE NOT EXISTS "
-                     "(SELECT 1 FROM billing._shard_groups() g WHERE g.shard_group = l.shard_group)")
-    rows = conn.execute(
-        """SELECT p.oid::regprocedure::text, (d.objid IS NOT NULL) AS done
-             FROM pg_catalog.pg_proc p
-             LEFT JOIN pg_dist_object d ON d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid
-                                       AND d.distribution_argument_index IS NOT NULL
-            WHERE p.pronamespace = 'billing'::regnamespace AND p.prosecdef AND p.prokind = 'f'
-              AND 'p_customer_id' = ANY (p.proargnames)
-            ORDER BY 1""").fetchall()
-    for signature, done in rows:
-        if not done:
-            log.info("distributed function %s by p_customer_id", signature)
-            conn.execute("SELECT create_distributed_function(%s, 'p_customer_id', colocate_with => 'billing.customer')",
-                         (signature,))
-        result.functions.append(signature)
+    files = sorted((db_dir / CITUS_DIR).glob("*.sql"))
+    if not files:
+        raise CitusError(f"--citus: no SQL file in {db_dir / CITUS_DIR}")
+    for path in files:
+        log.debug("citus: applying %s", path.name)
+        for stmt in read_statements(path):
+            conn.execute(stmt)
+    for kind, name in conn.execute("SELECT kind, name FROM pg_temp.citus_adapted ORDER BY kind, name"):
+        (result.triggers if kind == "trigger" else result.functions).append(name)
     return result

@@ -1,4 +1,7 @@
-"""The one place where the driver's SQL lives: each query is one call to a function of the SQL API.
+"""The one place where the driver's SQL lives: each query is one call to a function of the SQL API,
+named here and grouped by area (driver/tests/unit/test_sql_home.py fails on an SQL string in any
+other module, bar the migration machinery and the demo's witnesses it lists, and on a query here
+nobody runs).
 
 The driver never writes tables itself. Errors raised by the SQL API carry the contract's SQLSTATEs
 (BL404, BL409, BL422); `contract_error` turns them into `ContractError` for the callers.
@@ -54,6 +57,10 @@ REPORT_MRR = "SELECT * FROM billing.report_mrr(%(at)s)"
 REPORT_MRR_MOVEMENTS = "SELECT * FROM billing.report_mrr_movements(%(from)s, %(to)s)"
 REPORT_CHURN = "SELECT * FROM billing.report_churn(%(from)s, %(to)s)"
 REPORT_REVENUE = "SELECT * FROM billing.report_revenue(%(from)s, %(to)s)"
+# The run's figures over the whole database (db/functions/79_figures.sql): the demo's report.
+FIGURES_BY_HOUR = "SELECT figure, hour, key, n FROM billing.figures_by_hour()"
+FIGURES_COUNTS = "SELECT figure, key, key2, n FROM billing.figures_counts()"
+FIGURES_REVENUE = "SELECT * FROM billing.figures_revenue()"
 # Payment methods (db/functions/52_payment_methods.sql).
 SET_PAYMENT_METHOD = (
     "SELECT * FROM billing.set_payment_method(%(customer_id)s, %(provider)s, %(customer_ref)s, "
@@ -71,15 +78,11 @@ APPLY_GATEWAY_WEBHOOK = (
     "SELECT billing.apply_gateway_webhook(%(event_id)s, %(key)s, %(outcome)s, %(reference)s, "
     "%(payload)s::jsonb, %(now)s, %(hard_decline)s) AS outcome"
 )
-CLAIM_OUTBOX_EVENTS = "SELECT * FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s)"
 MARK_OUTBOX_PUBLISHED = "SELECT billing.mark_outbox_published(%(ids)s::bigint[], %(now)s) AS marked"
 MARK_OUTBOX_FAILED = "SELECT billing.mark_outbox_failed(%(id)s, %(error)s, %(now)s)"
 UPSERT_PLAN = (
     "SELECT * FROM billing.upsert_plan(%(code)s, %(price)s, %(currency)s, %(interval)s, %(count)s)"
 )
-UPSERT_CUSTOMER = "SELECT * FROM billing.upsert_customer(%(customer_id)s, %(timezone)s)"
-CREATE_SUBSCRIPTION = "SELECT * FROM billing.create_subscription(%(key)s, %(customer_id)s, %(plan_code)s, %(now)s)"
-GET_SUBSCRIPTION = "SELECT * FROM billing.get_subscription(%(id)s)"
 CANCEL_SUBSCRIPTION = (
     "SELECT * FROM billing.cancel_subscription(%(id)s, %(at_period_end)s, %(now)s, %(expected_version)s)"
 )
@@ -181,6 +184,69 @@ DEMO_REFUNDS_PENDING = (
     "SELECT count(*) AS n, min(next_attempt_at) AS next FROM billing.refund WHERE status = 'REQUESTED'"
 )
 DEMO_OUTBOX_PENDING = "SELECT count(*) AS n FROM billing.outbox_event WHERE status = 'PENDING'"
+
+# The operator console (db/functions/86_console.sql): one read function per page, its sessions.
+CONSOLE_OPEN_SESSION = "SELECT * FROM billing.console_open_session(%(hash)s, %(key_id)s, %(ttl)s::interval, %(now)s)"
+CONSOLE_READ_SESSION = "SELECT * FROM billing.console_session(%(hash)s, %(now)s)"
+CONSOLE_CLOSE_SESSION = "SELECT billing.console_close_session(%(hash)s, %(now)s) AS closed"
+CONSOLE_FUNCTIONS = "SELECT * FROM billing.console_functions(%(names)s::text[])"
+CONSOLE_OVERVIEW = "SELECT billing.console_overview(%(now)s) AS doc"
+CONSOLE_MRR = "SELECT * FROM billing.console_mrr(%(now)s, %(days)s)"
+CONSOLE_CUSTOMERS = "SELECT * FROM billing.console_customers(%(q)s, %(limit)s)"
+CONSOLE_CUSTOMER = "SELECT billing.console_customer(%(id)s, %(limit)s) AS doc"
+CONSOLE_SUBSCRIPTION = "SELECT billing.console_subscription(%(id)s) AS doc"
+CONSOLE_INVOICES = "SELECT * FROM billing.console_invoices(%(status)s, %(before)s, %(limit)s)"
+CONSOLE_EVENTS = "SELECT * FROM billing.console_events(%(subject)s, %(type)s, %(before)s, %(limit)s)"
+
+# The webhook deliverer (db/functions/66_webhooks.sql, 67_webhook_deliveries.sql), woken by NOTIFY.
+LISTEN_WEBHOOKS = "LISTEN billing_webhooks"
+CLAIM_WEBHOOK_DELIVERIES = ("SELECT outbox_id, event_id::text, aggregate_type, aggregate_id, payload "
+                            "FROM billing.claim_webhook_deliveries(%(endpoint)s, %(batch)s, %(lease)s::interval, %(now)s)")
+RECORD_WEBHOOK_ATTEMPTS = (
+    "SELECT billing.record_webhook_attempts(%(endpoint)s, %(ids)s::bigint[], %(outcomes)s::text[], "
+    "%(statuses)s::integer[], %(errors)s::text[], %(durations)s::integer[], %(now)s, "
+    "%(backoff)s::interval, %(cap)s::interval, %(give_up)s::interval) AS status"
+)
+ENABLED_WEBHOOK_ENDPOINTS = "SELECT id, url, secret FROM billing.list_webhook_endpoints() WHERE status = 'ENABLED'"
+
+# `billing events` (db/functions/68_retention_replay.sql): the outbox from a point, and DEAD events requeued.
+OUTBOX_EVENTS_FROM = ("SELECT id, aggregate_id, payload FROM billing.outbox_events_from("
+                      "%(from_id)s, %(from_time)s, %(types)s::text[], %(after)s, %(limit)s)")
+RETRY_DEAD_OUTBOX_EVENTS = "SELECT billing.retry_dead_outbox_events(%(types)s::text[], %(now)s) AS requeued"
+
+# The charge results, recorded in batches (db/functions/53_payment_results.sql).
+RECORD_PAYMENT_RESULTS = (
+    "SELECT idempotency_key, error_code, error_message FROM billing.record_payment_results("
+    "%(keys)s::text[], %(outcomes)s::text[], %(references)s::text[], %(reasons)s::text[], %(now)s, "
+    "%(hard)s::boolean[])"
+)
+
+# Retention (db/functions/68_retention_replay.sql).
+PURGE_EXPIRED = "SELECT * FROM billing.purge_expired(%(keep)s::interval, %(batch)s, %(now)s)"
+
+# The relay's leadership (billing.worker.relay): one session holds the advisory lock and LISTENs;
+# the server drops that session (and the lock) ~20 s after its host vanishes without closing it.
+RELAY_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
+LISTEN_OUTBOX = "LISTEN billing_outbox"
+SERVER_KEEPALIVES = ("SELECT set_config('tcp_keepalives_idle', '10', false), "
+                     "set_config('tcp_keepalives_interval', '3', false), set_config('tcp_keepalives_count', '3', false)")
+# The relay on Citus, per shard group (db/functions/65_outbox_relay.sql, billing.worker.relay): a relay
+# instance is "up" while its coordinator session holds the advisory lock (lock key, instance): pg_locks counts
+# them, and a dead relay's lock goes with its session; it publishes from a shard group while the same
+# session holds (RELAY_GROUP_KEY, group).
+RELAY_PRESENCE = "SELECT pg_try_advisory_lock(%(key)s::int, %(instance)s::int)"
+RELAYS_UP = """SELECT count(*) AS n FROM pg_catalog.pg_locks
+                WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = %(key)s::int::oid
+                  AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())"""
+RELAY_TAKE_GROUP = "SELECT pg_try_advisory_lock(%(key)s::int, %(group)s::int)"
+RELAY_GIVE_GROUP = "SELECT pg_advisory_unlock(%(key)s::int, %(group)s::int)"
+RELAY_SHARD_GROUPS = "SELECT shard_group, node_name, node_port FROM billing.relay_shard_groups()"
+CLAIM_OUTBOX_EVENTS_IN_SHARD = (
+    "SELECT id, aggregate_type, aggregate_id, payload::text, coalesce(aggregate_seq, id) "
+    "FROM billing.claim_outbox_events_in_shard(%(worker)s, %(group)s, %(batch)s, %(lease)s::interval, %(now)s) "
+    "ORDER BY 5, 1")
+MARK_OUTBOX_PUBLISHED_IN_SHARD = "SELECT billing.mark_outbox_published_in_shard(%(group)s, %(ids)s::bigint[], %(now)s)"
+MARK_OUTBOX_FAILED_IN_SHARD = "SELECT billing.mark_outbox_failed_in_shard(%(group)s, %(id)s, %(error)s, %(now)s)"
 
 
 API_SQLSTATES = {"BL404": 404, "BL409": 409, "BL422": 422}

@@ -3,6 +3,9 @@
 Several instances may start at once: the whole run holds one transaction-scoped advisory lock, so
 the second instance waits, then finds nothing pending and only re-applies the functions.
 An applied migration whose file changed since is refused: migrations are never edited, only added.
+Strictly ordered (`check_order`): a database holding a version this code does not know (migrated by a
+newer release) is refused, and so is a pending file numbered below the highest applied one (it would
+run after later migrations here and before them on a fresh database); nothing is applied then.
 
 Roles (docs/security.md): the login that migrates creates the roles when they are missing (it
 needs CREATEROLE or superuser for that, once per cluster), hands the schema and every object in it
@@ -22,6 +25,7 @@ from pathlib import Path
 import psycopg
 
 from billing.roles import JOB_ROLES
+from billing.sqlfile import split_statements  # noqa: F401 (billing.migrate.split_statements, as before)
 
 log = logging.getLogger("billing.migrate")
 
@@ -124,66 +128,6 @@ class MigrationError(RuntimeError):
     pass
 
 
-_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z_0-9]*)?\$")
-
-
-def split_statements(text: str) -> list[str]:
-    """The statements of an SQL file, split at each `;` outside quotes, dollar quotes and comments.
-
-    Used on Citus, which forwards a replaced function's whole query string to the workers, where a
-    string of several commands is refused ("cannot insert multiple commands into a prepared statement")."""
-    out: list[str] = []
-    start = i = 0
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if c == "-" and text.startswith("--", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j + 1
-        elif c == "/" and text.startswith("/*", i):
-            depth, i = 1, i + 2
-            while i < n and depth:
-                if text.startswith("/*", i):
-                    depth, i = depth + 1, i + 2
-                elif text.startswith("*/", i):
-                    depth, i = depth - 1, i + 2
-                else:
-                    i += 1
-        elif c in "'\"":
-            escape = c == "'" and i > 0 and text[i - 1] in "eE" and (i < 2 or not (text[i - 2].isalnum() or text[i - 2] == "_"))
-            i += 1
-            while i < n:
-                if escape and text[i] == "\\":
-                    i += 2
-                elif text[i] == c:
-                    if i + 1 < n and text[i + 1] == c:
-                        i += 2
-                    else:
-                        i += 1
-                        break
-                else:
-                    i += 1
-        elif c == "$" and (m := _DOLLAR.match(text, i)) and not (i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_")):
-            tag = m.group(0)
-            j = text.find(tag, m.end())
-            i = n if j < 0 else j + len(tag)
-        elif c == ";":
-            stmt = text[start:i + 1]
-            if _has_code(stmt):
-                out.append(stmt)
-            start = i = i + 1
-        else:
-            i += 1
-    if _has_code(text[start:]):
-        out.append(text[start:])
-    return out
-
-
-def _has_code(stmt: str) -> bool:
-    lines = [ln for ln in stmt.splitlines() if ln.strip() and not ln.strip().startswith("--")]
-    return bool(lines) and "".join(lines).strip() not in ("", ";")
-
-
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -213,6 +157,26 @@ def discover(db_dir: Path) -> tuple[list[Migration], list[Path]]:
     return migrations, functions
 
 
+def check_order(applied: set[int], migrations: list[Migration]) -> None:
+    """MigrationError unless the files extend what the database holds strictly in order: every
+    applied version is known here, and every pending one is numbered above the highest applied."""
+    known = {m.version for m in migrations}
+    unknown = sorted(applied - known)
+    if unknown:
+        raise MigrationError(
+            "the database holds migrations this code does not know ("
+            + ", ".join(f"{v:04d}" for v in unknown)
+            + "): it was migrated by a newer release; run that release (or a later one), never an older one")
+    if applied:
+        top = max(applied)
+        early = [m.path.name for m in migrations if m.version not in applied and m.version < top]
+        if early:
+            raise MigrationError(
+                f"pending migrations numbered below the highest applied one ({top:04d}): {', '.join(early)}; "
+                "they would run in another order here than on a fresh database: renumber them above "
+                f"{top:04d} (migrations are strictly ordered)")
+
+
 @dataclass
 class MigrateResult:
     applied: list[str]
@@ -232,7 +196,7 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
         from billing import citus as citus_mod
 
         try:
-            citus_mod.prepare(database_url)
+            citus_mod.prepare(database_url, ROLES)
         except citus_mod.CitusError as exc:
             raise MigrationError(str(exc)) from exc
     with psycopg.connect(database_url, autocommit=False) as conn:
@@ -257,6 +221,7 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
                 row[0]: (row[1], row[2])
                 for row in conn.execute("SELECT version, name, checksum FROM billing.schema_migration")
             }
+            check_order(set(done), migrations)
             for m in migrations:
                 if m.version in done:
                     name, checksum = done[m.version]
@@ -274,9 +239,6 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
                     (m.version, m.name, m.checksum),
                 )
                 applied.append(m.path.name)
-            unknown = set(done) - {m.version for m in migrations}
-            if unknown:
-                log.warning("database has migrations this code does not know: %s", sorted(unknown))
             if citus:
                 try:
                     placement = next((f for f in functions if f.name == citus_mod.PLACEMENT_FILE), None)
@@ -300,7 +262,7 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
                     raise MigrationError(f"{path.name}: {exc}") from exc
             if citus:
                 try:
-                    adapted = citus_mod.adapt(conn)
+                    adapted = citus_mod.adapt(conn, db_dir)
                 except psycopg.Error as exc:
                     raise MigrationError(f"--citus: {exc}") from exc
                 log.info("citus: %d triggers replaced (%s), %d distributed functions", len(adapted.triggers),

@@ -75,3 +75,42 @@ def test_concurrent_migrators_are_safe(empty_db):
     assert errors == []
     applied = [r.applied for r in results if r.applied]
     assert len(applied) == 1, "exactly one instance applies the migrations"
+
+
+def test_a_version_this_code_does_not_know_is_refused(empty_db, tmp_path):
+    """A database migrated by a newer release: refused before anything is applied."""
+    db_dir = tmp_path / "db"
+    shutil.copytree(REPO_ROOT / "db", db_dir)
+    probe = db_dir / "schema" / "9998_newer_release.sql"
+    probe.write_text("CREATE TABLE billing.probe_9998 (x int);")
+    migrate(empty_db, db_dir)
+    probe.unlink()
+    with pytest.raises(MigrationError, match=r"does not know \(9998\)"):
+        migrate(empty_db, db_dir)
+
+
+def test_a_pending_file_below_the_highest_applied_is_refused(empty_db, tmp_path):
+    """A file numbered below what is applied would run in another order than on a fresh database."""
+    db_dir = tmp_path / "db"
+    shutil.copytree(REPO_ROOT / "db", db_dir)
+    migrate(empty_db, db_dir)
+    (db_dir / "schema" / "0044_late.sql").write_text("CREATE TABLE billing.probe_0044 (x int);")
+    with pytest.raises(MigrationError, match=r"below the highest applied one \(\d{4}\): 0044_late.sql"):
+        migrate(empty_db, db_dir)
+    with psycopg.connect(empty_db) as conn:
+        assert conn.execute("SELECT to_regclass('billing.probe_0044')").fetchone()[0] is None, "nothing applied"
+        assert conn.execute("SELECT count(*) FROM billing.schema_migration WHERE version = 44").fetchone()[0] == 0
+
+
+def test_cli_exits_non_zero_with_the_reason(empty_db, tmp_path):
+    from click.testing import CliRunner
+
+    from billing.cli import main
+
+    db_dir = tmp_path / "db"
+    shutil.copytree(REPO_ROOT / "db", db_dir)
+    migrate(empty_db, db_dir)
+    (db_dir / "schema" / "0044_late.sql").write_text("CREATE TABLE billing.probe_0044 (x int);")
+    result = CliRunner().invoke(main, ["db", "migrate", "--database-url", empty_db], env={"BILLING_DB_DIR": str(db_dir)})
+    assert result.exit_code != 0
+    assert "0044_late.sql" in result.output and "strictly ordered" in result.output

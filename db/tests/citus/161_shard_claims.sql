@@ -59,45 +59,51 @@ SELECT is((SELECT count(*) FROM billing.lease_shard_groups('claimer-b', 10000, i
           'a group another worker holds is not leased');
 
 SELECT throws_like(format('SELECT * FROM dblink(%L, %L) AS t(x int)', 'a',
-                          format('SELECT 1 FROM billing.claim_renewals_in_shard(%L, %s, 5, %L)', 'claimer-b', :grp, :T)),
+                          format('SELECT billing.renew_in_shard(%L, %s, 5, %L)', 'claimer-b', :grp, :T)),
                    '%does not hold the lease%', 'a claim without the group''s lease is refused');
-SELECT throws_like($$SELECT * FROM billing.claim_renewals_in_shard('claimer-a', $$ || :grp || $$, 5, $$ || quote_literal(:T) || $$)$$,
+SELECT throws_like($$SELECT billing.renew_in_shard('claimer-a', $$ || :grp || $$, 5, $$ || quote_literal(:T) || $$)$$,
                    '%is on node%', 'a claim on a node that does not hold the group is refused');
 
--- Renewals: claimed under row locks in the claimer's transaction. A holds 5; B, in the same group
--- after A's group lease ran out, gets the rest, none of A's.
+-- Renewals: renewed under row locks in the claimer's transaction (renew_in_shard: claim and work in
+-- one call). A renews 5 and keeps its transaction open; B, in the same group after A's group lease
+-- ran out, renews the rest, none of A's. Both roll back: the charges and events below meet the
+-- fixtures as they were.
 SELECT dblink_exec('a', 'BEGIN') AS a_begin \gset
+SELECT n AS a_renewed FROM dblink('a', format('SELECT billing.renew_in_shard(%L, %s, 5, %L)', 'claimer-a', :grp, :T))
+    AS t(n int) \gset
 CREATE TEMP TABLE ra AS SELECT * FROM dblink('a', format(
-    'SELECT customer_id, subscription_id FROM billing.claim_renewals_in_shard(%L, %s, 5, %L)', 'claimer-a', :grp, :T))
+    'SELECT customer_id, subscription_id FROM billing.invoice WHERE customer_id > 500000 AND created_at = %L', :T))
     AS t(customer_id bigint, id bigint);
 SELECT count(*) > 0 AS b_leased FROM billing.lease_shard_groups('claimer-b', 10000, interval '30 seconds',
                                                                  timestamptz :T + interval '1 minute') \gset
 SELECT dblink_exec('b', 'BEGIN') AS b_begin \gset
+SELECT n AS b_renewed FROM dblink('b', format('SELECT billing.renew_in_shard(%L, %s, 10000, %L)', 'claimer-b', :grp,
+    timestamptz :T + interval '1 minute')) AS t(n int) \gset
 CREATE TEMP TABLE rb AS SELECT * FROM dblink('b', format(
-    'SELECT customer_id, subscription_id FROM billing.claim_renewals_in_shard(%L, %s, 10000, %L)', 'claimer-b', :grp,
+    'SELECT customer_id, subscription_id FROM billing.invoice WHERE customer_id > 500000 AND created_at = %L',
     timestamptz :T + interval '1 minute')) AS t(customer_id bigint, id bigint);
-SELECT is((SELECT count(*) FROM ra), 5::bigint, 'renewals: A claims its batch of 5');
-SELECT is_empty('SELECT * FROM ra INTERSECT SELECT * FROM rb', 'renewals: B takes none of the rows A holds');
+SELECT is((SELECT count(*) FROM ra), 5::bigint, 'renewals: A renews its batch of 5');
+SELECT is_empty('SELECT * FROM ra INTERSECT SELECT * FROM rb', 'renewals: B renews none of the rows A holds');
 SELECT set_eq('SELECT * FROM ra UNION ALL SELECT * FROM rb', 'SELECT * FROM due_subs',
-              'renewals: together they claim every due subscription of the group, each once');
-SELECT dblink_exec('a', 'COMMIT') AS a_commit, dblink_exec('b', 'COMMIT') AS b_commit \gset
+              'renewals: together they renew every due subscription of the group, each once');
+SELECT dblink_exec('a', 'ROLLBACK') AS a_rollback, dblink_exec('b', 'ROLLBACK') AS b_rollback \gset
 
 -- Charges and events: leased on the rows. A claims 5 at T (its group lease still held); B, at
 -- T + 1 min with the group, gets the rest; then nothing is left to claim until the leases run out.
 SELECT count(*) > 0 AS a_again FROM billing.lease_shard_groups('claimer-a', 10000, interval '30 seconds', :T2) \gset
 CREATE TEMP TABLE ca AS SELECT * FROM dblink('a', format(
-    'SELECT customer_id, invoice_id FROM billing.claim_charges_in_shard(%L, %s, 5, %L, %L)', 'claimer-a', :grp,
+    'SELECT customer_id, invoice_id FROM billing.charge_claims_in_shard(%L, %s, 5, %L, %L)', 'claimer-a', :grp,
     interval '5 minutes', :T2)) AS t(customer_id bigint, id bigint);
 CREATE TEMP TABLE oa AS SELECT * FROM dblink('a', format(
-    'SELECT customer_id, id FROM billing.claim_outbox_in_shard(%L, %s, 5, %L, %L)', 'claimer-a', :grp,
+    'SELECT customer_id, id FROM billing.claim_outbox_events_in_shard(%L, %s, 5, %L, %L)', 'claimer-a', :grp,
     interval '5 minutes', :T2)) AS t(customer_id bigint, id bigint);
 SELECT count(*) > 0 AS b_again FROM billing.lease_shard_groups('claimer-b', 10000, interval '30 seconds',
                                                                 timestamptz :T2 + interval '1 minute') \gset
 CREATE TEMP TABLE cb AS SELECT * FROM dblink('b', format(
-    'SELECT customer_id, invoice_id FROM billing.claim_charges_in_shard(%L, %s, 10000, %L, %L)', 'claimer-b', :grp,
+    'SELECT customer_id, invoice_id FROM billing.charge_claims_in_shard(%L, %s, 10000, %L, %L)', 'claimer-b', :grp,
     interval '5 minutes', timestamptz :T2 + interval '1 minute')) AS t(customer_id bigint, id bigint);
 CREATE TEMP TABLE ob AS SELECT * FROM dblink('b', format(
-    'SELECT customer_id, id FROM billing.claim_outbox_in_shard(%L, %s, 10000, %L, %L)', 'claimer-b', :grp,
+    'SELECT customer_id, id FROM billing.claim_outbox_events_in_shard(%L, %s, 10000, %L, %L)', 'claimer-b', :grp,
     interval '5 minutes', timestamptz :T2 + interval '1 minute')) AS t(customer_id bigint, id bigint);
 SELECT is((SELECT count(*) FROM ca), 5::bigint, 'charges: A claims its batch of 5');
 SELECT is_empty('SELECT * FROM ca INTERSECT SELECT * FROM cb', 'charges: B takes none of the invoices A leased');
@@ -110,8 +116,8 @@ SELECT set_eq('SELECT * FROM oa UNION ALL SELECT * FROM ob',
               'SELECT e.customer_id, e.id FROM billing.outbox_event e JOIN due_subs d ON d.customer_id = e.customer_id AND d.id = e.aggregate_id',
               'events: together they claim every pending event of the group, each once');
 SELECT is((SELECT count(*) FROM dblink('b', format(
-              'SELECT 1 FROM billing.claim_charges_in_shard(%L, %s, 10000, %L, %L) UNION ALL
-               SELECT 1 FROM billing.claim_outbox_in_shard(%L, %s, 10000, %L, %L)',
+              'SELECT 1 FROM billing.charge_claims_in_shard(%L, %s, 10000, %L, %L) UNION ALL
+               SELECT 1 FROM billing.claim_outbox_events_in_shard(%L, %s, 10000, %L, %L)',
               'claimer-b', :grp, interval '5 minutes', timestamptz :T2 + interval '1 minute',
               'claimer-b', :grp, interval '5 minutes', timestamptz :T2 + interval '1 minute')) AS t(x int)),
           0::bigint, 'nothing left to claim while the leases hold');
@@ -120,12 +126,12 @@ SELECT is((SELECT count(*) FROM dblink('b', format(
 SELECT count(*) > 0 AS b_late FROM billing.lease_shard_groups('claimer-b', 10000, interval '30 seconds',
                                                                timestamptz :T2 + interval '10 minutes') \gset
 SELECT is((SELECT count(*) FROM dblink('b', format(
-              'SELECT 1 FROM billing.claim_charges_in_shard(%L, %s, 10000, %L, %L)', 'claimer-b', :grp,
+              'SELECT 1 FROM billing.charge_claims_in_shard(%L, %s, 10000, %L, %L)', 'claimer-b', :grp,
               interval '5 minutes', timestamptz :T2 + interval '10 minutes')) AS t(x int)),
           (SELECT count(*) FROM ca) + (SELECT count(*) FROM cb),
           'charges: every invoice comes back once its lease has run out');
 SELECT is((SELECT count(*) FROM dblink('b', format(
-              'SELECT 1 FROM billing.claim_outbox_in_shard(%L, %s, 10000, %L, %L)', 'claimer-b', :grp,
+              'SELECT 1 FROM billing.claim_outbox_events_in_shard(%L, %s, 10000, %L, %L)', 'claimer-b', :grp,
               interval '5 minutes', timestamptz :T2 + interval '10 minutes')) AS t(x int)),
           (SELECT count(*) FROM oa) + (SELECT count(*) FROM ob),
           'events: every event comes back once its lease has run out');

@@ -35,20 +35,6 @@ LOGIN_COOKIE = "billing_console_login"
 MAX_FORM_BYTES = 16 * 1024
 REFRESH_SECONDS = 5
 PAGE = 50
-
-# The console's SQL: one function call each (db/functions/86_console.sql).
-OPEN_SESSION = "SELECT * FROM billing.console_open_session(%(hash)s, %(key_id)s, %(ttl)s::interval, %(now)s)"
-READ_SESSION = "SELECT * FROM billing.console_session(%(hash)s, %(now)s)"
-CLOSE_SESSION = "SELECT billing.console_close_session(%(hash)s, %(now)s) AS closed"
-FUNCTIONS = "SELECT * FROM billing.console_functions(%(names)s::text[])"
-OVERVIEW = "SELECT billing.console_overview(%(now)s) AS doc"
-MRR = "SELECT * FROM billing.console_mrr(%(now)s, %(days)s)"
-CUSTOMERS = "SELECT * FROM billing.console_customers(%(q)s, %(limit)s)"
-CUSTOMER = "SELECT billing.console_customer(%(id)s, %(limit)s) AS doc"
-SUBSCRIPTION = "SELECT billing.console_subscription(%(id)s) AS doc"
-INVOICES = "SELECT * FROM billing.console_invoices(%(status)s, %(before)s, %(limit)s)"
-EVENTS = "SELECT * FROM billing.console_events(%(subject)s, %(type)s, %(before)s, %(limit)s)"
-
 SECURITY_HEADERS = {
     # Scripts only from this origin (the vendored htmx), nothing inline; no framing.
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -129,7 +115,7 @@ class Console:
         token = request.cookies.get(COOKIE, "")
         if not token or len(token) > 100:
             return None
-        row = await self.database.one(READ_SESSION, {"hash": token_hash(token), "now": wall()})
+        row = await self.database.one(db.CONSOLE_READ_SESSION, {"hash": token_hash(token), "now": wall()})
         if row is None:
             return None
         return {"key_id": row["key_id"], "scopes": list(row["scopes"]), "can_act": "admin" in row["scopes"],
@@ -228,7 +214,7 @@ class Console:
     # -- the actions a page offers -----------------------------------------------------------
 
     async def signatures(self) -> dict[str, actions_mod.Signature]:
-        rows = await self.database.all(FUNCTIONS, {"names": actions_mod.CANDIDATE_FUNCTIONS})
+        rows = await self.database.all(db.CONSOLE_FUNCTIONS, {"names": actions_mod.CANDIDATE_FUNCTIONS})
         return actions_mod.available(rows)
 
     @staticmethod

@@ -1,5 +1,6 @@
-"""The demo's figures: read from its database after the run (as superuser, straight from the
-tables), plus the run's own step samples; and what the report derives from them (the peaks, the
+"""The demo's figures: read from its database after the run through the figures' read functions
+(db/functions/79_figures.sql: billing.figures_by_hour, figures_counts, figures_revenue) and the
+reports, plus the run's own step samples; and what the report derives from them (the peaks, the
 pace while a queue waited, the dunning funnel). Money stays integer (smallest unit)."""
 
 from __future__ import annotations
@@ -10,11 +11,15 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 from psycopg.rows import dict_row
 
+from billing import db
 from billing.demo.model import RunResult
 from billing.demo.scenario import PEAKS
 
 UTC = timezone.utc
 HOUR = timedelta(hours=1)
+# The single counts of billing.figures_counts (key and key2 NULL).
+SINGLE_COUNTS = ("charged", "webhooks", "trials", "redemptions", "discounted", "seats", "paused", "finalized",
+                 "unfinalized", "void_notes", "refund_notes", "taxed", "tax_included", "prorations", "credits")
 
 
 def hour_of(dt: datetime) -> datetime:
@@ -22,73 +27,40 @@ def hour_of(dt: datetime) -> datetime:
 
 
 def collect(url: str, result: RunResult) -> dict:
-    """Everything the report shows, from the tables (superuser), plus the run's own step samples."""
-    with psycopg.connect(url, row_factory=dict_row) as conn:
-        conn.execute("SET TimeZone = 'UTC'")
-        q = lambda text, params=None: conn.execute(text, params).fetchall()  # noqa: E731
-        due = q("""SELECT date_trunc('hour', CASE WHEN kind = 'RENEWAL' THEN period_start ELSE due_at END) AS h,
-                          kind, count(*) AS n
-                     FROM billing.invoice WHERE subtotal > 0 GROUP BY 1, 2""")
-        # A claim happens at a step's end instant: it belongs to the step that ends there.
-        attempts = q("""SELECT date_trunc('hour', first_claimed_at - interval '1 microsecond') AS h,
-                               attempt_number > 0 AS retry, count(*) AS n
-                          FROM billing.payment_attempt GROUP BY 1, 2""")
-        outcomes = {r["outcome"] or "IN FLIGHT": r["n"] for r in q(
-            "SELECT outcome, count(*) AS n FROM billing.payment_attempt GROUP BY 1")}
-        invoices = q("SELECT kind, status, count(*) AS n FROM billing.invoice GROUP BY 1, 2 ORDER BY 1, 2")
-        subs = q("""SELECT s.status, coalesce(s.cancel_reason, '') AS reason, count(*) AS n
-                      FROM billing.subscription s GROUP BY 1, 2 ORDER BY 1, 2""")
-        plans = q("""SELECT p.billing_interval AS interval, count(*) AS n FROM billing.subscription s
-                       JOIN billing.plan p ON p.id = s.plan_id GROUP BY 1 ORDER BY 2 DESC""")
-        funnel = q("""
-            WITH declined_first AS (
-                SELECT i.id, i.status, pa.attempt_number AS paid_try
-                  FROM billing.invoice i
-                  LEFT JOIN billing.payment_attempt pa ON pa.id = i.paid_attempt_id
-                 WHERE EXISTS (SELECT 1 FROM billing.payment_attempt a
-                                WHERE a.invoice_id = i.id AND a.attempt_number = 0 AND a.outcome = 'DECLINED'))
-            SELECT status, paid_try, count(*) AS n FROM declined_first GROUP BY 1, 2""")
-        tries = {r["attempt_number"]: r["n"] for r in q(
-            "SELECT attempt_number, count(*) AS n FROM billing.payment_attempt GROUP BY 1")}
-        charged = q("SELECT count(DISTINCT invoice_id) AS n FROM billing.payment_attempt")[0]["n"]
-        revenue = q("""
-            SELECT currency,
-                   sum(amount) FILTER (WHERE status = 'PAID') AS collected,
-                   count(*) FILTER (WHERE status = 'PAID') AS paid,
-                   sum(amount) FILTER (WHERE status = 'FAILED') AS failed,
-                   sum(amount) FILTER (WHERE status = 'OPEN') AS open,
-                   sum(amount) FILTER (WHERE status = 'VOID') AS void,
-                   sum(credit_applied) AS credit_applied,
-                   sum(amount) FILTER (WHERE status = 'PAID' AND kind = 'PRORATION') AS proration
-              FROM billing.invoice GROUP BY currency ORDER BY currency""")
-        credit = {r["currency"].strip(): r["granted"] for r in q(
-            """SELECT currency, sum(amount) AS granted FROM billing.credit_entry
-                WHERE reason = 'PRORATION' GROUP BY currency""")}
-        events = {r["event_type"]: r["n"] for r in q(
-            "SELECT event_type, count(*) AS n FROM billing.outbox_event GROUP BY 1 ORDER BY 1")}
-        webhooks = q("SELECT count(*) AS n FROM billing.gateway_webhook")[0]["n"]
-        lifecycle = q("""SELECT (SELECT count(*) FROM billing.subscription WHERE trial_end IS NOT NULL) AS trials,
-                                (SELECT count(*) FROM billing.coupon_redemption) AS redemptions,
-                                (SELECT count(*) FROM billing.invoice WHERE discount_amount > 0) AS discounted,
-                                (SELECT count(*) FROM billing.subscription WHERE quantity > 1) AS seats,
-                                (SELECT count(*) FROM billing.subscription WHERE status = 'PAUSED') AS paused""")[0]
+    """Everything the report shows, through the figures' read functions (db/functions/79_figures.sql)
+    and the board's reports (75_reports.sql), plus the run's own step samples."""
+    with psycopg.connect(url, row_factory=dict_row, options="-c TimeZone=UTC") as conn:
+        by_hour = conn.execute(db.FIGURES_BY_HOUR).fetchall()
+        counts: dict[str, list[dict]] = defaultdict(list)
+        for r in conn.execute(db.FIGURES_COUNTS).fetchall():
+            counts[r["figure"]].append(r)
+        revenue = conn.execute(db.FIGURES_REVENUE).fetchall()
         # The board figures (docs/reports.md), through the read-only report functions.
         first, last = result.started.date(), result.ended.date()
         reports = {
-            "mrr": q("SELECT * FROM billing.report_mrr(%s)", (result.ended,)),
-            "movements": q("SELECT * FROM billing.report_mrr_movements(%s, %s)", (first, last)),
-            "churn": q("SELECT * FROM billing.report_churn(%s, %s)", (first, last)),
-            "revenue": q("SELECT * FROM billing.report_revenue(%s, %s)", (first, last)),
+            "mrr": conn.execute(db.REPORT_MRR, {"at": result.ended}).fetchall(),
+            "movements": conn.execute(db.REPORT_MRR_MOVEMENTS, {"from": first, "to": last}).fetchall(),
+            "churn": conn.execute(db.REPORT_CHURN, {"from": first, "to": last}).fetchall(),
+            "revenue": conn.execute(db.REPORT_REVENUE, {"from": first, "to": last}).fetchall(),
         }
-        documents = q("""SELECT (SELECT count(*) FROM billing.invoice WHERE number IS NOT NULL) AS finalized,
-                                (SELECT count(*) FROM billing.invoice WHERE number IS NULL AND status <> 'VOID') AS unfinalized,
-                                (SELECT count(*) FROM billing.credit_note WHERE reason = 'VOID') AS void_notes,
-                                (SELECT count(*) FROM billing.credit_note WHERE reason = 'REFUND') AS refund_notes,
-                                (SELECT count(*) FROM billing.invoice WHERE tax_amount > 0) AS taxed,
-                                (SELECT count(*) FROM billing.invoice WHERE tax_included > 0) AS tax_included""")[0]
-        changes = q("""SELECT count(*) FILTER (WHERE kind = 'PRORATION') AS prorations,
-                              (SELECT count(*) FROM billing.credit_entry WHERE reason = 'PRORATION') AS credits
-                         FROM billing.invoice""")[0]
+    due = [{"h": r["hour"], "kind": r["key"], "n": r["n"]} for r in by_hour if r["figure"] == "due"]
+    attempts = [{"h": r["hour"], "retry": r["key"] == "RETRY", "n": r["n"]} for r in by_hour if r["figure"] == "attempts"]
+    single = {name: counts[name][0]["n"] for name in SINGLE_COUNTS}
+    outcomes = {r["key"] or "IN FLIGHT": r["n"] for r in counts["outcomes"]}
+    invoices = sorted(({"kind": r["key"], "status": r["key2"], "n": r["n"]} for r in counts["invoices"]),
+                      key=lambda r: (r["kind"], r["status"]))
+    subs = sorted(({"status": r["key"], "reason": r["key2"], "n": r["n"]} for r in counts["subscriptions"]),
+                  key=lambda r: (r["status"], r["reason"]))
+    plans = sorted(({"interval": r["key"], "n": r["n"]} for r in counts["plans"]), key=lambda r: -r["n"])
+    funnel = [{"status": r["key"], "paid_try": None if r["key2"] is None else int(r["key2"]), "n": r["n"]}
+              for r in counts["funnel"]]
+    tries = {int(r["key"]): r["n"] for r in counts["tries"]}
+    events = {r["key"]: r["n"] for r in sorted(counts["events"], key=lambda r: r["key"])}
+    charged, webhooks = single["charged"], single["webhooks"]
+    lifecycle = {k: single[k] for k in ("trials", "redemptions", "discounted", "seats", "paused")}
+    documents = {k: single[k] for k in ("finalized", "unfinalized", "void_notes", "refund_notes", "taxed",
+                                        "tax_included")}
+    changes = {k: single[k] for k in ("prorations", "credits")}
 
     due_by_hour: dict[datetime, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in due:
@@ -108,8 +80,6 @@ def collect(url: str, result: RunResult) -> dict:
         calls_by_hour[hour] += s.calls - previous
         previous = s.calls
     for r in revenue:
-        r["currency"] = r["currency"].strip()
-        r["credit_granted"] = credit.get(r["currency"], 0)
         for k in ("collected", "failed", "open", "void", "credit_applied", "proration", "credit_granted"):
             r[k] = int(r[k] or 0)  # sum(bigint) is numeric: back to an exact int
     return {

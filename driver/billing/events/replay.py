@@ -16,11 +16,8 @@ from datetime import datetime, timezone
 
 import psycopg
 
+from billing import db
 from billing.clock import SystemClock
-
-PAGE = ("SELECT id, aggregate_id, payload FROM billing.outbox_events_from("
-        "%(from_id)s, %(from_time)s, %(types)s::text[], %(after)s, %(limit)s)")
-RETRY_DEAD = "SELECT billing.retry_dead_outbox_events(%(types)s::text[], %(now)s) AS requeued"
 
 
 def parse_from(value: str) -> tuple[int | None, datetime | None]:
@@ -48,8 +45,8 @@ def replay(database_url: str, sink, *, start: str, types: list[str] | None = Non
     after = 0
     with psycopg.connect(database_url, autocommit=True) as conn:
         while True:
-            rows = conn.execute(PAGE, {"from_id": from_id, "from_time": from_time, "types": types or None,
-                                       "after": after, "limit": page}).fetchall()
+            rows = conn.execute(db.OUTBOX_EVENTS_FROM, {"from_id": from_id, "from_time": from_time,
+                                                        "types": types or None, "after": after, "limit": page}).fetchall()
             for id_, aggregate_id, payload in rows:
                 while True:
                     try:
@@ -73,4 +70,4 @@ def retry_dead(database_url: str, *, types: list[str] | None = None, clock=None)
     """Requeue DEAD events; how many."""
     clock = clock or SystemClock()
     with psycopg.connect(database_url, autocommit=True) as conn:
-        return conn.execute(RETRY_DEAD, {"types": types or None, "now": clock.now()}).fetchone()[0]
+        return conn.execute(db.RETRY_DEAD_OUTBOX_EVENTS, {"types": types or None, "now": clock.now()}).fetchone()[0]

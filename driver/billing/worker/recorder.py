@@ -35,12 +35,6 @@ from billing.gateway.client import ChargeResult
 
 log = logging.getLogger("billing.charging")
 
-RECORD_PAYMENT_RESULTS = (
-    "SELECT idempotency_key, error_code, error_message FROM billing.record_payment_results("
-    "%(keys)s::text[], %(outcomes)s::text[], %(references)s::text[], %(reasons)s::text[], %(now)s, "
-    "%(hard)s::boolean[])"
-)
-
 
 class ResultRecorder:
     def __init__(self, pool, clock: Clock | None = None, *, max_batch: int = 500, tries: int = 6,
@@ -100,7 +94,7 @@ class ResultRecorder:
             try:
                 params["now"] = self.clock.now()
                 async with self.pool.connection() as conn:
-                    cur = await conn.execute(RECORD_PAYMENT_RESULTS, params)
+                    cur = await conn.execute(db.RECORD_PAYMENT_RESULTS, params)
                     rows = await cur.fetchall()
                 self.calls += 1
                 refused = {}

@@ -111,9 +111,7 @@ class Relay:
                 lock_conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, **_KEEPALIVES)
                 # The server side too: if this host vanishes without closing the socket, the
                 # server drops the session (and the lock) in ~20 s instead of the OS's 2 hours.
-                for setting, value in (("tcp_keepalives_idle", 10), ("tcp_keepalives_interval", 3),
-                                       ("tcp_keepalives_count", 3)):
-                    await lock_conn.execute(f"SET {setting} = {value}")
+                await lock_conn.execute(db.SERVER_KEEPALIVES)
             except psycopg.OperationalError as exc:
                 log.warning("relay cannot reach the database, retrying", extra={"error": str(exc).strip()})
                 await sleep_or_stop(self.stop, backoff)
@@ -139,7 +137,7 @@ class Relay:
     async def _acquire(self, conn: psycopg.AsyncConnection) -> bool:
         announced = False
         while not self.stop.is_set():
-            cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self.opt.lock_key,))
+            cur = await conn.execute(db.RELAY_LOCK, {"key": self.opt.lock_key})
             if (await cur.fetchone())[0]:
                 return True
             if not announced:
@@ -151,7 +149,7 @@ class Relay:
     # -- the active relay ------------------------------------------------------------------
 
     async def _lead(self, lock_conn: psycopg.AsyncConnection) -> None:
-        await lock_conn.execute("LISTEN billing_outbox")
+        await lock_conn.execute(db.LISTEN_OUTBOX)
         mark_conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row)
         self._marker = marker = Marker(mark_conn, self.mark_published)
         prefetch: asyncio.Task | None = None
@@ -280,7 +278,7 @@ class Relay:
             if now - last_check >= self.opt.liveness_interval:
                 last_check = now
                 try:
-                    await lock_conn.execute("SELECT 1")
+                    await lock_conn.execute(db.HEALTH)
                 except psycopg.Error as exc:
                     self._purge()
                     await self._settle_quietly(batch)
@@ -364,18 +362,6 @@ _DISTRIBUTED = """SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
 # from a shard group while the same session holds (RELAY_GROUP_KEY, group). These locks only spread
 # the groups over the relays; the claim keeps the order whoever calls it.
 RELAY_GROUP_KEY = 0x62696C67  # "bilg"
-_PRESENCE = "SELECT pg_try_advisory_lock(%(key)s::int, %(instance)s::int)"
-_RELAYS_UP = """SELECT count(*) AS n FROM pg_catalog.pg_locks
-                 WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = %(key)s::int::oid
-                   AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())"""
-_TAKE_GROUP = "SELECT pg_try_advisory_lock(%(key)s::int, %(group)s::int)"
-_GIVE_GROUP = "SELECT pg_advisory_unlock(%(key)s::int, %(group)s::int)"
-RELAY_SHARD_GROUPS = "SELECT shard_group, node_name, node_port FROM billing.relay_shard_groups()"
-CLAIM_IN_SHARD = ("SELECT id, aggregate_type, aggregate_id, payload::text, coalesce(aggregate_seq, id) "
-                  "FROM billing.claim_outbox_events_in_shard(%(worker)s, %(group)s, %(batch)s, %(lease)s::interval, "
-                  "%(now)s) ORDER BY 5, 1")
-MARK_PUBLISHED_IN_SHARD = "SELECT billing.mark_outbox_published_in_shard(%(group)s, %(ids)s::bigint[], %(now)s)"
-MARK_FAILED_IN_SHARD = "SELECT billing.mark_outbox_failed_in_shard(%(group)s, %(id)s, %(error)s, %(now)s)"
 
 
 async def is_distributed(database_url: str) -> bool:
@@ -444,7 +430,7 @@ class ShardRelay(Relay):
             backoff = 0.5
             try:
                 async with coord:
-                    await coord.execute(_PRESENCE, {"key": self.opt.lock_key, "instance": self.instance})
+                    await coord.execute(db.RELAY_PRESENCE, {"key": self.opt.lock_key, "instance": self.instance})
                     RELAY_ACTIVE.set(1)
                     self.active = True
                     log.info("relay is up, per shard group", extra={"worker": self.worker})
@@ -483,18 +469,18 @@ class ShardRelay(Relay):
 
     async def _lease(self, coord: psycopg.AsyncConnection) -> None:
         """Hold this relay's share of the groups: ceil(groups / relays up) group locks."""
-        relays = (await (await coord.execute(_RELAYS_UP, {"key": self.opt.lock_key})).fetchone())[0]
-        nodes = {g: (name, port) for g, name, port in await (await coord.execute(RELAY_SHARD_GROUPS)).fetchall()}
+        relays = (await (await coord.execute(db.RELAYS_UP, {"key": self.opt.lock_key})).fetchone())[0]
+        nodes = {g: (name, port) for g, name, port in await (await coord.execute(db.RELAY_SHARD_GROUPS)).fetchall()}
         share = -(-len(nodes) // max(int(relays), 1))
         held = sorted(g for g in self.groups if g in nodes)
         for group in held[share:]:  # another relay came up: the highest groups go to it
-            await coord.execute(_GIVE_GROUP, {"key": RELAY_GROUP_KEY, "group": group})
+            await coord.execute(db.RELAY_GIVE_GROUP, {"key": RELAY_GROUP_KEY, "group": group})
         held = held[:share]
         for group in sorted(nodes):
             if len(held) >= share:
                 break
             if group not in held and (await (await coord.execute(
-                    _TAKE_GROUP, {"key": RELAY_GROUP_KEY, "group": group})).fetchone())[0]:
+                    db.RELAY_TAKE_GROUP, {"key": RELAY_GROUP_KEY, "group": group})).fetchone())[0]:
                 held.append(group)
         held_nodes = {g: nodes[g] for g in sorted(held)}
         if held_nodes.keys() != self.groups.keys():
@@ -515,8 +501,9 @@ class ShardRelay(Relay):
 
     async def _claim_group(self, group: int) -> list[OutboxRow]:
         conn = await self._node(group)
-        cur = await conn.execute(CLAIM_IN_SHARD, {"worker": self.worker, "group": group, "batch": self.opt.batch_size,
-                                                  "lease": self.opt.lease, "now": self.clock.now()})
+        cur = await conn.execute(db.CLAIM_OUTBOX_EVENTS_IN_SHARD, {
+            "worker": self.worker, "group": group, "batch": self.opt.batch_size, "lease": self.opt.lease,
+            "now": self.clock.now()})
         return [OutboxRow(id_, (agg_type, agg_id), str(agg_id).encode(), payload.encode(), seq)
                 for id_, agg_type, agg_id, payload, seq in await cur.fetchall()]
 
@@ -538,13 +525,13 @@ class ShardRelay(Relay):
             try:
                 conn = await self._node(group)
                 if ids:
-                    await conn.execute(MARK_PUBLISHED_IN_SHARD, {"group": group, "ids": ids, "now": now})
+                    await conn.execute(db.MARK_OUTBOX_PUBLISHED_IN_SHARD, {"group": group, "ids": ids, "now": now})
                     self.published += len(ids)
                     OUTBOX_PUBLISHED.inc(len(ids))
                 for row in rows:
                     if row.id in poison:
                         log.error("event rejected by the sink; marked failed", extra={"outbox_id": row.id})
-                        await conn.execute(MARK_FAILED_IN_SHARD, {"group": group, "id": row.id,
+                        await conn.execute(db.MARK_OUTBOX_FAILED_IN_SHARD, {"group": group, "id": row.id,
                                                                   "error": poison[row.id][:1000], "now": now})
                         OUTBOX_FAILED.inc()
             except psycopg.Error as exc:  # published but not marked: published again (at least once)

@@ -12,11 +12,10 @@ from datetime import timedelta
 
 import psycopg
 
+from billing import db
 from billing.clock import Clock, SystemClock, sleep_or_stop
 
 log = logging.getLogger("billing.retention")
-
-PURGE = "SELECT * FROM billing.purge_expired(%(keep)s::interval, %(batch)s, %(now)s)"
 
 
 async def purge_once(conn: psycopg.AsyncConnection, keep: timedelta, now, *, batch: int = 5000,
@@ -24,7 +23,7 @@ async def purge_once(conn: psycopg.AsyncConnection, keep: timedelta, now, *, bat
     """Batches until nothing more is due; the totals deleted, by kind."""
     totals = {"outbox_events": 0, "webhook_deliveries": 0, "gateway_webhooks": 0}
     while stop is None or not stop.is_set():
-        row = await (await conn.execute(PURGE, {"keep": keep, "batch": batch, "now": now})).fetchone()
+        row = await (await conn.execute(db.PURGE_EXPIRED, {"keep": keep, "batch": batch, "now": now})).fetchone()
         counts = dict(zip(("outbox_events", "webhook_deliveries", "gateway_webhooks"), row))
         for k, v in counts.items():
             totals[k] += v

@@ -29,6 +29,7 @@ from datetime import timedelta
 import aiohttp
 
 from billing import signing
+from billing import db
 from billing.clock import Clock, SystemClock, sleep_or_stop
 from billing.worker.targets import BlockedAddress, PublicOnlyResolver, check_target
 
@@ -67,14 +68,6 @@ class Result:
     duration_ms: int = 0
 
 
-CLAIM = ("SELECT outbox_id, event_id::text, aggregate_type, aggregate_id, payload "
-         "FROM billing.claim_webhook_deliveries(%(endpoint)s, %(batch)s, %(lease)s::interval, %(now)s)")
-RECORD = ("SELECT billing.record_webhook_attempts(%(endpoint)s, %(ids)s::bigint[], %(outcomes)s::text[], "
-          "%(statuses)s::integer[], %(errors)s::text[], %(durations)s::integer[], %(now)s, "
-          "%(backoff)s::interval, %(cap)s::interval, %(give_up)s::interval) AS status")
-ENABLED = "SELECT id, url, secret FROM billing.list_webhook_endpoints() WHERE status = 'ENABLED'"
-
-
 class WebhookDeliverer:
     """One loop per enabled endpoint, started and stopped as endpoints come and go."""
 
@@ -111,7 +104,7 @@ class WebhookDeliverer:
 
     async def _refresh(self) -> None:
         async with self.pool.connection() as conn:
-            rows = await (await conn.execute(ENABLED)).fetchall()
+            rows = await (await conn.execute(db.ENABLED_WEBHOOK_ENDPOINTS)).fetchall()
         wanted = {r["id"]: r for r in rows}
         for endpoint_id, task in list(self._loops.items()):
             if task.done():
@@ -133,7 +126,7 @@ class WebhookDeliverer:
         while not self.stop.is_set():
             try:
                 async with await psycopg.AsyncConnection.connect(self.pool.conninfo, autocommit=True) as conn:
-                    await conn.execute("LISTEN billing_webhooks")
+                    await conn.execute(db.LISTEN_WEBHOOKS)
                     async for _ in conn.notifies():
                         for wake in self._wake.values():
                             wake.set()
@@ -148,7 +141,7 @@ class WebhookDeliverer:
         while not self.stop.is_set():
             try:
                 async with self.pool.connection() as conn:
-                    rows = await (await conn.execute(CLAIM, {
+                    rows = await (await conn.execute(db.CLAIM_WEBHOOK_DELIVERIES, {
                         "endpoint": endpoint_id, "batch": self.opt.batch_size, "lease": self.opt.lease,
                         "now": self.clock.now()})).fetchall()
                 if not rows:
@@ -225,7 +218,7 @@ class WebhookDeliverer:
 
     async def _record(self, endpoint_id: int, results: list[Result]) -> str:
         async with self.pool.connection() as conn:
-            row = await (await conn.execute(RECORD, {
+            row = await (await conn.execute(db.RECORD_WEBHOOK_ATTEMPTS, {
                 "endpoint": endpoint_id, "ids": [r.outbox_id for r in results],
                 "outcomes": [r.outcome for r in results], "statuses": [r.status for r in results],
                 "errors": [r.error for r in results], "durations": [r.duration_ms for r in results],

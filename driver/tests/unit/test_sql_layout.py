@@ -49,3 +49,19 @@ def test_citus_list_names_existing_files_once():
     assert len(names) == len(set(names))
     for name in names:
         assert (DB / "tests" / name).is_file(), f"db/tests/citus.list: {name} does not exist"
+
+
+# The single-node suites that do not run on Citus, each with its Citus form (docs/scaling.md says why).
+NOT_ON_CITUS = {"160_shard_claims.sql": "citus/161_shard_claims.sql", "401_renewal_conformance.sql": "citus/402_renewal_conformance.sql"}
+
+
+def test_citus_list_runs_every_suite_but_the_documented_ones():
+    names = {ln.strip() for ln in (DB / "tests" / "citus.list").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")}
+    every = {p.name for p in (DB / "tests").glob("*.sql")}
+    assert every - names == set(NOT_ON_CITUS), "db/tests/citus.list must list every suite but " + ", ".join(NOT_ON_CITUS)
+    scaling = (REPO_ROOT / "docs" / "scaling.md").read_text()
+    for name, citus_form in NOT_ON_CITUS.items():
+        assert (DB / "tests" / citus_form).is_file()
+        assert name.removesuffix(".sql") in scaling and citus_form.removesuffix(".sql") in scaling, (
+            f"docs/scaling.md must say why {name} is not in citus.list")

@@ -6,7 +6,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from billing.console.web import CUSTOMER, CUSTOMERS, PAGE, Console, path_id
+from billing import db
+from billing.console.web import PAGE, Console, path_id
 
 
 def routes(console: Console) -> list[BaseRoute]:
@@ -15,13 +16,13 @@ def routes(console: Console) -> list[BaseRoute]:
     @console.handler
     async def customers(request: Request, session) -> Response:
         q = request.query_params.get("q", "")[:200]
-        rows = await database.all(CUSTOMERS, {"q": q, "limit": PAGE})
+        rows = await database.all(db.CONSOLE_CUSTOMERS, {"q": q, "limit": PAGE})
         columns = sorted({k for r in rows for k in r["customer"]} - {"id", "timezone", "created_at", "updated_at"})
         return console.page(request, "customers.html", session, q=q, rows=rows, extra_columns=columns)
 
     @console.handler
     async def customer(request: Request, session) -> Response:
-        doc = (await database.one(CUSTOMER, {"id": path_id(request), "limit": 200}))["doc"]
+        doc = (await database.one(db.CONSOLE_CUSTOMER, {"id": path_id(request), "limit": 200}))["doc"]
         sigs = await console.signatures()
         for inv in doc["invoices"]:
             inv["forms"] = console.forms_for(sigs, "invoice", inv["status"])

@@ -8,7 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from billing.console.web import EVENTS, PAGE, Console, opt_int
+from billing import db
+from billing.console.web import PAGE, Console, opt_int
 
 
 def routes(console: Console) -> list[BaseRoute]:
@@ -19,7 +20,7 @@ def routes(console: Console) -> list[BaseRoute]:
         subject = request.query_params.get("subject", "")[:100]
         type_ = request.query_params.get("type", "")[:100]
         before = opt_int(request.query_params.get("before"))
-        rows = await database.all(EVENTS, {"subject": subject or None, "type": type_ or None, "before": before,
+        rows = await database.all(db.CONSOLE_EVENTS, {"subject": subject or None, "type": type_ or None, "before": before,
                                            "limit": PAGE})
         sigs = await console.signatures()
         for e in rows:

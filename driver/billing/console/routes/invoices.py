@@ -9,7 +9,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from billing import db
-from billing.console.web import INVOICES, PAGE, Console, Refused, opt_int
+from billing.console.web import PAGE, Console, Refused, opt_int
 from billing.invoices.documents import render_html, render_pdf
 
 
@@ -22,7 +22,7 @@ def routes(console: Console) -> list[BaseRoute]:
         if status not in (None, "OPEN", "PAID", "FAILED", "VOID", "REVIEW"):
             raise Refused(422, "filter by OPEN, PAID, FAILED, VOID or REVIEW")
         before = opt_int(request.query_params.get("before"))
-        rows = await database.all(INVOICES, {"status": status, "before": before, "limit": PAGE})
+        rows = await database.all(db.CONSOLE_INVOICES, {"status": status, "before": before, "limit": PAGE})
         sigs = await console.signatures()
         for inv in rows:
             inv["forms"] = console.forms_for(sigs, "invoice", inv["status"])

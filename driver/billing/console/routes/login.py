@@ -10,9 +10,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from billing import db
 from billing.api_keys import hash_key, looks_like_key
-from billing.console.web import (CLOSE_SESSION, COOKIE, LOGIN_COOKIE, OPEN_SESSION, Console, Refused, back, safe_next,
-                                 token_hash, wall)
+from billing.console.web import COOKIE, LOGIN_COOKIE, Console, Refused, back, safe_next, token_hash, wall
 
 
 def routes(console: Console) -> list[BaseRoute]:
@@ -45,7 +45,7 @@ def routes(console: Console) -> list[BaseRoute]:
         if "admin" not in scopes and "subscriptions:read" not in scopes:
             return back("/console/login", error="this key has neither the admin nor the subscriptions:read scope")
         token = secrets.token_urlsafe(32)
-        await database.mutate(f"api-key:{key_id}", OPEN_SESSION, {
+        await database.mutate(f"api-key:{key_id}", db.CONSOLE_OPEN_SESSION, {
             "hash": token_hash(token), "key_id": key_id, "ttl": console.ttl, "now": wall()})
         response = RedirectResponse(safe_next(form.get("next")), status_code=303)
         response.set_cookie(COOKIE, token, max_age=int(console.ttl.total_seconds()), path="/console", httponly=True,
@@ -56,7 +56,7 @@ def routes(console: Console) -> list[BaseRoute]:
     @console.handler
     async def logout(request: Request, session) -> Response:
         await console.guarded_form(request, session)
-        await database.mutate(f"api-key:{session['key_id']}", CLOSE_SESSION, {
+        await database.mutate(f"api-key:{session['key_id']}", db.CONSOLE_CLOSE_SESSION, {
             "hash": token_hash(session["token"]), "now": wall()})
         response = RedirectResponse("/console/login", status_code=303)
         response.delete_cookie(COOKIE, path="/console")

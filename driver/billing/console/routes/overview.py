@@ -6,8 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from billing import db
 from billing.console import render
-from billing.console.web import MRR, OVERVIEW, Console
+from billing.console.web import Console
 
 
 def routes(console: Console) -> list[BaseRoute]:
@@ -15,8 +16,8 @@ def routes(console: Console) -> list[BaseRoute]:
 
     async def overview_context() -> dict:
         now = clock.now()
-        doc = (await database.one(OVERVIEW, {"now": now}))["doc"]
-        mrr = await database.all(MRR, {"now": now, "days": 30})
+        doc = (await database.one(db.CONSOLE_OVERVIEW, {"now": now}))["doc"]
+        mrr = await database.all(db.CONSOLE_MRR, {"now": now, "days": 30})
         return {"o": doc, "mrr": render.mrr_series(mrr), "gateway_rate": settings.gateway_rate,
                 "funnel_svg": render.funnel_svg(doc["dunning"])}
 

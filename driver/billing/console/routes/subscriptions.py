@@ -6,7 +6,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from billing.console.web import SUBSCRIPTION, Console, path_id
+from billing import db
+from billing.console.web import Console, path_id
 
 
 def routes(console: Console) -> list[BaseRoute]:
@@ -14,7 +15,7 @@ def routes(console: Console) -> list[BaseRoute]:
 
     @console.handler
     async def subscription(request: Request, session) -> Response:
-        doc = (await database.one(SUBSCRIPTION, {"id": path_id(request)}))["doc"]
+        doc = (await database.one(db.CONSOLE_SUBSCRIPTION, {"id": path_id(request)}))["doc"]
         sigs = await console.signatures()
         sub = doc["subscription"]
         forms = console.forms_for(sigs, "subscription", sub["status"])

@@ -1,0 +1,87 @@
+-- db/citus/10_adapt: what `billing db migrate --citus` changes after the function files, in the
+-- migration's transaction, on a Citus coordinator (docs/scaling.md). Loaded by billing.citus.adapt,
+-- one statement at a time; every statement is idempotent (it runs after every migration). What it
+-- did is recorded in pg_temp.citus_adapted (kind, name), which billing.citus.adapt reads back.
+SET LOCAL citus.enable_unsafe_triggers TO on;
+SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
+CREATE TEMP TABLE IF NOT EXISTS citus_adapted (kind text, name text);
+TRUNCATE citus_adapted;
+
+-- Triggers with a transition table (REFERENCING NEW TABLE) cannot be planned next to a distributed
+-- table ("unrecognized RTE kind: 7"); each one the function files made is replaced:
+-- * invoice_subscription_exists (12_integrity.sql) by the composite foreign key it stands for,
+--   checked inside the shard group;
+-- * outbox_event_fan_out (66_webhooks.sql) by a row trigger on the event's shard;
+-- * outbox_event_notify (65_outbox_relay.sql) by nothing: the relay polls on Citus.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = 'billing.invoice'::regclass
+                  AND t.tgname = 'invoice_subscription_exists' AND t.tgnewtable IS NOT NULL) THEN
+        DROP TRIGGER invoice_subscription_exists ON billing.invoice;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname = 'invoice_subscription_fkey') THEN
+            ALTER TABLE billing.invoice ADD CONSTRAINT invoice_subscription_fkey FOREIGN KEY (customer_id, subscription_id)
+                REFERENCES billing.subscription (customer_id, id);
+        END IF;
+        INSERT INTO citus_adapted VALUES ('trigger', 'invoice_subscription_exists');
+    END IF;
+END
+$$;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = 'billing.outbox_event'::regclass
+                  AND t.tgname = 'outbox_event_fan_out' AND t.tgnewtable IS NOT NULL) THEN
+        DROP TRIGGER outbox_event_fan_out ON billing.outbox_event;
+        CREATE TRIGGER outbox_event_fan_out AFTER INSERT ON billing.outbox_event
+            FOR EACH ROW EXECUTE FUNCTION billing._outbox_fan_out_row();
+        INSERT INTO citus_adapted VALUES ('trigger', 'outbox_event_fan_out');
+    END IF;
+END
+$$;
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = 'billing.outbox_event'::regclass
+                  AND t.tgname = 'outbox_event_notify' AND t.tgnewtable IS NOT NULL) THEN
+        DROP TRIGGER outbox_event_notify ON billing.outbox_event;
+        INSERT INTO citus_adapted VALUES ('trigger', 'outbox_event_notify');
+    END IF;
+END
+$$;
+
+-- A coupon's redemption counts on the coupon (a reference table: one row, every node's copy) after
+-- the call has read its customer's rows: Citus refuses a reference-table write after a parallel read
+-- of a distributed table in one transaction ("cannot modify table coupon because there was a
+-- parallel operation on a distributed table"), so these calls run their shard reads over one
+-- connection per node. Re-applied after every migration (the function files reset it).
+ALTER FUNCTION billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer)
+    SET citus.multi_shard_modify_mode = 'sequential';
+ALTER FUNCTION billing.apply_coupon(bigint, text, timestamptz) SET citus.multi_shard_modify_mode = 'sequential';
+
+-- The batch claims' shard groups (db/schema/0083): one lease row per group of billing.customer's
+-- shards, 1..n in hash order, in place of the single PostgreSQL's group 0.
+INSERT INTO billing.shard_lease (shard_group)
+SELECT g.shard_group FROM billing._shard_groups() g
+    ON CONFLICT ON CONSTRAINT shard_lease_pkey DO NOTHING;
+DELETE FROM billing.shard_lease l WHERE NOT EXISTS (SELECT 1 FROM billing._shard_groups() g WHERE g.shard_group = l.shard_group);
+
+-- Every SQL API function that takes p_customer_id becomes a distributed function colocated with
+-- billing.customer: a call is sent to the node holding the customer and runs there.
+DO $$
+DECLARE
+    v_fn record;
+BEGIN
+    FOR v_fn IN
+        SELECT p.oid::regprocedure::text AS signature, (d.objid IS NOT NULL) AS done
+          FROM pg_catalog.pg_proc p
+          LEFT JOIN pg_dist_object d ON d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid
+                                    AND d.distribution_argument_index IS NOT NULL
+         WHERE p.pronamespace = 'billing'::regnamespace AND p.prosecdef AND p.prokind = 'f'
+           AND 'p_customer_id' = ANY (p.proargnames)
+         ORDER BY 1
+    LOOP
+        IF NOT v_fn.done THEN
+            PERFORM create_distributed_function(v_fn.signature::regprocedure, 'p_customer_id', colocate_with => 'billing.customer');
+        END IF;
+        INSERT INTO citus_adapted VALUES ('function', v_fn.signature);
+    END LOOP;
+END
+$$;
