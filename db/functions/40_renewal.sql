@@ -102,7 +102,7 @@ BEGIN
           FROM priced p
         RETURNING *
     ), new_lines AS (
-        -- The service ledger (16_ledger): each renewal sells its period in one CHARGE line (no
+        -- The service ledger (17_ledger): each renewal sells its period in one CHARGE line (no
         -- coupon here: a discounted renewal takes the per-row path).
         INSERT INTO %16$s (id, customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity,
                            unit_price, span_start, span_end, gross, net, tax, tax_inclusive, currency,
