@@ -144,37 +144,37 @@ demo: venv
 	 $(BIN)/billing demo $(DEMO_ARGS)
 
 bench-pdf: venv poppler
-	@$(BIN)/python bench/pdf/run.py $(BENCH_ARGS)
+	@$(BIN)/python -m bench.pdf.run $(BENCH_ARGS)
 
 bench-renewal: venv services
-	@source $(SERVICES_ENV) && $(BIN)/python bench/renewal/run.py $(BENCH_ARGS)
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.renewal.run $(BENCH_ARGS)
 
 bench-relay: venv services
-	@source $(SERVICES_ENV) && $(BIN)/python bench/relay/run.py $(BENCH_ARGS)
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.relay.run $(BENCH_ARGS)
 
 bench-retention: venv services
-	@source $(SERVICES_ENV) && $(BIN)/python bench/retention/run.py $(BENCH_ARGS)
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.retention.run $(BENCH_ARGS)
 
 bench-charge: venv services
-	@source $(SERVICES_ENV) && $(BIN)/python bench/charge/run.py $(BENCH_ARGS)
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.charge.run $(BENCH_ARGS)
 
 bench-first-of-month: venv services
-	@source $(SERVICES_ENV) && $(BIN)/python bench/first_of_month/run.py $(BENCH_ARGS)
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.first_of_month.run $(BENCH_ARGS)
 
 # Per-shard claims on the Citus cluster next to one PostgreSQL (bench/citus_claim, docs/scaling.md).
 bench-citus: venv services
 	@source $(SERVICES_ENV) && bash scripts/services/citus.sh >/dev/null && \
 	 citus_url=$$(bash scripts/services/citus.sh createdb billing_bench_citus) && \
 	 psql -q "$$BILLING_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS billing_bench_single WITH (FORCE)" -c "CREATE DATABASE billing_bench_single" && \
-	 $(BIN)/python bench/citus_claim/run.py --citus-url "$$citus_url" --single-url "$${BILLING_TEST_DATABASE_URL%/*}/billing_bench_single" $(BENCH_ARGS)
+	 $(BIN)/python -m bench.citus_claim.run --citus-url "$$citus_url" --single-url "$${BILLING_TEST_DATABASE_URL%/*}/billing_bench_single" $(BENCH_ARGS)
 
 # The engine's per-shard claims (db/functions/16_shards.sql, 41_renewal_rows.sql, 51_charge_claims.sql, 58_refund_claims.sql) on the cluster and on one PostgreSQL.
 bench-citus-engine: venv services
 	@source $(SERVICES_ENV) && bash scripts/services/citus.sh >/dev/null && \
-	 $(BIN)/python bench/citus_claim/engine.py --single-url "$$BILLING_TEST_DATABASE_URL" $(BENCH_ARGS)
+	 $(BIN)/python -m bench.citus_claim.engine --single-url "$$BILLING_TEST_DATABASE_URL" $(BENCH_ARGS)
 
 bench-http: venv
-	@$(BIN)/python bench/http_client/run.py $(BENCH_ARGS)
+	@$(BIN)/python -m bench.http_client.run $(BENCH_ARGS)
 
 clean: services-stop
 	rm -rf $(CACHE) $(VENV)
