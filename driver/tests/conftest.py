@@ -43,6 +43,11 @@ SERIAL = (
     "test_charging.py::test_sigkill_mid_charge_charges_nothing_twice_and_claims_come_back",
     "test_relay.py::test_standby_takes_over_when_the_holder_dies",
     "test_relay.py::test_survives_a_broker_restart_without_losing_an_event",  # a private Kafka broker
+    # They count the blocks a claim reads once vacuum has run: another session's snapshot keeps
+    # the dead rows alive.
+    "test_relay.py::test_claim_skips_dead_index_entries_without_reading_their_rows",
+    "test_relay.py::test_webhook_claim_skips_dead_index_entries_without_reading_their_rows",
+    "test_recorder.py::test_results_linger_into_one_call_and_close_cuts_the_wait_short",  # 20 ms apart
 )
 
 
