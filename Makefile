@@ -12,11 +12,12 @@ PGTAP_DB ?= billing_pgtap
 PGTAP_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
+.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
 	@echo "make test   - the lock file audit, pgTAP and pytest suites against real PostgreSQL, Redis and Kafka"
+	@echo "make test-quick - the fast tier and a few quick suites, in parallel (the loop while developing)"
 	@echo "make audit  - offline check of requirements/runtime.lock (hashes, advisory floors)"
 	@echo "make services / services-stop - bring the loopback services up / down"
 
@@ -102,11 +103,37 @@ fonts:
 poppler:
 	@bash scripts/services/poppler.sh >/dev/null
 
+# pytest in two passes: the suites on $(PYTEST_WORKERS) workers (pytest-xdist, a file per worker at a
+# time; each worker has its own template database, Redis databases and ports), then the tests marked
+# `serial` (driver/tests/conftest.py SERIAL: timing-sensitive, or loading the machine) alone.
 # The console's browser tests leave a screenshot of each page in .cache/artifacts/console/.
+PYTEST_WORKERS ?= 4
+# Exit status 5 is "no test selected" (PYTEST_ARGS naming a file without serial tests): not a failure.
 test-py: venv services chromium poppler fonts
-	@source $(SERVICES_ENV) && $(BIN)/python -m pytest --ignore=driver/tests/unit $(PYTEST_ARGS)
+	@source $(SERVICES_ENV) && started=$$(date +%s) && \
+	 { $(BIN)/python -m pytest --ignore=driver/tests/unit -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" \
+	     $(PYTEST_ARGS) || [ $$? = 5 ]; } && parallel=$$(( $$(date +%s) - started )) && \
+	 { $(BIN)/python -m pytest --ignore=driver/tests/unit -p no:xdist -m serial $(PYTEST_ARGS) || [ $$? = 5 ]; } && \
+	 echo "test-py: $$(( $$(date +%s) - started )) s (parallel pass $$parallel s, serial pass $$(( $$(date +%s) - started - parallel )) s)"
 
-test: audit test-fast test-sql test-citus test-py
+# The loop while developing: the fast tier, then a few quick suites of the HTTP API, the console, the
+# roles and the schema on $(PYTEST_WORKERS) workers (about a minute). `make test` before a merge.
+QUICK_SUITES := test_api.py test_webhooks.py test_console_http.py test_roles.py test_events_ops.py test_recorder.py \
+	test_status.py test_sql_schema_drift.py test_outbound_webhooks.py
+test-quick: venv services
+	@started=$$(date +%s) && $(BIN)/python -m pytest -q driver/tests/unit && \
+	 source $(SERVICES_ENV) && $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" \
+	   $(addprefix driver/tests/,$(QUICK_SUITES)) $(PYTEST_ARGS) && \
+	 echo "test-quick: $$(( $$(date +%s) - started )) s"
+
+# Each stage in turn (stopping at the first that fails), then the time of each.
+TEST_STAGES := audit test-fast test-sql test-citus test-py
+test:
+	@times=""; for stage in $(TEST_STAGES); do \
+	   started=$$(date +%s); \
+	   $(MAKE) --no-print-directory $$stage || { echo "make test: $$stage failed"; printf "$$times"; exit 1; }; \
+	   times="$$times$$(printf '  %-11s %5d s' $$stage $$(( $$(date +%s) - started )))\n"; \
+	 done; echo "make test: the time of each stage"; printf "$$times"
 
 # The lock file: pinned, hashed, above every advisory floor of deploy/advisories.tsv. Offline; it
 # says what it cannot know. `audit-online` asks pip-audit (needs the network).
@@ -127,37 +154,37 @@ demo: venv
 	 $(BIN)/billing demo $(DEMO_ARGS)
 
 bench-pdf: venv poppler
-	@$(BIN)/python bench/pdf/run.py $(BENCH_ARGS)
+	@$(BIN)/python -m bench.pdf.run $(BENCH_ARGS)
 
 bench-renewal: venv services
-	@source $(SERVICES_ENV) && $(BIN)/python bench/renewal/run.py $(BENCH_ARGS)
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.renewal.run $(BENCH_ARGS)
 
 bench-relay: venv services
-	@source $(SERVICES_ENV) && $(BIN)/python bench/relay/run.py $(BENCH_ARGS)
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.relay.run $(BENCH_ARGS)
 
 bench-retention: venv services
-	@source $(SERVICES_ENV) && $(BIN)/python bench/retention/run.py $(BENCH_ARGS)
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.retention.run $(BENCH_ARGS)
 
 bench-charge: venv services
-	@source $(SERVICES_ENV) && $(BIN)/python bench/charge/run.py $(BENCH_ARGS)
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.charge.run $(BENCH_ARGS)
 
 bench-first-of-month: venv services
-	@source $(SERVICES_ENV) && $(BIN)/python bench/first_of_month/run.py $(BENCH_ARGS)
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.first_of_month.run $(BENCH_ARGS)
 
 # Per-shard claims on the Citus cluster next to one PostgreSQL (bench/citus_claim, docs/scaling.md).
 bench-citus: venv services
 	@source $(SERVICES_ENV) && bash scripts/services/citus.sh >/dev/null && \
 	 citus_url=$$(bash scripts/services/citus.sh createdb billing_bench_citus) && \
 	 psql -q "$$BILLING_TEST_DATABASE_URL" -c "DROP DATABASE IF EXISTS billing_bench_single WITH (FORCE)" -c "CREATE DATABASE billing_bench_single" && \
-	 $(BIN)/python bench/citus_claim/run.py --citus-url "$$citus_url" --single-url "$${BILLING_TEST_DATABASE_URL%/*}/billing_bench_single" $(BENCH_ARGS)
+	 $(BIN)/python -m bench.citus_claim.run --citus-url "$$citus_url" --single-url "$${BILLING_TEST_DATABASE_URL%/*}/billing_bench_single" $(BENCH_ARGS)
 
 # The engine's per-shard claims (db/functions/16_shards.sql, 41_renewal_rows.sql, 51_charge_claims.sql, 58_refund_claims.sql) on the cluster and on one PostgreSQL.
 bench-citus-engine: venv services
 	@source $(SERVICES_ENV) && bash scripts/services/citus.sh >/dev/null && \
-	 $(BIN)/python bench/citus_claim/engine.py --single-url "$$BILLING_TEST_DATABASE_URL" $(BENCH_ARGS)
+	 $(BIN)/python -m bench.citus_claim.engine --single-url "$$BILLING_TEST_DATABASE_URL" $(BENCH_ARGS)
 
 bench-http: venv
-	@$(BIN)/python bench/http_client/run.py $(BENCH_ARGS)
+	@$(BIN)/python -m bench.http_client.run $(BENCH_ARGS)
 
 clean: services-stop
 	rm -rf $(CACHE) $(VENV)

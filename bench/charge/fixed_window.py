@@ -1,6 +1,6 @@
 """The seed article's fixed-window limiter, for the charge benchmark only (never the worker's).
 
-    python bench/charge/fixed_window.py [--concurrency N]
+    python -m bench.charge.fixed_window [--concurrency N]
 
 runs `billing worker --no-renew --no-relay` with this limiter instead of the one the worker
 chooses (billing.limiter.limiter_from_settings): the settings come from the environment as for

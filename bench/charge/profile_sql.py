@@ -5,7 +5,7 @@ connection then claims them `--claim` at a time and records their results (SUCCE
 `record_payment_results` in batches of each `--batches` size. Per phase: the backend's CPU per
 charge (from /proc), and the functions' own and total time per charge (track_functions = all).
 
-    python bench/charge/profile_sql.py [--invoices 3000] [--claim 50] [--batches 1,10,100] [--tree DIR]
+    python -m bench.charge.profile_sql [--invoices 3000] [--claim 50] [--batches 1,10,100] [--tree DIR]
 
 Needs PostgreSQL on BILLING_TEST_DATABASE_URL (what `make services` writes), as a superuser.
 """
@@ -13,17 +13,14 @@ Needs PostgreSQL on BILLING_TEST_DATABASE_URL (what `make services` writes), as 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(ROOT / "bench"))
-from run import PG, admin, prepare_template, url_for_db  # noqa: E402
-from baseline import proc_cpu  # noqa: E402
+from bench.baseline import proc_cpu
+from bench.charge.run import PG, admin, prepare_template, url_for_db
 from psycopg import sql  # noqa: E402
 
 RECORD = ("SELECT count(*) FROM billing.record_payment_results(%s::text[], %s::text[], %s::text[], NULL, now(), NULL)")

@@ -18,7 +18,7 @@ the fixed-window counter runs against the simulator in `observe` mode, which acc
 counts each call that a strict gateway would have refused (`excess`), so its boundary bursts are
 measured without the 429 feedback changing them. `--modes` runs other combinations.
 
-    python bench/charge/run.py [--rates 200,1000] [--duration 30] [--workers 3] [--baseline REF|none]
+    python -m bench.charge.run [--rates 200,1000] [--duration 30] [--workers 3] [--baseline REF|none]
                                [--limiters gcra,fixed-window] [--latency-ms 50-1000]
 
 Needs PostgreSQL and Redis: BILLING_TEST_DATABASE_URL / BILLING_TEST_REDIS_URL (what `make services`
@@ -48,8 +48,7 @@ from psycopg import sql
 from billing.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-from baseline import DEFAULT_BASELINE, baseline_tree, tree_env  # noqa: E402
+from bench.baseline import DEFAULT_BASELINE, baseline_tree, tree_env
 
 PG = os.environ.get("BILLING_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:25432/postgres")
 REDIS = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:26379/0").rsplit("/", 1)[0] + "/63"

@@ -1,8 +1,8 @@
 """The first of the month at scale: renew --due subscriptions, then charge every renewal through
 the gateway simulator at --rate calls/s, with the processes that run in production.
 
-    python bench/first_of_month/run.py                     # 100,000 due (about 5 minutes here)
-    python bench/first_of_month/run.py --due 1000000       # the full peak: 1,000,000 due
+    python -m bench.first_of_month.run                     # 100,000 due (about 5 minutes here)
+    python -m bench.first_of_month.run --due 1000000       # the full peak: 1,000,000 due
     make bench-first-of-month BENCH_ARGS="--due 1000000"
 
 1. Data: bench/renewal's generator (set-based, kept as a template database and reused):
@@ -33,7 +33,6 @@ Environment: BILLING_TEST_DATABASE_URL, BILLING_TEST_REDIS_URL, BILLING_TEST_KAF
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -52,12 +51,8 @@ import psycopg
 import redis
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-from baseline import host_load, proc_cpu  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("bench_renewal", ROOT / "bench" / "renewal" / "run.py")
-renewal = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(renewal)
+from bench.baseline import host_load, proc_cpu
+from bench.renewal import run as renewal
 
 PG = os.environ.get("BILLING_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:25432/postgres")
 REDIS = os.environ.get("BILLING_TEST_REDIS_URL", "redis://127.0.0.1:26379/0").rsplit("/", 1)[0] + "/62"

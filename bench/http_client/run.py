@@ -5,7 +5,7 @@ keeps 100 calls in flight. Ceiling: 100 / 0.175 s = 571 calls/s. Each configurat
 number of calls; we report calls/s, latency overhead (p50/p99 of observed minus served delay) and
 the client process's CPU time.
 
-    python bench/http_client/run.py [--calls 3000] [--in-flight 100]
+    python -m bench.http_client.run [--calls 3000] [--in-flight 100]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """PDF library choice for the invoice documents: rendering time and install weight, measured here.
 
-    python bench/pdf/run.py             # both candidates, 50 documents each
-    python bench/pdf/run.py --docs 200
+    python -m bench.pdf.run             # both candidates, 50 documents each
+    python -m bench.pdf.run --docs 200
 
 Candidates, each in a throwaway virtual environment under .cache/bench-pdf/ (created with pip
 when missing; jinja2 added to both, as the project has it already):
@@ -56,7 +56,6 @@ SAMPLE = {
 CHILD = r"""
 import json, statistics, sys, time
 t0 = time.perf_counter()
-sys.path.insert(0, sys.argv[1])
 from billing.invoices.documents import Issuer, render_html, render_pdf
 doc = json.loads(sys.argv[3]); issuer = Issuer("Billing Engine Demo Ltd", "1 Example Street\n75001 Paris", "FR00123", None)
 if sys.argv[2] == "fpdf2-core":
@@ -112,8 +111,10 @@ def main() -> None:
     for name in ("fpdf2", "fpdf2-core", "weasy"):
         path = ensure_venv(name.split("-")[0])
         out_pdf = CACHE / f"{name}.pdf"
+        # The candidate's own venv, `billing` from this checkout's driver/ (PYTHONPATH).
         run = subprocess.run([path / "bin" / "python", "-c", CHILD, str(REPO / "driver"), name, json.dumps(SAMPLE),
-                              str(args.docs), str(out_pdf)], capture_output=True, text=True, check=True)
+                              str(args.docs), str(out_pdf)], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO / "driver")})
         r = json.loads(run.stdout.strip().splitlines()[-1])
         r["python_mb"] = site_bytes(path, base) / 1e6
         r["native_mb"] = dpkg_bytes(PANGO_PACKAGES) / 1e6 if name == "weasy" else 0.0

@@ -1,7 +1,7 @@
 """Outbox relay benchmark: the relay as it ships next to the baseline's (and, optionally, the seed's).
 
-    python bench/relay/run.py                       # everything, figures as a Markdown table
-    python bench/relay/run.py --events 50000 --duration 10 --baseline main
+    python -m bench.relay.run                       # everything, figures as a Markdown table
+    python -m bench.relay.run --events 50000 --duration 10 --baseline main
 
 Each relay runs in its own process (bench/relay/relay_proc.py), `billing` imported from its own
 tree: the current one ("ours") and the baseline commit's (`--baseline`, default: main when issue 17
@@ -45,8 +45,7 @@ import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from baseline import DEFAULT_BASELINE, baseline_tree, host_load, proc_cpu, proc_rss_kb, tree_env  # noqa: E402
+from bench.baseline import DEFAULT_BASELINE, baseline_tree, host_load, proc_cpu, proc_rss_kb, tree_env
 
 from billing import db as sqlapi  # noqa: E402
 from billing.migrate import migrate  # noqa: E402

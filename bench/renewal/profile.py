@@ -1,8 +1,8 @@
 """Where the renewal's server CPU goes, per invoice: the renewal statement on copies of one database,
 each copy with one part taken away, side by side (an experiment: no copy is the product).
 
-    python bench/renewal/profile.py                          # 200,000 subscriptions, 40,000 due, 3 rounds
-    python bench/renewal/profile.py --total 1000000 --due 200000 --rounds 2
+    python -m bench.renewal.profile                          # 200,000 subscriptions, 40,000 due, 3 rounds
+    python -m bench.renewal.profile --total 1000000 --due 200000 --rounds 2
 
 Each round runs every variant once, in turn, on a fresh copy of bench/renewal's template (the
 current functions applied, VACUUM ANALYZE, CHECKPOINT): one connection calls
@@ -27,17 +27,13 @@ Environment: BILLING_TEST_DATABASE_URL as `make services` writes it; --database-
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import time
-from pathlib import Path
 
 import psycopg
 from psycopg import sql
 
-_spec = importlib.util.spec_from_file_location("bench_renewal", Path(__file__).with_name("run.py"))
-renewal = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(renewal)
+from bench.renewal import run as renewal
 
 VARIANTS: dict[str, list[str]] = {
     "as shipped": [],

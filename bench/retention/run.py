@@ -1,8 +1,8 @@
 """Retention benchmark: batch DELETE (what ships: billing.purge_expired) against dropping a
 partition of a natively range-partitioned outbox, with many published rows behind the relay.
 
-    python bench/retention/run.py                    # 5,000,000 published rows
-    python bench/retention/run.py --rows 2000000 --share 0.1
+    python -m bench.retention.run                    # 5,000,000 published rows
+    python -m bench.retention.run --rows 2000000 --share 0.1
 
 One fresh database. Three outboxes with the same columns and the same indexes as
 billing.outbox_event: `billing.outbox_event` itself (plain, --rows published rows), `bench.outbox_part`

@@ -6,7 +6,7 @@ Idempotency-Key), same server (stripe-mock on loopback), `--in-flight` calls at 
 Reports calls/s, the client process's CPU time per call and the threads alive during the run
 (the question was whether the package needs a thread per call: it does not).
 
-    python bench/stripe_client/run.py [--calls 600] [--in-flight 50] [--stripe-mock URL]
+    python -m bench.stripe_client.run [--calls 600] [--in-flight 50] [--stripe-mock URL]
 
 Without --stripe-mock it starts one with scripts/services/stripe-mock.sh.
 """
@@ -18,13 +18,11 @@ import asyncio
 import resource
 import secrets
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "driver"))
 
 API_KEY = "sk_test_" + secrets.token_hex(16)
 

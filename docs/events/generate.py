@@ -1,5 +1,6 @@
 """Writes the JSON Schemas of docs/events/ (one per event type and version) from the definitions
-below. The schemas are the reference; this script only keeps them consistent with each other.
+below, and the same files into the package (driver/billing/events/catalogue/, what `billing serve`
+reads with importlib.resources; driver/tests/unit/test_event_catalogue.py checks the two agree). The schemas are the reference; this script only keeps them consistent with each other.
 Run it after changing a definition: `python docs/events/generate.py`. A breaking change of a
 type's data bumps its version (here and in billing._event_version); the old file stays.
 """
@@ -10,6 +11,7 @@ import json
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+PACKAGED = HERE.parents[1] / "driver" / "billing" / "events" / "catalogue"
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 INSTANT = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$",
@@ -261,11 +263,12 @@ ENVELOPE = {
 
 
 def main() -> None:
-    (HERE / "envelope.v1.json").write_text(json.dumps(ENVELOPE, indent=2) + "\n")
-    for name in CATALOGUE:
-        path = HERE / f"{name}.v{VERSIONS[name]}.json"
-        path.write_text(json.dumps(schema_of(name), indent=2) + "\n")
-    print(f"{len(CATALOGUE)} schemas written to {HERE}")
+    for folder in (HERE, PACKAGED):
+        (folder / "envelope.v1.json").write_text(json.dumps(ENVELOPE, indent=2) + "\n")
+        for name in CATALOGUE:
+            path = folder / f"{name}.v{VERSIONS[name]}.json"
+            path.write_text(json.dumps(schema_of(name), indent=2) + "\n")
+        print(f"{len(CATALOGUE)} schemas written to {folder}")
 
 
 if __name__ == "__main__":

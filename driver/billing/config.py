@@ -23,6 +23,13 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def event_schema_dir() -> Path | None:
+    """BILLING_EVENT_SCHEMA_DIR: a folder of event schemas to use instead of the package's own
+    (billing/events/catalogue, the same files as docs/events)."""
+    raw = os.environ.get("BILLING_EVENT_SCHEMA_DIR")
+    return Path(raw) if raw else None
+
+
 def _env_float(name: str, default: float | None) -> float | None:
     raw = os.environ.get(name)
     if raw is None or raw == "":

@@ -7,6 +7,12 @@ which start PostgreSQL, Redis and Kafka on loopback under .cache/.
 
 Each test gets a throwaway database cloned from a template migrated once per session, a Redis
 database of its own (flushed), and a Kafka topic of its own.
+
+In parallel (pytest-xdist, `make test-py`): each worker is its own session, so its own template
+database (named after its pid), its own share of the Redis databases, and servers on free ports;
+the Citus cluster is started by the first worker that needs it (a file lock). What cannot share the
+machine (`SERIAL` below: timing-sensitive tests, the chaos run) is marked `serial` and runs in a
+second pass, alone.
 """
 
 from __future__ import annotations
@@ -26,6 +32,38 @@ from billing.config import REPO_ROOT
 from billing.migrate import migrate
 
 SCRIPTS = REPO_ROOT / "scripts" / "services"
+
+# Test files (or single tests) that measure time or load the machine: they run in the serial pass
+# of `make test-py`, after the parallel one, never beside other tests.
+SERIAL = (
+    "chaos/",  # several processes and service restarts for minutes
+    "test_limiter.py",  # rates measured against the wall clock
+    "test_gateway_sim.py",  # latencies and rates of the simulator
+    "test_api_security.py::test_slow_and_half_sent_requests_are_closed_within_the_header_timeout",
+    "test_charging.py::test_sigkill_mid_charge_charges_nothing_twice_and_claims_come_back",
+    "test_relay.py::test_standby_takes_over_when_the_holder_dies",
+    "test_relay.py::test_survives_a_broker_restart_without_losing_an_event",  # a private Kafka broker
+    # They count the blocks a claim reads once vacuum has run: another session's snapshot keeps
+    # the dead rows alive.
+    "test_relay.py::test_claim_skips_dead_index_entries_without_reading_their_rows",
+    "test_relay.py::test_webhook_claim_skips_dead_index_entries_without_reading_their_rows",
+    "test_recorder.py::test_results_linger_into_one_call_and_close_cuts_the_wait_short",  # 20 ms apart
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = Path(__file__).parent
+    for item in items:
+        rel = Path(str(item.fspath)).relative_to(tests).as_posix() if str(item.fspath).startswith(str(tests)) else ""
+        name = f"{rel}::{item.name.split('[')[0]}"
+        if any(name.startswith(s) if "::" in s else rel.startswith(s) for s in SERIAL):
+            item.add_marker(pytest.mark.serial)
+
+
+def _xdist_worker() -> tuple[int, int]:
+    """(this worker's index, the number of workers): (0, 1) without xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker.removeprefix("gw") or 0), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
 
 def _docker_answers() -> bool:
@@ -164,7 +202,19 @@ def citus_server_url() -> str:
     Citus once, cached, and starts a coordinator and two workers; `BILLING_TEST_CITUS_URL` names a
     cluster of your own instead: its coordinator's maintenance database, the workers reachable with
     the same user)."""
-    return os.environ.get("BILLING_TEST_CITUS_URL") or _script("citus")
+    if os.environ.get("BILLING_TEST_CITUS_URL"):
+        return os.environ["BILLING_TEST_CITUS_URL"]
+    import fcntl
+
+    # One starter at a time: parallel workers would otherwise race to start the same three nodes.
+    lock = REPO_ROOT / ".cache" / "citus-start.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            return _script("citus")
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @pytest.fixture
@@ -196,7 +246,9 @@ def _invalid_events(url: str) -> list[str]:
     return catalogue().check_all(row[0] for row in rows)[1]
 
 
-_redis_dbs = itertools.cycle(range(1, 16))
+# Databases 1..15 of the shared Redis, dealt out among the xdist workers (each cycles through its own).
+_redis_dbs = itertools.cycle([db for db in range(1, 16) if db % _xdist_worker()[1] == _xdist_worker()[0]]
+                             or [1 + _xdist_worker()[0] % 15])
 
 
 @pytest.fixture

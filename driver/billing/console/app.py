@@ -27,7 +27,7 @@ from starlette.staticfiles import StaticFiles
 
 from billing.clock import Clock, SystemClock
 from billing.console.routes import ROUTERS
-from billing.console.web import HERE, Console
+from billing.console.web import Console
 
 
 def create_console(database, settings, *, clock: Clock | None = None, limiter=None) -> Starlette:
@@ -36,5 +36,6 @@ def create_console(database, settings, *, clock: Clock | None = None, limiter=No
     wall clock for sessions)."""
     console = Console(database, settings, clock or SystemClock(), limiter)
     routes = [route for router in ROUTERS for route in router.routes(console)]
-    routes.append(Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"))
+    # Package data, found through the package (an installed wheel as well as a checkout).
+    routes.append(Mount("/static", app=StaticFiles(packages=[("billing.console", "static")]), name="static"))
     return Starlette(routes=routes)

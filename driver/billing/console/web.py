@@ -11,12 +11,11 @@ import hmac
 import logging
 import uuid
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import psycopg
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, PackageLoader, select_autoescape
 from psycopg_pool import PoolTimeout
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -29,7 +28,6 @@ from billing.invoices.documents import Issuer
 
 log = logging.getLogger("billing.console")
 
-HERE = Path(__file__).parent
 COOKIE = "billing_console"
 LOGIN_COOKIE = "billing_console_login"
 MAX_FORM_BYTES = 16 * 1024
@@ -138,8 +136,9 @@ class Console:
         self.limiter = limiter
         self.ttl = timedelta(hours=settings.console_session_hours)
         self.issuer = Issuer.from_settings(settings)
-        self.env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
-                               trim_blocks=True, lstrip_blocks=True)
+        # The templates are package data (importlib.resources through Jinja's PackageLoader).
+        self.env = Environment(loader=PackageLoader("billing.console", "templates"),
+                               autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
         self.env.filters.update(render.FILTERS)
         self.env.globals.update(refresh_seconds=REFRESH_SECONDS, htmx=render.HTMX_FILE)
 

@@ -1,4 +1,7 @@
-"""Validates CloudEvents envelopes against the catalogue's JSON Schemas (docs/events/*.json).
+"""Validates CloudEvents envelopes against the catalogue's JSON Schemas: the package's own
+(billing/events/catalogue/*.json, read with importlib.resources, so an installed wheel or the image
+has them; the same files as the published docs/events/, both written by docs/events/generate.py),
+or the folder BILLING_EVENT_SCHEMA_DIR names (billing.config.event_schema_dir).
 
 Every envelope is checked against `envelope.v1.json`, then its `data` against the schema that
 its `dataschema` attribute names (the schema's `$id`). The tests, the demo and the chaos run
@@ -8,26 +11,32 @@ check every event they produce with `EventCatalogue.errors`.
 from __future__ import annotations
 
 import json
-import os
 from functools import lru_cache
+from importlib import resources
+from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any, Iterable
 
 from jsonschema import Draft202012Validator
 
-from billing.config import REPO_ROOT
+from billing.config import event_schema_dir
 
-SCHEMA_DIR = Path(os.environ.get("BILLING_EVENT_SCHEMA_DIR", REPO_ROOT / "docs" / "events"))
 ENVELOPE_ID = "urn:billing:events:envelope:v1"
 
 
-class EventCatalogue:
-    """The schemas of one directory, by `$id`."""
+def packaged_schemas() -> Traversable:
+    """The package's folder of schemas."""
+    return resources.files("billing.events").joinpath("catalogue")
 
-    def __init__(self, directory: Path = SCHEMA_DIR) -> None:
+
+class EventCatalogue:
+    """The schemas of one folder (default: BILLING_EVENT_SCHEMA_DIR, else the package's), by `$id`."""
+
+    def __init__(self, directory: Path | Traversable | None = None) -> None:
+        directory = directory or event_schema_dir() or packaged_schemas()
         self.validators: dict[str, Draft202012Validator] = {}
-        for path in sorted(directory.glob("*.json")):
-            schema = json.loads(path.read_text())
+        for path in sorted((p for p in directory.iterdir() if p.name.endswith(".json")), key=lambda p: p.name):
+            schema = json.loads(path.read_text(encoding="utf-8"))
             Draft202012Validator.check_schema(schema)
             self.validators[schema["$id"]] = Draft202012Validator(schema)
         if ENVELOPE_ID not in self.validators:
@@ -48,7 +57,7 @@ class EventCatalogue:
         schema_id = envelope.get("dataschema")
         validator = self.validators.get(schema_id) if isinstance(schema_id, str) else None
         if validator is None:
-            return found + [f"no schema {schema_id!r} in docs/events for type {envelope.get('type')!r}"]
+            return found + [f"no schema {schema_id!r} in the catalogue (docs/events) for type {envelope.get('type')!r}"]
         if schema_id.split(":")[3] != envelope.get("type"):
             found.append(f"dataschema {schema_id} does not belong to type {envelope.get('type')!r}")
         found += [f"data: {e.json_path}: {e.message}" for e in validator.iter_errors(envelope.get("data"))]
@@ -71,5 +80,5 @@ class EventCatalogue:
 
 @lru_cache(maxsize=1)
 def catalogue() -> EventCatalogue:
-    """The catalogue of docs/events, loaded once."""
+    """The catalogue (the package's schemas, or BILLING_EVENT_SCHEMA_DIR's), loaded once."""
     return EventCatalogue()

@@ -48,3 +48,16 @@ def test_the_validator_rejects_what_the_schemas_forbid():
     assert catalogue.errors({**good, "dataschema": "urn:billing:events:InvoicePaid:v1"})  # another type's schema
     assert catalogue.errors({**good, "dataschema": "urn:billing:events:SubscriptionPastDue:v9"})  # no such version
     assert catalogue.errors({**good, "time": "2026-09-01 03:00"})
+
+
+def test_the_packaged_schemas_are_the_published_ones():
+    """billing/events/catalogue/ (read by the installed package) and docs/events/ (published) hold
+    the same files, byte for byte: docs/events/generate.py writes both."""
+    from billing.events.schemas import packaged_schemas
+
+    packaged = {p.name: p.read_bytes() for p in packaged_schemas().iterdir() if p.name.endswith(".json")}
+    published = {p.name: p.read_bytes() for p in (REPO_ROOT / "docs" / "events").glob("*.json")}
+    assert sorted(packaged) == sorted(published), "run python docs/events/generate.py (it writes both folders)"
+    differ = [name for name in published if packaged[name] != published[name]]
+    assert differ == [], f"{differ}: run python docs/events/generate.py (it writes both folders)"
+    assert "envelope.v1.json" in packaged and len(packaged) > 20

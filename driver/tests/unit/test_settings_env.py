@@ -1,0 +1,54 @@
+"""The settings and the environment: every field of `billing.config.Settings` is read from the
+variable named after it (`BILLING_` + the field's name in capitals), and no module of the driver
+but billing/config.py reads the environment."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import typing
+from pathlib import Path
+
+from billing.config import REPO_ROOT, Settings
+
+# A value each kind of field accepts, and what from_env makes of it (special forms first).
+SPECIAL = {"shard_claims": ("on", "on"), "console_cookie_secure": ("true", "true"),
+           "gateway_provider": ("Stripe", "stripe"), "issuer_address": ("a\\nb", "a\nb"),
+           "db_dir": ("/tmp/billing-db", Path("/tmp/billing-db"))}
+BY_TYPE = {int: ("4321", 4321), float: ("43.25", 43.25), bool: ("true", True), str: ("value-from-env", "value-from-env")}
+
+
+def _sample(field: dataclasses.Field, hints: dict) -> tuple[str, object]:
+    if field.name in SPECIAL:
+        return SPECIAL[field.name]
+    kind = hints[field.name]
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    return BY_TYPE[args[0] if args else kind]
+
+
+def test_every_setting_is_read_from_billing_and_its_name(monkeypatch):
+    hints = typing.get_type_hints(Settings)
+    for name in [k for k in __import__("os").environ if k.startswith("BILLING_")]:
+        monkeypatch.delenv(name)
+    expected = {}
+    for field in dataclasses.fields(Settings):
+        raw, value = _sample(field, hints)
+        monkeypatch.setenv(f"BILLING_{field.name.upper()}", raw)
+        expected[field.name] = value
+    settings = Settings.from_env()
+    wrong = {name: getattr(settings, name) for name, value in expected.items() if getattr(settings, name) != value}
+    assert wrong == {}, f"fields not read from BILLING_<FIELD>: {wrong}"
+    assert len(expected) >= 45
+
+
+def test_only_config_reads_the_environment():
+    readers = []
+    package = REPO_ROOT / "driver" / "billing"
+    for path in package.rglob("*.py"):
+        if path == package / "config.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
+                    and isinstance(node.value, ast.Name) and node.value.id == "os"):
+                readers.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert readers == [], f"the environment read outside billing/config.py: {readers}"
