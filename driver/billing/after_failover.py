@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import psycopg
 
+from billing import db
+
 DEFAULT_MARGIN = 1_000_000
 
 
@@ -34,12 +36,9 @@ def advance_sequences(database_url: str, *, margin: int = DEFAULT_MARGIN, schema
         raise ValueError("margin must be positive")
     out: list[Advanced] = []
     with psycopg.connect(database_url) as conn, conn.transaction():
-        rows = conn.execute(
-            "SELECT schemaname, sequencename, last_value, max_value FROM pg_sequences WHERE schemaname = %s "
-            "ORDER BY sequencename", (schema,)).fetchall()
+        rows = conn.execute(db.SEQUENCES_OF_SCHEMA, {"schema": schema}).fetchall()
         for nsp, name, last, max_value in rows:
             target = min((last or 0) + margin, max_value)
-            conn.execute("SELECT setval(format('%%I.%%I', %s::text, %s::text)::regclass, %s, true)",
-                         (nsp, name, target))
+            conn.execute(db.ADVANCE_SEQUENCE, {"schema": nsp, "name": name, "value": target})
             out.append(Advanced(f"{nsp}.{name}", last, target))
     return out

@@ -252,14 +252,14 @@ class Settings:
     retention_interval_seconds: float = 300.0
     # Usage-based billing (docs/usage.md): the Kafka topic `billing usage consume` reads, its
     # consumer group and dead-letter topic; late events of an ended period are accepted for
-    # usage_grace_seconds after its end, times up to usage_skew_seconds ahead of the clock; raw
-    # events (and their exactly-once keys) are kept usage_retention_days, older ones refused.
+    # usage_grace seconds after its end, times up to usage_max_skew seconds ahead of the clock; raw
+    # events (and their exactly-once keys) are kept usage_retention days, older ones refused.
     usage_topic: str = "billing.usage"
     usage_dead_letter_topic: str = "billing.usage.dead"
     usage_group: str = "billing-usage"
-    usage_grace_seconds: float = 3600.0
-    usage_skew_seconds: float = 300.0
-    usage_retention_days: float = 100.0
+    usage_grace: float = 3600.0
+    usage_max_skew: float = 300.0
+    usage_retention: float = 100.0
     log_level: str = "INFO"
     log_json: bool = False
     # `billing serve` (docs/security.md): per API key, requests per second and burst; timeouts
@@ -354,9 +354,9 @@ class Settings:
             usage_topic=env.get("BILLING_USAGE_TOPIC") or cls.usage_topic,
             usage_dead_letter_topic=env.get("BILLING_USAGE_DEAD_LETTER_TOPIC") or cls.usage_dead_letter_topic,
             usage_group=env.get("BILLING_USAGE_GROUP") or cls.usage_group,
-            usage_grace_seconds=_env_float("BILLING_USAGE_GRACE", cls.usage_grace_seconds),
-            usage_skew_seconds=_env_float("BILLING_USAGE_MAX_SKEW", cls.usage_skew_seconds),
-            usage_retention_days=_env_float("BILLING_USAGE_RETENTION", cls.usage_retention_days),
+            usage_grace=_env_float("BILLING_USAGE_GRACE", cls.usage_grace),
+            usage_max_skew=_env_float("BILLING_USAGE_MAX_SKEW", cls.usage_max_skew),
+            usage_retention=_env_float("BILLING_USAGE_RETENTION", cls.usage_retention),
             log_level=env.get("BILLING_LOG_LEVEL") or cls.log_level,
             log_json=_env_bool("BILLING_LOG_JSON", cls.log_json),
             api_rate_per_key=_env_float("BILLING_API_RATE_PER_KEY", cls.api_rate_per_key),

@@ -333,3 +333,9 @@ INGEST_USAGE = ("SELECT ord, status, reason, customer_id FROM billing.ingest_usa
 CURRENT_USAGE = ("SELECT meter_code, aggregation, value, events, period_start, period_end "
                  "FROM billing.current_usage(%(customer_id)s, %(now)s)")
 USAGE_PARTITIONS = "SELECT partition_name, action FROM billing.usage_partitions(%(now)s, %(retention)s)"
+
+# -- after a promotion that may have lost writes (billing.after_failover, docs/operations.md) --
+
+SEQUENCES_OF_SCHEMA = ("SELECT schemaname, sequencename, last_value, max_value FROM pg_sequences "
+                       "WHERE schemaname = %(schema)s ORDER BY sequencename")
+ADVANCE_SEQUENCE = "SELECT setval(format('%%I.%%I', %(schema)s::text, %(name)s::text)::regclass, %(value)s, true)"

@@ -177,7 +177,7 @@ def check_file(path: Path, text: str | None = None) -> list[Finding]:
 
 
 def _split_actions(actions: str) -> list[str]:
-    """ALTER TABLE's comma-separated actions (commas inside parentheses belong to an action)."""
+    """The comma-separated actions of one table alteration (commas inside parentheses belong to an action)."""
     out, depth, cur = [], 0, []
     for c in actions:
         if c == "(":

@@ -31,9 +31,9 @@ log = logging.getLogger("billing.usage")
 MAX_BATCH = 1000  # the SQL function's limit, and POST /usage-events'
 
 def windows(settings: Settings) -> dict:
-    return {"grace": timedelta(seconds=settings.usage_grace_seconds),
-            "skew": timedelta(seconds=settings.usage_skew_seconds),
-            "retention": timedelta(days=settings.usage_retention_days)}
+    return {"grace": timedelta(seconds=settings.usage_grace),
+            "skew": timedelta(seconds=settings.usage_max_skew),
+            "retention": timedelta(days=settings.usage_retention)}
 
 
 def ingest(conn: psycopg.Connection, events: list, now, settings: Settings) -> list[tuple[int, str, str | None]]:

@@ -19,11 +19,11 @@ LAYERS: list[set[str]] = [
     # 0 base: settings, time, logs, metrics, the pure rules (signatures, input fields, job roles),
     # the SSRF guard: nothing of billing but their own component
     {"billing", "config", "clock", "logs", "metrics", "signing", "fields", "roles", "checks", "sqlfile", "netguard",
-     "notifications"},
+     "notifications", "migration_check"},
     # 1 the one place of the driver's SQL calls
     {"db"},
     # 2 what goes through db alone: the Citus set-up, API keys
-    {"citus", "api_keys"},
+    {"citus", "api_keys", "after_failover"},
     # 3 the migrator (it runs the Citus set-up with --citus)
     {"migrate"},
     # 4 the payment gateway's protocol (client, simulator)
