@@ -276,6 +276,11 @@ def test_a_customer_session_reads_and_acts_on_its_customer_only(db_url):
             out["refund"] = (await client.post(f"/invoices/{invoices[41]}/refunds", json={"amount": 1},
                                                headers={**bearer(token), "Idempotency-Key": "x"})).status_code
             out["audit"] = (await client.get("/admin/audit", headers=bearer(token))).status_code
+            out["own usage"] = (await client.get("/customers/41/usage", headers=bearer(token))).status_code
+            out["other usage"] = (await client.get("/customers/42/usage", headers=bearer(token))).status_code
+            event = {"specversion": "1.0", "id": "u1", "source": "s", "type": "t", "time": "2026-09-01T03:00:00Z",
+                     "subject": "42", "data": {}}
+            out["report usage"] = (await client.post("/usage-events", json=[event], headers=bearer(token))).status_code
             out["forged token"] = (await client.get(f"/subscriptions/{subs[42]}",
                                                     headers=bearer("cs_42_" + token.split("_", 2)[2]))).status_code
             return out
@@ -284,7 +289,8 @@ def test_a_customer_session_reads_and_acts_on_its_customer_only(db_url):
     assert out == {"reader opens": 403, "too long": 422, "own subscription": 200, "other subscription": 404,
                    "own invoice": 200, "other invoice": 404, "other refunds": 404, "other payment method": 404,
                    "own payment method": 200, "cancel other": 404, "cancel own": 200, "subscribe another": 404,
-                   "refund": 403, "audit": 403, "forged token": 401}, out
+                   "refund": 403, "audit": 403, "own usage": 200, "other usage": 404, "report usage": 403,
+                   "forged token": 401}, out
     rows = audit(db_url, "cancel_subscription")
     assert [r["actor"] for r in rows] == [f"customer-session:41 (api-key:{server.split('_')[0]}_{server.split('_')[1]})"]
     with psycopg.connect(db_url, autocommit=True) as conn:
