@@ -19,7 +19,7 @@ AS $$
     SELECT coalesce(sum(x.amount) FILTER (WHERE NOT x.inclusive), 0)::bigint,
            coalesce(sum(x.amount) FILTER (WHERE x.inclusive), 0)::bigint,
            pg_catalog.jsonb_build_object(
-               'treatment', p_tax_status,
+               'treatment', p_tax_status, 'country', p_country, 'region', p_region,
                'lines', coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                             'code', x.code, 'name', x.name, 'rateBp', x.rate_bp, 'inclusive', x.inclusive,
                             'amount', x.amount) ORDER BY x.region NULLS FIRST, x.code),
@@ -32,7 +32,7 @@ AS $$
                AND p_tax_status = 'TAXABLE') x
 $$;
 COMMENT ON FUNCTION billing._tax_of(char, text, text, bigint) IS
-'Private: the taxes on p_base (minor units, after discount) for a billing address (country, region) and tax status: exclusive tax (added), inclusive tax (contained) and the detail stored on the invoice ({treatment, lines: [{code, name, rateBp, inclusive, amount}]}); one line per rate rounded half away from zero.
+'Private: the taxes on p_base (minor units, after discount) for a billing address (country, region) and tax status: exclusive tax (added), inclusive tax (contained) and the detail stored on the invoice ({treatment, country, region: the address it was computed for, lines: [{code, name, rateBp, inclusive, amount}]}); one line per rate rounded half away from zero.
 Returns one row.';
 
 -- Set-based: the text the renewal statement joins (40_renewal.sql's _renew_statement, on the tables
@@ -51,7 +51,7 @@ AS $$
     SELECT coalesce(sum(x.amount) FILTER (WHERE NOT x.inclusive), 0)::bigint AS tax_amount,
            coalesce(sum(x.amount) FILTER (WHERE x.inclusive), 0)::bigint AS tax_included,
            pg_catalog.jsonb_build_object(
-               'treatment', c.tax_status,
+               'treatment', c.tax_status, 'country', c.country, 'region', c.region,
                'lines', coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                             'code', x.code, 'name', x.name, 'rateBp', x.rate_bp, 'inclusive', x.inclusive,
                             'amount', x.amount) ORDER BY x.region NULLS FIRST, x.code) FILTER (WHERE x.code IS NOT NULL),
@@ -66,7 +66,7 @@ AS $$
              AND c.tax_status = 'TAXABLE'
       ) x ON true
      WHERE c.id = %3$s AND %5$s
-     GROUP BY c.id, c.tax_status$q$, p_customer, p_tax_rate, p_customer_id, p_base, p_enabled)
+     GROUP BY c.id, c.tax_status, c.country, c.region$q$, p_customer, p_tax_rate, p_customer_id, p_base, p_enabled)
 $$;
 COMMENT ON FUNCTION billing._invoice_tax_sql(text, text, text, text, text) IS
 'Private, set-based: the text of a query giving the taxes on p_base (an expression) for customer p_customer_id (an expression) of table p_customer, with the rates of table p_tax_rate, as _tax_of computes them; no row unless p_enabled (an expression).

@@ -229,6 +229,14 @@ BEGIN
             v_tax.tax_amount, v_tax.tax_included, v_tax.tax_detail)
     RETURNING * INTO v_invoice;
 
+    -- The service ledger (16_ledger): a period invoice sells its period in one CHARGE line; the
+    -- lines of a PRORATION invoice (what it reverses, what it sells) are written by the change.
+    IF p_kind <> 'PRORATION' THEN
+        PERFORM billing._charge_line(p_sub, v_invoice.id, p_plan, p_sub.quantity, p_plan_price, p_period_start, p_period_end,
+                                     p_subtotal + coalesce(p_discount, 0), p_discount, p_coupon_code,
+                                     v_tax.tax_amount + v_tax.tax_included, v_tax.tax_included > 0, NULL, p_now);
+    END IF;
+
     IF v_applied > 0 THEN
         INSERT INTO billing.credit_entry (customer_id, currency, amount, reason, subscription_id, invoice_id, created_at)
         VALUES (p_sub.customer_id, p_plan.currency, -v_applied, 'APPLIED', p_sub.id, v_invoice.id, p_now);
@@ -283,8 +291,9 @@ BEGIN
     IF v_amount <= 0 THEN
         RETURN;
     END IF;
-    SELECT array_agg(id ORDER BY id) INTO v_unpaid FROM billing.invoice
-     WHERE customer_id = p_sub.customer_id AND subscription_id = p_sub.id AND status IN ('OPEN', 'REVIEW');
+    -- It waits only on the unpaid invoices of the period it comes from (an older upgrade in dunning
+    -- is not this period's money).
+    v_unpaid := billing._period_unpaid(p_sub);
     IF v_unpaid IS NULL THEN
         INSERT INTO billing.credit_entry (customer_id, currency, amount, reason, subscription_id, invoice_id, created_at,
                                           period_start, period_end)

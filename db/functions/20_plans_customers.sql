@@ -55,9 +55,12 @@ BEGIN
 
     IF (v_old.currency, v_old.billing_interval, v_old.interval_count, v_old.billing_day)
            IS DISTINCT FROM (p_currency::char(3), p_billing_interval, p_interval_count, p_billing_day::smallint)
-       AND EXISTS (SELECT 1 FROM billing.subscription WHERE plan_id = v_old.id) THEN
+       AND (EXISTS (SELECT 1 FROM billing.subscription s WHERE s.plan_id = v_old.id OR s.scheduled_plan_id = v_old.id)
+            -- An unpaid upgrade from this plan may still revert to it (_revert_unpaid_change).
+            OR EXISTS (SELECT 1 FROM billing.invoice i
+                        WHERE i.from_plan_id = v_old.id AND i.kind = 'PRORATION' AND i.status IN ('OPEN', 'REVIEW'))) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
-            MESSAGE = format('plan %s has subscriptions: only its price can change', p_code),
+            MESSAGE = format('plan %s has subscriptions (on it, scheduled to move to it, or an unpaid upgrade from it that may revert to it): only its price can change', p_code),
             HINT = 'Create a plan with a new code for another currency or period, and move subscriptions with change_plan.';
     END IF;
     IF v_old.price_amount <> p_price_amount AND p_now < coalesce(v_old.price_effective_from, '-infinity') THEN
@@ -89,7 +92,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.upsert_plan(text, bigint, text, text, integer, timestamptz, integer) IS
-'Creates the plan p_code or updates it; a plan with subscriptions may only change its price, which applies to periods starting at or after p_now (history in plan_price). p_billing_day (1..31, MONTH plans only): calendar billing, every period ends on that day of the month at local midnight, the first one prorated.
+'Creates the plan p_code or updates it; a plan with subscriptions (on it, scheduled to move to it, or with an unpaid upgrade from it that may revert to it) may only change its price, which applies to periods starting at or after p_now (history in plan_price). p_billing_day (1..31, MONTH plans only): calendar billing, every period ends on that day of the month at local midnight, the first one prorated.
 Returns the plan row; BL422 for a negative price, bad currency, unknown interval, count out of 1..1000, billing day out of 1..31 or on another interval, or a price change dated before the last one.';
 
 CREATE OR REPLACE FUNCTION billing.upsert_customer(p_customer_id bigint, p_timezone text DEFAULT 'UTC')

@@ -120,7 +120,8 @@ BEGIN
     PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCreated', billing._subscription_data(v_sub), p_now);
 
     IF v_sub.status = 'ACTIVE' THEN
-        v_disc := billing._take_discount(v_sub, v_list, v_plan.currency, p_now);
+        v_disc := billing._line_discount(v_sub, v_plan, v_list, v_list, v_sub.current_period_start,
+                                         v_sub.current_period_end, true, p_now);
         UPDATE billing.subscription SET period_price = v_list - v_disc.discount WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
         UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub) WHERE customer_id = v_sub.customer_id AND id = v_sub.id
@@ -156,9 +157,10 @@ COMMENT ON FUNCTION billing.get_subscription(bigint) IS
 'Reads one subscription.
 Returns the row; BL404 when absent.';
 
+DROP FUNCTION IF EXISTS billing.cancel_subscription(bigint, boolean, timestamptz, bigint);
 CREATE OR REPLACE FUNCTION billing.cancel_subscription(
     p_subscription_id bigint, p_at_period_end boolean, p_now timestamptz DEFAULT now(),
-    p_expected_version bigint DEFAULT NULL)
+    p_expected_version bigint DEFAULT NULL, p_proration text DEFAULT 'none')
 RETURNS billing.subscription
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -167,8 +169,14 @@ DECLARE
     v_sub    billing.subscription;
     v_before billing.subscription;
 BEGIN
-    PERFORM billing._audit('cancel_subscription', jsonb_build_object('subscription_id', p_subscription_id, 'at_period_end', p_at_period_end, 'now', p_now, 'expected_version', p_expected_version));
+    PERFORM billing._audit('cancel_subscription', jsonb_build_object('subscription_id', p_subscription_id, 'at_period_end', p_at_period_end, 'now', p_now, 'expected_version', p_expected_version, 'proration', p_proration));
     PERFORM billing._check_now(p_now);
+    PERFORM billing._check_one_of('proration', p_proration, ARRAY['none', 'credit', 'refund'],
+                                  'Use none (nothing given back), credit or refund (the unused paid time).');
+    IF p_at_period_end AND p_proration <> 'none' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a cancellation at period end leaves no unused time: p_proration is none',
+            HINT = 'p_proration credit or refund is for a cancellation now.';
+    END IF;
     IF p_at_period_end IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_at_period_end must be true or false';
     END IF;
@@ -203,19 +211,23 @@ BEGIN
         RETURN v_sub;
     END IF;
 
+    -- The unused paid time, as p_proration says (17_ledger), read before the invoices never declined
+    -- are voided (their lines then bill nothing) and the subscription ends.
+    v_before := v_sub;
     UPDATE billing.subscription
        SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'REQUESTED',
            version = version + 1, updated_at = p_now
      WHERE customer_id = v_sub.customer_id AND id = v_sub.id
     RETURNING * INTO v_sub;
     PERFORM billing._void_open_invoices(v_sub.customer_id, ARRAY[v_sub.id], p_now);
+    PERFORM billing._cancel_unused(v_before, greatest(p_now, v_before.current_period_start), p_proration, p_now);
     PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled', billing._subscription_data(v_sub), p_now);
     RETURN v_sub;
 END
 $$;
-COMMENT ON FUNCTION billing.cancel_subscription(bigint, boolean, timestamptz, bigint) IS
-'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Cancels now (CANCELED, event SubscriptionCanceled; OPEN invoices never declined become VOID, those in dunning stay OPEN and collectible) or flags it to cancel at period end; repeating is harmless.
-Returns the subscription; BL404 when absent, BL409 when p_expected_version is stale, BL422 at period end for a PAUSED one.';
+COMMENT ON FUNCTION billing.cancel_subscription(bigint, boolean, timestamptz, bigint, text) IS
+'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Cancels now (CANCELED, event SubscriptionCanceled; OPEN invoices never declined become VOID, those in dunning stay OPEN and collectible; the unused paid time per p_proration: none, credit to the balance, or refund of the charges that paid it, capped at what the period kept) or flags it to cancel at period end; repeating is harmless.
+Returns the subscription; BL404 when absent, BL409 when p_expected_version is stale, BL422 at period end for a PAUSED one, for an unknown p_proration or one other than none at period end.';
 
 -- Renews a locked subscription, one period at a time, until its current period contains p_now,
 -- at the terms in force when each period starts (its plan, and that plan's price then), or cancels
@@ -260,6 +272,7 @@ DECLARE
     v_amount    bigint;
     v_start     timestamptz;
     v_before    billing.subscription;
+    v_unused    record;
 BEGIN
     PERFORM billing._audit('change_plan', jsonb_build_object('subscription_id', p_subscription_id, 'plan_code', p_plan_code, 'now', p_now, 'expected_version', p_expected_version, 'when', p_when, 'prorate', p_prorate));
     PERFORM billing._check_now(p_now);
@@ -354,65 +367,30 @@ BEGIN
     -- on, and the change then applies from that period's start.
     v_change_at := greatest(p_now, v_sub.current_period_start);
 
-    -- An unpaid plan change of this period, never declined, is superseded: it is voided and the new
-    -- change starts from the terms it had replaced (those the customer paid for). One in dunning
-    -- bills upgraded time already served: it stays owed, and the change starts from its terms.
+    -- Unpaid is unpaid: an earlier change of this period still unpaid (waiting for a payment
+    -- method, in its first attempt or in dunning) is never voided by this one: it bills the time it
+    -- served, and this change reverses the unused part of the lines in force, its lines included.
     v_from := v_old;
     v_from_price := v_sub.period_price;
-    IF p_prorate THEN
-        SELECT * INTO v_superseded FROM billing.invoice
-         WHERE customer_id = v_sub.customer_id AND subscription_id = v_sub.id AND kind = 'PRORATION' AND status = 'OPEN' AND from_plan_id IS NOT NULL
-           AND attempt_count = 0 AND period_end = v_sub.current_period_end
-         ORDER BY id DESC LIMIT 1
-           FOR UPDATE;
-        IF FOUND THEN
-            UPDATE billing.invoice SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now, waiting_for = NULL
-             WHERE customer_id = v_superseded.customer_id AND id = v_superseded.id
-            RETURNING * INTO v_superseded;
-            PERFORM billing._void_credit_note(v_superseded, p_now);
-            PERFORM billing._emit_event('invoice', v_superseded.id, 'InvoiceVoided', billing._invoice_data(v_superseded), p_now);
-            PERFORM billing._restore_credit(v_superseded, p_now);
-            PERFORM billing._settle_pending_credit(v_superseded, p_now);
-            SELECT * INTO v_from FROM billing.plan WHERE id = v_superseded.from_plan_id;
-            v_from_price := v_superseded.from_price;
-        END IF;
-    END IF;
 
     IF (v_new.billing_interval, v_new.interval_count, v_new.billing_day)
        IS NOT DISTINCT FROM (v_from.billing_interval, v_from.interval_count, v_from.billing_day) THEN
-        -- Same period length: the rest of this period at the new plan's price for it (times the
-        -- seats; its share for a first calendar period), against the price this period was
-        -- invoiced at. Without proration the plan switches and the period keeps the price billed.
+        -- Same period length, read from the lines (16_ledger): the unused part of the lines in force
+        -- is reversed at their own net, discount and tax, and the rest of the period is sold on the
+        -- new plan (times the seats; its share of a first calendar period; the coupon if it covers
+        -- the plan): an OPEN PRORATION invoice when that costs more, else credit. Without proration
+        -- the plan switches and the period keeps the lines and price billed.
         v_unit := billing._price_at(v_new, v_sub.current_period_start);
         v_new_price := billing._period_charge(v_unit, v_sub.quantity, v_sub.current_period_start,
                                               v_sub.current_period_end, billing._nominal_start(v_sub, v_old));
         IF NOT p_prorate THEN
-            v_amount := 0;
             v_new_price := v_sub.period_price;
-        ELSIF v_new.id = v_from.id THEN
-            v_amount := 0;  -- back to the plan paid for
-            v_new_price := v_from_price;
         ELSE
-            v_amount := billing.proration_amount(v_from_price, v_new_price, v_sub.current_period_start,
-                                                 v_sub.current_period_end, v_change_at);
-        END IF;
-        IF v_amount > 0 THEN
-            -- Several changes may happen within one period, each its own PRORATION invoice keyed by
-            -- the change instant; two changes at the very same instant move the second by 1 us.
-            SELECT greatest(v_change_at, max(period_start) + interval '1 microsecond') INTO v_start
-              FROM billing.invoice
-             WHERE customer_id = v_sub.customer_id AND subscription_id = v_sub.id AND kind = 'PRORATION' AND period_start >= v_change_at;
-            v_start := coalesce(v_start, v_change_at);
-            IF v_start < v_sub.current_period_end THEN
-                PERFORM billing._new_invoice(v_sub, 'PRORATION', v_start, v_sub.current_period_end, v_amount,
-                                             v_new, v_unit, p_now, v_from.id, v_from_price);
-            END IF;
-        ELSIF v_amount < 0 THEN
-            -- Credit for the unused rest, from what the customer kept of the period (refunds
-            -- lower it), capped by _grant_change_credit at what the period has not given back.
-            v_amount := billing.proration_amount(billing._period_credit_base(v_sub, v_from_price), v_new_price,
-                                                 v_sub.current_period_start, v_sub.current_period_end, v_change_at);
-            PERFORM billing._grant_change_credit(v_sub, v_new.currency, -v_amount, p_now);
+            PERFORM billing._prorate_change(v_sub, v_new, v_unit, v_new_price, v_change_at, p_now, v_old.id,
+                                            v_sub.period_price, v_sub.quantity);
+            v_new_price := v_new_price - (billing._line_discount(v_sub, v_new, v_new_price, v_new_price,
+                                                                 v_sub.current_period_start, v_sub.current_period_end,
+                                                                 false, p_now)).discount;
         END IF;
         v_before := v_sub;
         UPDATE billing.subscription
@@ -431,10 +409,18 @@ BEGIN
      WHERE customer_id = v_sub.customer_id AND subscription_id = v_sub.id AND kind = 'PLAN_CHANGE' AND period_start >= v_change_at;
     v_start := coalesce(v_start, v_change_at);
     IF p_prorate THEN
-        v_amount := -billing.proration_amount(billing._period_credit_base(v_sub, v_from_price), 0,
-                                              v_sub.current_period_start, v_sub.current_period_end,
-                                              least(v_start, v_sub.current_period_end));
-        PERFORM billing._grant_change_credit(v_sub, v_new.currency, v_amount, p_now);
+        -- The unused part of the lines in force is reversed (16_ledger) and credited from what the
+        -- customer kept of the period, tax included.
+        v_change_at := least(v_start, v_sub.current_period_end);
+        v_unused := billing._unused_total(v_sub, v_change_at);
+        PERFORM billing._reverse_unused(v_sub, v_change_at, NULL, billing._period_unpaid(v_sub), p_now);
+        PERFORM billing._grant_change_credit(v_sub, v_new.currency,
+                                             billing._period_credit_base(v_sub, v_unused.net + v_unused.tax_exclusive), p_now);
+    ELSE
+        -- Without proration the rest of the old period ends unused and nothing is given back: its
+        -- lines are reversed at 0 (the time is not sold twice).
+        PERFORM billing._reverse_unused(v_sub, least(v_start, v_sub.current_period_end), NULL,
+                                        billing._period_unpaid(v_sub), p_now, true);
     END IF;
     v_before := v_sub;
     v_sub := billing._start_period(v_sub, v_new, v_start, 'PLAN_CHANGE', p_now, v_from.id, v_from_price);

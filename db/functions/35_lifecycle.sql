@@ -37,7 +37,7 @@ BEGIN
     v_first := billing._first_period(p_plan, p_sub.timezone, v_start);
     v_price := billing._price_at(p_plan, v_start);
     v_list := billing._period_charge(v_price, p_sub.quantity, v_start, v_first.period_end, v_first.nominal_start);
-    v_disc := billing._take_discount(p_sub, v_list, p_plan.currency, p_now);
+    v_disc := billing._line_discount(p_sub, p_plan, v_list, v_list, v_start, v_first.period_end, true, p_now);
     UPDATE billing.subscription
        SET plan_id = p_plan.id,
            status = CASE WHEN status IN ('TRIALING', 'PAUSED', 'CANCELED') THEN 'ACTIVE' ELSE status END,
@@ -104,7 +104,7 @@ BEGIN
         v_end := billing._period_end(v_sub.billing_anchor, v_plan.billing_interval, v_plan.interval_count,
                                      v_sub.period_number + 1, v_sub.timezone);
         v_list := v_price * v_sub.quantity;
-        v_disc := billing._take_discount(v_sub, v_list, v_plan.currency, p_now);
+        v_disc := billing._line_discount(v_sub, v_plan, v_list, v_list, v_sub.current_period_end, v_end, true, p_now);
         PERFORM billing._new_invoice(v_sub, 'RENEWAL', v_sub.current_period_end, v_end, v_list - v_disc.discount,
                                      v_plan, v_price, p_now, NULL, NULL, v_disc.discount, v_disc.coupon_code);
         UPDATE billing.subscription

@@ -18,6 +18,7 @@ DECLARE
     v_credit bigint;
     v_unserved bigint[];
     v_unpaid   boolean;
+    v_unused   record;
 BEGIN
     PERFORM billing._audit('pause_subscription', jsonb_build_object('subscription_id', p_subscription_id, 'resume_at', p_resume_at, 'now', p_now));
     PERFORM billing._check_now(p_now);
@@ -75,9 +76,12 @@ BEGIN
     IF v_unpaid THEN
         PERFORM billing._void_invoices(v_sub.customer_id, v_unserved, p_now);
     ELSE
-        -- From what the customer kept of the period (refunds lower it), capped by _grant_change_credit.
-        v_credit := -billing.proration_amount(billing._period_credit_base(v_sub, v_sub.period_price), 0,
-                                              v_sub.current_period_start, v_sub.current_period_end, v_at);
+        -- The unused part of the lines in force is reversed (16_ledger) at their own net and tax and
+        -- credited from what the customer kept of the period (refunds lower it), capped by
+        -- _grant_change_credit; pending, like the reversal lines, on the period's unpaid invoices.
+        v_unused := billing._unused_total(v_sub, v_at);
+        PERFORM billing._reverse_unused(v_sub, v_at, NULL, billing._period_unpaid(v_sub), p_now);
+        v_credit := billing._period_credit_base(v_sub, v_unused.net + v_unused.tax_exclusive);
         PERFORM billing._grant_change_credit(v_sub, v_plan.currency, v_credit, p_now);
     END IF;
     v_before := v_sub;
@@ -261,32 +265,22 @@ BEGIN
     -- Like a plan change: the period's price moves by the seats added or removed (at the unit price
     -- of the period, its share for a first calendar period), and the rest of the period is
     -- prorated against the price it was billed at. Removed seats never credit more than billed.
+    -- Read from the lines (16_ledger): the unused part of the lines in force is reversed at their own
+    -- net, discount and tax, and the rest of the period is sold at the new seats (with the coupon,
+    -- if it covers this plan): an OPEN PRORATION invoice when that costs more, else credit (pending
+    -- until the period is paid, capped at what it has not given back).
     SELECT * INTO v_plan FROM billing.plan WHERE id = v_sub.plan_id;
     v_at := greatest(p_now, v_sub.current_period_start);
     v_unit := billing._price_at(v_plan, v_sub.current_period_start);
-    v_delta := billing._period_charge(v_unit, abs(p_quantity - v_sub.quantity), v_sub.current_period_start,
+    v_delta := billing._period_charge(v_unit, p_quantity, v_sub.current_period_start,
                                       v_sub.current_period_end, billing._nominal_start(v_sub, v_plan));
-    v_new_pp := greatest(0, v_sub.period_price + sign(p_quantity - v_sub.quantity)::bigint * v_delta);
-    v_amount := billing.proration_amount(v_sub.period_price, v_new_pp, v_sub.current_period_start,
-                                         v_sub.current_period_end, v_at);
-    IF v_amount > 0 THEN
-        SELECT greatest(v_at, max(period_start) + interval '1 microsecond') INTO v_start
-          FROM billing.invoice
-         WHERE customer_id = v_sub.customer_id AND subscription_id = v_sub.id AND kind = 'PRORATION' AND period_start >= v_at;
-        v_start := coalesce(v_start, v_at);
-        UPDATE billing.subscription SET quantity = p_quantity WHERE customer_id = v_sub.customer_id AND id = v_sub.id RETURNING * INTO v_sub;
-        IF v_start < v_sub.current_period_end THEN
-            PERFORM billing._new_invoice(v_sub, 'PRORATION', v_start, v_sub.current_period_end, v_amount,
-                                         v_plan, v_unit, p_now, v_plan.id, v_before.period_price, 0, NULL,
-                                         v_before.quantity);
-        END IF;
-    ELSIF v_amount < 0 THEN
-        -- Seats removed: credit from what the customer kept of the period (refunds lower it),
-        -- capped by _grant_change_credit at what the period has not given back.
-        v_amount := billing.proration_amount(billing._period_credit_base(v_sub, v_sub.period_price), v_new_pp,
-                                             v_sub.current_period_start, v_sub.current_period_end, v_at);
-        PERFORM billing._grant_change_credit(v_sub, v_plan.currency, -v_amount, p_now);
-    END IF;
+    v_new_pp := v_delta - (billing._line_discount(v_sub, v_plan, v_delta, v_delta, v_sub.current_period_start,
+                                                  v_sub.current_period_end, false, p_now)).discount;
+    v_start := v_at;  -- (kept for the declarations)
+    v_amount := 0;
+    v_sub.quantity := p_quantity;
+    PERFORM billing._prorate_change(v_sub, v_plan, v_unit, v_delta, v_at, p_now, v_plan.id, v_before.period_price,
+                                    v_before.quantity);
     UPDATE billing.subscription
        SET quantity = p_quantity, period_price = v_new_pp, version = version + 1, updated_at = p_now
      WHERE customer_id = v_sub.customer_id AND id = v_sub.id

@@ -28,9 +28,11 @@
 -- citus/402_renewal_conformance check that every path gives the same invoices, credit,
 -- subscriptions and events.
 DROP FUNCTION IF EXISTS billing._renew_statement(text, text, text, text, text, text, text, text, text, text, text);
+DROP FUNCTION IF EXISTS billing._renew_statement(text, text, text, text, text, text, text, text, text, text, text, text);
 CREATE OR REPLACE FUNCTION billing._renew_statement(
     p_subscription text, p_credit_balance text, p_plan text, p_plan_price text, p_customer text,
-    p_invoice text, p_credit_entry text, p_outbox_event text, p_tax_rate text, p_now text, p_batch_size text, p_taxes text)
+    p_invoice text, p_credit_entry text, p_outbox_event text, p_tax_rate text, p_service_line text,
+    p_now text, p_batch_size text, p_taxes text)
 RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
@@ -99,6 +101,17 @@ BEGIN
                p.tax_amount, p.tax_included, p.tax_detail
           FROM priced p
         RETURNING *
+    ), new_lines AS (
+        -- The service ledger (16_ledger): each renewal sells its period in one CHARGE line (no
+        -- coupon here: a discounted renewal takes the per-row path).
+        INSERT INTO %16$s (id, customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity,
+                           unit_price, span_start, span_end, gross, net, tax, tax_inclusive, currency,
+                           basis_start, basis_gross, basis_net, created_at)
+        SELECT nextval(%17$L::regclass), i.customer_id, i.subscription_id, i.id, 'CHARGE', 'PLAN', i.plan_id,
+               i.quantity, i.plan_price, i.period_start, i.period_end, i.subtotal, i.subtotal,
+               i.tax_amount + i.tax_included, i.tax_included > 0, i.currency, i.period_start, i.subtotal,
+               i.subtotal, %12$s
+          FROM new_invoice i
     ), renewed AS (
         UPDATE %1$s s
            SET current_period_start = p.period_start,
@@ -159,11 +172,12 @@ BEGIN
         pg_catalog.pg_get_serial_sequence('billing.credit_entry', 'id'),
         pg_catalog.pg_get_serial_sequence('billing.outbox_event', 'id'),
         p_now, p_batch_size, p_taxes,
-        billing._invoice_tax_sql(p_customer, p_tax_rate, 'd.customer_id', 't.price_amount * d.quantity', p_taxes));
+        billing._invoice_tax_sql(p_customer, p_tax_rate, 'd.customer_id', 't.price_amount * d.quantity', p_taxes),
+        p_service_line, pg_catalog.pg_get_serial_sequence('billing.service_line', 'id'));
 END
 $$;
-COMMENT ON FUNCTION billing._renew_statement(text, text, text, text, text, text, text, text, text, text, text, text) IS
-'Private: the renewal statement''s text over the given tables and expressions (clock, batch size, taxes on): claims due subscriptions (SKIP LOCKED), prices them (credit, tax), inserts their RENEWAL invoices, advances their periods, cancels those flagged to cancel at period end and writes the events; it selects claimed, expected, updated and the ids canceled.
+COMMENT ON FUNCTION billing._renew_statement(text, text, text, text, text, text, text, text, text, text, text, text, text) IS
+'Private: the renewal statement''s text over the given tables and expressions (clock, batch size, taxes on): claims due subscriptions (SKIP LOCKED), prices them (credit, tax), inserts their RENEWAL invoices and their CHARGE service lines, advances their periods, cancels those flagged to cancel at period end and writes the events; it selects claimed, expected, updated and the ids canceled.
 Returns the statement.';
 
 -- _renew_batch: the statement on the tables themselves, generated as static SQL so that PL/pgSQL
@@ -201,7 +215,7 @@ $body$
 $f$,
         billing._renew_statement('billing.subscription', 'billing.credit_balance', 'billing.plan', 'billing.plan_price',
                                  'billing.customer', 'billing.invoice', 'billing.credit_entry', 'billing.outbox_event',
-                                 'billing.tax_rate', 'p_now', 'p_batch_size', 'v_taxes'));
+                                 'billing.tax_rate', 'billing.service_line', 'p_now', 'p_batch_size', 'v_taxes'));
 END
 $gen$;
 COMMENT ON FUNCTION billing._renew_batch(integer, timestamptz) IS
@@ -252,6 +266,7 @@ BEGIN
         billing._shard_table('billing.credit_entry', p_shard_group),
         billing._shard_table('billing.outbox_event', p_shard_group),
         billing._local_table('billing.tax_rate'),
+        billing._shard_table('billing.service_line', p_shard_group),
         '$1', '$2', '$3')
       INTO v_claimed, v_expected, v_updated, canceled
      USING p_now, p_batch_size, v_taxes;

@@ -187,6 +187,17 @@ BEGIN
         -- Canceled during dunning: the served period stayed owed until now; it is written off.
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceWrittenOff',
             billing._invoice_data(v_invoice) || jsonb_build_object('reason', 'DUNNING_EXHAUSTED'), p_now);
+    ELSIF v_invoice.period_start < v_sub.current_period_start
+          AND EXISTS (SELECT 1 FROM billing.invoice c
+                       WHERE c.customer_id = v_sub.customer_id AND c.subscription_id = v_sub.id
+                         AND c.kind <> 'PRORATION' AND c.status = 'PAID'
+                         AND c.period_start = v_sub.current_period_start) THEN
+        -- Dunning acts on its own period only: an earlier period's invoice is written off; the
+        -- current period, paid, is left alone (a PAST_DUE subscription with nothing else OPEN is
+        -- ACTIVE again).
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceWrittenOff',
+            billing._invoice_data(v_invoice) || jsonb_build_object('reason', 'DUNNING_EXHAUSTED'), p_now);
+        PERFORM billing._revert_unpaid_change(v_invoice, v_sub, p_now);
     ELSE
         UPDATE billing.subscription
            SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'DUNNING_EXHAUSTED',
@@ -200,7 +211,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._dunning_exhausted(billing.invoice, billing.subscription, timestamptz) IS
-'Private: the end of dunning of an invoice just made FAILED: InvoiceFailed, credit restored and pending credit reversed, then a failed upgrade reverted (SubscriptionPlanReverted), a served period of a canceled subscription written off (InvoiceWrittenOff) or the subscription canceled (DUNNING_EXHAUSTED, its other never-declined invoices voided).
+'Private: the end of dunning of an invoice just made FAILED: InvoiceFailed, credit restored and pending credit reversed, then a failed upgrade reverted (SubscriptionPlanReverted), a served period of a canceled subscription, or an earlier period than the subscription''s current one when that one is paid, written off (InvoiceWrittenOff; the subscription left alone, ACTIVE again when nothing else is OPEN), or the subscription canceled (DUNNING_EXHAUSTED, its other never-declined invoices voided).
 Returns nothing; call it holding the subscription''s and the invoice''s row locks.';
 
 -- ---------------------------------------------------------------------------------------------

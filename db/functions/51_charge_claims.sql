@@ -35,7 +35,9 @@ SET jit = off  -- a short OLTP statement: compiling it would cost more than runn
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_cfg billing.installation;
+    v_cfg        billing.installation;
+    v_ids        bigint[];
+    v_unnumbered bigint[];
 BEGIN
     PERFORM billing._check_claim(p_worker, p_batch_size, p_lease, p_now, true, coalesce(p_provider, ''));
     SELECT * INTO v_cfg FROM billing.installation;
@@ -51,15 +53,35 @@ BEGIN
         RETURN QUERY SELECT * FROM billing._claim_charges_rows(p_worker, p_batch_size, p_lease, p_now, p_provider);
         RETURN;
     END IF;
+    -- The batch: due invoices, oldest first, locked (SKIP LOCKED: another claimer's are skipped).
+    SELECT array_agg(d.id), array_agg(d.id) FILTER (WHERE d.number IS NULL) INTO v_ids, v_unnumbered
+      FROM (SELECT i.id, i.number
+              FROM billing.invoice i
+             WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now
+             ORDER BY i.next_attempt_at
+             LIMIT p_batch_size
+               FOR NO KEY UPDATE SKIP LOCKED) d;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    -- An invoice is finalized, with its number, no later than its first charge attempt: those of
+    -- the batch not numbered yet (normally none: the renewal job finalizes right after creating)
+    -- are finalized first, their tax recomputed if the customer changed since (docs/invoices.md).
+    -- A claim never waits for the numbering counter: while another transaction holds it (the
+    -- finalization job, another claim), they are left for a later round, unclaimed.
+    IF v_unnumbered IS NOT NULL THEN
+        IF billing._try_lock_numbers(p_now) THEN
+            PERFORM billing._finalize(v_unnumbered, p_now);
+        ELSE
+            v_ids := ARRAY(SELECT x FROM unnest(v_ids) x WHERE x <> ALL (v_unnumbered));
+        END IF;
+    END IF;
 
     RETURN QUERY
     WITH due AS MATERIALIZED (
         SELECT i.id, i.try_count, i.customer_id
           FROM billing.invoice i
-         WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now
-         ORDER BY i.next_attempt_at
-         LIMIT p_batch_size
-           FOR NO KEY UPDATE SKIP LOCKED
+         WHERE i.id = ANY (v_ids) AND i.status = 'OPEN'  -- locked above; a refreshed one may be PAID
     ), keyed AS MATERIALIZED (
         -- A key already claimed keeps what it was sent with; a new key takes the customer's
         -- default usable method. With the simulator, a customer without a default is charged by
@@ -139,7 +161,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.claim_charges(text, integer, interval, timestamptz, text) IS
-'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview); one whose customer has no usable payment method at p_provider waits (waiting_for PAYMENT_METHOD, InvoicePaymentMethodRequired), except with the simulator (sim) for a customer who never set a default method: charged by customer id.
+'Claims up to p_batch_size OPEN invoices due by p_now (SKIP LOCKED), each finalized first if it was not (numbered no later than its first charge attempt, its tax recomputed if the customer changed since; left for a later call while another transaction holds the numbering counter), records one payment_attempt per key and leases them until p_now + p_lease. An invoice whose key outlived the gateway''s key lifetime goes to REVIEW instead (InvoicePaymentReview); one whose customer has no usable payment method at p_provider waits (waiting_for PAYMENT_METHOD, InvoicePaymentMethodRequired), except with the simulator (sim) for a customer who never set a default method: charged by customer id.
 Returns what to charge: key <namespace>-inv-<invoice id>-try-<n>, reused by a re-claim with the same method references; lookup = ask the gateway for the key''s status instead of sending it (near its expiry); BL422 for bad arguments or a lease not shorter than the key lifetime.';
 
 -- claim_charges' work for one invoice named by (customer_id, id): what the statement of
@@ -170,6 +192,18 @@ BEGIN
        FOR NO KEY UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN;  -- another claimer holds it, or it was settled or leased meanwhile
+    END IF;
+    IF v_invoice.number IS NULL THEN
+        -- Finalized, with its number, no later than its first charge attempt (its tax recomputed
+        -- first if the customer changed since: the amount charged is the document's). Never waiting
+        -- for the numbering counter: held by another transaction, the invoice is left for later.
+        IF NOT billing._try_lock_numbers(p_now) THEN
+            RETURN;
+        END IF;
+        v_invoice := billing._finalize_one(v_invoice, p_now);
+        IF v_invoice.status <> 'OPEN' THEN
+            RETURN;  -- credit now covers it (PAID): nothing to charge
+        END IF;
     END IF;
     SELECT a.* INTO v_attempt FROM billing.payment_attempt a
      WHERE a.customer_id = v_invoice.customer_id AND a.invoice_id = v_invoice.id AND a.attempt_number = v_invoice.try_count;
@@ -234,7 +268,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._claim_charge_row(bigint, bigint, text, interval, timestamptz, text, billing.installation) IS
-'Private: claim_charges'' work on one invoice named by (customer_id, id), under its row lock (SKIP LOCKED; OPEN and due checked on the locked version): REVIEW when its key outlived the key lifetime (InvoicePaymentReview), a wait for a payment method (InvoicePaymentMethodRequired), else the lease to p_now + p_lease with its payment_attempt (key <namespace>-inv-<id>-try-<n>, one per try; a re-claim counts). p_cfg: billing.installation.
+'Private: claim_charges'' work on one invoice named by (customer_id, id), under its row lock (SKIP LOCKED; OPEN and due checked on the locked version), finalized first if it was not: REVIEW when its key outlived the key lifetime (InvoicePaymentReview), a wait for a payment method (InvoicePaymentMethodRequired), else the lease to p_now + p_lease with its payment_attempt (key <namespace>-inv-<id>-try-<n>, one per try; a re-claim counts). p_cfg: billing.installation.
 Returns the row claim_charges returns for it, or none (review, waiting, or held by another claimer, settled or leased meanwhile).';
 
 -- claim_charges on Citus: its statement locks due invoices of many shards at once, which Citus

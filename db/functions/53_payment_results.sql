@@ -271,15 +271,18 @@ LANGUAGE sql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
     SELECT concat_ws('; ',
-        CASE WHEN p_payload ? 'amount' AND (p_payload ->> 'amount') IS DISTINCT FROM p_attempt.amount::text
+        CASE WHEN NOT coalesce(p_payload ? 'amount', false) THEN 'amount missing'
+             WHEN (p_payload ->> 'amount') IS DISTINCT FROM p_attempt.amount::text
              THEN format('amount %s, attempt %s', p_payload ->> 'amount', p_attempt.amount) END,
-        CASE WHEN p_payload ? 'currency' AND (p_payload ->> 'currency') IS DISTINCT FROM p_attempt.currency::text
+        CASE WHEN NOT coalesce(p_payload ? 'currency', false) THEN 'currency missing'
+             WHEN (p_payload ->> 'currency') IS DISTINCT FROM p_attempt.currency::text
              THEN format('currency %s, attempt %s', p_payload ->> 'currency', p_attempt.currency) END,
-        CASE WHEN p_payload ? 'customerId' AND (p_payload ->> 'customerId') IS DISTINCT FROM p_customer_id::text
+        CASE WHEN NOT coalesce(p_payload ? 'customerId', false) THEN 'customerId missing'
+             WHEN (p_payload ->> 'customerId') IS DISTINCT FROM p_customer_id::text
              THEN format('customer %s, invoice %s', p_payload ->> 'customerId', p_customer_id) END)
 $$;
 COMMENT ON FUNCTION billing._webhook_mismatch(billing.payment_attempt, bigint, jsonb) IS
-'Private: how a webhook''s amount, currency and customerId (those present) differ from the attempt and its invoice.
+'Private: how a webhook''s amount, currency and customerId differ from the attempt and its invoice; each of them is required (issue 27: a success that does not say what it paid is never applied).
 Returns the differences as text, '''' when they agree.';
 
 DROP FUNCTION IF EXISTS billing.apply_gateway_webhook(text, text, text, text, jsonb, timestamptz);

@@ -178,7 +178,7 @@ BEGIN
             HINT = 'The engine refunds by itself what was collected on a VOID or FAILED invoice.';
     END IF;
     RETURN billing._refund_invoice(v_invoice, v_invoice.paid_attempt_id, p_amount, 'REQUESTED',
-        coalesce(nullif(left(current_setting('billing.actor', true), 200), ''), session_user::text),
+        billing._actor(),
         p_idempotency_key, p_now);
 END
 $$;
@@ -248,7 +248,8 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
     WITH inv AS (
-        SELECT i.customer_id, i.id, i.subtotal, i.status, i.paid_attempt_id FROM billing.invoice i
+        -- Tax included: what the customer paid for the period is its total (#2 of issue 26).
+        SELECT i.customer_id, i.id, i.subtotal + i.tax_amount AS subtotal, i.status, i.paid_attempt_id FROM billing.invoice i
          WHERE i.customer_id = p_customer_id AND i.subscription_id = p_subscription_id
            AND i.status IN ('PAID', 'OPEN', 'REVIEW')
            AND i.period_end = p_period_end AND i.period_start >= p_period_start

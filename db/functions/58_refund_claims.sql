@@ -291,9 +291,10 @@ BEGIN
      WHERE customer_id = v_refund.customer_id AND id = v_refund.id FOR UPDATE;
 
     IF v_refund.status = 'SUCCEEDED' AND p_outcome = 'FAILED' THEN
-        -- The provider reports the refund failed after all (Stripe: a refund the bank returned,
-        -- refund.updated / refund.failed): the money stayed with us.
-        UPDATE billing.refund SET status = 'FAILED', outcome = 'FAILED', settled_at = p_now,
+        -- The provider reports the refund failed after all (Stripe: a refund the bank returned):
+        -- the money stayed with us. Said by the worker's look-up at the provider (an event alone
+        -- only asks for that look-up: apply_refund_webhook, claim_refund_rechecks) or by a person.
+        UPDATE billing.refund SET status = 'FAILED', outcome = 'FAILED', settled_at = p_now, recheck_at = NULL,
                provider_reference = coalesce(p_provider_reference, provider_reference), failure_reason = p_failure_reason
          WHERE customer_id = v_refund.customer_id AND id = v_refund.id
         RETURNING * INTO v_refund;
@@ -305,7 +306,13 @@ BEGIN
         RETURN v_refund;
     END IF;
     IF v_refund.status <> 'REQUESTED' THEN
-        -- Final already: a repeat changes nothing; a contradiction is logged by the caller.
+        -- Final already: a repeat changes nothing; a contradiction is logged by the caller. A
+        -- look-up that finds a refund an event said failed SUCCEEDED ends the recheck.
+        IF v_refund.recheck_at IS NOT NULL AND v_refund.status = 'SUCCEEDED' AND p_outcome = 'SUCCEEDED' THEN
+            UPDATE billing.refund SET recheck_at = NULL
+             WHERE customer_id = v_refund.customer_id AND id = v_refund.id
+            RETURNING * INTO v_refund;
+        END IF;
         RETURN v_refund;
     END IF;
     IF p_outcome = 'NOT_FOUND' THEN

@@ -35,6 +35,31 @@ COMMENT ON FUNCTION billing._take_numbers(text, integer) IS
 'Private: takes p_count consecutive numbers of the series (its counter row stays locked until the transaction ends, so a rollback gives them back: no gap).
 Returns the first number taken.';
 
+-- The claims' form: the counter of p_now's series if no other transaction holds it (SKIP LOCKED), so
+-- a claim never waits for the finalization job or another claim; false when it is held.
+CREATE OR REPLACE FUNCTION billing._try_lock_numbers(p_now timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_series text := to_char(p_now AT TIME ZONE 'UTC', 'YYYY');
+BEGIN
+    PERFORM 1 FROM billing.document_series WHERE series = v_series FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    IF EXISTS (SELECT 1 FROM billing.document_series WHERE series = v_series) THEN
+        RETURN false;  -- held by another transaction
+    END IF;
+    PERFORM billing._take_numbers(v_series, 0);  -- the year's first number: the series is created
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION billing._try_lock_numbers(timestamptz) IS
+'Private: locks the numbering counter of p_now''s UTC year unless another transaction holds it (SKIP LOCKED; a series not created yet is created).
+Returns whether the caller now holds it.';
+
 CREATE OR REPLACE FUNCTION billing._document_number(p_series text, p_number bigint)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -147,6 +172,80 @@ COMMENT ON FUNCTION billing._bill_to(bigint) IS
 'Private: the customer''s billing details as printed on a document.
 Returns a jsonb object.';
 
+-- The tax of an invoice not finalized yet is of the address its detail records (treatment,
+-- country, region). When the customer's details changed since, the bill-to printed and the tax
+-- would be of two instants: at finalization they are taken together again and the tax recomputed
+-- (only for an invoice never sent to the gateway: one charged keeps the figures it was charged).
+CREATE OR REPLACE FUNCTION billing._tax_stale(p_detail jsonb, p_tax_status text, p_country text, p_region text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_detail IS NOT NULL
+       AND ((p_detail->>'treatment') IS DISTINCT FROM p_tax_status
+            OR (p_detail ? 'country' AND ((p_detail->>'country') IS DISTINCT FROM p_country
+                                          OR (p_detail->>'region') IS DISTINCT FROM p_region)))
+$$;
+COMMENT ON FUNCTION billing._tax_stale(jsonb, text, text, text) IS
+'Private: whether an invoice''s tax detail was computed for another tax status or address (country, region) than the given one; false without a detail (no rate existed when it was created) and, for an invoice created before the detail recorded its address, only by the treatment.
+Returns the boolean.';
+
+CREATE OR REPLACE FUNCTION billing._refresh_tax(p_invoice billing.invoice, p_now timestamptz)
+RETURNS billing.invoice
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_customer billing.customer;
+    v_tax      record;
+    v_total    bigint;
+    v_applied  bigint;
+    v_invoice  billing.invoice;
+BEGIN
+    IF p_invoice.tax_detail IS NULL OR p_invoice.number IS NOT NULL THEN
+        RETURN p_invoice;
+    END IF;
+    SELECT * INTO v_customer FROM billing.customer c WHERE c.id = p_invoice.customer_id;
+    IF NOT FOUND OR NOT billing._tax_stale(p_invoice.tax_detail, v_customer.tax_status, v_customer.country::text, v_customer.region) THEN
+        RETURN p_invoice;
+    END IF;
+    IF p_invoice.status <> 'OPEN' OR p_invoice.try_count > 0 OR p_invoice.attempt_count > 0
+       OR EXISTS (SELECT 1 FROM billing.payment_attempt a
+                   WHERE a.customer_id = p_invoice.customer_id AND a.invoice_id = p_invoice.id) THEN
+        -- Sent to the gateway or settled: its figures stand. (An invoice is finalized before its
+        -- first charge attempt, so only one settled by credit alone, or made before this rule, is here.)
+        RETURN p_invoice;
+    END IF;
+    -- Called in a target list (Citus refuses a query into which _tax_of was inlined).
+    SELECT (x.t).tax_amount, (x.t).tax_included, (x.t).tax_detail INTO v_tax
+      FROM (SELECT billing._tax_of(v_customer.country, v_customer.region, v_customer.tax_status, p_invoice.subtotal) AS t) x;
+    v_total := p_invoice.subtotal + v_tax.tax_amount;
+    -- Credit pays the total, tax included: what a lower total no longer needs goes back.
+    v_applied := least(p_invoice.credit_applied, v_total);
+    IF p_invoice.credit_applied > v_applied THEN
+        PERFORM billing._grant_credit(p_invoice.customer_id, p_invoice.currency, p_invoice.credit_applied - v_applied,
+                                      'RESTORED', p_invoice.subscription_id, p_invoice.id, p_now);
+    END IF;
+    UPDATE billing.invoice i
+       SET tax_amount = v_tax.tax_amount, tax_included = v_tax.tax_included, tax_detail = v_tax.tax_detail,
+           credit_applied = v_applied, amount = v_total - v_applied,
+           status = CASE WHEN v_total - v_applied = 0 THEN 'PAID' ELSE i.status END,
+           paid_at = CASE WHEN v_total - v_applied = 0 THEN p_now ELSE i.paid_at END,
+           next_attempt_at = CASE WHEN v_total - v_applied = 0 THEN NULL ELSE i.next_attempt_at END,
+           waiting_for = CASE WHEN v_total - v_applied = 0 THEN NULL ELSE i.waiting_for END,
+           give_up_at = CASE WHEN v_total - v_applied = 0 THEN NULL ELSE i.give_up_at END
+     WHERE i.customer_id = p_invoice.customer_id AND i.id = p_invoice.id
+    RETURNING i.* INTO v_invoice;
+    IF v_invoice.status = 'PAID' THEN
+        PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaid', billing._invoice_data(v_invoice), p_now);
+        PERFORM billing._settle_pending_credit(v_invoice, p_now);
+    END IF;
+    RETURN v_invoice;
+END
+$$;
+COMMENT ON FUNCTION billing._refresh_tax(billing.invoice, timestamptz) IS
+'Private: before an invoice is finalized, its tax recomputed for the customer''s current tax status and address when its detail records others (_tax_stale) and it was never sent to the gateway: tax, total, credit applied (the excess RESTORED) and amount; PAID (announced) when credit now covers it. Call it holding the invoice''s row lock.
+Returns the invoice as it is now.';
+
 -- Finalizes the given invoices (locked by the caller, not finalized, not VOID) in id order.
 CREATE OR REPLACE FUNCTION billing._finalize(p_ids bigint[], p_now timestamptz)
 RETURNS integer
@@ -173,6 +272,15 @@ BEGIN
         END LOOP;
         RETURN v_done;
     END IF;
+    -- Bill-to and tax of one instant: an invoice whose customer changed tax status or address since
+    -- it was made gets its tax recomputed first (rare: one row at a time; _finalize_one does it on
+    -- Citus).
+    FOR v_invoice IN
+        SELECT i.* FROM billing.invoice i JOIN billing.customer c ON c.id = i.customer_id
+         WHERE i.id = ANY (p_ids) AND billing._tax_stale(i.tax_detail, c.tax_status, c.country::text, c.region)
+    LOOP
+        PERFORM billing._refresh_tax(v_invoice, p_now);
+    END LOOP;
     WITH numbered AS (
         SELECT i.id, v_first + row_number() OVER (ORDER BY i.id) - 1 AS n
           FROM billing.invoice i WHERE i.id = ANY (p_ids)
@@ -204,7 +312,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._finalize(bigint[], timestamptz) IS
-'Private: numbers the given locked invoices (gapless, series = UTC year of p_now, in id order), snapshots the bill-to details and writes their lines; checks the lines add up to the invoice figures.
+'Private: numbers the given locked invoices (gapless, series = UTC year of p_now, in id order), snapshots the bill-to details (the tax recomputed first where the customer changed tax status or address since: _refresh_tax) and writes their lines; checks the lines add up to the invoice figures.
 Returns how many were finalized.';
 
 -- One invoice, by (customer_id, id): the per-row paths (finalize_invoice, a refund's credit note) and
@@ -222,6 +330,8 @@ DECLARE
     v_invoice billing.invoice;
     v_totals  record;
 BEGIN
+    -- Bill-to and tax of one instant (the tax recomputed when the customer changed since).
+    PERFORM billing._refresh_tax(p_invoice, p_now);
     UPDATE billing.invoice SET number = v_number, finalized_at = p_now, bill_to = v_bill_to
      WHERE customer_id = p_invoice.customer_id AND id = p_invoice.id
     RETURNING * INTO v_invoice;
@@ -240,8 +350,9 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._finalize_one(billing.invoice, timestamptz, text) IS
-'Private: finalizes one locked invoice by (customer_id, id): its number (p_number, or the next of the series of p_now''s UTC year), bill-to snapshot and lines; checks the lines add up to its figures.
+'Private: finalizes one locked invoice by (customer_id, id): its number (p_number, or the next of the series of p_now''s UTC year), bill-to snapshot (the tax recomputed first if the customer changed tax status or address since: _refresh_tax) and lines; checks the lines add up to its figures.
 Returns the invoice finalized.';
+
 
 CREATE OR REPLACE FUNCTION billing.finalize_invoices(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
 RETURNS integer

@@ -4,15 +4,14 @@
 -- never summed across currencies; months are UTC calendar months.
 -- Re-applied after every migration: CREATE OR REPLACE only.
 --
--- A subscription's MRR at instant t comes from its history, not its current row: the non-VOID
--- invoice whose billed span covers t (the latest starting one when several do, e.g. a plan change),
--- unless the subscription was canceled at or before t; a live subscription (ACTIVE or PAST_DUE,
--- not canceling at period end) whose current period ended at or before t and is not renewed yet
--- keeps the terms of its last invoice (t ahead of the renewal job, or in the future). Its value is the recurring price of that
--- invoice's terms, net of its coupon discount and of included tax, normalized to a month:
---   plan_price x quantity x (subtotal - tax_included) / (subtotal + discount_amount) x factor
--- with factor 1/n for n months, 1/(12 n) for n years, 52/(12 n) for n weeks, 365/(12 n) for n days.
--- Trials (no invoice) and paused spans after the last billed period count 0.
+-- One function per figure, used by the reports, the console (86_console) and the demo alike:
+-- MRR by billing._mrr_points (each subscription's MRR at given instants), revenue recognized by
+-- billing._revenue_recognized (per currency over a window). docs/reports.md states their rules:
+-- MRR is net of discounts, seats and included tax, normalized to a month (_mrr_factor: a week is
+-- 52/12 of a month, a day 365/12), 0 while paused or once canceled, a change counted from its
+-- instant, a reverted upgrade never; revenue is each invoice owed net of tax straight line over
+-- its span, less the unused time a change gave back as credit (credit recognized once), less the
+-- net of refunds.
 
 CREATE OR REPLACE FUNCTION billing._mrr_factor(p_billing_interval text, p_interval_count integer)
 RETURNS numeric
@@ -29,6 +28,79 @@ COMMENT ON FUNCTION billing._mrr_factor(text, integer) IS
 'Private: months per period as the reports normalize (MONTH 1/n, YEAR 1/(12 n), WEEK 52/(12 n), DAY 365/(12 n)).
 Returns the factor.';
 
+-- MRR: one function (_mrr_points) for every figure: report_mrr, the movements and churn, the
+-- console's MRR now and its trend, the demo (through report_mrr).
+CREATE OR REPLACE FUNCTION billing._mrr_points(p_points timestamptz[])
+RETURNS TABLE (at timestamptz, subscription_id bigint, customer_id bigint, currency text, mrr numeric)
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    -- PL/pgSQL (a SQL function reading a distributed table with a parameter cannot be planned on
+    -- Citus); invoices and subscriptions joined on (customer_id, id): each part runs in each shard.
+    RETURN QUERY
+    WITH pts AS MATERIALIZED (
+        SELECT DISTINCT x AS at FROM unnest(p_points) x WHERE x IS NOT NULL
+    ), latest AS (
+        -- Inclusive tax is not MRR: the share net of it of each subscription's latest invoice (one
+        -- of its current period: only those are read).
+        SELECT DISTINCT ON (i.customer_id, i.subscription_id) i.customer_id, i.subscription_id,
+               CASE WHEN i.subtotal > 0 THEN (i.subtotal - i.tax_included)::numeric / i.subtotal END AS net_share
+          FROM billing.subscription s
+          JOIN billing.invoice i ON i.customer_id = s.customer_id AND i.subscription_id = s.id
+         WHERE i.status <> 'VOID' AND i.period_end > s.current_period_start
+         ORDER BY i.customer_id, i.subscription_id, i.period_start DESC, i.id DESC
+    ), subs AS (
+        -- Where the subscription row itself says what is sold at t: from its last write (updated_at
+        -- is the p_now of the call that made it; a change to another interval starts the new
+        -- period at that instant or a microsecond later), and after its current period's end while
+        -- it is not renewed yet (live_from). Nothing changed its terms since, so they were in force
+        -- at t.
+        SELECT s.customer_id, s.id, s.status, s.paused_at, s.canceled_at, s.cancel_at_period_end,
+               s.current_period_end, s.period_price, s.plan_id,
+               CASE WHEN s.status IN ('ACTIVE', 'PAST_DUE', 'PAUSED')
+                    THEN least(s.updated_at, s.current_period_end) END AS live_from
+          FROM billing.subscription s
+    ), live AS (
+        SELECT p.at, s.id AS subscription_id, s.customer_id, pl.currency::text AS currency,
+               -- Paused (t is after its last write, so after the pause) or ended at its period end: 0.
+               CASE WHEN s.status = 'PAUSED' OR (s.cancel_at_period_end AND p.at >= s.current_period_end) THEN 0::numeric
+                    ELSE s.period_price * billing._mrr_factor(pl.billing_interval, pl.interval_count)
+                         * coalesce(sh.net_share, 1) END AS mrr
+          FROM pts p
+          JOIN subs s ON p.at >= s.live_from
+          JOIN billing.plan pl ON pl.id = s.plan_id
+          LEFT JOIN latest sh ON sh.customer_id = s.customer_id AND sh.subscription_id = s.id
+         WHERE s.canceled_at IS NULL OR s.canceled_at > p.at
+    ), cover AS (
+        -- Otherwise the invoice whose billed span covers t (the latest starting: a change's
+        -- PRORATION or PLAN_CHANGE invoice starts at the change). A VOID invoice was never owed and
+        -- a FAILED PRORATION invoice is an upgrade that was reverted: neither was sold.
+        -- (Each invoice joined to the instants its span covers first: a pass over the invoices.)
+        SELECT DISTINCT ON (p.at, i.customer_id, i.subscription_id)
+               p.at, i.subscription_id, i.customer_id, i.currency::text AS currency,
+               CASE WHEN i.subtotal + i.discount_amount = 0 THEN 0::numeric
+                    ELSE i.plan_price::numeric * i.quantity * (i.subtotal - i.tax_included)
+                         * billing._mrr_factor(i.billing_interval, i.interval_count) / (i.subtotal + i.discount_amount) END AS mrr
+          FROM pts p
+          JOIN billing.invoice i ON i.period_start <= p.at AND p.at < i.period_end
+          JOIN subs s ON s.customer_id = i.customer_id AND s.id = i.subscription_id
+         WHERE NOT coalesce(p.at >= s.live_from, false)
+           AND i.status <> 'VOID' AND NOT (i.kind = 'PRORATION' AND i.status = 'FAILED')
+           AND (s.canceled_at IS NULL OR s.canceled_at > p.at)
+           AND NOT (s.status = 'PAUSED' AND s.paused_at <= p.at)
+         ORDER BY p.at, i.customer_id, i.subscription_id, i.period_start DESC, i.id DESC
+    )
+    SELECT l.at, l.subscription_id, l.customer_id, l.currency, l.mrr FROM live l
+    UNION ALL
+    SELECT c.at, c.subscription_id, c.customer_id, c.currency, c.mrr FROM cover c;
+END
+$$;
+COMMENT ON FUNCTION billing._mrr_points(timestamptz[]) IS
+'Private: each subscription''s MRR at each instant of p_points (docs/reports.md, "MRR"): what was sold for that instant, net of discount, seats and included tax, normalized to a month (_mrr_factor); 0 paused or canceled.
+Returns one row per instant and subscription with something sold then.';
+
 CREATE OR REPLACE FUNCTION billing._mrr_at(p_at timestamptz)
 RETURNS TABLE (subscription_id bigint, customer_id bigint, currency text, mrr numeric)
 LANGUAGE plpgsql STABLE
@@ -36,42 +108,12 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
-    -- PL/pgSQL (a SQL function reading a distributed table with a parameter cannot be planned on
-    -- Citus); an invoice and its subscription joined on (customer_id, id) and each subscription's
-    -- invoice chosen per (customer_id, subscription_id): on Citus every part runs in each shard.
-    RETURN QUERY
-    WITH cover AS (
-        SELECT DISTINCT ON (i.customer_id, i.subscription_id) i.*
-          FROM billing.invoice i
-          JOIN billing.subscription s ON s.customer_id = i.customer_id AND s.id = i.subscription_id
-         WHERE i.status <> 'VOID' AND i.period_start <= p_at AND p_at < i.period_end
-           AND (s.canceled_at IS NULL OR s.canceled_at > p_at)
-         ORDER BY i.customer_id, i.subscription_id, i.period_start DESC, i.id DESC
-    ), ongoing AS (
-        -- Live subscriptions whose renewal for p_at is not billed yet (p_at is ahead of the
-        -- renewal job, or in the future): their last terms go on. (No invoice covers p_at: the
-        -- cover's condition, asked of the subscription's own invoices.)
-        SELECT DISTINCT ON (i.customer_id, i.subscription_id) i.*
-          FROM billing.subscription s
-          JOIN billing.invoice i ON i.customer_id = s.customer_id AND i.subscription_id = s.id
-         WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND NOT s.cancel_at_period_end
-           AND s.current_period_end <= p_at AND i.status <> 'VOID' AND i.period_end <= p_at
-           AND NOT ((s.canceled_at IS NULL OR s.canceled_at > p_at)
-                    AND EXISTS (SELECT 1 FROM billing.invoice c
-                                 WHERE c.customer_id = s.customer_id AND c.subscription_id = s.id
-                                   AND c.status <> 'VOID' AND c.period_start <= p_at AND p_at < c.period_end))
-         ORDER BY i.customer_id, i.subscription_id, i.period_end DESC, i.id DESC
-    )
-    SELECT i.subscription_id, i.customer_id, i.currency::text,
-           CASE WHEN i.subtotal + i.discount_amount = 0 THEN 0::numeric
-                ELSE i.plan_price::numeric * i.quantity * (i.subtotal - i.tax_included)
-                     * billing._mrr_factor(i.billing_interval, i.interval_count) / (i.subtotal + i.discount_amount) END
-      FROM (SELECT * FROM cover UNION ALL SELECT * FROM ongoing) i;
+    RETURN QUERY SELECT m.subscription_id, m.customer_id, m.currency, m.mrr FROM billing._mrr_points(ARRAY[p_at]) m;
 END
 $$;
 COMMENT ON FUNCTION billing._mrr_at(timestamptz) IS
-'Private: each subscription''s MRR at p_at from the invoice covering it (see the file''s header).
-Returns one row per subscription with an invoice covering p_at.';
+'Private: each subscription''s MRR at p_at (_mrr_points at one instant).
+Returns one row per subscription with something sold at p_at.';
 
 CREATE OR REPLACE FUNCTION billing._report_months(p_from date, p_to date)
 RETURNS TABLE (month date, starts timestamptz, ends timestamptz)
@@ -244,6 +286,84 @@ COMMENT ON FUNCTION billing.report_churn(date, date) IS
 'Churn per UTC month and currency: logo churn (customers with MRR at the month''s start and none at its end, split voluntary / dunning by the reason of their last cancellation in the month; rate = churned / customers at start), revenue churn (churned MRR / starting MRR) and net revenue churn ((churned + contraction - expansion) / starting MRR), and dunning recovery (invoices declined at least once settled in the month: PAID = recovered, FAILED = lost). Rates to 4 decimals, NULL without a base.
 Returns one row per month and currency; BL422 for a bad span.';
 
+CREATE OR REPLACE FUNCTION billing._straight_line(p_net numeric, p_start timestamptz, p_end timestamptz, p_at timestamptz)
+RETURNS numeric
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT floor(p_net * least(s.span, greatest(0, (extract(epoch FROM p_at) - extract(epoch FROM p_start)) * 1000000)) / s.span)
+      FROM (SELECT (extract(epoch FROM p_end) - extract(epoch FROM p_start)) * 1000000 AS span) s
+$$;
+COMMENT ON FUNCTION billing._straight_line(numeric, timestamptz, timestamptz, timestamptz) IS
+'Private: the part of p_net recognized straight line over [p_start, p_end) by p_at, to the microsecond, floored (p_end > p_start).
+Returns floor(p_net x elapsed / span).';
+
+-- Revenue recognized: one function (_revenue_recognized) for every figure.
+CREATE OR REPLACE FUNCTION billing._revenue_recognized(p_from timestamptz, p_to timestamptz)
+RETURNS TABLE (currency text, recognized bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF p_from IS NULL OR p_to IS NULL OR NOT isfinite(p_from) OR NOT isfinite(p_to) OR p_to < p_from THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('revenue needs finite instants p_from <= p_to, got %s and %s',
+                             coalesce(p_from::text, 'NULL'), coalesce(p_to::text, 'NULL'));
+    END IF;
+    RETURN QUERY
+    WITH items AS (
+        -- What was sold, net of tax, over its span: every invoice owed (not VOID, never owed; not
+        -- FAILED, written off).
+        SELECT i.currency::text AS currency, (i.subtotal - i.tax_included)::numeric AS net,
+               i.period_start AS starts, i.period_end AS ends
+          FROM billing.invoice i
+         WHERE i.status NOT IN ('VOID', 'FAILED') AND i.period_end > p_from AND i.period_start < p_to
+        UNION ALL
+        -- The unused time a change gave back as credit, from the change to the end of its period:
+        -- that time is not sold, whatever invoice the credit later pays (which is sold in full).
+        -- On the balance at once (credit_entry with its period) or pending on unpaid invoices
+        -- (credit_pending, PENDING or RELEASED; a released one's balance entry carries no period,
+        -- so it is counted here once). Reversed credit (its invoices failed or were voided) was
+        -- never given.
+        SELECT e.currency::text, -e.amount::numeric, e.created_at, greatest(e.period_end, e.created_at)
+          FROM billing.credit_entry e
+         WHERE e.reason = 'PRORATION' AND e.period_start IS NOT NULL
+           AND greatest(e.period_end, e.created_at) >= p_from AND e.created_at < p_to
+        UNION ALL
+        SELECT c.currency::text, -c.amount::numeric, c.created_at, greatest(c.period_end, c.created_at)
+          FROM billing.credit_pending c
+         WHERE c.status IN ('PENDING', 'RELEASED')
+           AND greatest(c.period_end, c.created_at) >= p_from AND c.created_at < p_to
+        UNION ALL
+        -- A refund of a charge that paid an invoice counted above gives its net back when it
+        -- succeeds (tax refunded pro rata is not revenue).
+        SELECT r.currency::text,
+               -(r.amount - CASE WHEN i.subtotal + i.tax_amount > 0
+                                 THEN floor(r.amount::numeric * (i.tax_amount + i.tax_included) / (i.subtotal + i.tax_amount))
+                                 ELSE 0 END),
+               r.settled_at, r.settled_at
+          FROM billing.refund r
+          JOIN billing.invoice i ON i.customer_id = r.customer_id AND i.id = r.invoice_id
+         WHERE r.status = 'SUCCEEDED' AND i.status NOT IN ('VOID', 'FAILED')
+           AND r.settled_at >= p_from AND r.settled_at < p_to
+    )
+    -- Straight line over each span, to the microsecond: what elapsed by p_to less what elapsed by
+    -- p_from, each floored, so consecutive windows add up to each item exactly. An item without a
+    -- span (a refund, a change at its period's end) counts whole at its instant.
+    SELECT x.currency,
+           sum(CASE WHEN x.ends <= x.starts
+                    THEN CASE WHEN x.starts >= p_from AND x.starts < p_to THEN x.net ELSE 0 END
+                    ELSE billing._straight_line(x.net, x.starts, x.ends, p_to)
+                         - billing._straight_line(x.net, x.starts, x.ends, p_from) END)::bigint
+      FROM items x
+     GROUP BY x.currency
+     ORDER BY x.currency;
+END
+$$;
+COMMENT ON FUNCTION billing._revenue_recognized(timestamptz, timestamptz) IS
+'Private: revenue recognized in [p_from, p_to) per currency (docs/reports.md, "Revenue"): each invoice owed, net of tax, straight line over its span; less the change credit over the unused time it gave back (credit recognized once); less the net of refunds succeeded in the window. Consecutive windows add up exactly.
+Returns one row per currency with anything in the window; BL422 for a bad window.';
+
 CREATE OR REPLACE FUNCTION billing.report_revenue(p_from date, p_to date)
 RETURNS TABLE (month date, currency text, recognized bigint, invoiced bigint, tax bigint, cash_collected bigint,
                refunded bigint, net_cash bigint)
@@ -251,28 +371,13 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
-DECLARE
-    v_first timestamptz;
-    v_last  timestamptz;
 BEGIN
-    SELECT min(starts), max(ends) INTO v_first, v_last FROM billing._report_months(p_from, p_to);
     RETURN QUERY
     WITH months AS (SELECT * FROM billing._report_months(p_from, p_to)),
-    billed AS (
-        -- Net of tax; VOID (never owed) and FAILED (written off) invoices are not revenue.
-        SELECT i.id, i.currency::text AS currency, i.subtotal - i.tax_included AS net, i.period_start, i.period_end,
-               ((extract(epoch FROM i.period_end) - extract(epoch FROM i.period_start)) * 1000000)::numeric AS span
-          FROM billing.invoice i
-         WHERE i.status NOT IN ('VOID', 'FAILED') AND i.period_end > v_first AND i.period_start < v_last
-    ), recognized AS (
-        -- Straight line over the billed span, to the microsecond; each month gets
-        -- floor(net x elapsed at its end / span) - floor(net x elapsed at its start / span), so
-        -- the months of one invoice add up to its net exactly.
-        SELECT mo.month, b.currency,
-               sum(floor(b.net * least(b.span, greatest(0, (extract(epoch FROM mo.ends) - extract(epoch FROM b.period_start)) * 1000000)) / b.span)
-                 - floor(b.net * least(b.span, greatest(0, (extract(epoch FROM mo.starts) - extract(epoch FROM b.period_start)) * 1000000)) / b.span))::bigint AS amount
-          FROM months mo JOIN billed b ON b.period_start < mo.ends AND b.period_end > mo.starts
-         GROUP BY 1, 2
+    recognized AS (
+        -- billing._revenue_recognized per month: the months of one item add up to it exactly.
+        SELECT mo.month, r.currency, r.recognized AS amount
+          FROM months mo CROSS JOIN LATERAL billing._revenue_recognized(mo.starts, mo.ends) r
     ), invoiced AS (
         SELECT mo.month, i.currency::text AS currency, sum(i.subtotal - i.tax_included)::bigint AS net,
                sum(i.tax_amount + i.tax_included)::bigint AS tax
@@ -304,5 +409,5 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.report_revenue(date, date) IS
-'Revenue per UTC month and currency: recognized (each invoice''s amount net of tax spread straight-line over its billed span; VOID and FAILED invoices excluded), invoiced (net of tax, by creation) and its tax, cash collected (successful charges, tax included), refunded (successful refunds) and net cash. Minor units.
+'Revenue per UTC month and currency: recognized (billing._revenue_recognized: each invoice owed, net of tax, straight line over its span, less the credit a change gave back over the unused time, less the net of refunds; VOID and FAILED invoices excluded), invoiced (net of tax, by creation) and its tax, cash collected (successful charges, tax included), refunded (successful refunds) and net cash. Minor units.
 Returns one row per month and currency with any figure; BL422 for a bad span.';

@@ -113,3 +113,13 @@ BEGIN
      ORDER BY m.currency;
 END
 $$;
+
+COMMENT ON FUNCTION billing.figures_by_hour() IS
+'Per UTC hour, what fell due (by invoice kind) and which charge attempts were first claimed (FIRST or RETRY).
+Whole-table read for the demo''s report and occasional dashboards; rows (figure, hour, key, n).';
+COMMENT ON FUNCTION billing.figures_counts() IS
+'The run''s counts over the whole database: subscriptions, invoices, attempts, refunds and events by status or kind.
+Whole-table read for the demo''s report and occasional dashboards.';
+COMMENT ON FUNCTION billing.figures_revenue() IS
+'Per currency, in minor units (never summed across currencies): collected, PAID count, failed, open, void, credit applied, proration, credit granted.
+Whole-table read for the demo''s report and occasional dashboards.';

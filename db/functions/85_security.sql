@@ -5,8 +5,10 @@
 -- ---------------------------------------------------------------------------------------------
 -- Audit. Every mutating API function calls _audit first, in one line, so the row is written in
 -- the mutation's own transaction (a rolled-back call leaves no row, a committed one always has
--- one). Who: the transaction-local setting billing.actor (the HTTP API sets api-key:<id>, the CLI
--- cli:<user>) or else the login role; db_role is always the login role, which a caller cannot forge.
+-- one). Who: billing._actor() (87_sessions.sql): the API key or session whose credential the caller
+-- proves (billing.actor_proof: the hash of the key or token the request carried), else what the
+-- caller says of itself (billing.actor: cli:<user>, gateway-webhook; never a key's name), else the
+-- login role; db_role is always the login role, which a caller cannot forge.
 -- ---------------------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION billing._audit(p_function text, p_args jsonb)
 RETURNS void
@@ -15,13 +17,12 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
     INSERT INTO billing.audit_log (actor, db_role, function, args, customer_id)
-    VALUES (coalesce(nullif(left(current_setting('billing.actor', true), 200), ''), session_user::text),
-            session_user::text, p_function, coalesce(p_args, '{}'::jsonb),
+    VALUES (billing._actor(), session_user::text, p_function, coalesce(p_args, '{}'::jsonb),
             coalesce((p_args ->> 'customer_id')::bigint, 0));
 END
 $$;
 COMMENT ON FUNCTION billing._audit(text, jsonb) IS
-'Private: writes one audit_log row (actor from the transaction-local setting billing.actor, else the login role).
+'Private: writes one audit_log row (actor from billing._actor(): a proven API key or session, else the caller''s own description that names no key, else the login role).
 Returns nothing. Callers never pass secrets in p_args.';
 
 CREATE OR REPLACE FUNCTION billing.read_audit(
@@ -89,25 +90,32 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_scopes IS NULL OR cardinality(p_scopes) = 0 OR array_position(p_scopes, NULL) IS NOT NULL
-       OR NOT p_scopes <@ ARRAY['subscriptions:read', 'subscriptions:write', 'refunds:write', 'admin']::text[] THEN
+       OR NOT p_scopes <@ ARRAY['subscriptions:read', 'subscriptions:write', 'refunds:write', 'customer-sessions:write',
+                                'admin']::text[] THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('unknown or missing scopes %s', coalesce(p_scopes::text, 'NULL')),
-            HINT = 'Use subscriptions:read, subscriptions:write, refunds:write and/or admin.';
+            HINT = 'Use subscriptions:read, subscriptions:write, refunds:write, customer-sessions:write and/or admin.';
     END IF;
 END
 $$;
 COMMENT ON FUNCTION billing._check_scopes(text[]) IS
-'Private: at least one scope, each of subscriptions:read, subscriptions:write, refunds:write, admin.
+'Private: at least one scope, each of subscriptions:read, subscriptions:write, refunds:write, customer-sessions:write, admin.
 Returns nothing; BL422 otherwise.';
 
-CREATE OR REPLACE FUNCTION billing.create_api_key(p_id text, p_name text, p_key_hash bytea, p_scopes text[])
-RETURNS TABLE (id text, name text, scopes text[], created_at timestamptz)
+DROP FUNCTION IF EXISTS billing.create_api_key(text, text, bytea, text[]);
+CREATE OR REPLACE FUNCTION billing.create_api_key(
+    p_id text, p_name text, p_key_hash bytea, p_scopes text[], p_max_quantity integer DEFAULT NULL,
+    p_max_trial_days integer DEFAULT NULL, p_max_refund bigint DEFAULT NULL, p_allow_no_proration boolean DEFAULT false)
+RETURNS TABLE (id text, name text, scopes text[], created_at timestamptz, max_quantity integer, max_trial_days integer,
+               max_refund bigint, allow_no_proration boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
-    PERFORM billing._audit('create_api_key', jsonb_build_object('id', p_id, 'name', p_name, 'scopes', p_scopes));
+    PERFORM billing._audit('create_api_key', jsonb_build_object('id', p_id, 'name', p_name, 'scopes', p_scopes)
+        || jsonb_strip_nulls(jsonb_build_object('max_quantity', p_max_quantity, 'max_trial_days', p_max_trial_days,
+               'max_refund', p_max_refund, 'allow_no_proration', CASE WHEN p_allow_no_proration THEN true END)));
     IF p_id IS NULL OR p_id !~ '^bk_[a-z0-9]{8,32}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a key id is bk_ and 8 to 32 lower-case letters or digits';
     END IF;
@@ -116,21 +124,31 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the key hash must be a SHA-256 (32 bytes)';
     END IF;
     PERFORM billing._check_scopes(p_scopes);
+    IF p_max_quantity IS NOT NULL THEN
+        PERFORM billing._check_between('max quantity', p_max_quantity, 1, 1000000);
+    END IF;
+    IF p_max_trial_days IS NOT NULL THEN
+        PERFORM billing._check_between('max trial days', p_max_trial_days, 0, 730);
+    END IF;
+    IF p_max_refund IS NOT NULL THEN
+        PERFORM billing._check_between('max refund', p_max_refund, 1, 9223372036854775807);
+    END IF;
     BEGIN
         RETURN QUERY
-        INSERT INTO billing.api_key (id, name, key_hash, scopes, created_by)
-        VALUES (p_id, p_name, p_key_hash, p_scopes,
-                coalesce(nullif(left(current_setting('billing.actor', true), 200), ''), session_user::text))
-        RETURNING id, name, scopes, created_at;
+        INSERT INTO billing.api_key (id, name, key_hash, scopes, created_by, max_quantity, max_trial_days, max_refund,
+                                     allow_no_proration)
+        VALUES (p_id, p_name, p_key_hash, p_scopes, billing._actor(), p_max_quantity, p_max_trial_days, p_max_refund,
+                coalesce(p_allow_no_proration, false))
+        RETURNING id, name, scopes, created_at, max_quantity, max_trial_days, max_refund, allow_no_proration;
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION USING ERRCODE = 'BL409', MESSAGE = format('API key %s already exists', p_id),
             HINT = 'Generate a new key.';
     END;
 END
 $$;
-COMMENT ON FUNCTION billing.create_api_key(text, text, bytea, text[]) IS
-'Stores a new API key by its id and the SHA-256 of its secret (made by the caller), with its scopes.
-Returns the key without its hash; BL409 when the id or hash exists, BL422 for a bad id, name, hash or scope.';
+COMMENT ON FUNCTION billing.create_api_key(text, text, bytea, text[], integer, integer, bigint, boolean) IS
+'Stores a new API key by its id and the SHA-256 of its secret (made by the caller), with its scopes and its guardrails (docs/security.md, "Key guardrails": the most seats, the longest trial, the largest refund it may ask for, whether it may skip proration; NULL: no limit of its own).
+Returns the key without its hash; BL409 when the id or hash exists, BL422 for a bad id, name, hash, scope or guardrail.';
 
 CREATE OR REPLACE FUNCTION billing.list_api_keys()
 RETURNS TABLE (id text, name text, scopes text[], created_at timestamptz, created_by text,
@@ -166,8 +184,20 @@ COMMENT ON FUNCTION billing.revoke_api_key(text) IS
 'Revokes a key at once (repeating keeps the first revocation time).
 Returns the key id and when it was revoked; BL404 for an unknown id.';
 
+DO $$
+BEGIN
+    -- its result gained the guardrails (issue 27): a new row type needs a new function
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_proc p WHERE p.oid = 'billing.authenticate_api_key(bytea)'::regprocedure
+                  AND array_length(p.proallargtypes, 1) = 3) THEN
+        DROP FUNCTION billing.authenticate_api_key(bytea);
+    END IF;
+EXCEPTION WHEN undefined_function THEN
+    NULL;
+END
+$$;
 CREATE OR REPLACE FUNCTION billing.authenticate_api_key(p_key_hash bytea)
-RETURNS TABLE (key_id text, scopes text[])
+RETURNS TABLE (key_id text, scopes text[], max_quantity integer, max_trial_days integer, max_refund bigint,
+               allow_no_proration boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
@@ -179,12 +209,13 @@ BEGIN
                     WHERE u.key_hash = p_key_hash AND u.revoked_at IS NULL
                       AND (u.last_used_at IS NULL OR u.last_used_at < now() - interval '1 minute')
                       FOR UPDATE SKIP LOCKED);
-    RETURN QUERY SELECT k.id, k.scopes FROM billing.api_key k WHERE k.key_hash = p_key_hash AND k.revoked_at IS NULL;
+    RETURN QUERY SELECT k.id, k.scopes, k.max_quantity, k.max_trial_days, k.max_refund, k.allow_no_proration
+                   FROM billing.api_key k WHERE k.key_hash = p_key_hash AND k.revoked_at IS NULL;
 END
 $$;
 COMMENT ON FUNCTION billing.authenticate_api_key(bytea) IS
 'The key whose secret hashes to p_key_hash, unless revoked; refreshes its last_used_at (at most once a minute). Not audited: it changes nothing but that time.
-Returns its id and scopes, or no row.';
+Returns its id, scopes and guardrails, or no row.';
 
 -- ---------------------------------------------------------------------------------------------
 -- Idempotency keys of create_subscription expire: the worker deletes those older than a day.

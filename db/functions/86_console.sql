@@ -8,17 +8,18 @@
 -- Sessions. The console authenticates the key itself with authenticate_api_key (the API's own
 -- check), then opens a session for the key id it got back. Times are wall-clock.
 -- ---------------------------------------------------------------------------------------------
+DROP FUNCTION IF EXISTS billing.console_open_session(bytea, text, interval, timestamptz);
 CREATE OR REPLACE FUNCTION billing.console_open_session(
-    p_token_hash bytea, p_key_id text, p_ttl interval, p_now timestamptz DEFAULT now())
+    p_token_hash bytea, p_key_hash bytea, p_ttl interval, p_now timestamptz DEFAULT now())
 RETURNS TABLE (key_id text, scopes text[], expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_scopes text[];
+    v_key billing.api_key;
+    v_proof text := current_setting('billing.actor_proof', true);
 BEGIN
-    PERFORM billing._audit('console_open_session', jsonb_build_object('key_id', p_key_id, 'ttl', p_ttl, 'now', p_now));
     PERFORM billing._check_now(p_now);
     IF p_token_hash IS NULL OR length(p_token_hash) <> 32 THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the session token hash must be a SHA-256 (32 bytes)';
@@ -26,25 +27,31 @@ BEGIN
     IF p_ttl IS NULL OR p_ttl < interval '1 minute' OR p_ttl > interval '7 days' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'a console session lasts between 1 minute and 7 days';
     END IF;
-    SELECT k.scopes INTO v_scopes FROM billing.api_key k WHERE k.id = p_key_id AND k.revoked_at IS NULL;
-    IF v_scopes IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('API key %s does not exist or is revoked', coalesce(p_key_id, 'NULL'));
+    -- The key itself (its SHA-256), never its public id: a session is opened only by whoever
+    -- holds the secret (issue 27, finding 6).
+    SELECT * INTO v_key FROM billing.api_key k WHERE k.key_hash = p_key_hash AND k.revoked_at IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = 'unknown or revoked API key';
     END IF;
-    IF NOT v_scopes && ARRAY['admin', 'subscriptions:read']::text[] THEN
+    IF NOT v_key.scopes && ARRAY['admin', 'subscriptions:read']::text[] THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'the console needs a key with the admin or subscriptions:read scope';
     END IF;
+    -- audited as the key just proven (and the caller's own proof, if any, put back)
+    PERFORM set_config('billing.actor_proof', 'key:' || encode(p_key_hash, 'hex'), true);
+    PERFORM billing._audit('console_open_session', jsonb_build_object('key_id', v_key.id, 'ttl', p_ttl, 'now', p_now));
+    PERFORM set_config('billing.actor_proof', coalesce(v_proof, ''), true);
     -- Forget sessions that ended more than a day ago (a few at a time; the index keeps it cheap).
     DELETE FROM billing.console_session s
      WHERE s.token_hash = ANY (ARRAY(SELECT o.token_hash FROM billing.console_session o
                                       WHERE o.expires_at < p_now - interval '1 day' LIMIT 100));
     RETURN QUERY
     INSERT INTO billing.console_session (token_hash, key_id, created_at, expires_at)
-    VALUES (p_token_hash, p_key_id, p_now, p_now + p_ttl)
-    RETURNING key_id, v_scopes, expires_at;
+    VALUES (p_token_hash, v_key.id, p_now, p_now + p_ttl)
+    RETURNING key_id, v_key.scopes, expires_at;
 END
 $$;
-COMMENT ON FUNCTION billing.console_open_session(bytea, text, interval, timestamptz) IS
-'Opens a console session for an API key (already authenticated by the caller with authenticate_api_key) until p_now + p_ttl; only the SHA-256 of the browser''s token is stored.
+COMMENT ON FUNCTION billing.console_open_session(bytea, bytea, interval, timestamptz) IS
+'Opens a console session for the API key whose SHA-256 is p_key_hash (the key itself, checked here: its public id is not enough) until p_now + p_ttl; only the SHA-256 of the browser''s token is stored; audited as that key.
 Returns the key id, its scopes and the expiry; BL404 for an unknown or revoked key, BL422 for a key without admin or subscriptions:read, a bad hash or a ttl outside 1 minute..7 days.';
 
 CREATE OR REPLACE FUNCTION billing.console_session(p_token_hash bytea, p_now timestamptz DEFAULT now())
@@ -105,36 +112,12 @@ COMMENT ON FUNCTION billing.console_functions(text[]) IS
 Returns one row per function; reads only the catalog.';
 
 -- ---------------------------------------------------------------------------------------------
--- Monthly recurring revenue. A period's price counts as a month's when it lasts a calendar
--- month, a twelfth when it lasts a year; other periods are scaled by 30.436875 days (a mean
--- month) over their length. Never summed across currencies; rounded to minor units at the end.
+-- Monthly recurring revenue: the reports' one figure (billing._mrr_points, 75_reports.sql), per
+-- currency, never summed across currencies. (The console once computed its own, by plan prices and a
+-- mean month: its helpers are gone.)
 -- ---------------------------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION billing._monthly_factor(p_billing_interval text, p_interval_count integer)
-RETURNS numeric
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT CASE p_billing_interval
-               WHEN 'MONTH' THEN 1::numeric / p_interval_count
-               WHEN 'YEAR'  THEN 1::numeric / (12 * p_interval_count)
-               WHEN 'WEEK'  THEN 30.436875 / (7 * p_interval_count)
-               WHEN 'DAY'   THEN 30.436875 / p_interval_count
-           END
-$$;
-COMMENT ON FUNCTION billing._monthly_factor(text, integer) IS
-'Private: what share of a month one period of this plan interval is (MONTH 1/count, YEAR 1/(12 count), WEEK and DAY by a mean month of 30.436875 days).
-Returns a numeric factor.';
-
-CREATE OR REPLACE FUNCTION billing._span_monthly_factor(p_start timestamptz, p_end timestamptz)
-RETURNS numeric
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT CASE WHEN p_end - p_start BETWEEN interval '27 days 21 hours' AND interval '31 days 3 hours' THEN 1::numeric
-                WHEN p_end - p_start BETWEEN interval '364 days 21 hours' AND interval '366 days 3 hours' THEN 1::numeric / 12
-                ELSE 2629746::numeric / extract(epoch FROM p_end - p_start) END
-$$;
-COMMENT ON FUNCTION billing._span_monthly_factor(timestamptz, timestamptz) IS
-'Private: what share of a month a billed span is (about 28..31 days: one month; about 365..366 days: a twelfth; else by a mean month of 30.436875 days).
-Returns a numeric factor.';
+DROP FUNCTION IF EXISTS billing._monthly_factor(text, integer);
+DROP FUNCTION IF EXISTS billing._span_monthly_factor(timestamptz, timestamptz);
 
 CREATE OR REPLACE FUNCTION billing.console_mrr(p_now timestamptz DEFAULT now(), p_days integer DEFAULT 30)
 RETURNS TABLE (currency text, at timestamptz, mrr bigint)
@@ -143,52 +126,31 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_first timestamptz;
+    v_first  timestamptz;
+    v_points timestamptz[];
 BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('days', p_days, 1, 366);
     v_first := p_now - make_interval(days => p_days);
-    -- The trend: at the end of each of the p_days days before p_now (point k at v_first + k days),
-    -- the monthly share of the billed periods covering that instant. Each period adds its share at
-    -- its first covered point and takes it back after its last (a running sum over the points), so
-    -- the cost is one pass over the invoices whatever the number of points.
+    -- The report's figure (billing._mrr_points, docs/reports.md) at p_now and at the end of each of
+    -- the p_days days before (point k at v_first + k days), per currency, rounded to the minor unit.
+    SELECT array_agg(v_first + make_interval(days => k) ORDER BY k) || p_now INTO v_points
+      FROM generate_series(0, p_days - 1) k;
     RETURN QUERY
-    WITH billed AS (
-        SELECT i.currency::text AS currency,
-               (i.subtotal * billing._span_monthly_factor(i.period_start, i.period_end) * 100)::bigint AS monthly,
-               greatest(ceil(extract(epoch FROM i.period_start - v_first) / 86400), 0)::int AS k_from,
-               ceil(extract(epoch FROM i.period_end - v_first) / 86400)::int AS k_to
-          FROM billing.invoice i
-         WHERE i.kind IN ('INITIAL', 'RENEWAL') AND i.status IN ('OPEN', 'PAID')
-           AND i.period_end > v_first AND i.period_start < p_now
-    ), steps AS (
-        SELECT b.currency, b.k_from AS k, sum(b.monthly) AS delta FROM billed b WHERE b.k_from < p_days GROUP BY 1, 2
-        UNION ALL
-        SELECT b.currency, b.k_to, -sum(b.monthly) FROM billed b WHERE b.k_to < p_days GROUP BY 1, 2
-    ), grid AS (
-        SELECT c.currency, k
-          FROM (SELECT DISTINCT s.currency FROM steps s) c CROSS JOIN generate_series(0, p_days - 1) k
-    ), trend AS (
-        SELECT g.currency, v_first + make_interval(days => g.k) AS at,
-               round(sum(coalesce((SELECT sum(s.delta) FROM steps s WHERE s.currency = g.currency AND s.k = g.k), 0))
-                     OVER (PARTITION BY g.currency ORDER BY g.k) / 100.0)::bigint AS mrr
-          FROM grid g
-    ), current AS (
-        SELECT p.currency::text AS currency, p_now AS at,
-               round(sum(p.price_amount * billing._monthly_factor(p.billing_interval, p.interval_count)))::bigint AS mrr
-          FROM billing.subscription s
-          JOIN billing.plan p ON p.id = s.plan_id
-         WHERE s.status IN ('ACTIVE', 'PAST_DUE')
-         GROUP BY 1
+    WITH per_point AS (
+        SELECT m.currency, m.at, sum(m.mrr) AS mrr FROM billing._mrr_points(v_points) m GROUP BY 1, 2
+    ), currencies AS (
+        SELECT DISTINCT pp.currency FROM per_point pp WHERE pp.mrr <> 0
     )
-    SELECT * FROM trend
-    UNION ALL
-    SELECT * FROM current
-    ORDER BY 1, 2;
+    SELECT c.currency, g.at, round(coalesce(pp.mrr, 0))::bigint
+      FROM currencies c
+     CROSS JOIN unnest(v_points) g(at)
+      LEFT JOIN per_point pp ON pp.currency = c.currency AND pp.at = g.at
+     ORDER BY 1, 2;
 END
 $$;
 COMMENT ON FUNCTION billing.console_mrr(timestamptz, integer) IS
-'Monthly recurring revenue per currency: at the end of each of the last p_days days (1..366), the monthly share of the signup and renewal invoices (OPEN or PAID) whose period covers that instant; at p_now, the monthly share of the plan price of every ACTIVE or PAST_DUE subscription.
+'Monthly recurring revenue per currency, the reports'' figure (billing._mrr_points: net of discounts, seats and included tax, 0 paused, a change counted from its instant, a reverted upgrade never): at p_now and at the end of each of the last p_days days (1..366).
 Returns (currency, at, mrr in minor units), ordered; never summed across currencies.';
 
 -- ---------------------------------------------------------------------------------------------
@@ -253,8 +215,8 @@ COMMENT ON FUNCTION billing.console_overview(timestamptz) IS
 Returns one jsonb document; scans subscription and invoice (a console, not a scrape).';
 
 -- ---------------------------------------------------------------------------------------------
--- Customers. The customer table may grow columns (email, name, ...): they are searched and
--- shown when they exist, through the row as jsonb.
+-- Customers. A text search goes through the trigram indexes of lower(name) and lower(email)
+-- (migration 0120: never a scan of every customer, issue 27 finding 2); the row is shown as jsonb.
 -- ---------------------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION billing.console_customers(p_query text, p_limit integer DEFAULT 50)
 RETURNS TABLE (id bigint, customer jsonb, subscriptions bigint, live_subscriptions bigint, open_invoices bigint)
@@ -273,14 +235,22 @@ BEGIN
     -- The page's customers first, then their counts grouped by customer_id and joined on it: on
     -- Citus each part runs in the shards of these customers (a correlated subquery per row could
     -- not be planned there).
-    v_ids := ARRAY(
-        SELECT c.id
-          FROM billing.customer c
-         WHERE v_query IS NULL
-            OR (v_query ~ '^[0-9]{1,18}$' AND c.id = v_query::bigint)
-            OR (v_query !~ '^[0-9]{1,18}$' AND (to_jsonb(c) ->> 'email' ILIKE v_like OR to_jsonb(c) ->> 'name' ILIKE v_like))
-         ORDER BY c.id
-         LIMIT p_limit);
+    -- One query per kind of search, so each is planned on its index (a text search through the
+    -- trigram indexes, union of the two columns' matches).
+    IF v_query IS NULL THEN
+        v_ids := ARRAY(SELECT c.id FROM billing.customer c ORDER BY c.id LIMIT p_limit);
+    ELSIF v_query ~ '^[0-9]{1,18}$' THEN
+        v_ids := ARRAY(SELECT c.id FROM billing.customer c WHERE c.id = v_query::bigint);
+    ELSE
+        v_like := lower(v_like);
+        v_ids := ARRAY(
+            SELECT m.id FROM (
+                SELECT c.id FROM billing.customer c WHERE lower(c.email) LIKE v_like
+                UNION
+                SELECT c.id FROM billing.customer c WHERE lower(c.name) LIKE v_like) m
+             ORDER BY m.id
+             LIMIT p_limit);
+    END IF;
     RETURN QUERY
     SELECT c.id, to_jsonb(c), coalesce(s.n, 0), coalesce(s.live, 0), coalesce(i.open, 0)
       FROM billing.customer c

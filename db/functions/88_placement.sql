@@ -41,6 +41,7 @@ AS $$
         ('payment_method',       'distributed', 'customer_id', 'primary key (customer_id, id)'),
         ('coupon_redemption',    'distributed', 'customer_id', 'primary key (customer_id, subscription_id, coupon_code)'),
         ('invoice_line',         'distributed', 'customer_id', 'primary key (customer_id, invoice_id, line_no)'),
+        ('service_line',         'distributed', 'customer_id', 'primary key (customer_id, id)'),
         ('credit_note_line',     'distributed', 'customer_id', 'primary key (customer_id, credit_note_id, line_no)'),
         ('credit_note',          'distributed', 'customer_id', 'primary key (customer_id, id); its number unique per customer, taken once from its series'' counter'),
         ('payment_attempt',      'distributed', 'customer_id', 'primary key (customer_id, id)'),
@@ -51,6 +52,7 @@ AS $$
         ('webhook_attempt',      'distributed', 'customer_id', 'primary key (customer_id, endpoint_id, outbox_id, attempt): its event''s customer'),
         ('audit_log',            'distributed', 'customer_id', 'primary key (customer_id, id): the customer its call named (0: none)'),
         ('gateway_webhook',      'distributed', 'customer_id', 'primary key (customer_id, event_id): its payment attempt''s customer (0: none)'),
+        ('customer_session',     'distributed', 'customer_id', 'primary key (customer_id, token_hash): the one customer a front-end token may act on'),
         ('schema_migration',     'coordinator', NULL,          'the migrations applied')
     ) AS t (table_name, placement, distribution_column, reason)
     WHERE pg_catalog.to_regclass('billing.' || t.table_name) IS NOT NULL

@@ -15,12 +15,13 @@
 
 REVOKE ALL ON SCHEMA billing FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA billing FROM PUBLIC, billing_app, billing_api, billing_worker, billing_relay,
-    billing_readonly, billing_admin, billing_console;
+    billing_readonly, billing_admin, billing_console, billing_support;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA billing FROM PUBLIC, billing_app, billing_api, billing_worker, billing_relay,
-    billing_readonly, billing_admin, billing_console;
+    billing_readonly, billing_admin, billing_console, billing_support;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA billing FROM PUBLIC, billing_app, billing_api, billing_worker, billing_relay,
-    billing_readonly, billing_admin, billing_console;
-GRANT USAGE ON SCHEMA billing TO billing_app, billing_api, billing_worker, billing_relay, billing_readonly, billing_admin, billing_console;
+    billing_readonly, billing_admin, billing_console, billing_support;
+GRANT USAGE ON SCHEMA billing TO billing_app, billing_api, billing_worker, billing_relay, billing_readonly, billing_admin, billing_console,
+    billing_support;
 
 DO $$
 DECLARE
@@ -34,24 +35,28 @@ DECLARE
                       "create_webhook_endpoint", "list_webhook_endpoints", "get_webhook_endpoint",
                       "delete_webhook_endpoint", "list_webhook_attempts", "set_payment_method",
                       "detach_payment_method", "list_payment_methods", "refund_invoice", "list_refunds",
-                      "record_refund_result", "retry_invoice", "void_invoice", "get_invoice_document",
-                      "set_customer_details"],
+                      "retry_invoice", "void_invoice", "get_invoice_document",
+                      "set_customer_details", "apply_refund_webhook", "open_customer_session", "customer_session",
+                      "close_customer_session", "record_auth_failure"],
       "billing_worker": ["create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                          "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats",
                          "period_end", "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
                          "announce_expiring_payment_methods", "give_up_waiting_invoices", "finalize_invoices",
                          "lease_shard_groups",
-                         "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups"],
+                         "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups",
+                         "claim_refund_rechecks"],
       "billing_relay": ["claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
                         "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
                         "is_simulation", "lease_shard_groups",
                         "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
                         "mark_outbox_failed_in_shard"],
       "billing_readonly": ["get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
-                           "proration_amount", "dunning_next_attempt", "is_simulation", "list_payment_methods",
-                           "list_refunds", "get_invoice_document", "report_mrr", "report_mrr_movements",
+                           "proration_amount", "dunning_next_attempt", "is_simulation",
+                           "list_refunds", "report_mrr", "report_mrr_movements",
                            "report_churn", "report_revenue",
                            "figures_by_hour", "figures_counts", "figures_revenue"],
+      "billing_support": ["get_subscription", "plan_code", "is_simulation", "list_payment_methods", "list_refunds",
+                          "get_invoice_document"],
       "billing_admin": ["upsert_plan", "upsert_customer", "upsert_coupon",
                         "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                         "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
@@ -71,7 +76,7 @@ DECLARE
                           "uncancel_subscription", "pause_subscription", "resume_subscription", "apply_coupon",
                           "set_quantity", "reactivate_subscription", "retry_invoice", "void_invoice",
                           "refund_invoice", "get_invoice_document", "report_mrr", "report_mrr_movements",
-                          "report_churn", "report_revenue"]
+                          "report_churn", "report_revenue", "record_auth_failure"]
     }';
     v_role text;
     v_fn   regprocedure;

@@ -95,8 +95,8 @@ SELECT function_returns('billing', 'record_payment_result',
     ARRAY['text', 'text', 'text', 'text', 'timestamp with time zone', 'boolean'], 'billing.invoice');
 SELECT function_returns('billing', 'claim_outbox_events', ARRAY['integer', 'interval', 'timestamp with time zone'], 'setof billing.outbox_event');
 SELECT is(
-    (SELECT pg_get_function_arguments('billing.cancel_subscription(bigint,boolean,timestamptz,bigint)'::regprocedure)),
-    'p_subscription_id bigint, p_at_period_end boolean, p_now timestamp with time zone DEFAULT now(), p_expected_version bigint DEFAULT NULL::bigint',
+    (SELECT pg_get_function_arguments('billing.cancel_subscription(bigint,boolean,timestamptz,bigint,text)'::regprocedure)),
+    'p_subscription_id bigint, p_at_period_end boolean, p_now timestamp with time zone DEFAULT now(), p_expected_version bigint DEFAULT NULL::bigint, p_proration text DEFAULT ''none''::text',
     'cancel_subscription parameters and defaults');
 
 -- Roles: billing_app executes the API and nothing else.

@@ -4,7 +4,7 @@
 -- REVIEW), the key namespace, webhooks that disagree with their attempt, the jitter CHECK.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(44);
+SELECT plan(45);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
@@ -133,14 +133,17 @@ SELECT results_eq($$SELECT status FROM billing.credit_pending WHERE customer_id 
 SELECT is(pg_temp.balance(11004), 0::bigint, 'nothing from nothing');
 SELECT ok(pg_temp.books_balance(), 'the books balance for every customer');
 
--- An unpaid upgrade is superseded by the next change ----------------------------------------------
+-- An unpaid upgrade bills the time it served: the next change reverses only its unused part -----
+-- (issue 26, "unpaid is unpaid": it was voided whole before, the upgraded days free)
 SELECT billing.create_subscription('t-sup', 11005, 'D30_A', '2030-08-01Z');
 SELECT pg_temp.settle((SELECT pg_temp.sid('t-sup')), 'SUCCEEDED', '2030-08-01Z');
 SELECT billing.change_plan(pg_temp.sid('t-sup'), 'D30_B', '2030-08-16Z');
 SELECT billing.change_plan(pg_temp.sid('t-sup'), 'D30_A', '2030-08-21Z');
 SELECT results_eq($$SELECT status FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t-sup')) AND kind = 'PRORATION'$$,
-                  $$VALUES ('VOID')$$, 'the unpaid upgrade is voided');
+                  $$VALUES ('OPEN')$$, 'the unpaid upgrade is not voided: it bills the five days served');
 SELECT is(pg_temp.balance(11005), 0::bigint, 'and the downgrade back credits nothing that was not paid');
+SELECT results_eq($$SELECT status FROM billing.credit_pending WHERE customer_id = 11005$$, $$VALUES ('PENDING')$$,
+                  'its credit for the unused upgraded days waits on the upgrade''s invoice');
 
 -- A failed upgrade is reverted --------------------------------------------------------------------
 SELECT billing.create_subscription('t-rev', 11006, 'D30_A', '2030-09-01Z');

@@ -156,14 +156,16 @@ SELECT pg_temp.claim('2027-02-01 10:00Z');
 SELECT billing.cancel_subscription(pg_temp.sid('t07-v'), false, '2027-02-01 10:00:30Z');
 SELECT is((SELECT status FROM billing.invoice WHERE id = pg_temp.inv('t07-v')), 'VOID', 'canceled while being charged: VOID');
 SELECT is(billing.apply_gateway_webhook('evt-v-1', pg_temp.pay_key('t07-v', 0), 'SUCCEEDED', 'ch_v',
-                                        '{"id": "ch_v", "status": "succeeded"}', '2027-02-01 10:01Z'),
+                                        (SELECT jsonb_build_object('amount', a.amount, 'currency', btrim(a.currency), 'customerId', a.customer_id)
+                                           FROM billing.payment_attempt a WHERE a.idempotency_key = pg_temp.pay_key('t07-v', 0)) || '{"id": "ch_v", "status": "succeeded"}', '2027-02-01 10:01Z'),
           'APPLIED', 'a webhook is applied');
 SELECT results_eq($$SELECT status, gateway_reference FROM billing.invoice WHERE id = pg_temp.inv('t07-v')$$,
                   $$VALUES ('VOID', NULL::text)$$, 'a success on a VOID invoice leaves it VOID (nothing was owed)');
 SELECT is(pg_temp.events('RefundDue', pg_temp.inv('t07-v')), 1::bigint, 'RefundDue: the money goes back');
 SELECT is(billing.apply_gateway_webhook('evt-v-1', pg_temp.pay_key('t07-v', 0), 'SUCCEEDED', 'ch_v', '{}', '2027-02-01 10:02Z'),
           'DUPLICATE', 'the same webhook event again: DUPLICATE');
-SELECT is(billing.apply_gateway_webhook('evt-v-2', pg_temp.pay_key('t07-v', 0), 'SUCCEEDED', 'ch_v', '{}', '2027-02-01 10:03Z'),
+SELECT is(billing.apply_gateway_webhook('evt-v-2', pg_temp.pay_key('t07-v', 0), 'SUCCEEDED', 'ch_v', (SELECT jsonb_build_object('amount', a.amount, 'currency', btrim(a.currency), 'customerId', a.customer_id)
+                                           FROM billing.payment_attempt a WHERE a.idempotency_key = pg_temp.pay_key('t07-v', 0)), '2027-02-01 10:03Z'),
           'APPLIED', 'another delivery of the same result is stored');
 SELECT is(pg_temp.events('InvoicePaid', pg_temp.inv('t07-v')) + pg_temp.events('RefundDue', pg_temp.inv('t07-v')), 1::bigint,
           'but changes nothing');

@@ -163,8 +163,9 @@ SELECT throws_ok($$SELECT * FROM billing.report_revenue('2026-05-01', '2026-04-0
                  'a report span must not end before it starts');
 SELECT is((SELECT sum(recognized)::bigint FROM billing.report_revenue('2026-03-01', '2026-04-30')
             WHERE currency = 'EUR'), (SELECT sum(subtotal - tax_included)::bigint FROM billing.invoice
-            WHERE currency = 'EUR' AND status NOT IN ('VOID', 'FAILED')),
-          'revenue recognized over the invoices'' spans adds up to their net amounts');
+            WHERE currency = 'EUR' AND status NOT IN ('VOID', 'FAILED'))
+            - (SELECT sum(subtotal)::bigint FROM billing.credit_note WHERE reason = 'REFUND' AND currency = 'EUR'),
+          'revenue recognized over the invoices'' spans adds up to their net amounts, less the refunds'' net (their credit notes)');
 
 -- -- renewals: their taxes are the new invoices' ------------------------------------------------
 -- The renewal statement computes taxes set-based (_invoice_tax_sql joined; on Citus the renewal's

@@ -6,11 +6,16 @@ BEGIN;
 -- and the SECURITY DEFINER calls then share one user's connections to the nodes (otherwise a
 -- distributed deadlock between two users' connections, or placements written by another user).
 SET LOCAL ROLE billing_owner;
-SELECT plan(27);
+SELECT plan(30);
 -- The audit log's fixture first: on Citus a plan (a reference table) is not written after a
 -- multi-shard read of the same transaction (the claims below).
-SELECT set_config('billing.actor', 'api-key:bk_pgtap0001', true);
+-- The actor is proven (issue 27): the hash of the key the caller holds, not a name it gives.
+SELECT billing.create_api_key('bk_pgtap0001', 'pgtap', sha256('pgtap-key'), ARRAY['admin']);
+SELECT set_config('billing.actor', 'someone-else', true);
+SELECT set_config('billing.actor_proof', 'key:' || encode(sha256('pgtap-key'), 'hex'), true);
 SELECT billing.upsert_plan('SEC_PLAN', 500, 'USD', 'MONTH', 1);
+SELECT set_config('billing.actor_proof', '', true);
+SELECT set_config('billing.actor', '', true);
 
 -- -- ownership and roles -------------------------------------------------------------------
 SELECT is((SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'billing'), 'billing_owner',
@@ -58,7 +63,16 @@ SELECT throws_ok($$SELECT billing.set_max_clock_skew('2 days')$$, 'BL422', NULL,
 -- -- the audit log (its fixture, upsert_plan as api-key:bk_pgtap0001, at the top) -----------------
 SELECT is((SELECT actor || ' ' || db_role || ' ' || (args ->> 'code') FROM billing.audit_log
             WHERE function = 'upsert_plan' ORDER BY id DESC LIMIT 1),
-          'api-key:bk_pgtap0001 ' || session_user || ' SEC_PLAN', 'a mutation records who, the login and its arguments');
+          'api-key:bk_pgtap0001 ' || session_user || ' SEC_PLAN', 'a mutation records who (the proven key), the login and its arguments');
+SELECT set_config('billing.actor', 'api-key:bk_pgtap0001', true);
+SELECT is(billing._actor(), session_user || ' (claimed api-key:bk_pgtap0001 without proof)',
+          'a caller cannot name a key without its proof');
+SELECT set_config('billing.actor', 'cli:tester', true);
+SELECT is(billing._actor(), 'cli:tester', 'a description of itself that names no key is kept (db_role says who)');
+SELECT set_config('billing.actor_proof', 'key:' || encode(sha256('not-the-key'), 'hex'), true);
+SELECT is(billing._actor(), session_user || ' (credential not valid)', 'a proof of no key names none');
+SELECT set_config('billing.actor_proof', '', true);
+SELECT set_config('billing.actor', '', true);
 SELECT is((SELECT count(*)::int FROM pg_proc p WHERE p.pronamespace = 'billing'::regnamespace
             AND p.proname IN ('upsert_plan', 'upsert_customer', 'create_subscription', 'cancel_subscription',
                               'change_plan', 'create_due_invoices', 'claim_charges', 'record_payment_result',

@@ -1,6 +1,6 @@
 -- The operator console's SQL (db/functions/86_console.sql): sessions, reads, MRR, replay.
 BEGIN;
-SELECT plan(26);
+SELECT plan(27);
 -- One user for the fixtures and the SECURITY DEFINER calls (on Citus a transaction may not read
 -- placements another user wrote in it); the same on a single PostgreSQL.
 SET LOCAL ROLE billing_owner;
@@ -18,7 +18,7 @@ SELECT (billing.create_subscription('c-3', 42, 'C_W', '2026-03-01Z')).id AS s3 \
 SELECT billing.create_api_key('bk_console01', 'admin', sha256('k1'), ARRAY['admin']);
 SELECT billing.create_api_key('bk_console02', 'reader', sha256('k2'), ARRAY['subscriptions:read']);
 SELECT billing.create_api_key('bk_console03', 'writer', sha256('k3'), ARRAY['subscriptions:write']);
-SELECT is((SELECT scopes FROM billing.console_open_session(sha256('t1'), 'bk_console01', '1 hour', '2026-03-02Z')),
+SELECT is((SELECT scopes FROM billing.console_open_session(sha256('t1'), sha256('k1'), '1 hour', '2026-03-02Z')),
           ARRAY['admin'], 'an admin key opens a session');
 SELECT is((SELECT key_id FROM billing.console_session(sha256('t1'), '2026-03-02 00:30Z')), 'bk_console01',
           'the token finds its session');
@@ -27,14 +27,16 @@ SELECT is((SELECT count(*)::int FROM billing.console_session(sha256('t1'), '2026
 SELECT is((SELECT count(*)::int FROM billing.console_session(sha256('nope'), '2026-03-02 00:30Z')), 0,
           'another token finds nothing');
 SELECT is((SELECT actor || ' ' || (args ->> 'key_id') FROM billing.audit_log WHERE function = 'console_open_session'),
-          session_user || ' bk_console01', 'opening a session is audited, without the token');
-SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t3'), 'bk_console03', '1 hour', '2026-03-02Z')$$,
+          'api-key:bk_console01 bk_console01', 'opening a session is audited as its key, without the token');
+SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t3'), sha256('k3'), '1 hour', '2026-03-02Z')$$,
                  'BL422', NULL, 'a key without admin or subscriptions:read cannot log in');
-SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t4'), 'bk_nobody000', '1 hour', '2026-03-02Z')$$,
+SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t4'), sha256('nobody'), '1 hour', '2026-03-02Z')$$,
                  'BL404', NULL, 'an unknown key cannot log in');
-SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t4'), 'bk_console02', '30 days', '2026-03-02Z')$$,
+SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t5'), sha256('bk_console01'), '1 hour', '2026-03-02Z')$$,
+                 'BL404', NULL, 'a key''s public id is not its secret: no session without the key itself');
+SELECT throws_ok($$SELECT * FROM billing.console_open_session(sha256('t4'), sha256('k2'), '30 days', '2026-03-02Z')$$,
                  'BL422', NULL, 'a session lasts at most 7 days');
-SELECT lives_ok($$SELECT * FROM billing.console_open_session(sha256('t2'), 'bk_console02', '1 hour', '2026-03-02Z')$$,
+SELECT lives_ok($$SELECT * FROM billing.console_open_session(sha256('t2'), sha256('k2'), '1 hour', '2026-03-02Z')$$,
                 'a read key opens a session');
 SELECT billing.revoke_api_key('bk_console02');
 SELECT is((SELECT count(*)::int FROM billing.console_session(sha256('t2'), '2026-03-02 00:10Z')), 0,
@@ -56,24 +58,23 @@ SELECT is(billing.console_customer(41) -> 'payment_methods',
           'payment methods when their table exists (none here), else none at all');
 SELECT throws_ok($$SELECT billing.console_customer(999)$$, 'BL404', NULL, 'an unknown customer');
 SELECT is((billing.console_overview('2026-03-02Z') -> 'subscriptions' ->> 'active')::int, 3, 'the overview counts');
--- MRR now: 30.00 EUR monthly + 240.00 EUR yearly / 12 = 50.00 EUR; 700 JPY every 2 weeks = 700 * 30.436875 / 14.
+-- MRR now, the reports' figure: 30.00 EUR monthly + 240.00 EUR yearly / 12 = 50.00 EUR; 700 JPY
+-- every 2 weeks = 700 x 52 / 24 (a week is 52/12 of a month, as in report_mrr).
 SELECT is((SELECT array_agg(currency || ' ' || mrr ORDER BY currency) FROM billing.console_mrr('2026-03-02Z', 3)
             WHERE at = '2026-03-02Z'),
-          ARRAY['EUR 5000', 'JPY ' || round(700 * 30.436875 / 14)::bigint], 'MRR from the plans, per currency');
+          ARRAY['EUR 5000', 'JPY ' || round(700 * 52 / 24.0)::bigint], 'MRR per currency, as report_mrr counts it');
 SELECT is((SELECT mrr FROM billing.console_mrr('2026-03-05Z', 3) WHERE currency = 'EUR' AND at = '2026-03-04Z'), 5000::bigint,
           'the trend counts the billed periods covering each day the same way');
 SELECT billing.create_due_invoices(100, '2026-04-02Z');  -- renewals: a second billed period each
--- The trend's running sum equals counting, at each point, the billed periods that cover it.
+-- The trend is the reports' MRR (billing._mrr_at) at each point, rounded to the minor unit.
 SELECT is((SELECT array_agg(currency || ' ' || at || ' ' || mrr ORDER BY currency, at)
              FROM billing.console_mrr('2026-04-20Z', 60) WHERE at < '2026-04-20Z' AND mrr <> 0),
           (SELECT array_agg(currency || ' ' || at || ' ' || mrr ORDER BY currency, at) FROM (
-               SELECT i.currency::text AS currency, g AS at,
-                      round(sum((i.subtotal * billing._span_monthly_factor(i.period_start, i.period_end) * 100)::bigint) / 100.0)::bigint AS mrr
+               SELECT m.currency, g AS at, round(sum(m.mrr))::bigint AS mrr
                  FROM generate_series(timestamptz '2026-04-20Z' - interval '60 days', '2026-04-19Z', interval '1 day') g
-                 JOIN billing.invoice i ON i.period_start <= g AND i.period_end > g
-                WHERE i.kind IN ('INITIAL', 'RENEWAL') AND i.status IN ('OPEN', 'PAID')
+                CROSS JOIN LATERAL billing._mrr_at(g) m
                 GROUP BY 1, 2) x WHERE mrr <> 0),
-          'the trend equals a direct count of the periods covering each point');
+          'the trend equals the reports'' MRR at each point');
 SELECT is((SELECT array_agg(name ORDER BY name) FROM billing.console_functions(ARRAY['change_plan', 'no_such_function'])),
           ARRAY['change_plan'], 'only the functions that exist are offered');
 

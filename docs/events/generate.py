@@ -141,6 +141,14 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
     "RefundReview": ("invoice/<id>", "a refund's fate stayed unknown until its key expired at the provider: it is "
                                      "never sent again, a person settles it",
                      obj({**REFUND, "reviewReason": {"const": "KEY_EXPIRED"}}, const={"status": {"const": "REQUESTED"}})),
+    "RefundReviewRequired": ("invoice/<id>", "a provider's refund event disagreed with the refund its key names "
+                                             "(refund id, amount, currency or charge), lacked one of them, or "
+                                             "reported a refund failed after it had succeeded: kept, not applied "
+                                             "(a failure after success is looked up at the provider by the worker)",
+                             obj({**REFUND, "reviewReason": {"enum": ["WEBHOOK_MISMATCH", "WEBHOOK_INCOMPLETE",
+                                                                      "FAILED_AFTER_SUCCEEDED"]},
+                                  "detail": {"type": "string"}, "webhookEventId": {"type": "string"},
+                                  "eventRefundId": nullable({"type": "string"})})),
     "PaymentMethodUpdated": ("customer/<id>", "a payment method is set (it becomes the default; the invoices retried "
                                               "at once are listed) or detached",
                              obj({**PAYMENT_METHOD, "retriedInvoiceIds": {"type": "array", "items": ID}})),
@@ -255,6 +263,9 @@ def main() -> None:
             path = folder / f"{name}.v{VERSIONS[name]}.json"
             path.write_text(json.dumps(schema_of(name), indent=2) + "\n")
         print(f"{len(CATALOGUE)} schemas written to {folder}")
+    # Earlier versions kept in docs/events (a breaking change leaves the old file): the package too.
+    for path in HERE.glob("*.json"):
+        (PACKAGED / path.name).write_bytes(path.read_bytes())
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 
 from billing import db
 
-SCOPES = ("subscriptions:read", "subscriptions:write", "refunds:write", "admin")
+SCOPES = ("subscriptions:read", "subscriptions:write", "refunds:write", "customer-sessions:write", "admin")
 KEY_PREFIX = "bk_"
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _KEY_FORM = re.compile(r"^bk_[a-z0-9]{8,32}_[A-Za-z0-9_-]{43,}$")
@@ -53,12 +53,41 @@ def key_id_of(key: str) -> str:
     return "_".join(key.split("_", 2)[:2]) if looks_like_key(key) else ""  # the secret may hold "_"
 
 
-def create_key(database_url: str, name: str, scopes: list[str], *, actor: str = "cli") -> NewKey:
+@dataclass(frozen=True)
+class Guardrails:
+    """A key's own limits (docs/security.md, "Key guardrails"); None: no limit of its own."""
+
+    max_quantity: int | None = None
+    max_trial_days: int | None = None
+    max_refund: int | None = None
+    allow_no_proration: bool = False
+
+    @classmethod
+    def of(cls, row: dict | None) -> "Guardrails":
+        if not row:
+            return cls()
+        return cls(row.get("max_quantity"), row.get("max_trial_days"), row.get("max_refund"),
+                   bool(row.get("allow_no_proration")))
+
+    def describe(self) -> str:
+        parts = [f"{label} {value}" for label, value in (("max quantity", self.max_quantity),
+                                                         ("max trial days", self.max_trial_days),
+                                                         ("max refund", self.max_refund)) if value is not None]
+        if self.allow_no_proration:
+            parts.append("may skip proration")
+        return ", ".join(parts)
+
+
+def create_key(database_url: str, name: str, scopes: list[str], *, actor: str = "cli",
+               guardrails: Guardrails | None = None) -> NewKey:
     key = new_api_key()
+    g = guardrails or Guardrails()
     with psycopg.connect(database_url, row_factory=dict_row) as conn:
         with conn.transaction():
             conn.execute(db.SET_ACTOR, {"actor": actor})
-            conn.execute(db.CREATE_API_KEY, {"id": key.key_id, "name": name, "hash": key.key_hash, "scopes": scopes})
+            conn.execute(db.CREATE_API_KEY, {"id": key.key_id, "name": name, "hash": key.key_hash, "scopes": scopes,
+                                             "max_quantity": g.max_quantity, "max_trial_days": g.max_trial_days,
+                                             "max_refund": g.max_refund, "allow_no_proration": g.allow_no_proration})
     return key
 
 

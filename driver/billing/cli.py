@@ -194,16 +194,29 @@ def _cli_actor() -> str:
 @database_url_option
 @click.option("--name", required=True, help="What the key is for (e.g. the calling application).")
 @click.option("--scope", "scopes", multiple=True, required=True,
-              type=click.Choice(["subscriptions:read", "subscriptions:write", "refunds:write", "admin"]),
+              type=click.Choice(["subscriptions:read", "subscriptions:write", "refunds:write",
+                                 "customer-sessions:write", "admin"]),
               help="Repeat for several; admin allows everything.")
+@click.option("--max-quantity", type=click.IntRange(1, 1_000_000), default=None,
+              help="Guardrail: the most seats a subscription this key creates or changes may have.")
+@click.option("--max-trial-days", type=click.IntRange(0, 730), default=None,
+              help="Guardrail: the longest trial this key may give.")
+@click.option("--max-refund", type=click.IntRange(1, None), default=None,
+              help="Guardrail: the largest refund (minor units) this key may ask for in one request.")
+@click.option("--allow-no-proration", is_flag=True, default=False,
+              help="Let this key change plans with prorate: false (otherwise only an admin key may).")
 @click.pass_obj
-def api_key_create(settings: Settings, database_url, name, scopes) -> None:
+def api_key_create(settings: Settings, database_url, name, scopes, max_quantity, max_trial_days, max_refund,
+                   allow_no_proration) -> None:
     """Create a key; prints its id and scopes, then the key itself alone on the last line (shown once)."""
-    from billing.api_keys import create_key
+    from billing.api_keys import Guardrails, create_key
 
     settings = settings.with_overrides(database_url=database_url)
-    created = create_key(settings.database_url, name, list(scopes), actor=_cli_actor())
-    click.echo(f"created API key {created.key_id} ({name}; scopes: {', '.join(scopes)})")
+    guardrails = Guardrails(max_quantity, max_trial_days, max_refund, allow_no_proration)
+    created = create_key(settings.database_url, name, list(scopes), actor=_cli_actor(), guardrails=guardrails)
+    limits = guardrails.describe()
+    click.echo(f"created API key {created.key_id} ({name}; scopes: {', '.join(scopes)}"
+               f"{'; ' + limits if limits else ''})")
     click.echo("the key is shown once; store it now:")
     click.echo(created.key)
 

@@ -12,6 +12,7 @@ shorter than 32 characters, or a known placeholder (docs/security.md).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import urllib.parse
@@ -72,16 +73,61 @@ _PLACEHOLDERS = re.compile(
     r"change[-_ ]?me|replace[-_ ]?me|placeholder|your[-_ ]?(?:secret|password|key)|example|dummy|"
     r"^(?:secret|password|passwd|billing|postgres|redis|kafka|admin|default|test|whsec_test|\.\.\.)$",
     re.IGNORECASE)
+# The refusal list: words that make a long secret guessable whatever surrounds them (zxcvbn knows
+# the common passwords and dictionary words; these are the project's own and the usual fillers).
+_REFUSED_WORDS = ("billing", "postgres", "redis", "kafka", "stripe", "whsec", "secret", "password", "passwd",
+                  "letmein", "qwerty", "admin", "changeme", "default", "webhook", "token")
+# zxcvbn's estimate of the guesses an attacker needs, as log10: 24 is about 80 bits. A random
+# 32-character secret scores about 32; "passwordpasswordpasswordpassword1" 4.
+MIN_GUESSES_LOG10 = 24.0
+# Operator-supplied webhook endpoint secrets: at least 32 bytes of entropy (docs/security.md).
+MIN_WEBHOOK_SECRET_BITS = 256
+
+
+def guesses_log10(value: str) -> float:
+    """zxcvbn's estimate (log10 of the guesses) for the first 100 characters (it is quadratic)."""
+    from zxcvbn import zxcvbn
+
+    return float(zxcvbn(value[:100], user_inputs=list(_REFUSED_WORDS))["guesses_log10"])
+
+
+def charset_bits(value: str) -> float:
+    """An upper bound of a string's entropy from its length and the character classes it uses
+    (hex digits count 4 bits each; base64 6)."""
+    if re.fullmatch(r"[0-9a-fA-F]+", value) and not (re.search(r"[a-f]", value) and re.search(r"[A-F]", value)):
+        return 4.0 * len(value)
+    size = 0
+    for pattern, n in ((r"[a-z]", 26), (r"[A-Z]", 26), (r"[0-9]", 10), (r"[-_]", 2), (r"[^A-Za-z0-9_-]", 32)):
+        if re.search(pattern, value):
+            size += n
+    return len(value) * math.log2(max(size, 2))
 
 
 def secret_problem(what: str, value: str) -> str | None:
-    """Why `value` is not an acceptable secret, or None (never says the value itself)."""
+    """Why `value` is not an acceptable secret, or None (never says the value itself): a known
+    placeholder, too few distinct characters, shorter than 32, or guessable (zxcvbn's estimate
+    below MIN_GUESSES_LOG10: repeats, sequences, keyboard walks, dictionary words)."""
     if _PLACEHOLDERS.search(value):
         return f"{what} is a known placeholder"
     if len(set(value)) < 6:
         return f"{what} looks like a placeholder (too few distinct characters)"
     if len(value) < MIN_SECRET_LENGTH:
         return f"{what} is shorter than {MIN_SECRET_LENGTH} characters"
+    if guesses_log10(value) < MIN_GUESSES_LOG10:
+        return f"{what} is guessable (repeats, sequences or common words: use a random secret)"
+    return None
+
+
+def webhook_secret_problem(value: str) -> str | None:
+    """Why an operator-supplied webhook endpoint secret is refused: 32 bytes of entropy or more
+    (a 43-character base64 or 64-character hex random string), and a good secret otherwise."""
+    bare = _STRIPE_PREFIX.sub("", value, count=1)
+    problem = secret_problem("the secret", bare)
+    if problem:
+        return problem
+    if charset_bits(bare) < MIN_WEBHOOK_SECRET_BITS:
+        return (f"the secret carries less than {MIN_WEBHOOK_SECRET_BITS // 8} bytes of entropy "
+                "(use 32 random bytes: 43 base64 or 64 hex characters)")
     return None
 
 
@@ -94,14 +140,29 @@ def stripe_secret_problem(what: str, value: str) -> str | None:
     return secret_problem(what, _STRIPE_PREFIX.sub("", value, count=1)) or secret_problem(what, value)
 
 
-def _url_password(url: str | None) -> str | None:
+def _url_passwords(url: str | None) -> list[str]:
+    """Every password a database or Redis URL carries: the URL's own (user:password@), a
+    `password=` query parameter (libpq reads it; it overrides the other), and a key=value
+    connection string's `password=`."""
     if not url:
-        return None
+        return []
+    found: list[str] = []
     if "://" in url:
-        password = urllib.parse.urlsplit(url).password
-        return urllib.parse.unquote(password) if password else None
-    m = re.search(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", url)  # key=value connection string
-    return m.group(1).strip("'") if m else None
+        parts = urllib.parse.urlsplit(url)
+        if parts.password:
+            found.append(urllib.parse.unquote(parts.password))
+        for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
+            if key.lower() in ("password", "pass", "passwd"):
+                found.append(value)
+        return found
+    for m in re.finditer(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", url):  # key=value connection string
+        found.append(m.group(1).strip("'"))
+    return found
+
+
+def _url_password(url: str | None) -> str | None:
+    passwords = _url_passwords(url)
+    return passwords[0] if passwords else None
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -199,6 +260,18 @@ class Settings:
     api_body_timeout_seconds: float = 30.0
     api_keep_alive_seconds: float = 5.0
     api_max_concurrency: int = 256
+    # Connections one client address may hold at once (docs/http-api.md, "Serving limits").
+    api_max_connections_per_address: int = 32
+    # Cost-aware limits (docs/security.md, "The cost of a request"): each key's budget of cost units
+    # per second (a PDF costs 10, an HTML document 3, a console page 1 to 10); requests without a
+    # valid credential per client address; the pool of the expensive reads (console, reports) and
+    # its statement timeout.
+    api_cost_per_key: float = 20.0
+    api_unauthenticated_rate_per_address: float = 20.0
+    api_unauthenticated_burst_per_address: int = 40
+    api_auth_failures_free: int = 10  # failed authentications per address and minute before the backoff
+    api_heavy_pool_size: int = 3
+    api_heavy_statement_timeout_ms: int = 5000
     # The operator console under /console (docs/console.md): how long a login lasts, and whether
     # its cookies are Secure: "auto" (when the request came over https), "true" (TLS ends at a
     # proxy in front) or "false".
@@ -259,6 +332,17 @@ class Settings:
             api_body_timeout_seconds=_env_float("BILLING_API_BODY_TIMEOUT_SECONDS", cls.api_body_timeout_seconds),
             api_keep_alive_seconds=_env_float("BILLING_API_KEEP_ALIVE_SECONDS", cls.api_keep_alive_seconds),
             api_max_concurrency=_env_int("BILLING_API_MAX_CONCURRENCY", cls.api_max_concurrency),
+            api_max_connections_per_address=_env_int("BILLING_API_MAX_CONNECTIONS_PER_ADDRESS",
+                                                     cls.api_max_connections_per_address),
+            api_cost_per_key=_env_float("BILLING_API_COST_PER_KEY", cls.api_cost_per_key),
+            api_unauthenticated_rate_per_address=_env_float("BILLING_API_UNAUTHENTICATED_RATE_PER_ADDRESS",
+                                                            cls.api_unauthenticated_rate_per_address),
+            api_unauthenticated_burst_per_address=_env_int("BILLING_API_UNAUTHENTICATED_BURST_PER_ADDRESS",
+                                                           cls.api_unauthenticated_burst_per_address),
+            api_auth_failures_free=_env_int("BILLING_API_AUTH_FAILURES_FREE", cls.api_auth_failures_free),
+            api_heavy_pool_size=_env_int("BILLING_API_HEAVY_POOL_SIZE", cls.api_heavy_pool_size),
+            api_heavy_statement_timeout_ms=_env_int("BILLING_API_HEAVY_STATEMENT_TIMEOUT_MS",
+                                                    cls.api_heavy_statement_timeout_ms),
             console_session_hours=_env_float("BILLING_CONSOLE_SESSION_HOURS", cls.console_session_hours),
             console_cookie_secure=_console_cookie_secure(env.get("BILLING_CONSOLE_COOKIE_SECURE")),
             issuer_name=env.get("BILLING_ISSUER_NAME") or cls.issuer_name,
@@ -281,8 +365,7 @@ class Settings:
             problems.append(stripe_secret_problem("BILLING_STRIPE_API_KEY", self.stripe_api_key))
         for what, url in (("the password in BILLING_DATABASE_URL", self.database_url),
                           ("the password in BILLING_REDIS_URL", self.redis_url)):
-            password = _url_password(url)
-            if password is not None:
+            for password in _url_passwords(url):
                 problems.append(secret_problem(what, password))
         if self.kafka_password:
             problems.append(secret_problem("BILLING_KAFKA_PASSWORD", self.kafka_password))

@@ -43,6 +43,8 @@ REFUND_CLAIMS_IN_SHARD = (
 )
 # Refunds (db/functions/57_refunds.sql, 58_refund_claims.sql): the worker claims and records; the API requests and lists.
 CLAIM_REFUNDS = "SELECT * FROM billing.claim_refunds(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s)"
+# Refunds an event said failed after they succeeded: looked up at the provider (59_refund_webhooks).
+CLAIM_REFUND_RECHECKS = "SELECT * FROM billing.claim_refund_rechecks(%(batch)s, %(lease)s::interval, %(now)s)"
 RECORD_REFUND_RESULT = (
     "SELECT * FROM billing.record_refund_result(%(key)s, %(outcome)s, %(reference)s, %(reason)s, %(now)s)"
 )
@@ -131,9 +133,31 @@ LIST_WEBHOOK_ATTEMPTS = "SELECT * FROM billing.list_webhook_attempts(%(id)s, %(l
 
 # -- Security (db/functions/85_security.sql, docs/security.md). The actor of the audit log is a
 # transaction-local setting: a mutation sets it in its own transaction, first.
+# The actor proof (billing._actor, 87_sessions.sql) is the hash of the credential the request
+# carried: key:<hex>, console:<hex> or customer:<id>:<hex>; '' for none (the actor is then only a
+# description the caller gives, never a key's name).
 SET_ACTOR = "SELECT set_config('billing.actor', %(actor)s, true)"
-AUTHENTICATE_API_KEY = "SELECT key_id, scopes FROM billing.authenticate_api_key(%(hash)s)"
-CREATE_API_KEY = "SELECT * FROM billing.create_api_key(%(id)s, %(name)s, %(hash)s, %(scopes)s::text[])"
+
+
+class Actor(str):
+    """An audit actor name with the proof of the credential behind it (SET_ACTOR_PROOF): the
+    database names a key from the proof, never from the name (db/functions/87_sessions.sql)."""
+
+    proof: str = ""
+
+
+SET_ACTOR_PROOF = "SELECT set_config('billing.actor_proof', %(proof)s, true)"
+AUTHENTICATE_API_KEY = ("SELECT key_id, scopes, max_quantity, max_trial_days, max_refund, allow_no_proration "
+                        "FROM billing.authenticate_api_key(%(hash)s)")
+CREATE_API_KEY = ("SELECT * FROM billing.create_api_key(%(id)s, %(name)s, %(hash)s, %(scopes)s::text[], "
+                  "%(max_quantity)s, %(max_trial_days)s, %(max_refund)s, %(allow_no_proration)s)")
+# Customer sessions and failed authentications (87_sessions.sql).
+OPEN_CUSTOMER_SESSION = ("SELECT * FROM billing.open_customer_session(%(customer_id)s, %(hash)s, "
+                         "%(ttl)s::interval, %(now)s)")
+CUSTOMER_SESSION = "SELECT * FROM billing.customer_session(%(customer_id)s, %(hash)s, %(now)s)"
+RECORD_AUTH_FAILURE = "SELECT billing.record_auth_failure(%(key_id)s, %(address)s, %(route)s, %(now)s) AS audited"
+APPLY_REFUND_WEBHOOK = ("SELECT billing.apply_refund_webhook(%(event_id)s, %(key)s, %(outcome)s, %(refund_id)s, "
+                        "%(amount)s, %(currency)s, %(charge)s, %(reason)s, %(now)s) AS outcome")
 LIST_API_KEYS = "SELECT * FROM billing.list_api_keys()"
 REVOKE_API_KEY = "SELECT * FROM billing.revoke_api_key(%(id)s)"
 READ_AUDIT = "SELECT * FROM billing.read_audit(%(before)s, %(limit)s, %(actor)s, %(function)s)"
@@ -186,7 +210,8 @@ DEMO_REFUNDS_PENDING = (
 DEMO_OUTBOX_PENDING = "SELECT count(*) AS n FROM billing.outbox_event WHERE status = 'PENDING'"
 
 # The operator console (db/functions/86_console.sql): one read function per page, its sessions.
-CONSOLE_OPEN_SESSION = "SELECT * FROM billing.console_open_session(%(hash)s, %(key_id)s, %(ttl)s::interval, %(now)s)"
+# A console session is opened with the key itself (its SHA-256), never its public id (issue 27, finding 6).
+CONSOLE_OPEN_SESSION = "SELECT * FROM billing.console_open_session(%(hash)s, %(key_hash)s, %(ttl)s::interval, %(now)s)"
 CONSOLE_READ_SESSION = "SELECT * FROM billing.console_session(%(hash)s, %(now)s)"
 CONSOLE_CLOSE_SESSION = "SELECT billing.console_close_session(%(hash)s, %(now)s) AS closed"
 CONSOLE_FUNCTIONS = "SELECT * FROM billing.console_functions(%(names)s::text[])"

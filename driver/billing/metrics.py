@@ -41,3 +41,12 @@ WEBHOOKS_FOR_REVIEW = Counter(
 KEY_LOOKUPS = Counter("billing_gateway_key_lookups_total", "Idempotency-key status lookups at the gateway by answer",
                       ["answer"])  # answer: FOUND | NOT_FOUND | FAILED
 HTTP_REQUESTS = Counter("billing_http_requests_total", "HTTP API requests", ["route", "status"])
+# Issue 27 (docs/security.md): failed authentications (never the secret), refund events held for
+# review, requests refused for their cost or their address.
+AUTH_FAILURES = Counter("billing_auth_failures_total", "Failed authentications (API key or console login) by reason",
+                        ["reason"])  # reason: missing | malformed | unknown | wrong_secret | throttled
+REFUND_REVIEWS = Counter("billing_refund_reviews_total",
+                         "Provider refund events not applied: another refund's, incomplete, or a failure after success",
+                         ["outcome"])  # outcome: REVIEW | RECHECK
+COST_REFUSALS = Counter("billing_http_cost_refusals_total", "Requests refused (429) by the cost-aware limits",
+                        ["limit"])  # limit: key | address

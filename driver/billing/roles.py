@@ -3,7 +3,8 @@
 `JOB_TIMEOUTS` is THE list of jobs: `billing db migrate` creates their roles from it
 (billing.migrate.ROLES), `billing db login-role --job` offers it, the role tests
 (driver/tests/test_roles.py) and docs/security.md's table are checked against it. A job `x` is the
-role `billing_x` (`JOB_ROLES`). The job roles are
+role `billing_x` (`JOB_ROLES`); billing_support is the one that reads customers' personal data
+(issue 27). The job roles are
 NOLOGIN groups holding the EXECUTE grants (db/functions/90_grants.sql). PostgreSQL applies a
 role's settings only to the role one logs in as, never to its groups, so the timeouts of a job
 are set here on each login role: the strictest statement budget that still fits the job's work.
@@ -22,6 +23,7 @@ JOB_TIMEOUTS: dict[str, tuple[str, str, str]] = {
     "readonly": ("30s", "2s", "60s"),
     "admin": ("60s", "10s", "300s"),
     "console": ("15s", "2s", "10s"),
+    "support": ("15s", "2s", "10s"),
 }
 JOBS = tuple(JOB_TIMEOUTS)
 JOB_ROLES = tuple(f"billing_{job}" for job in JOBS)

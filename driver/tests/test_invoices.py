@@ -204,6 +204,8 @@ PLANS = {  # code: (price, currency, interval, count)
     "USD_W": (300, "USD", "WEEK", 1), "USD_Q": (2700, "USD", "MONTH", 3), "JPY_M": (500, "JPY", "MONTH", 1),
 }
 FACTOR = {"MONTH": Fraction(12), "YEAR": Fraction(1), "WEEK": Fraction(52), "DAY": Fraction(365)}
+PLAN_TERMS: dict[int, tuple[str, int]] = {}  # plan id -> (interval, count), read with the history
+PLAN_CURRENCY: dict[int, str] = {}
 
 actions = st.lists(st.tuples(
     st.sampled_from(["create", "create", "create", "cancel_now", "cancel_end", "seats", "change", "pay", "advance"]),
@@ -222,26 +224,39 @@ def sub_mrr(inv: dict) -> Fraction:
 
 
 def oracle_mrr_at(invoices, subs, at: datetime) -> dict[int, tuple[str, int, Fraction]]:
-    """subscription -> (currency, customer, MRR) as docs/reports.md defines it."""
+    """subscription -> (currency, customer, MRR) as docs/reports.md defines it (billing._mrr_points)."""
     out = {}
     by_sub = defaultdict(list)
     for i in invoices:
         if i["status"] != "VOID":
             by_sub[i["subscription_id"]].append(i)
-    for sid, invs in by_sub.items():
-        s = subs[sid]
-        covering = [i for i in invs if i["period_start"] <= at < i["period_end"]]
-        if covering and (s["canceled_at"] is None or s["canceled_at"] > at):
-            inv = max(covering, key=lambda i: (i["period_start"], i["id"]))
-        elif (not covering and s["status"] in ("ACTIVE", "PAST_DUE") and not s["cancel_at_period_end"]
-              and s["current_period_end"] <= at):
-            past = [i for i in invs if i["period_end"] <= at]
-            if not past:
-                continue
-            inv = max(past, key=lambda i: (i["period_end"], i["id"]))
-        else:
+    for sid, s in subs.items():
+        invs = by_sub.get(sid, [])
+        if s["canceled_at"] is not None and s["canceled_at"] <= at:
             continue
-        out[sid] = (inv["currency"].strip(), inv["customer_id"], sub_mrr(inv))
+        live = (s["status"] in ("ACTIVE", "PAST_DUE", "PAUSED")
+                and (at >= s["updated_at"] or at >= s["current_period_end"]))
+        if live:
+            # The subscription's own terms: nothing changed them since its last write.
+            if s["status"] == "PAUSED" or (s["cancel_at_period_end"] and at >= s["current_period_end"]):
+                value = Fraction(0)
+            else:
+                last = max(invs, key=lambda i: (i["period_start"], i["id"]), default=None)
+                share = (Fraction(last["subtotal"] - last["tax_included"], last["subtotal"])
+                         if last is not None and last["subtotal"] > 0 else Fraction(1))
+                plan = PLAN_TERMS[s["plan_id"]]
+                value = Fraction(s["period_price"]) * FACTOR[plan[0]] / (12 * plan[1]) * share
+            out[sid] = (PLAN_CURRENCY[s["plan_id"]], s["customer_id"], value)
+            continue
+        if s["status"] == "PAUSED" and s["paused_at"] <= at:
+            continue
+        # Otherwise the invoice covering `at` (the latest starting); a FAILED PRORATION invoice is a
+        # reverted upgrade: never sold.
+        covering = [i for i in invs if i["period_start"] <= at < i["period_end"]
+                    and not (i["kind"] == "PRORATION" and i["status"] == "FAILED")]
+        if covering:
+            inv = max(covering, key=lambda i: (i["period_start"], i["id"]))
+            out[sid] = (inv["currency"].strip(), inv["customer_id"], sub_mrr(inv))
     return out
 
 
@@ -306,6 +321,14 @@ def test_reports_match_the_oracle_on_generated_histories(db_url, steps, seed):
 
         invoices = conn.execute("SELECT * FROM billing.invoice").fetchall()
         subs = {s["id"]: s for s in conn.execute("SELECT * FROM billing.subscription")}
+        for p in conn.execute("SELECT * FROM billing.plan"):
+            PLAN_TERMS[p["id"]] = (p["billing_interval"], p["interval_count"])
+            PLAN_CURRENCY[p["id"]] = p["currency"].strip()
+        credits = conn.execute(
+            "SELECT currency, amount, created_at, period_end FROM billing.credit_entry"
+            " WHERE reason = 'PRORATION' AND period_start IS NOT NULL"
+            " UNION ALL SELECT currency, amount, created_at, period_end FROM billing.credit_pending"
+            " WHERE status IN ('PENDING', 'RELEASED')").fetchall()
         attempts = conn.execute("SELECT * FROM billing.payment_attempt WHERE outcome = 'SUCCEEDED'").fetchall()
 
         # MRR at a few instants
@@ -376,6 +399,19 @@ def test_reports_match_the_oracle_on_generated_histories(db_url, steps, seed):
                 e = min(span, max(0, us(stop) - us(i["period_start"])))
                 s = min(span, max(0, us(start) - us(i["period_start"])))
                 recognized[i["currency"].strip()] += net * e // span - net * s // span
+            # the unused time a change gave back as credit, from the change to its period's end
+            for c in credits:
+                ends = max(c["period_end"], c["created_at"])
+                if not (c["created_at"] < stop and ends >= start):
+                    continue
+                net = -c["amount"]
+                if ends <= c["created_at"]:
+                    recognized[c["currency"].strip()] += net if start <= c["created_at"] < stop else 0
+                    continue
+                span = us(ends) - us(c["created_at"])
+                e = min(span, max(0, us(stop) - us(c["created_at"])))
+                s = min(span, max(0, us(start) - us(c["created_at"])))
+                recognized[c["currency"].strip()] += net * e // span - net * s // span
             for att in attempts:
                 if start <= att["result_at"] < stop:
                     cash[att["currency"].strip()] += att["amount"]
@@ -383,6 +419,22 @@ def test_reports_match_the_oracle_on_generated_histories(db_url, steps, seed):
                 r = revenue.get((month, cur))
                 assert r is not None and (r["recognized"], r["cash_collected"]) == (recognized[cur], cash[cur]), \
                     (month, cur, r, recognized[cur], cash[cur])
+
+        # Over the whole history, revenue recognized (billing._revenue_recognized) = what the
+        # customers paid or still owe for their invoices, less tax, less the credit they still hold
+        # (on their balance or pending): the credit a change gave back is counted once.
+        total = {r["currency"].strip(): r["recognized"] for r in conn.execute(
+            "SELECT * FROM billing._revenue_recognized(%s, %s)", (T0 - timedelta(days=400), end + timedelta(days=1500)))}
+        owed = defaultdict(int)
+        for i in invoices:
+            if i["status"] in ("PAID", "OPEN", "REVIEW"):
+                owed[i["currency"].strip()] += i["amount"] - i["tax_amount"] - i["tax_included"]
+        for b in conn.execute("SELECT currency, balance FROM billing.credit_balance").fetchall():
+            owed[b["currency"].strip()] -= b["balance"]
+        for c in conn.execute("SELECT currency, amount FROM billing.credit_pending WHERE status = 'PENDING'").fetchall():
+            owed[c["currency"].strip()] -= c["amount"]
+        for cur in set(total) | {c for c, v in owed.items() if v}:
+            assert total.get(cur, 0) == owed[cur], (cur, total.get(cur), owed[cur])
 
 
 _plan_codes: dict[int, str] = {}

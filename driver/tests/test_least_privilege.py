@@ -58,7 +58,11 @@ READ_ONLY_EXTRAS = {"outbox_stats", "status_summary", "plan_code"}
 # docs/security.md: API keys, the audit log, the database's settings, idempotency key expiry.
 # billing_app (deprecated) is a member of every job role (driver/tests/test_roles.py), so it has them.
 SECURITY = {"create_api_key", "list_api_keys", "revoke_api_key", "authenticate_api_key", "read_audit",
-            "is_simulation", "set_max_clock_skew", "expire_idempotency_keys"}
+            "is_simulation", "set_max_clock_skew", "expire_idempotency_keys",
+            # issue 27 (db/functions/59_refund_webhooks.sql, 87_sessions.sql): refund events bound to their
+            # refund, customer sessions, failed authentications
+            "apply_refund_webhook", "claim_refund_rechecks", "open_customer_session", "customer_session",
+            "close_customer_session", "record_auth_failure"}
 # The operator console (db/functions/86_console.sql, docs/console.md): its sessions and reads, and replay.
 CONSOLE = {"console_open_session", "console_session", "console_close_session", "console_functions",
            "console_overview", "console_mrr", "console_customers", "console_customer", "console_subscription",
@@ -333,14 +337,33 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["simulation"] = one("is_simulation", "")[0]
     key_id, key_hash = f"bk_lp{len(tag)}x{abs(hash(tag)) % 10**8:08d}", bytes(range(32))
     out["key"] = one("create_api_key", "%s, %s, %s, %s::text[]", (key_id, f"lp {tag}", key_hash, ["admin"]))[0] == key_id
-    out["authenticated"] = one("authenticate_api_key", "%s", (key_hash,), setof=True) == [(key_id, ["admin"])]
+    out["authenticated"] = one("authenticate_api_key", "%s", (key_hash,), setof=True) == [
+        (key_id, ["admin"], None, None, None, False)]
     out["listed"] = key_id in [r[0] for r in one("list_api_keys", "", setof=True)]
     # The console: a session for the key, each page's read, a replay.
     token = bytes(range(1, 33))
     out["console_login"] = one("console_open_session", "%s, %s, %s::interval, %s",
-                               (token, key_id, "1 hour", renew_at))[0] == key_id
+                               (token, key_hash, "1 hour", renew_at))[0] == key_id
     out["console_session"] = one("console_session", "%s, %s", (token, renew_at), setof=True)[0][0] == key_id
     out["console_logout"] = one("console_close_session", "%s, %s", (token, renew_at))[0]
+    # Issue 27: a refund event for another refund (held for review), the rechecks of refunds said
+    # failed (none), a customer session opened by the proven key, checked and closed, a failed
+    # authentication naming a real key (audited).
+    out["refund_event"] = one("apply_refund_webhook", "%s, %s, %s, %s, %s, %s, %s, %s, %s",
+                              (f"evt-lp-{tag}", refund[8], "SUCCEEDED", "re_other", 1, "EUR", "pi_other", None,
+                               renew_at))[0]
+    out["rechecks"] = one("claim_refund_rechecks", "%s, %s, %s", (10, timedelta(minutes=5), renew_at), setof=True)
+    conn.execute("SELECT pg_catalog.set_config('billing.actor_proof', %s, false)", ("key:" + key_hash.hex(),))
+    customer_token = bytes(range(2, 34))
+    out["customer_session_opened"] = one("open_customer_session", "%s, %s, %s::interval, %s",
+                                         (customer, customer_token, "15 minutes", renew_at))[1] == key_id
+    conn.execute("SELECT pg_catalog.set_config('billing.actor_proof', '', false)")
+    out["customer_session"] = one("customer_session", "%s, %s, %s", (customer, customer_token, renew_at),
+                                  setof=True)[0][0] == customer
+    out["customer_session_closed"] = one("close_customer_session", "%s, %s, %s",
+                                         (customer, customer_token, renew_at))[0]
+    out["auth_failure_audited"] = one("record_auth_failure", "%s, %s, %s, %s",
+                                      (key_id, "192.0.2.1", "/subscriptions/1", renew_at))[0]
     out["console_overview"] = one("console_overview", "%s", (renew_at,))[0]["subscriptions"]["canceled"] >= 1
     out["console_mrr"] = all(r[2] >= 0 for r in one("console_mrr", "%s, %s", (renew_at, 40), setof=True))
     out["console_customers"] = [r[0] for r in one("console_customers", "%s, %s", (str(customer), 10), setof=True)] \
@@ -452,6 +475,8 @@ EXPECTED = {
     "uncanceled": "ACTIVE", "reactivated": "BL422", "retried": "OPEN", "voided": "VOID",
     "method": True, "methods": 1, "detached": "DETACHED", "expiring": 0, "given_up": 0, "refund": (1000, "REQUESTED"), "refunds": 1,
     "refund_claimed": [True], "refund_done": "SUCCEEDED",
+    "refund_event": "REVIEW", "rechecks": [], "customer_session_opened": True, "customer_session": True,
+    "customer_session_closed": True, "auth_failure_audited": True,
     "console_login": True, "console_session": True, "console_logout": True, "console_overview": True,
     "console_mrr": True, "console_customers": True, "console_customer": True, "console_subscription": True,
     "console_invoices": True, "console_events": True, "console_functions": True, "replay": "PENDING",

@@ -24,9 +24,9 @@ from __future__ import annotations
 import calendar
 import copy
 import os
-from decimal import Decimal
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import ROUND_FLOOR, Decimal
 from zoneinfo import ZoneInfo
 
 import psycopg
@@ -197,6 +197,7 @@ class MInv:
     from_quantity: int | None = None
     id: int | None = None
     dunning_window: tuple[datetime, datetime] | None = None  # jittered: learnt from the database
+    finalized: bool = False  # numbered: at the latest when a claim takes it (issue 26 #14)
 
     @property
     def nkey(self) -> tuple:
@@ -239,6 +240,8 @@ class Model:
     pending: list[list] = field(default_factory=list)             # [customer, currency, amount, {nkeys}, status]
     namespace: str = ""
     redemptions: dict[tuple[int, str], list] = field(default_factory=dict)  # (sub, code) -> [periods left, ended]
+    redeemed_at: dict[tuple[int, str], datetime] = field(default_factory=dict)  # (sub, code) -> when redeemed
+    until: dict[tuple[int, str], datetime] = field(default_factory=dict)  # repeating: end of its months of service
     redeemed: dict[str, int] = field(default_factory=dict)        # coupon -> times redeemed
     coupons: dict[str, tuple] = field(default_factory=lambda: dict(COUPONS))  # as upsert_coupon left them
     trial_notice: timedelta = TRIAL_NOTICE                        # set_trial_will_end_notice
@@ -273,7 +276,8 @@ class Model:
     def grant_change_credit(self, sub: MSub, currency: str, amount: int) -> None:
         if amount <= 0:
             return
-        unpaid = {i.nkey for i in self.invoices.values() if i.sub == sub.id and i.status in ("OPEN", "REVIEW")}
+        unpaid = {i.nkey for i in self.invoices.values() if i.sub == sub.id and i.status in ("OPEN", "REVIEW")
+                  and i.end > sub.start and i.start < sub.end}  # its own period's only (issue 26 #11)
         if not unpaid:
             self.add_credit(sub.customer, currency, amount)
         else:
@@ -289,12 +293,18 @@ class Model:
                 p[4] = "RELEASED"
                 self.add_credit(p[0], p[1], p[2])
 
+    def emit_voided(self, inv: MInv) -> None:
+        # A finalized invoice voided gets its VOID credit note first (the trigger), unless its total is 0.
+        if inv.finalized and inv.subtotal > 0:
+            self.emit("invoice", inv.nkey, "CreditNoteIssued")
+        self.emit("invoice", inv.nkey, "InvoiceVoided")
+
     def void_open(self, sub: MSub) -> None:
         voided = []
         for inv in self.invoices.values():
             if inv.sub == sub.id and inv.status == "OPEN" and inv.attempt_count == 0:
                 inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "VOID", None, self.now, None
-                self.emit("invoice", inv.nkey, "InvoiceVoided")
+                self.emit_voided(inv)
                 self.add_credit(sub.customer, inv.currency, inv.credit)
                 voided.append(inv)
         for inv in voided:
@@ -321,22 +331,40 @@ class Model:
     def needs_lifecycle(sub: MSub) -> bool:
         return sub.status == "TRIALING" or sub.scheduled is not None or sub.coupon is not None
 
-    def take_discount(self, sub: MSub, subtotal: int, currency: str) -> tuple[int, str | None]:
-        if sub.coupon is None:
+    def line_discount(self, sub: MSub, plan: str, gross: int, full: int, start: datetime, end: datetime,
+                      consume: bool) -> tuple[int, str | None]:
+        """_line_discount (17_ledger): the coupon checked on every line it discounts (its plans and
+        currency), a repeating one for months of service from its first period line, a change's line
+        (consume false) only by a coupon in use since the period began."""
+        if sub.coupon is None or gross <= 0 or start >= end:
             return 0, None
         code = sub.coupon
-        percent, amount, cur, *_ = self.coupons[code]
-        if percent is not None:
-            discount = subtotal * percent // 10000
-        else:
-            discount = min(amount, subtotal) if cur == currency else 0
+        percent, amount, cur, duration, periods, _, _, plans = self.coupons[code]
         red = self.redemptions[(sub.id, code)]
-        if red[0] is not None:
-            red[0] -= 1
-            if red[0] == 0:
-                red[1] = True
-                sub.coupon = None
-        return discount, code
+        if not consume and (self.redeemed_at[(sub.id, code)] > sub.start or duration == "once"):
+            return 0, None
+        until = self.until.get((sub.id, code))
+        if duration == "repeating" and until is None:
+            if not consume:
+                return 0, None
+            until = self.until[(sub.id, code)] = boundary(start, "MONTH", periods, 1, sub.tz)
+        covered = min(end, until) if duration == "repeating" else end
+        discount, out = 0, None
+        if (plans is None or plan in plans) and (cur is None or cur == PLANS[plan][1]) and covered > start:
+            if percent is not None:
+                base = Decimal(gross) * percent / 10000
+            else:
+                base = min(Decimal(gross), Decimal(amount) * gross / max(full, gross, 1))
+            secs = (covered - start) // timedelta(seconds=1)
+            total = max((end - start) // timedelta(seconds=1), 1)
+            discount = min(gross, int((base * secs / total).to_integral_value(rounding=ROUND_FLOOR)))
+            out = code
+        if consume and (duration == "once" or (duration == "repeating" and end >= until)):
+            red[1] = True
+            if red[0] is not None:
+                red[0] = 0
+            sub.coupon = None
+        return discount, out
 
     def coupon_refusal(self, sub: MSub, code: str) -> str | None:
         """What _redeem_coupon refuses, in its order; None: it may be redeemed."""
@@ -368,12 +396,35 @@ class Model:
         self.redeemed[code] = self.redeemed.get(code, 0) + 1
         duration, periods = self.coupons[code][3], self.coupons[code][4]
         self.redemptions[(sub.id, code)] = [1 if duration == "once" else periods, False]
+        self.redeemed_at[(sub.id, code)] = self.now
         sub.coupon = code
         return True
 
     def nominal_start(self, sub: MSub) -> datetime:
         _, _, interval, count = PLANS[sub.plan]
         return min(sub.start, boundary(sub.anchor, interval, count, sub.period_number - 1, sub.tz))
+
+    def prorate_change(self, sub: MSub, plan: str, full: int, at: datetime, from_plan: str, from_price: int,
+                       from_quantity: int) -> None:
+        """_prorate_change (17_ledger): the unused part of the line in force (the period's price, pro
+        rata) against the rest of the period sold on the new terms, discounted by the coupon if it
+        covers the plan; an invoice when it costs more, else credit."""
+        if at >= sub.end:
+            return
+        unused = -proration(sub.price, 0, sub.start, sub.end, at)
+        gross = proration(0, full, sub.start, sub.end, at)
+        discount, _ = self.line_discount(sub, plan, gross, full, at, sub.end, False)
+        amount = gross - discount - unused
+        currency = PLANS[plan][1]
+        if amount > 0:
+            later = [i.start for i in self.invoices.values()
+                     if i.sub == sub.id and i.kind == "PRORATION" and i.start >= at]
+            start = max(at, max(later) + US) if later else at
+            if start < sub.end:
+                self.new_invoice(sub, "PRORATION", start, sub.end, amount, currency, plan, from_plan, from_price,
+                                 from_quantity=from_quantity)
+        elif amount < 0:
+            self.grant_change_credit(sub, currency, -amount)
 
     def start_period(self, sub: MSub, plan: str, start: datetime, kind: str,
                      from_plan: str | None = None, from_price: int | None = None) -> None:
@@ -382,7 +433,7 @@ class Model:
         anchor, number, end, nominal = first_period(plan, sub.tz, start)
         price, currency = PLANS[plan][0], PLANS[plan][1]
         full = period_charge(price, sub.quantity, start, end, nominal)
-        discount, code = self.take_discount(sub, full, currency)
+        discount, code = self.line_discount(sub, plan, full, full, start, end, True)
         if sub.status == "CANCELED":
             sub.cancel_at_period_end = False
         if sub.status in ("TRIALING", "PAUSED", "CANCELED"):
@@ -414,7 +465,7 @@ class Model:
             price, currency, interval, count = new
             end = boundary(sub.anchor, interval, count, sub.period_number + 1, sub.tz)
             full = price * sub.quantity
-            discount, code = self.take_discount(sub, full, currency)
+            discount, code = self.line_discount(sub, plan, full, full, sub.end, end, True)
             self.new_invoice(sub, "RENEWAL", sub.end, end, full - discount, currency, plan,
                              discount=discount, coupon=code)
             sub.plan, sub.scheduled = plan, None
@@ -513,7 +564,7 @@ class Model:
             self.redeem(sub, coupon)
         self.emit("subscription", sub_id, "SubscriptionCreated")
         if not trial:
-            discount, code = self.take_discount(sub, full, currency)
+            discount, code = self.line_discount(sub, plan, full, full, sub.start, sub.end, True)
             sub.price = full - discount
             sub.pending = self.needs_lifecycle(sub)
             self.new_invoice(sub, "INITIAL", sub.start, sub.end, full - discount, currency,
@@ -584,34 +635,15 @@ class Model:
             return
         change_at = max(self.now, sub.start)
         from_plan, from_price = sub.plan, sub.price
-        if prorate:
-            superseded = [i for i in self.invoices.values() if i.sub == sub.id and i.kind == "PRORATION"
-                          and i.status == "OPEN" and i.from_plan is not None and i.attempt_count == 0
-                          and i.end == sub.end]
-            if superseded:
-                p = max(superseded, key=lambda i: i.id)
-                p.status, p.next_attempt_at, p.closed_at, p.dunning_window = "VOID", None, self.now, None
-                self.emit("invoice", p.nkey, "InvoiceVoided")
-                self.add_credit(sub.customer, p.currency, p.credit)
-                self.settle_pending(p)
-                from_plan, from_price = p.from_plan, p.from_price
+        # Unpaid is unpaid (issue 26): an unpaid earlier change is never voided by this one.
         fp = PLANS[from_plan]
         if (new[2], new[3], BILLING_DAY.get(plan)) == (fp[2], fp[3], BILLING_DAY.get(from_plan)):
-            new_price = period_charge(new[0], sub.quantity, sub.start, sub.end, self.nominal_start(sub))
+            new_full = period_charge(new[0], sub.quantity, sub.start, sub.end, self.nominal_start(sub))
             if not prorate:
-                amount, new_price = 0, sub.price
-            elif plan == from_plan:
-                amount, new_price = 0, from_price
+                new_price = sub.price
             else:
-                amount = proration(from_price, new_price, sub.start, sub.end, change_at)
-            if amount > 0:
-                later = [i.start for i in self.invoices.values()
-                         if i.sub == sub.id and i.kind == "PRORATION" and i.start >= change_at]
-                start = max(change_at, max(later) + US) if later else change_at
-                if start < sub.end:
-                    self.new_invoice(sub, "PRORATION", start, sub.end, amount, new[1], plan, from_plan, from_price)
-            elif amount < 0:
-                self.grant_change_credit(sub, new[1], -amount)
+                self.prorate_change(sub, plan, new_full, change_at, from_plan, from_price, sub.quantity)
+                new_price = new_full - self.line_discount(sub, plan, new_full, new_full, sub.start, sub.end, False)[0]
             before = sub.announced()
             sub.plan, sub.price = plan, new_price
             sub.version += 1
@@ -661,7 +693,7 @@ class Model:
                           and not any(a.invoice == i.nkey for a in self.attempts.values()) for i in period):
             for inv in sorted(period, key=lambda i: i.id):
                 inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "VOID", None, self.now, None
-                self.emit("invoice", inv.nkey, "InvoiceVoided")
+                self.emit_voided(inv)
                 self.add_credit(sub.customer, inv.currency, inv.credit)
             for inv in period:
                 self.settle_pending(inv)
@@ -720,22 +752,13 @@ class Model:
             sub.version += 1
             self.announce(sub, before)
             return
-        price, currency = PLANS[sub.plan][0], PLANS[sub.plan][1]
+        price = PLANS[sub.plan][0]
         at = max(self.now, sub.start)
-        delta = period_charge(price, abs(quantity - sub.quantity), sub.start, sub.end, self.nominal_start(sub))
-        new_pp = max(0, sub.price + (delta if quantity > sub.quantity else -delta))
-        amount = proration(sub.price, new_pp, sub.start, sub.end, at)
+        full = period_charge(price, quantity, sub.start, sub.end, self.nominal_start(sub))
+        new_pp = full - self.line_discount(sub, sub.plan, full, full, sub.start, sub.end, False)[0]
         old_quantity, old_price = sub.quantity, sub.price
-        if amount > 0:
-            later = [i.start for i in self.invoices.values()
-                     if i.sub == sub.id and i.kind == "PRORATION" and i.start >= at]
-            start = max(at, max(later) + US) if later else at
-            sub.quantity = quantity
-            if start < sub.end:
-                self.new_invoice(sub, "PRORATION", start, sub.end, amount, currency, sub.plan, sub.plan, old_price,
-                                 from_quantity=old_quantity)
-        elif amount < 0:
-            self.grant_change_credit(sub, currency, -amount)
+        sub.quantity = quantity
+        self.prorate_change(sub, sub.plan, full, at, sub.plan, old_price, old_quantity)
         sub.quantity, sub.price = quantity, new_pp
         sub.version += 1
         self.announce(sub, before)
@@ -880,6 +903,18 @@ class Model:
                 self.emit("subscription", sub.id, "SubscriptionRecovered")
         elif sub.status == "CANCELED":
             self.emit("invoice", inv.nkey, "InvoiceWrittenOff")
+        elif inv.start < sub.start and any(
+                i.sub == sub.id and i.kind != "PRORATION" and i.status == "PAID" and i.start == sub.start
+                for i in self.invoices.values()):
+            # Dunning acts on its own period only (issue 26 #9): an earlier period's invoice is
+            # written off, the paid current period left alone.
+            self.emit("invoice", inv.nkey, "InvoiceWrittenOff")
+            if sub.status == "PAST_DUE" and not any(
+                    i.sub == sub.id and i.status == "OPEN" for i in self.invoices.values()):
+                sub.status = "ACTIVE"
+                sub.version += 1
+                self.emit("subscription", sub.id, "SubscriptionUpdated")
+                self.emit("subscription", sub.id, "SubscriptionRecovered")
         else:
             sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "DUNNING_EXHAUSTED"
             sub.version += 1
@@ -1126,6 +1161,8 @@ def make_machine(db: Database, max_steps: int):
             if claimed and len(claimed) + len(reviewed) < len(due):  # oldest next_attempt_at first
                 cut = max(c.next_attempt_at for c in claimed + reviewed)
                 assert all(d.next_attempt_at >= cut for d in due if d not in claimed and d not in reviewed)
+            for inv in claimed + reviewed:
+                inv.finalized = True  # the claim finalizes its batch before it charges
             self.m.to_review(reviewed)
             for r, inv in zip(rows, claimed):
                 truth = data.draw(st.sampled_from(["SUCCEEDED", "DECLINED"]), label="gateway truth")
@@ -1142,6 +1179,8 @@ def make_machine(db: Database, max_steps: int):
             expected = sorted(i.id for i in self.m.chargeable())
             rows = db.call("SELECT * FROM billing.claim_charges('model', 100, %s, %s)", (lease, self.m.now), many=True)
             assert sorted(r["invoice_id"] for r in rows) == expected
+            for inv in due:
+                inv.finalized = True  # the claim finalizes its batch before it charges
             self.m.to_review(due)
             by_id = {i.id: i for i in self.m.invoices.values()}
             for r in rows:
@@ -1175,9 +1214,11 @@ def make_machine(db: Database, max_steps: int):
                 event_id = f"evt-{self.event_seq}"
             expected, got = same_outcome(
                 lambda: self.m.webhook(event_id, key, outcome, f"ch_{key}"),
-                lambda: db.call("SELECT billing.apply_gateway_webhook(%s, %s, %s, %s, %s::jsonb, %s) AS outcome",
-                                (event_id, key, outcome, f"ch_{key}", '{"declineCode": "do_not_honor"}',
-                                 self.m.now))["outcome"])
+                lambda: db.call("SELECT billing.apply_gateway_webhook(%s, %s, %s, %s, '{\"declineCode\": \"do_not_honor\"}'"
+                                "::jsonb || coalesce((SELECT jsonb_build_object('amount', a.amount, 'currency', "
+                                "btrim(a.currency), 'customerId', a.customer_id) FROM billing.payment_attempt a "
+                                "WHERE a.idempotency_key = %s), '{}'), %s) AS outcome",
+                                (event_id, key, outcome, f"ch_{key}", key, self.m.now))["outcome"])
             assert got == (None if expected is None else "APPLIED" if expected else "DUPLICATE")
 
         @rule(delta=st.sampled_from([timedelta(seconds=1), timedelta(minutes=16), timedelta(hours=5),
@@ -1192,6 +1233,23 @@ def make_machine(db: Database, max_steps: int):
                 inv = self.m.invoices.get((r["subscription_id"], r["kind"], r["period_start"]))
                 if inv is not None:
                     inv.id = r["id"]
+
+        @invariant()
+        def mrr_equals_model(self):
+            # Issue 26 #4: the one MRR function (billing._mrr_at), now, equals the model's: each live
+            # subscription's period price (seats, discount) normalized to a month (a week = 52/12
+            # of a month, a day 365/12); 0 paused, trialing, canceled or ended at its period end.
+            months = {"DAY": Decimal(365), "WEEK": Decimal(52), "MONTH": Decimal(12), "YEAR": Decimal(1)}
+            want: dict[str, Decimal] = {}
+            for s in self.m.subs.values():
+                price, currency, interval, count = PLANS[s.plan]
+                if s.status in ("ACTIVE", "PAST_DUE") and not (s.cancel_at_period_end and self.m.now >= s.end):
+                    want[currency] = want.get(currency, Decimal(0)) + Decimal(s.price) * months[interval] / (12 * count)
+            got = {r["currency"]: r["mrr"] for r in db.call(
+                "SELECT currency, sum(mrr) AS mrr FROM billing._mrr_at(%s) GROUP BY 1", (self.m.now,), many=True)}
+            for cur in set(want) | set(got):
+                assert abs(got.get(cur, Decimal(0)) - want.get(cur, Decimal(0))) < Decimal("0.01"), \
+                    f"MRR {cur}: database {got.get(cur)} != model {want.get(cur)}"
 
         @invariant()
         def database_equals_model(self):

@@ -27,6 +27,14 @@ engine: after every step it checks the money rules on the database itself:
 * no served period is silently forgiven: no invoice that was declined is VOID, and every FAILED
   invoice is a reverted upgrade, written off with an event, or ended its subscription by dunning;
 * every event written matches its JSON Schema in docs/events (the new money events included).
+* the service ledger (issue 26, docs/money.md section 0): every invoice is the net of its lines; a
+  reversal never gives back more than its line, nor time outside it; no time of a subscription is
+  sold twice by lines in force; a repeating coupon discounts only inside its months of service, a
+  plan-restricted one only its plans.
+
+Coupons of every kind (percent, amount off, plan-restricted, once, repeating, forever), taxed
+customers (exclusive and inclusive), invoices waiting for a payment method and given up, and
+cancellations with p_proration none, credit or refund are part of the game.
 
 The lifecycle (docs/lifecycle.md) is part of the game: trials, coupons (at signup and later, up to
 100% off, amounts larger than the invoice), seats up and down, pauses with and without a resume
@@ -64,13 +72,19 @@ PLANS = {  # code: (price, currency, interval, count)
 }
 T0 = datetime(2027, 1, 31, 9, 0, tzinfo=timezone.utc)  # a month end: the calendar clamps
 TIE = timedelta(milliseconds=1)  # changes this close before a period's start are made at its instant
-COUPONS = {  # code: (percent_off, amount_off, currency, duration, periods)
-    "FREE1": (100, None, None, "once", None),
-    "HALF2": (50, None, None, "repeating", 2),
-    "BIG": (None, 100000, "USD", "forever", None),
-    "TEN": (10, None, None, "forever", None),
+COUPONS = {  # code: (percent_off, amount_off, currency, duration, months, plans)
+    "FREE1": (100, None, None, "once", None, None),
+    "HALF2": (50, None, None, "repeating", 2, None),
+    "BIG": (None, 100000, "USD", "forever", None, None),
+    "TEN": (10, None, None, "forever", None, None),
+    "FIVE": (None, 500, "USD", "once", None, None),
+    "BASIC90": (90, None, None, "forever", None, ["M_BASIC"]),  # restricted to one plan (issue 26 #1)
 }
-TABLES = ("billing.gateway_webhook, billing.outbox_event, billing.credit_entry, billing.credit_balance, "
+# Taxes by the billing address (docs/invoices.md): customer 3 pays 20% on top, customer 4 has 10% inside
+# its prices; customers 1 and 2 pay none.
+TAXES = {3: ("XE", "XE_VAT", 2000, False), 4: ("XI", "XI_VAT", 1000, True)}
+TABLES = ("billing.service_line, billing.refund, billing.credit_note_line, billing.credit_note, billing.invoice_line, "
+          "billing.gateway_webhook, billing.outbox_event, billing.credit_entry, billing.credit_balance, "
           "billing.credit_pending, billing.coupon_redemption, billing.coupon, billing.payment_attempt, billing.invoice, billing.subscription_request, "
           "billing.subscription, billing.customer, billing.plan_price, billing.plan")
 
@@ -98,9 +112,15 @@ class Db:
         for code, (price, currency, interval, count) in PLANS.items():
             self.conn.execute("SELECT billing.upsert_plan(%s, %s, %s, %s, %s, %s)",
                               (code, price, currency, interval, count, T0 - timedelta(days=400)))
-        for code, (percent, amount, currency, duration, periods) in COUPONS.items():
-            self.conn.execute("SELECT billing.upsert_coupon(%s, %s, %s, %s, %s, %s)",
-                              (code, percent, amount, currency, duration, periods))
+        for code, (percent, amount, currency, duration, periods, plans) in COUPONS.items():
+            self.conn.execute("SELECT billing.upsert_coupon(%s, %s, %s, %s, %s, %s, NULL, NULL, %s)",
+                              (code, percent, amount, currency, duration, periods, plans))
+        for customer, (country, code, rate, inclusive) in TAXES.items():
+            self.conn.execute("SELECT billing.upsert_tax_rate(%s, %s, NULL, %s, %s, %s)",
+                              (code, country, f"VAT {rate // 100}%", rate, inclusive))
+            self.conn.execute("SELECT billing.upsert_customer(%s)", (customer,))
+            self.conn.execute("SELECT billing.set_customer_details(%s, %s, %s, '1 Road', 'Town', '1000', NULL, %s, NULL)",
+                              (customer, f"Customer {customer}", f"c{customer}@example.org", country))
 
 
 def make_machine(db: Db, steps: int):
@@ -179,15 +199,15 @@ def make_machine(db: Db, steps: int):
             self._learn_reverts()
 
         # -- the customer ------------------------------------------------------------------------
-        @rule(customer=st.integers(1, 2), plan=st.sampled_from(sorted(PLANS)),
+        @rule(customer=st.integers(1, 4), plan=st.sampled_from(sorted(PLANS)),
               trial=st.sampled_from([0, 0, 0, 3]), coupon=st.sampled_from([None, None] + sorted(COUPONS)),
               quantity=st.sampled_from([1, 1, 3]))
         def subscribe(self, customer, plan, trial, coupon, quantity):
             self.keys += 1
             rows = db.call("SELECT id FROM billing.create_subscription(%s, %s, %s, %s, %s, %s, %s)",
                            (f"k{self.keys}", customer, plan, self.now, trial, coupon, quantity))
-            if rows == "BL422":  # an amount coupon in another currency
-                assert COUPONS[coupon][2] not in (None, PLANS[plan][1])
+            if rows == "BL422":  # an amount coupon in another currency, or a coupon of another plan
+                assert COUPONS[coupon][2] not in (None, PLANS[plan][1]) or plan not in (COUPONS[coupon][5] or [plan])
                 return
             assert isinstance(rows, list), rows
             self.plan_history[rows[0]["id"]] = [(self.now, plan)]
@@ -248,10 +268,11 @@ def make_machine(db: Db, steps: int):
             self._learn_reverts()
 
         @precondition(lambda self: self.plan_history)
-        @rule(data=st.data(), at_period_end=st.booleans())
-        def cancel(self, data, at_period_end):
+        @rule(data=st.data(), at_period_end=st.booleans(), proration=st.sampled_from(["none", "none", "credit", "refund"]))
+        def cancel(self, data, at_period_end, proration="none"):
             sub = data.draw(st.sampled_from(self._subs()), label="subscription")
-            got = db.call("SELECT * FROM billing.cancel_subscription(%s, %s, %s)", (sub, at_period_end, self.now))
+            got = db.call("SELECT * FROM billing.cancel_subscription(%s, %s, %s, NULL, %s)",
+                          (sub, at_period_end, self.now, "none" if at_period_end else proration))
             assert isinstance(got, list) or (got == "BL422" and at_period_end), got  # a PAUSED one: now only
             if isinstance(got, list) and got[0]["cancel_at_period_end"] and got[0]["status"] != "CANCELED":
                 self.cancel_asked.setdefault(sub, self.now)
@@ -287,6 +308,14 @@ def make_machine(db: Db, steps: int):
                     outcome = data.draw(st.sampled_from(["SUCCEEDED", "DECLINED", "DECLINED", "UNKNOWN"]),
                                         label="gateway answer")
                 self._report(r["idempotency_key"], outcome, "record", data)
+
+        @rule()
+        def charge_without_a_card(self):
+            """A provider that needs a stored card, and none: the invoices due wait for a payment method
+            (never declined, attempt_count 0: issue 26 #3), and are given up at the end of their span."""
+            db.rows("SELECT * FROM billing.claim_charges('adversary', 50, interval '5 minutes', %s, 'stripe')", (self.now,))
+            db.rows("SELECT billing.give_up_waiting_invoices(500, %s)", (self.now,))
+            self._learn_reverts()
 
         @precondition(lambda self: self.plan_history)
         @rule(data=st.data(), outcome=st.sampled_from(["SUCCEEDED", "DECLINED", "UNKNOWN"]),
@@ -339,7 +368,7 @@ def make_machine(db: Db, steps: int):
                                    AND e.currency = c.currency AND e.reason = 'PRORATION'), 0) AS granted,
                        coalesce((SELECT sum(credit_applied) FROM billing.invoice i WHERE i.customer_id = c.customer_id
                                    AND i.currency = c.currency AND i.status IN ('PAID', 'OPEN', 'REVIEW')), 0) AS consumed,
-                       coalesce((SELECT sum(subtotal) FROM billing.invoice i WHERE i.customer_id = c.customer_id
+                       coalesce((SELECT sum(subtotal + tax_amount) FROM billing.invoice i WHERE i.customer_id = c.customer_id
                                    AND i.currency = c.currency AND i.status = 'PAID'), 0) AS paid_billed,
                        coalesce((SELECT sum(r.amount) FROM billing.refund r
                                    JOIN billing.invoice i ON i.id = r.invoice_id AND i.paid_attempt_id = r.attempt_id
@@ -385,7 +414,7 @@ def make_machine(db: Db, steps: int):
 
         @invariant()
         def each_period_at_its_own_terms(self):
-            for r in db.rows("""SELECT i.id, i.subscription_id, i.kind, i.period_start, i.subtotal, i.plan_price,
+            for r in db.rows("""SELECT i.id, i.subscription_id, i.kind, i.period_start, i.period_end, i.subtotal, i.plan_price,
                                        i.billing_interval, p.code, i.quantity, i.discount_amount, i.coupon_code
                                   FROM billing.invoice i JOIN billing.plan p ON p.id = i.plan_id
                                  WHERE i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')"""):
@@ -406,10 +435,24 @@ def make_machine(db: Db, steps: int):
                 assert r["quantity"] in in_force, \
                     f"invoice {r['id']} ({r['kind']} from {start}): {r['quantity']} seats, in force then {in_force}"
                 if r["coupon_code"] is not None:
-                    percent, amount, currency, _, _ = COUPONS[r["coupon_code"]]
+                    percent, amount, currency, duration, _, plans = COUPONS[r["coupon_code"]]
+                    assert plans is None or r["code"] in plans, \
+                        f"invoice {r['id']}: {r['coupon_code']} discounted plan {r['code']} (restricted to {plans})"
                     full = price * r["quantity"]
                     want = full * percent // 100 if percent is not None else min(amount, full)
-                    assert r["discount_amount"] == want, f"invoice {r['id']}: discount {r['discount_amount']} != {want}"
+                    until = db.rows("SELECT discount_until FROM billing.coupon_redemption WHERE subscription_id = %s "
+                                    "AND coupon_code = %s", (r["subscription_id"], r["coupon_code"]))[0]["discount_until"]
+                    if duration == "repeating":
+                        # Months of service (issue 26 #8): a period inside them in full, one across
+                        # their end for its share, none after.
+                        assert until is not None and r["period_start"] < until, \
+                            f"invoice {r['id']}: {r['coupon_code']} discounted a period from {start}, after {until}"
+                        if r["period_end"] <= until:
+                            assert r["discount_amount"] == want, f"invoice {r['id']}: discount {r['discount_amount']} != {want}"
+                        else:
+                            assert r["discount_amount"] <= want
+                    else:
+                        assert r["discount_amount"] == want, f"invoice {r['id']}: discount {r['discount_amount']} != {want}"
                 if r["kind"] == "RENEWAL":
                     # A renewal at a period boundary bills the plan in force just before it; a period a
                     # resume or a reactivation starts now bills a plan in force at that instant (changes
@@ -463,6 +506,33 @@ def make_machine(db: Db, steps: int):
             for r in rows:
                 if r["status"] == "PAUSED" and r["id"] not in self.paused:
                     self.paused[r["id"]] = (r["paused_at"], r["resume_at"])
+
+        @invariant()
+        def the_ledger_says_what_was_sold(self):
+            """The service ledger (issue 26): every invoice is the net of its lines; a reversal never
+            gives back more than its line, nor time outside it; no time is sold twice."""
+            wrong = db.rows("""
+                SELECT i.id, i.kind, i.subtotal, sum(l.net) AS lines FROM billing.invoice i
+                  LEFT JOIN billing.service_line l ON l.customer_id = i.customer_id AND l.invoice_id = i.id
+                 GROUP BY i.customer_id, i.id, i.kind, i.subtotal HAVING coalesce(sum(l.net), 0) <> i.subtotal""")
+            assert not wrong, f"invoices that are not the net of their lines: {wrong}"
+            over = db.rows("""
+                SELECT r.id, r.net, o.net AS line FROM billing.service_line r
+                  JOIN billing.service_line o ON o.customer_id = r.customer_id AND o.id = r.reverses_id
+                 WHERE -r.net > o.net OR -r.gross > o.gross OR r.span_end <> o.span_end OR r.span_start < o.span_start""")
+            assert not over, f"reversals beyond their line: {over}"
+            twice = db.rows("""
+                WITH live AS (
+                    SELECT l.*, coalesce((SELECT min(r.span_start) FROM billing.service_line r
+                                           WHERE r.customer_id = l.customer_id AND r.reverses_id = l.id
+                                             AND billing._line_in_force(r)), l.span_end) AS served_end
+                      FROM billing.service_line l WHERE l.kind = 'CHARGE' AND billing._line_in_force(l))
+                SELECT a.subscription_id, a.id, b.id AS other, a.span_start, a.served_end, b.span_start AS other_start,
+                       b.served_end AS other_end
+                  FROM live a JOIN live b ON b.customer_id = a.customer_id AND b.subscription_id = a.subscription_id
+                   AND b.id > a.id AND b.span_start < a.served_end AND a.span_start < b.served_end
+                 WHERE a.span_start < a.served_end AND b.span_start < b.served_end""")
+            assert not twice, f"service sold twice for the same time: {twice}"
 
         @invariant()
         def every_event_matches_the_catalogue(self):
@@ -581,6 +651,7 @@ REPLAYS = {
         ("pause", dict(data=Drawn(1), resume_in=20 * DAYS)), ("clock_jump", dict(delta=16 * DAYS)), ("renew", {})],
 }
 INVARIANTS = ("the_books_balance", "every_paid_invoice_is_backed", "each_period_at_its_own_terms",
+              "the_ledger_says_what_was_sold",
               "a_discount_only_from_a_coupon_redeemed_by_then", "nothing_decided_after_the_fact",
               "every_event_matches_the_catalogue", "no_served_period_silently_forgiven")
 

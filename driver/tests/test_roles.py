@@ -29,24 +29,29 @@ POLICY = {
                     "outbox_stats", "period_end", "proration_amount", "is_simulation", "create_webhook_endpoint",
                     "list_webhook_endpoints", "get_webhook_endpoint", "delete_webhook_endpoint", "list_webhook_attempts",
                     "set_payment_method", "detach_payment_method", "list_payment_methods", "refund_invoice",
-                    "list_refunds", "record_refund_result", "retry_invoice", "void_invoice", "get_invoice_document",
-                    "set_customer_details"},
+                    "list_refunds", "retry_invoice", "void_invoice", "get_invoice_document",
+                    "set_customer_details", "apply_refund_webhook", "open_customer_session", "customer_session",
+                    "close_customer_session", "record_auth_failure"},
     "billing_worker": {"create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                        "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats", "period_end",
                        "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
                        "announce_expiring_payment_methods", "give_up_waiting_invoices", "finalize_invoices",
                        "lease_shard_groups",
-                       "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups"},
+                       "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups",
+                       "claim_refund_rechecks"},
     "billing_relay": {"claim_outbox_events", "mark_outbox_published", "mark_outbox_failed", "outbox_stats",
                       "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
                       "is_simulation", "lease_shard_groups",
                       "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
                       "mark_outbox_failed_in_shard"},
     "billing_readonly": {"get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
-                         "proration_amount", "dunning_next_attempt", "is_simulation", "list_payment_methods",
-                         "list_refunds", "get_invoice_document", "report_mrr", "report_mrr_movements",
+                         "proration_amount", "dunning_next_attempt", "is_simulation",
+                         "list_refunds", "report_mrr", "report_mrr_movements",
                          "report_churn", "report_revenue",
                          "figures_by_hour", "figures_counts", "figures_revenue"},
+    # Customers' personal data (names, emails, addresses, tax ids, payment-method references): its own job.
+    "billing_support": {"get_subscription", "plan_code", "is_simulation", "list_payment_methods", "list_refunds",
+                        "get_invoice_document"},
     "billing_admin": {"upsert_plan", "upsert_customer", "upsert_coupon",
                       "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                       "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
@@ -64,22 +69,26 @@ POLICY = {
                         "console_subscription", "console_invoices", "console_events", "authenticate_api_key",
                         "get_subscription", "plan_code", "outbox_stats", "is_simulation", "cancel_subscription",
                         "change_plan", "replay_outbox_event", "get_invoice_document", "report_mrr",
-                        "report_mrr_movements", "report_churn", "report_revenue"},
+                        "report_mrr_movements", "report_churn", "report_revenue", "record_auth_failure"},
 }
 # The findings of the issue, by name: who must never reach these.
 NEVER = {
     "billing_api": {"record_payment_result", "upsert_plan", "mark_outbox_published", "create_due_invoices",
                     "claim_charges", "create_api_key", "set_max_clock_skew", "claim_refunds", "upsert_coupon",
-                    "set_trial_will_end_notice"},
+                    "set_trial_will_end_notice", "record_refund_result", "claim_refund_rechecks"},
     "billing_worker": {"upsert_plan", "upsert_coupon", "create_api_key", "mark_outbox_published", "cancel_subscription",
                        "create_webhook_endpoint", "retry_dead_outbox_events", "refund_invoice", "set_payment_method"},
     "billing_relay": {"record_payment_result", "upsert_plan", "create_subscription", "refund_invoice",
                       "record_refund_result", "void_invoice"},
     "billing_readonly": {"create_subscription", "record_payment_result", "upsert_plan", "mark_outbox_published",
-                         "refund_invoice", "set_payment_method", "void_invoice", "retry_invoice"},
+                         "refund_invoice", "set_payment_method", "void_invoice", "retry_invoice",
+                         "list_payment_methods", "get_invoice_document"},
+    "billing_support": {"create_subscription", "record_payment_result", "refund_invoice", "set_payment_method",
+                        "set_customer_details", "void_invoice", "record_refund_result", "apply_gateway_webhook"},
     "billing_admin": {"record_payment_result", "claim_charges", "mark_outbox_published", "apply_gateway_webhook"},
     "billing_console": {"record_payment_result", "claim_charges", "mark_outbox_published", "apply_gateway_webhook",
-                        "create_api_key", "upsert_plan", "create_subscription", "set_max_clock_skew"},
+                        "create_api_key", "upsert_plan", "create_subscription", "set_max_clock_skew",
+                        "record_refund_result", "open_customer_session"},
 }
 
 
@@ -310,3 +319,81 @@ def test_the_driver_s_own_statements_fit_its_job_roles(db_url, login_as):
     assert audit == ["announce_expiring_payment_methods", "claim_charges", "claim_outbox_events",
                      "create_due_invoices", "expire_idempotency_keys",
                      "mark_outbox_published", "purge_expired", "record_payment_result", "record_payment_results"]
+
+
+# -- issue 27, finding 6: every function a role may call, with the fields a caller controls left empty --
+
+def _state(conn) -> tuple:
+    """What a call must not change by being given nothing: money, sessions, keys, subscriptions."""
+    return conn.execute("""
+        SELECT (SELECT md5(coalesce(string_agg(id || status || amount_refunded || coalesce(paid_attempt_id::text, '-'),
+                                               ',' ORDER BY id), '')) FROM billing.invoice),
+               (SELECT md5(coalesce(string_agg(id || status || coalesce(recheck_at::text, '-'), ',' ORDER BY id), ''))
+                  FROM billing.refund),
+               (SELECT md5(coalesce(string_agg(id || status || version, ',' ORDER BY id), '')) FROM billing.subscription),
+               (SELECT count(*) FROM billing.console_session), (SELECT count(*) FROM billing.customer_session),
+               (SELECT count(*) FROM billing.api_key), (SELECT count(*) FROM billing.payment_method)""").fetchone()
+
+
+@pytest.fixture
+def money_world(db_url):
+    """A charge claimed and not answered yet, and a PAID invoice whose refund SUCCEEDED."""
+    from datetime import datetime, timezone
+
+    t0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_plan('EMPTY_P', 1599, 'USD', 'MONTH', 1)")
+        for customer in (7001, 7002):
+            conn.execute("SELECT billing.create_subscription(%s, %s, 'EMPTY_P', %s)", (f"e-{customer}", customer, t0))
+        keys = dict(conn.execute("SELECT customer_id, idempotency_key FROM billing.claim_charges('w', 10, '5 minutes', %s)",
+                                 (t0,)).fetchall())
+        conn.execute("SELECT billing.record_payment_result(%s, 'SUCCEEDED', 'pi_7002', NULL, %s)", (keys[7002], t0))
+        invoice = conn.execute("SELECT id FROM billing.invoice WHERE customer_id = 7002").fetchone()[0]
+        refund_key = conn.execute("SELECT idempotency_key FROM billing.refund_invoice(%s, 1599, NULL, %s)",
+                                  (invoice, t0)).fetchone()[0]
+        conn.execute("SELECT billing.record_refund_result(%s, 'SUCCEEDED', 're_7002', NULL, %s)", (refund_key, t0))
+        conn.execute("SELECT billing.create_api_key('bk_emptyfield1', 'e', sha256('the-key'), ARRAY['admin'])")
+    return {"t0": t0, "claimed_key": keys[7001], "refund_key": refund_key}
+
+
+@pytest.mark.parametrize("role", sorted(POLICY))
+def test_every_function_of_a_role_called_with_its_fields_left_empty_changes_nothing(db_url, login_as, money_world,
+                                                                                    role):
+    with psycopg.connect(db_url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        functions = [f for f in _catalog_functions(conn) if not f["is_trigger"] and f["kind"] == "f"]
+        allowed = _with_console_actions(conn)[role]
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        before = _state(conn)
+    mine = [f for f in functions if f["proname"] in allowed]
+    assert {f["proname"] for f in mine} == allowed
+    t0 = money_world["t0"]
+    with psycopg.connect(login_as(role), autocommit=True) as conn:
+        for f in mine:  # every argument NULL: a clear error or a harmless answer, never a change
+            call = sql.SQL("SELECT * FROM billing.{}({})").format(
+                sql.Identifier(f["proname"]),
+                sql.SQL(", ").join(sql.SQL("NULL::{}").format(sql.SQL(t)) for t in f["argtypes"]))
+            try:
+                conn.execute(call).fetchall()
+            except psycopg.Error as exc:
+                assert not isinstance(exc, (errors.InsufficientPrivilege, errors.InternalError_)), (f, exc)
+        # the findings, by name: what a caller controls given empty, the identifiers real
+        if "apply_gateway_webhook" in allowed:
+            assert conn.execute("SELECT billing.apply_gateway_webhook('evt-empty', %s, 'SUCCEEDED', 'ch', '{}', %s)",
+                                (money_world["claimed_key"], t0)).fetchone()[0] == "REVIEW"
+        if "apply_refund_webhook" in allowed:
+            assert conn.execute("SELECT billing.apply_refund_webhook('evt-empty', %s, 'FAILED', NULL, NULL, NULL, NULL, "
+                                "NULL, %s)", (money_world["refund_key"], t0)).fetchone()[0] == "REVIEW"
+        if "console_open_session" in allowed:
+            for key_hash in (None, b"\0" * 32):
+                with pytest.raises(psycopg.Error) as caught:
+                    conn.execute("SELECT * FROM billing.console_open_session(sha256('tok'), %s, '1 hour', now())",
+                                 (key_hash,))
+                assert caught.value.sqlstate in ("BL404", "BL422")
+        if "open_customer_session" in allowed:
+            with pytest.raises(psycopg.Error) as caught:
+                conn.execute("SELECT * FROM billing.open_customer_session(7001, sha256('tok'), '15 minutes', %s)", (t0,))
+            assert caught.value.sqlstate == "BL422"  # no proven key: no session
+        for name in ("record_refund_result", "record_payment_result"):
+            assert name not in allowed or role in ("billing_worker", "billing_admin"), (role, name)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert _state(conn) == before, role

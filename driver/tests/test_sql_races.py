@@ -215,7 +215,10 @@ def test_same_payment_result_at_once_is_applied_once(db_url):
                     "SELECT status FROM billing.record_payment_result(%s, 'SUCCEEDED', 'ch', NULL, %s)", (key, T0 + timedelta(days=20))
                 ).fetchone()[0]
             return conn.execute(
-                "SELECT billing.apply_gateway_webhook(%s, %s, 'SUCCEEDED', 'ch', '{}', %s)", (f"evt-{i // 4}", key, T0 + timedelta(days=20))
+                "SELECT billing.apply_gateway_webhook(%s, %s, 'SUCCEEDED', 'ch', (SELECT jsonb_build_object("
+                "'amount', a.amount, 'currency', btrim(a.currency), 'customerId', a.customer_id) "
+                "FROM billing.payment_attempt a WHERE a.idempotency_key = %s), %s)",
+                (f"evt-{i // 4}", key, key, T0 + timedelta(days=20))
             ).fetchone()[0]
 
     run_together(8, report)

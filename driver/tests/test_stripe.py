@@ -340,7 +340,7 @@ def test_webhooks_signed_by_the_official_library_verify_and_tampered_ones_do_not
             refunded = {"id": "evt_6", "type": "charge.refunded", "data": {"object": {
                 "id": "ch_1", "object": "charge", "payment_intent": "pi_wh_evt_1", "amount_refunded": 990,
                 "refunds": {"object": "list", "data": [
-                    {"id": "re_wh_1", "object": "refund", "amount": 990, "status": "succeeded",
+                    {"id": "re_wh_1", "object": "refund", "amount": 990, "currency": "brl", "status": "succeeded",
                      "metadata": {"refund_key": refund["idempotency_key"]}},
                     {"id": "re_other", "object": "refund", "amount": 5, "status": "succeeded", "metadata": {}}]}}}}
             out["refunded"] = await post(*signed(refunded))
@@ -449,8 +449,18 @@ def test_refund_webhooks_without_their_refunds_and_refunds_that_fail_later(db_ur
                 out["pending"] = await post(pending)
                 failed = {"id": "evt_r3", "type": "refund.updated", "data": {"object": {
                     **stripe_refund, "status": "failed", "failure_reason": "expired_or_canceled_card"}}}
+                # Issue 27: a failure after success is never taken on an event's word. While
+                # Stripe still says succeeded, the worker's look-up keeps it SUCCEEDED...
                 out["failed"] = await post(failed)
                 out["failed_again"] = await post(failed)
+                refunder = Refunder(pool, provider, LocalGcraLimiter(50), clock=clock, lease_seconds=60)
+                await refunder.refund_due()
+                out["after_lie"] = query(db_url, "SELECT status, recheck_at IS NULL AS done FROM billing.refund")[0]
+                # ...and once Stripe itself says failed (the bank sent it back), the look-up fails it.
+                fake.refunds[refund["idempotency_key"]].update(status="failed",
+                                                              failure_reason="expired_or_canceled_card")
+                out["failed_really"] = await post({**failed, "id": "evt_r4"})
+                await refunder.refund_due()
             await app.state.database.close()
             await app.state.stripe.close()
             await provider.close()
@@ -462,7 +472,9 @@ def test_refund_webhooks_without_their_refunds_and_refunds_that_fail_later(db_ur
     assert out["made"] == "SUCCEEDED"
     assert out["bare"] == (200, {"received": True, "outcomes": ["REFUND"]}) and out["after_bare"] == "SUCCEEDED"
     assert out["pending"] == (200, {"received": True, "outcomes": []})
-    assert out["failed"] == (200, {"received": True, "outcomes": ["REFUND"]}) == out["failed_again"]
+    assert out["failed"] == (200, {"received": True, "outcomes": ["RECHECK"]}) == out["failed_again"]
+    assert out["after_lie"] == {"status": "SUCCEEDED", "done": True}
+    assert out["failed_really"] == (200, {"received": True, "outcomes": ["RECHECK"]})
     (row,) = query(db_url, "SELECT * FROM billing.refund")
     assert (row["status"], row["failure_reason"]) == ("FAILED", "expired_or_canceled_card")
     assert invoice(db_url, inv[51])["amount_refunded"] == 0  # the money came back to us

@@ -23,6 +23,7 @@ from starlette.routing import Mount
 from billing.api.context import Api
 from billing.api.database import Database
 from billing.api.errors import http_error, unexpected
+from billing.api.headers import SecurityHeaders
 from billing.api.routes import ROUTERS, health
 from billing.api.security import ApiGuard
 from billing.clock import Clock, SystemClock
@@ -37,7 +38,9 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
     webhook signature timestamps, which are always real time. `pool_timeout`: how long a request
     waits for a database connection before answering 503. `rate_limit`: the per-key request rate
     of the settings (api_rate_per_key, api_burst_per_key)."""
-    api = Api(settings=settings, database=Database(settings.database_url, pool_timeout), clock=clock or SystemClock(),
+    database = Database(settings.database_url, pool_timeout, heavy_size=settings.api_heavy_pool_size,
+                        heavy_statement_timeout_ms=settings.api_heavy_statement_timeout_ms)
+    api = Api(settings=settings, database=database, clock=clock or SystemClock(),
               wall_clock=wall_clock, pool_timeout=pool_timeout,
               limiter=(KeyRateLimiter(settings.api_rate_per_key, settings.api_burst_per_key, settings.redis_url)
                        if rate_limit else None),
@@ -63,7 +66,18 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
 
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: http_error, Exception: unexpected},
-                    middleware=[Middleware(ApiGuard, authenticate=api.database.authenticate, limiter=api.limiter)])
+                    middleware=[
+                        # outermost: every answer, refusals included, gets the security headers
+                        Middleware(SecurityHeaders),
+                        Middleware(ApiGuard, authenticate=api.database.authenticate, limiter=api.limiter,
+                                   customer_session=lambda customer_id, token_hash: api.database.customer_session(
+                                       customer_id, token_hash, api.clock.now()),
+                                   record_failure=lambda key_id, address, route: api.database.record_failure(
+                                       key_id, address, route, api.clock.now()),
+                                   cost_per_second=settings.api_cost_per_key,
+                                   address_rate=settings.api_unauthenticated_rate_per_address,
+                                   address_burst=settings.api_unauthenticated_burst_per_address,
+                                   failures_free=settings.api_auth_failures_free)])
     app.state.api = api
     app.state.database = api.database
     app.state.stripe = api.stripe  # closed by the lifespan (a test without it closes it itself)

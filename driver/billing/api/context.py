@@ -15,6 +15,7 @@ from typing import Any, Callable
 from starlette.requests import Request
 
 from billing.api.database import Database
+from billing.db import Actor
 from billing.api.validation import IDEMPOTENCY_KEY, ApiError
 from billing.clock import Clock
 from billing.invoices.documents import Issuer
@@ -42,9 +43,71 @@ class Api:
         return self.clock.now()
 
 
-def actor(request: Request) -> str:
-    """The audit actor of a request (ApiGuard put its key's id in the request's state)."""
-    return f"api-key:{request.state.api_key_id}"
+def actor(request: Request) -> Actor:
+    """The audit actor of a request (ApiGuard put its principal in the request's state)."""
+    principal = getattr(request.state, "principal", None)
+    if principal is not None and principal.customer_id is not None:
+        name = Actor(f"customer-session:{principal.customer_id} (api-key:{principal.key_id})")
+    else:
+        name = Actor(f"api-key:{request.state.api_key_id}")
+    name.proof = principal.proof if principal is not None else ""
+    return name
+
+
+def principal_of(request: Request):
+    return getattr(request.state, "principal", None)
+
+
+def bound_customer(request: Request) -> int | None:
+    """The customer a customer token binds this request to; None for a server key."""
+    principal = principal_of(request)
+    return principal.customer_id if principal is not None else None
+
+
+def require_customer(request: Request, customer_id: int | None) -> None:
+    """404 when a customer token reaches for another customer's resource (or one it cannot see):
+    as if it did not exist (docs/security.md, "Customer sessions")."""
+    bound = bound_customer(request)
+    if bound is not None and bound != customer_id:
+        raise ApiError(404, "not_found", "no such resource")
+
+
+async def require_subscription_of(request: Request, database, sub_id: int) -> None:
+    """For a customer token, the subscription must be its customer's (one read; none for a key)."""
+    if bound_customer(request) is None:
+        return
+    from billing import db
+
+    row = await database.one(db.API_GET_SUBSCRIPTION, {"id": sub_id})
+    require_customer(request, row["customer_id"] if row else None)
+
+
+async def require_invoice_of(request: Request, database, invoice_id: int) -> None:
+    """For a customer token, the invoice must be its customer's (one read; none for a key)."""
+    if bound_customer(request) is None:
+        return
+    from billing import db
+
+    row = await database.one(db.GET_INVOICE_DOCUMENT, {"invoice_id": invoice_id})
+    require_customer(request, (row["document"] or {}).get("customerId") if row else None)
+
+
+def guardrail(request: Request, ok: bool, message: str) -> None:
+    """403 when the request's key has a guardrail this request passes (docs/security.md, "Key guardrails")."""
+    if not ok:
+        raise ApiError(403, "guardrail", message)
+
+
+def guardrails_of(request: Request):
+    from billing.api_keys import Guardrails
+
+    principal = principal_of(request)
+    return principal.guardrails if principal is not None else Guardrails()
+
+
+def is_admin(request: Request) -> bool:
+    principal = principal_of(request)
+    return principal is not None and principal.is_admin
 
 
 def require_admin(request: Request) -> None:
@@ -64,7 +127,10 @@ def idempotency_key(request: Request) -> str:
     if not IDEMPOTENCY_KEY.match(key):
         raise ApiError(400, "invalid_idempotency_key",
                        "Idempotency-Key must be 1 to 255 printable ASCII characters without spaces")
-    return scoped_idempotency_key(request.state.api_key_id, key)
+    owner = request.state.api_key_id
+    if bound_customer(request) is not None:  # a customer token's keys never meet its server key's
+        owner = f"{owner}.c{bound_customer(request)}"
+    return scoped_idempotency_key(owner, key)
 
 
 def scoped_idempotency_key(api_key_id: str, key: str) -> str:

@@ -226,6 +226,22 @@ OPENAPI: dict = {
             "responses": {"200": {"description": "The coupon", "content": {"application/json": {"schema": _COUPON}}},
                           **_errors(400, 401, 403, 413, 415, 422, 429, 503)},
         }},
+        "/customer-sessions": {"post": {
+            "operationId": "openCustomerSession",
+            "description": "A short-lived token (cs_<customerId>_<secret>) that reads and acts on one customer only "
+                           "(docs/security.md, Customer sessions); shown once.",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "additionalProperties": False, "required": ["customerId"],
+                "properties": {"customerId": {"type": "integer", "minimum": 1},
+                               "ttlSeconds": {"type": "integer", "minimum": 60, "maximum": 3600}}}}}},
+            "security": [{"apiKey": []}], "x-scope": "customer-sessions:write",
+            "responses": {"201": {"description": "The session and its token", "content": {"application/json": {
+                "schema": {"type": "object", "required": ["object", "customerId", "token", "expiresAt"],
+                           "properties": {"object": {"const": "customer_session"}, "customerId": {"type": "integer"},
+                                          "token": {"type": "string", "pattern": "^cs_[1-9][0-9]*_[A-Za-z0-9_-]{43}$"},
+                                          "expiresAt": {"type": "string", "format": "date-time"}}}}}},
+                          **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)},
+        }},
         "/webhooks/payments": {"post": {
             "operationId": "paymentWebhook", "security": [],
             "parameters": [{"name": "Billing-Signature", "in": "header", "required": True, "schema": {"type": "string"},

@@ -10,6 +10,18 @@
   /console (the operator console, billing.console) is passed through: it logs in with the same
   keys, through the same check, and holds a session of its own.
 * The per-key rate: billing.limiter.KeyRateLimiter (GCRA per key, in Redis when configured).
+* Customer tokens (`cs_<customer id>_<secret>`, billing.api.customer_sessions): checked like a key
+  (`billing.customer_session`), they carry the scopes subscriptions:read / subscriptions:write of
+  their opening key at most, and bind the request to one customer (scope["state"]["customer_id"]):
+  every handler that touches a customer's resource checks it.
+* Cost (issue 27, finding 2): each key also has a budget of cost units per second
+  (`BILLING_API_COST_PER_KEY`, bursts of twice that); a request spends its route's cost
+  (`route_cost`: a PDF 10, an HTML document 3, anything else nothing), so a read-only key cannot
+  keep the CPU or the pool busy with expensive requests: 429 with `Retry-After` past it.
+* Addresses (findings 3 and 7): requests without a valid credential count against their client
+  address (`billing.limiter.abuse.AddressLimiter`), failed authentications back off per address
+  (`FailureThrottle`), each failure is logged, counted and, for a known key id with a wrong
+  secret, audited (`billing.record_auth_failure`).
 """
 
 from __future__ import annotations
@@ -17,12 +29,16 @@ from __future__ import annotations
 import logging
 import math
 import re
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from starlette.responses import JSONResponse
 
-from billing.api_keys import SCOPES, NewKey, hash_key, key_id_of, looks_like_key, new_api_key  # noqa: F401
+from billing.limiter.abuse import AddressLimiter, FailureThrottle, report_failure, retry_after
+from billing.api.customer_sessions import CUSTOMER_SCOPES, hash_token, parse_customer_token
+from billing.api_keys import SCOPES, Guardrails, NewKey, hash_key, key_id_of, looks_like_key, new_api_key  # noqa: F401
 from billing.limiter import KeyRateLimiter
+from billing.metrics import COST_REFUSALS
 
 log = logging.getLogger("billing.api.security")
 
@@ -50,6 +66,7 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("POST", re.compile(r"^/subscriptions/[^/]+/(cancel|change-plan|coupon|pause|resume|uncancel|reactivate|quantity)$"),
      "subscriptions:write"),
     ("POST", re.compile(r"^/coupons$"), "admin"),  # a coupon is money: only the operator makes one
+    ("POST", re.compile(r"^/customer-sessions$"), "customer-sessions:write"),  # a server key opens them
     ("GET", re.compile(r"^/admin/audit$"), "admin"),
     ("GET", re.compile(r"^/webhook-endpoints(/[^/]+(/attempts)?)?$"), "admin"),
     ("POST", re.compile(r"^/webhook-endpoints$"), "admin"),
@@ -74,6 +91,36 @@ def allows(scopes: list[str] | tuple[str, ...], needed: str) -> bool:
     return needed == ANY_KEY or "admin" in scopes or needed in scopes
 
 
+# What a route costs in the per-key cost budget (issue 27, finding 2): the documents rendered per
+# request. The console's expensive pages are weighed by the console itself (billing.console.web).
+_COSTS: list[tuple[str, re.Pattern, int]] = [
+    ("GET", re.compile(r"^/invoices/[^/]+\.pdf$"), 10),
+    ("GET", re.compile(r"^/invoices/[^/]+\.html$"), 3),
+]
+
+
+def route_cost(method: str, path: str) -> int:
+    for m, pattern, cost in _COSTS:
+        if (m == method or (m == "GET" and method == "HEAD")) and pattern.match(path):
+            return cost
+    return 0
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request is: an API key, or a customer token opened by one (customer_id set)."""
+
+    key_id: str
+    scopes: tuple[str, ...]
+    guardrails: Guardrails = field(default_factory=Guardrails)
+    customer_id: int | None = None
+    proof: str = ""  # billing.actor_proof: the hash of the credential (db/functions/87_sessions.sql)
+
+    @property
+    def is_admin(self) -> bool:
+        return "admin" in self.scopes and self.customer_id is None
+
+
 # -- the per-key request rate -------------------------------------------------------------------
 
 # -- the middleware ---------------------------------------------------------------------------------
@@ -83,7 +130,9 @@ def _error(status: int, code: str, message: str, headers: dict | None = None) ->
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
-Authenticate = Callable[[bytes], Awaitable[tuple[str, list[str]] | None]]
+Authenticate = Callable[[bytes], Awaitable["Principal | None"]]
+CustomerCheck = Callable[[int, bytes], Awaitable["Principal | None"]]
+RecordFailure = Callable[[str, str, str], Awaitable[None]]
 
 
 class Unavailable(Exception):
@@ -95,11 +144,18 @@ class ApiGuard:
     order, from the request head alone (the body is never read here)."""
 
     def __init__(self, app, *, authenticate: Authenticate, limiter: KeyRateLimiter | None,
-                 max_body: int = MAX_BODY) -> None:
+                 max_body: int = MAX_BODY, customer_session: CustomerCheck | None = None,
+                 record_failure: RecordFailure | None = None, cost_per_second: float = 20.0,
+                 address_rate: float = 20.0, address_burst: int = 40, failures_free: int = 10) -> None:
         self.app = app
         self.authenticate = authenticate
+        self.customer_session = customer_session
+        self.record_failure = record_failure
         self.limiter = limiter
         self.max_body = max_body
+        self.costs = AddressLimiter(rate=cost_per_second, burst=max(1, int(cost_per_second * 2)))
+        self.addresses = AddressLimiter(rate=address_rate, burst=address_burst)
+        self.failures = FailureThrottle(free=failures_free)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -111,8 +167,22 @@ class ApiGuard:
             return
         await self.app(scope, receive, send)
 
+    async def _failed(self, reason: str, address: str, path: str, key_id: str | None) -> JSONResponse:
+        """A failed authentication: logged, counted, backed off per address, audited for a real key id."""
+        report_failure(reason, address=address, route=path, key_id=key_id)
+        already_blocked = self.failures.blocked_for(address) > 0
+        self.failures.failed(address)
+        if key_id and reason == "unknown" and self.record_failure is not None and not already_blocked:
+            try:
+                await self.record_failure(key_id, address, path)
+            except Exception as exc:  # noqa: BLE001 - the audit must not turn a 401 into a 500
+                log.warning("could not audit a failed authentication", extra={"error": repr(exc)})
+        return _error(401, "unauthorized", "unknown or revoked API key",
+                      {"WWW-Authenticate": 'Bearer realm="billing", error="invalid_token"'})
+
     async def _refusal(self, scope) -> JSONResponse | None:
         method, path = scope["method"], scope["path"]
+        address = (scope.get("client") or ("-", 0))[0] or "-"
         headers: dict[bytes, bytes] = {}
         for name, value in scope["headers"]:
             headers.setdefault(name, value)  # the first of a repeated header
@@ -123,27 +193,59 @@ class ApiGuard:
             raw = headers.get(b"authorization", b"").decode("latin-1").strip()
             scheme, _, token = raw.partition(" ")
             token = token.strip()
+            blocked = self.failures.blocked_for(address)
+            if blocked > 0:  # this address failed too often: not even looked up
+                COST_REFUSALS.labels(limit="address").inc()
+                report_failure("throttled", address=address, route=path, key_id=key_id_of(token) or None)
+                return _error(429, "rate_limited", "too many failed authentications from this address; retry later",
+                              {"Retry-After": retry_after(blocked)})
             if scheme.lower() != "bearer" or not token:
+                wait = self.addresses.check(address)
+                if wait > 0:
+                    COST_REFUSALS.labels(limit="address").inc()
+                    return _error(429, "rate_limited", "too many requests without an API key from this address",
+                                  {"Retry-After": retry_after(wait)})
+                report_failure("missing", address=address, route=path, key_id=None)
                 return _error(401, "unauthorized", "an API key is required: Authorization: Bearer <key>",
                               {"WWW-Authenticate": 'Bearer realm="billing"'})
-            found = None
-            if looks_like_key(token):
-                try:
-                    found = await self.authenticate(hash_key(token))
-                except Unavailable:
-                    return _error(503, "unavailable", "the database is not reachable; retry later")
-            if found is None:
-                return _error(401, "unauthorized", "unknown or revoked API key",
-                              {"WWW-Authenticate": 'Bearer realm="billing", error="invalid_token"'})
-            key_id, scopes = found
-            if not allows(scopes, needed):
+            principal = None
+            customer_id = parse_customer_token(token)
+            try:
+                if looks_like_key(token):
+                    principal = await self.authenticate(hash_key(token))
+                elif customer_id is not None and self.customer_session is not None:
+                    principal = await self.customer_session(customer_id, hash_token(token))
+            except Unavailable:
+                return _error(503, "unavailable", "the database is not reachable; retry later")
+            if principal is None:
+                if self.addresses.check(address) > 0:
+                    COST_REFUSALS.labels(limit="address").inc()
+                return await self._failed("unknown" if looks_like_key(token) or customer_id else "malformed",
+                                          address, path, key_id_of(token) or None)
+            if principal.customer_id is not None:
+                # a customer token: at most its opening key's scopes among the customer's own
+                scopes = CUSTOMER_SCOPES if "admin" in principal.scopes else \
+                    tuple(x for x in principal.scopes if x in CUSTOMER_SCOPES)
+                if needed != ANY_KEY and needed not in scopes:
+                    return _error(403, "forbidden", f"a customer session cannot use {needed} routes")
+            elif not allows(principal.scopes, needed):
                 return _error(403, "forbidden", f"this API key lacks the scope {needed}")
             if self.limiter is not None:
-                wait = await self.limiter.check(key_id)
+                wait = await self.limiter.check(principal.key_id)
                 if wait > 0:
                     return _error(429, "rate_limited", "too many requests for this API key; retry later",
                                   {"Retry-After": str(max(1, math.ceil(wait)))})
-            scope.setdefault("state", {})["api_key_id"] = key_id
+            cost = route_cost(method, path)
+            if cost:
+                wait = self.costs.check(principal.key_id, cost)
+                if wait > 0:
+                    COST_REFUSALS.labels(limit="key").inc()
+                    return _error(429, "rate_limited", "this API key's budget for expensive requests is spent; "
+                                  "retry later", {"Retry-After": retry_after(wait)})
+            state = scope.setdefault("state", {})
+            state["api_key_id"] = principal.key_id
+            state["principal"] = principal
+            state["customer_id"] = principal.customer_id
         if method in MUTATING or (method == "DELETE" and (headers.get(b"content-length", b"0") not in (b"0", b"")
                                                              or b"transfer-encoding" in headers)):
             content_type = headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()

@@ -6,6 +6,12 @@
   after `api_keep_alive_seconds`;
 * at most `api_max_concurrency` connections or requests at once (503 past it), heads of at most
   16 KiB (h11's limit);
+* per client address at most `api_max_connections_per_address` connections at once: one more is
+  answered 429 with `Retry-After` and closed before anything is read (issue 27, finding 3);
+* idle connections that never sent a request do not starve the others: once the connections
+  reach 90 % of `api_max_concurrency`, each new one closes the oldest connection that is still
+  waiting for its first request head (an anonymous idle socket costs nothing to reopen, so it is
+  the first to go);
 * `--internal-port`: /metrics, /openapi.json and /healthz without a key on a second listener
   (loopback by default); on the public port they need the admin scope.
 """
@@ -28,19 +34,53 @@ log = logging.getLogger("billing.api")
 MAX_HEAD_BYTES = 16 * 1024
 
 
+_TOO_MANY = (b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: %d\r\nContent-Type: application/json\r\n"
+             b"Connection: close\r\nContent-Length: %d\r\n\r\n%s")
+
+
+def _too_many_body() -> bytes:
+    return b'{"error": {"code": "rate_limited", "message": "too many connections from this address"}}'
+
+
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol plus deadlines for the request head and body."""
+    """uvicorn's h11 protocol plus deadlines for the request head and body, a per-address
+    connection limit and the shedding of connections that never sent a request."""
 
     header_timeout: float = 10.0
     body_timeout: float = 30.0
+    max_per_address: int = 32
+    max_connections: int = 256
+    # Shared by the connections of one listener (each protocol_class has its own).
+    by_address: dict[str, int] = {}
+    never_asked: dict["GuardedH11Protocol", None] = {}  # oldest first
+    refused = 0
+    shed = 0
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._deadline: asyncio.TimerHandle | None = None
         self._phase = ""
+        self._address = self.client[0] if self.client else ""
+        cls = type(self)
+        if cls.by_address.get(self._address, 0) >= cls.max_per_address:
+            self._address = None  # not counted
+            cls.refused += 1
+            body = _too_many_body()
+            transport.write(_TOO_MANY % (max(1, int(self.header_timeout)), len(body), body))
+            transport.close()
+            return
+        cls.by_address[self._address] = cls.by_address.get(self._address, 0) + 1
+        if len(self.connections) >= max(1, int(cls.max_connections * 0.9)) and cls.never_asked:
+            oldest = next(iter(cls.never_asked))
+            cls.never_asked.pop(oldest, None)
+            cls.shed += 1
+            if not oldest.transport.is_closing():
+                oldest.transport.close()
+        cls.never_asked[self] = None
         self._track()
 
     def data_received(self, data: bytes) -> None:
+        type(self).never_asked.pop(self, None)  # it asked something: no longer an idle stranger
         super().data_received(data)
         self._track()
 
@@ -49,6 +89,15 @@ class GuardedH11Protocol(H11Protocol):
         self._track()
 
     def connection_lost(self, exc) -> None:
+        cls = type(self)
+        cls.never_asked.pop(self, None)
+        address = getattr(self, "_address", None)
+        if address is not None:
+            left = cls.by_address.get(address, 1) - 1
+            if left > 0:
+                cls.by_address[address] = left
+            else:
+                cls.by_address.pop(address, None)
         self._set_deadline("", None)
         super().connection_lost(exc)
 
@@ -80,7 +129,9 @@ class GuardedH11Protocol(H11Protocol):
 
 def protocol_class(settings) -> type[GuardedH11Protocol]:
     return type("BillingH11Protocol", (GuardedH11Protocol,), {
-        "header_timeout": settings.api_header_timeout_seconds, "body_timeout": settings.api_body_timeout_seconds})
+        "header_timeout": settings.api_header_timeout_seconds, "body_timeout": settings.api_body_timeout_seconds,
+        "max_per_address": settings.api_max_connections_per_address, "max_connections": settings.api_max_concurrency,
+        "by_address": {}, "never_asked": {}, "refused": 0, "shed": 0})
 
 
 def uvicorn_config(app, settings, *, host: str | None = None, port: int | None = None, **kwargs) -> uvicorn.Config:

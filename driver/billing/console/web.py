@@ -44,6 +44,37 @@ SECURITY_HEADERS = {
 }
 
 
+# Flash messages by code, never by free text (issue 27, finding 9): a link can only show one of
+# these, whatever its query says. `action` and `id` name the action (one of billing.console.actions)
+# and its target (digits) for the action codes.
+FLASH = {
+    "login_unknown_key": "unknown or revoked API key",
+    "login_scope": "this key has neither the admin nor the subscriptions:read scope",
+    "login_throttled": "too many failed logins from this address: wait a moment",
+    "action_done": "{label}: done ({target} {id})",
+    "action_input": "{label}: the form's values were refused",
+    "action_conflict": "{label} {target} {id}: refused: its version moved on since the page was read, or its state "
+                       "does not allow it (reload the page)",
+    "action_not_found": "{label} {target} {id}: no such {target}",
+    "action_invalid": "{label} {target} {id}: refused by the database's rules",
+    "action_retry": "{label} {target} {id}: a concurrent change won; retry",
+}
+
+
+def flash(request: Request, name: str) -> str:
+    code = request.query_params.get(name, "")
+    text = FLASH.get(code)
+    if text is None:
+        return ""
+    action = actions_mod.BY_NAME.get(request.query_params.get("action", ""))
+    target_id = request.query_params.get("id", "")
+    if "{label}" in text:
+        if action is None or not target_id.isdigit() or len(target_id) > 18:
+            return ""
+        return text.format(label=action.label, target=action.target, id=target_id)
+    return text
+
+
 class Refused(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -92,6 +123,13 @@ class Console:
     gives p_now to the reads and actions (the wall clock is for sessions)."""
 
     def __init__(self, database, settings, clock: Clock, limiter=None) -> None:
+        from billing.limiter.abuse import AddressLimiter, FailureThrottle
+
+        self.failures = FailureThrottle(free=getattr(settings, "api_auth_failures_free", 10))
+        # the expensive pages' budget per key (the overview 10, a search 5: docs/security.md)
+        cost = getattr(settings, "api_cost_per_key", 20.0)
+        self.costs = AddressLimiter(rate=cost, burst=max(1, int(cost * 2)))
+        self.cache: dict = {}
         self.database = database
         self.settings = settings
         self.clock = clock
@@ -123,6 +161,35 @@ class Console:
     async def check_rate(self, session: dict) -> None:
         if self.limiter is not None and await self.limiter.check(session["key_id"]) > 0:
             raise Refused(429, "too many requests for this API key; wait a moment")
+
+    def spend(self, session: dict, cost: int) -> None:
+        """An expensive page spends `cost` of its key's budget (issue 27, finding 2): 429 past it."""
+        if self.costs.check(session["key_id"], cost) > 0:
+            from billing.metrics import COST_REFUSALS
+
+            COST_REFUSALS.labels(limit="key").inc()
+            raise Refused(429, "this API key's budget for expensive pages is spent; wait a moment")
+
+    async def cached(self, key, seconds: float, make):
+        """`make()`'s answer, reused for `seconds` (wall clock); an action clears the cache."""
+        import time as _time
+
+        hit = self.cache.get(key)
+        now = _time.monotonic()
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        value = await make()
+        if len(self.cache) > 64:
+            self.cache.clear()
+        self.cache[key] = (now + seconds, value)
+        return value
+
+    @staticmethod
+    def actor(session: dict):
+        """The audit actor of a session's call, with the proof of its token (billing._actor)."""
+        name = db.Actor(f"api-key:{session['key_id']}")
+        name.proof = "console:" + token_hash(session["token"]).hex()
+        return name
 
     # -- forms -------------------------------------------------------------------------------
 
@@ -168,7 +235,7 @@ class Console:
     def page(self, request: Request, template: str, session: dict | None, code: int = 200, **context) -> HTMLResponse:
         html = self.env.get_template(template).render(
             request=request, session=session, base="/console", now=self.clock.now(),
-            message=request.query_params.get("ok", "")[:300], error=request.query_params.get("error", "")[:300],
+            message=flash(request, "ok"), error=flash(request, "error"),
             **context)
         return HTMLResponse(html, status_code=code, headers=SECURITY_HEADERS)
 
@@ -191,8 +258,11 @@ class Console:
                     await self.check_rate(session)
                 return await fn(request, session)
             except Refused as exc:
-                return self.page(request, "error.html", None if exc.status == 401 else session,
-                                 code=exc.status, problem=exc.message)
+                response = self.page(request, "error.html", None if exc.status == 401 else session,
+                                     code=exc.status, problem=exc.message)
+                if exc.status == 429:
+                    response.headers["Retry-After"] = "2"
+                return response
             except (psycopg.OperationalError, PoolTimeout):
                 log.warning("console: database unavailable")
                 return self.page(request, "error.html", None, code=503, problem="the database is not reachable; retry")

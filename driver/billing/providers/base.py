@@ -47,8 +47,9 @@ class WebhookOutcome:
 
     kind "charge": apply_gateway_webhook(event_id, idempotency_key, outcome, reference, payload,
     hard_decline); `payload` carries the fields the SQL API compares with the attempt (amount,
-    currency, customerId; those the provider gives) and declineCode. kind "refund":
-    record_refund_result(idempotency_key, outcome, reference, reason)."""
+    currency, customerId; all three required for a success to be applied) and declineCode. kind
+    "refund": apply_refund_webhook(event_id, idempotency_key, outcome, payload refundId, amount,
+    currency, charge, reason): applied only when they match the refund the key names."""
 
     kind: str  # charge | refund
     event_id: str

@@ -393,7 +393,13 @@ def parse_event(event: dict) -> list[WebhookOutcome]:
                 return []  # not a charge of a payment intent: not ours
             return [WebhookOutcome("refund_lookup", event_id, "", UNKNOWN, intent)]
         outcomes = []
+        intent = obj.get("payment_intent")
+        parent = {"payment_intent": intent.get("id") if isinstance(intent, dict) else intent,
+                  "currency": obj.get("currency")}
         for refund in refunds:
+            # a refund listed by its charge: the charge's intent and currency where it omits them
+            if isinstance(refund, dict):
+                refund = {**{k: v for k, v in parent.items() if v is not None}, **refund}
             outcomes += _refund_outcomes(event_id, refund)
         return outcomes
     if kind in ("refund.created", "refund.updated", "refund.failed", "charge.refund.updated"):
@@ -411,7 +417,18 @@ def _refund_outcomes(event_id: str, refund) -> list[WebhookOutcome]:
     result = refund_result(refund)
     if result.outcome == UNKNOWN:
         return []  # pending: a later event (or the worker's look-up) settles it
-    return [WebhookOutcome("refund", event_id, key, result.outcome, result.reference, result.reason)]
+    # What the SQL API compares with the refund the key names (apply_refund_webhook): the
+    # provider's refund id, amount, currency and charge (the payment intent we refunded). A field
+    # missing or of another type is sent as null: the refund is then held for review, not applied.
+    intent = refund.get("payment_intent")
+    intent = intent.get("id") if isinstance(intent, dict) else intent
+    payload = {"refundId": refund.get("id") if isinstance(refund.get("id"), str) else None,
+               "amount": refund.get("amount") if isinstance(refund.get("amount"), int)
+               and not isinstance(refund.get("amount"), bool) else None,
+               "currency": refund["currency"].upper() if isinstance(refund.get("currency"), str) else None,
+               "charge": intent if isinstance(intent, str) else None}
+    return [WebhookOutcome("refund", event_id, key, result.outcome, result.reference, result.reason,
+                           payload=payload)]
 
 
 def verify_signature(header: str | None, body: bytes, secrets: list[str], now: float,

@@ -14,6 +14,10 @@
   answer: the same key is tried again after the limiter grants another slot, within the lease.
 * A refund whose call would outlive its lease is left to the lease; the claim comes back with
   the same key.
+* A SUCCEEDED refund that a provider event said failed (Stripe's refund.failed: the bank sent it
+  back, or the event is about another refund) is never failed on the event's word: the API marks
+  it (apply_refund_webhook), `claim_refund_rechecks` hands it here for a look-up, and the
+  provider's answer is recorded (FAILED: it leaves amount_refunded; SUCCEEDED: the recheck ends).
 """
 
 from __future__ import annotations
@@ -65,6 +69,10 @@ class Refunder:
             async with self.pool.connection() as conn:
                 cur = await conn.execute(db.CLAIM_REFUNDS, params)
                 rows = await cur.fetchall()
+        # and the SUCCEEDED refunds an event said failed: only the provider's own answer decides
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(db.CLAIM_REFUND_RECHECKS, params)
+            rows = list(rows) + list(await cur.fetchall())
         self.counts["claimed"] += len(rows)
         return [RefundRequest(r["idempotency_key"], r["refund_id"], r["invoice_id"], r["customer_id"], r["amount"],
                               r["currency"].strip(), r["charge_reference"], r["charge_key"], bool(r.get("lookup")))

@@ -13,9 +13,12 @@ failing for a day.
 A delivery is a POST of the CloudEvents envelope (structured mode), signed like the gateway's
 webhooks to us: `Billing-Signature: t=<unix time>,v1=<hex HMAC-SHA256 of "<t>.<body>">` with the
 endpoint's secret. Only a 2xx counts; a redirect is a failure (never followed); the request has a
-timeout; and the address the name resolves to must be public unless
-`BILLING_WEBHOOK_ALLOW_PRIVATE` is set (the resolver refuses loopback, private, link-local,
-multicast and reserved addresses at connect time, so a DNS answer cannot smuggle one in).
+timeout; and the address must be public unless `BILLING_WEBHOOK_ALLOW_PRIVATE` is set:
+`billing.netguard.pin` reads every numeric form of the host, resolves a name once, refuses
+loopback, private, link-local, multicast, reserved, NAT64, 6to4 and Teredo addresses (any of them
+among a name's answers), and the request is sent to the address it checked (the Host header and
+the TLS server name keep the endpoint's name), so neither a DNS answer nor the HTTP library's own
+parsing of the host can send it elsewhere.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import aiohttp
 from billing import signing
 from billing import db
 from billing.clock import Clock, SystemClock, sleep_or_stop
-from billing.worker.targets import BlockedAddress, PublicOnlyResolver, check_target
+from billing.netguard import BlockedAddress, Pinned, Resolve, pin, system_resolve
 
 log = logging.getLogger("billing.webhooks")
 
@@ -50,6 +53,8 @@ class WebhookOptions:
     backoff: timedelta = timedelta(seconds=5)
     backoff_cap: timedelta = timedelta(hours=1)
     give_up_after: timedelta = timedelta(days=1)
+    resolve: Resolve = system_resolve  # the name resolver of netguard.pin (tests give their own)
+    pin_ttl: float = 60.0  # seconds a name's checked address is reused
 
     @classmethod
     def from_settings(cls, settings) -> "WebhookOptions":
@@ -80,10 +85,12 @@ class WebhookDeliverer:
         self._loops: dict[int, asyncio.Task] = {}
         self._wake: dict[int, asyncio.Event] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._pins: dict[str, tuple[float, Pinned]] = {}
 
     async def run(self) -> None:
-        connector = aiohttp.TCPConnector(
-            resolver=None if self.opt.allow_private else PublicOnlyResolver(), limit=0, ttl_dns_cache=60)
+        # Every request goes to an address netguard.pin checked (the URL rewritten to it): the
+        # connector never resolves a name of an endpoint's.
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60)
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=aiohttp.ClientTimeout(total=self.opt.timeout_seconds),
             headers={"User-Agent": USER_AGENT}, auto_decompress=False)
@@ -198,8 +205,11 @@ class WebhookDeliverer:
             return Result(row["outbox_id"], outcome, status, error, int((time.monotonic() - started) * 1000))
 
         try:
-            check_target(endpoint["url"], allow_private=self.opt.allow_private)
-            async with self._session.post(endpoint["url"], data=body, headers=headers, allow_redirects=False) as resp:
+            target = await self._pin(endpoint["url"])
+            if target.host_header:
+                headers["Host"] = target.host_header
+            async with self._session.post(target.url, data=body, headers=headers, allow_redirects=False,
+                                          server_hostname=target.server_hostname) as resp:
                 if 200 <= resp.status < 300:
                     self.delivered += 1
                     return done("DELIVERED", resp.status)
@@ -215,6 +225,18 @@ class WebhookDeliverer:
             if isinstance(cause, BlockedAddress) or "BlockedAddress" in repr(exc):
                 return done("FAILED", None, f"blocked: {cause}")
             return done("FAILED", None, f"{type(exc).__name__}: {exc}"[:500])
+
+    async def _pin(self, url: str) -> Pinned:
+        """netguard.pin, its answer reused for pin_ttl seconds (a refusal is never cached)."""
+        now = time.monotonic()
+        cached = self._pins.get(url)
+        if cached is not None and now - cached[0] < self.opt.pin_ttl:
+            return cached[1]
+        target = await pin(url, allow_private=self.opt.allow_private, resolve=self.opt.resolve)
+        if len(self._pins) > 10_000:
+            self._pins.clear()
+        self._pins[url] = (now, target)
+        return target
 
     async def _record(self, endpoint_id: int, results: list[Result]) -> str:
         async with self.pool.connection() as conn:

@@ -91,3 +91,47 @@ def test_api_keys_are_random_hashed_and_carry_their_id():
         assert looks_like_key(k.key) and key_id_of(k.key) == k.key_id and len(k.key_hash) == 32
         assert len(k.key) - len(k.key_id) - 1 >= 43  # 32 random bytes
     assert hash_key("bk_abcdefgh_x") != hash_key("bk_abcdefgh_y") and key_id_of("not a key") == ""
+
+
+# -- issue 27, finding 8: long but guessable secrets, passwords in a URL's query, webhook secrets --
+
+@pytest.mark.parametrize("value", ["passwordpasswordpasswordpassword1", "12345678901234567890123456789012",
+                                   "abcdefghijklmnopqrstuvwxyzabcdef", "qwertyuiopasdfghjklzxcvbnmqwerty",
+                                   "billingbillingbilling2026billing!"])
+def test_long_but_guessable_secrets_are_refused(value):
+    problem = secret_problem("S", value)
+    assert problem is not None and value not in problem
+
+
+def test_random_secrets_and_passphrases_pass():
+    import secrets as stdlib_secrets
+
+    for _ in range(20):
+        assert secret_problem("S", stdlib_secrets.token_urlsafe(32)) is None
+        assert secret_problem("S", stdlib_secrets.token_hex(16)) is None
+    assert secret_problem("S", "correct horse battery staple under violet lanterns") is None
+
+
+def test_a_password_in_the_database_urls_query_is_checked():
+    assert Settings(database_url="postgresql://billing_api@db/billing?password=billing").secret_problems() != []
+    assert Settings(database_url="postgresql://db/billing?sslmode=require&password=passwordpasswordpassword12"
+                    ).secret_problems() != []
+    assert Settings(database_url=f"postgresql://u@db/billing?password={GOOD}").secret_problems() == []
+    # both forms: each is judged
+    assert len(Settings(database_url=f"postgresql://u:{GOOD}@db/billing?password=short").secret_problems()) == 1
+    assert Settings(redis_url="redis://db:6379/0?password=redis").secret_problems() != []
+
+
+def test_operator_webhook_secrets_need_32_bytes_of_entropy():
+    import secrets as stdlib_secrets
+
+    from billing.config import webhook_secret_problem
+
+    assert webhook_secret_problem("a" * 16) is not None
+    assert webhook_secret_problem("s" * 64) is not None
+    assert webhook_secret_problem(GOOD) is not None  # 32 random-looking characters: about 190 bits, not 256
+    assert webhook_secret_problem("whsec_" + "ab" * 40) is not None
+    assert webhook_secret_problem(stdlib_secrets.token_urlsafe(32)) is None  # 256 bits
+    assert webhook_secret_problem("whsec_" + stdlib_secrets.token_urlsafe(32)) is None
+    assert webhook_secret_problem(stdlib_secrets.token_hex(32)) is None  # 64 hex characters
+    assert webhook_secret_problem(stdlib_secrets.token_hex(31)) is not None

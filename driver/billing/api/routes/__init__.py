@@ -10,9 +10,10 @@ billing.api.security (`_RULES`; an unlisted route needs only *a* key), its paths
 billing.api.openapi, and its tests.
 """
 
-from billing.api.routes import (admin, coupons, customers, health, invoices, payment_webhooks, refunds,
-                                subscriptions, webhook_endpoints)
+from billing.api.routes import (admin, coupons, customer_sessions, customers, health, invoices, payment_webhooks,
+                                refunds, subscriptions, webhook_endpoints)
 
-ROUTERS = (subscriptions, coupons, payment_webhooks, customers, invoices, refunds, webhook_endpoints, admin, health)
+ROUTERS = (subscriptions, coupons, payment_webhooks, customers, customer_sessions, invoices, refunds, webhook_endpoints,
+           admin, health)
 
 __all__ = ["ROUTERS"]

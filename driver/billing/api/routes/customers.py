@@ -7,7 +7,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from billing import db
-from billing.api.context import Api, actor, utc
+from billing.api.context import Api, actor, require_customer, utc
 from billing.api.errors import endpoint_of
 from billing.api.validation import ApiError, json_object, path_id, text_field
 
@@ -35,6 +35,7 @@ def routes(api: Api) -> list[BaseRoute]:
     @endpoint_of("/customers/{id}/payment-method")
     async def put_payment_method(request: Request) -> Response:
         customer_id = path_id(request, "customer")
+        require_customer(request, customer_id)  # a customer token sets its own customer's method only
         fields = {"provider", "customerRef", "paymentMethodRef", "brand", "last4", "expMonth", "expYear"}
         doc = await json_object(request, allowed=fields,
                                 required={"provider", "paymentMethodRef", "expMonth", "expYear"})

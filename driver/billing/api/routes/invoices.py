@@ -4,16 +4,22 @@ actions /invoices/{id}/retry and /void (admin)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import time
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from billing import db
-from billing.api.context import Api, actor, require_admin, utc
+from billing.api.context import Api, actor, require_admin, require_customer, utc
 from billing.api.errors import endpoint_of
 from billing.api.validation import ApiError, json_object, path_id, text_field
 from billing.invoices.documents import render_html, render_pdf
+
+
+RENDER_CACHE_SECONDS = 5.0
 
 
 def invoice_json(row: dict) -> dict:
@@ -30,6 +36,32 @@ def invoice_json(row: dict) -> dict:
 def routes(api: Api) -> list[BaseRoute]:
     database, clock, issuer = api.database, api.clock, api.issuer
 
+    # Rendering costs CPU (a PDF about 180 ms): at most two at once in this process, and the same
+    # document (same content) rendered once per RENDER_CACHE_SECONDS (issue 27, finding 2; the
+    # per-key cost budget of billing.api.security weighs these routes too).
+    renders = asyncio.Semaphore(2)
+    cache: dict[tuple[str, str], tuple[float, bytes | str]] = {}
+
+    async def rendered(doc: dict, kind: str):
+        key = (kind, hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest())
+        now = time.monotonic()
+        hit = cache.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        async with renders:
+            hit = cache.get(key)
+            if hit is not None and hit[0] > time.monotonic():
+                return hit[1]
+            if kind == "pdf":
+                out = await asyncio.get_running_loop().run_in_executor(None, render_pdf, doc, issuer)
+            else:
+                out = render_html(doc, issuer)
+        if len(cache) > 256:
+            for k in [k for k, v in cache.items() if v[0] <= now] or list(cache)[:128]:
+                cache.pop(k, None)
+        cache[key] = (time.monotonic() + RENDER_CACHE_SECONDS, out)
+        return out
+
     @endpoint_of("/invoices/{id}")
     async def get_invoice(request: Request) -> Response:
         # /invoices/12 (JSON with its lines), /invoices/12.html, /invoices/12.pdf
@@ -41,10 +73,11 @@ def routes(api: Api) -> list[BaseRoute]:
         invoice_id = path_id(request, "invoice")
         row = await database.one(db.GET_INVOICE_DOCUMENT, {"invoice_id": invoice_id})
         doc = row["document"]
+        require_customer(request, doc.get("customerId"))
         if suffix == "html":
-            return Response(render_html(doc, issuer), media_type="text/html; charset=utf-8")
+            return Response(await rendered(doc, "html"), media_type="text/html; charset=utf-8")
         if suffix == "pdf":
-            pdf = await asyncio.get_running_loop().run_in_executor(None, render_pdf, doc, issuer)
+            pdf = await rendered(doc, "pdf")
             name = doc.get("number") or f"draft-{invoice_id}"
             return Response(pdf, media_type="application/pdf",
                             headers={"Content-Disposition": f'inline; filename="invoice-{name}.pdf"'})

@@ -1,7 +1,7 @@
 """/webhooks/payments (the simulator's signed results) and /webhooks/stripe (Stripe-Signature):
 the gateways' webhooks, public and authenticated by their signature (docs/gateway.md,
 docs/providers.md). Each outcome goes to the SQL API: charges through apply_gateway_webhook
-(stored once per event id), refunds through record_refund_result (idempotent)."""
+(stored once per event id), refunds through apply_refund_webhook (bound to their refund)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from billing import db
 from billing.api.context import Api
 from billing.api.errors import endpoint_of
 from billing.api.validation import ApiError, read_body
-from billing.metrics import WEBHOOKS_FOR_REVIEW
+from billing.metrics import REFUND_REVIEWS, WEBHOOKS_FOR_REVIEW
 from billing.providers import LookupFailed, Provider, SimProvider, StripeProvider, WebhookOutcome, WebhookRejected
 
 log = logging.getLogger("billing.api")
@@ -45,12 +45,22 @@ def routes(api: Api) -> list[BaseRoute]:
             raise ApiError(exc.status, exc.code, exc.message) from None
 
     async def apply(outcome: WebhookOutcome) -> str:
-        """One outcome to the SQL API: APPLIED, DUPLICATE or REVIEW for a charge, REFUND for a refund."""
+        """One outcome to the SQL API: APPLIED, DUPLICATE or REVIEW for a charge; REFUND (applied or
+        settled already), REVIEW or RECHECK for a refund."""
         if outcome.kind != "charge":
-            await database.mutate("gateway-webhook", db.RECORD_REFUND_RESULT, {
-                "key": outcome.idempotency_key, "outcome": outcome.outcome, "reference": outcome.reference,
-                "reason": outcome.reason, "now": clock.now()})
-            return "REFUND"
+            # Bound to the refund its key names: its refund id (once known), amount, currency and
+            # charge must all be given and match, and a failure after success is only looked up by
+            # the worker (billing.apply_refund_webhook; issue 27, finding 1).
+            p = outcome.payload or {}
+            row = await database.mutate("gateway-webhook", db.APPLY_REFUND_WEBHOOK, {
+                "event_id": outcome.event_id, "key": outcome.idempotency_key, "outcome": outcome.outcome,
+                "refund_id": p.get("refundId"), "amount": p.get("amount"), "currency": p.get("currency"),
+                "charge": p.get("charge"), "reason": outcome.reason, "now": clock.now()})
+            if row["outcome"] in ("REVIEW", "RECHECK"):
+                REFUND_REVIEWS.labels(outcome=row["outcome"]).inc()
+                log.warning("refund event not applied", extra={"eventId": outcome.event_id,
+                                                              "key": outcome.idempotency_key, "outcome": row["outcome"]})
+            return "REFUND" if row["outcome"] in ("APPLIED", "DUPLICATE") else row["outcome"]
         row = await database.mutate("gateway-webhook", db.APPLY_GATEWAY_WEBHOOK, {
             "event_id": outcome.event_id, "key": outcome.idempotency_key, "outcome": outcome.outcome,
             "reference": outcome.reference, "payload": json.dumps(outcome.payload), "now": clock.now(),

@@ -7,7 +7,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from billing import db
-from billing.api.context import Api, actor, idempotency_key, utc
+from billing.api.context import Api, actor, guardrail, guardrails_of, idempotency_key, require_invoice_of, utc
 from billing.api.errors import endpoint_of
 from billing.api.validation import ApiError, bigint_field, json_object, path_id
 
@@ -30,6 +30,8 @@ def routes(api: Api) -> list[BaseRoute]:
         amount = bigint_field(doc, "amount")
         if amount < 1:
             raise ApiError(422, "invalid_input", "amount must be a positive integer in the currency's smallest unit")
+        limit = guardrails_of(request).max_refund
+        guardrail(request, limit is None or amount <= limit, f"this API key may refund at most {limit} per request")
         row = await database.mutate(actor(request), db.REFUND_INVOICE, {
             "invoice_id": invoice_id, "amount": amount, "request_key": request_key, "now": clock.now()})
         # 200 for the request and for its replays (same Idempotency-Key), as Stripe answers.
@@ -37,7 +39,9 @@ def routes(api: Api) -> list[BaseRoute]:
 
     @endpoint_of("/invoices/{id}/refunds")
     async def list_refunds(request: Request) -> Response:
-        rows = await database.all(db.LIST_REFUNDS, {"invoice_id": path_id(request, "invoice")})
+        invoice_id = path_id(request, "invoice")
+        await require_invoice_of(request, database, invoice_id)
+        rows = await database.all(db.LIST_REFUNDS, {"invoice_id": invoice_id})
         return JSONResponse({"object": "list", "data": [refund_json(r) for r in rows]})
 
     return [

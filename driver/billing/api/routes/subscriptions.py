@@ -7,7 +7,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from billing import db
-from billing.api.context import Api, actor, idempotency_key
+from billing.api.context import (
+    Api, actor, guardrail, guardrails_of, idempotency_key, is_admin, require_customer, require_subscription_of,
+)
 from billing.api.errors import endpoint_of
 from billing.api.validation import (
     bigint_field, bool_field, if_match, instant_field, int_field, json_object, path_id, subscription_response,
@@ -28,6 +30,12 @@ def routes(api: Api) -> list[BaseRoute]:
         trial_days = int_field(doc, "trialDays", 0, 730) if doc.get("trialDays") is not None else 0
         coupon = text_field(doc, "couponCode", max_len=64) if doc.get("couponCode") is not None else None
         quantity = int_field(doc, "quantity", 1, 1_000_000) if doc.get("quantity") is not None else 1
+        require_customer(request, customer_id)  # a customer token subscribes its own customer only
+        limits = guardrails_of(request)
+        guardrail(request, limits.max_quantity is None or quantity <= limits.max_quantity,
+                  f"this API key may create subscriptions of at most {limits.max_quantity} seats")
+        guardrail(request, limits.max_trial_days is None or trial_days <= limits.max_trial_days,
+                  f"this API key may give trials of at most {limits.max_trial_days} days")
         row = await database.mutate(actor(request), db.API_CREATE_SUBSCRIPTION, {
             "key": key, "customer_id": customer_id,
             "plan_code": plan_code, "now": clock.now(), "trial_days": trial_days, "coupon_code": coupon,
@@ -38,6 +46,8 @@ def routes(api: Api) -> list[BaseRoute]:
     @endpoint_of("/subscriptions/{id}")
     async def get_subscription(request: Request) -> Response:
         row = await database.one(db.API_GET_SUBSCRIPTION, {"id": path_id(request)})
+        if row is not None:
+            require_customer(request, row["customer_id"])
         return subscription_response(row)
 
     @endpoint_of("/subscriptions/{id}/cancel", precondition=True)
@@ -45,6 +55,7 @@ def routes(api: Api) -> list[BaseRoute]:
         sub_id = path_id(request)
         expected = if_match(request)
         doc = await json_object(request, allowed={"atPeriodEnd"}, required={"atPeriodEnd"})
+        await require_subscription_of(request, database, sub_id)
         row = await database.mutate(actor(request), db.API_CANCEL_SUBSCRIPTION, {
             "id": sub_id, "at_period_end": bool_field(doc, "atPeriodEnd"),
             "now": clock.now(), "expected_version": expected})
@@ -59,6 +70,11 @@ def routes(api: Api) -> list[BaseRoute]:
         if when not in ("now", "period_end"):
             raise ApiError(422, "invalid_input", "when must be now or period_end")
         prorate = bool_field(doc, "prorate") if doc.get("prorate") is not None else True
+        # A change without proration bills nothing for the rest of the period: the operator's, or a
+        # key created with --allow-no-proration (docs/security.md, "Key guardrails").
+        guardrail(request, prorate or is_admin(request) or guardrails_of(request).allow_no_proration,
+                  "prorate: false needs the admin scope or a key created with --allow-no-proration")
+        await require_subscription_of(request, database, sub_id)
         row = await database.mutate(actor(request), db.API_CHANGE_PLAN, {
             "id": sub_id, "plan_code": text_field(doc, "planCode"),
             "now": clock.now(), "expected_version": expected, "when": when, "prorate": prorate})
@@ -69,6 +85,7 @@ def routes(api: Api) -> list[BaseRoute]:
     async def apply_coupon(request: Request) -> Response:
         sub_id = path_id(request)
         doc = await json_object(request, allowed={"couponCode"}, required={"couponCode"})
+        await require_subscription_of(request, database, sub_id)
         row = await database.mutate(actor(request), db.API_APPLY_COUPON, {
             "id": sub_id, "code": text_field(doc, "couponCode", max_len=64), "now": clock.now()})
         return subscription_response(row)
@@ -78,6 +95,7 @@ def routes(api: Api) -> list[BaseRoute]:
         sub_id = path_id(request)
         doc = await json_object(request, allowed={"resumeAt"}, required=set(), optional_body=True)
         resume_at = instant_field(doc, "resumeAt") if doc.get("resumeAt") is not None else None
+        await require_subscription_of(request, database, sub_id)
         row = await database.mutate(actor(request), db.API_PAUSE_SUBSCRIPTION, {
             "id": sub_id, "resume_at": resume_at, "now": clock.now()})
         return subscription_response(row)
@@ -87,6 +105,7 @@ def routes(api: Api) -> list[BaseRoute]:
         async def handler(request: Request) -> Response:
             sub_id = path_id(request)
             await json_object(request, allowed=set(), required=set(), optional_body=True)
+            await require_subscription_of(request, database, sub_id)
             row = await database.mutate(actor(request), query, {"id": sub_id, "now": clock.now()})
             return subscription_response(row)
         return handler
@@ -95,8 +114,13 @@ def routes(api: Api) -> list[BaseRoute]:
     async def set_quantity(request: Request) -> Response:
         sub_id = path_id(request)
         doc = await json_object(request, allowed={"quantity"}, required={"quantity"})
+        quantity = int_field(doc, "quantity", 1, 1_000_000)
+        limits = guardrails_of(request)
+        guardrail(request, limits.max_quantity is None or quantity <= limits.max_quantity,
+                  f"this API key may set at most {limits.max_quantity} seats")
+        await require_subscription_of(request, database, sub_id)
         row = await database.mutate(actor(request), db.API_SET_QUANTITY, {
-            "id": sub_id, "quantity": int_field(doc, "quantity", 1, 1_000_000), "now": clock.now()})
+            "id": sub_id, "quantity": quantity, "now": clock.now()})
         return subscription_response(row)
 
     return [

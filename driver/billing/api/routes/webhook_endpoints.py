@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute, Route
 from billing import db
 from billing.api.context import Api, actor, require_admin, utc
 from billing.api.errors import endpoint_of
+from billing.config import webhook_secret_problem
 from billing.api.validation import ApiError, json_object, path_id, text_field
 from billing.events.schemas import catalogue
 from billing.worker.targets import BlockedAddress, check_target
@@ -56,6 +57,11 @@ def routes(api: Api) -> list[BaseRoute]:
             raise ApiError(422, "invalid_input", f"unknown event type(s): {', '.join(unknown)[:300]}; see docs/events.md")
         secret = text_field(doc, "secret", max_len=256) if doc.get("secret") is not None else \
             "whsec_" + secrets.token_urlsafe(32)
+        if doc.get("secret") is not None:
+            # an operator's own secret: 32 bytes of entropy or more, not guessable (issue 27, finding 8)
+            problem = webhook_secret_problem(secret)
+            if problem:
+                raise ApiError(422, "invalid_input", problem)
         row = await database.mutate(actor(request), db.CREATE_WEBHOOK_ENDPOINT,
                                     {"url": url, "types": types, "secret": secret, "now": clock.now()})
         return JSONResponse(endpoint_json(row, with_secret=True), status_code=201,

@@ -32,19 +32,23 @@ def routes(console: Console) -> list[BaseRoute]:
         sig = next((sigs[f] for f in action.functions if f in sigs), None)
         if sig is None:
             raise Refused(404, f"{action.label}: the SQL API of this database has no such function")
+        where = {"action": action.name, "id": target}
         try:
             query, params = actions_mod.build_call(action, sig, int(target), form, clock.now(), session["key_id"])
-            await database.mutate(f"api-key:{session['key_id']}", query, params)
-        except actions_mod.ActionInputError as exc:
-            return back(to, error=f"{action.label}: {exc}")
+            await database.mutate(console.actor(session), query, params)
+        except actions_mod.ActionInputError:
+            return back(to, error="action_input", **where)
         except psycopg.Error as exc:
             err = db.contract_error(exc)
-            if err is None and not (exc.sqlstate or "").startswith(("22", "23", "40")):
+            state = exc.sqlstate or ""
+            if err is None and not state.startswith(("22", "23", "40")):
                 raise
-            text = err.message if err else (
-                f"breaks the rule {exc.diag.constraint_name}" if exc.diag.constraint_name else
-                "a concurrent change won; retry" if (exc.sqlstate or "").startswith("40") else "refused by the database")
-            return back(to, error=f"{action.label} {action.target} {target}: {text}")
-        return back(to, ok=f"{action.label}: done ({action.target} {target})")
+            code = ("action_conflict" if err is not None and err.code == "BL409" else
+                    "action_not_found" if err is not None and err.code == "BL404" else
+                    "action_retry" if state.startswith("40") else "action_invalid")
+            return back(to, error=code, **where)
+        finally:
+            console.cache.clear()  # the overview's figures are read again
+        return back(to, ok="action_done", **where)
 
     return [Route("/actions/{name}", act, methods=["POST"])]

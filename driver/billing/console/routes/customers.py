@@ -16,13 +16,15 @@ def routes(console: Console) -> list[BaseRoute]:
     @console.handler
     async def customers(request: Request, session) -> Response:
         q = request.query_params.get("q", "")[:200]
-        rows = await database.all(db.CONSOLE_CUSTOMERS, {"q": q, "limit": PAGE})
+        console.spend(session, 5 if q else 1)  # a text search: through the trigram indexes, still a search
+        rows = await database.all(db.CONSOLE_CUSTOMERS, {"q": q, "limit": PAGE}, heavy=True)
         columns = sorted({k for r in rows for k in r["customer"]} - {"id", "timezone", "created_at", "updated_at"})
         return console.page(request, "customers.html", session, q=q, rows=rows, extra_columns=columns)
 
     @console.handler
     async def customer(request: Request, session) -> Response:
-        doc = (await database.one(db.CONSOLE_CUSTOMER, {"id": path_id(request), "limit": 200}))["doc"]
+        console.spend(session, 1)
+        doc = (await database.one(db.CONSOLE_CUSTOMER, {"id": path_id(request), "limit": 200}, heavy=True))["doc"]
         sigs = await console.signatures()
         for inv in doc["invoices"]:
             inv["forms"] = console.forms_for(sigs, "invoice", inv["status"])

@@ -21,7 +21,7 @@ def routes(console: Console) -> list[BaseRoute]:
         type_ = request.query_params.get("type", "")[:100]
         before = opt_int(request.query_params.get("before"))
         rows = await database.all(db.CONSOLE_EVENTS, {"subject": subject or None, "type": type_ or None, "before": before,
-                                           "limit": PAGE})
+                                           "limit": PAGE}, heavy=True)
         sigs = await console.signatures()
         for e in rows:
             e["forms"] = console.forms_for(sigs, "event", e["status"])

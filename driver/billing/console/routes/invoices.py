@@ -22,7 +22,8 @@ def routes(console: Console) -> list[BaseRoute]:
         if status not in (None, "OPEN", "PAID", "FAILED", "VOID", "REVIEW"):
             raise Refused(422, "filter by OPEN, PAID, FAILED, VOID or REVIEW")
         before = opt_int(request.query_params.get("before"))
-        rows = await database.all(db.CONSOLE_INVOICES, {"status": status, "before": before, "limit": PAGE})
+        console.spend(session, 2)
+        rows = await database.all(db.CONSOLE_INVOICES, {"status": status, "before": before, "limit": PAGE}, heavy=True)
         sigs = await console.signatures()
         for inv in rows:
             inv["forms"] = console.forms_for(sigs, "invoice", inv["status"])
@@ -36,7 +37,8 @@ def routes(console: Console) -> list[BaseRoute]:
         stem, _, suffix = request.path_params["ref"].partition(".")
         if suffix not in ("html", "pdf") or not stem.isascii() or not stem.isdigit() or len(stem) > 18:
             raise Refused(404, "an invoice document is /console/invoices/{id}.html or /console/invoices/{id}.pdf")
-        row = await database.one(db.GET_INVOICE_DOCUMENT, {"invoice_id": int(stem)})
+        console.spend(session, 10 if suffix == "pdf" else 3)  # as the API's documents (billing.api.security)
+        row = await database.one(db.GET_INVOICE_DOCUMENT, {"invoice_id": int(stem)}, heavy=True)
         doc = row["document"]
         if suffix == "html":
             return HTMLResponse(render_html(doc, issuer))

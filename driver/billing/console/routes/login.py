@@ -11,8 +11,9 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from billing import db
-from billing.api_keys import hash_key, looks_like_key
+from billing.api_keys import hash_key, key_id_of, looks_like_key
 from billing.console.web import COOKIE, LOGIN_COOKIE, Console, Refused, back, safe_next, token_hash, wall
+from billing.limiter.abuse import report_failure
 
 
 def routes(console: Console) -> list[BaseRoute]:
@@ -38,15 +39,26 @@ def routes(console: Console) -> list[BaseRoute]:
         if not expected or not hmac.compare_digest(form.get("csrf", ""), expected):
             raise Refused(403, "the login form's CSRF token is missing or wrong: reload the page")
         key = form.get("key", "").strip()
+        address = request.client.host if request.client else "-"
+        if console.failures.blocked_for(address) > 0:  # too many failures: not even looked up
+            report_failure("throttled", address=address, route="/console/login", key_id=key_id_of(key) or None)
+            return back("/console/login", error="login_throttled")
         found = await database.authenticate(hash_key(key)) if looks_like_key(key) else None
         if found is None:
-            return back("/console/login", error="unknown or revoked API key")
-        key_id, scopes = found
+            # logged (never the key), counted, backed off per address; a real key id with a wrong
+            # secret is audited (issue 27, finding 7)
+            report_failure("unknown" if looks_like_key(key) else "malformed", address=address,
+                           route="/console/login", key_id=key_id_of(key) or None)
+            console.failures.failed(address)
+            if looks_like_key(key):
+                await database.record_failure(key_id_of(key), address, "/console/login")
+            return back("/console/login", error="login_unknown_key")
+        key_id, scopes = found.key_id, found.scopes
         if "admin" not in scopes and "subscriptions:read" not in scopes:
-            return back("/console/login", error="this key has neither the admin nor the subscriptions:read scope")
+            return back("/console/login", error="login_scope")
         token = secrets.token_urlsafe(32)
-        await database.mutate(f"api-key:{key_id}", db.CONSOLE_OPEN_SESSION, {
-            "hash": token_hash(token), "key_id": key_id, "ttl": console.ttl, "now": wall()})
+        await database.mutate("console-login", db.CONSOLE_OPEN_SESSION, {
+            "hash": token_hash(token), "key_hash": hash_key(key), "ttl": console.ttl, "now": wall()})
         response = RedirectResponse(safe_next(form.get("next")), status_code=303)
         response.set_cookie(COOKIE, token, max_age=int(console.ttl.total_seconds()), path="/console", httponly=True,
                             samesite="strict", secure=console.secure(request))
@@ -56,7 +68,7 @@ def routes(console: Console) -> list[BaseRoute]:
     @console.handler
     async def logout(request: Request, session) -> Response:
         await console.guarded_form(request, session)
-        await database.mutate(f"api-key:{session['key_id']}", db.CONSOLE_CLOSE_SESSION, {
+        await database.mutate(console.actor(session), db.CONSOLE_CLOSE_SESSION, {
             "hash": token_hash(session["token"]), "now": wall()})
         response = RedirectResponse("/console/login", status_code=303)
         response.delete_cookie(COOKIE, path="/console")

@@ -15,7 +15,7 @@ def routes(console: Console) -> list[BaseRoute]:
 
     @console.handler
     async def subscription(request: Request, session) -> Response:
-        doc = (await database.one(db.CONSOLE_SUBSCRIPTION, {"id": path_id(request)}))["doc"]
+        doc = (await database.one(db.CONSOLE_SUBSCRIPTION, {"id": path_id(request)}, heavy=True))["doc"]
         sigs = await console.signatures()
         sub = doc["subscription"]
         forms = console.forms_for(sigs, "subscription", sub["status"])
