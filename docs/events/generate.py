@@ -269,6 +269,9 @@ def main() -> None:
             path = folder / f"{name}.v{VERSIONS[name]}.json"
             path.write_text(json.dumps(schema_of(name), indent=2) + "\n")
         print(f"{len(CATALOGUE)} schemas written to {folder}")
+    # Earlier versions kept in docs/events (a breaking change leaves the old file): the package too.
+    for path in HERE.glob("*.json"):
+        (PACKAGED / path.name).write_bytes(path.read_bytes())
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ second pass, alone.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -58,6 +59,23 @@ def pytest_collection_modifyitems(config, items):
         name = f"{rel}::{item.name.split('[')[0]}"
         if any(name.startswith(s) if "::" in s else rel.startswith(s) for s in SERIAL):
             item.add_marker(pytest.mark.serial)
+
+
+@contextlib.contextmanager
+def _exclusive(name: str):
+    """A lock file under .cache/ held by one pytest process (xdist worker) at a time: the Citus start,
+    and migrations (they create and grant the cluster-wide roles and, on Citus, propagate to every
+    node: two at once fail with "tuple concurrently updated")."""
+    import fcntl
+
+    lock = REPO_ROOT / ".cache" / f"{name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _xdist_worker() -> tuple[int, int]:
@@ -171,7 +189,8 @@ def migrated_template(pg_server_url) -> str:
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    migrate(url_for_db(pg_server_url, name), REPO_ROOT / "db", simulation=True)
+    with _exclusive("migrate"):
+        migrate(url_for_db(pg_server_url, name), REPO_ROOT / "db", simulation=True)
     yield name
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
@@ -204,17 +223,8 @@ def citus_server_url() -> str:
     the same user)."""
     if os.environ.get("BILLING_TEST_CITUS_URL"):
         return os.environ["BILLING_TEST_CITUS_URL"]
-    import fcntl
-
-    # One starter at a time: parallel workers would otherwise race to start the same three nodes.
-    lock = REPO_ROOT / ".cache" / "citus-start.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            return _script("citus")
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with _exclusive("citus-start"):  # parallel workers would otherwise race to start the same nodes
+        return _script("citus")
 
 
 @pytest.fixture
@@ -227,7 +237,8 @@ def citus_db_url(citus_server_url) -> str:
         raise pytest.UsageError("citus_db_url makes its databases with scripts/services/citus.sh createdb")
     subprocess.run(["bash", str(SCRIPTS / "citus.sh"), "createdb", name], check=True, capture_output=True, text=True)
     url = url_for_db(citus_server_url, name)
-    migrate(url, REPO_ROOT / "db", simulation=True, citus=True)
+    with _exclusive("migrate"):
+        migrate(url, REPO_ROOT / "db", simulation=True, citus=True)
     yield url
     problems = _invalid_events(url)
     subprocess.run(["bash", str(SCRIPTS / "citus.sh"), "dropdb", name], check=False, capture_output=True, text=True)
