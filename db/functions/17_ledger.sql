@@ -126,7 +126,8 @@ COMMENT ON FUNCTION billing._unused_lines(billing.subscription, timestamptz) IS
 Returns one row per line.';
 
 -- Reverses the unused part from p_at of the lines in force (REVERSAL lines, billed by p_invoice_id
--- or, NULL, by the credit of the change, depending on p_depends_on). p_free: the time ends without
+-- or, NULL, by the credit of the change; the credit waits on the period's unpaid invoices, the
+-- reversal itself on nothing: p_depends_on is not recorded on it). p_free: the time ends without
 -- anything given back (a change of period length without proration): the reversal is worth 0.
 DROP FUNCTION IF EXISTS billing._reverse_unused(billing.subscription, timestamptz, bigint, bigint[], timestamptz);
 CREATE OR REPLACE FUNCTION billing._reverse_unused(p_sub billing.subscription, p_at timestamptz, p_invoice_id bigint,
@@ -151,7 +152,10 @@ BEGIN
                 CASE WHEN p_free THEN 0 ELSE -v_u.gross END, CASE WHEN p_free THEN 0 ELSE -v_u.discount END,
                 v_line.coupon_code, CASE WHEN p_free THEN 0 ELSE -v_u.net END, CASE WHEN p_free THEN 0 ELSE -v_u.tax END,
                 v_line.tax_inclusive, v_line.currency, v_line.id,
-                CASE WHEN p_invoice_id IS NULL THEN p_depends_on END, v_u.span_start,
+                -- A reversal depends on nothing but its line: the time ends whether or not the credit
+                -- for it is released (the adversary found the old line selling again beside the new
+                -- period when another unpaid invoice of the period failed).
+                NULL, v_u.span_start,
                 CASE WHEN p_free THEN 0 ELSE -v_u.gross END, CASE WHEN p_free THEN 0 ELSE -v_u.net END, p_now);
         v_n := v_n + 1;
     END LOOP;

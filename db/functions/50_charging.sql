@@ -199,6 +199,13 @@ BEGIN
             billing._invoice_data(v_invoice) || jsonb_build_object('reason', 'DUNNING_EXHAUSTED'), p_now);
         PERFORM billing._revert_unpaid_change(v_invoice, v_sub, p_now);
     ELSE
+        IF v_sub.status = 'PAUSED' AND v_sub.resume_at <= p_now THEN
+            -- Paused with a resume date passed (the job had not run yet): it resumed then, as every
+            -- call settles it first (docs/lifecycle.md, "Due but not yet processed"); then it ends.
+            -- (Found by the money adversary: an invoice waiting for a payment method, given up while
+            -- its subscription was paused past its resume date, ended it without the resume.)
+            v_sub := billing._settle_due(v_sub, p_now);
+        END IF;
         UPDATE billing.subscription
            SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'DUNNING_EXHAUSTED',
                version = version + 1, updated_at = p_now

@@ -645,6 +645,14 @@ REPLAYS = {
         ("change_plan", dict(data=Drawn(1), plan="D_DAILY", how=("now", True))),
         ("change_plan", dict(data=Drawn(2), plan="D_DAILY", how=("period_end", True))),
         ("renew", {}), ("clock_jump", dict(delta=40 * DAYS)), ("renew", {})],
+    # issue 26's widened game: an invoice waiting for a payment method given up while its subscription
+    # was paused past its resume date ended the subscription without the resume
+    "a waiting invoice given up on a subscription paused past its resume date": [
+        ("clock_jump", dict(delta=timedelta(minutes=20))),
+        ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("charge_without_a_card", {}), ("clock_jump", dict(delta=timedelta(minutes=20))),
+        ("pause", dict(data=Drawn(1), resume_in=20 * DAYS)), ("clock_jump", dict(delta=40 * DAYS)),
+        ("charge_without_a_card", {})],
     "a passed resume date moved by pausing again": [
         ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
         ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=4 * DAYS)),
