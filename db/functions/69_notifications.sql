@@ -113,11 +113,16 @@ BEGIN
     IF TG_TABLE_NAME <> 'outbox_event' THEN
         -- On a Citus shard (billing.outbox_event_<shard id>) a trigger may not query the
         -- distributed customer table: the row is written whatever the address, and the claim
-        -- makes it SKIPPED when the customer has none.
-        INSERT INTO billing.notification (customer_id, kind, dedupe_key, subject, data, created_at, available_at)
-        VALUES (NEW.customer_id, v_kind, NEW.event_id::text, NEW.aggregate_type || '/' || NEW.aggregate_id,
-                NEW.payload -> 'data', NEW.created_at, NEW.created_at)
-        ON CONFLICT ON CONSTRAINT notification_once DO NOTHING;
+        -- makes it SKIPPED when the customer has none. An event naming no known customer owes
+        -- nothing (the foreign key says so; the event itself is kept).
+        BEGIN
+            INSERT INTO billing.notification (customer_id, kind, dedupe_key, subject, data, created_at, available_at)
+            VALUES (NEW.customer_id, v_kind, NEW.event_id::text, NEW.aggregate_type || '/' || NEW.aggregate_id,
+                    NEW.payload -> 'data', NEW.created_at, NEW.created_at)
+            ON CONFLICT ON CONSTRAINT notification_once DO NOTHING;
+        EXCEPTION WHEN foreign_key_violation THEN
+            NULL;
+        END;
         RETURN NULL;
     END IF;
     INSERT INTO billing.notification (customer_id, kind, dedupe_key, subject, data, created_at, available_at)

@@ -74,6 +74,8 @@ BEGIN
     IF v_schema IS NULL THEN
         CREATE SCHEMA IF NOT EXISTS billing_ext;
         CREATE EXTENSION pg_trgm WITH SCHEMA billing_ext;
+        -- The owner's functions maintain the trigram indexes (on Citus also where a shard moves to).
+        GRANT USAGE ON SCHEMA billing_ext TO billing_owner;
         v_schema := 'billing_ext';
     END IF;
     EXECUTE format('CREATE INDEX customer_name_trgm_idx ON billing.customer USING gin (lower(name) %I.gin_trgm_ops)', v_schema);

@@ -272,7 +272,8 @@ def test_injection_in_idempotency_key_is_stored_verbatim(api_server):
                                 headers={"Idempotency-Key": payload})
             assert again.status_code == 200 and again.json()["id"] == r.json()["id"]
     after = table_checksums(db_url)
-    assert changed_tables(before, after) <= {"subscription", "subscription_request", "invoice", "customer", "outbox_event"}
+    assert changed_tables(before, after) <= {"subscription", "subscription_request", "invoice", "service_line", "customer",
+                                            "outbox_event"}
     with psycopg.connect(db_url, autocommit=True) as conn:
         stored = {r[0] for r in conn.execute("SELECT idempotency_key FROM billing.subscription_request")}
         plans = conn.execute("SELECT code, price_amount FROM billing.plan ORDER BY code").fetchall()

@@ -470,6 +470,12 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     owed = one("claim_notifications", "%s, %s, %s", (10, timedelta(minutes=5), late), setof=True)
     out["notified"] = all(one("record_notification_result", "%s, %s, %s, %s, %s, %s",
                               (n[0], n[1], "SENT", None, "<m@x>", late))[6] == "SENT" for n in owed)
+    if not owed:  # nothing owed to this customer here: the call still has to be allowed to the role
+        try:
+            with conn.transaction():
+                one("record_notification_result", "%s, %s, %s, %s, %s, %s", (customer, -1, "SENT", None, "<m@x>", late))
+        except psycopg.Error as exc:
+            assert exc.sqlstate != "42501", exc  # refused for the missing row, never for the privilege
     out["notifications"] = isinstance(one("list_notifications", "%s, %s", (customer, 10), setof=True), list)
     link = bytes(range(2, 34))
     out["portal_link"] = one("create_portal_link", "%s, %s, %s::interval, %s", (customer, link, "1 hour", late))[0] == customer

@@ -148,15 +148,20 @@ def test_every_kind_of_email_in_every_language_through_mailpit(db_url, mail):
         for i, locale in enumerate(("en", "pt-BR", "es", "de", "zh-CN")):
             addresses[locale] = every_kind_for(conn, 100 + i, locale)
         owed = conn.execute("SELECT customer_id, kind, count(*) AS n FROM billing.notification GROUP BY 1, 2").fetchall()
-    # each kind once per customer, the receipts twice (the monthly and the yearly plan)
-    expected = {(100 + i, k): 2 if k == "PAYMENT_SUCCEEDED" else 1 for i in range(5) for k in KINDS}
+        issued = dict(conn.execute("SELECT customer_id, count(*) FROM billing.invoice WHERE number IS NOT NULL "
+                                   "GROUP BY 1").fetchall())
+    # each kind once per customer, the receipts twice (the monthly and the yearly plan), the invoice
+    # once per invoice issued (each is finalized no later than its first charge: docs/invoices.md)
+    expected = {(100 + i, k): 2 if k == "PAYMENT_SUCCEEDED" else issued[100 + i] if k == "INVOICE_ISSUED" else 1
+                for i in range(5) for k in KINDS}
     assert {(r["customer_id"], r["kind"]): r["n"] for r in owed} == expected
+    total = sum(expected.values())
     clock = SimulatedClock(T0 + timedelta(days=5))
     notifier = asyncio.run(send_all(settings_for(db_url, smtp, ca), clock))
-    assert notifier.counts == {"sent": 50, "failed": 0}
+    assert notifier.counts == {"sent": total, "failed": 0}
     with connect(db_url) as conn:
         rows = conn.execute("SELECT status, count(*) AS n FROM billing.notification GROUP BY 1").fetchall()
-        assert rows == [{"status": "SENT", "n": 50}]
+        assert rows == [{"status": "SENT", "n": total}]
         invoice = conn.execute("SELECT number FROM billing.invoice WHERE customer_id = 101 AND number IS NOT NULL").fetchone()
     samples = {}
     for i, (locale, address) in enumerate(addresses.items()):
@@ -221,10 +226,12 @@ def test_smtp_down_retries_with_backoff_and_sends_once_when_back(db_url, mail, t
         assert charge(conn, T0, "SUCCEEDED")
     settings = settings_for(db_url, private.smtp_url, ca)
     clock = SimulatedClock(T0 + timedelta(minutes=1))
+    # Two emails: the receipt and the invoice (issued at its first charge, docs/invoices.md).
     notifier = asyncio.run(send_all(settings, clock))  # Mailpit is not running: refused
-    assert notifier.counts == {"sent": 0, "failed": 1}
+    assert notifier.counts == {"sent": 0, "failed": 2}
     with connect(db_url) as conn:
-        row = conn.execute("SELECT status, attempts, available_at, last_error FROM billing.notification").fetchone()
+        row = conn.execute("SELECT status, attempts, available_at, last_error FROM billing.notification "
+                           "WHERE kind = 'PAYMENT_SUCCEEDED'").fetchone()
     assert row["status"] == "PENDING" and row["attempts"] == 1 and "Connection" in row["last_error"]
     assert row["available_at"] == clock.now() + timedelta(seconds=30)
     private.start()
@@ -232,15 +239,16 @@ def test_smtp_down_retries_with_backoff_and_sends_once_when_back(db_url, mail, t
         # not due yet: nothing is sent before its backoff
         assert asyncio.run(send_all(settings, clock)).counts == {"sent": 0, "failed": 0}
         clock.advance(timedelta(seconds=31))
-        assert asyncio.run(send_all(settings, clock)).counts == {"sent": 1, "failed": 0}
+        assert asyncio.run(send_all(settings, clock)).counts == {"sent": 2, "failed": 0}
         clock.advance(timedelta(hours=2))
         assert asyncio.run(send_all(settings, clock)).counts == {"sent": 0, "failed": 0}  # once
         inbox = Inbox(private.http_url)
         messages = inbox.messages_to(address)
-        assert len(messages) == 1 and inbox.count() == 1
-        assert messages[0]["Subject"].startswith("Beleg für Ihre Zahlung über 9,90")
+        assert len(messages) == 2 and inbox.count() == 2
+        assert sum(m["Subject"].startswith("Beleg für Ihre Zahlung über 9,90") for m in messages) == 1
         with connect(db_url) as conn:
-            row = conn.execute("SELECT status, attempts, sent_at, last_error FROM billing.notification").fetchone()
+            row = conn.execute("SELECT status, attempts, sent_at, last_error FROM billing.notification "
+                               "WHERE kind = 'PAYMENT_SUCCEEDED'").fetchone()
         assert row["status"] == "SENT" and row["attempts"] == 2 and row["last_error"] is None
     finally:
         private.stop()
@@ -268,11 +276,12 @@ def test_opt_outs_legal_kinds_and_customers_without_an_address(db_url, mail):
         audit = conn.execute("SELECT count(*) AS n FROM billing.audit_log WHERE function = 'set_customer_preferences'").fetchone()
         assert audit["n"] >= 2
     notifier = asyncio.run(send_all(settings_for(db_url, smtp, ca), SimulatedClock(T0 + timedelta(days=2))))
-    assert notifier.counts == {"sent": 1, "failed": 0}  # 8's receipt (its failure turned off; 9 has no address)
+    # 8's receipt and invoice (its failure turned off; 9 has no address)
+    assert notifier.counts == {"sent": 2, "failed": 0}
     with connect(db_url) as conn:
         rows = conn.execute("SELECT customer_id, kind, status, last_error FROM billing.notification ORDER BY id").fetchall()
     assert {(r["customer_id"], r["kind"], r["status"]) for r in rows} == {
-        (8, "PAYMENT_FAILED", "SKIPPED"), (8, "PAYMENT_SUCCEEDED", "SENT")}
+        (8, "INVOICE_ISSUED", "SENT"), (8, "PAYMENT_FAILED", "SKIPPED"), (8, "PAYMENT_SUCCEEDED", "SENT")}
     assert [r["last_error"] for r in rows if r["status"] == "SKIPPED"] == ["turned off by the customer"]
     assert [m["Subject"] for m in Inbox(http).messages_to(address)] == ["Recibo de tu pago de 9,90\xa0€"]
 
