@@ -148,11 +148,11 @@ def test_every_kind_of_email_in_every_language_through_mailpit(db_url, mail):
         for i, locale in enumerate(("en", "pt-BR", "es", "de", "zh-CN")):
             addresses[locale] = every_kind_for(conn, 100 + i, locale)
         owed = conn.execute("SELECT customer_id, kind, count(*) AS n FROM billing.notification GROUP BY 1, 2").fetchall()
-        issued = dict(conn.execute("SELECT customer_id, count(*) FROM billing.invoice WHERE number IS NOT NULL "
-                                   "GROUP BY 1").fetchall())
+        issued_n = {r["customer_id"]: r["n"] for r in conn.execute(
+            "SELECT customer_id, count(*) AS n FROM billing.invoice WHERE number IS NOT NULL GROUP BY 1")}
     # each kind once per customer, the receipts twice (the monthly and the yearly plan), the invoice
     # once per invoice issued (each is finalized no later than its first charge: docs/invoices.md)
-    expected = {(100 + i, k): 2 if k == "PAYMENT_SUCCEEDED" else issued[100 + i] if k == "INVOICE_ISSUED" else 1
+    expected = {(100 + i, k): 2 if k == "PAYMENT_SUCCEEDED" else issued_n[100 + i] if k == "INVOICE_ISSUED" else 1
                 for i in range(5) for k in KINDS}
     assert {(r["customer_id"], r["kind"]): r["n"] for r in owed} == expected
     total = sum(expected.values())
@@ -162,17 +162,20 @@ def test_every_kind_of_email_in_every_language_through_mailpit(db_url, mail):
     with connect(db_url) as conn:
         rows = conn.execute("SELECT status, count(*) AS n FROM billing.notification GROUP BY 1").fetchall()
         assert rows == [{"status": "SENT", "n": total}]
-        invoice = conn.execute("SELECT number FROM billing.invoice WHERE customer_id = 101 AND number IS NOT NULL").fetchone()
-    samples = {}
+        numbers = [r["number"] for r in conn.execute(
+            "SELECT number FROM billing.invoice WHERE customer_id = 101 AND number IS NOT NULL")]
+    samples, issued_subjects = {}, {}
     for i, (locale, address) in enumerate(addresses.items()):
         t = Translator.get(locale)
         messages = inbox.messages_to(address)
-        assert len(messages) == 10, (locale, [m["Subject"] for m in messages])
+        assert len(messages) == 9 + issued_n[100 + i], (locale, [m["Subject"] for m in messages])
         seen = {}
         for m in messages:
             full = inbox.message(m["ID"])
             headers = inbox.headers(m["ID"])
             kind = headers["X-Billing-Notification"][0]
+            if kind == "INVOICE_ISSUED":
+                issued_subjects.setdefault(locale, []).append(full["Subject"])
             if kind == "PAYMENT_SUCCEEDED" and kind in seen and CURRENCY[locale][1] * 10 // 10 and \
                     Translator.get(locale).money(CURRENCY[locale][1] * 10, CURRENCY[locale][0]) in full["Text"]:
                 continue  # the yearly plan's receipt; the monthly one is checked below
@@ -213,7 +216,7 @@ def test_every_kind_of_email_in_every_language_through_mailpit(db_url, mail):
     # the figures of the brief: R$ 1.234,56 / 1.234,56 € / ¥1,235 (Babel's no-break spaces)
     assert "R$\xa01.234,56" in samples["pt-BR"]["PAYMENT_SUCCEEDED"]["Text"]
     assert "1.234,56\xa0€" in samples["de"]["PAYMENT_SUCCEEDED"]["Text"]
-    assert invoice["number"] in samples["pt-BR"]["INVOICE_ISSUED"]["Subject"]
+    assert numbers and all(any(n in subject for subject in issued_subjects["pt-BR"]) for n in numbers)
 
 
 def test_smtp_down_retries_with_backoff_and_sends_once_when_back(db_url, mail, tmp_path):
@@ -283,7 +286,8 @@ def test_opt_outs_legal_kinds_and_customers_without_an_address(db_url, mail):
     assert {(r["customer_id"], r["kind"], r["status"]) for r in rows} == {
         (8, "INVOICE_ISSUED", "SENT"), (8, "PAYMENT_FAILED", "SKIPPED"), (8, "PAYMENT_SUCCEEDED", "SENT")}
     assert [r["last_error"] for r in rows if r["status"] == "SKIPPED"] == ["turned off by the customer"]
-    assert [m["Subject"] for m in Inbox(http).messages_to(address)] == ["Recibo de tu pago de 9,90\xa0€"]
+    subjects = [m["Subject"] for m in Inbox(http).messages_to(address)]
+    assert len(subjects) == 2 and "Recibo de tu pago de 9,90\xa0€" in subjects, subjects
 
 
 def test_portal_links_over_the_api_single_use_scoped_and_audited(db_url):
