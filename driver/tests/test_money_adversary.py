@@ -531,6 +531,9 @@ def make_machine(db: Db, steps: int):
                        b.served_end AS other_end
                   FROM live a JOIN live b ON b.customer_id = a.customer_id AND b.subscription_id = a.subscription_id
                    AND b.id > a.id AND b.span_start < a.served_end AND a.span_start < b.served_end
+                   -- Overlaps under a second are the 1 us shims of changes at one instant (a period
+                   -- started where another started moves on by 1 us); proration counts whole seconds.
+                   AND least(a.served_end, b.served_end) - greatest(a.span_start, b.span_start) >= interval '1 second'
                  WHERE a.span_start < a.served_end AND b.span_start < b.served_end""")
             assert not twice, f"service sold twice for the same time: {twice}"
 
