@@ -1,4 +1,4 @@
--- 46_ledger_repros: the sequences of issue 26 that gave a wrong amount because each money rule
+-- 170_ledger_repros: the sequences of issue 26 that gave a wrong amount because each money rule
 -- recomputed "what was sold, for which time, at what net price" from scalars of the subscription,
 -- replayed through the SQL API alone. Each failed on the engine before the service ledger
 -- (billing.service_line, docs/money.md); the rule now in force is named in each block. Distinct
