@@ -26,9 +26,11 @@ Returns nothing; BL409 when p_expected_version is given and differs from the row
 -- API
 -- ---------------------------------------------------------------------------------------------
 DROP FUNCTION IF EXISTS billing.create_subscription(text, bigint, text, timestamptz);
+DROP FUNCTION IF EXISTS billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer);
 CREATE OR REPLACE FUNCTION billing.create_subscription(
     p_idempotency_key text, p_customer_id bigint, p_plan_code text, p_now timestamptz DEFAULT now(),
-    p_trial_days integer DEFAULT 0, p_coupon_code text DEFAULT NULL, p_quantity integer DEFAULT 1)
+    p_trial_days integer DEFAULT 0, p_coupon_code text DEFAULT NULL, p_quantity integer DEFAULT 1,
+    p_external_id text DEFAULT NULL)
 RETURNS billing.subscription
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -46,7 +48,7 @@ DECLARE
     v_notice  interval;
     v_sub     billing.subscription;
 BEGIN
-    PERFORM billing._audit('create_subscription', jsonb_build_object('idempotency_key', p_idempotency_key, 'customer_id', p_customer_id, 'plan_code', p_plan_code, 'now', p_now, 'trial_days', p_trial_days, 'coupon_code', p_coupon_code, 'quantity', p_quantity));
+    PERFORM billing._audit('create_subscription', jsonb_build_object('idempotency_key', p_idempotency_key, 'customer_id', p_customer_id, 'plan_code', p_plan_code, 'now', p_now, 'trial_days', p_trial_days, 'coupon_code', p_coupon_code, 'quantity', p_quantity, 'external_id', p_external_id));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('an idempotency key', p_idempotency_key, 255);
     IF p_customer_id IS NULL THEN
@@ -54,7 +56,11 @@ BEGIN
     END IF;
     PERFORM billing._check_between('trial days', p_trial_days, 0, 730);
     PERFORM billing._check_between('quantity', p_quantity, 1, 1000000);
+    PERFORM billing._check_external_id(p_external_id);
     v_options := jsonb_build_object('trialDays', p_trial_days, 'couponCode', p_coupon_code, 'quantity', p_quantity);
+    IF p_external_id IS NOT NULL THEN  -- (absent otherwise: keys stored before external ids compare equal)
+        v_options := v_options || jsonb_build_object('externalId', p_external_id);
+    END IF;
 
     <<attempt>>
     LOOP  -- at most twice: a concurrent first use of the same key makes us replay it
@@ -113,6 +119,11 @@ BEGIN
 
     UPDATE billing.subscription_request SET subscription_id = v_sub.id
      WHERE customer_id = p_customer_id AND idempotency_key = p_idempotency_key;
+    IF p_external_id IS NOT NULL THEN
+        PERFORM billing._claim_external_id('subscription', p_external_id, p_customer_id, v_sub.id, p_now);
+        UPDATE billing.subscription SET external_id = p_external_id WHERE customer_id = v_sub.customer_id AND id = v_sub.id
+        RETURNING * INTO v_sub;
+    END IF;
     IF p_coupon_code IS NOT NULL THEN
         PERFORM billing._redeem_coupon(v_sub, p_coupon_code, p_now);
         SELECT * INTO v_sub FROM billing.subscription WHERE customer_id = v_sub.customer_id AND id = v_sub.id;
@@ -133,9 +144,9 @@ BEGIN
     RETURN v_sub;
 END
 $$;
-COMMENT ON FUNCTION billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer) IS
-'New subscription of p_quantity seats: ACTIVE for [p_now, next boundary) with an OPEN INITIAL invoice due at p_now (calendar plans: the first period ends on the billing day, prorated), or TRIALING for p_trial_days local days with no invoice until the trial ends; p_coupon_code is redeemed at once (its first discount on the first invoice). Unknown customers are created in UTC.
-Returns the subscription (the same row when the key is replayed; created_at = now() tells a new one); BL409 for a key reused with other parameters or a coupon used up, BL422 for an unknown plan, a bad coupon, trial days outside 0..730 or quantity outside 1..1000000.';
+COMMENT ON FUNCTION billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer, text) IS
+'New subscription of p_quantity seats: ACTIVE for [p_now, next boundary) with an OPEN INITIAL invoice due at p_now (calendar plans: the first period ends on the billing day, prorated), or TRIALING for p_trial_days local days with no invoice until the trial ends; p_coupon_code is redeemed at once (its first discount on the first invoice); p_external_id (optional) is the caller''s own id of it (21_external_ids). Unknown customers are created in UTC.
+Returns the subscription (the same row when the key is replayed; created_at = now() tells a new one); BL409 for a key reused with other parameters, a coupon used up or an external id already naming another subscription, BL422 for an unknown plan, a bad coupon, trial days outside 0..730, quantity outside 1..1000000 or a malformed external id.';
 
 CREATE OR REPLACE FUNCTION billing.get_subscription(p_subscription_id bigint)
 RETURNS billing.subscription

@@ -74,7 +74,10 @@ CONSOLE = {"console_open_session", "console_session", "console_close_session", "
 CUSTOMERS = {"notification_kinds", "customer_locales", "set_customer_preferences", "announce_upcoming_renewals",
              "claim_notifications", "record_notification_result", "list_notifications", "create_portal_link",
              "use_portal_link", "revoke_portal_links", "set_action_window", "invoice_action"}
-EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY | CONSOLE | CUSTOMERS
+# External ids and bulk import (db/functions/21_external_ids.sql, docs/import.md).
+IMPORT = {"set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id",
+          "get_subscription_by_external_id"}
+EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY | CONSOLE | CUSTOMERS | IMPORT
 
 T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
 
@@ -507,6 +510,17 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
                  (basic, meter, "per_unit", 2, None, "[]", 10, None, None, T0))
     out["usage_charge"] = charge[2]
     out["usage_partitions"] = len(one("usage_partitions", "%s, %s", (T0, timedelta(days=100)), setof=True)) >= 3
+    # External ids (db/functions/21_external_ids.sql): given at creation or later, read back by each kind.
+    ext_customer = customer + 60_000
+    one("upsert_customer", "%s, %s, %s", (ext_customer, "UTC", f"cus_lp_{tag}"))
+    ext_sub = one("create_subscription", "%s, %s, %s, %s, %s, %s, %s, %s",
+                  (f"lp-ext-{tag}", ext_customer, basic, T0, 0, None, 1, f"sub_lp_{tag}"))[0]
+    out["ext_set"] = one("set_external_id", "%s, %s, %s, %s", ("plan", plan_id, f"price_lp_{tag}", T0))[0] == plan_id
+    out["ext_resolved"] = (one("resolve_external_id", "%s, %s", ("subscription", f"sub_lp_{tag}"))[0] == ext_sub,
+                           one("resolve_external_id", "%s, %s", ("customer", f"nobody_{tag}"))[0])
+    out["ext_customer"] = one("get_customer_by_external_id", "%s", (f"cus_lp_{tag}",))[0] == ext_customer
+    out["ext_plan"] = one("get_plan_by_external_id", "%s", (f"price_lp_{tag}",))[1] == basic
+    out["ext_sub"] = one("get_subscription_by_external_id", "%s", (f"sub_lp_{tag}",))[0] == ext_sub
     out["called"] = called
     return out
 
@@ -544,6 +558,7 @@ EXPECTED = {
     "action_window": True, "invoice_action": "BL404",
     "usage_ingested": ["accepted"], "usage_again": ["duplicate"], "usage_current": [("count", 1)],
     "usage_between": [1], "usage_meters": True, "usage_partitions": True, "usage_charge": "per_unit",
+    "ext_set": True, "ext_resolved": (True, None), "ext_customer": True, "ext_plan": True, "ext_sub": True,
 }
 
 
