@@ -69,7 +69,7 @@ DECLARE
                           "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                           "get_invoice_document", "list_notifications"],
       "billing_admin": ["upsert_plan", "upsert_customer", "upsert_coupon",
-                        "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
+                        "import_customers", "import_subscriptions", "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                         "upsert_meter", "list_meters", "usage_partitions", "current_usage", "usage_between", "upsert_plan_charge",
                         "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                         "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",

@@ -76,7 +76,7 @@ CUSTOMERS = {"notification_kinds", "customer_locales", "set_customer_preferences
              "use_portal_link", "revoke_portal_links", "set_action_window", "invoice_action"}
 # External ids and bulk import (db/functions/21_external_ids.sql, docs/import.md).
 IMPORT = {"set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id",
-          "get_subscription_by_external_id"}
+          "get_subscription_by_external_id", "import_customers", "import_subscriptions"}
 EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY | CONSOLE | CUSTOMERS | IMPORT
 
 T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
@@ -521,6 +521,12 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["ext_customer"] = one("get_customer_by_external_id", "%s", (f"cus_lp_{tag}",))[0] == ext_customer
     out["ext_plan"] = one("get_plan_by_external_id", "%s", (f"price_lp_{tag}",))[1] == basic
     out["ext_sub"] = one("get_subscription_by_external_id", "%s", (f"sub_lp_{tag}",))[0] == ext_sub
+    # Bulk import (db/functions/22_import.sql): a customer and a subscription in the period billed elsewhere.
+    customers = f'[{{"external_id": "cus_imp_{tag}", "id": {customer + 70_000}}}]'
+    out["imported_customers"] = [r[2] for r in one("import_customers", "%s::jsonb, %s", (customers, T0), setof=True)]
+    subs = (f'[{{"external_id": "sub_imp_{tag}", "customer_external_id": "cus_imp_{tag}", "plan_code": "{basic}", '
+            f'"current_period_start": "2026-09-15T00:00:00Z", "current_period_end": "2026-10-15T00:00:00Z"}}]')
+    out["imported_subscriptions"] = [r[3] for r in one("import_subscriptions", "%s::jsonb, %s", (subs, T0), setof=True)]
     out["called"] = called
     return out
 
@@ -559,6 +565,7 @@ EXPECTED = {
     "usage_ingested": ["accepted"], "usage_again": ["duplicate"], "usage_current": [("count", 1)],
     "usage_between": [1], "usage_meters": True, "usage_partitions": True, "usage_charge": "per_unit",
     "ext_set": True, "ext_resolved": (True, None), "ext_customer": True, "ext_plan": True, "ext_sub": True,
+    "imported_customers": ["created"], "imported_subscriptions": ["created"],
 }
 
 
