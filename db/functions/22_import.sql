@@ -123,6 +123,7 @@ DECLARE
     v_bad    record;
     v_notice interval;
     v_short  record;
+    v_seq    regclass := pg_catalog.pg_get_serial_sequence('billing.subscription', 'id')::regclass;
 BEGIN
     PERFORM billing._audit('import_subscriptions', jsonb_build_object('rows', jsonb_array_length(p_subscriptions), 'now', p_now, 'dry_run', p_dry_run));
     PERFORM billing._check_now(p_now);
@@ -230,10 +231,10 @@ BEGIN
     -- Our ids first (the identity's sequence, as the renewal statement takes invoice ids): each
     -- following statement names the rows by them.
     v_rows := (
-        SELECT jsonb_agg(to_jsonb(k) || jsonb_build_object('id', nextval(pg_catalog.pg_get_serial_sequence('billing.subscription', 'id'))) ORDER BY k.n)
+        SELECT jsonb_agg(to_jsonb(k) || jsonb_build_object('id', nextval(v_seq)) ORDER BY k.n)
           FROM jsonb_to_recordset(v_all) AS k(external_id text, existing_id bigint, existing_customer bigint, cust_id bigint, tz text,
-                                               plan_id bigint, price_amount bigint, price_effective_from timestamptz, st text, qty integer,
-                                               current_period_start timestamptz, current_period_end timestamptz, coupon text,
+                                               plan_id bigint, plan text, price_amount bigint, price_effective_from timestamptz, st text,
+                                               qty integer, current_period_start timestamptz, current_period_end timestamptz, coupon text,
                                                coupon_until timestamptz, coupon_duration text, cancel_at_period_end boolean, n bigint)
          WHERE k.existing_id IS NULL);
 
@@ -273,20 +274,24 @@ BEGIN
           FROM jsonb_to_recordset(v_rows) AS k(id bigint, cust_id bigint, coupon text, coupon_duration text,
                                                coupon_until timestamptz, current_period_start timestamptz)
          WHERE k.coupon IS NOT NULL;
-        -- SubscriptionCreated, as on a signup: its data from the row as inserted (the same function
-        -- over the same values; no read back of the distributed table).
+        -- SubscriptionCreated, as on a signup: its data is billing._subscription_data of the row as
+        -- inserted, written out here over the same values (220_import checks they are equal): no
+        -- read back of the distributed table, no per-row call.
         INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
         SELECT e.event_id, 'subscription', e.id, 'SubscriptionCreated',
-               billing._cloud_event(e.event_id, 'SubscriptionCreated', 'subscription', e.id, p_now,
-                                    billing._subscription_data(jsonb_populate_record(NULL::billing.subscription, e.sub))),
+               billing._cloud_event(e.event_id, 'SubscriptionCreated', 'subscription', e.id, p_now, e.data),
                p_now, p_now, e.cust_id
           FROM (SELECT gen_random_uuid() AS event_id, k.id, k.cust_id,
-                       jsonb_build_object('id', k.id, 'customer_id', k.cust_id, 'plan_id', k.plan_id, 'status', k.st,
-                                          'current_period_start', k.current_period_start, 'current_period_end', k.current_period_end,
-                                          'cancel_at_period_end', coalesce(k.cancel_at_period_end, false), 'version', 1,
-                                          'quantity', k.qty, 'trial_end', CASE k.st WHEN 'TRIALING' THEN k.current_period_end END,
-                                          'coupon_code', k.coupon) AS sub
-                  FROM jsonb_to_recordset(v_rows) AS k(id bigint, cust_id bigint, plan_id bigint, st text, qty integer,
+                       jsonb_build_object(
+                           'subscriptionId', k.id, 'customerId', k.cust_id, 'planCode', k.plan, 'status', k.st,
+                           'currentPeriodStart', billing._utc_text(k.current_period_start),
+                           'currentPeriodEnd', billing._utc_text(k.current_period_end),
+                           'canceledAt', NULL, 'reason', NULL,
+                           'cancelAtPeriodEnd', coalesce(k.cancel_at_period_end, false), 'version', 1,
+                           'quantity', k.qty,
+                           'trialEnd', CASE k.st WHEN 'TRIALING' THEN billing._utc_text(k.current_period_end) END,
+                           'pausedAt', NULL, 'resumeAt', NULL, 'scheduledPlanCode', NULL, 'couponCode', k.coupon) AS data
+                  FROM jsonb_to_recordset(v_rows) AS k(id bigint, cust_id bigint, plan text, st text, qty integer,
                                                        current_period_start timestamptz, current_period_end timestamptz,
                                                        coupon text, cancel_at_period_end boolean)) e;
     END IF;

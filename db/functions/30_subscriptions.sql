@@ -102,18 +102,19 @@ BEGIN
         SELECT s.trial_will_end_notice INTO v_notice FROM billing.database_setting s;
         INSERT INTO billing.subscription (customer_id, plan_id, status, timezone, billing_anchor, period_number,
                                           current_period_start, current_period_end, period_price, quantity,
-                                          trial_end, trial_notice_at, lifecycle_pending, updated_at)
+                                          trial_end, trial_notice_at, lifecycle_pending, updated_at, external_id)
         VALUES (p_customer_id, v_plan.id, 'TRIALING', v_tz, p_now, 1, p_now, v_trial_end, 0, p_quantity,
-                v_trial_end, greatest(p_now, v_trial_end - coalesce(v_notice, interval '3 days')), true, p_now)
+                v_trial_end, greatest(p_now, v_trial_end - coalesce(v_notice, interval '3 days')), true, p_now, p_external_id)
         RETURNING * INTO v_sub;
     ELSE
         v_first := billing._first_period(v_plan, v_tz, p_now);
         v_price := billing._price_at(v_plan, p_now);
         v_list := billing._period_charge(v_price, p_quantity, p_now, v_first.period_end, v_first.nominal_start);
         INSERT INTO billing.subscription (customer_id, plan_id, status, timezone, billing_anchor, period_number,
-                                          current_period_start, current_period_end, period_price, quantity, updated_at)
+                                          current_period_start, current_period_end, period_price, quantity, updated_at,
+                                          external_id)
         VALUES (p_customer_id, v_plan.id, 'ACTIVE', v_tz, v_first.anchor, v_first.period_number,
-                p_now, v_first.period_end, v_list, p_quantity, p_now)
+                p_now, v_first.period_end, v_list, p_quantity, p_now, p_external_id)
         RETURNING * INTO v_sub;
     END IF;
 
@@ -121,8 +122,6 @@ BEGIN
      WHERE customer_id = p_customer_id AND idempotency_key = p_idempotency_key;
     IF p_external_id IS NOT NULL THEN
         PERFORM billing._claim_external_id('subscription', p_external_id, p_customer_id, v_sub.id, p_now);
-        UPDATE billing.subscription SET external_id = p_external_id WHERE customer_id = v_sub.customer_id AND id = v_sub.id
-        RETURNING * INTO v_sub;
     END IF;
     IF p_coupon_code IS NOT NULL THEN
         PERFORM billing._redeem_coupon(v_sub, p_coupon_code, p_now);
@@ -130,7 +129,13 @@ BEGIN
     END IF;
     PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCreated', billing._subscription_data(v_sub), p_now);
 
-    IF v_sub.status = 'ACTIVE' THEN
+    IF v_sub.status = 'ACTIVE' AND v_sub.coupon_code IS NULL THEN
+        -- No coupon: no discount, and nothing for the per-row renewal path (lifecycle_pending stays
+        -- false, as _needs_lifecycle says of an ACTIVE row without coupon or scheduled change); the
+        -- row is final as inserted.
+        PERFORM billing._new_invoice(v_sub, 'INITIAL', v_sub.current_period_start, v_sub.current_period_end,
+                                     v_list, v_plan, v_price, p_now, NULL, NULL, 0, NULL);
+    ELSIF v_sub.status = 'ACTIVE' THEN
         v_disc := billing._line_discount(v_sub, v_plan, v_list, v_list, v_sub.current_period_start,
                                          v_sub.current_period_end, true, p_now);
         UPDATE billing.subscription SET period_price = v_list - v_disc.discount WHERE customer_id = v_sub.customer_id AND id = v_sub.id
