@@ -146,7 +146,8 @@ BEGIN
         SELECT r.*, ref.object_id AS existing_id, ref.customer_id AS existing_customer,
                coalesce(c.id, cref.customer_id) AS cust_id, c2.timezone AS tz,
                p.id AS plan_id, p.code AS plan, p.currency, p.billing_interval, p.interval_count, p.price_amount,
-               p.price_effective_from, cp.code AS coupon, cp.duration AS coupon_duration, cp.plan_codes AS coupon_plans,
+               p.price_effective_from, cp.code AS coupon, cp.duration AS coupon_duration, cp.duration_periods AS coupon_periods,
+               cp.plan_codes AS coupon_plans,
                cp.currency AS coupon_currency
           FROM r
           LEFT JOIN billing.external_ref ref ON ref.object_type = 'subscription' AND ref.external_id = r.external_id
@@ -187,6 +188,10 @@ BEGIN
                        THEN format('coupon %s (repeating): coupon_until, the end of its discount at the source, is required', d.coupon)
                    WHEN d.coupon_duration = 'repeating' AND d.coupon_until <= d.current_period_end
                        THEN format('coupon %s: its discount ends with the current period; leave it out', d.coupon)
+                   WHEN d.coupon_duration = 'repeating'
+                        AND d.coupon_until > d.current_period_end + make_interval(months => d.coupon_periods)
+                       THEN format('coupon %s: a discount until %s lasts longer than the coupon''s %s months', d.coupon,
+                                   d.coupon_until, d.coupon_periods)
                END AS problem
           FROM resolved d
     )

@@ -3,7 +3,7 @@
 -- the source's billed period ended: nothing billed for it, nothing skipped after it.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(32);
+SELECT plan(33);
 
 SELECT billing.upsert_plan('I_M', 1000, 'USD', 'MONTH', 1, '2026-01-01Z', NULL, 'price_m');
 SELECT billing.upsert_plan('I_Y', 12000, 'USD', 'YEAR', 1, '2026-01-01Z');
@@ -80,6 +80,9 @@ SELECT throws_ok($$SELECT * FROM billing.import_subscriptions('[{"external_id": 
 SELECT throws_ok($$SELECT * FROM billing.import_subscriptions('[{"external_id": "sub_x", "customer_id": 22001, "plan_code": "I_M", "coupon_code": "I_ONCE",
      "current_period_start": "2026-03-01T00:00:00Z", "current_period_end": "2026-04-01T00:00:00Z"}]', '2026-03-10Z')$$,
     'BL422', NULL, 'a once coupon on an active subscription was used at the source: refused');
+SELECT throws_ok($$SELECT * FROM billing.import_subscriptions('[{"external_id": "sub_x", "customer_id": 22001, "plan_code": "I_M", "coupon_code": "I_HALF_3",
+     "coupon_until": "2026-09-01T00:00:00Z", "current_period_start": "2026-03-01T00:00:00Z", "current_period_end": "2026-04-01T00:00:00Z"}]', '2026-03-10Z')$$,
+    'BL422', NULL, 'a discount longer than the coupon''s months is refused (no discount from nothing)');
 SELECT results_eq($$SELECT outcome, problem FROM billing.import_subscriptions('[{"external_id": "sub_y", "customer_external_id": "cus_none",
      "plan_code": "I_M", "current_period_start": "2026-03-01T00:00:00Z", "current_period_end": "2026-04-01T00:00:00Z"}]', '2026-03-10Z', true)$$,
     $$VALUES ('refused', 'unknown customer ''cus_none''')$$, 'a dry run names what cannot be mapped');
