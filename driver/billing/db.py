@@ -327,6 +327,19 @@ INVOICE_ACTION = ("SELECT invoice_id, idempotency_key, payment_reference, provid
 APPLY_PORTAL_PAYMENT = ("SELECT billing.apply_gateway_webhook(%(event)s, %(key)s, 'SUCCEEDED', %(reference)s, "
                         "%(detail)s::jsonb, %(now)s) AS outcome")
 
+# The customer portal (db/functions/37_portal.sql, billing.portal): every call names its customer.
+PORTAL_OPEN_SESSION = ("SELECT customer_id, locale, expires_at FROM billing.portal_open_session(%(customer)s, "
+                       "%(link_hash)s, %(session_hash)s, %(ttl)s::interval, %(now)s)")
+PORTAL_SESSION = "SELECT customer_id, locale, expires_at FROM billing.portal_session(%(customer)s, %(hash)s, %(now)s)"
+PORTAL_CLOSE_SESSION = "SELECT billing.portal_close_session(%(customer)s, %(hash)s, %(now)s) AS closed"
+PORTAL_HOME = "SELECT billing.portal_home(%(customer)s, %(now)s) AS home"
+PORTAL_INVOICE_DOCUMENT = "SELECT billing.portal_invoice_document(%(customer)s, %(invoice)s) AS document"
+PORTAL_CANCEL = "SELECT id, status, cancel_at_period_end FROM billing.portal_cancel(%(customer)s, %(id)s, %(now)s)"
+PORTAL_UNCANCEL = "SELECT id, status, cancel_at_period_end FROM billing.portal_uncancel(%(customer)s, %(id)s, %(now)s)"
+PORTAL_CHANGE_PLAN = ("SELECT id, status, cancel_at_period_end FROM billing.portal_change_plan(%(customer)s, %(id)s, "
+                      "%(plan)s, %(now)s)")
+SET_PLAN_CHANGE_OPTIONS = "SELECT billing.set_plan_change_options(%(plan)s, %(options)s::jsonb) AS n"
+
 # Usage-based billing (db/functions/71_usage.sql, docs/usage.md).
 INGEST_USAGE = ("SELECT ord, status, reason, customer_id FROM billing.ingest_usage(%(events)s, %(now)s, "
                 "%(grace)s, %(skew)s, %(retention)s)")
