@@ -43,7 +43,9 @@ SECURITY_HEADERS = {
                                "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",  # the login URL carries a token: never sent onwards
+    # same-origin: the login URL's token never leaves for another site; and with no-referrer a
+    # browser sends "Origin: null" on a form's POST, which the same-origin check must refuse
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 # Flash messages by code (a link shows one of these, never free text): the catalog key of each.
