@@ -156,7 +156,7 @@ BEGIN
       FROM (SELECT * FROM billing.invoice i WHERE i.customer_id = p_customer_id
              ORDER BY i.created_at DESC, i.id DESC LIMIT 100) i;
     SELECT coalesce(jsonb_agg(jsonb_build_object(
-               'id', m.id, 'provider', m.provider, 'brand', m.brand, 'last4', m.last4, 'exp_month', m.exp_month,
+               'id', m.id, 'provider', m.provider, 'customer_ref', m.customer_ref, 'brand', m.brand, 'last4', m.last4, 'exp_month', m.exp_month,
                'exp_year', m.exp_year, 'is_default', m.is_default, 'status', m.status) ORDER BY m.id), '[]'::jsonb)
       INTO v_methods
       FROM billing.payment_method m

@@ -24,6 +24,7 @@ from billing.config import REPO_ROOT
 from .console_world import ConsoleServer
 from .portal_world import build_portal_world, make_link
 from .test_console_browser import _chromedriver
+from .test_portal_http import stripe_fake  # noqa: F401 - the fixture
 
 ARTIFACTS = Path(os.environ.get("BILLING_PORTAL_ARTIFACTS", REPO_ROOT / ".cache" / "artifacts" / "portal"))
 
@@ -67,9 +68,9 @@ def _state(db_url):
             "WHERE s.customer_id = 1").fetchone()
 
 
-def test_a_customer_uses_the_portal_in_chromium(db_url, browser):
+def test_a_customer_uses_the_portal_in_chromium(db_url, browser, stripe_fake):  # noqa: F811
     world = build_portal_world(db_url)
-    with ConsoleServer(db_url) as server:
+    with ConsoleServer(db_url, stripe_api_key="sk_test_portal", stripe_api_base=stripe_fake.url) as server:
         token = make_link(db_url, 1)
         browser.get(f"{server.url}/portal/login?token={token}")
         shot(browser, "01-login")
@@ -128,12 +129,22 @@ def test_a_customer_uses_the_portal_in_chromium(db_url, browser):
         assert _state(db_url) == (False, "PRO")
         shot(browser, "06-uncanceled")
 
+        # Add a card (a SetupIntent, stripe-mock behind the fake): it becomes the default.
+        browser.get(f"{server.url}/portal/payment-methods/new")
+        Select(browser.find_element(By.ID, "payment_method")).select_by_value("pm_card_mastercard")
+        shot(browser, "07-add-card")
+        browser.find_element(By.CSS_SELECTOR, "form.card-form button").click()
+        assert browser.find_element(By.CSS_SELECTOR, "p.flash").text == "Seu cartão foi adicionado."
+        assert "Mastercard final 4444" in browser.find_element(By.CSS_SELECTOR, "ul.methods").text
+        shot(browser, "08-card-added")
+        assert stripe_fake.rejected == []
+
         # On a phone's width.
         browser.set_window_size(390, 844)
         browser.get(f"{server.url}/portal/invoices#invoices")
         assert browser.execute_script("return document.documentElement.scrollWidth") <= 390 + 1
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        assert browser.save_screenshot(str(ARTIFACTS / "07-phone.png"))
+        assert browser.save_screenshot(str(ARTIFACTS / "09-phone.png"))
         browser.set_window_size(1280, 900)
 
         # Sign out: the session is over.
@@ -141,7 +152,7 @@ def test_a_customer_uses_the_portal_in_chromium(db_url, browser):
         browser.find_element(By.CSS_SELECTOR, "form.logout button").click()
         browser.get(f"{server.url}/portal/")
         assert "Você não está conectado" in browser.page_source
-        shot(browser, "08-signed-out")
+        shot(browser, "10-signed-out")
     with psycopg.connect(db_url) as conn:
         actors = {r[0] for r in conn.execute(
             "SELECT DISTINCT actor FROM billing.audit_log WHERE function IN ('change_plan', 'cancel_subscription', "

@@ -209,3 +209,87 @@ def test_the_http_route_makes_links_and_a_customer_token_only_for_its_own_custom
         assert c.post("/customers/1/portal-links", json={}).status_code == 401
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM billing.portal_link WHERE customer_id = 2").fetchone()[0] == 0
+
+
+@pytest.fixture
+def stripe_fake(stripe_mock_url):
+    """The Stripe fake (stripe-mock behind it) on an event loop of its own thread: the served app
+    runs in another thread and calls it over HTTP."""
+    import asyncio
+    import threading
+
+    from .stripe_fake import StripeFake
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    fake = StripeFake(stripe_mock_url)
+    asyncio.run_coroutine_threadsafe(fake.start(), loop).result(30)
+    yield fake
+    asyncio.run_coroutine_threadsafe(fake.close(), loop).result(30)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+def _methods(db_url, customer_id):
+    with psycopg.connect(db_url) as conn:
+        return conn.execute("SELECT provider, payment_method_ref, brand, last4, is_default FROM billing.payment_method "
+                            "WHERE customer_id = %s AND detached_at IS NULL ORDER BY id", (customer_id,)).fetchall()
+
+
+def test_a_card_is_added_through_a_setup_intent_once_and_for_its_own_customer(db_url, stripe_fake):
+    import re
+
+    world = build_portal_world(db_url)
+    with ConsoleServer(db_url, stripe_api_key="sk_test_portal", stripe_api_base=stripe_fake.url) as server:
+        with httpx.Client(base_url=server.url) as c:
+            login(c, make_link(db_url, 1))
+            page = c.get("/portal/payment-methods/new").text
+            csrf, nonce = csrf_of(page), re.search(r'name="nonce" value="([^"]+)"', page).group(1)
+            assert 'value="pm_card_visa"' in page
+            for _ in range(2):  # the same form twice: one SetupIntent, one card
+                r = c.post("/portal/payment-methods", data={"csrf": csrf, "nonce": nonce, "payment_method": "pm_card_visa"})
+                assert r.headers["location"] == "/portal/payment-methods?ok=card_added"
+            assert _methods(db_url, 1) == [("stripe", "pm_card_visa", "visa", "4242", True)]
+            assert len(stripe_fake.setups) == 1
+            r = c.post("/portal/payment-methods", data={"csrf": csrf, "nonce": "n" * 16,
+                                                        "payment_method": "pm_card_chargeDeclinedInsufficientFunds"})
+            assert r.headers["location"] == "/portal/payment-methods?ok=card_declined"
+            assert len(_methods(db_url, 1)) == 1
+            assert c.post("/portal/payment-methods", data={"csrf": csrf, "nonce": "m" * 16,
+                                                           "payment_method": "pm_anything"}).status_code == 422
+            home = c.get("/portal/payment-methods").text
+            assert "4242" in home
+        with httpx.Client(base_url=server.url) as other:  # customer 2: a card its bank must confirm
+            login(other, make_link(db_url, 2))
+            csrf2 = csrf_of(other.get("/portal/").text)
+            # (a test card the page does not offer is refused: only the listed ones)
+            assert other.post("/portal/payment-methods", data={"csrf": csrf2, "nonce": "a" * 16,
+                                                               "payment_method": "pm_card_authenticationRequired"}).status_code == 422
+        seti = stripe_fake._setup("k-2", {"customer": "cus_2", "payment_method": "pm_card_authenticationRequired",
+                                          "metadata[customer_id]": "2", "return_url": "x"}, {})[1]["id"]
+        with httpx.Client(base_url=server.url) as c:
+            login(c, make_link(db_url, 1))
+            assert c.get("/portal/payment-methods/return", params={"setup_intent": seti}).status_code == 404
+        with httpx.Client(base_url=server.url) as other:
+            login(other, make_link(db_url, 2))
+            r = other.get("/portal/payment-methods/return", params={"setup_intent": seti})
+            assert r.headers["location"] == "/portal/payment-methods?ok=pending"
+            stripe_fake.authenticate_setup(seti)
+            r = other.get("/portal/payment-methods/return", params={"setup_intent": seti})
+            assert r.headers["location"] == "/portal/payment-methods?ok=card_added"
+        assert [m[1] for m in _methods(db_url, 2)] == ["pm_card_authenticationRequired"]
+        assert [m[1] for m in _methods(db_url, 1)] == ["pm_card_visa"]  # customer 1's untouched
+    assert stripe_fake.rejected == []  # stripe-mock accepted every request's shape
+    assert world.subs
+
+
+def test_without_a_test_key_the_portal_offers_no_test_cards(db_url, served):
+    _, server = served
+    with httpx.Client(base_url=server.url) as c:
+        login(c, make_link(db_url, 1))
+        page = c.get("/portal/payment-methods/new").text
+        assert "pm_card_visa" not in page and 'role="alert"' in page
+        r = c.post("/portal/payment-methods", data={"csrf": csrf_of(c.get("/portal/").text), "nonce": "n" * 16,
+                                                    "payment_method": "pm_card_visa"})
+        assert r.status_code == 422

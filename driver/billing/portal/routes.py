@@ -190,6 +190,48 @@ def routes(portal: Portal) -> list[BaseRoute]:
             outcome = await payments.finish(conn, provider(), session["customer_id"], invoice_id, now=clock.now())
         return back("/portal/invoices", ok="pending" if outcome == "PENDING" else "paid")
 
+    # -- a card through a SetupIntent ----------------------------------------------------------
+
+    def test_mode() -> bool:
+        return (portal.settings.stripe_api_key or "").startswith("sk_test_")
+
+    @portal.handler
+    async def card_form(request: Request, session) -> Response:
+        from billing.portal.cards import TEST_CARDS
+        return portal.page(request, "card.html", session, cards=TEST_CARDS if test_mode() else (),
+                           nonce=secrets.token_urlsafe(16))
+
+    @portal.handler
+    async def add_card(request: Request, session) -> Response:
+        from billing.portal import cards
+        form = await portal.guarded_form(request, session)
+        choice, nonce = form.get("payment_method", ""), form.get("nonce", "")
+        if not test_mode() or choice not in cards.TEST_CARDS or not (8 <= len(nonce) <= 64) or not nonce.isascii():
+            raise Refused(422, "portal.error.refused")
+        home = (await database.one(db.PORTAL_HOME, {"customer": session["customer_id"], "now": clock.now()}))["home"]
+        known = next((m.get("customer_ref") for m in home["payment_methods"] if m.get("provider") == "stripe"
+                      and m.get("customer_ref")), None)
+        outcome, url = await cards.add(
+            database, provider(), session["customer_id"], choice, nonce=nonce, email=home["customer"].get("email"),
+            customer_ref=known, return_url=f"{str(request.base_url).rstrip('/')}/portal/payment-methods/return",
+            now=clock.now(), actor=portal.actor(session))
+        if outcome == "action":
+            return RedirectResponse(url, status_code=303)
+        return back("/portal/payment-methods", ok="card_added" if outcome == "added" else "card_declined")
+
+    @portal.handler
+    async def card_return(request: Request, session) -> Response:
+        from billing.portal import cards
+        setup_id = request.query_params.get("setup_intent", "")
+        if not setup_id.startswith("seti_") or len(setup_id) > 100 or not setup_id.isascii():
+            raise Refused(404, "portal.error.not_found")
+        outcome = await cards.finish(database, provider(), session["customer_id"], setup_id, now=clock.now(),
+                                     actor=portal.actor(session))
+        if outcome == "not_found":
+            raise Refused(404, "portal.error.not_found")
+        return back("/portal/payment-methods",
+                    ok={"added": "card_added", "pending": "pending"}.get(outcome, "card_declined"))
+
     return [
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
@@ -199,6 +241,9 @@ def routes(portal: Portal) -> list[BaseRoute]:
         Route("/invoices", home, methods=["GET"]),
         Route("/payment-methods", home, methods=["GET"]),
         Route("/invoices/{ref}", invoice_document, methods=["GET"]),
+        Route("/payment-methods/new", card_form, methods=["GET"]),
+        Route("/payment-methods", add_card, methods=["POST"]),
+        Route("/payment-methods/return", card_return, methods=["GET"]),
         Route("/invoices/{id}/pay", pay_page, methods=["GET"]),
         Route("/invoices/{id}/pay", pay, methods=["POST"]),
         Route("/invoices/{id}/pay/return", pay_return, methods=["GET"]),

@@ -51,7 +51,8 @@ SECURITY_HEADERS = {
 # Flash messages by code (a link shows one of these, never free text): the catalog key of each.
 FLASH = {"canceled": "portal.flash.canceled", "uncanceled": "portal.flash.uncanceled",
          "plan_changed": "portal.flash.plan_changed", "plan_scheduled": "portal.flash.plan_scheduled",
-         "paid": "portal.flash.paid", "pending": "portal.flash.pending", "card_added": "portal.flash.card_added"}
+         "paid": "portal.flash.paid", "pending": "portal.flash.pending", "card_added": "portal.flash.card_added",
+         "card_declined": "portal.flash.card_declined"}
 
 
 class Refused(Exception):
