@@ -457,6 +457,9 @@ def status(settings: Settings, database_url) -> None:
               help="Gateway calls in flight (default: sized from the rate).")
 @click.option("--events", default=None, type=click.Path(dir_okay=False),
               help="The JSON-lines event file used without Kafka (default: beside the report).")
+@click.option("--emails/--no-emails", default=True, show_default=True,
+              help="After the run, send the emails of five customers (one per language) to a Mailpit the demo "
+                   "starts (scripts/services/mailpit.sh); the report links to them.")
 @click.option("--serve", is_flag=True, default=False,
               help="After the run, keep the HTTP API and its operator console (/console) running on the demo's "
                    "data, and print the console's URL and a read-only key; Ctrl-C stops it.")

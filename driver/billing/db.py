@@ -171,6 +171,16 @@ DEMO_SIGNUP_CUSTOMERS = (
     "SELECT count(billing.upsert_customer(u.customer_id, u.timezone)) AS n "
     "FROM unnest(%(customer_ids)s::bigint[], %(timezones)s::text[]) AS u(customer_id, timezone)"
 )
+# The demo's emails (billing.demo.emails): a sample of customers, one per language, is emailed.
+DEMO_EMAIL_SAMPLE = ("SELECT customer_id FROM billing.notification WHERE status = 'PENDING' GROUP BY customer_id "
+                     "ORDER BY count(DISTINCT kind) DESC, customer_id LIMIT %(n)s")
+DEMO_EMAIL_LOCALE = "SELECT (billing.set_customer_preferences(%(id)s, %(locale)s, NULL, %(now)s)).id"
+DEMO_EMAIL_SKIP_OTHERS = ("UPDATE billing.notification SET status = 'SKIPPED', "
+                          "last_error = 'demo: only a sample of customers is emailed' "
+                          "WHERE status = 'PENDING' AND customer_id <> ALL(%(ids)s::bigint[])")
+DEMO_EMAILS_PENDING = ("SELECT count(*) AS n FROM billing.notification WHERE status = 'PENDING' "
+                       "AND customer_id = ANY(%(ids)s::bigint[])")
+DEMO_EMAIL_RECIPIENTS = "SELECT id, email FROM billing.customer WHERE id = ANY(%(ids)s::bigint[])"
 DEMO_CUSTOMER_DETAILS = (
     "SELECT count(billing.set_customer_details(u.id, u.name, u.email, u.address, u.city, u.postal_code, u.region, "
     "u.country, u.tax_id, u.tax_status)) AS n "
