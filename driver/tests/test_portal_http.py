@@ -6,6 +6,7 @@ without effect; a customer token cannot mint a link for another customer."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import httpx
@@ -293,3 +294,80 @@ def test_without_a_test_key_the_portal_offers_no_test_cards(db_url, served):
         r = c.post("/portal/payment-methods", data={"csrf": csrf_of(c.get("/portal/").text), "nonce": "n" * 16,
                                                     "payment_method": "pm_card_visa"})
         assert r.status_code == 422
+
+
+def test_the_simulators_authentication_page_pays_once_through_the_portal(db_url):
+    """The simulator asks for authentication; the portal's payment page sends the customer to the
+    simulator's own page, which approves; back on the portal the invoice is paid, once."""
+    import asyncio
+    import threading
+
+    from billing.clock import SimulatedClock
+    from billing.db import async_pool
+    from billing.gateway.client import GatewayClient
+    from billing.gateway.decisions import DecisionModel
+    from billing.gateway.simulator import GatewaySimulator
+    from billing.providers import SimProvider
+
+    from .test_stripe import charger_for
+
+    class AskForAuthentication(DecisionModel):
+        def decline_code(self, key, customer_id, amount, currency):
+            return "authentication_required"
+
+    world = build_portal_world(db_url)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    sim = GatewaySimulator(rate=100, decisions=AskForAuthentication())
+    sim_url = asyncio.run_coroutine_threadsafe(sim.start(), loop).result(30)
+    try:
+        async def charge():
+            pool = await async_pool(db_url, max_size=2)
+            provider = SimProvider(GatewayClient(sim_url))
+            try:
+                return await charger_for(pool, provider, SimulatedClock(NOW)).charge_due()
+            finally:
+                await provider.close()
+                await pool.close()
+
+        assert asyncio.run(charge()) == 2
+        inv = world.invoices[1]
+        with psycopg.connect(db_url) as conn:
+            assert conn.execute("SELECT status, action_required_until IS NOT NULL FROM billing.invoice WHERE id = %s",
+                                (inv,)).fetchone() == ("OPEN", True)
+        with ConsoleServer(db_url, gateway_url=sim_url) as server:
+            with httpx.Client(base_url=server.url) as other:  # customer 2 cannot pay (or see) customer 1's
+                login(other, make_link(db_url, 2))
+                assert other.post(f"/portal/invoices/{inv}/pay", data={"csrf": csrf_of(other.get("/portal/").text)}
+                                  ).status_code == 404
+            with httpx.Client(base_url=server.url) as c:
+                login(c, make_link(db_url, 1))
+                home = c.get("/portal/invoices").text
+                assert f"/portal/invoices/{inv}/pay" in home
+                page = c.get(f"/portal/invoices/{inv}/pay")
+                assert page.status_code == 200 and "€\xa010,00" in page.text
+                r = c.post(f"/portal/invoices/{inv}/pay", data={"csrf": csrf_of(page.text)})
+                assert r.status_code == 303 and r.headers["location"].startswith(f"{sim_url}/authenticate/")
+                bank = httpx.get(r.headers["location"])
+                assert bank.status_code == 200 and "Approve" in bank.text
+                back_url = re.search(r'name="returnUrl" value="([^"]+)"', bank.text).group(1).replace("&amp;", "&")
+                approved = httpx.post(r.headers["location"].split("?")[0],
+                                      data={"decision": "approve", "returnUrl": back_url})
+                assert approved.status_code == 303 and approved.headers["location"] == back_url
+                assert back_url == f"{server.url}/portal/invoices/{inv}/pay/return"
+                for _ in range(2):  # back on the portal; a reload: paid once
+                    done = c.get(back_url.removeprefix(server.url))
+                    assert done.headers["location"] == "/portal/invoices?ok=paid"
+        with psycopg.connect(db_url) as conn:
+            assert conn.execute("SELECT status FROM billing.invoice WHERE id = %s", (inv,)).fetchone()[0] == "PAID"
+            paid = conn.execute("SELECT count(*) FROM billing.outbox_event WHERE event_type = 'InvoicePaid' "
+                                "AND customer_id = 1").fetchone()[0]
+        assert paid == 1
+        ledger = sim.ledger()
+        assert [c["status"] for c in ledger["charges"] if c["customerId"] == 1] == ["succeeded"]
+        assert sim.stats()["authenticated"] == 1
+    finally:
+        asyncio.run_coroutine_threadsafe(sim.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)

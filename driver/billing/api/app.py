@@ -57,7 +57,9 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
     # The customer portal (docs/customers.md): a session opened by a single-use link, one customer.
     routes.append(Mount("/portal", app=create_portal(
         api.database, settings, clock=api.clock,
-        provider_factory=lambda: api.stripe if api.stripe is not None and api.stripe.api_key else None)))
+        provider_factory=lambda name="stripe": (
+            api.sim if name == "sim" and api.settings.gateway_url else
+            api.stripe if name == "stripe" and api.stripe is not None and api.stripe.api_key else None))))
 
     @asynccontextmanager
     async def lifespan(app):

@@ -151,8 +151,8 @@ def routes(portal: Portal) -> list[BaseRoute]:
 
     # -- 3-D Secure: the payment page of an invoice that waits for the customer ------------------
 
-    def provider():
-        found = portal.provider_factory() if portal.provider_factory is not None else None
+    def provider(name: str = "stripe"):
+        found = portal.provider_factory(name) if portal.provider_factory is not None else None
         if found is None:
             raise Refused(503, "portal.error.unavailable")
         return found
@@ -170,12 +170,12 @@ def routes(portal: Portal) -> list[BaseRoute]:
         invoice_id = path_id(request)
         await portal.guarded_form(request, session)
         # this customer's invoice that waits for them, or 404, before anything reaches the provider
-        await database.one(db.INVOICE_ACTION, {"customer": session["customer_id"], "invoice": invoice_id,
-                                               "now": clock.now()})
+        waiting = await database.one(db.INVOICE_ACTION, {"customer": session["customer_id"], "invoice": invoice_id,
+                                                         "now": clock.now()})
         return_url = f"{str(request.base_url).rstrip('/')}/portal/invoices/{invoice_id}/pay/return"
         pool = await database.pool()
         async with pool.connection() as conn:
-            action = await payments.start(conn, provider(), session["customer_id"], invoice_id,
+            action = await payments.start(conn, provider(waiting["provider"]), session["customer_id"], invoice_id,
                                           return_url=return_url, now=clock.now())
         if action.redirect_url:
             return RedirectResponse(action.redirect_url, status_code=303)
@@ -185,9 +185,22 @@ def routes(portal: Portal) -> list[BaseRoute]:
     async def pay_return(request: Request, session) -> Response:
         from billing.portal import payments
         invoice_id = path_id(request)
+        try:
+            waiting = await database.one(db.INVOICE_ACTION, {"customer": session["customer_id"], "invoice": invoice_id,
+                                                             "now": clock.now()})
+        except psycopg.Error as exc:
+            err = db.contract_error(exc)
+            if err is None or err.code != "BL404":
+                raise
+            # Nothing waits any more: paid already (the provider's webhook came first), or not theirs.
+            home = (await database.one(db.PORTAL_HOME, {"customer": session["customer_id"], "now": clock.now()}))["home"]
+            if any(i["id"] == invoice_id and i["status"] == "PAID" for i in home["invoices"]):
+                return back("/portal/invoices", ok="paid")
+            raise
         pool = await database.pool()
         async with pool.connection() as conn:
-            outcome = await payments.finish(conn, provider(), session["customer_id"], invoice_id, now=clock.now())
+            outcome = await payments.finish(conn, provider(waiting["provider"]), session["customer_id"], invoice_id,
+                                            now=clock.now())
         return back("/portal/invoices", ok="pending" if outcome == "PENDING" else "paid")
 
     # -- a card through a SetupIntent ----------------------------------------------------------
