@@ -44,15 +44,21 @@ Returns the customer, its language and the expiry; BL404 when the link is unknow
 
 CREATE OR REPLACE FUNCTION billing.portal_session(p_customer_id bigint, p_session_hash bytea, p_now timestamptz DEFAULT now())
 RETURNS TABLE (customer_id bigint, locale text, expires_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT billing._check_now(p_now);
+#variable_conflict use_column
+BEGIN
+    PERFORM billing._check_now(p_now);
+    -- plpgsql, not sql: Citus plans a parameterized SQL function's join of two distributed tables
+    -- poorly ("could not create distributed plan"); here each query is planned with its values.
+    RETURN QUERY
     SELECT s.customer_id, c.locale, s.expires_at
       FROM billing.portal_session s
       JOIN billing.customer c ON c.id = s.customer_id
-     WHERE s.customer_id = p_customer_id AND s.token_hash = p_session_hash
-       AND s.closed_at IS NULL AND s.expires_at > p_now
+     WHERE s.customer_id = p_customer_id AND c.id = p_customer_id AND s.token_hash = p_session_hash
+       AND s.closed_at IS NULL AND s.expires_at > p_now;
+END
 $$;
 COMMENT ON FUNCTION billing.portal_session(bigint, bytea, timestamptz) IS
 'The check of a portal session cookie: the open, unexpired session of customer p_customer_id whose token hashes to p_session_hash.
