@@ -198,6 +198,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM billing._check_now(p_now);
     -- At period end only: the period the customer paid for runs out, nothing is given back.
     RETURN billing.cancel_subscription(billing._portal_subscription(p_customer_id, p_subscription_id), true, p_now);
 END
@@ -212,6 +213,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM billing._check_now(p_now);
     -- uncancel_subscription settles what was due first: past the period end it is canceled, too late.
     RETURN billing.uncancel_subscription(billing._portal_subscription(p_customer_id, p_subscription_id), p_now);
 END
