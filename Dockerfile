@@ -12,6 +12,11 @@ RUN /opt/billing/bin/pip install --require-hashes --no-deps -r requirements/runt
 # The driver itself runs from its source (no build step, so nothing is fetched without a hash).
 
 FROM python:3.11.14-slim-bookworm
+# The invoice PDFs' fonts (docs/customers.md): DejaVu Sans, and WenQuanYi Micro Hei for Chinese
+# (zh-CN documents and emails); Debian bookworm's versions, pinned.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends fonts-dejavu-core=2.37-6 fonts-wqy-microhei=0.2.0-beta-3.1 \
+ && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 billing \
  && useradd --system --uid 10001 --gid billing --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin billing
 COPY --from=build /opt/billing /opt/billing

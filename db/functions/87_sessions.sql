@@ -5,7 +5,8 @@
 -- The audit actor, decided here from what the caller proves, not from what it says. The HTTP API
 -- and the console set the transaction-local billing.actor_proof to the SHA-256 of the credential
 -- the request carried: key:<hex> (an API key), console:<hex> (a console session token) or
--- customer:<customer id>:<hex> (a customer session token). Only a credential that is valid now
+-- customer:<customer id>:<hex> (a customer session token), portal:<customer id>:<hex> (a portal
+-- session cookie). Only a credential that is valid now
 -- names an API key. Without a proof, billing.actor is a description the caller gives of itself
 -- (cli:<user>, gateway-webhook), kept as it is, except that it may not name an API key or a
 -- customer session: those names come from a proof only. db_role (the login) is recorded beside it.
@@ -36,20 +37,27 @@ BEGIN
               FROM billing.customer_session s JOIN billing.api_key k ON k.id = s.key_id
              WHERE s.customer_id = v_parts[1]::bigint AND s.token_hash = decode(v_parts[2], 'hex')
                AND s.revoked_at IS NULL AND k.revoked_at IS NULL;  -- its expiry: checked by the caller at its p_now
+        ELSIF v_proof ~ '^portal:[0-9]{1,18}:[0-9a-f]{64}$' THEN
+            -- a customer portal session (37_portal): the customer alone, no key behind it
+            v_parts := regexp_match(v_proof, '^portal:([0-9]+):([0-9a-f]{64})$');
+            SELECT 'portal-session:' || s.customer_id INTO v_found
+              FROM billing.portal_session s
+             WHERE s.customer_id = v_parts[1]::bigint AND s.token_hash = decode(v_parts[2], 'hex')
+               AND s.closed_at IS NULL;  -- its expiry: checked by the caller at its p_now
         END IF;
         RETURN coalesce(v_found, session_user::text || ' (credential not valid)');
     END IF;
     IF v_claim IS NULL THEN
         RETURN session_user::text;
     END IF;
-    IF v_claim ~* '^\s*(api-key|customer-session)' THEN
+    IF v_claim ~* '^\s*(api-key|customer-session|portal-session)' THEN
         RETURN session_user::text || ' (claimed ' || v_claim || ' without proof)';
     END IF;
     RETURN v_claim;
 END
 $$;
 COMMENT ON FUNCTION billing._actor() IS
-'Private: the audit actor of this transaction: api-key:<id> or customer-session:<customer> (api-key:<id>) when billing.actor_proof holds the hash of a credential valid now; else billing.actor (a description the caller gives, never naming a key or a customer session) or the login.
+'Private: the audit actor of this transaction: api-key:<id>, customer-session:<customer> (api-key:<id>) or portal-session:<customer> when billing.actor_proof holds the hash of a credential valid now; else billing.actor (a description the caller gives, never naming a key or a customer session) or the login.
 Returns the actor text.';
 
 -- ---------------------------------------------------------------------------------------------

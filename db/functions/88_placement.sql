@@ -56,6 +56,8 @@ AS $$
         ('customer_session',     'distributed', 'customer_id', 'primary key (customer_id, token_hash): the one customer a front-end token may act on'),
         ('notification',         'distributed', 'customer_id', 'primary key (customer_id, id); its key unique per customer'),
         ('portal_link',          'distributed', 'customer_id', 'primary key (customer_id, token_hash)'),
+        ('portal_session',       'distributed', 'customer_id', 'primary key (customer_id, token_hash): the one customer a portal cookie may read and act on'),
+        ('plan_change_option',   'reference',   NULL,          'configuration: the plan changes customers may make on the portal'),
         ('meter',                'reference',   NULL,          'configuration: the usage meters'),
         ('plan_charge',          'reference',   NULL,          'configuration: a plan''s usage charges'),
         ('usage_event',          'distributed', 'customer_id', 'primary key (customer_id, event_time, source, event_id); partitioned by month'),

@@ -277,6 +277,30 @@ def api_key_revoke(settings: Settings, database_url, key_id) -> None:
     click.echo(f"revoked {key_id} at {revoked_at:%Y-%m-%d %H:%M:%S} UTC")
 
 
+@main.command("plan-options")
+@database_url_option
+@click.argument("plan")
+@click.option("--to", "targets", multiple=True, metavar="PLAN[:now|:period_end]",
+              help="A plan customers on PLAN may move to on the portal (now, prorated: the default; or at period end). "
+                   "Repeat it; none: the plan offers no change.")
+@click.pass_obj
+def plan_options(settings: Settings, database_url, plan, targets) -> None:
+    """Set the plan changes customers on PLAN may make on the portal (docs/customers.md)."""
+    import psycopg
+
+    from billing.portal.options import parse_option, set_options
+
+    settings = settings.with_overrides(database_url=database_url)
+    try:
+        options = [parse_option(t) for t in targets]
+        count = set_options(settings.database_url, plan, options, actor=_cli_actor())
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--to") from exc
+    except psycopg.Error as exc:
+        raise click.ClickException(exc.diag.message_primary or str(exc)) from exc
+    click.echo(f"{plan}: {count} plan change(s) offered on the portal")
+
+
 @main.command("gateway-sim")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8099, type=int, show_default=True)
@@ -523,6 +547,9 @@ def status(settings: Settings, database_url) -> None:
               help="Gateway calls in flight (default: sized from the rate).")
 @click.option("--events", default=None, type=click.Path(dir_okay=False),
               help="The JSON-lines event file used without Kafka (default: beside the report).")
+@click.option("--emails/--no-emails", default=True, show_default=True,
+              help="After the run, send the emails of five customers (one per language) to a Mailpit the demo "
+                   "starts (scripts/services/mailpit.sh); the report links to them.")
 @click.option("--serve", is_flag=True, default=False,
               help="After the run, keep the HTTP API and its operator console (/console) running on the demo's "
                    "data, and print the console's URL and a read-only key; Ctrl-C stops it.")

@@ -310,6 +310,7 @@ class Settings:
     renewal_notice_days: int = 14
     portal_url: str = "http://127.0.0.1:8080/portal"
     portal_link_hours: float = 72.0
+    portal_session_minutes: float = 60.0
     db_dir: Path = field(default_factory=lambda: Path(os.environ.get("BILLING_DB_DIR", REPO_ROOT / "db")))
 
     @classmethod
@@ -396,6 +397,7 @@ class Settings:
             renewal_notice_days=_env_int("BILLING_RENEWAL_NOTICE_DAYS", cls.renewal_notice_days),
             portal_url=(env.get("BILLING_PORTAL_URL") or cls.portal_url).rstrip("/"),
             portal_link_hours=_env_float("BILLING_PORTAL_LINK_HOURS", cls.portal_link_hours),
+            portal_session_minutes=_env_float("BILLING_PORTAL_SESSION_MINUTES", cls.portal_session_minutes),
         )
 
     def secret_problems(self) -> list[str]:

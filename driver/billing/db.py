@@ -185,6 +185,16 @@ DEMO_SIGNUP_CUSTOMERS = (
     "SELECT count(billing.upsert_customer(u.customer_id, u.timezone)) AS n "
     "FROM unnest(%(customer_ids)s::bigint[], %(timezones)s::text[]) AS u(customer_id, timezone)"
 )
+# The demo's emails (billing.demo.emails): a sample of customers, one per language, is emailed.
+DEMO_EMAIL_SAMPLE = ("SELECT customer_id FROM billing.notification WHERE status = 'PENDING' GROUP BY customer_id "
+                     "ORDER BY count(DISTINCT kind) DESC, customer_id LIMIT %(n)s")
+DEMO_EMAIL_LOCALE = "SELECT (billing.set_customer_preferences(%(id)s, %(locale)s, NULL, %(now)s)).id"
+DEMO_EMAIL_SKIP_OTHERS = ("UPDATE billing.notification SET status = 'SKIPPED', "
+                          "last_error = 'demo: only a sample of customers is emailed' "
+                          "WHERE status = 'PENDING' AND customer_id <> ALL(%(ids)s::bigint[])")
+DEMO_EMAILS_PENDING = ("SELECT count(*) AS n FROM billing.notification WHERE status = 'PENDING' "
+                       "AND customer_id = ANY(%(ids)s::bigint[])")
+DEMO_EMAIL_RECIPIENTS = "SELECT id, email FROM billing.customer WHERE id = ANY(%(ids)s::bigint[])"
 DEMO_CUSTOMER_DETAILS = (
     "SELECT count(billing.set_customer_details(u.id, u.name, u.email, u.address, u.city, u.postal_code, u.region, "
     "u.country, u.tax_id, u.tax_status)) AS n "
@@ -340,6 +350,19 @@ INVOICE_ACTION = ("SELECT invoice_id, idempotency_key, payment_reference, provid
                   "action_required_until FROM billing.invoice_action(%(customer)s, %(invoice)s, %(now)s)")
 APPLY_PORTAL_PAYMENT = ("SELECT billing.apply_gateway_webhook(%(event)s, %(key)s, 'SUCCEEDED', %(reference)s, "
                         "%(detail)s::jsonb, %(now)s) AS outcome")
+
+# The customer portal (db/functions/37_portal.sql, billing.portal): every call names its customer.
+PORTAL_OPEN_SESSION = ("SELECT customer_id, locale, expires_at FROM billing.portal_open_session(%(customer)s, "
+                       "%(link_hash)s, %(session_hash)s, %(ttl)s::interval, %(now)s)")
+PORTAL_SESSION = "SELECT customer_id, locale, expires_at FROM billing.portal_session(%(customer)s, %(hash)s, %(now)s)"
+PORTAL_CLOSE_SESSION = "SELECT billing.portal_close_session(%(customer)s, %(hash)s, %(now)s) AS closed"
+PORTAL_HOME = "SELECT billing.portal_home(%(customer)s, %(now)s) AS home"
+PORTAL_INVOICE_DOCUMENT = "SELECT billing.portal_invoice_document(%(customer)s, %(invoice)s) AS document"
+PORTAL_CANCEL = "SELECT id, status, cancel_at_period_end FROM billing.portal_cancel(%(customer)s, %(id)s, %(now)s)"
+PORTAL_UNCANCEL = "SELECT id, status, cancel_at_period_end FROM billing.portal_uncancel(%(customer)s, %(id)s, %(now)s)"
+PORTAL_CHANGE_PLAN = ("SELECT id, status, cancel_at_period_end FROM billing.portal_change_plan(%(customer)s, %(id)s, "
+                      "%(plan)s, %(now)s)")
+SET_PLAN_CHANGE_OPTIONS = "SELECT billing.set_plan_change_options(%(plan)s, %(options)s::jsonb) AS n"
 
 # Usage-based billing (db/functions/71_usage.sql, docs/usage.md).
 INGEST_USAGE = ("SELECT ord, status, reason, customer_id FROM billing.ingest_usage(%(events)s, %(now)s, "

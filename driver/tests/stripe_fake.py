@@ -34,6 +34,8 @@ import urllib.parse
 import aiohttp
 from aiohttp import web
 
+CARDS = {"pm_card_visa": ("visa", "4242"), "pm_card_mastercard": ("mastercard", "4444"),
+         "pm_card_amex": ("amex", "8431")}
 DECLINES = {
     "pm_card_chargeDeclinedInsufficientFunds": ("card_declined", "insufficient_funds"),
     "pm_card_chargeDeclinedStolenCard": ("card_declined", "stolen_card"),
@@ -56,6 +58,7 @@ class StripeFake:
         self.rate_limited = 0
         self.list_calls = 0
         self.confirms = 0  # payment intents confirmed on session (the portal's payment page)
+        self.setups: dict[str, dict] = {}  # SetupIntents by id (a card the customer adds on the portal)
         self.fail_next_refund = 0  # the next n refund POSTs answer 500 without refunding
         self.hold_next_refund = 0  # the next n refund POSTs refund, then hold their answer past the timeout
         self._runner: web.AppRunner | None = None
@@ -132,6 +135,18 @@ class StripeFake:
                                   "url": f"{self.url}/3ds/{intent['id']}", "return_url": form.get("return_url")}})
             self.confirms += 1
             return web.json_response(intent)
+        if request.method == "POST" and request.path == "/v1/setup_intents":
+            return await self._idempotent(key, form, lambda: self._setup(key, form, mocked))
+        setup = re.match(r"^/v1/setup_intents/(seti_[^/]+)$", request.path)
+        if request.method == "GET" and setup:
+            found = self.setups.get(setup.group(1))
+            return web.json_response(found) if found else web.json_response({"error": {"code": "resource_missing"}}, status=404)
+        method = re.match(r"^/v1/payment_methods/(pm_[^/]+)$", request.path)
+        if request.method == "GET" and method:
+            brand, last4 = CARDS.get(method.group(1), ("visa", "4242"))
+            return web.json_response({**mocked, "id": method.group(1),
+                                      "card": {**(mocked.get("card") or {}), "brand": brand, "last4": last4,
+                                               "exp_month": 12, "exp_year": 2034}})
         fetch = re.match(r"^/v1/payment_intents/(pi_[^/]+)$", request.path)
         if request.method == "GET" and fetch:
             intent = next((i for i in self.intents.values() if i["id"] == fetch.group(1)), None)
@@ -204,6 +219,32 @@ class StripeFake:
         intent["status"] = "succeeded"
         self.intents[key] = intent
         return 200, intent, pm == "pm_card_timeout"
+
+    def _setup(self, key: str | None, form: dict, mocked: dict) -> tuple[int, dict, bool]:
+        """A SetupIntent created and confirmed at once: a declining test card fails (402 with the
+        setup intent), pm_card_authenticationRequired asks for 3-D Secure, any other succeeds."""
+        pm = form.get("payment_method", "")
+        key = key or f"no-key-{len(self.requests)}"
+        setup = {**mocked, "id": "seti_" + hashlib.sha256(key.encode()).hexdigest()[:20], "customer": form.get("customer"),
+                 "payment_method": pm, "usage": form.get("usage"), "last_setup_error": None, "next_action": None,
+                 "metadata": {k[len("metadata["):-1]: v for k, v in form.items() if k.startswith("metadata[")}}
+        self.setups[setup["id"]] = setup
+        if pm == "pm_card_authenticationRequired":
+            setup.update(status="requires_action", next_action={"type": "redirect_to_url", "redirect_to_url": {
+                "url": f"{self.url}/3ds-setup/{setup['id']}", "return_url": form.get("return_url")}})
+            return 200, setup, False
+        if pm in DECLINES:
+            code, decline_code = DECLINES[pm]
+            setup.update(status="requires_payment_method", last_setup_error={"type": "card_error", "code": code})
+            return 402, {"error": {"type": "card_error", "code": code, "decline_code": decline_code,
+                                   "setup_intent": setup}}, False
+        setup["status"] = "succeeded"
+        return 200, setup, False
+
+    def authenticate_setup(self, setup_id: str) -> dict:
+        """The customer passes 3-D Secure for a SetupIntent: it succeeds."""
+        self.setups[setup_id].update(status="succeeded", next_action=None)
+        return self.setups[setup_id]
 
     def _refund(self, key: str | None, form: dict, mocked: dict) -> tuple[int, dict, bool]:
         pi = form.get("payment_intent")

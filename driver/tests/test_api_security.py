@@ -109,8 +109,9 @@ def assert_error(r: httpx.Response, status: int, code: str) -> None:
 def test_the_route_list_is_the_app_s_own(db_url):
     app = create_app(Settings(database_url=db_url))
     routes = {(m, r.path) for r in app.routes if hasattr(r, "methods") for m in r.methods if m != "HEAD"}
-    # ...plus the operator console, a mounted app with a login of its own (test_console_*.py).
-    assert [r.path for r in app.routes if not hasattr(r, "methods")] == ["/console"]
+    # ...plus the operator console and the customer portal, mounted apps with logins of their own
+    # (test_console_*.py, test_portal_*.py).
+    assert [r.path for r in app.routes if not hasattr(r, "methods")] == ["/console", "/portal"]
     listed = {(m, p.replace("/1", "/{id}")) for m, p, _ in ROUTES} | PUBLIC_ROUTES
     assert routes == listed
     for method, path in routes:

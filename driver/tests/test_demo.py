@@ -78,6 +78,13 @@ def test_small_demo_holds_every_invariant_and_writes_its_report(demo_run):
     assert life["trials"] > 0 and life["redemptions"] > 0 and life["discounted"] > 0 and life["seats"] > 0
     assert s["events"].get("SubscriptionTrialWillEnd", 0) > 0
     assert s["events"].get("SubscriptionPaused", 0) > 0 and s["events"].get("SubscriptionResumed", 0) > 0
+    # The emails of five customers, one per language, sent to the demo's Mailpit and linked from the report.
+    assert result.mailpit_url and {e["locale"] for e in result.emails} == {"en", "pt-BR", "es", "de", "zh-CN"}
+    html = (out / "report.html").read_text()
+    assert "Emails (a sample of customers" in html and result.emails[0]["url"] in html
+    with psycopg.connect(result.database_url) as conn:
+        left = dict(conn.execute("SELECT status, count(*) FROM billing.notification GROUP BY status").fetchall())
+    assert left.get("PENDING", 0) == 0 and left.get("SENT", 0) == len(result.emails) and left.get("SKIPPED", 0) > 0
     assert len(s["revenue"]) == 6
 
     page = (out / "report.html").read_text(encoding="utf-8")

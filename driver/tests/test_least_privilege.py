@@ -77,7 +77,10 @@ CUSTOMERS = {"notification_kinds", "customer_locales", "set_customer_preferences
 # External ids and bulk import (db/functions/21_external_ids.sql, docs/import.md).
 IMPORT = {"set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id",
           "get_subscription_by_external_id", "import_customers", "import_subscriptions"}
-EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY | CONSOLE | CUSTOMERS | IMPORT
+# The customer portal (db/functions/37_portal.sql, docs/customers.md).
+PORTAL = {"portal_open_session", "portal_session", "portal_close_session", "portal_home", "portal_invoice_document",
+          "portal_cancel", "portal_uncancel", "portal_change_plan", "set_plan_change_options"}
+EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY | CONSOLE | CUSTOMERS | IMPORT | PORTAL
 
 T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
 
@@ -484,6 +487,24 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["portal_link"] = one("create_portal_link", "%s, %s, %s::interval, %s", (customer, link, "1 hour", late))[0] == customer
     out["portal_used"] = one("use_portal_link", "%s, %s, %s", (customer, link, late))[5] == late
     out["portal_revoked"] = one("revoke_portal_links", "%s, %s", (customer, late))[0]
+    # The customer portal (db/functions/37_portal.sql): a session from a link, the reads, the actions.
+    link, session = bytes(range(3, 35)), bytes(range(4, 36))
+    one("create_portal_link", "%s, %s, %s::interval, %s", (customer, link, "1 hour", late))
+    out["portal_open"] = one("portal_open_session", "%s, %s, %s, %s::interval, %s",
+                             (customer, link, session, "1 hour", late))[0] == customer
+    out["portal_session"] = len(one("portal_session", "%s, %s, %s", (customer, session, late), setof=True))
+    home = one("portal_home", "%s, %s", (customer, late))[0]
+    out["portal_home"] = home["customer"]["id"] == customer and len(home["subscriptions"]) >= 1
+    try:
+        with conn.transaction():
+            out["portal_document"] = bool(one("portal_invoice_document", "%s, %s", (customer, invoice_id))[0])
+    except psycopg.Error as exc:
+        out["portal_document"] = exc.sqlstate
+    out["plan_options"] = one("set_plan_change_options", "%s, %s::jsonb", (basic, f'[{{"plan": "{pro}"}}]'))[0]
+    out["portal_cancel"] = one("portal_cancel", "%s, %s, %s", (customer, extra[0], late))[3]
+    out["portal_uncancel"] = one("portal_uncancel", "%s, %s, %s", (customer, extra[0], late))[3]
+    out["portal_change_plan"] = one("portal_change_plan", "%s, %s, %s, %s", (customer, extra[0], pro, late))[2] != extra[2]
+    out["portal_closed"] = one("portal_close_session", "%s, %s, %s", (customer, session, late))[0]
     out["action_window"] = one("set_action_window", "%s::interval", ("48 hours",))[0] == timedelta(hours=48)
     try:
         with conn.transaction():
@@ -561,6 +582,8 @@ EXPECTED = {
     "relay_groups": [0], "relay_events": True, "relay_marked": 1,
     "kinds": 9, "locales": "zh-CN", "preferences": True, "renewal_notices": True, "notified": True,
     "notifications": True, "portal_link": True, "portal_used": True, "portal_revoked": 0,
+    "portal_open": True, "portal_session": 1, "portal_home": True, "portal_document": True, "plan_options": 1,
+    "portal_cancel": "ACTIVE", "portal_uncancel": "ACTIVE", "portal_change_plan": True, "portal_closed": True,
     "action_window": True, "invoice_action": "BL404",
     "usage_ingested": ["accepted"], "usage_again": ["duplicate"], "usage_current": [("count", 1)],
     "usage_between": [1], "usage_meters": True, "usage_partitions": True, "usage_charge": "per_unit",

@@ -28,6 +28,7 @@ from billing.api.routes import ROUTERS, health
 from billing.api.security import ApiGuard
 from billing.clock import Clock, SystemClock
 from billing.console.app import create_console
+from billing.portal.app import create_portal
 from billing.invoices.documents import Issuer
 from billing.limiter import KeyRateLimiter
 
@@ -53,6 +54,12 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
             internal = made
     # The operator console (docs/console.md): its own login with the same API keys.
     routes.append(Mount("/console", app=create_console(api.database, settings, clock=api.clock, limiter=api.limiter)))
+    # The customer portal (docs/customers.md): a session opened by a single-use link, one customer.
+    routes.append(Mount("/portal", app=create_portal(
+        api.database, settings, clock=api.clock,
+        provider_factory=lambda name="stripe": (
+            api.sim if name == "sim" and api.settings.gateway_url else
+            api.stripe if name == "stripe" and api.stripe is not None and api.stripe.api_key else None))))
 
     @asynccontextmanager
     async def lifespan(app):

@@ -36,6 +36,7 @@ class Api:
     limiter: KeyRateLimiter | None = None
     issuer: Issuer | None = None
     stripe: Any = None  # the Stripe provider of /webhooks/stripe (billing.api.routes.payment_webhooks)
+    sim: Any = None  # the simulator's provider (its webhooks; the portal's 3-D Secure page on it)
     # Closed by the app's lifespan, after the pool (a router registers what it opens).
     closers: list[Callable[[], Any]] = field(default_factory=list)
 

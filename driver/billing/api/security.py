@@ -51,8 +51,8 @@ MUTATING = frozenset({"POST", "PUT", "PATCH"})  # and a DELETE that carries a bo
 
 PUBLIC = "public"
 ANY_KEY = "any key"
-CONSOLE = "console session"  # /console: the operator console checks its own session and CSRF token
-_CONSOLE_PATH = re.compile(r"^/console(/.*)?$")
+CONSOLE = "console session"  # /console and /portal check their own session cookie and CSRF token
+_CONSOLE_PATH = re.compile(r"^/(console|portal)(/.*)?$")
 _RULES: list[tuple[str, re.Pattern, str]] = [
     ("GET", re.compile(r"^/healthz$"), PUBLIC),
     ("POST", re.compile(r"^/webhooks/payments$"), PUBLIC),  # authenticated by its signature
@@ -83,7 +83,8 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
 
 def required_scope(method: str, path: str) -> str:
     """PUBLIC, a scope, or ANY_KEY (an unknown route: a valid key first, then 404/405, so that
-    nobody learns the routes without one). CONSOLE for the console's pages (billing.console)."""
+    nobody learns the routes without one). CONSOLE for the console's pages (billing.console)
+    and the customer portal's (billing.portal)."""
     if _CONSOLE_PATH.match(path):
         return CONSOLE
     for m, pattern, scope in _RULES:

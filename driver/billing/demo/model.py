@@ -28,6 +28,7 @@ class Options:
     concurrency: int | None = None
     events: str | None = None
     quiet: bool = False
+    emails: bool = True  # send a sample's emails to a Mailpit the demo starts (billing.demo.emails)
 
     def validate(self) -> None:
         """Fill in `hour_seconds` when not given; raise ValueError on values out of range."""
@@ -76,6 +77,8 @@ class RunResult:
     ledger: dict = field(default_factory=dict)  # the simulator's GET /v1/ledger at the end
     accepted_times: list[float] = field(default_factory=list)  # wall-clock instants of accepted calls
     events_path: Path | None = None  # the JSON-lines file, when no Kafka
+    emails: list[dict] = field(default_factory=list)  # billing.demo.emails: the sample's messages on Mailpit
+    mailpit_url: str | None = None  # Mailpit's web page, when the demo started one
 
 
 def exit_status(checks: list[Check]) -> int:

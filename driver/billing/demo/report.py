@@ -174,6 +174,13 @@ def render_html(result: RunResult) -> str:
                      f"total {result.real_seconds:.1f} s; database {result.database_url.split('dbname=')[-1]}")],
     ]))
     parts.append(board_html(result))
+    if result.emails:
+        parts.append("<h2>Emails (a sample of customers, one per language, sent to Mailpit)</h2>")
+        parts.append(_table(["language", "to", "subject"], [
+            [esc(e["locale"]), esc(e["to"]), f'<a href="{esc(e["url"])}">{esc(e["subject"])}</a>']
+            for e in result.emails]))
+        parts.append(f'<p>All of them: <a href="{esc(result.mailpit_url)}">{esc(result.mailpit_url)}</a> '
+                     "(Mailpit's web page, while it runs).</p>")
     parts.append("</body></html>")
     return "".join(parts)
 
@@ -285,6 +292,8 @@ def terminal_summary(result: RunResult) -> str:
     lines.append("  revenue collected        " + ", ".join(
         f"{major(r['collected'], r['currency'])} {r['currency']}" for r in s["revenue"]))
     lines += board_lines(result)
+    if result.mailpit_url:
+        lines.append(f"  {'emails':<24} {len(result.emails)} to five customers, one per language: {result.mailpit_url}")
     lines.append("")
     lines.append("  invariants")
     for c in result.checks:

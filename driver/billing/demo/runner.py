@@ -110,6 +110,7 @@ async def simulate(settings: Settings, options: Options) -> RunResult:
     try:
         await sim.run_window()
         await sim.drain()
+        await sim.send_emails()
     finally:
         await sim.stop_parts()
     return await sim.check()
@@ -296,6 +297,27 @@ class Simulation:
         self.progress.close()
         self.simulate_seconds = time.monotonic() - self.sim_started
 
+    # -- 5b. the emails of a sample of customers, to a Mailpit of the demo's own ----------------
+
+    async def send_emails(self) -> None:
+        from billing.config import REPO_ROOT
+        from billing.demo import emails
+
+        self.emails, self.mailpit_url = [], None
+        if not self.options.emails:
+            return
+        started = await emails.start_mailpit(REPO_ROOT)
+        if started is None:
+            self.say("emails     no Mailpit (scripts/services/mailpit.sh could not start one): none sent")
+            return
+        smtp_url, web_url, ca_file = started
+        settings = self.settings.with_overrides(smtp_url=smtp_url, smtp_ca_file=ca_file,
+                                                portal_url=f"{self.api.url}/portal")
+        self.emails = await emails.send_sample(settings, self.clock, self.url, web_url)
+        self.mailpit_url = web_url
+        self.say(f"emails     {len(self.emails)} emails of {len(emails.SAMPLE_LOCALES)} customers (one per language) "
+                 f"sent to Mailpit: {web_url}")
+
     # -- 6. stop everything, keeping what the gateway saw ---------------------------------------
 
     async def stop_parts(self) -> None:
@@ -362,7 +384,8 @@ class Simulation:
             action_counts=self.counts, action_rejections=self.rejections,
             simulator_stats={k: v for k, v in self.stats.items() if k != "perSecond"}, checks=checks,
             limiter=self.worker.limiter_name, ledger=self.ledger, accepted_times=self.accepted,
-            events_path=self.events.path)
+            events_path=self.events.path, emails=getattr(self, "emails", []),
+            mailpit_url=getattr(self, "mailpit_url", None))
         result.stats = await asyncio.to_thread(figures.collect, self.url, result)
         return result
 

@@ -27,6 +27,12 @@ Behaviour (docs/gateway.md is the reference for other programs):
   its amount, currency and customerId) or 404 when K was never charged; it is not rate limited.
   `GET /v1/refunds?idempotencyKey=K` likewise answers the refund made with K, or 404.
   `DecisionModel.lookup_fails` can make it answer 500.
+- Authentication (3-D Secure): a charge declined `authentication_required` (the decision model's
+  choice) can be confirmed on session: `POST /v1/charges/{id}/confirm` `{"returnUrl"}` answers
+  `requires_action` with `nextAction.redirectUrl`, the simulator's own page
+  (`GET /authenticate/{id}`: the amount and two buttons); approving there makes the charge
+  `succeeded` (announced by a webhook of its own event id) and sends the customer back to
+  `returnUrl`; `GET /v1/charges/{id}` answers the charge as it is now.
 - Webhooks: each charge is announced by a signed POST to `webhook_url` after a random delay
   (`webhook_delay_ms`, so they arrive late and out of order), sent twice with probability
   `webhook_duplicate_rate` (same `eventId`), retried on failure.
@@ -200,7 +206,7 @@ class GatewaySimulator:
         self.url: str | None = None
         self.counters = {"accepted": 0, "rateLimited": 0, "replays": 0, "errors": 0, "timeouts": 0,
                          "conflicts": 0, "badRequests": 0, "lookups": 0, "webhooksDelivered": 0, "webhooksFailed": 0,
-                         "webhookAttempts": 0, "refundsRefused": 0}
+                         "webhookAttempts": 0, "refundsRefused": 0, "authenticated": 0}
 
     def _new_charge(self, key: str, customer_id: int, amount: int, currency: str) -> Charge:
         code = self.decisions.decline_code(key, customer_id, amount, currency)
@@ -220,6 +226,10 @@ class GatewaySimulator:
         app.router.add_get("/v1/stats", self._handle_stats)
         app.router.add_get("/v1/accepted", self._handle_accepted)
         app.router.add_get("/healthz", self._handle_health)
+        app.router.add_post("/v1/charges/{id}/confirm", self._handle_confirm)
+        app.router.add_get("/v1/charges/{id}", self._handle_charge_by_id)
+        app.router.add_get("/authenticate/{id}", self._handle_auth_page)
+        app.router.add_post("/authenticate/{id}", self._handle_auth_decision)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -421,6 +431,68 @@ class GatewaySimulator:
                                      status=404)
         return web.json_response({**refund.answer(), "idempotencyKey": key})
 
+    # -- the customer's authentication (3-D Secure) ----------------------------------------------
+
+    def _by_id(self, charge_id_: str) -> Charge | None:
+        return next((c for c in self._charges.values() if c.id == charge_id_), None)
+
+    async def _handle_confirm(self, request: web.Request) -> web.Response:
+        charge = self._by_id(request.match_info["id"])
+        if charge is None:
+            return web.json_response({"error": {"code": "not_found", "message": "no such charge"}}, status=404)
+        try:
+            body = await request.json()
+            return_url = body.get("returnUrl") if isinstance(body, dict) else None
+        except ValueError:
+            return_url = None
+        if not isinstance(return_url, str) or not return_url.startswith(("http://", "https://")) or len(return_url) > 2000:
+            return web.json_response({"error": {"code": "invalid_request", "message": "returnUrl (http or https) is required"}},
+                                     status=400)
+        if charge.status == "declined" and charge.decline_code == "authentication_required":
+            from urllib.parse import urlencode
+
+            url = f"{self.url}/authenticate/{charge.id}?{urlencode({'returnUrl': return_url})}"
+            return web.json_response({**charge.answer(), "status": "requires_action",
+                                      "nextAction": {"redirectUrl": url}})
+        return web.json_response(charge.answer())
+
+    async def _handle_charge_by_id(self, request: web.Request) -> web.Response:
+        charge = self._by_id(request.match_info["id"])
+        if charge is None:
+            return web.json_response({"error": {"code": "not_found", "message": "no such charge"}}, status=404)
+        return web.json_response({**charge.answer(), "amount": charge.amount, "currency": charge.currency,
+                                  "customerId": charge.customer_id})
+
+    async def _handle_auth_page(self, request: web.Request) -> web.Response:
+        import html
+
+        charge = self._by_id(request.match_info["id"])
+        if charge is None or charge.decline_code != "authentication_required":
+            return web.Response(status=404, text="no payment waits for authentication here")
+        back = html.escape(request.query.get("returnUrl", ""))
+        page = (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Authenticate the payment</title>"
+                f"</head><body><main><h1>Authenticate the payment</h1><p>The simulated bank asks you to confirm "
+                f"the payment of {charge.amount} (minor units) {html.escape(charge.currency)}.</p>"
+                f"<form method=\"post\"><input type=\"hidden\" name=\"returnUrl\" value=\"{back}\">"
+                f"<button name=\"decision\" value=\"approve\" type=\"submit\">Approve</button> "
+                f"<button name=\"decision\" value=\"fail\" type=\"submit\">Fail authentication</button>"
+                f"</form></main></body></html>")
+        return web.Response(text=page, content_type="text/html")
+
+    async def _handle_auth_decision(self, request: web.Request) -> web.Response:
+        charge = self._by_id(request.match_info["id"])
+        if charge is None or charge.decline_code != "authentication_required":
+            return web.Response(status=404, text="no payment waits for authentication here")
+        form = await request.post()
+        if form.get("decision") == "approve" and charge.status == "declined":
+            charge.status = "succeeded"  # the decline code stays: it says why it waited
+            self.counters["authenticated"] += 1
+            self._announce(charge, suffix="authenticated")
+        back = str(form.get("returnUrl") or "")
+        if back.startswith(("http://", "https://")):
+            raise web.HTTPSeeOther(back)
+        return web.Response(text="done", content_type="text/plain")
+
     async def _handle_health(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
@@ -464,11 +536,11 @@ class GatewaySimulator:
 
     # -- webhooks ------------------------------------------------------------------------------
 
-    def _announce(self, charge: Charge) -> None:
+    def _announce(self, charge: Charge, suffix: str = "") -> None:
         if not self.webhook_url:
             return
         self._event_seq += 1
-        event = {"eventId": "evt_" + hashlib.sha256(f"{self.seed}:{charge.idempotency_key}:event".encode())
+        event = {"eventId": "evt_" + hashlib.sha256(f"{self.seed}:{charge.idempotency_key}:event{suffix}".encode())
                  .hexdigest()[:24],
                  "type": f"charge.{charge.status}", "idempotencyKey": charge.idempotency_key,
                  "status": charge.status, "id": charge.id, "declineCode": charge.decline_code,

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from billing import signing
 from billing.fields import InputError, check_text, text_field
-from billing.gateway.client import DECLINED, ChargeResult, GatewayClient, RefundResult
+from billing.gateway.client import DECLINED, ChargeResult, GatewayClient, LookupFailed, RefundResult
 from billing.providers.base import ChargeRequest, Gate, RefundRequest, WebhookOutcome, WebhookRejected
 
 # The simulator speaks Stripe's decline codes; those that mean "this card will not work".
@@ -61,6 +61,37 @@ class SimProvider:
 
     async def lookup_refund(self, request: RefundRequest) -> RefundResult | None:
         return await self.client.lookup_refund(request.idempotency_key)
+
+    # -- the customer's authentication (3-D Secure), on session, from the portal ----------------
+    # The simulator's page (docs/gateway.md), in the shapes of billing.portal.payments (Stripe's).
+
+    async def confirm_intent(self, intent_id: str, *, return_url: str, key: str) -> dict:
+        """Confirm a charge that waits for authentication: `requires_action` with the simulator's
+        page in `next_action.redirect_to_url.url`, or the charge's status ("succeeded", ...)."""
+        from urllib.parse import quote
+
+        session = self.client._get_session()
+        async with session.post(f"{self.client.base_url}/v1/charges/{quote(intent_id)}/confirm",
+                                json={"returnUrl": return_url}, headers={"Idempotency-Key": key}) as resp:
+            doc = await resp.json(content_type=None)
+        if not isinstance(doc, dict) or resp.status != 200:
+            return {"status": "error", "error": doc}
+        url = (doc.get("nextAction") or {}).get("redirectUrl")
+        if doc.get("status") == "requires_action" and url:
+            return {"status": "requires_action", "next_action": {"type": "redirect_to_url",
+                                                                 "redirect_to_url": {"url": url}}}
+        return {"status": doc.get("status")}
+
+    async def retrieve_intent(self, intent_id: str) -> dict:
+        """The charge as the simulator has it now: status, amount, currency."""
+        from urllib.parse import quote
+
+        session = self.client._get_session()
+        async with session.get(f"{self.client.base_url}/v1/charges/{quote(intent_id)}") as resp:
+            doc = await resp.json(content_type=None)
+            if resp.status != 200 or not isinstance(doc, dict):
+                raise LookupFailed(f"charge {intent_id}: {resp.status}")
+        return {"status": doc.get("status"), "amount": doc.get("amount"), "currency": doc.get("currency")}
 
     def parse_webhook(self, headers: Mapping[str, str], body: bytes, now: float) -> list[WebhookOutcome]:
         """The simulator's signed result (Billing-Signature, billing.signing), checked on the raw

@@ -166,6 +166,48 @@ class StripeProvider:
             return error.get("payment_intent") if isinstance(error.get("payment_intent"), dict) else {"status": "error", "error": error}
         return doc
 
+    # -- a card the customer adds on the portal: a SetupIntent (off-session use later) -------------
+
+    async def _get(self, path: str) -> dict:
+        async with self._get_session().get(f"{self.api_base}{path}") as resp:
+            text = await resp.text()
+            if resp.status != 200:
+                raise LookupFailed(f"GET {path}: {resp.status}")
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise LookupFailed(f"GET {path}: not an object")
+        return doc
+
+    async def create_customer(self, customer_id: int, email: str | None, *, key: str) -> str:
+        """A Stripe customer for ours (its id is the payment method's customer reference)."""
+        form = [("metadata[customer_id]", str(customer_id))] + ([("email", email)] if email else [])
+        status, doc, text = await self._post("/v1/customers", key, form, None)
+        if doc is None or status >= 300 or not isinstance(doc.get("id"), str):
+            raise LookupFailed(f"create customer answered {status}: {text[:200]}")
+        return doc["id"]
+
+    async def setup_card(self, customer_ref: str, customer_id: int, payment_method: str, *, return_url: str,
+                         key: str) -> dict:
+        """Create and confirm a SetupIntent for off-session charges with `payment_method` (docs/customers.md):
+        `succeeded`, `requires_action` (its `next_action.redirect_to_url`), or an error's setup intent."""
+        form = [("customer", customer_ref), ("payment_method", payment_method), ("confirm", "true"),
+                ("usage", "off_session"), ("payment_method_types[]", "card"), ("return_url", return_url),
+                ("metadata[customer_id]", str(customer_id))]
+        status, doc, text = await self._post("/v1/setup_intents", key, form, None)
+        if doc is None or status >= 500:
+            raise LookupFailed(f"setup intent answered {status}: {text[:200]}")
+        error = doc.get("error")
+        if isinstance(error, dict):
+            found = error.get("setup_intent")
+            return found if isinstance(found, dict) else {"status": "error", "error": error}
+        return doc
+
+    async def retrieve_setup_intent(self, setup_intent_id: str) -> dict:
+        return await self._get(f"/v1/setup_intents/{urllib.parse.quote(setup_intent_id)}")
+
+    async def retrieve_payment_method(self, payment_method_id: str) -> dict:
+        return await self._get(f"/v1/payment_methods/{urllib.parse.quote(payment_method_id)}")
+
     async def retrieve_intent(self, intent_id: str) -> dict:
         """The payment intent as Stripe has it now (after the customer came back from its page)."""
         async with self._get_session().get(f"{self.api_base}/v1/payment_intents/{urllib.parse.quote(intent_id)}") as resp:

@@ -46,5 +46,7 @@ def test_image_is_pinned_non_root_hashed_and_checked():
     assert re.search(r"^USER\s+10001", DOCKERFILE, re.MULTILINE)
     assert "--require-hashes" in DOCKERFILE and "requirements/runtime.lock" in DOCKERFILE
     assert "HEALTHCHECK" in DOCKERFILE
+    # the invoice PDFs' fonts, Chinese included (billing.invoices.documents.CJK_FONT), versions pinned
+    assert re.search(r"fonts-wqy-microhei=\S+", DOCKERFILE) and re.search(r"fonts-dejavu-core=\S+", DOCKERFILE)
     ignored = (REPO_ROOT / ".dockerignore").read_text().split()
     assert {".git", ".venv", "deploy/secrets", ".env"} <= set(ignored)

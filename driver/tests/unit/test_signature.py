@@ -114,4 +114,4 @@ def test_hmac_lives_in_billing_signing_only():
 
     package = REPO_ROOT / "driver" / "billing"
     users = sorted(str(p.relative_to(package)) for p in package.rglob("*.py") if "import hmac" in p.read_text())
-    assert users == ["console/routes/login.py", "console/web.py", "signing.py"]
+    assert users == ["console/routes/login.py", "console/web.py", "portal/routes.py", "portal/web.py", "signing.py"]

@@ -58,6 +58,9 @@ def routes(api: Api) -> list[BaseRoute]:
     @endpoint_of("/customers/{id}/portal-links")
     async def post_portal_link(request: Request) -> Response:
         customer_id = path_id(request, "customer")
+        # A customer token may ask for its own customer's link only: a link opens the portal as
+        # the customer it names (404 for another customer, as every customer route).
+        require_customer(request, customer_id)
         doc = await json_object(request, allowed={"next"}, required=set(), optional_body=True)
         next_path = doc.get("next") or "/"
         if not isinstance(next_path, str) or not _NEXT.match(next_path) or "//" in next_path:

@@ -35,6 +35,7 @@ def routes(api: Api) -> list[BaseRoute]:
     stripe_parser = StripeProvider(settings.stripe_api_key or "", api_base=settings.stripe_api_base,
                                    webhook_secrets=[x for x in (settings.stripe_webhook_secret or "").split(",") if x])
     api.stripe = stripe_parser  # closed by the app's lifespan (a test without it closes it itself)
+    api.sim = sim
     api.closers.extend([sim.close, stripe_parser.close])
 
     async def parse(provider: Provider, request: Request) -> list[WebhookOutcome]:
