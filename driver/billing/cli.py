@@ -41,8 +41,16 @@ def db() -> None:
 @click.option("--citus", is_flag=True, default=False,
               help="The database is a Citus coordinator's: distribute the tables by customer and the "
                    "per-customer functions after migrating (docs/scaling.md).")
+@click.option("--lock-timeout", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Seconds any lock of the run may be waited for (0: forever); past it the run is rolled "
+                   "back and tried again, so that a migration never queues the workers behind a long "
+                   "transaction (docs/operations.md).")
+@click.option("--attempts", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Runs in all before giving up when a lock is not granted in time (pauses 0.5 s, doubling, "
+                   "at most 10 s).")
 @click.pass_obj
-def db_migrate(settings: Settings, database_url: str | None, simulation: bool | None, citus: bool) -> None:
+def db_migrate(settings: Settings, database_url: str | None, simulation: bool | None, citus: bool,
+               lock_timeout: float, attempts: int) -> None:
     """Apply pending migrations, then (re)apply every SQL function. Safe to run concurrently.
 
     Runs as the owner role billing_owner (the login needs CREATEROLE or superuser the first time,
@@ -51,13 +59,15 @@ def db_migrate(settings: Settings, database_url: str | None, simulation: bool | 
 
     settings = settings.with_overrides(database_url=database_url)
     try:
-        result = migrate(settings.database_url, settings.db_dir, simulation=simulation, citus=citus)
+        result = migrate(settings.database_url, settings.db_dir, simulation=simulation, citus=citus,
+                         lock_timeout=lock_timeout or None, attempts=attempts)
     except MigrationError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(
         f"migrations applied: {len(result.applied)} ({', '.join(result.applied) or 'none pending'}); "
         f"function files applied: {result.functions}"
         + ("; simulation database (any p_now accepted)" if result.simulation else "")
+        + (f"; {result.attempts} attempts (lock waits timed out)" if result.attempts > 1 else "")
     )
     if result.citus is not None:
         placed = result.citus
