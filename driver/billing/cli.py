@@ -147,6 +147,45 @@ def db_after_failover(settings: Settings, database_url: str | None, margin: int)
     click.echo(f"sequences advanced by {margin}: {len(moved)}")
 
 
+@db.command("after-restore")
+@database_url_option
+@click.option("--margin", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+              help="How far past its restored value each sequence moves.")
+@click.pass_obj
+def db_after_restore(settings: Settings, database_url: str | None, margin: int) -> None:
+    """After a point-in-time restore, before any worker starts: sequences moved ahead, a new key
+    namespace, every lease of the past lapsed (docs/operations.md, section 5)."""
+    from billing.after_restore import after_restore
+
+    settings = settings.with_overrides(database_url=database_url)
+    click.echo(after_restore(settings.database_url, margin=margin).summary())
+
+
+@db.command("restore-gap")
+@database_url_option
+@click.option("--charges", "charges_file", type=click.File("r"), required=True,
+              help="The gateway's charges since the restore instant, JSON: a list, or {\"charges\": [...]} as the "
+                   "simulator's /v1/ledger answers (idempotencyKey, customerId, amount, currency, status, id).")
+@click.option("--since-invoice", type=int, default=None,
+              help="The first invoice id made after the restore (printed by `billing db after-restore`).")
+@click.pass_obj
+def db_restore_gap(settings: Settings, database_url: str | None, charges_file, since_invoice: int | None) -> None:
+    """The gateway's succeeded charges the restored database did not make, one JSON object a line,
+    with the invoices of the same customer and amount made after the restore (docs/operations.md)."""
+    import json
+    from dataclasses import asdict
+
+    from billing.after_restore import unmatched_charges
+
+    settings = settings.with_overrides(database_url=database_url)
+    data = json.load(charges_file)
+    charges = data["charges"] if isinstance(data, dict) else data
+    found = unmatched_charges(settings.database_url, charges, since_invoice_id=since_invoice)
+    for u in found:
+        click.echo(json.dumps(asdict(u), default=str, sort_keys=True))
+    click.echo(f"unmatched charges: {len(found)}", err=True)
+
+
 @db.command("login-role")
 @database_url_option
 @click.argument("login")
