@@ -13,8 +13,8 @@ to the non-login owner role `billing_owner`, then runs everything as that owner 
 so nothing is ever owned by the login or a superuser. `simulation=True` marks the database as a
 simulation database (any p_now; docs/security.md); `False` clears the mark; None leaves it.
 
-Short locks (docs/operations.md, "Upgrades under load"): once the migrators' advisory lock is held,
-every lock the run takes waits at most `lock_timeout` seconds. A migration (or a trigger of the
+Short locks (docs/operations.md, "Upgrades under load"): once the migrators' advisory lock is held
+and the roles are in place, every lock the run takes waits at most `lock_timeout` seconds. A migration (or a trigger of the
 function files) that waits for a table behind a long transaction would otherwise queue every worker
 and API request behind its own pending ACCESS EXCLUSIVE for as long as that transaction lasts; with
 the timeout it gives up, the whole run rolls back (nothing applied) and is tried again after a
@@ -130,7 +130,7 @@ END
 $$;
 """
 
-# Set once the advisory lock is held (waiting for another migrator is not a lock on a table).
+# Set once the advisory lock is held and the roles are ready (neither is a lock on a table).
 LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
 DEFAULT_LOCK_TIMEOUT = 2.0  # seconds
 DEFAULT_ATTEMPTS = 10
@@ -251,8 +251,6 @@ def _migrate_once(database_url: str, db_dir: Path, *, simulation: bool | None, c
     with psycopg.connect(database_url, autocommit=False) as conn:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
-            if lock_timeout:
-                conn.execute(LOCK_TIMEOUT, (f"{max(1, round(lock_timeout * 1000))}ms",))
             try:
                 conn.execute(ROLES)
                 conn.execute(ADOPT)
@@ -261,6 +259,12 @@ def _migrate_once(database_url: str, db_dir: Path, *, simulation: bool | None, c
                     f"the migrating login cannot create or hand over the billing roles ({exc.diag.message_primary}); "
                     "migrate once as a superuser or a login with CREATEROLE that owns the billing schema "
                     "(docs/security.md)") from exc
+            # From here on every lock is waited for at most lock_timeout. Not before: the roles are
+            # shared by every database of the cluster, and migrators of other databases (the test
+            # templates, made at once) wait for each other's role rows for as long as their whole
+            # run; that queues no worker.
+            if lock_timeout:
+                conn.execute(LOCK_TIMEOUT, (f"{max(1, round(lock_timeout * 1000))}ms",))
             if not citus:
                 conn.execute(f"SET LOCAL ROLE {OWNER}")
             # On Citus the migration runs as the migrating login and hands everything to the owner
