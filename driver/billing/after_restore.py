@@ -115,3 +115,85 @@ def unmatched_charges(database_url: str, charges: Iterable[dict], *, since_invoi
         out.append(Unmatched(c["idempotencyKey"], int(c["customerId"]), c["amount"], c["currency"], c.get("id"),
                              "KNOWN_INVOICE" if same else "LOST_INVOICE", inv if same else None, again))
     return out
+
+
+# -- the outbox against Kafka ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutboxCheck:
+    read: int  # messages read from Kafka (from `since` on)
+    marked: list[str]  # PENDING in the restored outbox, already on Kafka: marked published, not announced again
+    kafka_only: list[str]  # on Kafka, unknown to the restored outbox: announced by the lost future
+    not_on_kafka: list[str]  # PUBLISHED since `since` but absent from Kafka (Kafka lost them): reported
+
+    def summary(self) -> str:
+        return (f"outbox against Kafka: {self.read} messages read; {len(self.marked)} pending events already on "
+                f"Kafka marked published; {len(self.kafka_only)} events on Kafka the restored outbox does not hold "
+                f"(announced by the lost future); {len(self.not_on_kafka)} published events missing from Kafka")
+
+
+def kafka_event_ids(bootstrap: str, topic: str, since: datetime, *, config: dict | None = None,
+                    timeout: float = 60.0) -> tuple[int, set[str]]:
+    """The CloudEvents ids of every message of `topic` whose timestamp is `since` or later, read
+    from each partition's offset at that time up to its end (the high watermark when asked)."""
+    import json
+    import time
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"billing-after-restore-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest", **(config or {})})
+    try:
+        partitions = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
+        at = int(since.timestamp() * 1000)
+        starts = consumer.offsets_for_times([TopicPartition(topic, p, at) for p in partitions], timeout=timeout)
+        todo: dict[int, int] = {}
+        assign = []
+        for tp in starts:
+            high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=timeout)[1]
+            if tp.offset >= 0 and tp.offset < high:
+                todo[tp.partition] = high
+                assign.append(TopicPartition(topic, tp.partition, tp.offset))
+        ids: set[str] = set()
+        read = 0
+        if not assign:
+            return 0, ids
+        consumer.assign(assign)
+        deadline = time.monotonic() + timeout
+        while todo:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} took over {timeout} s (partitions left: {sorted(todo)})")
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            read += 1
+            try:
+                ids.add(str(json.loads(msg.value())["id"]))
+            except (ValueError, KeyError, TypeError):
+                pass  # not one of ours
+            if msg.offset() + 1 >= todo.get(msg.partition(), 0):
+                todo.pop(msg.partition(), None)
+        return read, ids
+    finally:
+        consumer.close()
+
+
+def check_outbox(database_url: str, bootstrap: str, topic: str, since: datetime, *, config: dict | None = None,
+                 now: datetime | None = None, timeout: float = 60.0) -> OutboxCheck:
+    """After a restore, before the relay starts: every PENDING event Kafka already holds is marked
+    published (its consumers saw it; it is not announced again); the events Kafka holds that the
+    restored outbox does not are counted (the lost future announced them: nothing can take them
+    back), and so are the events marked published since `since` that Kafka lacks (it lost them; the
+    relay does not republish a published event: replay them with billing.replay_outbox_event if
+    consumers need them). `since`: a while before the restore instant (the relay publishes within
+    seconds of a commit; an hour is ample)."""
+    now = now or datetime.now(timezone.utc)
+    read, ids = kafka_event_ids(bootstrap, topic, since, config=config, timeout=timeout)
+    listed = sorted(ids)
+    with psycopg.connect(database_url) as conn, conn.transaction():
+        marked = [r[0] for r in conn.execute(db.OUTBOX_MARK_ON_KAFKA, {"ids": listed, "now": now})]
+        known = {r[0] for r in conn.execute(db.OUTBOX_KNOWN_EVENTS, {"ids": listed})}
+        missing = [r[0] for r in conn.execute(db.OUTBOX_PUBLISHED_NOT_ON_KAFKA, {"ids": listed, "since": since})]
+    return OutboxCheck(read, sorted(marked), sorted(ids - known), missing)

@@ -151,14 +151,23 @@ def db_after_failover(settings: Settings, database_url: str | None, margin: int)
 @database_url_option
 @click.option("--margin", type=click.IntRange(min=1), default=1_000_000, show_default=True,
               help="How far past its restored value each sequence moves.")
+@click.option("--outbox-since", type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]), default=None,
+              help="Also check the outbox against Kafka ($BILLING_KAFKA_BOOTSTRAP, $BILLING_KAFKA_TOPIC), reading "
+                   "from this instant on (with zone; a while before the restore instant).")
 @click.pass_obj
-def db_after_restore(settings: Settings, database_url: str | None, margin: int) -> None:
+def db_after_restore(settings: Settings, database_url: str | None, margin: int, outbox_since) -> None:
     """After a point-in-time restore, before any worker starts: sequences moved ahead, a new key
-    namespace, every lease of the past lapsed (docs/operations.md, section 5)."""
-    from billing.after_restore import after_restore
+    namespace, every lease of the past lapsed, and, with --outbox-since, the pending events Kafka
+    already holds marked published (docs/operations.md, section 5)."""
+    from billing.after_restore import after_restore, check_outbox
 
     settings = settings.with_overrides(database_url=database_url)
+    if outbox_since is not None and not settings.kafka_bootstrap:
+        raise click.ClickException("--outbox-since needs BILLING_KAFKA_BOOTSTRAP")
     click.echo(after_restore(settings.database_url, margin=margin).summary())
+    if outbox_since is not None:
+        click.echo(check_outbox(settings.database_url, settings.kafka_bootstrap, settings.kafka_topic, outbox_since,
+                                config=settings.kafka_config()).summary())
 
 
 @db.command("restore-gap")

@@ -362,3 +362,9 @@ INVOICES_BY_ID = ("SELECT id, customer_id, subscription_id, kind, period_start, 
 INVOICES_OF_CUSTOMERS = ("SELECT id, customer_id, subscription_id, kind, period_start, amount, currency, status "
                          "FROM billing.invoice WHERE customer_id = ANY(%(customers)s) AND id >= %(since)s "
                          "AND status IN ('OPEN', 'PAID') ORDER BY id")
+# The outbox against Kafka after a restore: what Kafka holds is published; what it lacks is reported.
+OUTBOX_MARK_ON_KAFKA = ("UPDATE billing.outbox_event SET status = 'PUBLISHED', published_at = %(now)s, lease_until = NULL "
+                        "WHERE status = 'PENDING' AND event_id = ANY(%(ids)s::uuid[]) RETURNING event_id::text")
+OUTBOX_KNOWN_EVENTS = "SELECT event_id::text FROM billing.outbox_event WHERE event_id = ANY(%(ids)s::uuid[])"
+OUTBOX_PUBLISHED_NOT_ON_KAFKA = ("SELECT event_id::text FROM billing.outbox_event WHERE status = 'PUBLISHED' "
+                                 "AND published_at >= %(since)s AND NOT (event_id = ANY(%(ids)s::uuid[])) ORDER BY id")
