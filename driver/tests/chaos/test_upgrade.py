@@ -7,7 +7,9 @@ is made by that release; subscriptions are due (several periods each, some endin
 the previous release's worker renews and charges them against the gateway simulator. While it runs,
 this release's `billing db migrate` upgrades the database (its migrations, then every function
 file) with the lock timeout; the old worker keeps renewing and charging on the new schema, then is
-stopped (SIGTERM) and this release's worker finishes. Checked: the old worker worked after the
+stopped (SIGTERM) and this release's worker finishes. Ten subscriptions signed up right after the
+migration (their first period ending seconds later) make sure the old worker charges and renews on
+the new schema whatever the machine's load. Checked: the old worker worked after the
 migration and exited 0 without an error in its log; the gateway charged no key and no invoice
 twice; every invoice paid once; every subscription invoiced once for each period, without a gap,
 up to the present.
@@ -38,7 +40,7 @@ from ..test_charging import SimulatorThread, assert_never_charged_twice, wait_fo
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 
-CATCHUP, LIVE = 30, 10
+CATCHUP, LIVE, AFTER = 30, 10, 10
 
 
 def _git(*args: str) -> str:
@@ -138,18 +140,22 @@ def test_the_previous_release_worker_runs_through_the_migration_then_the_new_one
             mark(f"migrated by this release under load in {time.monotonic() - m0:.1f} s "
                  f"({', '.join(result.applied)}; {result.attempts} attempt(s))")
             old_pid = old.pid
+            with psycopg.connect(url, autocommit=True) as conn:  # work that only starts on the new schema
+                for k in range(AFTER):
+                    conn.execute("SELECT billing.create_subscription(%s, %s, 'DAILY', now() - interval '1 day' "
+                                 "+ make_interval(secs => %s))", (f"a-{k}", 3000 + k, 3 + k))
             wait_for(lambda: _one(url, "SELECT count(*) FROM billing.payment_attempt WHERE worker LIKE %s "
-                                       "AND last_claimed_at > %s", f"%:{old_pid}", migrated_at) >= 10,
-                     40, "the old worker's charges on the new schema")
+                                       "AND last_claimed_at > %s", f"%:{old_pid}", migrated_at) >= AFTER,
+                     60, "the old worker's charges on the new schema")
+            old_code = _stop(old)  # SIGTERM: what it has in flight is recorded before it exits
             after = _one(url, "SELECT count(*) FROM billing.payment_attempt WHERE worker LIKE %s AND outcome IS NOT NULL "
-                              "AND result_at > %s", f"%:{old_pid}", migrated_at)
-            old_code = _stop(old)
+                              "AND last_claimed_at > %s", f"%:{old_pid}", migrated_at)
             mark(f"old worker stopped (exit {old_code}) after {after} results recorded on the new schema")
             new = _worker(None, url, redis_url, sim.url, base / "new.log")
             wait_for(lambda: _one(url, "SELECT count(*) FROM billing.invoice WHERE status <> 'PAID'") == 0
                      and _one(url, "SELECT count(*) FROM billing.subscription WHERE current_period_end <= now()") == 0
                      and _one(url, "SELECT count(*) FROM billing.subscription WHERE id IN "
-                                   "(SELECT subscription_id FROM billing.invoice WHERE kind = 'RENEWAL')") >= CATCHUP + LIVE,
+                                   "(SELECT subscription_id FROM billing.invoice WHERE kind = 'RENEWAL')") >= CATCHUP + LIVE + AFTER,
                      90, "every period invoiced and paid")
             new_code = _stop(new)
             mark(f"new worker finished (exit {new_code})")
