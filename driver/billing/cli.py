@@ -42,8 +42,16 @@ def db() -> None:
 @click.option("--citus", is_flag=True, default=False,
               help="The database is a Citus coordinator's: distribute the tables by customer and the "
                    "per-customer functions after migrating (docs/scaling.md).")
+@click.option("--lock-timeout", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="Seconds any lock of the run may be waited for (0: forever); past it the run is rolled "
+                   "back and tried again, so that a migration never queues the workers behind a long "
+                   "transaction (docs/operations.md).")
+@click.option("--attempts", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Runs in all before giving up when a lock is not granted in time (pauses 0.5 s, doubling, "
+                   "at most 10 s).")
 @click.pass_obj
-def db_migrate(settings: Settings, database_url: str | None, simulation: bool | None, citus: bool) -> None:
+def db_migrate(settings: Settings, database_url: str | None, simulation: bool | None, citus: bool,
+               lock_timeout: float, attempts: int) -> None:
     """Apply pending migrations, then (re)apply every SQL function. Safe to run concurrently.
 
     Runs as the owner role billing_owner (the login needs CREATEROLE or superuser the first time,
@@ -52,13 +60,15 @@ def db_migrate(settings: Settings, database_url: str | None, simulation: bool | 
 
     settings = settings.with_overrides(database_url=database_url)
     try:
-        result = migrate(settings.database_url, settings.db_dir, simulation=simulation, citus=citus)
+        result = migrate(settings.database_url, settings.db_dir, simulation=simulation, citus=citus,
+                         lock_timeout=lock_timeout or None, attempts=attempts)
     except MigrationError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(
         f"migrations applied: {len(result.applied)} ({', '.join(result.applied) or 'none pending'}); "
         f"function files applied: {result.functions}"
         + ("; simulation database (any p_now accepted)" if result.simulation else "")
+        + (f"; {result.attempts} attempts (lock waits timed out)" if result.attempts > 1 else "")
     )
     if result.citus is not None:
         placed = result.citus
@@ -136,6 +146,54 @@ def db_after_failover(settings: Settings, database_url: str | None, margin: int)
     settings = settings.with_overrides(database_url=database_url)
     moved = advance_sequences(settings.database_url, margin=margin)
     click.echo(f"sequences advanced by {margin}: {len(moved)}")
+
+
+@db.command("after-restore")
+@database_url_option
+@click.option("--margin", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+              help="How far past its restored value each sequence moves.")
+@click.option("--outbox-since", type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]), default=None,
+              help="Also check the outbox against Kafka ($BILLING_KAFKA_BOOTSTRAP, $BILLING_KAFKA_TOPIC), reading "
+                   "from this instant on (with zone; a while before the restore instant).")
+@click.pass_obj
+def db_after_restore(settings: Settings, database_url: str | None, margin: int, outbox_since) -> None:
+    """After a point-in-time restore, before any worker starts: sequences moved ahead, a new key
+    namespace, every lease of the past lapsed, and, with --outbox-since, the pending events Kafka
+    already holds marked published (docs/operations.md, section 5)."""
+    from billing.after_restore import after_restore, check_outbox
+
+    settings = settings.with_overrides(database_url=database_url)
+    if outbox_since is not None and not settings.kafka_bootstrap:
+        raise click.ClickException("--outbox-since needs BILLING_KAFKA_BOOTSTRAP")
+    click.echo(after_restore(settings.database_url, margin=margin).summary())
+    if outbox_since is not None:
+        click.echo(check_outbox(settings.database_url, settings.kafka_bootstrap, settings.kafka_topic, outbox_since,
+                                config=settings.kafka_config()).summary())
+
+
+@db.command("restore-gap")
+@database_url_option
+@click.option("--charges", "charges_file", type=click.File("r"), required=True,
+              help="The gateway's charges since the restore instant, JSON: a list, or {\"charges\": [...]} as the "
+                   "simulator's /v1/ledger answers (idempotencyKey, customerId, amount, currency, status, id).")
+@click.option("--since-invoice", type=int, default=None,
+              help="The first invoice id made after the restore (printed by `billing db after-restore`).")
+@click.pass_obj
+def db_restore_gap(settings: Settings, database_url: str | None, charges_file, since_invoice: int | None) -> None:
+    """The gateway's succeeded charges the restored database did not make, one JSON object a line,
+    with the invoices of the same customer and amount made after the restore (docs/operations.md)."""
+    import json
+    from dataclasses import asdict
+
+    from billing.after_restore import unmatched_charges
+
+    settings = settings.with_overrides(database_url=database_url)
+    data = json.load(charges_file)
+    charges = data["charges"] if isinstance(data, dict) else data
+    found = unmatched_charges(settings.database_url, charges, since_invoice_id=since_invoice)
+    for u in found:
+        click.echo(json.dumps(asdict(u), default=str, sort_keys=True))
+    click.echo(f"unmatched charges: {len(found)}", err=True)
 
 
 @db.command("login-role")

@@ -376,3 +376,32 @@ USAGE_PARTITIONS = "SELECT partition_name, action FROM billing.usage_partitions(
 SEQUENCES_OF_SCHEMA = ("SELECT schemaname, sequencename, last_value, max_value FROM pg_sequences "
                        "WHERE schemaname = %(schema)s ORDER BY sequencename")
 ADVANCE_SEQUENCE = "SELECT setval(format('%%I.%%I', %(schema)s::text, %(name)s::text)::regclass, %(value)s, true)"
+
+# -- after a point-in-time restore (billing.after_restore, docs/operations.md) --
+KEY_NAMESPACE = "SELECT key_namespace FROM billing.installation"
+NEW_KEY_NAMESPACE = "SELECT billing.new_key_namespace()"
+# Every lease taken before the restore instant lapses now: its holder is the lost past.
+LAPSE_LEASES = (
+    ("outbox_event", "UPDATE billing.outbox_event SET lease_until = NULL WHERE lease_until > %(now)s"),
+    ("webhook_delivery", "UPDATE billing.webhook_delivery SET lease_until = NULL WHERE lease_until > %(now)s"),
+    ("notification", "UPDATE billing.notification SET lease_until = NULL WHERE lease_until > %(now)s"),
+    ("shard_lease", "UPDATE billing.shard_lease SET holder = NULL, lease_until = NULL, leased_at = NULL "
+                    "WHERE lease_until > %(now)s"),
+    # A charge claimed and not recorded: claimable again now, under its stored key.
+    ("invoice", "UPDATE billing.invoice i SET next_attempt_at = %(now)s WHERE i.status = 'OPEN' "
+                "AND i.next_attempt_at > %(now)s AND EXISTS (SELECT 1 FROM billing.payment_attempt a "
+                "WHERE a.customer_id = i.customer_id AND a.invoice_id = i.id AND a.outcome IS NULL)"),
+)
+ATTEMPTS_IN_DOUBT = "SELECT count(*) FROM billing.payment_attempt WHERE outcome IS NULL OR outcome = 'UNKNOWN'"
+KNOWN_KEYS = "SELECT idempotency_key FROM billing.payment_attempt WHERE idempotency_key = ANY(%(keys)s)"
+INVOICES_BY_ID = ("SELECT id, customer_id, subscription_id, kind, period_start, amount, currency, status "
+                  "FROM billing.invoice WHERE id = ANY(%(ids)s)")
+INVOICES_OF_CUSTOMERS = ("SELECT id, customer_id, subscription_id, kind, period_start, amount, currency, status "
+                         "FROM billing.invoice WHERE customer_id = ANY(%(customers)s) AND id >= %(since)s "
+                         "AND status IN ('OPEN', 'PAID') ORDER BY id")
+# The outbox against Kafka after a restore: what Kafka holds is published; what it lacks is reported.
+OUTBOX_MARK_ON_KAFKA = ("UPDATE billing.outbox_event SET status = 'PUBLISHED', published_at = %(now)s, lease_until = NULL "
+                        "WHERE status = 'PENDING' AND event_id = ANY(%(ids)s::uuid[]) RETURNING event_id::text")
+OUTBOX_KNOWN_EVENTS = "SELECT event_id::text FROM billing.outbox_event WHERE event_id = ANY(%(ids)s::uuid[])"
+OUTBOX_PUBLISHED_NOT_ON_KAFKA = ("SELECT event_id::text FROM billing.outbox_event WHERE status = 'PUBLISHED' "
+                                 "AND published_at >= %(since)s AND NOT (event_id = ANY(%(ids)s::uuid[])) ORDER BY id")

@@ -12,13 +12,22 @@ needs CREATEROLE or superuser for that, once per cluster), hands the schema and 
 to the non-login owner role `billing_owner`, then runs everything as that owner (`SET LOCAL ROLE`),
 so nothing is ever owned by the login or a superuser. `simulation=True` marks the database as a
 simulation database (any p_now; docs/security.md); `False` clears the mark; None leaves it.
+
+Short locks (docs/operations.md, "Upgrades under load"): once the migrators' advisory lock is held
+and the roles are in place, every lock the run takes waits at most `lock_timeout` seconds. A migration (or a trigger of the
+function files) that waits for a table behind a long transaction would otherwise queue every worker
+and API request behind its own pending ACCESS EXCLUSIVE for as long as that transaction lasts; with
+the timeout it gives up, the whole run rolls back (nothing applied) and is tried again after a
+growing, jittered pause, `attempts` times in all before `MigrationError`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import random
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,11 +130,20 @@ END
 $$;
 """
 
+# Set once the advisory lock is held and the roles are ready (neither is a lock on a table).
+LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
+DEFAULT_LOCK_TIMEOUT = 2.0  # seconds
+DEFAULT_ATTEMPTS = 10
+
 MARK_SIMULATION = "UPDATE billing.database_setting SET simulation = %s, updated_at = now() WHERE simulation <> %s"
 
 
 class MigrationError(RuntimeError):
     pass
+
+
+class LockWaitExhausted(MigrationError):
+    """Every attempt gave up waiting for a lock (lock_timeout): nothing was applied."""
 
 
 @dataclass(frozen=True)
@@ -183,13 +201,44 @@ class MigrateResult:
     functions: int
     simulation: bool = False
     citus: object | None = None  # billing.citus.DistributeResult with --citus
+    attempts: int = 1  # runs started: more than one when a lock wait timed out (lock_timeout)
 
 
 def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
-            citus: bool = False) -> MigrateResult:
+            citus: bool = False, lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+            attempts: int = DEFAULT_ATTEMPTS, pause: float = 0.5) -> MigrateResult:
     """`citus=True`: the database is a Citus coordinator's (the extension created, the workers
     registered); the roles are prepared on every node first and, after the migrations, the tables
-    and functions are distributed (billing.citus, docs/scaling.md)."""
+    and functions are distributed (billing.citus, docs/scaling.md).
+
+    `lock_timeout` (seconds; None or 0 = wait forever): the longest any lock of the run may be
+    waited for; a run that times out is rolled back and tried again after `pause` (doubled each
+    time, at most 10 s, with jitter), `attempts` runs in all."""
+    if attempts < 1:
+        raise ValueError("attempts must be at least 1")
+    wait = pause
+    for attempt in range(1, attempts + 1):
+        try:
+            result = _migrate_once(database_url, db_dir, simulation=simulation, citus=citus,
+                                   lock_timeout=lock_timeout)
+        except psycopg.errors.LockNotAvailable as exc:
+            if attempt == attempts:
+                raise LockWaitExhausted(
+                    f"gave up after {attempts} attempts: a lock was not granted within lock_timeout "
+                    f"({lock_timeout} s) each time ({exc.diag.message_primary}); a long transaction holds a "
+                    "table the migration needs: end it, or run again later (nothing was applied)") from exc
+            log.warning("migration attempt %d/%d: %s; rolled back, trying again in %.1f s",
+                        attempt, attempts, exc.diag.message_primary, wait)
+            time.sleep(wait * random.uniform(0.75, 1.25))
+            wait = min(wait * 2, 10.0)
+            continue
+        result.attempts = attempt
+        return result
+    raise AssertionError("unreachable")
+
+
+def _migrate_once(database_url: str, db_dir: Path, *, simulation: bool | None, citus: bool,
+                  lock_timeout: float | None) -> MigrateResult:
     migrations, functions = discover(db_dir)
     applied: list[str] = []
     if citus:
@@ -210,6 +259,12 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
                     f"the migrating login cannot create or hand over the billing roles ({exc.diag.message_primary}); "
                     "migrate once as a superuser or a login with CREATEROLE that owns the billing schema "
                     "(docs/security.md)") from exc
+            # From here on every lock is waited for at most lock_timeout. Not before: the roles are
+            # shared by every database of the cluster, and migrators of other databases (the test
+            # templates, made at once) wait for each other's role rows for as long as their whole
+            # run; that queues no worker.
+            if lock_timeout:
+                conn.execute(LOCK_TIMEOUT, (f"{max(1, round(lock_timeout * 1000))}ms",))
             if not citus:
                 conn.execute(f"SET LOCAL ROLE {OWNER}")
             # On Citus the migration runs as the migrating login and hands everything to the owner
@@ -261,6 +316,8 @@ def migrate(database_url: str, db_dir: Path, *, simulation: bool | None = None,
                     text = path.read_text(encoding="utf-8")
                     for stmt in (split_statements(text) if citus else [text]):
                         conn.execute(stmt)
+                except psycopg.errors.LockNotAvailable:
+                    raise  # a trigger waited too long for its table: the run is tried again
                 except psycopg.Error as exc:
                     raise MigrationError(f"{path.name}: {exc}") from exc
             if citus:

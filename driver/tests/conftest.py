@@ -49,6 +49,8 @@ SERIAL = (
     "test_relay.py::test_claim_skips_dead_index_entries_without_reading_their_rows",
     "test_relay.py::test_webhook_claim_skips_dead_index_entries_without_reading_their_rows",
     "test_recorder.py::test_results_linger_into_one_call_and_close_cuts_the_wait_short",  # 20 ms apart
+    # How long readers wait behind a migration's lock attempts (wall clock).
+    "test_migrate.py::test_a_migration_behind_a_long_transaction_gives_way_to_the_workers_then_retries",
 )
 
 

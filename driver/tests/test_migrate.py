@@ -114,3 +114,73 @@ def test_cli_exits_non_zero_with_the_reason(empty_db, tmp_path):
     result = CliRunner().invoke(main, ["db", "migrate", "--database-url", empty_db], env={"BILLING_DB_DIR": str(db_dir)})
     assert result.exit_code != 0
     assert "0044_late.sql" in result.output and "strictly ordered" in result.output
+
+
+def _probe_on_a_busy_table(empty_db, tmp_path):
+    """A database at the current version, and a pending migration that needs ACCESS EXCLUSIVE on
+    billing.plan (a column added: instant, but only once the lock is granted)."""
+    db_dir = tmp_path / "db"
+    shutil.copytree(REPO_ROOT / "db", db_dir)
+    migrate(empty_db, db_dir)
+    (db_dir / "schema" / "9999_probe.sql").write_text("ALTER TABLE billing.plan ADD COLUMN probe_9999 int;")
+    return db_dir
+
+
+def test_a_migration_behind_a_long_transaction_gives_way_to_the_workers_then_retries(empty_db, tmp_path):
+    """docs/operations.md, upgrades: a long transaction reading billing.plan holds the migration's
+    ALTER; without lock_timeout every later reader would queue behind the ALTER's pending lock for
+    the whole transaction (6 s here). With it, each attempt waits 0.3 s, rolls back, and readers
+    pass between attempts; the migration lands once the long transaction ends."""
+    db_dir = _probe_on_a_busy_table(empty_db, tmp_path)
+    blocker = psycopg.connect(empty_db)
+    blocker.execute("SELECT count(*) FROM billing.plan")  # ACCESS SHARE, held until the commit below
+    done = threading.Event()
+    waits: list[float] = []
+
+    def release_later():
+        done.wait(6.0)
+        blocker.commit()
+
+    def reader():
+        import time
+
+        with psycopg.connect(empty_db, autocommit=True) as conn:
+            while not done.is_set():
+                t0 = time.monotonic()
+                conn.execute("SELECT count(*) FROM billing.plan")
+                waits.append(time.monotonic() - t0)
+                time.sleep(0.05)
+
+    threads = [threading.Thread(target=release_later), threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    try:
+        result = migrate(empty_db, db_dir, lock_timeout=0.3, attempts=40, pause=0.1)
+    finally:
+        done.set()
+        for t in threads:
+            t.join()
+        blocker.close()
+    assert result.applied == ["9999_probe.sql"]
+    assert result.attempts > 1, "the long transaction should have made the first attempt give up"
+    assert waits, "the reader never ran"
+    # A reader arriving behind a waiting ALTER waits at most the rest of its lock_timeout (0.3 s),
+    # never the long transaction's 6 s (the bound leaves room for a loaded machine).
+    assert max(waits) < 3.0, f"a reader waited {max(waits):.2f} s behind the migration"
+    with psycopg.connect(empty_db) as conn:
+        assert conn.execute("SELECT count(*) FROM information_schema.columns WHERE table_schema = 'billing' "
+                            "AND table_name = 'plan' AND column_name = 'probe_9999'").fetchone()[0] == 1
+
+
+def test_a_migration_that_never_gets_its_lock_gives_up_and_applies_nothing(empty_db, tmp_path):
+    from billing.migrate import LockWaitExhausted
+
+    db_dir = _probe_on_a_busy_table(empty_db, tmp_path)
+    with psycopg.connect(empty_db) as blocker:
+        blocker.execute("SELECT count(*) FROM billing.plan")
+        with pytest.raises(LockWaitExhausted, match="gave up after 2 attempts.*nothing was applied"):
+            migrate(empty_db, db_dir, lock_timeout=0.2, attempts=2, pause=0.05)
+        blocker.rollback()
+    with psycopg.connect(empty_db) as conn:
+        assert conn.execute("SELECT count(*) FROM billing.schema_migration WHERE version = 9999").fetchone()[0] == 0
+    assert migrate(empty_db, db_dir, lock_timeout=0.2, attempts=1).applied == ["9999_probe.sql"]

@@ -14,6 +14,11 @@
 #   postgres-ha.sh open NODE       lets the writers in (after `billing db after-failover`)
 #   postgres-ha.sh kill NODE       SIGKILL NODE's postmaster and every backend (the machine is lost)
 #   postgres-ha.sh primary         print the node that accepts writes (node1|node2|none)
+#   postgres-ha.sh rejoin NODE     the lost primary NODE (down) back as the standby of the other node:
+#                                  pg_rewind against the new primary (undoing what NODE wrote past
+#                                  the point where the timelines split), a replication slot on the new
+#                                  primary, then NODE started streaming from it (and, in sync mode,
+#                                  named its synchronous standby)
 #
 # Ports: BILLING_PG_HA_PORT (node1, default 30510) and BILLING_PG_HA_STANDBY_PORT (node2, default
 # port+1). BILLING_PG_HA_MODE=sync (default) or async: sync sets synchronous_standby_names on the
@@ -91,6 +96,42 @@ case "${1:-start}" in
       [ "$(PGOPTIONS= sql "$port" "SHOW default_transaction_read_only")" = "off" ] && break; sleep 0.05
     done
     exit 0 ;;
+  rejoin)
+    node=${2:?node1 or node2}
+    other=node2; [ "$node" = node2 ] && other=node1
+    port=$(port_of "$node"); oport=$(port_of "$other")
+    if as_pg "$PGBIN/pg_ctl" -D "$HA/$node" status >/dev/null 2>&1; then
+      log "$node is running: stop (or kill) it before it rejoins"; exit 1
+    fi
+    [ "$(sql "$oport" "SELECT NOT pg_is_in_recovery()")" = "t" ] || { log "$other is not a primary"; exit 1; }
+    sql "$oport" "SELECT pg_create_physical_replication_slot('$node') WHERE NOT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = '$node')" >/dev/null
+    # A promoted node writes its new timeline into its control file only at its next checkpoint:
+    # until then pg_rewind would read "same timeline, no rewind required" (Patroni checkpoints too).
+    sql "$oport" "CHECKPOINT" >/dev/null
+    # pg_rewind (PostgreSQL 13+) first finishes a crashed target's recovery in single-user mode, then
+    # copies from the new primary every block the target changed after the split (wal_log_hints).
+    as_pg "$PGBIN/pg_rewind" -D "$HA/$node" --source-server="host=127.0.0.1 port=$oport user=postgres dbname=postgres" \
+      --progress >"$HA/$node.rewind.log" 2>&1 || { log "pg_rewind $node failed"; tail -20 "$HA/$node.rewind.log" >&2; exit 1; }
+    touch "$HA/$node/standby.signal"
+    [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$HA/$node/standby.signal"
+    # After the rewind the target's configuration is the source's (postgresql.auto.conf included):
+    # stream from the new primary through its slot, wait for no standby of its own.
+    cat >> "$HA/$node/postgresql.auto.conf" <<CONF
+primary_conninfo = 'host=127.0.0.1 port=$oport user=postgres application_name=$node'
+primary_slot_name = '$node'
+synchronous_standby_names = ''
+CONF
+    start_node "$node"
+    for _ in $(seq 300); do
+      state=$(sql "$oport" "SELECT state FROM pg_stat_replication WHERE application_name = '$node'" 2>/dev/null || true)
+      [ "$state" = streaming ] && break; sleep 0.1
+    done
+    [ "$state" = streaming ] || { log "$node does not stream from $other ($state)"; tail -20 "$HA/$node.log" >&2; exit 1; }
+    if [ "$MODE" = sync ]; then
+      sql "$oport" "ALTER SYSTEM SET synchronous_standby_names = 'FIRST 1 ($node)'" >/dev/null
+      sql "$oport" "SELECT pg_reload_conf()" >/dev/null
+    fi
+    exit 0 ;;
   primary)
     for node in node1 node2; do
       port=$(port_of "$node")
@@ -98,7 +139,7 @@ case "${1:-start}" in
     done
     echo none; exit 0 ;;
   start) ;;
-  *) log "usage: $0 [start|stop|promote NODE|kill NODE|primary]"; exit 2 ;;
+  *) log "usage: $0 [start|stop|promote NODE [--hold]|open NODE|kill NODE|rejoin NODE|primary]"; exit 2 ;;
 esac
 
 mkdir -p "$HA"
@@ -127,9 +168,10 @@ CONF
 fi
 if [ -f "$HA/node2/PG_VERSION" ] && [ ! -f "$HA/node2/standby.signal" ]; then
   # node2 was promoted: it is the primary now. node1 must not come back as a second primary; it
-  # rejoins as node2's standby only after pg_rewind (docs/operations.md).
+  # rejoins as node2's standby only after pg_rewind (`rejoin node1`, docs/operations.md).
   start_node node2
-  log "node2 is the primary (promoted); node1 left down until it is rewound"
+  if [ -f "$HA/node1/standby.signal" ]; then start_node node1; echo "$URL"; exit 0; fi
+  log "node2 is the primary (promoted); node1 left down until it is rewound (rejoin node1)"
   echo "$URL"; exit 0
 fi
 start_node node1

@@ -300,9 +300,13 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
         if not m or int(m.group(1)) != a["invoice_id"] or int(m.group(2)) != a["attempt_number"]:
             bad.append(("attempt key form", a["idempotency_key"]))
     unpaid_by_sub = defaultdict(list)
+    # An earlier period's invoice whose dunning ran out while the current period is paid is written
+    # off (InvoiceWrittenOff) and its subscription left alone (docs/money.md, issue 26 #9).
+    written_off = {e["aggregate_id"] for e in outbox if e["event_type"] == "InvoiceWrittenOff"}
     for inv in invoices.values():
         # A FAILED upgrade (PRORATION) was reverted: nothing is owed for it (docs/money.md).
-        if inv["status"] == "OPEN" or (inv["status"] == "FAILED" and inv["kind"] != "PRORATION"):
+        if inv["status"] == "OPEN" or (inv["status"] == "FAILED" and inv["kind"] != "PRORATION"
+                                       and inv["id"] not in written_off):
             unpaid_by_sub[inv["subscription_id"]].append((inv["id"], inv["status"]))
     for sub in subs.values():
         if sub["status"] == "ACTIVE" and unpaid_by_sub.get(sub["id"]):
@@ -310,7 +314,8 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
         if sub["status"] == "PAST_DUE" and not unpaid_by_sub.get(sub["id"]):
             bad.append(("PAST_DUE with nothing unpaid", sub["id"]))
     for inv in invoices.values():
-        if inv["status"] == "FAILED" and inv["kind"] != "PRORATION" and subs[inv["subscription_id"]]["status"] != "CANCELED":
+        if (inv["status"] == "FAILED" and inv["kind"] != "PRORATION" and inv["id"] not in written_off
+                and subs[inv["subscription_id"]]["status"] != "CANCELED"):
             bad.append(("FAILED invoice on a live subscription", inv["id"]))
         if inv["status"] == "OPEN" and subs[inv["subscription_id"]]["status"] == "CANCELED":
             bad.append(("OPEN invoice on a canceled subscription", inv["id"]))

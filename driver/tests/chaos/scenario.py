@@ -442,6 +442,11 @@ def run_chaos(size: Size, *, seed: int | None = None, keep: bool = False, log=pr
             # The limiter runs on its defaults (0 or empty); BILLING_CHAOS_LIMITER_GUARD_MS sets
             # another guard (ms from a grant to the call reaching the gateway): see docs/testing.md.
             BILLING_LIMITER_GUARD_MS=os.environ.get("BILLING_CHAOS_LIMITER_GUARD_MS", "0"),
+            # The gateway's webhooks, the API traffic and the late webhooks all come from 127.0.0.1
+            # here (in production each has its own addresses): the per-address guards of the API
+            # (docs/security.md) would answer them 429 while the database is away and connections pile up.
+            BILLING_API_MAX_CONNECTIONS_PER_ADDRESS="1000", BILLING_API_UNAUTHENTICATED_RATE_PER_ADDRESS="10000",
+            BILLING_API_UNAUTHENTICATED_BURST_PER_ADDRESS="10000",
         )
         if not env["BILLING_LIMITER_GUARD_MS"] or env["BILLING_LIMITER_GUARD_MS"] == "0":
             del env["BILLING_LIMITER_GUARD_MS"]

@@ -24,8 +24,8 @@ LAYERS: list[set[str]] = [
     {"db"},
     # 2 what goes through db alone: the Citus set-up, API keys
     {"citus", "api_keys", "after_failover"},
-    # 3 the migrator (it runs the Citus set-up with --citus)
-    {"migrate"},
+    # 3 the migrator (it runs the Citus set-up with --citus), the restore's aftercare
+    {"migrate", "after_restore"},  # after_restore: after_failover's sequences, then its own steps
     # 4 the payment gateway's protocol (client, simulator)
     {"gateway"},
     # 5 the parts the jobs are made of
