@@ -37,20 +37,25 @@ UNION ALL
 SELECT concat_ws(' ', 'line', l.customer_id, l.gross, l.net, l.tax, l.tax_inclusive)
   FROM billing.service_line l WHERE l.customer_id BETWEEN 40301 AND 40311 AND l.span_start >= '2033-02-01Z';
 
-CREATE TEMP VIEW tax_403 AS
-SELECT count(*) AS invoices,
-       count(*) FILTER (WHERE (i.tax_amount, i.tax_included, i.tax_detail) IS NOT DISTINCT FROM
-                              (SELECT (t.tax_amount, t.tax_included, t.tax_detail)
-                                 FROM billing._tax_of(c.country, c.region, c.tax_status, i.subtotal) t)) AS agreeing,
-       count(DISTINCT (c.country, c.region, c.tax_status, i.subtotal)) AS classes,
-       count(*) FILTER (WHERE i.tax_amount > 0) AS exclusive, count(*) FILTER (WHERE i.tax_included > 0) AS inclusive
-  FROM billing.invoice i JOIN billing.customer c ON c.id = i.customer_id
- WHERE i.customer_id BETWEEN 40301 AND 40311 AND i.kind = 'RENEWAL';
+-- The figures are compared on a local copy of the invoices (on Citus, _tax_of, a SQL function, cannot
+-- be called with arguments from a distributed table's rows).
+CREATE TEMP TABLE got_403 (customer_id bigint, subtotal bigint, tax_amount bigint, tax_included bigint, tax_detail jsonb,
+                           country char(2), region text, tax_status text);
 
 SAVEPOINT by_statement;
 SELECT billing.create_due_invoices(500, '2033-02-12Z') AS statement_count \gset
-SELECT invoices AS st_invoices, agreeing AS st_agreeing, classes AS st_classes, exclusive AS st_exclusive,
-       inclusive AS st_inclusive FROM tax_403 \gset
+INSERT INTO got_403
+SELECT i.customer_id, i.subtotal, i.tax_amount, i.tax_included, i.tax_detail, c.country, c.region, c.tax_status
+  FROM billing.invoice i JOIN billing.customer c ON c.id = i.customer_id
+ WHERE i.customer_id BETWEEN 40301 AND 40311 AND c.id BETWEEN 40301 AND 40311 AND i.kind = 'RENEWAL';
+SELECT count(*) AS st_invoices,
+       count(*) FILTER (WHERE (g.tax_amount, g.tax_included, g.tax_detail) IS NOT DISTINCT FROM
+                              ((g.t).tax_amount, (g.t).tax_included, (g.t).tax_detail)) AS st_agreeing,
+       count(DISTINCT (g.country, g.region, g.tax_status, g.subtotal)) AS st_classes,
+       count(*) FILTER (WHERE g.tax_amount > 0) AS st_exclusive, count(*) FILTER (WHERE g.tax_included > 0) AS st_inclusive
+  -- _tax_of called in a target list (as _invoice_tax_row does): on Citus, inlined in FROM it would
+  -- not see this transaction's rates.
+  FROM (SELECT x.*, billing._tax_of(x.country, x.region, x.tax_status, x.subtotal) AS t FROM got_403 x) g \gset
 SELECT string_agg(line, E'\n' ORDER BY line) AS by_statement FROM renewal_403 \gset
 ROLLBACK TO SAVEPOINT by_statement;
 
