@@ -28,9 +28,10 @@ Runs, each on its own copy:
 Server CPU per invoice (the backends' user+system time, read from /proc when the server runs on
 this machine) is printed too: it does not depend on what else the machine is doing.
 
---baseline REF runs ours also with the function files of git revision REF (db/functions of that
-commit applied to the same data), alternating baseline and current --rounds times, so a change to
-the renewal is measured beside what it replaces in one run (the migrations must be the same).
+--baseline REF runs ours also with the db/ of git revision REF (its migrations build its own
+template from the same generator when they differ from this tree's, and its function files are
+applied to its copies), alternating baseline and current --rounds times, so a change to the
+renewal, indexes included, is measured beside what it replaces in one run.
 
 Environment: BILLING_TEST_DATABASE_URL (a superuser URL of the server, as `make services` writes
 it) or BILLING_DATABASE_URL; --database-url overrides. Needs psql on PATH. --taxes adds a run of
