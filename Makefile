@@ -12,7 +12,7 @@ PGTAP_DB ?= billing_pgtap
 PGTAP_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
+.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -164,6 +164,9 @@ bench-renewal: venv services
 
 bench-signup: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.signup.run $(BENCH_ARGS)
+# The operator's reads (console pages, search, MRR reports) on a generated database (bench/scale).
+bench-scale: venv services
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.scale.run $(BENCH_ARGS)
 
 bench-relay: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.relay.run $(BENCH_ARGS)

@@ -28,9 +28,10 @@ Runs, each on its own copy:
 Server CPU per invoice (the backends' user+system time, read from /proc when the server runs on
 this machine) is printed too: it does not depend on what else the machine is doing.
 
---baseline REF runs ours also with the function files of git revision REF (db/functions of that
-commit applied to the same data), alternating baseline and current --rounds times, so a change to
-the renewal is measured beside what it replaces in one run (the migrations must be the same).
+--baseline REF runs ours also with the db/ of git revision REF (its migrations build its own
+template from the same generator when they differ from this tree's, and its function files are
+applied to its copies), alternating baseline and current --rounds times, so a change to the
+renewal, indexes included, is measured beside what it replaces in one run.
 
 Environment: BILLING_TEST_DATABASE_URL (a superuser URL of the server, as `make services` writes
 it) or BILLING_DATABASE_URL; --database-url overrides. Needs psql on PATH. --taxes adds a run of
@@ -77,25 +78,27 @@ def admin(server_url: str, *statements: sql.Composable) -> None:
             conn.execute(s)
 
 
-def fingerprint(total: int, due: int, layout: str) -> str:
+def fingerprint(total: int, due: int, layout: str, db_dir: Path | None = None) -> str:
     """Template name: changes when a migration or the generator changes (functions are re-applied
-    to every copy, so editing them needs no rebuild)."""
+    to every copy, so editing them needs no rebuild). A baseline whose migrations differ gets its
+    own template, built from its own db/schema."""
     h = hashlib.sha256()
-    for path in sorted((REPO / "db" / "schema").glob("*.sql")) + [GENERATE]:
+    for path in sorted(((db_dir or REPO / "db") / "schema").glob("*.sql")) + [GENERATE]:
         h.update(path.read_bytes())
-    return f"bench_renewal_{total}_{due}_{layout}_{h.hexdigest()[:8]}"
+    kind = "bench_renewal" if db_dir is None else "bench_renewal_base"
+    return f"{kind}_{total}_{due}_{layout}_{h.hexdigest()[:8]}"
 
 
-def build_template(server_url: str, total: int, due: int, layout: str, rebuild: bool) -> str:
+def build_template(server_url: str, total: int, due: int, layout: str, rebuild: bool, db_dir: Path | None = None) -> str:
     if total % due:
         raise SystemExit("--total must be a multiple of --due")
-    name = fingerprint(total, due, layout)
+    name = fingerprint(total, due, layout, db_dir)
     with psycopg.connect(server_url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         stale = conn.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE %s AND datname <> %s", (f"bench_renewal_{total}_{due}_{layout}_%", name)
+            "SELECT datname FROM pg_database WHERE datname LIKE %s AND datname <> %s", (name.rsplit("_", 1)[0] + "_%", name)
         ).fetchall()
-    for (old,) in stale:  # an older build of the same size: replaced
+    for (old,) in stale:  # an older build of the same size and kind: replaced
         admin(server_url, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(old)))
     if exists and not rebuild:
         print(f"  template {name}: reused")
@@ -106,7 +109,7 @@ def build_template(server_url: str, total: int, due: int, layout: str, rebuild: 
         sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)),
     )
     url = url_for_db(server_url, name)
-    migrate(url, REPO / "db", simulation=True)
+    migrate(url, db_dir or REPO / "db", simulation=True)
     started = time.perf_counter()
     out = subprocess.run(
         ["psql", "-XqAt", "-d", url, "-v", f"total={total}", "-v", f"due={due}", "-v", f"layout={layout}", "-v", f"now={NOW.isoformat()}",
@@ -333,12 +336,16 @@ def main() -> None:
 
     if args.baseline:
         base_dir = baseline_db(args.baseline)
+        # The baseline runs on its own schema (its migrations: an index this tree dropped is there).
+        base_template = build_template(server, args.total, args.due, args.layout, args.rebuild, base_dir)
+        if base_template != templates[0]:
+            templates.append(base_template)
         pairs: list[dict] = []
         for rnd in range(args.rounds):
             pair = {}
             for label, db_dir in (("baseline", base_dir), ("current", None)):
                 for taxed in ((False, True) if args.taxes else (False,)):
-                    copy = Copy(server, templates[0], f"{label[:4]}{'_tax' if taxed else ''}", db_dir)
+                    copy = Copy(server, base_template if db_dir else templates[0], f"{label[:4]}{'_tax' if taxed else ''}", db_dir)
                     try:
                         if taxed:
                             admin(copy.url, sql.SQL("SELECT billing.upsert_tax_rate('BENCH_VAT', 'FR', NULL, 'VAT', 2000, false)"),

@@ -1,6 +1,6 @@
 -- 14_tax: the taxes of a new invoice, chosen by the customer's billing address (docs/invoices.md).
--- Two forms of one computation: _invoice_tax_sql, the set-based text the renewal statement joins (a
--- join of the customer row: measured 10 us per taxed invoice cheaper than _tax_of per row there),
+-- Two forms of one computation: _invoice_tax_sql, the set-based text the renewal statement joins
+-- (once per tax class of its batch: address, tax status, amount),
 -- and _tax_of, the rates of one address, which the per-row path (_new_invoice) calls through
 -- _invoice_tax_row in PL/pgSQL (Citus cannot plan a SQL function over its tables with parameters).
 -- 600_invoices checks that renewals (the statement on one PostgreSQL) and new invoices (per row) agree.
@@ -36,14 +36,15 @@ COMMENT ON FUNCTION billing._tax_of(char, text, text, bigint) IS
 Returns one row.';
 
 -- Set-based: the text the renewal statement joins (40_renewal.sql's _renew_statement, on the tables
--- or on one shard group's shards: the customer and rate tables are parameters), the same figures as
--- _tax_of: a join of the customer row and its rates, measured 10 us per taxed invoice cheaper than
--- calling _tax_of per row. No row when p_enabled is false (the renewal passes whether any rate
--- exists). It replaces _invoice_tax, a SQL function the statement inlined on a single PostgreSQL
--- only (on Citus it would read the distributed customer table from inside a shard's statement).
+-- or on one shard group's shards: the rate table is a parameter), the same figures as _tax_of for
+-- one tax class (address, tax status, taxable amount) given as expressions. The statement computes
+-- it once per class of its batch (a batch of one plan's renewals in a few countries is a handful of
+-- classes, not one computation per invoice: bench/renewal) and joins the classes back to its rows.
+-- Always one row. It replaces the per-customer form (a join of the customer row per invoice).
 DROP FUNCTION IF EXISTS billing._invoice_tax(bigint, bigint, boolean);
-CREATE OR REPLACE FUNCTION billing._invoice_tax_sql(p_customer text, p_tax_rate text, p_customer_id text, p_base text,
-                                                    p_enabled text)
+DROP FUNCTION IF EXISTS billing._invoice_tax_sql(text, text, text, text, text);
+CREATE OR REPLACE FUNCTION billing._invoice_tax_sql(p_tax_rate text, p_country text, p_region text, p_tax_status text,
+                                                    p_base text)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
@@ -51,25 +52,20 @@ AS $$
     SELECT coalesce(sum(x.amount) FILTER (WHERE NOT x.inclusive), 0)::bigint AS tax_amount,
            coalesce(sum(x.amount) FILTER (WHERE x.inclusive), 0)::bigint AS tax_included,
            pg_catalog.jsonb_build_object(
-               'treatment', c.tax_status, 'country', c.country, 'region', c.region,
+               'treatment', %4$s, 'country', %2$s, 'region', %3$s,
                'lines', coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
                             'code', x.code, 'name', x.name, 'rateBp', x.rate_bp, 'inclusive', x.inclusive,
-                            'amount', x.amount) ORDER BY x.region NULLS FIRST, x.code) FILTER (WHERE x.code IS NOT NULL),
+                            'amount', x.amount) ORDER BY x.region NULLS FIRST, x.code),
                             '[]'::jsonb)) AS tax_detail
-      FROM %1$s c
-      LEFT JOIN LATERAL (
-          SELECT r.code, r.name, r.rate_bp, r.inclusive, r.region,
-                 pg_catalog.round((%4$s)::numeric * r.rate_bp
-                                  / CASE WHEN r.inclusive THEN 10000 + sum(r.rate_bp) OVER () ELSE 10000 END)::bigint AS amount
-            FROM %2$s r
-           WHERE r.active AND r.country = c.country AND (r.region IS NULL OR r.region = c.region)
-             AND c.tax_status = 'TAXABLE'
-      ) x ON true
-     WHERE c.id = %3$s AND %5$s
-     GROUP BY c.id, c.tax_status, c.country, c.region$q$, p_customer, p_tax_rate, p_customer_id, p_base, p_enabled)
+      FROM (SELECT r.code, r.name, r.rate_bp, r.inclusive, r.region,
+                   pg_catalog.round((%5$s)::numeric * r.rate_bp
+                                    / CASE WHEN r.inclusive THEN 10000 + sum(r.rate_bp) OVER () ELSE 10000 END)::bigint AS amount
+              FROM %1$s r
+             WHERE r.active AND r.country = %2$s AND (r.region IS NULL OR r.region = %3$s)
+               AND %4$s = 'TAXABLE') x$q$, p_tax_rate, p_country, p_region, p_tax_status, p_base)
 $$;
 COMMENT ON FUNCTION billing._invoice_tax_sql(text, text, text, text, text) IS
-'Private, set-based: the text of a query giving the taxes on p_base (an expression) for customer p_customer_id (an expression) of table p_customer, with the rates of table p_tax_rate, as _tax_of computes them; no row unless p_enabled (an expression).
+'Private, set-based: the text of a query giving the taxes on p_base (an expression) for the address p_country, p_region and tax status p_tax_status (expressions), with the rates of table p_tax_rate, as _tax_of computes them.
 Returns the query text (one row: tax_amount, tax_included, tax_detail).';
 
 -- Per-row: the customer read by its key (one shard on Citus), then the rates.

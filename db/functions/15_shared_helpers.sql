@@ -66,25 +66,28 @@ Returns it; BL404 when absent.';
 CREATE OR REPLACE FUNCTION billing._invoice_data(p_invoice billing.invoice)
 RETURNS jsonb
 LANGUAGE sql STABLE  -- inlinable (see _utc_text)
+-- The keys in jsonb's own order (shorter first, then bytewise): jsonb_build_object sorts its keys,
+-- and a sorted input is recognised in one pass (bench/renewal: the event's share of the renewal).
+-- The object is the same whatever the order written here.
 AS $$
     SELECT pg_catalog.jsonb_build_object(
-        'invoiceId', p_invoice.id,
-        'subscriptionId', p_invoice.subscription_id,
-        'customerId', p_invoice.customer_id,
         'kind', p_invoice.kind,
-        'status', p_invoice.status,
-        'periodStart', billing._utc_text(p_invoice.period_start),
-        'periodEnd', billing._utc_text(p_invoice.period_end),
-        'subtotal', p_invoice.subtotal,
-        'creditApplied', p_invoice.credit_applied,
         'amount', p_invoice.amount,
-        'currency', p_invoice.currency,
-        'attemptCount', p_invoice.attempt_count,
         'paidAt', billing._utc_text(p_invoice.paid_at),
-        'gatewayReference', p_invoice.gateway_reference,
+        'status', p_invoice.status,
+        'currency', p_invoice.currency,
         'quantity', p_invoice.quantity,
+        'subtotal', p_invoice.subtotal,
+        'invoiceId', p_invoice.id,
+        'periodEnd', billing._utc_text(p_invoice.period_end),
+        'couponCode', p_invoice.coupon_code,
+        'customerId', p_invoice.customer_id,
+        'periodStart', billing._utc_text(p_invoice.period_start),
+        'attemptCount', p_invoice.attempt_count,
+        'creditApplied', p_invoice.credit_applied,
         'discountAmount', p_invoice.discount_amount,
-        'couponCode', p_invoice.coupon_code)
+        'subscriptionId', p_invoice.subscription_id,
+        'gatewayReference', p_invoice.gateway_reference)
 $$;
 COMMENT ON FUNCTION billing._invoice_data(billing.invoice) IS
 'Private: the "data" of invoice events (amounts as integers in the smallest unit, instants in UTC).

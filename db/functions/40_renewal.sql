@@ -57,21 +57,15 @@ BEGIN
            AND b.balance > 0
          ORDER BY b.customer_id, b.currency
            FOR UPDATE
-    ), priced AS MATERIALIZED (
+    ), base AS MATERIALIZED (
         SELECT d.row_id, d.id, d.customer_id, d.current_period_end AS period_start,
                billing._period_end(d.billing_anchor, p.billing_interval, p.interval_count,
                                    d.period_number + 1, d.timezone) AS period_end,
                t.price_amount * d.quantity AS amount, t.price_amount AS plan_price, d.quantity,
                p.currency, p.id AS plan_id, p.billing_interval, p.interval_count,
-               coalesce(tx.tax_amount, 0) AS tax_amount, coalesce(tx.tax_included, 0) AS tax_included, tx.tax_detail,
-               -- A balance is spread over the customer's invoices of this batch in id order (on
-               -- their totals, tax included).
-               CASE WHEN c.balance IS NULL THEN 0::bigint
-                    ELSE least(t.price_amount * d.quantity + coalesce(tx.tax_amount, 0),
-                               greatest(0, c.balance - coalesce(sum(t.price_amount * d.quantity + coalesce(tx.tax_amount, 0)) OVER (
-                             PARTITION BY d.customer_id, p.currency ORDER BY d.id
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::bigint
-               END AS credit_applied
+               -- The tax class of the row: its customer's address and tax status (read only while
+               -- some tax rate exists).
+               c.country, c.region, c.tax_status
           FROM due d
           JOIN %3$s p ON p.id = d.plan_id
           -- The price in force when the period starts (a late renewal of a past period is priced
@@ -82,11 +76,40 @@ BEGIN
                           ELSE (SELECT pp.price_amount FROM %4$s pp
                                  WHERE pp.plan_id = p.id AND pp.effective_from <= d.current_period_end
                                  ORDER BY pp.effective_from DESC LIMIT 1) END AS price_amount) t
-          -- Taxes by the customer's address (14_tax.sql's set-based text, joined); skipped entirely
-          -- while no rate exists.
-          LEFT JOIN LATERAL (%15$s) tx ON true
-          LEFT JOIN credit c ON c.customer_id = d.customer_id AND c.currency = p.currency
+          LEFT JOIN %5$s c ON %14$s AND c.id = d.customer_id
          WHERE NOT d.cancel_at_period_end
+    ), taxed AS MATERIALIZED (
+        -- Taxes set-based (14_tax.sql's text): computed once per tax class of the batch (address,
+        -- tax status, taxable amount), then joined back to its rows; nothing while no rate exists.
+        SELECT k.country, k.region, k.tax_status, k.amount, tx.tax_amount, tx.tax_included, tx.tax_detail
+          FROM (SELECT DISTINCT b.country, b.region, b.tax_status, b.amount FROM base b WHERE b.tax_status IS NOT NULL) k
+         CROSS JOIN LATERAL (%15$s) tx
+    ), spread AS MATERIALIZED (
+        -- Usually empty: a balance is spread over the customer's invoices of this batch in id order
+        -- (on their totals, tax included); only the rows of customers with a balance are sorted.
+        SELECT b.id,
+               least(b.amount + coalesce(x.tax_amount, 0),
+                     greatest(0, c.balance - coalesce(sum(b.amount + coalesce(x.tax_amount, 0)) OVER (
+                         PARTITION BY b.customer_id, b.currency ORDER BY b.id
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)))::bigint AS credit_applied
+          FROM base b
+          JOIN credit c ON c.customer_id = b.customer_id AND c.currency = b.currency
+          LEFT JOIN taxed x ON x.amount = b.amount AND x.tax_status = b.tax_status
+                           AND coalesce(x.country, '') = coalesce(b.country, '')
+                           AND coalesce(x.region, '') = coalesce(b.region, '')
+    ), priced AS MATERIALIZED (
+        SELECT b.row_id, b.id, b.customer_id, b.period_start, b.period_end, b.amount, b.plan_price, b.quantity,
+               b.currency, b.plan_id, b.billing_interval, b.interval_count,
+               coalesce(x.tax_amount, 0) AS tax_amount, coalesce(x.tax_included, 0) AS tax_included, x.tax_detail,
+               coalesce(sp.credit_applied, 0) AS credit_applied
+          FROM base b
+          -- The class's key: country and region may be NULL (no address), never '' (their checks).
+          LEFT JOIN taxed x ON x.amount = b.amount AND x.tax_status = b.tax_status
+                           AND coalesce(x.country, '') = coalesce(b.country, '')
+                           AND coalesce(x.region, '') = coalesce(b.region, '')
+          LEFT JOIN spread sp ON sp.id = b.id
+         -- Invoices in the customers' order (their ids, lines and events in that order too).
+         ORDER BY b.customer_id, b.id
     ), new_invoice AS (
         INSERT INTO %6$s (id, subscription_id, customer_id, kind, period_start, period_end, subtotal,
                                      credit_applied, amount, currency, status, due_at, next_attempt_at, paid_at,
@@ -147,7 +170,7 @@ BEGIN
         -- credit): one INSERT, hence one NOTIFY.
         INSERT INTO %8$s (id, event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
         SELECT nextval(%11$L::regclass), e.event_id, e.aggregate_type, e.aggregate_id, e.event_type,
-               billing._cloud_event(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, %12$s, e.data),
+               billing._cloud_event_at(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, (SELECT billing._utc_text(%12$s)), e.data),
                %12$s, %12$s, e.customer_id
           FROM (SELECT gen_random_uuid() AS event_id, x.*
                   FROM (SELECT 'subscription' AS aggregate_type, c.id AS aggregate_id,
@@ -172,7 +195,7 @@ BEGIN
         pg_catalog.pg_get_serial_sequence('billing.credit_entry', 'id'),
         pg_catalog.pg_get_serial_sequence('billing.outbox_event', 'id'),
         p_now, p_batch_size, p_taxes,
-        billing._invoice_tax_sql(p_customer, p_tax_rate, 'd.customer_id', 't.price_amount * d.quantity', p_taxes),
+        billing._invoice_tax_sql(p_tax_rate, 'k.country', 'k.region', 'k.tax_status', 'k.amount'),
         p_service_line, pg_catalog.pg_get_serial_sequence('billing.service_line', 'id'));
 END
 $$;

@@ -25,21 +25,34 @@ COMMENT ON FUNCTION billing._event_version(text) IS
 'Private: the version of an event type''s data schema (every type is at version 1 so far).
 Returns the version number.';
 
+-- The envelope with its time already as text: a statement writing many events at one instant (the
+-- renewal) formats the instant once. The keys in jsonb's own order (see _invoice_data).
+CREATE OR REPLACE FUNCTION billing._cloud_event_at(
+    p_event_id uuid, p_event_type text, p_aggregate_type text, p_aggregate_id bigint, p_time text, p_data jsonb)
+RETURNS jsonb
+LANGUAGE sql STABLE PARALLEL SAFE  -- inlinable (see billing._utc_text)
+AS $$
+    SELECT pg_catalog.jsonb_build_object(
+        'id', p_event_id::text,
+        'data', p_data,
+        'time', p_time,
+        'type', p_event_type,
+        'source', 'billing',
+        'subject', p_aggregate_type || '/' || p_aggregate_id::text,
+        'dataschema', 'urn:billing:events:' || p_event_type || ':v' || billing._event_version(p_event_type),
+        'specversion', '1.0',
+        'datacontenttype', 'application/json')
+$$;
+COMMENT ON FUNCTION billing._cloud_event_at(uuid, text, text, bigint, text, jsonb) IS
+'Private: _cloud_event with the event''s time given as its text (billing._utc_text of the instant).
+Returns the envelope as jsonb.';
+
 CREATE OR REPLACE FUNCTION billing._cloud_event(
     p_event_id uuid, p_event_type text, p_aggregate_type text, p_aggregate_id bigint, p_time timestamptz, p_data jsonb)
 RETURNS jsonb
 LANGUAGE sql STABLE PARALLEL SAFE  -- inlinable (see billing._utc_text)
 AS $$
-    SELECT pg_catalog.jsonb_build_object(
-        'specversion', '1.0',
-        'id', p_event_id::text,
-        'source', 'billing',
-        'type', p_event_type,
-        'subject', p_aggregate_type || '/' || p_aggregate_id::text,
-        'time', billing._utc_text(p_time),
-        'datacontenttype', 'application/json',
-        'dataschema', 'urn:billing:events:' || p_event_type || ':v' || billing._event_version(p_event_type),
-        'data', p_data)
+    SELECT billing._cloud_event_at(p_event_id, p_event_type, p_aggregate_type, p_aggregate_id, billing._utc_text(p_time), p_data)
 $$;
 COMMENT ON FUNCTION billing._cloud_event(uuid, text, text, bigint, timestamptz, jsonb) IS
 'Private: the CloudEvents 1.0 envelope stored in outbox_event.payload (subject = <aggregate type>/<id>, dataschema = urn:billing:events:<type>:v<version>).

@@ -1,0 +1,161 @@
+"""The operator's reads at scale (issue 32): the console's pages, the customer search and the MRR
+reports timed on a generated database of --total subscriptions (default 5,000,000).
+
+    python -m bench.scale.run                         # 5,000,000 subscriptions
+    python -m bench.scale.run --total 1000000 --repeat 20
+    make bench-scale BENCH_ARGS="--total 1000000"
+
+Data (bench/scale/generate.sql, set-based): one customer per subscription (a name and an email),
+four plans (monthly and yearly, USD and EUR), signups over the 24 months before the bench clock
+(2026-03-01 00:00Z), 90% ACTIVE, 3% PAST_DUE (an OPEN invoice after one decline), 7% CANCELED;
+each subscription's INITIAL invoice and its current period's RENEWAL invoice (the months between
+are not generated: the invoice history is thinner than production's). Built once into a database
+named after the size and a hash of the migrations and the generator (reused; --rebuild forces it);
+the current function files are applied to it before every run.
+
+Each read runs --repeat times on one connection (after one warm-up call); p50, p95 and max are
+printed with the goal of issue 32 beside them: overview and list pages p95 <= 200 ms, customer
+search <= 50 ms, report_mrr for one month <= 1 s, 24 months of MRR movements <= 5 s. The slow
+reports run --report-repeat times (default 1) under --timeout seconds each (a read over the limit is
+printed as such). The machine's load is printed with each figure.
+
+Environment: BILLING_TEST_DATABASE_URL (a superuser URL of the server, as `make services` writes
+it); --database-url overrides. Needs psql on PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from bench.renewal.run import admin, host_load, url_for_db
+from billing.migrate import migrate
+
+REPO = Path(__file__).resolve().parents[2]
+GENERATE = Path(__file__).with_name("generate.sql")
+NOW = datetime(2026, 3, 1, tzinfo=timezone.utc)
+
+# (name, goal in ms, SQL, parameters); %(now)s is the bench clock.
+PAGES = [
+    ("console_overview", 200, "SELECT billing.console_overview(%(now)s)", {}),
+    ("console_invoices (all, first page)", 200, "SELECT count(*) FROM billing.console_invoices(NULL, NULL, 50)", {}),
+    ("console_invoices (OPEN)", 200, "SELECT count(*) FROM billing.console_invoices('OPEN', NULL, 50)", {}),
+    ("console_invoices (FAILED: none)", 200, "SELECT count(*) FROM billing.console_invoices('FAILED', NULL, 50)", {}),
+    ("console_invoices (page in the middle)", 200, "SELECT count(*) FROM billing.console_invoices(NULL, %(mid_invoice)s, 50)", {}),
+    ("console_customers (first page)", 200, "SELECT count(*) FROM billing.console_customers('', 50)", {}),
+    ("console_events (first page)", 200, "SELECT count(*) FROM billing.console_events(NULL, NULL, NULL, 50)", {}),
+    ("console_customer", 200, "SELECT billing.console_customer(%(mid_customer)s)", {}),
+    ("console_subscription", 200, "SELECT billing.console_subscription(%(mid_customer)s)", {}),
+    ("search: an id", 50, "SELECT count(*) FROM billing.console_customers(%(mid_customer_text)s, 50)", {}),
+    ("search: an email", 50, "SELECT count(*) FROM billing.console_customers(%(email)s, 50)", {}),
+    ("search: a name", 50, "SELECT count(*) FROM billing.console_customers(%(name)s, 50)", {}),
+    ("search: a common word", 50, "SELECT count(*) FROM billing.console_customers('globex', 50)", {}),
+]
+REPORTS = [
+    ("report_mrr (one instant)", 1000, "SELECT count(*) FROM billing.report_mrr(%(now)s)", {}),
+    ("report_mrr_movements (one month)", 1000, "SELECT count(*) FROM billing.report_mrr_movements('2026-02-01', '2026-02-01')", {}),
+    ("report_mrr_movements (24 months)", 5000, "SELECT count(*) FROM billing.report_mrr_movements('2024-03-01', '2026-02-01')", {}),
+    ("console_mrr (30 days)", 1000, "SELECT count(*) FROM billing.console_mrr(%(now)s, 30)", {}),
+]
+
+
+def fingerprint(total: int) -> str:
+    h = hashlib.sha256()
+    for path in sorted((REPO / "db" / "schema").glob("*.sql")) + [GENERATE]:
+        h.update(path.read_bytes())
+    return f"bench_scale_{total}_{h.hexdigest()[:8]}"
+
+
+def build(server: str, total: int, rebuild: bool) -> str:
+    name = fingerprint(total)
+    with psycopg.connect(server, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        stale = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s AND datname <> %s",
+                             (f"bench_scale_{total}_%", name)).fetchall()
+    for (old,) in stale:
+        admin(server, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(old)))
+    url = url_for_db(server, name)
+    if exists and not rebuild:
+        print(f"  database {name}: reused")
+    else:
+        admin(server, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
+              sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        migrate(url, REPO / "db", simulation=True)
+        started = time.perf_counter()
+        subprocess.run(["psql", "-XqAt", "-d", url, "-v", f"total={total}", "-v", f"now={NOW.isoformat()}", "-f", str(GENERATE)],
+                       check=True, capture_output=True, text=True)
+        print(f"  database {name}: {total:,} subscriptions generated in {time.perf_counter() - started:.0f} s ({host_load()})")
+    migrate(url, REPO / "db", simulation=True)  # the function files as they are now
+    admin(url, sql.SQL("ANALYZE"))
+    return url
+
+
+def timed(conn: psycopg.Connection, query: str, params: dict, repeat: int, timeout_s: float) -> list[float] | str:
+    conn.execute(f"SET statement_timeout = {int(timeout_s * 1000)}")
+    times = []
+    try:
+        conn.execute(query, params).fetchall()  # warm-up
+        for _ in range(repeat):
+            started = time.perf_counter()
+            conn.execute(query, params).fetchall()
+            times.append((time.perf_counter() - started) * 1000)
+    except psycopg.errors.QueryCanceled:
+        return f"over {timeout_s:.0f} s"
+    return sorted(times)
+
+
+def pct(times: list[float], p: float) -> float:
+    return times[min(len(times) - 1, int(round(p * (len(times) - 1))))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--database-url", default=os.environ.get("BILLING_TEST_DATABASE_URL") or "postgresql://postgres@127.0.0.1:25432/postgres")
+    ap.add_argument("--total", type=int, default=5_000_000)
+    ap.add_argument("--repeat", type=int, default=20, help="calls of each page (after a warm-up)")
+    ap.add_argument("--report-repeat", type=int, default=1, help="calls of each report (after a warm-up)")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds a read may take")
+    ap.add_argument("--skip-reports", action="store_true")
+    ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    print(f"scale bench: {args.total:,} subscriptions, {os.cpu_count()} CPUs, {host_load()}")
+    url = build(args.database_url, args.total, args.rebuild)
+    results = {"total": args.total, "reads": {}}
+    with psycopg.connect(url, autocommit=True) as conn:
+        mid = args.total // 2
+        mid_invoice = conn.execute("SELECT max(id) / 2 FROM billing.invoice").fetchone()[0]
+        params = {"now": NOW, "mid_customer": mid, "mid_customer_text": str(mid), "mid_invoice": mid_invoice,
+                  "email": f"user{mid}@", "name": f"customer {mid} "}
+        rows = [(n, g, q, p, args.repeat) for n, g, q, p in PAGES]
+        if not args.skip_reports:
+            rows += [(n, g, q, p, args.report_repeat) for n, g, q, p in REPORTS]
+        print()
+        print("| read | goal | p50 | p95 | max | met? | host |")
+        print("|---|---:|---:|---:|---:|---|---|")
+        for name, goal, query, extra, repeat in rows:
+            t = timed(conn, query, {**params, **extra}, repeat, args.timeout)
+            load = host_load()
+            if isinstance(t, str):
+                print(f"| {name} | {goal} ms | {t} | | | **no** | {load} |", flush=True)
+                results["reads"][name] = {"goal_ms": goal, "over": t, "host": load}
+                continue
+            p95 = pct(t, 0.95)
+            met = "yes" if p95 <= goal else "**no**"
+            print(f"| {name} | {goal} ms | {pct(t, 0.5):.1f} ms | {p95:.1f} ms | {t[-1]:.1f} ms | {met} | {load} |", flush=True)
+            results["reads"][name] = {"goal_ms": goal, "p50_ms": pct(t, 0.5), "p95_ms": p95, "max_ms": t[-1], "host": load}
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
