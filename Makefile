@@ -164,6 +164,7 @@ bench-renewal: venv services
 
 bench-signup: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.signup.run $(BENCH_ARGS)
+
 # The operator's reads (console pages, search, MRR reports) on a generated database (bench/scale).
 bench-scale: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.scale.run $(BENCH_ARGS)
