@@ -58,7 +58,7 @@ def test_http_door_answers_each_event_and_counts_each_once(db_url):
                     "/usage-events", json=doc, headers={"Authorization": f"Bearer {key}"})
                 batch = [event(1, 1), event(1, 1), event(2, 2), event(3, 999),
                          event(4, 1, at=T0 + timedelta(hours=1)), event(5, 1, data={"user": "x", "tokens": "7"}),
-                         event(6, 1, at=T0 - timedelta(days=40)), {"id": "nope"}]
+                         event(6, 1, at=T0 - timedelta(days=200)), {"id": "nope"}]
                 r = await post(batch)
                 assert r.status_code == 200, r.text
                 doc = r.json()
