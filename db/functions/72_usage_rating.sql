@@ -195,7 +195,7 @@ BEGIN
                           UNION ALL SELECT v_end WHERE v_end > v_cur.rated_until) q
                        WHERE b + p_grace <= p_now ORDER BY b);
     v_cut := v_bounds[cardinality(v_bounds)];
-    IF v_cut IS NULL AND (v_late IS NULL OR NOT v_cur.finished) THEN
+    IF v_cut IS NULL AND (v_late IS NULL OR v_sub.status <> 'CANCELED' OR NOT v_cur.finished) THEN
         -- nothing ended long enough ago; late events of a live subscription wait for its next period
         RETURN NULL;
     END IF;
@@ -273,8 +273,7 @@ BEGIN
                                           quantity, amount, billed, invoice_id, line_id)
         VALUES (p_customer_id, p_subscription_id, v_row ->> 'meter', (v_row ->> 'start')::timestamptz, p_now,
                 (v_row ->> 'end')::timestamptz, (v_row ->> 'plan')::bigint, (v_row ->> 'qty')::numeric,
-                (v_row ->> 'amount')::bigint, v_billed, CASE WHEN v_billed > 0 THEN v_invoice.id END, v_line_id)
-        ON CONFLICT ON CONSTRAINT usage_rating_pkey DO NOTHING;
+                (v_row ->> 'amount')::bigint, v_billed, CASE WHEN v_billed > 0 THEN v_invoice.id END, v_line_id);
     END LOOP;
 
     UPDATE billing.usage_cursor
@@ -326,7 +325,7 @@ BEGIN
                 AND u.rated_until < s.current_period_start AND s.current_period_start + p_grace <= v_now)
             OR (NOT u.finished AND s.status = 'CANCELED'
                 AND least(coalesce(s.canceled_at, s.current_period_end), s.current_period_end) + p_grace <= v_now)
-            OR (u.finished AND u.late_since IS NOT NULL)
+            OR (u.finished AND s.status = 'CANCELED' AND u.late_since IS NOT NULL)
          ORDER BY u.customer_id, u.subscription_id
          LIMIT p_batch_size
     LOOP
@@ -447,3 +446,79 @@ $$;
 COMMENT ON FUNCTION billing.upcoming_invoice(bigint, timestamptz) IS
 'The preview of what a subscription''s next invoicing (at its period''s end) bills as of p_now: the next period''s fixed price (a scheduled plan''s; none when it ends), the usage not rated yet per plan segment and charge, late adjustments; tax on the subtotal; coupons not previewed. BL404 for an unknown subscription.
 Returns a JSON document {object, subscriptionId, customerId, currency, invoicedAt, asOf, lines[], subtotal, tax, taxInclusive, total}.';
+
+-- Usage alerts (docs/usage.md): a customer's threshold on a meter, announced once per open period.
+CREATE OR REPLACE FUNCTION billing.set_usage_alert(p_customer_id bigint, p_meter_code text, p_threshold numeric,
+                                                   p_now timestamptz DEFAULT now())
+RETURNS billing.usage_alert
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := billing._check_now(p_now);
+    v_alert billing.usage_alert;
+BEGIN
+    PERFORM billing._audit('set_usage_alert', jsonb_build_object('customer_id', p_customer_id, 'meter_code', p_meter_code,
+                                                                 'threshold', p_threshold, 'now', p_now));
+    IF p_threshold IS NULL OR p_threshold <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('usage alert: a threshold above 0, got %s', p_threshold);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM billing.customer c WHERE c.id = p_customer_id) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('customer %s not found', p_customer_id);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM billing.meter m WHERE m.code = p_meter_code) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('meter %L not found', p_meter_code);
+    END IF;
+    INSERT INTO billing.usage_alert AS a (customer_id, meter_code, threshold, created_at, updated_at)
+    VALUES (p_customer_id, p_meter_code, p_threshold, v_now, v_now)
+    ON CONFLICT ON CONSTRAINT usage_alert_one_per_threshold DO UPDATE SET updated_at = a.updated_at
+    RETURNING * INTO v_alert;
+    RETURN v_alert;
+END
+$$;
+COMMENT ON FUNCTION billing.set_usage_alert(bigint, text, numeric, timestamptz) IS
+'Sets a customer''s usage alert on a meter at a threshold (idempotent: the same threshold twice is one alert). BL404 unknown customer or meter, BL422 a threshold not above 0.
+Returns the alert.';
+
+-- The alerts' check (the worker, after the rating): every alert not fired in its customer's open
+-- period whose meter has reached its threshold there fires (UsageThresholdReached), once: fired_for
+-- is set under the alert's row lock, so concurrent checks announce it once.
+CREATE OR REPLACE FUNCTION billing.check_usage_alerts(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := billing._check_now(p_now);
+    v_alert billing.usage_alert;
+    v_use   record;
+    v_fired integer := 0;
+BEGIN
+    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('check_usage_alerts: batch 1..10000, got %s', p_batch_size);
+    END IF;
+    FOR v_alert IN
+        SELECT a.* FROM billing.usage_alert a ORDER BY a.customer_id, a.id
+    LOOP
+        EXIT WHEN v_fired >= p_batch_size;
+        SELECT u.value, u.period_start, u.period_end INTO v_use
+          FROM billing.current_usage(v_alert.customer_id, v_now) u WHERE u.meter_code = v_alert.meter_code;
+        CONTINUE WHEN v_use.value IS NULL OR v_use.value < v_alert.threshold
+                   OR v_alert.fired_for IS NOT DISTINCT FROM v_use.period_start;
+        UPDATE billing.usage_alert a SET fired_for = v_use.period_start, updated_at = v_now
+         WHERE a.customer_id = v_alert.customer_id AND a.id = v_alert.id
+           AND a.fired_for IS DISTINCT FROM v_use.period_start;
+        CONTINUE WHEN NOT FOUND;  -- fired by a concurrent check
+        PERFORM billing._emit_event('customer', v_alert.customer_id, 'UsageThresholdReached',
+            jsonb_build_object('customerId', v_alert.customer_id, 'alertId', v_alert.id, 'meterCode', v_alert.meter_code,
+                               'threshold', v_alert.threshold, 'value', v_use.value,
+                               'periodStart', billing._utc_text(v_use.period_start),
+                               'periodEnd', billing._utc_text(v_use.period_end)), v_now);
+        v_fired := v_fired + 1;
+    END LOOP;
+    RETURN v_fired;
+END
+$$;
+COMMENT ON FUNCTION billing.check_usage_alerts(integer, timestamptz) IS
+'Fires the usage alerts whose meter reached their threshold in the customer''s open period and that did not fire in that period yet (UsageThresholdReached, once per period; up to p_batch_size). BL422 for a bad batch size.
+Returns how many fired.';

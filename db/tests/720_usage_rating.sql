@@ -4,7 +4,7 @@
 -- invoice (never lost, never billed twice); a cancellation neither voids nor skips the usage served.
 BEGIN;
 SET LOCAL ROLE billing_owner;
-SELECT plan(33);
+SELECT plan(41);
 
 -- (reference tables first: on Citus a transaction may not write one after a parallel read of a distributed table)
 SELECT billing.upsert_customer(7201);
@@ -145,6 +145,26 @@ SELECT results_eq($$SELECT l->>'kind', (l->>'amount')::bigint FROM jsonb_array_e
 SELECT billing.change_plan((SELECT id FROM billing.subscription WHERE customer_id = 7202), 'T720_U', '2026-04-16Z');
 SELECT is((SELECT count(*) FROM billing.service_line WHERE customer_id = 7202 AND kind = 'REVERSAL' AND item = 'USAGE'),
           0::bigint, 'a plan change reverses plan lines only, never usage');
+
+-- usage alerts: a threshold announced once per open period
+SELECT billing.upsert_customer(7203);
+SELECT billing.set_usage_alert(7203, 't720_req', 2, '2026-06-01Z');
+SELECT is((billing.set_usage_alert(7203, 't720_req', 2, '2026-06-01Z')).id, (SELECT id FROM billing.usage_alert WHERE customer_id = 7203),
+          'the same threshold twice is one alert');
+SELECT billing.ingest_usage(jsonb_build_array(pg_temp.ev('al1', '2026-06-10T00:00:00Z', 7203)), '2026-06-10T00:00:01Z');
+SELECT is(billing.check_usage_alerts(100, '2026-06-10T00:01:00Z'), 0, 'below its threshold an alert is quiet');
+SELECT billing.ingest_usage(jsonb_build_array(pg_temp.ev('al2', '2026-06-10T00:02:00Z', 7203), pg_temp.ev('al3', '2026-06-10T00:03:00Z', 7203)),
+                            '2026-06-10T00:03:01Z');
+SELECT is(billing.check_usage_alerts(100, '2026-06-10T00:04:00Z'), 1, 'reached: it fires');
+SELECT is(billing.check_usage_alerts(100, '2026-06-11Z'), 0, 'once per period');
+SELECT results_eq($$SELECT payload->'data'->>'meterCode', (payload->'data'->>'value')::numeric, payload->>'subject'
+                      FROM billing.outbox_event WHERE event_type = 'UsageThresholdReached'$$,
+  $$VALUES ('t720_req'::text, 3::numeric, 'customer/7203'::text)$$, 'UsageThresholdReached says the meter and its value');
+SELECT billing.ingest_usage(jsonb_build_array(pg_temp.ev('al4', '2026-07-01T00:00:00Z', 7203), pg_temp.ev('al5', '2026-07-01T00:01:00Z', 7203)),
+                            '2026-07-01T00:01:01Z');
+SELECT is(billing.check_usage_alerts(100, '2026-07-01T00:02:00Z'), 1, 'the next period: it fires again');
+SELECT throws_ok($$SELECT billing.set_usage_alert(7203, 't720_nope', 1, '2026-06-01Z')$$, 'BL404', NULL, 'an unknown meter is BL404');
+SELECT throws_ok($$SELECT billing.set_usage_alert(7203, 't720_req', 0, '2026-06-01Z')$$, 'BL422', NULL, 'a threshold of 0 is BL422');
 
 -- bad calls and grants
 SELECT throws_ok($$SELECT * FROM billing.rate_usage(0, '2026-04-01Z')$$, 'BL422', NULL, 'a batch of 0 is BL422');

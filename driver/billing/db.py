@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 CREATE_DUE_INVOICES = "SELECT billing.create_due_invoices(%(batch)s, %(now)s) AS handled"
 FINALIZE_INVOICES = "SELECT billing.finalize_invoices(%(batch)s, %(now)s) AS finalized"
 # Usage in arrears (db/functions/72_usage_rating.sql): one row per subscription looked at.
+CHECK_USAGE_ALERTS = "SELECT billing.check_usage_alerts(%(batch)s, %(now)s) AS fired"
 RATE_USAGE = ("SELECT count(*) AS looked, count(invoice_id) AS invoiced"
               " FROM billing.rate_usage(%(batch)s, %(now)s, make_interval(secs => %(grace)s))")
 CLAIM_CHARGES = (

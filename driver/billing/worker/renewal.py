@@ -1,5 +1,6 @@
 """The renewal loop: `create_due_invoices` until it reports nothing due, then `rate_usage` (usage in
-arrears onto USAGE invoices once a period's grace is over, docs/usage.md), then `finalize_invoices`
+arrears onto USAGE invoices once a period's grace is over, docs/usage.md) and `check_usage_alerts`,
+then `finalize_invoices`
 (legal numbers and document lines, docs/invoices.md) until none waits, then a short wait.
 
 Several instances may run it at once: the SQL function claims with SKIP LOCKED, so they share
@@ -73,7 +74,8 @@ async def renew_due_in_shards(shards, clock: Clock, *, batch: int = 500, stop: a
 
 async def rate_due_usage(pool, clock: Clock, *, batch: int = 500, grace: float = 3600.0,
                          stop: asyncio.Event | None = None) -> int:
-    """Call rate_usage until it looks at less than a batch; how many USAGE invoices it made."""
+    """Call rate_usage until it looks at less than a batch, then check the usage alerts
+    (UsageThresholdReached once per period); how many USAGE invoices it made."""
     total = 0
     while stop is None or not stop.is_set():
         async with pool.connection() as conn:
@@ -82,6 +84,11 @@ async def rate_due_usage(pool, clock: Clock, *, batch: int = 500, grace: float =
         total += row["invoiced"]
         if row["looked"] < batch:
             break
+    while stop is None or not stop.is_set():
+        async with pool.connection() as conn:
+            cur = await conn.execute(db.CHECK_USAGE_ALERTS, {"batch": batch, "now": clock.now()})
+            if (await cur.fetchone())["fired"] < batch:
+                break
     return total
 
 
