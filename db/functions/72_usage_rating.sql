@@ -167,6 +167,9 @@ DECLARE
     v_line_id bigint;
     v_seg_plan billing.plan;
     v_late    timestamptz;
+    v_seg_from timestamptz;
+    v_seg_to   timestamptz;
+    v_values  jsonb;
 BEGIN
     -- Tried, never waited for: an ingestion of the customer in flight (or another rating worker)
     -- makes this call skip the subscription until the next one; so no lock order can deadlock.
@@ -221,9 +224,14 @@ BEGIN
          ORDER BY w.seg_start, c.meter_code
     LOOP
         SELECT * INTO v_charge FROM billing.plan_charge c WHERE c.plan_id = v_work.plan_id AND c.meter_code = v_work.meter_code;
-        SELECT u.value INTO v_qty FROM billing.usage_between(p_customer_id, v_work.seg_start, v_work.seg_end) u
-         WHERE u.meter_code = v_work.meter_code;
-        v_qty := coalesce(v_qty, 0);
+        -- the segment's usage, every meter at once (read once for the segment's charges)
+        IF v_seg_from IS DISTINCT FROM v_work.seg_start OR v_seg_to IS DISTINCT FROM v_work.seg_end THEN
+            v_seg_from := v_work.seg_start;
+            v_seg_to := v_work.seg_end;
+            v_values := (SELECT coalesce(jsonb_object_agg(u.meter_code, u.value), '{}')
+                           FROM billing.usage_between(p_customer_id, v_work.seg_start, v_work.seg_end) u);
+        END IF;
+        v_qty := coalesce((v_values ->> v_work.meter_code)::numeric, 0);
         v_amount := billing._usage_amount(v_charge, v_qty);
         SELECT coalesce(sum(r.billed), 0) INTO v_before FROM billing.usage_rating r
          WHERE r.customer_id = p_customer_id AND r.subscription_id = p_subscription_id

@@ -73,6 +73,8 @@ from psycopg.rows import dict_row
 
 from billing.events.schemas import catalogue
 
+from .wipe import wipe
+
 PLANS = {  # code: (price, currency, interval, count)
     "M_BASIC": (1000, "USD", "MONTH", 1),
     "M_PRO": (3000, "USD", "MONTH", 1),
@@ -100,12 +102,9 @@ CHARGES = {  # plan: (model, unit_amount, package_size, tiers, included)
     "M_PRO": ("graduated", None, None, [{"upTo": 3, "unitAmount": 0}, {"upTo": None, "unitAmount": 50, "flatAmount": 7}], 0),
     "D_DAILY": ("package", 25, 2, [], 1),
 }
-TABLES = ("billing.usage_rating, billing.usage_cursor, billing.usage_unique, billing.usage_rollup, billing.usage_dedup, "
-          "billing.usage_event, billing.plan_charge, billing.meter, "
-          "billing.service_line, billing.refund, billing.credit_note_line, billing.credit_note, billing.invoice_line, "
-          "billing.gateway_webhook, billing.outbox_event, billing.credit_entry, billing.credit_balance, "
-          "billing.credit_pending, billing.coupon_redemption, billing.coupon, billing.payment_attempt, billing.invoice, billing.subscription_request, "
-          "billing.subscription, billing.customer, billing.plan_price, billing.plan")
+# Wiped between examples beside every table holding a customer_id (driver/tests/wipe.py).
+EXTRA_TABLES = ("billing.customer", "billing.coupon", "billing.plan_price", "billing.plan", "billing.plan_charge",
+                "billing.meter")
 
 
 class Db:
@@ -125,9 +124,7 @@ class Db:
             raise
 
     def reset(self) -> None:
-        with self.conn.transaction():
-            self.conn.execute("SET LOCAL session_replication_role = replica")
-            self.conn.execute(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
+        wipe(self.conn, *EXTRA_TABLES)
         for code, (price, currency, interval, count) in PLANS.items():
             self.conn.execute("SELECT billing.upsert_plan(%s, %s, %s, %s, %s, %s)",
                               (code, price, currency, interval, count, T0 - timedelta(days=400)))
@@ -683,6 +680,9 @@ def make_machine(db: Db, steps: int):
     return Adversary
 
 
+# 500 examples take 5-7 minutes alone on this 2-core host and over 10 beside the parallel pass's
+# other files: the default 600 s budget cut it short (a timeout, not a finding).
+@pytest.mark.timeout(1800)
 def test_an_adversarial_customer_cannot_make_money_from_nothing(db_url):
     db = Db(db_url)
     try:
@@ -772,6 +772,13 @@ REPLAYS = {
         ("charge_without_a_card", {}), ("clock_jump", dict(delta=timedelta(minutes=20))),
         ("pause", dict(data=Drawn(1), resume_in=20 * DAYS)), ("clock_jump", dict(delta=40 * DAYS)),
         ("charge_without_a_card", {})],
+    # issue 26's widened game: seats added unpaid, a pause, the seats' invoice given up: the year's
+    # first line, in force again, was sold beside the period the resume started
+    "seats added unpaid, a pause, the seats' invoice given up": [
+        ("subscribe", dict(customer=1, plan="Y_PRO", trial=0, coupon="BIG", quantity=1)),
+        ("seats", dict(data=Drawn(1), quantity=5)), ("charge_without_a_card", {}),
+        ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=40 * DAYS)),
+        ("charge_without_a_card", {}), ("renew", {})],
     "a passed resume date moved by pausing again": [
         ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
         ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=4 * DAYS)),
