@@ -167,6 +167,9 @@ DECLARE
     v_line_id bigint;
     v_seg_plan billing.plan;
     v_late    timestamptz;
+    v_again_start timestamptz[];
+    v_again_end   timestamptz[];
+    v_again_plan  bigint[];
     v_seg_from timestamptz;
     v_seg_to   timestamptz;
     v_values  jsonb;
@@ -203,6 +206,15 @@ BEGIN
         RETURN NULL;
     END IF;
 
+    -- the spans already rated that late events reach, read first (on Citus a function called inside
+    -- a query of one shard would be sent to its worker)
+    SELECT coalesce(array_agg(q.span_start ORDER BY q.span_start), '{}'), coalesce(array_agg(q.span_end ORDER BY q.span_start), '{}'),
+           coalesce(array_agg(q.plan_id ORDER BY q.span_start), '{}')
+      INTO v_again_start, v_again_end, v_again_plan
+      FROM (SELECT DISTINCT r.span_start, r.span_end, r.plan_id FROM billing.usage_rating r
+             WHERE r.customer_id = p_customer_id AND r.subscription_id = p_subscription_id
+               AND v_late IS NOT NULL AND r.span_end > v_late) q;
+
     -- the work: (span, plan, charge) to rate, new periods first, then the late spans again
     FOR v_work IN
         WITH periods AS (
@@ -213,10 +225,8 @@ BEGIN
               FROM periods p
              CROSS JOIN LATERAL billing._usage_segments(p_customer_id, p_subscription_id, p.p_start, p.p_end, v_sub.plan_id) g
         ), again AS (
-            SELECT DISTINCT r.span_start AS seg_start, r.span_end AS seg_end, r.plan_id
-              FROM billing.usage_rating r
-             WHERE r.customer_id = p_customer_id AND r.subscription_id = p_subscription_id
-               AND v_late IS NOT NULL AND r.span_end > v_late
+            SELECT a.s AS seg_start, a.e AS seg_end, a.p AS plan_id
+              FROM unnest(v_again_start, v_again_end, v_again_plan) AS a (s, e, p)
         )
         SELECT w.seg_start, w.seg_end, w.plan_id, c.meter_code
           FROM (SELECT * FROM fresh UNION SELECT * FROM again) w
@@ -377,6 +387,10 @@ DECLARE
     v_sub_total bigint := 0;
     v_tax   record;
     v_upto  timestamptz;
+    v_bounds timestamptz[];
+    v_again_start timestamptz[];
+    v_again_end   timestamptz[];
+    v_again_plan  bigint[];
 BEGIN
     SELECT * INTO v_sub FROM billing.subscription s WHERE s.id = p_subscription_id;
     IF NOT FOUND THEN
@@ -402,25 +416,31 @@ BEGIN
     v_upto := CASE WHEN v_sub.status = 'CANCELED'
                    THEN least(coalesce(v_sub.canceled_at, v_sub.current_period_end), v_sub.current_period_end)
                    ELSE least(v_now, v_sub.current_period_end) END;
+    -- the period boundaries read first, then segmented (on Citus a function called inside a query of
+    -- one shard would be sent to its worker)
+    v_bounds := ARRAY(SELECT DISTINCT b FROM (
+                          SELECT i.period_start AS b FROM billing.invoice i
+                           WHERE i.customer_id = v_sub.customer_id AND i.subscription_id = v_sub.id
+                             AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')
+                             AND i.period_start > coalesce(v_cur.rated_until, v_sub.current_period_start) AND i.period_start < v_upto
+                          UNION ALL SELECT v_upto) q
+                       WHERE b > coalesce(v_cur.rated_until, v_sub.current_period_start) ORDER BY b);
+    SELECT coalesce(array_agg(q.span_start ORDER BY q.span_start), '{}'), coalesce(array_agg(q.span_end ORDER BY q.span_start), '{}'),
+           coalesce(array_agg(q.plan_id ORDER BY q.span_start), '{}')
+      INTO v_again_start, v_again_end, v_again_plan
+      FROM (SELECT DISTINCT r.span_start, r.span_end, r.plan_id FROM billing.usage_rating r
+             WHERE r.customer_id = v_sub.customer_id AND r.subscription_id = v_sub.id
+               AND v_cur.late_since IS NOT NULL AND r.span_end > v_cur.late_since) q;
     FOR v_seg IN
         WITH periods AS (
             SELECT coalesce(lag(b) OVER (ORDER BY b), coalesce(v_cur.rated_until, v_sub.current_period_start)) AS p_start, b AS p_end
-              FROM (SELECT DISTINCT b FROM (
-                        SELECT i.period_start AS b FROM billing.invoice i
-                         WHERE i.customer_id = v_sub.customer_id AND i.subscription_id = v_sub.id
-                           AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')
-                           AND i.period_start > coalesce(v_cur.rated_until, v_sub.current_period_start) AND i.period_start < v_upto
-                        UNION ALL SELECT v_upto) q
-                     WHERE b > coalesce(v_cur.rated_until, v_sub.current_period_start)) bb
+              FROM unnest(v_bounds) b
         ), segs AS (
             SELECT g.seg_start, g.seg_end, g.plan_id, false AS late
               FROM periods p
              CROSS JOIN LATERAL billing._usage_segments(v_sub.customer_id, v_sub.id, p.p_start, p.p_end, v_sub.plan_id) g
             UNION
-            SELECT DISTINCT r.span_start, r.span_end, r.plan_id, true
-              FROM billing.usage_rating r
-             WHERE r.customer_id = v_sub.customer_id AND r.subscription_id = v_sub.id
-               AND v_cur.late_since IS NOT NULL AND r.span_end > v_cur.late_since
+            SELECT a.s, a.e, a.p, true FROM unnest(v_again_start, v_again_end, v_again_plan) AS a (s, e, p)
         )
         SELECT s.*, c.meter_code FROM segs s JOIN billing.plan_charge c ON c.plan_id = s.plan_id
          ORDER BY s.seg_start, c.meter_code
