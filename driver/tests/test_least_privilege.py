@@ -53,6 +53,8 @@ API = {
     # usage-based billing (db/functions/71_usage.sql, docs/usage.md)
     "upsert_meter", "list_meters", "ingest_usage", "current_usage", "usage_between", "usage_partitions",
     "upsert_plan_charge",
+    # usage rated in arrears (db/functions/72_usage_rating.sql)
+    "rate_usage", "upcoming_invoice", "set_usage_alert", "check_usage_alerts",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -548,6 +550,12 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     subs = (f'[{{"external_id": "sub_imp_{tag}", "customer_external_id": "cus_imp_{tag}", "plan_code": "{basic}", '
             f'"current_period_start": "2026-09-15T00:00:00Z", "current_period_end": "2026-10-15T00:00:00Z"}}]')
     out["imported_subscriptions"] = [r[3] for r in one("import_subscriptions", "%s::jsonb, %s", (subs, T0), setof=True)]
+    # Rating in arrears (db/functions/72_usage_rating.sql): the worker's step, the API's preview.
+    rated = one("rate_usage", "%s, %s, %s", (100, T0 + timedelta(days=1), timedelta(hours=1)), setof=True)
+    out["usage_rated"] = isinstance(rated, list)
+    out["upcoming"] = one("upcoming_invoice", "%s, %s", (sub_id, T0 + timedelta(days=1)))[0]["object"]
+    out["usage_alert"] = one("set_usage_alert", "%s, %s, %s, %s", (user, meter, 1, T0))[3] == 1
+    out["usage_alerts_fired"] = one("check_usage_alerts", "%s, %s", (100, T0 + timedelta(minutes=3)))[0]
     out["called"] = called
     return out
 
@@ -589,6 +597,7 @@ EXPECTED = {
     "usage_between": [1], "usage_meters": True, "usage_partitions": True, "usage_charge": "per_unit",
     "ext_set": True, "ext_resolved": (True, None), "ext_customer": True, "ext_plan": True, "ext_sub": True,
     "imported_customers": ["created"], "imported_subscriptions": ["created"],
+    "usage_rated": True, "upcoming": "upcoming_invoice", "usage_alert": True, "usage_alerts_fired": 1,
 }
 
 
