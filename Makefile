@@ -12,7 +12,7 @@ PGTAP_DB ?= billing_pgtap
 PGTAP_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
+.PHONY: help venv openapi client chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -191,6 +191,10 @@ bench-http: venv
 
 clean: services-stop
 	rm -rf $(CACHE) $(VENV)
+
+# The OpenAPI document (docs/openapi.json) from billing.api.openapi; test_api_v1 fails when it is stale.
+openapi: venv
+	@$(BIN)/python -c "from billing.api.openapi import write; write()"
 
 # Regenerate db/schema.snapshot (the drift test compares a migrated database with it).
 schema-snapshot: venv services

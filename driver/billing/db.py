@@ -339,3 +339,50 @@ USAGE_PARTITIONS = "SELECT partition_name, action FROM billing.usage_partitions(
 SEQUENCES_OF_SCHEMA = ("SELECT schemaname, sequencename, last_value, max_value FROM pg_sequences "
                        "WHERE schemaname = %(schema)s ORDER BY sequencename")
 ADVANCE_SEQUENCE = "SELECT setval(format('%%I.%%I', %(schema)s::text, %(name)s::text)::regclass, %(value)s, true)"
+
+# -- The HTTP API's /v1 (db/functions/77_api_lists.sql, docs/http-api.md "Lists"): one page of a
+# cursor walk per call, limit + 1 rows (the extra one says whether there are more).
+V1_GET_CUSTOMER = "SELECT * FROM billing.get_customer(%(id)s)"
+V1_CREATE_CUSTOMER = (
+    "SELECT * FROM billing.create_customer(%(id)s, %(timezone)s, %(name)s, %(email)s, %(address)s, %(city)s, "
+    "%(postal_code)s, %(region)s, %(country)s, %(tax_id)s, %(tax_status)s)"
+)
+# An update of some details: the fields not given keep their value (read and written in one statement).
+V1_UPDATE_CUSTOMER = (
+    "SELECT d.* FROM billing.get_customer(%(id)s) c CROSS JOIN LATERAL billing.set_customer_details(c.id, "
+    "CASE WHEN %(has_name)s THEN %(name)s ELSE c.name END, CASE WHEN %(has_email)s THEN %(email)s ELSE c.email END, "
+    "CASE WHEN %(has_address)s THEN %(address)s ELSE c.address END, CASE WHEN %(has_city)s THEN %(city)s ELSE c.city END, "
+    "CASE WHEN %(has_postal_code)s THEN %(postal_code)s ELSE c.postal_code END, "
+    "CASE WHEN %(has_region)s THEN %(region)s ELSE c.region END, "
+    "CASE WHEN %(has_country)s THEN %(country)s ELSE c.country::text END, "
+    "CASE WHEN %(has_tax_id)s THEN %(tax_id)s ELSE c.tax_id END, "
+    "CASE WHEN %(has_tax_status)s THEN %(tax_status)s ELSE c.tax_status END) d"
+)
+V1_LIST_CUSTOMERS = "SELECT * FROM billing.list_customers(%(limit)s, %(after)s, %(before)s, %(email)s)"
+V1_GET_PLAN = "SELECT * FROM billing.get_plan(%(code)s)"
+V1_LIST_PLANS = "SELECT * FROM billing.list_plans(%(limit)s, %(after)s, %(before)s)"
+V1_UPSERT_PLAN = (
+    "SELECT * FROM billing.upsert_plan(%(code)s, %(price)s, %(currency)s, %(interval)s, %(count)s, %(now)s, "
+    "%(billing_day)s)"
+)
+V1_LIST_COUPONS = "SELECT * FROM billing.list_coupons(%(limit)s, %(after)s, %(before)s)"
+V1_LIST_TAX_RATES = "SELECT * FROM billing.list_tax_rates(%(limit)s, %(after)s, %(before)s)"
+V1_UPSERT_TAX_RATE = ("SELECT * FROM billing.upsert_tax_rate(%(code)s, %(country)s, %(region)s, %(name)s, %(bp)s, "
+                      "%(inclusive)s, %(active)s)")
+V1_LIST_PAYMENT_METHODS = "SELECT * FROM billing.list_payment_methods(%(customer_id)s)"
+V1_LIST_SUBSCRIPTIONS = (
+    "SELECT s.*, billing.plan_code(s.plan_id) AS plan_code, billing.plan_code(s.scheduled_plan_id) AS scheduled_plan_code "
+    "FROM billing.list_subscriptions(%(limit)s, %(after)s, %(before)s, %(customer_id)s, %(status)s, %(plan_code)s, "
+    "%(created_from)s, %(created_to)s) s"
+)
+V1_LIST_INVOICES = (
+    "SELECT * FROM billing.list_invoices(%(limit)s, %(after)s, %(before)s, %(customer_id)s, %(status)s, "
+    "%(period_from)s, %(period_to)s, %(subscription_id)s)"
+)
+V1_LIST_CREDIT_NOTES = ("SELECT * FROM billing.list_credit_notes(%(limit)s, %(after)s, %(before)s, %(customer_id)s, "
+                        "%(invoice_id)s)")
+V1_LIST_REFUNDS = ("SELECT * FROM billing.list_refunds(%(limit)s::integer, %(after)s::bigint, %(before)s::bigint, "
+                   "%(customer_id)s::bigint, %(invoice_id)s::bigint)")
+V1_LIST_EVENTS = ("SELECT * FROM billing.list_events(%(limit)s, %(after)s, %(before)s, %(type)s, %(from)s, %(to)s, "
+                  "%(customer_id)s)")
+V1_GET_EVENT = "SELECT * FROM billing.get_event(%(event_id)s::uuid)"

@@ -21,6 +21,9 @@ from psycopg import errors, sql
 
 from .chaos.harness import BILLING
 
+# The reads of the HTTP API's /v1 lists (db/functions/77_api_lists.sql, issue 28).
+V1_READS = {"get_customer", "list_customers", "get_plan", "list_plans", "list_coupons", "list_tax_rates",
+            "list_subscriptions", "list_invoices", "list_credit_notes", "list_events", "get_event"}
 POLICY = {
     "billing_api": {"create_subscription", "get_subscription", "cancel_subscription", "change_plan",
                     "ingest_usage", "current_usage", "list_meters",
@@ -34,7 +37,8 @@ POLICY = {
                     "set_customer_details", "apply_refund_webhook", "open_customer_session", "customer_session",
                     "close_customer_session", "record_auth_failure",
                     "notification_kinds", "customer_locales", "set_customer_preferences", "list_notifications",
-                    "create_portal_link", "use_portal_link", "revoke_portal_links", "invoice_action"},
+                    "create_portal_link", "use_portal_link", "revoke_portal_links", "invoice_action"} | V1_READS | {
+                    "create_customer", "report_mrr", "report_mrr_movements", "report_churn", "report_revenue"},
     "billing_worker": {"create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                        "ingest_usage", "usage_partitions",
                        "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats", "period_end",
@@ -72,7 +76,7 @@ POLICY = {
                       "upsert_tax_rate", "set_customer_details", "finalize_invoice", "finalize_invoices",
                       "get_invoice_document", "report_mrr", "report_mrr_movements", "report_churn", "report_revenue",
                       "notification_kinds", "customer_locales", "set_customer_preferences", "list_notifications",
-                      "create_portal_link", "revoke_portal_links", "set_action_window"},
+                      "create_portal_link", "revoke_portal_links", "set_action_window", "create_customer"} | V1_READS,
     # The operator console: its reads and sessions, plus the actions it offers (billing.console.actions)
     # that exist in this database; see _with_console_actions().
     "billing_console": {"console_open_session", "console_session", "console_close_session", "console_functions",
