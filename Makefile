@@ -12,7 +12,7 @@ PGTAP_DB ?= billing_pgtap
 PGTAP_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help venv openapi client chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
+.PHONY: help venv openapi client chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -161,6 +161,9 @@ bench-pdf: venv poppler
 
 bench-renewal: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.renewal.run $(BENCH_ARGS)
+
+bench-signup: venv services
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.signup.run $(BENCH_ARGS)
 
 bench-relay: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.relay.run $(BENCH_ARGS)

@@ -52,8 +52,11 @@ $$;
 -- of a distributed table in one transaction ("cannot modify table coupon because there was a
 -- parallel operation on a distributed table"), so these calls run their shard reads over one
 -- connection per node. Re-applied after every migration (the function files reset it).
-ALTER FUNCTION billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer)
+ALTER FUNCTION billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer, text)
     SET citus.multi_shard_modify_mode = 'sequential';
+-- (the same for the external ids' reference table, billing.external_ref: 21_external_ids.sql)
+ALTER FUNCTION billing.upsert_customer(bigint, text, text) SET citus.multi_shard_modify_mode = 'sequential';
+ALTER FUNCTION billing.set_external_id(text, bigint, text, timestamptz) SET citus.multi_shard_modify_mode = 'sequential';
 ALTER FUNCTION billing.apply_coupon(bigint, text, timestamptz) SET citus.multi_shard_modify_mode = 'sequential';
 
 -- The batch claims' shard groups (db/schema/0083): one lease row per group of billing.customer's

@@ -92,10 +92,13 @@ Returns a jsonb object.';
 
 CREATE OR REPLACE FUNCTION billing._subscription_data(p_sub billing.subscription)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT jsonb_build_object(
+-- plpgsql, not sql: a SQL function with SET is never inlined and is planned again on every call
+-- from a PL/pgSQL statement (1.2 ms against 0.1 ms measured); PL/pgSQL keeps its plans.
+BEGIN
+    RETURN jsonb_build_object(
         'subscriptionId', p_sub.id,
         'customerId', p_sub.customer_id,
         'planCode', (SELECT code FROM billing.plan WHERE id = p_sub.plan_id),
@@ -111,7 +114,8 @@ AS $$
         'pausedAt', billing._utc_text(p_sub.paused_at),
         'resumeAt', billing._utc_text(p_sub.resume_at),
         'scheduledPlanCode', (SELECT code FROM billing.plan WHERE id = p_sub.scheduled_plan_id),
-        'couponCode', p_sub.coupon_code)
+        'couponCode', p_sub.coupon_code);
+END
 $$;
 COMMENT ON FUNCTION billing._subscription_data(billing.subscription) IS
 'Private: the "data" of subscription events.
@@ -256,13 +260,16 @@ Returns the invoice.';
 -- starting after the current price took effect, reads no history).
 CREATE OR REPLACE FUNCTION billing._price_at(p_plan billing.plan, p_at timestamptz)
 RETURNS bigint
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT CASE WHEN p_plan.price_effective_from IS NULL OR p_at >= p_plan.price_effective_from THEN p_plan.price_amount
+-- (plpgsql for its cached plan: see _subscription_data)
+BEGIN
+    RETURN CASE WHEN p_plan.price_effective_from IS NULL OR p_at >= p_plan.price_effective_from THEN p_plan.price_amount
                 ELSE (SELECT pp.price_amount FROM billing.plan_price pp
                        WHERE pp.plan_id = p_plan.id AND pp.effective_from <= p_at
-                       ORDER BY pp.effective_from DESC LIMIT 1) END
+                       ORDER BY pp.effective_from DESC LIMIT 1) END;
+END
 $$;
 COMMENT ON FUNCTION billing._price_at(billing.plan, timestamptz) IS
 'Private: the price of p_plan for a period starting at p_at (the price in force then).

@@ -5,9 +5,10 @@
 -- the price it was invoiced at); the history is kept in billing.plan_price.
 DROP FUNCTION IF EXISTS billing.upsert_plan(text, bigint, text, text, integer);
 DROP FUNCTION IF EXISTS billing.upsert_plan(text, bigint, text, text, integer, timestamptz);
+DROP FUNCTION IF EXISTS billing.upsert_plan(text, bigint, text, text, integer, timestamptz, integer);
 CREATE OR REPLACE FUNCTION billing.upsert_plan(
     p_code text, p_price_amount bigint, p_currency text, p_billing_interval text, p_interval_count integer DEFAULT 1,
-    p_now timestamptz DEFAULT now(), p_billing_day integer DEFAULT NULL)
+    p_now timestamptz DEFAULT now(), p_billing_day integer DEFAULT NULL, p_external_id text DEFAULT NULL)
 RETURNS billing.plan
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -16,9 +17,10 @@ DECLARE
     v_old billing.plan;
     v_new billing.plan;
 BEGIN
-    PERFORM billing._audit('upsert_plan', jsonb_build_object('code', p_code, 'price_amount', p_price_amount, 'currency', p_currency, 'billing_interval', p_billing_interval, 'interval_count', p_interval_count, 'now', p_now, 'billing_day', p_billing_day));
+    PERFORM billing._audit('upsert_plan', jsonb_build_object('code', p_code, 'price_amount', p_price_amount, 'currency', p_currency, 'billing_interval', p_billing_interval, 'interval_count', p_interval_count, 'now', p_now, 'billing_day', p_billing_day, 'external_id', p_external_id));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('a plan code', p_code, 100);
+    PERFORM billing._check_external_id(p_external_id);
     IF p_price_amount IS NULL OR p_price_amount < 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('plan %s: price must be a non-negative amount in the smallest currency unit, got %s',
@@ -49,7 +51,7 @@ BEGIN
             SELECT * INTO v_old FROM billing.plan WHERE code = p_code FOR UPDATE;
         ELSE
             INSERT INTO billing.plan_price (plan_id, effective_from, price_amount) VALUES (v_new.id, '-infinity', p_price_amount);
-            RETURN v_new;
+            RETURN billing._claim_plan_external_id(v_new, p_external_id);
         END IF;
     END IF;
 
@@ -82,20 +84,21 @@ BEGIN
            IS DISTINCT FROM (p_price_amount, p_currency::char(3), p_billing_interval, p_interval_count, p_billing_day::smallint)
     RETURNING * INTO v_new;
     IF v_new.id IS NULL THEN  -- unchanged
-        RETURN v_old;
+        RETURN billing._claim_plan_external_id(v_old, p_external_id);
     END IF;
     IF v_old.price_amount <> p_price_amount THEN
         INSERT INTO billing.plan_price AS pp (plan_id, effective_from, price_amount) VALUES (v_new.id, p_now, p_price_amount)
         ON CONFLICT ON CONSTRAINT plan_price_pkey DO UPDATE SET price_amount = excluded.price_amount;
     END IF;
-    RETURN v_new;
+    RETURN billing._claim_plan_external_id(v_new, p_external_id);
 END
 $$;
-COMMENT ON FUNCTION billing.upsert_plan(text, bigint, text, text, integer, timestamptz, integer) IS
-'Creates the plan p_code or updates it; a plan with subscriptions (on it, scheduled to move to it, or with an unpaid upgrade from it that may revert to it) may only change its price, which applies to periods starting at or after p_now (history in plan_price). p_billing_day (1..31, MONTH plans only): calendar billing, every period ends on that day of the month at local midnight, the first one prorated.
-Returns the plan row; BL422 for a negative price, bad currency, unknown interval, count out of 1..1000, billing day out of 1..31 or on another interval, or a price change dated before the last one.';
+COMMENT ON FUNCTION billing.upsert_plan(text, bigint, text, text, integer, timestamptz, integer, text) IS
+'Creates the plan p_code or updates it; a plan with subscriptions (on it, scheduled to move to it, or with an unpaid upgrade from it that may revert to it) may only change its price, which applies to periods starting at or after p_now (history in plan_price). p_billing_day (1..31, MONTH plans only): calendar billing, every period ends on that day of the month at local midnight, the first one prorated. p_external_id (optional): the caller''s own id of the plan, given once (21_external_ids).
+Returns the plan row; BL422 for a negative price, bad currency, unknown interval, count out of 1..1000, billing day out of 1..31 or on another interval, a price change dated before the last one or a malformed external id; BL409 when the external id names another plan or the plan has another one.';
 
-CREATE OR REPLACE FUNCTION billing.upsert_customer(p_customer_id bigint, p_timezone text DEFAULT 'UTC')
+DROP FUNCTION IF EXISTS billing.upsert_customer(bigint, text);
+CREATE OR REPLACE FUNCTION billing.upsert_customer(p_customer_id bigint, p_timezone text DEFAULT 'UTC', p_external_id text DEFAULT NULL)
 RETURNS billing.customer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -104,11 +107,12 @@ DECLARE
     v_row billing.customer;
     v_at  timestamptz := now();  -- a variable, not now(), in DO UPDATE (Citus wants no volatile call there)
 BEGIN
-    PERFORM billing._audit('upsert_customer', jsonb_build_object('customer_id', p_customer_id, 'timezone', p_timezone));
+    PERFORM billing._audit('upsert_customer', jsonb_build_object('customer_id', p_customer_id, 'timezone', p_timezone, 'external_id', p_external_id));
     IF p_customer_id IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'customer id is required';
     END IF;
     PERFORM billing._check_timezone(p_timezone);
+    PERFORM billing._check_external_id(p_external_id);
     INSERT INTO billing.customer AS c (id, timezone) VALUES (p_customer_id, p_timezone)
     ON CONFLICT ON CONSTRAINT customer_pkey DO UPDATE
         SET timezone = excluded.timezone, updated_at = v_at
@@ -117,12 +121,18 @@ BEGIN
     IF v_row.id IS NULL THEN
         SELECT * INTO v_row FROM billing.customer WHERE id = p_customer_id;
     END IF;
+    IF p_external_id IS NOT NULL AND v_row.external_id IS DISTINCT FROM p_external_id THEN
+        v_row := billing._lock_customer(p_customer_id);
+        IF billing._claim_external_id('customer', p_external_id, p_customer_id, p_customer_id, v_at) THEN
+            UPDATE billing.customer SET external_id = p_external_id WHERE id = p_customer_id RETURNING * INTO v_row;
+        END IF;
+    END IF;
     RETURN v_row;
 END
 $$;
-COMMENT ON FUNCTION billing.upsert_customer(bigint, text) IS
-'Creates or updates a customer; the time zone applies to subscriptions created afterwards (existing calendars never move).
-Returns the customer row; BL422 when p_timezone is not in pg_timezone_names.';
+COMMENT ON FUNCTION billing.upsert_customer(bigint, text, text) IS
+'Creates or updates a customer; the time zone applies to subscriptions created afterwards (existing calendars never move). p_external_id (optional): the caller''s own id of the customer, given once (21_external_ids).
+Returns the customer row; BL422 when p_timezone is not in pg_timezone_names or the external id is malformed; BL409 when the external id names another customer or the customer has another one.';
 
 CREATE OR REPLACE FUNCTION billing.plan_code(p_plan_id bigint)
 RETURNS text

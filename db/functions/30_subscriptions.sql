@@ -26,9 +26,11 @@ Returns nothing; BL409 when p_expected_version is given and differs from the row
 -- API
 -- ---------------------------------------------------------------------------------------------
 DROP FUNCTION IF EXISTS billing.create_subscription(text, bigint, text, timestamptz);
+DROP FUNCTION IF EXISTS billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer);
 CREATE OR REPLACE FUNCTION billing.create_subscription(
     p_idempotency_key text, p_customer_id bigint, p_plan_code text, p_now timestamptz DEFAULT now(),
-    p_trial_days integer DEFAULT 0, p_coupon_code text DEFAULT NULL, p_quantity integer DEFAULT 1)
+    p_trial_days integer DEFAULT 0, p_coupon_code text DEFAULT NULL, p_quantity integer DEFAULT 1,
+    p_external_id text DEFAULT NULL)
 RETURNS billing.subscription
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -46,7 +48,7 @@ DECLARE
     v_notice  interval;
     v_sub     billing.subscription;
 BEGIN
-    PERFORM billing._audit('create_subscription', jsonb_build_object('idempotency_key', p_idempotency_key, 'customer_id', p_customer_id, 'plan_code', p_plan_code, 'now', p_now, 'trial_days', p_trial_days, 'coupon_code', p_coupon_code, 'quantity', p_quantity));
+    PERFORM billing._audit('create_subscription', jsonb_build_object('idempotency_key', p_idempotency_key, 'customer_id', p_customer_id, 'plan_code', p_plan_code, 'now', p_now, 'trial_days', p_trial_days, 'coupon_code', p_coupon_code, 'quantity', p_quantity, 'external_id', p_external_id));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('an idempotency key', p_idempotency_key, 255);
     IF p_customer_id IS NULL THEN
@@ -54,7 +56,11 @@ BEGIN
     END IF;
     PERFORM billing._check_between('trial days', p_trial_days, 0, 730);
     PERFORM billing._check_between('quantity', p_quantity, 1, 1000000);
+    PERFORM billing._check_external_id(p_external_id);
     v_options := jsonb_build_object('trialDays', p_trial_days, 'couponCode', p_coupon_code, 'quantity', p_quantity);
+    IF p_external_id IS NOT NULL THEN  -- (absent otherwise: keys stored before external ids compare equal)
+        v_options := v_options || jsonb_build_object('externalId', p_external_id);
+    END IF;
 
     <<attempt>>
     LOOP  -- at most twice: a concurrent first use of the same key makes us replay it
@@ -96,30 +102,40 @@ BEGIN
         SELECT s.trial_will_end_notice INTO v_notice FROM billing.database_setting s;
         INSERT INTO billing.subscription (customer_id, plan_id, status, timezone, billing_anchor, period_number,
                                           current_period_start, current_period_end, period_price, quantity,
-                                          trial_end, trial_notice_at, lifecycle_pending, updated_at)
+                                          trial_end, trial_notice_at, lifecycle_pending, updated_at, external_id)
         VALUES (p_customer_id, v_plan.id, 'TRIALING', v_tz, p_now, 1, p_now, v_trial_end, 0, p_quantity,
-                v_trial_end, greatest(p_now, v_trial_end - coalesce(v_notice, interval '3 days')), true, p_now)
+                v_trial_end, greatest(p_now, v_trial_end - coalesce(v_notice, interval '3 days')), true, p_now, p_external_id)
         RETURNING * INTO v_sub;
     ELSE
         v_first := billing._first_period(v_plan, v_tz, p_now);
         v_price := billing._price_at(v_plan, p_now);
         v_list := billing._period_charge(v_price, p_quantity, p_now, v_first.period_end, v_first.nominal_start);
         INSERT INTO billing.subscription (customer_id, plan_id, status, timezone, billing_anchor, period_number,
-                                          current_period_start, current_period_end, period_price, quantity, updated_at)
+                                          current_period_start, current_period_end, period_price, quantity, updated_at,
+                                          external_id)
         VALUES (p_customer_id, v_plan.id, 'ACTIVE', v_tz, v_first.anchor, v_first.period_number,
-                p_now, v_first.period_end, v_list, p_quantity, p_now)
+                p_now, v_first.period_end, v_list, p_quantity, p_now, p_external_id)
         RETURNING * INTO v_sub;
     END IF;
 
     UPDATE billing.subscription_request SET subscription_id = v_sub.id
      WHERE customer_id = p_customer_id AND idempotency_key = p_idempotency_key;
+    IF p_external_id IS NOT NULL THEN
+        PERFORM billing._claim_external_id('subscription', p_external_id, p_customer_id, v_sub.id, p_now);
+    END IF;
     IF p_coupon_code IS NOT NULL THEN
         PERFORM billing._redeem_coupon(v_sub, p_coupon_code, p_now);
         SELECT * INTO v_sub FROM billing.subscription WHERE customer_id = v_sub.customer_id AND id = v_sub.id;
     END IF;
     PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCreated', billing._subscription_data(v_sub), p_now);
 
-    IF v_sub.status = 'ACTIVE' THEN
+    IF v_sub.status = 'ACTIVE' AND v_sub.coupon_code IS NULL THEN
+        -- No coupon: no discount, and nothing for the per-row renewal path (lifecycle_pending stays
+        -- false, as _needs_lifecycle says of an ACTIVE row without coupon or scheduled change); the
+        -- row is final as inserted.
+        PERFORM billing._new_invoice(v_sub, 'INITIAL', v_sub.current_period_start, v_sub.current_period_end,
+                                     v_list, v_plan, v_price, p_now, NULL, NULL, 0, NULL);
+    ELSIF v_sub.status = 'ACTIVE' THEN
         v_disc := billing._line_discount(v_sub, v_plan, v_list, v_list, v_sub.current_period_start,
                                          v_sub.current_period_end, true, p_now);
         UPDATE billing.subscription SET period_price = v_list - v_disc.discount WHERE customer_id = v_sub.customer_id AND id = v_sub.id
@@ -133,9 +149,9 @@ BEGIN
     RETURN v_sub;
 END
 $$;
-COMMENT ON FUNCTION billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer) IS
-'New subscription of p_quantity seats: ACTIVE for [p_now, next boundary) with an OPEN INITIAL invoice due at p_now (calendar plans: the first period ends on the billing day, prorated), or TRIALING for p_trial_days local days with no invoice until the trial ends; p_coupon_code is redeemed at once (its first discount on the first invoice). Unknown customers are created in UTC.
-Returns the subscription (the same row when the key is replayed; created_at = now() tells a new one); BL409 for a key reused with other parameters or a coupon used up, BL422 for an unknown plan, a bad coupon, trial days outside 0..730 or quantity outside 1..1000000.';
+COMMENT ON FUNCTION billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer, text) IS
+'New subscription of p_quantity seats: ACTIVE for [p_now, next boundary) with an OPEN INITIAL invoice due at p_now (calendar plans: the first period ends on the billing day, prorated), or TRIALING for p_trial_days local days with no invoice until the trial ends; p_coupon_code is redeemed at once (its first discount on the first invoice); p_external_id (optional) is the caller''s own id of it (21_external_ids). Unknown customers are created in UTC.
+Returns the subscription (the same row when the key is replayed; created_at = now() tells a new one); BL409 for a key reused with other parameters, a coupon used up or an external id already naming another subscription, BL422 for an unknown plan, a bad coupon, trial days outside 0..730, quantity outside 1..1000000 or a malformed external id.';
 
 CREATE OR REPLACE FUNCTION billing.get_subscription(p_subscription_id bigint)
 RETURNS billing.subscription

@@ -20,6 +20,7 @@ AS $$
     SELECT * FROM (VALUES
         ('timezone_name',        'reference',   NULL,          'configuration'),
         ('plan',                 'reference',   NULL,          'configuration'),
+        ('external_ref',         'reference',   NULL,          'the callers'' own ids of customers and subscriptions: unique per kind across every shard, looked up on every node'),
         ('plan_price',           'reference',   NULL,          'configuration'),
         ('dunning_step',         'reference',   NULL,          'configuration'),
         ('installation',         'reference',   NULL,          'configuration'),

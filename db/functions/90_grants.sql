@@ -28,6 +28,7 @@ DECLARE
     -- role -> the functions of its job (by name: every overload).
     c_jobs constant jsonb := '{
       "billing_api": ["create_subscription", "get_subscription", "cancel_subscription", "change_plan",
+                      "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                       "ingest_usage", "current_usage", "list_meters",
                       "apply_coupon", "pause_subscription", "resume_subscription", "uncancel_subscription",
                       "reactivate_subscription", "set_quantity",
@@ -60,6 +61,7 @@ DECLARE
                         "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
                         "mark_outbox_failed_in_shard"],
       "billing_readonly": ["get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
+                           "resolve_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                            "current_usage", "usage_between", "list_meters",
                            "proration_amount", "dunning_next_attempt", "is_simulation",
                            "list_refunds", "report_mrr", "report_mrr_movements",
@@ -67,8 +69,10 @@ DECLARE
                            "figures_by_hour", "figures_counts", "figures_revenue", "notification_kinds",
                            "customer_locales"],
       "billing_support": ["get_subscription", "plan_code", "is_simulation", "list_payment_methods", "list_refunds",
+                          "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                           "get_invoice_document", "list_notifications"],
       "billing_admin": ["upsert_plan", "upsert_customer", "upsert_coupon",
+                        "import_customers", "import_subscriptions", "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                         "upsert_meter", "list_meters", "usage_partitions", "current_usage", "usage_between", "upsert_plan_charge",
                         "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                         "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",

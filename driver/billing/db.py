@@ -90,6 +90,20 @@ CANCEL_SUBSCRIPTION = (
 )
 CHANGE_PLAN = "SELECT * FROM billing.change_plan(%(id)s, %(plan_code)s, %(now)s, %(expected_version)s)"
 
+# -- Bulk import (db/functions/21_external_ids.sql, 22_import.sql, docs/import.md): batches of JSON rows.
+IMPORT_CUSTOMERS = ("SELECT external_id, customer_id, outcome, problem "
+                    "FROM billing.import_customers(%(rows)s::jsonb, %(now)s, %(dry_run)s)")
+IMPORT_SUBSCRIPTIONS = ("SELECT external_id, subscription_id, customer_id, outcome, problem "
+                        "FROM billing.import_subscriptions(%(rows)s::jsonb, %(now)s, %(dry_run)s)")
+IMPORT_PLAN = ("SELECT id, code FROM billing.upsert_plan(%(code)s, %(price)s, %(currency)s, %(interval)s, %(count)s, "
+               "%(now)s, NULL, %(external_id)s)")
+IMPORT_COUPON = ("SELECT code FROM billing.upsert_coupon(%(code)s, %(percent_off)s::numeric, %(amount_off)s::bigint, "
+                 "%(currency)s::text, %(duration)s::text, %(duration_periods)s::integer, %(max_redemptions)s::integer, "
+                 "%(redeem_by)s::timestamptz, NULL::text[])")
+IMPORT_PAYMENT_METHOD = (
+    "SELECT id FROM billing.set_payment_method(%(customer_id)s, %(provider)s, %(customer_ref)s, %(payment_method_ref)s, "
+    "%(brand)s, %(last4)s, %(exp_month)s, %(exp_year)s, %(now)s)")
+
 # -- The relay: the payload as text (it is published as is, never parsed), key = aggregate id.
 CLAIM_OUTBOX_EVENTS_RAW = (
     "SELECT id, aggregate_type, aggregate_id, payload::text "

@@ -77,7 +77,10 @@ CONSOLE = {"console_open_session", "console_session", "console_close_session", "
 CUSTOMERS = {"notification_kinds", "customer_locales", "set_customer_preferences", "announce_upcoming_renewals",
              "claim_notifications", "record_notification_result", "list_notifications", "create_portal_link",
              "use_portal_link", "revoke_portal_links", "set_action_window", "invoice_action"}
-EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY | CONSOLE | CUSTOMERS
+# External ids and bulk import (db/functions/21_external_ids.sql, docs/import.md).
+IMPORT = {"set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id",
+          "get_subscription_by_external_id", "import_customers", "import_subscriptions"}
+EXECUTABLE = API | READ_ONLY_EXTRAS | SECURITY | CONSOLE | CUSTOMERS | IMPORT
 
 T0 = datetime(2026, 10, 1, tzinfo=timezone.utc)
 
@@ -510,6 +513,23 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
                  (basic, meter, "per_unit", 2, None, "[]", 10, None, None, T0))
     out["usage_charge"] = charge[2]
     out["usage_partitions"] = len(one("usage_partitions", "%s, %s", (T0, timedelta(days=100)), setof=True)) >= 3
+    # External ids (db/functions/21_external_ids.sql): given at creation or later, read back by each kind.
+    ext_customer = customer + 60_000
+    one("upsert_customer", "%s, %s, %s", (ext_customer, "UTC", f"cus_lp_{tag}"))
+    ext_sub = one("create_subscription", "%s, %s, %s, %s, %s, %s, %s, %s",
+                  (f"lp-ext-{tag}", ext_customer, basic, T0, 0, None, 1, f"sub_lp_{tag}"))[0]
+    out["ext_set"] = one("set_external_id", "%s, %s, %s, %s", ("plan", plan_id, f"price_lp_{tag}", T0))[0] == plan_id
+    out["ext_resolved"] = (one("resolve_external_id", "%s, %s", ("subscription", f"sub_lp_{tag}"))[0] == ext_sub,
+                           one("resolve_external_id", "%s, %s", ("customer", f"nobody_{tag}"))[0])
+    out["ext_customer"] = one("get_customer_by_external_id", "%s", (f"cus_lp_{tag}",))[0] == ext_customer
+    out["ext_plan"] = one("get_plan_by_external_id", "%s", (f"price_lp_{tag}",))[1] == basic
+    out["ext_sub"] = one("get_subscription_by_external_id", "%s", (f"sub_lp_{tag}",))[0] == ext_sub
+    # Bulk import (db/functions/22_import.sql): a customer and a subscription in the period billed elsewhere.
+    customers = f'[{{"external_id": "cus_imp_{tag}", "id": {customer + 70_000}}}]'
+    out["imported_customers"] = [r[2] for r in one("import_customers", "%s::jsonb, %s", (customers, T0), setof=True)]
+    subs = (f'[{{"external_id": "sub_imp_{tag}", "customer_external_id": "cus_imp_{tag}", "plan_code": "{basic}", '
+            f'"current_period_start": "2026-09-15T00:00:00Z", "current_period_end": "2026-10-15T00:00:00Z"}}]')
+    out["imported_subscriptions"] = [r[3] for r in one("import_subscriptions", "%s::jsonb, %s", (subs, T0), setof=True)]
     out["called"] = called
     # The HTTP API's /v1 lists and reads (db/functions/77_api_lists.sql, issue 28).
     v1_customer = 800_000 + sum(map(ord, tag))
@@ -572,6 +592,8 @@ EXPECTED = {
     "v1_created": True, "v1_customer": True, "v1_customers": True, "v1_plan": True, "v1_plans": True,
     "v1_coupons": True, "v1_tax_rates": True, "v1_subscriptions": True, "v1_invoices": True, "v1_credit_notes": True,
     "v1_refunds": True, "v1_events": True, "v1_event": True,
+    "ext_set": True, "ext_resolved": (True, None), "ext_customer": True, "ext_plan": True, "ext_sub": True,
+    "imported_customers": ["created"], "imported_subscriptions": ["created"],
 }
 
 

@@ -26,6 +26,7 @@ V1_READS = {"get_customer", "list_customers", "get_plan", "list_plans", "list_co
             "list_subscriptions", "list_invoices", "list_credit_notes", "list_events", "get_event"}
 POLICY = {
     "billing_api": {"create_subscription", "get_subscription", "cancel_subscription", "change_plan",
+                    "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                     "ingest_usage", "current_usage", "list_meters",
                     "apply_coupon", "pause_subscription", "resume_subscription", "uncancel_subscription",
                     "reactivate_subscription", "set_quantity",
@@ -55,6 +56,7 @@ POLICY = {
                       "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
                       "mark_outbox_failed_in_shard"},
     "billing_readonly": {"get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
+                         "resolve_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                          "current_usage", "usage_between", "list_meters",
                          "proration_amount", "dunning_next_attempt", "is_simulation",
                          "list_refunds", "report_mrr", "report_mrr_movements",
@@ -63,8 +65,10 @@ POLICY = {
                          "customer_locales"},
     # Customers' personal data (names, emails, addresses, tax ids, payment-method references): its own job.
     "billing_support": {"get_subscription", "plan_code", "is_simulation", "list_payment_methods", "list_refunds",
+                        "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                         "get_invoice_document", "list_notifications"},
     "billing_admin": {"upsert_plan", "upsert_customer", "upsert_coupon",
+                      "import_customers", "import_subscriptions", "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                       "upsert_meter", "list_meters", "usage_partitions", "current_usage", "usage_between", "upsert_plan_charge",
                       "set_trial_will_end_notice", "create_api_key", "list_api_keys", "revoke_api_key",
                       "read_audit", "set_max_clock_skew", "status_summary", "outbox_stats", "get_subscription",
@@ -88,7 +92,8 @@ POLICY = {
 }
 # The findings of the issue, by name: who must never reach these.
 NEVER = {
-    "billing_api": {"record_payment_result", "upsert_plan", "mark_outbox_published", "create_due_invoices",
+    "billing_api": {"import_subscriptions", "import_customers",  # a period "paid elsewhere" is an operator's word
+                    "record_payment_result", "upsert_plan", "mark_outbox_published", "create_due_invoices",
                     "claim_charges", "create_api_key", "set_max_clock_skew", "claim_refunds", "upsert_coupon",
                     "set_trial_will_end_notice", "record_refund_result", "claim_refund_rechecks"},
     "billing_worker": {"upsert_plan", "upsert_coupon", "create_api_key", "mark_outbox_published", "cancel_subscription",
@@ -97,7 +102,7 @@ NEVER = {
                       "record_refund_result", "void_invoice"},
     "billing_readonly": {"create_subscription", "record_payment_result", "upsert_plan", "mark_outbox_published",
                          "refund_invoice", "set_payment_method", "void_invoice", "retry_invoice",
-                         "list_payment_methods", "get_invoice_document"},
+                         "list_payment_methods", "get_invoice_document", "get_customer_by_external_id"},
     "billing_support": {"create_subscription", "record_payment_result", "refund_invoice", "set_payment_method",
                         "set_customer_details", "void_invoice", "record_refund_result", "apply_gateway_webhook"},
     "billing_admin": {"record_payment_result", "claim_charges", "mark_outbox_published", "apply_gateway_webhook"},

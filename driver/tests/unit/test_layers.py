@@ -29,7 +29,7 @@ LAYERS: list[set[str]] = [
     # 4 the payment gateway's protocol (client, simulator)
     {"gateway"},
     # 5 the parts the jobs are made of
-    {"providers", "limiter", "invoices", "events", "usage"},
+    {"providers", "limiter", "invoices", "events", "usage", "importer"},
     # 6 the jobs: the worker's loops, the operator console
     {"worker", "console", "portal"},
     # 7 the HTTP API (it mounts the console)
