@@ -51,9 +51,11 @@ COMMENT ON FUNCTION billing.get_customer(bigint) IS
 'Reads one customer.
 Returns the row, or none for an unknown customer.';
 
+DROP FUNCTION IF EXISTS billing.create_customer(bigint, text, text, text, text, text, text, text, text, text, text);
 CREATE OR REPLACE FUNCTION billing.create_customer(
     p_customer_id bigint, p_timezone text, p_name text, p_email text, p_address text, p_city text,
-    p_postal_code text, p_region text, p_country text, p_tax_id text, p_tax_status text DEFAULT 'TAXABLE')
+    p_postal_code text, p_region text, p_country text, p_tax_id text, p_tax_status text DEFAULT 'TAXABLE',
+    p_external_id text DEFAULT NULL)
 RETURNS billing.customer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -68,14 +70,14 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL409', MESSAGE = format('customer %s already exists', p_customer_id),
             HINT = 'Update it (set_customer_details) instead.';
     END IF;
-    PERFORM billing.upsert_customer(p_customer_id, coalesce(p_timezone, 'UTC'));
+    PERFORM billing.upsert_customer(p_customer_id, coalesce(p_timezone, 'UTC'), p_external_id);
     RETURN billing.set_customer_details(p_customer_id, p_name, p_email, p_address, p_city, p_postal_code, p_region,
                                         p_country, p_tax_id, coalesce(p_tax_status, 'TAXABLE'));
 END
 $$;
-COMMENT ON FUNCTION billing.create_customer(bigint, text, text, text, text, text, text, text, text, text, text) IS
-'Creates the customer p_customer_id with its time zone and billing details (the checks of upsert_customer and set_customer_details).
-Returns the customer; BL409 when it exists already, BL422 for a bad id, time zone or detail.';
+COMMENT ON FUNCTION billing.create_customer(bigint, text, text, text, text, text, text, text, text, text, text, text) IS
+'Creates the customer p_customer_id with its time zone, billing details and optional external id (the checks of upsert_customer and set_customer_details).
+Returns the customer; BL409 when it exists already or the external id is taken, BL422 for a bad id, time zone, detail or external id.';
 
 CREATE OR REPLACE FUNCTION billing.list_customers(
     p_limit integer, p_starting_after bigint DEFAULT NULL, p_ending_before bigint DEFAULT NULL, p_email text DEFAULT NULL)

@@ -122,7 +122,7 @@ _API_SUBSCRIPTION = ("SELECT s.*, billing.plan_code(s.plan_id) AS plan_code, "
 API_CREATE_SUBSCRIPTION = _API_SUBSCRIPTION.format(
     extra=", s.created_at = now() AS created",
     call="create_subscription(%(key)s, %(customer_id)s, %(plan_code)s, %(now)s, %(trial_days)s, %(coupon_code)s, "
-         "%(quantity)s)")
+         "%(quantity)s, %(external_id)s)")
 API_GET_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="get_subscription(%(id)s)")
 API_CANCEL_SUBSCRIPTION = _API_SUBSCRIPTION.format(
     extra="", call="cancel_subscription(%(id)s, %(at_period_end)s, %(now)s, %(expected_version)s)")
@@ -359,8 +359,11 @@ ADVANCE_SEQUENCE = "SELECT setval(format('%%I.%%I', %(schema)s::text, %(name)s::
 V1_GET_CUSTOMER = "SELECT * FROM billing.get_customer(%(id)s)"
 V1_CREATE_CUSTOMER = (
     "SELECT * FROM billing.create_customer(%(id)s, %(timezone)s, %(name)s, %(email)s, %(address)s, %(city)s, "
-    "%(postal_code)s, %(region)s, %(country)s, %(tax_id)s, %(tax_status)s)"
+    "%(postal_code)s, %(region)s, %(country)s, %(tax_id)s, %(tax_status)s, %(external_id)s)"
 )
+# A path's id that is not ours (digits) is the caller's external id (db/functions/21_external_ids.sql).
+V1_RESOLVE_EXTERNAL_ID = "SELECT billing.resolve_external_id(%(kind)s, %(external_id)s) AS id"
+V1_GET_PLAN_BY_EXTERNAL_ID = "SELECT * FROM billing.get_plan_by_external_id(%(external_id)s)"
 # An update of some details: the fields not given keep their value (read and written in one statement).
 V1_UPDATE_CUSTOMER = (
     "SELECT d.* FROM billing.get_customer(%(id)s) c CROSS JOIN LATERAL billing.set_customer_details(c.id, "
@@ -377,7 +380,7 @@ V1_GET_PLAN = "SELECT * FROM billing.get_plan(%(code)s)"
 V1_LIST_PLANS = "SELECT * FROM billing.list_plans(%(limit)s, %(after)s, %(before)s)"
 V1_UPSERT_PLAN = (
     "SELECT * FROM billing.upsert_plan(%(code)s, %(price)s, %(currency)s, %(interval)s, %(count)s, %(now)s, "
-    "%(billing_day)s)"
+    "%(billing_day)s, %(external_id)s)"
 )
 V1_LIST_COUPONS = "SELECT * FROM billing.list_coupons(%(limit)s, %(after)s, %(before)s)"
 V1_LIST_TAX_RATES = "SELECT * FROM billing.list_tax_rates(%(limit)s, %(after)s, %(before)s)"

@@ -267,3 +267,38 @@ def test_the_documented_routes_are_the_served_ones(db_url):
     documented = {(m, p) for p, item in OPENAPI["paths"].items() for m in item}
     assert served == documented, {"served, not documented": served - documented,
                                   "documented, not served": documented - served}
+
+
+def test_external_ids_work_wherever_our_ids_do(db_url):
+    seed_plans(db_url)
+
+    async def body():
+        async with api_client(db_url, clock=SimulatedClock(T0)) as client:
+            r = await client.post("/v1/customers", json={"id": 61, "externalId": "cus_ext_61", "email": "e@x.com"})
+            assert r.status_code == 201 and r.json()["externalId"] == "cus_ext_61", r.text
+            assert_error(await client.post("/v1/customers", json={"id": 62, "externalId": "cus_ext_61"}), 409)
+            assert (await client.get("/v1/customers/cus_ext_61")).json()["id"] == 61
+            assert (await client.post("/v1/customers/cus_ext_61", json={"city": "Oslo"})).json()["city"] == "Oslo"
+            listed = (await client.get("/v1/customers", params={"external_id": "cus_ext_61"})).json()["data"]
+            assert [c["id"] for c in listed] == [61]
+            assert (await client.get("/v1/customers", params={"external_id": "cus_nobody"})).json()["data"] == []
+            assert_error(await client.get("/v1/customers/cus_nobody"), 404)
+            assert_error(await client.get("/v1/customers/%20padded%20"), 404)
+            r = await client.post("/v1/plans", json={"code": "EXT_PLAN", "priceAmount": 700, "currency": "USD",
+                                                     "billingInterval": "MONTH", "externalId": "price_ext_1"})
+            assert r.status_code == 201 and r.json()["externalId"] == "price_ext_1", r.text
+            assert (await client.get("/v1/plans/price_ext_1")).json()["code"] == "EXT_PLAN"
+            r = await client.post("/v1/subscriptions", json={"customerId": 61, "planCode": "EXT_PLAN",
+                                                             "externalId": "sub_ext_1"}, headers={"Idempotency-Key": "e1"})
+            assert r.status_code == 201 and r.json()["externalId"] == "sub_ext_1", r.text
+            sub = r.json()["id"]
+            assert (await client.get("/v1/subscriptions/sub_ext_1")).json()["id"] == sub
+            assert [s["id"] for s in (await client.get("/v1/subscriptions", params={"external_id": "sub_ext_1"})).json()[
+                "data"]] == [sub]
+            r = await client.post("/v1/subscriptions/sub_ext_1/cancel", json={"atPeriodEnd": True})
+            assert r.status_code == 200 and r.json()["cancelAtPeriodEnd"] is True, r.text
+            assert_error(await client.post("/v1/subscriptions/sub_nobody/cancel", json={"atPeriodEnd": True}), 404)
+            # the unprefixed (deprecated) paths keep our ids only
+            assert_error(await client.get("/subscriptions/sub_ext_1"), 400)
+
+    run(body())

@@ -53,7 +53,7 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
             internal = made
         if router not in NOT_ALIASED:
             aliased.extend(made)
-    routes.extend(v1.aliases(aliased))  # /v1/<path> for every resource route (docs/http-api.md)
+    routes.extend(v1.aliases(aliased, api.database))  # /v1/<path> for every resource route (docs/http-api.md)
     # The operator console (docs/console.md): its own login with the same API keys.
     routes.append(Mount("/console", app=create_console(api.database, settings, clock=api.clock, limiter=api.limiter)))
 

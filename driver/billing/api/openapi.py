@@ -26,6 +26,7 @@ _SUBSCRIPTION = {
         "resumeAt": {"type": ["string", "null"], "format": "date-time"},
         "scheduledPlanCode": {"type": ["string", "null"]},
         "couponCode": {"type": ["string", "null"]},
+        "externalId": {"type": ["string", "null"], "description": "Your own id of the subscription (unique)"},
     },
 }
 _COUPON = {
@@ -170,7 +171,10 @@ _BASE: dict = {
                                "planCode": {"type": "string", "minLength": 1, "maxLength": 100},
                                "trialDays": {"type": "integer", "minimum": 0, "maximum": 730},
                                "couponCode": {"type": "string", "minLength": 1, "maxLength": 64},
-                               "quantity": {"type": "integer", "minimum": 1, "maximum": 1000000}}}}}},
+                               "quantity": {"type": "integer", "minimum": 1, "maximum": 1000000},
+                               "externalId": {"type": "string", "minLength": 1, "maxLength": 255,
+                                              "description": "Your own id of the subscription (unique); usable "
+                                                             "in /v1 paths wherever its id is"}}}}}},
             "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
             "responses": {"201": _sub_ok("Created"), "200": _sub_ok("The key replays an earlier request"),
                           **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503)},
@@ -471,7 +475,8 @@ _CUSTOMER = {
                    "address": _NULLABLE_TEXT, "city": _NULLABLE_TEXT, "postalCode": _NULLABLE_TEXT,
                    "region": _NULLABLE_TEXT, "country": _NULLABLE_TEXT, "taxId": _NULLABLE_TEXT,
                    "taxStatus": {"type": "string", "enum": ["TAXABLE", "EXEMPT", "REVERSE_CHARGE"]},
-                   "locale": {"type": "string"}, "createdAt": {"type": "string", "format": "date-time"},
+                   "locale": {"type": "string"}, "externalId": _NULLABLE_TEXT,
+                   "createdAt": {"type": "string", "format": "date-time"},
                    "updatedAt": {"type": "string", "format": "date-time"}},
 }
 _PLAN = {
@@ -480,6 +485,7 @@ _PLAN = {
                    "priceAmount": {"type": "integer", "format": "int64"}, "currency": {"type": "string"},
                    "billingInterval": {"type": "string"}, "intervalCount": {"type": "integer"},
                    "billingDay": {"type": ["integer", "null"]}, "priceEffectiveFrom": _NULLABLE_TIME,
+                   "externalId": _NULLABLE_TEXT,
                    "createdAt": {"type": "string", "format": "date-time"}},
 }
 _TAX_RATE = {
@@ -574,31 +580,40 @@ _CUSTOMER_DETAILS = {
     "country": {"type": ["string", "null"], "maxLength": 500}, "taxId": {"type": ["string", "null"], "maxLength": 500},
     "taxStatus": {"type": ["string", "null"], "enum": ["TAXABLE", "EXEMPT", "REVERSE_CHARGE", None]},
 }
-_CODE_PARAM = {"name": "code", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 100}}
+_CODE_PARAM = {"name": "code", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+               "description": "The plan's code, or your external id of it"}
+# Under /v1, a customer's or a subscription's id in a path may be your external id instead (anything
+# that is not all digits).
+_REF_PARAM = {"name": "id", "in": "path", "required": True,
+              "description": "Our id (digits), or your external id (anything else)",
+              "schema": {"oneOf": [{"type": "integer", "format": "int64", "minimum": 1},
+                                   {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "[^0-9]"}]}}
 
 _V1_PATHS: dict = {
     "/v1/customers": {
         **_list_op("listCustomers", "customers:read", "Customers, newest first", "Customer",
-                   [_query("email", {"type": "string", "maxLength": 320}, "Exactly this email, case-insensitive")]),
+                   [_query("email", {"type": "string", "maxLength": 320}, "Exactly this email, case-insensitive"),
+                    _query("external_id", {"type": "string", "maxLength": 255}, "The customer of this external id")]),
         "post": {"operationId": "createCustomer", "security": [{"apiKey": []}], "x-scope": "customers:write",
                  "description": "Creates a customer under your own id, with its billing details.",
                  "requestBody": _body(["id"], {"id": {"type": "integer", "format": "int64", "minimum": 1},
+                                               "externalId": {"type": "string", "minLength": 1, "maxLength": 255},
                                                "timezone": {"type": ["string", "null"], "maxLength": 64},
                                                **_CUSTOMER_DETAILS}),
                  "responses": {**_ok("Created", "Customer", "201"), **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503)}},
     },
     "/v1/customers/{id}": {
         "get": {"operationId": "getCustomer", "security": [{"apiKey": []}], "x-scope": "customers:read",
-                "parameters": [_ID_PARAM],
+                "parameters": [_REF_PARAM],
                 "responses": {**_ok("The customer", "Customer"), **_errors(400, 401, 403, 404, 429, 503)}},
         "post": {"operationId": "updateCustomer", "security": [{"apiKey": []}], "x-scope": "customers:write",
                  "description": "Sets the billing details given (a field absent keeps its value; null clears it).",
-                 "parameters": [_ID_PARAM], "requestBody": _body([], _CUSTOMER_DETAILS),
+                 "parameters": [_REF_PARAM], "requestBody": _body([], _CUSTOMER_DETAILS),
                  "responses": {**_ok("The customer", "Customer"), **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)}},
     },
     "/v1/customers/{id}/payment-methods": {"get": {
         "operationId": "listPaymentMethods", "security": [{"apiKey": []}], "x-scope": "subscriptions:read",
-        "parameters": [_ID_PARAM],
+        "parameters": [_REF_PARAM],
         "responses": {"200": _page_ok("The customer's payment methods, the default first (one page)", "PaymentMethod"),
                       **_errors(400, 401, 403, 404, 429, 503)}}},
     "/v1/plans": {
@@ -610,7 +625,8 @@ _V1_PATHS: dict = {
                      "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
                      "billingInterval": {"type": "string", "enum": ["DAY", "WEEK", "MONTH", "YEAR"]},
                      "intervalCount": {"type": "integer", "minimum": 1, "maximum": 1000},
-                     "billingDay": {"type": "integer", "minimum": 1, "maximum": 31}}),
+                     "billingDay": {"type": "integer", "minimum": 1, "maximum": 31},
+                     "externalId": {"type": "string", "minLength": 1, "maxLength": 255}}),
                  "responses": {**_ok("Created", "Plan", "201"), **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503)}},
     },
     "/v1/plans/{code}": {"get": {
@@ -642,6 +658,7 @@ _V1_PATHS: dict = {
                                      _SUBSCRIPTION_ITEM, [
         _query("customer_id", _ID_QUERY), _query("status", {"type": "string", "enum": list(_SUBSCRIPTION["properties"]["status"]["enum"])}),
         _query("plan_code", {"type": "string", "maxLength": 100}),
+        _query("external_id", {"type": "string", "maxLength": 255}, "The subscription of this external id"),
         _query("created_from", _TIME_QUERY, "Created at or after"), _query("created_to", _TIME_QUERY, "Created before")])},
     "/v1/invoices": _list_op("listInvoices", "subscriptions:read", "Invoices, newest first", "Invoice", [
         _query("customer_id", _ID_QUERY), _query("subscription_id", _ID_QUERY),
@@ -681,12 +698,21 @@ for _name, _what in (("churn", "Churn per month and currency"), ("revenue", "Rev
 UNVERSIONED = ("/healthz", "/metrics", "/openapi.json", "/webhooks/payments", "/webhooks/stripe")
 
 
+def _by_reference(path: str, item: dict) -> dict:
+    """/v1/customers/{id}... and /v1/subscriptions/{id}...: the id may be an external id."""
+    if not path.startswith(("/customers/{id}", "/subscriptions/{id}")):
+        return item
+    return {method: {**op, "parameters": [_REF_PARAM if p is _ID_PARAM or (p.get("in") == "path" and p["name"] == "id")
+                                          else p for p in op.get("parameters", [])]}
+            for method, op in item.items()}
+
+
 def _versioned(paths: dict) -> dict:
     out: dict = {}
     for path, item in paths.items():
         if path in UNVERSIONED:
             continue
-        out["/v1" + path] = item
+        out["/v1" + path] = _by_reference(path, item)
     for path, item in paths.items():
         if path in UNVERSIONED:
             out[path] = item

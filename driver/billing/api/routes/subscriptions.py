@@ -23,7 +23,8 @@ def routes(api: Api) -> list[BaseRoute]:
     @endpoint_of("/subscriptions")
     async def create_subscription(request: Request) -> Response:
         key = idempotency_key(request)
-        doc = await json_object(request, allowed={"customerId", "planCode", "trialDays", "couponCode", "quantity"},
+        doc = await json_object(request, allowed={"customerId", "planCode", "trialDays", "couponCode", "quantity",
+                                                  "externalId"},
                                 required={"customerId", "planCode"})
         customer_id = bigint_field(doc, "customerId")
         plan_code = text_field(doc, "planCode")
@@ -39,7 +40,8 @@ def routes(api: Api) -> list[BaseRoute]:
         row = await database.mutate(actor(request), db.API_CREATE_SUBSCRIPTION, {
             "key": key, "customer_id": customer_id,
             "plan_code": plan_code, "now": clock.now(), "trial_days": trial_days, "coupon_code": coupon,
-            "quantity": quantity})
+            "quantity": quantity,
+            "external_id": text_field(doc, "externalId", max_len=255) if doc.get("externalId") is not None else None})
         created = bool(row and row["created"])
         return subscription_response(row, 201 if created else 200, {"Location": f"/subscriptions/{row['id']}"})
 

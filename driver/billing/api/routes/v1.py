@@ -21,19 +21,20 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Callable
 
+import psycopg
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from billing import db
 from billing.api.context import Api, actor, bound_customer, require_customer, utc
-from billing.api.errors import endpoint_of
+from billing.api.errors import database_error, endpoint_of
 from billing.api.routes.coupons import coupon_json
 from billing.api.routes.customers import payment_method_json
 from billing.api.routes.invoices import invoice_json
 from billing.api.routes.refunds import refund_json
 from billing.api.validation import (
-    BIGINT_MAX, ApiError, bool_field, instant_field, int_field, json_object, path_id, query_int, query_text,
+    BIGINT_MAX, ApiError, bool_field, error_response, instant_field, int_field, json_object, path_id, query_int, query_text,
     subscription_json, text_field,
 )
 
@@ -54,14 +55,16 @@ def customer_json(row: dict) -> dict:
     return {"object": "customer", "id": row["id"], "timezone": row["timezone"], "name": row["name"],
             "email": row["email"], "address": row["address"], "city": row["city"], "postalCode": row["postal_code"],
             "region": row["region"], "country": row["country"], "taxId": row["tax_id"], "taxStatus": row["tax_status"],
-            "locale": row["locale"], "createdAt": utc(row["created_at"]), "updatedAt": utc(row["updated_at"])}
+            "locale": row["locale"], "externalId": row.get("external_id"), "createdAt": utc(row["created_at"]),
+            "updatedAt": utc(row["updated_at"])}
 
 
 def plan_json(row: dict) -> dict:
     return {"object": "plan", "id": row["id"], "code": row["code"], "priceAmount": row["price_amount"],
             "currency": row["currency"].strip(), "billingInterval": row["billing_interval"],
             "intervalCount": row["interval_count"], "billingDay": row["billing_day"],
-            "priceEffectiveFrom": utc(row["price_effective_from"]), "createdAt": utc(row["created_at"])}
+            "priceEffectiveFrom": utc(row["price_effective_from"]), "externalId": row.get("external_id"),
+            "createdAt": utc(row["created_at"])}
 
 
 def tax_rate_json(row: dict) -> dict:
@@ -186,9 +189,20 @@ def optional_text(doc: dict, name: str, max_len: int) -> str | None:
     return text_field(doc, name, max_len=max_len) if doc.get(name) is not None else None
 
 
+async def resolve(database, kind: str, external_id: str) -> int | None:
+    """Our id of the caller's external id of a `kind`, or None (a malformed one names nothing)."""
+    try:
+        row = await database.one(db.V1_RESOLVE_EXTERNAL_ID, {"kind": kind, "external_id": external_id})
+    except psycopg.Error as exc:
+        if db.contract_error(exc) is None:
+            raise
+        return None
+    return row["id"] if row else None
+
+
 def plan_code_of(request: Request) -> str:
     code = request.path_params["code"]
-    if not code or len(code) > 100 or not code.isprintable():
+    if not code or len(code) > 255 or not code.isprintable():
         raise ApiError(404, "not_found", "no such plan")
     return code
 
@@ -196,11 +210,48 @@ def plan_code_of(request: Request) -> str:
 # -- the routes ----------------------------------------------------------------------------------------
 
 
-def aliases(routers) -> list[BaseRoute]:
-    """The routes of `routers` again under /v1, the same handlers (their unprefixed paths: deprecated)."""
+def _kind_of(path: str) -> str | None:
+    if path.startswith("/customers/{id}") or path.startswith("/v1/customers/{id}"):
+        return "customer"
+    if path.startswith("/subscriptions/{id}") or path.startswith("/v1/subscriptions/{id}"):
+        return "subscription"
+    return None
+
+
+def by_reference(database, kind: str, endpoint):
+    """The endpoint with its path id resolved first: our id (digits) as is, anything else the
+    caller's external id of a `kind` (billing.resolve_external_id); unknown: 404."""
+
+    async def resolved(request: Request) -> Response:
+        raw = request.path_params.get("id", "")
+        if raw and not (raw.isascii() and raw.isdigit()):
+            try:
+                if len(raw) > 255 or not raw.isprintable():
+                    raise ApiError(404, "not_found", f"no such {kind}")
+                row = await database.one(db.V1_RESOLVE_EXTERNAL_ID, {"kind": kind, "external_id": raw})
+                if row is None or row["id"] is None:
+                    raise ApiError(404, "not_found", f"no {kind} has the external id {raw[:60]!r}")
+            except ApiError as exc:
+                return error_response(exc.status, exc.code, exc.message, exc.headers)
+            except psycopg.Error as exc:
+                if db.contract_error(exc) is not None:  # a malformed external id: no such thing
+                    return error_response(404, "not_found", f"no such {kind}")
+                return database_error(exc, None)
+            request.path_params["id"] = str(row["id"])
+        return await endpoint(request)
+
+    resolved.__name__ = getattr(endpoint, "__name__", "endpoint")
+    return resolved
+
+
+def aliases(routers, database) -> list[BaseRoute]:
+    """The routes of `routers` again under /v1, the same handlers (their unprefixed paths: deprecated);
+    under /v1 a customer's or subscription's path id may be the caller's external id."""
     made = []
     for route in routers:
-        made.append(Route(PREFIX + route.path, route.endpoint, methods=sorted(route.methods - {"HEAD"})))
+        kind = _kind_of(route.path)
+        endpoint = by_reference(database, kind, route.endpoint) if kind else route.endpoint
+        made.append(Route(PREFIX + route.path, endpoint, methods=sorted(route.methods - {"HEAD"})))
     return made
 
 
@@ -212,16 +263,23 @@ def routes(api: Api) -> list[BaseRoute]:
     async def list_customers(request: Request) -> Response:
         page = Page(request)
         email = query_text(request.query_params, "email", 320)
+        external = query_text(request.query_params, "external_id", 255)
+        if external is not None:  # one customer at most
+            ref = await resolve(database, "customer", external)
+            rows = [] if ref is None else await database.all(db.V1_GET_CUSTOMER, {"id": ref})
+            rows = [r for r in rows if email is None or (r["email"] or "").lower() == email.lower()]
+            return page.answer(rows if page.after is None and page.before is None else [], customer_json, "id")
         rows = await database.all(db.V1_LIST_CUSTOMERS, {**page.params(), "email": email})
         return page.answer(rows, customer_json, "id")
 
     @endpoint_of("/v1/customers")
     async def create_customer(request: Request) -> Response:
-        doc = await json_object(request, allowed={"id", "timezone", *CUSTOMER_FIELDS}, required={"id"})
+        doc = await json_object(request, allowed={"id", "timezone", "externalId", *CUSTOMER_FIELDS}, required={"id"})
         customer_id = int_field(doc, "id", 1, BIGINT_MAX)
         values = {column: optional_text(doc, field, 500) for field, column in CUSTOMER_FIELDS.items()}
         row = await database.mutate(actor(request), db.V1_CREATE_CUSTOMER, {
-            "id": customer_id, "timezone": optional_text(doc, "timezone", 64), **values})
+            "id": customer_id, "timezone": optional_text(doc, "timezone", 64),
+            "external_id": optional_text(doc, "externalId", 255), **values})
         return JSONResponse(customer_json(row), status_code=201, headers={"Location": f"/v1/customers/{customer_id}"})
 
     @endpoint_of("/v1/customers/{id}")
@@ -264,9 +322,10 @@ def routes(api: Api) -> list[BaseRoute]:
     @endpoint_of("/v1/plans")
     async def create_plan(request: Request) -> Response:
         doc = await json_object(request, allowed={"code", "priceAmount", "currency", "billingInterval",
-                                                  "intervalCount", "billingDay"},
+                                                  "intervalCount", "billingDay", "externalId"},
                                 required={"code", "priceAmount", "currency", "billingInterval"})
         code = text_field(doc, "code", max_len=100)
+        external_id = optional_text(doc, "externalId", 255)
         existing = await database.one(db.V1_GET_PLAN, {"code": code})
         if existing is not None:
             raise ApiError(409, "conflict", f"plan {code} exists; a new price is POST /v1/plans/{code}/prices")
@@ -276,33 +335,44 @@ def routes(api: Api) -> list[BaseRoute]:
             "interval": text_field(doc, "billingInterval", max_len=10),
             "count": int_field(doc, "intervalCount", 1, 1000) if doc.get("intervalCount") is not None else 1,
             "now": clock.now(),
-            "billing_day": int_field(doc, "billingDay", 1, 31) if doc.get("billingDay") is not None else None})
+            "billing_day": int_field(doc, "billingDay", 1, 31) if doc.get("billingDay") is not None else None,
+            "external_id": external_id})
         return JSONResponse(plan_json(row), status_code=201, headers={"Location": f"/v1/plans/{code}"})
+
+    async def plan_by_reference(request: Request) -> dict:
+        """The plan of a path's {code}: its code, else the caller's external id of it."""
+        ref = plan_code_of(request)
+        row = await database.one(db.V1_GET_PLAN, {"code": ref})
+        if row is None:
+            try:
+                row = await database.one(db.V1_GET_PLAN_BY_EXTERNAL_ID, {"external_id": ref})
+            except psycopg.Error as exc:
+                if db.contract_error(exc) is None:
+                    raise
+                row = None
+        if row is None:
+            raise ApiError(404, "not_found", "no such plan")
+        return row
 
     @endpoint_of("/v1/plans/{code}")
     async def get_plan(request: Request) -> Response:
-        row = await database.one(db.V1_GET_PLAN, {"code": plan_code_of(request)})
-        if row is None:
-            raise ApiError(404, "not_found", "no such plan")
-        return JSONResponse(plan_json(row))
+        return JSONResponse(plan_json(await plan_by_reference(request)))
 
     @endpoint_of("/v1/plans/{code}/prices")
     async def new_price(request: Request) -> Response:
-        code = plan_code_of(request)
+        plan = await plan_by_reference(request)
+        code = plan["code"]
         doc = await json_object(request, allowed={"priceAmount", "effectiveFrom"}, required={"priceAmount"})
         now = clock.now()
         effective = instant_field(doc, "effectiveFrom") if doc.get("effectiveFrom") is not None else now
         if effective < now:
             raise ApiError(422, "invalid_input", "effectiveFrom must not be in the past: periods already started "
                                                  "keep their price")
-        plan = await database.one(db.V1_GET_PLAN, {"code": code})
-        if plan is None:
-            raise ApiError(404, "not_found", "no such plan")
         # The same plan with a new price from `effective` (upsert_plan keeps the history in plan_price).
         row = await database.mutate(actor(request), db.V1_UPSERT_PLAN, {
             "code": code, "price": int_field(doc, "priceAmount", 0, BIGINT_MAX),
             "currency": plan["currency"].strip(), "interval": plan["billing_interval"],
-            "count": plan["interval_count"], "now": effective, "billing_day": plan["billing_day"]})
+            "count": plan["interval_count"], "now": effective, "billing_day": plan["billing_day"], "external_id": None})
         return JSONResponse(plan_json(row))
 
     @endpoint_of("/v1/coupons")
@@ -330,6 +400,13 @@ def routes(api: Api) -> list[BaseRoute]:
     @endpoint_of("/v1/subscriptions")
     async def list_subscriptions(request: Request) -> Response:
         page, q = Page(request), request.query_params
+        external = query_text(q, "external_id", 255)
+        if external is not None:
+            ref = await resolve(database, "subscription", external)
+            rows = [] if ref is None else [await database.one(db.API_GET_SUBSCRIPTION, {"id": ref})]
+            bound = bound_customer(request)
+            rows = [r for r in rows if bound is None or r["customer_id"] == bound]
+            return page.answer(rows if page.after is None and page.before is None else [], subscription_item, "id")
         rows = await database.all(db.V1_LIST_SUBSCRIPTIONS, {
             **page.params(), "customer_id": customer_scope(request, query_int(q, "customer_id", 1, BIGINT_MAX)),
             "status": query_choice(q, "status", SUBSCRIPTION_STATUSES), "plan_code": query_text(q, "plan_code", 100),
@@ -425,9 +502,10 @@ def routes(api: Api) -> list[BaseRoute]:
     return [
         Route("/v1/customers", list_customers, methods=["GET"]),
         Route("/v1/customers", create_customer, methods=["POST"]),
-        Route("/v1/customers/{id}", get_customer, methods=["GET"]),
-        Route("/v1/customers/{id}", update_customer, methods=["POST"]),
-        Route("/v1/customers/{id}/payment-methods", list_payment_methods, methods=["GET"]),
+        Route("/v1/customers/{id}", by_reference(database, "customer", get_customer), methods=["GET"]),
+        Route("/v1/customers/{id}", by_reference(database, "customer", update_customer), methods=["POST"]),
+        Route("/v1/customers/{id}/payment-methods", by_reference(database, "customer", list_payment_methods),
+              methods=["GET"]),
         Route("/v1/plans", list_plans, methods=["GET"]),
         Route("/v1/plans", create_plan, methods=["POST"]),
         Route("/v1/plans/{code}", get_plan, methods=["GET"]),
