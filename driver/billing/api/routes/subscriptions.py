@@ -27,6 +27,8 @@ def routes(api: Api) -> list[BaseRoute]:
                                                   "externalId"},
                                 required={"customerId", "planCode"})
         customer_id = bigint_field(doc, "customerId")
+        if customer_id < 1:  # found by the fuzzer: customer 0 was accepted, its events broke their schema
+            raise ApiError(422, "invalid_input", "customerId must be a positive integer")
         plan_code = text_field(doc, "planCode")
         trial_days = int_field(doc, "trialDays", 0, 730) if doc.get("trialDays") is not None else 0
         coupon = text_field(doc, "couponCode", max_len=64) if doc.get("couponCode") is not None else None

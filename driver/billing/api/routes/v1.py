@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import uuid
+from urllib.parse import quote
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Callable
@@ -337,7 +338,7 @@ def routes(api: Api) -> list[BaseRoute]:
             "now": clock.now(),
             "billing_day": int_field(doc, "billingDay", 1, 31) if doc.get("billingDay") is not None else None,
             "external_id": external_id})
-        return JSONResponse(plan_json(row), status_code=201, headers={"Location": f"/v1/plans/{code}"})
+        return JSONResponse(plan_json(row), status_code=201, headers={"Location": f"/v1/plans/{quote(code, safe='')}"})
 
     async def plan_by_reference(request: Request) -> dict:
         """The plan of a path's {code}: its code, else the caller's external id of it."""
