@@ -199,6 +199,15 @@ clean: services-stop
 openapi: venv
 	@$(BIN)/python -c "from billing.api.openapi import write; write()"
 
+# The Python client (clients/python/) generated from docs/openapi.json by openapi-python-client, run from
+# a tool venv of its own (never the project's); unit/test_python_client.py fails when it is stale.
+OPENAPI_CLIENT_VERSION ?= 0.26.2
+client: openapi
+	@test -x $(CACHE)/openapi-client-venv/bin/openapi-python-client || \
+	 { python3 -m venv $(CACHE)/openapi-client-venv && \
+	   $(CACHE)/openapi-client-venv/bin/pip install -q "openapi-python-client==$(OPENAPI_CLIENT_VERSION)"; }
+	@$(BIN)/python clients/generate.py $(CACHE)/openapi-client-venv/bin/openapi-python-client
+
 # Regenerate db/schema.snapshot (the drift test compares a migrated database with it).
 schema-snapshot: venv services
 	@source $(SERVICES_ENV) && base=$${BILLING_TEST_DATABASE_URL%/*} && url="$$base/billing_snapshot" && \
