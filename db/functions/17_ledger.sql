@@ -450,3 +450,66 @@ $$;
 COMMENT ON FUNCTION billing._cancel_unused(billing.subscription, timestamptz, text, timestamptz) IS
 'Private: the unused paid time of a subscription canceled now at p_at given back per p_proration: none, credit (capped, pending while the period is unpaid) or refund (engine refunds of the charges that paid the period, capped at what it kept; RefundDue each); its lines reversed.
 Returns the amount given back.';
+
+-- An unpaid change whose invoice failed or was voided (p_invoice, a PRORATION that reversed lines
+-- and sold new ones): its lines fall, and the lines it had reversed are in force again. When the
+-- lines it sold were themselves reversed by a later change at t2 (a pause, a cancellation, another
+-- change), the restored lines end at t2 too: a REVERSAL worth 0 from t2 (nothing was given back for
+-- that time: the later change's credit waited on this invoice and is reversed with it). So no time
+-- is sold twice once the failed change is undone. (Found by the widened money adversary: seats added
+-- unpaid, a pause, the seats' invoice given up: the month's first line sold again beside the period
+-- the resume started.)
+CREATE OR REPLACE FUNCTION billing._end_restored_lines(p_invoice billing.invoice, p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_ended  timestamptz;
+    v_rev    billing.service_line;
+    v_line   billing.service_line;
+    v_other  billing.service_line;
+    v_in     boolean;
+    v_n      integer := 0;
+BEGIN
+    -- When the time the dead invoice sold was ended by a later change: the earliest in-force reversal
+    -- of one of its CHARGE lines (read first, then checked: one shard on Citus).
+    FOR v_line IN SELECT * FROM billing.service_line l
+                   WHERE l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id AND l.kind = 'CHARGE' LOOP
+        FOR v_other IN SELECT * FROM billing.service_line r
+                        WHERE r.customer_id = v_line.customer_id AND r.reverses_id = v_line.id LOOP
+            IF billing._line_in_force(v_other) THEN
+                v_ended := least(coalesce(v_ended, v_other.span_start), v_other.span_start);
+            END IF;
+        END LOOP;
+    END LOOP;
+    IF v_ended IS NULL THEN
+        RETURN 0;  -- the terms it sold were current: the revert restores the old ones
+    END IF;
+    FOR v_rev IN SELECT * FROM billing.service_line l
+                  WHERE l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id AND l.kind = 'REVERSAL' LOOP
+        SELECT * INTO v_line FROM billing.service_line WHERE customer_id = v_rev.customer_id AND id = v_rev.reverses_id;
+        CONTINUE WHEN NOT FOUND OR NOT billing._line_in_force(v_line) OR v_line.span_end <= v_ended;
+        v_in := false;
+        FOR v_other IN SELECT * FROM billing.service_line r
+                        WHERE r.customer_id = v_line.customer_id AND r.reverses_id = v_line.id LOOP
+            IF billing._line_in_force(v_other) THEN
+                v_in := true;
+                EXIT;
+            END IF;
+        END LOOP;
+        CONTINUE WHEN v_in;
+        INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
+                                          span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
+                                          currency, reverses_id, basis_start, basis_gross, basis_net, created_at)
+        VALUES (v_line.customer_id, v_line.subscription_id, NULL, 'REVERSAL', v_line.item, v_line.plan_id, v_line.quantity,
+                v_line.unit_price, greatest(v_ended, v_line.span_start), v_line.span_end, 0, 0, v_line.coupon_code, 0, 0,
+                v_line.tax_inclusive, v_line.currency, v_line.id, greatest(v_ended, v_line.span_start), 0, 0, p_now);
+        v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION billing._end_restored_lines(billing.invoice, timestamptz) IS
+'Private: for a PRORATION invoice just FAILED or VOID whose sold lines a later change had ended at t2, ends the lines it had reversed (in force again) at t2 with a REVERSAL worth 0.
+Returns how many lines it ended.';

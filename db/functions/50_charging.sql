@@ -130,6 +130,11 @@ DECLARE
     v_sub   billing.subscription := p_sub;
     v_after billing.subscription;
 BEGIN
+    -- The service ledger (17_ledger): the lines it had reversed are in force again; those a later
+    -- change had ended stay ended.
+    IF p_invoice.kind = 'PRORATION' THEN
+        PERFORM billing._end_restored_lines(p_invoice, p_now);
+    END IF;
     IF p_invoice.kind = 'PRORATION' AND p_invoice.from_plan_id IS NOT NULL AND v_sub.status <> 'CANCELED'
        AND v_sub.plan_id = p_invoice.plan_id AND v_sub.current_period_end = p_invoice.period_end THEN
         UPDATE billing.subscription
@@ -180,6 +185,14 @@ BEGIN
     -- waited on it is reversed.
     PERFORM billing._restore_credit(v_invoice, p_now);
     PERFORM billing._settle_pending_credit(v_invoice, p_now);
+    IF v_sub.status = 'PAUSED' AND v_sub.resume_at <= p_now THEN
+        -- Paused with a resume date passed (the job had not run yet): it resumed then, as every call
+        -- settles it first (docs/lifecycle.md, "Due but not yet processed"), at the terms in force
+        -- then; what follows (a revert, the end) applies after. (Found by the widened money
+        -- adversary: an invoice waiting for a payment method, given up while its subscription was
+        -- paused past its resume date, ended it, or reverted its seats, without the resume.)
+        v_sub := billing._settle_due(v_sub, p_now);
+    END IF;
     IF v_invoice.kind = 'PRORATION' AND v_invoice.from_plan_id IS NOT NULL THEN
         -- A failed upgrade: reverted; the subscription keeps the plan paid for to its period end.
         PERFORM billing._revert_unpaid_change(v_invoice, v_sub, p_now);
@@ -199,13 +212,6 @@ BEGIN
             billing._invoice_data(v_invoice) || jsonb_build_object('reason', 'DUNNING_EXHAUSTED'), p_now);
         PERFORM billing._revert_unpaid_change(v_invoice, v_sub, p_now);
     ELSE
-        IF v_sub.status = 'PAUSED' AND v_sub.resume_at <= p_now THEN
-            -- Paused with a resume date passed (the job had not run yet): it resumed then, as every
-            -- call settles it first (docs/lifecycle.md, "Due but not yet processed"); then it ends.
-            -- (Found by the money adversary: an invoice waiting for a payment method, given up while
-            -- its subscription was paused past its resume date, ended it without the resume.)
-            v_sub := billing._settle_due(v_sub, p_now);
-        END IF;
         UPDATE billing.subscription
            SET status = 'CANCELED', canceled_at = p_now, cancel_reason = 'DUNNING_EXHAUSTED',
                version = version + 1, updated_at = p_now

@@ -565,6 +565,9 @@ def make_machine(db: Db, steps: int):
     return Adversary
 
 
+# 500 examples take 5-7 minutes alone on this 2-core host and over 10 beside the parallel pass's
+# other files: the default 600 s budget cut it short (a timeout, not a finding).
+@pytest.mark.timeout(1800)
 def test_an_adversarial_customer_cannot_make_money_from_nothing(db_url):
     db = Db(db_url)
     try:
@@ -654,6 +657,13 @@ REPLAYS = {
         ("charge_without_a_card", {}), ("clock_jump", dict(delta=timedelta(minutes=20))),
         ("pause", dict(data=Drawn(1), resume_in=20 * DAYS)), ("clock_jump", dict(delta=40 * DAYS)),
         ("charge_without_a_card", {})],
+    # issue 26's widened game: seats added unpaid, a pause, the seats' invoice given up: the year's
+    # first line, in force again, was sold beside the period the resume started
+    "seats added unpaid, a pause, the seats' invoice given up": [
+        ("subscribe", dict(customer=1, plan="Y_PRO", trial=0, coupon="BIG", quantity=1)),
+        ("seats", dict(data=Drawn(1), quantity=5)), ("charge_without_a_card", {}),
+        ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=40 * DAYS)),
+        ("charge_without_a_card", {}), ("renew", {})],
     "a passed resume date moved by pausing again": [
         ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
         ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=4 * DAYS)),
