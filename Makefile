@@ -12,7 +12,7 @@ PGTAP_DB ?= billing_pgtap
 PGTAP_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage
+.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage openapi client
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -201,6 +201,19 @@ bench-http: venv
 
 clean: services-stop
 	rm -rf $(CACHE) $(VENV)
+
+# The OpenAPI document (docs/openapi.json) from billing.api.openapi; test_api_v1 fails when it is stale.
+openapi: venv
+	@$(BIN)/python -c "from billing.api.openapi import write; write()"
+
+# The Python client (clients/python/) generated from docs/openapi.json by openapi-python-client, run from
+# a tool venv of its own (never the project's); unit/test_python_client.py fails when it is stale.
+OPENAPI_CLIENT_VERSION ?= 0.26.2
+client: openapi
+	@test -x $(CACHE)/openapi-client-venv/bin/openapi-python-client || \
+	 { python3 -m venv $(CACHE)/openapi-client-venv && \
+	   $(CACHE)/openapi-client-venv/bin/pip install -q "openapi-python-client==$(OPENAPI_CLIENT_VERSION)"; }
+	@$(BIN)/python clients/generate.py $(CACHE)/openapi-client-venv/bin/openapi-python-client
 
 # Regenerate db/schema.snapshot (the drift test compares a migrated database with it).
 schema-snapshot: venv services

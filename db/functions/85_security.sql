@@ -91,15 +91,16 @@ AS $$
 BEGIN
     IF p_scopes IS NULL OR cardinality(p_scopes) = 0 OR array_position(p_scopes, NULL) IS NOT NULL
        OR NOT p_scopes <@ ARRAY['subscriptions:read', 'subscriptions:write', 'refunds:write', 'customer-sessions:write',
-                                'usage:write', 'admin']::text[] THEN
+                                'usage:write', 'customers:read', 'customers:write', 'catalog:write', 'reports:read',
+                                'admin']::text[] THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('unknown or missing scopes %s', coalesce(p_scopes::text, 'NULL')),
-            HINT = 'Use subscriptions:read, subscriptions:write, refunds:write, customer-sessions:write, usage:write and/or admin.';
+            HINT = 'Use subscriptions:read, subscriptions:write, refunds:write, customer-sessions:write, usage:write, customers:read, customers:write, catalog:write, reports:read and/or admin.';
     END IF;
 END
 $$;
 COMMENT ON FUNCTION billing._check_scopes(text[]) IS
-'Private: at least one scope, each of subscriptions:read, subscriptions:write, refunds:write, customer-sessions:write, usage:write, admin.
+'Private: at least one scope, each of subscriptions:read, subscriptions:write, refunds:write, customer-sessions:write, usage:write, customers:read, customers:write, catalog:write, reports:read, admin.
 Returns nothing; BL422 otherwise.';
 
 DROP FUNCTION IF EXISTS billing.create_api_key(text, text, bytea, text[]);

@@ -19,7 +19,7 @@ from psycopg.rows import dict_row
 from billing import db
 
 SCOPES = ("subscriptions:read", "subscriptions:write", "refunds:write", "customer-sessions:write", "usage:write",
-          "admin")
+          "customers:read", "customers:write", "catalog:write", "reports:read", "admin")
 KEY_PREFIX = "bk_"
 _ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 _KEY_FORM = re.compile(r"^bk_[a-z0-9]{8,32}_[A-Za-z0-9_-]{43,}$")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from billing.api_keys import SCOPES as _SCOPES
 from billing.config import Settings
 from billing.logs import setup_logging
 from billing.roles import JOBS
@@ -268,12 +269,12 @@ def _cli_actor() -> str:
         return "cli:unknown"
 
 
+
 @api_key.command("create")
 @database_url_option
 @click.option("--name", required=True, help="What the key is for (e.g. the calling application).")
 @click.option("--scope", "scopes", multiple=True, required=True,
-              type=click.Choice(["subscriptions:read", "subscriptions:write", "refunds:write",
-                                 "customer-sessions:write", "admin"]),
+              type=click.Choice(list(_SCOPES)),
               help="Repeat for several; admin allows everything.")
 @click.option("--max-quantity", type=click.IntRange(1, 1_000_000), default=None,
               help="Guardrail: the most seats a subscription this key creates or changes may have.")

@@ -126,7 +126,7 @@ _API_SUBSCRIPTION = ("SELECT s.*, billing.plan_code(s.plan_id) AS plan_code, "
 API_CREATE_SUBSCRIPTION = _API_SUBSCRIPTION.format(
     extra=", s.created_at = now() AS created",
     call="create_subscription(%(key)s, %(customer_id)s, %(plan_code)s, %(now)s, %(trial_days)s, %(coupon_code)s, "
-         "%(quantity)s)")
+         "%(quantity)s, %(external_id)s)")
 API_GET_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="get_subscription(%(id)s)")
 API_CANCEL_SUBSCRIPTION = _API_SUBSCRIPTION.format(
     extra="", call="cancel_subscription(%(id)s, %(at_period_end)s, %(now)s, %(expected_version)s)")
@@ -410,3 +410,47 @@ OUTBOX_MARK_ON_KAFKA = ("UPDATE billing.outbox_event SET status = 'PUBLISHED', p
 OUTBOX_KNOWN_EVENTS = "SELECT event_id::text FROM billing.outbox_event WHERE event_id = ANY(%(ids)s::uuid[])"
 OUTBOX_PUBLISHED_NOT_ON_KAFKA = ("SELECT event_id::text FROM billing.outbox_event WHERE status = 'PUBLISHED' "
                                  "AND published_at >= %(since)s AND NOT (event_id = ANY(%(ids)s::uuid[])) ORDER BY id")
+# -- The HTTP API's /v1 (db/functions/77_api_lists.sql, docs/http-api.md "Lists"): one page of a
+# cursor walk per call, limit + 1 rows (the extra one says whether there are more).
+V1_GET_CUSTOMER = "SELECT * FROM billing.get_customer(%(id)s)"
+V1_CREATE_CUSTOMER = (
+    "SELECT * FROM billing.create_customer(%(id)s, %(timezone)s, %(name)s, %(email)s, %(address)s, %(city)s, "
+    "%(postal_code)s, %(region)s, %(country)s, %(tax_id)s, %(tax_status)s, %(external_id)s)"
+# A path's id that is not ours (digits) is the caller's external id (db/functions/21_external_ids.sql).
+V1_RESOLVE_EXTERNAL_ID = "SELECT billing.resolve_external_id(%(kind)s, %(external_id)s) AS id"
+V1_GET_PLAN_BY_EXTERNAL_ID = "SELECT * FROM billing.get_plan_by_external_id(%(external_id)s)"
+# An update of some details: the fields not given keep their value (read and written in one statement).
+V1_UPDATE_CUSTOMER = (
+    "SELECT d.* FROM billing.get_customer(%(id)s) c CROSS JOIN LATERAL billing.set_customer_details(c.id, "
+    "CASE WHEN %(has_name)s THEN %(name)s ELSE c.name END, CASE WHEN %(has_email)s THEN %(email)s ELSE c.email END, "
+    "CASE WHEN %(has_address)s THEN %(address)s ELSE c.address END, CASE WHEN %(has_city)s THEN %(city)s ELSE c.city END, "
+    "CASE WHEN %(has_postal_code)s THEN %(postal_code)s ELSE c.postal_code END, "
+    "CASE WHEN %(has_region)s THEN %(region)s ELSE c.region END, "
+    "CASE WHEN %(has_country)s THEN %(country)s ELSE c.country::text END, "
+    "CASE WHEN %(has_tax_id)s THEN %(tax_id)s ELSE c.tax_id END, "
+    "CASE WHEN %(has_tax_status)s THEN %(tax_status)s ELSE c.tax_status END) d"
+V1_LIST_CUSTOMERS = "SELECT * FROM billing.list_customers(%(limit)s, %(after)s, %(before)s, %(email)s)"
+V1_GET_PLAN = "SELECT * FROM billing.get_plan(%(code)s)"
+V1_LIST_PLANS = "SELECT * FROM billing.list_plans(%(limit)s, %(after)s, %(before)s)"
+V1_UPSERT_PLAN = (
+    "SELECT * FROM billing.upsert_plan(%(code)s, %(price)s, %(currency)s, %(interval)s, %(count)s, %(now)s, "
+    "%(billing_day)s, %(external_id)s)"
+V1_LIST_COUPONS = "SELECT * FROM billing.list_coupons(%(limit)s, %(after)s, %(before)s)"
+V1_LIST_TAX_RATES = "SELECT * FROM billing.list_tax_rates(%(limit)s, %(after)s, %(before)s)"
+V1_UPSERT_TAX_RATE = ("SELECT * FROM billing.upsert_tax_rate(%(code)s, %(country)s, %(region)s, %(name)s, %(bp)s, "
+                      "%(inclusive)s, %(active)s)")
+V1_LIST_PAYMENT_METHODS = "SELECT * FROM billing.list_payment_methods(%(customer_id)s)"
+V1_LIST_SUBSCRIPTIONS = (
+    "SELECT s.*, billing.plan_code(s.plan_id) AS plan_code, billing.plan_code(s.scheduled_plan_id) AS scheduled_plan_code "
+    "FROM billing.list_subscriptions(%(limit)s, %(after)s, %(before)s, %(customer_id)s, %(status)s, %(plan_code)s, "
+    "%(created_from)s, %(created_to)s) s"
+V1_LIST_INVOICES = (
+    "SELECT * FROM billing.list_invoices(%(limit)s, %(after)s, %(before)s, %(customer_id)s, %(status)s, "
+    "%(period_from)s, %(period_to)s, %(subscription_id)s)"
+V1_LIST_CREDIT_NOTES = ("SELECT * FROM billing.list_credit_notes(%(limit)s, %(after)s, %(before)s, %(customer_id)s, "
+                        "%(invoice_id)s)")
+V1_LIST_REFUNDS = ("SELECT * FROM billing.list_refunds(%(limit)s::integer, %(after)s::bigint, %(before)s::bigint, "
+                   "%(customer_id)s::bigint, %(invoice_id)s::bigint)")
+V1_LIST_EVENTS = ("SELECT * FROM billing.list_events(%(limit)s, %(after)s, %(before)s, %(type)s, %(from)s, %(to)s, "
+                  "%(customer_id)s)")
+V1_GET_EVENT = "SELECT * FROM billing.get_event(%(event_id)s::uuid)"

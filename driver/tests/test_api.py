@@ -78,7 +78,7 @@ def test_create_replay_and_get(db_url):
             sub = r.json()
             assert set(sub) == {"id", "customerId", "planCode", "status", "currentPeriodStart",
                                 "currentPeriodEnd", "cancelAtPeriodEnd", "version", "quantity", "trialEnd",
-                                "pausedAt", "resumeAt", "scheduledPlanCode", "couponCode"}
+                                "pausedAt", "resumeAt", "scheduledPlanCode", "couponCode", "externalId"}
             assert sub["customerId"] == 1 and sub["planCode"] == "PRO_MONTHLY" and sub["status"] == "ACTIVE"
             assert sub["currentPeriodStart"] == "2026-10-01T12:00:00.000000Z"
             assert sub["currentPeriodEnd"] == "2026-11-01T12:00:00.000000Z"

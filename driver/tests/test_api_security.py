@@ -68,6 +68,35 @@ ROUTES = [
     ("GET", "/subscriptions/1/upcoming-invoice", None),
 ]
 PUBLIC_ROUTES = {("GET", "/healthz"), ("POST", "/webhooks/payments"), ("POST", "/webhooks/stripe")}
+# /v1 (issue 28): every route above again under /v1 (bar the internal ones), and the new resources.
+NOT_VERSIONED = {"/metrics", "/openapi.json"}
+V1_NEW = [
+    ("GET", "/v1/customers", None, "customers:read"),
+    ("POST", "/v1/customers", {"id": 77}, "customers:write"),
+    ("GET", "/v1/customers/1", None, "customers:read"),
+    ("POST", "/v1/customers/1", {"city": "Lyon"}, "customers:write"),
+    ("GET", "/v1/customers/1/payment-methods", None, "subscriptions:read"),
+    ("GET", "/v1/plans", None, "subscriptions:read"),
+    ("POST", "/v1/plans", {"code": "SEC_PLAN", "priceAmount": 1, "currency": "USD", "billingInterval": "MONTH"},
+     "catalog:write"),
+    ("GET", "/v1/plans/PRO_MONTHLY", None, "subscriptions:read"),
+    ("POST", "/v1/plans/PRO_MONTHLY/prices", {"priceAmount": 5}, "catalog:write"),
+    ("GET", "/v1/coupons", None, "catalog:write"),
+    ("GET", "/v1/tax-rates", None, "subscriptions:read"),
+    ("POST", "/v1/tax-rates", {"code": "SEC_TAX", "country": "FR", "name": "x", "rateBp": 100, "inclusive": False},
+     "catalog:write"),
+    ("GET", "/v1/subscriptions", None, "subscriptions:read"),
+    ("GET", "/v1/invoices", None, "subscriptions:read"),
+    ("GET", "/v1/invoices/1/lines", None, "subscriptions:read"),
+    ("GET", "/v1/credit-notes", None, "subscriptions:read"),
+    ("GET", "/v1/refunds", None, "subscriptions:read"),
+    ("GET", "/v1/events", None, "customers:read"),
+    ("GET", "/v1/events/00000000-0000-0000-0000-000000000001", None, "customers:read"),
+    ("GET", "/v1/reports/mrr", None, "reports:read"),
+    ("GET", "/v1/reports/churn", None, "reports:read"),
+    ("GET", "/v1/reports/revenue", None, "reports:read"),
+]
+ROUTES = ROUTES + [(m, "/v1" + p, d) for m, p, d in ROUTES if p not in NOT_VERSIONED] + [r[:3] for r in V1_NEW]
 
 
 def seed(db_url: str) -> int:
@@ -113,7 +142,8 @@ def test_the_route_list_is_the_app_s_own(db_url):
     # ...plus the operator console and the customer portal, mounted apps with logins of their own
     # (test_console_*.py, test_portal_*.py).
     assert [r.path for r in app.routes if not hasattr(r, "methods")] == ["/console", "/portal"]
-    listed = {(m, p.replace("/1", "/{id}")) for m, p, _ in ROUTES} | PUBLIC_ROUTES
+    listed = {(m, p.replace("/1", "/{id}").replace("/PRO_MONTHLY", "/{code}").replace(
+        "/00000000-0000-0000-0000-000000000001", "/{id}")) for m, p, _ in ROUTES} | PUBLIC_ROUTES
     assert routes == listed
     for method, path in routes:
         assert (required_scope(method, path.replace("{id}", "1")) == PUBLIC) == ((method, path) in PUBLIC_ROUTES)
@@ -141,7 +171,8 @@ def test_every_route_refuses_a_missing_unknown_or_malformed_key(db_url):
 def test_every_route_refuses_a_key_without_its_scope_and_accepts_one_with_it(db_url):
     sub_id = seed(db_url)
     keys = {scope: create_key(db_url, scope, [scope]).key
-            for scope in ("subscriptions:read", "subscriptions:write", "refunds:write", "usage:write")}
+            for scope in ("subscriptions:read", "subscriptions:write", "refunds:write", "usage:write", "customers:read",
+                          "customers:write", "catalog:write", "reports:read")}
     admin = create_key(db_url, "admin", ["admin"]).key
     needs = {"GET /subscriptions/1": "subscriptions:read", "POST /subscriptions": "subscriptions:write",
              "POST /subscriptions/1/cancel": "subscriptions:write",
@@ -160,9 +191,13 @@ def test_every_route_refuses_a_key_without_its_scope_and_accepts_one_with_it(db_
              "POST /customer-sessions": "customer-sessions:write",
              "POST /usage-events": "usage:write", "GET /customers/1/usage": "subscriptions:read",
              "GET /subscriptions/1/upcoming-invoice": "subscriptions:read"}
+    needs.update({f"{m} /v1{p}": needs[f"{m} {p}"] for m, p in list(map(str.split, needs)) if p not in NOT_VERSIONED})
+    needs.update({f"{m} {p}": scope for m, p, _, scope in V1_NEW})
 
     async def body():
-        async with client_for(db_url) as client:
+        # the reports run on the heavy pool, whose statement timeout is 5 s: report_revenue alone takes
+        # seconds on a loaded machine (docs/reports.md), so this test gives it time
+        async with client_for(db_url, api_heavy_statement_timeout_ms=60_000) as client:
             for method, path, doc in ROUTES:
                 needed = needs[f"{method} {path}"]
                 path = path.replace("/subscriptions/1", f"/subscriptions/{sub_id}")

@@ -55,6 +55,9 @@ API = {
     "upsert_plan_charge",
     # usage rated in arrears (db/functions/72_usage_rating.sql)
     "rate_usage", "upcoming_invoice", "set_usage_alert", "check_usage_alerts",
+    # the HTTP API's /v1 lists and reads (db/functions/77_api_lists.sql, issue 28)
+    "get_customer", "create_customer", "list_customers", "get_plan", "list_plans", "list_coupons", "list_tax_rates",
+    "list_subscriptions", "list_invoices", "list_credit_notes", "list_events", "get_event",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -557,6 +560,28 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["usage_alert"] = one("set_usage_alert", "%s, %s, %s, %s", (user, meter, 1, T0))[3] == 1
     out["usage_alerts_fired"] = one("check_usage_alerts", "%s, %s", (100, T0 + timedelta(minutes=3)))[0]
     out["called"] = called
+    # The HTTP API's /v1 lists and reads (db/functions/77_api_lists.sql, issue 28).
+    v1_customer = 800_000 + sum(map(ord, tag))
+    out["v1_created"] = one("create_customer", "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s",
+                            (v1_customer, "UTC", "LP v1", "v1@example.com", None, None, None, None, None, None))[0] \
+        == v1_customer
+    out["v1_customer"] = [r[0] for r in one("get_customer", "%s", (v1_customer,), setof=True)] == [v1_customer]
+    out["v1_customers"] = [r[0] for r in one("list_customers", "%s, NULL, NULL, %s", (5, "V1@example.com"),
+                                             setof=True)] == [v1_customer]
+    out["v1_plan"] = [r[1] for r in one("get_plan", "%s", (basic,), setof=True)] == [basic]
+    out["v1_plans"] = len(one("list_plans", "%s", (100,), setof=True)) >= 2
+    out["v1_coupons"] = coupon in [r[0] for r in one("list_coupons", "%s", (100,), setof=True)]
+    out["v1_tax_rates"] = f"LP_{tag}" in [r[0] for r in one("list_tax_rates", "%s", (100,), setof=True)]
+    v1_subs = one("list_subscriptions", "%s, NULL, NULL, %s", (100, customer), setof=True)
+    out["v1_subscriptions"] = len(v1_subs) >= 3 and {r[1] for r in v1_subs} == {customer}
+    v1_invoices = one("list_invoices", "%s, NULL, NULL, %s", (100, customer), setof=True)
+    out["v1_invoices"] = bool(v1_invoices) and {r[2] for r in v1_invoices} == {customer}
+    out["v1_credit_notes"] = isinstance(one("list_credit_notes", "%s, NULL, NULL, %s", (10, customer), setof=True), list)
+    out["v1_refunds"] = len(one("list_refunds", "%s::integer, NULL::bigint, NULL::bigint, %s::bigint", (10, customer),
+                                setof=True)) >= 1
+    v1_events = one("list_events", "%s, NULL, NULL, NULL, NULL, NULL, %s", (5, customer), setof=True)
+    out["v1_events"] = len(v1_events) == 5 and [r[0] for r in v1_events] == sorted((r[0] for r in v1_events), reverse=True)
+    out["v1_event"] = [r[0] for r in one("get_event", "%s::uuid", (v1_events[0][1],), setof=True)] == [v1_events[0][0]]
     return out
 
 
@@ -595,6 +620,9 @@ EXPECTED = {
     "action_window": True, "invoice_action": "BL404",
     "usage_ingested": ["accepted"], "usage_again": ["duplicate"], "usage_current": [("count", 1)],
     "usage_between": [1], "usage_meters": True, "usage_partitions": True, "usage_charge": "per_unit",
+    "v1_created": True, "v1_customer": True, "v1_customers": True, "v1_plan": True, "v1_plans": True,
+    "v1_coupons": True, "v1_tax_rates": True, "v1_subscriptions": True, "v1_invoices": True, "v1_credit_notes": True,
+    "v1_refunds": True, "v1_events": True, "v1_event": True,
     "ext_set": True, "ext_resolved": (True, None), "ext_customer": True, "ext_plan": True, "ext_sub": True,
     "imported_customers": ["created"], "imported_subscriptions": ["created"],
     "usage_rated": True, "upcoming": "upcoming_invoice", "usage_alert": True, "usage_alerts_fired": 1,
@@ -650,8 +678,10 @@ def test_security_definer_functions_pin_a_safe_search_path(db_url, app_role):
             if not f["prosecdef"] and f["proname"] in EXECUTABLE:
                 bad.append((f["proname"], "API function is not SECURITY DEFINER"))
             # (billing._renew_statement builds the renewal statement with format(), from the names of
-            # _shard_table / _local_table: 40_renewal.sql.)
-            if re.search(r"\bEXECUTE\b\s+(?!format\s*\(|billing\._renew_statement\()", f["prosrc"] or "", re.IGNORECASE) \
+            # _shard_table / _local_table: 40_renewal.sql; billing._page builds a list's page with format()
+            # from constant fragments, every value a $n parameter bound by USING: 77_api_lists.sql.)
+            if re.search(r"\bEXECUTE\b\s+(?!format\s*\(|billing\._renew_statement\(|billing\._page\()", f["prosrc"] or "",
+                         re.IGNORECASE) \
                     and f["prokind"] == "f":
                 bad.append((f["proname"], "dynamic SQL not built with format(): review for injection"))
     assert bad == []

@@ -21,6 +21,9 @@ from psycopg import errors, sql
 
 from .chaos.harness import BILLING
 
+# The reads of the HTTP API's /v1 lists (db/functions/77_api_lists.sql, issue 28).
+V1_READS = {"get_customer", "list_customers", "get_plan", "list_plans", "list_coupons", "list_tax_rates",
+            "list_subscriptions", "list_invoices", "list_credit_notes", "list_events", "get_event"}
 POLICY = {
     "billing_api": {"create_subscription", "get_subscription", "cancel_subscription", "change_plan",
                     "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
@@ -38,6 +41,8 @@ POLICY = {
                     "create_portal_link", "use_portal_link", "revoke_portal_links", "invoice_action",
                     "portal_open_session", "portal_session", "portal_close_session", "portal_home",
                     "portal_invoice_document", "portal_cancel", "portal_uncancel", "portal_change_plan"},
+                    "create_portal_link", "use_portal_link", "revoke_portal_links", "invoice_action"} | V1_READS | {
+                    "create_customer", "report_mrr", "report_mrr_movements", "report_churn", "report_revenue"},
     "billing_worker": {"create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                        "ingest_usage", "usage_partitions", "rate_usage", "check_usage_alerts",
                        "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats", "period_end",
@@ -80,6 +85,7 @@ POLICY = {
                       "get_invoice_document", "report_mrr", "report_mrr_movements", "report_churn", "report_revenue",
                       "notification_kinds", "customer_locales", "set_customer_preferences", "list_notifications",
                       "create_portal_link", "revoke_portal_links", "set_action_window", "set_plan_change_options"},
+                      "create_portal_link", "revoke_portal_links", "set_action_window", "create_customer"} | V1_READS,
     # The operator console: its reads and sessions, plus the actions it offers (billing.console.actions)
     # that exist in this database; see _with_console_actions().
     "billing_console": {"console_open_session", "console_session", "console_close_session", "console_functions",

@@ -24,7 +24,7 @@ from billing.api.context import Api
 from billing.api.database import Database
 from billing.api.errors import http_error, unexpected
 from billing.api.headers import SecurityHeaders
-from billing.api.routes import ROUTERS, health
+from billing.api.routes import NOT_ALIASED, ROUTERS, health, v1
 from billing.api.security import ApiGuard
 from billing.clock import Clock, SystemClock
 from billing.console.app import create_console
@@ -46,12 +46,15 @@ def create_app(settings, *, clock: Clock | None = None, wall_clock: Callable[[],
               limiter=(KeyRateLimiter(settings.api_rate_per_key, settings.api_burst_per_key, settings.redis_url)
                        if rate_limit else None),
               issuer=Issuer.from_settings(settings))
-    routes = []
+    routes, aliased = [], []
     for router in ROUTERS:
         made = router.routes(api)
         routes.extend(made)
         if router is health:
             internal = made
+        if router not in NOT_ALIASED:
+            aliased.extend(made)
+    routes.extend(v1.aliases(aliased, api.database))  # /v1/<path> for every resource route (docs/http-api.md)
     # The operator console (docs/console.md): its own login with the same API keys.
     routes.append(Mount("/console", app=create_console(api.database, settings, clock=api.clock, limiter=api.limiter)))
     # The customer portal (docs/customers.md): a session opened by a single-use link, one customer.

@@ -26,6 +26,7 @@ _SUBSCRIPTION = {
         "resumeAt": {"type": ["string", "null"], "format": "date-time"},
         "scheduledPlanCode": {"type": ["string", "null"]},
         "couponCode": {"type": ["string", "null"]},
+        "externalId": {"type": ["string", "null"], "description": "Your own id of the subscription (unique)"},
     },
 }
 _COUPON = {
@@ -154,10 +155,11 @@ _ID_PARAM = {"name": "id", "in": "path", "required": True,
 _IF_MATCH = {"name": "If-Match", "in": "header", "required": False, "schema": {"type": "string"},
              "description": 'The ETag of GET (e.g. "3"): the change applies only to that version, else 412'}
 
-OPENAPI: dict = {
+_BASE: dict = {
     "openapi": "3.1.0",
-    "info": {"title": "billing", "version": "1.0.0",
-             "description": "Subscription billing engine: subscriptions, plan changes, cancellation and gateway webhooks."},
+    "info": {"title": "billing", "version": "1.1.0",
+             "description": "Subscription billing engine over HTTP (docs/http-api.md). Every resource is under /v1; "
+                            "the unprefixed paths are deprecated aliases kept for one release (CHANGELOG.md)."},
     "paths": {
         "/subscriptions": {"post": {
             "operationId": "createSubscription",
@@ -165,11 +167,14 @@ OPENAPI: dict = {
                             "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x21-\\x7e]+$"}}],
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "additionalProperties": False, "required": ["customerId", "planCode"],
-                "properties": {"customerId": {"type": "integer", "format": "int64"},
+                "properties": {"customerId": {"type": "integer", "format": "int64", "minimum": 1},
                                "planCode": {"type": "string", "minLength": 1, "maxLength": 100},
                                "trialDays": {"type": "integer", "minimum": 0, "maximum": 730},
                                "couponCode": {"type": "string", "minLength": 1, "maxLength": 64},
-                               "quantity": {"type": "integer", "minimum": 1, "maximum": 1000000}}}}}},
+                               "quantity": {"type": "integer", "minimum": 1, "maximum": 1000000},
+                               "externalId": {"type": "string", "minLength": 1, "maxLength": 255,
+                                              "description": "Your own id of the subscription (unique); usable "
+                                                             "in /v1 paths wherever its id is"}}}}}},
             "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
             "responses": {"201": _sub_ok("Created"), "200": _sub_ok("The key replays an earlier request"),
                           **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503)},
@@ -460,6 +465,10 @@ OPENAPI: dict = {
         }},
         "/healthz": {"get": {"operationId": "health", "security": [], "responses": {
             "200": {"description": "The database answers"}, "503": {"description": "It does not"}}}},
+        "/openapi.json": {"get": {"operationId": "openapi", "security": [{"apiKey": []}], "x-scope": "admin",
+                                  "description": "This document (committed as docs/openapi.json)", "responses": {
+            "200": {"description": "The OpenAPI 3.1 document", "content": {"application/json": {"schema": {"type": "object"}}}},
+            **_errors(401, 403, 429)}}},
         "/metrics": {"get": {"operationId": "metrics", "security": [{"apiKey": []}], "x-scope": "admin", "responses": {
             "200": {"description": "Prometheus text format", "content": {"text/plain": {"schema": {"type": "string"}}}},
             **_errors(401, 403, 429)}}},
@@ -472,3 +481,321 @@ OPENAPI: dict = {
                                        "description": "An API key: billing api-key create (docs/security.md)"}},
     },
 }
+
+
+# -- /v1 (issue 28): the new resources, the lists, and every route above again under /v1 -------------
+
+_NULLABLE_TEXT = {"type": ["string", "null"]}
+_CUSTOMER = {
+    "type": "object", "required": ["object", "id", "timezone", "taxStatus", "createdAt"],
+    "properties": {"object": {"const": "customer"}, "id": {"type": "integer", "format": "int64"},
+                   "timezone": {"type": "string"}, "name": _NULLABLE_TEXT, "email": _NULLABLE_TEXT,
+                   "address": _NULLABLE_TEXT, "city": _NULLABLE_TEXT, "postalCode": _NULLABLE_TEXT,
+                   "region": _NULLABLE_TEXT, "country": _NULLABLE_TEXT, "taxId": _NULLABLE_TEXT,
+                   "taxStatus": {"type": "string", "enum": ["TAXABLE", "EXEMPT", "REVERSE_CHARGE"]},
+                   "locale": {"type": "string"}, "externalId": _NULLABLE_TEXT,
+                   "createdAt": {"type": "string", "format": "date-time"},
+                   "updatedAt": {"type": "string", "format": "date-time"}},
+}
+_PLAN = {
+    "type": "object", "required": ["object", "id", "code", "priceAmount", "currency", "billingInterval", "intervalCount"],
+    "properties": {"object": {"const": "plan"}, "id": {"type": "integer", "format": "int64"}, "code": {"type": "string"},
+                   "priceAmount": {"type": "integer", "format": "int64"}, "currency": {"type": "string"},
+                   "billingInterval": {"type": "string"}, "intervalCount": {"type": "integer"},
+                   "billingDay": {"type": ["integer", "null"]}, "priceEffectiveFrom": _NULLABLE_TIME,
+                   "externalId": _NULLABLE_TEXT,
+                   "createdAt": {"type": "string", "format": "date-time"}},
+}
+_TAX_RATE = {
+    "type": "object", "required": ["object", "code", "country", "name", "rateBp", "inclusive", "active"],
+    "properties": {"object": {"const": "tax_rate"}, "code": {"type": "string"}, "country": {"type": "string"},
+                   "region": _NULLABLE_TEXT, "name": {"type": "string"}, "rateBp": {"type": "integer"},
+                   "inclusive": {"type": "boolean"}, "active": {"type": "boolean"}},
+}
+_CREDIT_NOTE = {
+    "type": "object", "required": ["object", "id", "customerId", "invoiceId", "number", "reason", "total", "currency"],
+    "properties": {"object": {"const": "credit_note"}, "id": {"type": "integer", "format": "int64"},
+                   "customerId": {"type": "integer", "format": "int64"}, "invoiceId": {"type": "integer", "format": "int64"},
+                   "number": {"type": "string"}, "reason": {"type": "string"},
+                   "refundId": {"type": ["integer", "null"]}, "subtotal": {"type": "integer"},
+                   "taxAmount": {"type": "integer"}, "total": {"type": "integer"}, "currency": {"type": "string"},
+                   "issuedAt": {"type": "string", "format": "date-time"}},
+}
+_EVENT = {
+    "type": "object", "required": ["object", "id", "seq", "type", "aggregateType", "aggregateId", "createdAt", "payload"],
+    "properties": {"object": {"const": "event"}, "id": {"type": "string", "format": "uuid"},
+                   "seq": {"type": "integer", "format": "int64"}, "type": {"type": "string"},
+                   "aggregateType": {"type": "string"}, "aggregateId": {"type": "integer", "format": "int64"},
+                   "customerId": {"type": "integer", "format": "int64"},
+                   "createdAt": {"type": "string", "format": "date-time"},
+                   "payload": {"type": "object", "description": "The CloudEvent as published (docs/events.md)"}},
+}
+_REPORT = {
+    "type": "object", "required": ["object", "report", "data"],
+    "properties": {"object": {"const": "report"}, "report": {"type": "string", "enum": ["mrr", "churn", "revenue"]},
+                   "at": {"type": "string", "format": "date-time"}, "from": {"type": "string", "format": "date"},
+                   "to": {"type": "string", "format": "date"},
+                   "data": {"type": "array", "items": {"type": "object", "description": "One row per month and currency "
+                                                                                         "(docs/reports.md), camelCase"}}},
+}
+_LINE = {"type": "object", "description": "An invoice line as in the document (docs/invoices.md)"}
+_SUBSCRIPTION_ITEM = {"allOf": [{"$ref": "#/components/schemas/Subscription"},
+                                {"type": "object", "properties": {"object": {"const": "subscription"}}}]}
+
+_LIMIT = {"name": "limit", "in": "query", "required": False,
+          "description": "Rows per page (default 10)", "schema": {"type": "integer", "minimum": 1, "maximum": 100}}
+
+
+def _cursors(numeric: bool = True) -> list[dict]:
+    schema = {"type": "integer", "format": "int64", "minimum": 1} if numeric else \
+        {"type": "string", "minLength": 1, "maxLength": 100}
+    return [_LIMIT,
+            {"name": "starting_after", "in": "query", "required": False, "schema": schema,
+             "description": "The nextCursor of the page before: the rows after it (older)"},
+            {"name": "ending_before", "in": "query", "required": False, "schema": schema,
+             "description": "The previousCursor of the page after: the rows before it (newer); not with starting_after"}]
+
+
+def _query(name: str, schema: dict, description: str = "") -> dict:
+    return {"name": name, "in": "query", "required": False, "schema": schema, **({"description": description} if description else {})}
+
+
+_ID_QUERY = {"type": "integer", "format": "int64", "minimum": 1}
+_TIME_QUERY = {"type": "string", "format": "date-time"}
+
+
+def _page_ok(description: str, item: dict | str) -> dict:
+    items = {"$ref": f"#/components/schemas/{item}"} if isinstance(item, str) else item
+    return {"description": description, "content": {"application/json": {"schema": {
+        "type": "object", "required": ["object", "data", "hasMore", "nextCursor", "previousCursor"],
+        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": items},
+                       "hasMore": {"type": "boolean", "description": "More rows past this page in its direction"},
+                       "nextCursor": {"type": ["string", "null"], "description": "starting_after for the next page"},
+                       "previousCursor": {"type": ["string", "null"],
+                                          "description": "ending_before for the page before"}}}}}}
+
+
+def _ok(description: str, schema: str, status: str = "200") -> dict:
+    return {status: {"description": description,
+                     "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}}
+
+
+def _list_op(operation: str, scope: str, description: str, item, params: list[dict], numeric: bool = True) -> dict:
+    return {"get": {"operationId": operation, "security": [{"apiKey": []}], "x-scope": scope,
+                    "description": description, "parameters": _cursors(numeric) + params,
+                    "responses": {"200": _page_ok(description, item), **_errors(400, 401, 403, 404, 422, 429, 503)}}}
+
+
+def _body(required: list[str], properties: dict) -> dict:
+    return {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "additionalProperties": False, "required": required, "properties": properties}}}}
+
+
+_CUSTOMER_DETAILS = {
+    "name": {"type": ["string", "null"], "maxLength": 500}, "email": {"type": ["string", "null"], "maxLength": 500},
+    "address": {"type": ["string", "null"], "maxLength": 500}, "city": {"type": ["string", "null"], "maxLength": 500},
+    "postalCode": {"type": ["string", "null"], "maxLength": 500}, "region": {"type": ["string", "null"], "maxLength": 500},
+    "country": {"type": ["string", "null"], "maxLength": 500}, "taxId": {"type": ["string", "null"], "maxLength": 500},
+    "taxStatus": {"type": ["string", "null"], "enum": ["TAXABLE", "EXEMPT", "REVERSE_CHARGE", None]},
+}
+_CODE_PARAM = {"name": "code", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+               "description": "The plan's code, or your external id of it"}
+# Under /v1, a customer's or a subscription's id in a path may be your external id instead (anything
+# that is not all digits).
+_REF_PARAM = {"name": "id", "in": "path", "required": True,
+              "description": "Our id (digits), or your external id (anything else)",
+              "schema": {"oneOf": [{"type": "integer", "format": "int64", "minimum": 1},
+                                   {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "[^0-9]"}]}}
+
+_V1_PATHS: dict = {
+    "/v1/customers": {
+        **_list_op("listCustomers", "customers:read", "Customers, newest first", "Customer",
+                   [_query("email", {"type": "string", "maxLength": 320}, "Exactly this email, case-insensitive"),
+                    _query("external_id", {"type": "string", "maxLength": 255}, "The customer of this external id")]),
+        "post": {"operationId": "createCustomer", "security": [{"apiKey": []}], "x-scope": "customers:write",
+                 "description": "Creates a customer under your own id, with its billing details.",
+                 "requestBody": _body(["id"], {"id": {"type": "integer", "format": "int64", "minimum": 1},
+                                               "externalId": {"type": "string", "minLength": 1, "maxLength": 255},
+                                               "timezone": {"type": ["string", "null"], "maxLength": 64},
+                                               **_CUSTOMER_DETAILS}),
+                 "responses": {**_ok("Created", "Customer", "201"), **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503)}},
+    },
+    "/v1/customers/{id}": {
+        "get": {"operationId": "getCustomer", "security": [{"apiKey": []}], "x-scope": "customers:read",
+                "parameters": [_REF_PARAM],
+                "responses": {**_ok("The customer", "Customer"), **_errors(400, 401, 403, 404, 429, 503)}},
+        "post": {"operationId": "updateCustomer", "security": [{"apiKey": []}], "x-scope": "customers:write",
+                 "description": "Sets the billing details given (a field absent keeps its value; null clears it).",
+                 "parameters": [_REF_PARAM], "requestBody": _body([], _CUSTOMER_DETAILS),
+                 "responses": {**_ok("The customer", "Customer"), **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)}},
+    },
+    "/v1/customers/{id}/payment-methods": {"get": {
+        "operationId": "listPaymentMethods", "security": [{"apiKey": []}], "x-scope": "subscriptions:read",
+        "parameters": [_REF_PARAM],
+        "responses": {"200": _page_ok("The customer's payment methods, the default first (one page)", "PaymentMethod"),
+                      **_errors(400, 401, 403, 404, 429, 503)}}},
+    "/v1/plans": {
+        **_list_op("listPlans", "subscriptions:read", "Plans, newest first", "Plan", []),
+        "post": {"operationId": "createPlan", "security": [{"apiKey": []}], "x-scope": "catalog:write",
+                 "requestBody": _body(["code", "priceAmount", "currency", "billingInterval"], {
+                     "code": {"type": "string", "minLength": 1, "maxLength": 100},
+                     "priceAmount": {"type": "integer", "format": "int64", "minimum": 0},
+                     "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                     "billingInterval": {"type": "string", "enum": ["DAY", "WEEK", "MONTH", "YEAR"]},
+                     "intervalCount": {"type": "integer", "minimum": 1, "maximum": 1000},
+                     "billingDay": {"type": "integer", "minimum": 1, "maximum": 31},
+                     "externalId": {"type": "string", "minLength": 1, "maxLength": 255}}),
+                 "responses": {**_ok("Created", "Plan", "201"), **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503)}},
+    },
+    "/v1/plans/{code}": {"get": {
+        "operationId": "getPlan", "security": [{"apiKey": []}], "x-scope": "subscriptions:read", "parameters": [_CODE_PARAM],
+        "responses": {**_ok("The plan", "Plan"), **_errors(400, 401, 403, 404, 429, 503)}}},
+    "/v1/plans/{code}/prices": {"post": {
+        "operationId": "newPlanPrice", "security": [{"apiKey": []}], "x-scope": "catalog:write",
+        "description": "A new price for the periods that start at or after effectiveFrom (default now; never in the "
+                       "past); earlier periods keep theirs.",
+        "parameters": [_CODE_PARAM],
+        "requestBody": _body(["priceAmount"], {"priceAmount": {"type": "integer", "format": "int64", "minimum": 0},
+                                               "effectiveFrom": {"type": "string", "format": "date-time"}}),
+        "responses": {**_ok("The plan with its new price", "Plan"), **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)}}},
+    "/v1/coupons": _list_op("listCoupons", "catalog:write", "Coupons by code, descending", "Coupon", [], numeric=False),
+    "/v1/tax-rates": {
+        **_list_op("listTaxRates", "subscriptions:read", "Tax rates by code, descending", "TaxRate", [], numeric=False),
+        "post": {"operationId": "upsertTaxRate", "security": [{"apiKey": []}], "x-scope": "catalog:write",
+                 "description": "Creates or updates a tax rate; it applies to invoices created afterwards.",
+                 "requestBody": _body(["code", "country", "name", "rateBp", "inclusive"], {
+                     "code": {"type": "string", "minLength": 1, "maxLength": 64},
+                     "country": {"type": "string", "pattern": "^[A-Z]{2}$"},
+                     "region": {"type": ["string", "null"], "maxLength": 64},
+                     "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                     "rateBp": {"type": "integer", "minimum": 0, "maximum": 10000},
+                     "inclusive": {"type": "boolean"}, "active": {"type": "boolean"}}),
+                 "responses": {**_ok("The tax rate", "TaxRate"), **_errors(400, 401, 403, 413, 415, 422, 429, 503)}},
+    },
+    "/v1/subscriptions": {**_list_op("listSubscriptions", "subscriptions:read", "Subscriptions, newest first",
+                                     _SUBSCRIPTION_ITEM, [
+        _query("customer_id", _ID_QUERY), _query("status", {"type": "string", "enum": list(_SUBSCRIPTION["properties"]["status"]["enum"])}),
+        _query("plan_code", {"type": "string", "maxLength": 100}),
+        _query("external_id", {"type": "string", "maxLength": 255}, "The subscription of this external id"),
+        _query("created_from", _TIME_QUERY, "Created at or after"), _query("created_to", _TIME_QUERY, "Created before")])},
+    "/v1/invoices": _list_op("listInvoices", "subscriptions:read", "Invoices, newest first", "Invoice", [
+        _query("customer_id", _ID_QUERY), _query("subscription_id", _ID_QUERY),
+        _query("status", {"type": "string", "enum": list(_INVOICE["properties"]["status"]["enum"])}),
+        _query("period_from", _TIME_QUERY, "Period starting at or after"),
+        _query("period_to", _TIME_QUERY, "Period starting before")]),
+    "/v1/invoices/{id}/lines": {"get": {
+        "operationId": "listInvoiceLines", "security": [{"apiKey": []}], "x-scope": "subscriptions:read",
+        "parameters": [_ID_PARAM],
+        "responses": {"200": _page_ok("The invoice's lines (one page)", _LINE), **_errors(400, 401, 403, 404, 429, 503)}}},
+    "/v1/credit-notes": _list_op("listCreditNotes", "subscriptions:read", "Credit notes, newest first", "CreditNote", [
+        _query("customer_id", _ID_QUERY), _query("invoice_id", _ID_QUERY)]),
+    "/v1/refunds": _list_op("listAllRefunds", "subscriptions:read", "Refunds, newest first", "Refund", [
+        _query("customer_id", _ID_QUERY), _query("invoice_id", _ID_QUERY)]),
+    "/v1/events": _list_op("listEvents", "customers:read", "Events still kept in the outbox, newest first", "Event", [
+        _query("type", {"type": "string", "maxLength": 100}), _query("customer_id", _ID_QUERY),
+        _query("from", _TIME_QUERY, "Created at or after"), _query("to", _TIME_QUERY, "Created before")]),
+    "/v1/events/{id}": {"get": {
+        "operationId": "getEvent", "security": [{"apiKey": []}], "x-scope": "customers:read",
+        "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}],
+        "responses": {**_ok("The event", "Event"), **_errors(401, 403, 404, 429, 503)}}},
+    "/v1/reports/mrr": {"get": {
+        "operationId": "reportMrr", "security": [{"apiKey": []}], "x-scope": "reports:read",
+        "parameters": [_query("at", _TIME_QUERY, "The instant (default now)")],
+        "responses": {**_ok("MRR and ARR per currency at that instant", "Report"),
+                      **_errors(400, 401, 403, 422, 429, 503)}}},
+}
+for _name, _what in (("churn", "Churn per month and currency"), ("revenue", "Revenue per month and currency")):
+    _V1_PATHS[f"/v1/reports/{_name}"] = {"get": {
+        "operationId": f"report{_name.capitalize()}", "security": [{"apiKey": []}], "x-scope": "reports:read",
+        "parameters": [_query("from", {"type": "string", "format": "date"}, "First month (default this month)"),
+                       _query("to", {"type": "string", "format": "date"}, "Last month (default today)")],
+        "responses": {**_ok(_what, "Report"), **_errors(400, 401, 403, 422, 429, 503)}}}
+
+# Never under /v1: the health check, the metrics and the gateways' signed webhooks (their URLs are
+# configured at the gateway).
+UNVERSIONED = ("/healthz", "/metrics", "/openapi.json", "/webhooks/payments", "/webhooks/stripe")
+
+
+def _by_reference(path: str, item: dict) -> dict:
+    """/v1/customers/{id}... and /v1/subscriptions/{id}...: the id may be an external id."""
+    if not path.startswith(("/customers/{id}", "/subscriptions/{id}")):
+        return item
+    return {method: {**op, "parameters": [_REF_PARAM if p is _ID_PARAM or (p.get("in") == "path" and p["name"] == "id")
+                                          else p for p in op.get("parameters", [])]}
+            for method, op in item.items()}
+
+
+def _versioned(paths: dict) -> dict:
+    out: dict = {}
+    for path, item in paths.items():
+        if path in UNVERSIONED:
+            continue
+        out["/v1" + path] = _by_reference(path, item)
+    for path, item in paths.items():
+        if path in UNVERSIONED:
+            out[path] = item
+            continue
+        out[path] = {method: {**op, "operationId": op["operationId"] + "Unversioned", "deprecated": True,
+                              "description": f"Deprecated alias of /v1{path} (removed in the next release)."
+                                             + (" " + op["description"] if op.get("description") else "")}
+                     for method, op in item.items()}
+    return out
+
+
+OPENAPI: dict = {
+    **_BASE,
+    "paths": {path: {**_versioned(_BASE["paths"]).get(path, {}), **_V1_PATHS.get(path, {})}
+              for path in {**_V1_PATHS, **_versioned(_BASE["paths"])}},
+    "components": {**_BASE["components"], "schemas": {
+        **_BASE["components"]["schemas"], "Customer": _CUSTOMER, "Plan": _PLAN, "TaxRate": _TAX_RATE,
+        "Coupon": _COUPON, "CreditNote": _CREDIT_NOTE, "Event": _EVENT, "Report": _REPORT}},
+}
+
+
+DOCUMENT = "docs/openapi.json"
+
+
+def render() -> str:
+    """The committed form of the document (sorted keys, two-space indent, a final newline)."""
+    import json
+
+    return json.dumps(OPENAPI, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+ROUTES_BEGIN = "<!-- routes: generated by make openapi from billing.api.openapi; do not edit -->"
+ROUTES_END = "<!-- end of routes -->"
+
+
+def routes_table() -> str:
+    """The table of docs/http-api.md, "Every route": each operation that is not deprecated, with
+    its scope and what it answers, as the document says."""
+    rows = ["| method | path | scope | answers |", "|---|---|---|---|"]
+    for path, item in OPENAPI["paths"].items():
+        for method, op in item.items():
+            if op.get("deprecated"):
+                continue
+            ok = next((r for status, r in op["responses"].items() if status.startswith("2")), {})
+            what = (op.get("description") or ok.get("description") or "").replace("|", "\\|").replace("\n", " ")
+            scope = op.get("x-scope", "none" if not op.get("security") else "any key")
+            rows.append(f"| {method.upper()} | `{path}` | `{scope}` | {what} |")
+    return "\n".join(rows)
+
+
+def with_routes_table(markdown: str) -> str:
+    head, found, rest = markdown.partition(ROUTES_BEGIN)
+    if not found:
+        raise ValueError(f"docs/http-api.md lacks the line {ROUTES_BEGIN}")
+    _, found, tail = rest.partition(ROUTES_END)
+    if not found:
+        raise ValueError(f"docs/http-api.md lacks the line {ROUTES_END}")
+    return f"{head}{ROUTES_BEGIN}\n{routes_table()}\n{ROUTES_END}{tail}"
+
+
+def write() -> None:
+    """make openapi: docs/openapi.json, and the route table of docs/http-api.md."""
+    from billing.config import REPO_ROOT
+
+    (REPO_ROOT / DOCUMENT).write_text(render())
+    doc = REPO_ROOT / "docs" / "http-api.md"
+    doc.write_text(with_routes_table(doc.read_text()))
+    print(f"{DOCUMENT} and the route table of docs/http-api.md written")

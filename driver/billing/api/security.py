@@ -77,9 +77,34 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("POST", re.compile(r"^/usage-events$"), "usage:write"),
     ("GET", re.compile(r"^/customers/[^/]+/usage$"), "subscriptions:read"),
     ("GET", re.compile(r"^/subscriptions/[^/]+/upcoming-invoice$"), "subscriptions:read"),
+    # /v1 (issue 28; the table of docs/http-api.md, "Scopes"): customers' data, the catalog, the reports
+    ("GET", re.compile(r"^/customers/[^/]+/payment-methods$"), "subscriptions:read"),
+    ("GET", re.compile(r"^/customers(/[^/]+)?$"), "customers:read"),
+    ("POST", re.compile(r"^/customers(/[^/]+)?$"), "customers:write"),
+    ("GET", re.compile(r"^/plans(/[^/]+)?$"), "subscriptions:read"),
+    ("POST", re.compile(r"^/plans(/[^/]+/prices)?$"), "catalog:write"),
+    ("GET", re.compile(r"^/coupons$"), "catalog:write"),  # coupon codes are discounts: not for every reader
+    ("GET", re.compile(r"^/tax-rates$"), "subscriptions:read"),
+    ("POST", re.compile(r"^/tax-rates$"), "catalog:write"),
+    ("GET", re.compile(r"^/(subscriptions|invoices|credit-notes|refunds)$"), "subscriptions:read"),
+    ("GET", re.compile(r"^/invoices/[^/]+/lines$"), "subscriptions:read"),
+    ("GET", re.compile(r"^/events(/[^/]+)?$"), "customers:read"),  # events carry customers' data
+    ("GET", re.compile(r"^/reports/(mrr|churn|revenue)$"), "reports:read"),
     ("GET", re.compile(r"^/metrics$"), "admin"),
     ("GET", re.compile(r"^/openapi\.json$"), "admin"),
 ]
+
+
+_NOT_VERSIONED = re.compile(r"^/(healthz|metrics|openapi\.json|webhooks/.*)$")
+
+
+def unversioned(path: str) -> str:
+    """/v1/x -> /x: a route and its deprecated unprefixed alias need the same scope (billing.api.routes.v1).
+    The routes never served under /v1 (health, metrics, the document, the gateways' webhooks) keep
+    their /v1 form, an unknown route (a key first)."""
+    if path.startswith("/v1/") and not _NOT_VERSIONED.match(path[3:]):
+        return path[3:]
+    return path
 
 
 def required_scope(method: str, path: str) -> str:
@@ -88,6 +113,7 @@ def required_scope(method: str, path: str) -> str:
     and the customer portal's (billing.portal)."""
     if _CONSOLE_PATH.match(path):
         return CONSOLE
+    path = unversioned(path)
     for m, pattern, scope in _RULES:
         if (m == method or (m == "GET" and method == "HEAD")) and pattern.match(path):
             return scope
@@ -107,6 +133,7 @@ _COSTS: list[tuple[str, re.Pattern, int]] = [
 
 
 def route_cost(method: str, path: str) -> int:
+    path = unversioned(path)
     for m, pattern, cost in _COSTS:
         if (m == method or (m == "GET" and method == "HEAD")) and pattern.match(path):
             return cost
@@ -264,7 +291,7 @@ class ApiGuard:
                     declared = int(length)
                 except ValueError:
                     return _error(400, "bad_request", "Content-Length must be a number")
-                limit = LARGE_BODIES.get(path, self.max_body)
+                limit = LARGE_BODIES.get(unversioned(path), self.max_body)
                 if declared > limit:
                     return _error(413, "payload_too_large", f"the body must be at most {limit} bytes")
         return None

@@ -136,6 +136,7 @@ def subscription_json(row: dict) -> dict:
         "resumeAt": _iso(row["resume_at"]),
         "scheduledPlanCode": row.get("scheduled_plan_code"),
         "couponCode": row["coupon_code"],
+        "externalId": row.get("external_id"),
     }
 
 

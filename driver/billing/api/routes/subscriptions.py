@@ -23,9 +23,12 @@ def routes(api: Api) -> list[BaseRoute]:
     @endpoint_of("/subscriptions")
     async def create_subscription(request: Request) -> Response:
         key = idempotency_key(request)
-        doc = await json_object(request, allowed={"customerId", "planCode", "trialDays", "couponCode", "quantity"},
+        doc = await json_object(request, allowed={"customerId", "planCode", "trialDays", "couponCode", "quantity",
+                                                  "externalId"},
                                 required={"customerId", "planCode"})
         customer_id = bigint_field(doc, "customerId")
+        if customer_id < 1:  # found by the fuzzer: customer 0 was accepted, its events broke their schema
+            raise ApiError(422, "invalid_input", "customerId must be a positive integer")
         plan_code = text_field(doc, "planCode")
         trial_days = int_field(doc, "trialDays", 0, 730) if doc.get("trialDays") is not None else 0
         coupon = text_field(doc, "couponCode", max_len=64) if doc.get("couponCode") is not None else None
@@ -39,7 +42,8 @@ def routes(api: Api) -> list[BaseRoute]:
         row = await database.mutate(actor(request), db.API_CREATE_SUBSCRIPTION, {
             "key": key, "customer_id": customer_id,
             "plan_code": plan_code, "now": clock.now(), "trial_days": trial_days, "coupon_code": coupon,
-            "quantity": quantity})
+            "quantity": quantity,
+            "external_id": text_field(doc, "externalId", max_len=255) if doc.get("externalId") is not None else None})
         created = bool(row and row["created"])
         return subscription_response(row, 201 if created else 200, {"Location": f"/subscriptions/{row['id']}"})
 

@@ -1,0 +1,284 @@
+from http import HTTPStatus
+from typing import Any, Optional, Union, cast
+
+import httpx
+
+from ...client import AuthenticatedClient, Client
+from ...types import Response, UNSET
+from ... import errors
+
+from ...models.change_plan_body import ChangePlanBody
+from ...models.error import Error
+from ...models.subscription import Subscription
+from ...types import UNSET, Unset
+from typing import cast
+from typing import cast, Union
+from typing import Union
+
+
+
+def _get_kwargs(
+    id: Union[int, str],
+    *,
+    body: ChangePlanBody,
+    if_match: Union[Unset, str] = UNSET,
+
+) -> dict[str, Any]:
+    headers: dict[str, Any] = {}
+    if not isinstance(if_match, Unset):
+        headers["If-Match"] = if_match
+
+
+
+    
+
+    
+
+    _kwargs: dict[str, Any] = {
+        "method": "post",
+        "url": "/v1/subscriptions/{id}/change-plan".format(id=id,),
+    }
+
+    _kwargs["json"] = body.to_dict()
+
+
+    headers["Content-Type"] = "application/json"
+
+    _kwargs["headers"] = headers
+    return _kwargs
+
+
+
+def _parse_response(*, client: Union[AuthenticatedClient, Client], response: httpx.Response) -> Optional[Union[Error, Subscription]]:
+    if response.status_code == 200:
+        response_200 = Subscription.from_dict(response.json())
+
+
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = Error.from_dict(response.json())
+
+
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = Error.from_dict(response.json())
+
+
+
+        return response_401
+
+    if response.status_code == 403:
+        response_403 = Error.from_dict(response.json())
+
+
+
+        return response_403
+
+    if response.status_code == 404:
+        response_404 = Error.from_dict(response.json())
+
+
+
+        return response_404
+
+    if response.status_code == 409:
+        response_409 = Error.from_dict(response.json())
+
+
+
+        return response_409
+
+    if response.status_code == 412:
+        response_412 = Error.from_dict(response.json())
+
+
+
+        return response_412
+
+    if response.status_code == 413:
+        response_413 = Error.from_dict(response.json())
+
+
+
+        return response_413
+
+    if response.status_code == 415:
+        response_415 = Error.from_dict(response.json())
+
+
+
+        return response_415
+
+    if response.status_code == 422:
+        response_422 = Error.from_dict(response.json())
+
+
+
+        return response_422
+
+    if response.status_code == 429:
+        response_429 = Error.from_dict(response.json())
+
+
+
+        return response_429
+
+    if response.status_code == 503:
+        response_503 = Error.from_dict(response.json())
+
+
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(*, client: Union[AuthenticatedClient, Client], response: httpx.Response) -> Response[Union[Error, Subscription]]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    id: Union[int, str],
+    *,
+    client: AuthenticatedClient,
+    body: ChangePlanBody,
+    if_match: Union[Unset, str] = UNSET,
+
+) -> Response[Union[Error, Subscription]]:
+    """ 
+    Args:
+        id (Union[int, str]):
+        if_match (Union[Unset, str]):
+        body (ChangePlanBody):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Union[Error, Subscription]]
+     """
+
+
+    kwargs = _get_kwargs(
+        id=id,
+body=body,
+if_match=if_match,
+
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+def sync(
+    id: Union[int, str],
+    *,
+    client: AuthenticatedClient,
+    body: ChangePlanBody,
+    if_match: Union[Unset, str] = UNSET,
+
+) -> Optional[Union[Error, Subscription]]:
+    """ 
+    Args:
+        id (Union[int, str]):
+        if_match (Union[Unset, str]):
+        body (ChangePlanBody):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Union[Error, Subscription]
+     """
+
+
+    return sync_detailed(
+        id=id,
+client=client,
+body=body,
+if_match=if_match,
+
+    ).parsed
+
+async def asyncio_detailed(
+    id: Union[int, str],
+    *,
+    client: AuthenticatedClient,
+    body: ChangePlanBody,
+    if_match: Union[Unset, str] = UNSET,
+
+) -> Response[Union[Error, Subscription]]:
+    """ 
+    Args:
+        id (Union[int, str]):
+        if_match (Union[Unset, str]):
+        body (ChangePlanBody):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Union[Error, Subscription]]
+     """
+
+
+    kwargs = _get_kwargs(
+        id=id,
+body=body,
+if_match=if_match,
+
+    )
+
+    response = await client.get_async_httpx_client().request(
+        **kwargs
+    )
+
+    return _build_response(client=client, response=response)
+
+async def asyncio(
+    id: Union[int, str],
+    *,
+    client: AuthenticatedClient,
+    body: ChangePlanBody,
+    if_match: Union[Unset, str] = UNSET,
+
+) -> Optional[Union[Error, Subscription]]:
+    """ 
+    Args:
+        id (Union[int, str]):
+        if_match (Union[Unset, str]):
+        body (ChangePlanBody):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Union[Error, Subscription]
+     """
+
+
+    return (await asyncio_detailed(
+        id=id,
+client=client,
+body=body,
+if_match=if_match,
+
+    )).parsed

@@ -1,0 +1,328 @@
+from http import HTTPStatus
+from typing import Any, Optional, Union, cast
+
+import httpx
+
+from ...client import AuthenticatedClient, Client
+from ...types import Response, UNSET
+from ... import errors
+
+from ...models.error import Error
+from ...models.list_events_response_200 import ListEventsResponse200
+from ...types import UNSET, Unset
+from dateutil.parser import isoparse
+from typing import cast
+from typing import Union
+import datetime
+
+
+
+def _get_kwargs(
+    *,
+    limit: Union[Unset, int] = UNSET,
+    starting_after: Union[Unset, int] = UNSET,
+    ending_before: Union[Unset, int] = UNSET,
+    type_: Union[Unset, str] = UNSET,
+    customer_id: Union[Unset, int] = UNSET,
+    from_: Union[Unset, datetime.datetime] = UNSET,
+    to: Union[Unset, datetime.datetime] = UNSET,
+
+) -> dict[str, Any]:
+    
+
+    
+
+    params: dict[str, Any] = {}
+
+    params["limit"] = limit
+
+    params["starting_after"] = starting_after
+
+    params["ending_before"] = ending_before
+
+    params["type"] = type_
+
+    params["customer_id"] = customer_id
+
+    json_from_: Union[Unset, str] = UNSET
+    if not isinstance(from_, Unset):
+        json_from_ = from_.isoformat()
+    params["from"] = json_from_
+
+    json_to: Union[Unset, str] = UNSET
+    if not isinstance(to, Unset):
+        json_to = to.isoformat()
+    params["to"] = json_to
+
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
+
+
+    _kwargs: dict[str, Any] = {
+        "method": "get",
+        "url": "/v1/events",
+        "params": params,
+    }
+
+
+    return _kwargs
+
+
+
+def _parse_response(*, client: Union[AuthenticatedClient, Client], response: httpx.Response) -> Optional[Union[Error, ListEventsResponse200]]:
+    if response.status_code == 200:
+        response_200 = ListEventsResponse200.from_dict(response.json())
+
+
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = Error.from_dict(response.json())
+
+
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = Error.from_dict(response.json())
+
+
+
+        return response_401
+
+    if response.status_code == 403:
+        response_403 = Error.from_dict(response.json())
+
+
+
+        return response_403
+
+    if response.status_code == 404:
+        response_404 = Error.from_dict(response.json())
+
+
+
+        return response_404
+
+    if response.status_code == 422:
+        response_422 = Error.from_dict(response.json())
+
+
+
+        return response_422
+
+    if response.status_code == 429:
+        response_429 = Error.from_dict(response.json())
+
+
+
+        return response_429
+
+    if response.status_code == 503:
+        response_503 = Error.from_dict(response.json())
+
+
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(*, client: Union[AuthenticatedClient, Client], response: httpx.Response) -> Response[Union[Error, ListEventsResponse200]]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    *,
+    client: AuthenticatedClient,
+    limit: Union[Unset, int] = UNSET,
+    starting_after: Union[Unset, int] = UNSET,
+    ending_before: Union[Unset, int] = UNSET,
+    type_: Union[Unset, str] = UNSET,
+    customer_id: Union[Unset, int] = UNSET,
+    from_: Union[Unset, datetime.datetime] = UNSET,
+    to: Union[Unset, datetime.datetime] = UNSET,
+
+) -> Response[Union[Error, ListEventsResponse200]]:
+    """  Events still kept in the outbox, newest first
+
+    Args:
+        limit (Union[Unset, int]):
+        starting_after (Union[Unset, int]):
+        ending_before (Union[Unset, int]):
+        type_ (Union[Unset, str]):
+        customer_id (Union[Unset, int]):
+        from_ (Union[Unset, datetime.datetime]):
+        to (Union[Unset, datetime.datetime]):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Union[Error, ListEventsResponse200]]
+     """
+
+
+    kwargs = _get_kwargs(
+        limit=limit,
+starting_after=starting_after,
+ending_before=ending_before,
+type_=type_,
+customer_id=customer_id,
+from_=from_,
+to=to,
+
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+def sync(
+    *,
+    client: AuthenticatedClient,
+    limit: Union[Unset, int] = UNSET,
+    starting_after: Union[Unset, int] = UNSET,
+    ending_before: Union[Unset, int] = UNSET,
+    type_: Union[Unset, str] = UNSET,
+    customer_id: Union[Unset, int] = UNSET,
+    from_: Union[Unset, datetime.datetime] = UNSET,
+    to: Union[Unset, datetime.datetime] = UNSET,
+
+) -> Optional[Union[Error, ListEventsResponse200]]:
+    """  Events still kept in the outbox, newest first
+
+    Args:
+        limit (Union[Unset, int]):
+        starting_after (Union[Unset, int]):
+        ending_before (Union[Unset, int]):
+        type_ (Union[Unset, str]):
+        customer_id (Union[Unset, int]):
+        from_ (Union[Unset, datetime.datetime]):
+        to (Union[Unset, datetime.datetime]):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Union[Error, ListEventsResponse200]
+     """
+
+
+    return sync_detailed(
+        client=client,
+limit=limit,
+starting_after=starting_after,
+ending_before=ending_before,
+type_=type_,
+customer_id=customer_id,
+from_=from_,
+to=to,
+
+    ).parsed
+
+async def asyncio_detailed(
+    *,
+    client: AuthenticatedClient,
+    limit: Union[Unset, int] = UNSET,
+    starting_after: Union[Unset, int] = UNSET,
+    ending_before: Union[Unset, int] = UNSET,
+    type_: Union[Unset, str] = UNSET,
+    customer_id: Union[Unset, int] = UNSET,
+    from_: Union[Unset, datetime.datetime] = UNSET,
+    to: Union[Unset, datetime.datetime] = UNSET,
+
+) -> Response[Union[Error, ListEventsResponse200]]:
+    """  Events still kept in the outbox, newest first
+
+    Args:
+        limit (Union[Unset, int]):
+        starting_after (Union[Unset, int]):
+        ending_before (Union[Unset, int]):
+        type_ (Union[Unset, str]):
+        customer_id (Union[Unset, int]):
+        from_ (Union[Unset, datetime.datetime]):
+        to (Union[Unset, datetime.datetime]):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Union[Error, ListEventsResponse200]]
+     """
+
+
+    kwargs = _get_kwargs(
+        limit=limit,
+starting_after=starting_after,
+ending_before=ending_before,
+type_=type_,
+customer_id=customer_id,
+from_=from_,
+to=to,
+
+    )
+
+    response = await client.get_async_httpx_client().request(
+        **kwargs
+    )
+
+    return _build_response(client=client, response=response)
+
+async def asyncio(
+    *,
+    client: AuthenticatedClient,
+    limit: Union[Unset, int] = UNSET,
+    starting_after: Union[Unset, int] = UNSET,
+    ending_before: Union[Unset, int] = UNSET,
+    type_: Union[Unset, str] = UNSET,
+    customer_id: Union[Unset, int] = UNSET,
+    from_: Union[Unset, datetime.datetime] = UNSET,
+    to: Union[Unset, datetime.datetime] = UNSET,
+
+) -> Optional[Union[Error, ListEventsResponse200]]:
+    """  Events still kept in the outbox, newest first
+
+    Args:
+        limit (Union[Unset, int]):
+        starting_after (Union[Unset, int]):
+        ending_before (Union[Unset, int]):
+        type_ (Union[Unset, str]):
+        customer_id (Union[Unset, int]):
+        from_ (Union[Unset, datetime.datetime]):
+        to (Union[Unset, datetime.datetime]):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Union[Error, ListEventsResponse200]
+     """
+
+
+    return (await asyncio_detailed(
+        client=client,
+limit=limit,
+starting_after=starting_after,
+ending_before=ending_before,
+type_=type_,
+customer_id=customer_id,
+from_=from_,
+to=to,
+
+    )).parsed

@@ -1,0 +1,232 @@
+from http import HTTPStatus
+from typing import Any, Optional, Union, cast
+
+import httpx
+
+from ...client import AuthenticatedClient, Client
+from ...types import Response, UNSET
+from ... import errors
+
+from ...models.error import Error
+from ...models.list_webhook_attempts_response_200 import ListWebhookAttemptsResponse200
+from ...types import UNSET, Unset
+from typing import cast
+from typing import Union
+
+
+
+def _get_kwargs(
+    id: int,
+    *,
+    limit: Union[Unset, int] = UNSET,
+
+) -> dict[str, Any]:
+    
+
+    
+
+    params: dict[str, Any] = {}
+
+    params["limit"] = limit
+
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
+
+
+    _kwargs: dict[str, Any] = {
+        "method": "get",
+        "url": "/v1/webhook-endpoints/{id}/attempts".format(id=id,),
+        "params": params,
+    }
+
+
+    return _kwargs
+
+
+
+def _parse_response(*, client: Union[AuthenticatedClient, Client], response: httpx.Response) -> Optional[Union[Error, ListWebhookAttemptsResponse200]]:
+    if response.status_code == 200:
+        response_200 = ListWebhookAttemptsResponse200.from_dict(response.json())
+
+
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = Error.from_dict(response.json())
+
+
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = Error.from_dict(response.json())
+
+
+
+        return response_401
+
+    if response.status_code == 403:
+        response_403 = Error.from_dict(response.json())
+
+
+
+        return response_403
+
+    if response.status_code == 404:
+        response_404 = Error.from_dict(response.json())
+
+
+
+        return response_404
+
+    if response.status_code == 422:
+        response_422 = Error.from_dict(response.json())
+
+
+
+        return response_422
+
+    if response.status_code == 503:
+        response_503 = Error.from_dict(response.json())
+
+
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(*, client: Union[AuthenticatedClient, Client], response: httpx.Response) -> Response[Union[Error, ListWebhookAttemptsResponse200]]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    id: int,
+    *,
+    client: AuthenticatedClient,
+    limit: Union[Unset, int] = UNSET,
+
+) -> Response[Union[Error, ListWebhookAttemptsResponse200]]:
+    """ 
+    Args:
+        id (int):
+        limit (Union[Unset, int]):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Union[Error, ListWebhookAttemptsResponse200]]
+     """
+
+
+    kwargs = _get_kwargs(
+        id=id,
+limit=limit,
+
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+def sync(
+    id: int,
+    *,
+    client: AuthenticatedClient,
+    limit: Union[Unset, int] = UNSET,
+
+) -> Optional[Union[Error, ListWebhookAttemptsResponse200]]:
+    """ 
+    Args:
+        id (int):
+        limit (Union[Unset, int]):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Union[Error, ListWebhookAttemptsResponse200]
+     """
+
+
+    return sync_detailed(
+        id=id,
+client=client,
+limit=limit,
+
+    ).parsed
+
+async def asyncio_detailed(
+    id: int,
+    *,
+    client: AuthenticatedClient,
+    limit: Union[Unset, int] = UNSET,
+
+) -> Response[Union[Error, ListWebhookAttemptsResponse200]]:
+    """ 
+    Args:
+        id (int):
+        limit (Union[Unset, int]):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[Union[Error, ListWebhookAttemptsResponse200]]
+     """
+
+
+    kwargs = _get_kwargs(
+        id=id,
+limit=limit,
+
+    )
+
+    response = await client.get_async_httpx_client().request(
+        **kwargs
+    )
+
+    return _build_response(client=client, response=response)
+
+async def asyncio(
+    id: int,
+    *,
+    client: AuthenticatedClient,
+    limit: Union[Unset, int] = UNSET,
+
+) -> Optional[Union[Error, ListWebhookAttemptsResponse200]]:
+    """ 
+    Args:
+        id (int):
+        limit (Union[Unset, int]):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Union[Error, ListWebhookAttemptsResponse200]
+     """
+
+
+    return (await asyncio_detailed(
+        id=id,
+client=client,
+limit=limit,
+
+    )).parsed

@@ -1,0 +1,11 @@
+from enum import Enum
+
+class ListSubscriptionsStatus(str, Enum):
+    ACTIVE = "ACTIVE"
+    CANCELED = "CANCELED"
+    PAST_DUE = "PAST_DUE"
+    PAUSED = "PAUSED"
+    TRIALING = "TRIALING"
+
+    def __str__(self) -> str:
+        return str(self.value)
