@@ -416,6 +416,7 @@ V1_GET_CUSTOMER = "SELECT * FROM billing.get_customer(%(id)s)"
 V1_CREATE_CUSTOMER = (
     "SELECT * FROM billing.create_customer(%(id)s, %(timezone)s, %(name)s, %(email)s, %(address)s, %(city)s, "
     "%(postal_code)s, %(region)s, %(country)s, %(tax_id)s, %(tax_status)s, %(external_id)s)"
+)
 # A path's id that is not ours (digits) is the caller's external id (db/functions/21_external_ids.sql).
 V1_RESOLVE_EXTERNAL_ID = "SELECT billing.resolve_external_id(%(kind)s, %(external_id)s) AS id"
 V1_GET_PLAN_BY_EXTERNAL_ID = "SELECT * FROM billing.get_plan_by_external_id(%(external_id)s)"
@@ -429,12 +430,14 @@ V1_UPDATE_CUSTOMER = (
     "CASE WHEN %(has_country)s THEN %(country)s ELSE c.country::text END, "
     "CASE WHEN %(has_tax_id)s THEN %(tax_id)s ELSE c.tax_id END, "
     "CASE WHEN %(has_tax_status)s THEN %(tax_status)s ELSE c.tax_status END) d"
+)
 V1_LIST_CUSTOMERS = "SELECT * FROM billing.list_customers(%(limit)s, %(after)s, %(before)s, %(email)s)"
 V1_GET_PLAN = "SELECT * FROM billing.get_plan(%(code)s)"
 V1_LIST_PLANS = "SELECT * FROM billing.list_plans(%(limit)s, %(after)s, %(before)s)"
 V1_UPSERT_PLAN = (
     "SELECT * FROM billing.upsert_plan(%(code)s, %(price)s, %(currency)s, %(interval)s, %(count)s, %(now)s, "
     "%(billing_day)s, %(external_id)s)"
+)
 V1_LIST_COUPONS = "SELECT * FROM billing.list_coupons(%(limit)s, %(after)s, %(before)s)"
 V1_LIST_TAX_RATES = "SELECT * FROM billing.list_tax_rates(%(limit)s, %(after)s, %(before)s)"
 V1_UPSERT_TAX_RATE = ("SELECT * FROM billing.upsert_tax_rate(%(code)s, %(country)s, %(region)s, %(name)s, %(bp)s, "
@@ -444,9 +447,11 @@ V1_LIST_SUBSCRIPTIONS = (
     "SELECT s.*, billing.plan_code(s.plan_id) AS plan_code, billing.plan_code(s.scheduled_plan_id) AS scheduled_plan_code "
     "FROM billing.list_subscriptions(%(limit)s, %(after)s, %(before)s, %(customer_id)s, %(status)s, %(plan_code)s, "
     "%(created_from)s, %(created_to)s) s"
+)
 V1_LIST_INVOICES = (
     "SELECT * FROM billing.list_invoices(%(limit)s, %(after)s, %(before)s, %(customer_id)s, %(status)s, "
     "%(period_from)s, %(period_to)s, %(subscription_id)s)"
+)
 V1_LIST_CREDIT_NOTES = ("SELECT * FROM billing.list_credit_notes(%(limit)s, %(after)s, %(before)s, %(customer_id)s, "
                         "%(invoice_id)s)")
 V1_LIST_REFUNDS = ("SELECT * FROM billing.list_refunds(%(limit)s::integer, %(after)s::bigint, %(before)s::bigint, "

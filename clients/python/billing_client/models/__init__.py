@@ -26,6 +26,9 @@ from .event import Event
 from .event_payload import EventPayload
 from .get_customer_usage_response_200 import GetCustomerUsageResponse200
 from .get_customer_usage_response_200_meters_item import GetCustomerUsageResponse200MetersItem
+from .get_upcoming_invoice_response_200 import GetUpcomingInvoiceResponse200
+from .get_upcoming_invoice_response_200_lines_item import GetUpcomingInvoiceResponse200LinesItem
+from .get_upcoming_invoice_response_200_lines_item_kind import GetUpcomingInvoiceResponse200LinesItemKind
 from .ingest_usage_events_body_item import IngestUsageEventsBodyItem
 from .ingest_usage_events_body_item_data_type_0 import IngestUsageEventsBodyItemDataType0
 from .ingest_usage_events_response_200 import IngestUsageEventsResponse200
@@ -129,6 +132,9 @@ __all__ = (
     "EventPayload",
     "GetCustomerUsageResponse200",
     "GetCustomerUsageResponse200MetersItem",
+    "GetUpcomingInvoiceResponse200",
+    "GetUpcomingInvoiceResponse200LinesItem",
+    "GetUpcomingInvoiceResponse200LinesItemKind",
     "IngestUsageEventsBodyItem",
     "IngestUsageEventsBodyItemDataType0",
     "IngestUsageEventsResponse200",
