@@ -54,7 +54,7 @@ proration. The same rules must hold on every one of those paths: a coupon or a p
 credit from nothing (credit granted stays below what PAID invoices were billed after discounts),
 and each period invoice is its plan's price then, times its seats, less its coupon discount.
 
-Size: BILLING_ADVERSARY_EXAMPLES (default 500) x BILLING_ADVERSARY_STEPS (default 30); the larger
+Size: BILLING_ADVERSARY_EXAMPLES (default 300) x BILLING_ADVERSARY_STEPS (default 30); the larger
 run is in docs/testing.md.
 """
 
@@ -674,14 +674,15 @@ def make_machine(db: Db, steps: int):
             assert not silent, f"FAILED invoices written off without an event: {silent}"
 
     Adversary.TestCase.settings = settings(
-        max_examples=int(os.environ.get("BILLING_ADVERSARY_EXAMPLES", 500)), stateful_step_count=steps,
+        max_examples=int(os.environ.get("BILLING_ADVERSARY_EXAMPLES", 300)), stateful_step_count=steps,
         deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                               HealthCheck.data_too_large])
     return Adversary
 
 
-# 500 examples take 5-7 minutes alone on this 2-core host and over 10 beside the parallel pass's
-# other files: the default 600 s budget cut it short (a timeout, not a finding).
+# 500 examples took 5-7 minutes alone on this 2-core host before usage joined the game (about twice
+# the work per example since), over 10 beside the parallel pass's other files: the default is 300
+# examples, the budget 30 minutes; before landing a change of the money rules, run thousands.
 @pytest.mark.timeout(1800)
 def test_an_adversarial_customer_cannot_make_money_from_nothing(db_url):
     db = Db(db_url)
