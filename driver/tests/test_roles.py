@@ -40,8 +40,7 @@ POLICY = {
                     "notification_kinds", "customer_locales", "set_customer_preferences", "list_notifications",
                     "create_portal_link", "use_portal_link", "revoke_portal_links", "invoice_action",
                     "portal_open_session", "portal_session", "portal_close_session", "portal_home",
-                    "portal_invoice_document", "portal_cancel", "portal_uncancel", "portal_change_plan"},
-                    "create_portal_link", "use_portal_link", "revoke_portal_links", "invoice_action"} | V1_READS | {
+                    "portal_invoice_document", "portal_cancel", "portal_uncancel", "portal_change_plan"} | V1_READS | {
                     "create_customer", "report_mrr", "report_mrr_movements", "report_churn", "report_revenue"},
     "billing_worker": {"create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
                        "ingest_usage", "usage_partitions", "rate_usage", "check_usage_alerts",
@@ -84,8 +83,7 @@ POLICY = {
                       "upsert_tax_rate", "set_customer_details", "finalize_invoice", "finalize_invoices",
                       "get_invoice_document", "report_mrr", "report_mrr_movements", "report_churn", "report_revenue",
                       "notification_kinds", "customer_locales", "set_customer_preferences", "list_notifications",
-                      "create_portal_link", "revoke_portal_links", "set_action_window", "set_plan_change_options"},
-                      "create_portal_link", "revoke_portal_links", "set_action_window", "create_customer"} | V1_READS,
+                      "create_portal_link", "revoke_portal_links", "set_action_window", "set_plan_change_options", "create_customer"} | V1_READS,
     # The operator console: its reads and sessions, plus the actions it offers (billing.console.actions)
     # that exist in this database; see _with_console_actions().
     "billing_console": {"console_open_session", "console_session", "console_close_session", "console_functions",
