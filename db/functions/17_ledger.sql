@@ -551,6 +551,12 @@ BEGIN
                       AND i.period_end > p_at
                     ORDER BY i.id);
     v_n := billing._void_invoices(p_sub.customer_id, v_ids, p_now);
+    -- The lines they had reversed are in force again, but only up to where a later change ended the
+    -- lines they sold (as when such an invoice fails).
+    FOREACH v_id IN ARRAY v_ids LOOP
+        SELECT * INTO v_inv FROM billing.invoice WHERE customer_id = p_sub.customer_id AND id = v_id;
+        PERFORM billing._end_restored_lines(v_inv, p_now);
+    END LOOP;
     v_ids := ARRAY(SELECT i.id FROM billing.invoice i
                     WHERE i.customer_id = p_sub.customer_id AND i.subscription_id = p_sub.id
                       AND i.status IN ('OPEN', 'REVIEW') AND i.unserved = 0 AND i.period_end > p_at
