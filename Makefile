@@ -12,7 +12,7 @@ PGTAP_DB ?= billing_pgtap
 PGTAP_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock
+.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention bench-usage clean schema-snapshot audit audit-online lock
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -167,6 +167,9 @@ bench-relay: venv services
 
 bench-retention: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.retention.run $(BENCH_ARGS)
+
+bench-usage: venv services
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.usage.run $(BENCH_ARGS)
 
 bench-charge: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.charge.run $(BENCH_ARGS)

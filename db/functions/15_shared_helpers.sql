@@ -231,7 +231,8 @@ BEGIN
 
     -- The service ledger (16_ledger): a period invoice sells its period in one CHARGE line; the
     -- lines of a PRORATION invoice (what it reverses, what it sells) are written by the change.
-    IF p_kind <> 'PRORATION' THEN
+    -- (A USAGE invoice's lines are written by the rating, 72_usage_rating.)
+    IF p_kind NOT IN ('PRORATION', 'USAGE') THEN
         PERFORM billing._charge_line(p_sub, v_invoice.id, p_plan, p_sub.quantity, p_plan_price, p_period_start, p_period_end,
                                      p_subtotal + coalesce(p_discount, 0), p_discount, p_coupon_code,
                                      v_tax.tax_amount + v_tax.tax_included, v_tax.tax_included > 0, NULL, p_now);
@@ -393,6 +394,8 @@ BEGIN
         UPDATE billing.invoice
            SET status = 'VOID', next_attempt_at = NULL, closed_at = p_now, waiting_for = NULL
          WHERE subscription_id = ANY (p_subscription_ids) AND status = 'OPEN' AND attempt_count = 0
+           -- usage rated in arrears bills service already given: never forgiven by a cancellation
+           AND kind <> 'USAGE'
         RETURNING *
     ), announced AS (
         INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
@@ -443,13 +446,13 @@ BEGIN
     -- Read first, then called: on Citus a call inside a query of one shard is sent to the worker with it.
     v_ids := ARRAY(SELECT i.id FROM billing.invoice i
                     WHERE i.customer_id = p_customer_id AND i.subscription_id = ANY (p_subscription_ids)
-                      AND i.status = 'OPEN' AND i.attempt_count = 0
+                      AND i.status = 'OPEN' AND i.attempt_count = 0 AND i.kind <> 'USAGE'
                     ORDER BY i.id);
     RETURN billing._void_invoices(p_customer_id, v_ids, p_now);
 END
 $$;
 COMMENT ON FUNCTION billing._void_open_invoices(bigint, bigint[], timestamptz) IS
-'Private: _void_open_invoices for the subscriptions of one customer, by (customer_id, id): OPEN invoices never declined become VOID (InvoiceVoided each, in id order), their consumed credit goes back, pending credit depending on them is reversed.
+'Private: _void_open_invoices for the subscriptions of one customer, by (customer_id, id): OPEN invoices never declined (but USAGE ones: usage already served) become VOID (InvoiceVoided each, in id order), their consumed credit goes back, pending credit depending on them is reversed.
 Returns how many invoices were voided.';
 
 -- Voids the given invoices of one customer that are still OPEN and were never declined (each locked

@@ -89,7 +89,7 @@ BEGIN
     FOR v_line IN
         SELECT * FROM billing.service_line l
          WHERE l.customer_id = p_sub.customer_id AND l.subscription_id = p_sub.id
-           AND l.kind = 'CHARGE' AND l.span_end > p_at
+           AND l.kind = 'CHARGE' AND l.item = 'PLAN' AND l.span_end > p_at
          ORDER BY l.id
     LOOP
         CONTINUE WHEN NOT billing._line_in_force(v_line);

@@ -324,6 +324,11 @@ BEGIN
         PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
         RETURN v_sub;
     END IF;
+    -- Usage rated in arrears (72_usage_rating): a subscription leaving or joining a plan with usage
+    -- charges is followed by the rating from now on (its time on each plan rated at that plan's).
+    IF EXISTS (SELECT 1 FROM billing.plan_charge c WHERE c.plan_id IN (v_old.id, v_new.id)) THEN
+        PERFORM billing._usage_follow(v_sub.customer_id, v_sub.id, p_now);
+    END IF;
 
     IF p_when = 'period_end' THEN
         -- Takes effect at the renewal (or at the trial's end, or when a pause ends): the new

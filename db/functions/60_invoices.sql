@@ -105,7 +105,19 @@ BEGIN
                                 CASE WHEN p_invoice.subtotal + p_invoice.discount_amount
                                           <> p_invoice.plan_price * p_invoice.quantity THEN ', prorated' ELSE '' END)
                END AS description
-          FROM billing.plan p, zone z WHERE p.id = p_invoice.plan_id
+          FROM billing.plan p, zone z WHERE p.id = p_invoice.plan_id AND p_invoice.kind <> 'USAGE'
+    ), usage AS (
+        -- A USAGE invoice: one line per service line of rated usage (72_usage_rating), in line order.
+        SELECT l.id, format('%s %s%s, %s to %s', l.meter_code, trim(trailing '.' FROM trim(trailing '0' FROM
+                                CASE WHEN l.usage_quantity = trunc(l.usage_quantity) THEN trunc(l.usage_quantity)::text || '.'
+                                     ELSE l.usage_quantity::text END)),
+                           CASE WHEN l.span_end <= p_invoice.period_start THEN ' (late usage)' ELSE '' END,
+                           to_char(l.span_start AT TIME ZONE z.tz, 'YYYY-MM-DD HH24:MI'),
+                           to_char(l.span_end AT TIME ZONE z.tz, 'YYYY-MM-DD HH24:MI')) AS description,
+               l.gross, l.span_start, l.span_end
+          FROM billing.service_line l, zone z
+         WHERE p_invoice.kind = 'USAGE' AND l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id
+           AND l.item = 'USAGE'
     ), taxes AS (
         SELECT t.ord, t.line->>'code' AS code, t.line->>'name' AS name, (t.line->>'rateBp')::integer AS rate_bp,
                (t.line->>'inclusive')::boolean AS inclusive, (t.line->>'amount')::bigint AS amount
@@ -118,6 +130,9 @@ BEGIN
                NULL::text AS code, NULL::integer AS bp, NULL::boolean AS incl,
                p_invoice.period_start AS ps, p_invoice.period_end AS pe
           FROM charge c
+        UNION ALL
+        SELECT 1, 'USAGE', u.description, 1, u.gross, u.gross, NULL, NULL, NULL, u.span_start, u.span_end
+          FROM usage u
         UNION ALL
         SELECT 2, 'DISCOUNT', format('Coupon %s', p_invoice.coupon_code), NULL, NULL, -p_invoice.discount_amount,
                NULL, NULL, NULL, NULL, NULL
@@ -142,14 +157,14 @@ BEGIN
                NULL, NULL, NULL, NULL, NULL
          WHERE p_invoice.credit_applied > 0
     )
-    SELECT (row_number() OVER (ORDER BY a.ord))::integer, a.kind, a.description, a.quantity, a.unit_amount, a.amount,
+    SELECT (row_number() OVER (ORDER BY a.ord, a.ps, a.description))::integer, a.kind, a.description, a.quantity, a.unit_amount, a.amount,
            a.code, a.bp, a.incl, a.ps, a.pe
       FROM all_lines a
-     ORDER BY a.ord;
+     ORDER BY a.ord, a.ps, a.description;
 END
 $$;
 COMMENT ON FUNCTION billing._invoice_lines(billing.invoice, text) IS
-'Private: the document lines of an invoice from its terms (service dates in the subscription''s zone): PLAN (or PRORATION) = subtotal + discount, DISCOUNT, one TAX line per rate applied (or one at 0 saying exempt / reverse charge / no tax), CREDIT.
+'Private: the document lines of an invoice from its terms (service dates in the subscription''s zone): PLAN (or PRORATION) = subtotal + discount (a USAGE invoice: one USAGE line per rated usage service line), DISCOUNT, one TAX line per rate applied (or one at 0 saying exempt / reverse charge / no tax), CREDIT.
 Returns the lines in order.';
 
 -- ---------------------------------------------------------------------------------------------
@@ -456,10 +471,10 @@ BEGIN
     -- One query text for both forms: the customer's filter is a constant fragment (no input in it).
     RETURN QUERY EXECUTE format($q$
     SELECT l.invoice_id,
-           sum(l.amount) FILTER (WHERE l.kind IN ('PLAN', 'PRORATION', 'DISCOUNT'))::bigint,
+           sum(l.amount) FILTER (WHERE l.kind IN ('PLAN', 'PRORATION', 'USAGE', 'DISCOUNT'))::bigint,
            coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND NOT l.tax_inclusive), 0)::bigint,
            coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND l.tax_inclusive), 0)::bigint,
-           (sum(l.amount) FILTER (WHERE l.kind IN ('PLAN', 'PRORATION', 'DISCOUNT'))
+           (sum(l.amount) FILTER (WHERE l.kind IN ('PLAN', 'PRORATION', 'USAGE', 'DISCOUNT'))
             + coalesce(sum(l.amount) FILTER (WHERE l.kind = 'TAX' AND NOT l.tax_inclusive), 0))::bigint,
            coalesce(-sum(l.amount) FILTER (WHERE l.kind = 'CREDIT'), 0)::bigint,
            (sum(l.amount) FILTER (WHERE l.kind <> 'TAX' OR NOT l.tax_inclusive))::bigint

@@ -243,6 +243,7 @@ DECLARE
     v_times timestamptz[];
     v_ids   bigint[];
     v_from  timestamptz[];
+    v_k     integer;
 BEGIN
     IF p_events IS NULL OR jsonb_typeof(p_events) <> 'array' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'usage events: a JSON array of CloudEvents is expected';
@@ -274,7 +275,19 @@ BEGIN
       FROM billing.customer c
      WHERE c.id IN (SELECT (a.e ->> 'subject')::bigint FROM jsonb_array_elements(p_events) a (e)
                      WHERE jsonb_typeof(a.e) = 'object' AND a.e ->> 'subject' ~ '^[0-9]{1,18}$');
-    v_from := ARRAY(SELECT billing._usage_open_from(i, v_now, p_grace) FROM unnest(v_ids) WITH ORDINALITY AS u (i, n) ORDER BY n);
+    -- the customers' usage locks, shared, in key order (the rating takes them exclusive: 72_usage_rating),
+    -- before anything is read: an event stored while its span is rated is read by the rating, or
+    -- finds the cursor moved past it and marks its span late (below)
+    PERFORM pg_advisory_xact_lock_shared(29, k)
+       FROM (SELECT DISTINCT billing._usage_lock_key(i) AS k FROM unnest(v_ids) i ORDER BY 1) q;
+    -- the earliest event time of each customer in the batch (late events: before a span already rated)
+    v_from := ARRAY(SELECT m.t FROM unnest(v_ids) WITH ORDINALITY AS u (i, n)
+                      LEFT JOIN (SELECT (a.e ->> 'subject')::bigint AS subj, min(v_times[a.n]) AS t
+                                   FROM jsonb_array_elements(p_events) WITH ORDINALITY AS a (e, n)
+                                  WHERE jsonb_typeof(a.e) = 'object' AND a.e ->> 'subject' ~ '^[0-9]{1,18}$'
+                                    AND v_times[a.n] >= v_now - p_retention
+                                  GROUP BY 1) m ON m.subj = u.i
+                     ORDER BY u.n);
     -- the partitions of the batch's months (a catalog probe each; made at most once a month)
     FOR v_month IN
         SELECT DISTINCT date_trunc('month', t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
@@ -282,6 +295,16 @@ BEGIN
          WHERE t IS NOT NULL AND t <= v_now + p_skew AND t >= v_now - p_retention
     LOOP
         PERFORM billing._usage_partition(v_month);
+    END LOOP;
+
+    -- a span already rated that this batch reaches is rated again (the increase billed on the next
+    -- USAGE invoice): one probe per customer of the batch
+    FOR v_k IN 1 .. cardinality(v_ids) LOOP
+        CONTINUE WHEN v_from[v_k] IS NULL;
+        UPDATE billing.usage_cursor u
+           SET late_since = least(coalesce(u.late_since, v_from[v_k]), v_from[v_k]), updated_at = v_now
+         WHERE u.customer_id = v_ids[v_k] AND u.rated_until > v_from[v_k]
+           AND (u.late_since IS NULL OR u.late_since > v_from[v_k]);
     END LOOP;
 
     RETURN QUERY
@@ -313,7 +336,7 @@ BEGIN
                  WHEN p.event_time IS NULL THEN 'invalid_time'
                  WHEN c.id IS NULL THEN 'unknown_customer'
                  WHEN p.event_time > v_now + p_skew THEN 'in_future'
-                 WHEN p.event_time < c.open_from OR p.event_time < v_now - p_retention THEN 'too_old'
+                 WHEN p.event_time < v_now - p_retention THEN 'too_old'
                  WHEN EXISTS (SELECT 1 FROM billing.meter m
                                WHERE m.event_type = p.event_type AND m.aggregation IN ('sum', 'max', 'latest')
                                  AND (m.filters = '{}'::jsonb OR billing._usage_match(m.filters, p.data))

@@ -61,6 +61,9 @@ AS $$
         ('usage_dedup',          'distributed', 'customer_id', 'primary key (customer_id, source, event_id): the exactly-once key'),
         ('usage_rollup',         'distributed', 'customer_id', 'primary key (customer_id, meter_code, bucket)'),
         ('usage_unique',         'distributed', 'customer_id', 'primary key (customer_id, meter_code, bucket, value)'),
+        ('usage_cursor',         'distributed', 'customer_id', 'primary key (customer_id, subscription_id): how far its usage is rated'),
+        ('usage_rating',         'distributed', 'customer_id', 'primary key (customer_id, id)'),
+        ('usage_alert',          'distributed', 'customer_id', 'primary key (customer_id, id)'),
         ('schema_migration',     'coordinator', NULL,          'the migrations applied')
     ) AS t (table_name, placement, distribution_column, reason)
     WHERE pg_catalog.to_regclass('billing.' || t.table_name) IS NOT NULL

@@ -43,7 +43,7 @@ SELECT * FROM billing.ingest_usage(jsonb_build_array(
   '{"specversion":"1.0","id":"x3","source":"gw","type":"t710.request","time":"2026-03-10T12:00:00Z","subject":"7101","data":{}}'::jsonb,
   '{"specversion":"1.0","id":"x4","source":"gw","type":"t710.request","time":"2026-03-10T12:00:00Z","subject":"7199","data":{"user":"u"}}'::jsonb,
   '{"specversion":"1.0","id":"x5","source":"gw","type":"t710.request","time":"2026-03-10T12:36:00Z","subject":"7101","data":{"user":"u"}}'::jsonb,
-  '{"specversion":"1.0","id":"x6","source":"gw","type":"t710.request","time":"2026-02-28T23:59:59Z","subject":"7101","data":{"user":"u"}}'::jsonb,
+  '{"specversion":"1.0","id":"x6","source":"gw","type":"t710.request","time":"2025-10-01T23:59:59Z","subject":"7101","data":{"user":"u"}}'::jsonb,
   '{"specversion":"1.0","id":"x7","source":"gw","type":"t710.request","time":"10 March 2026","subject":"7101","data":{"user":"u"}}'::jsonb,
   '{"id":"x8","source":"gw","type":"t710.request","time":"2026-03-10T12:00:00Z","subject":"7101"}'::jsonb,
   '{"specversion":"1.0","id":"x9","source":"gw","type":"t710.request","time":"2026-03-10T12:00:00Z","subject":"alice","data":{"user":"u"}}'::jsonb,
@@ -104,18 +104,18 @@ SELECT results_eq($$SELECT status, reason FROM billing.ingest_usage(jsonb_build_
   '{"specversion":"1.0","id":"late1","source":"gw","type":"t710.request","time":"2026-03-31T23:00:00Z","subject":"7102","data":{"user":"u9"}}'::jsonb,
   '{"specversion":"1.0","id":"early1","source":"gw","type":"t710.request","time":"2026-02-28T23:00:00Z","subject":"7102","data":{"user":"u9"}}'::jsonb),
   '2026-04-01T00:30:00Z', interval '1 hour') ORDER BY ord$$,
-  $$VALUES ('accepted', NULL::text), ('rejected', 'too_old')$$,
-  'within the grace an event of the ended period is accepted; one before that period is too old');
+  $$VALUES ('accepted', NULL::text), ('accepted', NULL)$$,
+  'within the grace an event of the ended period is accepted; one before it too (late: within the retention)');
 SELECT results_eq($$SELECT status, reason FROM billing.ingest_usage(jsonb_build_array(
   '{"specversion":"1.0","id":"late2","source":"gw","type":"t710.request","time":"2026-03-31T23:00:00Z","subject":"7102","data":{"user":"u9"}}'::jsonb,
   '{"specversion":"1.0","id":"now2","source":"gw","type":"t710.request","time":"2026-04-01T00:10:00Z","subject":"7102","data":{"user":"u9"}}'::jsonb),
   '2026-04-01T01:00:00Z', interval '1 hour') ORDER BY ord$$,
-  $$VALUES ('rejected', 'too_old'), ('accepted', NULL)$$,
-  'after the grace the ended period is closed: too old; the open period accepts');
+  $$VALUES ('accepted', NULL::text), ('accepted', NULL)$$,
+  'after the grace an event of the ended period is still accepted (a late event, rated as an adjustment: 720_usage_rating)');
 SELECT results_eq($$SELECT period_start, value FROM billing.current_usage(7102, '2026-04-01T01:00:00Z') WHERE meter_code = 't710_req'$$,
   $$VALUES ('2026-04-01Z'::timestamptz, 1::numeric)$$, 'current usage is the open period''s');
 SELECT results_eq($$SELECT value FROM billing.usage_between(7102, '2026-03-01Z', '2026-04-01Z') WHERE meter_code = 't710_req'$$,
-  $$VALUES (2::numeric)$$, 'the ended period kept the late event accepted within its grace');
+  $$VALUES (3::numeric)$$, 'the ended period kept the events accepted within and after its grace');
 
 SELECT results_eq($$SELECT status, reason FROM billing.ingest_usage(jsonb_build_array(
   '{"specversion":"1.0","id":"feb30","source":"gw","type":"t710.request","time":"2026-02-30T10:00:00Z","subject":"7102","data":{"user":"u"}}'::jsonb,
@@ -137,7 +137,7 @@ SELECT throws_ok($$SELECT * FROM billing.usage_between(7101, '2026-03-10Z', '202
 
 -- partitions: one a month, made by the ingestion or the upkeep, dropped past the retention
 SELECT ok(to_regclass('billing.usage_event_p202603') IS NOT NULL, 'the ingestion made March''s partition');
-SELECT is((SELECT count(*) FROM billing.usage_event_p202603 WHERE customer_id IN (7101, 7102)), 10::bigint,
+SELECT is((SELECT count(*) FROM billing.usage_event_p202603 WHERE customer_id IN (7101, 7102)), 11::bigint,
           'the events are in their month''s partition');
 SELECT results_eq($$SELECT partition_name, action FROM billing.usage_partitions('2026-04-15Z', interval '100 days') WHERE action = 'present'$$,
   $$VALUES ('usage_event_p202604', 'present'), ('usage_event_p202605', 'present'), ('usage_event_p202606', 'present')$$,

@@ -28,7 +28,7 @@ INVOICE = {
     "invoiceId": ID,
     "subscriptionId": ID,
     "customerId": ID,
-    "kind": {"enum": ["INITIAL", "RENEWAL", "PRORATION", "PLAN_CHANGE"]},
+    "kind": {"enum": ["INITIAL", "RENEWAL", "PRORATION", "PLAN_CHANGE", "USAGE"]},
     "status": {"enum": ["OPEN", "PAID", "FAILED", "VOID", "REVIEW"]},
     "periodStart": INSTANT,
     "periodEnd": INSTANT,
@@ -161,6 +161,11 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
     "PaymentMethodExpiring": ("customer/<id>", "the default card expires before the customer's next renewal, which is "
                                                "at most the configured number of days away (once per card)",
                               obj({**PAYMENT_METHOD, "expiresAt": INSTANT, "renewalAt": INSTANT})),
+    "UsageThresholdReached": ("customer/<id>", "a usage alert's meter reached its threshold in the customer's open "
+                                               "period (once per period; docs/usage.md)",
+                              obj({"customerId": ID, "alertId": ID, "meterCode": {"type": "string"},
+                                   "threshold": {"type": "number"}, "value": {"type": "number"},
+                                   "periodStart": INSTANT, "periodEnd": INSTANT})),
     "InvoiceFailed": ("invoice/<id>", "the dunning schedule is exhausted: the invoice will not be charged again",
                       obj(INVOICE, const={"status": {"const": "FAILED"}})),
     "InvoiceVoided": ("invoice/<id>", "an OPEN invoice is voided because its subscription ended, or by an operator "

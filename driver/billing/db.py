@@ -20,6 +20,10 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 CREATE_DUE_INVOICES = "SELECT billing.create_due_invoices(%(batch)s, %(now)s) AS handled"
 FINALIZE_INVOICES = "SELECT billing.finalize_invoices(%(batch)s, %(now)s) AS finalized"
+# Usage in arrears (db/functions/72_usage_rating.sql): one row per subscription looked at.
+CHECK_USAGE_ALERTS = "SELECT billing.check_usage_alerts(%(batch)s, %(now)s) AS fired"
+RATE_USAGE = ("SELECT count(*) AS looked, count(invoice_id) AS invoiced"
+              " FROM billing.rate_usage(%(batch)s, %(now)s, make_interval(secs => %(grace)s))")
 CLAIM_CHARGES = (
     "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup, customer_ref, "
     "payment_method_ref FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s, %(provider)s)"
@@ -332,6 +336,7 @@ INGEST_USAGE = ("SELECT ord, status, reason, customer_id FROM billing.ingest_usa
                 "%(grace)s, %(skew)s, %(retention)s)")
 CURRENT_USAGE = ("SELECT meter_code, aggregation, value, events, period_start, period_end "
                  "FROM billing.current_usage(%(customer_id)s, %(now)s)")
+UPCOMING_INVOICE = "SELECT billing.upcoming_invoice(%(id)s, %(now)s) AS doc"
 USAGE_PARTITIONS = "SELECT partition_name, action FROM billing.usage_partitions(%(now)s, %(retention)s)"
 
 # -- after a promotion that may have lost writes (billing.after_failover, docs/operations.md) --

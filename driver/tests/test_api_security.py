@@ -65,6 +65,7 @@ ROUTES = [
     ("POST", "/usage-events", [{"specversion": "1.0", "id": "e1", "source": "s", "type": "t",
                                 "time": "2026-10-01T11:00:00Z", "subject": "1", "data": {}}]),
     ("GET", "/customers/1/usage", None),
+    ("GET", "/subscriptions/1/upcoming-invoice", None),
 ]
 PUBLIC_ROUTES = {("GET", "/healthz"), ("POST", "/webhooks/payments"), ("POST", "/webhooks/stripe")}
 
@@ -156,7 +157,8 @@ def test_every_route_refuses_a_key_without_its_scope_and_accepts_one_with_it(db_
              "GET /invoices/1/refunds": "subscriptions:read", "POST /invoices/1/retry": "admin",
              "POST /invoices/1/void": "admin", "GET /invoices/1": "subscriptions:read",
              "POST /customer-sessions": "customer-sessions:write",
-             "POST /usage-events": "usage:write", "GET /customers/1/usage": "subscriptions:read"}
+             "POST /usage-events": "usage:write", "GET /customers/1/usage": "subscriptions:read",
+             "GET /subscriptions/1/upcoming-invoice": "subscriptions:read"}
 
     async def body():
         async with client_for(db_url) as client:

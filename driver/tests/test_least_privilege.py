@@ -53,6 +53,8 @@ API = {
     # usage-based billing (db/functions/71_usage.sql, docs/usage.md)
     "upsert_meter", "list_meters", "ingest_usage", "current_usage", "usage_between", "usage_partitions",
     "upsert_plan_charge",
+    # usage rated in arrears (db/functions/72_usage_rating.sql)
+    "rate_usage", "upcoming_invoice", "set_usage_alert", "check_usage_alerts",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -507,6 +509,12 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
                  (basic, meter, "per_unit", 2, None, "[]", 10, None, None, T0))
     out["usage_charge"] = charge[2]
     out["usage_partitions"] = len(one("usage_partitions", "%s, %s", (T0, timedelta(days=100)), setof=True)) >= 3
+    # Rating in arrears (db/functions/72_usage_rating.sql): the worker's step, the API's preview.
+    rated = one("rate_usage", "%s, %s, %s", (100, T0 + timedelta(days=1), timedelta(hours=1)), setof=True)
+    out["usage_rated"] = isinstance(rated, list)
+    out["upcoming"] = one("upcoming_invoice", "%s, %s", (sub_id, T0 + timedelta(days=1)))[0]["object"]
+    out["usage_alert"] = one("set_usage_alert", "%s, %s, %s, %s", (user, meter, 1, T0))[3] == 1
+    out["usage_alerts_fired"] = one("check_usage_alerts", "%s, %s", (100, T0 + timedelta(minutes=3)))[0]
     out["called"] = called
     return out
 
@@ -544,6 +552,7 @@ EXPECTED = {
     "action_window": True, "invoice_action": "BL404",
     "usage_ingested": ["accepted"], "usage_again": ["duplicate"], "usage_current": [("count", 1)],
     "usage_between": [1], "usage_meters": True, "usage_partitions": True, "usage_charge": "per_unit",
+    "usage_rated": True, "upcoming": "upcoming_invoice", "usage_alert": True, "usage_alerts_fired": 1,
 }
 
 

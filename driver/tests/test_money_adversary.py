@@ -36,6 +36,17 @@ engine: after every step it checks the money rules on the database itself:
   sold twice by lines in force; a repeating coupon discounts only inside its months of service, a
   plan-restricted one only its plans.
 
+* usage rated in arrears (issue 29, docs/usage.md): every rated quantity is at most an independent
+  count of the events this test had accepted for the span (nothing counted twice), and exactly that
+  count unless the span is marked late (nothing lost); what a span billed in all is the charge's
+  amount for its latest quantity (never billed twice, never less); every billed amount is a USAGE
+  line of a USAGE invoice; the rated spans of a subscription never overlap;
+  no USAGE invoice is ever voided (a cancellation forgives no usage served).
+
+Usage is part of the game: events now, exactly at a period's start, just before it and in the ended
+period (late, before and after its rating), sent twice; ratings at any time, before and after plan
+changes and cancellations.
+
 Coupons of every kind (percent, amount off, plan-restricted, once, repeating, forever), taxed
 customers (exclusive and inclusive), invoices waiting for a payment method and given up, and
 cancellations with p_proration none, credit or refund are part of the game.
@@ -89,8 +100,15 @@ COUPONS = {  # code: (percent_off, amount_off, currency, duration, months, plans
 # Taxes by the billing address (docs/invoices.md): customer 3 pays 20% on top, customer 4 has 10% inside
 # its prices; customers 1 and 2 pay none.
 TAXES = {3: ("XE", "XE_VAT", 2000, False), 4: ("XI", "XI_VAT", 1000, True)}
+# Usage (issue 29): one meter of requests; charges on three plans (a flat price beside usage).
+CHARGES = {  # plan: (model, unit_amount, package_size, tiers, included)
+    "M_BASIC": ("per_unit", 10, None, [], 0),
+    "M_PRO": ("graduated", None, None, [{"upTo": 3, "unitAmount": 0}, {"upTo": None, "unitAmount": 50, "flatAmount": 7}], 0),
+    "D_DAILY": ("package", 25, 2, [], 1),
+}
 # Wiped between examples beside every table holding a customer_id (driver/tests/wipe.py).
-EXTRA_TABLES = ("billing.customer", "billing.coupon", "billing.plan_price", "billing.plan")
+EXTRA_TABLES = ("billing.customer", "billing.coupon", "billing.plan_price", "billing.plan", "billing.plan_charge",
+                "billing.meter")
 
 
 class Db:
@@ -117,6 +135,11 @@ class Db:
         for code, (percent, amount, currency, duration, periods, plans) in COUPONS.items():
             self.conn.execute("SELECT billing.upsert_coupon(%s, %s, %s, %s, %s, %s, NULL, NULL, %s)",
                               (code, percent, amount, currency, duration, periods, plans))
+        self.conn.execute("SELECT billing.upsert_meter('adv_req', 'adv.request', 'count', NULL, '{}', %s)",
+                          (T0 - timedelta(days=400),))
+        for code, (model, unit, package, tiers, included) in CHARGES.items():
+            self.conn.execute("SELECT billing.upsert_plan_charge(%s, 'adv_req', %s, %s, %s, %s::jsonb, %s, NULL, NULL, %s)",
+                              (code, model, unit, package, json.dumps(tiers), included, T0 - timedelta(days=400)))
         for customer, (country, code, rate, inclusive) in TAXES.items():
             self.conn.execute("SELECT billing.upsert_tax_rate(%s, %s, NULL, %s, %s, %s)",
                               (code, country, f"VAT {rate // 100}%", rate, inclusive))
@@ -142,6 +165,8 @@ def make_machine(db: Db, steps: int):
             self.seat_history: dict[int, list[tuple[datetime, int]]] = {}  # sub -> [(since, quantity)]
             self.cancel_asked: dict[int, datetime] = {}  # sub -> when a cancel at period end was asked
             self.paused: dict[int, tuple[datetime, datetime | None]] = {}  # sub -> (paused_at, resume_at)
+            self.usage: list[tuple[int, datetime]] = []  # (customer, time) of every event accepted
+            self.usage_sent: list[tuple[int, str, datetime]] = []  # (customer, id, time) sent, for resending
 
         # -- helpers ---------------------------------------------------------------------------
         def _subs(self) -> list[int]:
@@ -292,12 +317,57 @@ def make_machine(db: Db, steps: int):
             if new != self.prices[plan][-1][1]:
                 self.prices[plan].append((at, new))
 
+        # -- usage (issue 29) ---------------------------------------------------------------------
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data(), where=st.sampled_from(["now", "now", "period_start", "just_before", "ended_period",
+                                                      "resend", "resend_moved"]),
+              count=st.sampled_from([1, 3]))
+        def use(self, data, where, count):
+            """Events for a subscription's customer: now, exactly at its period's start, 1 us before it,
+            in the ended period (late), or sent again (as it was, or with another time: the same key)."""
+            sub = data.draw(st.sampled_from(self._subs()), label="subscription")
+            row = db.rows("SELECT customer_id, current_period_start FROM billing.subscription WHERE id = %s", (sub,))[0]
+            customer, start = row["customer_id"], row["current_period_start"]
+            batch = []
+            for n in range(count):
+                if where.startswith("resend") and self.usage_sent:
+                    cust, eid, at = data.draw(st.sampled_from(self.usage_sent), label="resent")
+                    if where == "resend_moved":
+                        at = at + timedelta(days=1)
+                    batch.append((cust, eid, at))
+                    continue
+                at = {"now": self.now, "period_start": start, "just_before": start - timedelta(microseconds=1),
+                      "ended_period": start - timedelta(days=1)}.get(where, self.now)
+                self.events += 1
+                batch.append((customer, f"u{self.events}", at))
+            if not batch:
+                return
+            events = [{"specversion": "1.0", "id": eid, "source": "adv", "type": "adv.request",
+                       "time": at.isoformat(), "subject": str(cust), "data": {}} for cust, eid, at in batch]
+            answers = db.rows("SELECT ord, status, reason FROM billing.ingest_usage(%s::jsonb, %s) ORDER BY ord",
+                              (json.dumps(events), self.now))
+            for (cust, eid, at), answer in zip(batch, answers):
+                if answer["status"] == "accepted":
+                    assert (cust, eid) not in {(c, e) for c, e, _ in self.usage_sent}, f"event {eid} accepted twice"
+                    self.usage.append((cust, at))
+                    self.usage_sent.append((cust, eid, at))
+                elif answer["status"] == "duplicate":
+                    assert (cust, eid) in {(c, e) for c, e, _ in self.usage_sent}, f"event {eid} a duplicate of nothing"
+
+        @rule(grace=st.sampled_from([timedelta(hours=1), timedelta(0)]))
+        def rate(self, grace):
+            """The worker's rating step (after the renewals), at any time."""
+            for _ in range(50):
+                if len(db.rows("SELECT * FROM billing.rate_usage(500, %s, %s)", (self.now, grace))) < 500:
+                    break
+
         @rule()
         def renew(self):
             for _ in range(200):
                 if not db.rows("SELECT billing.create_due_invoices(500, %s) AS n", (self.now,))[0]["n"]:
                     break
             self._learn_scheduled()
+            self.rate(timedelta(hours=1))  # the worker's round: the renewals, then the rating
 
         @rule(data=st.data(), lease=st.sampled_from([timedelta(minutes=5), timedelta(hours=3)]))
         def charge(self, data, lease):
@@ -539,7 +609,7 @@ def make_machine(db: Db, steps: int):
                     SELECT l.*, coalesce((SELECT min(r.span_start) FROM billing.service_line r
                                            WHERE r.customer_id = l.customer_id AND r.reverses_id = l.id
                                              AND billing._line_in_force(r)), l.span_end) AS served_end
-                      FROM billing.service_line l WHERE l.kind = 'CHARGE' AND billing._line_in_force(l))
+                      FROM billing.service_line l WHERE l.kind = 'CHARGE' AND l.item = 'PLAN' AND billing._line_in_force(l))
                 SELECT a.subscription_id, a.id, b.id AS other, a.span_start, a.served_end, b.span_start AS other_start,
                        b.served_end AS other_end
                   FROM live a JOIN live b ON b.customer_id = a.customer_id AND b.subscription_id = a.subscription_id
@@ -549,6 +619,51 @@ def make_machine(db: Db, steps: int):
                    AND least(a.served_end, b.served_end) - greatest(a.span_start, b.span_start) >= interval '1 second'
                  WHERE a.span_start < a.served_end AND b.span_start < b.served_end""")
             assert not twice, f"service sold twice for the same time: {twice}"
+
+        @invariant()
+        def usage_is_billed_once_and_whole(self):
+            """Usage in arrears (issue 29): per rated span and meter, the latest quantity is this test's
+            own count of the events it had accepted for the span (less only while the span is marked
+            late), the span billed in all the charge's amount for that quantity, each billed amount a
+            USAGE line of a USAGE invoice; a subscription's rated spans never overlap; no USAGE invoice is
+            ever voided."""
+            spans = db.rows("""
+                SELECT r.customer_id, r.subscription_id, r.meter_code, r.span_start, r.span_end,
+                       (array_agg(r.quantity ORDER BY r.rated_at DESC, r.id DESC))[1] AS quantity, sum(r.billed) AS billed,
+                       billing._usage_amount((SELECT c FROM billing.plan_charge c WHERE c.meter_code = r.meter_code
+                                               AND c.plan_id = min(r.plan_id)),
+                                             (array_agg(r.quantity ORDER BY r.rated_at DESC, r.id DESC))[1]) AS owed,
+                       min(u.late_since) AS late_since
+                  FROM billing.usage_rating r
+                  JOIN billing.usage_cursor u ON u.customer_id = r.customer_id AND u.subscription_id = r.subscription_id
+                 GROUP BY r.customer_id, r.subscription_id, r.meter_code, r.span_start, r.span_end""")
+            for r in spans:
+                own = sum(1 for c, at in self.usage if c == r["customer_id"] and r["span_start"] <= at < r["span_end"])
+                where = f"subscription {r['subscription_id']} [{r['span_start']}, {r['span_end']})"
+                assert r["quantity"] <= own, f"{where}: rated {r['quantity']} events, only {own} were accepted (counted twice)"
+                if r["late_since"] is None or r["late_since"] >= r["span_end"]:
+                    assert r["quantity"] == own, f"{where}: rated {r['quantity']} of {own} events, none marked late (lost)"
+                assert r["billed"] == r["owed"], f"{where}: billed {r['billed']} in all, the charge owes {r['owed']}"
+            # One query for the rest (it runs after every step): each row a broken rule.
+            broken = db.rows("""
+                SELECT 'ratings whose amount is not a USAGE line of a USAGE invoice' AS rule, r.subscription_id AS sub,
+                       r.span_start AS at FROM billing.usage_rating r
+                  LEFT JOIN billing.service_line l ON l.customer_id = r.customer_id AND l.id = r.line_id
+                  LEFT JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
+                 WHERE r.billed > 0 AND (l.id IS NULL OR l.net <> r.billed OR l.item <> 'USAGE' OR i.kind IS DISTINCT FROM 'USAGE')
+                UNION ALL
+                SELECT 'rated spans that overlap (usage rated twice)', o.subscription_id, o.span_start
+                  FROM (SELECT s.*, lag(s.span_end) OVER (PARTITION BY s.subscription_id ORDER BY s.span_start) AS prev_end
+                          FROM (SELECT DISTINCT subscription_id, span_start, span_end FROM billing.usage_rating) s) o
+                 WHERE o.prev_end > o.span_start
+                UNION ALL
+                SELECT 'spans rated beyond the cursor', u.subscription_id, u.rated_until FROM billing.usage_cursor u
+                 WHERE EXISTS (SELECT 1 FROM billing.usage_rating r WHERE r.customer_id = u.customer_id
+                                 AND r.subscription_id = u.subscription_id AND r.span_end > u.rated_until)
+                UNION ALL
+                SELECT 'USAGE invoices voided (usage served, forgiven)', i.subscription_id, i.period_start
+                  FROM billing.invoice i WHERE i.kind = 'USAGE' AND i.status = 'VOID'""")
+            assert not broken, f"usage rules broken: {broken}"
 
         @invariant()
         def every_event_matches_the_catalogue(self):
@@ -697,9 +812,30 @@ REPLAYS = {
         ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
         ("pause", dict(data=Drawn(1), resume_in=3 * DAYS)), ("clock_jump", dict(delta=4 * DAYS)),
         ("pause", dict(data=Drawn(1), resume_in=20 * DAYS)), ("clock_jump", dict(delta=16 * DAYS)), ("renew", {})],
+    # usage (issue 29): a late event after its span was rated must be billed on the next USAGE invoice
+    "usage: a late event after the rating": [
+        ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("use", dict(data=Drawn(1), where="now", count=3)), ("clock_jump", dict(delta=40 * DAYS)), ("renew", {}),
+        ("rate", dict(grace=timedelta(0))), ("use", dict(data=Drawn(1), where="ended_period", count=1)),
+        ("use", dict(data=Drawn(1), where="just_before", count=1)), ("rate", dict(grace=timedelta(0))),
+        ("clock_jump", dict(delta=40 * DAYS)), ("renew", {}), ("rate", dict(grace=timedelta(hours=1))),
+        ("use", dict(data=Drawn(1, (1, "u1", T0)), where="resend", count=1))],
+    # usage at a period boundary, a plan change mid-period (two parts), a cancellation before the rating
+    "usage: boundaries, a plan change, a cancellation before the rating": [
+        ("subscribe", dict(customer=2, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("clock_jump", dict(delta=16 * DAYS)), ("use", dict(data=Drawn(1), where="now", count=3)),
+        ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True))),
+        ("use", dict(data=Drawn(1), where="now", count=3)), ("clock_jump", dict(delta=16 * DAYS)), ("renew", {}),
+        ("use", dict(data=Drawn(1), where="period_start", count=1)),
+        ("use", dict(data=Drawn(1), where="just_before", count=1)), ("rate", dict(grace=timedelta(0))),
+        ("use", dict(data=Drawn(1), where="now", count=3)),
+        ("cancel", dict(data=Drawn(1), at_period_end=False, proration="credit")),
+        ("rate", dict(grace=timedelta(hours=1))), ("clock_jump", dict(delta=timedelta(hours=6))),
+        ("rate", dict(grace=timedelta(hours=1))), ("use", dict(data=Drawn(1), where="ended_period", count=1)),
+        ("rate", dict(grace=timedelta(hours=1)))],
 }
 INVARIANTS = ("the_books_balance", "every_paid_invoice_is_backed", "each_period_at_its_own_terms",
-              "the_ledger_says_what_was_sold",
+              "the_ledger_says_what_was_sold", "usage_is_billed_once_and_whole",
               "a_discount_only_from_a_coupon_redeemed_by_then", "nothing_decided_after_the_fact",
               "every_event_matches_the_catalogue", "no_served_period_silently_forgiven")
 

@@ -58,7 +58,7 @@ def test_http_door_answers_each_event_and_counts_each_once(db_url):
                     "/usage-events", json=doc, headers={"Authorization": f"Bearer {key}"})
                 batch = [event(1, 1), event(1, 1), event(2, 2), event(3, 999),
                          event(4, 1, at=T0 + timedelta(hours=1)), event(5, 1, data={"user": "x", "tokens": "7"}),
-                         event(6, 1, at=T0 - timedelta(days=40)), {"id": "nope"}]
+                         event(6, 1, at=T0 - timedelta(days=200)), {"id": "nope"}]
                 r = await post(batch)
                 assert r.status_code == 200, r.text
                 doc = r.json()
@@ -95,6 +95,46 @@ def test_http_door_answers_each_event_and_counts_each_once(db_url):
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM billing.usage_event").fetchone()[0] == 3
         assert conn.execute("SELECT count(*) FROM billing.usage_event WHERE event_id LIKE 'e1____'").fetchone()[0] == 0
+
+
+def test_upcoming_invoice_over_http(db_url):
+    """GET /subscriptions/{id}/upcoming-invoice: the next period's fixed price and the usage so far,
+    priced by the plan's charge; 404 unknown, 403 without subscriptions:read."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_customer(31)")
+        setup_meters(conn, T0 - timedelta(days=30))
+        conn.execute("SELECT billing.upsert_plan('UP_API', 500, 'USD', 'MONTH', 1, %s)", (T0 - timedelta(days=30),))
+        conn.execute("SELECT billing.upsert_plan_charge('UP_API', 'requests', 'per_unit', 3, NULL, '[]', 1, NULL, NULL, %s)",
+                     (T0 - timedelta(days=30),))
+        sub = conn.execute("SELECT id FROM billing.create_subscription('up-1', 31, 'UP_API', %s)",
+                           (T0 - timedelta(days=2),)).fetchone()[0]
+        answers = conn.execute("SELECT status FROM billing.ingest_usage(%s::jsonb, %s)",
+                               (json.dumps([event(i, 31) for i in range(5)]), T0)).fetchall()
+        assert [a[0] for a in answers] == ["accepted"] * 5
+    reader = create_test_key(db_url, "subscriptions:read", name="up-reader")
+    writer = create_test_key(db_url, "usage:write", name="up-writer")
+
+    async def body():
+        app = create_app(Settings(database_url=db_url), clock=SimulatedClock(T0))
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://billing.test") as client:
+                get = lambda path, key=reader: client.get(path, headers={"Authorization": f"Bearer {key}"})  # noqa: E731
+                r = await get(f"/subscriptions/{sub}/upcoming-invoice")
+                assert r.status_code == 200, r.text
+                doc = r.json()
+                assert doc["object"] == "upcoming_invoice" and doc["subscriptionId"] == sub
+                assert [(x["kind"], x["amount"]) for x in doc["lines"]] == [("PLAN", 500), ("USAGE", (5 - 1) * 3)]
+                usage = doc["lines"][1]
+                assert (usage["meterCode"], usage["quantity"], usage["late"]) == ("requests", 5, False)
+                assert usage["periodStart"] == "2026-10-08T12:30:00Z" and usage["periodEnd"] == "2026-10-10T12:30:00Z"
+                assert (doc["subtotal"], doc["total"], doc["invoicedAt"]) == (512, 512, "2026-11-08T12:30:00Z")
+                assert (await get("/subscriptions/999999/upcoming-invoice")).status_code == 404
+                assert (await get(f"/subscriptions/{sub}/upcoming-invoice", writer)).status_code == 403
+        finally:
+            await app.state.database.close()
+
+    asyncio.run(body())
 
 
 def _topic(admin, name, partitions=3):

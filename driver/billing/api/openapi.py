@@ -278,6 +278,24 @@ OPENAPI: dict = {
                         "value": {"type": ["number", "null"]}, "events": {"type": "integer"}}}}}}}}},
                           **_errors(400, 401, 403, 404, 429, 503)},
         }},
+        "/subscriptions/{id}/upcoming-invoice": {"get": {
+            "operationId": "getUpcomingInvoice",
+            "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}],
+            "security": [{"apiKey": []}], "x-scope": "subscriptions:read",
+            "responses": {"200": {"description": "The preview of the next invoicing: the next period's fixed price, "
+                                                 "the usage so far and late adjustments (docs/usage.md)", "content": {
+                "application/json": {"schema": {"type": "object", "properties": {
+                    "subscriptionId": {"type": "integer"}, "customerId": {"type": "integer"},
+                    "currency": {"type": "string"}, "invoicedAt": {"type": ["string", "null"]},
+                    "asOf": {"type": ["string", "null"]}, "subtotal": {"type": "integer"}, "tax": {"type": "integer"},
+                    "taxInclusive": {"type": "boolean"}, "total": {"type": "integer"},
+                    "lines": {"type": "array", "items": {"type": "object", "properties": {
+                        "kind": {"type": "string", "enum": ["PLAN", "USAGE"]}, "planCode": {"type": "string"},
+                        "meterCode": {"type": "string"}, "quantity": {"type": "number"},
+                        "unitAmount": {"type": "integer"}, "amount": {"type": "integer"}, "late": {"type": "boolean"},
+                        "periodStart": {"type": ["string", "null"]}, "periodEnd": {"type": ["string", "null"]}}}}}}}}},
+                          **_errors(400, 401, 403, 404, 429, 503)},
+        }},
         "/webhooks/payments": {"post": {
             "operationId": "paymentWebhook", "security": [],
             "parameters": [{"name": "Billing-Signature", "in": "header", "required": True, "schema": {"type": "string"},

@@ -76,6 +76,7 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("DELETE", re.compile(r"^/webhook-endpoints/[^/]+$"), "admin"),
     ("POST", re.compile(r"^/usage-events$"), "usage:write"),
     ("GET", re.compile(r"^/customers/[^/]+/usage$"), "subscriptions:read"),
+    ("GET", re.compile(r"^/subscriptions/[^/]+/upcoming-invoice$"), "subscriptions:read"),
     ("GET", re.compile(r"^/metrics$"), "admin"),
     ("GET", re.compile(r"^/openapi\.json$"), "admin"),
 ]

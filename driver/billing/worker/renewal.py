@@ -1,4 +1,6 @@
-"""The renewal loop: `create_due_invoices` until it reports nothing due, then `finalize_invoices`
+"""The renewal loop: `create_due_invoices` until it reports nothing due, then `rate_usage` (usage in
+arrears onto USAGE invoices once a period's grace is over, docs/usage.md) and `check_usage_alerts`,
+then `finalize_invoices`
 (legal numbers and document lines, docs/invoices.md) until none waits, then a short wait.
 
 Several instances may run it at once: the SQL function claims with SKIP LOCKED, so they share
@@ -70,6 +72,26 @@ async def renew_due_in_shards(shards, clock: Clock, *, batch: int = 500, stop: a
     return total
 
 
+async def rate_due_usage(pool, clock: Clock, *, batch: int = 500, grace: float = 3600.0,
+                         stop: asyncio.Event | None = None) -> int:
+    """Call rate_usage until it looks at less than a batch, then check the usage alerts
+    (UsageThresholdReached once per period); how many USAGE invoices it made."""
+    total = 0
+    while stop is None or not stop.is_set():
+        async with pool.connection() as conn:
+            cur = await conn.execute(db.RATE_USAGE, {"batch": batch, "now": clock.now(), "grace": grace})
+            row = await cur.fetchone()
+        total += row["invoiced"]
+        if row["looked"] < batch:
+            break
+    while stop is None or not stop.is_set():
+        async with pool.connection() as conn:
+            cur = await conn.execute(db.CHECK_USAGE_ALERTS, {"batch": batch, "now": clock.now()})
+            if (await cur.fetchone())["fired"] < batch:
+                break
+    return total
+
+
 async def finalize_waiting(pool, clock: Clock, *, batch: int = 500, stop: asyncio.Event | None = None) -> int:
     """Call finalize_invoices until it returns less than a batch; how many invoices were finalized.
     One series counter serialises concurrent callers, so several loops are harmless but not faster."""
@@ -113,14 +135,15 @@ async def give_up_waiting(pool, clock: Clock, *, batch: int = 500) -> int:
 
 
 async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, batch: int = 500,
-                      idle_seconds: float = 1.0, expiry_notice_days: int = 7, shards=None) -> None:
+                      idle_seconds: float = 1.0, expiry_notice_days: int = 7, shards=None,
+                      usage_grace: float = 3600.0) -> None:
     """Renew until `stop` is set; a database error is logged and retried with backoff. Once a
     minute, announce the default cards that expire before their next renewal; every round, give
     up the invoices that waited for a payment method past their dunning span. With `shards`
     (a billing.worker.shards.ShardLeases), per shard group (`run_renewal_in_shards`)."""
     if shards is not None:
         await run_renewal_in_shards(pool, shards, stop, clock=clock, batch=batch, idle_seconds=idle_seconds,
-                                    expiry_notice_days=expiry_notice_days)
+                                    expiry_notice_days=expiry_notice_days, usage_grace=usage_grace)
         return
     clock = clock or SystemClock()
     backoff = 0.5
@@ -149,6 +172,9 @@ async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, 
             handled = await renew_due(pool, clock, batch=batch, stop=stop)
             if handled:
                 log.info("renewed", extra={"subscriptions": handled})
+            rated = await rate_due_usage(pool, clock, batch=batch, grace=usage_grace, stop=stop)
+            if rated:
+                log.info("usage rated", extra={"invoices": rated})
             finalized = await finalize_waiting(pool, clock, batch=batch, stop=stop)
             if finalized:
                 log.info("invoices finalized", extra={"invoices": finalized})
@@ -163,7 +189,8 @@ async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, 
 
 
 async def run_renewal_in_shards(pool, shards, stop: asyncio.Event, *, clock: Clock | None = None, batch: int = 500,
-                                idle_seconds: float = 1.0, expiry_notice_days: int = 7) -> None:
+                                idle_seconds: float = 1.0, expiry_notice_days: int = 7,
+                                usage_grace: float = 3600.0) -> None:
     """`run_renewal` on Citus: the renewals per shard group (`renew_due_in_shards`), the other
     steps on the coordinator as before, each retried on its own (a step that fails is logged and
     tried again next round; it never holds the renewals back)."""
@@ -206,6 +233,7 @@ async def run_renewal_in_shards(pool, shards, stop: asyncio.Event, *, clock: Clo
             log.warning("renew_in_shard failed; retrying", extra={"error": repr(exc)})
             wait = backoff
             backoff = min(backoff * 2, 10.0)
+        await step("rate_usage", lambda: rate_due_usage(pool, clock, batch=batch, grace=usage_grace, stop=stop))
         await step("finalize_invoices", lambda: finalize_waiting(pool, clock, batch=batch, stop=stop))
         if await sleep_or_stop(stop, wait):
             return

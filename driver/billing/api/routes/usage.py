@@ -1,5 +1,6 @@
-"""/usage-events (ingestion, scope usage:write) and /customers/{id}/usage (the open period's usage
-per meter, from the rollups): docs/usage.md."""
+"""/usage-events (ingestion, scope usage:write), /customers/{id}/usage (the open period's usage
+per meter, from the rollups) and /subscriptions/{id}/upcoming-invoice (the preview of the next
+invoicing: fixed price and usage so far): docs/usage.md."""
 
 from __future__ import annotations
 
@@ -74,5 +75,37 @@ def routes(api: Api) -> list[BaseRoute]:
                              "meters": [{"code": r["meter_code"], "aggregation": r["aggregation"],
                                          "value": _number(r["value"]), "events": r["events"]} for r in rows]})
 
+    @endpoint_of("/subscriptions/{id}/upcoming-invoice")
+    async def get_upcoming_invoice(request: Request) -> Response:
+        sub_id = path_id(request)
+        row = await database.one(db.API_GET_SUBSCRIPTION, {"id": sub_id})
+        if row is None:
+            raise ApiError(404, "not_found", f"subscription {sub_id} not found")
+        require_customer(request, row["customer_id"])  # a customer token previews its own only
+        doc = (await database.one(db.UPCOMING_INVOICE, {"id": sub_id, "now": api.now()}))["doc"]
+        return JSONResponse(_upcoming(doc))
+
     return [Route("/usage-events", post_usage_events, methods=["POST"]),
-            Route("/customers/{id}/usage", get_customer_usage, methods=["GET"])]
+            Route("/customers/{id}/usage", get_customer_usage, methods=["GET"]),
+            Route("/subscriptions/{id}/upcoming-invoice", get_upcoming_invoice, methods=["GET"])]
+
+
+def _when(value):
+    """A JSON timestamp from SQL (ISO 8601 with an offset) in the API's UTC form."""
+    from datetime import datetime
+    return utc(datetime.fromisoformat(value)) if value else None
+
+
+def _upcoming(doc: dict) -> dict:
+    """billing.upcoming_invoice's document with the API's forms: times in UTC 'Z', quantities as numbers."""
+    out = dict(doc)
+    for key in ("invoicedAt", "asOf"):
+        out[key] = _when(doc.get(key))
+    lines = []
+    for line in doc.get("lines", []):
+        line = dict(line)
+        for key in ("periodStart", "periodEnd"):
+            line[key] = _when(line.get(key))
+        lines.append(line)
+    out["lines"] = lines
+    return out

@@ -1,0 +1,552 @@
+-- 72_usage_rating: rating usage in arrears onto the service ledger (issue 29, docs/usage.md "Rating
+-- in arrears"). A step of its own (billing.rate_usage, run by the worker after the renewals), never
+-- inside the renewal statement: a subscription's ended periods, once their grace is over, become
+-- one USAGE invoice whose service lines (item USAGE) sell each meter's usage of each plan segment
+-- at that plan's charge; events that arrive after their span was rated are billed on the next USAGE
+-- invoice as adjustment lines for the earlier span (the increase only: never billed twice).
+-- Re-applied after every migration: CREATE OR REPLACE only.
+
+-- The advisory lock that orders the ingestion (shared, per customer) and the rating (exclusive):
+-- an event stored while its span is rated either is read by the rating or finds the cursor moved
+-- past it and marks the span late.
+CREATE OR REPLACE FUNCTION billing._usage_lock_key(p_customer_id bigint)
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT hashint8(p_customer_id)
+$$;
+COMMENT ON FUNCTION billing._usage_lock_key(bigint) IS
+'Private: the second key of the customer''s usage advisory lock (the first is 29): shared by the ingestion, exclusive by the rating.
+Returns the key.';
+
+-- The plan segments of [p_from, p_to) of a subscription: the plan in force at each instant is the
+-- plan of the newest PLAN CHARGE line in force covering it that no REVERSAL in force gives back by
+-- then (a plan change at t reverses the old line from t and sells the new plan from t; a failed
+-- change's lines are not in force, so its time stays on the old plan). Where no line covers (a
+-- pause), the plan of the last line before, else p_default_plan. Adjacent segments of one plan merge.
+CREATE OR REPLACE FUNCTION billing._usage_segments(p_customer_id bigint, p_subscription_id bigint,
+                                                   p_from timestamptz, p_to timestamptz, p_default_plan bigint)
+RETURNS TABLE (seg_start timestamptz, seg_end timestamptz, plan_id bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_lines  billing.service_line[] := '{}';
+    v_line   billing.service_line;
+    v_rev    billing.service_line;
+    v_points timestamptz[];
+    v_at     timestamptz;
+    v_plan   bigint;
+    v_last   bigint := p_default_plan;
+    v_cur_start timestamptz;
+    v_cur_plan  bigint;
+    v_reversed  boolean;
+    v_i integer;
+BEGIN
+    IF p_to <= p_from THEN
+        RETURN;
+    END IF;
+    -- the subscription's PLAN lines in force that reach into the span (read, then checked one by one:
+    -- on Citus a call inside a query of one shard would be sent to the worker with it)
+    FOR v_line IN SELECT * FROM billing.service_line l
+                   WHERE l.customer_id = p_customer_id AND l.subscription_id = p_subscription_id
+                     AND l.item = 'PLAN' AND l.span_end > p_from AND l.span_start < p_to
+                   ORDER BY l.id LOOP
+        IF billing._line_in_force(v_line) THEN
+            v_lines := v_lines || v_line;
+        END IF;
+    END LOOP;
+    SELECT l.plan_id INTO v_last FROM billing.service_line l
+     WHERE l.customer_id = p_customer_id AND l.subscription_id = p_subscription_id
+       AND l.item = 'PLAN' AND l.kind = 'CHARGE' AND l.span_start <= p_from
+     ORDER BY l.span_start DESC, l.id DESC LIMIT 1;
+    v_last := coalesce(v_last, p_default_plan);
+    v_points := ARRAY(SELECT DISTINCT x FROM (SELECT p_from AS x
+                                              UNION ALL
+                                              SELECT (l).span_start FROM unnest(v_lines) l
+                                               WHERE (l).span_start > p_from AND (l).span_start < p_to
+                                              UNION ALL
+                                              SELECT (l).span_end FROM unnest(v_lines) l
+                                               WHERE (l).span_end > p_from AND (l).span_end < p_to) q
+                      ORDER BY x);
+    FOR v_i IN 1 .. cardinality(v_points) LOOP
+        v_at := v_points[v_i];
+        v_plan := NULL;
+        FOR v_line IN SELECT (l).* FROM unnest(v_lines) l
+                       WHERE (l).kind = 'CHARGE' AND (l).span_start <= v_at AND (l).span_end > v_at
+                       ORDER BY (l).id DESC LOOP
+            v_reversed := false;
+            FOREACH v_rev IN ARRAY v_lines LOOP
+                IF v_rev.kind = 'REVERSAL' AND v_rev.reverses_id = v_line.id AND v_rev.span_start <= v_at THEN
+                    v_reversed := true;
+                END IF;
+            END LOOP;
+            IF NOT v_reversed THEN
+                v_plan := v_line.plan_id;
+                EXIT;
+            END IF;
+        END LOOP;
+        v_plan := coalesce(v_plan, v_last);
+        v_last := v_plan;
+        IF v_cur_plan IS NULL THEN
+            v_cur_start := v_at;
+            v_cur_plan := v_plan;
+        ELSIF v_plan <> v_cur_plan THEN
+            seg_start := v_cur_start; seg_end := v_at; plan_id := v_cur_plan;
+            RETURN NEXT;
+            v_cur_start := v_at;
+            v_cur_plan := v_plan;
+        END IF;
+    END LOOP;
+    seg_start := v_cur_start; seg_end := p_to; plan_id := v_cur_plan;
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION billing._usage_segments(bigint, bigint, timestamptz, timestamptz, bigint) IS
+'Private: the plan segments of [p_from, p_to) of a subscription, read from its PLAN lines in force (the newest line covering an instant and not given back by then); where none covers, the plan of the last line before, else p_default_plan.
+Returns the segments in order, adjacent ones of one plan merged.';
+
+-- A subscription starts to be followed by the rating (its cursor, rated from its first period's
+-- start) when its plan has usage charges. Called by rate_usage for every subscription on such a
+-- plan, and by change_plan before a change (old or new plan charged). Idempotent.
+CREATE OR REPLACE FUNCTION billing._usage_follow(p_customer_id bigint, p_subscription_id bigint, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, updated_at)
+    SELECT s.customer_id, s.id,
+           coalesce((SELECT min(i.period_start) FROM billing.invoice i
+                      WHERE i.customer_id = s.customer_id AND i.subscription_id = s.id
+                        AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')), s.current_period_start),
+           p_now
+      FROM billing.subscription s
+     WHERE s.customer_id = p_customer_id AND s.id = p_subscription_id
+    ON CONFLICT ON CONSTRAINT usage_cursor_pkey DO NOTHING;
+END
+$$;
+COMMENT ON FUNCTION billing._usage_follow(bigint, bigint, timestamptz) IS
+'Private: makes the usage cursor of a subscription (rated from its first period''s start) if it has none.
+Returns nothing.';
+
+-- Rates one subscription (named by its cursor) at p_now, under the customer's usage lock: the periods ended at
+-- least p_grace ago and not rated yet, each cut into plan segments, each segment rated per charge
+-- of its plan (usage_between, _usage_amount); with late events (late_since), the segments already
+-- rated that end after them, again, billing only the increase. The positive lines go on one USAGE
+-- invoice: [rated_until, cut) for a live subscription; for a canceled one rated to its end, late
+-- adjustments on an invoice [the end of its last USAGE invoice, p_now).
+CREATE OR REPLACE FUNCTION billing._rate_subscription(p_customer_id bigint, p_subscription_id bigint,
+                                                      p_now timestamptz, p_grace interval)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_cur     billing.usage_cursor;
+    v_sub     billing.subscription;
+    v_plan    billing.plan;
+    v_end     timestamptz;   -- where the service rated so far may end (current period start, or the end of a canceled one)
+    v_cut     timestamptz;   -- rated up to here by this call
+    v_bounds  timestamptz[];
+    v_work    record;
+    v_charge  billing.plan_charge;
+    v_qty     numeric;
+    v_amount  bigint;
+    v_before  bigint;
+    v_billed  bigint;
+    v_rows    jsonb := '[]';
+    v_row     jsonb;
+    v_total   bigint := 0;
+    v_inv_start timestamptz;
+    v_inv_end   timestamptz;
+    v_invoice billing.invoice;
+    v_tax     record;
+    v_line_id bigint;
+    v_seg_plan billing.plan;
+    v_late    timestamptz;
+    v_again_start timestamptz[];
+    v_again_end   timestamptz[];
+    v_again_plan  bigint[];
+    v_seg_from timestamptz;
+    v_seg_to   timestamptz;
+    v_values  jsonb;
+BEGIN
+    -- Tried, never waited for: an ingestion of the customer in flight (or another rating worker)
+    -- makes this call skip the subscription until the next one; so no lock order can deadlock.
+    IF NOT pg_try_advisory_xact_lock(29, billing._usage_lock_key(p_customer_id)) THEN
+        RETURN NULL;
+    END IF;
+    SELECT * INTO v_cur FROM billing.usage_cursor
+     WHERE customer_id = p_customer_id AND subscription_id = p_subscription_id FOR UPDATE;
+    SELECT * INTO v_sub FROM billing.subscription
+     WHERE customer_id = p_customer_id AND id = p_subscription_id FOR NO KEY UPDATE;
+    IF v_cur.customer_id IS NULL OR v_sub.id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_late := v_cur.late_since;
+    v_end := CASE WHEN v_sub.status = 'CANCELED'
+                  THEN greatest(least(coalesce(v_sub.canceled_at, v_sub.current_period_end), v_sub.current_period_end),
+                                v_cur.rated_until)
+                  ELSE v_sub.current_period_start END;
+    -- the period boundaries after rated_until up to v_end, and v_end itself: rated up to the last
+    -- one whose grace is over
+    v_bounds := ARRAY(SELECT DISTINCT b FROM (
+                          SELECT i.period_start AS b FROM billing.invoice i
+                           WHERE i.customer_id = p_customer_id AND i.subscription_id = p_subscription_id
+                             AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')
+                             AND i.period_start > v_cur.rated_until AND i.period_start < v_end
+                          UNION ALL SELECT v_end WHERE v_end > v_cur.rated_until) q
+                       WHERE b + p_grace <= p_now ORDER BY b);
+    v_cut := v_bounds[cardinality(v_bounds)];
+    IF v_cut IS NULL AND (v_late IS NULL OR v_sub.status <> 'CANCELED' OR NOT v_cur.finished) THEN
+        -- nothing ended long enough ago; late events of a live subscription wait for its next period
+        RETURN NULL;
+    END IF;
+
+    -- the spans already rated that late events reach, read first (on Citus a function called inside
+    -- a query of one shard would be sent to its worker)
+    SELECT coalesce(array_agg(q.span_start ORDER BY q.span_start), '{}'), coalesce(array_agg(q.span_end ORDER BY q.span_start), '{}'),
+           coalesce(array_agg(q.plan_id ORDER BY q.span_start), '{}')
+      INTO v_again_start, v_again_end, v_again_plan
+      FROM (SELECT DISTINCT r.span_start, r.span_end, r.plan_id FROM billing.usage_rating r
+             WHERE r.customer_id = p_customer_id AND r.subscription_id = p_subscription_id
+               AND v_late IS NOT NULL AND r.span_end > v_late) q;
+
+    -- the work: (span, plan, charge) to rate, new periods first, then the late spans again
+    FOR v_work IN
+        WITH periods AS (
+            SELECT coalesce(lag(b) OVER (ORDER BY b), v_cur.rated_until) AS p_start, b AS p_end
+              FROM unnest(v_bounds) b
+        ), fresh AS (
+            SELECT g.seg_start, g.seg_end, g.plan_id
+              FROM periods p
+             CROSS JOIN LATERAL billing._usage_segments(p_customer_id, p_subscription_id, p.p_start, p.p_end, v_sub.plan_id) g
+        ), again AS (
+            SELECT a.s AS seg_start, a.e AS seg_end, a.p AS plan_id
+              FROM unnest(v_again_start, v_again_end, v_again_plan) AS a (s, e, p)
+        )
+        SELECT w.seg_start, w.seg_end, w.plan_id, c.meter_code
+          FROM (SELECT * FROM fresh UNION SELECT * FROM again) w
+          JOIN billing.plan_charge c ON c.plan_id = w.plan_id
+         ORDER BY w.seg_start, c.meter_code
+    LOOP
+        SELECT * INTO v_charge FROM billing.plan_charge c WHERE c.plan_id = v_work.plan_id AND c.meter_code = v_work.meter_code;
+        -- the segment's usage, every meter at once (read once for the segment's charges)
+        IF v_seg_from IS DISTINCT FROM v_work.seg_start OR v_seg_to IS DISTINCT FROM v_work.seg_end THEN
+            v_seg_from := v_work.seg_start;
+            v_seg_to := v_work.seg_end;
+            v_values := (SELECT coalesce(jsonb_object_agg(u.meter_code, u.value), '{}')
+                           FROM billing.usage_between(p_customer_id, v_work.seg_start, v_work.seg_end) u);
+        END IF;
+        v_qty := coalesce((v_values ->> v_work.meter_code)::numeric, 0);
+        v_amount := billing._usage_amount(v_charge, v_qty);
+        SELECT coalesce(sum(r.billed), 0) INTO v_before FROM billing.usage_rating r
+         WHERE r.customer_id = p_customer_id AND r.subscription_id = p_subscription_id
+           AND r.meter_code = v_work.meter_code AND r.span_start = v_work.seg_start;
+        v_billed := greatest(v_amount - v_before, 0);
+        v_rows := v_rows || jsonb_build_object('start', v_work.seg_start, 'end', v_work.seg_end, 'plan', v_work.plan_id,
+                                               'meter', v_work.meter_code, 'qty', v_qty, 'amount', v_amount,
+                                               'billed', v_billed);
+        v_total := v_total + v_billed;
+    END LOOP;
+
+    IF v_total > 0 THEN
+        SELECT * INTO v_plan FROM billing.plan WHERE id = v_sub.plan_id;
+        IF v_cut IS NOT NULL THEN
+            v_inv_start := v_cur.rated_until;
+            v_inv_end := v_cut;
+        ELSE
+            SELECT max(i.period_end) INTO v_inv_start FROM billing.invoice i
+             WHERE i.customer_id = p_customer_id AND i.subscription_id = p_subscription_id AND i.kind = 'USAGE';
+            v_inv_start := greatest(coalesce(v_inv_start, v_cur.rated_until), v_cur.rated_until);
+            v_inv_end := p_now;
+        END IF;
+        IF v_inv_end > v_inv_start THEN
+            v_invoice := billing._new_invoice(v_sub, 'USAGE', v_inv_start, v_inv_end, v_total, v_plan, 0, p_now);
+        ELSE
+            v_total := 0;  -- (a finished subscription rated again at the instant of its last invoice: next call)
+            RETURN NULL;
+        END IF;
+    END IF;
+
+    FOR v_row IN SELECT r FROM jsonb_array_elements(v_rows) r LOOP
+        v_line_id := NULL;
+        v_billed := (v_row ->> 'billed')::bigint;
+        IF v_billed > 0 THEN
+            SELECT * INTO v_seg_plan FROM billing.plan WHERE id = (v_row ->> 'plan')::bigint;
+            v_tax := billing._line_tax(p_customer_id, v_billed);
+            INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, meter_code, usage_quantity,
+                                              plan_id, quantity, unit_price, span_start, span_end, gross, discount, net,
+                                              tax, tax_inclusive, currency, basis_start, basis_gross, basis_net, created_at)
+            VALUES (p_customer_id, p_subscription_id, v_invoice.id, 'CHARGE', 'USAGE', v_row ->> 'meter', (v_row ->> 'qty')::numeric,
+                    v_seg_plan.id, 1, v_billed, (v_row ->> 'start')::timestamptz, (v_row ->> 'end')::timestamptz,
+                    v_billed, 0, v_billed, v_tax.tax, v_tax.inclusive, v_seg_plan.currency,
+                    (v_row ->> 'start')::timestamptz, v_billed, v_billed, p_now)
+            RETURNING id INTO v_line_id;
+        END IF;
+        INSERT INTO billing.usage_rating (customer_id, subscription_id, meter_code, span_start, rated_at, span_end, plan_id,
+                                          quantity, amount, billed, invoice_id, line_id)
+        VALUES (p_customer_id, p_subscription_id, v_row ->> 'meter', (v_row ->> 'start')::timestamptz, p_now,
+                (v_row ->> 'end')::timestamptz, (v_row ->> 'plan')::bigint, (v_row ->> 'qty')::numeric,
+                (v_row ->> 'amount')::bigint, v_billed, CASE WHEN v_billed > 0 THEN v_invoice.id END, v_line_id);
+    END LOOP;
+
+    UPDATE billing.usage_cursor
+       SET rated_until = coalesce(v_cut, rated_until), late_since = NULL,
+           finished = (v_sub.status = 'CANCELED' AND coalesce(v_cut, rated_until) >= v_end),
+           updated_at = p_now
+     WHERE customer_id = p_customer_id AND subscription_id = p_subscription_id;
+    RETURN v_invoice.id;
+END
+$$;
+COMMENT ON FUNCTION billing._rate_subscription(bigint, bigint, timestamptz, interval) IS
+'Private: rates one subscription''s usage at p_now under the customer''s usage lock: its periods ended p_grace ago or more and not rated (per plan segment and charge), and the spans rated before that late events reach (the increase only); the positive amounts as service lines (item USAGE) on one USAGE invoice; usage_rating records every rating; the cursor moves to the last period boundary rated.
+Returns the USAGE invoice''s id, NULL when nothing was billed.';
+
+-- The rating step (the worker, after the renewals; docs/usage.md): follows every subscription on a
+-- plan with usage charges, then rates up to p_batch_size subscriptions whose period ended at least
+-- p_grace ago (or whose canceled service did, or with late events after their end), each under its
+-- customer's usage lock, tried (a customer busy elsewhere is left for the next call).
+CREATE OR REPLACE FUNCTION billing.rate_usage(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now(),
+                                              p_grace interval DEFAULT interval '1 hour')
+RETURNS TABLE (customer_id bigint, subscription_id bigint, invoice_id bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := billing._check_now(p_now);
+    v_sub record;
+    v_id  bigint;
+BEGIN
+    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000
+       OR p_grace IS NULL OR p_grace < interval '0' OR p_grace > interval '7 days' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('rate_usage: batch 1..10000 and grace 0..7 days, got %s, %s', p_batch_size, p_grace);
+    END IF;
+    -- every subscription on a charged plan is followed (a change away from it keeps its cursor)
+    FOR v_sub IN
+        SELECT s.customer_id, s.id FROM billing.subscription s
+         WHERE s.plan_id IN (SELECT c.plan_id FROM billing.plan_charge c)
+           AND NOT EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE u.customer_id = s.customer_id AND u.subscription_id = s.id)
+         ORDER BY s.customer_id, s.id
+    LOOP
+        PERFORM billing._usage_follow(v_sub.customer_id, v_sub.id, v_now);
+    END LOOP;
+    FOR v_sub IN
+        SELECT u.customer_id, u.subscription_id FROM billing.usage_cursor u
+          JOIN billing.subscription s ON s.customer_id = u.customer_id AND s.id = u.subscription_id
+         WHERE (NOT u.finished AND s.status <> 'CANCELED'
+                AND u.rated_until < s.current_period_start AND s.current_period_start + p_grace <= v_now)
+            OR (NOT u.finished AND s.status = 'CANCELED'
+                AND least(coalesce(s.canceled_at, s.current_period_end), s.current_period_end) + p_grace <= v_now)
+            OR (u.finished AND s.status = 'CANCELED' AND u.late_since IS NOT NULL)
+         ORDER BY u.customer_id, u.subscription_id
+         LIMIT p_batch_size
+    LOOP
+        v_id := billing._rate_subscription(v_sub.customer_id, v_sub.subscription_id, v_now, p_grace);
+        customer_id := v_sub.customer_id;
+        subscription_id := v_sub.subscription_id;
+        invoice_id := v_id;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION billing.rate_usage(integer, timestamptz, interval) IS
+'Rates usage in arrears (docs/usage.md): follows every subscription on a plan with usage charges, then rates up to p_batch_size subscriptions whose period (or canceled service) ended p_grace or more before p_now, or with late events: one USAGE invoice each with a service line per charge and plan segment, late events as adjustment lines for their earlier span (the increase only). A customer whose usage lock is held (an ingestion or another rating in flight) is skipped until the next call. BL422 for a bad batch size or grace.
+Returns each subscription looked at and its USAGE invoice (NULL: nothing billed).';
+
+-- The upcoming invoice of a subscription (GET /subscriptions/{id}/upcoming-invoice): what the
+-- next invoicing at its period's end will bill, as of p_now: the next period's fixed price (the
+-- plan it renews on: a scheduled change's, at the price for that period; none when it ends), the
+-- current period's usage so far per plan segment and charge, and the late events' adjustments of
+-- earlier spans (the increase over what was billed). Read-only, from the rollups; coupons are not
+-- previewed (the renewal applies them); the tax of the customer's address on the subtotal.
+CREATE OR REPLACE FUNCTION billing.upcoming_invoice(p_subscription_id bigint, p_now timestamptz DEFAULT now())
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := billing._check_now(p_now);
+    v_sub   billing.subscription;
+    v_plan  billing.plan;
+    v_next  billing.plan;
+    v_cur   billing.usage_cursor;
+    v_lines jsonb := '[]';
+    v_seg   record;
+    v_charge billing.plan_charge;
+    v_qty   numeric;
+    v_amount bigint;
+    v_before bigint;
+    v_price bigint;
+    v_end   timestamptz;
+    v_sub_total bigint := 0;
+    v_tax   record;
+    v_upto  timestamptz;
+    v_bounds timestamptz[];
+    v_again_start timestamptz[];
+    v_again_end   timestamptz[];
+    v_again_plan  bigint[];
+BEGIN
+    SELECT * INTO v_sub FROM billing.subscription s WHERE s.id = p_subscription_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('subscription %s not found', p_subscription_id);
+    END IF;
+    SELECT * INTO v_plan FROM billing.plan WHERE id = v_sub.plan_id;
+    SELECT * INTO v_cur FROM billing.usage_cursor u WHERE u.customer_id = v_sub.customer_id AND u.subscription_id = v_sub.id;
+    -- the fixed price of the next period, unless the subscription ends with this one
+    IF v_sub.status NOT IN ('CANCELED', 'PAUSED') AND NOT v_sub.cancel_at_period_end THEN
+        SELECT * INTO v_next FROM billing.plan WHERE id = coalesce(v_sub.scheduled_plan_id, v_sub.plan_id);
+        v_price := billing._price_at(v_next, v_sub.current_period_end);
+        v_end := billing._period_end(v_sub.billing_anchor, v_next.billing_interval, v_next.interval_count,
+                                     v_sub.period_number + 1, v_sub.timezone);
+        IF v_price * v_sub.quantity > 0 THEN
+            v_lines := v_lines || jsonb_build_object('kind', 'PLAN', 'planCode', v_next.code, 'quantity', v_sub.quantity,
+                                                     'unitAmount', v_price, 'amount', v_price * v_sub.quantity,
+                                                     'periodStart', v_sub.current_period_end,
+                                                     'periodEnd', v_end);
+            v_sub_total := v_sub_total + v_price * v_sub.quantity;
+        END IF;
+    END IF;
+    -- the usage not rated yet, so far: from where it is rated to now (or to the service's end)
+    v_upto := CASE WHEN v_sub.status = 'CANCELED'
+                   THEN least(coalesce(v_sub.canceled_at, v_sub.current_period_end), v_sub.current_period_end)
+                   ELSE least(v_now, v_sub.current_period_end) END;
+    -- the period boundaries read first, then segmented (on Citus a function called inside a query of
+    -- one shard would be sent to its worker)
+    v_bounds := ARRAY(SELECT DISTINCT b FROM (
+                          SELECT i.period_start AS b FROM billing.invoice i
+                           WHERE i.customer_id = v_sub.customer_id AND i.subscription_id = v_sub.id
+                             AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')
+                             AND i.period_start > coalesce(v_cur.rated_until, v_sub.current_period_start) AND i.period_start < v_upto
+                          UNION ALL SELECT v_upto) q
+                       WHERE b > coalesce(v_cur.rated_until, v_sub.current_period_start) ORDER BY b);
+    SELECT coalesce(array_agg(q.span_start ORDER BY q.span_start), '{}'), coalesce(array_agg(q.span_end ORDER BY q.span_start), '{}'),
+           coalesce(array_agg(q.plan_id ORDER BY q.span_start), '{}')
+      INTO v_again_start, v_again_end, v_again_plan
+      FROM (SELECT DISTINCT r.span_start, r.span_end, r.plan_id FROM billing.usage_rating r
+             WHERE r.customer_id = v_sub.customer_id AND r.subscription_id = v_sub.id
+               AND v_cur.late_since IS NOT NULL AND r.span_end > v_cur.late_since) q;
+    FOR v_seg IN
+        WITH periods AS (
+            SELECT coalesce(lag(b) OVER (ORDER BY b), coalesce(v_cur.rated_until, v_sub.current_period_start)) AS p_start, b AS p_end
+              FROM unnest(v_bounds) b
+        ), segs AS (
+            SELECT g.seg_start, g.seg_end, g.plan_id, false AS late
+              FROM periods p
+             CROSS JOIN LATERAL billing._usage_segments(v_sub.customer_id, v_sub.id, p.p_start, p.p_end, v_sub.plan_id) g
+            UNION
+            SELECT a.s, a.e, a.p, true FROM unnest(v_again_start, v_again_end, v_again_plan) AS a (s, e, p)
+        )
+        SELECT s.*, c.meter_code FROM segs s JOIN billing.plan_charge c ON c.plan_id = s.plan_id
+         ORDER BY s.seg_start, c.meter_code
+    LOOP
+        SELECT * INTO v_charge FROM billing.plan_charge c WHERE c.plan_id = v_seg.plan_id AND c.meter_code = v_seg.meter_code;
+        SELECT u.value INTO v_qty FROM billing.usage_between(v_sub.customer_id, v_seg.seg_start, v_seg.seg_end) u
+         WHERE u.meter_code = v_seg.meter_code;
+        v_qty := coalesce(v_qty, 0);
+        v_amount := billing._usage_amount(v_charge, v_qty);
+        SELECT coalesce(sum(r.billed), 0) INTO v_before FROM billing.usage_rating r
+         WHERE r.customer_id = v_sub.customer_id AND r.subscription_id = v_sub.id
+           AND r.meter_code = v_seg.meter_code AND r.span_start = v_seg.seg_start;
+        v_amount := greatest(v_amount - v_before, 0);
+        CONTINUE WHEN v_seg.late AND v_amount = 0;
+        v_lines := v_lines || jsonb_build_object('kind', 'USAGE', 'meterCode', v_seg.meter_code,
+                                                 'planCode', (SELECT p.code FROM billing.plan p WHERE p.id = v_seg.plan_id),
+                                                 'quantity', v_qty, 'amount', v_amount, 'late', v_seg.late,
+                                                 'periodStart', v_seg.seg_start, 'periodEnd', v_seg.seg_end);
+        v_sub_total := v_sub_total + v_amount;
+    END LOOP;
+    v_tax := billing._invoice_tax_row(v_sub.customer_id, v_sub_total);
+    RETURN jsonb_build_object(
+        'object', 'upcoming_invoice', 'subscriptionId', v_sub.id, 'customerId', v_sub.customer_id,
+        'currency', v_plan.currency, 'invoicedAt', v_sub.current_period_end, 'asOf', v_now,
+        'lines', v_lines, 'subtotal', v_sub_total,
+        'tax', coalesce(v_tax.tax_amount, 0) + coalesce(v_tax.tax_included, 0),
+        'taxInclusive', coalesce(v_tax.tax_included, 0) > 0,
+        'total', v_sub_total + coalesce(v_tax.tax_amount, 0));
+END
+$$;
+COMMENT ON FUNCTION billing.upcoming_invoice(bigint, timestamptz) IS
+'The preview of what a subscription''s next invoicing (at its period''s end) bills as of p_now: the next period''s fixed price (a scheduled plan''s; none when it ends), the usage not rated yet per plan segment and charge, late adjustments; tax on the subtotal; coupons not previewed. BL404 for an unknown subscription.
+Returns a JSON document {object, subscriptionId, customerId, currency, invoicedAt, asOf, lines[], subtotal, tax, taxInclusive, total}.';
+
+-- Usage alerts (docs/usage.md): a customer's threshold on a meter, announced once per open period.
+CREATE OR REPLACE FUNCTION billing.set_usage_alert(p_customer_id bigint, p_meter_code text, p_threshold numeric,
+                                                   p_now timestamptz DEFAULT now())
+RETURNS billing.usage_alert
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := billing._check_now(p_now);
+    v_alert billing.usage_alert;
+BEGIN
+    PERFORM billing._audit('set_usage_alert', jsonb_build_object('customer_id', p_customer_id, 'meter_code', p_meter_code,
+                                                                 'threshold', p_threshold, 'now', p_now));
+    IF p_threshold IS NULL OR p_threshold <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('usage alert: a threshold above 0, got %s', p_threshold);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM billing.customer c WHERE c.id = p_customer_id) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('customer %s not found', p_customer_id);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM billing.meter m WHERE m.code = p_meter_code) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('meter %L not found', p_meter_code);
+    END IF;
+    INSERT INTO billing.usage_alert AS a (customer_id, meter_code, threshold, created_at, updated_at)
+    VALUES (p_customer_id, p_meter_code, p_threshold, v_now, v_now)
+    ON CONFLICT ON CONSTRAINT usage_alert_one_per_threshold DO UPDATE SET updated_at = a.updated_at
+    RETURNING * INTO v_alert;
+    RETURN v_alert;
+END
+$$;
+COMMENT ON FUNCTION billing.set_usage_alert(bigint, text, numeric, timestamptz) IS
+'Sets a customer''s usage alert on a meter at a threshold (idempotent: the same threshold twice is one alert). BL404 unknown customer or meter, BL422 a threshold not above 0.
+Returns the alert.';
+
+-- The alerts' check (the worker, after the rating): every alert not fired in its customer's open
+-- period whose meter has reached its threshold there fires (UsageThresholdReached), once: fired_for
+-- is set under the alert's row lock, so concurrent checks announce it once.
+CREATE OR REPLACE FUNCTION billing.check_usage_alerts(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := billing._check_now(p_now);
+    v_alert billing.usage_alert;
+    v_use   record;
+    v_fired integer := 0;
+BEGIN
+    IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('check_usage_alerts: batch 1..10000, got %s', p_batch_size);
+    END IF;
+    FOR v_alert IN
+        SELECT a.* FROM billing.usage_alert a ORDER BY a.customer_id, a.id
+    LOOP
+        EXIT WHEN v_fired >= p_batch_size;
+        SELECT u.value, u.period_start, u.period_end INTO v_use
+          FROM billing.current_usage(v_alert.customer_id, v_now) u WHERE u.meter_code = v_alert.meter_code;
+        CONTINUE WHEN v_use.value IS NULL OR v_use.value < v_alert.threshold
+                   OR v_alert.fired_for IS NOT DISTINCT FROM v_use.period_start;
+        UPDATE billing.usage_alert a SET fired_for = v_use.period_start, updated_at = v_now
+         WHERE a.customer_id = v_alert.customer_id AND a.id = v_alert.id
+           AND a.fired_for IS DISTINCT FROM v_use.period_start;
+        CONTINUE WHEN NOT FOUND;  -- fired by a concurrent check
+        PERFORM billing._emit_event('customer', v_alert.customer_id, 'UsageThresholdReached',
+            jsonb_build_object('customerId', v_alert.customer_id, 'alertId', v_alert.id, 'meterCode', v_alert.meter_code,
+                               'threshold', v_alert.threshold, 'value', v_use.value,
+                               'periodStart', billing._utc_text(v_use.period_start),
+                               'periodEnd', billing._utc_text(v_use.period_end)), v_now);
+        v_fired := v_fired + 1;
+    END LOOP;
+    RETURN v_fired;
+END
+$$;
+COMMENT ON FUNCTION billing.check_usage_alerts(integer, timestamptz) IS
+'Fires the usage alerts whose meter reached their threshold in the customer''s open period and that did not fire in that period yet (UsageThresholdReached, once per period; up to p_batch_size). BL422 for a bad batch size.
+Returns how many fired.';
