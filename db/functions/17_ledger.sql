@@ -513,3 +513,107 @@ $$;
 COMMENT ON FUNCTION billing._end_restored_lines(billing.invoice, timestamptz) IS
 'Private: for a PRORATION invoice just FAILED or VOID whose sold lines a later change had ended at t2, ends the lines it had reversed (in force again) at t2 with a REVERSAL worth 0.
 Returns how many lines it ended.';
+
+-- Unpaid is unpaid, whatever the reason (issue 26 #3, #12): a cancellation now at p_at (or dunning's
+-- end) bills the time served of every unpaid period invoice (INITIAL, RENEWAL, PLAN_CHANGE; OPEN,
+-- never declined or in dunning, or in REVIEW) of the subscription and takes off only the rest: the
+-- unused part from p_at of its CHARGE lines in force and not reversed is reversed (REVERSAL lines
+-- billed by the invoice); the net not served is credited on an UNSERVED credit note (the invoice
+-- finalized first) and invoice.unserved is its total: what is charged falls by it, what credit had
+-- paid beyond that goes back (a RESTORED entry), and with nothing left to charge it is PAID. An
+-- invoice none of whose time was served (p_at at or before its start, never declined) is voided
+-- whole, as before. Invoices whose lines end by p_at (a cancellation at period end, an earlier
+-- period) were served: they stay owed as they are. A change's unpaid invoice (PRORATION) keeps the
+-- rule before (voided whole if never declined, first, so that the lines it reversed bill again and
+-- are cut here; kept whole in dunning): docs/money.md, "Not yet".
+CREATE OR REPLACE FUNCTION billing._bill_served(p_sub billing.subscription, p_at timestamptz, p_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_ids     bigint[];
+    v_id      bigint;
+    v_inv     billing.invoice;
+    v_charges bigint[];
+    v_u       record;
+    v_line    billing.service_line;
+    v_net     bigint;
+    v_note    billing.credit_note;
+    v_cut     bigint;
+    v_back    bigint;
+    v_n       integer := 0;
+BEGIN
+    -- A change's invoice never declined: voided whole (read first, then called: one shard on Citus).
+    v_ids := ARRAY(SELECT i.id FROM billing.invoice i
+                    WHERE i.customer_id = p_sub.customer_id AND i.subscription_id = p_sub.id
+                      AND i.status = 'OPEN' AND i.attempt_count = 0 AND i.kind = 'PRORATION'
+                      AND i.period_end > p_at
+                    ORDER BY i.id);
+    v_n := billing._void_invoices(p_sub.customer_id, v_ids, p_now);
+    -- The lines they had reversed are in force again, but only up to where a later change ended the
+    -- lines they sold (as when such an invoice fails).
+    FOREACH v_id IN ARRAY v_ids LOOP
+        SELECT * INTO v_inv FROM billing.invoice WHERE customer_id = p_sub.customer_id AND id = v_id;
+        PERFORM billing._end_restored_lines(v_inv, p_now);
+    END LOOP;
+    v_ids := ARRAY(SELECT i.id FROM billing.invoice i
+                    WHERE i.customer_id = p_sub.customer_id AND i.subscription_id = p_sub.id
+                      AND i.status IN ('OPEN', 'REVIEW') AND i.unserved = 0 AND i.period_end > p_at
+                      AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')
+                    ORDER BY i.id);
+    FOREACH v_id IN ARRAY v_ids LOOP
+        SELECT * INTO v_inv FROM billing.invoice WHERE customer_id = p_sub.customer_id AND id = v_id FOR UPDATE;
+        CONTINUE WHEN v_inv.status NOT IN ('OPEN', 'REVIEW');
+        IF p_at <= v_inv.period_start AND v_inv.status = 'OPEN' AND v_inv.attempt_count = 0 THEN
+            v_n := v_n + billing._void_invoices(v_inv.customer_id, ARRAY[v_inv.id], p_now);
+            CONTINUE;
+        END IF;
+        -- What of its own lines is not served: their unused part from p_at (read first, then written).
+        v_charges := ARRAY(SELECT l.id FROM billing.service_line l
+                            WHERE l.customer_id = v_inv.customer_id AND l.invoice_id = v_inv.id AND l.kind = 'CHARGE');
+        v_net := 0;
+        FOR v_u IN SELECT * FROM billing._unused_lines(p_sub, p_at) u
+                    WHERE u.line_id = ANY (v_charges) AND u.span_start < u.span_end AND u.net > 0 LOOP
+            SELECT * INTO v_line FROM billing.service_line WHERE customer_id = p_sub.customer_id AND id = v_u.line_id;
+            INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
+                                              span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
+                                              currency, reverses_id, basis_start, basis_gross, basis_net, created_at)
+            VALUES (v_line.customer_id, v_line.subscription_id, v_inv.id, 'REVERSAL', v_line.item, v_line.plan_id,
+                    v_line.quantity, v_line.unit_price, v_u.span_start, v_u.span_end, -v_u.gross, -v_u.discount,
+                    v_line.coupon_code, -v_u.net, -v_u.tax, v_line.tax_inclusive, v_line.currency, v_line.id,
+                    v_u.span_start, -v_u.gross, -v_u.net, p_now);
+            v_net := v_net + v_u.net;
+        END LOOP;
+        CONTINUE WHEN v_net <= 0;
+        -- The document: an UNSERVED credit note for the net not served and its tax.
+        IF v_inv.number IS NULL THEN
+            v_inv := billing._finalize_one(v_inv, p_now);
+        END IF;
+        v_note := billing._unserved_credit_note(v_inv, v_net, p_now);
+        v_cut := least(v_note.total, v_inv.amount);
+        v_back := v_note.total - v_cut;
+        UPDATE billing.invoice SET unserved = v_note.total
+         WHERE customer_id = v_inv.customer_id AND id = v_inv.id
+        RETURNING * INTO v_inv;
+        IF v_back > 0 THEN
+            PERFORM billing._grant_credit(v_inv.customer_id, v_inv.currency, v_back, 'RESTORED',
+                                          v_inv.subscription_id, v_inv.id, p_now);
+        END IF;
+        IF v_inv.amount - v_cut = 0 THEN
+            -- Nothing left to charge (credit paid for the time served): settled.
+            UPDATE billing.invoice
+               SET status = 'PAID', paid_at = p_now, next_attempt_at = NULL, waiting_for = NULL
+             WHERE customer_id = v_inv.customer_id AND id = v_inv.id
+            RETURNING * INTO v_inv;
+            PERFORM billing._emit_event('invoice', v_inv.id, 'InvoicePaid', billing._invoice_data(v_inv), p_now);
+            PERFORM billing._settle_pending_credit(v_inv, p_now);
+        END IF;
+        v_n := v_n + 1;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION billing._bill_served(billing.subscription, timestamptz, timestamptz) IS
+'Private: at a cancellation now at p_at (or dunning''s end): p_sub''s change invoices (PRORATION) never declined voided; then every unpaid period invoice (OPEN or REVIEW) serving past p_at bills only its time served: its lines'' unused part reversed from p_at, an UNSERVED credit note for the net not served and its tax, invoice.unserved set (charged: amount - least(unserved, amount); credit beyond that RESTORED; nothing left: PAID). None of it served and never declined: voided whole.
+Returns how many invoices it cut or voided.';

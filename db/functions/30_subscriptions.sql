@@ -235,14 +235,16 @@ BEGIN
            version = version + 1, updated_at = p_now
      WHERE customer_id = v_sub.customer_id AND id = v_sub.id
     RETURNING * INTO v_sub;
-    PERFORM billing._void_open_invoices(v_sub.customer_id, ARRAY[v_sub.id], p_now);
+    -- Unpaid is unpaid (issue 26 #3, #12): the unpaid invoices bill the time served, the rest is
+    -- taken off with a credit note (17_ledger); then the unused paid time as p_proration says.
+    PERFORM billing._bill_served(v_sub, greatest(p_now, v_before.current_period_start), p_now);
     PERFORM billing._cancel_unused(v_before, greatest(p_now, v_before.current_period_start), p_proration, p_now);
     PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled', billing._subscription_data(v_sub), p_now);
     RETURN v_sub;
 END
 $$;
 COMMENT ON FUNCTION billing.cancel_subscription(bigint, boolean, timestamptz, bigint, text) IS
-'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Cancels now (CANCELED, event SubscriptionCanceled; OPEN invoices never declined become VOID, those in dunning stay OPEN and collectible; the unused paid time per p_proration: none, credit to the balance, or refund of the charges that paid it, capped at what the period kept) or flags it to cancel at period end; repeating is harmless.
+'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Cancels now (CANCELED, event SubscriptionCanceled; its unpaid invoices bill the time served and only the rest is taken off, with an UNSERVED credit note (one none of whose time was served, never declined, is voided); the unused paid time per p_proration: none, credit to the balance, or refund of the charges that paid it, capped at what the period kept) or flags it to cancel at period end; repeating is harmless.
 Returns the subscription; BL404 when absent, BL409 when p_expected_version is stale, BL422 at period end for a PAUSED one, for an unknown p_proration or one other than none at period end.';
 
 -- Renews a locked subscription, one period at a time, until its current period contains p_now,

@@ -86,7 +86,7 @@ BEGIN
          WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
         PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled', billing._subscription_data(v_sub), p_now);
-        PERFORM billing._void_open_invoices(v_sub.customer_id, ARRAY[v_sub.id], p_now);
+        -- Its unpaid invoices bill time served (the whole period): they stay owed (issue 26 #3).
         RETURN v_sub;
     END IF;
     SELECT * INTO v_old FROM billing.plan WHERE id = v_sub.plan_id;

@@ -304,10 +304,8 @@ Returns how many subscriptions it handled and the ids it canceled at period end.
 
 -- The statement's step of create_due_invoices and renew_in_shard: run (on the tables, or on one
 -- shard group's shards), retried as a whole on a fresh snapshot when a claimed row changed under it
--- (inside a subtransaction: rolled back to before the statement), then the subscriptions canceled
--- at period end have their OPEN invoices (if any) voided as by cancel_subscription (those in
--- dunning stay collectible): a separate statement because it may give credit back to a balance the
--- statement just consumed (one statement must not update a row twice). The rows are still locked.
+-- (inside a subtransaction: rolled back to before the statement). The subscriptions it canceled at
+-- period end keep their unpaid invoices owed: they bill time served.
 CREATE OR REPLACE FUNCTION billing._renew_set(p_shard_group integer, p_batch_size integer, p_now timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -335,14 +333,13 @@ BEGIN
             END IF;
         END;
     END LOOP;
-    IF v_canceled IS NOT NULL THEN
-        PERFORM billing._void_open_invoices(v_canceled, p_now);
-    END IF;
+    -- The subscriptions canceled at period end keep their unpaid invoices: they bill time served (the
+    -- whole period; issue 26 #3), so nothing is voided (v_canceled: the statement's answer).
     RETURN v_handled;
 END
 $$;
 COMMENT ON FUNCTION billing._renew_set(integer, integer, timestamptz) IS
-'Private: the renewal statement''s step (NULL group: _renew_batch on the tables; else _renew_batch_in_shard on the group''s shards), retried up to 10 times on 40001, then the OPEN invoices of the subscriptions it canceled at period end voided.
+'Private: the renewal statement''s step (NULL group: _renew_batch on the tables; else _renew_batch_in_shard on the group''s shards), retried up to 10 times on 40001 (the subscriptions it canceled at period end keep their unpaid invoices: time served).
 Returns how many subscriptions it handled.';
 
 CREATE OR REPLACE FUNCTION billing.create_due_invoices(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now())

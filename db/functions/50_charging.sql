@@ -217,14 +217,15 @@ BEGIN
                version = version + 1, updated_at = p_now
          WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
-        PERFORM billing._void_open_invoices(v_sub.customer_id, ARRAY[v_sub.id], p_now);
+        -- Its other unpaid invoices bill the time served; only the rest is taken off (17_ledger).
+        PERFORM billing._bill_served(v_sub, greatest(p_now, v_sub.current_period_start), p_now);
         PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled',
                                     billing._subscription_data(v_sub), p_now);
     END IF;
 END
 $$;
 COMMENT ON FUNCTION billing._dunning_exhausted(billing.invoice, billing.subscription, timestamptz) IS
-'Private: the end of dunning of an invoice just made FAILED: InvoiceFailed, credit restored and pending credit reversed, then a failed upgrade reverted (SubscriptionPlanReverted), a served period of a canceled subscription, or an earlier period than the subscription''s current one when that one is paid, written off (InvoiceWrittenOff; the subscription left alone, ACTIVE again when nothing else is OPEN), or the subscription canceled (DUNNING_EXHAUSTED, its other never-declined invoices voided).
+'Private: the end of dunning of an invoice just made FAILED: InvoiceFailed, credit restored and pending credit reversed, then a failed upgrade reverted (SubscriptionPlanReverted), a served period of a canceled subscription, or an earlier period than the subscription''s current one when that one is paid, written off (InvoiceWrittenOff; the subscription left alone, ACTIVE again when nothing else is OPEN), or the subscription canceled (DUNNING_EXHAUSTED; its other unpaid invoices bill the time served, the rest taken off: _bill_served).
 Returns nothing; call it holding the subscription''s and the invoice''s row locks.';
 
 -- ---------------------------------------------------------------------------------------------

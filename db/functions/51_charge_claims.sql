@@ -134,7 +134,8 @@ BEGIN
            SET next_attempt_at = p_now + p_lease
           FROM keyed k
          WHERE i.id = k.id AND (k.key_expires_at IS NULL OR k.key_expires_at > p_now) AND NOT k.needs_method
-        RETURNING i.id, i.try_count, i.customer_id, i.amount, i.currency, k.method_id, k.customer_ref, k.payment_method_ref
+        -- What is charged: its amount less what a cancellation took off as not served (issue 26 #3).
+        RETURNING i.id, i.try_count, i.customer_id, i.amount - least(i.unserved, i.amount) AS amount, i.currency, k.method_id, k.customer_ref, k.payment_method_ref
     ), attempt AS (
         -- One row per try: a re-claim (lease expired, or UNKNOWN) reuses its key and what it was
         -- sent with, whatever the namespace and the customer's default method are now.
@@ -148,9 +149,10 @@ BEGIN
         ON CONFLICT ON CONSTRAINT payment_attempt_one_per_try DO UPDATE
             SET claim_count = a.claim_count + 1, worker = excluded.worker, last_claimed_at = excluded.last_claimed_at
         RETURNING a.id, a.invoice_id, a.idempotency_key, a.claim_count, a.key_expires_at, a.customer_ref,
-                  a.payment_method_ref
+                  a.payment_method_ref, a.amount
     )
-    SELECT c.id, a.id, a.idempotency_key, c.customer_id, c.amount, c.currency::text,
+    -- The amount the key was first sent with (a re-claim sends the same key: the same amount).
+    SELECT c.id, a.id, a.idempotency_key, c.customer_id, a.amount, c.currency::text,
            -- A key sent before whose call could end within the lookup margin of its expiry: ask
            -- the gateway what became of it instead of sending it again.
            a.claim_count > 1 AND p_now + p_lease > a.key_expires_at - v_cfg.lookup_margin,
@@ -252,14 +254,15 @@ BEGIN
            (customer_id, invoice_id, attempt_number, idempotency_key, amount, currency, worker, first_claimed_at,
             last_claimed_at, key_expires_at, provider, payment_method_id, customer_ref, payment_method_ref)
     VALUES (v_invoice.customer_id, v_invoice.id, v_invoice.try_count,
-            p_cfg.key_namespace || '-inv-' || v_invoice.id || '-try-' || v_invoice.try_count, v_invoice.amount,
+            p_cfg.key_namespace || '-inv-' || v_invoice.id || '-try-' || v_invoice.try_count,
+            v_invoice.amount - least(v_invoice.unserved, v_invoice.amount),
             v_invoice.currency, p_worker, p_now, p_now, p_now + p_cfg.key_lifetime, p_provider, v_method.id,
             v_method.customer_ref, v_method.payment_method_ref)
     ON CONFLICT ON CONSTRAINT payment_attempt_one_per_try DO UPDATE
         SET claim_count = a.claim_count + 1, worker = excluded.worker, last_claimed_at = excluded.last_claimed_at
     RETURNING a.* INTO v_attempt;
     RETURN QUERY
-    SELECT v_invoice.id, v_attempt.id, v_attempt.idempotency_key, v_invoice.customer_id, v_invoice.amount,
+    SELECT v_invoice.id, v_attempt.id, v_attempt.idempotency_key, v_invoice.customer_id, v_attempt.amount,
            v_invoice.currency::text,
            -- A key sent before whose call could end within the lookup margin of its expiry: ask
            -- the gateway what became of it instead of sending it again.

@@ -111,13 +111,14 @@ BEGIN
         RETURNING * INTO v_invoice;
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaid', billing._invoice_data(v_invoice), p_now);
         PERFORM billing._settle_pending_credit(v_invoice, p_now);
-        IF v_sub.status = 'CANCELED' AND v_invoice.attempt_count = 0 THEN
-            -- Canceled before this invoice was ever declined: nothing was owed (an invoice in
-            -- dunning, kept collectible by the cancellation, is owed and simply collected). All of
-            -- it is given back but what its period already gave back as credit for unused time
-            -- (credit that waited on this invoice was just released).
-            v_refund := billing._refund_invoice(v_invoice, v_attempt.id, v_attempt.amount, 'SUBSCRIPTION_CANCELED',
-                                                'engine', NULL, p_now);
+        IF v_sub.status = 'CANCELED'
+           AND v_attempt.amount > v_invoice.amount - least(v_invoice.unserved, v_invoice.amount) THEN
+            -- A charge sent before a cancellation took the time not served off its invoice (issue 26
+            -- #3): the time served is owed and collected, the rest of the charge given back (less
+            -- what its period already gave back as credit for unused time).
+            v_refund := billing._refund_invoice(v_invoice, v_attempt.id,
+                                                v_attempt.amount - (v_invoice.amount - least(v_invoice.unserved, v_invoice.amount)),
+                                                'SUBSCRIPTION_CANCELED', 'engine', NULL, p_now);
             IF v_refund.id IS NOT NULL THEN
                 PERFORM billing._emit_event('invoice', v_invoice.id, 'RefundDue',
                     billing._invoice_data(v_invoice) || jsonb_build_object(

@@ -98,7 +98,10 @@ BEGIN
         -- its refunds and the credit granted, less the pending credit beyond what is owed (paid, they
         -- release it; unpaid, it is reversed). An invoice still owed is no money to give back.
         v_room := greatest(v_money.paid - v_money.refunded - (v_money.credited - v_money.pending)
-                           - greatest(v_money.pending - (v_money.billed - v_money.paid), 0), 0);
+                           - greatest(v_money.pending - (v_money.billed - v_money.paid), 0), 0)
+                  -- A charge sent before a cancellation took the time not served off the invoice
+                  -- collected more than it bills now (issue 26 #3): that much more was kept.
+                  + greatest(v_attempt.amount - (p_invoice.amount - least(p_invoice.unserved, p_invoice.amount)), 0);
         IF v_room < v_refundable THEN
             IF p_reason = 'REQUESTED' AND p_amount IS NOT NULL AND p_amount BETWEEN 1 AND v_refundable
                AND p_amount > v_room THEN
@@ -249,7 +252,8 @@ AS $$
 BEGIN
     WITH inv AS (
         -- Tax included: what the customer paid for the period is its total (#2 of issue 26).
-        SELECT i.customer_id, i.id, i.subtotal + i.tax_amount AS subtotal, i.status, i.paid_attempt_id FROM billing.invoice i
+        -- Less what a cancellation took off as not served (its UNSERVED credit note).
+        SELECT i.customer_id, i.id, i.subtotal + i.tax_amount - i.unserved AS subtotal, i.status, i.paid_attempt_id FROM billing.invoice i
          WHERE i.customer_id = p_customer_id AND i.subscription_id = p_subscription_id
            AND i.status IN ('PAID', 'OPEN', 'REVIEW')
            AND i.period_end = p_period_end AND i.period_start >= p_period_start

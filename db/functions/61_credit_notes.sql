@@ -195,3 +195,57 @@ $$;
 COMMENT ON FUNCTION billing._refund_credit_note(bigint, billing.refund, timestamptz) IS
 'Private: the credit note of a succeeded refund of a (locked) invoice, finalizing the invoice first if needed.
 Returns nothing.';
+
+-- The UNSERVED credit note of an unpaid invoice cut at a cancellation (17_ledger, _bill_served): the
+-- net of its lines not served (p_net, positive) as one line, and the invoice's exclusive tax on it
+-- per rate, rounded down. The invoice is finalized first if it was not yet. One per invoice.
+CREATE OR REPLACE FUNCTION billing._unserved_credit_note(p_invoice billing.invoice, p_net bigint, p_now timestamptz)
+RETURNS billing.credit_note
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_series text := 'CN-' || to_char(p_now AT TIME ZONE 'UTC', 'YYYY');
+    v_id     bigint;
+    v_tax    bigint;
+    v_note   billing.credit_note;
+BEGIN
+    SELECT * INTO v_note FROM billing.credit_note
+     WHERE customer_id = p_invoice.customer_id AND invoice_id = p_invoice.id AND reason = 'UNSERVED';
+    IF FOUND OR p_net <= 0 THEN
+        RETURN v_note;
+    END IF;
+    SELECT coalesce(sum(floor(p_net::numeric * l.amount / greatest(p_invoice.subtotal, 1))), 0)::bigint INTO v_tax
+      FROM billing.invoice_line l
+     WHERE l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id
+       AND l.kind = 'TAX' AND NOT l.tax_inclusive AND l.tax_rate_code IS NOT NULL;
+    v_id := nextval(pg_get_serial_sequence('billing.credit_note', 'id'));
+    INSERT INTO billing.credit_note (customer_id, id, invoice_id, number, reason, refund_id, subtotal, tax_amount,
+                                     total, currency, issued_at)
+    VALUES (p_invoice.customer_id, v_id, p_invoice.id,
+            billing._document_number(v_series, billing._take_numbers(v_series, 1)), 'UNSERVED', NULL,
+            p_net, v_tax, p_net + v_tax, p_invoice.currency, p_now)
+    RETURNING * INTO v_note;
+    INSERT INTO billing.credit_note_line (customer_id, credit_note_id, line_no, kind, description, amount,
+                                          tax_rate_code, tax_rate_bp, tax_inclusive)
+    SELECT p_invoice.customer_id, v_id, 1, 'PLAN',
+           format('Time not served after the cancellation on %s (invoice %s)',
+                  to_char(p_now AT TIME ZONE 'UTC', 'YYYY-MM-DD'), p_invoice.number), p_net, NULL, NULL, NULL
+    UNION ALL
+    SELECT l.customer_id, v_id, 1 + row_number() OVER (ORDER BY l.line_no), 'TAX', l.description,
+           floor(p_net::numeric * l.amount / greatest(p_invoice.subtotal, 1))::bigint, l.tax_rate_code, l.tax_rate_bp,
+           l.tax_inclusive
+      FROM billing.invoice_line l
+     WHERE l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id AND l.kind = 'TAX'
+       AND l.tax_rate_code IS NOT NULL AND NOT l.tax_inclusive;
+    PERFORM billing._emit_event('invoice', p_invoice.id, 'CreditNoteIssued', jsonb_build_object(
+        'creditNoteId', v_note.id, 'number', v_note.number, 'invoiceId', p_invoice.id,
+        'invoiceNumber', p_invoice.number, 'customerId', p_invoice.customer_id, 'reason', 'UNSERVED',
+        'refundId', NULL, 'subtotal', v_note.subtotal, 'taxAmount', v_note.tax_amount, 'total', v_note.total,
+        'currency', v_note.currency, 'issuedAt', billing._utc_text(p_now)), p_now);
+    RETURN v_note;
+END
+$$;
+COMMENT ON FUNCTION billing._unserved_credit_note(billing.invoice, bigint, timestamptz) IS
+'Private: the numbered UNSERVED credit note (series CN-<UTC year>) of a finalized, locked invoice cut at a cancellation: p_net (the net of its lines not served) and its exclusive tax per rate, rounded down. Once per invoice. Event CreditNoteIssued.
+Returns the credit note (NULL when p_net <= 0).';

@@ -155,7 +155,7 @@ BEGIN
         'billTo', v_bill_to,
         'subtotal', v_invoice.subtotal, 'taxAmount', v_invoice.tax_amount, 'taxIncluded', v_invoice.tax_included,
         'total', v_invoice.subtotal + v_invoice.tax_amount, 'creditApplied', v_invoice.credit_applied,
-        'amountDue', v_invoice.amount, 'amountRefunded', v_invoice.amount_refunded,
+        'amountDue', v_invoice.amount - least(v_invoice.unserved, v_invoice.amount), 'amountRefunded', v_invoice.amount_refunded,
         'lines', coalesce(v_lines, '[]'::jsonb),
         'creditNotes', coalesce(v_notes, '[]'::jsonb));
 END

@@ -335,6 +335,17 @@ BEGIN
          WHERE c.status IN ('PENDING', 'RELEASED')
            AND greatest(c.period_end, c.created_at) >= p_from AND c.created_at < p_to
         UNION ALL
+        -- What a cancellation took off an unpaid invoice counted above as time not served (its
+        -- UNSERVED credit note, net of the tax it contains), from the cancellation to the invoice's
+        -- end: that time was not sold (docs/money.md, "Unpaid is unpaid").
+        SELECT n.currency::text,
+               -(n.subtotal - CASE WHEN i.subtotal > 0 THEN floor(n.subtotal::numeric * i.tax_included / i.subtotal) ELSE 0 END),
+               n.issued_at, greatest(i.period_end, n.issued_at)
+          FROM billing.credit_note n
+          JOIN billing.invoice i ON i.customer_id = n.customer_id AND i.id = n.invoice_id
+         WHERE n.reason = 'UNSERVED' AND i.status NOT IN ('VOID', 'FAILED')
+           AND greatest(i.period_end, n.issued_at) >= p_from AND n.issued_at < p_to
+        UNION ALL
         -- A refund of a charge that paid an invoice counted above gives its net back when it
         -- succeeds (tax refunded pro rata is not revenue).
         SELECT r.currency::text,
@@ -361,7 +372,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._revenue_recognized(timestamptz, timestamptz) IS
-'Private: revenue recognized in [p_from, p_to) per currency (docs/reports.md, "Revenue"): each invoice owed, net of tax, straight line over its span; less the change credit over the unused time it gave back (credit recognized once); less the net of refunds succeeded in the window. Consecutive windows add up exactly.
+'Private: revenue recognized in [p_from, p_to) per currency (docs/reports.md, "Revenue"): each invoice owed, net of tax, straight line over its span; less the change credit over the unused time it gave back (credit recognized once); less what a cancellation took off an unpaid invoice as not served (UNSERVED credit note net of its contained tax, from the cancellation to the invoice''s end); less the net of refunds succeeded in the window. Consecutive windows add up exactly.
 Returns one row per currency with anything in the window; BL422 for a bad window.';
 
 CREATE OR REPLACE FUNCTION billing.report_revenue(p_from date, p_to date)

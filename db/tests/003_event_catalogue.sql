@@ -88,8 +88,8 @@ SELECT is((SELECT payload -> 'data' -> 'changes' FROM billing.outbox_event WHERE
 
 SELECT pg_temp.reset();
 SELECT billing.cancel_subscription(pg_temp.sid('t10-a'), false, '2026-07-03 10:00Z');
-SELECT is(pg_temp.since(), ARRAY['InvoiceVoided invoice', 'InvoiceVoided invoice', 'SubscriptionCanceled subscription'],
-          'cancel now: InvoiceVoided for each OPEN invoice (renewal, proration), then SubscriptionCanceled');
+SELECT is(pg_temp.since(), ARRAY['CreditNoteIssued invoice', 'SubscriptionCanceled subscription'],
+          'cancel now: the renewal bills the 2 days served, the rest taken off (CreditNoteIssued, UNSERVED); June''s upgrade was served: owed as it is; then SubscriptionCanceled');
 
 -- Dunning exhausted: the fourth decline fails the invoice and ends the subscription.
 SELECT billing.create_subscription('t10-b', 10002, 'T_E1', '2026-08-01 10:00Z');

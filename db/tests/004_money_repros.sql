@@ -148,7 +148,7 @@ SELECT billing.create_subscription('r8-y', 10009, 'R8_P', '2037-01-20 00:00Z');
 CREATE TEMP TABLE r8_claim AS
 SELECT c.idempotency_key FROM billing.claim_charges('repro', 1000, interval '5 minutes', '2037-01-20 00:00Z') c
   JOIN billing.invoice i ON i.id = c.invoice_id WHERE i.subscription_id = (SELECT pg_temp.sid('r8-y'));
-SELECT billing.cancel_subscription(pg_temp.sid('r8-y'), false, '2037-01-20 00:00:30Z');
+SELECT billing.cancel_subscription(pg_temp.sid('r8-y'), false, '2037-01-20 00:00Z');  -- none of it served: voided
 SELECT billing.record_payment_result(idempotency_key, 'SUCCEEDED', 'ch_r8', NULL, '2037-01-20 00:01Z') FROM r8_claim;
 -- (Reads of one customer's rows as query texts: on Citus a statement that reads one shard goes to its
 -- worker whole, a pgTAP call in it included, where this transaction's plan is unknown.)

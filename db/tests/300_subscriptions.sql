@@ -73,7 +73,9 @@ SELECT throws_ok($$SELECT billing.cancel_subscription(pg_temp.sid('t05-c'), fals
                  'cancel with a stale version: BL409');
 SELECT results_eq($$SELECT status, canceled_at, version FROM billing.cancel_subscription(pg_temp.sid('t05-c'), false, '2026-03-07Z', 2)$$,
                   $$VALUES ('CANCELED', '2026-03-07Z'::timestamptz, 3::bigint)$$, 'cancel now: CANCELED');
-SELECT is((SELECT status FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('t05-c'))), 'VOID', 'its OPEN invoice is VOID');
+SELECT results_eq($$SELECT status, unserved > 0 AND unserved < subtotal + tax_amount FROM billing.invoice
+                     WHERE subscription_id = (SELECT pg_temp.sid('t05-c'))$$, $$VALUES ('OPEN', true)$$,
+                  'its unpaid invoice bills the 6 days served, only the rest taken off (issue 26 #3)');
 SELECT is(pg_temp.events('SubscriptionCanceled', 'subscription/' || (SELECT pg_temp.sid('t05-c'))), 1::bigint,
           'one SubscriptionCanceled event');
 SELECT results_eq($$SELECT status, version FROM billing.cancel_subscription(pg_temp.sid('t05-c'), false, '2026-03-08Z')$$,

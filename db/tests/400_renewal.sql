@@ -82,8 +82,8 @@ SELECT results_eq(format($$SELECT status, cancel_reason, canceled_at, version FR
                   'canceled instead of renewed');
 SELECT is((SELECT count(*) FROM billing.invoice WHERE subscription_id = :t06_c AND kind = 'RENEWAL'), 0::bigint,
           'no renewal invoice');
-SELECT is((SELECT status FROM billing.invoice WHERE subscription_id = :t06_c AND kind = 'INITIAL'), 'VOID',
-          'its unpaid invoice is voided');
+SELECT is((SELECT status FROM billing.invoice WHERE subscription_id = :t06_c AND kind = 'INITIAL'), 'OPEN',
+          'its unpaid invoice billed a month served: still owed (issue 26 #3)');
 SELECT results_eq(format($$SELECT payload -> 'data' ->> 'reason', payload ->> 'subject' FROM billing.outbox_event
                      WHERE event_type = 'SubscriptionCanceled' AND aggregate_id = %1$s$$, :t06_c),
                   format($$SELECT 'PERIOD_END', 'subscription/' || %1$s$$, :t06_c), 'SubscriptionCanceled written');
@@ -115,7 +115,7 @@ SELECT results_eq(
         FROM billing.credit_balance b WHERE customer_id = 6301 ORDER BY currency$$,
     $$VALUES ('EUR', 9999::bigint, 9999::bigint), ('USD', 0::bigint, 0::bigint)$$,
     'credit is per currency and the ledger sums to the balance');
-SELECT pg_temp.close('t06-d', '2029-03-16Z');
+SELECT pg_temp.close('t06-d', '2029-03-15Z');  -- at the period's start: none of it served, voided
 SELECT results_eq($$SELECT balance FROM billing.credit_balance WHERE customer_id = 6301 AND currency = 'USD'$$, $$VALUES (500::bigint)$$,
           'voiding an invoice gives its credit back');
 -- A free plan: nothing to charge, PAID at once.

@@ -153,8 +153,8 @@ SELECT is((billing.get_subscription(pg_temp.sid('t07-e'))).status, 'CANCELED', '
 -- VOID then success, and webhooks --------------------------------------------------------------
 SELECT billing.create_subscription('t07-v', 7006, 'T_C', '2027-02-01 10:00Z');
 SELECT pg_temp.claim('2027-02-01 10:00Z');
-SELECT billing.cancel_subscription(pg_temp.sid('t07-v'), false, '2027-02-01 10:00:30Z');
-SELECT is((SELECT status FROM billing.invoice WHERE id = pg_temp.inv('t07-v')), 'VOID', 'canceled while being charged: VOID');
+SELECT billing.cancel_subscription(pg_temp.sid('t07-v'), false, '2027-02-01 10:00Z');  -- at its start: none of it served
+SELECT is((SELECT status FROM billing.invoice WHERE id = pg_temp.inv('t07-v')), 'VOID', 'canceled while being charged, at its very start (nothing served): VOID');
 SELECT is(billing.apply_gateway_webhook('evt-v-1', pg_temp.pay_key('t07-v', 0), 'SUCCEEDED', 'ch_v',
                                         (SELECT jsonb_build_object('amount', a.amount, 'currency', btrim(a.currency), 'customerId', a.customer_id)
                                            FROM billing.payment_attempt a WHERE a.idempotency_key = pg_temp.pay_key('t07-v', 0)) || '{"id": "ch_v", "status": "succeeded"}', '2027-02-01 10:01Z'),

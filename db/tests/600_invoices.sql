@@ -112,17 +112,19 @@ SELECT results_eq($$WITH first AS MATERIALIZED (SELECT right(number, 6)::int AS 
 -- -- credit notes ---------------------------------------------------------------------------------
 SELECT billing.cancel_subscription((SELECT subscription_id FROM billing.invoice WHERE id = (SELECT pg_temp.inv('t70-2'))), false, '2026-03-03Z');
 SELECT results_eq($$SELECT reason, subtotal, tax_amount, total, number ~ '^CN-2026-[0-9]{6}$' FROM billing.credit_note WHERE invoice_id = (SELECT pg_temp.inv('t70-2'))$$,
-                  $$VALUES ('VOID', 10000::bigint, 1498::bigint, 11498::bigint, true)$$,
-                  'voiding a finalized invoice issues a numbered VOID credit note for its total');
+                  $$VALUES ('UNSERVED', 9354::bigint, 1400::bigint, 10754::bigint, true)$$,
+                  'cancelling after 2 of 31 days issues a numbered UNSERVED credit note for the 29 days not served and their tax (issue 26 #3)');
 SELECT results_eq($$SELECT l.kind, l.amount FROM billing.credit_note_line l JOIN billing.credit_note n ON n.customer_id = l.customer_id AND n.id = l.credit_note_id
                      WHERE n.invoice_id = (SELECT pg_temp.inv('t70-2')) ORDER BY l.line_no$$,
-                  $$VALUES ('PLAN', 10000::bigint), ('TAX', 500::bigint), ('TAX', 998::bigint)$$,
-                  'its lines reverse the invoice''s charge and tax lines');
-SELECT is((SELECT status FROM billing.invoice WHERE id = (SELECT pg_temp.inv('t70-2'))), 'VOID', 'the invoice is VOID, its document unchanged');
+                  $$VALUES ('PLAN', 9354::bigint), ('TAX', 467::bigint), ('TAX', 933::bigint)$$,
+                  'its lines: the time not served and each tax''s share, rounded down');
+SELECT results_eq($$SELECT status, subtotal + tax_amount, unserved, amount - unserved FROM billing.invoice WHERE id = (SELECT pg_temp.inv('t70-2'))$$,
+                  $$VALUES ('OPEN', 11498::bigint, 10754::bigint, 744::bigint)$$,
+                  'the invoice, its document unchanged, still bills the 2 days served (744)');
 SELECT is((SELECT count(*)::int FROM billing.outbox_event WHERE event_type = 'CreditNoteIssued' AND aggregate_id = (SELECT pg_temp.inv('t70-2'))),
           1, 'CreditNoteIssued announced');
 SELECT billing.create_subscription('t70-9', 70003, 'T70_CAD', '2026-03-04Z');
-SELECT billing.cancel_subscription((SELECT subscription_id FROM billing.invoice WHERE id = (SELECT pg_temp.inv('t70-9'))), false, '2026-03-04 00:01Z');
+SELECT billing.cancel_subscription((SELECT subscription_id FROM billing.invoice WHERE id = (SELECT pg_temp.inv('t70-9'))), false, '2026-03-04Z');  -- none of it served
 SELECT results_eq($$SELECT number IS NULL, (SELECT count(*) FROM billing.credit_note WHERE invoice_id = (SELECT pg_temp.inv('t70-9')))::int
                       FROM billing.invoice WHERE id = (SELECT pg_temp.inv('t70-9'))$$,
                   $$VALUES (true, 0)$$, 'an invoice voided before finalization is a discarded draft: no number, no credit note');

@@ -192,10 +192,11 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                               obj({**INVOICE, "reason": {"const": "WEBHOOK_MISMATCH"}, "detail": {"type": "string"},
                                    "webhookEventId": {"type": "string"}, "idempotencyKey": {"type": "string"}})),
     "CreditNoteIssued": ("invoice/<id>", "a numbered credit note is issued for a finalized invoice: VOID (the "
-                                         "invoice was voided) or REFUND (a refund of its charge succeeded)",
+                                         "invoice was voided), REFUND (a refund of its charge succeeded) or "
+                                         "UNSERVED (an unpaid invoice cut at a cancellation: the time not served)",
                          obj({"creditNoteId": ID, "number": {"type": "string", "pattern": "^CN-[0-9]{4}-[0-9]{6,}$"},
                               "invoiceId": ID, "invoiceNumber": {"type": "string"}, "customerId": ID,
-                              "reason": {"enum": ["VOID", "REFUND"]}, "refundId": nullable(ID),
+                              "reason": {"enum": ["VOID", "REFUND", "UNSERVED"]}, "refundId": nullable(ID),
                               "subtotal": MINOR, "taxAmount": MINOR, "total": MINOR,
                               "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}, "issuedAt": INSTANT})),
     "SubscriptionCreated": ("subscription/<id>", "a subscription is created (its INITIAL invoice follows, or, "

@@ -594,7 +594,7 @@ EXPECTED = {
     "requeued": 0, "replayed": True, "endpoints": True, "endpoint": True, "recorded": "ENABLED",
     # the cancellation: its OPEN invoice never declined voided (the RENEWAL; the declined PRORATION
     # stays owed, docs/money.md), then itself
-    "deliveries": ["InvoiceVoided", "SubscriptionCanceled"], "attempts": 2, "namespace": 12,
+    "deliveries": ["CreditNoteIssued", "SubscriptionCanceled"], "attempts": 2, "namespace": 12,
     "purged": (0, 0, 0), "deleted": True,
     "simulation": True, "key": True, "authenticated": True, "listed": True, "revoked": True, "audited": True,
     "skew": True, "expired": 0,

@@ -167,6 +167,8 @@ class MSub:
     scheduled: str | None = None  # plan code scheduled for the period end
     coupon: str | None = None     # the active coupon
     pending: bool = False         # lifecycle_pending
+    line: tuple | None = None     # the invoice whose CHARGE line sells the period now, unreversed (None:
+                                  # a change that ended in credit, a pause, or a trial sells it)
 
     def announced(self) -> tuple:
         return (self.plan, self.status, self.cancel_at_period_end, self.quantity, self.scheduled, self.resume_at,
@@ -198,6 +200,8 @@ class MInv:
     id: int | None = None
     dunning_window: tuple[datetime, datetime] | None = None  # jittered: learnt from the database
     finalized: bool = False  # numbered: at the latest when a claim takes it (issue 26 #14)
+    unserved: int = 0  # what a cancellation took off as time not served (its UNSERVED credit note)
+    line_prev: tuple | None = None  # PRORATION: the line it reversed (in force again if it falls)
 
     @property
     def nkey(self) -> tuple:
@@ -207,6 +211,10 @@ class MInv:
     def amount(self) -> int:
         return self.subtotal - self.credit
 
+    @property
+    def due(self) -> int:
+        return self.amount - min(self.unserved, self.amount)
+
 
 @dataclass
 class MAttempt:
@@ -214,6 +222,7 @@ class MAttempt:
     invoice: tuple
     number: int
     truth: str  # what the gateway really did with this key: SUCCEEDED or DECLINED
+    amount: int = 0  # what the key was first sent with
     claim_count: int = 1
     outcome: str | None = None
     result_claim: int | None = None
@@ -264,6 +273,9 @@ class Model:
                    discount=discount, coupon=coupon, from_quantity=from_quantity)
         assert inv.nkey not in self.invoices
         self.invoices[inv.nkey] = inv
+        if kind == "PRORATION":  # its lines reverse the one selling the period, and sell the rest
+            inv.line_prev = sub.line
+        sub.line = inv.nkey
         self.emit("invoice", inv.nkey, "InvoiceCreated")
         if paid:
             self.emit("invoice", inv.nkey, "InvoicePaid")
@@ -299,16 +311,47 @@ class Model:
             self.emit("invoice", inv.nkey, "CreditNoteIssued")
         self.emit("invoice", inv.nkey, "InvoiceVoided")
 
-    def void_open(self, sub: MSub) -> None:
-        voided = []
-        for inv in self.invoices.values():
-            if inv.sub == sub.id and inv.status == "OPEN" and inv.attempt_count == 0:
-                inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "VOID", None, self.now, None
-                self.emit_voided(inv)
-                self.add_credit(sub.customer, inv.currency, inv.credit)
-                voided.append(inv)
-        for inv in voided:
-            self.settle_pending(inv)
+    def void_one(self, sub: MSub, inv: MInv) -> None:
+        """_void_invoices: VOID, its credit note if finalized, InvoiceVoided, pending credit reversed,
+        consumed credit back; a PRORATION's lines fall (the line it reversed sells again)."""
+        inv.status, inv.next_attempt_at, inv.closed_at, inv.dunning_window = "VOID", None, self.now, None
+        self.emit_voided(inv)
+        self.settle_pending(inv)
+        self.add_credit(sub.customer, inv.currency, inv.credit)
+        if sub.line == inv.nkey:
+            sub.line = inv.line_prev
+
+    def bill_served(self, sub: MSub, at: datetime) -> None:
+        """_bill_served (17_ledger; issue 26 #3, #12): a change's invoice never declined serving past
+        `at` is voided; every unpaid period invoice whose line sells the period unreversed bills the
+        time served only: the rest comes off with an UNSERVED credit note (none of it served and never
+        declined: voided)."""
+        mine = sorted((i for i in self.invoices.values() if i.sub == sub.id), key=lambda i: i.id)
+        for inv in mine:
+            if inv.kind == "PRORATION" and inv.status == "OPEN" and inv.attempt_count == 0 and inv.end > at:
+                self.void_one(sub, inv)
+        for inv in mine:
+            if (inv.kind not in ("INITIAL", "RENEWAL", "PLAN_CHANGE") or inv.status not in ("OPEN", "REVIEW")
+                    or inv.unserved or inv.end <= at):
+                continue
+            if at <= inv.start and inv.status == "OPEN" and inv.attempt_count == 0:
+                self.void_one(sub, inv)
+                continue
+            if sub.line != inv.nkey:
+                continue  # its line was ended by a change: what it bills was served
+            net = proration(0, inv.subtotal, inv.start, inv.end, at)
+            if net <= 0:
+                continue
+            inv.finalized = True
+            inv.unserved = net
+            self.emit("invoice", inv.nkey, "CreditNoteIssued")
+            sub.line = None
+            cut = min(net, inv.amount)
+            self.add_credit(sub.customer, inv.currency, net - cut)
+            if inv.amount - cut == 0:
+                inv.status, inv.paid_at, inv.next_attempt_at, inv.dunning_window = "PAID", self.now, None, None
+                self.emit("invoice", inv.nkey, "InvoicePaid")
+                self.settle_pending(inv)
 
     # -- the lifecycle (docs/lifecycle.md) -------------------------------------------------------
     def announce(self, sub: MSub, before: tuple) -> None:
@@ -423,7 +466,8 @@ class Model:
             if start < sub.end:
                 self.new_invoice(sub, "PRORATION", start, sub.end, amount, currency, plan, from_plan, from_price,
                                  from_quantity=from_quantity)
-        elif amount < 0:
+        else:
+            sub.line = None  # reversed; the rest sold by the change's credit line
             self.grant_change_credit(sub, currency, -amount)
 
     def start_period(self, sub: MSub, plan: str, start: datetime, kind: str,
@@ -453,8 +497,7 @@ class Model:
             sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "PERIOD_END"
             sub.version += 1
             self.emit("subscription", sub.id, "SubscriptionCanceled")
-            self.void_open(sub)
-            return
+            return  # its unpaid invoices billed time served: owed as they are (issue 26 #3)
         plan = sub.scheduled or sub.plan
         new, old = PLANS[plan], PLANS[sub.plan]
         if sub.status == "TRIALING":
@@ -589,7 +632,7 @@ class Model:
             return
         sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "REQUESTED"
         sub.version += 1
-        self.void_open(sub)
+        self.bill_served(sub, max(self.now, sub.start))
         self.emit("subscription", sub.id, "SubscriptionCanceled")
 
     def change_plan(self, sub_id: int, plan: str, expected: int | None, when: str = "now", prorate: bool = True) -> None:
@@ -699,6 +742,7 @@ class Model:
                 self.settle_pending(inv)
         else:
             credit = -proration(sub.price, 0, sub.start, sub.end, max(self.now, sub.start))
+            sub.line = None  # the pause reverses the rest of the period
             self.grant_change_credit(sub, PLANS[sub.plan][1], credit)
         before = sub.announced()
         sub.status, sub.paused_at, sub.resume_at = "PAUSED", self.now, resume_at
@@ -797,7 +841,6 @@ class Model:
                 sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "PERIOD_END"
                 sub.version += 1
                 self.emit("subscription", sub.id, "SubscriptionCanceled")
-                self.void_open(sub)
         return handled + len(due)
 
     def key_of(self, inv: MInv) -> str:
@@ -826,7 +869,8 @@ class Model:
         if key in self.attempts:
             self.attempts[key].claim_count += 1
         else:
-            self.attempts[key] = MAttempt(key, inv.nkey, inv.attempt_count, truth, expires=self.now + KEY_LIFETIME)
+            self.attempts[key] = MAttempt(key, inv.nkey, inv.attempt_count, truth, expires=self.now + KEY_LIFETIME,
+                                          amount=inv.due)
         return key
 
     def payment_result(self, key: str, outcome: str) -> None:
@@ -848,8 +892,9 @@ class Model:
             inv.status, inv.paid_at, inv.next_attempt_at, inv.dunning_window = "PAID", self.now, None, None
             self.emit("invoice", inv.nkey, "InvoicePaid")
             self.settle_pending(inv)
-            if sub.status == "CANCELED" and inv.attempt_count == 0:
-                # The refund row first (RefundRequested), then RefundDue with its amount (what the
+            if sub.status == "CANCELED" and a.amount > inv.due:
+                # Sent before a cancellation took the time not served off (issue 26 #3): the excess
+                # is given back. The refund row first (RefundRequested), then RefundDue with its amount (what the
                 # period did not already give back as credit): 53_payment_results.sql's order.
                 self.emit("invoice", inv.nkey, "RefundRequested")
                 self.emit("invoice", inv.nkey, "RefundDue")
@@ -887,6 +932,8 @@ class Model:
             return
         self.add_credit(sub.customer, inv.currency, inv.credit)
         self.settle_pending(inv)
+        if sub.line == inv.nkey:  # its lines fall: the one it reversed sells again
+            sub.line = inv.line_prev
         if inv.kind == "PRORATION" and inv.from_plan is not None:
             if sub.status != "CANCELED" and sub.plan == inv.plan and sub.end == inv.end:
                 before = sub.announced()
@@ -918,7 +965,7 @@ class Model:
         else:
             sub.status, sub.canceled_at, sub.cancel_reason = "CANCELED", self.now, "DUNNING_EXHAUSTED"
             sub.version += 1
-            self.void_open(sub)
+            self.bill_served(sub, max(self.now, sub.start))
             self.emit("subscription", sub.id, "SubscriptionCanceled")
 
     def webhook(self, event_id: str, key: str, outcome: str, reference: str) -> bool:
@@ -1287,11 +1334,11 @@ def make_machine(db: Database, max_steps: int):
                 got = (r["status"], r["period_end"], r["subtotal"], r["credit_applied"], r["amount"],
                        r["currency"].strip(), r["attempt_count"], r["next_attempt_at"], r["due_at"], r["paid_at"],
                        r["closed_at"] if r["status"] in ("VOID", "FAILED") else None, r["quantity"],
-                       r["discount_amount"], r["coupon_code"], r["from_quantity"])
+                       r["discount_amount"], r["coupon_code"], r["from_quantity"], r["unserved"])
                 want = (inv.status, inv.end, inv.subtotal, inv.credit, inv.amount, inv.currency, inv.attempt_count,
                         inv.next_attempt_at, inv.due_at, inv.paid_at,
                         inv.closed_at if inv.status in ("VOID", "FAILED") else None, inv.quantity, inv.discount,
-                        inv.coupon, inv.from_quantity)
+                        inv.coupon, inv.from_quantity, inv.unserved)
                 assert got == want, f"invoice {inv.id} {k[1]}: database {got} != model {want}"
 
             attempts = {r["idempotency_key"]: r for r in db.call("SELECT * FROM billing.payment_attempt", many=True)}

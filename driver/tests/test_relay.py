@@ -126,7 +126,8 @@ def holder_app(db_url: str) -> str | None:
 
 def test_publishes_cloudevents_with_key_subject_and_id(db_url, kafka_bootstrap, kafka_topic):
     # Events written by the SQL API itself: a subscription canceled at once announces
-    # SubscriptionCreated, InvoiceCreated, InvoiceVoided and SubscriptionCanceled; plus invoice
+    # SubscriptionCreated, InvoiceCreated, CreditNoteIssued (the unserved rest of its invoice taken
+    # off: docs/money.md, "Unpaid is unpaid") and SubscriptionCanceled; plus invoice
     # events, several per aggregate.
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("SELECT billing.upsert_plan('PRO_MONTHLY', 300000, 'USD', 'MONTH', 1)")

@@ -110,7 +110,13 @@ def check_ledger_booked(conn, ledger: dict) -> Check:
             succeeded[int(m.group(1))] = c
     invoices = {
         r["id"]: r for r in conn.execute(
-            "SELECT id, status, amount, currency, customer_id FROM billing.invoice"
+            # What an invoice charges: its amount less what a cancellation took off as not served
+            # (docs/money.md, "Unpaid is unpaid"); a charge sent before the cancellation collected
+            # more, and the engine refunds the excess (SUBSCRIPTION_CANCELED).
+            "SELECT i.id, i.status, i.amount - least(i.unserved, i.amount) AS amount, i.currency, i.customer_id,"
+            "       EXISTS (SELECT 1 FROM billing.refund r WHERE r.customer_id = i.customer_id AND r.invoice_id = i.id"
+            "                 AND r.reason = 'SUBSCRIPTION_CANCELED') AS excess_refunded"
+            "  FROM billing.invoice i"
         ).fetchall()
     }
     examples: list[str] = []
@@ -126,6 +132,8 @@ def check_ledger_booked(conn, ledger: dict) -> Check:
             if len(examples) < MAX_EXAMPLES:
                 examples.append(f"gateway charged {c['idempotencyKey']} but invoice {inv} is "
                                 f"{row['status'] if row else 'missing'}")
+        elif row["excess_refunded"] and c["amount"] > row["amount"]:
+            closed_refunds += 1  # charged before a cancellation cut the invoice: the excess is refunded
         elif (row["amount"], row["currency"].strip(), row["customer_id"]) != (c["amount"], c["currency"], c["customerId"]):
             wrong_amount += 1
             if len(examples) < MAX_EXAMPLES:
@@ -349,8 +357,11 @@ def check_money(conn, ledger: dict) -> Check:
     from billing.checks import money_balances
 
     paid = {r["currency"].strip(): int(r["cash"]) for r in conn.execute(
-        "SELECT currency, sum(amount - amount_refunded) AS cash FROM billing.invoice WHERE status = 'PAID' "
-        "GROUP BY currency").fetchall()}
+        # (the charge that paid it: an invoice a cancellation cut is paid what it still bills, or more
+        # by a charge sent before, whose excess is refunded; one paid by credit brought no cash)
+        "SELECT i.currency, sum(coalesce(a.amount, 0) - i.amount_refunded) AS cash FROM billing.invoice i "
+        "LEFT JOIN billing.payment_attempt a ON a.customer_id = i.customer_id AND a.id = i.paid_attempt_id "
+        "WHERE i.status = 'PAID' GROUP BY i.currency").fetchall()}
     refunds = conn.execute("SELECT idempotency_key, status FROM billing.refund").fetchall()
     return money_balances(ledger, paid, refunds)
 
