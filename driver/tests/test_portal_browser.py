@@ -17,7 +17,8 @@ import psycopg
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from billing.config import REPO_ROOT
 
@@ -61,6 +62,15 @@ def shot(driver, name: str) -> None:
     driver.set_window_size(width, 900)
 
 
+def submit(driver, css: str) -> None:
+    """Clicks a form's button and waits for the page it leads to: a click returns before the browser
+    has navigated, so the next read could still see the old page (found by a run under load)."""
+    old = driver.find_element(By.TAG_NAME, "html")
+    driver.find_element(By.CSS_SELECTOR, css).click()
+    WebDriverWait(driver, 20).until(EC.staleness_of(old))
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def _state(db_url):
     with psycopg.connect(db_url) as conn:
         return conn.execute(
@@ -74,7 +84,7 @@ def test_a_customer_uses_the_portal_in_chromium(db_url, browser, stripe_fake):  
         token = make_link(db_url, 1)
         browser.get(f"{server.url}/portal/login?token={token}")
         shot(browser, "01-login")
-        browser.find_element(By.CSS_SELECTOR, "form[action='/portal/login'] button").click()
+        submit(browser, "form[action='/portal/login'] button")
         assert browser.current_url.endswith("/portal/"), browser.page_source
         assert browser.find_element(By.TAG_NAME, "html").get_attribute("lang") == "pt-BR"
         assert "Assinaturas" in browser.find_element(By.ID, "subscriptions-h").text
@@ -114,18 +124,18 @@ def test_a_customer_uses_the_portal_in_chromium(db_url, browser, stripe_fake):  
         select = Select(browser.find_element(By.NAME, "plan"))
         assert [o.get_attribute("value") for o in select.options] == ["PRO", "TEAM"]
         select.select_by_value("PRO")
-        browser.find_element(By.CSS_SELECTOR, "form.change button").click()
+        submit(browser, "form.change button")
         assert "ok=plan_changed" in browser.current_url
         assert browser.find_element(By.CSS_SELECTOR, "p.flash").text == "Seu plano foi alterado."
         assert _state(db_url) == (False, "PRO")
         shot(browser, "04-plan-changed")
 
         # Cancel at period end, then keep it.
-        browser.find_element(By.CSS_SELECTOR, "form.cancel button").click()
+        submit(browser, "form.cancel button")
         assert _state(db_url) == (True, "PRO")
         assert "Cancelada" in browser.find_element(By.CSS_SELECTOR, "p.canceling").text
         shot(browser, "05-canceled")
-        browser.find_element(By.CSS_SELECTOR, "form[action$='/uncancel'] button").click()
+        submit(browser, "form[action$='/uncancel'] button")
         assert _state(db_url) == (False, "PRO")
         shot(browser, "06-uncanceled")
 
@@ -133,7 +143,7 @@ def test_a_customer_uses_the_portal_in_chromium(db_url, browser, stripe_fake):  
         browser.get(f"{server.url}/portal/payment-methods/new")
         Select(browser.find_element(By.ID, "payment_method")).select_by_value("pm_card_mastercard")
         shot(browser, "07-add-card")
-        browser.find_element(By.CSS_SELECTOR, "form.card-form button").click()
+        submit(browser, "form.card-form button")
         assert browser.find_element(By.CSS_SELECTOR, "p.flash").text == "Seu cartão foi adicionado."
         assert "Mastercard final 4444" in browser.find_element(By.CSS_SELECTOR, "ul.methods").text
         shot(browser, "08-card-added")
@@ -149,7 +159,7 @@ def test_a_customer_uses_the_portal_in_chromium(db_url, browser, stripe_fake):  
 
         # Sign out: the session is over.
         browser.get(f"{server.url}/portal/")
-        browser.find_element(By.CSS_SELECTOR, "form.logout button").click()
+        submit(browser, "form.logout button")
         browser.get(f"{server.url}/portal/")
         assert "Você não está conectado" in browser.page_source
         shot(browser, "10-signed-out")
