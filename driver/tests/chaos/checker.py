@@ -104,8 +104,12 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
             bad.append(("charged key unknown to payment_attempt", c["idempotencyKey"]))
             continue
         inv = invoices[a["invoice_id"]]
-        if c.get("amount") != inv["amount"] or c.get("currency") != inv["currency"].strip():
-            bad.append(("amount/currency differ", c["idempotencyKey"], c.get("amount"), inv["amount"]))
+        # What a key charges is its attempt's amount: the invoice's, less what a cancellation took off
+        # as not served (docs/money.md, "Unpaid is unpaid"); a re-claim sends the attempt's first one.
+        owed = inv["amount"] - min(inv.get("unserved") or 0, inv["amount"])
+        if c.get("amount") != a["amount"] or c.get("currency") != inv["currency"].strip() \
+                or not (owed <= a["amount"] <= inv["amount"]):
+            bad.append(("amount/currency differ", c["idempotencyKey"], c.get("amount"), a["amount"], inv["amount"]))
         # A success on a VOID or FAILED invoice leaves it closed (RefundDue, checked below).
         if c.get("status") == "succeeded" and inv["status"] not in ("PAID", "VOID", "FAILED"):
             bad.append(("charged but not PAID", inv["id"], inv["status"]))
@@ -352,10 +356,13 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
     # -- 10. money: collected minus refunded is the PAID invoices' cash; no refund executed twice --
     from billing.checks import money_balances
 
+    # A PAID invoice's cash is what the charge that paid it collected (its amount, or less once a
+    # cancellation cut it; one paid by credit brought none) less what went back (as the demo counts).
     paid_cash: dict[str, int] = defaultdict(int)
+    attempt_amount = {a["id"]: a["amount"] for a in attempts}
     for inv in invoices.values():
         if inv["status"] == "PAID":
-            paid_cash[inv["currency"].strip()] += inv["amount"] - inv["amount_refunded"]
+            paid_cash[inv["currency"].strip()] += attempt_amount.get(inv["paid_attempt_id"], 0) - inv["amount_refunded"]
     checks.append(money_balances(ledger, dict(paid_cash), refund_rows))
     over = defaultdict(int)
     for r in refund_rows:
