@@ -1,6 +1,24 @@
 -- 20_plans_customers: the price list and the customers.
 -- Re-applied after every migration: CREATE OR REPLACE only.
 
+-- A customer id is a positive integer: every event's schema says so (customerId minimum 1), so a
+-- customer 0 or below would make events that break their own schema (issue 28: the fuzzer found it).
+CREATE OR REPLACE FUNCTION billing._check_customer_id(p_customer_id bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_customer_id IS NULL OR p_customer_id < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('a customer id is a positive integer, not %s', coalesce(p_customer_id::text, 'NULL'));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._check_customer_id(bigint) IS
+'Private: refuses a customer id that is not a positive integer (events'' schemas: customerId minimum 1).
+Returns nothing; BL422 for NULL, 0 or a negative id.';
+
 -- A price change applies to periods starting at or after p_now (the period being served keeps
 -- the price it was invoiced at); the history is kept in billing.plan_price.
 DROP FUNCTION IF EXISTS billing.upsert_plan(text, bigint, text, text, integer);
@@ -108,9 +126,7 @@ DECLARE
     v_at  timestamptz := now();  -- a variable, not now(), in DO UPDATE (Citus wants no volatile call there)
 BEGIN
     PERFORM billing._audit('upsert_customer', jsonb_build_object('customer_id', p_customer_id, 'timezone', p_timezone, 'external_id', p_external_id));
-    IF p_customer_id IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'customer id is required';
-    END IF;
+    PERFORM billing._check_customer_id(p_customer_id);
     PERFORM billing._check_timezone(p_timezone);
     PERFORM billing._check_external_id(p_external_id);
     INSERT INTO billing.customer AS c (id, timezone) VALUES (p_customer_id, p_timezone)
@@ -132,7 +148,7 @@ END
 $$;
 COMMENT ON FUNCTION billing.upsert_customer(bigint, text, text) IS
 'Creates or updates a customer; the time zone applies to subscriptions created afterwards (existing calendars never move). p_external_id (optional): the caller''s own id of the customer, given once (21_external_ids).
-Returns the customer row; BL422 when p_timezone is not in pg_timezone_names or the external id is malformed; BL409 when the external id names another customer or the customer has another one.';
+Returns the customer row; BL422 for a customer id that is not a positive integer, when p_timezone is not in pg_timezone_names or the external id is malformed; BL409 when the external id names another customer or the customer has another one.';
 
 CREATE OR REPLACE FUNCTION billing.plan_code(p_plan_id bigint)
 RETURNS text
@@ -144,3 +160,46 @@ $$;
 COMMENT ON FUNCTION billing.plan_code(bigint) IS
 'The business code of a plan, for answering a subscription row (which holds plan_id) without table access.
 Returns NULL for an unknown id.';
+
+-- Archiving: a plan no longer offered. No new subscription (create_subscription, a signup in bulk)
+-- and no plan change to it; the subscriptions on it (and a change to it already scheduled) continue
+-- and renew at its prices; its price may still change (upsert_plan). An import brings subscriptions
+-- that exist at the source, so it may name an archived plan. Idempotent: archived again, unchanged.
+CREATE OR REPLACE FUNCTION billing.archive_plan(p_code text, p_now timestamptz DEFAULT now())
+RETURNS billing.plan
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_plan billing.plan;
+BEGIN
+    PERFORM billing._audit('archive_plan', jsonb_build_object('code', p_code, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    UPDATE billing.plan SET archived_at = coalesce(archived_at, p_now), updated_at = CASE WHEN archived_at IS NULL THEN p_now ELSE updated_at END
+     WHERE code = p_code
+    RETURNING * INTO v_plan;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('plan %s does not exist', coalesce(quote_literal(p_code), 'NULL'));
+    END IF;
+    RETURN v_plan;
+END
+$$;
+COMMENT ON FUNCTION billing.archive_plan(text, timestamptz) IS
+'Archives the plan p_code from p_now: no new subscription or plan change to it; the subscriptions on it (and changes to it already scheduled) continue and renew. Archived already: unchanged (its first archived_at kept).
+Returns the plan; BL404 for an unknown plan.';
+
+CREATE OR REPLACE FUNCTION billing._check_plan_offered(p_plan billing.plan)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_plan.archived_at IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('plan %s is archived', p_plan.code),
+            HINT = 'An archived plan takes no new subscription; its subscriptions continue. Choose an offered plan.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._check_plan_offered(billing.plan) IS
+'Private: refuses an archived plan for a new subscription or a plan change.
+Returns nothing; BL422 when archived.';

@@ -47,6 +47,7 @@ BEGIN
                    WHEN ref.object_id IS NOT NULL AND r.id IS NOT NULL AND ref.object_id <> r.id
                        THEN format('the external id already names customer %s', ref.object_id)
                    WHEN ref.object_id IS NOT NULL THEN NULL
+                   WHEN r.id IS NOT NULL AND r.id < 1 THEN format('a customer id is a positive integer, not %s', r.id)
                    WHEN r.id IS NOT NULL AND count(*) OVER (PARTITION BY r.id) > 1 THEN 'the customer id appears twice in the batch'
                    WHEN c.id IS NOT NULL THEN format('customer %s exists already%s', c.id,
                                                      CASE WHEN c.external_id IS NOT NULL THEN format(' with the external id %L', c.external_id) ELSE '' END)

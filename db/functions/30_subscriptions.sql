@@ -51,9 +51,7 @@ BEGIN
     PERFORM billing._audit('create_subscription', jsonb_build_object('idempotency_key', p_idempotency_key, 'customer_id', p_customer_id, 'plan_code', p_plan_code, 'now', p_now, 'trial_days', p_trial_days, 'coupon_code', p_coupon_code, 'quantity', p_quantity, 'external_id', p_external_id));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('an idempotency key', p_idempotency_key, 255);
-    IF p_customer_id IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'customer id is required';
-    END IF;
+    PERFORM billing._check_customer_id(p_customer_id);
     PERFORM billing._check_between('trial days', p_trial_days, 0, 730);
     PERFORM billing._check_between('quantity', p_quantity, 1, 1000000);
     PERFORM billing._check_external_id(p_external_id);
@@ -84,6 +82,7 @@ BEGIN
                 MESSAGE = format('unknown plan %L', p_plan_code),
                 HINT = 'Create the plan with upsert_plan first.';
         END IF;
+        PERFORM billing._check_plan_offered(v_plan);
 
         INSERT INTO billing.subscription_request (idempotency_key, customer_id, plan_code, options)
         VALUES (p_idempotency_key, p_customer_id, p_plan_code, v_options)
@@ -151,7 +150,7 @@ END
 $$;
 COMMENT ON FUNCTION billing.create_subscription(text, bigint, text, timestamptz, integer, text, integer, text) IS
 'New subscription of p_quantity seats: ACTIVE for [p_now, next boundary) with an OPEN INITIAL invoice due at p_now (calendar plans: the first period ends on the billing day, prorated), or TRIALING for p_trial_days local days with no invoice until the trial ends; p_coupon_code is redeemed at once (its first discount on the first invoice); p_external_id (optional) is the caller''s own id of it (21_external_ids). Unknown customers are created in UTC.
-Returns the subscription (the same row when the key is replayed; created_at = now() tells a new one); BL409 for a key reused with other parameters, a coupon used up or an external id already naming another subscription, BL422 for an unknown plan, a bad coupon, trial days outside 0..730, quantity outside 1..1000000 or a malformed external id.';
+Returns the subscription (the same row when the key is replayed; created_at = now() tells a new one); BL409 for a key reused with other parameters, a coupon used up or an external id already naming another subscription, BL422 for a customer id below 1, an unknown or archived plan, a bad or archived coupon, trial days outside 0..730, quantity outside 1..1000000 or a malformed external id.';
 
 CREATE OR REPLACE FUNCTION billing.get_subscription(p_subscription_id bigint)
 RETURNS billing.subscription
@@ -319,6 +318,9 @@ BEGIN
             HINT = 'Create the plan with upsert_plan first.';
     END IF;
     SELECT * INTO v_old FROM billing.plan WHERE id = v_sub.plan_id;
+    IF v_new.id <> v_old.id THEN  -- back to the current plan (withdrawing a scheduled change) is always allowed
+        PERFORM billing._check_plan_offered(v_new);
+    END IF;
     IF v_new.currency <> v_old.currency THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('plan %s is billed in %s but subscription %s is billed in %s',
@@ -453,4 +455,4 @@ END
 $$;
 COMMENT ON FUNCTION billing.change_plan(bigint, text, timestamptz, bigint, text, boolean) IS
 'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Switches the plan now (after billing any overdue period at its own terms) or, p_when = period_end, at the next renewal (no proration, no credit; changing to the current plan withdraws it). Now, same period length: the rest of the period is prorated against the price it was invoiced at, times the seats (an OPEN PRORATION invoice, or credit that waits until the period is paid); p_prorate false switches without invoice or credit. Another length: a new period starts now (a PLAN_CHANGE invoice) and the unused rest of the current one is credited (unless p_prorate is false). An unpaid earlier change of the period, never declined, is superseded (voided). TRIALING or PAUSED: the plan switches without proration.
-Returns the subscription; BL404 absent, BL409 stale version, BL422 unknown plan or change time, other currency, canceled subscription, or p_prorate false at period end.';
+Returns the subscription; BL404 absent, BL409 stale version, BL422 unknown or archived plan (the current one is always allowed) or change time, other currency, canceled subscription, or p_prorate false at period end.';

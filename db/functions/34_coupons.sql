@@ -77,6 +77,10 @@ BEGIN
             MESSAGE = format('coupon %s was already redeemed on subscription %s', p_code, p_sub.id),
             HINT = 'A coupon is redeemed at most once per subscription.';
     END IF;
+    IF v_coupon.archived_at IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('coupon %s is archived', p_code),
+            HINT = 'An archived coupon takes no new redemption; the redemptions made continue.';
+    END IF;
     IF v_coupon.redeem_by IS NOT NULL AND p_now >= v_coupon.redeem_by THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('coupon %s could be redeemed until %s', p_code, v_coupon.redeem_by);
@@ -111,7 +115,7 @@ END
 $$;
 COMMENT ON FUNCTION billing._redeem_coupon(billing.subscription, text, timestamptz) IS
 'Private: redeems coupon p_code on the locked subscription (counted once under the coupon''s lock), replacing its active coupon.
-Returns false when it already is the active coupon; BL422 unknown, expired, other plan or currency; BL409 redeemed before on it or no redemptions left.';
+Returns false when it already is the active coupon; BL422 unknown, archived, expired, other plan or currency; BL409 redeemed before on it or no redemptions left.';
 
 -- ---------------------------------------------------------------------------------------------
 -- The API: a coupon defined, a coupon applied to a subscription
@@ -246,4 +250,29 @@ END
 $$;
 COMMENT ON FUNCTION billing.apply_coupon(bigint, text, timestamptz) IS
 'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Redeems coupon p_code on the subscription from its next period invoice (replacing its active coupon); SubscriptionUpdated (couponCode). Applying the active coupon again changes nothing.
-Returns the subscription; BL404 absent; BL422 canceled, unknown, expired, other plan or currency; BL409 redeemed on it before, or no redemptions left.';
+Returns the subscription; BL404 absent; BL422 canceled, unknown, archived, expired, other plan or currency; BL409 redeemed on it before, or no redemptions left.';
+
+-- Archiving a coupon: no new redemption (a signup, apply_coupon); the redemptions made keep their
+-- discount until they end. An import may name it (the redemption exists at the source). Idempotent.
+CREATE OR REPLACE FUNCTION billing.archive_coupon(p_code text, p_now timestamptz DEFAULT now())
+RETURNS billing.coupon
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_coupon billing.coupon;
+BEGIN
+    PERFORM billing._audit('archive_coupon', jsonb_build_object('code', p_code, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    UPDATE billing.coupon SET archived_at = coalesce(archived_at, p_now), updated_at = CASE WHEN archived_at IS NULL THEN p_now ELSE updated_at END
+     WHERE code = p_code
+    RETURNING * INTO v_coupon;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('coupon %s does not exist', coalesce(quote_literal(p_code), 'NULL'));
+    END IF;
+    RETURN v_coupon;
+END
+$$;
+COMMENT ON FUNCTION billing.archive_coupon(text, timestamptz) IS
+'Archives coupon p_code from p_now: no new redemption; the subscriptions that redeemed it keep their discount until it ends. Archived already: unchanged (its first archived_at kept).
+Returns the coupon; BL404 for an unknown coupon.';

@@ -65,9 +65,7 @@ DECLARE
     v_at  timestamptz := now();  -- a variable, not now(), in DO UPDATE (Citus wants no volatile call there)
 BEGIN
     PERFORM billing._audit('set_customer_details', jsonb_build_object('customer_id', p_customer_id, 'name', p_name, 'email', p_email, 'country', p_country, 'region', p_region, 'tax_status', p_tax_status));
-    IF p_customer_id IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'customer id is required';
-    END IF;
+    PERFORM billing._check_customer_id(p_customer_id);
     PERFORM billing._check_one_of('tax status', p_tax_status, ARRAY['TAXABLE', 'EXEMPT', 'REVERSE_CHARGE'],
                                   'Use TAXABLE, EXEMPT or REVERSE_CHARGE.');
     IF p_email IS NOT NULL AND (p_email !~ '^[^@\s]+@[^@\s]+$' OR length(p_email) > 254) THEN

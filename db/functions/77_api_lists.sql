@@ -109,36 +109,43 @@ COMMENT ON FUNCTION billing.get_plan(text) IS
 'Reads one plan by its code.
 Returns the row, or none for an unknown code.';
 
+DROP FUNCTION IF EXISTS billing.list_plans(integer, bigint, bigint);
 CREATE OR REPLACE FUNCTION billing.list_plans(
-    p_limit integer, p_starting_after bigint DEFAULT NULL, p_ending_before bigint DEFAULT NULL)
+    p_limit integer, p_starting_after bigint DEFAULT NULL, p_ending_before bigint DEFAULT NULL,
+    p_archived boolean DEFAULT NULL)
 RETURNS SETOF billing.plan
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN QUERY EXECUTE billing._page('billing.plan', 'id', NULL, p_starting_after IS NOT NULL,
-                                       p_ending_before IS NOT NULL, p_limit)
+    -- archived true / false: one of the two partial indexes of migration 0290, in id order.
+    RETURN QUERY EXECUTE billing._page('billing.plan', 'id',
+        CASE p_archived WHEN true THEN ARRAY['archived_at IS NOT NULL'] WHEN false THEN ARRAY['archived_at IS NULL'] END,
+        p_starting_after IS NOT NULL, p_ending_before IS NOT NULL, p_limit)
         USING p_starting_after, p_ending_before;
 END
 $$;
-COMMENT ON FUNCTION billing.list_plans(integer, bigint, bigint) IS
-'A page of plans by id, newest first (cursor rules at the top of 77_api_lists.sql).
+COMMENT ON FUNCTION billing.list_plans(integer, bigint, bigint, boolean) IS
+'A page of plans by id, newest first (cursor rules at the top of 77_api_lists.sql); p_archived true: only archived plans, false: only offered ones, NULL: all.
 Returns the rows; BL422 for a limit outside 1..101 or both cursors.';
 
+DROP FUNCTION IF EXISTS billing.list_coupons(integer, text, text);
 CREATE OR REPLACE FUNCTION billing.list_coupons(
-    p_limit integer, p_starting_after text DEFAULT NULL, p_ending_before text DEFAULT NULL)
+    p_limit integer, p_starting_after text DEFAULT NULL, p_ending_before text DEFAULT NULL,
+    p_archived boolean DEFAULT NULL)
 RETURNS SETOF billing.coupon
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN QUERY EXECUTE billing._page('billing.coupon', 'code', NULL, p_starting_after IS NOT NULL,
-                                       p_ending_before IS NOT NULL, p_limit)
+    RETURN QUERY EXECUTE billing._page('billing.coupon', 'code',
+        CASE p_archived WHEN true THEN ARRAY['archived_at IS NOT NULL'] WHEN false THEN ARRAY['archived_at IS NULL'] END,
+        p_starting_after IS NOT NULL, p_ending_before IS NOT NULL, p_limit)
         USING p_starting_after, p_ending_before;
 END
 $$;
-COMMENT ON FUNCTION billing.list_coupons(integer, text, text) IS
-'A page of coupons by code, descending (cursor rules at the top of 77_api_lists.sql).
+COMMENT ON FUNCTION billing.list_coupons(integer, text, text, boolean) IS
+'A page of coupons by code, descending (cursor rules at the top of 77_api_lists.sql); p_archived true: only archived coupons, false: only redeemable ones, NULL: all.
 Returns the rows; BL422 for a limit outside 1..101 or both cursors.';
 
 CREATE OR REPLACE FUNCTION billing.list_tax_rates(

@@ -73,7 +73,7 @@ DECLARE
       "billing_support": ["get_subscription", "plan_code", "is_simulation", "list_payment_methods", "list_refunds",
                           "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                           "get_invoice_document", "list_notifications"],
-      "billing_admin": ["upsert_plan", "upsert_customer", "upsert_coupon",
+      "billing_admin": ["upsert_plan", "upsert_customer", "upsert_coupon", "archive_plan", "archive_coupon", "create_subscriptions",
                         "import_customers", "import_subscriptions", "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                         "upsert_meter", "list_meters", "usage_partitions", "current_usage", "usage_between", "upsert_plan_charge",
                         "rate_usage", "upcoming_invoice", "set_usage_alert", "check_usage_alerts",

@@ -1,7 +1,7 @@
 -- The HTTP API's lists and reads (db/functions/77_api_lists.sql): cursor pages in both directions,
 -- the filters, the bounds, create_customer, and the index each page is planned on.
 BEGIN;
-SELECT plan(31);
+SELECT plan(32);
 
 SET LOCAL ROLE billing_owner;
 
@@ -60,7 +60,7 @@ SELECT is((SELECT count(*) FROM billing.get_customer(424242)), 0::bigint, 'get_c
 -- index and the coordinator merges the shards' sorted pages; EXPLAIN shows the merge, not this.)
 SELECT billing._distributed('billing.subscription') AS on_citus \gset
 \if :on_citus
-SELECT skip('the plans of a page are the shards'' own on Citus (the coordinator merges sorted pages)', 13);
+SELECT skip('the plans of a page are the shards'' own on Citus (the coordinator merges sorted pages)', 14);
 \else
 SET LOCAL enable_seqscan = off;
 CREATE FUNCTION pg_temp.plan_of(p_from text, p_where text[], p_args text) RETURNS text LANGUAGE plpgsql AS $$
@@ -113,6 +113,8 @@ SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.customer', ARRAY['email IS NOT 
           'customers by email: customer_email_idx');
 SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.outbox_event', ARRAY['customer_id = $3'], $$1000::bigint, NULL::bigint, 77003::bigint$$),
                         'outbox_event_pkey'), 'events of a customer: the outbox primary key');
+SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.plan', ARRAY['archived_at IS NOT NULL'], $$1000::bigint, NULL::bigint$$),
+                        'plan_archived_id_idx'), 'archived plans: plan_archived_id_idx (migration 0290)');
 RESET enable_seqscan;
 \endif
 SELECT ok(has_function_privilege('billing_api', 'billing.list_invoices(integer, bigint, bigint, bigint, text, timestamptz, timestamptz, bigint)', 'EXECUTE')

@@ -433,12 +433,14 @@ V1_UPDATE_CUSTOMER = (
 )
 V1_LIST_CUSTOMERS = "SELECT * FROM billing.list_customers(%(limit)s, %(after)s, %(before)s, %(email)s)"
 V1_GET_PLAN = "SELECT * FROM billing.get_plan(%(code)s)"
-V1_LIST_PLANS = "SELECT * FROM billing.list_plans(%(limit)s, %(after)s, %(before)s)"
+V1_LIST_PLANS = "SELECT * FROM billing.list_plans(%(limit)s, %(after)s, %(before)s, %(archived)s)"
+V1_ARCHIVE_PLAN = "SELECT * FROM billing.archive_plan(%(code)s, %(now)s)"
 V1_UPSERT_PLAN = (
     "SELECT * FROM billing.upsert_plan(%(code)s, %(price)s, %(currency)s, %(interval)s, %(count)s, %(now)s, "
     "%(billing_day)s, %(external_id)s)"
 )
-V1_LIST_COUPONS = "SELECT * FROM billing.list_coupons(%(limit)s, %(after)s, %(before)s)"
+V1_LIST_COUPONS = "SELECT * FROM billing.list_coupons(%(limit)s, %(after)s, %(before)s, %(archived)s)"
+V1_ARCHIVE_COUPON = "SELECT * FROM billing.archive_coupon(%(code)s, %(now)s)"
 V1_LIST_TAX_RATES = "SELECT * FROM billing.list_tax_rates(%(limit)s, %(after)s, %(before)s)"
 V1_UPSERT_TAX_RATE = ("SELECT * FROM billing.upsert_tax_rate(%(code)s, %(country)s, %(region)s, %(name)s, %(bp)s, "
                       "%(inclusive)s, %(active)s)")

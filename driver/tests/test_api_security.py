@@ -76,12 +76,15 @@ V1_NEW = [
     ("GET", "/v1/customers/1", None, "customers:read"),
     ("POST", "/v1/customers/1", {"city": "Lyon"}, "customers:write"),
     ("GET", "/v1/customers/1/payment-methods", None, "subscriptions:read"),
+    ("GET", "/v1/customers/1/payment-methods/1", None, "subscriptions:read"),
     ("GET", "/v1/plans", None, "subscriptions:read"),
     ("POST", "/v1/plans", {"code": "SEC_PLAN", "priceAmount": 1, "currency": "USD", "billingInterval": "MONTH"},
      "catalog:write"),
     ("GET", "/v1/plans/PRO_MONTHLY", None, "subscriptions:read"),
     ("POST", "/v1/plans/PRO_MONTHLY/prices", {"priceAmount": 5}, "catalog:write"),
+    ("POST", "/v1/plans/SEC_PLAN/archive", {}, "catalog:write"),
     ("GET", "/v1/coupons", None, "catalog:write"),
+    ("POST", "/v1/coupons/SEC_PLAN/archive", {}, "catalog:write"),
     ("GET", "/v1/tax-rates", None, "subscriptions:read"),
     ("POST", "/v1/tax-rates", {"code": "SEC_TAX", "country": "FR", "name": "x", "rateBp": 100, "inclusive": False},
      "catalog:write"),
@@ -142,8 +145,9 @@ def test_the_route_list_is_the_app_s_own(db_url):
     # ...plus the operator console and the customer portal, mounted apps with logins of their own
     # (test_console_*.py, test_portal_*.py).
     assert [r.path for r in app.routes if not hasattr(r, "methods")] == ["/console", "/portal"]
-    listed = {(m, p.replace("/1", "/{id}").replace("/PRO_MONTHLY", "/{code}").replace(
-        "/00000000-0000-0000-0000-000000000001", "/{id}")) for m, p, _ in ROUTES} | PUBLIC_ROUTES
+    listed = {(m, p.replace("/1", "/{id}").replace("/PRO_MONTHLY", "/{code}").replace("/SEC_PLAN/", "/{code}/").replace(
+        "/00000000-0000-0000-0000-000000000001", "/{id}").replace("/payment-methods/{id}", "/payment-methods/{method_id}"))
+        for m, p, _ in ROUTES} | PUBLIC_ROUTES
     assert routes == listed
     for method, path in routes:
         assert (required_scope(method, path.replace("{id}", "1")) == PUBLIC) == ((method, path) in PUBLIC_ROUTES)

@@ -16,6 +16,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+import psycopg.types.json
 import pytest
 from psycopg import errors, sql
 
@@ -58,6 +59,10 @@ API = {
     # the HTTP API's /v1 lists and reads (db/functions/77_api_lists.sql, issue 28)
     "get_customer", "create_customer", "list_customers", "get_plan", "list_plans", "list_coupons", "list_tax_rates",
     "list_subscriptions", "list_invoices", "list_credit_notes", "list_events", "get_event",
+    # archiving the catalog (db/functions/20_plans_customers.sql, 34_coupons.sql, issue 28)
+    "archive_plan", "archive_coupon",
+    # signups in bulk (db/functions/31_signups.sql, issue 32)
+    "create_subscriptions",
 }
 # Read-only helpers the driver needs without table access (db/functions/70_stats.sql, plan_code in
 # 20_plans_customers.sql): `billing status`, /metrics and answering a subscription's plan code.
@@ -582,6 +587,16 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     v1_events = one("list_events", "%s, NULL, NULL, NULL, NULL, NULL, %s", (5, customer), setof=True)
     out["v1_events"] = len(v1_events) == 5 and [r[0] for r in v1_events] == sorted((r[0] for r in v1_events), reverse=True)
     out["v1_event"] = [r[0] for r in one("get_event", "%s::uuid", (v1_events[0][1],), setof=True)] == [v1_events[0][0]]
+    # Signups in bulk (issue 32): one new, one replayed in the same batch.
+    bulk = 810_000 + sum(map(ord, tag))
+    signups = [{"idempotency_key": f"lp-bulk-{tag}", "customer_id": bulk, "plan_code": basic}] * 2
+    out["bulk_signups"] = [r[3] for r in one("create_subscriptions", "%s::jsonb, %s",
+                                              (psycopg.types.json.Jsonb(signups), T0), setof=True)] == ["created", "replayed"]
+    # Archiving the catalog (issue 28): at the end, the plan and coupon of this tag are no longer offered.
+    first = one("archive_plan", "%s, %s", (pro, T0))
+    out["archived_plan"] = first[11] == T0 and one("archive_plan", "%s, %s", (pro, T0 + timedelta(days=1))) == first
+    first = one("archive_coupon", "%s, %s", (coupon, T0))
+    out["archived_coupon"] = first[12] == T0 and one("archive_coupon", "%s, %s", (coupon, T0 + timedelta(days=1))) == first
     return out
 
 
@@ -622,7 +637,8 @@ EXPECTED = {
     "usage_between": [1], "usage_meters": True, "usage_partitions": True, "usage_charge": "per_unit",
     "v1_created": True, "v1_customer": True, "v1_customers": True, "v1_plan": True, "v1_plans": True,
     "v1_coupons": True, "v1_tax_rates": True, "v1_subscriptions": True, "v1_invoices": True, "v1_credit_notes": True,
-    "v1_refunds": True, "v1_events": True, "v1_event": True,
+    "v1_refunds": True, "v1_events": True, "v1_event": True, "archived_plan": True, "archived_coupon": True,
+    "bulk_signups": True,
     "ext_set": True, "ext_resolved": (True, None), "ext_customer": True, "ext_plan": True, "ext_sub": True,
     "imported_customers": ["created"], "imported_subscriptions": ["created"],
     "usage_rated": True, "upcoming": "upcoming_invoice", "usage_alert": True, "usage_alerts_fired": 1,

@@ -37,7 +37,9 @@ _COUPON = {
                    "duration": {"type": "string", "enum": ["once", "repeating", "forever"]},
                    "durationPeriods": {"type": ["integer", "null"]}, "maxRedemptions": {"type": ["integer", "null"]},
                    "timesRedeemed": {"type": "integer"}, "redeemBy": {"type": ["string", "null"], "format": "date-time"},
-                   "planCodes": {"type": ["array", "null"], "items": {"type": "string"}}},
+                   "planCodes": {"type": ["array", "null"], "items": {"type": "string"}},
+                   "archivedAt": {"type": ["string", "null"], "format": "date-time",
+                                  "description": "When it was archived: no new redemption (null: redeemable)"}},
 }
 
 
@@ -504,6 +506,8 @@ _PLAN = {
                    "billingInterval": {"type": "string"}, "intervalCount": {"type": "integer"},
                    "billingDay": {"type": ["integer", "null"]}, "priceEffectiveFrom": _NULLABLE_TIME,
                    "externalId": _NULLABLE_TEXT,
+                   "archivedAt": {**_NULLABLE_TIME, "description": "When it was archived: no new subscription or plan "
+                                                                   "change to it; its subscriptions renew (null: offered)"},
                    "createdAt": {"type": "string", "format": "date-time"}},
 }
 _TAX_RATE = {
@@ -607,6 +611,11 @@ _REF_PARAM = {"name": "id", "in": "path", "required": True,
               "schema": {"oneOf": [{"type": "integer", "format": "int64", "minimum": 1},
                                    {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "[^0-9]"}]}}
 
+_ARCHIVED_QUERY = _query("archived", {"type": "string", "enum": ["true", "false"]},
+                         "true: only the archived ones; false: only those still offered")
+_EMPTY_BODY = {"required": False, "content": {"application/json": {"schema": {
+    "type": "object", "additionalProperties": False, "properties": {}}}}}
+
 _V1_PATHS: dict = {
     "/v1/customers": {
         **_list_op("listCustomers", "customers:read", "Customers, newest first", "Customer",
@@ -634,8 +643,13 @@ _V1_PATHS: dict = {
         "parameters": [_REF_PARAM],
         "responses": {"200": _page_ok("The customer's payment methods, the default first (one page)", "PaymentMethod"),
                       **_errors(400, 401, 403, 404, 429, 503)}}},
+    "/v1/customers/{id}/payment-methods/{method_id}": {"get": {
+        "operationId": "getPaymentMethod", "security": [{"apiKey": []}], "x-scope": "subscriptions:read",
+        "parameters": [_REF_PARAM, {"name": "method_id", "in": "path", "required": True,
+                                    "schema": {"type": "integer", "format": "int64", "minimum": 1}}],
+        "responses": {**_ok("The customer's payment method", "PaymentMethod"), **_errors(400, 401, 403, 404, 429, 503)}}},
     "/v1/plans": {
-        **_list_op("listPlans", "subscriptions:read", "Plans, newest first", "Plan", []),
+        **_list_op("listPlans", "subscriptions:read", "Plans, newest first", "Plan", [_ARCHIVED_QUERY]),
         "post": {"operationId": "createPlan", "security": [{"apiKey": []}], "x-scope": "catalog:write",
                  "requestBody": _body(["code", "priceAmount", "currency", "billingInterval"], {
                      "code": {"type": "string", "minLength": 1, "maxLength": 100},
@@ -658,7 +672,22 @@ _V1_PATHS: dict = {
         "requestBody": _body(["priceAmount"], {"priceAmount": {"type": "integer", "format": "int64", "minimum": 0},
                                                "effectiveFrom": {"type": "string", "format": "date-time"}}),
         "responses": {**_ok("The plan with its new price", "Plan"), **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)}}},
-    "/v1/coupons": _list_op("listCoupons", "catalog:write", "Coupons by code, descending", "Coupon", [], numeric=False),
+    "/v1/plans/{code}/archive": {"post": {
+        "operationId": "archivePlan", "security": [{"apiKey": []}], "x-scope": "catalog:write",
+        "description": "Archives the plan: no new subscription or plan change to it; the subscriptions on it continue "
+                       "and renew. Archived already: unchanged.",
+        "parameters": [_CODE_PARAM], "requestBody": _EMPTY_BODY,
+        "responses": {**_ok("The plan, archived", "Plan"), **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)}}},
+    "/v1/coupons": _list_op("listCoupons", "catalog:write", "Coupons by code, descending", "Coupon", [_ARCHIVED_QUERY],
+                            numeric=False),
+    "/v1/coupons/{code}/archive": {"post": {
+        "operationId": "archiveCoupon", "security": [{"apiKey": []}], "x-scope": "catalog:write",
+        "description": "Archives the coupon: no new redemption; the subscriptions that redeemed it keep their "
+                       "discount. Archived already: unchanged.",
+        "parameters": [{"name": "code", "in": "path", "required": True,
+                        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}}],
+        "requestBody": _EMPTY_BODY,
+        "responses": {**_ok("The coupon, archived", "Coupon"), **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)}}},
     "/v1/tax-rates": {
         **_list_op("listTaxRates", "subscriptions:read", "Tax rates by code, descending", "TaxRate", [], numeric=False),
         "post": {"operationId": "upsertTaxRate", "security": [{"apiKey": []}], "x-scope": "catalog:write",

@@ -78,11 +78,12 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("GET", re.compile(r"^/customers/[^/]+/usage$"), "subscriptions:read"),
     ("GET", re.compile(r"^/subscriptions/[^/]+/upcoming-invoice$"), "subscriptions:read"),
     # /v1 (issue 28; the table of docs/http-api.md, "Scopes"): customers' data, the catalog, the reports
-    ("GET", re.compile(r"^/customers/[^/]+/payment-methods$"), "subscriptions:read"),
+    ("GET", re.compile(r"^/customers/[^/]+/payment-methods(/[^/]+)?$"), "subscriptions:read"),
     ("GET", re.compile(r"^/customers(/[^/]+)?$"), "customers:read"),
     ("POST", re.compile(r"^/customers(/[^/]+)?$"), "customers:write"),
     ("GET", re.compile(r"^/plans(/[^/]+)?$"), "subscriptions:read"),
-    ("POST", re.compile(r"^/plans(/[^/]+/prices)?$"), "catalog:write"),
+    ("POST", re.compile(r"^/plans(/[^/]+/(prices|archive))?$"), "catalog:write"),
+    ("POST", re.compile(r"^/coupons/[^/]+/archive$"), "catalog:write"),  # fewer discounts: no value made
     ("GET", re.compile(r"^/coupons$"), "catalog:write"),  # coupon codes are discounts: not for every reader
     ("GET", re.compile(r"^/tax-rates$"), "subscriptions:read"),
     ("POST", re.compile(r"^/tax-rates$"), "catalog:write"),

@@ -1,6 +1,8 @@
 """ Contains all the data models used in inputs/outputs """
 
 from .apply_coupon_body import ApplyCouponBody
+from .archive_coupon_body import ArchiveCouponBody
+from .archive_plan_body import ArchivePlanBody
 from .cancel_subscription_body import CancelSubscriptionBody
 from .change_plan_body import ChangePlanBody
 from .change_plan_body_when import ChangePlanBodyWhen
@@ -43,6 +45,7 @@ from .invoice_document_lines_item import InvoiceDocumentLinesItem
 from .invoice_kind import InvoiceKind
 from .invoice_status import InvoiceStatus
 from .list_all_refunds_response_200 import ListAllRefundsResponse200
+from .list_coupons_archived import ListCouponsArchived
 from .list_coupons_response_200 import ListCouponsResponse200
 from .list_credit_notes_response_200 import ListCreditNotesResponse200
 from .list_customers_response_200 import ListCustomersResponse200
@@ -52,6 +55,7 @@ from .list_invoice_lines_response_200_data_item import ListInvoiceLinesResponse2
 from .list_invoices_response_200 import ListInvoicesResponse200
 from .list_invoices_status import ListInvoicesStatus
 from .list_payment_methods_response_200 import ListPaymentMethodsResponse200
+from .list_plans_archived import ListPlansArchived
 from .list_plans_response_200 import ListPlansResponse200
 from .list_refunds_response_200 import ListRefundsResponse200
 from .list_subscriptions_response_200 import ListSubscriptionsResponse200
@@ -107,6 +111,8 @@ from .webhook_endpoint_status import WebhookEndpointStatus
 
 __all__ = (
     "ApplyCouponBody",
+    "ArchiveCouponBody",
+    "ArchivePlanBody",
     "CancelSubscriptionBody",
     "ChangePlanBody",
     "ChangePlanBodyWhen",
@@ -149,6 +155,7 @@ __all__ = (
     "InvoiceKind",
     "InvoiceStatus",
     "ListAllRefundsResponse200",
+    "ListCouponsArchived",
     "ListCouponsResponse200",
     "ListCreditNotesResponse200",
     "ListCustomersResponse200",
@@ -158,6 +165,7 @@ __all__ = (
     "ListInvoicesResponse200",
     "ListInvoicesStatus",
     "ListPaymentMethodsResponse200",
+    "ListPlansArchived",
     "ListPlansResponse200",
     "ListRefundsResponse200",
     "ListSubscriptionsResponse200",

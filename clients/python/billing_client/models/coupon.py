@@ -33,6 +33,7 @@ class Coupon:
             object_ (Literal['coupon']):
             times_redeemed (int):
             amount_off (Union[None, Unset, int]):
+            archived_at (Union[None, Unset, datetime.datetime]): When it was archived: no new redemption (null: redeemable)
             currency (Union[None, Unset, str]):
             duration_periods (Union[None, Unset, int]):
             max_redemptions (Union[None, Unset, int]):
@@ -46,6 +47,7 @@ class Coupon:
     object_: Literal['coupon']
     times_redeemed: int
     amount_off: Union[None, Unset, int] = UNSET
+    archived_at: Union[None, Unset, datetime.datetime] = UNSET
     currency: Union[None, Unset, str] = UNSET
     duration_periods: Union[None, Unset, int] = UNSET
     max_redemptions: Union[None, Unset, int] = UNSET
@@ -72,6 +74,14 @@ class Coupon:
             amount_off = UNSET
         else:
             amount_off = self.amount_off
+
+        archived_at: Union[None, Unset, str]
+        if isinstance(self.archived_at, Unset):
+            archived_at = UNSET
+        elif isinstance(self.archived_at, datetime.datetime):
+            archived_at = self.archived_at.isoformat()
+        else:
+            archived_at = self.archived_at
 
         currency: Union[None, Unset, str]
         if isinstance(self.currency, Unset):
@@ -126,6 +136,8 @@ class Coupon:
         })
         if amount_off is not UNSET:
             field_dict["amountOff"] = amount_off
+        if archived_at is not UNSET:
+            field_dict["archivedAt"] = archived_at
         if currency is not UNSET:
             field_dict["currency"] = currency
         if duration_periods is not UNSET:
@@ -167,6 +179,26 @@ class Coupon:
             return cast(Union[None, Unset, int], data)
 
         amount_off = _parse_amount_off(d.pop("amountOff", UNSET))
+
+
+        def _parse_archived_at(data: object) -> Union[None, Unset, datetime.datetime]:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                archived_at_type_0 = isoparse(data)
+
+
+
+                return archived_at_type_0
+            except: # noqa: E722
+                pass
+            return cast(Union[None, Unset, datetime.datetime], data)
+
+        archived_at = _parse_archived_at(d.pop("archivedAt", UNSET))
 
 
         def _parse_currency(data: object) -> Union[None, Unset, str]:
@@ -253,6 +285,7 @@ class Coupon:
             object_=object_,
             times_redeemed=times_redeemed,
             amount_off=amount_off,
+            archived_at=archived_at,
             currency=currency,
             duration_periods=duration_periods,
             max_redemptions=max_redemptions,

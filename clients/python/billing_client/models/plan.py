@@ -34,6 +34,8 @@ class Plan:
             interval_count (int):
             object_ (Literal['plan']):
             price_amount (int):
+            archived_at (Union[None, Unset, datetime.datetime]): When it was archived: no new subscription or plan change to
+                it; its subscriptions renew (null: offered)
             billing_day (Union[None, Unset, int]):
             created_at (Union[Unset, datetime.datetime]):
             external_id (Union[None, Unset, str]):
@@ -47,6 +49,7 @@ class Plan:
     interval_count: int
     object_: Literal['plan']
     price_amount: int
+    archived_at: Union[None, Unset, datetime.datetime] = UNSET
     billing_day: Union[None, Unset, int] = UNSET
     created_at: Union[Unset, datetime.datetime] = UNSET
     external_id: Union[None, Unset, str] = UNSET
@@ -71,6 +74,14 @@ class Plan:
         object_ = self.object_
 
         price_amount = self.price_amount
+
+        archived_at: Union[None, Unset, str]
+        if isinstance(self.archived_at, Unset):
+            archived_at = UNSET
+        elif isinstance(self.archived_at, datetime.datetime):
+            archived_at = self.archived_at.isoformat()
+        else:
+            archived_at = self.archived_at
 
         billing_day: Union[None, Unset, int]
         if isinstance(self.billing_day, Unset):
@@ -108,6 +119,8 @@ class Plan:
             "object": object_,
             "priceAmount": price_amount,
         })
+        if archived_at is not UNSET:
+            field_dict["archivedAt"] = archived_at
         if billing_day is not UNSET:
             field_dict["billingDay"] = billing_day
         if created_at is not UNSET:
@@ -139,6 +152,26 @@ class Plan:
             raise ValueError(f"object must match const 'plan', got '{object_}'")
 
         price_amount = d.pop("priceAmount")
+
+        def _parse_archived_at(data: object) -> Union[None, Unset, datetime.datetime]:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, str):
+                    raise TypeError()
+                archived_at_type_0 = isoparse(data)
+
+
+
+                return archived_at_type_0
+            except: # noqa: E722
+                pass
+            return cast(Union[None, Unset, datetime.datetime], data)
+
+        archived_at = _parse_archived_at(d.pop("archivedAt", UNSET))
+
 
         def _parse_billing_day(data: object) -> Union[None, Unset, int]:
             if data is None:
@@ -198,6 +231,7 @@ class Plan:
             interval_count=interval_count,
             object_=object_,
             price_amount=price_amount,
+            archived_at=archived_at,
             billing_day=billing_day,
             created_at=created_at,
             external_id=external_id,

@@ -19,7 +19,8 @@ def coupon_json(row: dict) -> dict:
             "percentOff": None if row["percent_off"] is None else float(row["percent_off"]),
             "amountOff": row["amount_off"], "currency": row["currency"], "duration": row["duration"],
             "durationPeriods": row["duration_periods"], "maxRedemptions": row["max_redemptions"],
-            "timesRedeemed": row["times_redeemed"], "redeemBy": utc(row["redeem_by"]), "planCodes": row["plan_codes"]}
+            "timesRedeemed": row["times_redeemed"], "redeemBy": utc(row["redeem_by"]), "planCodes": row["plan_codes"],
+            "archivedAt": utc(row.get("archived_at"))}
 
 
 def routes(api: Api) -> list[BaseRoute]:

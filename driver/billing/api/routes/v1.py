@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from urllib.parse import quote
 from datetime import date, datetime, timezone
@@ -65,7 +66,7 @@ def plan_json(row: dict) -> dict:
             "currency": row["currency"].strip(), "billingInterval": row["billing_interval"],
             "intervalCount": row["interval_count"], "billingDay": row["billing_day"],
             "priceEffectiveFrom": utc(row["price_effective_from"]), "externalId": row.get("external_id"),
-            "createdAt": utc(row["created_at"])}
+            "archivedAt": utc(row.get("archived_at")), "createdAt": utc(row["created_at"])}
 
 
 def tax_rate_json(row: dict) -> dict:
@@ -150,6 +151,15 @@ def query_choice(params, name: str, choices: tuple[str, ...]) -> str | None:
     if raw not in choices:
         raise ApiError(400, "invalid_query", f"{name} must be one of {', '.join(choices)}")
     return raw
+
+
+def query_bool(params, name: str) -> bool | None:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw not in ("true", "false"):
+        raise ApiError(400, "invalid_query", f"{name} must be true or false")
+    return raw == "true"
 
 
 def query_instant(params, name: str) -> datetime | None:
@@ -314,11 +324,24 @@ def routes(api: Api) -> list[BaseRoute]:
         return JSONResponse({"object": "list", "data": [payment_method_json(r) for r in rows], "hasMore": False,
                              "nextCursor": None, "previousCursor": None})
 
+    @endpoint_of("/v1/customers/{id}/payment-methods/{method_id}")
+    async def get_payment_method(request: Request) -> Response:
+        customer_id = path_id(request, "customer")
+        require_customer(request, customer_id)
+        raw = request.path_params["method_id"]
+        method_id = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 18 else None
+        rows = await database.all(db.V1_LIST_PAYMENT_METHODS, {"customer_id": customer_id})
+        row = next((r for r in rows if r["id"] == method_id), None)
+        if row is None:
+            raise ApiError(404, "not_found", f"customer {customer_id} has no payment method {raw[:30]!r}")
+        return JSONResponse(payment_method_json(row))
+
     # -- the catalog ---------------------------------------------------------------------------
     @endpoint_of("/v1/plans")
     async def list_plans(request: Request) -> Response:
         page = Page(request)
-        return page.answer(await database.all(db.V1_LIST_PLANS, page.params()), plan_json, "id")
+        archived = query_bool(request.query_params, "archived")
+        return page.answer(await database.all(db.V1_LIST_PLANS, {**page.params(), "archived": archived}), plan_json, "id")
 
     @endpoint_of("/v1/plans")
     async def create_plan(request: Request) -> Response:
@@ -376,10 +399,28 @@ def routes(api: Api) -> list[BaseRoute]:
             "count": plan["interval_count"], "now": effective, "billing_day": plan["billing_day"], "external_id": None})
         return JSONResponse(plan_json(row))
 
+    @endpoint_of("/v1/plans/{code}/archive")
+    async def archive_plan(request: Request) -> Response:
+        plan = await plan_by_reference(request)
+        await json_object(request, allowed=set(), required=set(), optional_body=True)
+        row = await database.mutate(actor(request), db.V1_ARCHIVE_PLAN, {"code": plan["code"], "now": clock.now()})
+        return JSONResponse(plan_json(row))
+
     @endpoint_of("/v1/coupons")
     async def list_coupons(request: Request) -> Response:
         page = Page(request, numeric=False)
-        return page.answer(await database.all(db.V1_LIST_COUPONS, page.params()), coupon_json, "code")
+        archived = query_bool(request.query_params, "archived")
+        return page.answer(await database.all(db.V1_LIST_COUPONS, {**page.params(), "archived": archived}),
+                           coupon_json, "code")
+
+    @endpoint_of("/v1/coupons/{code}/archive")
+    async def archive_coupon(request: Request) -> Response:
+        code = request.path_params["code"]
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", code):
+            raise ApiError(404, "not_found", "no such coupon")
+        await json_object(request, allowed=set(), required=set(), optional_body=True)
+        row = await database.mutate(actor(request), db.V1_ARCHIVE_COUPON, {"code": code, "now": clock.now()})
+        return JSONResponse(coupon_json(row))
 
     @endpoint_of("/v1/tax-rates")
     async def list_tax_rates(request: Request) -> Response:
@@ -507,11 +548,15 @@ def routes(api: Api) -> list[BaseRoute]:
         Route("/v1/customers/{id}", by_reference(database, "customer", update_customer), methods=["POST"]),
         Route("/v1/customers/{id}/payment-methods", by_reference(database, "customer", list_payment_methods),
               methods=["GET"]),
+        Route("/v1/customers/{id}/payment-methods/{method_id}", by_reference(database, "customer", get_payment_method),
+              methods=["GET"]),
         Route("/v1/plans", list_plans, methods=["GET"]),
         Route("/v1/plans", create_plan, methods=["POST"]),
         Route("/v1/plans/{code}", get_plan, methods=["GET"]),
         Route("/v1/plans/{code}/prices", new_price, methods=["POST"]),
+        Route("/v1/plans/{code}/archive", archive_plan, methods=["POST"]),
         Route("/v1/coupons", list_coupons, methods=["GET"]),
+        Route("/v1/coupons/{code}/archive", archive_coupon, methods=["POST"]),
         Route("/v1/tax-rates", list_tax_rates, methods=["GET"]),
         Route("/v1/tax-rates", upsert_tax_rate, methods=["POST"]),
         Route("/v1/subscriptions", list_subscriptions, methods=["GET"]),

@@ -8,6 +8,7 @@ from ...types import Response, UNSET
 from ... import errors
 
 from ...models.error import Error
+from ...models.list_coupons_archived import ListCouponsArchived
 from ...models.list_coupons_response_200 import ListCouponsResponse200
 from ...types import UNSET, Unset
 from typing import cast
@@ -20,6 +21,7 @@ def _get_kwargs(
     limit: Union[Unset, int] = UNSET,
     starting_after: Union[Unset, str] = UNSET,
     ending_before: Union[Unset, str] = UNSET,
+    archived: Union[Unset, ListCouponsArchived] = UNSET,
 
 ) -> dict[str, Any]:
     
@@ -33,6 +35,12 @@ def _get_kwargs(
     params["starting_after"] = starting_after
 
     params["ending_before"] = ending_before
+
+    json_archived: Union[Unset, str] = UNSET
+    if not isinstance(archived, Unset):
+        json_archived = archived.value
+
+    params["archived"] = json_archived
 
 
     params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
@@ -127,6 +135,7 @@ def sync_detailed(
     limit: Union[Unset, int] = UNSET,
     starting_after: Union[Unset, str] = UNSET,
     ending_before: Union[Unset, str] = UNSET,
+    archived: Union[Unset, ListCouponsArchived] = UNSET,
 
 ) -> Response[Union[Error, ListCouponsResponse200]]:
     """  Coupons by code, descending
@@ -135,6 +144,7 @@ def sync_detailed(
         limit (Union[Unset, int]):
         starting_after (Union[Unset, str]):
         ending_before (Union[Unset, str]):
+        archived (Union[Unset, ListCouponsArchived]):
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -149,6 +159,7 @@ def sync_detailed(
         limit=limit,
 starting_after=starting_after,
 ending_before=ending_before,
+archived=archived,
 
     )
 
@@ -164,6 +175,7 @@ def sync(
     limit: Union[Unset, int] = UNSET,
     starting_after: Union[Unset, str] = UNSET,
     ending_before: Union[Unset, str] = UNSET,
+    archived: Union[Unset, ListCouponsArchived] = UNSET,
 
 ) -> Optional[Union[Error, ListCouponsResponse200]]:
     """  Coupons by code, descending
@@ -172,6 +184,7 @@ def sync(
         limit (Union[Unset, int]):
         starting_after (Union[Unset, str]):
         ending_before (Union[Unset, str]):
+        archived (Union[Unset, ListCouponsArchived]):
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -187,6 +200,7 @@ def sync(
 limit=limit,
 starting_after=starting_after,
 ending_before=ending_before,
+archived=archived,
 
     ).parsed
 
@@ -196,6 +210,7 @@ async def asyncio_detailed(
     limit: Union[Unset, int] = UNSET,
     starting_after: Union[Unset, str] = UNSET,
     ending_before: Union[Unset, str] = UNSET,
+    archived: Union[Unset, ListCouponsArchived] = UNSET,
 
 ) -> Response[Union[Error, ListCouponsResponse200]]:
     """  Coupons by code, descending
@@ -204,6 +219,7 @@ async def asyncio_detailed(
         limit (Union[Unset, int]):
         starting_after (Union[Unset, str]):
         ending_before (Union[Unset, str]):
+        archived (Union[Unset, ListCouponsArchived]):
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -218,6 +234,7 @@ async def asyncio_detailed(
         limit=limit,
 starting_after=starting_after,
 ending_before=ending_before,
+archived=archived,
 
     )
 
@@ -233,6 +250,7 @@ async def asyncio(
     limit: Union[Unset, int] = UNSET,
     starting_after: Union[Unset, str] = UNSET,
     ending_before: Union[Unset, str] = UNSET,
+    archived: Union[Unset, ListCouponsArchived] = UNSET,
 
 ) -> Optional[Union[Error, ListCouponsResponse200]]:
     """  Coupons by code, descending
@@ -241,6 +259,7 @@ async def asyncio(
         limit (Union[Unset, int]):
         starting_after (Union[Unset, str]):
         ending_before (Union[Unset, str]):
+        archived (Union[Unset, ListCouponsArchived]):
 
     Raises:
         errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
@@ -256,5 +275,6 @@ async def asyncio(
 limit=limit,
 starting_after=starting_after,
 ending_before=ending_before,
+archived=archived,
 
     )).parsed

@@ -1,0 +1,8 @@
+from enum import Enum
+
+class ListCouponsArchived(str, Enum):
+    FALSE = "false"
+    TRUE = "true"
+
+    def __str__(self) -> str:
+        return str(self.value)

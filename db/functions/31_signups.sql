@@ -1,0 +1,320 @@
+-- 31_signups: signups in bulk (issue 32). billing.create_subscriptions creates many subscriptions
+-- in a few statements, with what create_subscription (30_subscriptions) gives each one: the same
+-- checks, the same rows (subscription, its request under the idempotency key, the customer when
+-- unknown, the external id), the same INITIAL invoice with its CHARGE line and taxes, the same
+-- events (SubscriptionCreated, InvoiceCreated, InvoicePaid when nothing is owed), and the same
+-- idempotency: a key used before answers its subscription (replayed), a key used for other
+-- parameters is BL409.
+--
+-- The set-based path takes the usual rows: no coupon, and a customer without credit in the plan's
+-- currency (a redemption and credit spreading are create_subscription's, called for those rows one
+-- by one in the same transaction, so they get exactly its rules). Per batch: the plan, price, first
+-- period and trial end are computed once per plan, time zone and trial length; taxes once per tax
+-- class (address, status, amount), and only while an active rate exists.
+-- Re-applied after every migration: CREATE OR REPLACE only.
+
+CREATE OR REPLACE FUNCTION billing.create_subscriptions(p_signups jsonb, p_now timestamptz DEFAULT now())
+RETURNS TABLE (idempotency_key text, subscription_id bigint, customer_id bigint, outcome text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_all     jsonb;
+    v_fast    jsonb;
+    v_bad     record;
+    v_row     record;
+    v_sub     billing.subscription;
+    v_notice  interval;
+    v_taxes   boolean;
+    v_made    integer;
+    v_hint    text;
+    v_citus   boolean := billing._distributed('billing.subscription');
+    v_slow    jsonb := '[]';
+    v_done    jsonb := '[]';
+    v_sub_seq regclass := pg_catalog.pg_get_serial_sequence('billing.subscription', 'id')::regclass;
+BEGIN
+    PERFORM billing._audit('create_subscriptions', jsonb_build_object('rows', jsonb_array_length(p_signups), 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    IF p_signups IS NULL OR jsonb_typeof(p_signups) <> 'array' OR jsonb_array_length(p_signups) > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_signups is a JSON array of at most 10000 signups',
+            HINT = 'Send more in several calls (each key answers its subscription again if sent twice).';
+    END IF;
+    SELECT s.trial_will_end_notice INTO v_notice FROM billing.database_setting s;
+
+    -- Each row, checked as create_subscription checks its arguments, with its earlier request.
+    WITH r AS (
+        SELECT x.*, coalesce(x.trial_days, 0) AS td, coalesce(x.quantity, 1) AS qty
+          FROM ROWS FROM (jsonb_to_recordset(p_signups)
+                          AS (idempotency_key text, customer_id bigint, plan_code text, trial_days integer,
+                              coupon_code text, quantity integer, external_id text))
+               WITH ORDINALITY AS x(idempotency_key, customer_id, plan_code, trial_days, coupon_code, quantity, external_id, n)
+    ), o AS (
+        SELECT r.*,
+               jsonb_build_object('trialDays', r.td, 'couponCode', r.coupon_code, 'quantity', r.qty)
+               || CASE WHEN r.external_id IS NOT NULL THEN jsonb_build_object('externalId', r.external_id) ELSE '{}' END AS options
+          FROM r
+    ), k AS (
+        SELECT o.*, rq.customer_id AS rq_customer, rq.plan_code AS rq_plan, rq.options AS rq_options,
+               rq.subscription_id AS rq_sub, rq.idempotency_key IS NOT NULL AS replay,
+               p.id AS plan_id, p.archived_at AS plan_archived, p.currency,
+               ref.object_id AS ext_taken,
+               row_number() OVER (PARTITION BY o.idempotency_key ORDER BY o.n) AS nth,
+               min(jsonb_build_array(o.customer_id, o.plan_code, o.options)::text) OVER w
+                   <> max(jsonb_build_array(o.customer_id, o.plan_code, o.options)::text) OVER w AS key_differs,
+               min(o.idempotency_key) OVER (PARTITION BY o.external_id)
+                   <> max(o.idempotency_key) OVER (PARTITION BY o.external_id) AS ext_twice
+          FROM o
+          LEFT JOIN billing.subscription_request rq ON rq.idempotency_key = o.idempotency_key
+          LEFT JOIN billing.plan p ON p.code = o.plan_code
+          LEFT JOIN billing.external_ref ref ON ref.object_type = 'subscription' AND ref.external_id = o.external_id
+        WINDOW w AS (PARTITION BY o.idempotency_key)
+    ), checked AS (
+        SELECT k.*,
+               CASE
+                   WHEN k.idempotency_key IS NULL OR btrim(k.idempotency_key) = '' OR length(k.idempotency_key) > 255
+                       THEN 'BL422:an idempotency key of 1 to 255 characters is required'
+                   WHEN k.customer_id IS NULL OR k.customer_id < 1
+                       THEN format('BL422:a customer id is a positive integer, not %s', coalesce(k.customer_id::text, 'NULL'))
+                   WHEN k.td NOT BETWEEN 0 AND 730 THEN 'BL422:trial days must be between 0 and 730'
+                   WHEN k.qty NOT BETWEEN 1 AND 1000000 THEN 'BL422:quantity must be between 1 and 1000000'
+                   WHEN k.external_id IS NOT NULL AND (length(k.external_id) NOT BETWEEN 1 AND 255 OR btrim(k.external_id) <> k.external_id)
+                       THEN 'BL422:an external id is 1 to 255 characters without surrounding blanks'
+                   WHEN k.key_differs
+                       THEN format('BL409:idempotency key %L appears twice in the batch with different parameters', k.idempotency_key)
+                   WHEN k.replay AND (k.rq_customer IS DISTINCT FROM k.customer_id OR k.rq_plan IS DISTINCT FROM k.plan_code
+                                      OR k.rq_options IS DISTINCT FROM k.options)
+                       THEN format('BL409:idempotency key %L was already used for customer %s and plan %s (%s)',
+                                   k.idempotency_key, k.rq_customer, k.rq_plan, k.rq_options)
+                   WHEN k.replay THEN NULL
+                   WHEN k.plan_id IS NULL THEN format('BL422:unknown plan %L', k.plan_code)
+                   WHEN k.plan_archived IS NOT NULL THEN format('BL422:plan %s is archived', k.plan_code)
+                   WHEN k.external_id IS NOT NULL AND k.ext_twice
+                       THEN format('BL409:the external id %L appears under two idempotency keys of the batch', k.external_id)
+                   WHEN k.ext_taken IS NOT NULL
+                       THEN format('BL409:the external id %L already names subscription %s', k.external_id, k.ext_taken)
+               END AS problem
+          FROM k
+    )
+    SELECT jsonb_agg(to_jsonb(c) ORDER BY c.n) INTO v_all FROM checked c;
+    v_all := coalesce(v_all, '[]');
+
+    SELECT x.n, x.idempotency_key, x.problem INTO v_bad
+      FROM jsonb_to_recordset(v_all) AS x(n bigint, idempotency_key text, problem text)
+     WHERE x.problem IS NOT NULL ORDER BY x.n LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = left(v_bad.problem, 5),
+            MESSAGE = format('signup %s (row %s): %s', coalesce(quote_literal(v_bad.idempotency_key), 'without a key'), v_bad.n,
+                             substr(v_bad.problem, 7)),
+            HINT = 'Nothing of this batch was created; correct the row (or leave it out) and send the batch again.';
+    END IF;
+
+    -- The rows to create: each new key once (a key twice in the batch: its later rows replay the first).
+    -- The set-based path: no coupon, no credit to spread, one PostgreSQL (on Citus each row is
+    -- create_subscription's). Every other new row is create_subscription's, one call each.
+    WITH fresh AS (
+        SELECT x.* FROM jsonb_to_recordset(v_all) AS x(n bigint, idempotency_key text, customer_id bigint, plan_code text,
+                                                        plan_id bigint, currency text, td integer, qty integer,
+                                                        coupon_code text, external_id text, options jsonb, replay boolean, nth bigint)
+         WHERE NOT x.replay AND x.nth = 1
+    )
+    SELECT jsonb_agg(to_jsonb(f) ORDER BY f.n) FILTER (WHERE f.fast),
+           coalesce(jsonb_agg(to_jsonb(f) ORDER BY f.n) FILTER (WHERE NOT f.fast), '[]')
+      INTO v_fast, v_slow
+      FROM (SELECT fr.*,
+                   fr.coupon_code IS NULL AND NOT v_citus
+                   AND NOT EXISTS (SELECT 1 FROM billing.credit_balance b
+                                    WHERE b.customer_id = fr.customer_id AND b.currency = fr.currency AND b.balance > 0) AS fast
+              FROM fresh fr) f;
+
+    IF v_fast IS NOT NULL THEN
+      BEGIN
+        v_taxes := EXISTS (SELECT 1 FROM billing.tax_rate t WHERE t.active);
+        -- Unknown customers are created in UTC, as by create_subscription.
+        INSERT INTO billing.customer (id)
+        SELECT DISTINCT f.customer_id FROM jsonb_to_recordset(v_fast) AS f(customer_id bigint)
+         ORDER BY 1
+        ON CONFLICT ON CONSTRAINT customer_pkey DO NOTHING;
+
+        -- Each row's terms: the first period (or trial) once per plan, time zone and trial length,
+        -- the price once per plan; then our ids in the batch's order.
+        WITH f AS (
+            SELECT f.*, c.timezone AS tz
+              FROM jsonb_to_recordset(v_fast) AS f(n bigint, idempotency_key text, customer_id bigint, plan_code text, plan_id bigint,
+                                                   td integer, qty integer, external_id text, options jsonb)
+              JOIN billing.customer c ON c.id = f.customer_id
+        ), terms AS (
+            SELECT t.plan_id, t.tz, t.td, fp.anchor, fp.period_number, fp.period_end, fp.nominal_start,
+                   billing._price_at(p, p_now) AS price,
+                   CASE WHEN t.td > 0 THEN billing._period_end(p_now, 'DAY', t.td, 1, t.tz) END AS trial_end
+              FROM (SELECT DISTINCT f.plan_id, f.tz, f.td FROM f) t
+              JOIN billing.plan p ON p.id = t.plan_id
+             CROSS JOIN LATERAL billing._first_period(p, t.tz, p_now) fp
+        )
+        SELECT jsonb_agg(to_jsonb(f) || jsonb_build_object(
+                   'id', nextval(v_sub_seq), 'tz', f.tz, 'anchor', t.anchor, 'period_number', t.period_number,
+                   'period_end', t.period_end, 'trial_end', t.trial_end, 'price', t.price,
+                   'list', CASE WHEN f.td > 0 THEN 0
+                                ELSE billing._period_charge(t.price, f.qty, p_now, t.period_end, t.nominal_start) END)
+                   ORDER BY f.n)
+          INTO v_fast
+          FROM f JOIN terms t ON t.plan_id = f.plan_id AND t.tz = f.tz AND t.td = f.td;
+
+        -- The subscriptions and their requests in one statement (the requests' foreign key is checked
+        -- at its end). A key another transaction took meanwhile is not inserted: the whole set-based
+        -- part is then undone and every row goes through create_subscription (which replays it).
+        WITH made AS (
+            INSERT INTO billing.subscription (id, customer_id, plan_id, status, timezone, billing_anchor, period_number,
+                                              current_period_start, current_period_end, period_price, quantity,
+                                              trial_end, trial_notice_at, lifecycle_pending, updated_at, external_id)
+            SELECT f.id, f.customer_id, f.plan_id, CASE WHEN f.td > 0 THEN 'TRIALING' ELSE 'ACTIVE' END, f.tz,
+                   CASE WHEN f.td > 0 THEN p_now ELSE f.anchor END,
+                   CASE WHEN f.td > 0 THEN 1 ELSE f.period_number END,
+                   p_now, CASE WHEN f.td > 0 THEN f.trial_end ELSE f.period_end END, f.list, f.qty,
+                   f.trial_end,
+                   CASE WHEN f.td > 0 THEN greatest(p_now, f.trial_end - coalesce(v_notice, interval '3 days')) END,
+                   f.td > 0, p_now, f.external_id
+              FROM jsonb_to_recordset(v_fast) AS f(id bigint, customer_id bigint, plan_id bigint, td integer, qty integer,
+                                                   tz text, anchor timestamptz, period_number integer, period_end timestamptz,
+                                                   trial_end timestamptz, list bigint, external_id text)
+            RETURNING 1
+        ), requested AS (
+            INSERT INTO billing.subscription_request (idempotency_key, customer_id, plan_code, options, subscription_id)
+            SELECT f.idempotency_key, f.customer_id, f.plan_code, f.options, f.id
+              FROM jsonb_to_recordset(v_fast) AS f(id bigint, idempotency_key text, customer_id bigint, plan_code text, options jsonb)
+            ON CONFLICT ON CONSTRAINT subscription_request_pkey DO NOTHING
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM requested) - (SELECT count(*) FROM made) INTO v_made;
+        IF v_made <> 0 THEN
+            RAISE EXCEPTION USING ERRCODE = 'BL409', MESSAGE = 'create_subscriptions: a key was taken meanwhile',
+                HINT = 'billing.create_subscriptions:per-row';
+        END IF;
+
+        INSERT INTO billing.external_ref (object_type, external_id, customer_id, object_id, created_at)
+        SELECT 'subscription', f.external_id, f.customer_id, f.id, p_now
+          FROM jsonb_to_recordset(v_fast) AS f(id bigint, customer_id bigint, external_id text)
+         WHERE f.external_id IS NOT NULL
+        ON CONFLICT ON CONSTRAINT external_ref_pkey DO NOTHING;
+        GET DIAGNOSTICS v_made = ROW_COUNT;
+        IF v_made <> (SELECT count(*) FROM jsonb_to_recordset(v_fast) AS f(external_id text) WHERE f.external_id IS NOT NULL) THEN
+            RAISE EXCEPTION USING ERRCODE = 'BL409', MESSAGE = 'create_subscriptions: an external id was taken meanwhile',
+                HINT = 'billing.create_subscriptions:per-row';
+        END IF;
+
+        -- The INITIAL invoices (no credit, no discount on this path), their CHARGE lines and every
+        -- event, in one statement: SubscriptionCreated then InvoiceCreated (InvoicePaid when nothing
+        -- is owed) per row, in the batch's order.
+        WITH f AS MATERIALIZED (
+            SELECT f.*, c.country, c.region, c.tax_status, p.code, p.currency, p.billing_interval, p.interval_count
+              FROM jsonb_to_recordset(v_fast) AS f(n bigint, id bigint, customer_id bigint, plan_id bigint, td integer, qty integer,
+                                                   period_end timestamptz, trial_end timestamptz, price bigint, list bigint,
+                                                   external_id text)
+              JOIN billing.plan p ON p.id = f.plan_id
+              LEFT JOIN billing.customer c ON v_taxes AND c.id = f.customer_id
+        ), taxed AS MATERIALIZED (
+            SELECT x.country, x.region, x.tax_status, x.list, (t.tx).tax_amount, (t.tx).tax_included, (t.tx).tax_detail
+              FROM (SELECT DISTINCT f.country, f.region, f.tax_status, f.list FROM f WHERE v_taxes AND f.td = 0) x
+             CROSS JOIN LATERAL (SELECT billing._tax_of(x.country, x.region, x.tax_status, x.list) AS tx) t
+        ), priced AS MATERIALIZED (
+            SELECT f.*, coalesce(x.tax_amount, 0) AS tax_amount, coalesce(x.tax_included, 0) AS tax_included, x.tax_detail
+              FROM f
+              LEFT JOIN taxed x ON x.list = f.list AND x.tax_status = f.tax_status
+                               AND coalesce(x.country, '') = coalesce(f.country, '')
+                               AND coalesce(x.region, '') = coalesce(f.region, '')
+             WHERE f.td = 0
+        ), invoices AS (
+            INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, credit_applied,
+                                         amount, currency, status, due_at, next_attempt_at, paid_at, created_at,
+                                         plan_id, plan_price, billing_interval, interval_count, quantity, discount_amount,
+                                         tax_amount, tax_included, tax_detail)
+            SELECT p.id, p.customer_id, 'INITIAL', p_now, p.period_end, p.list, 0, p.list + p.tax_amount, p.currency,
+                   CASE WHEN p.list + p.tax_amount = 0 THEN 'PAID' ELSE 'OPEN' END, p_now,
+                   CASE WHEN p.list + p.tax_amount = 0 THEN NULL ELSE p_now END,
+                   CASE WHEN p.list + p.tax_amount = 0 THEN p_now END, p_now,
+                   p.plan_id, p.price, p.billing_interval, p.interval_count, p.qty, 0,
+                   p.tax_amount, p.tax_included, p.tax_detail
+              FROM priced p ORDER BY p.n
+            RETURNING *
+        ), lines AS (
+            INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
+                                              span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
+                                              currency, depends_on, basis_start, basis_gross, basis_net, created_at)
+            SELECT i.customer_id, i.subscription_id, i.id, 'CHARGE', 'PLAN', i.plan_id, i.quantity, i.plan_price,
+                   i.period_start, i.period_end, i.subtotal, 0, NULL, i.subtotal, i.tax_amount + i.tax_included,
+                   i.tax_included > 0, i.currency, NULL, i.period_start, i.subtotal, i.subtotal, p_now
+              FROM invoices i
+             WHERE i.period_start < i.period_end
+        )
+        INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+        SELECT e.event_id, e.aggregate_type, e.aggregate_id, e.event_type,
+               billing._cloud_event_at(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, (SELECT billing._utc_text(p_now)), e.data),
+               p_now, p_now, e.customer_id
+          FROM (SELECT gen_random_uuid() AS event_id, x.*
+                  FROM (-- SubscriptionCreated: billing._subscription_data of the row as inserted, written out over
+                        -- the same values (the pgTAP test 310 checks they are equal): no read back, no call per row.
+                        SELECT f.n, 0 AS seq, 'subscription' AS aggregate_type, f.id AS aggregate_id,
+                               'SubscriptionCreated' AS event_type, f.customer_id,
+                               jsonb_build_object(
+                                   'subscriptionId', f.id, 'customerId', f.customer_id, 'planCode', f.code,
+                                   'status', CASE WHEN f.td > 0 THEN 'TRIALING' ELSE 'ACTIVE' END,
+                                   'currentPeriodStart', billing._utc_text(p_now),
+                                   'currentPeriodEnd', billing._utc_text(CASE WHEN f.td > 0 THEN f.trial_end ELSE f.period_end END),
+                                   'canceledAt', NULL, 'reason', NULL, 'cancelAtPeriodEnd', false, 'version', 1,
+                                   'quantity', f.qty, 'trialEnd', billing._utc_text(f.trial_end),
+                                   'pausedAt', NULL, 'resumeAt', NULL, 'scheduledPlanCode', NULL, 'couponCode', NULL) AS data
+                          FROM f
+                        UNION ALL
+                        SELECT p.n, 1, 'invoice', i.id, 'InvoiceCreated', i.customer_id, billing._invoice_data(i::billing.invoice)
+                          FROM invoices i JOIN priced p ON p.id = i.subscription_id
+                        UNION ALL
+                        SELECT p.n, 2, 'invoice', i.id, 'InvoicePaid', i.customer_id, billing._invoice_data(i::billing.invoice)
+                          FROM invoices i JOIN priced p ON p.id = i.subscription_id
+                         WHERE i.status = 'PAID') x
+                 ORDER BY x.n, x.seq) e;
+
+        SELECT jsonb_agg(jsonb_build_object('idempotency_key', f.idempotency_key, 'id', f.id, 'customer_id', f.customer_id,
+                                            'outcome', 'created'))
+          INTO v_done
+          FROM jsonb_to_recordset(v_fast) AS f(idempotency_key text, id bigint, customer_id bigint);
+      EXCEPTION WHEN SQLSTATE 'BL409' THEN
+        -- Only our own signal (a key or an external id taken by a concurrent call): every row of the
+        -- set-based part is undone and goes through create_subscription, which replays or refuses it.
+        GET STACKED DIAGNOSTICS v_hint = PG_EXCEPTION_HINT;
+        IF v_hint IS DISTINCT FROM 'billing.create_subscriptions:per-row' THEN
+            RAISE;
+        END IF;
+        v_slow := (SELECT jsonb_agg(x.e ORDER BY (x.e->>'n')::bigint)
+                     FROM (SELECT jsonb_array_elements(v_slow) AS e
+                           UNION ALL SELECT jsonb_array_elements(v_fast) AS e) x);
+        v_done := '[]';
+      END;
+    END IF;
+
+    -- The rows of create_subscription: a coupon, credit to spread, Citus (or a key taken meanwhile).
+    FOR v_row IN
+        SELECT x.* FROM jsonb_to_recordset(v_slow) AS x(n bigint, idempotency_key text, customer_id bigint, plan_code text,
+                                                          td integer, coupon_code text, qty integer, external_id text)
+         ORDER BY x.n
+    LOOP
+        v_sub := billing.create_subscription(v_row.idempotency_key, v_row.customer_id, v_row.plan_code, p_now, v_row.td,
+                                             v_row.coupon_code, v_row.qty, v_row.external_id);
+        v_done := v_done || jsonb_build_object('idempotency_key', v_row.idempotency_key, 'id', v_sub.id,
+                                               'customer_id', v_sub.customer_id,
+                                               'outcome', CASE WHEN v_sub.created_at = now() THEN 'created' ELSE 'replayed' END);
+    END LOOP;
+
+    -- One row per input row, in order: created now, or the subscription its key was used for.
+    RETURN QUERY
+    SELECT a.idempotency_key, coalesce(d.id, a.rq_sub, first.id), coalesce(d.customer_id, a.customer_id),
+           coalesce(CASE WHEN a.nth = 1 THEN d.outcome END, 'replayed')
+      FROM jsonb_to_recordset(v_all) AS a(n bigint, idempotency_key text, customer_id bigint, rq_sub bigint, nth bigint)
+      LEFT JOIN jsonb_to_recordset(v_done) AS d(idempotency_key text, id bigint, customer_id bigint, outcome text)
+             ON d.idempotency_key = a.idempotency_key
+      LEFT JOIN LATERAL (SELECT rq.subscription_id AS id FROM billing.subscription_request rq
+                          WHERE rq.idempotency_key = a.idempotency_key AND d.id IS NULL AND a.rq_sub IS NULL) first ON true
+     ORDER BY a.n;
+END
+$$;
+COMMENT ON FUNCTION billing.create_subscriptions(jsonb, timestamptz) IS
+'Signups in bulk: up to 10000 in one call, each as create_subscription would make it (the same checks, subscription, INITIAL invoice with its line and taxes, events and idempotency). p_signups is a JSON array of {"idempotency_key", "customer_id", "plan_code", "trial_days" (default 0), "coupon_code", "quantity" (default 1), "external_id"}, the arguments of create_subscription. A key used before (or earlier in the batch) answers its subscription, replayed. All or nothing.
+Returns one row per input row, in order: its key, subscription id, customer id and outcome created | replayed; BL422 naming the first row create_subscription would refuse (bad key, customer id below 1, unknown or archived plan, trial days or quantity out of range, malformed external id, a bad coupon), BL409 for a key used with other parameters (before or in the batch), an external id taken or twice in the batch, a coupon used up.';

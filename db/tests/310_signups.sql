@@ -1,0 +1,114 @@
+-- Signups in bulk (db/functions/31_signups.sql, issue 32): create_subscriptions makes exactly what
+-- create_subscription makes for the same arguments (subscriptions, requests, invoices, lines,
+-- events: compared column by column, ids aside), replays keys, refuses what it refuses, all or nothing.
+BEGIN;
+SELECT plan(16);
+
+SET LOCAL ROLE billing_owner;
+
+SELECT billing.upsert_plan('SU_M', 1000, 'USD', 'MONTH');
+SELECT billing.upsert_plan('SU_CAL', 3000, 'USD', 'MONTH', 1, '2026-01-01Z', 15);
+SELECT billing.upsert_plan('SU_FREE', 0, 'USD', 'YEAR');
+SELECT billing.upsert_coupon('SU_TEN', 10, NULL, NULL, 'repeating', 2);
+SELECT billing.upsert_tax_rate('SU_VAT', 'DE', NULL, 'USt', 1900, false);
+-- The same signups for customers 95000+i (one by one) and 96000+i (in bulk).
+CREATE TEMP TABLE su_spec (i integer, plan_code text, trial_days integer, coupon_code text, quantity integer, taxed boolean, credit boolean);
+INSERT INTO su_spec VALUES
+    (1, 'SU_M', 0, NULL, 1, false, false), (2, 'SU_M', 0, NULL, 4, true, false), (3, 'SU_CAL', 0, NULL, 2, false, false),
+    (4, 'SU_CAL', 0, NULL, 1, true, false), (5, 'SU_M', 14, NULL, 1, false, false), (6, 'SU_CAL', 30, NULL, 3, true, false),
+    (7, 'SU_FREE', 0, NULL, 1, false, false), (8, 'SU_M', 0, 'SU_TEN', 1, false, false), (9, 'SU_M', 0, NULL, 1, false, true),
+    (10, 'SU_M', 0, NULL, 2, false, false);
+SELECT count(billing.set_customer_details(base + s.i, 'Kunde', NULL, NULL, NULL, NULL, NULL, 'DE', NULL, 'TAXABLE'))
+  FROM su_spec s CROSS JOIN (VALUES (95000), (96000)) b(base) WHERE s.taxed;
+SELECT count(billing.upsert_customer(base + s.i)) FROM su_spec s CROSS JOIN (VALUES (95000), (96000)) b(base) WHERE s.credit;
+SELECT count(billing._grant_credit(base + s.i, 'USD', 400, 'PRORATION', NULL, NULL, '2026-05-01Z'))
+  FROM su_spec s CROSS JOIN (VALUES (95000), (96000)) b(base) WHERE s.credit;
+
+SELECT count(billing.create_subscription('su-a-' || s.i, 95000 + s.i, s.plan_code, '2026-05-03 10:00Z', s.trial_days,
+                                         s.coupon_code, s.quantity, CASE WHEN s.i = 10 THEN 'su-ext-a' END))
+  FROM (SELECT * FROM su_spec ORDER BY i) s;
+SELECT results_eq(
+    $$SELECT idempotency_key, outcome FROM billing.create_subscriptions(
+        (SELECT jsonb_agg(jsonb_build_object('idempotency_key', 'su-b-' || s.i, 'customer_id', 96000 + s.i, 'plan_code', s.plan_code,
+                                             'trial_days', s.trial_days, 'coupon_code', s.coupon_code, 'quantity', s.quantity,
+                                             'external_id', CASE WHEN s.i = 10 THEN 'su-ext-b' END) ORDER BY s.i) FROM su_spec s),
+        '2026-05-03 10:00Z')$$,
+    $$SELECT 'su-b-' || i, 'created' FROM su_spec ORDER BY i$$, 'one row per signup, in order, created');
+
+CREATE TEMP VIEW su_subs AS
+    SELECT s.customer_id % 1000 AS i, s.customer_id / 1000 AS side, s.plan_id, s.status, s.timezone, s.billing_anchor, s.period_number,
+           s.current_period_start, s.current_period_end, s.cancel_at_period_end, s.period_price, s.quantity, s.trial_end,
+           s.trial_notice_at, s.lifecycle_pending, s.coupon_code, s.version, s.updated_at, s.external_id IS NOT NULL AS has_ext
+      FROM billing.subscription s WHERE s.customer_id BETWEEN 95001 AND 96999;
+SELECT is((SELECT count(*) FROM su_subs WHERE side = 96), 10::bigint, 'ten subscriptions in bulk');
+SELECT is_empty($$(SELECT i, plan_id, status, timezone, billing_anchor, period_number, current_period_start, current_period_end,
+                          cancel_at_period_end, period_price, quantity, trial_end, trial_notice_at, lifecycle_pending,
+                          coupon_code, version, updated_at, has_ext FROM su_subs WHERE side = 95
+                   EXCEPT SELECT i, plan_id, status, timezone, billing_anchor, period_number, current_period_start, current_period_end,
+                          cancel_at_period_end, period_price, quantity, trial_end, trial_notice_at, lifecycle_pending,
+                          coupon_code, version, updated_at, has_ext FROM su_subs WHERE side = 96)$$,
+                'the subscriptions are create_subscription''s, column by column');
+
+CREATE TEMP VIEW su_invoices AS
+    SELECT i.customer_id / 1000 AS side, i.customer_id % 1000 AS n, i.kind, i.period_start, i.period_end, i.subtotal, i.credit_applied,
+           i.amount, i.currency, i.status, i.due_at, i.next_attempt_at, i.paid_at, i.created_at, i.plan_id, i.plan_price,
+           i.billing_interval, i.interval_count, i.quantity, i.discount_amount, i.coupon_code, i.tax_amount, i.tax_included,
+           i.tax_detail, i.from_plan_id, i.from_price, i.from_quantity, i.unserved
+      FROM billing.invoice i WHERE i.customer_id BETWEEN 95001 AND 96999;
+SELECT is((SELECT count(*) FROM su_invoices WHERE side = 96), 8::bigint, 'an INITIAL invoice for each signup without a trial');
+SELECT is_empty($$(SELECT n, kind, period_start, period_end, subtotal, credit_applied, amount, currency, status, due_at, next_attempt_at,
+                          paid_at, created_at, plan_id, plan_price, billing_interval, interval_count, quantity, discount_amount,
+                          coupon_code, tax_amount, tax_included, tax_detail::text, from_plan_id, from_price, from_quantity, unserved
+                     FROM su_invoices WHERE side = 95
+                   EXCEPT SELECT n, kind, period_start, period_end, subtotal, credit_applied, amount, currency, status, due_at, next_attempt_at,
+                          paid_at, created_at, plan_id, plan_price, billing_interval, interval_count, quantity, discount_amount,
+                          coupon_code, tax_amount, tax_included, tax_detail::text, from_plan_id, from_price, from_quantity, unserved
+                     FROM su_invoices WHERE side = 96)$$,
+                'the invoices are create_subscription''s (taxes, calendar proration, a free plan paid, credit, coupon)');
+SELECT ok((SELECT tax_amount FROM billing.invoice WHERE customer_id = 96002) = 760, 'taxed: 19 % of 4000');
+SELECT is_empty($$(SELECT l.customer_id % 1000, l.kind, l.item, l.plan_id, l.quantity, l.unit_price, l.span_start, l.span_end, l.gross,
+                          l.discount, l.coupon_code, l.net, l.tax, l.tax_inclusive, l.currency, l.depends_on, l.basis_start,
+                          l.basis_gross, l.basis_net, l.created_at
+                     FROM billing.service_line l WHERE l.customer_id BETWEEN 95001 AND 95999
+                   EXCEPT SELECT l.customer_id % 1000, l.kind, l.item, l.plan_id, l.quantity, l.unit_price, l.span_start, l.span_end, l.gross,
+                          l.discount, l.coupon_code, l.net, l.tax, l.tax_inclusive, l.currency, l.depends_on, l.basis_start,
+                          l.basis_gross, l.basis_net, l.created_at
+                     FROM billing.service_line l WHERE l.customer_id BETWEEN 96001 AND 96999)$$,
+                'the service lines are create_subscription''s');
+SELECT is((SELECT count(*) FROM billing.service_line WHERE customer_id BETWEEN 96001 AND 96999), 8::bigint, 'one CHARGE line per invoice');
+-- Events: the same types per signup in the same order, the same data but for ids.
+CREATE TEMP VIEW su_events AS
+    SELECT e.customer_id / 1000 AS side, e.customer_id % 1000 AS n, e.event_type,
+           row_number() OVER (PARTITION BY e.customer_id ORDER BY e.id) AS k,
+           (e.payload -> 'data') - 'subscriptionId' - 'invoiceId' - 'customerId' AS data, e.created_at, e.available_at
+      FROM billing.outbox_event e WHERE e.customer_id BETWEEN 95001 AND 96999;
+SELECT is((SELECT count(*) FROM su_events WHERE side = 96), 19::bigint, 'SubscriptionCreated x10, InvoiceCreated x8, InvoicePaid x1');
+SELECT is_empty($$(SELECT n, event_type, k, data, created_at, available_at FROM su_events WHERE side = 95
+                   EXCEPT SELECT n, event_type, k, data, created_at, available_at FROM su_events WHERE side = 96)$$,
+                'the events are create_subscription''s, in the same order per signup');
+SELECT is_empty($$SELECT 1 FROM billing.outbox_event e JOIN billing.subscription s ON s.id = e.aggregate_id
+                   WHERE e.aggregate_type = 'subscription' AND s.customer_id BETWEEN 96001 AND 96007
+                     AND e.payload -> 'data' <> billing._subscription_data(s)$$,
+                'SubscriptionCreated written out equals _subscription_data of the row');
+SELECT is((SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = 'su-b-3'),
+          (SELECT id FROM billing.subscription WHERE customer_id = 96003), 'each key recorded with its subscription');
+
+-- Idempotency: the batch again answers the same subscriptions, replayed, and makes nothing.
+SELECT results_eq(
+    $$SELECT subscription_id, outcome FROM billing.create_subscriptions(
+        '[{"idempotency_key": "su-b-1", "customer_id": 96001, "plan_code": "SU_M"},
+          {"idempotency_key": "su-b-11", "customer_id": 96011, "plan_code": "SU_M"},
+          {"idempotency_key": "su-b-11", "customer_id": 96011, "plan_code": "SU_M"}]', '2026-05-04Z')$$,
+    $$VALUES ((SELECT id FROM billing.subscription WHERE customer_id = 96001), 'replayed'),
+             ((SELECT max(id) + 1 FROM billing.subscription), 'created'),
+             ((SELECT max(id) + 1 FROM billing.subscription), 'replayed')$$,
+    'a key used before replays; a key twice in the batch: created once');
+SELECT throws_ok($$SELECT billing.create_subscriptions('[{"idempotency_key": "su-b-2", "customer_id": 96002, "plan_code": "SU_M"}]', '2026-05-04Z')$$,
+                 'BL409', NULL, 'a key used for other parameters: BL409');
+SELECT throws_ok($$SELECT billing.create_subscriptions('[{"idempotency_key": "su-x1", "customer_id": 96100, "plan_code": "SU_M"},
+                                                         {"idempotency_key": "su-x2", "customer_id": 0, "plan_code": "SU_M"}]', '2026-05-04Z')$$,
+                 'BL422', 'signup ''su-x2'' (row 2): a customer id is a positive integer, not 0', 'a bad row names itself; nothing is created');
+SELECT is((SELECT count(*) FROM billing.subscription WHERE customer_id = 96100), 0::bigint, 'all or nothing');
+
+SELECT * FROM finish();
+ROLLBACK;
