@@ -2,6 +2,8 @@
 
     python -m bench.api_lists.run                          # 1,000,000 subscriptions
     python -m bench.api_lists.run --subscriptions 200000
+    python -m bench.api_lists.run --existing URL          # read-only, on a database generated elsewhere
+                                                          # (e.g. bench/scale's): nothing written
 
 On a fresh database (migrated with --simulation) it writes --subscriptions subscriptions (one
 customer each, 4 plans, statuses spread, creation times over a year) and as many invoices straight
@@ -20,26 +22,56 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psycopg
 
-CASES = [  # (what, function call with %(after)s, the statement's FROM, WHERE, prepared types, arguments)
+REPO = Path(__file__).resolve().parents[2]
+
+# (what, function call with %(after)s, the statement's FROM, WHERE, prepared types and arguments); {plan},
+# {email}, {invoice_status}, {customer}, {created_from/to}, {period_from/to}: this database's values.
+CASES = [
     ("subscriptions, all", "list_subscriptions(11, %(after)s)", "billing.subscription", None, ""),
     ("subscriptions by status", "list_subscriptions(11, %(after)s, NULL, NULL, 'PAST_DUE')", "billing.subscription",
      ["status = $3"], ", 'PAST_DUE'::text"),
-    ("subscriptions by plan", "list_subscriptions(11, %(after)s, NULL, NULL, NULL, 'BENCH_2')", "billing.subscription",
-     ["plan_id = (SELECT p.id FROM billing.plan p WHERE p.code = $3)"], ", 'BENCH_2'::text"),
-    ("subscriptions of a customer", "list_subscriptions(11, %(after)s, NULL, 4242)", "billing.subscription",
-     ["customer_id = $3"], ", 4242::bigint"),
-    ("invoices by status", "list_invoices(11, %(after)s, NULL, NULL, 'FAILED')", "billing.invoice", ["status = $3"],
-     ", 'FAILED'::text"),
+    ("subscriptions by plan", "list_subscriptions(11, %(after)s, NULL, NULL, NULL, '{plan}')", "billing.subscription",
+     ["plan_id = (SELECT p.id FROM billing.plan p WHERE p.code = $3)"], ", '{plan}'::text"),
+    ("subscriptions of a customer", "list_subscriptions(11, %(after)s, NULL, {customer})", "billing.subscription",
+     ["customer_id = $3"], ", {customer}::bigint"),
+    ("subscriptions created in a week", "list_subscriptions(11, %(after)s, NULL, NULL, NULL, NULL, '{created_from}', "
+     "'{created_to}')", "billing.subscription", ["created_at >= $3", "created_at < $4"],
+     ", '{created_from}'::timestamptz, '{created_to}'::timestamptz"),
+    ("invoices by status", "list_invoices(11, %(after)s, NULL, NULL, '{invoice_status}')", "billing.invoice", ["status = $3"],
+     ", '{invoice_status}'::text"),
     ("invoices, all", "list_invoices(11, %(after)s)", "billing.invoice", None, ""),
-    ("customers by email", "list_customers(11, %(after)s, NULL, 'c4242@example.com')", "billing.customer",
-     ["email IS NOT NULL AND lower(email) = lower($3)"], ", 'c4242@example.com'::text"),
+    ("invoices of a customer", "list_invoices(11, %(after)s, NULL, {customer})", "billing.invoice", ["customer_id = $3"],
+     ", {customer}::bigint"),
+    ("invoices by period (a week)", "list_invoices(11, %(after)s, NULL, NULL, NULL, '{period_from}', '{period_to}')",
+     "billing.invoice", ["period_start >= $3", "period_start < $4"], ", '{period_from}'::timestamptz, '{period_to}'::timestamptz"),
+    ("customers by email", "list_customers(11, %(after)s, NULL, '{email}')", "billing.customer",
+     ["email IS NOT NULL AND lower(email) = lower($3)"], ", '{email}'::text"),
+    ("events of a customer", "list_events(11, %(after)s, NULL, NULL, NULL, NULL, {customer})", "billing.outbox_event",
+     ["customer_id = $3"], ", {customer}::bigint"),
 ]
+
+
+def values(conn) -> dict:
+    """This database's values for the cases: the second plan, customer 4242 and its email, the rarer of
+    the invoice statuses present, a week of signups and of invoice periods in the middle."""
+    one = lambda q: conn.execute(q).fetchone()[0]  # noqa: E731
+    return {"plan": one("SELECT code FROM billing.plan ORDER BY id OFFSET 1 LIMIT 1"), "customer": 4242,
+            "email": one("SELECT email FROM billing.customer WHERE id = 4242"),
+            "invoice_status": one("SELECT status FROM billing.invoice GROUP BY status ORDER BY count(*) LIMIT 1"),
+            "created_from": one("SELECT created_at FROM billing.subscription WHERE id = (SELECT max(id) / 2 FROM billing.subscription)"),
+            "created_to": one("SELECT created_at + interval '7 days' FROM billing.subscription "
+                              "WHERE id = (SELECT max(id) / 2 FROM billing.subscription)"),
+            "period_from": one("SELECT period_start FROM billing.invoice WHERE id = (SELECT max(id) / 2 FROM billing.invoice)"),
+            "period_to": one("SELECT period_start + interval '7 days' FROM billing.invoice "
+                             "WHERE id = (SELECT max(id) / 2 FROM billing.invoice)")}
 
 
 def populate(conn, n: int) -> None:
@@ -71,7 +103,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subscriptions", type=int, default=1_000_000)
     ap.add_argument("--database-url", default=None)
+    ap.add_argument("--existing", default=None, metavar="URL",
+                    help="a database already generated (bench/scale's): read and EXPLAIN only, nothing written")
     args = ap.parse_args()
+    if args.existing:
+        with psycopg.connect(args.existing, autocommit=True) as conn:
+            # This tree's _page as a temporary function of the session (the database keeps its own
+            # functions: nothing is written to it), then every statement read only.
+            text = (REPO / "db" / "functions" / "77_api_lists.sql").read_text()
+            text = text[text.index("CREATE OR REPLACE FUNCTION billing._page("):]
+            text = text[:text.index("$$;") + 3].replace("FUNCTION billing._page(", "FUNCTION pg_temp._page(")
+            conn.execute(text)
+            conn.execute("SET default_transaction_read_only = on")
+            n = conn.execute("SELECT count(*) FROM billing.subscription").fetchone()[0]
+            print(f"{n:,} subscriptions (an existing database, read only; this tree's billing._page)")
+            measure(conn, n, values(conn), "pg_temp._page")
+        return
     server = args.database_url or os.environ["BILLING_TEST_DATABASE_URL"]
     url = server.rsplit("/", 1)[0] + "/billing_bench_lists"
     with psycopg.connect(server, autocommit=True) as conn:
@@ -84,33 +131,41 @@ def main() -> None:
         populate(conn, args.subscriptions)
         print(f"{args.subscriptions:,} subscriptions, customers and invoices written and analyzed in "
               f"{time.monotonic() - started:.0f} s")
-        deep = max(1, args.subscriptions // 50)  # a cursor near the bottom of the walk (98 % down)
-        print(f"{'list':<30} {'first page ms':>14} {'deep page ms':>14}  plan of the deep page")
-        for what, call, source, where, types in CASES:
-            timings = []
-            for after in (None, deep):
-                best = min(_timed(conn, f"SELECT count(*) FROM billing.{call}", {"after": after}) for _ in range(3))
-                timings.append(best)
-            plan = _plan(conn, source, where, types, deep)
-            print(f"{what:<30} {timings[0]:>14.2f} {timings[1]:>14.2f}  {plan}")
+        measure(conn, args.subscriptions, values(conn))
 
 
-def _timed(conn, query: str, params: dict) -> float:
+def measure(conn, n: int, found: dict, page_fn: str = "billing._page") -> None:
+    """Each case's statement (page_fn: this tree's billing._page), a first page and one deep in the walk,
+    best of 3, and the plan of the deep page."""
+    deep = max(1, n // 50)  # a cursor near the bottom of the walk (98 % down)
+    print(f"{'list':<32} {'first page ms':>14} {'deep page ms':>14}  plan of the deep page")
+    for what, _call, source, where, types in CASES:
+        types = types.format(**found)
+        walk = 2000 if where and any(">=" in w for w in where) else None  # a time range: list_* passes 2000
+        timings, plan = [], ""
+        for after in (None, deep):
+            sql = conn.execute(f"SELECT {page_fn}(%s, 'id', %s::text[], %s, false, 11, %s)",
+                               (source, where, after is not None, walk)).fetchone()[0]
+            extra = "".join(", " + t for t in re.findall(r"::([a-z]+)", types))
+            conn.execute(f"PREPARE bench_page(bigint, bigint{extra}) AS {sql}")
+            try:
+                call = f"EXECUTE bench_page({after or 'NULL'}, NULL{types})"
+                timings.append(min(_timed(conn, call) for _ in range(3)))
+                if after is not None:
+                    rows = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {call}").fetchall()
+                    nodes = [r[0].strip().lstrip("-> ") for r in rows
+                             if " using " in r[0] or "Sort Method" in r[0] or "Rows Removed" in r[0]]
+                    total = [r[0].strip() for r in rows if r[0].strip().startswith("Buffers")][:1]
+                    plan = " | ".join(nodes[:4] + total)
+            finally:
+                conn.execute("DEALLOCATE bench_page")
+        print(f"{what:<32} {timings[0]:>14.2f} {timings[1]:>14.2f}  {plan}")
+
+
+def _timed(conn, query: str) -> float:
     started = time.perf_counter()
-    conn.execute(query, params).fetchall()
+    conn.execute(query).fetchall()
     return (time.perf_counter() - started) * 1000
-
-
-def _plan(conn, source, where, types, after) -> str:
-    sql = conn.execute("SELECT billing._page(%s, 'id', %s::text[], true, false, 11)", (source, where)).fetchone()[0]
-    extra = ", text" if "text" in types else ", bigint" if types else ""
-    conn.execute(f"PREPARE bench_page(bigint, bigint{extra}) AS {sql}")
-    try:
-        rows = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE bench_page({after}, NULL{types})").fetchall()
-    finally:
-        conn.execute("DEALLOCATE bench_page")
-    nodes = [r[0].strip() for r in rows if "Scan" in r[0] or "Sort" in r[0] or "Buffers" in r[0]]
-    return " | ".join(nodes[:3])
 
 
 if __name__ == "__main__":

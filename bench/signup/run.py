@@ -1,12 +1,16 @@
-"""Signups and imports per second: the per-call path and the set-based import side by side, in one run.
+"""Signups and imports per second: the per-call path, signups in bulk and the set-based import side by
+side, in one run.
 
-    python -m bench.signup.run                              # 5,000 per call, 100,000 imported
-    make bench-signup BENCH_ARGS="--per-call 2000 --import 50000 --batch 5000"
+    python -m bench.signup.run                              # 5,000 per call, 100,000 in bulk and imported
+    make bench-signup BENCH_ARGS="--per-call 2000 --bulk 50000 --import 20000 --batch 5000"
 
 On a fresh database (migrated with --simulation, one monthly plan):
 1. per call: --per-call subscriptions through `billing.create_subscription` (a new customer each,
    one call per transaction on one connection, as an application signs up) -> subscriptions/s;
-2. set-based: --import customers and subscriptions through `billing.import_customers` and
+2. signups in bulk (issue 32): --bulk subscriptions through `billing.create_subscriptions`, --batch
+   rows a call (a new customer each, as the per-call path: the same rows, invoices and events),
+   one transaction each, one connection -> subscriptions/s;
+3. set-based import: --import customers and subscriptions through `billing.import_customers` and
    `billing.import_subscriptions` (issue 28), --batch rows a call, one transaction each, one
    connection; the JSON rows built by the client included -> subscriptions/s (customer + subscription).
 Also each path's server CPU per subscription (the backend's user+system time from /proc: immune to
@@ -35,8 +39,8 @@ from billing.migrate import migrate
 from billing.config import REPO_ROOT
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
-# main when this bench was written (before issue 28's import and issue 32's signup work).
-BASELINE = "29a7cc8"
+# main when issue 32's signup work started this session (create_subscription per call as it was).
+BASELINE = "f8cf591"
 DB = "bench_signup"
 
 
@@ -87,6 +91,24 @@ def rounds(url: str, base_url: str | None, n: int, k: int) -> list[dict]:
     return total
 
 
+def bulk(url: str, n: int, batch: int) -> dict:
+    with psycopg.connect(url, autocommit=True) as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        cpu0, t0 = proc_cpu(pid), time.perf_counter()
+        for first in range(0, n, batch):
+            rows = [{"idempotency_key": f"bulk-{i}", "customer_id": 2_000_000 + i, "plan_code": "BENCH_M"}
+                    for i in range(first, min(first + batch, n))]
+            with conn.transaction():
+                got = conn.execute("SELECT count(*) FILTER (WHERE outcome = 'created') FROM "
+                                   "billing.create_subscriptions(%s::jsonb, %s)", (json.dumps(rows), NOW)).fetchone()[0]
+            assert got == len(rows), got
+        wall, cpu = time.perf_counter() - t0, proc_cpu(pid) - cpu0
+        # the same work as a signup per call: an INITIAL invoice and two events each
+        made = conn.execute("SELECT count(*) FROM billing.invoice WHERE customer_id >= 2000000").fetchone()[0]
+        assert made == n, made
+    return {"path": f"create_subscriptions (in bulk), {batch:,} a call", "n": n, "wall": wall, "cpu": cpu}
+
+
 def imported(url: str, n: int, batch: int) -> dict:
     start, end = NOW - timedelta(days=10), NOW + timedelta(days=20)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -111,6 +133,7 @@ def imported(url: str, n: int, batch: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--per-call", type=int, default=5000)
+    ap.add_argument("--bulk", type=int, default=100_000)
     ap.add_argument("--import", dest="imports", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=5000)
     ap.add_argument("--baseline", default=None, help="git revision whose db/ the per-call path is also run on ('none': skip)")
@@ -125,7 +148,9 @@ def main() -> None:
         BASELINE = (tree / ".complete").read_text().strip()
         base_url = fresh(args.database_url, DB + "_baseline", tree / "db")
     load0 = os.getloadavg()[0]
-    results = rounds(url, base_url, args.per_call, args.rounds) + [imported(url, args.imports, args.batch)]
+    results = rounds(url, base_url, args.per_call, args.rounds) + [bulk(url, args.bulk, args.batch)]
+    if args.imports:
+        results.append(imported(url, args.imports, args.batch))
     load1 = os.getloadavg()[0]
     print(f"\nload average {load0:.1f} at the start, {load1:.1f} at the end (2 CPUs)\n")
     print("| path | subscriptions | wall s | subscriptions/s | server CPU µs per subscription |")
@@ -134,8 +159,10 @@ def main() -> None:
         cpu = f"{r['cpu'] / r['n'] * 1e6:,.0f}" if r["cpu"] else "n/a (server not on this host)"
         print(f"| {r['path']} | {r['n']:,} | {r['wall']:.1f} | {r['n'] / r['wall']:,.0f} | {cpu} |")
     ours = next(r for r in results if "(ours" in r["path"])
-    ratio = (results[-1]["n"] / results[-1]["wall"]) / (ours["n"] / ours["wall"])
-    print(f"\nset-based import: {ratio:.1f}x the per-call path's rate")
+    rate = lambda r: r["n"] / r["wall"]  # noqa: E731
+    for r in results:
+        if "bulk" in r["path"] or "import" in r["path"]:
+            print(f"{r['path']}: {rate(r) / rate(ours):.1f}x the per-call path's rate (ours)")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ DECLARE
     v_hint    text;
     v_citus   boolean := billing._distributed('billing.subscription');
     v_slow    jsonb := '[]';
-    v_done    jsonb := '[]';
+    v_done    jsonb := '{}';  -- per idempotency key: {id, customer_id, outcome}
     v_sub_seq regclass := pg_catalog.pg_get_serial_sequence('billing.subscription', 'id')::regclass;
 BEGIN
     PERFORM billing._audit('create_subscriptions', jsonb_build_object('rows', jsonb_array_length(p_signups), 'now', p_now));
@@ -75,10 +75,10 @@ BEGIN
                        THEN 'BL422:an idempotency key of 1 to 255 characters is required'
                    WHEN k.customer_id IS NULL OR k.customer_id < 1
                        THEN format('BL422:a customer id is a positive integer, not %s', coalesce(k.customer_id::text, 'NULL'))
-                   WHEN k.td NOT BETWEEN 0 AND 730 THEN 'BL422:trial days must be between 0 and 730'
-                   WHEN k.qty NOT BETWEEN 1 AND 1000000 THEN 'BL422:quantity must be between 1 and 1000000'
+                   WHEN k.td NOT BETWEEN 0 AND 730 THEN format('BL422:trial days must be between 0 and 730, got %s', k.td)
+                   WHEN k.qty NOT BETWEEN 1 AND 1000000 THEN format('BL422:quantity must be between 1 and 1000000, got %s', k.qty)
                    WHEN k.external_id IS NOT NULL AND (length(k.external_id) NOT BETWEEN 1 AND 255 OR btrim(k.external_id) <> k.external_id)
-                       THEN 'BL422:an external id is 1 to 255 characters without surrounding blanks'
+                       THEN format('BL422:an external id is 1 to 255 characters without surrounding blanks, got %L', left(k.external_id, 300))
                    WHEN k.key_differs
                        THEN format('BL409:idempotency key %L appears twice in the batch with different parameters', k.idempotency_key)
                    WHEN k.replay AND (k.rq_customer IS DISTINCT FROM k.customer_id OR k.rq_plan IS DISTINCT FROM k.plan_code
@@ -111,7 +111,7 @@ BEGIN
     -- The rows to create: each new key once (a key twice in the batch: its later rows replay the first).
     -- The set-based path: no coupon, no credit to spread, one PostgreSQL (on Citus each row is
     -- create_subscription's). Every other new row is create_subscription's, one call each.
-    WITH fresh AS (
+    WITH fresh AS MATERIALIZED (
         SELECT x.* FROM jsonb_to_recordset(v_all) AS x(n bigint, idempotency_key text, customer_id bigint, plan_code text,
                                                         plan_id bigint, currency text, td integer, qty integer,
                                                         coupon_code text, external_id text, options jsonb, replay boolean, nth bigint)
@@ -124,7 +124,7 @@ BEGIN
                    fr.coupon_code IS NULL AND NOT v_citus
                    AND NOT EXISTS (SELECT 1 FROM billing.credit_balance b
                                     WHERE b.customer_id = fr.customer_id AND b.currency = fr.currency AND b.balance > 0) AS fast
-              FROM fresh fr) f;
+              FROM fresh fr OFFSET 0) f;  -- (OFFSET 0: each row's check once, not once per aggregate)
 
     IF v_fast IS NOT NULL THEN
       BEGIN
@@ -137,27 +137,28 @@ BEGIN
 
         -- Each row's terms: the first period (or trial) once per plan, time zone and trial length,
         -- the price once per plan; then our ids in the batch's order.
-        WITH f AS (
+        WITH f AS MATERIALIZED (
             SELECT f.*, c.timezone AS tz
               FROM jsonb_to_recordset(v_fast) AS f(n bigint, idempotency_key text, customer_id bigint, plan_code text, plan_id bigint,
                                                    td integer, qty integer, external_id text, options jsonb)
               JOIN billing.customer c ON c.id = f.customer_id
-        ), terms AS (
-            SELECT t.plan_id, t.tz, t.td, fp.anchor, fp.period_number, fp.period_end, fp.nominal_start,
-                   billing._price_at(p, p_now) AS price,
-                   CASE WHEN t.td > 0 THEN billing._period_end(p_now, 'DAY', t.td, 1, t.tz) END AS trial_end
-              FROM (SELECT DISTINCT f.plan_id, f.tz, f.td FROM f) t
+        ), terms AS MATERIALIZED (
+            -- once per plan, time zone, trial length and seats (the functions' calls are not per row)
+            SELECT t.plan_id, t.tz, t.td, t.qty, fp.anchor, fp.period_number, fp.period_end, x.price,
+                   CASE WHEN t.td > 0 THEN billing._period_end(p_now, 'DAY', t.td, 1, t.tz) END AS trial_end,
+                   CASE WHEN t.td > 0 THEN 0
+                        ELSE billing._period_charge(x.price, t.qty, p_now, fp.period_end, fp.nominal_start) END AS list
+              FROM (SELECT DISTINCT f.plan_id, f.tz, f.td, f.qty FROM f) t
               JOIN billing.plan p ON p.id = t.plan_id
              CROSS JOIN LATERAL billing._first_period(p, t.tz, p_now) fp
+             CROSS JOIN LATERAL (SELECT billing._price_at(p, p_now) AS price) x
         )
         SELECT jsonb_agg(to_jsonb(f) || jsonb_build_object(
                    'id', nextval(v_sub_seq), 'tz', f.tz, 'anchor', t.anchor, 'period_number', t.period_number,
-                   'period_end', t.period_end, 'trial_end', t.trial_end, 'price', t.price,
-                   'list', CASE WHEN f.td > 0 THEN 0
-                                ELSE billing._period_charge(t.price, f.qty, p_now, t.period_end, t.nominal_start) END)
+                   'period_end', t.period_end, 'trial_end', t.trial_end, 'price', t.price, 'list', t.list)
                    ORDER BY f.n)
           INTO v_fast
-          FROM f JOIN terms t ON t.plan_id = f.plan_id AND t.tz = f.tz AND t.td = f.td;
+          FROM f JOIN terms t ON t.plan_id = f.plan_id AND t.tz = f.tz AND t.td = f.td AND t.qty = f.qty;
 
         -- The subscriptions and their requests in one statement (the requests' foreign key is checked
         -- at its end). A key another transaction took meanwhile is not inserted: the whole set-based
@@ -252,7 +253,7 @@ BEGIN
           FROM (SELECT gen_random_uuid() AS event_id, x.*
                   FROM (-- SubscriptionCreated: billing._subscription_data of the row as inserted, written out over
                         -- the same values (the pgTAP test 310 checks they are equal): no read back, no call per row.
-                        SELECT f.n, 0 AS seq, 'subscription' AS aggregate_type, f.id AS aggregate_id,
+                        SELECT f.id AS sub_id, 0 AS seq, 'subscription' AS aggregate_type, f.id AS aggregate_id,
                                'SubscriptionCreated' AS event_type, f.customer_id,
                                jsonb_build_object(
                                    'subscriptionId', f.id, 'customerId', f.customer_id, 'planCode', f.code,
@@ -264,16 +265,16 @@ BEGIN
                                    'pausedAt', NULL, 'resumeAt', NULL, 'scheduledPlanCode', NULL, 'couponCode', NULL) AS data
                           FROM f
                         UNION ALL
-                        SELECT p.n, 1, 'invoice', i.id, 'InvoiceCreated', i.customer_id, billing._invoice_data(i::billing.invoice)
-                          FROM invoices i JOIN priced p ON p.id = i.subscription_id
+                        SELECT i.subscription_id, 1, 'invoice', i.id, 'InvoiceCreated', i.customer_id, billing._invoice_data(i::billing.invoice)
+                          FROM invoices i
                         UNION ALL
-                        SELECT p.n, 2, 'invoice', i.id, 'InvoicePaid', i.customer_id, billing._invoice_data(i::billing.invoice)
-                          FROM invoices i JOIN priced p ON p.id = i.subscription_id
+                        SELECT i.subscription_id, 2, 'invoice', i.id, 'InvoicePaid', i.customer_id, billing._invoice_data(i::billing.invoice)
+                          FROM invoices i
                          WHERE i.status = 'PAID') x
-                 ORDER BY x.n, x.seq) e;
+                 ORDER BY x.sub_id, x.seq) e;  -- our ids follow the batch's order
 
-        SELECT jsonb_agg(jsonb_build_object('idempotency_key', f.idempotency_key, 'id', f.id, 'customer_id', f.customer_id,
-                                            'outcome', 'created'))
+        SELECT jsonb_object_agg(f.idempotency_key, jsonb_build_object('id', f.id, 'customer_id', f.customer_id,
+                                                                      'outcome', 'created'))
           INTO v_done
           FROM jsonb_to_recordset(v_fast) AS f(idempotency_key text, id bigint, customer_id bigint);
       EXCEPTION WHEN SQLSTATE 'BL409' THEN
@@ -286,7 +287,7 @@ BEGIN
         v_slow := (SELECT jsonb_agg(x.e ORDER BY (x.e->>'n')::bigint)
                      FROM (SELECT jsonb_array_elements(v_slow) AS e
                            UNION ALL SELECT jsonb_array_elements(v_fast) AS e) x);
-        v_done := '[]';
+        v_done := '{}';
       END;
     END IF;
 
@@ -298,20 +299,17 @@ BEGIN
     LOOP
         v_sub := billing.create_subscription(v_row.idempotency_key, v_row.customer_id, v_row.plan_code, p_now, v_row.td,
                                              v_row.coupon_code, v_row.qty, v_row.external_id);
-        v_done := v_done || jsonb_build_object('idempotency_key', v_row.idempotency_key, 'id', v_sub.id,
-                                               'customer_id', v_sub.customer_id,
-                                               'outcome', CASE WHEN v_sub.created_at = now() THEN 'created' ELSE 'replayed' END);
+        v_done := v_done || jsonb_build_object(v_row.idempotency_key, jsonb_build_object(
+            'id', v_sub.id, 'customer_id', v_sub.customer_id,
+            'outcome', CASE WHEN v_sub.created_at = now() THEN 'created' ELSE 'replayed' END));
     END LOOP;
 
     -- One row per input row, in order: created now, or the subscription its key was used for.
     RETURN QUERY
-    SELECT a.idempotency_key, coalesce(d.id, a.rq_sub, first.id), coalesce(d.customer_id, a.customer_id),
-           coalesce(CASE WHEN a.nth = 1 THEN d.outcome END, 'replayed')
+    SELECT a.idempotency_key, coalesce((d.v ->> 'id')::bigint, a.rq_sub), coalesce((d.v ->> 'customer_id')::bigint, a.customer_id),
+           coalesce(CASE WHEN a.nth = 1 THEN d.v ->> 'outcome' END, 'replayed')
       FROM jsonb_to_recordset(v_all) AS a(n bigint, idempotency_key text, customer_id bigint, rq_sub bigint, nth bigint)
-      LEFT JOIN jsonb_to_recordset(v_done) AS d(idempotency_key text, id bigint, customer_id bigint, outcome text)
-             ON d.idempotency_key = a.idempotency_key
-      LEFT JOIN LATERAL (SELECT rq.subscription_id AS id FROM billing.subscription_request rq
-                          WHERE rq.idempotency_key = a.idempotency_key AND d.id IS NULL AND a.rq_sub IS NULL) first ON true
+     CROSS JOIN LATERAL (SELECT v_done -> a.idempotency_key AS v) d
      ORDER BY a.n;
 END
 $$;

@@ -10,14 +10,18 @@
 -- spliced into the text), so each page is planned on the index of its filter (migration 0200) and
 -- reads at most p_limit index entries past the cursor: never an offset.
 
+DROP FUNCTION IF EXISTS billing._page(text, text, text[], boolean, boolean, integer);
 CREATE OR REPLACE FUNCTION billing._page(
-    p_from text, p_key text, p_where text[], p_after boolean, p_before boolean, p_limit integer)
+    p_from text, p_key text, p_where text[], p_after boolean, p_before boolean, p_limit integer,
+    p_walk integer DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_where text[] := coalesce(p_where, '{}');
+    v_where  text[] := coalesce(p_where, '{}');
+    v_cursor text;
+    v_dir    text := CASE WHEN p_before THEN 'ASC' ELSE 'DESC' END;
 BEGIN
     PERFORM billing._check_between('limit', p_limit, 1, 101);
     IF p_after AND p_before THEN
@@ -25,17 +29,43 @@ BEGIN
     END IF;
     -- $1 is always the cursor of starting_after, $2 that of ending_before.
     IF p_after THEN
-        v_where := v_where || format('%s < $1', p_key);
+        v_cursor := format('%s < $1', p_key);
     ELSIF p_before THEN
-        v_where := v_where || format('%s > $2', p_key);
+        v_cursor := format('%s > $2', p_key);
+    END IF;
+    IF p_walk IS NOT NULL AND cardinality(v_where) > 0 THEN
+        -- A time range (a period's start, a creation time) cannot come out of its index in id
+        -- order, and the planner, which assumes the range's rows spread evenly over the ids, may walk
+        -- the id index through every newer row to reach a range in the middle of history (1.2 s at
+        -- 1M subscriptions: bench/api_lists). So: first a walk of at most p_walk (2,000) entries of the id
+        -- index from the cursor (a range near the cursor, or a wide one, fills the page there); only
+        -- when that walk neither filled the page nor reached the end, the range's own index (an
+        -- index-only scan of its (time, id) entries) with the newest ids kept (top-N): a page then
+        -- costs at most 2,000 entries plus the rows of the range, never a walk of the whole table.
+        RETURN format($q$
+            WITH walk AS MATERIALIZED (SELECT * FROM %1$s%2$s ORDER BY %3$s %4$s LIMIT %8$s),
+                 hit AS MATERIALIZED (SELECT * FROM walk WHERE %5$s ORDER BY %3$s %4$s LIMIT %6$s),
+                 enough AS MATERIALIZED (SELECT (SELECT count(*) FROM hit) = %6$s OR (SELECT count(*) FROM walk) < %8$s AS ok)
+            SELECT * FROM hit WHERE (SELECT ok FROM enough)
+            UNION ALL
+            (SELECT * FROM %1$s
+              WHERE NOT (SELECT ok FROM enough)
+                AND %3$s = ANY (ARRAY(SELECT r.%3$s FROM %1$s r WHERE %7$s ORDER BY r.%3$s + 0 %4$s LIMIT %6$s)))
+            ORDER BY %3$s %4$s$q$,
+            p_from, CASE WHEN v_cursor IS NOT NULL THEN ' WHERE ' || v_cursor ELSE '' END, p_key, v_dir,
+            array_to_string(v_where, ' AND '), p_limit,
+            array_to_string(v_where || v_cursor, ' AND '), p_walk);
+    END IF;
+    IF v_cursor IS NOT NULL THEN
+        v_where := v_where || v_cursor;
     END IF;
     RETURN format('SELECT * FROM %s%s ORDER BY %s %s LIMIT %s', p_from,
                   CASE WHEN cardinality(v_where) > 0 THEN ' WHERE ' || array_to_string(v_where, ' AND ') ELSE '' END,
-                  p_key, CASE WHEN p_before THEN 'ASC' ELSE 'DESC' END, p_limit);
+                  p_key, v_dir, p_limit);
 END
 $$;
-COMMENT ON FUNCTION billing._page(text, text, text[], boolean, boolean, integer) IS
-'Private: the statement of one page of a cursor list (p_from filtered by p_where, the cursor $1 after / $2 before on p_key, p_limit rows).
+COMMENT ON FUNCTION billing._page(text, text, text[], boolean, boolean, integer, integer) IS
+'Private: the statement of one page of a cursor list (p_from filtered by p_where, the cursor $1 after / $2 before on p_key, p_limit rows); p_walk: the filters hold a time range (a walk of at most p_walk entries of the key''s index first, else the range''s index, top-N).
 Returns the SQL text; BL422 for a limit outside 1..101 or both cursors.';
 
 -- -- customers ------------------------------------------------------------------------------------
@@ -185,7 +215,9 @@ BEGIN
     IF p_created_from IS NOT NULL THEN v_where := v_where || 'created_at >= $6'::text; END IF;
     IF p_created_to IS NOT NULL THEN v_where := v_where || 'created_at < $7'::text; END IF;
     RETURN QUERY EXECUTE billing._page('billing.subscription', 'id', v_where, p_starting_after IS NOT NULL,
-                                       p_ending_before IS NOT NULL, p_limit)
+                                       p_ending_before IS NOT NULL, p_limit,
+                                       CASE WHEN (p_created_from IS NOT NULL OR p_created_to IS NOT NULL)
+                                            AND NOT billing._distributed('billing.subscription') THEN 2000 END)
         USING p_starting_after, p_ending_before, p_customer_id, p_status, p_plan_code, p_created_from, p_created_to;
 END
 $$;
@@ -210,7 +242,9 @@ BEGIN
     IF p_period_to IS NOT NULL THEN v_where := v_where || 'period_start < $6'::text; END IF;
     IF p_subscription_id IS NOT NULL THEN v_where := v_where || 'subscription_id = $7'::text; END IF;
     RETURN QUERY EXECUTE billing._page('billing.invoice', 'id', v_where, p_starting_after IS NOT NULL,
-                                       p_ending_before IS NOT NULL, p_limit)
+                                       p_ending_before IS NOT NULL, p_limit,
+                                       CASE WHEN (p_period_from IS NOT NULL OR p_period_to IS NOT NULL)
+                                            AND NOT billing._distributed('billing.invoice') THEN 2000 END)
         USING p_starting_after, p_ending_before, p_customer_id, p_status, p_period_from, p_period_to, p_subscription_id;
 END
 $$;

@@ -1,7 +1,7 @@
 -- The HTTP API's lists and reads (db/functions/77_api_lists.sql): cursor pages in both directions,
 -- the filters, the bounds, create_customer, and the index each page is planned on.
 BEGIN;
-SELECT plan(32);
+SELECT plan(36);
 
 SET LOCAL ROLE billing_owner;
 
@@ -58,6 +58,28 @@ SELECT is((SELECT count(*) FROM billing.get_customer(424242)), 0::bigint, 'get_c
 -- bench of 1 million subscriptions behind these choices: bench/api_lists (docs/http-api.md).
 -- (Single PostgreSQL only: on Citus each shard plans its own page on the shard's copy of the same
 -- index and the coordinator merges the shards' sorted pages; EXPLAIN shows the merge, not this.)
+-- A time range's page (p_walk): the walk of the id index when it fills the page, else the range's
+-- own index with the newest ids kept; either way exactly the rows a plain ORDER BY id would give.
+CREATE FUNCTION pg_temp.range_page(p_walk integer, p_after bigint, p_before bigint) RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE v bigint[]; BEGIN
+    EXECUTE format('SELECT array_agg(id) FROM (%s) x',
+                   billing._page('billing.invoice', 'id', ARRAY['period_start >= $3', 'period_start < $4'],
+                                 p_after IS NOT NULL, p_before IS NOT NULL, 3, p_walk))
+       INTO v USING p_after, p_before, '2026-05-01 12:00Z'::timestamptz, '2026-05-01 16:00Z'::timestamptz;
+    RETURN v; END $$;
+CREATE TEMP TABLE al_range AS
+    SELECT id FROM billing.invoice WHERE period_start >= '2026-05-01 12:00Z' AND period_start < '2026-05-01 16:00Z';
+SELECT is(pg_temp.range_page(1, NULL, NULL), ARRAY(SELECT id FROM al_range ORDER BY id DESC LIMIT 3),
+          'a range, the walk too short: the range''s index, newest first');
+SELECT is(pg_temp.range_page(2000, NULL, NULL), ARRAY(SELECT id FROM al_range ORDER BY id DESC LIMIT 3),
+          'a range, the walk fills the page: the same rows');
+SELECT is(pg_temp.range_page(1, (SELECT max(id) FROM al_range), NULL),
+          ARRAY(SELECT id FROM al_range WHERE id < (SELECT max(id) FROM al_range) ORDER BY id DESC LIMIT 3),
+          'a range after a cursor');
+SELECT is(pg_temp.range_page(1, NULL, (SELECT min(id) FROM al_range)),
+          ARRAY(SELECT id FROM al_range WHERE id > (SELECT min(id) FROM al_range) ORDER BY id LIMIT 3),
+          'a range before a cursor: ascending, nearest first');
+
 SELECT billing._distributed('billing.subscription') AS on_citus \gset
 \if :on_citus
 SELECT skip('the plans of a page are the shards'' own on Citus (the coordinator merges sorted pages)', 14);
