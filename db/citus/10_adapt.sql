@@ -58,6 +58,8 @@ ALTER FUNCTION billing.create_subscription(text, bigint, text, timestamptz, inte
 ALTER FUNCTION billing.upsert_customer(bigint, text, text) SET citus.multi_shard_modify_mode = 'sequential';
 ALTER FUNCTION billing.set_external_id(text, bigint, text, timestamptz) SET citus.multi_shard_modify_mode = 'sequential';
 ALTER FUNCTION billing.apply_coupon(bigint, text, timestamptz) SET citus.multi_shard_modify_mode = 'sequential';
+-- (signups in bulk: on Citus each row is create_subscription's, after the batch's reads)
+ALTER FUNCTION billing.create_subscriptions(jsonb, timestamptz) SET citus.multi_shard_modify_mode = 'sequential';
 
 -- The batch claims' shard groups (db/schema/0083): one lease row per group of billing.customer's
 -- shards, 1..n in hash order, in place of the single PostgreSQL's group 0.

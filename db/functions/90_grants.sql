@@ -27,7 +27,7 @@ DO $$
 DECLARE
     -- role -> the functions of its job (by name: every overload).
     c_jobs constant jsonb := '{
-      "billing_api": ["create_subscription", "get_subscription", "cancel_subscription", "change_plan",
+      "billing_api": ["create_subscription", "create_subscriptions", "get_subscription", "cancel_subscription", "change_plan",
                       "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                       "ingest_usage", "current_usage", "list_meters", "upcoming_invoice",
                       "apply_coupon", "pause_subscription", "resume_subscription", "uncancel_subscription",

@@ -65,7 +65,10 @@ SELECT is_empty($$(SELECT n, kind, period_start, period_end, subtotal, credit_ap
                           coupon_code, tax_amount, tax_included, tax_detail::text, from_plan_id, from_price, from_quantity, unserved
                      FROM su_invoices WHERE side = 96)$$,
                 'the invoices are create_subscription''s (taxes, calendar proration, a free plan paid, credit, coupon)');
-SELECT ok((SELECT tax_amount FROM billing.invoice WHERE customer_id = 96002) = 760, 'taxed: 19 % of 4000');
+-- (single-customer reads into variables first: on Citus a query on one customer's shard, pgTAP's call
+-- included, would run on the worker, without the test's plan)
+SELECT tax_amount AS su_tax FROM billing.invoice WHERE customer_id = 96002 \gset
+SELECT is(:su_tax::bigint, 760::bigint, 'taxed: 19 % of 4000');
 SELECT is_empty($$(SELECT l.customer_id % 1000, l.kind, l.item, l.plan_id, l.quantity, l.unit_price, l.span_start, l.span_end, l.gross,
                           l.discount, l.coupon_code, l.net, l.tax, l.tax_inclusive, l.currency, l.depends_on, l.basis_start,
                           l.basis_gross, l.basis_net, l.created_at
@@ -86,29 +89,37 @@ SELECT is((SELECT count(*) FROM su_events WHERE side = 96), 19::bigint, 'Subscri
 SELECT is_empty($$(SELECT n, event_type, k, data, created_at, available_at FROM su_events WHERE side = 95
                    EXCEPT SELECT n, event_type, k, data, created_at, available_at FROM su_events WHERE side = 96)$$,
                 'the events are create_subscription''s, in the same order per signup');
-SELECT is_empty($$SELECT 1 FROM billing.outbox_event e JOIN billing.subscription s ON s.id = e.aggregate_id
+SELECT billing._distributed('billing.subscription') AS su_citus \gset
+\if :su_citus
+SELECT skip('on Citus every row is create_subscription''s (no row written out by the set-based path)', 1);
+\else
+SELECT is_empty($$SELECT 1 FROM billing.outbox_event e JOIN billing.subscription s ON s.customer_id = e.customer_id AND s.id = e.aggregate_id
                    WHERE e.aggregate_type = 'subscription' AND s.customer_id BETWEEN 96001 AND 96007
                      AND e.payload -> 'data' <> billing._subscription_data(s)$$,
                 'SubscriptionCreated written out equals _subscription_data of the row');
-SELECT is((SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = 'su-b-3'),
-          (SELECT id FROM billing.subscription WHERE customer_id = 96003), 'each key recorded with its subscription');
+\endif
+SELECT subscription_id AS su_req FROM billing.subscription_request WHERE idempotency_key = 'su-b-3' \gset
+SELECT id AS su_sub3 FROM billing.subscription WHERE customer_id = 96003 \gset
+SELECT is(:su_req::bigint, :su_sub3::bigint, 'each key recorded with its subscription');
 
 -- Idempotency: the batch again answers the same subscriptions, replayed, and makes nothing.
-SELECT results_eq(
-    $$SELECT subscription_id, outcome FROM billing.create_subscriptions(
+CREATE TEMP TABLE su_again AS
+    SELECT * FROM billing.create_subscriptions(
         '[{"idempotency_key": "su-b-1", "customer_id": 96001, "plan_code": "SU_M"},
           {"idempotency_key": "su-b-11", "customer_id": 96011, "plan_code": "SU_M"},
-          {"idempotency_key": "su-b-11", "customer_id": 96011, "plan_code": "SU_M"}]', '2026-05-04Z')$$,
-    $$VALUES ((SELECT id FROM billing.subscription WHERE customer_id = 96001), 'replayed'),
-             ((SELECT max(id) + 1 FROM billing.subscription), 'created'),
-             ((SELECT max(id) + 1 FROM billing.subscription), 'replayed')$$,
-    'a key used before replays; a key twice in the batch: created once');
+          {"idempotency_key": "su-b-11", "customer_id": 96011, "plan_code": "SU_M"}]', '2026-05-04Z') WITH ORDINALITY;
+SELECT id AS su_sub1 FROM billing.subscription WHERE customer_id = 96001 \gset
+SELECT id AS su_sub11 FROM billing.subscription WHERE customer_id = 96011 \gset
+SELECT results_eq($$SELECT subscription_id, outcome FROM su_again ORDER BY ordinality$$,
+                  format($$VALUES (%s::bigint, 'replayed'), (%s, 'created'), (%s, 'replayed')$$, :su_sub1, :su_sub11, :su_sub11),
+                  'a key used before replays; a key twice in the batch: created once');
 SELECT throws_ok($$SELECT billing.create_subscriptions('[{"idempotency_key": "su-b-2", "customer_id": 96002, "plan_code": "SU_M"}]', '2026-05-04Z')$$,
                  'BL409', NULL, 'a key used for other parameters: BL409');
 SELECT throws_ok($$SELECT billing.create_subscriptions('[{"idempotency_key": "su-x1", "customer_id": 96100, "plan_code": "SU_M"},
                                                          {"idempotency_key": "su-x2", "customer_id": 0, "plan_code": "SU_M"}]', '2026-05-04Z')$$,
                  'BL422', 'signup ''su-x2'' (row 2): a customer id is a positive integer, not 0', 'a bad row names itself; nothing is created');
-SELECT is((SELECT count(*) FROM billing.subscription WHERE customer_id = 96100), 0::bigint, 'all or nothing');
+SELECT count(*) AS su_none FROM billing.subscription WHERE customer_id = 96100 \gset
+SELECT is(:su_none::bigint, 0::bigint, 'all or nothing');
 
 SELECT * FROM finish();
 ROLLBACK;

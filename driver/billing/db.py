@@ -445,6 +445,11 @@ V1_LIST_TAX_RATES = "SELECT * FROM billing.list_tax_rates(%(limit)s, %(after)s, 
 V1_UPSERT_TAX_RATE = ("SELECT * FROM billing.upsert_tax_rate(%(code)s, %(country)s, %(region)s, %(name)s, %(bp)s, "
                       "%(inclusive)s, %(active)s)")
 V1_LIST_PAYMENT_METHODS = "SELECT * FROM billing.list_payment_methods(%(customer_id)s)"
+V1_CREATE_SUBSCRIPTIONS = (
+    "SELECT jsonb_agg(jsonb_build_object('id', r.subscription_id, 'customer_id', r.customer_id, 'outcome', r.outcome) "
+    "ORDER BY r.n) AS made FROM billing.create_subscriptions(%(rows)s::jsonb, %(now)s) WITH ORDINALITY "
+    "AS r(idempotency_key, subscription_id, customer_id, outcome, n)"
+)
 V1_LIST_SUBSCRIPTIONS = (
     "SELECT s.*, billing.plan_code(s.plan_id) AS plan_code, billing.plan_code(s.scheduled_plan_id) AS scheduled_plan_code "
     "FROM billing.list_subscriptions(%(limit)s, %(after)s, %(before)s, %(customer_id)s, %(status)s, %(plan_code)s, "

@@ -89,6 +89,8 @@ V1_NEW = [
     ("POST", "/v1/tax-rates", {"code": "SEC_TAX", "country": "FR", "name": "x", "rateBp": 100, "inclusive": False},
      "catalog:write"),
     ("GET", "/v1/subscriptions", None, "subscriptions:read"),
+    ("POST", "/v1/subscriptions/batch", {"signups": [{"idempotencyKey": "sec-batch", "customerId": 1, "planCode": "PRO_MONTHLY"}]},
+     "subscriptions:write"),
     ("GET", "/v1/invoices", None, "subscriptions:read"),
     ("GET", "/v1/invoices/1/lines", None, "subscriptions:read"),
     ("GET", "/v1/credit-notes", None, "subscriptions:read"),

@@ -302,3 +302,90 @@ def test_external_ids_work_wherever_our_ids_do(db_url):
             assert_error(await client.get("/subscriptions/sub_ext_1"), 400)
 
     run(body())
+
+
+def test_archiving_the_catalog_and_a_customer_s_payment_method(db_url):
+    seed_plans(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_coupon('V1_OFF', 10, NULL, NULL, 'once')")
+        conn.execute("SELECT billing.upsert_customer(601)")
+        conn.execute("SELECT billing.upsert_customer(602)")
+        method = conn.execute("SELECT id FROM billing.set_payment_method(601, 'sim', NULL, 'pm_1', 'visa', '4242', 12, 2030, %s)",
+                              (T0,)).fetchone()
+
+    async def body():
+        async with api_client(db_url, clock=SimulatedClock(T0)) as client:
+            r = await client.post("/v1/plans/PRO_EUR/archive", json={})
+            assert r.status_code == 200 and r.json()["archivedAt"] == "2026-10-01T12:00:00Z", r.text
+            again = await client.post("/v1/plans/PRO_EUR/archive", json={})  # again: the same answer
+            assert again.status_code == 200 and again.json() == r.json()
+            assert_error(await client.post("/v1/plans/NO_SUCH/archive", json={}), 404, "not_found")
+            codes = lambda r: [p["code"] for p in r.json()["data"]]  # noqa: E731
+            assert codes(await client.get("/v1/plans", params={"archived": "true"})) == ["PRO_EUR"]
+            assert "PRO_EUR" not in codes(await client.get("/v1/plans", params={"archived": "false"}))
+            assert_error(await client.get("/v1/plans", params={"archived": "maybe"}), 400, "invalid_query")
+            r = await client.post("/v1/subscriptions", json={"customerId": 602, "planCode": "PRO_EUR"},
+                                  headers={"Idempotency-Key": "v1-archived"})
+            assert r.status_code == 422, r.text
+            r = await client.post("/v1/coupons/V1_OFF/archive", json={})
+            assert r.status_code == 200 and r.json()["archivedAt"] is not None, r.text
+            assert codes(await client.get("/v1/coupons", params={"archived": "true"})) == ["V1_OFF"]
+            assert_error(await client.post("/v1/coupons/bad%20code/archive", json={}), 404, "not_found")
+            r = await client.post("/v1/subscriptions", json={"customerId": 602, "planCode": "BASIC_MONTHLY",
+                                                             "couponCode": "V1_OFF"}, headers={"Idempotency-Key": "v1-cp"})
+            assert r.status_code == 422, r.text
+            # one payment method of a customer; another customer's or an unknown id: 404
+            r = await client.get(f"/v1/customers/601/payment-methods/{method[0]}")
+            assert r.status_code == 200 and r.json()["paymentMethodRef"] == "pm_1", r.text
+            assert_error(await client.get(f"/v1/customers/602/payment-methods/{method[0]}"), 404, "not_found")
+            assert_error(await client.get("/v1/customers/601/payment-methods/abc"), 404, "not_found")
+
+    run(body())
+
+
+def test_signups_in_bulk(db_url):
+    seed_plans(db_url)
+    signups = [{"idempotencyKey": f"bulk-{i}", "customerId": 700 + i, "planCode": "BASIC_MONTHLY", "quantity": 1 + i % 3}
+               for i in range(5)] + [{"idempotencyKey": "bulk-trial", "customerId": 710, "planCode": "PRO_MONTHLY",
+                                      "trialDays": 14, "externalId": "sub_bulk"}]
+
+    async def body():
+        async with api_client(db_url, clock=SimulatedClock(T0)) as client:
+            r = await client.post("/v1/subscriptions/batch", json={"signups": signups})
+            assert r.status_code == 200, r.text
+            rows = r.json()["data"]
+            assert [x["outcome"] for x in rows] == ["created"] * 6
+            assert [x["idempotencyKey"] for x in rows] == [s["idempotencyKey"] for s in signups]
+            ids = [x["subscriptionId"] for x in rows]
+            r = await client.get(f"/v1/subscriptions/{ids[-1]}")
+            assert r.json()["status"] == "TRIALING" and r.json()["externalId"] == "sub_bulk"
+            # the same batch again: every row replayed, nothing new
+            r = await client.post("/v1/subscriptions/batch", json={"signups": signups})
+            assert [x["outcome"] for x in r.json()["data"]] == ["replayed"] * 6
+            assert [x["subscriptionId"] for x in r.json()["data"]] == ids
+            # a key of the per-call route is the same key here (both scoped to the API key)
+            r = await client.post("/v1/subscriptions", json={"customerId": 700, "planCode": "BASIC_MONTHLY", "quantity": 1},
+                                  headers={"Idempotency-Key": "bulk-0"})
+            assert r.status_code == 200 and r.json()["id"] == ids[0], r.text
+            # a key used for other parameters: 409, nothing of the batch made
+            r = await client.post("/v1/subscriptions/batch", json={"signups": [
+                {"idempotencyKey": "bulk-new", "customerId": 720, "planCode": "BASIC_MONTHLY"},
+                {"idempotencyKey": "bulk-1", "customerId": 701, "planCode": "PRO_MONTHLY"}]})
+            assert r.status_code == 409, r.text
+            assert_error(await client.post("/v1/subscriptions/batch", json={"signups": [
+                {"idempotencyKey": "x", "customerId": 0, "planCode": "BASIC_MONTHLY"}]}), 422, "invalid_input")
+            assert (await client.post("/v1/subscriptions/batch", json={"signups": []})).status_code == 400
+            assert (await client.post("/v1/subscriptions/batch", json={"signups": [{"customerId": 1}]})).status_code == 400
+            assert (await client.post("/v1/subscriptions/batch", json={"rows": []})).status_code == 400
+        # another API key's same keys are its own: new subscriptions
+        async with api_client(db_url, clock=SimulatedClock(T0), key=create_test_key(db_url, "subscriptions:write")) as client:
+            r = await client.post("/v1/subscriptions/batch", json={"signups": signups[:1]})
+            assert r.status_code == 200 and r.json()["data"][0]["outcome"] == "created"
+            assert r.json()["data"][0]["subscriptionId"] not in ids
+
+    run(body())
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id = 720").fetchone()[0] == 0
+        events = conn.execute("SELECT event_type, count(*) FROM billing.outbox_event WHERE customer_id BETWEEN 700 AND 710 "
+                              "GROUP BY 1 ORDER BY 1").fetchall()
+    assert events == [("InvoiceCreated", 6), ("SubscriptionCreated", 7)]  # the second key's signup too

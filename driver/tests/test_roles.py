@@ -25,7 +25,7 @@ from .chaos.harness import BILLING
 V1_READS = {"get_customer", "list_customers", "get_plan", "list_plans", "list_coupons", "list_tax_rates",
             "list_subscriptions", "list_invoices", "list_credit_notes", "list_events", "get_event"}
 POLICY = {
-    "billing_api": {"create_subscription", "get_subscription", "cancel_subscription", "change_plan",
+    "billing_api": {"create_subscription", "create_subscriptions", "get_subscription", "cancel_subscription", "change_plan",
                     "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                     "ingest_usage", "current_usage", "list_meters", "upcoming_invoice",
                     "apply_coupon", "pause_subscription", "resume_subscription", "uncancel_subscription",

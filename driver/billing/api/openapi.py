@@ -707,6 +707,27 @@ _V1_PATHS: dict = {
         _query("plan_code", {"type": "string", "maxLength": 100}),
         _query("external_id", {"type": "string", "maxLength": 255}, "The subscription of this external id"),
         _query("created_from", _TIME_QUERY, "Created at or after"), _query("created_to", _TIME_QUERY, "Created before")])},
+    "/v1/subscriptions/batch": {"post": {
+        "operationId": "createSubscriptions", "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
+        "description": "Signups in bulk: up to 1000 in one call, each what POST /v1/subscriptions makes of it under its "
+                       "own idempotencyKey (per API key, as that route's header); a key used before answers its "
+                       "subscription (replayed). All or nothing: 409 / 422 name the first row refused. Body at most 1 MiB.",
+        "requestBody": _body(["signups"], {"signups": {"type": "array", "minItems": 1, "maxItems": 1000, "items": {
+            "type": "object", "additionalProperties": False, "required": ["idempotencyKey", "customerId", "planCode"],
+            "properties": {"idempotencyKey": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x21-\\x7e]+$"},
+                           "customerId": {"type": "integer", "format": "int64", "minimum": 1},
+                           "planCode": {"type": "string", "minLength": 1, "maxLength": 100},
+                           "trialDays": {"type": "integer", "minimum": 0, "maximum": 730},
+                           "couponCode": {"type": "string", "minLength": 1, "maxLength": 64},
+                           "quantity": {"type": "integer", "minimum": 1, "maximum": 1000000},
+                           "externalId": {"type": "string", "minLength": 1, "maxLength": 255}}}}}),
+        "responses": {"200": _page_ok("One row per signup, in order: created now or replayed", {
+            "type": "object", "required": ["object", "idempotencyKey", "subscriptionId", "customerId", "outcome"],
+            "properties": {"object": {"const": "signup"}, "idempotencyKey": {"type": "string"},
+                           "subscriptionId": {"type": "integer", "format": "int64"},
+                           "customerId": {"type": "integer", "format": "int64"},
+                           "outcome": {"type": "string", "enum": ["created", "replayed"]}}}),
+                      **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)}}},
     "/v1/invoices": _list_op("listInvoices", "subscriptions:read", "Invoices, newest first", "Invoice", [
         _query("customer_id", _ID_QUERY), _query("subscription_id", _ID_QUERY),
         _query("status", {"type": "string", "enum": list(_INVOICE["properties"]["status"]["enum"])}),

@@ -43,7 +43,8 @@ from billing.metrics import COST_REFUSALS
 log = logging.getLogger("billing.api.security")
 
 MAX_BODY = 256 * 1024  # bytes a request may declare (the handlers have tighter limits of their own)
-LARGE_BODIES = {"/usage-events": 1024 * 1024}  # a batch of 1,000 usage events (docs/usage.md)
+LARGE_BODIES = {"/usage-events": 1024 * 1024,  # a batch of 1,000 usage events (docs/usage.md)
+                "/subscriptions/batch": 1024 * 1024}  # 1,000 signups (docs/http-api.md)
 MUTATING = frozenset({"POST", "PUT", "PATCH"})  # and a DELETE that carries a body
 
 
@@ -65,7 +66,7 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("POST", re.compile(r"^/invoices/[^/]+/(retry|void)$"), "admin"),  # the operator's: a void forgives a debt
     ("GET", re.compile(r"^/invoices/[^/]+$"), "subscriptions:read"),  # the document: JSON, .html or .pdf
     ("GET", re.compile(r"^/subscriptions/[^/]+$"), "subscriptions:read"),
-    ("POST", re.compile(r"^/subscriptions$"), "subscriptions:write"),
+    ("POST", re.compile(r"^/subscriptions(/batch)?$"), "subscriptions:write"),
     ("POST", re.compile(r"^/subscriptions/[^/]+/(cancel|change-plan|coupon|pause|resume|uncancel|reactivate|quantity)$"),
      "subscriptions:write"),
     ("POST", re.compile(r"^/coupons$"), "admin"),  # a coupon is money: only the operator makes one

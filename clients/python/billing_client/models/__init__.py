@@ -18,6 +18,11 @@ from .create_portal_link_body import CreatePortalLinkBody
 from .create_portal_link_response_201 import CreatePortalLinkResponse201
 from .create_refund_body import CreateRefundBody
 from .create_subscription_body import CreateSubscriptionBody
+from .create_subscriptions_body import CreateSubscriptionsBody
+from .create_subscriptions_body_signups_item import CreateSubscriptionsBodySignupsItem
+from .create_subscriptions_response_200 import CreateSubscriptionsResponse200
+from .create_subscriptions_response_200_data_item import CreateSubscriptionsResponse200DataItem
+from .create_subscriptions_response_200_data_item_outcome import CreateSubscriptionsResponse200DataItemOutcome
 from .create_webhook_endpoint_body import CreateWebhookEndpointBody
 from .credit_note import CreditNote
 from .customer import Customer
@@ -128,6 +133,11 @@ __all__ = (
     "CreatePortalLinkResponse201",
     "CreateRefundBody",
     "CreateSubscriptionBody",
+    "CreateSubscriptionsBody",
+    "CreateSubscriptionsBodySignupsItem",
+    "CreateSubscriptionsResponse200",
+    "CreateSubscriptionsResponse200DataItem",
+    "CreateSubscriptionsResponse200DataItemOutcome",
     "CreateWebhookEndpointBody",
     "CreditNote",
     "Customer",

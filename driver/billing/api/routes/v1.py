@@ -29,19 +29,25 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from billing import db
-from billing.api.context import Api, actor, bound_customer, require_customer, utc
+import json
+
+from billing.api.context import (
+    IDEMPOTENCY_KEY, Api, actor, bound_customer, guardrail, guardrails_of, require_customer, scoped_idempotency_key, utc,
+)
+from billing.api.security import LARGE_BODIES
 from billing.api.errors import database_error, endpoint_of
 from billing.api.routes.coupons import coupon_json
 from billing.api.routes.customers import payment_method_json
 from billing.api.routes.invoices import invoice_json
 from billing.api.routes.refunds import refund_json
 from billing.api.validation import (
-    BIGINT_MAX, ApiError, bool_field, error_response, instant_field, int_field, json_object, path_id, query_int, query_text,
-    subscription_json, text_field,
+    BIGINT_MAX, ApiError, bigint_field, bool_field, error_response, instant_field, int_field, json_object, path_id,
+    query_int, query_text, read_body, subscription_json, text_field,
 )
 
 PREFIX = "/v1"
 DEFAULT_LIMIT = 10
+MAX_BATCH = 1000  # signups a call of POST /v1/subscriptions/batch
 MAX_LIMIT = 100
 SUBSCRIPTION_STATUSES = ("TRIALING", "ACTIVE", "PAST_DUE", "PAUSED", "CANCELED")
 INVOICE_STATUSES = ("OPEN", "PAID", "FAILED", "VOID", "REVIEW")
@@ -438,6 +444,58 @@ def routes(api: Api) -> list[BaseRoute]:
             "active": bool_field(doc, "active") if doc.get("active") is not None else True})
         return JSONResponse(tax_rate_json(row))
 
+    # -- signups in bulk (issue 32) -----------------------------------------------------------------
+    @endpoint_of("/v1/subscriptions/batch")
+    async def create_subscriptions(request: Request) -> Response:
+        """Up to 1,000 signups in one call (billing.create_subscriptions): each row what POST
+        /v1/subscriptions makes of it, under its own Idempotency-Key (scoped to the API key as that
+        route's header is); all or nothing."""
+        body = await read_body(request, LARGE_BODIES["/subscriptions/batch"])
+        try:
+            doc = json.loads(body) if body.strip() else None
+        except (ValueError, RecursionError):
+            raise ApiError(400, "invalid_json", "the body is not valid JSON (UTF-8)") from None
+        if not isinstance(doc, dict) or set(doc) != {"signups"} or not isinstance(doc["signups"], list):
+            raise ApiError(400, "invalid_json", 'the body must be {"signups": [...]}')
+        signups = doc["signups"]
+        if not 1 <= len(signups) <= MAX_BATCH:
+            raise ApiError(400, "invalid_field", f"signups holds 1 to {MAX_BATCH} signups")
+        limits = guardrails_of(request)
+        owner = request.state.api_key_id
+        if bound_customer(request) is not None:  # as the header's keys of POST /subscriptions
+            owner = f"{owner}.c{bound_customer(request)}"
+        rows, keys = [], []
+        allowed = {"idempotencyKey", "customerId", "planCode", "trialDays", "couponCode", "quantity", "externalId"}
+        for n, one in enumerate(signups, 1):
+            if not isinstance(one, dict) or set(one) - allowed or not {"idempotencyKey", "customerId", "planCode"} <= set(one):
+                raise ApiError(400, "invalid_field", f"signup {n}: an object with idempotencyKey, customerId, planCode "
+                                                     f"and optionally {', '.join(sorted(allowed - {'idempotencyKey', 'customerId', 'planCode'}))}")
+            key = one["idempotencyKey"]
+            if not isinstance(key, str) or not IDEMPOTENCY_KEY.match(key):
+                raise ApiError(400, "invalid_idempotency_key",
+                               f"signup {n}: idempotencyKey must be 1 to 255 printable ASCII characters without spaces")
+            customer_id = bigint_field(one, "customerId")
+            if customer_id < 1:
+                raise ApiError(422, "invalid_input", f"signup {n}: customerId must be a positive integer")
+            require_customer(request, customer_id)
+            trial_days = int_field(one, "trialDays", 0, 730) if one.get("trialDays") is not None else 0
+            quantity = int_field(one, "quantity", 1, 1_000_000) if one.get("quantity") is not None else 1
+            guardrail(request, limits.max_quantity is None or quantity <= limits.max_quantity,
+                      f"this API key may create subscriptions of at most {limits.max_quantity} seats")
+            guardrail(request, limits.max_trial_days is None or trial_days <= limits.max_trial_days,
+                      f"this API key may give trials of at most {limits.max_trial_days} days")
+            keys.append(key)
+            rows.append({"idempotency_key": scoped_idempotency_key(owner, key), "customer_id": customer_id,
+                         "plan_code": text_field(one, "planCode"), "trial_days": trial_days, "quantity": quantity,
+                         "coupon_code": text_field(one, "couponCode", max_len=64) if one.get("couponCode") is not None else None,
+                         "external_id": text_field(one, "externalId", max_len=255) if one.get("externalId") is not None else None})
+        row = await database.mutate(actor(request), db.V1_CREATE_SUBSCRIPTIONS, {"rows": json.dumps(rows), "now": clock.now()})
+        made = row["made"] or []
+        return JSONResponse({"object": "list", "hasMore": False, "nextCursor": None, "previousCursor": None,
+                             "data": [{"object": "signup", "idempotencyKey": k, "subscriptionId": m["id"],
+                                       "customerId": m["customer_id"], "outcome": m["outcome"]}
+                                      for k, m in zip(keys, made)]})
+
     # -- subscriptions and money -----------------------------------------------------------------
     @endpoint_of("/v1/subscriptions")
     async def list_subscriptions(request: Request) -> Response:
@@ -560,6 +618,7 @@ def routes(api: Api) -> list[BaseRoute]:
         Route("/v1/tax-rates", list_tax_rates, methods=["GET"]),
         Route("/v1/tax-rates", upsert_tax_rate, methods=["POST"]),
         Route("/v1/subscriptions", list_subscriptions, methods=["GET"]),
+        Route("/v1/subscriptions/batch", create_subscriptions, methods=["POST"]),
         Route("/v1/invoices", list_invoices, methods=["GET"]),
         Route("/v1/invoices/{id}/lines", invoice_lines, methods=["GET"]),
         Route("/v1/credit-notes", list_credit_notes, methods=["GET"]),
