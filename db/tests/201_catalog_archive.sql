@@ -3,7 +3,7 @@
 -- audited; the lists' archived filter. And a customer id is a positive integer across the SQL API
 -- (events' schemas say customerId >= 1).
 BEGIN;
-SELECT plan(28);
+SELECT plan(29);
 
 SET LOCAL ROLE billing_owner;
 
@@ -45,6 +45,11 @@ SELECT throws_ok($$SELECT billing.apply_coupon($$ || :sub2 || $$, 'AR_TEN', '202
                  'coupon AR_TEN is archived', 'no new redemption of an archived coupon');
 SELECT is((SELECT coupon_code FROM billing.apply_coupon(:sub, 'AR_TEN', '2026-03-06Z')), 'AR_TEN',
           'applying the active (archived) coupon again changes nothing');
+
+SELECT is((SELECT outcome FROM billing.import_subscriptions(
+              '[{"external_id": "ar-imp", "customer_id": 93001, "plan_code": "AR_OLD", "coupon_code": "AR_TEN",
+                 "coupon_until": "2026-05-01Z", "current_period_start": "2026-03-01Z", "current_period_end": "2026-04-01Z"}]',
+              '2026-03-10Z', true)), 'new', 'an import may name an archived plan and coupon (they exist at the source)');
 
 -- what uses them continues: the renewal bills the archived plan (its new price) with the coupon's discount
 SELECT ok(billing.create_due_invoices(500, '2026-04-01 00:00:01Z') >= 2, 'the subscriptions on archived plans renew');
