@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from urllib.parse import quote
@@ -29,17 +30,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from billing import db
-import json
-
 from billing.api.context import (
     IDEMPOTENCY_KEY, Api, actor, bound_customer, guardrail, guardrails_of, require_customer, scoped_idempotency_key, utc,
 )
-from billing.api.security import LARGE_BODIES
 from billing.api.errors import database_error, endpoint_of
 from billing.api.routes.coupons import coupon_json
 from billing.api.routes.customers import payment_method_json
 from billing.api.routes.invoices import invoice_json
 from billing.api.routes.refunds import refund_json
+from billing.api.security import LARGE_BODIES
 from billing.api.validation import (
     BIGINT_MAX, ApiError, bigint_field, bool_field, error_response, instant_field, int_field, json_object, path_id,
     query_int, query_text, read_body, subscription_json, text_field,
