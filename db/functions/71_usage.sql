@@ -591,22 +591,27 @@ COMMENT ON FUNCTION billing.upsert_plan_charge(text, text, text, numeric, bigint
 (p_unit_amount per started p_package_size units); p_included_units free, then at least p_minimum_amount and at most p_maximum_amount
 per period. BL404 unknown plan or meter; BL422 a bad definition.';
 
--- The amounts (minor units) charges bill for quantities, set-based: p_charges[n] for p_quantities[n],
--- one row per n. Per charge: the included units off first, the model's amount rounded up to a whole
+-- The amounts (minor units) charges bill for quantities, set-based: the n-th charge (its terms, one
+-- array each) for p_quantities[n], one row per n. Per charge: the included units off first, the model's amount rounded up to a whole
 -- minor unit once, then the minimum and the maximum (docs/usage.md "Pricing"). The rating prices its
 -- whole batch in one call (72_usage_rating); _usage_amount is the same for one charge.
 -- graduated: each tier's slice of q (between the previous tier's upTo and its own) at its unit
 -- amount, plus its flat amount when the slice is not empty; volume: the whole q at the first tier
 -- whose upTo it does not pass, plus that tier's flat amount; q = 0 bills 0 under both.
-CREATE OR REPLACE FUNCTION billing._usage_amounts(p_charges billing.plan_charge[], p_quantities numeric[])
+DROP FUNCTION IF EXISTS billing._usage_amounts(billing.plan_charge[], numeric[]);
+CREATE OR REPLACE FUNCTION billing._usage_amounts(
+    p_models text[], p_unit_amounts numeric[], p_package_sizes bigint[], p_tiers jsonb[], p_included numeric[],
+    p_minimums bigint[], p_maximums bigint[], p_quantities numeric[])
 RETURNS TABLE (n bigint, amount bigint)
 LANGUAGE sql IMMUTABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
     WITH r AS (
-        SELECT c.ordinality AS n, c.model, c.unit_amount, c.package_size, c.tiers, c.minimum_amount, c.maximum_amount,
-               greatest(coalesce(p_quantities[c.ordinality], 0) - c.included_units, 0) AS q
-          FROM unnest(p_charges) WITH ORDINALITY AS c
+        SELECT c.n, c.model, c.unit_amount, c.package_size, c.tiers, c.minimum_amount, c.maximum_amount,
+               greatest(coalesce(c.quantity, 0) - c.included_units, 0) AS q
+          FROM unnest(p_models, p_unit_amounts, p_package_sizes, p_tiers, p_included, p_minimums, p_maximums, p_quantities)
+               WITH ORDINALITY AS c (model, unit_amount, package_size, tiers, included_units, minimum_amount, maximum_amount,
+                                     quantity, n)
     ), t AS (
         SELECT r.n, r.model, r.q, t.k, (t.v ->> 'upTo')::numeric AS upto, (t.v ->> 'unitAmount')::numeric AS unit,
                coalesce((t.v ->> 'flatAmount')::numeric, 0) AS flat,
@@ -631,8 +636,8 @@ AS $$
       FROM r LEFT JOIN tiered x ON x.n = r.n
      ORDER BY r.n
 $$;
-COMMENT ON FUNCTION billing._usage_amounts(billing.plan_charge[], numeric[]) IS
-'Private, set-based: the amount in minor units each charge p_charges[n] bills for the quantity p_quantities[n] (included units off, the model, rounded up once, minimum, maximum).
+COMMENT ON FUNCTION billing._usage_amounts(text[], numeric[], bigint[], jsonb[], numeric[], bigint[], bigint[], numeric[]) IS
+'Private, set-based: the amount in minor units the n-th charge (model, unit amount, package size, tiers, included units, minimum, maximum: the n-th of each array) bills for the quantity p_quantities[n] (included units off, the model, rounded up once, minimum, maximum).
 Returns one row (n, amount) per charge.';
 
 -- The amount (minor units) a charge bills for a period's quantity: _usage_amounts for one charge.
@@ -641,7 +646,9 @@ RETURNS bigint
 LANGUAGE sql IMMUTABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT a.amount FROM billing._usage_amounts(ARRAY[p_charge], ARRAY[p_quantity]) a
+    SELECT a.amount FROM billing._usage_amounts(ARRAY[p_charge.model], ARRAY[p_charge.unit_amount], ARRAY[p_charge.package_size],
+                                                ARRAY[p_charge.tiers], ARRAY[p_charge.included_units],
+                                                ARRAY[p_charge.minimum_amount], ARRAY[p_charge.maximum_amount], ARRAY[p_quantity]) a
 $$;
 COMMENT ON FUNCTION billing._usage_amount(billing.plan_charge, numeric) IS
 'Private: the amount in minor units a plan charge bills for a period''s quantity (included units off, the model, rounded up once, minimum, maximum).';

@@ -412,6 +412,10 @@ CREATE OR REPLACE FUNCTION billing._rate_usage_set(p_customer_ids bigint[], p_su
 RETURNS TABLE (customer_id bigint, subscription_id bigint, invoice_id bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
+-- The CTEs' row estimates are blind (1 row each): nested loops over them are quadratic. Every read
+-- of a table is a lateral subquery with an aggregate (an index probe per row whatever this says).
+SET enable_nestloop = off
+SET enable_seqscan = off
 SET jit = off
 AS $$
 #variable_conflict use_column
@@ -427,15 +431,18 @@ BEGIN
           JOIN billing.subscription s ON s.customer_id = k.c AND s.id = k.i
          WHERE NOT u.finished AND u.late_since IS NULL AND s.status <> 'CANCELED'
     ), bounds AS MATERIALIZED (
-        SELECT DISTINCT q.customer_id, q.subscription_id, q.b
-          FROM (SELECT s.customer_id, s.subscription_id, i.period_start AS b
-                  FROM sub s
-                  JOIN billing.invoice i ON i.customer_id = s.customer_id AND i.subscription_id = s.subscription_id
-                 WHERE i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')
-                   AND i.period_start > s.rated_until AND i.period_start < s.v_end
-                UNION ALL
-                SELECT s.customer_id, s.subscription_id, s.v_end FROM sub s WHERE s.v_end > s.rated_until) q
-         WHERE q.b + p_grace <= p_now
+        -- (each read of a table is a lateral subquery with an aggregate: an index probe per row, while
+        -- the joins of these CTEs to each other are hash joins; enable_nestloop is off for them)
+        SELECT s.customer_id, s.subscription_id, q.b
+          FROM sub s
+         CROSS JOIN LATERAL (
+             SELECT coalesce(array_agg(i.period_start), '{}') AS starts FROM billing.invoice i
+              WHERE i.customer_id = s.customer_id AND i.subscription_id = s.subscription_id
+                AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')
+                AND i.period_start > s.rated_until AND i.period_start < s.v_end) x
+         CROSS JOIN LATERAL (
+             SELECT DISTINCT y.b FROM (SELECT unnest(x.starts) AS b UNION ALL SELECT s.v_end WHERE s.v_end > s.rated_until) y
+              WHERE y.b + p_grace <= p_now) q
     ), periods AS MATERIALIZED (
         SELECT b.customer_id, b.subscription_id,
                coalesce(lag(b.b) OVER (PARTITION BY b.customer_id, b.subscription_id ORDER BY b.b), s.rated_until) AS p_start,
@@ -443,20 +450,22 @@ BEGIN
                max(b.b) OVER (PARTITION BY b.customer_id, b.subscription_id) AS cut
           FROM bounds b JOIN sub s ON s.customer_id = b.customer_id AND s.subscription_id = b.subscription_id
     ), lines AS MATERIALIZED (
-        -- the PLAN lines reaching into each period, in force or not (as _line_in_force)
-        SELECT p.customer_id, p.subscription_id, p.p_start,
-               bool_or(l.kind <> 'CHARGE' OR l.span_start > p.p_start OR l.span_end < p.p_end) AS cut_inside,
-               (array_agg(l.plan_id ORDER BY l.id DESC) FILTER (WHERE
-                    (l.invoice_id IS NULL OR EXISTS (SELECT 1 FROM billing.invoice i
-                                                      WHERE i.customer_id = l.customer_id AND i.id = l.invoice_id
-                                                        AND i.status IN ('PAID', 'OPEN', 'REVIEW')))
-                    AND (l.depends_on IS NULL OR NOT EXISTS (SELECT 1 FROM billing.invoice i
-                                                              WHERE i.customer_id = l.customer_id AND i.id = ANY (l.depends_on)
-                                                                AND i.status IN ('VOID', 'FAILED')))))[1] AS plan_in_force
+        -- per period, from the PLAN lines reaching into it (in force or not, as _line_in_force):
+        -- whether one ends inside it or is a REVERSAL, and the plan of the newest in force
+        SELECT p.customer_id, p.subscription_id, p.p_start, coalesce(x.cut_inside, false) AS cut_inside, x.plan_in_force
           FROM periods p
-          JOIN billing.service_line l ON l.customer_id = p.customer_id AND l.subscription_id = p.subscription_id
-         WHERE l.item = 'PLAN' AND l.span_end > p.p_start AND l.span_start < p.p_end
-         GROUP BY p.customer_id, p.subscription_id, p.p_start
+         CROSS JOIN LATERAL (
+             SELECT bool_or(l.kind <> 'CHARGE' OR l.span_start > p.p_start OR l.span_end < p.p_end) AS cut_inside,
+                    (array_agg(l.plan_id ORDER BY l.id DESC) FILTER (WHERE
+                         (l.invoice_id IS NULL OR EXISTS (SELECT 1 FROM billing.invoice i
+                                                           WHERE i.customer_id = l.customer_id AND i.id = l.invoice_id
+                                                             AND i.status IN ('PAID', 'OPEN', 'REVIEW')))
+                         AND (l.depends_on IS NULL OR NOT EXISTS (SELECT 1 FROM billing.invoice i
+                                                                   WHERE i.customer_id = l.customer_id AND i.id = ANY (l.depends_on)
+                                                                     AND i.status IN ('VOID', 'FAILED')))))[1] AS plan_in_force
+               FROM billing.service_line l
+              WHERE l.customer_id = p.customer_id AND l.subscription_id = p.subscription_id
+                AND l.item = 'PLAN' AND l.span_end > p.p_start AND l.span_start < p.p_end) x
     ), simple AS MATERIALIZED (
         -- the subscriptions whose every period is one segment (the others: _rate_subscription)
         SELECT s.* FROM sub s
@@ -492,59 +501,60 @@ BEGIN
         SELECT DISTINCT w.customer_id, w.seg_start, w.seg_end, w.lo, w.hi, w.meter_code, w.aggregation, w.event_type,
                w.filters, w.property
           FROM work w
-    ), edge AS MATERIALIZED (
-        SELECT n.customer_id, n.seg_start, n.seg_end, n.meter_code, e.event_time,
-               CASE WHEN n.aggregation IN ('sum', 'max', 'latest') THEN (e.data #>> n.property)::numeric END AS num,
-               CASE WHEN n.aggregation = 'unique_count' THEN e.data #>> n.property END AS val
-          FROM spans n
-          JOIN billing.usage_event e ON e.customer_id = n.customer_id AND e.event_time >= n.seg_start AND e.event_time < n.lo
-         WHERE n.lo > n.seg_start AND e.event_type = n.event_type
-           AND (n.filters = '{}'::jsonb OR billing._usage_match(n.filters, e.data))
-        UNION ALL
-        SELECT n.customer_id, n.seg_start, n.seg_end, n.meter_code, e.event_time,
-               CASE WHEN n.aggregation IN ('sum', 'max', 'latest') THEN (e.data #>> n.property)::numeric END,
-               CASE WHEN n.aggregation = 'unique_count' THEN e.data #>> n.property END
-          FROM spans n
-          JOIN billing.usage_event e ON e.customer_id = n.customer_id AND e.event_time >= n.hi AND e.event_time < n.seg_end
-         WHERE n.seg_end > n.hi AND e.event_type = n.event_type
-           AND (n.filters = '{}'::jsonb OR billing._usage_match(n.filters, e.data))
-    ), parts AS (
-        SELECT n.customer_id, n.seg_start, n.seg_end, n.meter_code,
-               r.events, r.total, r.max_value, r.latest_time, r.latest_value
-          FROM spans n
-          JOIN billing.usage_rollup r ON r.customer_id = n.customer_id AND r.meter_code = n.meter_code
-                                     AND r.bucket >= n.lo AND r.bucket < n.hi
-        UNION ALL
-        SELECT g.customer_id, g.seg_start, g.seg_end, g.meter_code, count(*), coalesce(sum(g.num), 0), max(g.num),
-               max(g.event_time), (array_agg(g.num ORDER BY g.event_time DESC, g.num DESC NULLS LAST))[1]
-          FROM edge g GROUP BY g.customer_id, g.seg_start, g.seg_end, g.meter_code
     ), agg AS MATERIALIZED (
-        SELECT p.customer_id, p.seg_start, p.seg_end, p.meter_code,
-               sum(p.events)::bigint AS events, sum(p.total) AS total, max(p.max_value) AS max_value,
-               (array_agg(p.latest_value ORDER BY p.latest_time DESC NULLS LAST, p.latest_value DESC NULLS LAST))[1] AS latest_value
-          FROM parts p GROUP BY p.customer_id, p.seg_start, p.seg_end, p.meter_code
-    ), uniques AS MATERIALIZED (
-        SELECT u.customer_id, u.seg_start, u.seg_end, u.meter_code, count(DISTINCT u.val) AS n
-          FROM (SELECT n.customer_id, n.seg_start, n.seg_end, n.meter_code, q.value AS val
-                  FROM spans n
-                  JOIN billing.usage_unique q ON q.customer_id = n.customer_id AND q.meter_code = n.meter_code
-                                             AND q.bucket >= n.lo AND q.bucket < n.hi
-                 WHERE n.aggregation = 'unique_count'
-                UNION ALL
-                SELECT g.customer_id, g.seg_start, g.seg_end, g.meter_code, g.val FROM edge g WHERE g.val IS NOT NULL) u
-         GROUP BY u.customer_id, u.seg_start, u.seg_end, u.meter_code
+        -- usage_between's figures of each span: the rollups of its whole hours and one part of its
+        -- edge hours' events (when there are any), aggregated as one
+        SELECT n.customer_id, n.seg_start, n.seg_end, n.meter_code, x.events, x.total, x.max_value, x.latest_value, u.uniques
+          FROM spans n
+         CROSS JOIN LATERAL (
+             SELECT sum(p.events)::bigint AS events, sum(p.total) AS total, max(p.max_value) AS max_value,
+                    (array_agg(p.latest_value ORDER BY p.latest_time DESC NULLS LAST, p.latest_value DESC NULLS LAST)
+                         FILTER (WHERE n.aggregation = 'latest'))[1] AS latest_value
+               FROM (SELECT r.events, r.total, r.max_value, r.latest_time, r.latest_value
+                       FROM billing.usage_rollup r
+                      WHERE r.customer_id = n.customer_id AND r.meter_code = n.meter_code AND r.bucket >= n.lo AND r.bucket < n.hi
+                     UNION ALL
+                     SELECT count(*), coalesce(sum(g.num), 0), max(g.num), max(g.event_time),
+                            (array_agg(g.num ORDER BY g.event_time DESC, g.num DESC NULLS LAST))[1]
+                       FROM (SELECT e.event_time,
+                                    CASE WHEN n.aggregation IN ('sum', 'max', 'latest') THEN (e.data #>> n.property)::numeric END AS num
+                               FROM (SELECT e.event_time, e.event_type, e.data FROM billing.usage_event e
+                                      WHERE n.lo > n.seg_start AND e.customer_id = n.customer_id
+                                        AND e.event_time >= n.seg_start AND e.event_time < n.lo
+                                     UNION ALL
+                                     SELECT e.event_time, e.event_type, e.data FROM billing.usage_event e
+                                      WHERE n.seg_end > n.hi AND e.customer_id = n.customer_id
+                                        AND e.event_time >= n.hi AND e.event_time < n.seg_end) e
+                              WHERE e.event_type = n.event_type
+                                AND (n.filters = '{}'::jsonb OR billing._usage_match(n.filters, e.data))) g
+                     HAVING count(*) > 0) p) x
+          LEFT JOIN LATERAL (
+             SELECT count(DISTINCT q.val) AS uniques
+               FROM (SELECT v.value AS val FROM billing.usage_unique v
+                      WHERE v.customer_id = n.customer_id AND v.meter_code = n.meter_code AND v.bucket >= n.lo AND v.bucket < n.hi
+                     UNION ALL
+                     SELECT e.data #>> n.property
+                       FROM (SELECT e.event_type, e.data FROM billing.usage_event e
+                              WHERE n.lo > n.seg_start AND e.customer_id = n.customer_id
+                                AND e.event_time >= n.seg_start AND e.event_time < n.lo
+                             UNION ALL
+                             SELECT e.event_type, e.data FROM billing.usage_event e
+                              WHERE n.seg_end > n.hi AND e.customer_id = n.customer_id
+                                AND e.event_time >= n.hi AND e.event_time < n.seg_end) e
+                      WHERE e.event_type = n.event_type
+                        AND (n.filters = '{}'::jsonb OR billing._usage_match(n.filters, e.data))
+                        AND e.data #>> n.property IS NOT NULL) q
+              WHERE n.aggregation = 'unique_count') u ON true
     ), valued AS MATERIALIZED (
         SELECT w.k, w.customer_id, w.subscription_id, w.seg_start, w.seg_end, w.plan_id, w.meter_code, w.charge,
                coalesce(CASE w.aggregation WHEN 'count' THEN coalesce(a.events, 0)::numeric
                                            WHEN 'sum' THEN coalesce(a.total, 0)
                                            WHEN 'max' THEN a.max_value
                                            WHEN 'latest' THEN a.latest_value
-                                           WHEN 'unique_count' THEN coalesce(q.n, 0)::numeric END, 0) AS qty
+                                           WHEN 'unique_count' THEN coalesce(a.uniques, 0)::numeric END, 0) AS qty
           FROM work w
           LEFT JOIN agg a ON a.customer_id = w.customer_id AND a.seg_start = w.seg_start AND a.seg_end = w.seg_end
                          AND a.meter_code = w.meter_code
-          LEFT JOIN uniques q ON q.customer_id = w.customer_id AND q.seg_start = w.seg_start AND q.seg_end = w.seg_end
-                             AND q.meter_code = w.meter_code
     ), rated AS MATERIALIZED (
         SELECT v.k, v.customer_id, v.subscription_id, v.seg_start, v.seg_end, v.plan_id, v.meter_code, v.qty,
                a.amount,
@@ -552,7 +562,13 @@ BEGIN
                                      WHERE r.customer_id = v.customer_id AND r.subscription_id = v.subscription_id
                                        AND r.meter_code = v.meter_code AND r.span_start = v.seg_start), 0)::bigint AS billed
           FROM valued v
-          JOIN billing._usage_amounts((SELECT array_agg(x.charge ORDER BY x.k) FROM valued x),
+          JOIN billing._usage_amounts((SELECT array_agg((x.charge).model ORDER BY x.k) FROM valued x),
+                                      (SELECT array_agg((x.charge).unit_amount ORDER BY x.k) FROM valued x),
+                                      (SELECT array_agg((x.charge).package_size ORDER BY x.k) FROM valued x),
+                                      (SELECT array_agg((x.charge).tiers ORDER BY x.k) FROM valued x),
+                                      (SELECT array_agg((x.charge).included_units ORDER BY x.k) FROM valued x),
+                                      (SELECT array_agg((x.charge).minimum_amount ORDER BY x.k) FROM valued x),
+                                      (SELECT array_agg((x.charge).maximum_amount ORDER BY x.k) FROM valued x),
                                       (SELECT array_agg(x.qty ORDER BY x.k) FROM valued x)) a ON a.n = v.k
     ), totals AS MATERIALIZED (
         SELECT s.customer_id, s.subscription_id, s.rated_until, s.quantity, s.plan_id, pc.cut, coalesce(rt.total, 0)::bigint AS total
@@ -713,8 +729,9 @@ DECLARE
     v_fast_c bigint[];
     v_fast_s bigint[];
     v_done   bigint[];
+    v_done_c bigint[];
+    v_done_i bigint[];
     v_row    record;
-    v_i      integer;
 BEGIN
     IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000
        OR p_grace IS NULL OR p_grace < interval '0' OR p_grace > interval '7 days' THEN
@@ -743,25 +760,25 @@ BEGIN
       FROM (SELECT u.customer_id, u.subscription_id,
                    (NOT u.finished AND u.late_since IS NULL AND s.status <> 'CANCELED') AS fast
               FROM unnest(v_cust, v_subs) AS k (c, i)
+              JOIN (SELECT DISTINCT l FROM unnest(v_locked) l) l ON l.l = k.c
               JOIN billing.usage_cursor u ON u.customer_id = k.c AND u.subscription_id = k.i
               JOIN billing.subscription s ON s.customer_id = k.c AND s.id = k.i
-             WHERE k.c = ANY (v_locked)
              ORDER BY u.customer_id, u.subscription_id
                FOR UPDATE OF u FOR NO KEY UPDATE OF s) q;
-    v_done := '{}';
-    FOR v_row IN SELECT * FROM billing._rate_usage_set(v_fast_c, v_fast_s, v_now, p_grace) LOOP
-        v_done := v_done || v_row.subscription_id;
-        customer_id := v_row.customer_id;
-        subscription_id := v_row.subscription_id;
-        invoice_id := v_row.invoice_id;
-        RETURN NEXT;
-    END LOOP;
-    FOR v_i IN 1 .. cardinality(v_subs) LOOP
-        CONTINUE WHEN v_subs[v_i] = ANY (v_done);
-        customer_id := v_cust[v_i];
-        subscription_id := v_subs[v_i];
-        -- a customer not locked above is tried again here (and skipped: NULL) as before
-        invoice_id := billing._rate_subscription(v_cust[v_i], v_subs[v_i], v_now, p_grace);
+    SELECT coalesce(array_agg(r.subscription_id), '{}'), coalesce(array_agg(r.customer_id), '{}'),
+           coalesce(array_agg(r.invoice_id), '{}')
+      INTO v_done, v_done_c, v_done_i
+      FROM billing._rate_usage_set(v_fast_c, v_fast_s, v_now, p_grace) r;
+    RETURN QUERY SELECT d.c, d.s, d.i FROM unnest(v_done_c, v_done, v_done_i) AS d (c, s, i);
+    -- the rest, one at a time (a customer not locked above is tried again there, and skipped: NULL)
+    FOR v_row IN
+        SELECT k.c, k.i FROM unnest(v_cust, v_subs) WITH ORDINALITY AS k (c, i, n)
+         WHERE NOT EXISTS (SELECT 1 FROM unnest(v_done) d WHERE d = k.i)
+         ORDER BY k.n
+    LOOP
+        customer_id := v_row.c;
+        subscription_id := v_row.i;
+        invoice_id := billing._rate_subscription(v_row.c, v_row.i, v_now, p_grace);
         RETURN NEXT;
     END LOOP;
 END
