@@ -132,6 +132,78 @@ COMMENT ON FUNCTION billing._usage_follow(bigint, bigint, timestamptz) IS
 'Private: makes the usage cursor of a subscription (rated from its first period''s start) if it has none.
 Returns nothing.';
 
+-- The coupon's discount of a usage line (docs/usage.md "Coupons"), by the rule of the plan lines
+-- (_line_discount): a percentage coupon of the subscription discounts a usage line of a plan it
+-- covers (its plans, its currency) for the line's share of service inside the coupon's time: a
+-- repeating coupon's months of service (those its first discounted plan line started, before
+-- discount_until; none started, as on a usage-only plan: from the first period that began at or
+-- after its redemption); a forever coupon from that period to its removal (ended_at). Percentages round down, on the line's gross times its share. An amount
+-- off (a sum off a period's price, taken on the period's plan line) and a once coupon (the first
+-- period's plan line) discount no usage line. Reads only; a coupon is never used up by usage.
+CREATE OR REPLACE FUNCTION billing._usage_discount(p_customer_id bigint, p_subscription_id bigint, p_plan_id bigint,
+                                                   p_gross bigint, p_start timestamptz, p_end timestamptz,
+                                                   OUT discount bigint, OUT coupon_code text)
+RETURNS record
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_red    record;
+    v_plan   billing.plan;
+    v_tz     text;
+    v_from   timestamptz;
+    v_to     timestamptz;
+    v_part   bigint;
+BEGIN
+    discount := 0;
+    IF p_gross <= 0 OR p_start >= p_end
+       OR NOT EXISTS (SELECT 1 FROM billing.coupon_redemption r
+                       WHERE r.customer_id = p_customer_id AND r.subscription_id = p_subscription_id) THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_plan FROM billing.plan WHERE id = p_plan_id;
+    SELECT s.timezone INTO v_tz FROM billing.subscription s WHERE s.customer_id = p_customer_id AND s.id = p_subscription_id;
+    FOR v_red IN
+        SELECT r.coupon_code, r.redeemed_at, r.ended_at, r.discount_until, c.percent_off, c.duration, c.duration_periods
+          FROM billing.coupon_redemption r JOIN billing.coupon c ON c.code = r.coupon_code
+         WHERE r.customer_id = p_customer_id AND r.subscription_id = p_subscription_id
+           AND c.percent_off IS NOT NULL AND c.duration IN ('repeating', 'forever')
+           AND (c.plan_codes IS NULL OR v_plan.code = ANY (c.plan_codes))
+           AND (c.currency IS NULL OR c.currency = v_plan.currency)
+         ORDER BY r.redeemed_at, r.coupon_code
+    LOOP
+        IF v_red.duration = 'repeating' AND v_red.discount_until IS NOT NULL THEN
+            -- its months of service, started by the first period line it discounted
+            v_to := v_red.discount_until;
+            v_from := ((v_red.discount_until AT TIME ZONE v_tz) - make_interval(months => v_red.duration_periods)) AT TIME ZONE v_tz;
+        ELSE
+            -- from the first period that began at or after its redemption (a repeating coupon no plan
+            -- line started, as on a usage-only plan: its months from there)
+            SELECT min(i.period_start) INTO v_from FROM billing.invoice i
+             WHERE i.customer_id = p_customer_id AND i.subscription_id = p_subscription_id
+               AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE') AND i.period_start >= v_red.redeemed_at;
+            CONTINUE WHEN v_from IS NULL;
+            v_to := CASE WHEN v_red.duration = 'repeating'
+                         THEN ((v_from AT TIME ZONE v_tz) + make_interval(months => v_red.duration_periods)) AT TIME ZONE v_tz
+                         ELSE coalesce(v_red.ended_at, 'infinity') END;
+        END IF;
+        v_from := greatest(v_from, p_start);
+        v_to := least(v_to, p_end);
+        CONTINUE WHEN v_to <= v_from;
+        v_part := floor(p_gross::numeric * v_red.percent_off / 100
+                        * floor(extract(epoch FROM v_to) - extract(epoch FROM v_from))
+                        / greatest(floor(extract(epoch FROM p_end) - extract(epoch FROM p_start)), 1))::bigint;
+        IF v_part > 0 THEN
+            discount := least(p_gross, discount + v_part);
+            coupon_code := coalesce(coupon_code, v_red.coupon_code);
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION billing._usage_discount(bigint, bigint, bigint, bigint, timestamptz, timestamptz) IS
+'Private: the discount of a usage line [p_start, p_end) of p_gross on plan p_plan_id by the subscription''s percentage coupons (repeating or forever, covering the plan and its currency), for the line''s share of service inside each coupon''s time (rounded down); never more than the line.
+Returns the discount and the coupon code (NULL when nothing was discounted).';
+
 -- Rates one subscription (named by its cursor) at p_now, under the customer's usage lock: the periods ended at
 -- least p_grace ago and not rated yet, each cut into plan segments, each segment rated per charge
 -- of its plan (usage_between, _usage_amount); with late events (late_since), the segments already
@@ -173,6 +245,10 @@ DECLARE
     v_seg_from timestamptz;
     v_seg_to   timestamptz;
     v_values  jsonb;
+    v_disc    record;
+    v_discount bigint := 0;
+    v_coupon  text;
+    v_line_disc bigint;
 BEGIN
     -- Tried, never waited for: an ingestion of the customer in flight (or another rating worker)
     -- makes this call skip the subscription until the next one; so no lock order can deadlock.
@@ -247,10 +323,14 @@ BEGIN
          WHERE r.customer_id = p_customer_id AND r.subscription_id = p_subscription_id
            AND r.meter_code = v_work.meter_code AND r.span_start = v_work.seg_start;
         v_billed := greatest(v_amount - v_before, 0);
+        v_disc := billing._usage_discount(p_customer_id, p_subscription_id, v_work.plan_id, v_billed,
+                                          v_work.seg_start, v_work.seg_end);
         v_rows := v_rows || jsonb_build_object('start', v_work.seg_start, 'end', v_work.seg_end, 'plan', v_work.plan_id,
                                                'meter', v_work.meter_code, 'qty', v_qty, 'amount', v_amount,
-                                               'billed', v_billed);
+                                               'billed', v_billed, 'discount', v_disc.discount, 'coupon', v_disc.coupon_code);
         v_total := v_total + v_billed;
+        v_discount := v_discount + v_disc.discount;
+        v_coupon := coalesce(v_coupon, v_disc.coupon_code);
     END LOOP;
 
     IF v_total > 0 THEN
@@ -265,7 +345,8 @@ BEGIN
             v_inv_end := p_now;
         END IF;
         IF v_inv_end > v_inv_start THEN
-            v_invoice := billing._new_invoice(v_sub, 'USAGE', v_inv_start, v_inv_end, v_total, v_plan, 0, p_now);
+            v_invoice := billing._new_invoice(v_sub, 'USAGE', v_inv_start, v_inv_end, v_total - v_discount, v_plan, 0, p_now,
+                                              NULL, NULL, v_discount, v_coupon);
         ELSE
             v_total := 0;  -- (a finished subscription rated again at the instant of its last invoice: next call)
             RETURN NULL;
@@ -277,14 +358,16 @@ BEGIN
         v_billed := (v_row ->> 'billed')::bigint;
         IF v_billed > 0 THEN
             SELECT * INTO v_seg_plan FROM billing.plan WHERE id = (v_row ->> 'plan')::bigint;
-            v_tax := billing._line_tax(p_customer_id, v_billed);
+            v_line_disc := (v_row ->> 'discount')::bigint;
+            v_tax := billing._line_tax(p_customer_id, v_billed - v_line_disc);
             INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, meter_code, usage_quantity,
-                                              plan_id, quantity, unit_price, span_start, span_end, gross, discount, net,
+                                              plan_id, quantity, unit_price, span_start, span_end, gross, discount, coupon_code, net,
                                               tax, tax_inclusive, currency, basis_start, basis_gross, basis_net, created_at)
             VALUES (p_customer_id, p_subscription_id, v_invoice.id, 'CHARGE', 'USAGE', v_row ->> 'meter', (v_row ->> 'qty')::numeric,
                     v_seg_plan.id, 1, v_billed, (v_row ->> 'start')::timestamptz, (v_row ->> 'end')::timestamptz,
-                    v_billed, 0, v_billed, v_tax.tax, v_tax.inclusive, v_seg_plan.currency,
-                    (v_row ->> 'start')::timestamptz, v_billed, v_billed, p_now)
+                    v_billed, v_line_disc, CASE WHEN v_line_disc > 0 THEN v_row ->> 'coupon' END, v_billed - v_line_disc,
+                    v_tax.tax, v_tax.inclusive, v_seg_plan.currency,
+                    (v_row ->> 'start')::timestamptz, v_billed, v_billed - v_line_disc, p_now)
             RETURNING id INTO v_line_id;
         END IF;
         INSERT INTO billing.usage_rating (customer_id, subscription_id, meter_code, span_start, rated_at, span_end, plan_id,
@@ -555,7 +638,7 @@ BEGIN
           FROM work w
           LEFT JOIN agg a ON a.customer_id = w.customer_id AND a.seg_start = w.seg_start AND a.seg_end = w.seg_end
                          AND a.meter_code = w.meter_code
-    ), rated AS MATERIALIZED (
+    ), rated0 AS MATERIALIZED (
         SELECT v.k, v.customer_id, v.subscription_id, v.seg_start, v.seg_end, v.plan_id, v.meter_code, v.qty,
                a.amount,
                greatest(a.amount - (SELECT coalesce(sum(r.billed), 0) FROM billing.usage_rating r
@@ -570,29 +653,43 @@ BEGIN
                                       (SELECT array_agg((x.charge).minimum_amount ORDER BY x.k) FROM valued x),
                                       (SELECT array_agg((x.charge).maximum_amount ORDER BY x.k) FROM valued x),
                                       (SELECT array_agg(x.qty ORDER BY x.k) FROM valued x)) a ON a.n = v.k
+    ), rated AS MATERIALIZED (
+        -- the coupon's discount of each line (_usage_discount), read only for subscriptions with a coupon
+        SELECT r.*, coalesce(d.discount, 0) AS discount, d.coupon_code, r.billed - coalesce(d.discount, 0) AS net
+          FROM rated0 r
+          LEFT JOIN LATERAL (
+              SELECT x.discount, x.coupon_code
+                FROM billing._usage_discount(r.customer_id, r.subscription_id, r.plan_id, r.billed, r.seg_start, r.seg_end) x
+               WHERE r.billed > 0) d
+                 ON r.billed > 0 AND EXISTS (SELECT 1 FROM billing.coupon_redemption c
+                                              WHERE c.customer_id = r.customer_id AND c.subscription_id = r.subscription_id)
     ), totals AS MATERIALIZED (
-        SELECT s.customer_id, s.subscription_id, s.rated_until, s.quantity, s.plan_id, pc.cut, coalesce(rt.total, 0)::bigint AS total
+        SELECT s.customer_id, s.subscription_id, s.rated_until, s.quantity, s.plan_id, pc.cut,
+               coalesce(rt.gross, 0)::bigint AS gross, coalesce(rt.gross - rt.discount, 0)::bigint AS total,
+               coalesce(rt.discount, 0)::bigint AS discount, rt.coupon_code
           FROM simple s
           LEFT JOIN (SELECT p.customer_id, p.subscription_id, max(p.cut) AS cut FROM periods p
                       GROUP BY p.customer_id, p.subscription_id) pc
                  ON pc.customer_id = s.customer_id AND pc.subscription_id = s.subscription_id
-          LEFT JOIN (SELECT r.customer_id, r.subscription_id, sum(r.billed) AS total FROM rated r
+          LEFT JOIN (SELECT r.customer_id, r.subscription_id, sum(r.billed) AS gross, sum(r.discount) AS discount,
+                            (array_agg(r.coupon_code ORDER BY r.k) FILTER (WHERE r.coupon_code IS NOT NULL))[1] AS coupon_code
+                       FROM rated r
                       GROUP BY r.customer_id, r.subscription_id) rt
                  ON rt.customer_id = s.customer_id AND rt.subscription_id = s.subscription_id
     ), base AS MATERIALIZED (
         SELECT t.customer_id, t.subscription_id, t.rated_until AS period_start, t.cut AS period_end, t.total,
-               t.quantity, p.id AS plan_id, p.currency, p.billing_interval, p.interval_count,
+               t.discount, CASE WHEN t.discount > 0 THEN t.coupon_code END AS coupon_code, t.quantity, p.id AS plan_id, p.currency, p.billing_interval, p.interval_count,
                c.country, c.region, c.tax_status
           FROM totals t
           JOIN billing.plan p ON p.id = t.plan_id
           LEFT JOIN billing.customer c ON v_taxes AND c.id = t.customer_id
-         WHERE t.total > 0 AND t.cut IS NOT NULL
+         WHERE t.gross > 0 AND t.cut IS NOT NULL
     ), taxed AS MATERIALIZED (
         -- the tax of every amount to tax (invoices' subtotals, lines' nets) per tax class, once each
         SELECT k.country, k.region, k.tax_status, k.amount, (x.t).tax_amount, (x.t).tax_included, (x.t).tax_detail
           FROM (SELECT DISTINCT b.country, b.region, b.tax_status, b.total AS amount FROM base b WHERE v_taxes
                 UNION
-                SELECT DISTINCT c.country, c.region, c.tax_status, r.billed FROM rated r
+                SELECT DISTINCT c.country, c.region, c.tax_status, r.net FROM rated r
                   JOIN billing.customer c ON c.id = r.customer_id
                  WHERE v_taxes AND r.billed > 0) k
          CROSS JOIN LATERAL (SELECT billing._tax_of(k.country, k.region, k.tax_status, k.amount) AS t) x
@@ -634,7 +731,7 @@ BEGIN
                CASE WHEN n.total + n.tax_amount - n.credit_applied = 0 THEN NULL ELSE p_now END,
                CASE WHEN n.total + n.tax_amount - n.credit_applied = 0 THEN p_now END, p_now,
                n.plan_id, 0, n.billing_interval, n.interval_count, NULL, NULL,
-               n.quantity, 0, NULL, NULL,
+               n.quantity, n.discount, n.coupon_code, NULL,
                n.tax_amount, n.tax_included, n.tax_detail
           FROM numbered n
         RETURNING *
@@ -646,15 +743,16 @@ BEGIN
           JOIN billing.plan pl ON pl.id = r.plan_id
     ), new_lines AS (
         INSERT INTO billing.service_line (id, customer_id, subscription_id, invoice_id, kind, item, meter_code, usage_quantity,
-                                          plan_id, quantity, unit_price, span_start, span_end, gross, discount, net,
+                                          plan_id, quantity, unit_price, span_start, span_end, gross, discount, coupon_code, net,
                                           tax, tax_inclusive, currency, basis_start, basis_gross, basis_net, created_at)
         SELECT l.line_id, l.customer_id, l.subscription_id, l.invoice_id, 'CHARGE', 'USAGE', l.meter_code, l.qty,
-               l.plan_id, 1, l.billed, l.seg_start, l.seg_end, l.billed, 0, l.billed,
+               l.plan_id, 1, l.billed, l.seg_start, l.seg_end, l.billed, l.discount,
+               CASE WHEN l.discount > 0 THEN l.coupon_code END, l.net,
                coalesce(x.tax_amount, 0) + coalesce(x.tax_included, 0), coalesce(x.tax_included, 0) > 0, l.currency,
-               l.seg_start, l.billed, l.billed, p_now
+               l.seg_start, l.billed, l.net, p_now
           FROM line_rows l
           LEFT JOIN billing.customer c ON v_taxes AND c.id = l.customer_id
-          LEFT JOIN taxed x ON x.amount = l.billed AND coalesce(x.tax_status, '') = coalesce(c.tax_status, '')
+          LEFT JOIN taxed x ON x.amount = l.net AND coalesce(x.tax_status, '') = coalesce(c.tax_status, '')
                            AND coalesce(x.country, '') = coalesce(c.country, '') AND coalesce(x.region, '') = coalesce(c.region, '')
          WHERE l.billed > 0
          ORDER BY l.line_id

@@ -11,11 +11,11 @@
 -- second rating. On Citus rate_usage is the per-subscription path itself (compared all the same).
 BEGIN;
 SET LOCAL ROLE billing_owner;
-SELECT plan(10);
+SELECT plan(14);
 
 SELECT billing.upsert_tax_rate('C721_XA', 'XA', NULL, 'VAT 20%', 2000, false);
 SELECT billing.upsert_tax_rate('C721_XB', 'XB', NULL, 'GST 10%', 1000, true);
-SELECT billing.upsert_plan('C721_A', 0, 'USD', 'MONTH', 1, '2026-02-01Z');
+SELECT billing.upsert_plan('C721_A', 1000, 'USD', 'MONTH', 1, '2026-02-01Z');
 SELECT billing.upsert_plan('C721_B', 0, 'USD', 'MONTH', 1, '2026-02-01Z');
 SELECT billing.upsert_meter('c721_req', 'c721.request', 'count', NULL, '{}', '2026-02-01Z');
 SELECT billing.upsert_meter('c721_tok', 'c721.request', 'sum', '{tokens}', '{}', '2026-02-01Z');
@@ -32,14 +32,21 @@ SELECT billing.upsert_plan_charge('C721_A', 'c721_last', 'package', 10, 4, '[]',
 SELECT billing.upsert_plan_charge('C721_A', 'c721_users', 'per_unit', 100, NULL, '[]', 0, NULL, 250, '2026-02-01Z');
 SELECT billing.upsert_plan_charge('C721_A', 'c721_eu', 'per_unit', 9, NULL, '[]', 0, NULL, NULL, '2026-02-01Z');
 SELECT billing.upsert_plan_charge('C721_B', 'c721_req', 'per_unit', 2, NULL, '[]', 0, NULL, NULL, '2026-02-01Z');
+-- coupons (docs/usage.md "Coupons"): half off for a month of service, 20% forever, an amount off, 30% on plan B only
+SELECT billing.upsert_coupon('C721_R50', 50, NULL, NULL, 'repeating', 1);
+SELECT billing.upsert_coupon('C721_P20', 20, NULL, NULL, 'forever');
+SELECT billing.upsert_coupon('C721_AMT', NULL, 300, 'USD', 'forever');
+SELECT billing.upsert_coupon('C721_B30', 30, NULL, NULL, 'forever', NULL, NULL, NULL, ARRAY['C721_B']);
 
 SELECT billing.upsert_customer(c) FROM generate_series(7211, 7218) c;
 SELECT billing.set_customer_details(7212, 'XA Ltd', 'xa@example.org', '1 Road', 'Town', '1000', NULL, 'XA', NULL);
 SELECT billing.set_customer_details(7218, 'XB Ltd', 'xb@example.org', '1 Road', 'Town', '1000', NULL, 'XB', NULL);
 -- every subscription starts inside an hour: its periods' first and last hours are read from the events
-SELECT billing.create_subscription('c721-' || c, c, 'C721_A', '2026-03-01T10:20:30Z', 0, NULL, 1, 'c721-' || c)
+SELECT billing.create_subscription('c721-' || c, c, 'C721_A', '2026-03-01T10:20:30Z', 0,
+                                   CASE c WHEN 7211 THEN 'C721_R50' WHEN 7212 THEN 'C721_AMT' WHEN 7213 THEN 'C721_P20'
+                                          WHEN 7216 THEN 'C721_P20' END, 1, 'c721-' || c)
   FROM generate_series(7211, 7218) c;
-SELECT billing.create_subscription('c721-7215b', 7215, 'C721_B', '2026-03-01T10:20:30Z', 0, NULL, 1, 'c721-7215b');
+SELECT billing.create_subscription('c721-7215b', 7215, 'C721_B', '2026-03-01T10:20:30Z', 0, 'C721_B30', 1, 'c721-7215b');
 CREATE TEMP TABLE c721 AS SELECT s.customer_id, s.id, s.external_id AS code FROM billing.subscription s
  WHERE s.customer_id BETWEEN 7211 AND 7218;
 -- credit: part of 7213's invoice, all of 7214's, shared by 7215's two
@@ -156,6 +163,29 @@ SELECT ok(jsonb_array_length(pg_temp.state() -> 'lines') > 40
           AND (SELECT count(DISTINCT x ->> 'status') FROM jsonb_array_elements(pg_temp.state() -> 'invoices') x) = 2
           AND (SELECT count(*) FROM jsonb_array_elements(pg_temp.state() -> 'invoices') x WHERE (x ->> 'included')::bigint > 0) > 0,
           'the world compared is not empty: lines, PAID and OPEN invoices, inclusive tax');
+
+-- Coupons on usage lines, by the plan lines' rule: a percentage for the line's share inside the coupon's time
+SELECT is((SELECT array_agg(DISTINCT (l.span_start < '2026-04-01T10:20:30Z', l.discount = l.gross * 50 / 100)::text)
+             FROM billing.service_line l WHERE l.customer_id = 7211 AND l.item = 'USAGE' AND l.kind = 'CHARGE'
+              AND l.span_end <= '2026-05-01T10:20:30Z'),
+          ARRAY['(f,f)', '(t,t)'],
+          'a repeating 50% coupon of one month halves the usage lines of its month (rounded down), not April''s');
+SELECT is((SELECT count(*) FILTER (WHERE l.discount <> l.gross * 20 / 100 OR l.net <> l.gross - l.discount
+                                   OR (l.discount > 0) <> (l.coupon_code = 'C721_P20'))
+             FROM billing.service_line l WHERE l.customer_id IN (7213, 7216) AND l.item = 'USAGE'),
+          0::bigint, '20% forever takes 20% off every usage line, on both plans of a subscription changed inside a period');
+SELECT is((SELECT array_agg(DISTINCT (s.code, l.discount = l.gross * 30 / 100, l.discount = 0)::text ORDER BY (s.code, l.discount = l.gross * 30 / 100, l.discount = 0)::text)
+             FROM billing.service_line l JOIN c721 s ON s.id = l.subscription_id
+            WHERE l.customer_id IN (7212, 7215) AND l.item = 'USAGE' AND l.gross >= 10),
+          ARRAY['(c721-7212,f,t)', '(c721-7215,f,t)', '(c721-7215b,t,f)'],
+          'an amount off takes nothing off usage; 30% on plan B only takes 30% off the usage-only plan B''s lines');
+SELECT is((SELECT count(*) FROM billing.invoice i
+            WHERE i.customer_id BETWEEN 7211 AND 7218 AND i.kind = 'USAGE'
+              AND ((i.subtotal, i.discount_amount) IS DISTINCT FROM
+                   (SELECT (sum(l.net)::bigint, sum(l.discount)::bigint) FROM billing.service_line l
+                     WHERE l.customer_id = i.customer_id AND l.invoice_id = i.id)
+                   OR (i.discount_amount > 0) <> (i.coupon_code IS NOT NULL))),
+          0::bigint, 'every USAGE invoice is the net of its lines, its discount theirs');
 
 SELECT * FROM finish();
 ROLLBACK;
