@@ -433,9 +433,11 @@ Returns nothing.';
 -- and is not rated to its end, a canceled one rated to its end with late events.
 CREATE OR REPLACE FUNCTION billing._usage_due(p_batch_size integer, p_now timestamptz, p_grace interval)
 RETURNS TABLE (customer_id bigint, subscription_id bigint)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE  -- PL/pgSQL: Citus cannot plan a SQL function over its tables with parameters
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+BEGIN
+    RETURN QUERY
     SELECT u.customer_id, u.subscription_id FROM billing.usage_cursor u
       JOIN billing.subscription s ON s.customer_id = u.customer_id AND s.id = u.subscription_id
      WHERE (NOT u.finished AND s.status <> 'CANCELED'
@@ -444,7 +446,8 @@ AS $$
             AND least(coalesce(s.canceled_at, s.current_period_end), s.current_period_end) + p_grace <= p_now)
         OR (u.finished AND s.status = 'CANCELED' AND u.late_since IS NOT NULL)
      ORDER BY u.customer_id, u.subscription_id
-     LIMIT p_batch_size
+     LIMIT p_batch_size;
+END
 $$;
 COMMENT ON FUNCTION billing._usage_due(integer, timestamptz, interval) IS
 'Private: the subscriptions whose usage rating is due at p_now (a period or a canceled service ended p_grace ago and not rated; a finished one with late events), in key order.
