@@ -591,45 +591,64 @@ COMMENT ON FUNCTION billing.upsert_plan_charge(text, text, text, numeric, bigint
 (p_unit_amount per started p_package_size units); p_included_units free, then at least p_minimum_amount and at most p_maximum_amount
 per period. BL404 unknown plan or meter; BL422 a bad definition.';
 
--- The amount (minor units) a charge bills for a period's quantity: the included units off first,
--- the model's amount rounded up to a whole minor unit once, then the minimum and the maximum.
-CREATE OR REPLACE FUNCTION billing._usage_amount(p_charge billing.plan_charge, p_quantity numeric)
-RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE
+-- The amounts (minor units) charges bill for quantities, set-based: the n-th charge (its terms, one
+-- array each) for p_quantities[n], one row per n. Per charge: the included units off first, the model's amount rounded up to a whole
+-- minor unit once, then the minimum and the maximum (docs/usage.md "Pricing"). The rating prices its
+-- whole batch in one call (72_usage_rating); _usage_amount is the same for one charge.
+-- graduated: each tier's slice of q (between the previous tier's upTo and its own) at its unit
+-- amount, plus its flat amount when the slice is not empty; volume: the whole q at the first tier
+-- whose upTo it does not pass, plus that tier's flat amount; q = 0 bills 0 under both.
+DROP FUNCTION IF EXISTS billing._usage_amounts(billing.plan_charge[], numeric[]);
+CREATE OR REPLACE FUNCTION billing._usage_amounts(
+    p_models text[], p_unit_amounts numeric[], p_package_sizes bigint[], p_tiers jsonb[], p_included numeric[],
+    p_minimums bigint[], p_maximums bigint[], p_quantities numeric[])
+RETURNS TABLE (n bigint, amount bigint)
+LANGUAGE sql IMMUTABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_q      numeric := greatest(coalesce(p_quantity, 0) - p_charge.included_units, 0);
-    v_amount numeric := 0;
-    v_prev   numeric := 0;
-    v_tier   jsonb;
-    v_upto   numeric;
-    v_slice  numeric;
-BEGIN
-    IF p_charge.model = 'per_unit' THEN
-        v_amount := v_q * p_charge.unit_amount;
-    ELSIF p_charge.model = 'package' THEN
-        v_amount := ceil(v_q / p_charge.package_size) * p_charge.unit_amount;
-    ELSIF v_q > 0 AND p_charge.model = 'graduated' THEN
-        FOR v_tier IN SELECT value FROM jsonb_array_elements(p_charge.tiers) LOOP
-            v_upto := (v_tier ->> 'upTo')::numeric;
-            v_slice := least(v_q, coalesce(v_upto, v_q)) - v_prev;
-            EXIT WHEN v_slice <= 0;
-            v_amount := v_amount + v_slice * (v_tier ->> 'unitAmount')::numeric + coalesce((v_tier ->> 'flatAmount')::numeric, 0);
-            v_prev := coalesce(v_upto, v_q);
-        END LOOP;
-    ELSIF v_q > 0 AND p_charge.model = 'volume' THEN
-        SELECT v_q * (t.value ->> 'unitAmount')::numeric + coalesce((t.value ->> 'flatAmount')::numeric, 0)
-          INTO v_amount
-          FROM jsonb_array_elements(p_charge.tiers) WITH ORDINALITY AS t (value, n)
-         WHERE t.value ->> 'upTo' IS NULL OR v_q <= (t.value ->> 'upTo')::numeric
-         ORDER BY t.n LIMIT 1;
-    END IF;
-    v_amount := ceil(v_amount);
-    IF p_charge.minimum_amount IS NOT NULL THEN v_amount := greatest(v_amount, p_charge.minimum_amount); END IF;
-    IF p_charge.maximum_amount IS NOT NULL THEN v_amount := least(v_amount, p_charge.maximum_amount); END IF;
-    RETURN v_amount::bigint;
-END
+    WITH r AS (
+        SELECT c.n, c.model, c.unit_amount, c.package_size, c.tiers, c.minimum_amount, c.maximum_amount,
+               greatest(coalesce(c.quantity, 0) - c.included_units, 0) AS q
+          FROM unnest(p_models, p_unit_amounts, p_package_sizes, p_tiers, p_included, p_minimums, p_maximums, p_quantities)
+               WITH ORDINALITY AS c (model, unit_amount, package_size, tiers, included_units, minimum_amount, maximum_amount,
+                                     quantity, n)
+    ), t AS (
+        SELECT r.n, r.model, r.q, t.k, (t.v ->> 'upTo')::numeric AS upto, (t.v ->> 'unitAmount')::numeric AS unit,
+               coalesce((t.v ->> 'flatAmount')::numeric, 0) AS flat,
+               coalesce(lag((t.v ->> 'upTo')::numeric) OVER (PARTITION BY r.n ORDER BY t.k), 0) AS prev
+          FROM r CROSS JOIN LATERAL jsonb_array_elements(r.tiers) WITH ORDINALITY AS t (v, k)
+         WHERE r.model IN ('graduated', 'volume') AND r.q > 0
+    ), tiered AS (
+        SELECT t.n,
+               CASE WHEN min(t.model) = 'graduated'
+                    THEN sum((least(t.q, coalesce(t.upto, t.q)) - t.prev) * t.unit + t.flat)
+                             FILTER (WHERE least(t.q, coalesce(t.upto, t.q)) - t.prev > 0)
+                    ELSE (array_agg(t.q * t.unit + t.flat ORDER BY t.k) FILTER (WHERE t.upto IS NULL OR t.q <= t.upto))[1]
+               END AS amount
+          FROM t GROUP BY t.n
+    )
+    SELECT r.n,
+           least(greatest(ceil(CASE r.model WHEN 'per_unit' THEN r.q * r.unit_amount
+                                             WHEN 'package' THEN ceil(r.q / r.package_size) * r.unit_amount
+                                             ELSE coalesce(x.amount, 0) END),
+                          r.minimum_amount),
+                 r.maximum_amount)::bigint
+      FROM r LEFT JOIN tiered x ON x.n = r.n
+     ORDER BY r.n
+$$;
+COMMENT ON FUNCTION billing._usage_amounts(text[], numeric[], bigint[], jsonb[], numeric[], bigint[], bigint[], numeric[]) IS
+'Private, set-based: the amount in minor units the n-th charge (model, unit amount, package size, tiers, included units, minimum, maximum: the n-th of each array) bills for the quantity p_quantities[n] (included units off, the model, rounded up once, minimum, maximum).
+Returns one row (n, amount) per charge.';
+
+-- The amount (minor units) a charge bills for a period's quantity: _usage_amounts for one charge.
+CREATE OR REPLACE FUNCTION billing._usage_amount(p_charge billing.plan_charge, p_quantity numeric)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT a.amount FROM billing._usage_amounts(ARRAY[p_charge.model], ARRAY[p_charge.unit_amount], ARRAY[p_charge.package_size],
+                                                ARRAY[p_charge.tiers], ARRAY[p_charge.included_units],
+                                                ARRAY[p_charge.minimum_amount], ARRAY[p_charge.maximum_amount], ARRAY[p_quantity]) a
 $$;
 COMMENT ON FUNCTION billing._usage_amount(billing.plan_charge, numeric) IS
 'Private: the amount in minor units a plan charge bills for a period''s quantity (included units off, the model, rounded up once, minimum, maximum).';

@@ -549,7 +549,13 @@ def make_machine(db: Db, steps: int):
                 SELECT i.id, i.kind, i.period_start, r.redeemed_at FROM billing.invoice i
                   JOIN billing.coupon_redemption r ON r.customer_id = i.customer_id
                    AND r.subscription_id = i.subscription_id AND r.coupon_code = i.coupon_code
-                 WHERE i.discount_amount > 0 AND r.redeemed_at > i.period_start""")
+                 WHERE i.discount_amount > 0 AND r.redeemed_at > i.period_start AND i.kind <> 'USAGE'
+                UNION ALL
+                -- a USAGE invoice may span periods: each discounted usage line's own span (docs/usage.md "Coupons")
+                SELECT l.invoice_id, 'USAGE', l.span_start, r.redeemed_at FROM billing.service_line l
+                  JOIN billing.coupon_redemption r ON r.customer_id = l.customer_id
+                   AND r.subscription_id = l.subscription_id AND r.coupon_code = l.coupon_code
+                 WHERE l.item = 'USAGE' AND l.discount > 0 AND r.redeemed_at > l.span_start""")
             assert not late, f"periods discounted by a coupon redeemed after they began: {late}"
 
         @invariant()
@@ -650,7 +656,23 @@ def make_machine(db: Db, steps: int):
                        r.span_start AS at FROM billing.usage_rating r
                   LEFT JOIN billing.service_line l ON l.customer_id = r.customer_id AND l.id = r.line_id
                   LEFT JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
-                 WHERE r.billed > 0 AND (l.id IS NULL OR l.net <> r.billed OR l.item <> 'USAGE' OR i.kind IS DISTINCT FROM 'USAGE')
+                 WHERE r.billed > 0 AND (l.id IS NULL OR l.gross <> r.billed OR l.net <> l.gross - l.discount OR l.item <> 'USAGE'
+                                         OR i.kind IS DISTINCT FROM 'USAGE')
+                UNION ALL
+                -- Coupons on usage lines (docs/usage.md "Coupons"): a percentage coupon of the
+                -- subscription (repeating or forever, covering the line's plan) takes at most its
+                -- percentage of the line, rounded down; nothing else discounts a usage line.
+                SELECT 'usage lines discounted beyond their coupon', l.subscription_id, l.span_start
+                  FROM billing.service_line l
+                  LEFT JOIN billing.coupon c ON c.code = l.coupon_code
+                  LEFT JOIN billing.plan p ON p.id = l.plan_id
+                 WHERE l.item = 'USAGE' AND l.discount > 0
+                   AND (c.code IS NULL OR c.percent_off IS NULL OR c.duration = 'once'
+                        OR (c.plan_codes IS NOT NULL AND NOT p.code = ANY (c.plan_codes))
+                        OR l.discount > floor(l.gross * c.percent_off / 100)
+                        OR NOT EXISTS (SELECT 1 FROM billing.coupon_redemption r
+                                        WHERE r.customer_id = l.customer_id AND r.subscription_id = l.subscription_id
+                                          AND r.coupon_code = c.code AND r.redeemed_at < l.span_end))
                 UNION ALL
                 SELECT 'rated spans that overlap (usage rated twice)', o.subscription_id, o.span_start
                   FROM (SELECT s.*, lag(s.span_end) OVER (PARTITION BY s.subscription_id ORDER BY s.span_start) AS prev_end

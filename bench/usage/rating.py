@@ -1,0 +1,187 @@
+"""Rating bench (issue 29: "the first of the month with 100,000 usage subscriptions of 3 meters each,
+rated in under 60 s"; docs/usage.md "Rating in arrears"): the set-based rating (`billing.rate_usage`
+on one PostgreSQL) beside the per-subscription path (`billing._rate_usage_rows`, what rate_usage was
+before, and still is on Citus) in the same run, on the same data.
+
+    python -m bench.usage.rating                          # 20,000 subscriptions
+    python -m bench.usage.rating --subscriptions 100000   # the issue's figure
+
+The world: N customers, each with one subscription (imported in the month, set-based:
+`import_subscriptions`) on a plan of 3 charges (per_unit on a count meter, graduated on a sum
+meter, package on a unique_count meter), renewed at the month's end (`create_due_invoices`); the
+month's usage written as the ingestion leaves it (hourly rollups and distinct values: `--hours`
+active hours per meter and subscription; the ingestion itself is bench/usage/run.py's). Then:
+
+1. the cursors made before the renewal (`_usage_follow_all`, set-based), the database copied (CREATE DATABASE ...
+   TEMPLATE), so both paths start from the same state;
+2. set-based: `rate_usage(--batch)` until it looks at less than a batch, over all N;
+3. per subscription: `_rate_usage_rows(500)` on the copy for `--sample` subscriptions (all N would
+   take tens of minutes), its rate per second and the time it would take for N;
+4. the sample's ratings and invoices compared between the two databases (they must be equal).
+
+Environment: BILLING_TEST_DATABASE_URL (a superuser URL of the server), as `make services` writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import psycopg
+
+from billing.migrate import migrate
+
+from .run import url_for_db
+
+REPO = Path(__file__).resolve().parents[2]
+DB = "bench_usage_rating"
+COPY = "bench_usage_rating_rows"
+START = datetime(2026, 10, 1, tzinfo=timezone.utc)
+END = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+def build(conn, n: int, hours: int) -> float:
+    conn.execute("SELECT billing.upsert_meter('requests', 'api.request', 'count', NULL, '{}', %s)", (START,))
+    conn.execute("SELECT billing.upsert_meter('tokens', 'api.request', 'sum', '{tokens}', '{}', %s)", (START,))
+    conn.execute("SELECT billing.upsert_meter('users', 'api.request', 'unique_count', '{user}', '{}', %s)", (START,))
+    conn.execute("SELECT billing.upsert_plan('API', 900, 'USD', 'MONTH', 1, %s)", (START - timedelta(days=1),))
+    conn.execute("SELECT billing.upsert_plan_charge('API', 'requests', 'per_unit', 0.5, NULL, '[]', 10, NULL, NULL, %s)", (START,))
+    conn.execute("SELECT billing.upsert_plan_charge('API', 'tokens', 'graduated', NULL, NULL, "
+                 "'[{\"upTo\": 1000, \"unitAmount\": 0.1}, {\"upTo\": null, \"unitAmount\": 0.05}]', 0, NULL, NULL, %s)", (START,))
+    conn.execute("SELECT billing.upsert_plan_charge('API', 'users', 'package', 100, 5, '[]', 0, NULL, NULL, %s)", (START,))
+    at = START + timedelta(days=1)
+    for lo in range(1, n + 1, 10_000):
+        hi = min(lo + 9_999, n)
+        conn.execute("SELECT count(*) FROM billing.import_customers(%s::jsonb, %s)",
+                     (json.dumps([{"external_id": f"c{i}", "id": i} for i in range(lo, hi + 1)]), at))
+        conn.execute("SELECT count(*) FROM billing.import_subscriptions(%s::jsonb, %s)",
+                     (json.dumps([{"external_id": f"s{i}", "customer_id": i, "plan_code": "API", "status": "ACTIVE",
+                                   "current_period_start": START.isoformat(), "current_period_end": END.isoformat()}
+                                  for i in range(lo, hi + 1)]), at))
+    # the month's usage as the ingestion leaves it: `hours` active hours per meter and customer
+    conn.execute("""
+        INSERT INTO billing.usage_rollup (customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value)
+        SELECT c, m, %(start)s::timestamptz + make_interval(hours => (c * 7 + h * 31) %% 743), 1 + (c + h) %% 9,
+               CASE WHEN m = 'tokens' THEN (c * h) %% 300 ELSE 0 END, NULL, %(start)s::timestamptz, NULL
+          FROM generate_series(1, %(n)s) c, generate_series(0, %(hours)s - 1) h, unnest(ARRAY['requests', 'tokens', 'users']) m
+        ON CONFLICT DO NOTHING""", {"start": START, "n": n, "hours": hours})
+    conn.execute("""
+        INSERT INTO billing.usage_unique (customer_id, meter_code, bucket, value)
+        SELECT c, 'users', %(start)s::timestamptz + make_interval(hours => (c * 7 + h * 31) %% 743), 'u' || ((c + h * v) %% 23)
+          FROM generate_series(1, %(n)s) c, generate_series(0, %(hours)s - 1) h, generate_series(1, 2) v
+        ON CONFLICT DO NOTHING""", {"start": START, "n": n, "hours": hours})
+    # the cursors, made as the worker's first round after the import makes them (before the renewal)
+    t0 = time.perf_counter()
+    conn.execute("SELECT billing._usage_follow_all(%s)", (at,))
+    follow = time.perf_counter() - t0
+    while conn.execute("SELECT billing.create_due_invoices(10000, %s)", (END + timedelta(seconds=1),)).fetchone()[0]:
+        pass
+    conn.execute("VACUUM ANALYZE")
+    return follow
+
+
+def backend_cpu(conn) -> float | None:
+    """CPU seconds the connection's server process has used (the server runs on this machine): on a
+    shared machine the wall clock says more about the load than about the work."""
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ratings(conn, limit: int) -> list[tuple]:
+    return conn.execute("""
+        SELECT r.subscription_id, r.meter_code, r.span_start, r.span_end, r.quantity, r.amount, r.billed,
+               i.subtotal, i.amount, i.status, l.net, l.tax
+          FROM billing.usage_rating r
+          LEFT JOIN billing.invoice i ON i.customer_id = r.customer_id AND i.id = r.invoice_id
+          LEFT JOIN billing.service_line l ON l.customer_id = r.customer_id AND l.id = r.line_id
+         WHERE r.customer_id <= %s ORDER BY r.subscription_id, r.meter_code""", (limit,)).fetchall()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--server-url", default=os.environ.get("BILLING_TEST_DATABASE_URL"))
+    ap.add_argument("--subscriptions", type=int, default=20_000)
+    ap.add_argument("--hours", type=int, default=24, help="active hours per meter and subscription in the month")
+    ap.add_argument("--batch", type=int, default=5000, help="rate_usage's batch size (set-based)")
+    ap.add_argument("--sample", type=int, default=1000, help="subscriptions rated by the per-subscription path")
+    args = ap.parse_args()
+    n = args.subscriptions
+    with psycopg.connect(args.server_url, autocommit=True) as conn:
+        for db in (DB, COPY):
+            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB}")
+    url = url_for_db(args.server_url, DB)
+    migrate(url, REPO / "db", simulation=True)
+    now = END + timedelta(hours=1, seconds=1)
+    with psycopg.connect(url, autocommit=True) as conn:
+        t0 = time.perf_counter()
+        follow = build(conn, n, args.hours)
+        rollups = conn.execute("SELECT count(*) FROM billing.usage_rollup").fetchone()[0]
+        uniques = conn.execute("SELECT count(*) FROM billing.usage_unique").fetchone()[0]
+        print(f"setup: {n:,} subscriptions renewed, {rollups:,} rollup rows + {uniques:,} distinct values "
+              f"in {time.perf_counter() - t0:.0f} s", flush=True)
+    with psycopg.connect(args.server_url, autocommit=True) as conn:
+        t0 = time.perf_counter()
+        conn.execute(f"CREATE DATABASE {COPY} TEMPLATE {DB}")
+        print(f"cursors made (set-based) in {follow:.1f} s; copy of the database in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+
+    load_before = os.getloadavg()[0]
+    with psycopg.connect(url, autocommit=True) as conn:
+        cpu0 = backend_cpu(conn)
+        t0 = time.perf_counter()
+        looked = invoices = calls = 0
+        while True:
+            a, b = conn.execute("SELECT count(*), count(invoice_id) FROM billing.rate_usage(%s, %s, interval '1 hour')",
+                                (args.batch, now)).fetchone()
+            looked, invoices, calls = looked + a, invoices + b, calls + 1
+            if a < args.batch:
+                break
+        set_seconds = time.perf_counter() - t0
+        set_cpu = backend_cpu(conn) - cpu0 if cpu0 is not None else float("nan")
+        assert looked == n == invoices, (looked, n, invoices)
+        lines = conn.execute("SELECT count(*) FROM billing.service_line WHERE item = 'USAGE'").fetchone()[0]
+        set_rows = ratings(conn, args.sample)
+    print(f"set-based rate_usage({args.batch}): {n:,} subscriptions x 3 charges in {set_seconds:.1f} s "
+          f"({n / set_seconds:,.0f}/s; server CPU {set_cpu:.1f} s, {set_cpu / n * 1000:.2f} ms each; {calls} calls, {invoices:,} USAGE invoices, {lines:,} lines; load {load_before:.1f})",
+          flush=True)
+
+    load_rows = os.getloadavg()[0]
+    with psycopg.connect(url_for_db(args.server_url, COPY), autocommit=True) as conn:
+        cpu0 = backend_cpu(conn)
+        t0 = time.perf_counter()
+        rated = 0
+        while rated < args.sample:
+            rated += conn.execute("SELECT count(*) FROM billing._rate_usage_rows(%s, %s, interval '1 hour')",
+                                  (min(500, args.sample - rated), now)).fetchone()[0]
+        rows_seconds = time.perf_counter() - t0
+        rows_cpu = backend_cpu(conn) - cpu0 if cpu0 is not None else float("nan")
+        rows_rows = ratings(conn, args.sample)
+    assert rows_rows == set_rows, "the two paths disagree on the sample"
+    print(f"per subscription _rate_usage_rows(500): {rated:,} subscriptions in {rows_seconds:.1f} s "
+          f"({rated / rows_seconds:,.0f}/s; server CPU {rows_cpu:.1f} s, {rows_cpu / rated * 1000:.2f} ms each; "
+          f"{n:,} would take {n * rows_seconds / rated:,.0f} s); "
+          f"the sample's {len(set_rows):,} ratings equal in both", flush=True)
+    with psycopg.connect(args.server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {COPY} WITH (FORCE)")
+    load = os.getloadavg()
+    print()
+    print(f"| rating, {n:,} subscriptions x 3 meters, {args.hours} active hours a meter ({rollups:,} rollup rows); "
+          f"load {load_before:.1f} / {load_rows:.1f} / {load[0]:.1f} | subscriptions/s | time for {n:,} | server CPU per subscription | CPU for {n:,} |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| set-based `rate_usage({args.batch})` | {n / set_seconds:,.0f} | {set_seconds:.1f} s | "
+          f"{set_cpu / n * 1000:.2f} ms | {set_cpu:.1f} s |")
+    print(f"| per subscription `_rate_usage_rows(500)` (sample of {rated:,}) | {rated / rows_seconds:,.0f} | "
+          f"{n * rows_seconds / rated:,.0f} s (extrapolated) | {rows_cpu / rated * 1000:.2f} ms | {rows_cpu / rated * n:,.0f} s |")
+
+
+if __name__ == "__main__":
+    main()
