@@ -76,38 +76,88 @@ RETURNS TABLE (
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-#variable_conflict use_column
 BEGIN
     PERFORM billing._check_now(p_now);
-    RETURN QUERY
-    WITH subs AS (
-        SELECT count(*) FILTER (WHERE s.status = 'ACTIVE') AS active,
-               count(*) FILTER (WHERE s.status = 'PAST_DUE') AS past_due,
-               count(*) FILTER (WHERE s.status = 'CANCELED') AS canceled
-        FROM billing.subscription s
-    ), due AS (
-        SELECT count(*) AS n, min(s.current_period_end) AS oldest
-        FROM billing.subscription s
-        WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now
-    ), inv AS (
-        SELECT count(*) FILTER (WHERE i.status = 'OPEN') AS open,
-               count(*) FILTER (WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now) AS charges_due,
-               count(*) FILTER (WHERE i.status = 'OPEN' AND i.attempt_count > 0) AS dunning,
-               count(*) FILTER (WHERE i.status = 'FAILED') AS failed,
-               count(*) FILTER (WHERE i.status = 'PAID') AS paid,
-               count(*) FILTER (WHERE i.status = 'OPEN' AND i.waiting_for IS NOT NULL) AS waiting
-        FROM billing.invoice i
-    )
-    SELECT subs.active, subs.past_due, subs.canceled, due.n, due.oldest,
-           inv.open, inv.charges_due, inv.dunning, inv.failed, inv.paid,
-           o.backlog, o.due, o.dead, o.oldest_age_seconds, inv.waiting,
-           (SELECT count(*) FROM billing.refund r WHERE r.status = 'REQUESTED')
-    FROM subs, due, inv, billing.outbox_stats(p_now) o;
+    RETURN QUERY SELECT * FROM billing._status_summary(p_now, NOT billing._overview_counts_kept());
 END
 $$;
 COMMENT ON FUNCTION billing.status_summary(timestamptz) IS
-'One row for `billing status`: subscriptions by status, renewals due at p_now, invoices open / chargeable now / in dunning (declined at least once) / failed / paid, the outbox figures of outbox_stats, invoices waiting for a payment method and refunds not executed yet.
-Scans subscription and invoice: meant for an operator, not for a frequent scrape.';
+'One row for `billing status`: subscriptions by status, renewals due at p_now (32_due''s _due_renewal), invoices open / chargeable now / in dunning (declined at least once) / failed / paid, the outbox figures of outbox_stats, invoices waiting for a payment method and refunds not executed yet.
+On a single node the counts by status come from billing.overview_count (kept by the engine''s writes) and the rest from partial indexes; on Citus every figure is counted from the rows.';
+
+CREATE OR REPLACE FUNCTION billing._status_summary(p_now timestamptz, p_count_rows boolean)
+RETURNS TABLE (
+    subscriptions_active      bigint,
+    subscriptions_past_due    bigint,
+    subscriptions_canceled    bigint,
+    renewals_due              bigint,
+    oldest_renewal_due_at     timestamptz,
+    invoices_open             bigint,
+    charges_due               bigint,
+    invoices_in_dunning       bigint,
+    invoices_failed           bigint,
+    invoices_paid             bigint,
+    outbox_backlog            bigint,
+    outbox_due                bigint,
+    outbox_dead               bigint,
+    outbox_oldest_age_seconds double precision,
+    invoices_waiting_for_method bigint,
+    refunds_pending           bigint
+)
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_active bigint; v_past_due bigint; v_canceled bigint;
+    v_open bigint; v_dunning bigint; v_failed bigint; v_paid bigint;
+BEGIN
+    -- The counts by status: kept, or the rows (each its own statement: on Citus a statement may not
+    -- mix the coordinator's billing.overview_count with a distributed table).
+    IF p_count_rows THEN
+        SELECT count(*) FILTER (WHERE s.status = 'ACTIVE'), count(*) FILTER (WHERE s.status = 'PAST_DUE'),
+               count(*) FILTER (WHERE s.status = 'CANCELED')
+          INTO v_active, v_past_due, v_canceled FROM billing.subscription s;
+        SELECT count(*) FILTER (WHERE i.status = 'OPEN'), count(*) FILTER (WHERE i.status = 'OPEN' AND i.attempt_count > 0),
+               count(*) FILTER (WHERE i.status = 'FAILED'), count(*) FILTER (WHERE i.status = 'PAID')
+          INTO v_open, v_dunning, v_failed, v_paid FROM billing.invoice i;
+    ELSE
+        SELECT coalesce(sum(c.n) FILTER (WHERE c.subject = 'subscription' AND c.status = 'ACTIVE'), 0),
+               coalesce(sum(c.n) FILTER (WHERE c.subject = 'subscription' AND c.status = 'PAST_DUE'), 0),
+               coalesce(sum(c.n) FILTER (WHERE c.subject = 'subscription' AND c.status = 'CANCELED'), 0),
+               coalesce(sum(c.n) FILTER (WHERE c.subject = 'invoice' AND c.status = 'OPEN'), 0),
+               coalesce(sum(c.n) FILTER (WHERE c.subject = 'invoice' AND c.status = 'OPEN' AND c.flag), 0),
+               coalesce(sum(c.n) FILTER (WHERE c.subject = 'invoice' AND c.status = 'FAILED'), 0),
+               coalesce(sum(c.n) FILTER (WHERE c.subject = 'invoice' AND c.status = 'PAID'), 0)
+          INTO v_active, v_past_due, v_canceled, v_open, v_dunning, v_failed, v_paid
+          FROM billing.overview_count c;
+    END IF;
+    RETURN QUERY
+    WITH due AS (
+        -- The renewal's condition (32_due.sql), one partial index per part (see console_overview).
+        SELECT count(*) AS n, min(s.current_period_end) AS oldest
+          FROM billing.subscription s
+         WHERE billing._due_renewal(s.status, s.current_period_end, p_now) AND s.status IN ('ACTIVE', 'PAST_DUE')
+        UNION ALL
+        SELECT count(*), min(s.current_period_end)
+          FROM billing.subscription s
+         WHERE billing._due_renewal(s.status, s.current_period_end, p_now) AND s.status = 'TRIALING' AND s.lifecycle_pending
+    ), due_all AS (
+        SELECT sum(d.n)::bigint AS n, min(d.oldest) AS oldest FROM due d
+    )
+    SELECT v_active, v_past_due, v_canceled, due_all.n, due_all.oldest,
+           v_open,
+           (SELECT count(*) FROM billing.invoice i WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now),
+           v_dunning, v_failed, v_paid,
+           o.backlog, o.due, o.dead, o.oldest_age_seconds,
+           (SELECT count(*) FROM billing.invoice i WHERE i.status = 'OPEN' AND i.waiting_for IS NOT NULL),
+           (SELECT count(*) FROM billing.refund r WHERE r.status = 'REQUESTED')
+    FROM due_all, billing.outbox_stats(p_now) o;
+END
+$$;
+COMMENT ON FUNCTION billing._status_summary(timestamptz, boolean) IS
+'Private: status_summary''s row at p_now, its counts by status read from billing.overview_count, or (p_count_rows) counted from the rows; both give the same figures.
+Returns one row.';
 
 GRANT EXECUTE ON FUNCTION billing.outbox_stats(timestamptz) TO billing_app;
 GRANT EXECUTE ON FUNCTION billing.status_summary(timestamptz) TO billing_app;

@@ -172,6 +172,8 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_day_start timestamptz := date_trunc('day', p_now, 'UTC');
+    -- the last instant of p_now's UTC day (a renewal due at the next midnight is tomorrow's)
+    v_day_end   timestamptz := date_trunc('day', p_now, 'UTC') + interval '1 day' - interval '1 microsecond';
     v_today     date := (p_now AT TIME ZONE 'UTC')::date;
     v_since     date := (p_now AT TIME ZONE 'UTC')::date - 29;
     v_subs      jsonb;
@@ -231,14 +233,26 @@ BEGIN
     RETURN jsonb_build_object(
         'now', p_now,
         'subscriptions', v_subs,
+        -- "Due" is the renewal's own condition (32_due.sql, _due_renewal: a trial's end included),
+        -- counted in two parts so each reads one partial index: ACTIVE and PAST_DUE on
+        -- subscription_due_idx (index only), TRIALING (always lifecycle_pending) on
+        -- subscription_lifecycle_due_idx.
         'renewals', jsonb_build_object(
             'renewed_today', v_renewed,
             'due_rest_of_today', (SELECT count(*) FROM billing.subscription s
-                                   WHERE s.status IN ('ACTIVE', 'PAST_DUE')
+                                   WHERE billing._due_renewal(s.status, s.current_period_end, v_day_end)
                                      AND s.current_period_end > p_now
-                                     AND s.current_period_end < v_day_start + interval '1 day'),
+                                     AND s.status IN ('ACTIVE', 'PAST_DUE'))
+                                 + (SELECT count(*) FROM billing.subscription s
+                                     WHERE billing._due_renewal(s.status, s.current_period_end, v_day_end)
+                                       AND s.current_period_end > p_now
+                                       AND s.status = 'TRIALING' AND s.lifecycle_pending),
             'overdue', (SELECT count(*) FROM billing.subscription s
-                         WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now)),
+                         WHERE billing._due_renewal(s.status, s.current_period_end, p_now)
+                           AND s.status IN ('ACTIVE', 'PAST_DUE'))
+                       + (SELECT count(*) FROM billing.subscription s
+                           WHERE billing._due_renewal(s.status, s.current_period_end, p_now)
+                             AND s.status = 'TRIALING' AND s.lifecycle_pending)),
         -- OPEN invoices due now and without a next attempt: two ranges of invoice_chargeable_idx;
         -- the ones scheduled later are the rest of the OPEN ones (the retries of every dunning).
         'charges', (SELECT jsonb_build_object(

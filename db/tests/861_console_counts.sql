@@ -1,22 +1,26 @@
--- The console overview's counts kept by the engine's writes (migration 0310, billing.overview_count,
--- 70_stats.sql) equal the same figures counted from the rows, after every kind of write: signups,
--- charges paid and declined, renewals, cancellations (now and at the period's end), a pause, a void,
--- a fold of the deltas, a TRUNCATE. On Citus the counts are not kept and both sides count rows.
+-- The console overview's and status_summary's counts kept by the engine's writes (migration 0310,
+-- billing.overview_count, 70_stats.sql) equal the same figures counted from the rows, after every
+-- kind of write: signups, charges paid and declined, renewals, cancellations (now and at the
+-- period's end), a pause, a void, a fold of the deltas, a TRUNCATE. On Citus the counts are not
+-- kept and both sides count rows.
 BEGIN;
-SELECT plan(15);
+SELECT plan(25);
 SET LOCAL ROLE billing_owner;
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql IMMUTABLE AS
 $$ BEGIN RETURN (SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key); END $$;
 CREATE FUNCTION pg_temp.pay_key(p_invoice bigint, p_try integer) RETURNS text LANGUAGE sql AS
 $$ SELECT (SELECT key_namespace FROM billing.installation) || '-inv-' || p_invoice || '-try-' || p_try $$;
--- The overview as the console reads it (kept counts on a single node) against the rows counted.
+-- The overview and `billing status` as they are read (kept counts on a single node) against the rows counted.
 CREATE FUNCTION pg_temp.same(p_now timestamptz, p_what text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
     v_kept jsonb := billing._console_overview(p_now, NOT billing._overview_counts_kept());
     v_rows jsonb := billing._console_overview(p_now, true);
 BEGIN
-    RETURN is(v_kept, v_rows, p_what || ': the kept counts equal the rows counted');
+    RETURN is(v_kept, v_rows, p_what || ': the overview''s kept counts equal the rows counted') || E'\n'
+        || is((SELECT row(s.*)::text FROM billing._status_summary(p_now, NOT billing._overview_counts_kept()) s),
+              (SELECT row(s.*)::text FROM billing._status_summary(p_now, true) s),
+              p_what || ': billing status''s kept counts equal the rows counted');
 END
 $$;
 -- Every invoice's payment key claimed at p_now, then paid (or declined: those of p_decline).
