@@ -167,8 +167,11 @@ GRANT EXECUTE ON FUNCTION billing.status_summary(timestamptz) TO billing_app;
 -- signed deltas, insert-only, summed by the reader and folded now and then. A statement that
 -- inserts rows adds one delta per key (the renewal's batch of 5,000 invoices: a handful of rows,
 -- read from the transition table invoice_subscription_exists already keeps); a row whose counted
--- columns change adds -1 on its old key and +1 on its new one (the WHEN clause keeps every other
--- update, the renewal's included, from calling anything). TRUNCATE forgets the subject's counts.
+-- columns change adds -1 on its old key and +1 on its new one. An UPDATE that sets none of those
+-- columns does not fire the trigger at all (UPDATE OF: the renewal's advance of the period, an
+-- invoice's finalization), one that sets them to the same values calls nothing (the WHEN clause).
+-- Only a statement's SET list can change a column here (no BEFORE trigger of these tables writes
+-- one), so UPDATE OF misses nothing. TRUNCATE forgets the subject's counts.
 -- Subscriptions are never deleted (12_integrity) and invoices only while unfinalized and only by
 -- TRUNCATE in practice; a DELETE is counted too. On Citus the triggers are dropped
 -- (db/citus/10_adapt.sql: a transition table cannot be planned there) and the readers count rows.
@@ -260,7 +263,7 @@ CREATE OR REPLACE TRIGGER subscription_overview_count_added
     REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION billing._overview_count_subscriptions_added();
 CREATE OR REPLACE TRIGGER subscription_overview_count_changed
-    AFTER UPDATE ON billing.subscription
+    AFTER UPDATE OF status, cancel_at_period_end ON billing.subscription
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status
                        OR OLD.cancel_at_period_end IS DISTINCT FROM NEW.cancel_at_period_end)
     EXECUTE FUNCTION billing._overview_count_subscription_changed();
@@ -275,7 +278,7 @@ CREATE OR REPLACE TRIGGER invoice_overview_count_added
     REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION billing._overview_count_invoices_added();
 CREATE OR REPLACE TRIGGER invoice_overview_count_changed
-    AFTER UPDATE ON billing.invoice
+    AFTER UPDATE OF status, attempt_count, kind, due_at ON billing.invoice
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status
                        OR (OLD.attempt_count > 0) IS DISTINCT FROM (NEW.attempt_count > 0)
                        OR OLD.kind IS DISTINCT FROM NEW.kind
