@@ -47,27 +47,6 @@ BEGIN
 END
 $$;
 
--- The console overview's counters (billing.overview_count, 70_stats.sql): their triggers read a
--- transition table and write a table of the coordinator, neither of which a shard can do; on Citus
--- they are dropped, the counts forgotten, and the overview counts the rows (86_console.sql).
-DO $$
-DECLARE
-    v_trigger record;
-BEGIN
-    FOR v_trigger IN
-        SELECT t.tgname, t.tgrelid::regclass AS rel FROM pg_catalog.pg_trigger t
-         WHERE t.tgrelid IN ('billing.subscription'::regclass, 'billing.invoice'::regclass)
-           AND t.tgname LIKE '%\_overview\_count\_%'
-    LOOP
-        EXECUTE format('DROP TRIGGER %I ON %s', v_trigger.tgname, v_trigger.rel);
-        INSERT INTO citus_adapted VALUES ('trigger', v_trigger.tgname);
-    END LOOP;
-    IF to_regclass('billing.overview_count') IS NOT NULL THEN
-        DELETE FROM billing.overview_count;
-    END IF;
-END
-$$;
-
 -- A coupon's redemption counts on the coupon (a reference table: one row, every node's copy) after
 -- the call has read its customer's rows: Citus refuses a reference-table write after a parallel read
 -- of a distributed table in one transaction ("cannot modify table coupon because there was a
@@ -107,5 +86,26 @@ BEGIN
         END IF;
         INSERT INTO citus_adapted VALUES ('function', v_fn.signature);
     END LOOP;
+END
+$$;
+
+-- The console overview's counters (billing.overview_count, 70_stats.sql): their triggers read a
+-- transition table and write a table of the coordinator, neither of which a shard can do; on Citus
+-- they are dropped, the counts forgotten, and the overview counts the rows (86_console.sql).
+DO $$
+DECLARE
+    v_trigger record;
+BEGIN
+    FOR v_trigger IN
+        SELECT t.tgname, t.tgrelid::regclass AS rel FROM pg_catalog.pg_trigger t
+         WHERE t.tgrelid IN ('billing.subscription'::regclass, 'billing.invoice'::regclass)
+           AND t.tgname LIKE '%\_overview\_count\_%'
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', v_trigger.tgname, v_trigger.rel);
+        INSERT INTO citus_adapted VALUES ('trigger', v_trigger.tgname);
+    END LOOP;
+    IF to_regclass('billing.overview_count') IS NOT NULL THEN
+        DELETE FROM billing.overview_count;
+    END IF;
 END
 $$;
