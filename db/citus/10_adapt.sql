@@ -90,3 +90,24 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The console overview's counters (billing.overview_count, 70_stats.sql): their triggers read a
+-- transition table and write a table of the coordinator, neither of which a shard can do; on Citus
+-- they are dropped, the counts forgotten, and the overview counts the rows (86_console.sql).
+DO $$
+DECLARE
+    v_trigger record;
+BEGIN
+    FOR v_trigger IN
+        SELECT t.tgname, t.tgrelid::regclass AS rel FROM pg_catalog.pg_trigger t
+         WHERE t.tgrelid IN ('billing.subscription'::regclass, 'billing.invoice'::regclass)
+           AND t.tgname LIKE '%\_overview\_count\_%'
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', v_trigger.tgname, v_trigger.rel);
+        INSERT INTO citus_adapted VALUES ('trigger', v_trigger.tgname);
+    END LOOP;
+    IF to_regclass('billing.overview_count') IS NOT NULL THEN
+        DELETE FROM billing.overview_count;
+    END IF;
+END
+$$;

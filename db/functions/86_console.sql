@@ -155,39 +155,114 @@ Returns (currency, at, mrr in minor units), ordered; never summed across currenc
 
 -- ---------------------------------------------------------------------------------------------
 -- The overview page: one document, refreshed every few seconds.
+--
+-- Its counts come from billing.overview_count (kept by the engine's own writes: migration 0310,
+-- 70_stats.sql) where it is kept, so the page costs the same at 5,000,000 subscriptions as at 50
+-- (bench/scale); on Citus, where it is not, from the rows. The rest reads ranges of partial indexes
+-- bounded by time: renewals still due today and overdue (subscription_due_idx), charges due now
+-- (invoice_chargeable_idx), the gateway's last hour, the outbox. Both ways give the same figures
+-- (db/tests/861_console_counts.sql compares them after every kind of write):
+--   renewals.renewed_today   RENEWAL invoices due on p_now's UTC day
+--   dunning                  the invoices due on the 30 UTC days ending with p_now's ('since': the first)
 -- ---------------------------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION billing.console_overview(p_now timestamptz DEFAULT now())
+CREATE OR REPLACE FUNCTION billing._console_overview(p_now timestamptz, p_count_rows boolean)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_day_start timestamptz := date_trunc('day', p_now, 'UTC');
-    v_doc jsonb;
+    -- the last instant of p_now's UTC day (a renewal due at the next midnight is tomorrow's)
+    v_day_end   timestamptz := date_trunc('day', p_now, 'UTC') + interval '1 day' - interval '1 microsecond';
+    v_today     date := (p_now AT TIME ZONE 'UTC')::date;
+    v_since     date := (p_now AT TIME ZONE 'UTC')::date - 29;
+    v_subs      jsonb;
+    v_renewed   bigint;
+    v_open      bigint;
+    v_funnel    jsonb;
 BEGIN
-    PERFORM billing._check_now(p_now);
-    SELECT jsonb_build_object(
+    IF p_count_rows THEN
+        SELECT jsonb_build_object(
+                   'active', count(*) FILTER (WHERE s.status = 'ACTIVE'),
+                   'past_due', count(*) FILTER (WHERE s.status = 'PAST_DUE'),
+                   'canceled', count(*) FILTER (WHERE s.status = 'CANCELED'),
+                   'canceling', count(*) FILTER (WHERE s.status <> 'CANCELED' AND s.cancel_at_period_end))
+          INTO v_subs FROM billing.subscription s;
+        SELECT count(*) INTO v_renewed FROM billing.invoice i
+         WHERE i.kind = 'RENEWAL' AND i.due_at >= v_day_start AND i.due_at < v_day_start + interval '1 day';
+        SELECT count(*) INTO v_open FROM billing.invoice i WHERE i.status = 'OPEN';
+        SELECT jsonb_build_object(
+                   'since', v_since::timestamp AT TIME ZONE 'UTC',
+                   'invoices', count(*),
+                   'paid_first_try', count(*) FILTER (WHERE i.status = 'PAID' AND i.attempt_count = 0),
+                   'declined', count(*) FILTER (WHERE i.attempt_count > 0),
+                   'in_dunning', count(*) FILTER (WHERE i.status = 'OPEN' AND i.attempt_count > 0),
+                   'recovered', count(*) FILTER (WHERE i.status = 'PAID' AND i.attempt_count > 0),
+                   'failed', count(*) FILTER (WHERE i.status = 'FAILED'),
+                   'voided', count(*) FILTER (WHERE i.status = 'VOID' AND i.attempt_count > 0))
+          INTO v_funnel FROM billing.invoice i
+         WHERE i.due_at >= v_since::timestamp AT TIME ZONE 'UTC' AND i.due_at < v_day_start + interval '1 day';
+    ELSE
+        -- The deltas summed per key in one read (folded first when there are many).
+        PERFORM billing._overview_count_fold()
+           WHERE (SELECT count(*) FROM billing.overview_count) > 2000;
+        WITH c AS (
+            SELECT c.subject, c.status, c.flag, c.kind, c.due_day, sum(c.n) AS n
+              FROM billing.overview_count c GROUP BY 1, 2, 3, 4, 5
+        ), s AS (SELECT * FROM c WHERE c.subject = 'subscription'),
+           f AS (SELECT * FROM c WHERE c.subject = 'invoice' AND c.due_day BETWEEN v_since AND v_today)
+        SELECT (SELECT jsonb_build_object(
+                    'active', coalesce(sum(s.n) FILTER (WHERE s.status = 'ACTIVE'), 0),
+                    'past_due', coalesce(sum(s.n) FILTER (WHERE s.status = 'PAST_DUE'), 0),
+                    'canceled', coalesce(sum(s.n) FILTER (WHERE s.status = 'CANCELED'), 0),
+                    'canceling', coalesce(sum(s.n) FILTER (WHERE s.status <> 'CANCELED' AND s.flag), 0)) FROM s),
+               (SELECT coalesce(sum(c.n), 0) FROM c
+                 WHERE c.subject = 'invoice' AND c.kind = 'RENEWAL' AND c.due_day = v_today),
+               (SELECT coalesce(sum(c.n), 0) FROM c WHERE c.subject = 'invoice' AND c.status = 'OPEN'),
+               (SELECT jsonb_build_object(
+                    'since', v_since::timestamp AT TIME ZONE 'UTC',
+                    'invoices', coalesce(sum(f.n), 0),
+                    'paid_first_try', coalesce(sum(f.n) FILTER (WHERE f.status = 'PAID' AND NOT f.flag), 0),
+                    'declined', coalesce(sum(f.n) FILTER (WHERE f.flag), 0),
+                    'in_dunning', coalesce(sum(f.n) FILTER (WHERE f.status = 'OPEN' AND f.flag), 0),
+                    'recovered', coalesce(sum(f.n) FILTER (WHERE f.status = 'PAID' AND f.flag), 0),
+                    'failed', coalesce(sum(f.n) FILTER (WHERE f.status = 'FAILED'), 0),
+                    'voided', coalesce(sum(f.n) FILTER (WHERE f.status = 'VOID' AND f.flag), 0)) FROM f)
+          INTO v_subs, v_renewed, v_open, v_funnel;
+    END IF;
+    RETURN jsonb_build_object(
         'now', p_now,
-        'subscriptions', (SELECT jsonb_build_object(
-                              'active', count(*) FILTER (WHERE s.status = 'ACTIVE'),
-                              'past_due', count(*) FILTER (WHERE s.status = 'PAST_DUE'),
-                              'canceled', count(*) FILTER (WHERE s.status = 'CANCELED'),
-                              'canceling', count(*) FILTER (WHERE s.status <> 'CANCELED' AND s.cancel_at_period_end))
-                            FROM billing.subscription s),
+        'subscriptions', v_subs,
+        -- "Due" is the renewal's own condition (32_due.sql, _due_renewal: a trial's end included),
+        -- counted in two parts so each reads one partial index: ACTIVE and PAST_DUE on
+        -- subscription_due_idx (index only), TRIALING (always lifecycle_pending) on
+        -- subscription_lifecycle_due_idx.
         'renewals', jsonb_build_object(
-            'renewed_today', (SELECT count(*) FROM billing.invoice i
-                               WHERE i.kind = 'RENEWAL' AND i.due_at >= v_day_start AND i.due_at <= p_now),
+            'renewed_today', v_renewed,
             'due_rest_of_today', (SELECT count(*) FROM billing.subscription s
-                                   WHERE s.status IN ('ACTIVE', 'PAST_DUE')
+                                   WHERE billing._due_renewal(s.status, s.current_period_end, v_day_end)
                                      AND s.current_period_end > p_now
-                                     AND s.current_period_end < v_day_start + interval '1 day'),
+                                     AND s.status IN ('ACTIVE', 'PAST_DUE'))
+                                 + (SELECT count(*) FROM billing.subscription s
+                                     WHERE billing._due_renewal(s.status, s.current_period_end, v_day_end)
+                                       AND s.current_period_end > p_now
+                                       AND s.status = 'TRIALING' AND s.lifecycle_pending),
             'overdue', (SELECT count(*) FROM billing.subscription s
-                         WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND s.current_period_end <= p_now)),
+                         WHERE billing._due_renewal(s.status, s.current_period_end, p_now)
+                           AND s.status IN ('ACTIVE', 'PAST_DUE'))
+                       + (SELECT count(*) FROM billing.subscription s
+                           WHERE billing._due_renewal(s.status, s.current_period_end, p_now)
+                             AND s.status = 'TRIALING' AND s.lifecycle_pending)),
+        -- OPEN invoices due now and without a next attempt: two ranges of invoice_chargeable_idx;
+        -- the ones scheduled later are the rest of the OPEN ones (the retries of every dunning).
         'charges', (SELECT jsonb_build_object(
-                        'due_now', count(*) FILTER (WHERE i.next_attempt_at <= p_now),
-                        'scheduled', count(*) FILTER (WHERE i.next_attempt_at > p_now),
-                        'open', count(*))
-                      FROM billing.invoice i WHERE i.status = 'OPEN'),
+                        'due_now', q.due_now,
+                        'scheduled', v_open - q.due_now - q.unscheduled,
+                        'open', v_open)
+                      FROM (SELECT (SELECT count(*) FROM billing.invoice i
+                                     WHERE i.status = 'OPEN' AND i.next_attempt_at <= p_now) AS due_now,
+                                   (SELECT count(*) FROM billing.invoice i
+                                     WHERE i.status = 'OPEN' AND i.next_attempt_at IS NULL) AS unscheduled) q),
         'gateway', (SELECT jsonb_build_object(
                         'claims_last_minute', count(*) FILTER (WHERE a.last_claimed_at > p_now - interval '1 minute'),
                         'claims_last_hour', count(*),
@@ -195,60 +270,81 @@ BEGIN
                         'declined_last_hour', count(*) FILTER (WHERE a.outcome = 'DECLINED'))
                       FROM billing.payment_attempt a
                      WHERE a.last_claimed_at > p_now - interval '1 hour' AND a.last_claimed_at <= p_now),
-        'dunning', (SELECT jsonb_build_object(
-                        'since', p_now - interval '30 days',
-                        'invoices', count(*),
-                        'paid_first_try', count(*) FILTER (WHERE i.status = 'PAID' AND i.attempt_count = 0),
-                        'declined', count(*) FILTER (WHERE i.attempt_count > 0),
-                        'in_dunning', count(*) FILTER (WHERE i.status = 'OPEN' AND i.attempt_count > 0),
-                        'recovered', count(*) FILTER (WHERE i.status = 'PAID' AND i.attempt_count > 0),
-                        'failed', count(*) FILTER (WHERE i.status = 'FAILED'),
-                        'voided', count(*) FILTER (WHERE i.status = 'VOID' AND i.attempt_count > 0))
-                      FROM billing.invoice i WHERE i.due_at > p_now - interval '30 days' AND i.due_at <= p_now),
-        'outbox', (SELECT to_jsonb(o) FROM billing.outbox_stats(p_now) o)
-    ) INTO v_doc;
-    RETURN v_doc;
+        'dunning', v_funnel,
+        'outbox', (SELECT to_jsonb(o) FROM billing.outbox_stats(p_now) o));
+END
+$$;
+COMMENT ON FUNCTION billing._console_overview(timestamptz, boolean) IS
+'Private: the console overview''s document at p_now, its counts read from billing.overview_count, or (p_count_rows) counted from the rows of subscription and invoice; both give the same figures.
+Returns the jsonb document of console_overview.';
+
+CREATE OR REPLACE FUNCTION billing.console_overview(p_now timestamptz DEFAULT now())
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._check_now(p_now);
+    RETURN billing._console_overview(p_now, NOT billing._overview_counts_kept())
+           || jsonb_build_object('counted', CASE WHEN billing._overview_counts_kept() THEN 'kept' ELSE 'rows' END);
 END
 $$;
 COMMENT ON FUNCTION billing.console_overview(timestamptz) IS
-'The console''s overview at p_now: subscriptions by status, renewals (made today, still due today, overdue), the charge queue (OPEN invoices due now / scheduled later), gateway claims in the last minute and hour, the dunning funnel of the invoices due in the last 30 days, and outbox_stats.
-Returns one jsonb document; scans subscription and invoice (a console, not a scrape).';
+'The console''s overview at p_now: subscriptions by status, renewals (due today and made, still due today, overdue), the charge queue (OPEN invoices due now / scheduled later), gateway claims in the last minute and hour, the dunning funnel of the invoices due in the 30 UTC days ending on p_now''s, and outbox_stats; counted: kept (billing.overview_count) or rows (Citus).
+Returns one jsonb document; on a single node its counts are kept by the engine''s writes (the same figures as counting the rows), so it does not grow with the tables.';
 
 -- ---------------------------------------------------------------------------------------------
--- Customers. A text search goes through the trigram indexes of lower(name) and lower(email)
--- (migration 0120: never a scan of every customer, issue 27 finding 2); the row is shown as jsonb.
+-- Customers. A text search is a search by words through customer_search_idx (migration 0311, a GIN
+-- index of the name's and the email's words): each word of the query is a word of the name or of
+-- the email (the whole address, its part before the @ or its domain), the last one may be the start
+-- of a word (what the operator is still typing). Never a scan of every customer (issue 27 finding
+-- 2); the row is shown as jsonb.
 -- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._customer_search_query(p_query text)
+RETURNS tsquery
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    -- The query's words as the index's parser reads them ('simple': lower case, no stemming), in
+    -- their order, each one whole but the last, which is a prefix; NULL when there is no word.
+    SELECT string_agg('''' || replace(replace(w.lexeme, '\', '\\'), '''', '''''') || '''' || CASE WHEN w.last THEN ':*' ELSE '' END, ' & ' ORDER BY w.pos)::tsquery
+      FROM (SELECT t.lexeme, t.positions[1] AS pos, t.positions[1] = max(t.positions[1]) OVER () AS last
+              FROM unnest(to_tsvector('simple'::regconfig, coalesce(p_query, ''))) t) w
+$$;
+COMMENT ON FUNCTION billing._customer_search_query(text) IS
+'Private: the console''s customer search as a tsquery: the words of p_query (the simple configuration), all of them, the last one as a prefix.
+Returns the tsquery, NULL when p_query has no word.';
+
 CREATE OR REPLACE FUNCTION billing.console_customers(p_query text, p_limit integer DEFAULT 50)
 RETURNS TABLE (id bigint, customer jsonb, subscriptions bigint, live_subscriptions bigint, open_invoices bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
+-- Each search planned with its own words: a rare word through the index, a common one by walking
+-- the customers in id order until p_limit match (a cached generic plan cannot tell them apart).
+SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
     v_query text := nullif(btrim(coalesce(p_query, '')), '');
-    v_like  text;
+    v_words tsquery;
     v_ids   bigint[];
 BEGIN
     PERFORM billing._check_between('limit', p_limit, 1, 500);
     PERFORM billing._check_text('a search', coalesce(v_query, '-'), 200);
-    v_like := '%' || replace(replace(replace(coalesce(v_query, ''), '\', '\\'), '%', '\%'), '_', '\_') || '%';
     -- The page's customers first, then their counts grouped by customer_id and joined on it: on
     -- Citus each part runs in the shards of these customers (a correlated subquery per row could
     -- not be planned there).
-    -- One query per kind of search, so each is planned on its index (a text search through the
-    -- trigram indexes, union of the two columns' matches).
     IF v_query IS NULL THEN
         v_ids := ARRAY(SELECT c.id FROM billing.customer c ORDER BY c.id LIMIT p_limit);
     ELSIF v_query ~ '^[0-9]{1,18}$' THEN
         v_ids := ARRAY(SELECT c.id FROM billing.customer c WHERE c.id = v_query::bigint);
     ELSE
-        v_like := lower(v_like);
-        -- One condition over both columns, so the planner can choose per search: the trigram
-        -- indexes (a rare substring: their matches, sorted) or the customers in id order until
-        -- p_limit match (a common word, found in many: bench/scale).
+        v_words := billing._customer_search_query(v_query);
+        -- The expression of customer_search_idx (migration 0311), word for word.
         v_ids := ARRAY(
             SELECT c.id FROM billing.customer c
-             WHERE lower(c.email) LIKE v_like OR lower(c.name) LIKE v_like
+             WHERE to_tsvector('simple'::regconfig,
+                               coalesce(c.name, '') || ' ' || coalesce(c.email, '') || ' '
+                               || replace(coalesce(c.email, ''), '@', ' ')) @@ v_words
              ORDER BY c.id
              LIMIT p_limit);
     END IF;
@@ -266,7 +362,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.console_customers(text, integer) IS
-'Customers matching p_query: its id when it is a number, else a case-insensitive substring of the email or name columns where the customer table has them; all (by id) when empty.
+'Customers matching p_query: its id when it is a number, else by words (each word of the query a word of the name or the email, whole address, local part or domain; the last word may be a word''s start; case-insensitive); all (by id) when empty.
 Returns up to p_limit (1..500) rows: id, the customer row as jsonb, subscriptions, live (not canceled) ones, OPEN invoices.';
 
 CREATE OR REPLACE FUNCTION billing._console_secretless(p_doc jsonb)
@@ -405,21 +501,24 @@ BEGIN
         PERFORM billing._check_one_of('an invoice status', p_status, ARRAY['OPEN', 'PAID', 'FAILED', 'VOID', 'REVIEW'],
                                       'Filter by OPEN, PAID, FAILED, VOID or REVIEW, or give no status.');
     END IF;
-    -- One query per case, each on the id index in descending order with no parameter hidden behind
-    -- an OR (a cached generic plan of "p_before_id IS NULL OR i.id < p_before_id" walked the index
-    -- from the newest invoice for every page: bench/scale).
-    IF p_before_id IS NULL THEN
+    -- One query per case, each walking one index in descending order with no parameter hidden
+    -- behind an OR or a coalesce: all invoices on the id index, one status on invoice_status_idx
+    -- (status, id), so a status no invoice has is one probe, not a walk of every id (bench/scale: a
+    -- cached generic plan of "p_before_id IS NULL OR i.id < p_before_id" walked the index from the
+    -- newest invoice for every page; "status = coalesce(p_status, status)" every invoice for FAILED).
+    IF p_status IS NULL AND p_before_id IS NULL THEN
         RETURN QUERY
-        SELECT * FROM billing.invoice i
-         WHERE i.status = coalesce(p_status, i.status)
-         ORDER BY i.id DESC
-         LIMIT p_limit;
+        SELECT * FROM billing.invoice i ORDER BY i.id DESC LIMIT p_limit;
+    ELSIF p_status IS NULL THEN
+        RETURN QUERY
+        SELECT * FROM billing.invoice i WHERE i.id < p_before_id ORDER BY i.id DESC LIMIT p_limit;
+    ELSIF p_before_id IS NULL THEN
+        RETURN QUERY
+        SELECT * FROM billing.invoice i WHERE i.status = p_status ORDER BY i.status DESC, i.id DESC LIMIT p_limit;
     ELSE
         RETURN QUERY
-        SELECT * FROM billing.invoice i
-         WHERE i.status = coalesce(p_status, i.status) AND i.id < p_before_id
-         ORDER BY i.id DESC
-         LIMIT p_limit;
+        SELECT * FROM billing.invoice i WHERE i.status = p_status AND i.id < p_before_id
+         ORDER BY i.status DESC, i.id DESC LIMIT p_limit;
     END IF;
 END
 $$;

@@ -67,6 +67,7 @@ AS $$
         ('usage_cursor',         'distributed', 'customer_id', 'primary key (customer_id, subscription_id): how far its usage is rated'),
         ('usage_rating',         'distributed', 'customer_id', 'primary key (customer_id, id)'),
         ('usage_alert',          'distributed', 'customer_id', 'primary key (customer_id, id)'),
+        ('overview_count',       'coordinator', NULL,          'the console overview''s counters: kept on a single PostgreSQL only (on Citus its triggers are dropped and the overview counts rows)'),
         ('schema_migration',     'coordinator', NULL,          'the migrations applied')
     ) AS t (table_name, placement, distribution_column, reason)
     WHERE pg_catalog.to_regclass('billing.' || t.table_name) IS NOT NULL

@@ -1,6 +1,6 @@
 -- The operator console's SQL (db/functions/86_console.sql): sessions, reads, MRR, replay.
 BEGIN;
-SELECT plan(27);
+SELECT plan(34);
 -- One user for the fixtures and the SECURITY DEFINER calls (on Citus a transaction may not read
 -- placements another user wrote in it); the same on a single PostgreSQL.
 SET LOCAL ROLE billing_owner;
@@ -50,6 +50,24 @@ SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('42',
           'search by id');
 SELECT is((SELECT count(*)::int FROM billing.console_customers('someone@example.com', 50)), 0,
           'text finds nothing where the customer table has no email or name');
+-- A text search by words (customer_search_idx, migration 0311): each word of the query a word of
+-- the name or the email (whole, local part, domain), the last one a word's start, any case.
+SELECT billing.set_customer_details(41, 'Ana Souza-Lima', 'ana.souza@exemplo.com.br', NULL, NULL, NULL, NULL, NULL, NULL);
+SELECT billing.set_customer_details(42, 'Souza Trading KK', 'billing@trading.example', NULL, NULL, NULL, NULL, NULL, NULL);
+SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('souza', 50)), ARRAY[41, 42]::bigint[],
+          'a word of either name (a part of a hyphenated one too)');
+SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('ANA SOU', 50)), ARRAY[41]::bigint[],
+          'every word must match, the last one as a word''s start, in any case');
+SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('ana.souza@', 50)), ARRAY[41]::bigint[],
+          'an email''s local part');
+SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('trading.example', 50)), ARRAY[42]::bigint[],
+          'an email''s domain');
+SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('Billing@Trading.Example', 50)), ARRAY[42]::bigint[],
+          'a whole email');
+SELECT is((SELECT count(*)::int FROM billing.console_customers('ouza', 50)), 0,
+          'the middle of a word is not a word (a search by words, not substrings)');
+SELECT is((SELECT count(*)::int FROM billing.console_customers($$@@ ! o'brien\ 'x$$, 50)), 0,
+          'quotes, backslashes and signs are searched as words, never an error');
 SELECT is((SELECT (live_subscriptions, open_invoices)::text FROM billing.console_customers('41', 50)), '(2,2)',
           'a customer''s live subscriptions and open invoices');
 SELECT is(jsonb_array_length(billing.console_customer(41) -> 'subscriptions'), 2, 'the customer page has its subscriptions');

@@ -143,3 +143,28 @@ def test_each_lifecycle_action_is_offered_in_the_states_its_function_accepts():
     assert {a.name for a, _ in A.offered(inv, "invoice", "PAID")} == {"refund"}
     for status in ("VOID", "FAILED", "REVIEW"):
         assert A.offered(inv, "invoice", status) == []
+
+
+def test_the_overview_says_when_its_mrr_panel_timed_out():
+    """The overview's figures are shown without the MRR panel when console_mrr ran past the heavy
+    pool's statement timeout (its _mrr_points reads every billed period: bench/README.md), and the
+    panel says why instead of "No subscriptions yet"."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    from billing.console import render
+    env = Environment(loader=PackageLoader("billing.console", "templates"), autoescape=select_autoescape(["html"]))
+    env.filters.update(render.FILTERS)
+    env.globals.update(refresh_seconds=5, htmx=HTMX_FILE)
+    zero = {"active": 0, "past_due": 0, "canceled": 0, "canceling": 0}
+    doc = {"now": "2026-03-01T00:00:00+00:00", "subscriptions": zero,
+           "renewals": {"renewed_today": 0, "due_rest_of_today": 0, "overdue": 0},
+           "charges": {"due_now": 0, "scheduled": 0, "open": 0},
+           "gateway": {"claims_last_minute": 0, "claims_last_hour": 0, "results_last_hour": 0, "declined_last_hour": 0},
+           "outbox": {"backlog": 0, "dead": 0, "oldest_age_seconds": 0},
+           "dunning": {"since": "2026-01-31T00:00:00+00:00", "invoices": 0}}
+    page = env.get_template("_overview_figures.html")
+    common = {"o": doc, "mrr": [], "gateway_rate": 200, "funnel_svg": "", "base": "/console"}
+    timed_out = page.render(**common, mrr_timed_out=True)
+    assert "MRR took longer than the time limit" in timed_out and "No subscriptions yet" not in timed_out
+    assert "2026-01-31" in timed_out  # the funnel says from which UTC day it counts
+    assert "No subscriptions yet" in page.render(**common, mrr_timed_out=False)

@@ -16,7 +16,7 @@ def routes(console: Console) -> list[BaseRoute]:
     @console.handler
     async def customers(request: Request, session) -> Response:
         q = request.query_params.get("q", "")[:200]
-        console.spend(session, 5 if q else 1)  # a text search: through the trigram indexes, still a search
+        console.spend(session, 5 if q else 1)  # a text search: through the word index, still a search
         rows = await database.all(db.CONSOLE_CUSTOMERS, {"q": q, "limit": PAGE}, heavy=True)
         columns = sorted({k for r in rows for k in r["customer"]} - {"id", "timezone", "created_at", "updated_at"})
         return console.page(request, "customers.html", session, q=q, rows=rows, extra_columns=columns)
