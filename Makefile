@@ -84,8 +84,9 @@ citus-stop:
 	-bash scripts/services/citus.sh stop
 
 # Suites of citus.list run after the parallel pass, one at a time: 850 and 860 both write the api_key
-# reference table, and two such transactions at once can meet in a distributed deadlock on the cluster.
-CITUS_SERIAL := 850_security.sql 860_console.sql
+# reference table, 310 and 721 tax rates, plans and meters (reference tables); two such transactions at
+# once can meet in a distributed deadlock on the cluster (each pgTAP file is one transaction).
+CITUS_SERIAL := 850_security.sql 860_console.sql 310_signups.sql 721_usage_rating_set.sql
 test-citus: venv
 	@started=$$(date +%s) && bash scripts/services/citus.sh >/dev/null && \
 	 url=$$(bash scripts/services/citus.sh createdb $(CITUS_DB)) && \
