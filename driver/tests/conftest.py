@@ -232,21 +232,38 @@ def citus_server_url() -> str:
         return _script("citus")
 
 
-@pytest.fixture
-def citus_db_url(citus_server_url) -> str:
-    """A throwaway database on every node of the Citus cluster, migrated with `--citus` (superuser
-    URL of the coordinator). A Citus database cannot be cloned from a template (the workers hold the
-    shards), so each test migrates its own: a few seconds."""
-    name = f"c_{uuid.uuid4().hex[:12]}"
+@pytest.fixture(scope="session")
+def citus_template(citus_server_url) -> str:
+    """A Citus database migrated with `--citus` once per session (per xdist worker), then made a
+    template on every node (scripts/services/citus.sh templatedb): the tests' databases are its copies."""
     if os.environ.get("BILLING_TEST_CITUS_URL"):
         raise pytest.UsageError("citus_db_url makes its databases with scripts/services/citus.sh createdb")
-    subprocess.run(["bash", str(SCRIPTS / "citus.sh"), "createdb", name], check=True, capture_output=True, text=True)
-    url = url_for_db(citus_server_url, name)
+    name = f"ctpl_{os.getpid()}"
+    _citus_sh("createdb", name)
     with _exclusive("migrate"):
-        migrate(url, REPO_ROOT / "db", simulation=True, citus=True)
+        migrate(url_for_db(citus_server_url, name), REPO_ROOT / "db", simulation=True, citus=True)
+    _citus_sh("templatedb", name)
+    yield name
+    _citus_sh("dropdb", name, check=False)
+
+
+def _citus_sh(*args: str, check: bool = True) -> str:
+    out = subprocess.run(["bash", str(SCRIPTS / "citus.sh"), *args], check=check, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+@pytest.fixture
+def citus_db_url(citus_server_url, citus_template) -> str:
+    """A throwaway migrated database on every node of the Citus cluster (superuser URL of the
+    coordinator): a copy of the session's migrated template made on each node (a Citus database
+    cannot be cloned on one node alone: the workers hold the shards), a few seconds instead of a
+    migration each."""
+    name = f"c_{uuid.uuid4().hex[:12]}"
+    _citus_sh("clonedb", name, citus_template)
+    url = url_for_db(citus_server_url, name)
     yield url
     problems = _invalid_events(url)
-    subprocess.run(["bash", str(SCRIPTS / "citus.sh"), "dropdb", name], check=False, capture_output=True, text=True)
+    _citus_sh("dropdb", name, check=False)
     if problems:
         pytest.fail("events that do not match their schema (docs/events):\n  " + "\n  ".join(problems))
 
