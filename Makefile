@@ -112,14 +112,16 @@ poppler:
 	@bash scripts/services/poppler.sh >/dev/null
 
 # pytest in two passes: the suites on $(PYTEST_WORKERS) workers (pytest-xdist, a file per worker at a
-# time; each worker has its own template database, Redis databases and ports), then the tests marked
-# `serial` (driver/tests/conftest.py SERIAL: timing-sensitive, or loading the machine) alone.
+# time, or a class: the money adversary's two halves; each worker has its own template databases,
+# Redis databases and ports; the longest files first, driver/tests/conftest.py LONGEST_FIRST), then
+# the tests marked `serial` (driver/tests/conftest.py SERIAL: timing-sensitive, or loading the machine) alone.
 # The console's browser tests leave a screenshot of each page in .cache/artifacts/console/.
 PYTEST_WORKERS ?= 4
+PYTEST_DIST := --dist loadscope --no-loadscope-reorder
 # Exit status 5 is "no test selected" (PYTEST_ARGS naming a file without serial tests): not a failure.
 test-py: venv services chromium poppler fonts
 	@source $(SERVICES_ENV) && started=$$(date +%s) && \
-	 { $(BIN)/python -m pytest --ignore=driver/tests/unit -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" \
+	 { $(BIN)/python -m pytest --ignore=driver/tests/unit -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "not serial" \
 	     $(PYTEST_ARGS) || [ $$? = 5 ]; } && parallel=$$(( $$(date +%s) - started )) && \
 	 { $(BIN)/python -m pytest --ignore=driver/tests/unit -p no:xdist -m serial $(PYTEST_ARGS) || [ $$? = 5 ]; } && \
 	 echo "test-py: $$(( $$(date +%s) - started )) s (parallel pass $$parallel s, serial pass $$(( $$(date +%s) - started - parallel )) s)"
@@ -130,7 +132,7 @@ QUICK_SUITES := test_api.py test_webhooks.py test_console_http.py test_roles.py 
 	test_status.py test_sql_schema_drift.py test_outbound_webhooks.py
 test-quick: venv services
 	@started=$$(date +%s) && $(BIN)/python -m pytest -q driver/tests/unit && \
-	 source $(SERVICES_ENV) && $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" \
+	 source $(SERVICES_ENV) && $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "not serial" \
 	   $(addprefix driver/tests/,$(QUICK_SUITES)) $(PYTEST_ARGS) && \
 	 echo "test-quick: $$(( $$(date +%s) - started )) s"
 

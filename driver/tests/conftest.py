@@ -57,13 +57,36 @@ SERIAL = (
 )
 
 
+# The parallel pass's longest files (make test's --durations), longest first. make test-py hands the
+# files (classes: --dist loadscope) to the workers in collection order (--no-loadscope-reorder), so
+# these start first and no long file starts last to run alone at the end while the other workers
+# idle (longest processing time first). The money adversary's two halves are two classes: two workers.
+LONGEST_FIRST = (
+    "test_money_adversary.py",
+    "test_fuzz_api.py",
+    "test_model_properties.py",
+    "test_demo.py",
+    "test_shard_workers.py",
+    "test_relay_citus.py",
+    "test_api.py",
+    "test_api_citus.py",
+    "test_console_browser.py",
+    "test_portal_browser.py",
+    "test_invoices.py",
+    "test_api_security.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).parent
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     for item in items:
         rel = Path(str(item.fspath)).relative_to(tests).as_posix() if str(item.fspath).startswith(str(tests)) else ""
         name = f"{rel}::{item.name.split('[')[0]}"
         if any(name.startswith(s) if "::" in s else rel.startswith(s) for s in SERIAL):
             item.add_marker(pytest.mark.serial)
+    # Stable: each file's tests keep their order; the same order on every xdist worker.
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))
 
 
 @contextlib.contextmanager
