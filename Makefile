@@ -136,14 +136,27 @@ test-quick: venv services
 	   $(addprefix driver/tests/,$(QUICK_SUITES)) $(PYTEST_ARGS) && \
 	 echo "test-quick: $$(( $$(date +%s) - started )) s"
 
-# Each stage in turn (stopping at the first that fails), then the time of each.
-TEST_STAGES := audit test-fast test-sql test-citus test-py
+# Each stage in turn (stopping at the first that fails), then the time of each. The stages joined by
+# "+" run side by side (make -j, each one's output printed whole when it ends): the unit tier, pgTAP on
+# one PostgreSQL and pgTAP on the Citus cluster use different servers and share nothing (audit first
+# installs the virtual environment they all use).
+TEST_STAGES := audit test-fast+test-sql+test-citus test-py
+STAGE_TIMES := $(CACHE)/stage-times
 test:
-	@times=""; for stage in $(TEST_STAGES); do \
-	   started=$$(date +%s); \
-	   $(MAKE) --no-print-directory $$stage || { echo "make test: $$stage failed"; printf "$$times"; exit 1; }; \
-	   times="$$times$$(printf '  %-11s %5d s' $$stage $$(( $$(date +%s) - started )))\n"; \
-	 done; echo "make test: the time of each stage"; printf "$$times"
+	@mkdir -p $(CACHE) && : > $(STAGE_TIMES) && started=$$(date +%s) && for stage in $(TEST_STAGES); do \
+	   jobs=1; case $$stage in *+*) jobs=3;; esac; \
+	   group=$$(date +%s); \
+	   $(MAKE) --no-print-directory -j$$jobs --output-sync=target $$(printf 'timed-%s ' $${stage//+/ }) || \
+	     { echo "make test: $$stage failed"; cat $(STAGE_TIMES); exit 1; }; \
+	   [ $$jobs = 1 ] || printf '  %-11s %5d s  (the %d above, side by side)\n' "" $$(( $$(date +%s) - group )) \
+	     $$(echo $${stage//+/ } | wc -w) >> $(STAGE_TIMES); \
+	 done; echo "make test: the time of each stage"; cat $(STAGE_TIMES); \
+	 printf '  %-11s %5d s\n' total $$(( $$(date +%s) - started ))
+
+# One stage, its time added to $(STAGE_TIMES) for make test's summary.
+timed-%:
+	@started=$$(date +%s) && $(MAKE) --no-print-directory $* && \
+	 printf '  %-11s %5d s\n' $* $$(( $$(date +%s) - started )) >> $(STAGE_TIMES)
 
 # The lock file: pinned, hashed, above every advisory floor of deploy/advisories.tsv. Offline; it
 # says what it cannot know. `audit-online` asks pip-audit (needs the network).
