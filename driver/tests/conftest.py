@@ -62,18 +62,28 @@ SERIAL = (
 # these start first and no long file starts last to run alone at the end while the other workers
 # idle (longest processing time first). The money adversary's two halves are two classes: two workers.
 LONGEST_FIRST = (
+    # make test at f8cf591 under load (~20; --durations, each file's sum; its Citus setups less the
+    # migrations the template saves now): adversary 1,100 s, shard_workers ~530, model 414, fuzz
+    # 323, relay_citus ~230, invoices 171, api_security 169, demo 155, api_citus ~100 + its copies,
+    # notifications 126, wheel 77, usage 74, pgtap_events 70, import 70, api 62, console browser 60.
     "test_money_adversary.py",
-    "test_fuzz_api.py",
-    "test_model_properties.py",
-    "test_demo.py",
     "test_shard_workers.py",
+    "test_model_properties.py",
+    "test_fuzz_api.py",
     "test_relay_citus.py",
-    "test_api.py",
-    "test_api_citus.py",
-    "test_console_browser.py",
-    "test_portal_browser.py",
     "test_invoices.py",
     "test_api_security.py",
+    "test_demo.py",
+    "test_api_citus.py",
+    "test_notifications.py",
+    "test_wheel.py",
+    "test_usage.py",
+    "test_pgtap_events.py",
+    "test_import.py",
+    "test_api.py",
+    "test_console_browser.py",
+    "test_least_privilege.py",
+    "test_portal_browser.py",
 )
 
 
@@ -257,17 +267,30 @@ def citus_server_url() -> str:
 
 @pytest.fixture(scope="session")
 def citus_template(citus_server_url) -> str:
-    """A Citus database migrated with `--citus` once per session (per xdist worker), then made a
-    template on every node (scripts/services/citus.sh templatedb): the tests' databases are its copies."""
+    """A Citus database migrated with `--citus` once per pytest run (shared by its xdist workers; one
+    per session without xdist), then made a template on every node (scripts/services/citus.sh
+    templatedb): the tests' databases are its copies. A run's template stays after it (a worker
+    cannot know the others are done); the next run drops it when it makes its own."""
     if os.environ.get("BILLING_TEST_CITUS_URL"):
         raise pytest.UsageError("citus_db_url makes its databases with scripts/services/citus.sh createdb")
-    name = f"ctpl_{os.getpid()}"
-    _citus_sh("createdb", name)
-    with _exclusive("migrate"):
-        migrate(url_for_db(citus_server_url, name), REPO_ROOT / "db", simulation=True, citus=True)
-    _citus_sh("templatedb", name)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    name = f"ctpl_{run[:12]}" if run else f"ctpl_{os.getpid()}"
+    with _exclusive("citus-template"):
+        with psycopg.connect(citus_server_url, autocommit=True) as conn:
+            # A template is ready once it refuses connections (templatedb's last step).
+            templates = dict(conn.execute("SELECT datname, datallowconn FROM pg_catalog.pg_database "
+                                          "WHERE datname LIKE 'ctpl\\_%'").fetchall())
+        if templates.get(name) is not False:
+            for old in templates:  # an earlier run's, or this one's left half made
+                if old == name or (run and old.startswith("ctpl_") and not old[5:].isdigit()):
+                    _citus_sh("dropdb", old, check=False)
+            _citus_sh("createdb", name)
+            with _exclusive("migrate"):
+                migrate(url_for_db(citus_server_url, name), REPO_ROOT / "db", simulation=True, citus=True)
+            _citus_sh("templatedb", name)
     yield name
-    _citus_sh("dropdb", name, check=False)
+    if not run:
+        _citus_sh("dropdb", name, check=False)
 
 
 def _citus_sh(*args: str, check: bool = True) -> str:
