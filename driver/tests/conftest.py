@@ -42,6 +42,10 @@ SERIAL = (
     "test_gateway_sim.py",  # latencies and rates of the simulator
     "test_api_security.py::test_slow_and_half_sent_requests_are_closed_within_the_header_timeout",
     "test_charging.py::test_sigkill_mid_charge_charges_nothing_twice_and_claims_come_back",
+    # Two worker processes, one SIGKILLed, then a 240 s wait for every invoice PAID: under load (make
+    # test beside other work, at f8cf591 and since) ~125 invoices charged at the gateway were left
+    # OPEN with their next attempt ~11 minutes on, past the wait (14 s on a quiet machine).
+    "test_shard_workers.py::test_a_worker_killed_mid_batch_on_a_single_postgresql_loses_nothing",
     "test_relay.py::test_standby_takes_over_when_the_holder_dies",
     "test_relay.py::test_survives_a_broker_restart_without_losing_an_event",  # a private Kafka broker
     # They count the blocks a claim reads once vacuum has run: another session's snapshot keeps
