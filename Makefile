@@ -113,14 +113,16 @@ poppler:
 	@bash scripts/services/poppler.sh >/dev/null
 
 # pytest in two passes: the suites on $(PYTEST_WORKERS) workers (pytest-xdist, a file per worker at a
-# time; each worker has its own template database, Redis databases and ports), then the tests marked
-# `serial` (driver/tests/conftest.py SERIAL: timing-sensitive, or loading the machine) alone.
+# time, or a class: the money adversary's two halves; each worker has its own template databases,
+# Redis databases and ports; the longest files first, driver/tests/conftest.py LONGEST_FIRST), then
+# the tests marked `serial` (driver/tests/conftest.py SERIAL: timing-sensitive, or loading the machine) alone.
 # The console's browser tests leave a screenshot of each page in .cache/artifacts/console/.
 PYTEST_WORKERS ?= 4
+PYTEST_DIST := --dist loadscope --no-loadscope-reorder
 # Exit status 5 is "no test selected" (PYTEST_ARGS naming a file without serial tests): not a failure.
 test-py: venv services chromium poppler fonts
 	@source $(SERVICES_ENV) && started=$$(date +%s) && \
-	 { $(BIN)/python -m pytest --ignore=driver/tests/unit -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" \
+	 { $(BIN)/python -m pytest --ignore=driver/tests/unit -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "not serial" \
 	     $(PYTEST_ARGS) || [ $$? = 5 ]; } && parallel=$$(( $$(date +%s) - started )) && \
 	 { $(BIN)/python -m pytest --ignore=driver/tests/unit -p no:xdist -m serial $(PYTEST_ARGS) || [ $$? = 5 ]; } && \
 	 echo "test-py: $$(( $$(date +%s) - started )) s (parallel pass $$parallel s, serial pass $$(( $$(date +%s) - started - parallel )) s)"
@@ -131,18 +133,31 @@ QUICK_SUITES := test_api.py test_webhooks.py test_console_http.py test_roles.py 
 	test_status.py test_sql_schema_drift.py test_outbound_webhooks.py
 test-quick: venv services
 	@started=$$(date +%s) && $(BIN)/python -m pytest -q driver/tests/unit && \
-	 source $(SERVICES_ENV) && $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" \
+	 source $(SERVICES_ENV) && $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "not serial" \
 	   $(addprefix driver/tests/,$(QUICK_SUITES)) $(PYTEST_ARGS) && \
 	 echo "test-quick: $$(( $$(date +%s) - started )) s"
 
-# Each stage in turn (stopping at the first that fails), then the time of each.
-TEST_STAGES := audit test-fast test-sql test-citus test-py
+# Each stage in turn (stopping at the first that fails), then the time of each. The stages joined by
+# "+" run side by side (make -j, each one's output printed whole when it ends): the unit tier, pgTAP on
+# one PostgreSQL and pgTAP on the Citus cluster use different servers and share nothing (audit first
+# installs the virtual environment they all use).
+TEST_STAGES := audit test-fast+test-sql+test-citus test-py
+STAGE_TIMES := $(CACHE)/stage-times
 test:
-	@times=""; for stage in $(TEST_STAGES); do \
-	   started=$$(date +%s); \
-	   $(MAKE) --no-print-directory $$stage || { echo "make test: $$stage failed"; printf "$$times"; exit 1; }; \
-	   times="$$times$$(printf '  %-11s %5d s' $$stage $$(( $$(date +%s) - started )))\n"; \
-	 done; echo "make test: the time of each stage"; printf "$$times"
+	@mkdir -p $(CACHE) && : > $(STAGE_TIMES) && started=$$(date +%s) && for stage in $(TEST_STAGES); do \
+	   jobs=1; case $$stage in *+*) jobs=3;; esac; \
+	   group=$$(date +%s); \
+	   $(MAKE) --no-print-directory -j$$jobs --output-sync=target $$(printf 'timed-%s ' $${stage//+/ }) || \
+	     { echo "make test: $$stage failed"; cat $(STAGE_TIMES); exit 1; }; \
+	   [ $$jobs = 1 ] || printf '  %-11s %5d s  (the %d above, side by side)\n' "" $$(( $$(date +%s) - group )) \
+	     $$(echo $${stage//+/ } | wc -w) >> $(STAGE_TIMES); \
+	 done; echo "make test: the time of each stage"; cat $(STAGE_TIMES); \
+	 printf '  %-11s %5d s\n' total $$(( $$(date +%s) - started ))
+
+# One stage, its time added to $(STAGE_TIMES) for make test's summary.
+timed-%:
+	@started=$$(date +%s) && $(MAKE) --no-print-directory $* && \
+	 printf '  %-11s %5d s\n' $* $$(( $$(date +%s) - started )) >> $(STAGE_TIMES)
 
 # The lock file: pinned, hashed, above every advisory floor of deploy/advisories.tsv. Offline; it
 # says what it cannot know. `audit-online` asks pip-audit (needs the network).

@@ -42,6 +42,10 @@ SERIAL = (
     "test_gateway_sim.py",  # latencies and rates of the simulator
     "test_api_security.py::test_slow_and_half_sent_requests_are_closed_within_the_header_timeout",
     "test_charging.py::test_sigkill_mid_charge_charges_nothing_twice_and_claims_come_back",
+    # Two worker processes, one SIGKILLed, then a 240 s wait for every invoice PAID: under load (make
+    # test beside other work, at f8cf591 and since) ~125 invoices charged at the gateway were left
+    # OPEN with their next attempt ~11 minutes on, past the wait (14 s on a quiet machine).
+    "test_shard_workers.py::test_a_worker_killed_mid_batch_on_a_single_postgresql_loses_nothing",
     "test_relay.py::test_standby_takes_over_when_the_holder_dies",
     "test_relay.py::test_survives_a_broker_restart_without_losing_an_event",  # a private Kafka broker
     # They count the blocks a claim reads once vacuum has run: another session's snapshot keeps
@@ -57,13 +61,46 @@ SERIAL = (
 )
 
 
+# The parallel pass's longest files (make test's --durations), longest first. make test-py hands the
+# files (classes: --dist loadscope) to the workers in collection order (--no-loadscope-reorder), so
+# these start first and no long file starts last to run alone at the end while the other workers
+# idle (longest processing time first). The money adversary's two halves are two classes: two workers.
+LONGEST_FIRST = (
+    # make test at f8cf591 under load (~20; --durations, each file's sum; its Citus setups less the
+    # migrations the template saves now): adversary 1,100 s, shard_workers ~530, model 414, fuzz
+    # 323, relay_citus ~230, invoices 171, api_security 169, demo 155, api_citus ~100 + its copies,
+    # notifications 126, wheel 77, usage 74, pgtap_events 70, import 70, api 62, console browser 60.
+    "test_money_adversary.py",
+    "test_shard_workers.py",
+    "test_model_properties.py",
+    "test_fuzz_api.py",
+    "test_relay_citus.py",
+    "test_invoices.py",
+    "test_api_security.py",
+    "test_demo.py",
+    "test_api_citus.py",
+    "test_notifications.py",
+    "test_wheel.py",
+    "test_usage.py",
+    "test_pgtap_events.py",
+    "test_import.py",
+    "test_api.py",
+    "test_console_browser.py",
+    "test_least_privilege.py",
+    "test_portal_browser.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).parent
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     for item in items:
         rel = Path(str(item.fspath)).relative_to(tests).as_posix() if str(item.fspath).startswith(str(tests)) else ""
         name = f"{rel}::{item.name.split('[')[0]}"
         if any(name.startswith(s) if "::" in s else rel.startswith(s) for s in SERIAL):
             item.add_marker(pytest.mark.serial)
+    # Stable: each file's tests keep their order; the same order on every xdist worker.
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))
 
 
 @contextlib.contextmanager
@@ -232,21 +269,51 @@ def citus_server_url() -> str:
         return _script("citus")
 
 
-@pytest.fixture
-def citus_db_url(citus_server_url) -> str:
-    """A throwaway database on every node of the Citus cluster, migrated with `--citus` (superuser
-    URL of the coordinator). A Citus database cannot be cloned from a template (the workers hold the
-    shards), so each test migrates its own: a few seconds."""
-    name = f"c_{uuid.uuid4().hex[:12]}"
+@pytest.fixture(scope="session")
+def citus_template(citus_server_url) -> str:
+    """A Citus database migrated with `--citus` once per pytest run (shared by its xdist workers; one
+    per session without xdist), then made a template on every node (scripts/services/citus.sh
+    templatedb): the tests' databases are its copies. A run's template stays after it (a worker
+    cannot know the others are done); the next run drops it when it makes its own."""
     if os.environ.get("BILLING_TEST_CITUS_URL"):
         raise pytest.UsageError("citus_db_url makes its databases with scripts/services/citus.sh createdb")
-    subprocess.run(["bash", str(SCRIPTS / "citus.sh"), "createdb", name], check=True, capture_output=True, text=True)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    name = f"ctpl_{run[:12]}" if run else f"ctpl_{os.getpid()}"
+    with _exclusive("citus-template"):
+        with psycopg.connect(citus_server_url, autocommit=True) as conn:
+            # A template is ready once it refuses connections (templatedb's last step).
+            templates = dict(conn.execute("SELECT datname, datallowconn FROM pg_catalog.pg_database "
+                                          "WHERE datname LIKE 'ctpl\\_%'").fetchall())
+        if templates.get(name) is not False:
+            for old in templates:  # an earlier run's, or this one's left half made
+                if old == name or (run and old.startswith("ctpl_") and not old[5:].isdigit()):
+                    _citus_sh("dropdb", old, check=False)
+            _citus_sh("createdb", name)
+            with _exclusive("migrate"):
+                migrate(url_for_db(citus_server_url, name), REPO_ROOT / "db", simulation=True, citus=True)
+            _citus_sh("templatedb", name)
+    yield name
+    if not run:
+        _citus_sh("dropdb", name, check=False)
+
+
+def _citus_sh(*args: str, check: bool = True) -> str:
+    out = subprocess.run(["bash", str(SCRIPTS / "citus.sh"), *args], check=check, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+@pytest.fixture
+def citus_db_url(citus_server_url, citus_template) -> str:
+    """A throwaway migrated database on every node of the Citus cluster (superuser URL of the
+    coordinator): a copy of the session's migrated template made on each node (a Citus database
+    cannot be cloned on one node alone: the workers hold the shards), a few seconds instead of a
+    migration each."""
+    name = f"c_{uuid.uuid4().hex[:12]}"
+    _citus_sh("clonedb", name, citus_template)
     url = url_for_db(citus_server_url, name)
-    with _exclusive("migrate"):
-        migrate(url, REPO_ROOT / "db", simulation=True, citus=True)
     yield url
     problems = _invalid_events(url)
-    subprocess.run(["bash", str(SCRIPTS / "citus.sh"), "dropdb", name], check=False, capture_output=True, text=True)
+    _citus_sh("dropdb", name, check=False)
     if problems:
         pytest.fail("events that do not match their schema (docs/events):\n  " + "\n  ".join(problems))
 

@@ -354,9 +354,6 @@ async def run_relay(settings, stop: asyncio.Event, *, sink: EventSink | None = N
 
 # Whether billing.customer is distributed: readable by any login (Citus' catalog is public). Two
 # statements: without Citus the second one cannot even be planned.
-_HAS_CITUS = "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
-_DISTRIBUTED = """SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition
-                                WHERE logicalrelid = to_regclass('billing.customer') AND partmethod = 'h')"""
 # A relay instance is "up" while its coordinator session holds the advisory lock (RELAY_LOCK_KEY,
 # instance): pg_locks counts them, and a dead relay's lock goes with its session. A relay publishes
 # from a shard group while the same session holds (RELAY_GROUP_KEY, group). These locks only spread
@@ -365,11 +362,12 @@ RELAY_GROUP_KEY = 0x62696C67  # "bilg"
 
 
 async def is_distributed(database_url: str) -> bool:
-    """Whether the database is a Citus coordinator with the engine distributed by customer."""
+    """Whether the database is a Citus coordinator with the engine distributed by customer: the SQL
+    API's one answer (billing._distributed, through relay_shard_groups: a node named for a group),
+    as the worker's shard_mode asks it."""
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True, connect_timeout=10) as conn:
-        if not (await (await conn.execute(_HAS_CITUS)).fetchone())[0]:
-            return False
-        return bool((await (await conn.execute(_DISTRIBUTED)).fetchone())[0])
+        rows = await (await conn.execute(db.RELAY_SHARD_GROUPS)).fetchall()
+    return any(node is not None for _group, node, _port in rows)
 
 
 async def _detect_distributed(database_url: str, stop: asyncio.Event) -> bool | None:

@@ -1,5 +1,6 @@
 """The settings and the environment: every field of `billing.config.Settings` is read from the
-variable named after it (`BILLING_` + the field's name in capitals), and no module of the driver
+variable named after it (`BILLING_` + the field's name in capitals), a name written nowhere but in the
+field itself (from_env derives it), each field in one group of settings; and no module of the driver
 but billing/config.py reads the environment."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import dataclasses
 import typing
 from pathlib import Path
 
+from billing import config
 from billing.config import REPO_ROOT, Settings
 
 # A value each kind of field accepts, and what from_env makes of it (special forms first).
@@ -52,3 +54,26 @@ def test_only_config_reads_the_environment():
                     and isinstance(node.value, ast.Name) and node.value.id == "os"):
                 readers.append(f"{path.relative_to(package)}:{node.lineno}")
     assert readers == [], f"the environment read outside billing/config.py: {readers}"
+
+
+def test_variable_names_are_derived_from_the_fields_never_written():
+    """from_env names no variable: each is BILLING_ + the field's name (env_name), so a field is
+    written once, in its group, and its variable cannot drift from it."""
+    variables = {config.env_name(f.name) for f in dataclasses.fields(Settings)}
+    tree = ast.parse(Path(config.__file__).read_text())
+    written = sorted({node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                      and isinstance(node.value, str) and node.value in variables})
+    assert written == [], f"settings' variables written by hand in config.py: {written}"
+    source = Path(config.__file__).read_text()
+    assert "from_env" in source and "env_name(f.name)" in source
+
+
+def test_every_setting_belongs_to_one_group():
+    groups = [base for base in Settings.__mro__[1:] if dataclasses.is_dataclass(base)]
+    assert len(groups) >= 8
+    owners = {}
+    for group in groups:
+        for f in dataclasses.fields(group):
+            owners.setdefault(f.name, []).append(group.__name__)
+    assert {name: where for name, where in owners.items() if len(where) != 1} == {}
+    assert sorted(owners) == sorted(f.name for f in dataclasses.fields(Settings)), "a field outside the groups"

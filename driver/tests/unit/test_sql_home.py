@@ -26,8 +26,6 @@ ELSEWHERE = {
     "demo/invariants.py": "the demo's invariants, an independent witness of the tables",
     "demo/runner.py": "the demo's check of the HTTP API against the tables",
     "demo/documents.py": "picks sample invoices to render by condition",
-    # housesql: one Citus detection (issue 25); these two go with it.
-    "worker/relay.py": "is_distributed (housesql's one Citus detection, issue 25)",
 }
 
 
@@ -51,9 +49,9 @@ def test_sql_strings_live_in_db_py():
 
 
 def test_the_scan_finds_sql():
-    """Not blind: db.py's queries are found, and the relay's Citus detection still is (until it moves)."""
+    """Not blind: db.py's queries are found, and so is the migrator's DDL."""
     assert len(_sql_strings(PACKAGE / "db.py")) > 50
-    assert _sql_strings(PACKAGE / "worker" / "relay.py")
+    assert _sql_strings(PACKAGE / "migrate.py")
 
 
 def test_every_query_of_db_py_is_run_somewhere():
