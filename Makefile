@@ -17,7 +17,7 @@ PGTAP_JOBS ?= 1
 PGTAP_CITUS_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage bench-usage-rating openapi client
+.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage bench-usage-rating openapi client bench-relay-citus
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -192,6 +192,11 @@ bench-scale: venv services
 
 bench-relay: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.relay.run $(BENCH_ARGS)
+
+# The relay per shard group on Citus next to the single-node relay (bench/relay/citus.py, issue 32).
+bench-relay-citus: venv services
+	@source $(SERVICES_ENV) && bash scripts/services/citus.sh >/dev/null && \
+	 $(BIN)/python -m bench.relay.citus $(BENCH_ARGS)
 
 bench-retention: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.retention.run $(BENCH_ARGS)

@@ -15,6 +15,10 @@ Then claim and work in one call, as the driver's workers call them per group: `r
 and on one PostgreSQL the single-node statements `create_due_invoices` and `claim_charges` beside
 them, in the same run.
 
+`charge_rows_before_32` is charge_claims_in_shard's body before issue 32 (each invoice keyed by
+`_claim_charge_row`, one at a time), timed beside the set-based form on the same rows:
+`make bench-citus-engine BENCH_ARGS="--shards 8 --customers 10000 --only charge_claims_in_shard,charge_rows_before_32"`.
+
 Fixtures are written straight into the tables (customers, two due subscriptions each, one due
 OPEN invoice per subscription), the same on both layouts.
 Server CPU is not measured: on a shared 2-core host the wall times are noisy, compare rows of one
@@ -47,9 +51,11 @@ SELECT g, p.id, 'ACTIVE', 'UTC', '2027-01-01Z', '2027-01-01Z',
   FROM generate_series(1, %(n)s) g, generate_series(1, 2) k, billing.plan p WHERE p.code = 'BENCH_MONTH';
 INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, amount, currency,
                              status, due_at, next_attempt_at, created_at, plan_id, plan_price, billing_interval,
-                             interval_count)
+                             interval_count, number, finalized_at, bill_to)
 SELECT s.id, s.customer_id, 'RENEWAL', s.current_period_start, s.current_period_end, 1000, 1000, 'USD', 'OPEN',
-       s.current_period_start, s.current_period_end, s.current_period_start, s.plan_id, 1000, 'MONTH', 1
+       s.current_period_start, s.current_period_end, s.current_period_start, s.plan_id, 1000, 'MONTH', 1,
+       -- finalized, as the renewal job leaves them before any charge (numbered, with their bill-to)
+       'B-' || s.id, s.current_period_start, '{}'
   FROM billing.subscription s;
 """
 
@@ -106,9 +112,38 @@ WORK = {
     "renew_in_shard": "SELECT billing.renew_in_shard('bench', %(group)s, %(batch)s, %(now)s)",
     "charge_claims_in_shard": "SELECT count(*) FROM billing.charge_claims_in_shard('bench', %(group)s, %(batch)s, "
                               "'1 hour', %(now)s)",
+    "charge_rows_before_32": "SELECT pg_temp.charge_rows_before_32(%(group)s, %(batch)s, %(now)s)",
     "create_due_invoices": "SELECT billing.create_due_invoices(%(batch)s, %(now)s)",
     "claim_charges": "SELECT count(*) FROM billing.claim_charges('bench', %(batch)s, '1 hour', %(now)s)",
 }
+
+
+# charge_claims_in_shard as it was before issue 32 (main f8cf591): the group's due invoices locked,
+# then each keyed by billing._claim_charge_row, one row at a time; beside the set-based form in the
+# same run, on the same rows (a temporary function on the node, dropped with the session).
+ROW_BY_ROW = """
+CREATE FUNCTION pg_temp.charge_rows_before_32(p_group integer, p_batch integer, p_now timestamptz) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_cfg billing.installation;
+    v_customers bigint[];
+    v_ids bigint[];
+    v_n integer := 0;
+BEGIN
+    SELECT * INTO v_cfg FROM billing.installation;
+    PERFORM billing._check_shard_lease('bench', p_group, p_now);
+    EXECUTE format('WITH due AS MATERIALIZED (SELECT i.customer_id, i.id FROM %s i WHERE i.status = ''OPEN''
+                      AND i.next_attempt_at <= $1 ORDER BY i.next_attempt_at LIMIT $2 FOR NO KEY UPDATE SKIP LOCKED)
+                    SELECT array_agg(d.customer_id ORDER BY d.id), array_agg(d.id ORDER BY d.id) FROM due d',
+                   billing._shard_table('billing.invoice', p_group))
+       INTO v_customers, v_ids USING p_now, p_batch;
+    FOR i IN 1 .. coalesce(cardinality(v_ids), 0) LOOP
+        v_n := v_n + (SELECT count(*) FROM billing._claim_charge_row(v_customers[i], v_ids[i], 'bench', '1 hour',
+                                                                     p_now, 'sim', v_cfg))::integer;
+    END LOOP;
+    RETURN v_n;
+END
+$$"""
 
 
 def work(url: str, fn: str, group: int, batch: int, count: int) -> list[float]:
@@ -116,6 +151,9 @@ def work(url: str, fn: str, group: int, batch: int, count: int) -> list[float]:
     out = []
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET jit = off")
+        if fn == "charge_rows_before_32":
+            conn.execute("SET citus.enable_ddl_propagation = off")  # a temporary function of this session
+            conn.execute(ROW_BY_ROW)
         for _ in range(count):
             t = time.perf_counter()
             with conn.transaction(force_rollback=True):
@@ -138,8 +176,10 @@ def measure(url: str, layout: str, shards: int, customers: int, batch: int, coun
     picked = [groups[0], groups[len(groups) // 2]] if len(groups) > 1 else groups
     per_group = 2 * customers // len(groups)
     # Claim and work first (rolled back), then the claims alone (the charges' claims lease for good).
-    fns = ["renew_in_shard", "charge_claims_in_shard"]
-    if layout == "single":
+    fns = ["renew_in_shard", "charge_claims_in_shard", "charge_rows_before_32"]
+    if getattr(measure, "only", None):
+        fns = [f for f in fns if f in measure.only]
+    if layout == "single" and not getattr(measure, "only", None):
         fns += ["create_due_invoices", "claim_charges"]
     for fn in fns:
         times = []
@@ -149,7 +189,7 @@ def measure(url: str, layout: str, shards: int, customers: int, batch: int, coun
         rows.append((layout, len(groups), customers, per_group, fn, med, med * 1000 / batch))
         print(f"{layout:6s} groups={len(groups):3d} customers={customers:7d}: {fn} of {batch} = {med:.1f} ms median "
               f"({med * 1000 / batch:.0f} us/row, {len(times)} calls)", flush=True)
-    for fn in ("renewals", "charges"):
+    for fn in ("renewals", "charges") if not getattr(measure, "only", None) else ():
         times: list[float] = []
         for g, host, port in picked:
             times += claims(node_url(url, host, port), fn, g, batch, count)
@@ -167,7 +207,10 @@ def main() -> None:
     ap.add_argument("--customers", default="10000,40000")
     ap.add_argument("--batch", type=int, default=200)
     ap.add_argument("--claims", type=int, default=8)
+    ap.add_argument("--only", default=None,
+                    help="comma-separated calls to time (e.g. charge_claims_in_shard,charge_rows_before_32)")
     a = ap.parse_args()
+    measure.only = a.only.split(",") if a.only else None
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)", flush=True)
     rows: list = []
     for customers in [int(x) for x in a.customers.split(",")]:

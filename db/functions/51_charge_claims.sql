@@ -342,8 +342,75 @@ Returns claim_charges'' rows in invoice id order.';
 -- claim_charges_in_shard (a claim without the work) was never called by the driver: removed.
 DROP FUNCTION IF EXISTS billing.claim_charges_in_shard(text, integer, integer, interval, timestamptz);
 
--- Each claimed invoice is keyed and leased by billing._claim_charge_row (above): the
--- per-row form of claim_charges, shared with claim_charges' own path on the Citus coordinator.
+-- Set-based inside the group (issue 32): the claimed invoices that are numbered, whose key (if any)
+-- is still alive and which have what a key is sent with (an attempt of this try, a usable default
+-- method, or the simulator and no default at all) are keyed and leased by one statement on the
+-- group's own shards: claim_charges' statement (above) with the shards' names, the same key, amount
+-- and lookup. The others (to finalize first, past the key's lifetime, waiting for a method: rare)
+-- go through billing._claim_charge_row, claim_charges' per-row form, under the same row locks.
+CREATE OR REPLACE FUNCTION billing._charge_keys_statement(
+    p_invoice text, p_attempt text, p_method text, p_attempt_seq text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $f$
+    -- $1 customers, $2 invoice ids (both locked by the caller), $3 provider, $4 now, $5 lease,
+    -- $6 worker, $7 key namespace, $8 key lifetime, $9 lookup margin.
+    SELECT format($q$
+    WITH due AS MATERIALIZED (
+        -- by (customer_id, id) pairs: "customer_id = ANY AND id = ANY" would probe every combination
+        SELECT i.customer_id, i.id, i.try_count
+          FROM unnest($1::bigint[], $2::bigint[]) AS k(customer_id, id)
+          JOIN %1$s i ON i.customer_id = k.customer_id AND i.id = k.id
+         WHERE i.status = 'OPEN' AND i.number IS NOT NULL
+    ), keyed AS MATERIALIZED (
+        SELECT d.customer_id, d.id, a.id AS attempt_id, m.id AS method_id, m.customer_ref, m.payment_method_ref
+          FROM due d
+          LEFT JOIN %2$s a ON a.customer_id = d.customer_id AND a.invoice_id = d.id AND a.attempt_number = d.try_count
+          LEFT JOIN LATERAL (
+              -- billing._usable_method on the group's shard of payment_method
+              SELECT pm.id, pm.customer_ref, pm.payment_method_ref FROM %3$s pm
+               WHERE a.id IS NULL AND pm.customer_id = d.customer_id AND pm.is_default AND pm.provider = $3
+                 AND make_timestamptz(pm.exp_year, pm.exp_month, 1, 0, 0, 0, 'UTC') + interval '1 month' > $4) m ON true
+         WHERE (a.id IS NULL OR a.key_expires_at > $4)
+           AND (a.id IS NOT NULL OR m.id IS NOT NULL
+                OR ($3 = 'sim' AND NOT EXISTS (SELECT 1 FROM %3$s x WHERE x.customer_id = d.customer_id AND x.is_default
+                                                                   AND x.provider = $3)))
+    ), claimed AS (
+        UPDATE %1$s i
+           SET next_attempt_at = $4 + $5
+          FROM keyed k
+         WHERE i.customer_id = k.customer_id AND i.id = k.id
+        RETURNING i.id, i.try_count, i.customer_id, i.amount - least(i.unserved, i.amount) AS amount, i.currency,
+                  k.method_id, k.customer_ref, k.payment_method_ref
+    ), attempt AS (
+        INSERT INTO %2$s AS a
+               (id, customer_id, invoice_id, attempt_number, idempotency_key, amount, currency, worker, first_claimed_at,
+                last_claimed_at, key_expires_at, provider, payment_method_id, customer_ref, payment_method_ref)
+        SELECT nextval(%4$L::regclass), c.customer_id, c.id, c.try_count, $7 || '-inv-' || c.id || '-try-' || c.try_count,
+               c.amount, c.currency, $6, $4, $4, $4 + $8, $3, c.method_id, c.customer_ref, c.payment_method_ref
+          FROM claimed c
+        ON CONFLICT (customer_id, invoice_id, attempt_number) DO UPDATE
+            SET claim_count = a.claim_count + 1, worker = excluded.worker, last_claimed_at = excluded.last_claimed_at
+        RETURNING a.id, a.customer_id, a.invoice_id, a.idempotency_key, a.claim_count, a.key_expires_at, a.customer_ref,
+                  a.payment_method_ref, a.amount
+    )
+    , result AS (
+        SELECT c.id AS invoice_id, a.id AS attempt_id, a.idempotency_key, c.customer_id, a.amount,
+               c.currency::text AS currency,
+               -- near its expiry, a key sent before is looked up instead of sent again
+               a.claim_count > 1 AND $4 + $5 > a.key_expires_at - $9 AS lookup,
+               a.customer_ref, a.payment_method_ref
+          FROM claimed c
+          JOIN attempt a ON a.customer_id = c.customer_id AND a.invoice_id = c.id
+    )
+    SELECT coalesce(jsonb_agg(to_jsonb(r)), '[]'), coalesce(array_agg(r.invoice_id), '{}') FROM result r$q$,
+    p_invoice, p_attempt, p_method, p_attempt_seq)
+$f$;
+COMMENT ON FUNCTION billing._charge_keys_statement(text, text, text, text) IS
+'Private: the text of charge_claims_in_shard''s set-based step on the given tables (a group''s shards of invoice, payment_attempt, payment_method; payment_attempt''s id sequence): the locked invoices that are numbered, whose key is alive and that have what a key is sent with are leased until now + lease with their attempt (key <namespace>-inv-<id>-try-<n>; a re-claim counts), as claim_charges'' statement does.
+Returns the statement''s text (parameters $1 customers, $2 invoice ids, $3 provider, $4 now, $5 lease, $6 worker, $7 key namespace, $8 key lifetime, $9 lookup margin).';
+
 CREATE OR REPLACE FUNCTION billing.charge_claims_in_shard(
     p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 100, p_lease interval DEFAULT interval '5 minutes',
     p_now timestamptz DEFAULT now(), p_provider text DEFAULT 'sim')
@@ -356,14 +423,19 @@ AS $$
 #variable_conflict use_column
 DECLARE
     v_cfg       billing.installation;
+    v_invoice   text;
     v_customers bigint[];
     v_ids       bigint[];
+    v_row       record;
+    v_rows      jsonb;
+    v_done      bigint[];
 BEGIN
     PERFORM billing._check_claim(p_worker, p_batch_size, p_lease, p_now, true, coalesce(p_provider, ''));
     SELECT * INTO v_cfg FROM billing.installation;
     PERFORM billing._check_shard_lease(p_worker, p_shard_group, p_now);
+    v_invoice := billing._shard_table('billing.invoice', p_shard_group);
     -- claim_charges' due invoices, in this group: oldest first, locked (SKIP LOCKED) until the
-    -- transaction ends, then each keyed and leased as claim_charges does.
+    -- transaction ends.
     EXECUTE format($q$
         WITH due AS MATERIALIZED (
             SELECT i.customer_id, i.id FROM %s i
@@ -371,18 +443,41 @@ BEGIN
              ORDER BY i.next_attempt_at LIMIT $2
                FOR NO KEY UPDATE SKIP LOCKED
         )
-        SELECT array_agg(d.customer_id ORDER BY d.id), array_agg(d.id ORDER BY d.id) FROM due d$q$,
-        billing._shard_table('billing.invoice', p_shard_group))
+        SELECT array_agg(d.customer_id ORDER BY d.id), array_agg(d.id ORDER BY d.id) FROM due d$q$, v_invoice)
        INTO v_customers, v_ids USING p_now, p_batch_size;
     IF v_ids IS NULL THEN
         RETURN;  -- nothing due: no audit row
     END IF;
     PERFORM billing._audit('charge_claims_in_shard', jsonb_build_object('worker', p_worker, 'shard_group', p_shard_group, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now, 'provider', p_provider));
-    FOR i IN 1 .. array_length(v_ids, 1) LOOP
-        RETURN QUERY SELECT * FROM billing._claim_charge_row(v_customers[i], v_ids[i], p_worker, p_lease, p_now, p_provider, v_cfg);
-    END LOOP;
+    -- Most of the batch in one statement on the group's shards; then the rest (not numbered yet,
+    -- key past its lifetime, waiting for a method: the statement leaves them OPEN and due) row by
+    -- row as claim_charges does each. The statement's rows are leased by then (next_attempt_at
+    -- in the future), so _claim_charge_row, which checks "due" on the locked row, skips them.
+    EXECUTE billing._charge_keys_statement(
+            v_invoice, billing._shard_table('billing.payment_attempt', p_shard_group),
+            billing._shard_table('billing.payment_method', p_shard_group),
+            pg_catalog.pg_get_serial_sequence('billing.payment_attempt', 'id'))
+       INTO v_rows, v_done
+      USING v_customers, v_ids, p_provider, p_now, p_lease, p_worker, v_cfg.key_namespace, v_cfg.key_lifetime,
+            v_cfg.lookup_margin;
+    IF cardinality(v_done) < cardinality(v_ids) THEN
+        FOR i IN 1 .. cardinality(v_ids) LOOP
+            CONTINUE WHEN v_ids[i] = ANY (v_done);
+            FOR v_row IN SELECT * FROM billing._claim_charge_row(v_customers[i], v_ids[i], p_worker, p_lease, p_now,
+                                                                 p_provider, v_cfg) LOOP
+                v_rows := v_rows || jsonb_build_array(to_jsonb(v_row));
+            END LOOP;
+        END LOOP;
+    END IF;
+    RETURN QUERY
+    SELECT r.invoice_id, r.attempt_id, r.idempotency_key, r.customer_id, r.amount, r.currency, r.lookup, r.customer_ref,
+           r.payment_method_ref
+      FROM jsonb_to_recordset(v_rows) AS r(invoice_id bigint, attempt_id bigint, idempotency_key text, customer_id bigint,
+                                           amount bigint, currency text, lookup boolean, customer_ref text,
+                                           payment_method_ref text)
+     ORDER BY r.invoice_id;
 END
 $$;
 COMMENT ON FUNCTION billing.charge_claims_in_shard(text, integer, integer, interval, timestamptz, text) IS
-'claim_charges inside one leased shard group: claims up to p_batch_size OPEN invoices of the group due by p_now (oldest first, SKIP LOCKED) and does claim_charges'' work on each (_claim_charge_row): the payment attempt and its key, the lease until p_now + p_lease, REVIEW past the key lifetime, waiting without a usable payment method. Call it on the node holding the group.
+'claim_charges inside one leased shard group: claims up to p_batch_size OPEN invoices of the group due by p_now (oldest first, SKIP LOCKED) and does claim_charges'' work on them (set-based on the group''s shards, _charge_keys_statement; row by row, _claim_charge_row, for those to finalize first, past their key''s lifetime or without a usable method): the payment attempt and its key, the lease until p_now + p_lease, REVIEW past the key lifetime, waiting without a usable payment method. Call it on the node holding the group.
 Returns what claim_charges returns, in invoice id order; BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for bad arguments.';

@@ -1,6 +1,6 @@
 -- 550_charging_batch: record_payment_results, many gateway results in one call.
 BEGIN;
-SELECT plan(32);
+SELECT plan(37);
 
 -- One user for the fixtures and the API's SECURITY DEFINER calls: on Citus a transaction may not
 -- touch a placement another user modified in it (docs/scaling.md).
@@ -168,6 +168,50 @@ SELECT ok((SELECT bool_and(x) FROM (VALUES
                ((SELECT count(*) FROM jsonb_array_elements(:'charge_state_statement'::jsonb -> 'events') e
                   WHERE e ->> 1 = 'InvoicePaymentMethodRequired') >= 2)) v(x)),
           'and the comparison covers a charge, a look-up, a review and waits');
+-- charge_claims_in_shard (issue 32: set-based on a group's shards, the rest row by row) from the
+-- same state, in the one group of a single PostgreSQL: the same rows, writes and events.
+-- (On Citus there is no group 0: citus/162_shard_work runs it in a group of the cluster.)
+SELECT billing._distributed('billing.customer') AS on_citus \gset
+\if :on_citus
+SELECT skip('charge_claims_in_shard in group 0: a single PostgreSQL only', 5);
+\else
+ROLLBACK TO SAVEPOINT per_row;
+SELECT count(*) FROM billing.lease_shard_groups('w', 1, '1 day', '2031-01-02 00:00Z');
+CREATE FUNCTION pg_temp.set_based_count() RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_ids bigint[];
+    v_customers bigint[];
+    v_rows jsonb;
+    v_done bigint[];
+    v_cfg billing.installation;
+BEGIN
+    SELECT * INTO v_cfg FROM billing.installation;
+    SELECT array_agg(i.id ORDER BY i.id), array_agg(i.customer_id ORDER BY i.id) INTO v_ids, v_customers
+      FROM billing.invoice i WHERE i.status = 'OPEN' AND i.next_attempt_at <= '2031-01-02 00:00Z';
+    EXECUTE billing._charge_keys_statement('billing.invoice', 'billing.payment_attempt', 'billing.payment_method',
+                                           pg_catalog.pg_get_serial_sequence('billing.payment_attempt', 'id'))
+       INTO v_rows, v_done
+      USING v_customers, v_ids, 'stripe', timestamptz '2031-01-02 00:00Z', interval '5 minutes', 'w', v_cfg.key_namespace,
+            v_cfg.key_lifetime, v_cfg.lookup_margin;
+    RETURN cardinality(v_done);
+END
+$$;
+SAVEPOINT in_shard;
+SELECT cmp_ok(pg_temp.set_based_count(), '>=', 1,
+              'the set-based step alone keys what it may (here the numbered invoice with a live key; the others are not numbered yet, or wait, or go to review)');
+ROLLBACK TO SAVEPOINT in_shard;
+SELECT jsonb_agg(to_jsonb(c) - 'attempt_id' ORDER BY c.invoice_id) AS charge_rows_in_shard
+  FROM billing.charge_claims_in_shard('w', 0, 100, interval '5 minutes', '2031-01-02 00:00Z', 'stripe') c \gset
+SELECT pg_temp.charge_state('2031-01-02 00:00Z') AS charge_state_in_shard \gset
+SELECT is(:'charge_rows_in_shard'::jsonb, :'charge_rows_statement'::jsonb,
+          'charge_claims_in_shard: the same charges handed out as claim_charges (keys, amounts, methods, look-ups)');
+SELECT is(:'charge_state_in_shard'::jsonb -> 'invoices', :'charge_state_statement'::jsonb -> 'invoices',
+          'charge_claims_in_shard: the same invoices leased, waiting or in review');
+SELECT is(:'charge_state_in_shard'::jsonb -> 'attempts', :'charge_state_statement'::jsonb -> 'attempts',
+          'charge_claims_in_shard: the same attempts, one per key');
+SELECT is(:'charge_state_in_shard'::jsonb -> 'events', :'charge_state_statement'::jsonb -> 'events',
+          'charge_claims_in_shard: the same events');
+\endif
 
 -- Refunds: a new one, one to look up, one past its key's lifetime (RefundReview).
 SELECT billing.record_payment_result(pg_temp.pay_key('t30c-2'), 'SUCCEEDED', 'ch_30c_2', NULL, '2031-01-02 00:01Z');

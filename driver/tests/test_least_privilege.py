@@ -695,8 +695,11 @@ def test_security_definer_functions_pin_a_safe_search_path(db_url, app_role):
                 bad.append((f["proname"], "API function is not SECURITY DEFINER"))
             # (billing._renew_statement builds the renewal statement with format(), from the names of
             # _shard_table / _local_table: 40_renewal.sql; billing._page builds a list's page with format()
-            # from constant fragments, every value a $n parameter bound by USING: 77_api_lists.sql.)
-            if re.search(r"\bEXECUTE\b\s+(?!format\s*\(|billing\._renew_statement\(|billing\._page\()", f["prosrc"] or "",
+            # from constant fragments, every value a $n parameter bound by USING: 77_api_lists.sql;
+            # billing._charge_keys_statement with format() from _shard_table's names, every value a
+            # $n parameter: 51_charge_claims.sql.)
+            if re.search(r"\bEXECUTE\b\s+(?!format\s*\(|billing\._renew_statement\(|billing\._page\(|billing\._charge_keys_statement\()",
+                         f["prosrc"] or "",
                          re.IGNORECASE) \
                     and f["prokind"] == "f":
                 bad.append((f["proname"], "dynamic SQL not built with format(): review for injection"))
