@@ -570,8 +570,15 @@ BEGIN
             CONTINUE;
         END IF;
         -- What of its own lines is not served: their unused part from p_at (read first, then written).
+        -- And of the lines a change that ended in credit sold in its period (no invoice: its credit
+        -- waits on this one): the credit gave back the old terms' rest, the new terms' rest is not
+        -- served either, so this invoice bills it no more (issue 26 #3, #12: a downgrade or a pause
+        -- in an unpaid period then a cancellation).
         v_charges := ARRAY(SELECT l.id FROM billing.service_line l
-                            WHERE l.customer_id = v_inv.customer_id AND l.invoice_id = v_inv.id AND l.kind = 'CHARGE');
+                            WHERE l.customer_id = v_inv.customer_id AND l.kind = 'CHARGE'
+                              AND (l.invoice_id = v_inv.id
+                                   OR (l.invoice_id IS NULL AND l.subscription_id = v_inv.subscription_id
+                                       AND v_inv.id = ANY (l.depends_on))));
         v_net := 0;
         FOR v_u IN SELECT * FROM billing._unused_lines(p_sub, p_at) u
                     WHERE u.line_id = ANY (v_charges) AND u.span_start < u.span_end AND u.net > 0 LOOP
