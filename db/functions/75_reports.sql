@@ -44,16 +44,17 @@ CREATE OR REPLACE FUNCTION billing._mrr_points(p_points timestamptz[])
 RETURNS TABLE (at timestamptz, subscription_id bigint, customer_id bigint, currency text, mrr numeric)
 LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
+SET work_mem = '64MB'
 AS $$
 #variable_conflict use_column
 BEGIN
     -- PL/pgSQL (a SQL function reading a distributed table with a parameter cannot be planned on
     -- Citus); lines, invoices and subscriptions joined on (customer_id, ...): each part runs in
-    -- each shard.
+    -- each shard. One pass over the lines covering the instants, hash joins (work_mem for them).
     RETURN QUERY
     WITH pts AS MATERIALIZED (
         SELECT DISTINCT x AS at FROM unnest(p_points) x WHERE x IS NOT NULL
-    ), lagging AS (
+    ), lagging AS MATERIALIZED (
         -- Live past the end of its current period, not renewed yet: its terms at that period's last
         -- instant (what the renewal will sell again).
         SELECT p.at, s.customer_id, s.id AS subscription_id, s.current_period_end - interval '1 microsecond' AS seen
@@ -61,47 +62,55 @@ BEGIN
           JOIN billing.subscription s ON s.current_period_end <= p.at
          WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND NOT s.cancel_at_period_end AND s.canceled_at IS NULL
     ), covering AS (
-        -- Every PLAN line (CHARGE or REVERSAL) covering the instant: a reversal covers [t, end) of
-        -- its line, so a line ended by t has its reversal here too.
-        SELECT p.at, l.customer_id, l.subscription_id, l.id, l.kind, l.reverses_id, l.invoice_id, l.depends_on,
-               l.plan_id, l.currency, l.basis_net, l.net, l.tax, l.tax_inclusive
+        -- The PLAN CHARGE lines covering the instant (seen: the instant, or a lagging
+        -- subscription's last instant of its period).
+        SELECT p.at, p.at AS seen, l.customer_id, l.subscription_id, l.id, l.invoice_id, l.depends_on, l.plan_id,
+               l.currency, l.basis_net, l.net, l.tax, l.tax_inclusive
           FROM pts p
           JOIN billing.service_line l ON l.span_start <= p.at AND p.at < l.span_end
-         WHERE l.item = 'PLAN'
+         WHERE l.item = 'PLAN' AND l.kind = 'CHARGE'
         UNION ALL
-        SELECT g.at, l.customer_id, l.subscription_id, l.id, l.kind, l.reverses_id, l.invoice_id, l.depends_on,
-               l.plan_id, l.currency, l.basis_net, l.net, l.tax, l.tax_inclusive
+        SELECT g.at, g.seen, l.customer_id, l.subscription_id, l.id, l.invoice_id, l.depends_on, l.plan_id,
+               l.currency, l.basis_net, l.net, l.tax, l.tax_inclusive
           FROM lagging g
           JOIN billing.service_line l ON l.customer_id = g.customer_id AND l.subscription_id = g.subscription_id
            AND l.span_end > g.seen AND l.span_start <= g.seen
-         WHERE l.item = 'PLAN'
+         WHERE l.item = 'PLAN' AND l.kind = 'CHARGE'
+    ), ended AS (
+        -- When a reversal in force ended each reversed line (the earliest; a reversal covers
+        -- [t, end) of its line).
+        SELECT r.customer_id, r.reverses_id AS id, min(r.span_start) AS ended_at
+          FROM billing.service_line r
+          LEFT JOIN billing.invoice ri ON ri.customer_id = r.customer_id AND ri.id = r.invoice_id
+         WHERE r.reverses_id IS NOT NULL AND r.item = 'PLAN'
+           AND (r.invoice_id IS NULL OR ri.status IN ('PAID', 'OPEN', 'REVIEW'))
+           AND (r.depends_on IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM unnest(r.depends_on) d(invoice_id)
+                      JOIN billing.invoice di ON di.customer_id = r.customer_id AND di.id = d.invoice_id
+                     WHERE di.status IN ('VOID', 'FAILED')))
+         GROUP BY r.customer_id, r.reverses_id
     ), fallen AS (
         -- Lines of a change that ended in credit whose period's unpaid invoice was voided or failed.
-        SELECT DISTINCT c.at, c.customer_id, c.id
-          FROM covering c
-          CROSS JOIN LATERAL unnest(c.depends_on) d(invoice_id)
-          JOIN billing.invoice i ON i.customer_id = c.customer_id AND i.id = d.invoice_id
-         WHERE c.depends_on IS NOT NULL AND i.status IN ('VOID', 'FAILED')
-    ), in_force AS (
-        -- billing._line_in_force, set-based: its invoice PAID, OPEN or REVIEW (or none), nothing it
-        -- depends on voided or failed.
-        SELECT c.*
-          FROM covering c
-          LEFT JOIN billing.invoice i ON i.customer_id = c.customer_id AND i.id = c.invoice_id
-          LEFT JOIN fallen f ON f.at = c.at AND f.customer_id = c.customer_id AND f.id = c.id
-         WHERE (c.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW')) AND f.id IS NULL
-    ), ended AS (
-        SELECT DISTINCT r.at, r.customer_id, r.reverses_id AS id FROM in_force r WHERE r.kind = 'REVERSAL'
+        SELECT DISTINCT l.customer_id, l.id
+          FROM billing.service_line l
+          CROSS JOIN LATERAL unnest(l.depends_on) d(invoice_id)
+          JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = d.invoice_id
+         WHERE l.depends_on IS NOT NULL AND l.kind = 'CHARGE' AND i.status IN ('VOID', 'FAILED')
     )
+    -- In force (billing._line_in_force, set-based): its invoice PAID, OPEN or REVIEW (or none),
+    -- nothing it depends on voided or failed; not ended by then.
     SELECT c.at, c.subscription_id, c.customer_id, c.currency::text,
            sum(CASE WHEN c.tax_inclusive AND c.net > 0 THEN c.basis_net::numeric * (c.net - c.tax) / c.net
                     ELSE c.basis_net::numeric END
                * billing._mrr_factor(pl.billing_interval, pl.interval_count))
-      FROM in_force c
+      FROM covering c
       JOIN billing.plan pl ON pl.id = c.plan_id
       JOIN billing.subscription s ON s.customer_id = c.customer_id AND s.id = c.subscription_id
-      LEFT JOIN ended e ON e.at = c.at AND e.customer_id = c.customer_id AND e.id = c.id
-     WHERE c.kind = 'CHARGE' AND e.id IS NULL
+      LEFT JOIN billing.invoice i ON i.customer_id = c.customer_id AND i.id = c.invoice_id
+      LEFT JOIN ended e ON e.customer_id = c.customer_id AND e.id = c.id
+      LEFT JOIN fallen f ON f.customer_id = c.customer_id AND f.id = c.id
+     WHERE (c.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW')) AND f.id IS NULL
+       AND (e.ended_at IS NULL OR e.ended_at > c.seen)
        AND (s.canceled_at IS NULL OR s.canceled_at > c.at)
        AND NOT (s.status = 'PAUSED' AND s.paused_at <= c.at)
      GROUP BY c.at, c.subscription_id, c.customer_id, c.currency;
