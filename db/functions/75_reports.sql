@@ -76,26 +76,23 @@ BEGIN
           JOIN billing.service_line l ON l.customer_id = g.customer_id AND l.subscription_id = g.subscription_id
            AND l.span_end > g.seen AND l.span_start <= g.seen
          WHERE l.item = 'PLAN' AND l.kind = 'CHARGE'
+    ), fallen AS (
+        -- Lines that depend on an invoice voided or failed (a change that ended in credit, its
+        -- period's unpaid invoice gone). (A join on = ANY: Citus plans no unnest of a column.)
+        SELECT DISTINCT l.customer_id, l.id
+          FROM billing.service_line l
+          JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = ANY (l.depends_on)
+         WHERE l.depends_on IS NOT NULL AND i.status IN ('VOID', 'FAILED')
     ), ended AS (
         -- When a reversal in force ended each reversed line (the earliest; a reversal covers
         -- [t, end) of its line).
         SELECT r.customer_id, r.reverses_id AS id, min(r.span_start) AS ended_at
           FROM billing.service_line r
           LEFT JOIN billing.invoice ri ON ri.customer_id = r.customer_id AND ri.id = r.invoice_id
+          LEFT JOIN fallen f ON f.customer_id = r.customer_id AND f.id = r.id
          WHERE r.reverses_id IS NOT NULL AND r.item = 'PLAN'
-           AND (r.invoice_id IS NULL OR ri.status IN ('PAID', 'OPEN', 'REVIEW'))
-           AND (r.depends_on IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM unnest(r.depends_on) d(invoice_id)
-                      JOIN billing.invoice di ON di.customer_id = r.customer_id AND di.id = d.invoice_id
-                     WHERE di.status IN ('VOID', 'FAILED')))
+           AND (r.invoice_id IS NULL OR ri.status IN ('PAID', 'OPEN', 'REVIEW')) AND f.id IS NULL
          GROUP BY r.customer_id, r.reverses_id
-    ), fallen AS (
-        -- Lines of a change that ended in credit whose period's unpaid invoice was voided or failed.
-        SELECT DISTINCT l.customer_id, l.id
-          FROM billing.service_line l
-          CROSS JOIN LATERAL unnest(l.depends_on) d(invoice_id)
-          JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = d.invoice_id
-         WHERE l.depends_on IS NOT NULL AND l.kind = 'CHARGE' AND i.status IN ('VOID', 'FAILED')
     )
     -- In force (billing._line_in_force, set-based): its invoice PAID, OPEN or REVIEW (or none),
     -- nothing it depends on voided or failed; not ended by then.
@@ -106,9 +103,9 @@ BEGIN
       FROM covering c
       JOIN billing.plan pl ON pl.id = c.plan_id
       JOIN billing.subscription s ON s.customer_id = c.customer_id AND s.id = c.subscription_id
-      LEFT JOIN billing.invoice i ON i.customer_id = c.customer_id AND i.id = c.invoice_id
-      LEFT JOIN ended e ON e.customer_id = c.customer_id AND e.id = c.id
-      LEFT JOIN fallen f ON f.customer_id = c.customer_id AND f.id = c.id
+      LEFT JOIN billing.invoice i ON i.customer_id = s.customer_id AND i.id = c.invoice_id
+      LEFT JOIN ended e ON e.customer_id = s.customer_id AND e.id = c.id
+      LEFT JOIN fallen f ON f.customer_id = s.customer_id AND f.id = c.id
      WHERE (c.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW')) AND f.id IS NULL
        AND (e.ended_at IS NULL OR e.ended_at > c.seen)
        AND (s.canceled_at IS NULL OR s.canceled_at > c.at)
@@ -346,15 +343,12 @@ BEGIN
           FROM billing.service_line l
          WHERE l.span_end > p_from AND l.span_start < p_to
     ), fallen AS (
-        SELECT DISTINCT x.customer_id, x.id
-          FROM (SELECT c.customer_id, c.id, c.depends_on FROM lines c WHERE c.depends_on IS NOT NULL
-                UNION ALL
-                SELECT o.customer_id, o.id, o.depends_on
-                  FROM lines r JOIN billing.service_line o ON o.customer_id = r.customer_id AND o.id = r.reverses_id
-                 WHERE r.kind = 'REVERSAL' AND o.depends_on IS NOT NULL) x
-          CROSS JOIN LATERAL unnest(x.depends_on) d(invoice_id)
-          JOIN billing.invoice i ON i.customer_id = x.customer_id AND i.id = d.invoice_id
-         WHERE i.status IN ('VOID', 'FAILED')
+        -- Lines that depend on an invoice voided or failed (a join on = ANY: Citus plans no unnest
+        -- of a column).
+        SELECT DISTINCT l.customer_id, l.id
+          FROM billing.service_line l
+          JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = ANY (l.depends_on)
+         WHERE l.depends_on IS NOT NULL AND i.status IN ('VOID', 'FAILED')
     ), items AS (
         -- The lines of an invoice owed (PAID, OPEN, REVIEW) count together: they are its subtotal
         -- less what a cancellation took off. A change's lines without an invoice (its credit)
