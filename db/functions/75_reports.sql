@@ -68,14 +68,16 @@ BEGIN
                l.currency, l.basis_net, l.net, l.tax, l.tax_inclusive
           FROM pts p
           JOIN billing.service_line l ON l.span_start <= p.at AND p.at < l.span_end
-         WHERE l.item = 'PLAN' AND l.kind = 'CHARGE'
+          LEFT JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
+         WHERE l.item = 'PLAN' AND l.kind = 'CHARGE' AND (l.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW'))
         UNION ALL
         SELECT g.at, g.seen, l.customer_id, l.subscription_id, l.id, l.invoice_id, l.depends_on, l.plan_id,
                l.currency, l.basis_net, l.net, l.tax, l.tax_inclusive
           FROM lagging g
           JOIN billing.service_line l ON l.customer_id = g.customer_id AND l.subscription_id = g.subscription_id
            AND l.span_end > g.seen AND l.span_start <= g.seen
-         WHERE l.item = 'PLAN' AND l.kind = 'CHARGE'
+          LEFT JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
+         WHERE l.item = 'PLAN' AND l.kind = 'CHARGE' AND (l.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW'))
     ), fallen AS (
         -- Lines that depend on an invoice voided or failed (a change that ended in credit, its
         -- period's unpaid invoice gone). (A join on = ANY: Citus plans no unnest of a column.)
@@ -93,23 +95,27 @@ BEGIN
          WHERE r.reverses_id IS NOT NULL AND r.item = 'PLAN'
            AND (r.invoice_id IS NULL OR ri.status IN ('PAID', 'OPEN', 'REVIEW')) AND f.id IS NULL
          GROUP BY r.customer_id, r.reverses_id
+    ), stopped AS MATERIALIZED (
+        -- Canceled or paused: no MRR from then.
+        SELECT s.customer_id, s.id, s.canceled_at, CASE WHEN s.status = 'PAUSED' THEN s.paused_at END AS paused_at
+          FROM billing.subscription s
+         WHERE s.canceled_at IS NOT NULL OR s.status = 'PAUSED'
     )
     -- In force (billing._line_in_force, set-based): its invoice PAID, OPEN or REVIEW (or none),
-    -- nothing it depends on voided or failed; not ended by then.
+    -- nothing it depends on voided or failed; not ended by then; not canceled or paused by then.
     SELECT c.at, c.subscription_id, c.customer_id, c.currency::text,
            sum(CASE WHEN c.tax_inclusive AND c.net > 0 THEN c.basis_net::numeric * (c.net - c.tax) / c.net
                     ELSE c.basis_net::numeric END
                * billing._mrr_factor(pl.billing_interval, pl.interval_count))
       FROM covering c
       JOIN billing.plan pl ON pl.id = c.plan_id
-      JOIN billing.subscription s ON s.customer_id = c.customer_id AND s.id = c.subscription_id
-      LEFT JOIN billing.invoice i ON i.customer_id = s.customer_id AND i.id = c.invoice_id
-      LEFT JOIN ended e ON e.customer_id = s.customer_id AND e.id = c.id
-      LEFT JOIN fallen f ON f.customer_id = s.customer_id AND f.id = c.id
-     WHERE (c.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW')) AND f.id IS NULL
+      LEFT JOIN ended e ON e.customer_id = c.customer_id AND e.id = c.id
+      LEFT JOIN fallen f ON f.customer_id = c.customer_id AND f.id = c.id
+      LEFT JOIN stopped s ON s.customer_id = c.customer_id AND s.id = c.subscription_id
+     WHERE f.id IS NULL
        AND (e.ended_at IS NULL OR e.ended_at > c.seen)
        AND (s.canceled_at IS NULL OR s.canceled_at > c.at)
-       AND NOT (s.status = 'PAUSED' AND s.paused_at <= c.at)
+       AND (s.paused_at IS NULL OR s.paused_at > c.at)
      GROUP BY c.at, c.subscription_id, c.customer_id, c.currency;
 END
 $$;
