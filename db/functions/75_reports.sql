@@ -6,12 +6,13 @@
 --
 -- One function per figure, used by the reports, the console (86_console) and the demo alike:
 -- MRR by billing._mrr_points (each subscription's MRR at given instants), revenue recognized by
--- billing._revenue_recognized (per currency over a window). docs/reports.md states their rules:
--- MRR is net of discounts, seats and included tax, normalized to a month (_mrr_factor: a week is
--- 52/12 of a month, a day 365/12), 0 while paused or once canceled, a change counted from its
--- instant, a reverted upgrade never; revenue is each invoice owed net of tax straight line over
--- its span, less the unused time a change gave back as credit (credit recognized once), less the
--- net of refunds.
+-- billing._revenue_recognized (per currency over a window). Both read the service ledger
+-- (billing.service_line, 17_ledger) for what was sold; docs/reports.md states their rules: MRR is
+-- what the PLAN lines in force sell for the instant, net of discounts, seats and included tax,
+-- normalized to a month (_mrr_factor: a week is 52/12 of a month, a day 365/12), usage never, 0
+-- while paused or once canceled, a change counted from its instant, a reverted upgrade never;
+-- revenue is every line in force net of its contained tax straight line over its span (a
+-- reversal takes the unused time off: credit recognized once), less the net of refunds.
 
 CREATE OR REPLACE FUNCTION billing._mrr_factor(p_billing_interval text, p_interval_count integer)
 RETURNS numeric
