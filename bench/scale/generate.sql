@@ -72,5 +72,15 @@ SELECT p.id, p.id, 'RENEWAL', p.period_start, p.period_end, p.price_amount * p.q
   FROM scale_period p JOIN scale_plan sp ON sp.id = p.plan_id
  WHERE p.k > 1;
 
-VACUUM (FREEZE, ANALYZE) billing.customer, billing.subscription, billing.invoice, billing.plan;
+-- The service ledger (issue 26): one CHARGE line per invoice selling its period, as the engine
+-- writes it (MRR and revenue read the lines).
+INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
+                                  span_start, span_end, gross, discount, net, tax, tax_inclusive, currency,
+                                  basis_start, basis_gross, basis_net, created_at)
+SELECT i.customer_id, i.subscription_id, i.id, 'CHARGE', 'PLAN', i.plan_id, i.quantity, i.plan_price,
+       i.period_start, i.period_end, i.subtotal, 0, i.subtotal, 0, false, i.currency,
+       i.period_start, i.subtotal, i.subtotal, i.created_at
+  FROM billing.invoice i;
+
+VACUUM (FREEZE, ANALYZE) billing.customer, billing.subscription, billing.invoice, billing.plan, billing.service_line;
 SELECT count(*) AS subscriptions FROM billing.subscription;

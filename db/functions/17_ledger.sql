@@ -523,9 +523,11 @@ Returns how many lines it ended.';
 -- paid beyond that goes back (a RESTORED entry), and with nothing left to charge it is PAID. An
 -- invoice none of whose time was served (p_at at or before its start, never declined) is voided
 -- whole, as before. Invoices whose lines end by p_at (a cancellation at period end, an earlier
--- period) were served: they stay owed as they are. A change's unpaid invoice (PRORATION) keeps the
--- rule before (voided whole if never declined, first, so that the lines it reversed bill again and
--- are cut here; kept whole in dunning): docs/money.md, "Not yet".
+-- period) were served: they stay owed as they are. The line a change that ended in credit sold in
+-- such an invoice's period (no invoice; its credit waits on this one) is cut from p_at the same way,
+-- on this invoice. A change's unpaid invoice (PRORATION) keeps the rule before (voided whole if never
+-- declined, first, so that the lines it reversed bill again and are cut here; kept whole in
+-- dunning): docs/money.md, "Left of #3 and #12".
 CREATE OR REPLACE FUNCTION billing._bill_served(p_sub billing.subscription, p_at timestamptz, p_now timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -570,8 +572,15 @@ BEGIN
             CONTINUE;
         END IF;
         -- What of its own lines is not served: their unused part from p_at (read first, then written).
+        -- And of the lines a change that ended in credit sold in its period (no invoice: its credit
+        -- waits on this one): the credit gave back the old terms' rest, the new terms' rest is not
+        -- served either, so this invoice bills it no more (issue 26 #3, #12: a downgrade or a pause
+        -- in an unpaid period then a cancellation).
         v_charges := ARRAY(SELECT l.id FROM billing.service_line l
-                            WHERE l.customer_id = v_inv.customer_id AND l.invoice_id = v_inv.id AND l.kind = 'CHARGE');
+                            WHERE l.customer_id = v_inv.customer_id AND l.kind = 'CHARGE'
+                              AND (l.invoice_id = v_inv.id
+                                   OR (l.invoice_id IS NULL AND l.subscription_id = v_inv.subscription_id
+                                       AND v_inv.id = ANY (l.depends_on))));
         v_net := 0;
         FOR v_u IN SELECT * FROM billing._unused_lines(p_sub, p_at) u
                     WHERE u.line_id = ANY (v_charges) AND u.span_start < u.span_end AND u.net > 0 LOOP
@@ -615,5 +624,5 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._bill_served(billing.subscription, timestamptz, timestamptz) IS
-'Private: at a cancellation now at p_at (or dunning''s end): p_sub''s change invoices (PRORATION) never declined voided; then every unpaid period invoice (OPEN or REVIEW) serving past p_at bills only its time served: its lines'' unused part reversed from p_at, an UNSERVED credit note for the net not served and its tax, invoice.unserved set (charged: amount - least(unserved, amount); credit beyond that RESTORED; nothing left: PAID). None of it served and never declined: voided whole.
+'Private: at a cancellation now at p_at (or dunning''s end): p_sub''s change invoices (PRORATION) never declined voided; then every unpaid period invoice (OPEN or REVIEW) serving past p_at bills only its time served: its lines'' unused part (and that of the line a change ending in credit sold with its credit waiting on it) reversed from p_at, an UNSERVED credit note for the net not served and its tax, invoice.unserved set (charged: amount - least(unserved, amount); credit beyond that RESTORED; nothing left: PAID). None of it served and never declined: voided whole.
 Returns how many invoices it cut or voided.';

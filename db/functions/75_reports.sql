@@ -6,12 +6,13 @@
 --
 -- One function per figure, used by the reports, the console (86_console) and the demo alike:
 -- MRR by billing._mrr_points (each subscription's MRR at given instants), revenue recognized by
--- billing._revenue_recognized (per currency over a window). docs/reports.md states their rules:
--- MRR is net of discounts, seats and included tax, normalized to a month (_mrr_factor: a week is
--- 52/12 of a month, a day 365/12), 0 while paused or once canceled, a change counted from its
--- instant, a reverted upgrade never; revenue is each invoice owed net of tax straight line over
--- its span, less the unused time a change gave back as credit (credit recognized once), less the
--- net of refunds.
+-- billing._revenue_recognized (per currency over a window). Both read the service ledger
+-- (billing.service_line, 17_ledger) for what was sold; docs/reports.md states their rules: MRR is
+-- what the PLAN lines in force sell for the instant, net of discounts, seats and included tax,
+-- normalized to a month (_mrr_factor: a week is 52/12 of a month, a day 365/12), usage never, 0
+-- while paused or once canceled, a change counted from its instant, a reverted upgrade never;
+-- revenue is every line in force net of its contained tax straight line over its span (a
+-- reversal takes the unused time off: credit recognized once), less the net of refunds.
 
 CREATE OR REPLACE FUNCTION billing._mrr_factor(p_billing_interval text, p_interval_count integer)
 RETURNS numeric
@@ -29,77 +30,99 @@ COMMENT ON FUNCTION billing._mrr_factor(text, integer) IS
 Returns the factor.';
 
 -- MRR: one function (_mrr_points) for every figure: report_mrr, the movements and churn, the
--- console's MRR now and its trend, the demo (through report_mrr).
+-- console's MRR now and its trend, the demo (through report_mrr). It reads the service ledger
+-- (17_ledger, docs/money.md section 0) alone for what was sold: at an instant t, a subscription's
+-- MRR is the sum over its PLAN lines in force covering t and not ended by a reversal in force by t
+-- of the whole period each line is a share of (basis_net: seats, the coupon's discount, without the
+-- tax it contains), normalized to a month by its plan's interval (_mrr_factor). A change counts from
+-- its instant (its reversal ends the old line, its line sells the new terms), a pause reverses the
+-- rest of the period (0), a reverted (FAILED) upgrade's lines were never in force. Usage (USAGE
+-- lines, billed in arrears for what was consumed) is not recurring: not MRR. A canceled
+-- subscription has none from its cancellation (a cancellation with p_proration none reverses
+-- nothing); one live past its current period's end and not renewed yet (the worker's lag) is
+-- counted at its terms of that period's last instant.
 CREATE OR REPLACE FUNCTION billing._mrr_points(p_points timestamptz[])
 RETURNS TABLE (at timestamptz, subscription_id bigint, customer_id bigint, currency text, mrr numeric)
 LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
+SET work_mem = '64MB'
 AS $$
 #variable_conflict use_column
 BEGIN
     -- PL/pgSQL (a SQL function reading a distributed table with a parameter cannot be planned on
-    -- Citus); invoices and subscriptions joined on (customer_id, id): each part runs in each shard.
+    -- Citus); lines, invoices and subscriptions joined on (customer_id, ...): each part runs in
+    -- each shard. One pass over the lines covering the instants, hash joins (work_mem for them).
     RETURN QUERY
     WITH pts AS MATERIALIZED (
         SELECT DISTINCT x AS at FROM unnest(p_points) x WHERE x IS NOT NULL
-    ), latest AS (
-        -- Inclusive tax is not MRR: the share net of it of each subscription's latest invoice (one
-        -- of its current period: only those are read).
-        SELECT DISTINCT ON (i.customer_id, i.subscription_id) i.customer_id, i.subscription_id,
-               CASE WHEN i.subtotal > 0 THEN (i.subtotal - i.tax_included)::numeric / i.subtotal END AS net_share
-          FROM billing.subscription s
-          JOIN billing.invoice i ON i.customer_id = s.customer_id AND i.subscription_id = s.id
-         WHERE i.status <> 'VOID' AND i.period_end > s.current_period_start
-         ORDER BY i.customer_id, i.subscription_id, i.period_start DESC, i.id DESC
-    ), subs AS (
-        -- Where the subscription row itself says what is sold at t: from its last write (updated_at
-        -- is the p_now of the call that made it; a change to another interval starts the new
-        -- period at that instant or a microsecond later), and after its current period's end while
-        -- it is not renewed yet (live_from). Nothing changed its terms since, so they were in force
-        -- at t.
-        SELECT s.customer_id, s.id, s.status, s.paused_at, s.canceled_at, s.cancel_at_period_end,
-               s.current_period_end, s.period_price, s.plan_id,
-               CASE WHEN s.status IN ('ACTIVE', 'PAST_DUE', 'PAUSED')
-                    THEN least(s.updated_at, s.current_period_end) END AS live_from
-          FROM billing.subscription s
-    ), live AS (
-        SELECT p.at, s.id AS subscription_id, s.customer_id, pl.currency::text AS currency,
-               -- Paused (t is after its last write, so after the pause) or ended at its period end: 0.
-               CASE WHEN s.status = 'PAUSED' OR (s.cancel_at_period_end AND p.at >= s.current_period_end) THEN 0::numeric
-                    ELSE s.period_price * billing._mrr_factor(pl.billing_interval, pl.interval_count)
-                         * coalesce(sh.net_share, 1) END AS mrr
+    ), lagging AS MATERIALIZED (
+        -- Live past the end of its current period, not renewed yet: its terms at that period's last
+        -- instant (what the renewal will sell again).
+        SELECT p.at, s.customer_id, s.id AS subscription_id, s.current_period_end - interval '1 microsecond' AS seen
           FROM pts p
-          JOIN subs s ON p.at >= s.live_from
-          JOIN billing.plan pl ON pl.id = s.plan_id
-          LEFT JOIN latest sh ON sh.customer_id = s.customer_id AND sh.subscription_id = s.id
-         WHERE s.canceled_at IS NULL OR s.canceled_at > p.at
-    ), cover AS (
-        -- Otherwise the invoice whose billed span covers t (the latest starting: a change's
-        -- PRORATION or PLAN_CHANGE invoice starts at the change). A VOID invoice was never owed and
-        -- a FAILED PRORATION invoice is an upgrade that was reverted: neither was sold.
-        -- (Each invoice joined to the instants its span covers first: a pass over the invoices.)
-        SELECT DISTINCT ON (p.at, i.customer_id, i.subscription_id)
-               p.at, i.subscription_id, i.customer_id, i.currency::text AS currency,
-               CASE WHEN i.subtotal + i.discount_amount = 0 THEN 0::numeric
-                    ELSE i.plan_price::numeric * i.quantity * (i.subtotal - i.tax_included)
-                         * billing._mrr_factor(i.billing_interval, i.interval_count) / (i.subtotal + i.discount_amount) END AS mrr
+          JOIN billing.subscription s ON s.current_period_end <= p.at
+         WHERE s.status IN ('ACTIVE', 'PAST_DUE') AND NOT s.cancel_at_period_end AND s.canceled_at IS NULL
+    ), covering AS (
+        -- The PLAN CHARGE lines covering the instant (seen: the instant, or a lagging
+        -- subscription's last instant of its period).
+        SELECT p.at, p.at AS seen, l.customer_id, l.subscription_id, l.id, l.invoice_id, l.depends_on, l.plan_id,
+               l.currency, l.basis_net, l.net, l.tax, l.tax_inclusive
           FROM pts p
-          JOIN billing.invoice i ON i.period_start <= p.at AND p.at < i.period_end
-          JOIN subs s ON s.customer_id = i.customer_id AND s.id = i.subscription_id
-         WHERE NOT coalesce(p.at >= s.live_from, false)
-           AND i.status <> 'VOID' AND NOT (i.kind = 'PRORATION' AND i.status = 'FAILED')
-           AND (s.canceled_at IS NULL OR s.canceled_at > p.at)
-           AND NOT (s.status = 'PAUSED' AND s.paused_at <= p.at)
-         ORDER BY p.at, i.customer_id, i.subscription_id, i.period_start DESC, i.id DESC
+          JOIN billing.service_line l ON l.span_start <= p.at AND p.at < l.span_end
+          LEFT JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
+         WHERE l.item = 'PLAN' AND l.kind = 'CHARGE' AND (l.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW'))
+        UNION ALL
+        SELECT g.at, g.seen, l.customer_id, l.subscription_id, l.id, l.invoice_id, l.depends_on, l.plan_id,
+               l.currency, l.basis_net, l.net, l.tax, l.tax_inclusive
+          FROM lagging g
+          JOIN billing.service_line l ON l.customer_id = g.customer_id AND l.subscription_id = g.subscription_id
+           AND l.span_end > g.seen AND l.span_start <= g.seen
+          LEFT JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
+         WHERE l.item = 'PLAN' AND l.kind = 'CHARGE' AND (l.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW'))
+    ), fallen AS (
+        -- Lines that depend on an invoice voided or failed (a change that ended in credit, its
+        -- period's unpaid invoice gone). (A join on = ANY: Citus plans no unnest of a column.)
+        SELECT DISTINCT l.customer_id, l.id
+          FROM billing.service_line l
+          JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = ANY (l.depends_on)
+         WHERE l.depends_on IS NOT NULL AND i.status IN ('VOID', 'FAILED')
+    ), ended AS (
+        -- When a reversal in force ended each reversed line (the earliest; a reversal covers
+        -- [t, end) of its line).
+        SELECT r.customer_id, r.reverses_id AS id, min(r.span_start) AS ended_at
+          FROM billing.service_line r
+          LEFT JOIN billing.invoice ri ON ri.customer_id = r.customer_id AND ri.id = r.invoice_id
+          LEFT JOIN fallen f ON f.customer_id = r.customer_id AND f.id = r.id
+         WHERE r.reverses_id IS NOT NULL AND r.item = 'PLAN'
+           AND (r.invoice_id IS NULL OR ri.status IN ('PAID', 'OPEN', 'REVIEW')) AND f.id IS NULL
+         GROUP BY r.customer_id, r.reverses_id
+    ), stopped AS MATERIALIZED (
+        -- Canceled or paused: no MRR from then.
+        SELECT s.customer_id, s.id, s.canceled_at, CASE WHEN s.status = 'PAUSED' THEN s.paused_at END AS paused_at
+          FROM billing.subscription s
+         WHERE s.canceled_at IS NOT NULL OR s.status = 'PAUSED'
     )
-    SELECT l.at, l.subscription_id, l.customer_id, l.currency, l.mrr FROM live l
-    UNION ALL
-    SELECT c.at, c.subscription_id, c.customer_id, c.currency, c.mrr FROM cover c;
+    -- In force (billing._line_in_force, set-based): its invoice PAID, OPEN or REVIEW (or none),
+    -- nothing it depends on voided or failed; not ended by then; not canceled or paused by then.
+    SELECT c.at, c.subscription_id, c.customer_id, c.currency::text,
+           sum(CASE WHEN c.tax_inclusive AND c.net > 0 THEN c.basis_net::numeric * (c.net - c.tax) / c.net
+                    ELSE c.basis_net::numeric END
+               * billing._mrr_factor(pl.billing_interval, pl.interval_count))
+      FROM covering c
+      JOIN billing.plan pl ON pl.id = c.plan_id
+      LEFT JOIN ended e ON e.customer_id = c.customer_id AND e.id = c.id
+      LEFT JOIN fallen f ON f.customer_id = c.customer_id AND f.id = c.id
+      LEFT JOIN stopped s ON s.customer_id = c.customer_id AND s.id = c.subscription_id
+     WHERE f.id IS NULL
+       AND (e.ended_at IS NULL OR e.ended_at > c.seen)
+       AND (s.canceled_at IS NULL OR s.canceled_at > c.at)
+       AND (s.paused_at IS NULL OR s.paused_at > c.at)
+     GROUP BY c.at, c.subscription_id, c.customer_id, c.currency;
 END
 $$;
 COMMENT ON FUNCTION billing._mrr_points(timestamptz[]) IS
-'Private: each subscription''s MRR at each instant of p_points (docs/reports.md, "MRR"): what was sold for that instant, net of discount, seats and included tax, normalized to a month (_mrr_factor); 0 paused or canceled.
-Returns one row per instant and subscription with something sold then.';
+'Private: each subscription''s MRR at each instant of p_points (docs/reports.md, "MRR"), from the service ledger: its PLAN lines in force covering the instant and not reversed by then, each the net of its whole period (seats, discount, without contained tax) normalized to a month (_mrr_factor); usage is not MRR; 0 paused or canceled; live past its period''s end and not renewed: that period''s terms.
+Returns one row per instant and subscription with a line sold then.';
 
 CREATE OR REPLACE FUNCTION billing._mrr_at(p_at timestamptz)
 RETURNS TABLE (subscription_id bigint, customer_id bigint, currency text, mrr numeric)
@@ -297,7 +320,15 @@ COMMENT ON FUNCTION billing._straight_line(numeric, timestamptz, timestamptz, ti
 'Private: the part of p_net recognized straight line over [p_start, p_end) by p_at, to the microsecond, floored (p_end > p_start).
 Returns floor(p_net x elapsed / span).';
 
--- Revenue recognized: one function (_revenue_recognized) for every figure.
+-- Revenue recognized: one function (_revenue_recognized) for every figure. It reads the service
+-- ledger (17_ledger) for what was sold: every line in force (CHARGE and REVERSAL, plan and usage)
+-- is recognized straight line over its span at its net without the tax it contains, so a change's
+-- reversal takes the unused time off from the change to the period's end whatever the credit later
+-- pays (credit recognized once: the invoice it pays sells its own lines), a cancellation's
+-- reversal of an unpaid invoice's unserved time (UNSERVED) likewise, and a reversal of a line no
+-- longer in force (its invoice voided or failed) counts nothing. A refund of the charge that paid
+-- an invoice gives its net back when it succeeds, unless it is the engine's refund of a
+-- cancellation (SUBSCRIPTION_CANCELED: the time it pays back is reversed by lines already).
 CREATE OR REPLACE FUNCTION billing._revenue_recognized(p_from timestamptz, p_to timestamptz)
 RETURNS TABLE (currency text, recognized bigint)
 LANGUAGE plpgsql STABLE
@@ -311,43 +342,60 @@ BEGIN
                              coalesce(p_from::text, 'NULL'), coalesce(p_to::text, 'NULL'));
     END IF;
     RETURN QUERY
-    WITH items AS (
-        -- What was sold, net of tax, over its span: every invoice owed (not VOID, never owed; not
-        -- FAILED, written off).
-        SELECT i.currency::text AS currency, (i.subtotal - i.tax_included)::numeric AS net,
-               i.period_start AS starts, i.period_end AS ends
+    WITH lines AS (
+        -- The lines whose span meets the window (a reversal's line is read whole: it may start
+        -- before the window).
+        SELECT l.customer_id, l.id, l.kind, l.reverses_id, l.invoice_id, l.depends_on, l.currency,
+               l.net, l.tax, l.tax_inclusive, l.span_start, l.span_end
+          FROM billing.service_line l
+         WHERE l.span_end > p_from AND l.span_start < p_to
+    ), fallen AS (
+        -- Lines that depend on an invoice voided or failed (a join on = ANY: Citus plans no unnest
+        -- of a column).
+        SELECT DISTINCT l.customer_id, l.id
+          FROM billing.service_line l
+          JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = ANY (l.depends_on)
+         WHERE l.depends_on IS NOT NULL AND i.status IN ('VOID', 'FAILED')
+    ), items AS (
+        -- The lines of an invoice owed (PAID, OPEN, REVIEW) count together: they are its subtotal
+        -- less what a cancellation took off. A change's lines without an invoice (its credit)
+        -- count while in force (billing._line_in_force, set-based), a reversal only while its
+        -- line is (credit for time whose invoice failed or was voided is reversed with it).
+        SELECT c.currency::text AS currency,
+               (c.net - CASE WHEN c.tax_inclusive THEN c.tax ELSE 0 END)::numeric AS net,
+               c.span_start AS starts, c.span_end AS ends
+          FROM lines c
+          LEFT JOIN billing.invoice i ON i.customer_id = c.customer_id AND i.id = c.invoice_id
+          LEFT JOIN fallen f ON f.customer_id = c.customer_id AND f.id = c.id
+          LEFT JOIN billing.service_line o ON o.customer_id = c.customer_id AND o.id = c.reverses_id
+          LEFT JOIN billing.invoice oi ON oi.customer_id = o.customer_id AND oi.id = o.invoice_id
+          LEFT JOIN fallen fo ON fo.customer_id = o.customer_id AND fo.id = o.id
+         WHERE CASE WHEN c.invoice_id IS NOT NULL THEN i.status IN ('PAID', 'OPEN', 'REVIEW')
+                    ELSE f.id IS NULL
+                         AND (c.reverses_id IS NULL
+                              OR ((o.invoice_id IS NULL OR oi.status IN ('PAID', 'OPEN', 'REVIEW')) AND fo.id IS NULL)) END
+        UNION ALL
+        -- The tax an invoice contains is its document's (rounded on the invoice, not per line): the
+        -- difference with its lines' contained tax, over its period, so that an invoice's lines
+        -- are recognized at exactly its subtotal less its contained tax (less an UNSERVED note's).
+        SELECT i.currency::text,
+               (coalesce(t.line_tax, 0) - (i.tax_included - n.note_tax))::numeric,
+               i.period_start, i.period_end
           FROM billing.invoice i
-         WHERE i.status NOT IN ('VOID', 'FAILED') AND i.period_end > p_from AND i.period_start < p_to
+          JOIN (SELECT l.customer_id, l.invoice_id, sum(l.tax) FILTER (WHERE l.tax_inclusive) AS line_tax
+                  FROM billing.service_line l WHERE l.invoice_id IS NOT NULL
+                 GROUP BY l.customer_id, l.invoice_id) t ON t.customer_id = i.customer_id AND t.invoice_id = i.id
+          LEFT JOIN (SELECT cn.customer_id, cn.invoice_id, sum(cn.subtotal) AS subtotal
+                       FROM billing.credit_note cn WHERE cn.reason = 'UNSERVED'
+                      GROUP BY cn.customer_id, cn.invoice_id) u ON u.customer_id = i.customer_id AND u.invoice_id = i.id
+          CROSS JOIN LATERAL (SELECT CASE WHEN i.subtotal > 0 AND u.subtotal IS NOT NULL
+                                          THEN floor(u.subtotal::numeric * i.tax_included / i.subtotal)::bigint
+                                          ELSE 0 END AS note_tax) n
+         WHERE i.status IN ('PAID', 'OPEN', 'REVIEW') AND i.period_end > p_from AND i.period_start < p_to
+           AND coalesce(t.line_tax, 0) <> i.tax_included - n.note_tax
         UNION ALL
-        -- The unused time a change gave back as credit, from the change to the end of its period:
-        -- that time is not sold, whatever invoice the credit later pays (which is sold in full).
-        -- On the balance at once (credit_entry with its period) or pending on unpaid invoices
-        -- (credit_pending, PENDING or RELEASED; a released one's balance entry carries no period,
-        -- so it is counted here once). Reversed credit (its invoices failed or were voided) was
-        -- never given.
-        SELECT e.currency::text, -e.amount::numeric, e.created_at, greatest(e.period_end, e.created_at)
-          FROM billing.credit_entry e
-         WHERE e.reason = 'PRORATION' AND e.period_start IS NOT NULL
-           AND greatest(e.period_end, e.created_at) >= p_from AND e.created_at < p_to
-        UNION ALL
-        SELECT c.currency::text, -c.amount::numeric, c.created_at, greatest(c.period_end, c.created_at)
-          FROM billing.credit_pending c
-         WHERE c.status IN ('PENDING', 'RELEASED')
-           AND greatest(c.period_end, c.created_at) >= p_from AND c.created_at < p_to
-        UNION ALL
-        -- What a cancellation took off an unpaid invoice counted above as time not served (its
-        -- UNSERVED credit note, net of the tax it contains), from the cancellation to the invoice's
-        -- end: that time was not sold (docs/money.md, "Unpaid is unpaid").
-        SELECT n.currency::text,
-               -(n.subtotal - CASE WHEN i.subtotal > 0 THEN floor(n.subtotal::numeric * i.tax_included / i.subtotal) ELSE 0 END),
-               n.issued_at, greatest(i.period_end, n.issued_at)
-          FROM billing.credit_note n
-          JOIN billing.invoice i ON i.customer_id = n.customer_id AND i.id = n.invoice_id
-         WHERE n.reason = 'UNSERVED' AND i.status NOT IN ('VOID', 'FAILED')
-           AND greatest(i.period_end, n.issued_at) >= p_from AND n.issued_at < p_to
-        UNION ALL
-        -- A refund of a charge that paid an invoice counted above gives its net back when it
-        -- succeeds (tax refunded pro rata is not revenue).
+        -- A refund of the charge that paid an invoice gives its net back when it succeeds (tax
+        -- refunded pro rata is not revenue).
         SELECT r.currency::text,
                -(r.amount - CASE WHEN i.subtotal + i.tax_amount > 0
                                  THEN floor(r.amount::numeric * (i.tax_amount + i.tax_included) / (i.subtotal + i.tax_amount))
@@ -355,12 +403,13 @@ BEGIN
                r.settled_at, r.settled_at
           FROM billing.refund r
           JOIN billing.invoice i ON i.customer_id = r.customer_id AND i.id = r.invoice_id
-         WHERE r.status = 'SUCCEEDED' AND i.status NOT IN ('VOID', 'FAILED')
+         WHERE r.status = 'SUCCEEDED' AND r.reason <> 'SUBSCRIPTION_CANCELED' AND i.status = 'PAID'
+           AND r.attempt_id = i.paid_attempt_id
            AND r.settled_at >= p_from AND r.settled_at < p_to
     )
     -- Straight line over each span, to the microsecond: what elapsed by p_to less what elapsed by
     -- p_from, each floored, so consecutive windows add up to each item exactly. An item without a
-    -- span (a refund, a change at its period's end) counts whole at its instant.
+    -- span (a refund) counts whole at its instant.
     SELECT x.currency,
            sum(CASE WHEN x.ends <= x.starts
                     THEN CASE WHEN x.starts >= p_from AND x.starts < p_to THEN x.net ELSE 0 END
@@ -372,7 +421,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._revenue_recognized(timestamptz, timestamptz) IS
-'Private: revenue recognized in [p_from, p_to) per currency (docs/reports.md, "Revenue"): each invoice owed, net of tax, straight line over its span; less the change credit over the unused time it gave back (credit recognized once); less what a cancellation took off an unpaid invoice as not served (UNSERVED credit note net of its contained tax, from the cancellation to the invoice''s end); less the net of refunds succeeded in the window. Consecutive windows add up exactly.
+'Private: revenue recognized in [p_from, p_to) per currency (docs/reports.md, "Revenue"), from the service ledger: every line in force (a reversal only while its line is), net of the tax it contains, straight line over its span (a change''s or a cancellation''s reversal takes the unused time off: credit recognized once); less the net of refunds of the charge that paid an invoice succeeded in the window (not the engine''s refunds of a cancellation, whose time the lines reverse). Consecutive windows add up exactly.
 Returns one row per currency with anything in the window; BL422 for a bad window.';
 
 CREATE OR REPLACE FUNCTION billing.report_revenue(p_from date, p_to date)

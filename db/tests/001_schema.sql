@@ -105,7 +105,7 @@ SELECT ok(NOT has_table_privilege('billing_app', 'billing.subscription', 'SELECT
 SELECT ok(NOT has_table_privilege('billing_app', 'billing.invoice', 'UPDATE'), 'billing_app cannot write tables');
 SELECT ok(has_function_privilege('billing_app', 'billing.create_due_invoices(integer,timestamptz)', 'EXECUTE'),
           'billing_app executes API functions');
-SELECT ok(NOT has_function_privilege('billing_app', 'billing._void_open_invoices(bigint[],timestamptz)', 'EXECUTE'),
+SELECT ok(NOT has_function_privilege('billing_app', 'billing._void_invoices(bigint,bigint[],timestamptz)', 'EXECUTE'),
           'billing_app cannot execute private helpers');
 SELECT ok(NOT has_function_privilege('public', 'billing.create_due_invoices(integer,timestamptz)', 'EXECUTE'),
           'PUBLIC cannot execute API functions');

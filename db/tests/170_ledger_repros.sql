@@ -5,7 +5,7 @@
 -- customers and increasing years, so one scenario's renewals never touch another's.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(35);
+SELECT plan(38);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
@@ -253,25 +253,48 @@ SELECT results_eq($$SELECT sum(l.net)::bigint FROM billing.service_line l JOIN b
                      WHERE l.customer_id = 20032 AND i.kind = 'RENEWAL'$$, $$VALUES (111::bigint)$$,
                   'ledger 12: the ledger sells the one day of February served');
 
+-- 3/12 (the rest): a downgrade in an unpaid period, then a cancellation: the line the downgrade
+--     sold (no invoice: its credit waited on the period's invoice) was not cut, so the invoice
+--     billed its whole period less the credit: the downgraded rest of the month after the
+--     cancellation was billed (500 of 3000 - 1000). Rule: unpaid is unpaid: the period's invoice
+--     bills the time served at the terms in force for it; the rest of the downgrade's line is
+--     taken off with the UNSERVED note (_bill_served).
+SELECT billing.upsert_plan('LV_A', 3000, 'USD', 'MONTH');
+SELECT billing.upsert_plan('LV_B', 1500, 'USD', 'MONTH');
+SELECT billing.upsert_customer(20033);
+SELECT billing.create_subscription('lv', 20033, 'LV_A', '2051-04-01 00:00Z');        -- INITIAL 3000, unpaid
+SELECT billing.change_plan(pg_temp.sid('lv'), 'LV_B', '2051-04-11 00:00Z');         -- credit 2000 - 1000 pending
+SELECT billing.cancel_subscription(pg_temp.sid('lv'), false, '2051-04-21 00:00Z');  -- 10 days A, 10 days B served
+SELECT results_eq($$SELECT status, unserved, amount - unserved FROM billing.invoice WHERE customer_id = 20033$$,
+                  $$VALUES ('OPEN', 500::bigint, 2500::bigint)$$,
+                  'ledger 3/12: the downgraded days not served (10 of 30 at 1500) are taken off the unpaid invoice');
+SELECT results_eq($$SELECT sum(amount)::bigint FROM billing.credit_pending WHERE customer_id = 20033 AND status = 'PENDING'$$,
+                  $$VALUES (1000::bigint)$$, 'ledger 3/12: the downgrade''s credit still waits on it');
+SELECT results_eq($$SELECT sum(l.net)::bigint FROM billing.service_line l
+                     LEFT JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
+                    WHERE l.customer_id = 20033 AND (l.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW'))$$,
+                  $$VALUES (1500::bigint)$$,
+                  'ledger 3/12: the ledger sells exactly the time served: 10 days at 3000 and 10 at 1500 (1500)');
+
 -- The ledger itself: every invoice's subtotal is the net of its lines, none sold twice.
 SELECT is_empty($$SELECT i.id FROM billing.invoice i
                    LEFT JOIN (SELECT customer_id, invoice_id, sum(net) AS net FROM billing.service_line
-                               WHERE customer_id BETWEEN 20001 AND 20032 GROUP BY 1, 2) l
+                               WHERE customer_id BETWEEN 20001 AND 20040 GROUP BY 1, 2) l
                      ON l.customer_id = i.customer_id AND l.invoice_id = i.id
                    LEFT JOIN (SELECT customer_id, invoice_id, sum(subtotal) AS cut FROM billing.credit_note
-                               WHERE customer_id BETWEEN 20001 AND 20032 AND reason = 'UNSERVED' GROUP BY 1, 2) n
+                               WHERE customer_id BETWEEN 20001 AND 20040 AND reason = 'UNSERVED' GROUP BY 1, 2) n
                      ON n.customer_id = i.customer_id AND n.invoice_id = i.id
-                  WHERE i.customer_id BETWEEN 20001 AND 20032 AND coalesce(l.net, 0) <> i.subtotal - coalesce(n.cut, 0)$$,
+                  WHERE i.customer_id BETWEEN 20001 AND 20040 AND coalesce(l.net, 0) <> i.subtotal - coalesce(n.cut, 0)$$,
                 'ledger: every invoice''s subtotal (less what a cancellation took off) is the net of its service lines');
 SELECT is_empty($$SELECT l.reverses_id FROM billing.service_line l
                    LEFT JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
-                  WHERE l.customer_id BETWEEN 20001 AND 20032 AND l.kind = 'REVERSAL'
+                  WHERE l.customer_id BETWEEN 20001 AND 20040 AND l.kind = 'REVERSAL'
                     AND (i.id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW'))
                   GROUP BY l.customer_id, l.reverses_id HAVING count(*) > 1$$,
                 'ledger: no line is reversed twice while in force');
 SELECT is_empty($$SELECT r.id FROM billing.service_line r
                    JOIN billing.service_line o ON o.customer_id = r.customer_id AND o.id = r.reverses_id
-                  WHERE r.customer_id BETWEEN 20001 AND 20032
+                  WHERE r.customer_id BETWEEN 20001 AND 20040
                     AND (-r.net > o.net OR -r.tax > o.tax OR r.span_end <> o.span_end OR r.span_start < o.span_start)$$,
                 'ledger: a reversal never gives back more than its line, nor time outside it');
 SELECT cmp_ok((SELECT count(*) FROM billing.service_line WHERE customer_id BETWEEN 20001 AND 20023), '>=', 20::bigint,

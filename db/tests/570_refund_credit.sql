@@ -222,12 +222,16 @@ SELECT billing.record_payment_result(k, 'SUCCEEDED', 'ch_k', NULL, '2041-06-17Z'
   FROM unnest((SELECT array_agg(a.idempotency_key) FROM billing.payment_attempt a WHERE a.invoice_id = pg_temp.inv('t41-k'))) k;
 -- (the balance read first, into the query: on Citus a temporary function called in a query over a
 -- distributed table would be sent to the workers)
--- Unpaid is unpaid (issue 26 #3): the invoice's own line was ended by the downgrade, so it billed only
--- time served; the late payment is owed and kept, and releases the change's credit.
-SELECT results_eq(format($$SELECT count(r.*), %s::bigint FROM billing.refund r WHERE r.invoice_id = pg_temp.inv('t41-k')$$,
+-- Unpaid is unpaid (issue 26 #3, #12): the invoice's own line was ended by the downgrade, and the
+-- downgrade's line (its credit waiting on this invoice) is cut at the cancellation: the invoice bills
+-- the time served at the terms in force for it (UNSERVED 498: 15 days less an hour at 1000); the late
+-- payment, sent for 3000 before the cut, is kept but for that excess (the engine's refund), and
+-- releases the change's credit.
+SELECT results_eq(format($$SELECT count(r.*), coalesce(sum(r.amount), 0)::bigint, min(r.reason), %s::bigint
+                             FROM billing.refund r WHERE r.invoice_id = pg_temp.inv('t41-k')$$,
                          pg_temp.balance(41011)),
-                  $$VALUES (0::bigint, 1000::bigint)$$,
-                  'a late payment of time served on a canceled subscription is kept; the change credit it waited for is released');
+                  $$VALUES (1::bigint, 498::bigint, 'SUBSCRIPTION_CANCELED', 1000::bigint)$$,
+                  'a late payment of time served on a canceled subscription is kept but the unserved downgraded rest; the change credit it waited for is released');
 
 SELECT * FROM finish();
 ROLLBACK;

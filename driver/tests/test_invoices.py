@@ -216,48 +216,54 @@ def us(t: datetime) -> int:
     return (t - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
 
 
-def sub_mrr(inv: dict) -> Fraction:
-    if inv["subtotal"] + inv["discount_amount"] == 0:
-        return Fraction(0)
-    return (Fraction(inv["plan_price"] * inv["quantity"] * (inv["subtotal"] - inv["tax_included"]))
-            * FACTOR[inv["billing_interval"]] / (12 * inv["interval_count"]) / (inv["subtotal"] + inv["discount_amount"]))
+def line_in_force(line: dict, status: dict) -> bool:
+    """billing._line_in_force: its invoice PAID, OPEN or REVIEW (or none), none it depends on VOID or FAILED."""
+    if line["invoice_id"] is not None and status.get((line["customer_id"], line["invoice_id"])) not in ("PAID", "OPEN", "REVIEW"):
+        return False
+    return not any(status.get((line["customer_id"], d)) in ("VOID", "FAILED") for d in (line["depends_on"] or []))
 
 
-def oracle_mrr_at(invoices, subs, at: datetime) -> dict[int, tuple[str, int, Fraction]]:
-    """subscription -> (currency, customer, MRR) as docs/reports.md defines it (billing._mrr_points)."""
+def oracle_mrr_at(lines, invoices, subs, at: datetime) -> dict[int, tuple[str, int, Fraction]]:
+    """subscription -> (currency, customer, MRR) as docs/reports.md defines it (billing._mrr_points),
+    from the service ledger: the PLAN lines in force covering the instant and not reversed by then,
+    each its whole period's net without contained tax, normalized to a month."""
+    status = {(i["customer_id"], i["id"]): i["status"] for i in invoices}
+    live = [line for line in lines if line["item"] == "PLAN" and line_in_force(line, status)]
+    ended: dict[tuple[int, int], datetime] = {}
+    for r in live:
+        if r["kind"] == "REVERSAL":
+            key = (r["customer_id"], r["reverses_id"])
+            ended[key] = min(ended.get(key, r["span_start"]), r["span_start"])
     out = {}
-    by_sub = defaultdict(list)
-    for i in invoices:
-        if i["status"] != "VOID":
-            by_sub[i["subscription_id"]].append(i)
     for sid, s in subs.items():
-        invs = by_sub.get(sid, [])
         if s["canceled_at"] is not None and s["canceled_at"] <= at:
-            continue
-        live = (s["status"] in ("ACTIVE", "PAST_DUE", "PAUSED")
-                and (at >= s["updated_at"] or at >= s["current_period_end"]))
-        if live:
-            # The subscription's own terms: nothing changed them since its last write.
-            if s["status"] == "PAUSED" or (s["cancel_at_period_end"] and at >= s["current_period_end"]):
-                value = Fraction(0)
-            else:
-                last = max(invs, key=lambda i: (i["period_start"], i["id"]), default=None)
-                share = (Fraction(last["subtotal"] - last["tax_included"], last["subtotal"])
-                         if last is not None and last["subtotal"] > 0 else Fraction(1))
-                plan = PLAN_TERMS[s["plan_id"]]
-                value = Fraction(s["period_price"]) * FACTOR[plan[0]] / (12 * plan[1]) * share
-            out[sid] = (PLAN_CURRENCY[s["plan_id"]], s["customer_id"], value)
             continue
         if s["status"] == "PAUSED" and s["paused_at"] <= at:
             continue
-        # Otherwise the invoice covering `at` (the latest starting); a FAILED PRORATION invoice is a
-        # reverted upgrade: never sold.
-        covering = [i for i in invs if i["period_start"] <= at < i["period_end"]
-                    and not (i["kind"] == "PRORATION" and i["status"] == "FAILED")]
-        if covering:
-            inv = max(covering, key=lambda i: (i["period_start"], i["id"]))
-            out[sid] = (inv["currency"].strip(), inv["customer_id"], sub_mrr(inv))
+        seen = at
+        if (s["status"] in ("ACTIVE", "PAST_DUE") and not s["cancel_at_period_end"] and s["canceled_at"] is None
+                and at >= s["current_period_end"]):
+            seen = s["current_period_end"] - timedelta(microseconds=1)  # not renewed yet: that period's terms
+        value, found = Fraction(0), False
+        for line in live:
+            if (line["kind"] != "CHARGE" or line["customer_id"] != s["customer_id"] or line["subscription_id"] != sid
+                    or not line["span_start"] <= seen < line["span_end"]):
+                continue
+            stop = ended.get((line["customer_id"], line["id"]))
+            if stop is not None and stop <= seen:
+                continue
+            share = (Fraction(line["net"] - line["tax"], line["net"]) if line["tax_inclusive"] and line["net"] > 0
+                     else Fraction(1))
+            interval, count = PLAN_TERMS[line["plan_id"]]
+            value += line["basis_net"] * share * FACTOR[interval] / (12 * count)
+            found = True
+        if found:
+            out[sid] = (line_currency(lines, sid), s["customer_id"], value)
     return out
+
+
+def line_currency(lines, sid) -> str:
+    return next(line["currency"].strip() for line in lines if line["subscription_id"] == sid)
 
 
 def months(first: date, last: date):
@@ -324,23 +330,21 @@ def test_reports_match_the_oracle_on_generated_histories(db_url, steps, seed):
         for p in conn.execute("SELECT * FROM billing.plan"):
             PLAN_TERMS[p["id"]] = (p["billing_interval"], p["interval_count"])
             PLAN_CURRENCY[p["id"]] = p["currency"].strip()
-        credits = conn.execute(
-            "SELECT currency, amount, created_at, period_end FROM billing.credit_entry"
-            " WHERE reason = 'PRORATION' AND period_start IS NOT NULL"
-            " UNION ALL SELECT currency, amount, created_at, period_end FROM billing.credit_pending"
-            " WHERE status IN ('PENDING', 'RELEASED')"
-            # what a cancellation took off an unpaid invoice as not served, net of its contained tax
-            " UNION ALL SELECT n.currency, n.subtotal - CASE WHEN i.subtotal > 0"
-            "   THEN floor(n.subtotal::numeric * i.tax_included / i.subtotal)::bigint ELSE 0 END, n.issued_at, i.period_end"
-            "  FROM billing.credit_note n JOIN billing.invoice i ON i.customer_id = n.customer_id AND i.id = n.invoice_id"
-            " WHERE n.reason = 'UNSERVED' AND i.status NOT IN ('VOID', 'FAILED')").fetchall()
+        lines = conn.execute("SELECT * FROM billing.service_line ORDER BY customer_id, id").fetchall()
+        unserved_notes = {r["invoice_id"]: int(r["subtotal"]) for r in conn.execute(
+            "SELECT invoice_id, sum(subtotal) AS subtotal FROM billing.credit_note WHERE reason = 'UNSERVED' GROUP BY 1")}
+        refunds = conn.execute(
+            "SELECT r.currency, r.amount, r.settled_at, i.subtotal, i.tax_amount, i.tax_included FROM billing.refund r"
+            " JOIN billing.invoice i ON i.customer_id = r.customer_id AND i.id = r.invoice_id"
+            " WHERE r.status = 'SUCCEEDED' AND r.reason <> 'SUBSCRIPTION_CANCELED' AND i.status = 'PAID'"
+            "   AND r.attempt_id = i.paid_attempt_id").fetchall()
         attempts = conn.execute("SELECT * FROM billing.payment_attempt WHERE outcome = 'SUCCEEDED'").fetchall()
 
         # MRR at a few instants
         for at in (T0 + timedelta(days=3), now, now + timedelta(days=5), end + timedelta(days=40)):
             want = defaultdict(Fraction)
             subs_n = defaultdict(int)
-            for cur, _, v in oracle_mrr_at(invoices, subs, at).values():
+            for cur, _, v in oracle_mrr_at(lines, invoices, subs, at).values():
                 want[cur] += v
                 subs_n[cur] += v > 0
             got = {r["currency"]: r for r in conn.execute("SELECT * FROM billing.report_mrr(%s)", (at,))}
@@ -357,7 +361,7 @@ def test_reports_match_the_oracle_on_generated_histories(db_url, steps, seed):
         revenue = {(r["month"], r["currency"]): r for r in conn.execute(
             "SELECT * FROM billing.report_revenue(%s, %s)", (first, last))}
         for month, start, stop in months(first, last):
-            a, b = oracle_mrr_at(invoices, subs, start), oracle_mrr_at(invoices, subs, stop)
+            a, b = oracle_mrr_at(lines, invoices, subs, start), oracle_mrr_at(lines, invoices, subs, stop)
             per = defaultdict(lambda: defaultdict(Fraction))
             customers = defaultdict(lambda: defaultdict(lambda: [Fraction(0), Fraction(0)]))
             for sid in set(a) | set(b):
@@ -396,27 +400,40 @@ def test_reports_match_the_oracle_on_generated_histories(db_url, steps, seed):
                     assert abs(Fraction(c["revenue_churn_rate"]) - p["churned"] / p["start"]) <= Fraction(1, 10000)
             # revenue: straight line to the microsecond, cumulative floors
             recognized, cash = defaultdict(int), defaultdict(int)
+            # every line in force (a reversal while its line is), net of contained tax, straight
+            # line over its span; refunds of the paying charge at their settlement (net of tax)
+            status = {(i["customer_id"], i["id"]): i["status"] for i in invoices}
+            by_id = {(line["customer_id"], line["id"]): line for line in lines}
+            for line in lines:
+                if not (line["span_start"] < stop and line["span_end"] > start) or not line_in_force(line, status):
+                    continue
+                if (line["invoice_id"] is None and line["reverses_id"] is not None
+                        and not line_in_force(by_id[(line["customer_id"], line["reverses_id"])], status)):
+                    continue
+                span = us(line["span_end"]) - us(line["span_start"])
+                net = line["net"] - (line["tax"] if line["tax_inclusive"] else 0)
+                e = min(span, max(0, us(stop) - us(line["span_start"])))
+                s = min(span, max(0, us(start) - us(line["span_start"])))
+                recognized[line["currency"].strip()] += net * e // span - net * s // span
+            # an invoice's contained tax is its document's: the rounding difference with its lines'
             for i in invoices:
-                if i["status"] in ("VOID", "FAILED") or not (i["period_start"] < stop and i["period_end"] > start):
+                if i["status"] not in ("PAID", "OPEN", "REVIEW") or not (i["period_start"] < stop and i["period_end"] > start):
                     continue
-                span = us(i["period_end"]) - us(i["period_start"])
-                net = i["subtotal"] - i["tax_included"]
-                e = min(span, max(0, us(stop) - us(i["period_start"])))
-                s = min(span, max(0, us(start) - us(i["period_start"])))
-                recognized[i["currency"].strip()] += net * e // span - net * s // span
-            # the unused time a change gave back as credit, from the change to its period's end
-            for c in credits:
-                ends = max(c["period_end"], c["created_at"])
-                if not (c["created_at"] < stop and ends >= start):
-                    continue
-                net = -c["amount"]
-                if ends <= c["created_at"]:
-                    recognized[c["currency"].strip()] += net if start <= c["created_at"] < stop else 0
-                    continue
-                span = us(ends) - us(c["created_at"])
-                e = min(span, max(0, us(stop) - us(c["created_at"])))
-                s = min(span, max(0, us(start) - us(c["created_at"])))
-                recognized[c["currency"].strip()] += net * e // span - net * s // span
+                line_tax = sum(line["tax"] for line in lines if line["customer_id"] == i["customer_id"]
+                               and line["invoice_id"] == i["id"] and line["tax_inclusive"])
+                note = unserved_notes.get(i["id"], 0)
+                note_tax = note * i["tax_included"] // i["subtotal"] if note and i["subtotal"] > 0 else 0
+                net = line_tax - (i["tax_included"] - note_tax)
+                if net:
+                    span = us(i["period_end"]) - us(i["period_start"])
+                    e = min(span, max(0, us(stop) - us(i["period_start"])))
+                    s = min(span, max(0, us(start) - us(i["period_start"])))
+                    recognized[i["currency"].strip()] += net * e // span - net * s // span
+            for r in refunds:
+                if start <= r["settled_at"] < stop:
+                    base = r["subtotal"] + r["tax_amount"]
+                    tax = r["amount"] * (r["tax_amount"] + r["tax_included"]) // base if base > 0 else 0
+                    recognized[r["currency"].strip()] -= r["amount"] - tax
             for att in attempts:
                 if start <= att["result_at"] < stop:
                     cash[att["currency"].strip()] += att["amount"]
@@ -446,6 +463,14 @@ def test_reports_match_the_oracle_on_generated_histories(db_url, steps, seed):
             owed[b["currency"].strip()] -= b["balance"]
         for c in conn.execute("SELECT currency, amount FROM billing.credit_pending WHERE status = 'PENDING'").fetchall():
             owed[c["currency"].strip()] -= c["amount"]
+        # The credit a change gave back includes the tax of the time given back (its lines' tax):
+        # tax, not revenue.
+        for c in conn.execute(
+                "SELECT l.currency, sum(l.tax) AS tax FROM billing.service_line l"
+                " LEFT JOIN billing.service_line o ON o.customer_id = l.customer_id AND o.id = l.reverses_id"
+                " WHERE l.invoice_id IS NULL AND billing._line_in_force(l) AND (o.id IS NULL OR billing._line_in_force(o))"
+                " GROUP BY 1").fetchall():
+            owed[c["currency"].strip()] -= c["tax"]
         for cur in set(total) | {c for c, v in owed.items() if v}:
             assert total.get(cur, 0) == owed[cur], (cur, total.get(cur), owed[cur])
 

@@ -338,9 +338,15 @@ class Model:
             if at <= inv.start and inv.status == "OPEN" and inv.attempt_count == 0:
                 self.void_one(sub, inv)
                 continue
-            if sub.line != inv.nkey:
+            if sub.line == inv.nkey:
+                net = proration(0, inv.subtotal, inv.start, inv.end, at)
+            elif isinstance(sub.line, tuple) and sub.line[0] == "CREDIT" and inv.nkey in sub.line[5]:
+                # the line a change that ended in credit sold, its credit waiting on this invoice:
+                # its rest is not served either (issue 26 #3, #12)
+                _, basis, start, end, line_net, _ = sub.line
+                net = min(line_net, proration(0, basis, start, end, max(at, start)))
+            else:
                 continue  # its line was ended by a change: what it bills was served
-            net = proration(0, inv.subtotal, inv.start, inv.end, at)
             if net <= 0:
                 continue
             inv.finalized = True
@@ -468,7 +474,13 @@ class Model:
                 self.new_invoice(sub, "PRORATION", start, sub.end, amount, currency, plan, from_plan, from_price,
                                  from_quantity=from_quantity)
         else:
-            sub.line = None  # reversed; the rest sold by the change's credit line
+            # Reversed; the rest sold by the change's credit line (no invoice), which depends on the
+            # period's unpaid invoices: ("CREDIT", its whole period's net, period start, end, its net,
+            # those invoices). A cancellation cuts it from the one it depends on (bill_served).
+            full_discount, _ = self.line_discount(sub, plan, full, full, sub.start, sub.end, False)
+            unpaid = frozenset(i.nkey for i in self.invoices.values() if i.sub == sub.id
+                               and i.status in ("OPEN", "REVIEW") and i.end > sub.start and i.start < sub.end)
+            sub.line = ("CREDIT", full - full_discount, sub.start, sub.end, gross - discount, unpaid)
             self.grant_change_credit(sub, currency, -amount)
 
     def start_period(self, sub: MSub, plan: str, start: datetime, kind: str,

@@ -15,6 +15,8 @@ engine: after every step it checks the money rules on the database itself:
 * every PAID invoice is backed: by a successful charge of exactly its amount, or (amount 0) by
   credit; every other successful charge (a duplicate, a success on a closed invoice) is given back
   whole by the engine's own refund row, with its RefundDue; no charge is refunded beyond it;
+* per period (issue 26): the credit its changes gave plus what was refunded of the charges that
+  paid it never exceeds what its PAID invoices billed, tax included;
 * refunds and credit never make money: what plan changes credited plus what was refunded (or is
   being refunded) of the charges that paid invoices never exceeds what the PAID invoices billed,
   in whatever order refunds (whole, partial, in flight, failed) and plan changes come;
@@ -456,6 +458,51 @@ def make_machine(db: Db, steps: int):
                 assert r["granted"] <= r["paid_billed"], f"{who}: credit granted exceeds what was paid for {r}"
                 assert r["granted"] + r["refunded"] <= r["paid_billed"], \
                     f"{who}: credit granted plus refunds exceed what was paid for (money from nothing) {r}"
+
+        @invariant()
+        def a_period_gives_back_at_most_what_it_was_paid(self):
+            """Issue 26: per period of a subscription, the credit its changes gave (on the balance at
+            once or released) plus what was refunded (or is being refunded) of the charges that paid
+            it never exceeds what its PAID invoices billed, tax included, less what a cancellation took
+            off (the engine's refund of a charge's excess over a cut invoice gives back what was never
+            billed: not counted)."""
+            over = db.rows("""
+                WITH periods AS (
+                    SELECT customer_id, subscription_id, period_start, period_end FROM billing.credit_entry
+                     WHERE reason = 'PRORATION' AND period_start IS NOT NULL
+                    UNION
+                    SELECT customer_id, subscription_id, period_start, period_end FROM billing.credit_pending
+                     WHERE status = 'RELEASED'
+                    UNION
+                    SELECT i.customer_id, i.subscription_id, min(i.period_start) OVER (
+                               PARTITION BY i.customer_id, i.subscription_id, i.period_end), i.period_end
+                      FROM billing.refund r JOIN billing.invoice i ON i.customer_id = r.customer_id AND i.id = r.invoice_id
+                     WHERE i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE', 'PRORATION'))
+                SELECT p.*, c.credited, f.refunded, b.paid
+                  FROM periods p
+                  CROSS JOIN LATERAL (
+                      SELECT coalesce((SELECT sum(e.amount) FROM billing.credit_entry e
+                                        WHERE e.customer_id = p.customer_id AND e.subscription_id = p.subscription_id
+                                          AND e.reason = 'PRORATION' AND e.period_start = p.period_start
+                                          AND e.period_end = p.period_end), 0)
+                           + coalesce((SELECT sum(c.amount) FROM billing.credit_pending c
+                                        WHERE c.customer_id = p.customer_id AND c.subscription_id = p.subscription_id
+                                          AND c.status = 'RELEASED' AND c.period_start = p.period_start
+                                          AND c.period_end = p.period_end), 0) AS credited) c
+                  CROSS JOIN LATERAL (
+                      SELECT coalesce(sum(r.amount), 0) AS refunded FROM billing.refund r
+                        JOIN billing.invoice i ON i.customer_id = r.customer_id AND i.id = r.invoice_id
+                       WHERE i.customer_id = p.customer_id AND i.subscription_id = p.subscription_id
+                         AND i.period_end = p.period_end AND i.period_start >= p.period_start
+                         AND i.status = 'PAID' AND r.attempt_id = i.paid_attempt_id AND r.status <> 'FAILED'
+                         AND NOT (r.reason = 'SUBSCRIPTION_CANCELED' AND i.unserved > 0)) f
+                  CROSS JOIN LATERAL (
+                      SELECT coalesce(sum(i.subtotal + i.tax_amount - i.unserved), 0) AS paid FROM billing.invoice i
+                       WHERE i.customer_id = p.customer_id AND i.subscription_id = p.subscription_id
+                         AND i.period_end = p.period_end AND i.period_start >= p.period_start
+                         AND i.status = 'PAID') b
+                 WHERE c.credited + f.refunded > b.paid""")
+            assert not over, f"periods that gave back more than they were paid (credit + refunds > paid): {over}"
 
         @invariant()
         def every_paid_invoice_is_backed(self):
