@@ -21,6 +21,14 @@ INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, p
 SELECT s.id, s.customer_id, 'INITIAL', s.current_period_start, s.current_period_end, 2000, 2000, 'SEK', 'OPEN',
        s.current_period_start, '2027-03-01Z', s.current_period_start, s.plan_id, 2000, 'MONTH', 1
   FROM billing.subscription s WHERE s.customer_id BETWEEN 650001 AND 650006;
+-- What each invoice sold (the service ledger: MRR and revenue read these lines), as the engine writes it.
+INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
+                                  span_start, span_end, gross, discount, net, tax, tax_inclusive, currency,
+                                  basis_start, basis_gross, basis_net, created_at)
+SELECT i.customer_id, i.subscription_id, i.id, 'CHARGE', 'PLAN', i.plan_id, i.quantity, i.plan_price,
+       i.period_start, i.period_end, i.subtotal, 0, i.subtotal, 0, false, i.currency,
+       i.period_start, i.subtotal, i.subtotal, i.created_at
+  FROM billing.invoice i WHERE i.customer_id BETWEEN 650001 AND 650006;
 UPDATE billing.subscription SET status = 'CANCELED', canceled_at = '2027-01-20Z',
        cancel_reason = CASE customer_id WHEN 650005 THEN 'DUNNING_EXHAUSTED' ELSE 'REQUESTED' END
  WHERE customer_id IN (650005, 650006);
