@@ -46,6 +46,9 @@ SERIAL = (
     # test beside other work, at f8cf591 and since) ~125 invoices charged at the gateway were left
     # OPEN with their next attempt ~11 minutes on, past the wait (14 s on a quiet machine).
     "test_shard_workers.py::test_a_worker_killed_mid_batch_on_a_single_postgresql_loses_nothing",
+    # The same cause (a gateway call past the worker's timeout under load is an UNKNOWN, asked
+    # again 15 minutes later): 28 INITIAL invoices left OPEN in the parallel pass once.
+    "test_shard_workers.py::test_two_workers_renew_and_charge_on_citus",
     "test_relay.py::test_standby_takes_over_when_the_holder_dies",
     "test_relay.py::test_survives_a_broker_restart_without_losing_an_event",  # a private Kafka broker
     # They count the blocks a claim reads once vacuum has run: another session's snapshot keeps

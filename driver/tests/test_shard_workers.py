@@ -74,7 +74,7 @@ def start_worker(url: str, gateway_url: str, name: str, *, lease: float, shard_l
                  extra: dict | None = None) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BILLING_")}
     env.update(BILLING_DATABASE_URL=url, BILLING_GATEWAY_URL=gateway_url, BILLING_GATEWAY_RATE="400",
-               BILLING_CHARGE_LEASE_SECONDS=str(lease), BILLING_GATEWAY_TIMEOUT_SECONDS="1.5",
+               BILLING_CHARGE_LEASE_SECONDS=str(lease), BILLING_GATEWAY_TIMEOUT_SECONDS="4",
                BILLING_SHARD_LEASE_SECONDS=str(shard_lease), PYTHONUNBUFFERED="1", PGAPPNAME=f"shard-{name}",
                **(extra or {}))
     # Output to a file: a pipe nobody reads would block a chatty worker.
@@ -143,7 +143,8 @@ def run_two_workers(url: str, *, customers: int, per_customer: int, kill: bool, 
                     holders: int = 2, refunds: int = 0) -> dict:
     anchor = seed_behind(url, customers, per_customer)
     subscriptions = customers * per_customer
-    # A charge lease well above the gateway timeout (1.5 s): under load a short one makes workers
+    # A charge lease well above the gateway timeout (4 s; a call past it is an UNKNOWN, asked again 15
+    # minutes later, past this test's wait): under load a short lease makes workers
     # give claims back to their leases again and again.
     lease, shard_lease = 8.0, 3.0
     figures: dict = {}
