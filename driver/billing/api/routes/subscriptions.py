@@ -17,6 +17,27 @@ from billing.api.validation import (
 )
 
 
+
+def signup_terms(request: Request, doc: dict, where: str = "") -> dict:
+    """A signup's terms read from its JSON object, with the checks of the caller's key: its own customer
+    only for a customer token, the key's seat and trial limits. One home for POST /subscriptions and
+    each row of POST /v1/subscriptions/batch (where = "signup N: " names the row in an error)."""
+    customer_id = bigint_field(doc, "customerId")
+    if customer_id < 1:  # found by the fuzzer: customer 0 was accepted, its events broke their schema
+        raise ApiError(422, "invalid_input", f"{where}customerId must be a positive integer")
+    terms = {"customer_id": customer_id, "plan_code": text_field(doc, "planCode"),
+             "trial_days": int_field(doc, "trialDays", 0, 730) if doc.get("trialDays") is not None else 0,
+             "coupon_code": text_field(doc, "couponCode", max_len=64) if doc.get("couponCode") is not None else None,
+             "quantity": int_field(doc, "quantity", 1, 1_000_000) if doc.get("quantity") is not None else 1,
+             "external_id": text_field(doc, "externalId", max_len=255) if doc.get("externalId") is not None else None}
+    require_customer(request, customer_id)  # a customer token subscribes its own customer only
+    limits = guardrails_of(request)
+    guardrail(request, limits.max_quantity is None or terms["quantity"] <= limits.max_quantity,
+              f"this API key may create subscriptions of at most {limits.max_quantity} seats")
+    guardrail(request, limits.max_trial_days is None or terms["trial_days"] <= limits.max_trial_days,
+              f"this API key may give trials of at most {limits.max_trial_days} days")
+    return terms
+
 def routes(api: Api) -> list[BaseRoute]:
     database, clock = api.database, api.clock
 
@@ -26,24 +47,9 @@ def routes(api: Api) -> list[BaseRoute]:
         doc = await json_object(request, allowed={"customerId", "planCode", "trialDays", "couponCode", "quantity",
                                                   "externalId"},
                                 required={"customerId", "planCode"})
-        customer_id = bigint_field(doc, "customerId")
-        if customer_id < 1:  # found by the fuzzer: customer 0 was accepted, its events broke their schema
-            raise ApiError(422, "invalid_input", "customerId must be a positive integer")
-        plan_code = text_field(doc, "planCode")
-        trial_days = int_field(doc, "trialDays", 0, 730) if doc.get("trialDays") is not None else 0
-        coupon = text_field(doc, "couponCode", max_len=64) if doc.get("couponCode") is not None else None
-        quantity = int_field(doc, "quantity", 1, 1_000_000) if doc.get("quantity") is not None else 1
-        require_customer(request, customer_id)  # a customer token subscribes its own customer only
-        limits = guardrails_of(request)
-        guardrail(request, limits.max_quantity is None or quantity <= limits.max_quantity,
-                  f"this API key may create subscriptions of at most {limits.max_quantity} seats")
-        guardrail(request, limits.max_trial_days is None or trial_days <= limits.max_trial_days,
-                  f"this API key may give trials of at most {limits.max_trial_days} days")
+        terms = signup_terms(request, doc)
         row = await database.mutate(actor(request), db.API_CREATE_SUBSCRIPTION, {
-            "key": key, "customer_id": customer_id,
-            "plan_code": plan_code, "now": clock.now(), "trial_days": trial_days, "coupon_code": coupon,
-            "quantity": quantity,
-            "external_id": text_field(doc, "externalId", max_len=255) if doc.get("externalId") is not None else None})
+            "key": key, "now": clock.now(), **terms})
         created = bool(row and row["created"])
         return subscription_response(row, 201 if created else 200, {"Location": f"/subscriptions/{row['id']}"})
 

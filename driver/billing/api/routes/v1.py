@@ -31,16 +31,17 @@ from starlette.routing import BaseRoute, Route
 
 from billing import db
 from billing.api.context import (
-    IDEMPOTENCY_KEY, Api, actor, bound_customer, guardrail, guardrails_of, require_customer, scoped_idempotency_key, utc,
+    IDEMPOTENCY_KEY, Api, actor, bound_customer, require_customer, scoped_idempotency_key, utc,
 )
 from billing.api.errors import database_error, endpoint_of
 from billing.api.routes.coupons import coupon_json
 from billing.api.routes.customers import payment_method_json
 from billing.api.routes.invoices import invoice_json
 from billing.api.routes.refunds import refund_json
+from billing.api.routes.subscriptions import signup_terms
 from billing.api.security import LARGE_BODIES
 from billing.api.validation import (
-    BIGINT_MAX, ApiError, bigint_field, bool_field, error_response, instant_field, int_field, json_object, path_id,
+    BIGINT_MAX, ApiError, bool_field, error_response, instant_field, int_field, json_object, path_id,
     query_int, query_text, read_body, subscription_json, text_field,
 )
 
@@ -459,7 +460,6 @@ def routes(api: Api) -> list[BaseRoute]:
         signups = doc["signups"]
         if not 1 <= len(signups) <= MAX_BATCH:
             raise ApiError(400, "invalid_field", f"signups holds 1 to {MAX_BATCH} signups")
-        limits = guardrails_of(request)
         owner = request.state.api_key_id
         if bound_customer(request) is not None:  # as the header's keys of POST /subscriptions
             owner = f"{owner}.c{bound_customer(request)}"
@@ -473,21 +473,8 @@ def routes(api: Api) -> list[BaseRoute]:
             if not isinstance(key, str) or not IDEMPOTENCY_KEY.match(key):
                 raise ApiError(400, "invalid_idempotency_key",
                                f"signup {n}: idempotencyKey must be 1 to 255 printable ASCII characters without spaces")
-            customer_id = bigint_field(one, "customerId")
-            if customer_id < 1:
-                raise ApiError(422, "invalid_input", f"signup {n}: customerId must be a positive integer")
-            require_customer(request, customer_id)
-            trial_days = int_field(one, "trialDays", 0, 730) if one.get("trialDays") is not None else 0
-            quantity = int_field(one, "quantity", 1, 1_000_000) if one.get("quantity") is not None else 1
-            guardrail(request, limits.max_quantity is None or quantity <= limits.max_quantity,
-                      f"this API key may create subscriptions of at most {limits.max_quantity} seats")
-            guardrail(request, limits.max_trial_days is None or trial_days <= limits.max_trial_days,
-                      f"this API key may give trials of at most {limits.max_trial_days} days")
             keys.append(key)
-            rows.append({"idempotency_key": scoped_idempotency_key(owner, key), "customer_id": customer_id,
-                         "plan_code": text_field(one, "planCode"), "trial_days": trial_days, "quantity": quantity,
-                         "coupon_code": text_field(one, "couponCode", max_len=64) if one.get("couponCode") is not None else None,
-                         "external_id": text_field(one, "externalId", max_len=255) if one.get("externalId") is not None else None})
+            rows.append({"idempotency_key": scoped_idempotency_key(owner, key), **signup_terms(request, one, f"signup {n}: ")})
         row = await database.mutate(actor(request), db.V1_CREATE_SUBSCRIPTIONS, {"rows": json.dumps(rows), "now": clock.now()})
         made = row["made"] or []
         return JSONResponse({"object": "list", "hasMore": False, "nextCursor": None, "previousCursor": None,
