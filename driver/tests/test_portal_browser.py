@@ -15,9 +15,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from billing.config import REPO_ROOT
@@ -67,8 +67,23 @@ def submit(driver, css: str) -> None:
     has navigated, so the next read could still see the old page (found by a run under load)."""
     old = driver.find_element(By.TAG_NAME, "html")
     driver.find_element(By.CSS_SELECTOR, css).click()
-    WebDriverWait(driver, 20).until(EC.staleness_of(old))
+    WebDriverWait(driver, 20).until(lambda _: _gone(old))
     WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def _gone(element) -> bool:
+    """The element's page was replaced. Chromium says so either as a stale reference or, when the
+    old document is being torn down, as "Node with given id does not belong to the document" (a plain
+    WebDriverException, which EC.staleness_of does not take for staleness: seen once in make test)."""
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as e:
+        if "does not belong to the document" in str(e):
+            return True
+        raise
+    return False
 
 
 def _state(db_url):
