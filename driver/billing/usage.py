@@ -28,12 +28,35 @@ from billing.config import Settings
 
 log = logging.getLogger("billing.usage")
 
-MAX_BATCH = 1000  # the SQL function's limit, and POST /usage-events'
+MAX_BATCH = 1000  # billing.ingest_usage's limit, and POST /usage-events'
+KAFKA_MAX_BATCH = 10000  # billing.ingest_usage_batch's limit (the consumer's transactions)
 
 def windows(settings: Settings) -> dict:
     return {"grace": timedelta(seconds=settings.usage_grace),
             "skew": timedelta(seconds=settings.usage_max_skew),
             "retention": timedelta(days=settings.usage_retention)}
+
+
+def message_text(value) -> str | None:
+    """A Kafka message's value as the text ingest_usage_batch parses, or None when it cannot be
+    JSON (no value, not UTF-8, a NUL character): dead-lettered as invalid_json without asking the
+    database. Whether the text is JSON, and a CloudEvent, is the database's call."""
+    if value is None:
+        return None
+    try:
+        text = value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else str(value)
+    except UnicodeDecodeError:
+        return None
+    return None if "\x00" in text else text
+
+
+def ingest_texts(conn: psycopg.Connection, texts: list[str], now, settings: Settings) -> list[tuple[int, str, str | None]]:
+    """Ingests up to KAFKA_MAX_BATCH events given as JSON texts (billing.ingest_usage_batch) in the
+    caller's transaction: (ord, status, reason) per event."""
+    if len(texts) > KAFKA_MAX_BATCH:
+        raise ValueError(f"at most {KAFKA_MAX_BATCH} events a batch, got {len(texts)}")
+    rows = conn.execute(db.INGEST_USAGE_BATCH, {"events": texts, "now": now, **windows(settings)}).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
 
 
 def ingest(conn: psycopg.Connection, events: list, now, settings: Settings) -> list[tuple[int, str, str | None]]:
@@ -57,16 +80,17 @@ class ConsumeStats:
 
 class UsageConsumer:
     """A member of the consumer group: poll up to `batch` messages, ingest them in one
-    transaction, dead-letter the rejected ones, then commit the offsets (synchronously)."""
+    transaction (their values as they came: one statement, billing.ingest_usage_batch), dead-letter
+    the rejected ones, then commit the offsets (synchronously)."""
 
-    def __init__(self, settings: Settings, clock: Clock, *, batch: int = MAX_BATCH, poll_seconds: float = 0.5,
+    def __init__(self, settings: Settings, clock: Clock, *, batch: int = KAFKA_MAX_BATCH, poll_seconds: float = 0.5,
                  kafka_config: dict | None = None) -> None:
         from confluent_kafka import Consumer, Producer
 
         if not settings.kafka_bootstrap:
             raise ValueError("billing usage consume needs BILLING_KAFKA_BOOTSTRAP")
         self.settings, self.clock = settings, clock
-        self.batch = max(1, min(batch, MAX_BATCH))
+        self.batch = max(1, min(batch, KAFKA_MAX_BATCH))
         self.poll_seconds = poll_seconds
         common = {"bootstrap.servers": settings.kafka_bootstrap}
         for key, value in (("security.protocol", settings.kafka_security_protocol),
@@ -110,32 +134,32 @@ class UsageConsumer:
         msgs = self.consumer.consume(self.batch, self.poll_seconds)
         if not msgs:
             return 0
-        events, origin, dead = [], [], []
+        texts, origin, dead = [], [], []
         for msg in msgs:
             if msg.error():
                 if msg.error().fatal():
                     raise KafkaException(msg.error())
                 log.warning("kafka: %s", msg.error())
                 continue
-            try:
-                event = json.loads(msg.value())
-            except (TypeError, ValueError):
+            text = message_text(msg.value())
+            if text is None:
                 dead.append((msg, "invalid_json"))
                 continue
-            events.append(event)
+            texts.append(text)
             origin.append(msg)
-        if events:
+        if texts:
             with self.conn.transaction():
-                answers = ingest(self.conn, events, self.clock.now(), self.settings)
+                answers = ingest_texts(self.conn, texts, self.clock.now(), self.settings)
+            stats = self.stats
             for ord_, status, reason in answers:
-                if status == "rejected":
-                    dead.append((origin[ord_ - 1], reason or "rejected"))
-                    self.stats.rejected += 1
-                    self.stats.reasons[reason] = self.stats.reasons.get(reason, 0) + 1
-                elif status == "accepted":
-                    self.stats.accepted += 1
+                if status == "accepted":
+                    stats.accepted += 1
+                elif status == "duplicate":
+                    stats.duplicate += 1
                 else:
-                    self.stats.duplicate += 1
+                    dead.append((origin[ord_ - 1], reason or "rejected"))
+                    stats.rejected += 1
+                    stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
         for msg, reason in dead:
             self._dead_letter(msg, reason)
         if dead:
@@ -163,7 +187,7 @@ class UsageConsumer:
         return self.stats
 
 
-def consume(settings: Settings, clock: Clock, *, batch: int = MAX_BATCH,
+def consume(settings: Settings, clock: Clock, *, batch: int = KAFKA_MAX_BATCH,
             max_idle_seconds: float | None = None) -> ConsumeStats:
     consumer = UsageConsumer(settings, clock, batch=batch)
     signal.signal(signal.SIGTERM, consumer.stop)

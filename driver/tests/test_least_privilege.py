@@ -52,7 +52,7 @@ API = {
     "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
     "mark_outbox_failed_in_shard",
     # usage-based billing (db/functions/71_usage.sql, docs/usage.md)
-    "upsert_meter", "list_meters", "ingest_usage", "current_usage", "usage_between", "usage_partitions",
+    "upsert_meter", "list_meters", "ingest_usage", "ingest_usage_batch", "current_usage", "usage_between", "usage_partitions",
     "upsert_plan_charge",
     # usage rated in arrears (db/functions/72_usage_rating.sql)
     "rate_usage", "upcoming_invoice", "set_usage_alert", "check_usage_alerts",
@@ -532,6 +532,10 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
                                                setof=True)]
     again = one("ingest_usage", "%s::jsonb, %s", (batch, T0 + timedelta(minutes=1)), setof=True)
     out["usage_again"] = [r[1] for r in again]
+    # the Kafka consumer's door: the same event as JSON text (a duplicate now) and a message that is not JSON
+    batch_door = one("ingest_usage_batch", "%s::text[], %s", ([batch[1:-1], "{not json"], T0 + timedelta(minutes=1)),
+                     setof=True)
+    out["usage_batch_door"] = [(r[1], r[2]) for r in batch_door]
     current = one("current_usage", "%s, %s", (user, T0 + timedelta(minutes=2)), setof=True)
     out["usage_current"] = [(r[1], r[2]) for r in current if r[0] == meter]
     between = one("usage_between", "%s, %s, %s", (user, T0, T0 + timedelta(hours=1)), setof=True)
@@ -633,7 +637,8 @@ EXPECTED = {
     "portal_open": True, "portal_session": 1, "portal_home": True, "portal_document": True, "plan_options": 1,
     "portal_cancel": "ACTIVE", "portal_uncancel": "ACTIVE", "portal_change_plan": True, "portal_closed": True,
     "action_window": True, "invoice_action": "BL404",
-    "usage_ingested": ["accepted"], "usage_again": ["duplicate"], "usage_current": [("count", 1)],
+    "usage_ingested": ["accepted"], "usage_again": ["duplicate"],
+    "usage_batch_door": [("duplicate", None), ("rejected", "invalid_json")], "usage_current": [("count", 1)],
     "usage_between": [1], "usage_meters": True, "usage_partitions": True, "usage_charge": "per_unit",
     "v1_created": True, "v1_customer": True, "v1_customers": True, "v1_plan": True, "v1_plans": True,
     "v1_coupons": True, "v1_tax_rates": True, "v1_subscriptions": True, "v1_invoices": True, "v1_credit_notes": True,

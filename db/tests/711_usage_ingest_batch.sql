@@ -1,0 +1,102 @@
+-- 711_usage_ingest_batch: the Kafka consumer's door (billing.ingest_usage_batch: JSON texts, up to
+-- 10,000) answers as the HTTP door (billing.ingest_usage) does, one event for one key across both,
+-- every rejection reason and invalid_json; the rollups the ingestion statement writes equal the ones
+-- rebuilt from the stored events (issue 29; docs/usage.md "Ingestion, two doors").
+BEGIN;
+SET LOCAL ROLE billing_owner;
+SELECT plan(12);
+
+SELECT billing.upsert_customer(7111);
+SELECT billing.upsert_customer(7112);
+SELECT billing.upsert_meter('t711_req', 't711.req', 'count', NULL, '{}', '2027-01-01Z');
+SELECT billing.upsert_meter('t711_users', 't711.req', 'unique_count', '{user}', '{}', '2027-01-01Z');
+SELECT billing.upsert_meter('t711_tok', 't711.call', 'sum', '{tokens}', '{}', '2027-01-01Z');
+SELECT billing.upsert_meter('t711_peak', 't711.call', 'max', '{tokens}', '{"model": ["a", "b"]}', '2027-01-01Z');
+SELECT billing.upsert_meter('t711_last', 't711.gauge', 'latest', '{level}', '{}', '2027-01-01Z');
+
+CREATE TEMP TABLE t711_events (n integer, body text);
+INSERT INTO t711_events VALUES
+  (1, '{"specversion":"1.0","id":"r1","source":"gw","type":"t711.req","time":"2027-01-10T10:15:00Z","subject":"7111","data":{"user":"u1"}}'),
+  (2, '{"specversion":"1.0","id":"r1","source":"gw","type":"t711.req","time":"2027-01-10T10:15:00Z","subject":"7111","data":{"user":"u1"}}'),
+  (3, '{"specversion":"1.0","id":"r1","source":"other","type":"t711.req","time":"2027-01-10T10:16:00Z","subject":"7111","data":{"user":"u2"}}'),
+  (4, '{"specversion":"1.0","id":"c1","source":"gw","type":"t711.call","time":"2027-01-10T11:00:00Z","subject":"7111","data":{"model":"a","tokens":10.5}}'),
+  (5, '{"specversion":"1.0","id":"c2","source":"gw","type":"t711.call","time":"2027-01-10T11:30:00Z","subject":"7111","data":{"model":"c","tokens":40}}'),
+  (6, '{"specversion":"1.0","id":"g1","source":"gw","type":"t711.gauge","time":"2027-01-10T11:00:00Z","subject":"7111","data":{"level":5}}'),
+  (7, '{"specversion":"1.0","id":"g2","source":"gw","type":"t711.gauge","time":"2027-01-10T11:00:00Z","subject":"7111","data":{"level":9}}'),
+  (8, '{"specversion":"1.0","id":"g3","source":"gw","type":"t711.gauge","time":"2027-01-10T10:59:00Z","subject":"7111","data":{"level":100}}'),
+  (9, '{"specversion":"1.0","id":"x1","source":"gw","type":"t711.call","time":"2027-01-10T12:00:00Z","subject":"7111","data":{"model":"a","tokens":"12"}}'),
+  (10, '{"specversion":"1.0","id":"x2","source":"gw","type":"t711.req","time":"2027-01-10T12:00:00Z","subject":"7111","data":{}}'),
+  (11, '{"specversion":"1.0","id":"x3","source":"gw","type":"t711.req","time":"2027-01-10T12:00:00Z","subject":"7199","data":{"user":"u"}}'),
+  (12, '{"specversion":"1.0","id":"x4","source":"gw","type":"t711.req","time":"2027-01-10T12:36:00Z","subject":"7111","data":{"user":"u"}}'),
+  (13, '{"specversion":"1.0","id":"x5","source":"gw","type":"t711.req","time":"2026-08-01T00:00:00Z","subject":"7111","data":{"user":"u"}}'),
+  (14, '{"specversion":"1.0","id":"x6","source":"gw","type":"t711.req","time":"10 January 2027","subject":"7111","data":{"user":"u"}}'),
+  (15, '{"id":"x7","source":"gw","type":"t711.req","time":"2027-01-10T12:00:00Z","subject":"7111"}'),
+  (16, '{not json'),
+  (17, 'NaN'),
+  (18, '{"specversion":"1.0","id":"x8\u0000","source":"gw","type":"t711.req","time":"2027-01-10T12:00:00Z","subject":"7111"}'),
+  (19, '"just a string"'),
+  (20, '{"specversion":"1.0","id":"r2","source":"gw","type":"t711.req","time":"2027-01-10T12:00:00Z","subject":"7112","data":{"user":"u1"}}'),
+  (21, '{"specversion":"1.0","id":"r2","source":"gw","type":"t711.req","time":"2027-01-10T12:01:00Z","subject":"7112","data":{"user":"u7"}}'),
+  (22, '{"specversion":"1.0","id":"x9","source":"gw","type":"t711.req","time":"2027-01-10T24:00:00Z","subject":"7111","data":{"user":"u"}}');
+
+CREATE TEMP TABLE t711_answer AS
+SELECT * FROM billing.ingest_usage_batch((SELECT array_agg(body ORDER BY n) FROM t711_events), '2027-01-10T12:30:00Z');
+SELECT results_eq($$SELECT ord, status, reason, customer_id FROM t711_answer ORDER BY ord$$,
+  $$VALUES (1, 'accepted', NULL::text, 7111::bigint), (2, 'duplicate', NULL, 7111), (3, 'accepted', NULL, 7111),
+           (4, 'accepted', NULL, 7111), (5, 'accepted', NULL, 7111), (6, 'accepted', NULL, 7111),
+           (7, 'accepted', NULL, 7111), (8, 'accepted', NULL, 7111),
+           (9, 'rejected', 'not_numeric', 7111), (10, 'rejected', 'missing_property', 7111),
+           (11, 'rejected', 'unknown_customer', NULL), (12, 'rejected', 'in_future', 7111),
+           (13, 'rejected', 'too_old', 7111), (14, 'rejected', 'invalid_time', 7111), (15, 'rejected', 'invalid_event', 7111),
+           (16, 'rejected', 'invalid_json', NULL), (17, 'rejected', 'invalid_json', NULL), (18, 'rejected', 'invalid_json', NULL),
+           (19, 'rejected', 'invalid_event', NULL), (20, 'accepted', NULL, 7112),
+           (21, 'duplicate', NULL, 7112), (22, 'rejected', 'invalid_time', 7111)$$,
+  'the batch door: accepted, duplicates (in the batch, same key with another time), every rejection reason, invalid_json');
+
+-- the HTTP door after it: every accepted event is a duplicate, every rejection the same reason
+SELECT results_eq($$SELECT a.status, a.reason FROM billing.ingest_usage(
+      (SELECT jsonb_agg(body::jsonb ORDER BY n) FROM t711_events WHERE n NOT IN (16, 17, 18)), '2027-01-10T12:30:00Z') a
+    ORDER BY a.ord$$,
+  $$SELECT CASE status WHEN 'accepted' THEN 'duplicate' ELSE status END, reason FROM t711_answer
+     WHERE ord NOT IN (16, 17, 18) ORDER BY ord$$,
+  'the HTTP door answers the same events the same way: what the batch door accepted is a duplicate');
+SELECT results_eq($$SELECT DISTINCT status FROM billing.ingest_usage_batch(
+      (SELECT array_agg(body ORDER BY n) FROM t711_events WHERE n IN (1, 3, 4, 20)), '2027-01-10T12:40:00Z')$$,
+  $$VALUES ('duplicate')$$, 'the batch door again: duplicates');
+SELECT is((SELECT count(*) FROM billing.usage_event WHERE customer_id IN (7111, 7112)), 8::bigint,
+          'eight events stored, once each');
+SELECT is((SELECT count(*) FROM billing.usage_dedup WHERE customer_id IN (7111, 7112)), 8::bigint, 'eight keys');
+
+-- the rollups written by the statement (two batches) = the ones rebuilt from the stored events
+SELECT billing.ingest_usage_batch(ARRAY[
+  '{"specversion":"1.0","id":"c3","source":"gw","type":"t711.call","time":"2027-01-10T11:59:59.999999Z","subject":"7111","data":{"model":"b","tokens":2}}',
+  '{"specversion":"1.0","id":"g4","source":"gw","type":"t711.gauge","time":"2027-01-10T11:00:00Z","subject":"7111","data":{"level":7}}',
+  '{"specversion":"1.0","id":"r3","source":"gw","type":"t711.req","time":"2027-01-10T10:59:00Z","subject":"7111","data":{"user":"u1"}}'],
+  '2027-01-10T12:40:00Z');
+CREATE TEMP TABLE t711_rollup AS
+  SELECT customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value FROM billing.usage_rollup
+   WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%';
+CREATE TEMP TABLE t711_unique AS
+  SELECT customer_id, meter_code, bucket, value FROM billing.usage_unique
+   WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%';
+SELECT billing._usage_rebuild(m) FROM billing.meter m WHERE m.code LIKE 't711%';
+SELECT set_eq($$SELECT customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value
+                  FROM billing.usage_rollup WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%'$$,
+              $$SELECT * FROM t711_rollup$$, 'the rollups are the ones rebuilt from the stored events');
+SELECT set_eq($$SELECT customer_id, meter_code, bucket, value FROM billing.usage_unique
+                 WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%'$$,
+              $$SELECT * FROM t711_unique$$, 'the distinct values too');
+SELECT results_eq($$SELECT meter_code, value, events FROM billing.usage_between(7111, '2027-01-10T10:00:00Z', '2027-01-10T12:00:00Z')
+                     WHERE meter_code LIKE 't711%' ORDER BY meter_code$$,
+  $$VALUES ('t711_last', 9::numeric, 4::bigint), ('t711_peak', 10.5, 2), ('t711_req', 3, 3), ('t711_tok', 52.5, 3), ('t711_users', 2, 3)$$,
+  'the hours read: latest = the larger of two at the latest instant, max over the filter, sum, count, distinct users');
+
+-- bad calls
+SELECT throws_ok($$SELECT * FROM billing.ingest_usage_batch(array_fill('{}'::text, ARRAY[10001]), '2027-01-10Z')$$,
+                 'BL413', NULL, 'more than 10000 events is BL413');
+SELECT throws_ok($$SELECT * FROM billing.ingest_usage_batch(NULL, '2027-01-10Z')$$, 'BL422', NULL, 'NULL is BL422');
+SELECT is((SELECT count(*) FROM billing.ingest_usage_batch('{}', '2027-01-10Z')), 0::bigint, 'an empty batch answers nothing');
+SELECT throws_ok($$SELECT * FROM billing.ingest_usage_batch('{}', NULL)$$, 'BL422', NULL, 'a NULL p_now is BL422');
+
+SELECT * FROM finish();
+ROLLBACK;
