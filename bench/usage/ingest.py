@@ -1,0 +1,262 @@
+"""Usage ingestion through the Kafka door, end to end (issue 29, docs/usage.md "Figures measured").
+
+    python -m bench.usage.ingest                       # 200,000 events + 10% duplicates, 2 partitions, 2 consumers
+    python -m bench.usage.ingest --events 500000 --consumers 1 --baseline none
+
+Each path gets a fresh database (migrated from its own db/), N customers and the 3 meters of
+bench/usage/run.py (count, sum, unique_count), and consumes a topic of its own holding the same kind
+of stream: events of the last 10 minutes (a live stream: most of a customer's events of a batch fall
+in one hour's rollup), spread over the customers at random, 10% of them sent twice, shuffled, keyed
+by customer. The topic is filled before the consumers start; the time runs from the first batch
+committed to the last (the group's join is not counted), polled every 0.25 s.
+
+- ours: `billing usage consume` of this tree (batches of up to 10,000, billing.ingest_usage_batch);
+- baseline: `billing usage consume` of the baseline commit (main before this work: batches of up
+  to 1,000 through billing.ingest_usage, its own functions), on a smaller stream (it is ~50x slower);
+- naive: a consumer that makes one database call (billing.ingest_usage of one event, its own
+  transaction) per message, this tree's functions, on a small stream.
+
+Measured: events/s of the stream (duplicates included), the server CPU per event (the consumers'
+PostgreSQL backends, /proc/<pid>/schedstat), the consumers' own CPU per event, and the load average.
+
+Environment: BILLING_TEST_DATABASE_URL (a superuser URL of the server) and
+BILLING_TEST_KAFKA_BOOTSTRAP, as `make services` writes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import psycopg
+
+from bench.baseline import baseline_tree, host_load, tree_env
+
+REPO = Path(__file__).resolve().parents[2]
+BASELINE = "423794e"  # main before the ingestion work (issue 29's ingestion figures start here)
+METERS = [("requests", "count", None), ("tokens", "sum", "{tokens}"), ("users", "unique_count", "{user}")]
+
+
+def url_for_db(server_url: str, dbname: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(server_url)
+    info["dbname"] = dbname
+    return psycopg.conninfo.make_conninfo(**info)
+
+
+def fresh_db(server_url: str, name: str, tree: Path | None, customers: int) -> str:
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    url = url_for_db(server_url, name)
+    # migrated by the tree's own code (its db/ and its driver)
+    subprocess.run([sys.executable, "-m", "billing.cli", "--log-level", "WARNING", "db", "migrate", "--simulation",
+                    "--database-url", url], check=True, env=tree_env(tree), stdout=subprocess.DEVNULL)
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with psycopg.connect(url, autocommit=True) as conn:
+        for code, agg, prop in METERS:
+            conn.execute("SELECT billing.upsert_meter(%s, 'api.request', %s, %s::text[], '{}', %s)", (code, agg, prop, start))
+        conn.execute("SELECT billing.upsert_customer(c) FROM generate_series(1, %s) c", (customers,))
+        conn.execute("VACUUM ANALYZE")
+    return url
+
+
+def stream(prefix: str, events: int, customers: int, rnd: random.Random) -> list[tuple[bytes, bytes]]:
+    now = datetime.now(timezone.utc)
+    out = []
+    for n in range(events):
+        c = rnd.randint(1, customers)
+        at = now - timedelta(seconds=rnd.uniform(0, 600))
+        e = {"specversion": "1.0", "id": f"{prefix}{n}", "source": "bench", "type": "api.request",
+             "time": at.isoformat().replace("+00:00", "Z"), "subject": str(c),
+             "data": {"tokens": n % 97, "user": f"u{n % 13}", "kind": n % 3}}
+        out.append((str(c).encode(), json.dumps(e).encode()))
+    out += rnd.sample(out, events // 10)  # 10% sent twice
+    rnd.shuffle(out)
+    return out
+
+
+def fill_topic(bootstrap: str, topic: str, partitions: int, messages: list[tuple[bytes, bytes]]) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(timeout=60)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 10000,
+                         "queue.buffering.max.messages": 2_000_000, "enable.idempotence": True})
+    for key, value in messages:
+        producer.produce(topic, key=key, value=value)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds of a process, nanosecond resolution (/proc/<pid>/schedstat; 0 when gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _proc_tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and its threads (librdkafka's too)."""
+    total = 0.0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9
+            except (OSError, ValueError, IndexError):
+                pass
+    except OSError:
+        pass
+    return total
+
+
+def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, distinct: int, stream_len: int,
+            timeout: float) -> dict:
+    """Runs `consumers` processes of argv until every distinct event is stored; the figures between
+    the first batch committed and the last."""
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(consumers)]
+    watch = psycopg.connect(url, autocommit=True)
+    me = watch.info.backend_pid
+    first = None  # (t, count, server cpu per pid, consumer cpu per pid)
+    backends: dict[int, float] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            for (pid,) in watch.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                                        "AND backend_type = 'client backend' AND pid <> %s", (me,)).fetchall():
+                backends.setdefault(pid, 0.0)
+            server = {pid: _cpu(pid) for pid in backends}
+            client = {p.pid: _proc_tree_cpu(p.pid) for p in procs}
+            count = watch.execute("SELECT count(*) FROM billing.usage_dedup").fetchone()[0]
+            now = time.monotonic()
+            if first is None and count > 0:
+                first = (now, count, server, client)
+            if count >= distinct:
+                last = (now, count, server, client)
+                break
+            if now > deadline or all(p.poll() is not None for p in procs):
+                raise RuntimeError(f"{name}: {count} of {distinct} events stored; consumers: "
+                                   + " | ".join((p.stdout.read() or b"").decode()[-500:] for p in procs if p.poll() is not None))
+            time.sleep(0.25)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        watch.close()
+    seconds = last[0] - first[0]
+    done = last[1] - first[1]  # distinct events stored in the window
+    messages = done * stream_len / distinct  # the stream's messages they stand for (duplicates included)
+    server_cpu = sum(last[2].get(pid, 0.0) - first[2].get(pid, 0.0) for pid in last[2] if pid in first[2])
+    client_cpu = sum(last[3][pid] - first[3][pid] for pid in last[3])
+    return {"name": name, "messages": messages, "seconds": seconds, "rate": messages / seconds,
+            "server_us": server_cpu / messages * 1e6, "client_us": client_cpu / messages * 1e6,
+            "load": os.getloadavg()[0]}
+
+
+def naive_consumer(url: str, bootstrap: str, topic: str, group: str, idle: float) -> None:
+    """One database call per message (billing.ingest_usage of that one event, its own transaction);
+    offsets committed every 500 messages, after their calls."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    idle_since, handled = time.monotonic(), 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() - idle_since < idle:
+            msg = consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            idle_since = time.monotonic()
+            conn.execute("SELECT count(*) FROM billing.ingest_usage(jsonb_build_array(%s::jsonb), %s)",
+                         (msg.value().decode(), datetime.now(timezone.utc)))
+            handled += 1
+            if handled % 500 == 0:
+                consumer.commit(asynchronous=False)
+    consumer.commit(asynchronous=False)
+    consumer.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--server-url", default=os.environ.get("BILLING_TEST_DATABASE_URL"))
+    ap.add_argument("--bootstrap", default=os.environ.get("BILLING_TEST_KAFKA_BOOTSTRAP"))
+    ap.add_argument("--customers", type=int, default=1000)
+    ap.add_argument("--events", type=int, default=200_000, help="distinct events of our stream (+10%% duplicates)")
+    ap.add_argument("--baseline-events", type=int, default=20_000, help="distinct events of the baseline's stream")
+    ap.add_argument("--naive", type=int, default=3000, help="distinct events of the naive consumer's stream")
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--consumers", type=int, default=2)
+    ap.add_argument("--baseline", default=BASELINE, help="git revision of the baseline ('none': skip)")
+    ap.add_argument("--naive-consumer", nargs=4, metavar=("URL", "TOPIC", "GROUP", "IDLE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.naive_consumer:
+        url, topic, group, idle = args.naive_consumer
+        naive_consumer(url, args.bootstrap, topic, group, float(idle))
+        return
+    rnd = random.Random(29)
+    run = uuid.uuid4().hex[:8]
+    billing = str(Path(sys.executable).with_name("billing"))
+    print(f"start: {host_load()}", flush=True)
+    results = []
+
+    def kafka_env(url: str, topic: str, tree: Path | None) -> dict:
+        return {**tree_env(tree), "BILLING_DATABASE_URL": url, "BILLING_KAFKA_BOOTSTRAP": args.bootstrap,
+                "BILLING_USAGE_TOPIC": topic, "BILLING_USAGE_DEAD_LETTER_TOPIC": f"bench-dead-{run}",
+                "BILLING_USAGE_GROUP": f"bench-{topic}", "BILLING_LOG_LEVEL": "WARNING"}
+
+    sides = [("ours", None, args.events, ["usage", "consume", "--exit-when-idle", "5"])]
+    if args.baseline != "none":
+        sides.append((f"baseline {args.baseline}", baseline_tree(args.baseline), args.baseline_events,
+                      ["usage", "consume", "--batch", "1000", "--exit-when-idle", "5"]))
+    for name, tree, events, cli in sides:
+        tag = "base" if tree else "ours"
+        url = fresh_db(args.server_url, f"bench_ingest_{tag}", tree, args.customers)
+        topic = f"bench-usage-{tag}-{run}"
+        messages = stream(f"{tag}{run}-", events, args.customers, rnd)
+        fill_topic(args.bootstrap, topic, args.partitions, messages)
+        argv = [sys.executable, "-m", "billing.cli"] + cli
+        r = consume(name, url, argv, kafka_env(url, topic, tree), args.consumers, events, len(messages), 900)
+        results.append(r)
+        print(f"{name}: {r['rate']:,.0f} events/s ({r['messages']:,.0f} in {r['seconds']:.1f} s), server CPU "
+              f"{r['server_us']:.1f} us/event, consumers {r['client_us']:.1f} us/event, load {r['load']:.1f}", flush=True)
+    if args.naive:
+        url = url_for_db(args.server_url, "bench_ingest_ours")
+        topic = f"bench-usage-naive-{run}"
+        messages = stream(f"naive{run}-", args.naive, args.customers, rnd)
+        fill_topic(args.bootstrap, topic, args.partitions, messages)
+        with psycopg.connect(url, autocommit=True) as conn:
+            before = conn.execute("SELECT count(*) FROM billing.usage_dedup").fetchone()[0]
+        argv = [sys.executable, "-m", "bench.usage.ingest", "--bootstrap", args.bootstrap,
+                "--naive-consumer", url, topic, f"bench-{topic}", "5"]
+        r = consume("naive (one call per event)", url, argv, {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + str(REPO / "driver")},
+                    1, before + args.naive, len(messages) * (before + args.naive) / args.naive, 900)
+        results.append(r)
+        print(f"{r['name']}: {r['rate']:,.0f} events/s, server CPU {r['server_us']:.1f} us/event, "
+              f"consumer {r['client_us']:.1f} us/event, load {r['load']:.1f}", flush=True)
+    print(f"end: {host_load()}")
+    print()
+    print(f"| Kafka door, {args.customers:,} customers, 10% duplicates, {args.partitions} partitions | consumers | "
+          "events (stream) | events/s | server CPU µs/event | consumer CPU µs/event | load (1 min) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        n = 1 if r["name"].startswith("naive") else args.consumers
+        print(f"| {r['name']} | {n} | {r['messages']:,.0f} | {r['rate']:,.0f} | {r['server_us']:.1f} | "
+              f"{r['client_us']:.1f} | {r['load']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
