@@ -120,7 +120,7 @@ def _proc_tree_cpu(pid: int) -> float:
 
 
 def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, distinct: int, stream_len: int,
-            timeout: float) -> dict:
+            timeout: float, before: int = 0) -> dict:
     """Runs `consumers` processes of argv until every distinct event is stored; the figures between
     the first batch committed and the last."""
     procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(consumers)]
@@ -138,7 +138,7 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
             client = {p.pid: _proc_tree_cpu(p.pid) for p in procs}
             count = watch.execute("SELECT count(*) FROM billing.usage_dedup").fetchone()[0]
             now = time.monotonic()
-            if first is None and count > 0:
+            if first is None and count > before:
                 first = (now, count, server, client)
             if count >= distinct:
                 last = (now, count, server, client)
@@ -164,6 +164,82 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
     return {"name": name, "messages": messages, "seconds": seconds, "rate": messages / seconds,
             "server_us": server_cpu / messages * 1e6, "client_us": client_cpu / messages * 1e6,
             "load": os.getloadavg()[0]}
+
+
+def http_door(name: str, url: str, tree: Path | None, port: int, events: int, customers: int, rnd: random.Random,
+              clients: int) -> dict:
+    """POST /usage-events, batches of 1,000 (10% of the events sent twice), from `clients` threads, to
+    `billing serve` of the tree on its database: events/s, the server's CPU (the API's PostgreSQL
+    backends) and the API process's CPU per event."""
+    import threading
+
+    import httpx
+
+    env = {**tree_env(tree), "BILLING_DATABASE_URL": url, "BILLING_LOG_LEVEL": "WARNING"}
+    out = subprocess.run([sys.executable, "-m", "billing.cli", "api-key", "create", "--name", "bench",
+                          "--scope", "usage:write"], env=env, check=True, capture_output=True, text=True).stdout
+    key = out.strip().splitlines()[-1]
+    api = subprocess.Popen([sys.executable, "-m", "billing.cli", "serve", "--port", str(port)], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{base}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                if api.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{name}: billing serve did not start: {api.stdout.read().decode()[-800:]}")
+                time.sleep(0.2)
+        msgs = [json.loads(v) for _, v in stream(f"http{uuid.uuid4().hex[:6]}-", events, customers, rnd)]
+        bodies = [json.dumps(msgs[i:i + 1000]).encode() for i in range(0, len(msgs), 1000)]
+        headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        # warm up: one small batch (the key's and the pool's first use)
+        with httpx.Client(timeout=120) as c:
+            c.post(f"{base}/usage-events", content=json.dumps(msgs[:1]).encode(), headers=headers).raise_for_status()
+        with psycopg.connect(url, autocommit=True) as watch:
+            pids = [r[0] for r in watch.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                                                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()")]
+        server0, api0 = {p: _cpu(p) for p in pids}, _proc_tree_cpu(api.pid)
+        queue = list(bodies)
+        lock = threading.Lock()
+        failures = []
+
+        def client() -> None:
+            with httpx.Client(timeout=300) as c:
+                while True:
+                    with lock:
+                        if not queue:
+                            return
+                        body = queue.pop()
+                    r = c.post(f"{base}/usage-events", content=body, headers=headers)
+                    if r.status_code != 200:
+                        failures.append(r.text[:200])
+
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=client) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        seconds = time.monotonic() - t0
+        with psycopg.connect(url, autocommit=True) as watch:
+            pids = [r[0] for r in watch.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                                                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()")]
+        server = sum(_cpu(p) - server0.get(p, 0.0) for p in pids)  # a connection the pool opened meanwhile: all of it
+        api_cpu = _proc_tree_cpu(api.pid) - api0
+        if failures:
+            raise RuntimeError(f"{name}: {len(failures)} requests failed: {failures[0]}")
+    finally:
+        api.terminate()
+        try:
+            api.wait(20)
+        except subprocess.TimeoutExpired:
+            api.kill()
+    n = len(msgs)
+    return {"name": name, "messages": n, "seconds": seconds, "rate": n / seconds, "server_us": server / n * 1e6,
+            "client_us": api_cpu / n * 1e6, "load": os.getloadavg()[0]}
 
 
 def naive_consumer(url: str, bootstrap: str, topic: str, group: str, idle: float) -> None:
@@ -201,6 +277,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--consumers", type=int, default=2)
     ap.add_argument("--baseline", default=BASELINE, help="git revision of the baseline ('none': skip)")
+    ap.add_argument("--http", type=int, default=40_000, help="distinct events POSTed to /usage-events (0: skip)")
+    ap.add_argument("--http-clients", type=int, default=2)
+    ap.add_argument("--http-port", type=int, default=int(os.environ.get("BILLING_WT_SPARE_PORT_BASE", "30100")) + 50)
     ap.add_argument("--naive-consumer", nargs=4, metavar=("URL", "TOPIC", "GROUP", "IDLE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.naive_consumer:
@@ -211,7 +290,7 @@ def main() -> None:
     run = uuid.uuid4().hex[:8]
     billing = str(Path(sys.executable).with_name("billing"))
     print(f"start: {host_load()}", flush=True)
-    results = []
+    results, http = [], []
 
     def kafka_env(url: str, topic: str, tree: Path | None) -> dict:
         return {**tree_env(tree), "BILLING_DATABASE_URL": url, "BILLING_KAFKA_BOOTSTRAP": args.bootstrap,
@@ -233,6 +312,12 @@ def main() -> None:
         results.append(r)
         print(f"{name}: {r['rate']:,.0f} events/s ({r['messages']:,.0f} in {r['seconds']:.1f} s), server CPU "
               f"{r['server_us']:.1f} us/event, consumers {r['client_us']:.1f} us/event, load {r['load']:.1f}", flush=True)
+        if args.http:
+            h = http_door(f"{name}, HTTP", url, tree, args.http_port, args.http if not tree else max(args.http // 4, 4000),
+                          args.customers, rnd, args.http_clients)
+            http.append(h)
+            print(f"{h['name']}: {h['rate']:,.0f} events/s ({h['messages']:,} in {h['seconds']:.1f} s), server CPU "
+                  f"{h['server_us']:.1f} us/event, API process {h['client_us']:.1f} us/event, load {h['load']:.1f}", flush=True)
     if args.naive:
         url = url_for_db(args.server_url, "bench_ingest_ours")
         topic = f"bench-usage-naive-{run}"
@@ -243,7 +328,7 @@ def main() -> None:
         argv = [sys.executable, "-m", "bench.usage.ingest", "--bootstrap", args.bootstrap,
                 "--naive-consumer", url, topic, f"bench-{topic}", "5"]
         r = consume("naive (one call per event)", url, argv, {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + str(REPO / "driver")},
-                    1, before + args.naive, len(messages) * (before + args.naive) / args.naive, 900)
+                    1, before + args.naive, len(messages) * (before + args.naive) / args.naive, 900, before)
         results.append(r)
         print(f"{r['name']}: {r['rate']:,.0f} events/s, server CPU {r['server_us']:.1f} us/event, "
               f"consumer {r['client_us']:.1f} us/event, load {r['load']:.1f}", flush=True)
@@ -256,6 +341,14 @@ def main() -> None:
         n = 1 if r["name"].startswith("naive") else args.consumers
         print(f"| {r['name']} | {n} | {r['messages']:,.0f} | {r['rate']:,.0f} | {r['server_us']:.1f} | "
               f"{r['client_us']:.1f} | {r['load']:.1f} |")
+    if http:
+        print()
+        print(f"| HTTP door, POST /usage-events, batches of 1,000, {args.http_clients} clients | events | events/s | "
+              "server CPU µs/event | API process CPU µs/event | load (1 min) |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for h in http:
+            print(f"| {h['name']} | {h['messages']:,} | {h['rate']:,.0f} | {h['server_us']:.1f} | {h['client_us']:.1f} | "
+                  f"{h['load']:.1f} |")
 
 
 if __name__ == "__main__":

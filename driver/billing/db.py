@@ -371,7 +371,9 @@ SET_PLAN_CHANGE_OPTIONS = "SELECT billing.set_plan_change_options(%(plan)s, %(op
 # Usage-based billing (db/functions/71_usage.sql, docs/usage.md).
 INGEST_USAGE = ("SELECT ord, status, reason, customer_id FROM billing.ingest_usage(%(events)s, %(now)s, "
                 "%(grace)s, %(skew)s, %(retention)s)")
-INGEST_USAGE_BATCH = ("SELECT ord, status, reason FROM billing.ingest_usage_batch(%(events)s, %(now)s, "
+# %(events)b: a list of str in binary form (text[]): psycopg's text form quotes every element in
+# Python, ~50x slower at 10,000 events
+INGEST_USAGE_BATCH = ("SELECT ord, status, reason FROM billing.ingest_usage_batch(%(events)b, %(now)s, "
                       "%(grace)s, %(skew)s, %(retention)s)")
 CURRENT_USAGE = ("SELECT meter_code, aggregation, value, events, period_start, period_end "
                  "FROM billing.current_usage(%(customer_id)s, %(now)s)")
