@@ -525,9 +525,14 @@ BEGIN
          WHERE e.customer_id = p_customer_id
            AND ((e.event_time >= p_from AND e.event_time < v_lo) OR (e.event_time >= v_hi AND e.event_time < p_to))
     ), parts AS (
-        SELECT r.meter_code AS code, r.events, r.total, r.max_value, r.latest_time, r.latest_value
-          FROM billing.usage_rollup r
-         WHERE r.customer_id = p_customer_id AND r.bucket >= v_lo AND r.bucket < v_hi
+        -- an index range per meter (customer, meter, hours): never the customer's older months
+        SELECT m.code, r.events, r.total, r.max_value, r.latest_time, r.latest_value
+          FROM billing.meter m
+         CROSS JOIN LATERAL (SELECT r.events, r.total, r.max_value, r.latest_time, r.latest_value
+                               FROM billing.usage_rollup r
+                              WHERE r.customer_id = p_customer_id AND r.meter_code = m.code
+                                AND r.bucket >= v_lo AND r.bucket < v_hi
+                             OFFSET 0) r  -- (not flattened: a join could read the customer's every meter and month)
         UNION ALL
         SELECT g.code, count(*), coalesce(sum(g.num), 0), max(g.num), max(g.event_time),
                (array_agg(g.num ORDER BY g.event_time DESC, g.num DESC NULLS LAST))[1]
@@ -538,8 +543,12 @@ BEGIN
           FROM parts p GROUP BY p.code
     ), uniques AS (
         SELECT u.code, count(DISTINCT u.val) AS n
-          FROM (SELECT q.meter_code AS code, q.value AS val FROM billing.usage_unique q
-                 WHERE q.customer_id = p_customer_id AND q.bucket >= v_lo AND q.bucket < v_hi
+          FROM (SELECT m.code, q.value AS val
+                  FROM billing.meter m
+                 CROSS JOIN LATERAL (SELECT q.value FROM billing.usage_unique q
+                                      WHERE q.customer_id = p_customer_id AND q.meter_code = m.code
+                                        AND q.bucket >= v_lo AND q.bucket < v_hi OFFSET 0) q
+                 WHERE m.aggregation = 'unique_count'
                 UNION ALL
                 SELECT g.code, g.val FROM edge g WHERE g.val IS NOT NULL) u
          GROUP BY u.code
