@@ -38,7 +38,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.baseline import baseline_tree, host_load, tree_env
+from bench.baseline import baseline_tree, host_load, proc_cpu, tree_env
 
 REPO = Path(__file__).resolve().parents[2]
 BASELINE = "423794e"  # main before the ingestion work (issue 29's ingestion figures start here)
@@ -106,17 +106,9 @@ def _cpu(pid: int) -> float:
 
 
 def _proc_tree_cpu(pid: int) -> float:
-    """CPU seconds of a process and its threads (librdkafka's too)."""
-    total = 0.0
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0]) / 1e9
-            except (OSError, ValueError, IndexError):
-                pass
-    except OSError:
-        pass
-    return total
+    """CPU seconds of a process, its threads (librdkafka's) included, those that ended too
+    (/proc/<pid>/stat: clock ticks; the sum of /proc/<pid>/task/* would drop when a thread ends)."""
+    return proc_cpu(pid)
 
 
 def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, distinct: int, stream_len: int,
