@@ -198,15 +198,15 @@ BEGIN
                        p_now, p_now, p_customer_id
                   FROM (SELECT gen_random_uuid() AS event_id, x.*
                           FROM (SELECT 0 AS seq, 'subscription' AS aggregate_type, s.id AS aggregate_id,
-                                       'SubscriptionCreated' AS event_type, jsonb_build_object(
-                                    'subscriptionId', s.id, 'customerId', s.customer_id, 'planCode', v_plan.code, 'status', s.status,
-                                    'currentPeriodStart', billing._utc_text(s.current_period_start),
+                                       'SubscriptionCreated' AS event_type, jsonb_build_object(  -- (keys in jsonb's order)
+                                    'reason', s.cancel_reason, 'status', s.status, 'version', s.version,
+                                    'pausedAt', billing._utc_text(s.paused_at), 'planCode', v_plan.code, 'quantity', s.quantity,
+                                    'resumeAt', billing._utc_text(s.resume_at), 'trialEnd', billing._utc_text(s.trial_end),
+                                    'canceledAt', billing._utc_text(s.canceled_at), 'couponCode', s.coupon_code,
+                                    'customerId', s.customer_id, 'subscriptionId', s.id,
                                     'currentPeriodEnd', billing._utc_text(s.current_period_end),
-                                    'canceledAt', billing._utc_text(s.canceled_at), 'reason', s.cancel_reason,
-                                    'cancelAtPeriodEnd', s.cancel_at_period_end, 'version', s.version, 'quantity', s.quantity,
-                                    'trialEnd', billing._utc_text(s.trial_end), 'pausedAt', billing._utc_text(s.paused_at),
-                                    'resumeAt', billing._utc_text(s.resume_at), 'scheduledPlanCode', NULL,
-                                    'couponCode', s.coupon_code) AS data
+                                    'cancelAtPeriodEnd', s.cancel_at_period_end, 'scheduledPlanCode', NULL,
+                                    'currentPeriodStart', billing._utc_text(s.current_period_start)) AS data
                                   FROM sub s
                                 UNION ALL
                                 SELECT 1, 'invoice', i.id, 'InvoiceCreated', billing._invoice_data(i::billing.invoice)
