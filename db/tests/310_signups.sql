@@ -2,7 +2,7 @@
 -- create_subscription makes for the same arguments (subscriptions, requests, invoices, lines,
 -- events: compared column by column, ids aside), replays keys, refuses what it refuses, all or nothing.
 BEGIN;
-SELECT plan(19);
+SELECT plan(20);
 
 SET LOCAL ROLE billing_owner;
 
@@ -129,6 +129,11 @@ SELECT results_eq($$SELECT subscription_id, outcome FROM su_again ORDER BY ordin
                   'a key used before replays; a key twice in the batch: created once');
 SELECT throws_ok($$SELECT billing.create_subscriptions('[{"idempotency_key": "su-b-2", "customer_id": 96002, "plan_code": "SU_M"}]', '2026-05-04Z')$$,
                  'BL409', NULL, 'a key used for other parameters: BL409');
+SELECT throws_ok($$SELECT billing.create_subscriptions('[{"idempotency_key": "su-t1", "customer_id": 96101, "plan_code": "SU_M"},
+                                                         {"idempotency_key": "su-t2", "customer_id": 96102, "plan_code": "SU_M"},
+                                                         {"idempotency_key": "su-t1", "customer_id": 96101, "plan_code": "SU_M", "quantity": 2}]', '2026-05-04Z')$$,
+                 'BL409', 'signup ''su-t1'' (row 1): idempotency key ''su-t1'' appears twice in the batch with different parameters',
+                 'a key twice in the batch with other parameters: BL409');
 SELECT throws_ok($$SELECT billing.create_subscriptions('[{"idempotency_key": "su-x1", "customer_id": 96100, "plan_code": "SU_M"},
                                                          {"idempotency_key": "su-x2", "customer_id": 0, "plan_code": "SU_M"}]', '2026-05-04Z')$$,
                  'BL422', 'signup ''su-x2'' (row 2): a customer id is a positive integer, not 0', 'a bad row names itself; nothing is created');
