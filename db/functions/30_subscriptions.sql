@@ -109,22 +109,23 @@ BEGIN
         -- general path below (310_signups compares them column by column). The customer first, for
         -- its time zone: a key taken meanwhile replays (the next turn of the loop) or refuses, as below.
         IF v_fast IS NULL THEN
-            v_fast := p_coupon_code IS NULL AND NOT billing._distributed('billing.subscription');
+            -- The customer before the key on both paths (one lock order: two first uses of one key
+            -- for one new customer wait on the customer, never on each other crosswise).
+            INSERT INTO billing.customer (id) VALUES (p_customer_id)
+            ON CONFLICT ON CONSTRAINT customer_pkey DO NOTHING
+            RETURNING timezone INTO v_tz;
+            v_fast := NOT FOUND;  -- (here: the customer existed)
             IF v_fast THEN
-                INSERT INTO billing.customer (id) VALUES (p_customer_id)
-                ON CONFLICT ON CONSTRAINT customer_pkey DO NOTHING
-                RETURNING timezone INTO v_tz;
-                IF NOT FOUND THEN
-                    SELECT c.timezone INTO v_tz FROM billing.customer c WHERE c.id = p_customer_id;
-                    v_fast := NOT EXISTS (SELECT 1 FROM billing.credit_balance b
-                                           WHERE b.customer_id = p_customer_id AND b.currency = v_plan.currency
-                                             AND b.balance > 0);
-                END IF;
-                -- An external id already taken: refused by the general path, before any invoice is made.
-                IF p_external_id IS NOT NULL AND v_fast THEN
-                    v_fast := NOT EXISTS (SELECT 1 FROM billing.external_ref r
-                                           WHERE r.object_type = 'subscription' AND r.external_id = p_external_id);
-                END IF;
+                SELECT c.timezone INTO v_tz FROM billing.customer c WHERE c.id = p_customer_id;
+            END IF;
+            v_fast := p_coupon_code IS NULL AND NOT billing._distributed('billing.subscription')
+                      AND NOT (v_fast AND EXISTS (SELECT 1 FROM billing.credit_balance b
+                                                   WHERE b.customer_id = p_customer_id AND b.currency = v_plan.currency
+                                                     AND b.balance > 0));
+            -- An external id already taken: refused by the general path, before any invoice is made.
+            IF p_external_id IS NOT NULL AND v_fast THEN
+                v_fast := NOT EXISTS (SELECT 1 FROM billing.external_ref r
+                                       WHERE r.object_type = 'subscription' AND r.external_id = p_external_id);
             END IF;
         END IF;
         IF v_fast THEN
