@@ -48,6 +48,7 @@ DECLARE
     v_notice  interval;
     v_sub     billing.subscription;
     v_fast    boolean;
+    v_known   boolean;
     v_id      bigint;
     v_anchor  timestamptz;
     v_number  integer;
@@ -106,20 +107,20 @@ BEGIN
         -- The usual signup (no coupon, no credit in the plan's currency, one PostgreSQL): its request,
         -- subscription, INITIAL invoice, CHARGE line and events in one statement, as
         -- create_subscriptions (31_signups) writes them in bulk; the same rows and events as the
-        -- general path below (310_signups compares them column by column). The customer first, for
-        -- its time zone: a key taken meanwhile replays (the next turn of the loop) or refuses, as below.
+        -- general path below (310_signups compares them column by column). A key taken meanwhile
+        -- replays (the next turn of the loop) or refuses, as below.
         IF v_fast IS NULL THEN
             -- The customer before the key on both paths (one lock order: two first uses of one key
             -- for one new customer wait on the customer, never on each other crosswise).
             INSERT INTO billing.customer (id) VALUES (p_customer_id)
             ON CONFLICT ON CONSTRAINT customer_pkey DO NOTHING
             RETURNING timezone INTO v_tz;
-            v_fast := NOT FOUND;  -- (here: the customer existed)
-            IF v_fast THEN
+            v_known := NOT FOUND;
+            IF v_known THEN
                 SELECT c.timezone INTO v_tz FROM billing.customer c WHERE c.id = p_customer_id;
             END IF;
             v_fast := p_coupon_code IS NULL AND NOT billing._distributed('billing.subscription')
-                      AND NOT (v_fast AND EXISTS (SELECT 1 FROM billing.credit_balance b
+                      AND NOT (v_known AND EXISTS (SELECT 1 FROM billing.credit_balance b
                                                    WHERE b.customer_id = p_customer_id AND b.currency = v_plan.currency
                                                      AND b.balance > 0));
             -- An external id already taken: refused by the general path, before any invoice is made.
