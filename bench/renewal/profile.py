@@ -49,6 +49,23 @@ VARIANTS: dict[str, list[str]] = {
         "ALTER TABLE billing.invoice DROP CONSTRAINT invoice_paid_attempt_fkey"],
     "no event_id unique index": ["ALTER TABLE billing.outbox_event DROP CONSTRAINT outbox_event_event_id_key"],
     "no invoice_unfinalized_idx": ["DROP INDEX billing.invoice_unfinalized_idx"],
+    "no plan FK on invoice": ["ALTER TABLE billing.invoice DROP CONSTRAINT invoice_plan_fkey"],
+    "no event_id index (event_id alone)": ["DROP INDEX billing.outbox_event_event_id_idx"],
+    "no outbox id index (id alone)": ["DROP INDEX billing.outbox_event_id_idx"],
+    "no invoice_subscription_idx": ["DROP INDEX billing.invoice_subscription_idx"],
+    "no overview counters": ["ALTER TABLE billing.invoice DISABLE TRIGGER invoice_overview_count_added",
+                             "ALTER TABLE billing.subscription DISABLE TRIGGER subscription_overview_count_changed"],
+    # (subscription_id_idx stays: the invoices' statement check reads subscriptions by id alone)
+    "subscription update: 3 of its 6 indexes dropped": [
+        "DROP INDEX billing.subscription_created_idx", "DROP INDEX billing.subscription_plan_idx",
+        "DROP INDEX billing.subscription_status_idx"],
+    "invoice: pkey and one_per_period only (6 of 8 dropped)": [
+        "DROP INDEX billing.invoice_chargeable_idx", "DROP INDEX billing.invoice_id_idx",
+        "DROP INDEX billing.invoice_period_idx", "DROP INDEX billing.invoice_status_idx",
+        "DROP INDEX billing.invoice_subscription_idx", "DROP INDEX billing.invoice_unfinalized_idx"],
+    "no service line": [
+        "CREATE FUNCTION billing._bench_drop_line() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$",
+        "CREATE TRIGGER bench_drop_line BEFORE INSERT ON billing.service_line FOR EACH ROW EXECUTE FUNCTION billing._bench_drop_line()"],
 }
 
 

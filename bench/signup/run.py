@@ -91,12 +91,12 @@ def rounds(url: str, base_url: str | None, n: int, k: int) -> list[dict]:
     return total
 
 
-def bulk(url: str, n: int, batch: int) -> dict:
+def bulk(url: str, n: int, batch: int, first_customer: int = 2_000_000) -> dict:
     with psycopg.connect(url, autocommit=True) as conn:
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         cpu0, t0 = proc_cpu(pid), time.perf_counter()
         for first in range(0, n, batch):
-            rows = [{"idempotency_key": f"bulk-{i}", "customer_id": 2_000_000 + i, "plan_code": "BENCH_M"}
+            rows = [{"idempotency_key": f"bulk-{first_customer + i}", "customer_id": first_customer + i, "plan_code": "BENCH_M"}
                     for i in range(first, min(first + batch, n))]
             with conn.transaction():
                 got = conn.execute("SELECT count(*) FILTER (WHERE outcome = 'created') FROM "
@@ -104,9 +104,28 @@ def bulk(url: str, n: int, batch: int) -> dict:
             assert got == len(rows), got
         wall, cpu = time.perf_counter() - t0, proc_cpu(pid) - cpu0
         # the same work as a signup per call: an INITIAL invoice and two events each
-        made = conn.execute("SELECT count(*) FROM billing.invoice WHERE customer_id >= 2000000").fetchone()[0]
+        made = conn.execute("SELECT count(*) FROM billing.invoice WHERE customer_id >= %s AND customer_id < %s",
+                            (first_customer, first_customer + n)).fetchone()[0]
         assert made == n, made
     return {"path": f"create_subscriptions (in bulk), {batch:,} a call", "n": n, "wall": wall, "cpu": cpu}
+
+
+def bulk_rounds(url: str, base_url: str | None, n: int, batch: int, k: int) -> list[dict]:
+    """Signups in bulk here and at the baseline (when it has create_subscriptions), alternating k rounds of n/k."""
+    if not n:
+        return []
+    sides = [("ours", url)]
+    if base_url is not None:
+        with psycopg.connect(base_url) as conn:
+            if conn.execute("SELECT to_regprocedure('billing.create_subscriptions(jsonb, timestamptz)') IS NOT NULL").fetchone()[0]:
+                sides.insert(0, ("baseline", base_url))
+    out: dict[str, list[dict]] = {side: [] for side, _ in sides}
+    for r in range(k):
+        for side, u in sides:
+            out[side].append(bulk(u, n // k, batch, first_customer=2_000_000 + r * (n // k)))
+    return [{"path": f"create_subscriptions (in bulk), {batch:,} a call ({side}{'' if side == 'ours' else ' ' + BASELINE[:7]})",
+             "n": sum(x["n"] for x in runs), "wall": sum(x["wall"] for x in runs), "cpu": sum(x["cpu"] for x in runs)}
+            for side, runs in out.items()]
 
 
 def imported(url: str, n: int, batch: int) -> dict:
@@ -148,7 +167,7 @@ def main() -> None:
         BASELINE = (tree / ".complete").read_text().strip()
         base_url = fresh(args.database_url, DB + "_baseline", tree / "db")
     load0 = os.getloadavg()[0]
-    results = rounds(url, base_url, args.per_call, args.rounds) + [bulk(url, args.bulk, args.batch)]
+    results = rounds(url, base_url, args.per_call, args.rounds) + bulk_rounds(url, base_url, args.bulk, args.batch, args.rounds)
     if args.imports:
         results.append(imported(url, args.imports, args.batch))
     load1 = os.getloadavg()[0]

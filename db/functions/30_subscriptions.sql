@@ -47,6 +47,13 @@ DECLARE
     v_trial_end timestamptz;
     v_notice  interval;
     v_sub     billing.subscription;
+    v_fast    boolean;
+    v_known   boolean;
+    v_id      bigint;
+    v_anchor  timestamptz;
+    v_number  integer;
+    v_end     timestamptz;
+    v_tax     record;
 BEGIN
     PERFORM billing._audit('create_subscription', jsonb_build_object('idempotency_key', p_idempotency_key, 'customer_id', p_customer_id, 'plan_code', p_plan_code, 'now', p_now, 'trial_days', p_trial_days, 'coupon_code', p_coupon_code, 'quantity', p_quantity, 'external_id', p_external_id));
     PERFORM billing._check_now(p_now);
@@ -95,6 +102,131 @@ BEGIN
         END IF;
         IF v_plan.archived_at IS NOT NULL THEN
             PERFORM billing._check_plan_offered(v_plan);
+        END IF;
+
+        -- The usual signup (no coupon, no credit in the plan's currency, one PostgreSQL): its request,
+        -- subscription, INITIAL invoice, CHARGE line and events in one statement, as
+        -- create_subscriptions (31_signups) writes them in bulk; the same rows and events as the
+        -- general path below (310_signups compares them column by column). A key taken meanwhile
+        -- replays (the next turn of the loop) or refuses, as below.
+        IF v_fast IS NULL THEN
+            -- The customer before the key on both paths (one lock order: two first uses of one key
+            -- for one new customer wait on the customer, never on each other crosswise).
+            INSERT INTO billing.customer (id) VALUES (p_customer_id)
+            ON CONFLICT ON CONSTRAINT customer_pkey DO NOTHING
+            RETURNING timezone INTO v_tz;
+            v_known := NOT FOUND;
+            IF v_known THEN
+                SELECT c.timezone INTO v_tz FROM billing.customer c WHERE c.id = p_customer_id;
+            END IF;
+            v_fast := p_coupon_code IS NULL AND NOT billing._distributed('billing.subscription')
+                      AND NOT (v_known AND EXISTS (SELECT 1 FROM billing.credit_balance b
+                                                   WHERE b.customer_id = p_customer_id AND b.currency = v_plan.currency
+                                                     AND b.balance > 0));
+            -- An external id already taken: refused by the general path, before any invoice is made.
+            IF p_external_id IS NOT NULL AND v_fast THEN
+                v_fast := NOT EXISTS (SELECT 1 FROM billing.external_ref r
+                                       WHERE r.object_type = 'subscription' AND r.external_id = p_external_id);
+            END IF;
+        END IF;
+        IF v_fast THEN
+            IF p_trial_days > 0 THEN  -- (as the trial below)
+                v_trial_end := billing._period_end(p_now, 'DAY', p_trial_days, 1, v_tz);
+                SELECT s.trial_will_end_notice INTO v_notice FROM billing.database_setting s;
+                v_anchor := p_now;
+                v_number := 1;
+                v_end := v_trial_end;
+                v_list := 0;
+                SELECT 0::bigint AS tax_amount, 0::bigint AS tax_included, NULL::jsonb AS tax_detail INTO v_tax;
+            ELSE
+                v_first := billing._first_period(v_plan, v_tz, p_now);
+                v_anchor := v_first.anchor;
+                v_number := v_first.period_number;
+                v_end := v_first.period_end;
+                v_price := billing._price_at(v_plan, p_now);
+                v_list := billing._period_charge(v_price, p_quantity, p_now, v_first.period_end, v_first.nominal_start);
+                v_tax := billing._invoice_tax_row(p_customer_id, v_list);
+            END IF;
+            v_id := nextval('billing.subscription_id_seq'::regclass);
+            WITH requested AS (
+                INSERT INTO billing.subscription_request (idempotency_key, customer_id, plan_code, options, subscription_id)
+                VALUES (p_idempotency_key, p_customer_id, p_plan_code, v_options, v_id)
+                ON CONFLICT ON CONSTRAINT subscription_request_pkey DO NOTHING
+                RETURNING 1
+            ), sub AS (
+                INSERT INTO billing.subscription (id, customer_id, plan_id, status, timezone, billing_anchor, period_number,
+                                                  current_period_start, current_period_end, period_price, quantity,
+                                                  trial_end, trial_notice_at, lifecycle_pending, updated_at, external_id)
+                SELECT v_id, p_customer_id, v_plan.id, CASE WHEN p_trial_days > 0 THEN 'TRIALING' ELSE 'ACTIVE' END, v_tz,
+                       v_anchor, v_number, p_now, v_end, v_list, p_quantity,
+                       v_trial_end,
+                       CASE WHEN p_trial_days > 0 THEN greatest(p_now, v_trial_end - coalesce(v_notice, interval '3 days')) END,
+                       p_trial_days > 0, p_now, p_external_id
+                  FROM requested
+                RETURNING *
+            ), invoiced AS (
+                -- _new_invoice without credit or discount: the taxes on the list price, PAID when nothing is owed.
+                INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, credit_applied,
+                                             amount, currency, status, due_at, next_attempt_at, paid_at, created_at,
+                                             plan_id, plan_price, billing_interval, interval_count, quantity, discount_amount,
+                                             tax_amount, tax_included, tax_detail)
+                SELECT s.id, s.customer_id, 'INITIAL', s.current_period_start, s.current_period_end, v_list, 0,
+                       v_list + v_tax.tax_amount, v_plan.currency,
+                       CASE WHEN v_list + v_tax.tax_amount = 0 THEN 'PAID' ELSE 'OPEN' END, p_now,
+                       CASE WHEN v_list + v_tax.tax_amount = 0 THEN NULL ELSE p_now END,
+                       CASE WHEN v_list + v_tax.tax_amount = 0 THEN p_now END, p_now,
+                       v_plan.id, v_price, v_plan.billing_interval, v_plan.interval_count, s.quantity, 0,
+                       v_tax.tax_amount, v_tax.tax_included, v_tax.tax_detail
+                  FROM sub s
+                 WHERE s.status = 'ACTIVE'
+                RETURNING *
+            ), lines AS (
+                -- _charge_line's CHARGE line of the period.
+                INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
+                                                  span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
+                                                  currency, depends_on, basis_start, basis_gross, basis_net, created_at)
+                SELECT i.customer_id, i.subscription_id, i.id, 'CHARGE', 'PLAN', i.plan_id, i.quantity, i.plan_price,
+                       i.period_start, i.period_end, i.subtotal, 0, NULL, i.subtotal, i.tax_amount + i.tax_included,
+                       i.tax_included > 0, i.currency, NULL, i.period_start, i.subtotal, i.subtotal, p_now
+                  FROM invoiced i
+                 WHERE i.period_start < i.period_end
+            ), announced AS (
+                -- SubscriptionCreated (_subscription_data of the row as inserted, written out), then
+                -- InvoiceCreated (and InvoicePaid when nothing is owed): one INSERT, ids in that order.
+                INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at,
+                                                  available_at, customer_id)
+                SELECT e.event_id, e.aggregate_type, e.aggregate_id, e.event_type,
+                       billing._cloud_event(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, p_now, e.data),
+                       p_now, p_now, p_customer_id
+                  FROM (SELECT gen_random_uuid() AS event_id, x.*
+                          FROM (SELECT 0 AS seq, 'subscription' AS aggregate_type, s.id AS aggregate_id,
+                                       'SubscriptionCreated' AS event_type, jsonb_build_object(  -- (keys in jsonb's order)
+                                    'reason', s.cancel_reason, 'status', s.status, 'version', s.version,
+                                    'pausedAt', billing._utc_text(s.paused_at), 'planCode', v_plan.code, 'quantity', s.quantity,
+                                    'resumeAt', billing._utc_text(s.resume_at), 'trialEnd', billing._utc_text(s.trial_end),
+                                    'canceledAt', billing._utc_text(s.canceled_at), 'couponCode', s.coupon_code,
+                                    'customerId', s.customer_id, 'subscriptionId', s.id,
+                                    'currentPeriodEnd', billing._utc_text(s.current_period_end),
+                                    'cancelAtPeriodEnd', s.cancel_at_period_end, 'scheduledPlanCode', NULL,
+                                    'currentPeriodStart', billing._utc_text(s.current_period_start)) AS data
+                                  FROM sub s
+                                UNION ALL
+                                SELECT 1, 'invoice', i.id, 'InvoiceCreated', billing._invoice_data(i::billing.invoice)
+                                  FROM invoiced i
+                                UNION ALL
+                                SELECT 2, 'invoice', i.id, 'InvoicePaid', billing._invoice_data(i::billing.invoice)
+                                  FROM invoiced i
+                                 WHERE i.status = 'PAID') x
+                         ORDER BY x.seq) e
+            )
+            SELECT * INTO v_sub FROM sub;
+            IF FOUND THEN
+                IF p_external_id IS NOT NULL THEN
+                    PERFORM billing._claim_external_id('subscription', p_external_id, p_customer_id, v_sub.id, p_now);
+                END IF;
+                RETURN v_sub;
+            END IF;
+            CONTINUE attempt;  -- the key was taken meanwhile: replay it (or refuse)
         END IF;
 
         INSERT INTO billing.subscription_request (idempotency_key, customer_id, plan_code, options)

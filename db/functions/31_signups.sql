@@ -53,21 +53,27 @@ BEGIN
                jsonb_build_object('trialDays', r.td, 'couponCode', r.coupon_code, 'quantity', r.qty)
                || CASE WHEN r.external_id IS NOT NULL THEN jsonb_build_object('externalId', r.external_id) ELSE '{}' END AS options
           FROM r
+    ), differs AS (
+        -- The keys sent twice or more with other parameters (only the keys sent twice are compared).
+        SELECT o.idempotency_key
+          FROM o
+         WHERE o.idempotency_key IN (SELECT o2.idempotency_key FROM o o2 GROUP BY 1 HAVING count(*) > 1)
+         GROUP BY 1
+        HAVING min(jsonb_build_array(o.customer_id, o.plan_code, o.options)::text)
+               <> max(jsonb_build_array(o.customer_id, o.plan_code, o.options)::text)
     ), k AS (
         SELECT o.*, rq.customer_id AS rq_customer, rq.plan_code AS rq_plan, rq.options AS rq_options,
                rq.subscription_id AS rq_sub, rq.idempotency_key IS NOT NULL AS replay,
                p.id AS plan_id, p.archived_at AS plan_archived, p.currency,
                ref.object_id AS ext_taken,
                row_number() OVER (PARTITION BY o.idempotency_key ORDER BY o.n) AS nth,
-               min(jsonb_build_array(o.customer_id, o.plan_code, o.options)::text) OVER w
-                   <> max(jsonb_build_array(o.customer_id, o.plan_code, o.options)::text) OVER w AS key_differs,
+               o.idempotency_key IN (SELECT d.idempotency_key FROM differs d) AS key_differs,
                min(o.idempotency_key) OVER (PARTITION BY o.external_id)
                    <> max(o.idempotency_key) OVER (PARTITION BY o.external_id) AS ext_twice
           FROM o
           LEFT JOIN billing.subscription_request rq ON rq.idempotency_key = o.idempotency_key
           LEFT JOIN billing.plan p ON p.code = o.plan_code
           LEFT JOIN billing.external_ref ref ON ref.object_type = 'subscription' AND ref.external_id = o.external_id
-        WINDOW w AS (PARTITION BY o.idempotency_key)
     ), checked AS (
         SELECT k.*,
                CASE
@@ -95,7 +101,13 @@ BEGIN
                END AS problem
           FROM k
     )
-    SELECT jsonb_agg(to_jsonb(c) ORDER BY c.n) INTO v_all FROM checked c;
+    -- (only what the next statements read, keys in jsonb's own order: a row's whole record cost more)
+    SELECT jsonb_agg(jsonb_build_object(
+               'n', c.n, 'td', c.td, 'nth', c.nth, 'qty', c.qty, 'replay', c.replay, 'rq_sub', c.rq_sub,
+               'options', c.options, 'plan_id', c.plan_id, 'problem', c.problem, 'currency', c.currency,
+               'plan_code', c.plan_code, 'coupon_code', c.coupon_code, 'customer_id', c.customer_id,
+               'external_id', c.external_id, 'idempotency_key', c.idempotency_key) ORDER BY c.n)
+      INTO v_all FROM checked c;
     v_all := coalesce(v_all, '[]');
 
     SELECT x.n, x.idempotency_key, x.problem INTO v_bad
@@ -117,10 +129,14 @@ BEGIN
                                                         coupon_code text, external_id text, options jsonb, replay boolean, nth bigint)
          WHERE NOT x.replay AND x.nth = 1
     )
-    SELECT jsonb_agg(to_jsonb(f) ORDER BY f.n) FILTER (WHERE f.fast),
-           coalesce(jsonb_agg(to_jsonb(f) ORDER BY f.n) FILTER (WHERE NOT f.fast), '[]')
+    SELECT jsonb_agg(f.o ORDER BY f.n) FILTER (WHERE f.fast),
+           coalesce(jsonb_agg(f.o ORDER BY f.n) FILTER (WHERE NOT f.fast), '[]')
       INTO v_fast, v_slow
-      FROM (SELECT fr.*,
+      FROM (SELECT fr.n,
+                   -- (what the next statements read, keys in jsonb's own order)
+                   jsonb_build_object('n', fr.n, 'td', fr.td, 'qty', fr.qty, 'options', fr.options, 'plan_id', fr.plan_id,
+                                      'plan_code', fr.plan_code, 'coupon_code', fr.coupon_code, 'customer_id', fr.customer_id,
+                                      'external_id', fr.external_id, 'idempotency_key', fr.idempotency_key) AS o,
                    fr.coupon_code IS NULL AND NOT v_citus
                    AND NOT EXISTS (SELECT 1 FROM billing.credit_balance b
                                     WHERE b.customer_id = fr.customer_id AND b.currency = fr.currency AND b.balance > 0) AS fast
@@ -153,9 +169,12 @@ BEGIN
              CROSS JOIN LATERAL billing._first_period(p, t.tz, p_now) fp
              CROSS JOIN LATERAL (SELECT billing._price_at(p, p_now) AS price) x
         )
-        SELECT jsonb_agg(to_jsonb(f) || jsonb_build_object(
-                   'id', nextval(v_sub_seq), 'tz', f.tz, 'anchor', t.anchor, 'period_number', t.period_number,
-                   'period_end', t.period_end, 'trial_end', t.trial_end, 'price', t.price, 'list', t.list)
+        SELECT jsonb_agg(jsonb_build_object(  -- (the row and its terms, keys in jsonb's own order)
+                   'n', f.n, 'id', nextval(v_sub_seq), 'td', f.td, 'tz', f.tz, 'qty', f.qty, 'list', t.list,
+                   'price', t.price, 'anchor', t.anchor, 'options', f.options, 'plan_id', f.plan_id,
+                   'plan_code', f.plan_code, 'trial_end', t.trial_end, 'period_end', t.period_end,
+                   'customer_id', f.customer_id, 'external_id', f.external_id, 'period_number', t.period_number,
+                   'idempotency_key', f.idempotency_key)
                    ORDER BY f.n)
           INTO v_fast
           FROM f JOIN terms t ON t.plan_id = f.plan_id AND t.tz = f.tz AND t.td = f.td AND t.qty = f.qty;
@@ -255,14 +274,15 @@ BEGIN
                         -- the same values (the pgTAP test 310 checks they are equal): no read back, no call per row.
                         SELECT f.id AS sub_id, 0 AS seq, 'subscription' AS aggregate_type, f.id AS aggregate_id,
                                'SubscriptionCreated' AS event_type, f.customer_id,
+                               -- (the keys in jsonb's own order, see _invoice_data)
                                jsonb_build_object(
-                                   'subscriptionId', f.id, 'customerId', f.customer_id, 'planCode', f.code,
-                                   'status', CASE WHEN f.td > 0 THEN 'TRIALING' ELSE 'ACTIVE' END,
-                                   'currentPeriodStart', billing._utc_text(p_now),
+                                   'reason', NULL, 'status', CASE WHEN f.td > 0 THEN 'TRIALING' ELSE 'ACTIVE' END,
+                                   'version', 1, 'pausedAt', NULL, 'planCode', f.code, 'quantity', f.qty, 'resumeAt', NULL,
+                                   'trialEnd', billing._utc_text(f.trial_end), 'canceledAt', NULL, 'couponCode', NULL,
+                                   'customerId', f.customer_id, 'subscriptionId', f.id,
                                    'currentPeriodEnd', billing._utc_text(CASE WHEN f.td > 0 THEN f.trial_end ELSE f.period_end END),
-                                   'canceledAt', NULL, 'reason', NULL, 'cancelAtPeriodEnd', false, 'version', 1,
-                                   'quantity', f.qty, 'trialEnd', billing._utc_text(f.trial_end),
-                                   'pausedAt', NULL, 'resumeAt', NULL, 'scheduledPlanCode', NULL, 'couponCode', NULL) AS data
+                                   'cancelAtPeriodEnd', false, 'scheduledPlanCode', NULL,
+                                   'currentPeriodStart', billing._utc_text(p_now)) AS data
                           FROM f
                         UNION ALL
                         SELECT i.subscription_id, 1, 'invoice', i.id, 'InvoiceCreated', i.customer_id, billing._invoice_data(i::billing.invoice)

@@ -76,7 +76,10 @@ BEGIN
                           ELSE (SELECT pp.price_amount FROM %4$s pp
                                  WHERE pp.plan_id = p.id AND pp.effective_from <= d.current_period_end
                                  ORDER BY pp.effective_from DESC LIMIT 1) END AS price_amount) t
-          LEFT JOIN %5$s c ON %14$s AND c.id = d.customer_id
+          -- (a subquery whose other condition is only the flag: a one-time filter, so no customer is read
+          -- while no rate exists; as a join condition the generic plan probed each row's customer anyway)
+          LEFT JOIN LATERAL (SELECT c.country, c.region, c.tax_status FROM %5$s c
+                              WHERE %14$s AND c.id = d.customer_id) c ON true
          WHERE NOT d.cancel_at_period_end
     ), taxed AS MATERIALIZED (
         -- Taxes set-based (14_tax.sql's text): computed once per tax class of the batch (address,

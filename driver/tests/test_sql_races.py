@@ -205,6 +205,28 @@ def test_same_idempotency_key_at_once_creates_one_subscription(db_url):
         assert conn.execute("SELECT count(*) FROM billing.invoice").fetchone()[0] == 1
 
 
+def test_same_key_at_once_with_and_without_a_coupon_never_deadlocks(db_url):
+    # A signup without a coupon writes everything in one statement, one with a coupon row by row:
+    # both take the new customer before the key, so concurrent first uses never wait crosswise.
+    with connect(db_url) as conn:
+        conn.execute("SELECT billing.upsert_plan('RACE_C', 1000, 'USD', 'MONTH')")
+        conn.execute("SELECT billing.upsert_coupon('RACE_TEN', 10, NULL, NULL, 'repeating', 2)")
+
+    def create(i: int):
+        with connect(db_url) as conn:
+            try:
+                return conn.execute("SELECT id FROM billing.create_subscription('mixed-key', 7, 'RACE_C', %s, 0, %s)",
+                                    (T0, "RACE_TEN" if i % 2 else None)).fetchone()[0]
+            except psycopg.Error as exc:
+                return exc.sqlstate
+
+    got = run_together(8, create)
+    ids = {g for g in got if isinstance(g, int)}
+    assert len(ids) == 1 and all(g == "BL409" for g in got if not isinstance(g, int)), got
+    with connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id = 7").fetchone()[0] == 1
+
+
 def test_same_payment_result_at_once_is_applied_once(db_url):
     seed_subscriptions(db_url, 1)
     with connect(db_url) as conn:
