@@ -128,7 +128,8 @@ DECLARE
 BEGIN
     FOR v_trigger IN
         SELECT t.tgname, t.tgrelid::regclass AS rel FROM pg_catalog.pg_trigger t
-         WHERE t.tgrelid IN ('billing.subscription'::regclass, 'billing.invoice'::regclass, 'billing.service_line'::regclass)
+         WHERE t.tgrelid IN ('billing.subscription'::regclass, 'billing.invoice'::regclass, 'billing.service_line'::regclass,
+                             'billing.plan'::regclass)
            AND t.tgname LIKE '%\_mrr\_%'
     LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', v_trigger.tgname, v_trigger.rel);

@@ -169,6 +169,8 @@ CREATE OR REPLACE FUNCTION billing._mrr_apply(p_customers bigint[])
 RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
+-- Small sets read by index: compiling the plan (JIT) would cost more than running it.
+SET jit = off
 AS $$
     WITH old AS MATERIALIZED (
         DELETE FROM billing.mrr_segment m WHERE m.customer_id = ANY (p_customers)
@@ -324,6 +326,8 @@ CREATE OR REPLACE FUNCTION billing._mrr_totals(p_points timestamptz[], p_recompu
 RETURNS TABLE (at timestamptz, currency text, subscriptions bigint, customers bigint, mrr numeric)
 LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
+-- Small sets read by index: compiling the plan (JIT) would cost more than running it.
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -374,6 +378,8 @@ RETURNS TABLE (month date, currency text, starting_mrr numeric, new_mrr numeric,
                contraction_mrr numeric, churned_mrr numeric, ending_mrr numeric)
 LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
+-- Small sets read by index: compiling the plan (JIT) would cost more than running it.
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -493,6 +499,22 @@ COMMENT ON FUNCTION billing._mrr_mark_row() IS
 'Private trigger (per row): marks the row''s customer in billing.mrr_dirty.
 Returns NULL.';
 
+CREATE OR REPLACE FUNCTION billing._mrr_plan_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- A plan's period changed (upsert_plan allows it once no subscription is on it): its old lines'
+    -- MRR is normalized by it (billing._mrr_term), so their customers are recomputed. Rare; a scan.
+    INSERT INTO billing.mrr_dirty (customer_id)
+    SELECT DISTINCT l.customer_id FROM billing.service_line l WHERE l.plan_id = NEW.id;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION billing._mrr_plan_changed() IS
+'Private trigger (AFTER UPDATE of a plan whose billing interval or count changed, per row): marks the customers with lines of that plan in billing.mrr_dirty.
+Returns NULL.';
+
 CREATE OR REPLACE FUNCTION billing._mrr_truncated()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -547,6 +569,11 @@ CREATE OR REPLACE TRIGGER subscription_mrr_changed
     AFTER UPDATE ON billing.subscription
     REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION billing._mrr_mark_rows();
+CREATE OR REPLACE TRIGGER plan_mrr_changed
+    AFTER UPDATE OF billing_interval, interval_count ON billing.plan
+    FOR EACH ROW WHEN (OLD.billing_interval IS DISTINCT FROM NEW.billing_interval
+                       OR OLD.interval_count IS DISTINCT FROM NEW.interval_count)
+    EXECUTE FUNCTION billing._mrr_plan_changed();
 CREATE OR REPLACE TRIGGER subscription_mrr_truncated
     AFTER TRUNCATE ON billing.subscription
     FOR EACH STATEMENT EXECUTE FUNCTION billing._mrr_truncated();
