@@ -19,9 +19,9 @@
 -- would), never only "from now on".
 --
 -- Kept: the engine's writes of service lines, of an invoice's status (in force or fallen), of a
--- subscription's status, cancellation, pause and period mark the customer in mrr_dirty (a row per
--- statement and customer, insert-only: two writers never wait on one row; the renewal's batch adds
--- one set-based INSERT per table). billing._mrr_fold() recomputes the marked customers from the
+-- subscription's status, cancellation, pause and period mark the customer in mrr_dirty (one row
+-- per statement holding its customers' ids, insert-only: two writers never wait on one row; the
+-- renewal's batch of 5,000 adds one row per table, not 5,000). billing._mrr_fold() recomputes the marked customers from the
 -- committed rows, replaces their steps and writes the deltas (the retention pass runs it, every few
 -- minutes). The readers add, for the customers still marked, their steps recomputed now less the
 -- kept ones: every figure equals the full recomputation at any moment (db/tests/860's sibling
@@ -32,54 +32,50 @@
 
 CREATE OR REPLACE FUNCTION billing._mrr_segments_of(p_customers bigint[])
 RETURNS TABLE (customer_id bigint, subscription_id bigint, currency text, starts timestamptz, ends timestamptz, mrr numeric)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
+-- Planned with the array's length (5,000 customers of a renewal batch, or every customer of a
+-- backfill): the lines are read by index per customer, every condition by index per line, and the
+-- rest is one stream of window functions (no join between two intermediate sets, whose estimates a
+-- generic plan gets wrong by orders of magnitude).
+SET plan_cache_mode = force_custom_plan
+SET jit = off
 AS $$
-    WITH c AS MATERIALIZED (
-        SELECT DISTINCT x AS customer_id FROM unnest(p_customers) x WHERE x IS NOT NULL
-    ), lines AS MATERIALIZED (
-        -- The customers' PLAN lines; billed: no invoice, or one PAID, OPEN or REVIEW.
-        SELECT l.customer_id, l.id, l.subscription_id, l.kind, l.reverses_id, l.depends_on, l.plan_id,
-               l.currency::text AS currency, l.span_start, l.span_end, l.basis_net, l.net, l.tax, l.tax_inclusive,
-               (l.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW')) AS billed
-          FROM c
-          JOIN billing.service_line l ON l.customer_id = c.customer_id
-          LEFT JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
-         WHERE l.item = 'PLAN'
-    ), fallen AS (
-        -- Lines that depend on an invoice voided or failed.
-        SELECT DISTINCT l.customer_id, l.id
-          FROM lines l
-          JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = ANY (l.depends_on)
-         WHERE l.depends_on IS NOT NULL AND i.status IN ('VOID', 'FAILED')
-    ), live AS (
-        SELECT l.* FROM lines l LEFT JOIN fallen f ON f.customer_id = l.customer_id AND f.id = l.id
-         WHERE l.billed AND f.id IS NULL
-    ), ended AS (
-        -- When a reversal in force ended each reversed line (the earliest).
-        SELECT r.customer_id, r.reverses_id AS id, min(r.span_start) AS ended_at
-          FROM live r WHERE r.reverses_id IS NOT NULL
-         GROUP BY 1, 2
-    ), subs AS (
-        -- Canceled or paused: no MRR from then; live (ACTIVE or PAST_DUE, renewing): from its
-        -- period's end on, its terms of that period's last instant.
-        SELECT s.customer_id, s.id, coalesce(s.canceled_at, 'infinity') AS canceled_at,
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH charges AS MATERIALIZED (
+        -- The customers' PLAN CHARGE lines in force (billed: no invoice or one PAID, OPEN or REVIEW;
+        -- nothing they depend on VOID or FAILED), with when a reversal in force ended them and
+        -- their subscription's cancellation, pause and (live: ACTIVE or PAST_DUE, renewing) period end.
+        SELECT l.customer_id, l.subscription_id, l.currency::text AS currency, l.span_start, l.span_end,
+               coalesce((SELECT min(r.span_start)
+                           FROM billing.service_line r
+                           LEFT JOIN billing.invoice ri ON ri.customer_id = r.customer_id AND ri.id = r.invoice_id
+                          WHERE r.customer_id = l.customer_id AND r.reverses_id = l.id AND r.item = 'PLAN'
+                            AND (r.invoice_id IS NULL OR ri.status IN ('PAID', 'OPEN', 'REVIEW'))
+                            AND NOT EXISTS (SELECT 1 FROM billing.invoice fi
+                                             WHERE r.depends_on IS NOT NULL AND fi.customer_id = r.customer_id
+                                               AND fi.id = ANY (r.depends_on) AND fi.status IN ('VOID', 'FAILED'))),
+                        'infinity') AS ended_at,
+               coalesce(s.canceled_at, 'infinity') AS canceled_at,
                CASE WHEN s.status = 'PAUSED' THEN coalesce(s.paused_at, 'infinity') ELSE 'infinity' END AS paused_at,
                CASE WHEN s.status IN ('ACTIVE', 'PAST_DUE') AND NOT s.cancel_at_period_end AND s.canceled_at IS NULL
-                    THEN s.current_period_end END AS lag_from
-          FROM c JOIN billing.subscription s ON s.customer_id = c.customer_id
-    ), charges AS (
-        SELECT l.customer_id, l.subscription_id, l.currency, l.span_start, l.span_end,
-               coalesce(e.ended_at, 'infinity') AS ended_at,
-               coalesce(s.canceled_at, 'infinity') AS canceled_at, coalesce(s.paused_at, 'infinity') AS paused_at,
-               s.lag_from,
+                    THEN s.current_period_end END AS lag_from,
                billing._mrr_term(l.basis_net, l.net, l.tax, l.tax_inclusive, pl.billing_interval, pl.interval_count) AS term
-          FROM live l
+          FROM (SELECT DISTINCT x AS customer_id FROM unnest(p_customers) x WHERE x IS NOT NULL) c
+          JOIN billing.service_line l ON l.customer_id = c.customer_id
           JOIN billing.plan pl ON pl.id = l.plan_id
-          LEFT JOIN ended e ON e.customer_id = l.customer_id AND e.id = l.id
-          LEFT JOIN subs s ON s.customer_id = l.customer_id AND s.id = l.subscription_id
-         WHERE l.kind = 'CHARGE'
+          LEFT JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
+          LEFT JOIN billing.subscription s ON s.customer_id = l.customer_id AND s.id = l.subscription_id
+         WHERE l.item = 'PLAN' AND l.kind = 'CHARGE'
+           AND (l.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW'))
+           AND NOT EXISTS (SELECT 1 FROM billing.invoice fi
+                            WHERE l.depends_on IS NOT NULL AND fi.customer_id = l.customer_id
+                              AND fi.id = ANY (l.depends_on) AND fi.status IN ('VOID', 'FAILED'))
     ), spans AS (
+        -- In force from its start to the first of its end, its reversal, the cancellation and the
+        -- pause; and, live and not renewed, from its period's end on if it sells that period's last instant.
         SELECT h.customer_id, h.subscription_id, h.currency, h.span_start AS starts,
                least(h.span_end, h.ended_at, h.canceled_at, h.paused_at) AS ends, h.term
           FROM charges h
@@ -92,46 +88,47 @@ AS $$
            AND h.ended_at > h.lag_from - interval '1 microsecond'
     ), steps AS (
         SELECT x.customer_id, x.subscription_id, x.currency, x.at, sum(x.d) AS d
-          FROM (SELECT s.customer_id, s.subscription_id, s.currency, s.starts AS at, s.term AS d
-                  FROM spans s WHERE s.starts < s.ends
+          FROM (SELECT sp.customer_id, sp.subscription_id, sp.currency, sp.starts AS at, sp.term AS d
+                  FROM spans sp WHERE sp.starts < sp.ends
                 UNION ALL
-                SELECT s.customer_id, s.subscription_id, s.currency, s.ends, -s.term
-                  FROM spans s WHERE s.starts < s.ends AND s.ends < 'infinity') x
+                SELECT sp.customer_id, sp.subscription_id, sp.currency, sp.ends, -sp.term
+                  FROM spans sp WHERE sp.starts < sp.ends AND sp.ends < 'infinity') x
          GROUP BY 1, 2, 3, 4
     ), levels AS (
         -- The MRR from each instant to the next: the running sum (exact numerics).
-        SELECT s.customer_id, s.subscription_id, s.currency, s.at,
-               sum(s.d) OVER w AS v, lead(s.at, 1, 'infinity') OVER w AS next_at
-          FROM steps s
-        WINDOW w AS (PARTITION BY s.customer_id, s.subscription_id, s.currency ORDER BY s.at)
+        SELECT st.customer_id, st.subscription_id, st.currency, st.at,
+               sum(st.d) OVER w AS v, lead(st.at, 1, 'infinity') OVER w AS next_at
+          FROM steps st
+        WINDOW w AS (PARTITION BY st.customer_id, st.subscription_id, st.currency ORDER BY st.at)
     ), marked AS (
-        SELECT l.*, CASE WHEN l.v = lag(l.v) OVER w THEN 0 ELSE 1 END AS brk
-          FROM levels l
-        WINDOW w AS (PARTITION BY l.customer_id, l.subscription_id, l.currency ORDER BY l.at)
+        SELECT lv.*, CASE WHEN lv.v = lag(lv.v) OVER w THEN 0 ELSE 1 END AS brk
+          FROM levels lv
+        WINDOW w AS (PARTITION BY lv.customer_id, lv.subscription_id, lv.currency ORDER BY lv.at)
     ), islands AS (
         SELECT m.*, sum(m.brk) OVER (PARTITION BY m.customer_id, m.subscription_id, m.currency ORDER BY m.at) AS isl
           FROM marked m
     ), sub_steps AS MATERIALIZED (
         -- One row per run of one value (a renewal on the same terms changes nothing).
-        SELECT i.customer_id, i.subscription_id, i.currency, min(i.at) AS starts, max(i.next_at) AS ends, min(i.v) AS mrr
-          FROM islands i
-         WHERE i.v > 0
-         GROUP BY i.customer_id, i.subscription_id, i.currency, i.isl
+        SELECT il.customer_id, il.subscription_id, il.currency, min(il.at) AS starts, max(il.next_at) AS ends, min(il.v) AS mrr
+          FROM islands il
+         WHERE il.v > 0
+         GROUP BY il.customer_id, il.subscription_id, il.currency, il.isl
     ), cust AS (
-        SELECT s.customer_id, s.currency, s.starts, s.ends,
-               max(s.ends) OVER (PARTITION BY s.customer_id, s.currency ORDER BY s.starts, s.ends
-                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-          FROM sub_steps s
+        SELECT ss.customer_id, ss.currency, ss.starts, ss.ends,
+               max(ss.ends) OVER (PARTITION BY ss.customer_id, ss.currency ORDER BY ss.starts, ss.ends
+                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+          FROM sub_steps ss
     ), cust_islands AS (
-        SELECT c.*, sum(CASE WHEN c.prev_end IS NULL OR c.starts > c.prev_end THEN 1 ELSE 0 END)
-                        OVER (PARTITION BY c.customer_id, c.currency ORDER BY c.starts, c.ends ROWS UNBOUNDED PRECEDING) AS isl
-          FROM cust c
+        SELECT cu.*, sum(CASE WHEN cu.prev_end IS NULL OR cu.starts > cu.prev_end THEN 1 ELSE 0 END)
+                         OVER (PARTITION BY cu.customer_id, cu.currency ORDER BY cu.starts, cu.ends ROWS UNBOUNDED PRECEDING) AS isl
+          FROM cust cu
     )
-    SELECT s.customer_id, s.subscription_id, s.currency, s.starts, s.ends, s.mrr FROM sub_steps s
+    SELECT ss.customer_id, ss.subscription_id, ss.currency, ss.starts, ss.ends, ss.mrr FROM sub_steps ss
     UNION ALL
-    SELECT c.customer_id, 0::bigint, c.currency, min(c.starts), max(c.ends), 0::numeric
-      FROM cust_islands c
-     GROUP BY c.customer_id, c.currency, c.isl
+    SELECT ci.customer_id, 0::bigint, ci.currency, min(ci.starts), max(ci.ends), 0::numeric
+      FROM cust_islands ci
+     GROUP BY ci.customer_id, ci.currency, ci.isl;
+END
 $$;
 COMMENT ON FUNCTION billing._mrr_segments_of(bigint[]) IS
 'Private: the MRR steps of the given customers'' subscriptions (billing._mrr_points'' rules, from the service ledger: each PLAN line in force adds billing._mrr_term over its span cut by its reversal, the cancellation or the pause, and from its period''s end on while its subscription is live and not renewed), and with subscription_id 0 each customer''s spans with some MRR per currency.
@@ -167,23 +164,31 @@ Returns the instant.';
 -- ---------------------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION billing._mrr_apply(p_customers bigint[])
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 -- Small sets read by index: compiling the plan (JIT) would cost more than running it.
 SET jit = off
 AS $$
-    WITH old AS MATERIALIZED (
+BEGIN
+    -- The customers' steps as kept (taken out) and as recomputed now, in two temporary tables with
+    -- statistics, so that comparing them is planned for their real sizes (a batch of 5,000 or a
+    -- backfill of millions).
+    DROP TABLE IF EXISTS pg_temp.mrr_old, pg_temp.mrr_new;
+    CREATE TEMP TABLE mrr_old (customer_id bigint, subscription_id bigint, currency text, starts timestamptz,
+                               ends timestamptz, mrr numeric) ON COMMIT DROP;
+    WITH gone AS (
         DELETE FROM billing.mrr_segment m WHERE m.customer_id = ANY (p_customers)
         RETURNING m.customer_id, m.subscription_id, m.currency, m.starts, m.ends, m.mrr
-    ), new AS MATERIALIZED (
-        SELECT * FROM billing._mrr_segments_of(p_customers)
-    ), ins AS (
-        INSERT INTO billing.mrr_segment (customer_id, subscription_id, currency, starts, ends, mrr)
-        SELECT * FROM new
-    ), changes AS MATERIALIZED (
-        SELECT -1 AS sign, r.* FROM (SELECT * FROM old EXCEPT ALL SELECT * FROM new) r
+    )
+    INSERT INTO mrr_old SELECT * FROM gone;
+    CREATE TEMP TABLE mrr_new ON COMMIT DROP AS SELECT * FROM billing._mrr_segments_of(p_customers);
+    INSERT INTO billing.mrr_segment (customer_id, subscription_id, currency, starts, ends, mrr)
+    SELECT * FROM mrr_new;
+    ANALYZE mrr_old, mrr_new;
+    WITH changes AS MATERIALIZED (
+        SELECT -1 AS sign, r.* FROM (SELECT * FROM mrr_old EXCEPT ALL SELECT * FROM mrr_new) r
         UNION ALL
-        SELECT 1, a.* FROM (SELECT * FROM new EXCEPT ALL SELECT * FROM old) a
+        SELECT 1, a.* FROM (SELECT * FROM mrr_new EXCEPT ALL SELECT * FROM mrr_old) a
     ), ev AS (
         -- A step adds its value from its start and takes it off at its end.
         SELECT c.currency, x.at, x.sign * c.mrr AS mrr,
@@ -215,14 +220,14 @@ AS $$
                coalesce(ns.mrr, 0) AS s_new, coalesce(ne.mrr, 0) AS e_new
           FROM (SELECT m.*, m.month AT TIME ZONE 'UTC' AS b0, (m.month + interval '1 month') AT TIME ZONE 'UTC' AS b1
                   FROM months m) m
-          LEFT JOIN old os ON os.customer_id = m.customer_id AND os.subscription_id = m.subscription_id
-                          AND os.currency = m.currency AND os.starts <= m.b0 AND m.b0 < os.ends
-          LEFT JOIN old oe ON oe.customer_id = m.customer_id AND oe.subscription_id = m.subscription_id
-                          AND oe.currency = m.currency AND oe.starts <= m.b1 AND m.b1 < oe.ends
-          LEFT JOIN new ns ON ns.customer_id = m.customer_id AND ns.subscription_id = m.subscription_id
-                          AND ns.currency = m.currency AND ns.starts <= m.b0 AND m.b0 < ns.ends
-          LEFT JOIN new ne ON ne.customer_id = m.customer_id AND ne.subscription_id = m.subscription_id
-                          AND ne.currency = m.currency AND ne.starts <= m.b1 AND m.b1 < ne.ends
+          LEFT JOIN mrr_old os ON os.customer_id = m.customer_id AND os.subscription_id = m.subscription_id
+                              AND os.currency = m.currency AND os.starts <= m.b0 AND m.b0 < os.ends
+          LEFT JOIN mrr_old oe ON oe.customer_id = m.customer_id AND oe.subscription_id = m.subscription_id
+                              AND oe.currency = m.currency AND oe.starts <= m.b1 AND m.b1 < oe.ends
+          LEFT JOIN mrr_new ns ON ns.customer_id = m.customer_id AND ns.subscription_id = m.subscription_id
+                              AND ns.currency = m.currency AND ns.starts <= m.b0 AND m.b0 < ns.ends
+          LEFT JOIN mrr_new ne ON ne.customer_id = m.customer_id AND ne.subscription_id = m.subscription_id
+                              AND ne.currency = m.currency AND ne.starts <= m.b1 AND m.b1 < ne.ends
     )
     INSERT INTO billing.mrr_movement (month, currency, new, expansion, contraction, churned)
     SELECT v.month::date, v.currency,
@@ -235,7 +240,9 @@ AS $$
     HAVING sum(billing._mrr_move('new', v.s_new, v.e_new) - billing._mrr_move('new', v.s_old, v.e_old)) <> 0
         OR sum(billing._mrr_move('expansion', v.s_new, v.e_new) - billing._mrr_move('expansion', v.s_old, v.e_old)) <> 0
         OR sum(billing._mrr_move('contraction', v.s_new, v.e_new) - billing._mrr_move('contraction', v.s_old, v.e_old)) <> 0
-        OR sum(billing._mrr_move('churned', v.s_new, v.e_new) - billing._mrr_move('churned', v.s_old, v.e_old)) <> 0
+        OR sum(billing._mrr_move('churned', v.s_new, v.e_new) - billing._mrr_move('churned', v.s_old, v.e_old)) <> 0;
+    DROP TABLE pg_temp.mrr_old, pg_temp.mrr_new;
+END
 $$;
 COMMENT ON FUNCTION billing._mrr_apply(bigint[]) IS
 'Private (billing._mrr_fold): recomputes the given customers'' MRR steps (billing._mrr_segments_of), replaces their rows of billing.mrr_segment and writes the deltas of what changed to billing.mrr_delta (totals at the instants the steps start and end) and billing.mrr_movement (the months whose start or end value moved).
@@ -271,8 +278,8 @@ BEGIN
     END IF;
     -- The marks this statement sees (a customer marked by a transaction still running keeps its
     -- mark for the next fold; the recomputation below reads a later snapshot: never older).
-    WITH d AS (DELETE FROM billing.mrr_dirty RETURNING customer_id)
-    SELECT array_agg(DISTINCT d.customer_id) INTO v_customers FROM d;
+    WITH d AS (DELETE FROM billing.mrr_dirty RETURNING customer_ids)
+    SELECT array_agg(DISTINCT c) INTO v_customers FROM d, unnest(d.customer_ids) c;
     IF v_customers IS NOT NULL THEN
         PERFORM billing._mrr_apply(v_customers);
     END IF;
@@ -316,7 +323,7 @@ LANGUAGE sql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
     SELECT NOT coalesce(p_recompute, false) AND billing._mrr_kept()
-       AND (SELECT count(*) FROM (SELECT 1 FROM billing.mrr_dirty LIMIT 20001) x) <= 20000
+       AND (SELECT coalesce(sum(cardinality(d.customer_ids)), 0) FROM billing.mrr_dirty d) <= 20000
 $$;
 COMMENT ON FUNCTION billing._mrr_use_kept(boolean) IS
 'Private: whether the MRR readers read the kept aggregate: not asked to recompute, kept here (not Citus), and at most 20,000 customers marked since the last fold.
@@ -341,7 +348,7 @@ BEGIN
          GROUP BY m.at, m.currency;
         RETURN;
     END IF;
-    SELECT array_agg(DISTINCT d.customer_id) INTO v_dirty FROM billing.mrr_dirty d;
+    SELECT array_agg(DISTINCT c) INTO v_dirty FROM billing.mrr_dirty d, unnest(d.customer_ids) c;
     RETURN QUERY
     WITH pts AS MATERIALIZED (
         SELECT DISTINCT x AS at, billing._mrr_utc_day(x) AS day FROM unnest(p_points) x WHERE x IS NOT NULL
@@ -403,7 +410,7 @@ BEGIN
     -- The month bounds (BL422 for a bad span), their totals, the kept movements, and for the
     -- customers marked since the last fold their movements recomputed less the kept ones.
     SELECT array_agg(mo.starts) || array_agg(mo.ends) INTO v_points FROM billing._report_months(p_from, p_to) mo;
-    SELECT array_agg(DISTINCT d.customer_id) INTO v_dirty FROM billing.mrr_dirty d;
+    SELECT array_agg(DISTINCT c) INTO v_dirty FROM billing.mrr_dirty d, unnest(d.customer_ids) c;
     RETURN QUERY
     WITH months AS MATERIALIZED (
         SELECT * FROM billing._report_months(p_from, p_to)
@@ -468,12 +475,15 @@ AS $$
 BEGIN
     -- The rows of the statement (its transition table: new_rows, or old_rows for a DELETE).
     IF TG_OP = 'DELETE' THEN
-        INSERT INTO billing.mrr_dirty (customer_id) SELECT DISTINCT r.customer_id FROM old_rows r;
+        INSERT INTO billing.mrr_dirty (customer_ids)
+        SELECT array_agg(DISTINCT r.customer_id) FROM old_rows r HAVING count(*) > 0;
     ELSIF TG_TABLE_NAME = 'service_line' THEN
         -- Usage lines are not MRR.
-        INSERT INTO billing.mrr_dirty (customer_id) SELECT DISTINCT r.customer_id FROM new_rows r WHERE r.item = 'PLAN';
+        INSERT INTO billing.mrr_dirty (customer_ids)
+        SELECT array_agg(DISTINCT r.customer_id) FROM new_rows r WHERE r.item = 'PLAN' HAVING count(*) > 0;
     ELSE
-        INSERT INTO billing.mrr_dirty (customer_id) SELECT DISTINCT r.customer_id FROM new_rows r;
+        INSERT INTO billing.mrr_dirty (customer_ids)
+        SELECT array_agg(DISTINCT r.customer_id) FROM new_rows r HAVING count(*) > 0;
     END IF;
     RETURN NULL;
 END
@@ -488,9 +498,9 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        INSERT INTO billing.mrr_dirty (customer_id) VALUES (OLD.customer_id);
+        INSERT INTO billing.mrr_dirty (customer_ids) VALUES (ARRAY[OLD.customer_id]);
     ELSE
-        INSERT INTO billing.mrr_dirty (customer_id) VALUES (NEW.customer_id);
+        INSERT INTO billing.mrr_dirty (customer_ids) VALUES (ARRAY[NEW.customer_id]);
     END IF;
     RETURN NULL;
 END
@@ -506,8 +516,8 @@ AS $$
 BEGIN
     -- A plan's period changed (upsert_plan allows it once no subscription is on it): its old lines'
     -- MRR is normalized by it (billing._mrr_term), so their customers are recomputed. Rare; a scan.
-    INSERT INTO billing.mrr_dirty (customer_id)
-    SELECT DISTINCT l.customer_id FROM billing.service_line l WHERE l.plan_id = NEW.id;
+    INSERT INTO billing.mrr_dirty (customer_ids)
+    SELECT array_agg(DISTINCT l.customer_id) FROM billing.service_line l WHERE l.plan_id = NEW.id HAVING count(*) > 0;
     RETURN NULL;
 END
 $$;
@@ -525,7 +535,7 @@ BEGIN
     DELETE FROM billing.mrr_delta;
     DELETE FROM billing.mrr_movement;
     DELETE FROM billing.mrr_dirty;
-    INSERT INTO billing.mrr_dirty (customer_id) SELECT c.id FROM billing.customer c;
+    INSERT INTO billing.mrr_dirty (customer_ids) SELECT array_agg(c.id) FROM billing.customer c HAVING count(*) > 0;
     RETURN NULL;
 END
 $$;

@@ -12,8 +12,8 @@
 -- billing.mrr_movement: insert-only signed deltas of each UTC month's movements per currency (new,
 --   expansion, contraction, churned: each subscription's MRR at the month's start against its end).
 -- billing.mrr_dirty: the customers whose lines, invoices or subscriptions changed since their
---   segments were computed (insert-only by triggers, emptied by billing._mrr_fold()); the readers
---   recompute these few on the fly, so every figure is exact at any moment.
+--   segments were computed (one array per writing statement, insert-only by triggers, emptied by
+--   billing._mrr_fold()); the readers recompute these few on the fly, so every figure is exact.
 -- On Citus the triggers are dropped (db/citus/10_adapt.sql) and the readers recompute (as the
 -- console's counters, 0310).
 CREATE TABLE billing.mrr_segment (
@@ -70,13 +70,13 @@ COMMENT ON COLUMN billing.mrr_movement.contraction IS 'Change of the contraction
 COMMENT ON COLUMN billing.mrr_movement.churned IS 'Change of the churned MRR (some to 0).';
 
 CREATE TABLE billing.mrr_dirty (
-    customer_id bigint NOT NULL
+    customer_ids bigint[] NOT NULL
 );
-COMMENT ON TABLE billing.mrr_dirty IS 'Customers whose MRR segments may be stale (insert-only by the triggers of 76_mrr_aggregate.sql, duplicates allowed; emptied by billing._mrr_fold; readers recompute them on the fly).';
-COMMENT ON COLUMN billing.mrr_dirty.customer_id IS 'The customer whose lines, invoices or subscriptions changed.';
+COMMENT ON TABLE billing.mrr_dirty IS 'Customers whose MRR segments may be stale: one row per statement that wrote their lines, invoices or subscriptions (insert-only by the triggers of 76_mrr_aggregate.sql; a customer may be in several rows); emptied by billing._mrr_fold; readers recompute them on the fly.';
+COMMENT ON COLUMN billing.mrr_dirty.customer_ids IS 'The customers the statement wrote for (one array: a renewal batch of 5,000 is one row, not 5,000).';
 
 -- Every customer as it is now: the first fold computes them all; until then the readers recompute
 -- (exact, as slow as before). Writers are held off until the migration's transaction ends, by which
 -- time the function files have created the triggers: nothing written in between goes unmarked.
 LOCK TABLE billing.subscription, billing.invoice, billing.service_line IN SHARE ROW EXCLUSIVE MODE;
-INSERT INTO billing.mrr_dirty (customer_id) SELECT c.id FROM billing.customer c;
+INSERT INTO billing.mrr_dirty (customer_ids) SELECT array_agg(c.id) FROM billing.customer c HAVING count(*) > 0;
