@@ -12,8 +12,10 @@ SET LOCAL ROLE billing_owner;
 SET LOCAL jit = off;
 SELECT plan(28);
 
-CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE sql AS $$
-    SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key
+CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN (SELECT subscription_id FROM billing.subscription_request WHERE idempotency_key = p_key);
+END
 $$;
 -- Pays (or declines) every charge due at p_at.
 CREATE FUNCTION pg_temp.pay_all(p_at timestamptz, p_outcome text DEFAULT 'SUCCEEDED') RETURNS bigint LANGUAGE plpgsql AS $$
@@ -103,7 +105,7 @@ SELECT billing.create_subscription('m-void', 86212, 'MA_BASIC', '2051-01-10 00:0
 SELECT billing.change_plan(pg_temp.sid('m-up'), 'MA_PRO', '2051-01-10 00:00Z');
 SELECT billing.change_plan(pg_temp.sid('m-down'), 'MA_BASIC', '2051-01-20 00:00Z');
 SELECT billing.set_quantity(pg_temp.sid('m-seats'), 5, '2051-01-15 00:00Z');
-SELECT billing.void_invoice((SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid('m-void') AND kind = 'INITIAL'),
+SELECT billing.void_invoice((SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('m-void')) AND kind = 'INITIAL'),
                             'customer never used it', '2051-01-17 00:00Z');
 SELECT pg_temp.pay_all('2051-01-18 00:00Z');
 SELECT billing.cancel_subscription(pg_temp.sid('m-cancel-end'), true, '2051-01-25 00:00Z');
@@ -115,12 +117,12 @@ SELECT billing.cancel_subscription(pg_temp.sid('m-cancel'), false, '2051-02-20 0
 SELECT billing.set_quantity(pg_temp.sid('m-seats'), 2, '2051-02-21 00:00Z');
 SELECT billing.resume_subscription(pg_temp.sid('m-pause'), '2051-02-22 00:00Z');
 SELECT pg_temp.pay_all('2051-02-22 01:00Z');
-SELECT billing.refund_invoice((SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid('m-refund') AND kind = 'INITIAL'),
+SELECT billing.refund_invoice((SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('m-refund')) AND kind = 'INITIAL'),
                               1000, 'mrr-aggregate-refund', '2051-02-23 00:00Z');
 SELECT billing.create_due_invoices(500, '2051-03-10 00:00Z');
 SELECT pg_temp.pay_all('2051-03-10 01:00Z');
 SELECT billing.change_plan(pg_temp.sid('m-revert'), 'MA_PRO', '2051-03-10 02:00Z');
-SELECT is(pg_temp.decline_to_the_end((SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid('m-revert') AND kind = 'PRORATION')),
+SELECT is(pg_temp.decline_to_the_end((SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('m-revert')) AND kind = 'PRORATION')),
           'FAILED', 'an upgrade declined to the end of dunning: reverted');
 
 SELECT is(billing._mrr_use_kept(false), NOT billing._distributed('billing.service_line'),
@@ -165,7 +167,7 @@ SELECT is((SELECT count(*) FROM billing.mrr_delta d WHERE d.grain = 'I' AND d.cu
 -- An upgrade that fails later: its lines fall (FAILED), the figures since the upgrade go back.
 SELECT billing.change_plan(pg_temp.sid('m-plain'), 'MA_PRO', '2051-04-15 00:00Z');
 SELECT billing._mrr_fold();
-SELECT is(pg_temp.decline_to_the_end((SELECT id FROM billing.invoice WHERE subscription_id = pg_temp.sid('m-plain') AND kind = 'PRORATION')),
+SELECT is(pg_temp.decline_to_the_end((SELECT id FROM billing.invoice WHERE subscription_id = (SELECT pg_temp.sid('m-plain')) AND kind = 'PRORATION')),
           'FAILED', 'the upgrade''s invoice failed after the upgrade was folded');
 SELECT is(pg_temp.totals_differ(), 0::bigint, 'marked, not folded: the totals still equal the recomputation');
 SELECT is(pg_temp.movements_differ(), 0::bigint, 'marked, not folded: the movements still equal the recomputation');
