@@ -24,10 +24,11 @@
 -- renewal's batch of 5,000 adds one row per table, not 5,000). billing._mrr_fold() recomputes the marked customers from the
 -- committed rows, replaces their steps and writes the deltas (the retention pass runs it, every few
 -- minutes). The readers add, for the customers still marked, their steps recomputed now less the
--- kept ones: every figure equals the full recomputation at any moment (db/tests/860's sibling
--- 862_mrr_aggregate.sql checks it over a varied history). With more than 20,000 customers marked
--- (a migration's backfill, the first of the month before the next fold) the readers recompute in
--- full instead: the same figures, at the old cost. On Citus the triggers are dropped
+-- kept ones: every figure equals the full recomputation at any moment (862_mrr_aggregate.sql
+-- checks it over a varied history). Recomputing a marked customer costs the reader 25-75 us, so
+-- with more than 10,000 marks (about 5,000 renewed customers: a renewal marks each twice; a
+-- migration's backfill; the first of the month before the next fold) the readers recompute in full
+-- instead: the same figures, at the old cost. On Citus the triggers are dropped
 -- (db/citus/10_adapt.sql) and the readers recompute.
 
 CREATE OR REPLACE FUNCTION billing._mrr_segments_of(p_customers bigint[])
@@ -323,10 +324,10 @@ LANGUAGE sql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
     SELECT NOT coalesce(p_recompute, false) AND billing._mrr_kept()
-       AND (SELECT coalesce(sum(cardinality(d.customer_ids)), 0) FROM billing.mrr_dirty d) <= 20000
+       AND (SELECT coalesce(sum(cardinality(d.customer_ids)), 0) FROM billing.mrr_dirty d) <= 10000
 $$;
 COMMENT ON FUNCTION billing._mrr_use_kept(boolean) IS
-'Private: whether the MRR readers read the kept aggregate: not asked to recompute, kept here (not Citus), and at most 20,000 customers marked since the last fold.
+'Private: whether the MRR readers read the kept aggregate: not asked to recompute, kept here (not Citus), and at most 10,000 marks (customer ids, repeats counted) since the last fold.
 Returns true to read the aggregate.';
 
 CREATE OR REPLACE FUNCTION billing._mrr_totals(p_points timestamptz[], p_recompute boolean DEFAULT false)
@@ -335,6 +336,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 -- Small sets read by index: compiling the plan (JIT) would cost more than running it.
 SET jit = off
+SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -368,7 +370,9 @@ BEGIN
         UNION ALL
         SELECT p.at, s.currency, -s.mrr, CASE WHEN s.subscription_id > 0 THEN -1 ELSE 0 END,
                CASE WHEN s.subscription_id = 0 THEN -1 ELSE 0 END
-          FROM pts p JOIN billing.mrr_segment s ON s.customer_id = ANY (v_dirty) AND s.starts <= p.at AND p.at < s.ends
+          FROM (SELECT DISTINCT x AS customer_id FROM unnest(v_dirty) x) dc
+          JOIN billing.mrr_segment s ON s.customer_id = dc.customer_id
+          JOIN pts p ON s.starts <= p.at AND p.at < s.ends
          WHERE v_dirty IS NOT NULL
     )
     SELECT x.at, x.currency, sum(x.subs)::bigint, sum(x.custs)::bigint, sum(x.mrr)
@@ -377,7 +381,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._mrr_totals(timestamptz[], boolean) IS
-'Private: per instant of p_points and currency, the subscriptions and customers with MRR > 0 and the MRR total (exact numeric), the figures of billing._mrr_points summed: read from the kept aggregate (billing.mrr_delta, plus the customers marked since the last fold recomputed), or recomputed from every line when p_recompute, on Citus, or with over 20,000 customers marked. Both give the same figures (db/tests/862_mrr_aggregate.sql).
+'Private: per instant of p_points and currency, the subscriptions and customers with MRR > 0 and the MRR total (exact numeric), the figures of billing._mrr_points summed: read from the kept aggregate (billing.mrr_delta, plus the customers marked since the last fold recomputed), or recomputed from every line when p_recompute, on Citus, or with over 10,000 marks. Both give the same figures (db/tests/862_mrr_aggregate.sql).
 Returns one row per instant and currency with anything kept (MRR may be 0).';
 
 CREATE OR REPLACE FUNCTION billing._mrr_movements(p_from date, p_to date, p_recompute boolean DEFAULT false)
@@ -387,6 +391,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 -- Small sets read by index: compiling the plan (JIT) would cost more than running it.
 SET jit = off
+SET plan_cache_mode = force_custom_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -419,7 +424,9 @@ BEGIN
     ), fresh AS MATERIALIZED (
         SELECT s.* FROM billing._mrr_segments_of(v_dirty) s WHERE v_dirty IS NOT NULL AND s.subscription_id > 0
     ), stale AS MATERIALIZED (
-        SELECT s.* FROM billing.mrr_segment s WHERE s.customer_id = ANY (v_dirty) AND s.subscription_id > 0
+        SELECT s.* FROM (SELECT DISTINCT x AS customer_id FROM unnest(v_dirty) x) dc
+          JOIN billing.mrr_segment s ON s.customer_id = dc.customer_id
+         WHERE s.subscription_id > 0
     ), keys AS (
         SELECT DISTINCT k.customer_id, k.subscription_id, k.currency
           FROM (SELECT f.customer_id, f.subscription_id, f.currency FROM fresh f
@@ -462,7 +469,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._mrr_movements(date, date, boolean) IS
-'Private: per UTC month (p_from''s to p_to''s) and currency, the MRR at its start and end (billing._mrr_totals) and its movements (each subscription''s MRR at the month''s start against its end, billing._mrr_move): read from the kept aggregate (billing.mrr_movement, plus the customers marked since the last fold recomputed), or recomputed from every line (billing._mrr_month_ends) when p_recompute, on Citus, or with over 20,000 customers marked. Exact numerics; both give the same figures.
+'Private: per UTC month (p_from''s to p_to''s) and currency, the MRR at its start and end (billing._mrr_totals) and its movements (each subscription''s MRR at the month''s start against its end, billing._mrr_move): read from the kept aggregate (billing.mrr_movement, plus the customers marked since the last fold recomputed), or recomputed from every line (billing._mrr_month_ends) when p_recompute, on Citus, or with over 10,000 marks. Exact numerics; both give the same figures.
 Returns one row per month and currency with MRR at either end; BL422 for a bad span.';
 
 -- ---------------------------------------------------------------------------------------------
