@@ -119,3 +119,27 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The MRR kept by the engine's writes (billing.mrr_*, 76_mrr_aggregate.sql): same reason; dropped,
+-- forgotten, and the reports recompute from the lines (billing._mrr_kept() is then false).
+DO $$
+DECLARE
+    v_trigger record;
+BEGIN
+    FOR v_trigger IN
+        SELECT t.tgname, t.tgrelid::regclass AS rel FROM pg_catalog.pg_trigger t
+         WHERE t.tgrelid IN ('billing.subscription'::regclass, 'billing.invoice'::regclass, 'billing.service_line'::regclass,
+                             'billing.plan'::regclass)
+           AND t.tgname LIKE '%\_mrr\_%'
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', v_trigger.tgname, v_trigger.rel);
+        INSERT INTO citus_adapted VALUES ('trigger', v_trigger.tgname);
+    END LOOP;
+    IF to_regclass('billing.mrr_dirty') IS NOT NULL THEN
+        DELETE FROM billing.mrr_segment;
+        DELETE FROM billing.mrr_delta;
+        DELETE FROM billing.mrr_movement;
+        DELETE FROM billing.mrr_dirty;
+    END IF;
+END
+$$;

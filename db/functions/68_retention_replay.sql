@@ -85,6 +85,8 @@ BEGIN
     -- The console overview's counters (70_stats.sql): one row per key again, every few minutes,
     -- whether or not a console is open (none on Citus).
     PERFORM billing._overview_count_fold() WHERE billing._overview_counts_kept();
+    -- The MRR kept by the engine's writes (76_mrr_aggregate.sql): the customers marked since, recomputed.
+    PERFORM billing._mrr_fold() WHERE billing._mrr_kept();
     IF billing._distributed('billing.outbox_event') THEN
         -- Citus refuses FOR UPDATE across shards: the per-shard form (docs/scaling.md).
         RETURN QUERY SELECT * FROM billing._purge_expired_citus(v_cutoff, p_batch_size);

@@ -29,6 +29,19 @@ COMMENT ON FUNCTION billing._mrr_factor(text, integer) IS
 'Private: months per period as the reports normalize (MONTH 1/n, YEAR 1/(12 n), WEEK 52/(12 n), DAY 365/(12 n)).
 Returns the factor.';
 
+CREATE OR REPLACE FUNCTION billing._mrr_term(p_basis_net bigint, p_net bigint, p_tax bigint, p_tax_inclusive boolean,
+                                             p_billing_interval text, p_interval_count integer)
+RETURNS numeric
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN p_tax_inclusive AND p_net > 0 THEN p_basis_net::numeric * (p_net - p_tax) / p_net
+                ELSE p_basis_net::numeric END
+           * billing._mrr_factor(p_billing_interval, p_interval_count)
+$$;
+COMMENT ON FUNCTION billing._mrr_term(bigint, bigint, bigint, boolean, text, integer) IS
+'Private: one PLAN line''s MRR: the net of its whole period (basis_net) without the tax it contains, normalized to a month (_mrr_factor). The one expression of _mrr_points (the full recomputation) and _mrr_segments_of (the kept aggregate), so both add the very same numerics.
+Returns the exact numeric.';
+
 -- MRR: one function (_mrr_points) for every figure: report_mrr, the movements and churn, the
 -- console's MRR now and its trend, the demo (through report_mrr). It reads the service ledger
 -- (17_ledger, docs/money.md section 0) alone for what was sold: at an instant t, a subscription's
@@ -105,9 +118,7 @@ BEGIN
     -- In force (billing._line_in_force, set-based): its invoice PAID, OPEN or REVIEW (or none),
     -- nothing it depends on voided or failed; not ended by then; not canceled or paused by then.
     SELECT c.at, c.subscription_id, c.customer_id, c.currency::text,
-           sum(CASE WHEN c.tax_inclusive AND c.net > 0 THEN c.basis_net::numeric * (c.net - c.tax) / c.net
-                    ELSE c.basis_net::numeric END
-               * billing._mrr_factor(pl.billing_interval, pl.interval_count))
+           sum(billing._mrr_term(c.basis_net, c.net, c.tax, c.tax_inclusive, pl.billing_interval, pl.interval_count))
       FROM covering c
       JOIN billing.plan pl ON pl.id = c.plan_id
       LEFT JOIN ended e ON e.customer_id = c.customer_id AND e.id = c.id
@@ -187,17 +198,16 @@ BEGIN
     IF p_at IS NULL OR NOT isfinite(p_at) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_at must be a finite instant';
     END IF;
+    -- billing._mrr_totals: _mrr_points' figures summed, read from the kept aggregate (76_mrr_aggregate).
     RETURN QUERY
-    SELECT m.currency, count(*) FILTER (WHERE m.mrr > 0), count(DISTINCT m.customer_id) FILTER (WHERE m.mrr > 0),
-           round(sum(m.mrr), 2), round(sum(m.mrr) * 12, 2)
-      FROM billing._mrr_at(p_at) m
-     GROUP BY m.currency
-    HAVING sum(m.mrr) > 0
-     ORDER BY m.currency;
+    SELECT t.currency, t.subscriptions, t.customers, round(t.mrr, 2), round(t.mrr * 12, 2)
+      FROM billing._mrr_totals(ARRAY[p_at]) t
+     WHERE t.mrr > 0
+     ORDER BY t.currency;
 END
 $$;
 COMMENT ON FUNCTION billing.report_mrr(timestamptz) IS
-'Monthly and annual recurring revenue per currency at p_at (docs/reports.md): each subscription''s billed recurring price net of discount and included tax, normalized to a month (yearly / 12, weekly x 52 / 12); ARR = 12 x MRR. Amounts in minor units, 2 decimals.
+'Monthly and annual recurring revenue per currency at p_at (docs/reports.md): each subscription''s billed recurring price net of discount and included tax, normalized to a month (yearly / 12, weekly x 52 / 12); ARR = 12 x MRR. Read from the MRR kept by the engine''s writes (billing._mrr_totals), equal to the full recomputation. Amounts in minor units, 2 decimals.
 Returns one row per currency with MRR; BL422 for a NULL or infinite p_at.';
 
 CREATE OR REPLACE FUNCTION billing.report_mrr_movements(p_from date, p_to date)
@@ -208,23 +218,16 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 BEGIN
+    -- billing._mrr_movements: read from the kept aggregate (76_mrr_aggregate), or recomputed.
     RETURN QUERY
-    WITH per_sub AS (SELECT * FROM billing._mrr_month_ends(p_from, p_to))
-    SELECT p.month, p.currency,
-           round(sum(p.s), 2),
-           round(coalesce(sum(p.e) FILTER (WHERE p.s = 0 AND p.e > 0), 0), 2),
-           round(coalesce(sum(p.e - p.s) FILTER (WHERE p.s > 0 AND p.e > p.s), 0), 2),
-           round(coalesce(sum(p.s - p.e) FILTER (WHERE p.e > 0 AND p.e < p.s), 0), 2),
-           round(coalesce(sum(p.s) FILTER (WHERE p.s > 0 AND p.e = 0), 0), 2),
-           round(sum(p.e), 2)
-      FROM per_sub p
-     GROUP BY p.month, p.currency
-    HAVING sum(p.s) > 0 OR sum(p.e) > 0
-     ORDER BY p.month, p.currency;
+    SELECT m.month, m.currency, round(m.starting_mrr, 2), round(m.new_mrr, 2), round(m.expansion_mrr, 2),
+           round(m.contraction_mrr, 2), round(m.churned_mrr, 2), round(m.ending_mrr, 2)
+      FROM billing._mrr_movements(p_from, p_to) m
+     ORDER BY m.month, m.currency;
 END
 $$;
 COMMENT ON FUNCTION billing.report_mrr_movements(date, date) IS
-'MRR movements per UTC month (p_from''s month to p_to''s) and currency, comparing each subscription''s MRR at the month''s start and end: new (0 to some), expansion (up), contraction (down, positive figure), churned (some to 0); ending = starting + new + expansion - contraction - churned. Minor units, 2 decimals.
+'MRR movements per UTC month (p_from''s month to p_to''s) and currency, comparing each subscription''s MRR at the month''s start and end: new (0 to some), expansion (up), contraction (down, positive figure), churned (some to 0); ending = starting + new + expansion - contraction - churned. Read from the MRR kept by the engine''s writes (billing._mrr_movements), equal to the full recomputation. Minor units, 2 decimals.
 Returns one row per month and currency with MRR; BL422 for a bad span.';
 
 CREATE OR REPLACE FUNCTION billing.report_churn(p_from date, p_to date)

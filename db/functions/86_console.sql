@@ -132,13 +132,14 @@ BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_between('days', p_days, 1, 366);
     v_first := p_now - make_interval(days => p_days);
-    -- The report's figure (billing._mrr_points, docs/reports.md) at p_now and at the end of each of
+    -- The report's figure (billing._mrr_totals: _mrr_points' summed, kept by the engine's writes,
+    -- 76_mrr_aggregate.sql; docs/reports.md) at p_now and at the end of each of
     -- the p_days days before (point k at v_first + k days), per currency, rounded to the minor unit.
     SELECT array_agg(v_first + make_interval(days => k) ORDER BY k) || p_now INTO v_points
       FROM generate_series(0, p_days - 1) k;
     RETURN QUERY
     WITH per_point AS (
-        SELECT m.currency, m.at, sum(m.mrr) AS mrr FROM billing._mrr_points(v_points) m GROUP BY 1, 2
+        SELECT t.currency, t.at, t.mrr FROM billing._mrr_totals(v_points) t
     ), currencies AS (
         SELECT DISTINCT pp.currency FROM per_point pp WHERE pp.mrr <> 0
     )

@@ -68,6 +68,10 @@ AS $$
         ('usage_rating',         'distributed', 'customer_id', 'primary key (customer_id, id)'),
         ('usage_alert',          'distributed', 'customer_id', 'primary key (customer_id, id)'),
         ('overview_count',       'coordinator', NULL,          'the console overview''s counters: kept on a single PostgreSQL only (on Citus its triggers are dropped and the overview counts rows)'),
+        ('mrr_segment',          'coordinator', NULL,          'the MRR kept by the engine''s writes: single PostgreSQL only (on Citus its triggers are dropped and the reports recompute)'),
+        ('mrr_delta',            'coordinator', NULL,          'the MRR totals'' deltas: single PostgreSQL only (as mrr_segment)'),
+        ('mrr_movement',         'coordinator', NULL,          'the MRR movements'' deltas: single PostgreSQL only (as mrr_segment)'),
+        ('mrr_dirty',            'coordinator', NULL,          'the customers whose MRR is to recompute: single PostgreSQL only (as mrr_segment)'),
         ('schema_migration',     'coordinator', NULL,          'the migrations applied')
     ) AS t (table_name, placement, distribution_column, reason)
     WHERE pg_catalog.to_regclass('billing.' || t.table_name) IS NOT NULL

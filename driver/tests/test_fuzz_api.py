@@ -283,9 +283,10 @@ def test_injection_in_idempotency_key_is_stored_verbatim(api_server):
                                 headers={"Idempotency-Key": payload})
             assert again.status_code == 200 and again.json()["id"] == r.json()["id"]
     after = table_checksums(db_url)
-    # overview_count: the console's counters, kept by triggers on subscription and invoice (70_stats.sql)
+    # overview_count: the console's counters, kept by triggers on subscription and invoice (70_stats.sql);
+    # mrr_dirty: the customers whose MRR the next fold recomputes (76_mrr_aggregate.sql)
     assert changed_tables(before, after) <= {"subscription", "subscription_request", "invoice", "service_line", "customer",
-                                            "outbox_event", "overview_count"}
+                                            "outbox_event", "overview_count", "mrr_dirty"}
     with psycopg.connect(db_url, autocommit=True) as conn:
         stored = {r[0] for r in conn.execute("SELECT idempotency_key FROM billing.subscription_request")}
         plans = conn.execute("SELECT code, price_amount FROM billing.plan ORDER BY code").fetchall()
@@ -448,7 +449,7 @@ def test_signed_hostile_webhook_fields_are_data(api_server):
             if r.status_code == 400:
                 assert_contract_error(r, 400)
     assert changed_tables(before, table_checksums(db_url)) <= {
-        "gateway_webhook", "invoice", "payment_attempt", "subscription", "outbox_event", "overview_count"}
+        "gateway_webhook", "invoice", "payment_attempt", "subscription", "outbox_event", "overview_count", "mrr_dirty"}
     with psycopg.connect(db_url, autocommit=True) as conn:
         stored = [r[0] for r in conn.execute("SELECT event_id FROM billing.gateway_webhook")]
         attempt_count, = conn.execute(

@@ -147,7 +147,8 @@ def test_each_lifecycle_action_is_offered_in_the_states_its_function_accepts():
 
 def test_the_overview_says_when_its_mrr_panel_timed_out():
     """The overview's figures are shown without the MRR panel when console_mrr ran past the heavy
-    pool's statement timeout (its _mrr_points reads every billed period: bench/README.md), and the
+    pool's statement timeout (recomputed from every line on Citus or with many customers marked
+    since the last MRR fold: bench/README.md), and the
     panel says why instead of "No subscriptions yet"."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
