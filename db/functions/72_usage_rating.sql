@@ -108,28 +108,69 @@ COMMENT ON FUNCTION billing._usage_segments(bigint, bigint, timestamptz, timesta
 'Private: the plan segments of [p_from, p_to) of a subscription, read from its PLAN lines in force (the newest line covering an instant and not given back by then); where none covers, the plan of the last line before, else p_default_plan.
 Returns the segments in order, adjacent ones of one plan merged.';
 
--- A subscription starts to be followed by the rating (its cursor, rated from its first period's
--- start) when its plan has usage charges. Called by rate_usage for every subscription on such a
--- plan, and by change_plan before a change (old or new plan charged). Idempotent.
+-- Where a subscription's rating starts (docs/usage.md "What is followed"): the start of the period
+-- that was current when the first charge of its plan was made (p_since: that instant; NULL: p_now),
+-- or its first period's start when it began later, never earlier: a charge added to a plan applies
+-- from the period then current, not back to the subscription's first period. The period starts
+-- known are its INITIAL, RENEWAL and PLAN_CHANGE invoices' and its current period's (an imported
+-- period has no invoice: followed while current, upsert_plan_charge and import_subscriptions
+-- follow at once). A canceled subscription whose service ended by then is followed as finished
+-- (nothing of it is rated, but late events).
+CREATE OR REPLACE FUNCTION billing._usage_start(p_sub billing.subscription, p_since timestamptz,
+                                                OUT rated_until timestamptz, OUT finished boolean)
+RETURNS record
+LANGUAGE plpgsql STABLE  -- PL/pgSQL: Citus cannot plan a SQL function over its tables with parameters
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    SELECT CASE WHEN e.ended <= p_since THEN e.ended ELSE st.start_at END,
+           coalesce(e.ended <= p_since, false)
+      INTO rated_until, finished
+      FROM (SELECT coalesce(max(x.b) FILTER (WHERE x.b <= p_since), min(x.b)) AS start_at
+              FROM (SELECT i.period_start AS b FROM billing.invoice i
+                     WHERE i.customer_id = p_sub.customer_id AND i.subscription_id = p_sub.id
+                       AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')
+                    UNION ALL SELECT p_sub.current_period_start) x) st,
+           (SELECT CASE WHEN p_sub.status = 'CANCELED'
+                        THEN least(coalesce(p_sub.canceled_at, p_sub.current_period_end), p_sub.current_period_end) END AS ended) e;
+END
+$$;
+COMMENT ON FUNCTION billing._usage_start(billing.subscription, timestamptz) IS
+'Private: where the usage rating of a subscription starts when it is first followed: the start of its period current at p_since (when its plan''s first charge was made), or its first period''s when later; a canceled one whose service ended by p_since: its end, finished.
+Returns (rated_until, finished).';
+
+-- A subscription starts to be followed by the rating (its cursor, from _usage_start) when its plan
+-- has usage charges. Called by change_plan before a change (old or new plan charged: from the
+-- period the old plan's first charge was made in, else the current one), and on Citus by
+-- _usage_follow_plans for each subscription. Idempotent.
 CREATE OR REPLACE FUNCTION billing._usage_follow(p_customer_id bigint, p_subscription_id bigint, p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_sub   billing.subscription;
+    v_since timestamptz;
+    v_start record;
 BEGIN
-    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, updated_at)
-    SELECT s.customer_id, s.id,
-           coalesce((SELECT min(i.period_start) FROM billing.invoice i
-                      WHERE i.customer_id = s.customer_id AND i.subscription_id = s.id
-                        AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')), s.current_period_start),
-           p_now
-      FROM billing.subscription s
-     WHERE s.customer_id = p_customer_id AND s.id = p_subscription_id
+    IF EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE u.customer_id = p_customer_id AND u.subscription_id = p_subscription_id) THEN
+        RETURN;
+    END IF;
+    SELECT * INTO v_sub FROM billing.subscription s WHERE s.customer_id = p_customer_id AND s.id = p_subscription_id;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(min(c.created_at), p_now) INTO v_since FROM billing.plan_charge c WHERE c.plan_id = v_sub.plan_id;
+    -- (the subscription read first, then passed: on Citus a function over a distributed row inside
+    -- a query of one shard would be sent to its worker)
+    v_start := billing._usage_start(v_sub, least(v_since, p_now));
+    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, finished, updated_at)
+    VALUES (p_customer_id, p_subscription_id, v_start.rated_until, v_start.finished, p_now)
     ON CONFLICT ON CONSTRAINT usage_cursor_pkey DO NOTHING;
 END
 $$;
 COMMENT ON FUNCTION billing._usage_follow(bigint, bigint, timestamptz) IS
-'Private: makes the usage cursor of a subscription (rated from its first period''s start) if it has none.
+'Private: makes the usage cursor of a subscription if it has none, from _usage_start (the period current when its plan''s first charge was made, else the current one).
 Returns nothing.';
 
 -- The coupon's discount of a usage line (docs/usage.md "Coupons"), by the rule of the plan lines
@@ -389,9 +430,11 @@ COMMENT ON FUNCTION billing._rate_subscription(bigint, bigint, timestamptz, inte
 'Private: rates one subscription''s usage at p_now under the customer''s usage lock: its periods ended p_grace ago or more and not rated (per plan segment and charge), and the spans rated before that late events reach (the increase only); the positive amounts as service lines (item USAGE) on one USAGE invoice; usage_rating records every rating; the cursor moves to the last period boundary rated.
 Returns the USAGE invoice''s id, NULL when nothing was billed.';
 
--- The subscriptions the rating follows: every subscription on a plan with usage charges gets its
--- cursor (as _usage_follow, set-based; a change away from such a plan keeps its cursor).
-CREATE OR REPLACE FUNCTION billing._usage_follow_all(p_now timestamptz)
+-- The subscriptions the rating follows: every subscription on a plan with usage charges (p_plan_id:
+-- on that plan only; NULL: every charged plan) gets its cursor (as _usage_follow, set-based; a
+-- change away from such a plan keeps its cursor). Called by every rate_usage, and by
+-- upsert_plan_charge and import_subscriptions so that the period current then is the first rated.
+CREATE OR REPLACE FUNCTION billing._usage_follow_plans(p_plan_id bigint, p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
@@ -403,7 +446,7 @@ BEGIN
         -- on Citus one subscription at a time (each a query of its own shard group)
         FOR v_sub IN
             SELECT s.customer_id, s.id FROM billing.subscription s
-             WHERE s.plan_id IN (SELECT c.plan_id FROM billing.plan_charge c)
+             WHERE s.plan_id IN (SELECT c.plan_id FROM billing.plan_charge c WHERE p_plan_id IS NULL OR c.plan_id = p_plan_id)
                AND NOT EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE u.customer_id = s.customer_id AND u.subscription_id = s.id)
              ORDER BY s.customer_id, s.id
         LOOP
@@ -411,21 +454,28 @@ BEGIN
         END LOOP;
         RETURN;
     END IF;
-    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, updated_at)
-    SELECT s.customer_id, s.id,
-           coalesce((SELECT min(i.period_start) FROM billing.invoice i
-                      WHERE i.customer_id = s.customer_id AND i.subscription_id = s.id
-                        AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')), s.current_period_start),
-           p_now
+    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, finished, updated_at)
+    SELECT s.customer_id, s.id, (st.x).rated_until, (st.x).finished, p_now
       FROM billing.subscription s
-     WHERE s.plan_id IN (SELECT c.plan_id FROM billing.plan_charge c)
-       AND NOT EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE u.customer_id = s.customer_id AND u.subscription_id = s.id)
+      JOIN (SELECT c.plan_id, min(c.created_at) AS since FROM billing.plan_charge c
+             WHERE p_plan_id IS NULL OR c.plan_id = p_plan_id GROUP BY c.plan_id) c ON c.plan_id = s.plan_id
+     CROSS JOIN LATERAL (SELECT billing._usage_start(s, least(c.since, p_now)) AS x) st
+     WHERE NOT EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE u.customer_id = s.customer_id AND u.subscription_id = s.id)
      ORDER BY s.customer_id, s.id
     ON CONFLICT ON CONSTRAINT usage_cursor_pkey DO NOTHING;
 END
 $$;
+COMMENT ON FUNCTION billing._usage_follow_plans(bigint, timestamptz) IS
+'Private: makes the usage cursor (from _usage_start) of every subscription on a plan with usage charges (p_plan_id: that plan only) that has none: one statement, or one subscription at a time on Citus.
+Returns nothing.';
+
+CREATE OR REPLACE FUNCTION billing._usage_follow_all(p_now timestamptz)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$ SELECT billing._usage_follow_plans(NULL, p_now) $$;
 COMMENT ON FUNCTION billing._usage_follow_all(timestamptz) IS
-'Private: makes the usage cursor of every subscription on a plan with usage charges that has none (rated from its first period''s start): one statement, or one subscription at a time on Citus.
+'Private: _usage_follow_plans for every charged plan.
 Returns nothing.';
 
 -- The subscriptions whose rating is due at p_now, in key order, at most p_batch_size: a live one
