@@ -117,7 +117,7 @@ Returns the segments in order, adjacent ones of one plan merged.';
 -- follow at once). A canceled subscription whose service ended by then is followed as finished
 -- (nothing of it is rated, but late events).
 CREATE OR REPLACE FUNCTION billing._usage_start(p_sub billing.subscription, p_since timestamptz,
-                                                OUT rated_until timestamptz, OUT finished boolean)
+                                                OUT rated_until timestamptz, OUT finished boolean, OUT due_at timestamptz)
 RETURNS record
 LANGUAGE plpgsql STABLE  -- PL/pgSQL: Citus cannot plan a SQL function over its tables with parameters
 SET search_path = billing, pg_catalog, pg_temp
@@ -133,11 +133,49 @@ BEGIN
                     UNION ALL SELECT p_sub.current_period_start) x) st,
            (SELECT CASE WHEN p_sub.status = 'CANCELED'
                         THEN least(coalesce(p_sub.canceled_at, p_sub.current_period_end), p_sub.current_period_end) END AS ended) e;
+    due_at := billing._usage_due_at(p_sub, rated_until, finished);
 END
 $$;
 COMMENT ON FUNCTION billing._usage_start(billing.subscription, timestamptz) IS
 'Private: where the usage rating of a subscription starts when it is first followed: the start of its period current at p_since (when its plan''s first charge was made), or its first period''s when later; a canceled one whose service ended by p_since: its end, finished.
-Returns (rated_until, finished).';
+Returns (rated_until, finished, due_at).';
+
+-- The earliest instant a cursor's rating can be due (usage_cursor.due_at, before the grace): when
+-- its subscription is rated up to its current period, that period's end (the renewal moves the
+-- period there; anything else that moves it calls _usage_touch); else (a period or a service
+-- ended and not rated) the instant rated up to, i.e. due now; NULL when finished (its late events
+-- are found by usage_cursor_late_idx).
+CREATE OR REPLACE FUNCTION billing._usage_due_at(p_sub billing.subscription, p_rated_until timestamptz, p_finished boolean)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN p_finished THEN NULL
+                WHEN p_sub.status <> 'CANCELED' AND p_rated_until >= p_sub.current_period_start THEN p_sub.current_period_end
+                ELSE p_rated_until END
+$$;
+COMMENT ON FUNCTION billing._usage_due_at(billing.subscription, timestamptz, boolean) IS
+'Private: the earliest instant the usage rating of a subscription rated up to p_rated_until can be due (usage_cursor.due_at): its current period''s end when rated up to its current period, else p_rated_until; NULL when finished.
+Returns the instant.';
+
+-- What moves a subscription's period or ends its service otherwise than the renewal at its period's
+-- end (a plan change, a cancellation, dunning''s end, a period started by a resume, a trial''s end
+-- or a reactivation) brings its cursor's due_at down to that instant: the rating's due scan finds
+-- it from then on (usage_cursor_due_idx). No cursor, or a finished one: nothing.
+CREATE OR REPLACE FUNCTION billing._usage_touch(p_customer_id bigint, p_subscription_id bigint, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE billing.usage_cursor u SET due_at = p_now
+     WHERE u.customer_id = p_customer_id AND u.subscription_id = p_subscription_id
+       AND NOT u.finished AND u.due_at > p_now;
+END
+$$;
+COMMENT ON FUNCTION billing._usage_touch(bigint, bigint, timestamptz) IS
+'Private: brings the usage cursor''s due_at of a subscription down to p_now (its period moved or its service ended then), so the rating''s due scan looks at it; none or finished: nothing.
+Returns nothing.';
 
 -- A subscription starts to be followed by the rating (its cursor, from _usage_start) when its plan
 -- has usage charges. Called by change_plan before a change (old or new plan charged: from the
@@ -154,6 +192,8 @@ DECLARE
     v_start record;
 BEGIN
     IF EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE u.customer_id = p_customer_id AND u.subscription_id = p_subscription_id) THEN
+        -- (change_plan calls it before a change: the change may move the period)
+        PERFORM billing._usage_touch(p_customer_id, p_subscription_id, p_now);
         RETURN;
     END IF;
     SELECT * INTO v_sub FROM billing.subscription s WHERE s.customer_id = p_customer_id AND s.id = p_subscription_id;
@@ -164,8 +204,8 @@ BEGIN
     -- (the subscription read first, then passed: on Citus a function over a distributed row inside
     -- a query of one shard would be sent to its worker)
     v_start := billing._usage_start(v_sub, least(v_since, p_now));
-    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, finished, updated_at)
-    VALUES (p_customer_id, p_subscription_id, v_start.rated_until, v_start.finished, p_now)
+    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, finished, due_at, updated_at)
+    VALUES (p_customer_id, p_subscription_id, v_start.rated_until, v_start.finished, least(v_start.due_at, p_now), p_now)
     ON CONFLICT ON CONSTRAINT usage_cursor_pkey DO NOTHING;
 END
 $$;
@@ -421,6 +461,8 @@ BEGIN
     UPDATE billing.usage_cursor
        SET rated_until = coalesce(v_cut, rated_until), late_since = NULL,
            finished = (v_sub.status = 'CANCELED' AND coalesce(v_cut, rated_until) >= v_end),
+           due_at = billing._usage_due_at(v_sub, coalesce(v_cut, rated_until),
+                                          v_sub.status = 'CANCELED' AND coalesce(v_cut, rated_until) >= v_end),
            updated_at = p_now
      WHERE customer_id = p_customer_id AND subscription_id = p_subscription_id;
     RETURN v_invoice.id;
@@ -454,8 +496,8 @@ BEGIN
         END LOOP;
         RETURN;
     END IF;
-    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, finished, updated_at)
-    SELECT s.customer_id, s.id, (st.x).rated_until, (st.x).finished, p_now
+    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, finished, due_at, updated_at)
+    SELECT s.customer_id, s.id, (st.x).rated_until, (st.x).finished, (st.x).due_at, p_now
       FROM billing.subscription s
       JOIN (SELECT c.plan_id, min(c.created_at) AS since FROM billing.plan_charge c
              WHERE p_plan_id IS NULL OR c.plan_id = p_plan_id GROUP BY c.plan_id) c ON c.plan_id = s.plan_id
@@ -478,29 +520,59 @@ COMMENT ON FUNCTION billing._usage_follow_all(timestamptz) IS
 'Private: _usage_follow_plans for every charged plan.
 Returns nothing.';
 
--- The subscriptions whose rating is due at p_now, in key order, at most p_batch_size: a live one
--- whose period ended p_grace ago and is not rated, a canceled one whose service ended p_grace ago
--- and is not rated to its end, a canceled one rated to its end with late events.
+-- The subscriptions whose rating is due at p_now, at most p_batch_size: a live one whose period
+-- ended p_grace ago and is not rated, a canceled one whose service ended p_grace ago and is not
+-- rated to its end, a canceled one rated to its end with late events. Read through the cursors'
+-- due_at (usage_cursor_due_idx: only the cursors whose earliest due instant is behind the grace,
+-- in that order) and the finished ones with late events (usage_cursor_late_idx), never every
+-- cursor. On one PostgreSQL the cursors returned are locked (FOR UPDATE SKIP LOCKED): rating
+-- workers running at once each take cursors no other holds. On Citus (no row locks in a query
+-- over several shards) in key order, unlocked: the rating takes each customer's usage lock, tried.
 CREATE OR REPLACE FUNCTION billing._usage_due(p_batch_size integer, p_now timestamptz, p_grace interval)
 RETURNS TABLE (customer_id bigint, subscription_id bigint)
-LANGUAGE plpgsql STABLE  -- PL/pgSQL: Citus cannot plan a SQL function over its tables with parameters
+LANGUAGE plpgsql VOLATILE  -- PL/pgSQL: Citus cannot plan a SQL function over its tables with parameters
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_found bigint;
 BEGIN
+    IF billing._distributed('billing.customer') THEN
+        RETURN QUERY
+        SELECT u.customer_id, u.subscription_id FROM billing.usage_cursor u
+          JOIN billing.subscription s ON s.customer_id = u.customer_id AND s.id = u.subscription_id
+         WHERE (NOT u.finished AND u.due_at <= p_now - p_grace
+                AND ((s.status <> 'CANCELED' AND u.rated_until < s.current_period_start AND s.current_period_start + p_grace <= p_now)
+                     OR (s.status = 'CANCELED'
+                         AND least(coalesce(s.canceled_at, s.current_period_end), s.current_period_end) + p_grace <= p_now)))
+            OR (u.finished AND u.late_since IS NOT NULL AND s.status = 'CANCELED')
+         ORDER BY u.customer_id, u.subscription_id
+         LIMIT p_batch_size;
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT u.customer_id, u.subscription_id FROM billing.usage_cursor u
       JOIN billing.subscription s ON s.customer_id = u.customer_id AND s.id = u.subscription_id
-     WHERE (NOT u.finished AND s.status <> 'CANCELED'
-            AND u.rated_until < s.current_period_start AND s.current_period_start + p_grace <= p_now)
-        OR (NOT u.finished AND s.status = 'CANCELED'
-            AND least(coalesce(s.canceled_at, s.current_period_end), s.current_period_end) + p_grace <= p_now)
-        OR (u.finished AND s.status = 'CANCELED' AND u.late_since IS NOT NULL)
-     ORDER BY u.customer_id, u.subscription_id
-     LIMIT p_batch_size;
+     WHERE NOT u.finished AND u.due_at <= p_now - p_grace
+       AND ((s.status <> 'CANCELED' AND u.rated_until < s.current_period_start AND s.current_period_start + p_grace <= p_now)
+            OR (s.status = 'CANCELED'
+                AND least(coalesce(s.canceled_at, s.current_period_end), s.current_period_end) + p_grace <= p_now))
+     ORDER BY u.due_at
+     LIMIT p_batch_size
+       FOR UPDATE OF u SKIP LOCKED;
+    GET DIAGNOSTICS v_found = ROW_COUNT;
+    IF v_found < p_batch_size THEN
+        RETURN QUERY
+        SELECT u.customer_id, u.subscription_id FROM billing.usage_cursor u
+          JOIN billing.subscription s ON s.customer_id = u.customer_id AND s.id = u.subscription_id
+         WHERE u.finished AND u.late_since IS NOT NULL AND s.status = 'CANCELED'
+         ORDER BY u.customer_id, u.subscription_id
+         LIMIT p_batch_size - v_found
+           FOR UPDATE OF u SKIP LOCKED;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION billing._usage_due(integer, timestamptz, interval) IS
-'Private: the subscriptions whose usage rating is due at p_now (a period or a canceled service ended p_grace ago and not rated; a finished one with late events), in key order.
+'Private: the subscriptions whose usage rating is due at p_now (a period or a canceled service ended p_grace ago and not rated; a finished one with late events), read through the cursors'' due_at; on one PostgreSQL their cursors locked, skipping those another rating holds.
 Returns up to p_batch_size (customer_id, subscription_id).';
 
 -- The rating one subscription at a time (_rate_subscription each): the path on Citus (a query of
@@ -561,7 +633,7 @@ BEGIN
     RETURN QUERY
     WITH sub AS MATERIALIZED (
         SELECT s.customer_id, s.id AS subscription_id, u.rated_until, s.current_period_start AS v_end,
-               s.plan_id, s.quantity
+               s.current_period_end AS v_next, s.plan_id, s.quantity
           FROM unnest(p_customer_ids, p_subscription_ids) AS k (c, i)
           JOIN billing.usage_cursor u ON u.customer_id = k.c AND u.subscription_id = k.i
           JOIN billing.subscription s ON s.customer_id = k.c AND s.id = k.i
@@ -841,9 +913,12 @@ BEGIN
                           FROM new_invoice i WHERE i.status = 'PAID') x
                  ORDER BY x.id, x.seq) e
     ), moved AS (
+        -- (due_at as _usage_due_at says for a live subscription)
         UPDATE billing.usage_cursor u
-           SET rated_until = t.cut, late_since = NULL, finished = false, updated_at = p_now
+           SET rated_until = t.cut, late_since = NULL, finished = false,
+               due_at = CASE WHEN t.cut >= x.v_end THEN x.v_next ELSE t.cut END, updated_at = p_now
           FROM totals t
+          JOIN sub x ON x.customer_id = t.customer_id AND x.subscription_id = t.subscription_id
          WHERE u.customer_id = t.customer_id AND u.subscription_id = t.subscription_id AND t.cut IS NOT NULL
         RETURNING u.customer_id, u.subscription_id
     )
