@@ -941,7 +941,7 @@ Returns each subscription rated and its USAGE invoice (NULL: nothing billed); th
 -- a pause inside a period, late events, cancellations) one at a time (_rate_subscription). On
 -- Citus: one at a time (_rate_usage_rows).
 CREATE OR REPLACE FUNCTION billing.rate_usage(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now(),
-                                              p_grace interval DEFAULT interval '1 hour')
+                                              p_grace interval DEFAULT interval '1 hour', p_follow boolean DEFAULT true)
 RETURNS TABLE (customer_id bigint, subscription_id bigint, invoice_id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -968,7 +968,9 @@ BEGIN
         RETURN QUERY SELECT * FROM billing._rate_usage_rows(p_batch_size, v_now, p_grace);
         RETURN;
     END IF;
-    PERFORM billing._usage_follow_all(v_now);
+    IF p_follow THEN
+        PERFORM billing._usage_follow_all(v_now);
+    END IF;
     SELECT coalesce(array_agg(d.customer_id ORDER BY d.customer_id, d.subscription_id), '{}'),
            coalesce(array_agg(d.subscription_id ORDER BY d.customer_id, d.subscription_id), '{}')
       INTO v_cust, v_subs
@@ -1009,8 +1011,8 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION billing.rate_usage(integer, timestamptz, interval) IS
-'Rates usage in arrears (docs/usage.md): follows every subscription on a plan with usage charges, then rates up to p_batch_size subscriptions whose period (or canceled service) ended p_grace or more before p_now, or with late events: one USAGE invoice each with a service line per charge and plan segment, late events as adjustment lines for their earlier span (the increase only). A customer whose usage lock is held (an ingestion or another rating in flight) is skipped until the next call. BL422 for a bad batch size or grace.
+COMMENT ON FUNCTION billing.rate_usage(integer, timestamptz, interval, boolean) IS
+'Rates usage in arrears (docs/usage.md): follows every subscription on a plan with usage charges (p_follow; false: the worker''s calls after its round''s first, as that reads every cursor), then rates up to p_batch_size subscriptions whose period (or canceled service) ended p_grace or more before p_now, or with late events: one USAGE invoice each with a service line per charge and plan segment, late events as adjustment lines for their earlier span (the increase only). A customer whose usage lock is held (an ingestion or another rating in flight) is skipped until the next call. BL422 for a bad batch size or grace.
 Returns each subscription looked at and its USAGE invoice (NULL: nothing billed).';
 
 -- The upcoming invoice of a subscription (GET /subscriptions/{id}/upcoming-invoice): what the

@@ -19,4 +19,7 @@ UPDATE billing.usage_cursor u
  WHERE s.customer_id = u.customer_id AND s.id = u.subscription_id AND NOT u.finished;
 CREATE INDEX usage_cursor_due_idx ON billing.usage_cursor (due_at) WHERE NOT finished;
 CREATE INDEX usage_cursor_late_idx ON billing.usage_cursor (customer_id, subscription_id) WHERE finished AND late_since IS NOT NULL;
+-- rate_usage gains p_follow (the subscriptions not followed yet are looked for once a round, not on
+-- every call: that reads every subscription on a charged plan); 72_usage_rating makes it again.
+DROP FUNCTION IF EXISTS billing.rate_usage(integer, timestamptz, interval);
 ALTER TABLE billing.usage_cursor ADD CONSTRAINT usage_cursor_due CHECK ((due_at IS NULL) = finished);

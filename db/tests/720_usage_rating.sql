@@ -174,8 +174,8 @@ SELECT throws_ok($$SELECT billing.set_usage_alert(7203, 't720_req', 0, '2026-06-
 
 -- bad calls and grants
 SELECT throws_ok($$SELECT * FROM billing.rate_usage(0, '2026-04-01Z')$$, 'BL422', NULL, 'a batch of 0 is BL422');
-SELECT ok(has_function_privilege('billing_worker', 'billing.rate_usage(integer, timestamptz, interval)', 'EXECUTE')
-          AND NOT has_function_privilege('billing_api', 'billing.rate_usage(integer, timestamptz, interval)', 'EXECUTE'),
+SELECT ok(has_function_privilege('billing_worker', 'billing.rate_usage(integer, timestamptz, interval, boolean)', 'EXECUTE')
+          AND NOT has_function_privilege('billing_api', 'billing.rate_usage(integer, timestamptz, interval, boolean)', 'EXECUTE'),
           'the worker rates; the API may not');
 
 SELECT * FROM finish();

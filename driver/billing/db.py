@@ -23,7 +23,7 @@ FINALIZE_INVOICES = "SELECT billing.finalize_invoices(%(batch)s, %(now)s) AS fin
 # Usage in arrears (db/functions/72_usage_rating.sql): one row per subscription looked at.
 CHECK_USAGE_ALERTS = "SELECT billing.check_usage_alerts(%(batch)s, %(now)s) AS fired"
 RATE_USAGE = ("SELECT count(*) AS looked, count(invoice_id) AS invoiced"
-              " FROM billing.rate_usage(%(batch)s, %(now)s, make_interval(secs => %(grace)s))")
+              " FROM billing.rate_usage(%(batch)s, %(now)s, make_interval(secs => %(grace)s), %(follow)s)")
 CLAIM_CHARGES = (
     "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup, customer_ref, "
     "payment_method_ref FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s, %(provider)s)"

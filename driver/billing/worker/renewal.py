@@ -78,18 +78,21 @@ async def rate_due_usage(pool, clock: Clock, *, batch: int = 500, grace: float =
     takes the due cursors no other call holds: FOR UPDATE SKIP LOCKED, docs/usage.md), then check
     the usage alerts (UsageThresholdReached once per period); how many USAGE invoices it made."""
 
-    async def loop() -> int:
+    async def loop(k: int) -> int:
         made = 0
+        follow = k == 0  # the subscriptions not followed yet: looked for once a round (every cursor read)
         while stop is None or not stop.is_set():
             async with pool.connection() as conn:
-                cur = await conn.execute(db.RATE_USAGE, {"batch": batch, "now": clock.now(), "grace": grace})
+                cur = await conn.execute(db.RATE_USAGE, {"batch": batch, "now": clock.now(), "grace": grace,
+                                                         "follow": follow})
                 row = await cur.fetchone()
+            follow = False
             made += row["invoiced"]
             if row["looked"] < batch:
                 break
         return made
 
-    total = sum(await asyncio.gather(*(loop() for _ in range(max(1, workers)))))
+    total = sum(await asyncio.gather(*(loop(k) for k in range(max(1, workers)))))
     while stop is None or not stop.is_set():
         async with pool.connection() as conn:
             cur = await conn.execute(db.CHECK_USAGE_ALERTS, {"batch": batch, "now": clock.now()})
