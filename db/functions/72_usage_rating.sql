@@ -1153,6 +1153,13 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM billing.meter m WHERE m.code = p_meter_code) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('meter %L not found', p_meter_code);
     END IF;
+    -- (the worker's check reads every alert each round: a customer keeps at most 100)
+    PERFORM 1 FROM billing.customer c WHERE c.id = p_customer_id FOR NO KEY UPDATE;  -- one setter at a time
+    IF (SELECT count(*) FROM billing.usage_alert a WHERE a.customer_id = p_customer_id) >= 100
+       AND NOT EXISTS (SELECT 1 FROM billing.usage_alert a
+                        WHERE a.customer_id = p_customer_id AND a.meter_code = p_meter_code AND a.threshold = p_threshold) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('usage alert: customer %s has 100 alerts already', p_customer_id);
+    END IF;
     INSERT INTO billing.usage_alert AS a (customer_id, meter_code, threshold, created_at, updated_at)
     VALUES (p_customer_id, p_meter_code, p_threshold, v_now, v_now)
     ON CONFLICT ON CONSTRAINT usage_alert_one_per_threshold DO UPDATE SET updated_at = a.updated_at
@@ -1161,8 +1168,86 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.set_usage_alert(bigint, text, numeric, timestamptz) IS
-'Sets a customer''s usage alert on a meter at a threshold (idempotent: the same threshold twice is one alert). BL404 unknown customer or meter, BL422 a threshold not above 0.
+'Sets a customer''s usage alert on a meter at a threshold (idempotent: the same threshold twice is one alert). BL404 unknown customer or meter, BL422 a threshold not above 0 or a 101st alert of the customer.
 Returns the alert.';
+
+-- The rest of the alerts' CRUD (HTTP: /v1/customers/{id}/usage-alerts, docs/usage.md).
+CREATE OR REPLACE FUNCTION billing.list_usage_alerts(p_customer_id bigint)
+RETURNS SETOF billing.usage_alert
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM billing.customer c WHERE c.id = p_customer_id) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('customer %s not found', p_customer_id);
+    END IF;
+    RETURN QUERY SELECT a.* FROM billing.usage_alert a WHERE a.customer_id = p_customer_id
+                  ORDER BY a.meter_code, a.threshold, a.id;
+END
+$$;
+COMMENT ON FUNCTION billing.list_usage_alerts(bigint) IS
+'A customer''s usage alerts, by meter and threshold. BL404 for an unknown customer.
+Returns the alerts (at most 100).';
+
+CREATE OR REPLACE FUNCTION billing.update_usage_alert(p_customer_id bigint, p_alert_id bigint, p_threshold numeric,
+                                                      p_now timestamptz DEFAULT now())
+RETURNS billing.usage_alert
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := billing._check_now(p_now);
+    v_alert billing.usage_alert;
+BEGIN
+    PERFORM billing._audit('update_usage_alert', jsonb_build_object('customer_id', p_customer_id, 'alert_id', p_alert_id,
+                                                                    'threshold', p_threshold, 'now', p_now));
+    IF p_threshold IS NULL OR p_threshold <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('usage alert: a threshold above 0, got %s', p_threshold);
+    END IF;
+    SELECT * INTO v_alert FROM billing.usage_alert a WHERE a.customer_id = p_customer_id AND a.id = p_alert_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('usage alert %s of customer %s not found', p_alert_id, p_customer_id);
+    END IF;
+    IF v_alert.threshold = p_threshold THEN
+        RETURN v_alert;  -- unchanged (idempotent)
+    END IF;
+    IF EXISTS (SELECT 1 FROM billing.usage_alert a WHERE a.customer_id = p_customer_id AND a.meter_code = v_alert.meter_code
+                                                      AND a.threshold = p_threshold) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL409',
+            MESSAGE = format('usage alert: customer %s has an alert on %s at %s already', p_customer_id, v_alert.meter_code, p_threshold);
+    END IF;
+    -- a new threshold may fire in the period it is set in, even if the old one fired there
+    UPDATE billing.usage_alert a SET threshold = p_threshold, fired_for = NULL, updated_at = v_now
+     WHERE a.customer_id = p_customer_id AND a.id = p_alert_id
+    RETURNING * INTO v_alert;
+    RETURN v_alert;
+END
+$$;
+COMMENT ON FUNCTION billing.update_usage_alert(bigint, bigint, numeric, timestamptz) IS
+'Changes a usage alert''s threshold (it may fire again in the current period; the same threshold: unchanged). BL404 unknown alert of the customer, BL409 the customer has that threshold on the meter already, BL422 a threshold not above 0.
+Returns the alert.';
+
+CREATE OR REPLACE FUNCTION billing.delete_usage_alert(p_customer_id bigint, p_alert_id bigint, p_now timestamptz DEFAULT now())
+RETURNS billing.usage_alert
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_alert billing.usage_alert;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._audit('delete_usage_alert', jsonb_build_object('customer_id', p_customer_id, 'alert_id', p_alert_id, 'now', p_now));
+    DELETE FROM billing.usage_alert a WHERE a.customer_id = p_customer_id AND a.id = p_alert_id
+    RETURNING * INTO v_alert;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('usage alert %s of customer %s not found', p_alert_id, p_customer_id);
+    END IF;
+    RETURN v_alert;
+END
+$$;
+COMMENT ON FUNCTION billing.delete_usage_alert(bigint, bigint, timestamptz) IS
+'Deletes a usage alert (an alert fires nothing more once deleted). BL404 unknown alert of the customer (deleted already included).
+Returns the alert deleted.';
 
 -- The alerts' check (the worker, after the rating): every alert not fired in its customer's open
 -- period whose meter has reached its threshold there fires (UsageThresholdReached), once: fired_for

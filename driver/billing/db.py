@@ -22,6 +22,11 @@ CREATE_DUE_INVOICES = "SELECT billing.create_due_invoices(%(batch)s, %(now)s) AS
 FINALIZE_INVOICES = "SELECT billing.finalize_invoices(%(batch)s, %(now)s) AS finalized"
 # Usage in arrears (db/functions/72_usage_rating.sql): one row per subscription looked at.
 CHECK_USAGE_ALERTS = "SELECT billing.check_usage_alerts(%(batch)s, %(now)s) AS fired"
+# A customer's usage alerts over HTTP (billing.api.routes.usage_alerts)
+LIST_USAGE_ALERTS = "SELECT * FROM billing.list_usage_alerts(%(customer_id)s)"
+SET_USAGE_ALERT = "SELECT * FROM billing.set_usage_alert(%(customer_id)s, %(meter_code)s, %(threshold)s, %(now)s)"
+UPDATE_USAGE_ALERT = "SELECT * FROM billing.update_usage_alert(%(customer_id)s, %(alert_id)s, %(threshold)s, %(now)s)"
+DELETE_USAGE_ALERT = "SELECT * FROM billing.delete_usage_alert(%(customer_id)s, %(alert_id)s, %(now)s)"
 RATE_USAGE = ("SELECT count(*) AS looked, count(invoice_id) AS invoiced"
               " FROM billing.rate_usage(%(batch)s, %(now)s, make_interval(secs => %(grace)s), %(follow)s)")
 CLAIM_CHARGES = (

@@ -56,6 +56,7 @@ API = {
     "upsert_plan_charge",
     # usage rated in arrears (db/functions/72_usage_rating.sql)
     "rate_usage", "upcoming_invoice", "set_usage_alert", "check_usage_alerts",
+    "list_usage_alerts", "update_usage_alert", "delete_usage_alert",
     # the HTTP API's /v1 lists and reads (db/functions/77_api_lists.sql, issue 28)
     "get_customer", "create_customer", "list_customers", "get_plan", "list_plans", "list_coupons", "list_tax_rates",
     "list_subscriptions", "list_invoices", "list_credit_notes", "list_events", "get_event",
@@ -564,6 +565,10 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["upcoming"] = one("upcoming_invoice", "%s, %s", (sub_id, T0 + timedelta(days=1)))[0]["object"]
     out["usage_alert"] = one("set_usage_alert", "%s, %s, %s, %s", (user, meter, 1, T0))[3] == 1
     out["usage_alerts_fired"] = one("check_usage_alerts", "%s, %s", (100, T0 + timedelta(minutes=3)))[0]
+    listed = one("list_usage_alerts", "%s", (user,), setof=True)
+    out["usage_alerts_listed"] = [r[3] for r in listed] == [1]
+    out["usage_alert_updated"] = one("update_usage_alert", "%s, %s, %s, %s", (user, listed[0][1], 2, T0))[3] == 2
+    out["usage_alert_deleted"] = one("delete_usage_alert", "%s, %s, %s", (user, listed[0][1], T0))[1] == listed[0][1]
     out["called"] = called
     # The HTTP API's /v1 lists and reads (db/functions/77_api_lists.sql, issue 28).
     v1_customer = 800_000 + sum(map(ord, tag))
@@ -642,6 +647,7 @@ EXPECTED = {
     "ext_set": True, "ext_resolved": (True, None), "ext_customer": True, "ext_plan": True, "ext_sub": True,
     "imported_customers": ["created"], "imported_subscriptions": ["created"],
     "usage_rated": True, "upcoming": "upcoming_invoice", "usage_alert": True, "usage_alerts_fired": 1,
+    "usage_alerts_listed": True, "usage_alert_updated": True, "usage_alert_deleted": True,
 }
 
 
