@@ -1291,3 +1291,41 @@ $$;
 COMMENT ON FUNCTION billing.check_usage_alerts(integer, timestamptz) IS
 'Fires the usage alerts whose meter reached their threshold in the customer''s open period and that did not fire in that period yet (UsageThresholdReached, once per period; up to p_batch_size). BL422 for a bad batch size.
 Returns how many fired.';
+
+-- The console's usage panel of a subscription (docs/console.md): its customer's usage per meter in
+-- the open period (current_usage, from the rollups) and the preview of its next invoicing
+-- (upcoming_invoice). Read-only.
+CREATE OR REPLACE FUNCTION billing.console_usage(p_subscription_id bigint, p_now timestamptz DEFAULT now())
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now      timestamptz := billing._check_now(p_now);
+    v_customer bigint := billing._subscription_customer(p_subscription_id);
+    v_plan_id  bigint;
+    v_meters   jsonb;
+    v_from     timestamptz;
+    v_to       timestamptz;
+    v_rated    timestamptz;
+BEGIN
+    SELECT s.plan_id INTO v_plan_id FROM billing.subscription s WHERE s.customer_id = v_customer AND s.id = p_subscription_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('subscription %s does not exist', coalesce(p_subscription_id::text, 'NULL'));
+    END IF;
+    SELECT coalesce(jsonb_agg(jsonb_build_object('meter_code', u.meter_code, 'aggregation', u.aggregation,
+                                                 'value', u.value, 'events', u.events) ORDER BY u.meter_code), '[]'),
+           min(u.period_start), min(u.period_end)
+      INTO v_meters, v_from, v_to
+      FROM billing.current_usage(v_customer, v_now) u;
+    SELECT u.rated_until INTO v_rated FROM billing.usage_cursor u
+     WHERE u.customer_id = v_customer AND u.subscription_id = p_subscription_id;
+    RETURN jsonb_build_object(
+        'charged', EXISTS (SELECT 1 FROM billing.plan_charge c WHERE c.plan_id = v_plan_id),
+        'meters', v_meters, 'period_start', v_from, 'period_end', v_to, 'rated_until', v_rated,
+        'upcoming', billing.upcoming_invoice(p_subscription_id, v_now));
+END
+$$;
+COMMENT ON FUNCTION billing.console_usage(bigint, timestamptz) IS
+'A subscription''s usage panel for the console: whether its plan has usage charges, its customer''s usage per meter in the open period (current_usage), how far its usage is rated, and the preview of its next invoicing (upcoming_invoice). BL404 for an unknown subscription.
+Returns one jsonb document.';

@@ -253,6 +253,7 @@ CONSOLE_MRR = "SELECT * FROM billing.console_mrr(%(now)s, %(days)s)"
 CONSOLE_CUSTOMERS = "SELECT * FROM billing.console_customers(%(q)s, %(limit)s)"
 CONSOLE_CUSTOMER = "SELECT billing.console_customer(%(id)s, %(limit)s) AS doc"
 CONSOLE_SUBSCRIPTION = "SELECT billing.console_subscription(%(id)s) AS doc"
+CONSOLE_USAGE = "SELECT billing.console_usage(%(id)s, %(now)s) AS doc"
 CONSOLE_INVOICES = "SELECT * FROM billing.console_invoices(%(status)s, %(before)s, %(limit)s)"
 CONSOLE_EVENTS = "SELECT * FROM billing.console_events(%(subject)s, %(type)s, %(before)s, %(limit)s)"
 

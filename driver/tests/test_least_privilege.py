@@ -80,6 +80,7 @@ SECURITY = {"create_api_key", "list_api_keys", "revoke_api_key", "authenticate_a
 # The operator console (db/functions/86_console.sql, docs/console.md): its sessions and reads, and replay.
 CONSOLE = {"console_open_session", "console_session", "console_close_session", "console_functions",
            "console_overview", "console_mrr", "console_customers", "console_customer", "console_subscription",
+           "console_usage",
            "console_invoices", "console_events", "replay_outbox_event"}
 # Emails to customers and portal links (db/functions/69_notifications.sql, docs/customers.md).
 CUSTOMERS = {"notification_kinds", "customer_locales", "set_customer_preferences", "announce_upcoming_renewals",
@@ -394,6 +395,7 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
         == [customer]
     out["console_customer"] = one("console_customer", "%s, %s", (customer, 10))[0]["customer"]["id"] == customer
     out["console_subscription"] = one("console_subscription", "%s", (sub_id,))[0]["subscription"]["id"] == sub_id
+    out["console_usage"] = one("console_usage", "%s, %s", (sub_id, T0))[0]["upcoming"]["subscriptionId"] == sub_id
     out["console_invoices"] = len(one("console_invoices", "%s, %s, %s", (None, None, 10), setof=True)) >= 3
     sub_events = one("console_events", "%s, %s, %s, %s", (f"subscription/{sub_id}", None, None, 50), setof=True)
     out["console_events"] = bool(sub_events) and {r[3] for r in sub_events} == {sub_id}
@@ -625,7 +627,7 @@ EXPECTED = {
     "refund_event": "REVIEW", "rechecks": [], "customer_session_opened": True, "customer_session": True,
     "customer_session_closed": True, "auth_failure_audited": True,
     "console_login": True, "console_session": True, "console_logout": True, "console_overview": True,
-    "console_mrr": True, "console_customers": True, "console_customer": True, "console_subscription": True,
+    "console_mrr": True, "console_customers": True, "console_customer": True, "console_subscription": True, "console_usage": True,
     "console_invoices": True, "console_events": True, "console_functions": True, "replay": "PENDING",
     "tax_rate": True, "details": True, "finalized": True, "numbered": True, "document": True,
     "report_mrr": True, "report_mrr_movements": True, "report_churn": True, "report_revenue": True,
