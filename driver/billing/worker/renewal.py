@@ -243,8 +243,10 @@ async def run_renewal_in_shards(pool, shards, stop: asyncio.Event, *, clock: Clo
             log.warning("renew_in_shard failed; retrying", extra={"error": repr(exc)})
             wait = backoff
             backoff = min(backoff * 2, 10.0)
+        # (one loop on Citus: its due scan cannot lock rows across shards, so a second loop would
+        # find the first's batch and spin on it; the rating there is one subscription at a time)
         await step("rate_usage", lambda: rate_due_usage(pool, clock, batch=batch, grace=usage_grace, stop=stop,
-                                                        workers=usage_workers))
+                                                        workers=1))
         await step("finalize_invoices", lambda: finalize_waiting(pool, clock, batch=batch, stop=stop))
         if await sleep_or_stop(stop, wait):
             return
