@@ -336,10 +336,12 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(29, billing._usage_lock_key(p_customer_id)) THEN
         RETURN NULL;
     END IF;
-    SELECT * INTO v_cur FROM billing.usage_cursor
-     WHERE customer_id = p_customer_id AND subscription_id = p_subscription_id FOR UPDATE;
+    -- the subscription first, then its cursor: the order of every path that changes a subscription
+    -- and then its cursor (change_plan, cancellations: _usage_touch), so none can deadlock with this
     SELECT * INTO v_sub FROM billing.subscription
      WHERE customer_id = p_customer_id AND id = p_subscription_id FOR NO KEY UPDATE;
+    SELECT * INTO v_cur FROM billing.usage_cursor
+     WHERE customer_id = p_customer_id AND subscription_id = p_subscription_id FOR UPDATE;
     IF v_cur.customer_id IS NULL OR v_sub.id IS NULL THEN
         RETURN NULL;
     END IF;
@@ -525,8 +527,10 @@ Returns nothing.';
 -- rated to its end, a canceled one rated to its end with late events. Read through the cursors'
 -- due_at (usage_cursor_due_idx: only the cursors whose earliest due instant is behind the grace,
 -- in that order) and the finished ones with late events (usage_cursor_late_idx), never every
--- cursor. On one PostgreSQL the cursors returned are locked (FOR UPDATE SKIP LOCKED): rating
--- workers running at once each take cursors no other holds. On Citus (no row locks in a query
+-- cursor. On one PostgreSQL their subscriptions are locked (FOR NO KEY UPDATE SKIP LOCKED): rating
+-- workers running at once each take subscriptions no other holds, and a rating locks a
+-- subscription before its cursor, as every path that changes a subscription then touches its
+-- cursor (_usage_touch): no lock order between them can deadlock. On Citus (no row locks in a query
 -- over several shards) in key order, unlocked: the rating takes each customer's usage lock, tried.
 CREATE OR REPLACE FUNCTION billing._usage_due(p_batch_size integer, p_now timestamptz, p_grace interval)
 RETURNS TABLE (customer_id bigint, subscription_id bigint)
@@ -558,7 +562,7 @@ BEGIN
                 AND least(coalesce(s.canceled_at, s.current_period_end), s.current_period_end) + p_grace <= p_now))
      ORDER BY u.due_at
      LIMIT p_batch_size
-       FOR UPDATE OF u SKIP LOCKED;
+       FOR NO KEY UPDATE OF s SKIP LOCKED;
     GET DIAGNOSTICS v_found = ROW_COUNT;
     IF v_found < p_batch_size THEN
         RETURN QUERY
@@ -567,12 +571,12 @@ BEGIN
          WHERE u.finished AND u.late_since IS NOT NULL AND s.status = 'CANCELED'
          ORDER BY u.customer_id, u.subscription_id
          LIMIT p_batch_size - v_found
-           FOR UPDATE OF u SKIP LOCKED;
+           FOR NO KEY UPDATE OF s SKIP LOCKED;
     END IF;
 END
 $$;
 COMMENT ON FUNCTION billing._usage_due(integer, timestamptz, interval) IS
-'Private: the subscriptions whose usage rating is due at p_now (a period or a canceled service ended p_grace ago and not rated; a finished one with late events), read through the cursors'' due_at; on one PostgreSQL their cursors locked, skipping those another rating holds.
+'Private: the subscriptions whose usage rating is due at p_now (a period or a canceled service ended p_grace ago and not rated; a finished one with late events), read through the cursors'' due_at; on one PostgreSQL their subscriptions locked, skipping those another rating (or any change) holds.
 Returns up to p_batch_size (customer_id, subscription_id).';
 
 -- The rating one subscription at a time (_rate_subscription each): the path on Citus (a query of
@@ -980,8 +984,9 @@ BEGIN
     -- after them (an ingestion committed before a lock is read)
     v_locked := ARRAY(SELECT c FROM (SELECT DISTINCT c FROM unnest(v_cust) c) q
                        WHERE pg_try_advisory_xact_lock(29, billing._usage_lock_key(c)) ORDER BY c);
-    -- the rows, locked in key order (as _rate_subscription: cursor, then subscription); the live
-    -- ones without late events go set-based
+    -- the rows, locked in key order (the subscriptions are held since the due scan: as in
+    -- _rate_subscription, the subscription before its cursor); the live ones without late events
+    -- go set-based
     SELECT coalesce(array_agg(q.customer_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}'),
            coalesce(array_agg(q.subscription_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}')
       INTO v_fast_c, v_fast_s
