@@ -22,4 +22,6 @@ CREATE INDEX usage_cursor_late_idx ON billing.usage_cursor (customer_id, subscri
 -- rate_usage gains p_follow (the subscriptions not followed yet are looked for once a round, not on
 -- every call: that reads every subscription on a charged plan); 72_usage_rating makes it again.
 DROP FUNCTION IF EXISTS billing.rate_usage(integer, timestamptz, interval);
+-- _usage_start gains due_at (an OUT parameter: its row type changes); 72_usage_rating makes it again.
+DROP FUNCTION IF EXISTS billing._usage_start(billing.subscription, timestamptz);
 ALTER TABLE billing.usage_cursor ADD CONSTRAINT usage_cursor_due CHECK ((due_at IS NULL) = finished);
