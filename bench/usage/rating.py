@@ -1,7 +1,8 @@
 """Rating bench (issue 29: "the first of the month with 100,000 usage subscriptions of 3 meters each,
 rated in under 60 s"; docs/usage.md "Rating in arrears"): the set-based rating (`billing.rate_usage`
-on one PostgreSQL) beside the per-subscription path (`billing._rate_usage_rows`, what rate_usage was
-before, and still is on Citus) in the same run, on the same data.
+on one PostgreSQL) by one worker, beside --workers workers at once (each call takes the due cursors
+no other holds), beside the per-subscription path (`billing._rate_usage_rows`, what rate_usage was
+before, and still is on Citus) in the same run, on copies of the same data.
 
     python -m bench.usage.rating                          # 20,000 subscriptions
     python -m bench.usage.rating --subscriptions 100000   # the issue's figure
@@ -14,7 +15,9 @@ active hours per meter and subscription; the ingestion itself is bench/usage/run
 
 1. the cursors made before the renewal (`_usage_follow_all`, set-based), the database copied (CREATE DATABASE ...
    TEMPLATE), so both paths start from the same state;
-2. set-based: `rate_usage(--batch)` until it looks at less than a batch, over all N;
+2. set-based: `rate_usage(--batch)` until it looks at less than a batch, over all N, one worker;
+2b. the same by --workers workers at once (threads, a connection each) on a copy: the wall clock
+   and the CPU of all their server processes;
 3. per subscription: `_rate_usage_rows(500)` on the copy for `--sample` subscriptions (all N would
    take tens of minutes), its rate per second and the time it would take for N;
 4. the sample's ratings and invoices compared between the two databases (they must be equal).
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -40,6 +44,7 @@ from .run import url_for_db
 REPO = Path(__file__).resolve().parents[2]
 DB = "bench_usage_rating"
 COPY = "bench_usage_rating_rows"
+PARALLEL = "bench_usage_rating_workers"
 START = datetime(2026, 10, 1, tzinfo=timezone.utc)
 END = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
@@ -111,11 +116,12 @@ def main() -> None:
     ap.add_argument("--subscriptions", type=int, default=20_000)
     ap.add_argument("--hours", type=int, default=24, help="active hours per meter and subscription in the month")
     ap.add_argument("--batch", type=int, default=5000, help="rate_usage's batch size (set-based)")
-    ap.add_argument("--sample", type=int, default=1000, help="subscriptions rated by the per-subscription path")
+    ap.add_argument("--sample", type=int, default=1000, help="subscriptions rated by the per-subscription path (0: none)")
+    ap.add_argument("--workers", type=int, default=2, help="rating workers at once, beside the one worker")
     args = ap.parse_args()
     n = args.subscriptions
     with psycopg.connect(args.server_url, autocommit=True) as conn:
-        for db in (DB, COPY):
+        for db in (DB, COPY, PARALLEL):
             conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {DB}")
     url = url_for_db(args.server_url, DB)
@@ -130,7 +136,10 @@ def main() -> None:
               f"in {time.perf_counter() - t0:.0f} s", flush=True)
     with psycopg.connect(args.server_url, autocommit=True) as conn:
         t0 = time.perf_counter()
-        conn.execute(f"CREATE DATABASE {COPY} TEMPLATE {DB}")
+        if args.sample:
+            conn.execute(f"CREATE DATABASE {COPY} TEMPLATE {DB}")
+        if args.workers:
+            conn.execute(f"CREATE DATABASE {PARALLEL} TEMPLATE {DB}")
         print(f"cursors made (set-based) in {follow:.1f} s; copy of the database in {time.perf_counter() - t0:.0f} s",
               flush=True)
 
@@ -140,8 +149,9 @@ def main() -> None:
         t0 = time.perf_counter()
         looked = invoices = calls = 0
         while True:
-            a, b = conn.execute("SELECT count(*), count(invoice_id) FROM billing.rate_usage(%s, %s, interval '1 hour')",
-                                (args.batch, now)).fetchone()
+            # (the worker's loop: the subscriptions not followed yet looked for by its round's first call)
+            a, b = conn.execute("SELECT count(*), count(invoice_id) FROM billing.rate_usage(%s, %s, interval '1 hour', %s)",
+                                (args.batch, now, calls == 0)).fetchone()
             looked, invoices, calls = looked + a, invoices + b, calls + 1
             if a < args.batch:
                 break
@@ -154,6 +164,23 @@ def main() -> None:
           f"({n / set_seconds:,.0f}/s; server CPU {set_cpu:.1f} s, {set_cpu / n * 1000:.2f} ms each; {calls} calls, {invoices:,} USAGE invoices, {lines:,} lines; load {load_before:.1f})",
           flush=True)
 
+    par_seconds = par_cpu = float("nan")
+    load_par = os.getloadavg()[0]
+    if args.workers:
+        par_seconds, par_cpu, par_calls = parallel(url_for_db(args.server_url, PARALLEL), args.workers, args.batch, now, n)
+        with psycopg.connect(url_for_db(args.server_url, PARALLEL), autocommit=True) as conn:
+            par_rows = ratings(conn, args.sample or 1000)
+        assert par_rows == ratings_of(url, args.sample or 1000), "one worker and several disagree"
+        print(f"{args.workers} workers at once, rate_usage({args.batch}) each: {n:,} subscriptions in {par_seconds:.1f} s "
+              f"({n / par_seconds:,.0f}/s; server CPU {par_cpu:.1f} s in all, {par_cpu / n * 1000:.2f} ms each; "
+              f"{par_calls} calls; load {load_par:.1f}); the first {args.sample or 1000:,} customers' ratings equal to one worker's",
+              flush=True)
+    if not args.sample:
+        summary(args, n, rollups, set_seconds, set_cpu, par_seconds, par_cpu, None, None, None,
+                (load_before, load_par, os.getloadavg()[0]))
+        with psycopg.connect(args.server_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {PARALLEL} WITH (FORCE)")
+        return
     load_rows = os.getloadavg()[0]
     with psycopg.connect(url_for_db(args.server_url, COPY), autocommit=True) as conn:
         cpu0 = backend_cpu(conn)
@@ -172,15 +199,72 @@ def main() -> None:
           f"the sample's {len(set_rows):,} ratings equal in both", flush=True)
     with psycopg.connect(args.server_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {COPY} WITH (FORCE)")
-    load = os.getloadavg()
+        conn.execute(f"DROP DATABASE IF EXISTS {PARALLEL} WITH (FORCE)")
+    summary(args, n, rollups, set_seconds, set_cpu, par_seconds, par_cpu, rated, rows_seconds, rows_cpu,
+            (load_before, load_par, load_rows, os.getloadavg()[0]))
+
+
+def ratings_of(url: str, limit: int) -> list[tuple]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return ratings(conn, limit)
+
+
+def parallel(url: str, workers: int, batch: int, now, n: int) -> tuple[float, float, int]:
+    """`workers` threads, a connection each, calling rate_usage until a call looks at less than a
+    batch, all started at once: the wall clock and the server CPU of all their backends."""
+    barrier = threading.Barrier(workers + 1)
+    looked: list[int] = []
+    invoiced: list[int] = []
+    calls: list[int] = []
+    cpu: list[float] = []
+    errors: list[BaseException] = []
+
+    def work(first: bool) -> None:
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                cpu0 = backend_cpu(conn)
+                barrier.wait()
+                k = 0
+                while True:
+                    a, b = conn.execute("SELECT count(*), count(invoice_id) FROM billing.rate_usage(%s, %s, interval '1 hour', %s)",
+                                        (batch, now, k == 0 and first)).fetchone()
+                    looked.append(a)
+                    invoiced.append(b)
+                    k += 1
+                    if a < batch:
+                        break
+                calls.append(k)
+                cpu.append(backend_cpu(conn) - cpu0 if cpu0 is not None else float("nan"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=work, args=(w == 0,)) for w in range(workers)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - t0
+    assert not errors, errors
+    assert sum(invoiced) == n, (sum(looked), sum(invoiced), n)
+    return seconds, sum(cpu), sum(calls)
+
+
+def summary(args, n, rollups, set_seconds, set_cpu, par_seconds, par_cpu, rated, rows_seconds, rows_cpu, loads) -> None:
     print()
     print(f"| rating, {n:,} subscriptions x 3 meters, {args.hours} active hours a meter ({rollups:,} rollup rows); "
-          f"load {load_before:.1f} / {load_rows:.1f} / {load[0]:.1f} | subscriptions/s | time for {n:,} | server CPU per subscription | CPU for {n:,} |")
+          f"load {' / '.join(f'{x:.1f}' for x in loads)} | subscriptions/s | time for {n:,} | server CPU per subscription | CPU for {n:,} |")
     print("|---|---:|---:|---:|---:|")
-    print(f"| set-based `rate_usage({args.batch})` | {n / set_seconds:,.0f} | {set_seconds:.1f} s | "
+    print(f"| set-based `rate_usage({args.batch})`, one worker | {n / set_seconds:,.0f} | {set_seconds:.1f} s | "
           f"{set_cpu / n * 1000:.2f} ms | {set_cpu:.1f} s |")
-    print(f"| per subscription `_rate_usage_rows(500)` (sample of {rated:,}) | {rated / rows_seconds:,.0f} | "
-          f"{n * rows_seconds / rated:,.0f} s (extrapolated) | {rows_cpu / rated * 1000:.2f} ms | {rows_cpu / rated * n:,.0f} s |")
+    if args.workers:
+        print(f"| set-based `rate_usage({args.batch})`, {args.workers} workers at once | {n / par_seconds:,.0f} | "
+              f"{par_seconds:.1f} s | {par_cpu / n * 1000:.2f} ms | {par_cpu:.1f} s |")
+    if rated:
+        print(f"| per subscription `_rate_usage_rows(500)` (sample of {rated:,}) | {rated / rows_seconds:,.0f} | "
+              f"{n * rows_seconds / rated:,.0f} s (extrapolated) | {rows_cpu / rated * 1000:.2f} ms | {rows_cpu / rated * n:,.0f} s |")
 
 
 if __name__ == "__main__":

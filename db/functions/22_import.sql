@@ -300,6 +300,12 @@ BEGIN
                   FROM jsonb_to_recordset(v_rows) AS k(id bigint, cust_id bigint, plan text, st text, qty integer,
                                                        current_period_start timestamptz, current_period_end timestamptz,
                                                        coupon text, cancel_at_period_end boolean)) e;
+        -- usage rated in arrears (72_usage_rating): one on a plan with usage charges is followed now,
+        -- from its imported period (no invoice of it says where it started once it has renewed)
+        IF EXISTS (SELECT 1 FROM billing.plan_charge c
+                    WHERE c.plan_id IN (SELECT k.plan_id FROM jsonb_to_recordset(v_rows) AS k(plan_id bigint))) THEN
+            PERFORM billing._usage_follow_all(p_now);
+        END IF;
     END IF;
 
     RETURN QUERY

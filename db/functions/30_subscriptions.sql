@@ -390,6 +390,7 @@ BEGIN
            version = version + 1, updated_at = p_now
      WHERE customer_id = v_sub.customer_id AND id = v_sub.id
     RETURNING * INTO v_sub;
+    PERFORM billing._usage_touch(v_sub.customer_id, v_sub.id, p_now);  -- its usage is rated to here (72_usage_rating)
     -- Unpaid is unpaid (issue 26 #3, #12): the unpaid invoices bill the time served, the rest is
     -- taken off with a credit note (17_ledger); then the unused paid time as p_proration says.
     PERFORM billing._bill_served(v_sub, greatest(p_now, v_before.current_period_start), p_now);

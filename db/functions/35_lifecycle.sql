@@ -53,6 +53,7 @@ BEGIN
     UPDATE billing.subscription SET lifecycle_pending = billing._needs_lifecycle(v_sub)
      WHERE customer_id = v_sub.customer_id AND id = v_sub.id
     RETURNING * INTO v_sub;
+    PERFORM billing._usage_touch(v_sub.customer_id, v_sub.id, p_now);  -- a period starts: usage rated to here (72_usage_rating)
     PERFORM billing._new_invoice(v_sub, p_kind, v_start, v_first.period_end, v_list - v_disc.discount, p_plan, v_price,
                                  p_now, p_from_plan_id, p_from_price, v_disc.discount, v_disc.coupon_code);
     RETURN v_sub;

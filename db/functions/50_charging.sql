@@ -217,6 +217,7 @@ BEGIN
                version = version + 1, updated_at = p_now
          WHERE customer_id = v_sub.customer_id AND id = v_sub.id
         RETURNING * INTO v_sub;
+        PERFORM billing._usage_touch(v_sub.customer_id, v_sub.id, p_now);  -- its usage is rated to here (72_usage_rating)
         -- Its other unpaid invoices bill the time served; only the rest is taken off (17_ledger).
         PERFORM billing._bill_served(v_sub, greatest(p_now, v_sub.current_period_start), p_now);
         PERFORM billing._emit_event('subscription', v_sub.id, 'SubscriptionCanceled',

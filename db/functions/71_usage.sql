@@ -683,6 +683,9 @@ BEGIN
            tiers = EXCLUDED.tiers, included_units = EXCLUDED.included_units, minimum_amount = EXCLUDED.minimum_amount,
            maximum_amount = EXCLUDED.maximum_amount, updated_at = EXCLUDED.updated_at
     RETURNING * INTO v_row;
+    -- the plan's subscriptions are followed by the rating from the period current now (a charge
+    -- applies from the period it was made in, never back to their first period: 72_usage_rating)
+    PERFORM billing._usage_follow_plans(v_plan_id, v_now);
     RETURN v_row;
 END
 $$;

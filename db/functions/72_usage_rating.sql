@@ -108,28 +108,109 @@ COMMENT ON FUNCTION billing._usage_segments(bigint, bigint, timestamptz, timesta
 'Private: the plan segments of [p_from, p_to) of a subscription, read from its PLAN lines in force (the newest line covering an instant and not given back by then); where none covers, the plan of the last line before, else p_default_plan.
 Returns the segments in order, adjacent ones of one plan merged.';
 
--- A subscription starts to be followed by the rating (its cursor, rated from its first period's
--- start) when its plan has usage charges. Called by rate_usage for every subscription on such a
--- plan, and by change_plan before a change (old or new plan charged). Idempotent.
-CREATE OR REPLACE FUNCTION billing._usage_follow(p_customer_id bigint, p_subscription_id bigint, p_now timestamptz)
+-- Where a subscription's rating starts (docs/usage.md "What is followed"): the start of the period
+-- that was current when the first charge of its plan was made (p_since: that instant; NULL: p_now),
+-- or its first period's start when it began later, never earlier: a charge added to a plan applies
+-- from the period then current, not back to the subscription's first period. The period starts
+-- known are its INITIAL, RENEWAL and PLAN_CHANGE invoices' and its current period's (an imported
+-- period has no invoice: followed while current, upsert_plan_charge and import_subscriptions
+-- follow at once). A canceled subscription whose service ended by then is followed as finished
+-- (nothing of it is rated, but late events).
+CREATE OR REPLACE FUNCTION billing._usage_start(p_sub billing.subscription, p_since timestamptz,
+                                                OUT rated_until timestamptz, OUT finished boolean, OUT due_at timestamptz)
+RETURNS record
+LANGUAGE plpgsql STABLE  -- PL/pgSQL: Citus cannot plan a SQL function over its tables with parameters
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    SELECT CASE WHEN e.ended <= p_since THEN e.ended ELSE st.start_at END,
+           coalesce(e.ended <= p_since, false)
+      INTO rated_until, finished
+      FROM (SELECT coalesce(max(x.b) FILTER (WHERE x.b <= p_since), min(x.b)) AS start_at
+              FROM (SELECT i.period_start AS b FROM billing.invoice i
+                     WHERE i.customer_id = p_sub.customer_id AND i.subscription_id = p_sub.id
+                       AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')
+                    UNION ALL SELECT p_sub.current_period_start) x) st,
+           (SELECT CASE WHEN p_sub.status = 'CANCELED'
+                        THEN least(coalesce(p_sub.canceled_at, p_sub.current_period_end), p_sub.current_period_end) END AS ended) e;
+    due_at := billing._usage_due_at(p_sub, rated_until, finished);
+END
+$$;
+COMMENT ON FUNCTION billing._usage_start(billing.subscription, timestamptz) IS
+'Private: where the usage rating of a subscription starts when it is first followed: the start of its period current at p_since (when its plan''s first charge was made), or its first period''s when later; a canceled one whose service ended by p_since: its end, finished.
+Returns (rated_until, finished, due_at).';
+
+-- The earliest instant a cursor's rating can be due (usage_cursor.due_at, before the grace): when
+-- its subscription is rated up to its current period, that period's end (the renewal moves the
+-- period there; anything else that moves it calls _usage_touch); else (a period or a service
+-- ended and not rated) the instant rated up to, i.e. due now; NULL when finished (its late events
+-- are found by usage_cursor_late_idx).
+CREATE OR REPLACE FUNCTION billing._usage_due_at(p_sub billing.subscription, p_rated_until timestamptz, p_finished boolean)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN p_finished THEN NULL
+                WHEN p_sub.status <> 'CANCELED' AND p_rated_until >= p_sub.current_period_start THEN p_sub.current_period_end
+                ELSE p_rated_until END
+$$;
+COMMENT ON FUNCTION billing._usage_due_at(billing.subscription, timestamptz, boolean) IS
+'Private: the earliest instant the usage rating of a subscription rated up to p_rated_until can be due (usage_cursor.due_at): its current period''s end when rated up to its current period, else p_rated_until; NULL when finished.
+Returns the instant.';
+
+-- What moves a subscription's period or ends its service otherwise than the renewal at its period's
+-- end (a plan change, a cancellation, dunning''s end, a period started by a resume, a trial''s end
+-- or a reactivation) brings its cursor's due_at down to that instant: the rating's due scan finds
+-- it from then on (usage_cursor_due_idx). No cursor, or a finished one: nothing.
+CREATE OR REPLACE FUNCTION billing._usage_touch(p_customer_id bigint, p_subscription_id bigint, p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
-    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, updated_at)
-    SELECT s.customer_id, s.id,
-           coalesce((SELECT min(i.period_start) FROM billing.invoice i
-                      WHERE i.customer_id = s.customer_id AND i.subscription_id = s.id
-                        AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')), s.current_period_start),
-           p_now
-      FROM billing.subscription s
-     WHERE s.customer_id = p_customer_id AND s.id = p_subscription_id
+    UPDATE billing.usage_cursor u SET due_at = p_now
+     WHERE u.customer_id = p_customer_id AND u.subscription_id = p_subscription_id
+       AND NOT u.finished AND u.due_at > p_now;
+END
+$$;
+COMMENT ON FUNCTION billing._usage_touch(bigint, bigint, timestamptz) IS
+'Private: brings the usage cursor''s due_at of a subscription down to p_now (its period moved or its service ended then), so the rating''s due scan looks at it; none or finished: nothing.
+Returns nothing.';
+
+-- A subscription starts to be followed by the rating (its cursor, from _usage_start) when its plan
+-- has usage charges. Called by change_plan before a change (old or new plan charged: from the
+-- period the old plan's first charge was made in, else the current one), and on Citus by
+-- _usage_follow_plans for each subscription. Idempotent.
+CREATE OR REPLACE FUNCTION billing._usage_follow(p_customer_id bigint, p_subscription_id bigint, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_sub   billing.subscription;
+    v_since timestamptz;
+    v_start record;
+BEGIN
+    IF EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE u.customer_id = p_customer_id AND u.subscription_id = p_subscription_id) THEN
+        -- (change_plan calls it before a change: the change may move the period)
+        PERFORM billing._usage_touch(p_customer_id, p_subscription_id, p_now);
+        RETURN;
+    END IF;
+    SELECT * INTO v_sub FROM billing.subscription s WHERE s.customer_id = p_customer_id AND s.id = p_subscription_id;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(min(c.created_at), p_now) INTO v_since FROM billing.plan_charge c WHERE c.plan_id = v_sub.plan_id;
+    -- (the subscription read first, then passed: on Citus a function over a distributed row inside
+    -- a query of one shard would be sent to its worker)
+    v_start := billing._usage_start(v_sub, least(v_since, p_now));
+    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, finished, due_at, updated_at)
+    VALUES (p_customer_id, p_subscription_id, v_start.rated_until, v_start.finished, least(v_start.due_at, p_now), p_now)
     ON CONFLICT ON CONSTRAINT usage_cursor_pkey DO NOTHING;
 END
 $$;
 COMMENT ON FUNCTION billing._usage_follow(bigint, bigint, timestamptz) IS
-'Private: makes the usage cursor of a subscription (rated from its first period''s start) if it has none.
+'Private: makes the usage cursor of a subscription if it has none, from _usage_start (the period current when its plan''s first charge was made, else the current one).
 Returns nothing.';
 
 -- The coupon's discount of a usage line (docs/usage.md "Coupons"), by the rule of the plan lines
@@ -255,10 +336,12 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(29, billing._usage_lock_key(p_customer_id)) THEN
         RETURN NULL;
     END IF;
-    SELECT * INTO v_cur FROM billing.usage_cursor
-     WHERE customer_id = p_customer_id AND subscription_id = p_subscription_id FOR UPDATE;
+    -- the subscription first, then its cursor: the order of every path that changes a subscription
+    -- and then its cursor (change_plan, cancellations: _usage_touch), so none can deadlock with this
     SELECT * INTO v_sub FROM billing.subscription
      WHERE customer_id = p_customer_id AND id = p_subscription_id FOR NO KEY UPDATE;
+    SELECT * INTO v_cur FROM billing.usage_cursor
+     WHERE customer_id = p_customer_id AND subscription_id = p_subscription_id FOR UPDATE;
     IF v_cur.customer_id IS NULL OR v_sub.id IS NULL THEN
         RETURN NULL;
     END IF;
@@ -380,6 +463,8 @@ BEGIN
     UPDATE billing.usage_cursor
        SET rated_until = coalesce(v_cut, rated_until), late_since = NULL,
            finished = (v_sub.status = 'CANCELED' AND coalesce(v_cut, rated_until) >= v_end),
+           due_at = billing._usage_due_at(v_sub, coalesce(v_cut, rated_until),
+                                          v_sub.status = 'CANCELED' AND coalesce(v_cut, rated_until) >= v_end),
            updated_at = p_now
      WHERE customer_id = p_customer_id AND subscription_id = p_subscription_id;
     RETURN v_invoice.id;
@@ -389,9 +474,11 @@ COMMENT ON FUNCTION billing._rate_subscription(bigint, bigint, timestamptz, inte
 'Private: rates one subscription''s usage at p_now under the customer''s usage lock: its periods ended p_grace ago or more and not rated (per plan segment and charge), and the spans rated before that late events reach (the increase only); the positive amounts as service lines (item USAGE) on one USAGE invoice; usage_rating records every rating; the cursor moves to the last period boundary rated.
 Returns the USAGE invoice''s id, NULL when nothing was billed.';
 
--- The subscriptions the rating follows: every subscription on a plan with usage charges gets its
--- cursor (as _usage_follow, set-based; a change away from such a plan keeps its cursor).
-CREATE OR REPLACE FUNCTION billing._usage_follow_all(p_now timestamptz)
+-- The subscriptions the rating follows: every subscription on a plan with usage charges (p_plan_id:
+-- on that plan only; NULL: every charged plan) gets its cursor (as _usage_follow, set-based; a
+-- change away from such a plan keeps its cursor). Called by every rate_usage, and by
+-- upsert_plan_charge and import_subscriptions so that the period current then is the first rated.
+CREATE OR REPLACE FUNCTION billing._usage_follow_plans(p_plan_id bigint, p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
@@ -403,7 +490,7 @@ BEGIN
         -- on Citus one subscription at a time (each a query of its own shard group)
         FOR v_sub IN
             SELECT s.customer_id, s.id FROM billing.subscription s
-             WHERE s.plan_id IN (SELECT c.plan_id FROM billing.plan_charge c)
+             WHERE s.plan_id IN (SELECT c.plan_id FROM billing.plan_charge c WHERE p_plan_id IS NULL OR c.plan_id = p_plan_id)
                AND NOT EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE u.customer_id = s.customer_id AND u.subscription_id = s.id)
              ORDER BY s.customer_id, s.id
         LOOP
@@ -411,46 +498,85 @@ BEGIN
         END LOOP;
         RETURN;
     END IF;
-    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, updated_at)
-    SELECT s.customer_id, s.id,
-           coalesce((SELECT min(i.period_start) FROM billing.invoice i
-                      WHERE i.customer_id = s.customer_id AND i.subscription_id = s.id
-                        AND i.kind IN ('INITIAL', 'RENEWAL', 'PLAN_CHANGE')), s.current_period_start),
-           p_now
+    INSERT INTO billing.usage_cursor (customer_id, subscription_id, rated_until, finished, due_at, updated_at)
+    SELECT s.customer_id, s.id, (st.x).rated_until, (st.x).finished, (st.x).due_at, p_now
       FROM billing.subscription s
-     WHERE s.plan_id IN (SELECT c.plan_id FROM billing.plan_charge c)
-       AND NOT EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE u.customer_id = s.customer_id AND u.subscription_id = s.id)
+      JOIN (SELECT c.plan_id, min(c.created_at) AS since FROM billing.plan_charge c
+             WHERE p_plan_id IS NULL OR c.plan_id = p_plan_id GROUP BY c.plan_id) c ON c.plan_id = s.plan_id
+     CROSS JOIN LATERAL (SELECT billing._usage_start(s, least(c.since, p_now)) AS x) st
+     WHERE NOT EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE u.customer_id = s.customer_id AND u.subscription_id = s.id)
      ORDER BY s.customer_id, s.id
     ON CONFLICT ON CONSTRAINT usage_cursor_pkey DO NOTHING;
 END
 $$;
-COMMENT ON FUNCTION billing._usage_follow_all(timestamptz) IS
-'Private: makes the usage cursor of every subscription on a plan with usage charges that has none (rated from its first period''s start): one statement, or one subscription at a time on Citus.
+COMMENT ON FUNCTION billing._usage_follow_plans(bigint, timestamptz) IS
+'Private: makes the usage cursor (from _usage_start) of every subscription on a plan with usage charges (p_plan_id: that plan only) that has none: one statement, or one subscription at a time on Citus.
 Returns nothing.';
 
--- The subscriptions whose rating is due at p_now, in key order, at most p_batch_size: a live one
--- whose period ended p_grace ago and is not rated, a canceled one whose service ended p_grace ago
--- and is not rated to its end, a canceled one rated to its end with late events.
+CREATE OR REPLACE FUNCTION billing._usage_follow_all(p_now timestamptz)
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$ SELECT billing._usage_follow_plans(NULL, p_now) $$;
+COMMENT ON FUNCTION billing._usage_follow_all(timestamptz) IS
+'Private: _usage_follow_plans for every charged plan.
+Returns nothing.';
+
+-- The subscriptions whose rating is due at p_now, at most p_batch_size: a live one whose period
+-- ended p_grace ago and is not rated, a canceled one whose service ended p_grace ago and is not
+-- rated to its end, a canceled one rated to its end with late events. Read through the cursors'
+-- due_at (usage_cursor_due_idx: only the cursors whose earliest due instant is behind the grace,
+-- in that order) and the finished ones with late events (usage_cursor_late_idx), never every
+-- cursor. On one PostgreSQL their subscriptions are locked (FOR NO KEY UPDATE SKIP LOCKED): rating
+-- workers running at once each take subscriptions no other holds, and a rating locks a
+-- subscription before its cursor, as every path that changes a subscription then touches its
+-- cursor (_usage_touch): no lock order between them can deadlock. On Citus (no row locks in a query
+-- over several shards) in key order, unlocked: the rating takes each customer's usage lock, tried.
 CREATE OR REPLACE FUNCTION billing._usage_due(p_batch_size integer, p_now timestamptz, p_grace interval)
 RETURNS TABLE (customer_id bigint, subscription_id bigint)
-LANGUAGE plpgsql STABLE  -- PL/pgSQL: Citus cannot plan a SQL function over its tables with parameters
+LANGUAGE plpgsql VOLATILE  -- PL/pgSQL: Citus cannot plan a SQL function over its tables with parameters
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_found bigint;
 BEGIN
+    IF billing._distributed('billing.customer') THEN
+        RETURN QUERY
+        SELECT u.customer_id, u.subscription_id FROM billing.usage_cursor u
+          JOIN billing.subscription s ON s.customer_id = u.customer_id AND s.id = u.subscription_id
+         WHERE (NOT u.finished AND u.due_at <= p_now - p_grace
+                AND ((s.status <> 'CANCELED' AND u.rated_until < s.current_period_start AND s.current_period_start + p_grace <= p_now)
+                     OR (s.status = 'CANCELED'
+                         AND least(coalesce(s.canceled_at, s.current_period_end), s.current_period_end) + p_grace <= p_now)))
+            OR (u.finished AND u.late_since IS NOT NULL AND s.status = 'CANCELED')
+         ORDER BY u.customer_id, u.subscription_id
+         LIMIT p_batch_size;
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT u.customer_id, u.subscription_id FROM billing.usage_cursor u
       JOIN billing.subscription s ON s.customer_id = u.customer_id AND s.id = u.subscription_id
-     WHERE (NOT u.finished AND s.status <> 'CANCELED'
-            AND u.rated_until < s.current_period_start AND s.current_period_start + p_grace <= p_now)
-        OR (NOT u.finished AND s.status = 'CANCELED'
-            AND least(coalesce(s.canceled_at, s.current_period_end), s.current_period_end) + p_grace <= p_now)
-        OR (u.finished AND s.status = 'CANCELED' AND u.late_since IS NOT NULL)
-     ORDER BY u.customer_id, u.subscription_id
-     LIMIT p_batch_size;
+     WHERE NOT u.finished AND u.due_at <= p_now - p_grace
+       AND ((s.status <> 'CANCELED' AND u.rated_until < s.current_period_start AND s.current_period_start + p_grace <= p_now)
+            OR (s.status = 'CANCELED'
+                AND least(coalesce(s.canceled_at, s.current_period_end), s.current_period_end) + p_grace <= p_now))
+     ORDER BY u.due_at
+     LIMIT p_batch_size
+       FOR NO KEY UPDATE OF s SKIP LOCKED;
+    GET DIAGNOSTICS v_found = ROW_COUNT;
+    IF v_found < p_batch_size THEN
+        RETURN QUERY
+        SELECT u.customer_id, u.subscription_id FROM billing.usage_cursor u
+          JOIN billing.subscription s ON s.customer_id = u.customer_id AND s.id = u.subscription_id
+         WHERE u.finished AND u.late_since IS NOT NULL AND s.status = 'CANCELED'
+         ORDER BY u.customer_id, u.subscription_id
+         LIMIT p_batch_size - v_found
+           FOR NO KEY UPDATE OF s SKIP LOCKED;
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION billing._usage_due(integer, timestamptz, interval) IS
-'Private: the subscriptions whose usage rating is due at p_now (a period or a canceled service ended p_grace ago and not rated; a finished one with late events), in key order.
+'Private: the subscriptions whose usage rating is due at p_now (a period or a canceled service ended p_grace ago and not rated; a finished one with late events), read through the cursors'' due_at; on one PostgreSQL their subscriptions locked, skipping those another rating (or any change) holds.
 Returns up to p_batch_size (customer_id, subscription_id).';
 
 -- The rating one subscription at a time (_rate_subscription each): the path on Citus (a query of
@@ -511,7 +637,7 @@ BEGIN
     RETURN QUERY
     WITH sub AS MATERIALIZED (
         SELECT s.customer_id, s.id AS subscription_id, u.rated_until, s.current_period_start AS v_end,
-               s.plan_id, s.quantity
+               s.current_period_end AS v_next, s.plan_id, s.quantity
           FROM unnest(p_customer_ids, p_subscription_ids) AS k (c, i)
           JOIN billing.usage_cursor u ON u.customer_id = k.c AND u.subscription_id = k.i
           JOIN billing.subscription s ON s.customer_id = k.c AND s.id = k.i
@@ -791,9 +917,12 @@ BEGIN
                           FROM new_invoice i WHERE i.status = 'PAID') x
                  ORDER BY x.id, x.seq) e
     ), moved AS (
+        -- (due_at as _usage_due_at says for a live subscription)
         UPDATE billing.usage_cursor u
-           SET rated_until = t.cut, late_since = NULL, finished = false, updated_at = p_now
+           SET rated_until = t.cut, late_since = NULL, finished = false,
+               due_at = CASE WHEN t.cut >= x.v_end THEN x.v_next ELSE t.cut END, updated_at = p_now
           FROM totals t
+          JOIN sub x ON x.customer_id = t.customer_id AND x.subscription_id = t.subscription_id
          WHERE u.customer_id = t.customer_id AND u.subscription_id = t.subscription_id AND t.cut IS NOT NULL
         RETURNING u.customer_id, u.subscription_id
     )
@@ -816,7 +945,7 @@ Returns each subscription rated and its USAGE invoice (NULL: nothing billed); th
 -- a pause inside a period, late events, cancellations) one at a time (_rate_subscription). On
 -- Citus: one at a time (_rate_usage_rows).
 CREATE OR REPLACE FUNCTION billing.rate_usage(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now(),
-                                              p_grace interval DEFAULT interval '1 hour')
+                                              p_grace interval DEFAULT interval '1 hour', p_follow boolean DEFAULT true)
 RETURNS TABLE (customer_id bigint, subscription_id bigint, invoice_id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -843,7 +972,9 @@ BEGIN
         RETURN QUERY SELECT * FROM billing._rate_usage_rows(p_batch_size, v_now, p_grace);
         RETURN;
     END IF;
-    PERFORM billing._usage_follow_all(v_now);
+    IF p_follow THEN
+        PERFORM billing._usage_follow_all(v_now);
+    END IF;
     SELECT coalesce(array_agg(d.customer_id ORDER BY d.customer_id, d.subscription_id), '{}'),
            coalesce(array_agg(d.subscription_id ORDER BY d.customer_id, d.subscription_id), '{}')
       INTO v_cust, v_subs
@@ -853,8 +984,9 @@ BEGIN
     -- after them (an ingestion committed before a lock is read)
     v_locked := ARRAY(SELECT c FROM (SELECT DISTINCT c FROM unnest(v_cust) c) q
                        WHERE pg_try_advisory_xact_lock(29, billing._usage_lock_key(c)) ORDER BY c);
-    -- the rows, locked in key order (as _rate_subscription: cursor, then subscription); the live
-    -- ones without late events go set-based
+    -- the rows, locked in key order (the subscriptions are held since the due scan: as in
+    -- _rate_subscription, the subscription before its cursor); the live ones without late events
+    -- go set-based
     SELECT coalesce(array_agg(q.customer_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}'),
            coalesce(array_agg(q.subscription_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}')
       INTO v_fast_c, v_fast_s
@@ -884,8 +1016,8 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION billing.rate_usage(integer, timestamptz, interval) IS
-'Rates usage in arrears (docs/usage.md): follows every subscription on a plan with usage charges, then rates up to p_batch_size subscriptions whose period (or canceled service) ended p_grace or more before p_now, or with late events: one USAGE invoice each with a service line per charge and plan segment, late events as adjustment lines for their earlier span (the increase only). A customer whose usage lock is held (an ingestion or another rating in flight) is skipped until the next call. BL422 for a bad batch size or grace.
+COMMENT ON FUNCTION billing.rate_usage(integer, timestamptz, interval, boolean) IS
+'Rates usage in arrears (docs/usage.md): follows every subscription on a plan with usage charges (p_follow; false: the worker''s calls after its round''s first, as that reads every cursor), then rates up to p_batch_size subscriptions whose period (or canceled service) ended p_grace or more before p_now, or with late events: one USAGE invoice each with a service line per charge and plan segment, late events as adjustment lines for their earlier span (the increase only). A customer whose usage lock is held (an ingestion or another rating in flight) is skipped until the next call. BL422 for a bad batch size or grace.
 Returns each subscription looked at and its USAGE invoice (NULL: nothing billed).';
 
 -- The upcoming invoice of a subscription (GET /subscriptions/{id}/upcoming-invoice): what the
@@ -1026,6 +1158,13 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM billing.meter m WHERE m.code = p_meter_code) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('meter %L not found', p_meter_code);
     END IF;
+    -- (the worker's check reads every alert each round: a customer keeps at most 100)
+    PERFORM 1 FROM billing.customer c WHERE c.id = p_customer_id FOR NO KEY UPDATE;  -- one setter at a time
+    IF (SELECT count(*) FROM billing.usage_alert a WHERE a.customer_id = p_customer_id) >= 100
+       AND NOT EXISTS (SELECT 1 FROM billing.usage_alert a
+                        WHERE a.customer_id = p_customer_id AND a.meter_code = p_meter_code AND a.threshold = p_threshold) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('usage alert: customer %s has 100 alerts already', p_customer_id);
+    END IF;
     INSERT INTO billing.usage_alert AS a (customer_id, meter_code, threshold, created_at, updated_at)
     VALUES (p_customer_id, p_meter_code, p_threshold, v_now, v_now)
     ON CONFLICT ON CONSTRAINT usage_alert_one_per_threshold DO UPDATE SET updated_at = a.updated_at
@@ -1034,8 +1173,86 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.set_usage_alert(bigint, text, numeric, timestamptz) IS
-'Sets a customer''s usage alert on a meter at a threshold (idempotent: the same threshold twice is one alert). BL404 unknown customer or meter, BL422 a threshold not above 0.
+'Sets a customer''s usage alert on a meter at a threshold (idempotent: the same threshold twice is one alert). BL404 unknown customer or meter, BL422 a threshold not above 0 or a 101st alert of the customer.
 Returns the alert.';
+
+-- The rest of the alerts' CRUD (HTTP: /v1/customers/{id}/usage-alerts, docs/usage.md).
+CREATE OR REPLACE FUNCTION billing.list_usage_alerts(p_customer_id bigint)
+RETURNS SETOF billing.usage_alert
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM billing.customer c WHERE c.id = p_customer_id) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('customer %s not found', p_customer_id);
+    END IF;
+    RETURN QUERY SELECT a.* FROM billing.usage_alert a WHERE a.customer_id = p_customer_id
+                  ORDER BY a.meter_code, a.threshold, a.id;
+END
+$$;
+COMMENT ON FUNCTION billing.list_usage_alerts(bigint) IS
+'A customer''s usage alerts, by meter and threshold. BL404 for an unknown customer.
+Returns the alerts (at most 100).';
+
+CREATE OR REPLACE FUNCTION billing.update_usage_alert(p_customer_id bigint, p_alert_id bigint, p_threshold numeric,
+                                                      p_now timestamptz DEFAULT now())
+RETURNS billing.usage_alert
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := billing._check_now(p_now);
+    v_alert billing.usage_alert;
+BEGIN
+    PERFORM billing._audit('update_usage_alert', jsonb_build_object('customer_id', p_customer_id, 'alert_id', p_alert_id,
+                                                                    'threshold', p_threshold, 'now', p_now));
+    IF p_threshold IS NULL OR p_threshold <= 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('usage alert: a threshold above 0, got %s', p_threshold);
+    END IF;
+    SELECT * INTO v_alert FROM billing.usage_alert a WHERE a.customer_id = p_customer_id AND a.id = p_alert_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('usage alert %s of customer %s not found', p_alert_id, p_customer_id);
+    END IF;
+    IF v_alert.threshold = p_threshold THEN
+        RETURN v_alert;  -- unchanged (idempotent)
+    END IF;
+    IF EXISTS (SELECT 1 FROM billing.usage_alert a WHERE a.customer_id = p_customer_id AND a.meter_code = v_alert.meter_code
+                                                      AND a.threshold = p_threshold) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL409',
+            MESSAGE = format('usage alert: customer %s has an alert on %s at %s already', p_customer_id, v_alert.meter_code, p_threshold);
+    END IF;
+    -- a new threshold may fire in the period it is set in, even if the old one fired there
+    UPDATE billing.usage_alert a SET threshold = p_threshold, fired_for = NULL, updated_at = v_now
+     WHERE a.customer_id = p_customer_id AND a.id = p_alert_id
+    RETURNING * INTO v_alert;
+    RETURN v_alert;
+END
+$$;
+COMMENT ON FUNCTION billing.update_usage_alert(bigint, bigint, numeric, timestamptz) IS
+'Changes a usage alert''s threshold (it may fire again in the current period; the same threshold: unchanged). BL404 unknown alert of the customer, BL409 the customer has that threshold on the meter already, BL422 a threshold not above 0.
+Returns the alert.';
+
+CREATE OR REPLACE FUNCTION billing.delete_usage_alert(p_customer_id bigint, p_alert_id bigint, p_now timestamptz DEFAULT now())
+RETURNS billing.usage_alert
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_alert billing.usage_alert;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._audit('delete_usage_alert', jsonb_build_object('customer_id', p_customer_id, 'alert_id', p_alert_id, 'now', p_now));
+    DELETE FROM billing.usage_alert a WHERE a.customer_id = p_customer_id AND a.id = p_alert_id
+    RETURNING * INTO v_alert;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('usage alert %s of customer %s not found', p_alert_id, p_customer_id);
+    END IF;
+    RETURN v_alert;
+END
+$$;
+COMMENT ON FUNCTION billing.delete_usage_alert(bigint, bigint, timestamptz) IS
+'Deletes a usage alert (an alert fires nothing more once deleted). BL404 unknown alert of the customer (deleted already included).
+Returns the alert deleted.';
 
 -- The alerts' check (the worker, after the rating): every alert not fired in its customer's open
 -- period whose meter has reached its threshold there fires (UsageThresholdReached), once: fired_for
@@ -1079,3 +1296,41 @@ $$;
 COMMENT ON FUNCTION billing.check_usage_alerts(integer, timestamptz) IS
 'Fires the usage alerts whose meter reached their threshold in the customer''s open period and that did not fire in that period yet (UsageThresholdReached, once per period; up to p_batch_size). BL422 for a bad batch size.
 Returns how many fired.';
+
+-- The console's usage panel of a subscription (docs/console.md): its customer's usage per meter in
+-- the open period (current_usage, from the rollups) and the preview of its next invoicing
+-- (upcoming_invoice). Read-only.
+CREATE OR REPLACE FUNCTION billing.console_usage(p_subscription_id bigint, p_now timestamptz DEFAULT now())
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now      timestamptz := billing._check_now(p_now);
+    v_customer bigint := billing._subscription_customer(p_subscription_id);
+    v_plan_id  bigint;
+    v_meters   jsonb;
+    v_from     timestamptz;
+    v_to       timestamptz;
+    v_rated    timestamptz;
+BEGIN
+    SELECT s.plan_id INTO v_plan_id FROM billing.subscription s WHERE s.customer_id = v_customer AND s.id = p_subscription_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('subscription %s does not exist', coalesce(p_subscription_id::text, 'NULL'));
+    END IF;
+    SELECT coalesce(jsonb_agg(jsonb_build_object('meter_code', u.meter_code, 'aggregation', u.aggregation,
+                                                 'value', u.value, 'events', u.events) ORDER BY u.meter_code), '[]'),
+           min(u.period_start), min(u.period_end)
+      INTO v_meters, v_from, v_to
+      FROM billing.current_usage(v_customer, v_now) u;
+    SELECT u.rated_until INTO v_rated FROM billing.usage_cursor u
+     WHERE u.customer_id = v_customer AND u.subscription_id = p_subscription_id;
+    RETURN jsonb_build_object(
+        'charged', EXISTS (SELECT 1 FROM billing.plan_charge c WHERE c.plan_id = v_plan_id),
+        'meters', v_meters, 'period_start', v_from, 'period_end', v_to, 'rated_until', v_rated,
+        'upcoming', billing.upcoming_invoice(p_subscription_id, v_now));
+END
+$$;
+COMMENT ON FUNCTION billing.console_usage(bigint, timestamptz) IS
+'A subscription''s usage panel for the console: whether its plan has usage charges, its customer''s usage per meter in the open period (current_usage), how far its usage is rated, and the preview of its next invoicing (upcoming_invoice). BL404 for an unknown subscription.
+Returns one jsonb document.';

@@ -4,7 +4,7 @@
 -- invoice (never lost, never billed twice); a cancellation neither voids nor skips the usage served.
 BEGIN;
 SET LOCAL ROLE billing_owner;
-SELECT plan(41);
+SELECT plan(48);
 
 -- (reference tables first: on Citus a transaction may not write one after a parallel read of a distributed table)
 SELECT billing.upsert_customer(7201);
@@ -171,11 +171,26 @@ SELECT billing.ingest_usage(jsonb_build_array(pg_temp.ev('al4', '2026-07-01T00:0
 SELECT is(billing.check_usage_alerts(100, '2026-07-01T00:02:00Z'), 1, 'the next period: it fires again');
 SELECT throws_ok($$SELECT billing.set_usage_alert(7203, 't720_nope', 1, '2026-06-01Z')$$, 'BL404', NULL, 'an unknown meter is BL404');
 SELECT throws_ok($$SELECT billing.set_usage_alert(7203, 't720_req', 0, '2026-06-01Z')$$, 'BL422', NULL, 'a threshold of 0 is BL422');
+-- the rest of the CRUD (HTTP: /v1/customers/{id}/usage-alerts)
+SELECT billing.set_usage_alert(7203, 't720_req', 5, '2026-07-02Z');
+SELECT results_eq($$SELECT threshold, fired_for IS NOT NULL FROM billing.list_usage_alerts(7203)$$,
+                  $$VALUES (2::numeric, true), (5::numeric, false)$$, 'the alerts listed by meter and threshold');
+SELECT results_eq($$SELECT (billing.update_usage_alert(7203, (SELECT min(id) FROM billing.list_usage_alerts(7203)), 4, '2026-07-02Z')).threshold$$,
+                  $$VALUES (4::numeric)$$, 'a new threshold');
+SELECT throws_ok($$SELECT billing.update_usage_alert(7203, (SELECT min(id) FROM billing.list_usage_alerts(7203)), 5, '2026-07-02Z')$$,
+                 'BL409', NULL, 'the threshold of another alert of the meter is BL409');
+SELECT results_eq($$SELECT (billing.delete_usage_alert(7203, (SELECT min(id) FROM billing.list_usage_alerts(7203)), '2026-07-02Z')).threshold$$,
+                  $$VALUES (4::numeric)$$, 'deleted');
+SELECT throws_ok($$SELECT billing.delete_usage_alert(7203, 0, '2026-07-02Z')$$, 'BL404', NULL, 'an unknown alert is BL404');
+SELECT throws_ok($$SELECT * FROM billing.list_usage_alerts(999999)$$, 'BL404', NULL, 'an unknown customer is BL404');
+SELECT results_eq($$SELECT (d ->> 'charged')::boolean, d -> 'upcoming' ->> 'object', jsonb_typeof(d -> 'meters')
+                      FROM billing.console_usage((SELECT id FROM t720), '2026-07-03Z') d$$,
+                  $$VALUES (true, 'upcoming_invoice'::text, 'array'::text)$$, 'the console''s usage panel of a subscription');
 
 -- bad calls and grants
 SELECT throws_ok($$SELECT * FROM billing.rate_usage(0, '2026-04-01Z')$$, 'BL422', NULL, 'a batch of 0 is BL422');
-SELECT ok(has_function_privilege('billing_worker', 'billing.rate_usage(integer, timestamptz, interval)', 'EXECUTE')
-          AND NOT has_function_privilege('billing_api', 'billing.rate_usage(integer, timestamptz, interval)', 'EXECUTE'),
+SELECT ok(has_function_privilege('billing_worker', 'billing.rate_usage(integer, timestamptz, interval, boolean)', 'EXECUTE')
+          AND NOT has_function_privilege('billing_api', 'billing.rate_usage(integer, timestamptz, interval, boolean)', 'EXECUTE'),
           'the worker rates; the API may not');
 
 SELECT * FROM finish();

@@ -188,6 +188,15 @@ def _choice(*allowed: str):
     return parse
 
 
+def _between(low: int, high: int):
+    """A parser of an int setting that takes low..high."""
+    def parse(value: int) -> int:
+        if not low <= value <= high:
+            raise ValueError(f"must be {low}..{high}, got {value}")
+        return value
+    return parse
+
+
 def env_name(field_name: str) -> str:
     """The environment variable of a setting: BILLING_ and the field's name in capitals."""
     return f"BILLING_{field_name.upper()}"
@@ -301,6 +310,9 @@ class UsageSettings:
     usage_grace: float = setting(3600.0)
     usage_max_skew: float = setting(300.0)
     usage_retention: float = setting(100.0)
+    # Rating loops the renewal step runs at once (docs/usage.md "Two rating workers"): each call of
+    # rate_usage takes cursors no other holds (SKIP LOCKED), so 2 use two cores on the first of the month.
+    usage_rating_workers: int = setting(2, parse=_between(1, 16))
 
 
 @dataclass(frozen=True)

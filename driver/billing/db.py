@@ -22,8 +22,13 @@ CREATE_DUE_INVOICES = "SELECT billing.create_due_invoices(%(batch)s, %(now)s) AS
 FINALIZE_INVOICES = "SELECT billing.finalize_invoices(%(batch)s, %(now)s) AS finalized"
 # Usage in arrears (db/functions/72_usage_rating.sql): one row per subscription looked at.
 CHECK_USAGE_ALERTS = "SELECT billing.check_usage_alerts(%(batch)s, %(now)s) AS fired"
+# A customer's usage alerts over HTTP (billing.api.routes.usage_alerts)
+LIST_USAGE_ALERTS = "SELECT * FROM billing.list_usage_alerts(%(customer_id)s)"
+SET_USAGE_ALERT = "SELECT * FROM billing.set_usage_alert(%(customer_id)s, %(meter_code)s, %(threshold)s, %(now)s)"
+UPDATE_USAGE_ALERT = "SELECT * FROM billing.update_usage_alert(%(customer_id)s, %(alert_id)s, %(threshold)s, %(now)s)"
+DELETE_USAGE_ALERT = "SELECT * FROM billing.delete_usage_alert(%(customer_id)s, %(alert_id)s, %(now)s)"
 RATE_USAGE = ("SELECT count(*) AS looked, count(invoice_id) AS invoiced"
-              " FROM billing.rate_usage(%(batch)s, %(now)s, make_interval(secs => %(grace)s))")
+              " FROM billing.rate_usage(%(batch)s, %(now)s, make_interval(secs => %(grace)s), %(follow)s)")
 CLAIM_CHARGES = (
     "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup, customer_ref, "
     "payment_method_ref FROM billing.claim_charges(%(worker)s, %(batch)s, %(lease)s::interval, %(now)s, %(provider)s)"
@@ -248,6 +253,7 @@ CONSOLE_MRR = "SELECT * FROM billing.console_mrr(%(now)s, %(days)s)"
 CONSOLE_CUSTOMERS = "SELECT * FROM billing.console_customers(%(q)s, %(limit)s)"
 CONSOLE_CUSTOMER = "SELECT billing.console_customer(%(id)s, %(limit)s) AS doc"
 CONSOLE_SUBSCRIPTION = "SELECT billing.console_subscription(%(id)s) AS doc"
+CONSOLE_USAGE = "SELECT billing.console_usage(%(id)s, %(now)s) AS doc"
 CONSOLE_INVOICES = "SELECT * FROM billing.console_invoices(%(status)s, %(before)s, %(limit)s)"
 CONSOLE_EVENTS = "SELECT * FROM billing.console_events(%(subject)s, %(type)s, %(before)s, %(limit)s)"
 

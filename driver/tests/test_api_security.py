@@ -100,6 +100,11 @@ V1_NEW = [
     ("GET", "/v1/reports/mrr", None, "reports:read"),
     ("GET", "/v1/reports/churn", None, "reports:read"),
     ("GET", "/v1/reports/revenue", None, "reports:read"),
+    ("GET", "/v1/customers/1/usage-alerts", None, "subscriptions:read"),
+    ("POST", "/v1/customers/1/usage-alerts", {"meterCode": "sec_meter", "threshold": 5}, "subscriptions:write"),
+    ("GET", "/v1/customers/1/usage-alerts/1", None, "subscriptions:read"),
+    ("POST", "/v1/customers/1/usage-alerts/1", {"threshold": 6}, "subscriptions:write"),
+    ("DELETE", "/v1/customers/1/usage-alerts/1", None, "subscriptions:write"),
 ]
 ROUTES = ROUTES + [(m, "/v1" + p, d) for m, p, d in ROUTES if p not in NOT_VERSIONED] + [r[:3] for r in V1_NEW]
 
@@ -148,7 +153,8 @@ def test_the_route_list_is_the_app_s_own(db_url):
     # (test_console_*.py, test_portal_*.py).
     assert [r.path for r in app.routes if not hasattr(r, "methods")] == ["/console", "/portal"]
     listed = {(m, p.replace("/1", "/{id}").replace("/PRO_MONTHLY", "/{code}").replace("/SEC_PLAN/", "/{code}/").replace(
-        "/00000000-0000-0000-0000-000000000001", "/{id}").replace("/payment-methods/{id}", "/payment-methods/{method_id}"))
+        "/00000000-0000-0000-0000-000000000001", "/{id}").replace("/payment-methods/{id}", "/payment-methods/{method_id}")
+        .replace("/usage-alerts/{id}", "/usage-alerts/{alert_id}"))
         for m, p, _ in ROUTES} | PUBLIC_ROUTES
     assert routes == listed
     for method, path in routes:

@@ -4,7 +4,7 @@ flags, revocation, an action appearing the day its SQL function lands)."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import httpx
 import psycopg
@@ -185,3 +185,37 @@ def test_customers_are_found_by_email_or_name_and_their_invoices_link_their_docu
         pdf = c.get(pdf_link)
         assert pdf.status_code == 200 and pdf.headers["content-type"] == "application/pdf"
         assert pdf.content.startswith(b"%PDF") and number in pdf.headers["content-disposition"]
+
+
+def test_the_subscription_page_shows_its_usage_and_upcoming_invoice(db_url, served):
+    """The usage panel (issue 29): the customer's usage per meter in the open period, from the
+    rollups, and the preview of the next invoicing (the next period's price and the usage so far,
+    priced by the plan's charge)."""
+    from .console_world import NOW, T0
+
+    _, server = served
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_customer(7090)")
+        conn.execute("SELECT billing.upsert_meter('con_requests', 'con.request', 'count', NULL, '{}', %s)", (T0,))
+        conn.execute("SELECT billing.upsert_plan('CON_API', 500, 'USD', 'MONTH', 1, %s)", (T0,))
+        conn.execute("SELECT billing.upsert_plan_charge('CON_API', 'con_requests', 'per_unit', 7, NULL, '[]', 0, NULL, NULL, %s)",
+                     (T0,))
+        sub = conn.execute("SELECT id FROM billing.create_subscription('con-usage', 7090, 'CON_API', %s)", (T0,)).fetchone()[0]
+        events = [{"specversion": "1.0", "id": f"con{i}", "source": "gw", "type": "con.request",
+                   "time": (T0 + timedelta(days=2, hours=i)).isoformat().replace("+00:00", "Z"), "subject": "7090",
+                   "data": {}} for i in range(3)]
+        import json
+        conn.execute("SELECT billing.ingest_usage(%s::jsonb, %s)", (json.dumps(events), NOW))
+        plain = conn.execute("SELECT id FROM billing.subscription WHERE plan_id NOT IN (SELECT plan_id FROM billing.plan_charge) "
+                             "ORDER BY id LIMIT 1").fetchone()[0]
+    reader = create_test_key(db_url, "subscriptions:read")
+    with httpx.Client(base_url=server.url) as c:
+        _login(c, reader)
+        page = c.get(f"/console/subscriptions/{sub}").text
+        meters = re.search(r'<table id="usage-meters">(.*?)</table>', page, re.S).group(1)
+        assert re.search(r"<code>con_requests</code></td><td>count</td><td class=\"num\">3</td><td class=\"num\">3</td>", meters), meters
+        upcoming = re.search(r'<table id="upcoming-invoice">(.*?)</table>', page, re.S).group(1)
+        assert "plan CON_API" in upcoming and "<code>con_requests</code> on CON_API" in upcoming
+        assert re.search(r'id="upcoming-total">5\.21 USD<', upcoming), upcoming  # 500 + 3 x 7
+        other = c.get(f"/console/subscriptions/{plain}").text
+        assert 'id="usage-none"' in other and 'id="upcoming-invoice"' in other

@@ -56,6 +56,7 @@ API = {
     "upsert_plan_charge",
     # usage rated in arrears (db/functions/72_usage_rating.sql)
     "rate_usage", "upcoming_invoice", "set_usage_alert", "check_usage_alerts",
+    "list_usage_alerts", "update_usage_alert", "delete_usage_alert",
     # the HTTP API's /v1 lists and reads (db/functions/77_api_lists.sql, issue 28)
     "get_customer", "create_customer", "list_customers", "get_plan", "list_plans", "list_coupons", "list_tax_rates",
     "list_subscriptions", "list_invoices", "list_credit_notes", "list_events", "get_event",
@@ -79,6 +80,7 @@ SECURITY = {"create_api_key", "list_api_keys", "revoke_api_key", "authenticate_a
 # The operator console (db/functions/86_console.sql, docs/console.md): its sessions and reads, and replay.
 CONSOLE = {"console_open_session", "console_session", "console_close_session", "console_functions",
            "console_overview", "console_mrr", "console_customers", "console_customer", "console_subscription",
+           "console_usage",
            "console_invoices", "console_events", "replay_outbox_event"}
 # Emails to customers and portal links (db/functions/69_notifications.sql, docs/customers.md).
 CUSTOMERS = {"notification_kinds", "customer_locales", "set_customer_preferences", "announce_upcoming_renewals",
@@ -393,6 +395,7 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
         == [customer]
     out["console_customer"] = one("console_customer", "%s, %s", (customer, 10))[0]["customer"]["id"] == customer
     out["console_subscription"] = one("console_subscription", "%s", (sub_id,))[0]["subscription"]["id"] == sub_id
+    out["console_usage"] = one("console_usage", "%s, %s", (sub_id, T0))[0]["upcoming"]["subscriptionId"] == sub_id
     out["console_invoices"] = len(one("console_invoices", "%s, %s, %s", (None, None, 10), setof=True)) >= 3
     sub_events = one("console_events", "%s, %s, %s, %s", (f"subscription/{sub_id}", None, None, 50), setof=True)
     out["console_events"] = bool(sub_events) and {r[3] for r in sub_events} == {sub_id}
@@ -568,6 +571,10 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["upcoming"] = one("upcoming_invoice", "%s, %s", (sub_id, T0 + timedelta(days=1)))[0]["object"]
     out["usage_alert"] = one("set_usage_alert", "%s, %s, %s, %s", (user, meter, 1, T0))[3] == 1
     out["usage_alerts_fired"] = one("check_usage_alerts", "%s, %s", (100, T0 + timedelta(minutes=3)))[0]
+    listed = one("list_usage_alerts", "%s", (user,), setof=True)
+    out["usage_alerts_listed"] = [r[3] for r in listed] == [1]
+    out["usage_alert_updated"] = one("update_usage_alert", "%s, %s, %s, %s", (user, listed[0][1], 2, T0))[3] == 2
+    out["usage_alert_deleted"] = one("delete_usage_alert", "%s, %s, %s", (user, listed[0][1], T0))[1] == listed[0][1]
     out["called"] = called
     # The HTTP API's /v1 lists and reads (db/functions/77_api_lists.sql, issue 28).
     v1_customer = 800_000 + sum(map(ord, tag))
@@ -624,7 +631,7 @@ EXPECTED = {
     "refund_event": "REVIEW", "rechecks": [], "customer_session_opened": True, "customer_session": True,
     "customer_session_closed": True, "auth_failure_audited": True,
     "console_login": True, "console_session": True, "console_logout": True, "console_overview": True,
-    "console_mrr": True, "console_customers": True, "console_customer": True, "console_subscription": True,
+    "console_mrr": True, "console_customers": True, "console_customer": True, "console_subscription": True, "console_usage": True,
     "console_invoices": True, "console_events": True, "console_functions": True, "replay": "PENDING",
     "tax_rate": True, "details": True, "finalized": True, "numbered": True, "document": True,
     "report_mrr": True, "report_mrr_movements": True, "report_churn": True, "report_revenue": True,
@@ -647,6 +654,7 @@ EXPECTED = {
     "ext_set": True, "ext_resolved": (True, None), "ext_customer": True, "ext_plan": True, "ext_sub": True,
     "imported_customers": ["created"], "imported_subscriptions": ["created"],
     "usage_rated": True, "upcoming": "upcoming_invoice", "usage_alert": True, "usage_alerts_fired": 1,
+    "usage_alerts_listed": True, "usage_alert_updated": True, "usage_alert_deleted": True,
 }
 
 

@@ -754,6 +754,46 @@ _V1_PATHS: dict = {
         "responses": {**_ok("MRR and ARR per currency at that instant", "Report"),
                       **_errors(400, 401, 403, 422, 429, 503)}}},
 }
+# A customer's usage alerts (docs/usage.md "Usage alerts"; billing.api.routes.usage_alerts)
+_USAGE_ALERT = {
+    "type": "object", "required": ["object", "id", "customerId", "meterCode", "threshold", "createdAt"],
+    "properties": {"object": {"const": "usage_alert"}, "id": {"type": "integer", "format": "int64"},
+                   "customerId": {"type": "integer", "format": "int64"}, "meterCode": {"type": "string"},
+                   "threshold": {"type": "number", "exclusiveMinimum": 0},
+                   "firedFor": {**_NULLABLE_TIME, "description": "The start of the open period it last fired in (null: never)"},
+                   "createdAt": {"type": "string", "format": "date-time"},
+                   "updatedAt": {"type": "string", "format": "date-time"},
+                   "deleted": {"type": "boolean", "description": "DELETE's answer: the alert deleted"}},
+}
+_THRESHOLD = {"type": "number", "exclusiveMinimum": 0, "maximum": 1e15,
+              "description": "The meter's value in the customer's open period that fires UsageThresholdReached"}
+_ALERT_ID = {"name": "alert_id", "in": "path", "required": True, "schema": {"type": "integer", "format": "int64", "minimum": 1}}
+_V1_PATHS["/v1/customers/{id}/usage-alerts"] = {
+    "get": {"operationId": "listUsageAlerts", "security": [{"apiKey": []}], "x-scope": "subscriptions:read",
+            "parameters": [_REF_PARAM],
+            "responses": {"200": _page_ok("The customer's usage alerts by meter and threshold (one page: at most 100)",
+                                          "UsageAlert"), **_errors(400, 401, 403, 404, 429, 503)}},
+    "post": {"operationId": "createUsageAlert", "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
+             "description": "A threshold on a meter: UsageThresholdReached once per open period when the meter's value "
+                            "reaches it. The same threshold on the meter again is the same alert (200). At most 100 a customer.",
+             "parameters": [_REF_PARAM],
+             "requestBody": _body(["meterCode", "threshold"], {"meterCode": {"type": "string", "minLength": 1, "maxLength": 64},
+                                                               "threshold": _THRESHOLD}),
+             "responses": {**_ok("Created", "UsageAlert", "201"), **_ok("The alert (set before)", "UsageAlert"),
+                           **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)}},
+}
+_V1_PATHS["/v1/customers/{id}/usage-alerts/{alert_id}"] = {
+    "get": {"operationId": "getUsageAlert", "security": [{"apiKey": []}], "x-scope": "subscriptions:read",
+            "parameters": [_REF_PARAM, _ALERT_ID],
+            "responses": {**_ok("The usage alert", "UsageAlert"), **_errors(400, 401, 403, 404, 429, 503)}},
+    "post": {"operationId": "updateUsageAlert", "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
+             "description": "A new threshold (it may fire again in the current period).",
+             "parameters": [_REF_PARAM, _ALERT_ID], "requestBody": _body(["threshold"], {"threshold": _THRESHOLD}),
+             "responses": {**_ok("The usage alert", "UsageAlert"), **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429, 503)}},
+    "delete": {"operationId": "deleteUsageAlert", "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
+               "parameters": [_REF_PARAM, _ALERT_ID],
+               "responses": {**_ok("The alert deleted (deleted: true)", "UsageAlert"), **_errors(400, 401, 403, 404, 429, 503)}},
+}
 for _name, _what in (("churn", "Churn per month and currency"), ("revenue", "Revenue per month and currency")):
     _V1_PATHS[f"/v1/reports/{_name}"] = {"get": {
         "operationId": f"report{_name.capitalize()}", "security": [{"apiKey": []}], "x-scope": "reports:read",
@@ -798,7 +838,8 @@ OPENAPI: dict = {
               for path in {**_V1_PATHS, **_versioned(_BASE["paths"])}},
     "components": {**_BASE["components"], "schemas": {
         **_BASE["components"]["schemas"], "Customer": _CUSTOMER, "Plan": _PLAN, "TaxRate": _TAX_RATE,
-        "Coupon": _COUPON, "CreditNote": _CREDIT_NOTE, "Event": _EVENT, "Report": _REPORT}},
+        "Coupon": _COUPON, "CreditNote": _CREDIT_NOTE, "Event": _EVENT, "Report": _REPORT,
+        "UsageAlert": _USAGE_ALERT}},
 }
 
 

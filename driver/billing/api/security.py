@@ -78,6 +78,10 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("POST", re.compile(r"^/usage-events$"), "usage:write"),
     ("GET", re.compile(r"^/customers/[^/]+/usage$"), "subscriptions:read"),
     ("GET", re.compile(r"^/subscriptions/[^/]+/upcoming-invoice$"), "subscriptions:read"),
+    # a customer's usage alerts (/v1 only; an alert announces an event, it makes no money)
+    ("GET", re.compile(r"^/customers/[^/]+/usage-alerts(/[^/]+)?$"), "subscriptions:read"),
+    ("POST", re.compile(r"^/customers/[^/]+/usage-alerts(/[^/]+)?$"), "subscriptions:write"),
+    ("DELETE", re.compile(r"^/customers/[^/]+/usage-alerts/[^/]+$"), "subscriptions:write"),
     # /v1 (issue 28; the table of docs/http-api.md, "Scopes"): customers' data, the catalog, the reports
     ("GET", re.compile(r"^/customers/[^/]+/payment-methods(/[^/]+)?$"), "subscriptions:read"),
     ("GET", re.compile(r"^/customers(/[^/]+)?$"), "customers:read"),

@@ -191,7 +191,7 @@ async def build_worker(
             async def renewal(stop: asyncio.Event) -> None:
                 await run_renewal(pool, stop, clock=clock, batch=renewal_batch, idle_seconds=renewal_idle_seconds,
                                   expiry_notice_days=settings.card_expiry_notice_days, shards=shards,
-                                  usage_grace=settings.usage_grace)
+                                  usage_grace=settings.usage_grace, usage_workers=settings.usage_rating_workers)
 
             worker.parts["renewal"] = renewal
         if charge:

@@ -73,17 +73,26 @@ async def renew_due_in_shards(shards, clock: Clock, *, batch: int = 500, stop: a
 
 
 async def rate_due_usage(pool, clock: Clock, *, batch: int = 500, grace: float = 3600.0,
-                         stop: asyncio.Event | None = None) -> int:
-    """Call rate_usage until it looks at less than a batch, then check the usage alerts
-    (UsageThresholdReached once per period); how many USAGE invoices it made."""
-    total = 0
-    while stop is None or not stop.is_set():
-        async with pool.connection() as conn:
-            cur = await conn.execute(db.RATE_USAGE, {"batch": batch, "now": clock.now(), "grace": grace})
-            row = await cur.fetchone()
-        total += row["invoiced"]
-        if row["looked"] < batch:
-            break
+                         stop: asyncio.Event | None = None, workers: int = 1) -> int:
+    """Call rate_usage until it looks at less than a batch, in `workers` loops at once (each call
+    takes the due cursors no other call holds: FOR UPDATE SKIP LOCKED, docs/usage.md), then check
+    the usage alerts (UsageThresholdReached once per period); how many USAGE invoices it made."""
+
+    async def loop(k: int) -> int:
+        made = 0
+        follow = k == 0  # the subscriptions not followed yet: looked for once a round (every cursor read)
+        while stop is None or not stop.is_set():
+            async with pool.connection() as conn:
+                cur = await conn.execute(db.RATE_USAGE, {"batch": batch, "now": clock.now(), "grace": grace,
+                                                         "follow": follow})
+                row = await cur.fetchone()
+            follow = False
+            made += row["invoiced"]
+            if row["looked"] < batch:
+                break
+        return made
+
+    total = sum(await asyncio.gather(*(loop(k) for k in range(max(1, workers)))))
     while stop is None or not stop.is_set():
         async with pool.connection() as conn:
             cur = await conn.execute(db.CHECK_USAGE_ALERTS, {"batch": batch, "now": clock.now()})
@@ -136,14 +145,15 @@ async def give_up_waiting(pool, clock: Clock, *, batch: int = 500) -> int:
 
 async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, batch: int = 500,
                       idle_seconds: float = 1.0, expiry_notice_days: int = 7, shards=None,
-                      usage_grace: float = 3600.0) -> None:
+                      usage_grace: float = 3600.0, usage_workers: int = 1) -> None:
     """Renew until `stop` is set; a database error is logged and retried with backoff. Once a
     minute, announce the default cards that expire before their next renewal; every round, give
     up the invoices that waited for a payment method past their dunning span. With `shards`
     (a billing.worker.shards.ShardLeases), per shard group (`run_renewal_in_shards`)."""
     if shards is not None:
         await run_renewal_in_shards(pool, shards, stop, clock=clock, batch=batch, idle_seconds=idle_seconds,
-                                    expiry_notice_days=expiry_notice_days, usage_grace=usage_grace)
+                                    expiry_notice_days=expiry_notice_days, usage_grace=usage_grace,
+                                    usage_workers=usage_workers)
         return
     clock = clock or SystemClock()
     backoff = 0.5
@@ -172,7 +182,7 @@ async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, 
             handled = await renew_due(pool, clock, batch=batch, stop=stop)
             if handled:
                 log.info("renewed", extra={"subscriptions": handled})
-            rated = await rate_due_usage(pool, clock, batch=batch, grace=usage_grace, stop=stop)
+            rated = await rate_due_usage(pool, clock, batch=batch, grace=usage_grace, stop=stop, workers=usage_workers)
             if rated:
                 log.info("usage rated", extra={"invoices": rated})
             finalized = await finalize_waiting(pool, clock, batch=batch, stop=stop)
@@ -190,7 +200,7 @@ async def run_renewal(pool, stop: asyncio.Event, *, clock: Clock | None = None, 
 
 async def run_renewal_in_shards(pool, shards, stop: asyncio.Event, *, clock: Clock | None = None, batch: int = 500,
                                 idle_seconds: float = 1.0, expiry_notice_days: int = 7,
-                                usage_grace: float = 3600.0) -> None:
+                                usage_grace: float = 3600.0, usage_workers: int = 1) -> None:
     """`run_renewal` on Citus: the renewals per shard group (`renew_due_in_shards`), the other
     steps on the coordinator as before, each retried on its own (a step that fails is logged and
     tried again next round; it never holds the renewals back)."""
@@ -233,7 +243,10 @@ async def run_renewal_in_shards(pool, shards, stop: asyncio.Event, *, clock: Clo
             log.warning("renew_in_shard failed; retrying", extra={"error": repr(exc)})
             wait = backoff
             backoff = min(backoff * 2, 10.0)
-        await step("rate_usage", lambda: rate_due_usage(pool, clock, batch=batch, grace=usage_grace, stop=stop))
+        # (one loop on Citus: its due scan cannot lock rows across shards, so a second loop would
+        # find the first's batch and spin on it; the rating there is one subscription at a time)
+        await step("rate_usage", lambda: rate_due_usage(pool, clock, batch=batch, grace=usage_grace, stop=stop,
+                                                        workers=1))
         await step("finalize_invoices", lambda: finalize_waiting(pool, clock, batch=batch, stop=stop))
         if await sleep_or_stop(stop, wait):
             return

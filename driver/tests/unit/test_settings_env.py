@@ -16,7 +16,7 @@ from billing.config import REPO_ROOT, Settings
 # A value each kind of field accepts, and what from_env makes of it (special forms first).
 SPECIAL = {"shard_claims": ("on", "on"), "console_cookie_secure": ("true", "true"),
            "gateway_provider": ("Stripe", "stripe"), "issuer_address": ("a\\nb", "a\nb"),
-           "db_dir": ("/tmp/billing-db", Path("/tmp/billing-db"))}
+           "db_dir": ("/tmp/billing-db", Path("/tmp/billing-db")), "usage_rating_workers": ("3", 3)}
 BY_TYPE = {int: ("4321", 4321), float: ("43.25", 43.25), bool: ("true", True), str: ("value-from-env", "value-from-env")}
 
 

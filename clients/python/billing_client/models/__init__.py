@@ -23,6 +23,7 @@ from .create_subscriptions_body_signups_item import CreateSubscriptionsBodySignu
 from .create_subscriptions_response_200 import CreateSubscriptionsResponse200
 from .create_subscriptions_response_200_data_item import CreateSubscriptionsResponse200DataItem
 from .create_subscriptions_response_200_data_item_outcome import CreateSubscriptionsResponse200DataItemOutcome
+from .create_usage_alert_body import CreateUsageAlertBody
 from .create_webhook_endpoint_body import CreateWebhookEndpointBody
 from .credit_note import CreditNote
 from .customer import Customer
@@ -67,6 +68,7 @@ from .list_subscriptions_response_200 import ListSubscriptionsResponse200
 from .list_subscriptions_response_200_data_item import ListSubscriptionsResponse200DataItem
 from .list_subscriptions_status import ListSubscriptionsStatus
 from .list_tax_rates_response_200 import ListTaxRatesResponse200
+from .list_usage_alerts_response_200 import ListUsageAlertsResponse200
 from .list_webhook_attempts_response_200 import ListWebhookAttemptsResponse200
 from .list_webhook_endpoints_response_200 import ListWebhookEndpointsResponse200
 from .new_plan_price_body import NewPlanPriceBody
@@ -103,11 +105,13 @@ from .update_customer_body import UpdateCustomerBody
 from .update_customer_body_tax_status_type_1 import UpdateCustomerBodyTaxStatusType1
 from .update_customer_body_tax_status_type_2_type_1 import UpdateCustomerBodyTaxStatusType2Type1
 from .update_customer_body_tax_status_type_3_type_1 import UpdateCustomerBodyTaxStatusType3Type1
+from .update_usage_alert_body import UpdateUsageAlertBody
 from .upsert_coupon_body import UpsertCouponBody
 from .upsert_coupon_body_duration import UpsertCouponBodyDuration
 from .upsert_coupon_response_200 import UpsertCouponResponse200
 from .upsert_coupon_response_200_duration import UpsertCouponResponse200Duration
 from .upsert_tax_rate_body import UpsertTaxRateBody
+from .usage_alert import UsageAlert
 from .void_invoice_body import VoidInvoiceBody
 from .webhook_attempt import WebhookAttempt
 from .webhook_attempt_delivery_status import WebhookAttemptDeliveryStatus
@@ -138,6 +142,7 @@ __all__ = (
     "CreateSubscriptionsResponse200",
     "CreateSubscriptionsResponse200DataItem",
     "CreateSubscriptionsResponse200DataItemOutcome",
+    "CreateUsageAlertBody",
     "CreateWebhookEndpointBody",
     "CreditNote",
     "Customer",
@@ -182,6 +187,7 @@ __all__ = (
     "ListSubscriptionsResponse200DataItem",
     "ListSubscriptionsStatus",
     "ListTaxRatesResponse200",
+    "ListUsageAlertsResponse200",
     "ListWebhookAttemptsResponse200",
     "ListWebhookEndpointsResponse200",
     "NewPlanPriceBody",
@@ -218,11 +224,13 @@ __all__ = (
     "UpdateCustomerBodyTaxStatusType1",
     "UpdateCustomerBodyTaxStatusType2Type1",
     "UpdateCustomerBodyTaxStatusType3Type1",
+    "UpdateUsageAlertBody",
     "UpsertCouponBody",
     "UpsertCouponBodyDuration",
     "UpsertCouponResponse200",
     "UpsertCouponResponse200Duration",
     "UpsertTaxRateBody",
+    "UsageAlert",
     "VoidInvoiceBody",
     "WebhookAttempt",
     "WebhookAttemptDeliveryStatus",

@@ -11,12 +11,12 @@ billing.api.openapi, and its tests.
 """
 
 from billing.api.routes import (admin, coupons, customer_sessions, customers, health, invoices, payment_webhooks,
-                                refunds, subscriptions, usage, v1, webhook_endpoints)
+                                refunds, subscriptions, usage, usage_alerts, v1, webhook_endpoints)
 
 ROUTERS = (subscriptions, coupons, payment_webhooks, customers, customer_sessions, invoices, refunds, webhook_endpoints,
-           admin, health, usage, v1)
+           admin, health, usage, v1, usage_alerts)
 # Served again under /v1 by the same handlers (billing.api.routes.v1.aliases); their unprefixed
 # paths are deprecated. Not aliased: the internal routes (health) and the gateways' signed webhooks.
-NOT_ALIASED = (health, payment_webhooks, v1)
+NOT_ALIASED = (health, payment_webhooks, v1, usage_alerts)  # (usage_alerts: /v1 only, as v1)
 
 __all__ = ["ROUTERS", "NOT_ALIASED"]

@@ -1,4 +1,5 @@
-"""/console/subscriptions/{id}: a subscription, its invoices and the actions it allows."""
+"""/console/subscriptions/{id}: a subscription, its usage and upcoming invoice, its invoices and the
+actions it allows."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ def routes(console: Console) -> list[BaseRoute]:
 
     @console.handler
     async def subscription(request: Request, session) -> Response:
-        doc = (await database.one(db.CONSOLE_SUBSCRIPTION, {"id": path_id(request)}, heavy=True))["doc"]
+        sub_id = path_id(request)
+        doc = (await database.one(db.CONSOLE_SUBSCRIPTION, {"id": sub_id}, heavy=True))["doc"]
+        # the usage panel: the open period's usage per meter and the next invoicing's preview (docs/usage.md)
+        usage = (await database.one(db.CONSOLE_USAGE, {"id": sub_id, "now": console.clock.now()}, heavy=True))["doc"]
         sigs = await console.signatures()
         sub = doc["subscription"]
         forms = console.forms_for(sigs, "subscription", sub["status"])
@@ -25,6 +29,6 @@ def routes(console: Console) -> list[BaseRoute]:
         forms = [f for f in forms if f["action"].name not in hidden]
         for inv in doc["invoices"]:
             inv["forms"] = console.forms_for(sigs, "invoice", inv["status"])
-        return console.page(request, "subscription.html", session, s=doc, forms=forms)
+        return console.page(request, "subscription.html", session, s=doc, forms=forms, u=usage)
 
     return [Route("/subscriptions/{id}", subscription, methods=["GET"])]

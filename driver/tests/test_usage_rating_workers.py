@@ -1,0 +1,159 @@
+"""Two rating workers at once (issue 29, docs/usage.md "Two rating workers and the due index")
+against the real PostgreSQL: a rate_usage call takes the due cursors no other call holds (FOR UPDATE
+SKIP LOCKED), so a second worker rates other subscriptions while the first holds its batch, and
+every subscription is rated exactly once whatever the interleaving; the worker's renewal step runs
+BILLING_USAGE_RATING_WORKERS loops at once (billing.worker.renewal.rate_due_usage)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from billing.clock import SimulatedClock
+from billing.worker.renewal import rate_due_usage
+
+START = datetime(2026, 10, 1, tzinfo=timezone.utc)
+END = datetime(2026, 11, 1, tzinfo=timezone.utc)
+RATE_AT = END + timedelta(hours=1, seconds=1)
+N = 240
+RATE = "SELECT customer_id, subscription_id, invoice_id FROM billing.rate_usage(%s, %s, interval '1 hour')"
+
+
+def world(url: str, n: int = N) -> None:
+    """n customers, each a subscription of October on a plan of 2 charges, 1 + c % 4 requests each
+    (ingested), renewed at the month's end: n ratings due."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_meter('requests', 'api.request', 'count', NULL, '{}', %s)", (START,))
+        conn.execute("SELECT billing.upsert_meter('tokens', 'api.request', 'sum', '{tokens}', '{}', %s)", (START,))
+        conn.execute("SELECT billing.upsert_plan('API', 900, 'USD', 'MONTH', 1, %s)", (START - timedelta(days=1),))
+        conn.execute("SELECT billing.upsert_plan_charge('API', 'requests', 'per_unit', 3, NULL, '[]', 0, NULL, NULL, %s)",
+                     (START,))
+        conn.execute("SELECT billing.upsert_plan_charge('API', 'tokens', 'per_unit', 1, NULL, '[]', 0, NULL, NULL, %s)",
+                     (START,))
+        at = START + timedelta(hours=1)
+        conn.execute("SELECT count(*) FROM billing.import_customers(%s::jsonb, %s)",
+                     (json.dumps([{"external_id": f"c{c}", "id": c} for c in range(1, n + 1)]), at))
+        conn.execute("SELECT count(*) FROM billing.import_subscriptions(%s::jsonb, %s)",
+                     (json.dumps([{"external_id": f"s{c}", "customer_id": c, "plan_code": "API", "status": "ACTIVE",
+                                   "current_period_start": START.isoformat(), "current_period_end": END.isoformat()}
+                                  for c in range(1, n + 1)]), at))
+        events = [{"specversion": "1.0", "id": f"e{c}-{k}", "source": "gw", "type": "api.request",
+                   "time": (START + timedelta(days=3, minutes=c)).isoformat().replace("+00:00", "Z"),
+                   "subject": str(c), "data": {"tokens": k + 1}}
+                  for c in range(1, n + 1) for k in range(1 + c % 4)]
+        for lo in range(0, len(events), 1000):
+            rows = conn.execute("SELECT status FROM billing.ingest_usage(%s::jsonb, %s)",
+                                (json.dumps(events[lo:lo + 1000]), START + timedelta(days=5))).fetchall()
+            assert {r[0] for r in rows} == {"accepted"}
+        while conn.execute("SELECT billing.create_due_invoices(1000, %s)", (END + timedelta(seconds=1),)).fetchone()[0]:
+            pass
+
+
+def check_rated_once(url: str, n: int = N) -> None:
+    """Every subscription rated exactly once for October: one USAGE invoice, one rating per meter,
+    each billing exactly its requests x 3 + tokens x 1."""
+    with psycopg.connect(url) as conn:
+        per_sub = conn.execute("""
+            SELECT s.customer_id,
+                   (SELECT count(*) FROM billing.invoice i
+                     WHERE i.customer_id = s.customer_id AND i.subscription_id = s.id AND i.kind = 'USAGE'),
+                   (SELECT count(*) FROM billing.usage_rating r WHERE r.customer_id = s.customer_id AND r.subscription_id = s.id),
+                   (SELECT sum(i.subtotal) FROM billing.invoice i
+                     WHERE i.customer_id = s.customer_id AND i.subscription_id = s.id AND i.kind = 'USAGE'),
+                   (SELECT u.rated_until FROM billing.usage_cursor u WHERE u.customer_id = s.customer_id AND u.subscription_id = s.id)
+              FROM billing.subscription s ORDER BY s.customer_id""").fetchall()
+    assert len(per_sub) == n
+    for c, invoices, ratings, subtotal, rated_until in per_sub:
+        k = 1 + c % 4
+        assert (invoices, ratings, subtotal, rated_until) == (1, 2, k * 3 + k * (k + 1) // 2, END), c
+
+
+def test_a_second_worker_rates_other_subscriptions_while_the_first_holds_its_batch(db_url):
+    world(db_url)
+    with psycopg.connect(db_url) as first, psycopg.connect(db_url, autocommit=True) as second:
+        # the first worker's call, its transaction left open: its batch's cursors stay locked
+        held = first.execute(RATE, (60, RATE_AT)).fetchall()
+        assert len(held) == 60 and all(r[2] is not None for r in held)
+        second.execute("SET statement_timeout = '60s'")  # a wait on the first's locks fails instead of hanging
+        other = second.execute(RATE, (60, RATE_AT)).fetchall()
+        # not the same batch found locked and skipped (what one worker beside another did before):
+        # 60 other subscriptions, each rated
+        assert len(other) == 60 and all(r[2] is not None for r in other)
+        assert not {r[1] for r in held} & {r[1] for r in other}
+        first.commit()
+    # then both at once until nothing is due, each in its own thread and connection
+    barrier = threading.Barrier(2)
+    seen: list[list[tuple]] = [[], []]
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                conn.execute("SET statement_timeout = '60s'")
+                barrier.wait(timeout=30)
+                while True:
+                    rows = conn.execute(RATE, (25, RATE_AT)).fetchall()
+                    seen[k].extend(rows)
+                    if len(rows) < 25:
+                        return
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    invoiced = [r[1] for rows in seen for r in rows if r[2] is not None]
+    assert len(invoiced) == len(set(invoiced)) == N - 120  # the rest, each invoiced by one worker only
+    check_rated_once(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute(RATE, (500, RATE_AT + timedelta(hours=1))).fetchall() == []  # nothing due, nothing twice
+
+
+def test_the_renewal_step_runs_its_rating_loops_at_once(db_url):
+    world(db_url)
+
+    async def body() -> int:
+        pool = AsyncConnectionPool(db_url, min_size=2, max_size=4, open=False, kwargs={"row_factory": dict_row})
+        await pool.open()
+        try:
+            return await rate_due_usage(pool, SimulatedClock(RATE_AT), batch=20, grace=3600.0, workers=2)
+        finally:
+            await pool.close()
+
+    assert asyncio.run(body()) == N
+    check_rated_once(db_url)
+
+
+def test_the_due_scan_reads_the_due_index(db_url):
+    """The cursors say when their rating can be due: rated up to the current period, its end; a
+    cancellation brings it down to its instant; rated to the end, finished: none."""
+    world(db_url, n=3)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        due = dict(conn.execute("SELECT customer_id, due_at FROM billing.usage_cursor").fetchall())
+        assert due == {1: END, 2: END, 3: END}  # followed at the import: due when October ends
+        assert len(conn.execute(RATE, (10, END + timedelta(minutes=30))).fetchall()) == 0  # within the grace
+        assert len(conn.execute(RATE, (10, RATE_AT)).fetchall()) == 3
+        due = dict(conn.execute("SELECT customer_id, due_at FROM billing.usage_cursor").fetchall())
+        assert due == {1: datetime(2026, 12, 1, tzinfo=timezone.utc)} | {2: due[1], 3: due[1]}
+        sub = conn.execute("SELECT id FROM billing.subscription WHERE customer_id = 2").fetchone()[0]
+        canceled_at = END + timedelta(days=10)
+        conn.execute("SELECT billing.cancel_subscription(%s, false, %s)", (sub, canceled_at))
+        assert conn.execute("SELECT due_at FROM billing.usage_cursor WHERE customer_id = 2").fetchone()[0] == canceled_at
+        rated = conn.execute(RATE, (10, canceled_at + timedelta(hours=1))).fetchall()
+        assert [r[0] for r in rated] == [2]
+        assert conn.execute("SELECT finished, due_at FROM billing.usage_cursor WHERE customer_id = 2").fetchone() == (True, None)
+        # the scan's plan: the due index, not every cursor
+        conn.execute("SET enable_seqscan = off")  # (a 3-row table: the planner would rather scan it)
+        plan = "\n".join(r[0] for r in conn.execute("""
+            EXPLAIN SELECT u.customer_id FROM billing.usage_cursor u
+             WHERE NOT u.finished AND u.due_at <= now() ORDER BY u.due_at LIMIT 10""").fetchall())
+        assert "usage_cursor_due_idx" in plan, plan
