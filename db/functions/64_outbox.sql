@@ -7,9 +7,10 @@
 -- from its own range, so _outbox_event_seq (below) gives every event written there a key that follows
 -- commit order within the aggregate (migration 0090); events written before the database was
 -- distributed have none and come first. Every claim (claim_outbox_events, its per-row form on
--- Citus, claim_outbox_events_in_shard, claim_webhook_deliveries), the head-of-line probes, the
--- replay (outbox_events_from) and the relay's redo order call it, and the indexes of migration 0380
--- are on what it inlines to (db/tests/642_outbox_order.sql checks both).
+-- Citus, claim_outbox_events_in_shard, claim_webhook_deliveries), the head-of-line probes and the
+-- replay (outbox_events_from) call it, the relay keeps the order its claim returns (its redo too:
+-- billing.worker.relay), and the indexes of migration 0380 are on what it inlines to
+-- (db/tests/642_outbox_order.sql checks both).
 -- Head of line: a claim never hands out an event while an earlier (in that order) PENDING event of
 -- the same aggregate is not part of the same claim (leased elsewhere, backing off, or skipped as
 -- locked), so even several relays publish one aggregate's events in order, provided each relay
