@@ -215,6 +215,7 @@ def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, 
         cpu1 = cpu_snapshot(sim.pid, [p.pid for p in procs], dbname)
         internals = scrape(metric_ports)
         load = host_load()
+        cycles = slot_cycles(get(f"{sim_url}/v1/accepted")["accepted"], rate, warmup)
         for p in procs:
             p.send_signal(signal.SIGTERM)
         codes = [p.wait(60) for p in procs]
@@ -234,7 +235,24 @@ def run_one(template: str, *, rate: int, limiter: str, mode: str, workers: int, 
     return {"who": who, "rate": rate, "concurrency_per_worker": concurrency, "limiter": limiter, "simulator": mode, "workers": workers,
             "achieved_per_s": round(achieved, 1), "of_limit": round(achieved / rate, 4),
             "max_calls_in_1s_window": final["maxWindow"], "calls_over_limit": over,
-            "accepted": final["accepted"], "worker_exit_codes": codes, "host": load, "cpu_ms_per_call": cpu_ms_per_call, "workers_internals": internals}
+            "accepted": final["accepted"], "worker_exit_codes": codes, "host": load, "cpu_ms_per_call": cpu_ms_per_call, "workers_internals": internals,
+            "slot_cycle_ms": cycles}
+
+
+def slot_cycles(times: list[float], rate: int, skip: float) -> dict:
+    """Where the slots go, from the gateway's own arrival stamps: at the limit, call i + rate can
+    arrive no sooner than a second after call i, so each slot's cycle past that second (a[i + rate]
+    - a[i] - 1 s) is capacity lost, and achieved = rate / (1 s + the mean of it). Percentiles in
+    ms, over the calls after the first `skip` seconds (the warm-up)."""
+    times = sorted(times)
+    start = next((i for i, t in enumerate(times) if t >= times[0] + skip), len(times)) if times else 0
+    extra = sorted((times[i + rate] - times[i] - 1.0) * 1000 for i in range(start, len(times) - rate))
+    if not extra:
+        return {}
+    pick = lambda q: round(extra[min(len(extra) - 1, int(q * len(extra)))], 2)
+    return {"n": len(extra), "mean": round(sum(extra) / len(extra), 2), "p10": pick(0.10), "p50": pick(0.5),
+            "p90": pick(0.9), "p99": pick(0.99), "max": round(extra[-1], 1),
+            "over_20ms": sum(1 for x in extra if x > 20), "over_100ms": sum(1 for x in extra if x > 100)}
 
 
 def main() -> None:

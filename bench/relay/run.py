@@ -250,7 +250,7 @@ class SeedRelay:
                 with conn.transaction():
                     rows = conn.execute(sqlapi.CLAIM_OUTBOX_EVENTS_RAW,
                                         {"batch": 200, "lease": timedelta(seconds=30), "now": utcnow()}).fetchall()
-                    for id_, _type, agg, payload in rows:
+                    for id_, _type, agg, payload, _place in rows:
                         done = []
                         self.producer.produce(self.topic, key=str(agg).encode(), value=payload.encode(),
                                               on_delivery=lambda err, msg: done.append(err))

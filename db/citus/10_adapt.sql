@@ -47,13 +47,9 @@ BEGIN
 END
 $$;
 
--- The relay's claim in a shard group (claim_outbox_events_in_shard) reads the group's PENDING events
--- without an order key (written before the database was distributed: every event written on Citus
--- gets one, outbox_event_seq) through this index, all but empty there: without it the claim read
--- the whole shard, its published history included, at every call (issue 32). Citus only: on one
--- PostgreSQL no event has a key and the index would repeat outbox_event_pending_idx.
-CREATE INDEX IF NOT EXISTS outbox_event_pending_unkeyed_idx ON billing.outbox_event (id)
-    WHERE status = 'PENDING' AND aggregate_seq IS NULL;
+-- (outbox_event_pending_unkeyed_idx, the Citus-only index of the PENDING events without an order
+-- key, is gone: outbox_event_pending_idx is on the outbox's order itself, keyed or not: db/schema/0380)
+DROP INDEX IF EXISTS billing.outbox_event_pending_unkeyed_idx;
 
 -- A coupon's redemption counts on the coupon (a reference table: one row, every node's copy) after
 -- the call has read its customer's rows: Citus refuses a reference-table write after a parallel read

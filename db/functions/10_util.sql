@@ -79,6 +79,20 @@ Returns nothing; BL422 otherwise.';
 -- constraints), so a name valid for one claim is valid for every other. A charge's or a refund's
 -- lease (p_keyed) must end before the gateway forgets the key it is sent with; p_provider, when
 -- given, is a provider name as the worker's BILLING_GATEWAY_PROVIDER spells it.
+-- A worker's name (claims, shard leases): one rule for every function that takes one.
+CREATE OR REPLACE FUNCTION billing._check_worker(p_worker text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._check_text('a worker name', p_worker, 200);
+END
+$$;
+COMMENT ON FUNCTION billing._check_worker(text) IS
+'Private: a worker name is 1 to 200 characters (_check_text), for every claim and shard lease.
+Returns nothing; BL422 otherwise.';
+
 CREATE OR REPLACE FUNCTION billing._check_claim(p_worker text, p_batch_size integer, p_lease interval, p_now timestamptz,
                                                 p_keyed boolean DEFAULT false, p_provider text DEFAULT NULL)
 RETURNS void
@@ -89,7 +103,7 @@ DECLARE
     v_key_lifetime interval;
 BEGIN
     PERFORM billing._check_now(p_now);
-    PERFORM billing._check_text('a worker name', p_worker, 200);
+    PERFORM billing._check_worker(p_worker);
     PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
     PERFORM billing._check_lease(p_lease);
     IF p_keyed THEN

@@ -101,7 +101,7 @@ LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM billing._check_text('a worker name', p_worker, 200);  -- as _check_claim (10_util.sql)
+    PERFORM billing._check_worker(p_worker);  -- as _check_claim (10_util.sql)
     IF NOT EXISTS (SELECT 1 FROM billing.shard_lease l WHERE l.shard_group = p_shard_group) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL404',
             MESSAGE = format('shard group %s does not exist', coalesce(p_shard_group::text, 'NULL')),
@@ -135,7 +135,7 @@ DECLARE
     v_share    integer;
 BEGIN
     PERFORM billing._check_now(p_now);
-    PERFORM billing._check_text('a worker name', p_worker, 200);  -- as _check_claim (10_util.sql)
+    PERFORM billing._check_worker(p_worker);  -- as _check_claim (10_util.sql)
     PERFORM billing._check_between('max groups', p_max_groups, 1, 10000);
     PERFORM billing._check_lease(p_lease);
     -- The worker is alive until p_now + p_lease; its fair share is the groups over the workers

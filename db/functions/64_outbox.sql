@@ -1,12 +1,31 @@
 -- 64_outbox: the transactional outbox's writer (_emit_event); its NOTIFY trigger and the relay's
 -- side are 65_outbox_relay.sql.
--- Ordering: events of one aggregate are written under that aggregate's row lock, so their ids
--- follow commit order. claim_outbox_events never hands out an event while an earlier PENDING
--- event of the same aggregate is not part of the same claim (leased elsewhere, backing off, or
--- skipped as locked), so even several relays publish one aggregate's events in order, provided
--- each relay publishes a claimed batch in id order and stops at the first failure of an
--- aggregate. The driver also runs a single active relay (advisory lock), which makes this moot
--- in practice. A DEAD event no longer holds back later events of its aggregate.
+-- The order (one rule, here; docs/events.md "Order"): events go out by billing._outbox_order(
+-- aggregate_seq, id) = coalesce(aggregate_seq, id), ties by id, on one PostgreSQL and on Citus
+-- alike. On one PostgreSQL aggregate_seq is NULL and the order is the id's: an aggregate's events
+-- are written under its row lock, so their ids follow commit order. On Citus each node takes ids
+-- from its own range, so _outbox_event_seq (below) gives every event written there a key that follows
+-- commit order within the aggregate (migration 0090); events written before the database was
+-- distributed have none and come first. Every claim (claim_outbox_events, its per-row form on
+-- Citus, claim_outbox_events_in_shard, claim_webhook_deliveries), the head-of-line probes and the
+-- replay (outbox_events_from) call it, the relay keeps the order its claim returns (its redo too:
+-- billing.worker.relay), and the indexes of migration 0380 are on what it inlines to
+-- (db/tests/642_outbox_order.sql checks both).
+-- Head of line: a claim never hands out an event while an earlier (in that order) PENDING event of
+-- the same aggregate is not part of the same claim (leased elsewhere, backing off, or skipped as
+-- locked), so even several relays publish one aggregate's events in order, provided each relay
+-- publishes a claimed batch in the order the claim returns it and stops at the first failure of
+-- an aggregate. A DEAD event no longer holds back later events of its aggregate.
+
+CREATE OR REPLACE FUNCTION billing._outbox_order(p_aggregate_seq bigint, p_id bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE  -- inlined: the planner sees coalesce(), the indexes' expression
+AS $$
+    SELECT coalesce(p_aggregate_seq, p_id)
+$$;
+COMMENT ON FUNCTION billing._outbox_order(bigint, bigint) IS
+'Private: the outbox''s order key of an event (outbox_event: aggregate_seq, id; webhook_delivery: aggregate_seq, outbox_id), ties broken by the id; the same rule on one PostgreSQL (NULL key: the id) and on Citus.
+Returns coalesce(p_aggregate_seq, p_id).';
 
 -- ---------------------------------------------------------------------------------------------
 -- The writer: every event is a CloudEvents 1.0 envelope inserted in the transaction of the change
@@ -84,8 +103,8 @@ Returns the outbox_event id.';
 -- aggregate's event written on the coordinator after one written on a worker gets the smaller id.
 -- This row trigger, on Citus only, gives every new event an order key: the time it is written, in
 -- microseconds, raised above every unpublished event of its aggregate (the caller holds the
--- aggregate's row lock, as for the ids on one PostgreSQL). The relay's claims on Citus take events
--- in that order. It fires on the event's shard, on the node holding it, and reads
+-- aggregate's row lock, as for the ids on one PostgreSQL). Every claim takes events in
+-- billing._outbox_order (above). It fires on the event's shard, on the node holding it, and reads
 -- that shard only (the aggregate's unpublished events, through their partial index).
 CREATE OR REPLACE FUNCTION billing._outbox_event_seq()
 RETURNS trigger
@@ -95,7 +114,7 @@ AS $$
 DECLARE
     v_last bigint;
 BEGIN
-    EXECUTE format('SELECT max(coalesce(e.aggregate_seq, e.id)) FROM %I.%I e '
+    EXECUTE format('SELECT max(billing._outbox_order(e.aggregate_seq, e.id)) FROM %I.%I e '
                    'WHERE e.status <> ''PUBLISHED'' AND e.aggregate_type = $1 AND e.aggregate_id = $2',
                    TG_TABLE_SCHEMA, TG_TABLE_NAME)
        INTO v_last USING NEW.aggregate_type, NEW.aggregate_id;

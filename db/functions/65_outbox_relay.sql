@@ -47,7 +47,7 @@ Returns the distinct customer ids (empty when none exists).';
 -- The per-row path of claim_outbox_events on Citus (convention 3): an unlocked multi-shard read of
 -- the candidates in id order, then each one locked by (customer_id, id) with SKIP LOCKED (a query
 -- routed to one shard), checked again, and leased, under the same head-of-line rule with the
--- aggregate's order key (coalesce(aggregate_seq, id): db/schema/0090). The rule holds event by
+-- outbox's order (billing._outbox_order, 64_outbox.sql). The rule holds event by
 -- event: an event is leased only when no earlier unpublished event of its aggregate is PENDING
 -- outside this claim, and an aggregate's events are all in one shard, so the probe is one shard's.
 CREATE OR REPLACE FUNCTION billing._claim_outbox_events_per_row(
@@ -62,13 +62,13 @@ DECLARE
     v_claimed   bigint[] := '{}';
     v_customers bigint[] := '{}';
 BEGIN
-    -- The oldest first by the order key (in id order an aggregate's earlier event may come after
-    -- its later one: a window of ids full of such later events would claim nothing).
+    -- The oldest first in the outbox's order (in id order an aggregate's earlier event may come
+    -- after its later one on Citus: a window of ids full of such later events would claim nothing).
     FOR v_candidate IN
         SELECT e.customer_id, e.id
           FROM billing.outbox_event e
          WHERE e.status = 'PENDING' AND e.available_at <= p_now AND (e.lease_until IS NULL OR e.lease_until <= p_now)
-         ORDER BY coalesce(e.aggregate_seq, e.id), e.id
+         ORDER BY billing._outbox_order(e.aggregate_seq, e.id), e.id
          LIMIT p_batch_size
     LOOP
         SELECT * INTO v_event
@@ -82,7 +82,7 @@ BEGIN
              WHERE earlier.customer_id = v_event.customer_id
                AND earlier.status = 'PENDING'
                AND earlier.aggregate_type = v_event.aggregate_type AND earlier.aggregate_id = v_event.aggregate_id
-               AND coalesce(earlier.aggregate_seq, earlier.id) < coalesce(v_event.aggregate_seq, v_event.id)
+               AND billing._outbox_order(earlier.aggregate_seq, earlier.id) < billing._outbox_order(v_event.aggregate_seq, v_event.id)
                AND NOT earlier.id = ANY (v_claimed));
         UPDATE billing.outbox_event e SET lease_until = p_now + p_lease
          WHERE e.customer_id = v_event.customer_id AND e.id = v_event.id;
@@ -92,7 +92,7 @@ BEGIN
     RETURN QUERY
     SELECT * FROM billing.outbox_event e
      WHERE e.customer_id = ANY (v_customers) AND e.id = ANY (v_claimed)
-     ORDER BY coalesce(e.aggregate_seq, e.id), e.id;
+     ORDER BY billing._outbox_order(e.aggregate_seq, e.id), e.id;
 END
 $$;
 COMMENT ON FUNCTION billing._claim_outbox_events_per_row(integer, interval, timestamptz) IS
@@ -105,7 +105,8 @@ Returns the claimed rows, each aggregate''s in its order.';
 -- every PENDING row;
 -- and the lease update goes through the primary key, so a claim costs O(batch), not O(table),
 -- with or without statistics (measured in bench/relay: a 5,000-row claim 550 ms -> ~150 ms).
--- The candidates are read by a plain index scan of outbox_event_pending_idx in id order, never a
+-- The candidates are read by a plain index scan of outbox_event_pending_idx in the outbox's order
+-- (its key is what billing._outbox_order inlines to: db/schema/0380), never a
 -- bitmap scan: every event leaves dead entries in that index (its insert and its lease, once
 -- published) until VACUUM. An index scan marks them dead the first time it meets them (later
 -- scans skip them inside the index page); a bitmap scan cannot, and fetched every heap page of
@@ -135,17 +136,18 @@ BEGIN
         RETURN;
     END IF;
 
+    -- The same statement as claim_outbox_events_in_shard's, on the whole table.
     WITH candidate AS MATERIALIZED (
-        SELECT e.id, e.aggregate_type, e.aggregate_id
+        SELECT e.id, e.aggregate_type, e.aggregate_id, billing._outbox_order(e.aggregate_seq, e.id) AS k
           FROM billing.outbox_event e
          WHERE e.status = 'PENDING'
            AND e.available_at <= p_now
            AND (e.lease_until IS NULL OR e.lease_until <= p_now)
-         ORDER BY e.id
+         ORDER BY billing._outbox_order(e.aggregate_seq, e.id), e.id
          LIMIT p_batch_size
            FOR UPDATE SKIP LOCKED
     )
-    SELECT array_agg(c.id ORDER BY c.id) INTO v_ids
+    SELECT array_agg(c.id) INTO v_ids
       FROM candidate c
      WHERE NOT EXISTS (
                SELECT 1
@@ -153,7 +155,7 @@ BEGIN
                 WHERE earlier.status <> 'PUBLISHED' AND earlier.status <> 'DEAD'  -- = PENDING, see above
                   AND earlier.aggregate_type = c.aggregate_type
                   AND earlier.aggregate_id = c.aggregate_id
-                  AND earlier.id < c.id
+                  AND billing._outbox_order(earlier.aggregate_seq, earlier.id) < c.k
                   AND earlier.id NOT IN (SELECT id FROM candidate)
                OFFSET 0);
 
@@ -164,12 +166,12 @@ BEGIN
          WHERE e.id = ANY (v_ids)
         RETURNING e.*
     )
-    SELECT * FROM leased ORDER BY leased.id;
+    SELECT * FROM leased ORDER BY billing._outbox_order(leased.aggregate_seq, leased.id), leased.id;
 END
 $$;
 COMMENT ON FUNCTION billing.claim_outbox_events(integer, interval, timestamptz) IS
-'Claims up to p_batch_size PENDING events that are due and not leased, in id order (SKIP LOCKED), leasing them until p_now + p_lease.
-Returns the claimed rows (publish them in id order); an event waits while an earlier PENDING event of its aggregate is held elsewhere.';
+'Claims up to p_batch_size PENDING events that are due and not leased, in the outbox''s order (billing._outbox_order, then id; SKIP LOCKED), leasing them until p_now + p_lease.
+Returns the claimed rows in that order (publish them in it); an event waits while an earlier PENDING event of its aggregate is held elsewhere.';
 
 -- ---------------------------------------------------------------------------------------------
 -- The relay on Citus, per shard group (docs/scaling.md, "Events, webhooks and reads on Citus").
@@ -186,7 +188,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 SET jit = off
 SET enable_bitmapscan = off
-SET enable_seqscan = off  -- the events without a key through their index (Citus: db/citus/10_adapt.sql), never the whole shard
+SET enable_seqscan = off  -- the PENDING events through their index, never the whole shard
 AS $$
 DECLARE
     v_table   text;
@@ -196,39 +198,30 @@ BEGIN
     PERFORM billing._check_claim(p_worker, p_batch_size, p_lease, p_now);
     -- No shard lease here: the relays share the groups with advisory locks (relay_shard_groups).
     v_table := billing._shard_table('billing.outbox_event', p_shard_group);
-    -- claim_outbox_events inside one group, with the aggregate's order key (db/schema/0090): an
-    -- aggregate's events are all in its customer's shard, so the head-of-line rule is exact here.
+    -- claim_outbox_events' statement inside one group (an aggregate's events are all in its
+    -- customer's shard, so the head-of-line rule is exact here), in the outbox's order
+    -- (billing._outbox_order, through outbox_event_pending_idx: db/schema/0380). The head of
+    -- that order is an aggregate's earliest unpublished event, so it is always claimable.
     EXECUTE format($q$
-        WITH keyed AS MATERIALIZED (
-            -- Oldest first by the order key (every event written on Citus has one), through the
-            -- partial index of PENDING keys; events without one (a single PostgreSQL's group 0)
-            -- by id. An aggregate's earliest unpublished event has its smallest key, so the head
-            -- of this order is always claimable: a window of ids could be all held back.
-            SELECT e.id, e.aggregate_type, e.aggregate_id, e.aggregate_seq AS seq
+        WITH candidate AS MATERIALIZED (
+            SELECT e.id, e.aggregate_type, e.aggregate_id, billing._outbox_order(e.aggregate_seq, e.id) AS k
               FROM %1$s e
-             WHERE e.status = 'PENDING' AND e.aggregate_seq IS NOT NULL
-               AND e.available_at <= $1 AND (e.lease_until IS NULL OR e.lease_until <= $1)
-             ORDER BY e.aggregate_seq
+             WHERE e.status = 'PENDING'
+               AND e.available_at <= $1
+               AND (e.lease_until IS NULL OR e.lease_until <= $1)
+             ORDER BY billing._outbox_order(e.aggregate_seq, e.id), e.id
              LIMIT $2
                FOR UPDATE SKIP LOCKED
-        ), unkeyed AS MATERIALIZED (
-            SELECT e.id, e.aggregate_type, e.aggregate_id, e.id AS seq
-              FROM %1$s e
-             WHERE e.status = 'PENDING' AND e.aggregate_seq IS NULL
-               AND e.available_at <= $1 AND (e.lease_until IS NULL OR e.lease_until <= $1)
-             ORDER BY e.id
-             LIMIT $2
-               FOR UPDATE SKIP LOCKED
-        ), candidate AS MATERIALIZED (
-            SELECT * FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) u ORDER BY u.seq, u.id LIMIT $2
         )
-        SELECT array_agg(c.id ORDER BY c.id)
+        SELECT array_agg(c.id)
           FROM candidate c
          WHERE NOT EXISTS (
-                   SELECT 1 FROM %1$s earlier
+                   SELECT 1
+                     FROM %1$s earlier
                     WHERE earlier.status <> 'PUBLISHED' AND earlier.status <> 'DEAD'
-                      AND earlier.aggregate_type = c.aggregate_type AND earlier.aggregate_id = c.aggregate_id
-                      AND coalesce(earlier.aggregate_seq, earlier.id) < c.seq
+                      AND earlier.aggregate_type = c.aggregate_type
+                      AND earlier.aggregate_id = c.aggregate_id
+                      AND billing._outbox_order(earlier.aggregate_seq, earlier.id) < c.k
                       AND earlier.id NOT IN (SELECT id FROM candidate)
                    OFFSET 0)$q$, v_table)
        INTO v_ids USING p_now, p_batch_size;
@@ -236,7 +229,7 @@ BEGIN
         WITH leased AS (
             UPDATE %s e SET lease_until = $1 + $2 WHERE e.id = ANY ($3) RETURNING e.*
         )
-        SELECT * FROM leased ORDER BY coalesce(leased.aggregate_seq, leased.id), leased.id$q$, v_table)
+        SELECT * FROM leased ORDER BY billing._outbox_order(leased.aggregate_seq, leased.id), leased.id$q$, v_table)
       USING p_now, p_lease, coalesce(v_ids, '{}');
     GET DIAGNOSTICS v_claimed = ROW_COUNT;
     -- An audit row only when something was claimed (an idle relay asks every poll, per group).
@@ -247,7 +240,7 @@ END
 $$;
 COMMENT ON FUNCTION billing.claim_outbox_events_in_shard(text, integer, integer, interval, timestamptz) IS
 'The relay''s claim inside one shard group, on the node holding it (p_worker names the relay in the audit): up to p_batch_size due PENDING events (SKIP LOCKED), none while an earlier unpublished event of its aggregate is PENDING outside the claim, each leased until p_now + p_lease.
-Returns the claimed events, each aggregate''s in order (coalesce(aggregate_seq, id)); BL409 on a node that does not hold the group, BL404 for an unknown group, BL422 for a bad worker name, batch size or lease.';
+Returns the claimed events in the outbox''s order (billing._outbox_order, then id); BL409 on a node that does not hold the group, BL404 for an unknown group, BL422 for a bad worker name, batch size or lease.';
 -- claim_outbox_in_shard (a claim without the work) was never called by the driver: removed.
 DROP FUNCTION IF EXISTS billing.claim_outbox_in_shard(text, integer, integer, interval, timestamptz);
 

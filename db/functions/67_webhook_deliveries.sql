@@ -7,7 +7,7 @@
 -- The delivery worker's side
 -- ---------------------------------------------------------------------------------------------
 -- claim_webhook_deliveries on Citus (convention 3): the endpoint's due deliveries read without
--- locks (every shard), oldest first by the event's order key, then each locked by its primary key
+-- locks (every shard), oldest first in the outbox's order (billing._outbox_order), then each locked by its primary key
 -- (customer_id, endpoint_id, outbox_id) with SKIP LOCKED and leased unless an earlier PENDING
 -- delivery of its aggregate to this endpoint is outside the claim (an aggregate's deliveries are
 -- all in its customer's shard).
@@ -30,7 +30,7 @@ BEGIN
           FROM billing.webhook_delivery d
          WHERE d.endpoint_id = p_endpoint_id AND d.status = 'PENDING' AND d.available_at <= p_now
            AND (d.lease_until IS NULL OR d.lease_until <= p_now)
-         ORDER BY coalesce(d.aggregate_seq, d.outbox_id), d.outbox_id
+         ORDER BY billing._outbox_order(d.aggregate_seq, d.outbox_id), d.outbox_id
          LIMIT p_batch_size
     LOOP
         SELECT * INTO v_delivery
@@ -45,7 +45,7 @@ BEGIN
              WHERE earlier.customer_id = v_delivery.customer_id AND earlier.endpoint_id = p_endpoint_id
                AND earlier.status = 'PENDING'
                AND earlier.aggregate_type = v_delivery.aggregate_type AND earlier.aggregate_id = v_delivery.aggregate_id
-               AND coalesce(earlier.aggregate_seq, earlier.outbox_id) < coalesce(v_delivery.aggregate_seq, v_delivery.outbox_id)
+               AND billing._outbox_order(earlier.aggregate_seq, earlier.outbox_id) < billing._outbox_order(v_delivery.aggregate_seq, v_delivery.outbox_id)
                AND NOT earlier.outbox_id = ANY (v_claimed));
         UPDATE billing.webhook_delivery d SET lease_until = p_now + p_lease
          WHERE d.customer_id = v_delivery.customer_id AND d.endpoint_id = p_endpoint_id AND d.outbox_id = v_delivery.outbox_id;
@@ -57,7 +57,7 @@ BEGIN
       FROM billing.webhook_delivery d
       JOIN billing.outbox_event e ON e.customer_id = d.customer_id AND e.id = d.outbox_id
      WHERE d.customer_id = ANY (v_customers) AND d.endpoint_id = p_endpoint_id AND d.outbox_id = ANY (v_claimed)
-     ORDER BY coalesce(d.aggregate_seq, d.outbox_id), d.outbox_id;
+     ORDER BY billing._outbox_order(d.aggregate_seq, d.outbox_id), d.outbox_id;
 END
 $$;
 COMMENT ON FUNCTION billing._claim_webhook_deliveries_per_row(bigint, integer, interval, timestamptz) IS
@@ -95,18 +95,19 @@ BEGIN
         RETURN;
     END IF;
 
+    -- In the outbox's order (billing._outbox_order: webhook_delivery_pending_idx is on its key).
     WITH candidate AS MATERIALIZED (
-        SELECT d.outbox_id, d.aggregate_type, d.aggregate_id
+        SELECT d.outbox_id, d.aggregate_type, d.aggregate_id, billing._outbox_order(d.aggregate_seq, d.outbox_id) AS k
           FROM billing.webhook_delivery d
          WHERE d.endpoint_id = p_endpoint_id
            AND d.status = 'PENDING'
            AND d.available_at <= p_now
            AND (d.lease_until IS NULL OR d.lease_until <= p_now)
-         ORDER BY d.outbox_id
+         ORDER BY billing._outbox_order(d.aggregate_seq, d.outbox_id), d.outbox_id
          LIMIT p_batch_size
            FOR UPDATE SKIP LOCKED
     )
-    SELECT array_agg(c.outbox_id ORDER BY c.outbox_id) INTO v_ids
+    SELECT array_agg(c.outbox_id) INTO v_ids
       FROM candidate c
      WHERE NOT EXISTS (
                SELECT 1
@@ -115,7 +116,7 @@ BEGIN
                   AND earlier.status <> 'DELIVERED' AND earlier.status <> 'FAILED'  -- = PENDING, one index only
                   AND earlier.aggregate_type = c.aggregate_type
                   AND earlier.aggregate_id = c.aggregate_id
-                  AND earlier.outbox_id < c.outbox_id
+                  AND billing._outbox_order(earlier.aggregate_seq, earlier.outbox_id) < c.k
                   AND earlier.outbox_id NOT IN (SELECT outbox_id FROM candidate)
                OFFSET 0);
 
@@ -124,16 +125,16 @@ BEGIN
         UPDATE billing.webhook_delivery d
            SET lease_until = p_now + p_lease
          WHERE d.endpoint_id = p_endpoint_id AND d.outbox_id = ANY (v_ids)
-        RETURNING d.outbox_id, d.event_id, d.event_type, d.aggregate_type, d.aggregate_id, d.attempts
+        RETURNING d.outbox_id, d.event_id, d.event_type, d.aggregate_type, d.aggregate_id, d.attempts, d.aggregate_seq
     )
     SELECT l.outbox_id, l.event_id, l.event_type, l.aggregate_type, l.aggregate_id, l.attempts, e.payload::text
       FROM leased l
       JOIN billing.outbox_event e ON e.id = l.outbox_id
-     ORDER BY l.outbox_id;
+     ORDER BY billing._outbox_order(l.aggregate_seq, l.outbox_id), l.outbox_id;
 END
 $$;
 COMMENT ON FUNCTION billing.claim_webhook_deliveries(bigint, integer, interval, timestamptz) IS
-'Claims up to p_batch_size due PENDING deliveries of one ENABLED endpoint in outbox id order (SKIP LOCKED), leasing them until p_now + p_lease.
+'Claims up to p_batch_size due PENDING deliveries of one ENABLED endpoint in the outbox''s order (billing._outbox_order of the event, then its id; SKIP LOCKED), leasing them until p_now + p_lease.
 Returns them with the event''s payload (the body); deliver each aggregate''s in order and stop an aggregate at its first failure.';
 
 -- record_webhook_attempts' bookkeeping on Citus: each result's delivery found by its customer

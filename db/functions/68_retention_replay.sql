@@ -1,7 +1,7 @@
 -- 68_retention_replay: the operator's side of the outbox. Retention deletes, in batches, what is
 -- past its window: published events (once no webhook delivery still needs them), finished
 -- webhook deliveries with their attempts, and stored gateway webhooks. Replay reads published
--- events back in id order for `billing events replay`; retry-dead puts DEAD events back in line.
+-- events back in the outbox's order for `billing events replay`; retry-dead puts DEAD events back in line.
 -- Why batches and not partitions: bench/README.md, "Retention".
 
 -- purge_expired on Citus: each kind's oldest candidates read without locks (a read of every
@@ -140,6 +140,13 @@ COMMENT ON FUNCTION billing.purge_expired(interval, integer, timestamptz) IS
 'Deletes up to p_batch_size of each: events PUBLISHED before p_now - p_keep (none a webhook still needs), webhook deliveries finished before then (with their attempts), gateway webhooks received before then.
 Returns how many of each; call again while any count equals p_batch_size. BL422 for p_keep under an hour.';
 
+-- In the outbox's order (billing._outbox_order, then id), the relay's: an event's place in it is
+-- (key, id). p_from_id keeps the events of ids from it on (a filter, as ever); p_after_id names the
+-- last event of the previous page: the page goes on after its place (an id not found is taken as an
+-- event without a key, whose key is its id). On one PostgreSQL that is the id's order. The two
+-- halves of the order are walked by their own index, each in order and each cut at p_limit, and
+-- merged: the events without a key (all of them on one PostgreSQL) by outbox_event_id_idx, the
+-- keyed ones (Citus) by outbox_event_keyed_idx (db/schema/0380); a page costs O(p_limit).
 CREATE OR REPLACE FUNCTION billing.outbox_events_from(
     p_from_id bigint, p_from_time timestamptz, p_types text[], p_after_id bigint, p_limit integer DEFAULT 1000)
 RETURNS TABLE (id bigint, aggregate_type text, aggregate_id bigint, event_type text, payload text)
@@ -147,25 +154,47 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    -- The place (key, id) to go on after; (0, 0) on the first page.
+    v_from_id    bigint := coalesce(p_from_id, 0);
+    v_after_id   bigint := greatest(coalesce(p_after_id, 0), 0);
+    v_after_key  bigint;
 BEGIN
     IF (p_from_id IS NULL) = (p_from_time IS NULL) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'replay starts from an outbox id or from a time, one of them';
     END IF;
     PERFORM billing._check_between('limit', p_limit, 1, 100000);
+    v_after_key := coalesce((SELECT billing._outbox_order(e.aggregate_seq, e.id) FROM billing.outbox_event e
+                              WHERE e.id = v_after_id LIMIT 1), v_after_id);
     RETURN QUERY
-    SELECT e.id, e.aggregate_type, e.aggregate_id, e.event_type, e.payload::text
-      FROM billing.outbox_event e
-     WHERE e.id > coalesce(p_after_id, 0)
-       AND e.status = 'PUBLISHED'
-       AND (p_from_id IS NULL OR e.id >= p_from_id)
-       AND (p_from_time IS NULL OR e.created_at >= p_from_time)
-       AND (p_types IS NULL OR e.event_type = ANY (p_types))
-     ORDER BY e.id
+    SELECT u.id, u.aggregate_type, u.aggregate_id, u.event_type, u.payload::text
+      FROM ((SELECT e.id, e.aggregate_type, e.aggregate_id, e.event_type, e.payload, e.aggregate_seq
+               FROM billing.outbox_event e
+              WHERE e.aggregate_seq IS NULL  -- place (id, id)
+                AND e.id >= v_from_id
+                AND e.id >= v_after_key AND (e.id > v_after_key OR e.id > v_after_id)
+                AND e.status = 'PUBLISHED'
+                AND (p_from_time IS NULL OR e.created_at >= p_from_time)
+                AND (p_types IS NULL OR e.event_type = ANY (p_types))
+              ORDER BY e.id
+              LIMIT p_limit)
+            UNION ALL
+            (SELECT e.id, e.aggregate_type, e.aggregate_id, e.event_type, e.payload, e.aggregate_seq
+               FROM billing.outbox_event e
+              WHERE e.aggregate_seq IS NOT NULL  -- place (aggregate_seq, id)
+                AND e.id >= v_from_id
+                AND (e.aggregate_seq, e.id) > (v_after_key, v_after_id)
+                AND e.status = 'PUBLISHED'
+                AND (p_from_time IS NULL OR e.created_at >= p_from_time)
+                AND (p_types IS NULL OR e.event_type = ANY (p_types))
+              ORDER BY e.aggregate_seq, e.id
+              LIMIT p_limit)) u
+     ORDER BY billing._outbox_order(u.aggregate_seq, u.id), u.id
      LIMIT p_limit;
 END
 $$;
 COMMENT ON FUNCTION billing.outbox_events_from(bigint, timestamptz, text[], bigint, integer) IS
-'Published events from outbox id p_from_id, or created at or after p_from_time, of the given types (NULL: all), after p_after_id (paging), in id order.
+'Published events of outbox ids from p_from_id, or created at or after p_from_time, of the given types (NULL: all), after event p_after_id (paging), in the outbox''s order (billing._outbox_order, then id: the id''s order on one PostgreSQL).
 Returns up to p_limit rows with the payload as stored; BL422 unless exactly one starting point is given.';
 
 CREATE OR REPLACE FUNCTION billing.retry_dead_outbox_events(p_types text[] DEFAULT NULL, p_now timestamptz DEFAULT now())
@@ -179,7 +208,7 @@ BEGIN
     PERFORM billing._audit('retry_dead_outbox_events', jsonb_build_object('types', p_types, 'now', p_now));
     PERFORM billing._check_now(p_now);
     -- Back to PENDING with a fresh count of tries. The claim hands an aggregate's events out in
-    -- id order and holds back later PENDING events of the aggregate behind them, so the requeued
+    -- the outbox's order (billing._outbox_order) and holds back later PENDING events of the aggregate behind them, so the requeued
     -- events go out in their commit order (those published while they were DEAD stay ahead).
     UPDATE billing.outbox_event
        SET status = 'PENDING', attempts = 0, available_at = p_now, lease_until = NULL,

@@ -114,9 +114,11 @@ IMPORT_PAYMENT_METHOD = (
     "%(brand)s, %(last4)s, %(exp_month)s, %(exp_year)s, %(now)s)")
 
 # -- The relay: the payload as text (it is published as is, never parsed), key = aggregate id.
+# The claims return the events in the outbox's order (billing._outbox_order, db/functions/64_outbox.sql):
+# the relay keeps the claim's own order (its ordinality), it never orders events itself.
 CLAIM_OUTBOX_EVENTS_RAW = (
-    "SELECT id, aggregate_type, aggregate_id, payload::text "
-    "FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s) ORDER BY id"
+    "SELECT id, aggregate_type, aggregate_id, payload::text, ordinality "
+    "FROM billing.claim_outbox_events(%(batch)s, %(lease)s::interval, %(now)s) WITH ORDINALITY ORDER BY ordinality"
 )
 
 # -- Operators (db/functions/70_stats.sql).
@@ -301,9 +303,9 @@ RELAY_TAKE_GROUP = "SELECT pg_try_advisory_lock(%(key)s::int, %(group)s::int)"
 RELAY_GIVE_GROUP = "SELECT pg_advisory_unlock(%(key)s::int, %(group)s::int)"
 RELAY_SHARD_GROUPS = "SELECT shard_group, node_name, node_port FROM billing.relay_shard_groups()"
 CLAIM_OUTBOX_EVENTS_IN_SHARD = (
-    "SELECT id, aggregate_type, aggregate_id, payload::text, coalesce(aggregate_seq, id) "
+    "SELECT id, aggregate_type, aggregate_id, payload::text, ordinality "
     "FROM billing.claim_outbox_events_in_shard(%(worker)s, %(group)s, %(batch)s, %(lease)s::interval, %(now)s) "
-    "ORDER BY 5, 1")
+    "WITH ORDINALITY ORDER BY ordinality")
 MARK_OUTBOX_PUBLISHED_IN_SHARD = "SELECT billing.mark_outbox_published_in_shard(%(group)s, %(ids)s::bigint[], %(now)s)"
 MARK_OUTBOX_FAILED_IN_SHARD = "SELECT billing.mark_outbox_failed_in_shard(%(group)s, %(id)s, %(error)s, %(now)s)"
 

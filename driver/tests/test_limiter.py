@@ -170,6 +170,36 @@ def test_a_full_log_grants_the_instant_it_has_room_within_the_horizon(redis_url)
     assert granted and at2 == int(client.zscore("{test:ahead}:log", "t1")) + 1_000_000  # the next one leaves next
 
 
+def test_a_full_log_hands_each_instant_it_frees_to_a_caller_ahead(redis_url):
+    """At 200/s a caller finding the log full is granted the instant the log frees up to a quarter
+    of a second ahead (HORIZON_SECONDS, issue 32): capacity freed in a bunch (calls granted together
+    a second earlier) goes to callers already waiting for it, one instant each, instead of being
+    refused because the next one is more than two pacing intervals (9 ms) away."""
+    rate = 200
+
+    async def scenario():
+        limiter = RedisGcraLimiter(redis_url, rate, key="test:bunch")
+        firsts = [await limiter.admit(f"t{i}", None, 10_000) for i in range(rate)]  # one bunch
+        client = redis.Redis.from_url(redis_url)
+        entries = sorted(int(score) for _, score in client.zrange("{test:bunch}:log", 0, -1, withscores=True))
+        # Ask 0.2 s before the first entry leaves (on Redis's clock): past the old horizon (9 ms),
+        # within the new one; the asks follow one another (one round trip each).
+        await asyncio.sleep(max(0.0, (entries[0] + 1_000_000 - 200_000 - firsts[-1][2]) / 1_000_000))
+        ahead = [await limiter.admit(f"a{i}", None, 10_000) for i in range(3)]
+        await limiter.close()
+        return limiter.horizon_us, firsts, entries, ahead
+
+    horizon_us, firsts, entries, ahead = asyncio.run(scenario())
+    assert horizon_us == 250_000
+    assert all(granted for granted, _, _ in firsts)
+    for i, (granted, at, now) in enumerate(ahead):
+        assert granted, f"ask {i}: granted ahead, not refused"
+        if at > now:  # (a process descheduled past the instant is granted at once: nothing to check)
+            assert at == entries[i] + 1_000_000, f"ask {i}: the {i}-th instant the log frees"
+    granted, at, now = ahead[0]
+    assert 9_200 < at - now <= horizon_us, "the first ask: further ahead than two pacing intervals"
+
+
 def test_calls_made_shorten_their_entries_never_lengthen(redis_url):
     """A caller that checked its promise sends, with its next go-ahead, the bound its call arrives
     by: the entry is lowered to it (the log then frees sooner), never raised, never re-added."""

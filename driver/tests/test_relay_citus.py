@@ -285,3 +285,65 @@ def test_a_single_postgresql_is_not_distributed(db_url):
     # No Citus catalog there: the detection must not even plan a query of it (run_relay then runs
     # the single-node relay of the advisory lock).
     assert asyncio.run(is_distributed(db_url)) is False
+
+
+# -- One outbox order (issue 25): the same rule, billing._outbox_order, on one node and on Citus -----
+def _claimed_in_order(url: str) -> tuple[list[int], list[int]]:
+    """Claims every event with claim_outbox_events (one claim: the set path on one PostgreSQL, the
+    per-row path on Citus) and, in a rolled-back transaction, with claim_outbox_events_in_shard per
+    group; marks them published. Returns the ids in the claim's order and the replay's order."""
+    in_shard: list[list[int]] = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        groups = conn.execute("SELECT shard_group, node_name, node_port FROM billing.relay_shard_groups()").fetchall()
+    for group, host, port in groups:  # each on the node holding it, rolled back
+        with psycopg.connect(make_conninfo(url, host=host, port=port) if host else url) as node:
+            in_shard.append([r[0] for r in node.execute(
+                "SELECT id FROM billing.claim_outbox_events_in_shard('t', %s, 10000) WITH ORDINALITY ORDER BY ordinality",
+                (group,)).fetchall()])
+            node.rollback()
+    with psycopg.connect(url) as conn:
+        claimed = [r[0] for r in conn.execute(
+            "SELECT id FROM billing.claim_outbox_events(10000) WITH ORDINALITY ORDER BY ordinality").fetchall()]
+        conn.execute("SELECT billing.mark_outbox_published(%s)", (claimed,))
+        conn.commit()
+        replayed, after = [], 0
+        while True:  # pages of 100, as `billing events replay` reads them
+            page = [r[0] for r in conn.execute(
+                "SELECT id FROM billing.outbox_events_from(1, NULL, NULL, %s, 100)", (after,)).fetchall()]
+            if not page:
+                break
+            replayed += page
+            after = page[-1]
+        rule = [r[0] for r in conn.execute(
+            "SELECT id FROM billing.outbox_event ORDER BY billing._outbox_order(aggregate_seq, id), id").fetchall()]
+        written = conn.execute("SELECT id, aggregate_id, (payload -> 'data' ->> 'attemptCount')::int FROM billing.outbox_event"
+                               ).fetchall()
+    assert claimed == rule, "the claim hands events out in the rule's order"
+    assert replayed == rule, "the replay reads them back in the same order"
+    position = {id_: n for n, id_ in enumerate(claimed)}
+    assert all(sorted(ids, key=position.get) == ids for ids in in_shard), "each group's claim: the same order"
+    assert sorted(i for ids in in_shard for i in ids) == sorted(claimed)
+    per_aggregate: dict[int, list[int]] = {}
+    for id_, agg, n in sorted(written, key=lambda r: position[r[0]]):
+        per_aggregate.setdefault(agg, []).append(n)
+    assert all(ns == list(range(PER_AGGREGATE)) for ns in per_aggregate.values()), \
+        "every aggregate's events in the order they were written"
+    return claimed, replayed
+
+
+def test_one_outbox_order_on_one_node_and_on_citus(db_url, citus_db_url):
+    """The same events written on one PostgreSQL (ids in commit order, no key) and on Citus (written in
+    turn on three nodes: a later event of an aggregate gets a smaller id, and a key): each database's
+    claim, per-group claim and replay follow billing._outbox_order, ties by id, and give every
+    aggregate's events in the order they were written; on one node that order is the ids'."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for n in range(PER_AGGREGATE):
+            for agg in AGGREGATES:
+                conn.execute("SELECT billing._emit_event('invoice', %s, 'InvoicePaid', %s::jsonb, now())",
+                             (agg, json.dumps(invoice_paid_data(agg, seq=n, tag="one"))))
+    write_events(citus_db_url)
+    single, _ = _claimed_in_order(db_url)
+    assert single == sorted(single), "on one PostgreSQL the order is the ids'"
+    citus, _ = _claimed_in_order(citus_db_url)
+    assert citus != sorted(citus), "on Citus the ids alone would have broken it"
+    assert len(single) == len(citus) == len(AGGREGATES) * PER_AGGREGATE

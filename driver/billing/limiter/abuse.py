@@ -26,6 +26,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from billing.limiter.gcra import pace
 from billing.metrics import AUTH_FAILURES
 
 log = logging.getLogger("billing.api.auth")
@@ -44,10 +45,13 @@ class AddressLimiter:
 
     def check(self, address: str, cost: float = 1.0) -> float:
         now = round(self.clock() * 1_000_000)
-        tat = max(self._tat.get(address, 0), now)
-        if tat - now > self.max_wait_us:
-            return (tat - now - self.max_wait_us) / 1_000_000
-        self._tat[address] = tat + round(self.interval_us * cost)
+        # GCRA's pace step, the package's one arithmetic (billing.limiter.gcra), a call of `cost`
+        # taking that many intervals.
+        granted, wait_us, tat = pace(self._tat.get(address, 0), now, max(1, round(self.interval_us * cost)),
+                                     self.max_wait_us)
+        if not granted:
+            return wait_us / 1_000_000
+        self._tat[address] = tat
         if len(self._tat) > 100_000:
             self._tat = {a: t for a, t in self._tat.items() if t > now}
         return 0.0

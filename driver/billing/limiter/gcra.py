@@ -1,7 +1,7 @@
 """GCRA's pace step, the one arithmetic of every pacer of the house: gcra.lua's `pace` operation
 does the same in Redis (on Redis's clock), `pace` here in this process. Used by the gateway
-limiter's in-process store (billing.limiter.local) and the HTTP API's per-key limit
-(billing.limiter.keyed)."""
+limiter's in-process store (billing.limiter.local), the HTTP API's per-key limit
+(billing.limiter.keyed) and its per-address limit (billing.limiter.abuse)."""
 
 from __future__ import annotations
 

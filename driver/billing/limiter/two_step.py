@@ -25,6 +25,11 @@ DEFAULT_MAX_WAIT_SECONDS = 2.0
 PACE_OVERSUBSCRIPTION = 0.10
 WINDOW_SECONDS = 1.0
 MIN_HORIZON_US = 5_000
+# How far ahead a caller finding the log full may be granted the instant the log has room (it
+# waits for it inside the request): every instant the log frees within this horizon is handed to a
+# caller already waiting for it, so capacity freed in a bunch (calls granted together a second
+# earlier) is not lost while the pacer hands out one caller per slot. Refused past it.
+HORIZON_SECONDS = 0.250
 MAX_BOUNDS = 64
 # Logged on top of the lateness budget until the caller says when its bytes went out: a process
 # descheduled between its check and its write (a starved host) is still inside its entry. Costs
@@ -132,7 +137,7 @@ class TwoStepLimiter:
     `reserve` (the pacing slots) and `admit` (the sliding log), and closes its store in `close`."""
 
     def __init__(self, rate: float, *, guard_seconds: float, max_late_seconds: float, max_wait_seconds: float,
-                 oversubscription: float = PACE_OVERSUBSCRIPTION):
+                 oversubscription: float = PACE_OVERSUBSCRIPTION, horizon_seconds: float = HORIZON_SECONDS):
         if rate < 1 or int(rate) != rate:
             raise ValueError("the rate must be a whole number of calls per second, at least 1")
         if not 0 < max_late_seconds < guard_seconds:
@@ -147,8 +152,9 @@ class TwoStepLimiter:
         self.lateness = Lateness(max_late_seconds, guard_seconds - max_late_seconds)
         # A caller finding the log full is granted the instant it has room, if that is within the
         # horizon (it waits for it inside the request); past the horizon it is refused and paces
-        # again. Two pacing intervals: the slot a refusal would lose to pacing's granularity.
-        self.horizon_us = max(MIN_HORIZON_US, 2 * self.interval_us)
+        # again. At least two pacing intervals (the slot a refusal would lose to pacing's
+        # granularity); HORIZON_SECONDS so that the log's free instants are each taken in advance.
+        self.horizon_us = max(MIN_HORIZON_US, 2 * self.interval_us, int(horizon_seconds * 1_000_000))
         self._offset = ClockOffset()
         prefix = uuid.uuid4().hex[:12]
         self._tokens = (f"{prefix}:{n}" for n in itertools.count())

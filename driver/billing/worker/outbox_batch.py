@@ -50,13 +50,13 @@ class OutboxRow:
     aggregate: tuple[str, int]
     key: bytes
     value: bytes
-    # The order within the aggregate: the id on a single PostgreSQL, coalesce(aggregate_seq, id)
-    # on Citus (db/schema/0090); 0 means "the id".
+    # The row's place in its claim, which returns events in the outbox's order (billing._outbox_order,
+    # db/functions/64_outbox.sql): the one rule lives in SQL, the relay only keeps the claim's order.
     seq: int = 0
 
     @property
     def order(self) -> tuple[int, int]:
-        return (self.seq or self.id, self.id)
+        return (self.seq, self.id)
 
 
 @dataclass

@@ -176,7 +176,7 @@ class Relay:
                     batch = await self._publish(rows, lock_conn)
                     await self._settle(batch, mark_conn)
                     if batch.transient:
-                        redo = sorted(batch.transient, key=lambda r: r.id)
+                        redo = sorted(batch.transient, key=lambda r: r.order)
                         log.warning("kafka delivery failed; resending from the earliest unacknowledged event",
                                     extra={"events": len(redo), "first_id": redo[0].id})
                         self._recover_sink()
@@ -209,8 +209,8 @@ class Relay:
             db.CLAIM_OUTBOX_EVENTS_RAW,
             {"batch": self.opt.batch_size, "lease": self.opt.lease, "now": self.clock.now()},
         )
-        return [OutboxRow(id_, (agg_type, agg_id), str(agg_id).encode(), payload.encode())
-                for id_, agg_type, agg_id, payload in await cur.fetchall()]
+        return [OutboxRow(id_, (agg_type, agg_id), str(agg_id).encode(), payload.encode(), seq)
+                for id_, agg_type, agg_id, payload, seq in await cur.fetchall()]
 
     async def _wait_for_work(self, conn: psycopg.AsyncConnection) -> None:
         """Until a NOTIFY, the fallback poll interval or stop. Raises if the lock session died."""
