@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 CREATE_DUE_INVOICES = "SELECT billing.create_due_invoices(%(batch)s, %(now)s) AS handled"
 FINALIZE_INVOICES = "SELECT billing.finalize_invoices(%(batch)s, %(now)s) AS finalized"
-# Usage in arrears (db/functions/72_usage_rating.sql): one row per subscription looked at.
+# Usage in arrears (db/functions/72_usage_rating.sql; alerts: 74_usage_preview.sql): one row per subscription looked at.
 CHECK_USAGE_ALERTS = "SELECT billing.check_usage_alerts(%(batch)s, %(now)s) AS fired"
 # A customer's usage alerts over HTTP (billing.api.routes.usage_alerts)
 LIST_USAGE_ALERTS = "SELECT * FROM billing.list_usage_alerts(%(customer_id)s)"

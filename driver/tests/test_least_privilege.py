@@ -54,7 +54,7 @@ API = {
     # usage-based billing (db/functions/71_usage.sql, docs/usage.md)
     "upsert_meter", "list_meters", "ingest_usage", "ingest_usage_batch", "current_usage", "usage_between", "usage_partitions",
     "upsert_plan_charge",
-    # usage rated in arrears (db/functions/72_usage_rating.sql)
+    # usage rated in arrears, the upcoming invoice, alerts (db/functions/72_usage_rating.sql, 74_usage_preview.sql)
     "rate_usage", "upcoming_invoice", "set_usage_alert", "check_usage_alerts",
     "list_usage_alerts", "update_usage_alert", "delete_usage_alert",
     # the HTTP API's /v1 lists and reads (db/functions/77_api_lists.sql, issue 28)
@@ -565,7 +565,7 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     subs = (f'[{{"external_id": "sub_imp_{tag}", "customer_external_id": "cus_imp_{tag}", "plan_code": "{basic}", '
             f'"current_period_start": "2026-09-15T00:00:00Z", "current_period_end": "2026-10-15T00:00:00Z"}}]')
     out["imported_subscriptions"] = [r[3] for r in one("import_subscriptions", "%s::jsonb, %s", (subs, T0), setof=True)]
-    # Rating in arrears (db/functions/72_usage_rating.sql): the worker's step, the API's preview.
+    # Rating in arrears (db/functions/72_usage_rating.sql): the worker's step; the API's preview (74_usage_preview.sql).
     rated = one("rate_usage", "%s, %s, %s", (100, T0 + timedelta(days=1), timedelta(hours=1)), setof=True)
     out["usage_rated"] = isinstance(rated, list)
     out["upcoming"] = one("upcoming_invoice", "%s, %s", (sub_id, T0 + timedelta(days=1)))[0]["object"]

@@ -1,4 +1,4 @@
--- 722_usage_cursor_start: where a subscription's usage rating starts (docs/usage.md, "What is
+-- 730_usage_cursor_start: where a subscription's usage rating starts (docs/usage.md, "What is
 -- followed"). A usage charge added to a plan that already had subscriptions applies from the period
 -- then current, never back to their first period; an imported subscription whose plan gains a
 -- charge during its imported period has that period rated, even when the first rating call comes
