@@ -93,6 +93,26 @@ COMMENT ON FUNCTION billing._check_worker(text) IS
 'Private: a worker name is 1 to 200 characters (_check_text), for every claim and shard lease.
 Returns nothing; BL422 otherwise.';
 
+-- The arguments every claim takes, named worker or not (the clock, the batch size, the lease):
+-- _check_claim below adds the worker's name, the key lifetime and the provider; the claims that
+-- name no worker (claim_outbox_events, claim_webhook_deliveries, claim_refund_rechecks,
+-- claim_notifications) call this one alone. p_max_batch: 10000, but the notifications' 1000.
+CREATE OR REPLACE FUNCTION billing._check_claim_args(p_batch_size integer, p_lease interval, p_now timestamptz,
+                                                     p_max_batch integer DEFAULT 10000)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._check_now(p_now);
+    PERFORM billing._check_between('batch size', p_batch_size, 1, p_max_batch);
+    PERFORM billing._check_lease(p_lease);
+END
+$$;
+COMMENT ON FUNCTION billing._check_claim_args(integer, interval, timestamptz, integer) IS
+'Private: the arguments every claim takes: p_now (_check_now), a batch size of 1 to p_max_batch (10000 unless given), a lease (_check_lease), in that order.
+Returns nothing; BL422 otherwise.';
+
 CREATE OR REPLACE FUNCTION billing._check_claim(p_worker text, p_batch_size integer, p_lease interval, p_now timestamptz,
                                                 p_keyed boolean DEFAULT false, p_provider text DEFAULT NULL)
 RETURNS void
@@ -104,8 +124,7 @@ DECLARE
 BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_worker(p_worker);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
+    PERFORM billing._check_claim_args(p_batch_size, p_lease, p_now);
     IF p_keyed THEN
         SELECT i.key_lifetime INTO v_key_lifetime FROM billing.installation i;
         IF p_lease >= v_key_lifetime THEN
@@ -122,7 +141,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._check_claim(text, integer, interval, timestamptz, boolean, text) IS
-'Private: the arguments of a claim: p_now (_check_now), a worker name of 1 to 200 characters, a batch size of 1 to 10000, a lease (_check_lease), shorter than the key lifetime when p_keyed, and a provider name when given.
+'Private: the arguments of a claim: p_now (_check_now), a worker name of 1 to 200 characters, a batch size of 1 to 10000 and a lease (_check_claim_args), shorter than the key lifetime when p_keyed, and a provider name when given.
 Returns nothing; BL422 otherwise.';
 
 CREATE OR REPLACE FUNCTION billing._check_one_of(p_what text, p_value text, p_allowed text[], p_hint text)

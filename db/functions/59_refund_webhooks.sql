@@ -126,9 +126,7 @@ DECLARE
     v_ref billing.refund;
     v_key text;
 BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
+    PERFORM billing._check_claim_args(p_batch_size, p_lease, p_now);
     IF NOT EXISTS (SELECT 1 FROM billing.refund r WHERE r.recheck_at <= p_now) THEN
         RETURN;  -- nothing due: no audit row (the worker asks every second)
     END IF;

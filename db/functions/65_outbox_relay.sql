@@ -127,9 +127,7 @@ DECLARE
     v_ids bigint[];
 BEGIN
     PERFORM billing._audit('claim_outbox_events', jsonb_build_object('batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
+    PERFORM billing._check_claim_args(p_batch_size, p_lease, p_now);
     IF billing._distributed('billing.outbox_event') THEN
         -- Citus refuses FOR UPDATE across shards: the per-row path (docs/scaling.md).
         RETURN QUERY SELECT * FROM billing._claim_outbox_events_per_row(p_batch_size, p_lease, p_now);

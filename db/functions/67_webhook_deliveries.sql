@@ -83,9 +83,7 @@ DECLARE
     v_ids bigint[];
 BEGIN
     PERFORM billing._audit('claim_webhook_deliveries', jsonb_build_object('endpoint_id', p_endpoint_id, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now));
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 10000);
-    PERFORM billing._check_lease(p_lease);
+    PERFORM billing._check_claim_args(p_batch_size, p_lease, p_now);
     IF NOT EXISTS (SELECT 1 FROM billing.webhook_endpoint w WHERE w.id = p_endpoint_id AND w.status = 'ENABLED') THEN
         RETURN;
     END IF;

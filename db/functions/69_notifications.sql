@@ -245,9 +245,7 @@ DECLARE
     v_cust billing.customer;
     v_n    billing.notification;
 BEGIN
-    PERFORM billing._check_now(p_now);
-    PERFORM billing._check_between('batch size', p_batch_size, 1, 1000);
-    PERFORM billing._check_lease(p_lease);
+    PERFORM billing._check_claim_args(p_batch_size, p_lease, p_now, 1000);
     -- Candidates read without locks, oldest first; each then leased by a conditional update of its
     -- row (a concurrent claimer waits for the row and finds it leased): the same on Citus, where
     -- each update runs in the customer's shard.

@@ -9,8 +9,8 @@ SELECT is(
       WHERE p.pronamespace = 'billing'::regnamespace
         AND p.proname !~ '^_'
         AND 'p_now' = ANY (p.proargnames)
-        -- directly, or through the claims' one check, billing._check_claim (10_util.sql)
-        AND p.prosrc !~ 'billing\._check_now\(p_now\)|billing\._check_claim\([^)]*p_now'),
+        -- directly, or through the claims' one check, billing._check_claim or _check_claim_args (10_util.sql)
+        AND p.prosrc !~ 'billing\._check_now\(p_now\)|billing\._check_claim(_args)?\([^)]*p_now'),
     '',
     'every API function taking p_now calls billing._check_now(p_now)');
 
