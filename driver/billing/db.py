@@ -244,7 +244,8 @@ DEMO_REFUNDS_PENDING = (
 )
 DEMO_OUTBOX_PENDING = "SELECT count(*) AS n FROM billing.outbox_event WHERE status = 'PENDING'"
 
-# The operator console (db/functions/86_console.sql): one read function per page, its sessions.
+# The operator console (db/functions/86_console.sql, 84_console_records.sql): one read function
+# per page, its sessions.
 # A console session is opened with the key itself (its SHA-256), never its public id (issue 27, finding 6).
 CONSOLE_OPEN_SESSION = "SELECT * FROM billing.console_open_session(%(hash)s, %(key_hash)s, %(ttl)s::interval, %(now)s)"
 CONSOLE_READ_SESSION = "SELECT * FROM billing.console_session(%(hash)s, %(now)s)"

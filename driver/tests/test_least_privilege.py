@@ -77,7 +77,8 @@ SECURITY = {"create_api_key", "list_api_keys", "revoke_api_key", "authenticate_a
             # refund, customer sessions, failed authentications
             "apply_refund_webhook", "claim_refund_rechecks", "open_customer_session", "customer_session",
             "close_customer_session", "record_auth_failure"}
-# The operator console (db/functions/86_console.sql, docs/console.md): its sessions and reads, and replay.
+# The operator console (db/functions/86_console.sql, 84_console_records.sql, docs/console.md): its
+# sessions and reads, and replay.
 CONSOLE = {"console_open_session", "console_session", "console_close_session", "console_functions",
            "console_overview", "console_mrr", "console_customers", "console_customer", "console_subscription",
            "console_usage",

@@ -12,8 +12,9 @@
 * A read-scope session sees everything and may do nothing (403 on every action); an admin session
   acts through the SQL API's functions (billing.console.actions), audited with actor
   api-key:<key id>, like the HTTP API.
-* Pages call one read function each (db/functions/86_console.sql); the overview's figures are
-  refreshed every few seconds by htmx (vendored in static/, no CDN, no build step).
+* Pages call one read function each (db/functions/86_console.sql, 84_console_records.sql); the
+  overview's figures are refreshed every few seconds by htmx (vendored in static/, no CDN, no build
+  step).
 
 Sessions, forms and rendering: billing.console.web; the pages and actions, one router per
 resource: billing.console.routes.

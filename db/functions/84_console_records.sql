@@ -1,0 +1,282 @@
+-- 84_console_records: what the operator console (`billing serve`, /console; docs/console.md) reads
+-- on the pages of one kind of record: customers (the search by words and one customer), one
+-- subscription, invoices, outbox events. Its sessions, overview, MRR and replay: 86_console.
+-- Re-applied after every migration: CREATE OR REPLACE only. Granted to billing_console (90_grants).
+-- The reads return jsonb documents shaped for one page each, so a page is one call.
+
+-- ---------------------------------------------------------------------------------------------
+-- Customers. A text search is a search by words through customer_search_idx (migration 0311, a GIN
+-- index of the name's and the email's words): each word of the query is a word of the name or of
+-- the email (the whole address, its part before the @ or its domain), the last one may be the start
+-- of a word (what the operator is still typing). Never a scan of every customer (issue 27 finding
+-- 2); the row is shown as jsonb.
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._customer_search_query(p_query text)
+RETURNS tsquery
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    -- The query's words as the index's parser reads them ('simple': lower case, no stemming), in
+    -- their order, each one whole but the last, which is a prefix; NULL when there is no word.
+    SELECT string_agg('''' || replace(replace(w.lexeme, '\', '\\'), '''', '''''') || '''' || CASE WHEN w.last THEN ':*' ELSE '' END, ' & ' ORDER BY w.pos)::tsquery
+      FROM (SELECT t.lexeme, t.positions[1] AS pos, t.positions[1] = max(t.positions[1]) OVER () AS last
+              FROM unnest(to_tsvector('simple'::regconfig, coalesce(p_query, ''))) t) w
+$$;
+COMMENT ON FUNCTION billing._customer_search_query(text) IS
+'Private: the console''s customer search as a tsquery: the words of p_query (the simple configuration), all of them, the last one as a prefix.
+Returns the tsquery, NULL when p_query has no word.';
+
+CREATE OR REPLACE FUNCTION billing.console_customers(p_query text, p_limit integer DEFAULT 50)
+RETURNS TABLE (id bigint, customer jsonb, subscriptions bigint, live_subscriptions bigint, open_invoices bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+-- Each search planned with its own words: a rare word through the index, a common one by walking
+-- the customers in id order until p_limit match (a cached generic plan cannot tell them apart).
+SET plan_cache_mode = force_custom_plan
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_query text := nullif(btrim(coalesce(p_query, '')), '');
+    v_words tsquery;
+    v_ids   bigint[];
+BEGIN
+    PERFORM billing._check_between('limit', p_limit, 1, 500);
+    PERFORM billing._check_text('a search', coalesce(v_query, '-'), 200);
+    -- The page's customers first, then their counts grouped by customer_id and joined on it: on
+    -- Citus each part runs in the shards of these customers (a correlated subquery per row could
+    -- not be planned there).
+    IF v_query IS NULL THEN
+        v_ids := ARRAY(SELECT c.id FROM billing.customer c ORDER BY c.id LIMIT p_limit);
+    ELSIF v_query ~ '^[0-9]{1,18}$' THEN
+        v_ids := ARRAY(SELECT c.id FROM billing.customer c WHERE c.id = v_query::bigint);
+    ELSE
+        v_words := billing._customer_search_query(v_query);
+        -- The expression of customer_search_idx (migration 0311), word for word.
+        v_ids := ARRAY(
+            SELECT c.id FROM billing.customer c
+             WHERE to_tsvector('simple'::regconfig,
+                               coalesce(c.name, '') || ' ' || coalesce(c.email, '') || ' '
+                               || replace(coalesce(c.email, ''), '@', ' ')) @@ v_words
+             ORDER BY c.id
+             LIMIT p_limit);
+    END IF;
+    RETURN QUERY
+    SELECT c.id, to_jsonb(c), coalesce(s.n, 0), coalesce(s.live, 0), coalesce(i.open, 0)
+      FROM billing.customer c
+      LEFT JOIN (SELECT x.customer_id, count(*) AS n, count(*) FILTER (WHERE x.status <> 'CANCELED') AS live
+                   FROM billing.subscription x WHERE x.customer_id = ANY (v_ids) GROUP BY x.customer_id) s
+        ON s.customer_id = c.id
+      LEFT JOIN (SELECT y.customer_id, count(*) AS open
+                   FROM billing.invoice y WHERE y.customer_id = ANY (v_ids) AND y.status = 'OPEN' GROUP BY y.customer_id) i
+        ON i.customer_id = c.id
+     WHERE c.id = ANY (v_ids)
+     ORDER BY c.id;
+END
+$$;
+COMMENT ON FUNCTION billing.console_customers(text, integer) IS
+'Customers matching p_query: its id when it is a number, else by words (each word of the query a word of the name or the email, whole address, local part or domain; the last word may be a word''s start; case-insensitive); all (by id) when empty.
+Returns up to p_limit (1..500) rows: id, the customer row as jsonb, subscriptions, live (not canceled) ones, OPEN invoices.';
+
+CREATE OR REPLACE FUNCTION billing._console_secretless(p_doc jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT coalesce(jsonb_object_agg(k, v), '{}'::jsonb)
+      FROM jsonb_each(p_doc) e(k, v)
+     WHERE k !~* '(secret|token|password|hash|cvc|cvv)' AND k !~* '(^|_)pan($|_)'
+$$;
+COMMENT ON FUNCTION billing._console_secretless(jsonb) IS
+'Private: a row as jsonb without the keys that may hold a secret (secret, token, password, hash, cvc, cvv, pan).
+Returns the filtered object.';
+
+CREATE OR REPLACE FUNCTION billing.console_customer(p_customer_id bigint, p_limit integer DEFAULT 200)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_customer jsonb;
+    v_sub_ids  bigint[];
+    v_inv_ids  bigint[];
+    v_methods  jsonb;
+BEGIN
+    PERFORM billing._check_between('limit', p_limit, 1, 2000);
+    SELECT to_jsonb(c) INTO v_customer FROM billing.customer c WHERE c.id = p_customer_id;
+    IF v_customer IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('customer %s does not exist', coalesce(p_customer_id::text, 'NULL'));
+    END IF;
+    v_sub_ids := ARRAY(SELECT s.id FROM billing.subscription s WHERE s.customer_id = p_customer_id);
+    v_inv_ids := ARRAY(SELECT i.id FROM billing.invoice i WHERE i.subscription_id = ANY (v_sub_ids));
+    -- Payment methods live in a table that may not exist yet (or ever): read it when it does.
+    IF to_regclass('billing.payment_method') IS NOT NULL THEN
+        EXECUTE format('SELECT coalesce(jsonb_agg(billing._console_secretless(to_jsonb(m))), ''[]'') '
+                       'FROM %s m WHERE m.customer_id = $1', to_regclass('billing.payment_method'))
+           INTO v_methods USING p_customer_id;
+    END IF;
+    RETURN jsonb_build_object(
+        'customer', v_customer,
+        'subscriptions', (SELECT coalesce(jsonb_agg(to_jsonb(s) || jsonb_build_object('plan_code', p.code,
+                                                        'price_amount', p.price_amount, 'currency', p.currency)
+                                                    ORDER BY s.id DESC), '[]')
+                            FROM billing.subscription s JOIN billing.plan p ON p.id = s.plan_id
+                           WHERE s.id = ANY (v_sub_ids)),
+        'invoices', (SELECT coalesce(jsonb_agg(to_jsonb(i) ORDER BY i.id DESC), '[]')
+                       FROM (SELECT * FROM billing.invoice i WHERE i.id = ANY (v_inv_ids)
+                              ORDER BY i.id DESC LIMIT p_limit) i),
+        'credit_balances', (SELECT coalesce(jsonb_agg(to_jsonb(b) ORDER BY b.currency), '[]')
+                              FROM billing.credit_balance b WHERE b.customer_id = p_customer_id),
+        'credit_ledger', (SELECT coalesce(jsonb_agg(to_jsonb(e) ORDER BY e.id DESC), '[]')
+                            FROM (SELECT * FROM billing.credit_entry e WHERE e.customer_id = p_customer_id
+                                   ORDER BY e.id DESC LIMIT p_limit) e),
+        'payment_methods', v_methods,
+        'timeline', (SELECT coalesce(jsonb_agg(t ORDER BY t.at DESC, t.seq DESC), '[]')
+                       FROM (SELECT * FROM (
+                                 SELECT o.created_at AS at, o.id AS seq, 'event' AS kind, o.event_type AS what,
+                                        o.aggregate_type || '/' || o.aggregate_id AS subject, o.status AS detail,
+                                        o.id AS ref
+                                   FROM billing.outbox_event o
+                                  WHERE (o.aggregate_type = 'subscription' AND o.aggregate_id = ANY (v_sub_ids))
+                                     OR (o.aggregate_type = 'invoice' AND o.aggregate_id = ANY (v_inv_ids))
+                                 UNION ALL
+                                 SELECT a.first_claimed_at, a.id, 'charge', 'charge attempt ' || a.attempt_number,
+                                        'invoice/' || a.invoice_id,
+                                        coalesce(a.outcome, 'no result yet') || coalesce(' ' || a.failure_reason, '')
+                                            || ' ' || a.amount || ' ' || a.currency,
+                                        a.id
+                                   FROM billing.payment_attempt a WHERE a.invoice_id = ANY (v_inv_ids)
+                                 UNION ALL
+                                 SELECT e.created_at, e.id, 'credit', 'credit ' || lower(e.reason),
+                                        coalesce('invoice/' || e.invoice_id, 'subscription/' || e.subscription_id),
+                                        e.amount || ' ' || e.currency, e.id
+                                   FROM billing.credit_entry e WHERE e.customer_id = p_customer_id
+                             ) u ORDER BY u.at DESC, u.seq DESC LIMIT p_limit) t)
+    );
+END
+$$;
+COMMENT ON FUNCTION billing.console_customer(bigint, integer) IS
+'One customer for the console: the row, subscriptions (with plan code and price), the latest p_limit invoices, credit balances and ledger, payment methods when the table exists (keys that may hold secrets left out), and a timeline of its events, charge attempts and credit entries, newest first.
+Returns one jsonb document; BL404 for an unknown customer.';
+
+CREATE OR REPLACE FUNCTION billing.console_subscription(p_subscription_id bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_sub  billing.subscription;
+    v_plan billing.plan;
+    v_customer_id bigint := billing._subscription_customer(p_subscription_id);
+BEGIN
+    -- Every read by (customer_id, ...): one shard group on Citus.
+    SELECT * INTO v_sub FROM billing.subscription WHERE customer_id = v_customer_id AND id = p_subscription_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('subscription %s does not exist', coalesce(p_subscription_id::text, 'NULL'));
+    END IF;
+    SELECT * INTO v_plan FROM billing.plan WHERE id = v_sub.plan_id;
+    RETURN jsonb_build_object(
+        'subscription', to_jsonb(v_sub),
+        'plan', to_jsonb(v_plan),
+        'scheduled_plan_code', (SELECT p.code FROM billing.plan p WHERE p.id = v_sub.scheduled_plan_id),
+        'invoices', (SELECT coalesce(jsonb_agg(to_jsonb(i) ORDER BY i.period_start DESC, i.id DESC), '[]')
+                       FROM billing.invoice i WHERE i.customer_id = v_customer_id AND i.subscription_id = p_subscription_id),
+        'attempts', (SELECT coalesce(jsonb_agg(to_jsonb(a) ORDER BY a.id DESC), '[]')
+                       FROM billing.payment_attempt a
+                      WHERE a.customer_id = v_customer_id
+                        AND a.invoice_id IN (SELECT i.id FROM billing.invoice i
+                                              WHERE i.customer_id = v_customer_id AND i.subscription_id = p_subscription_id)),
+        'events', (SELECT coalesce(jsonb_agg(jsonb_build_object('id', o.id, 'event_type', o.event_type,
+                                                               'created_at', o.created_at, 'status', o.status)
+                                             ORDER BY o.id DESC), '[]')
+                     FROM billing.outbox_event o
+                    WHERE o.customer_id = v_customer_id
+                      AND o.aggregate_type = 'subscription' AND o.aggregate_id = p_subscription_id),
+        'plans', (SELECT coalesce(jsonb_agg(jsonb_build_object('code', p.code, 'price_amount', p.price_amount,
+                                                              'currency', p.currency,
+                                                              'billing_interval', p.billing_interval,
+                                                              'interval_count', p.interval_count) ORDER BY p.code), '[]')
+                    FROM billing.plan p WHERE p.currency = v_plan.currency AND p.id <> v_plan.id)
+    );
+END
+$$;
+COMMENT ON FUNCTION billing.console_subscription(bigint) IS
+'One subscription for the console: the row, its plan, the code of the plan scheduled for its next period, every invoice (its billed periods, newest first), the charge attempts, its own events, and the other plans of its currency (to change to).
+Returns one jsonb document; BL404 for an unknown subscription.';
+
+CREATE OR REPLACE FUNCTION billing.console_invoices(p_status text, p_before_id bigint, p_limit integer DEFAULT 50)
+RETURNS SETOF billing.invoice
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM billing._check_between('limit', p_limit, 1, 500);
+    IF p_status IS NOT NULL THEN
+        PERFORM billing._check_one_of('an invoice status', p_status, ARRAY['OPEN', 'PAID', 'FAILED', 'VOID', 'REVIEW'],
+                                      'Filter by OPEN, PAID, FAILED, VOID or REVIEW, or give no status.');
+    END IF;
+    -- One query per case, each walking one index in descending order with no parameter hidden
+    -- behind an OR or a coalesce: all invoices on the id index, one status on invoice_status_idx
+    -- (status, id), so a status no invoice has is one probe, not a walk of every id (bench/scale: a
+    -- cached generic plan of "p_before_id IS NULL OR i.id < p_before_id" walked the index from the
+    -- newest invoice for every page; "status = coalesce(p_status, status)" every invoice for FAILED).
+    IF p_status IS NULL AND p_before_id IS NULL THEN
+        RETURN QUERY
+        SELECT * FROM billing.invoice i ORDER BY i.id DESC LIMIT p_limit;
+    ELSIF p_status IS NULL THEN
+        RETURN QUERY
+        SELECT * FROM billing.invoice i WHERE i.id < p_before_id ORDER BY i.id DESC LIMIT p_limit;
+    ELSIF p_before_id IS NULL THEN
+        RETURN QUERY
+        SELECT * FROM billing.invoice i WHERE i.status = p_status ORDER BY i.status DESC, i.id DESC LIMIT p_limit;
+    ELSE
+        RETURN QUERY
+        SELECT * FROM billing.invoice i WHERE i.status = p_status AND i.id < p_before_id
+         ORDER BY i.status DESC, i.id DESC LIMIT p_limit;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing.console_invoices(text, bigint, integer) IS
+'Invoices newest first, of one status (NULL: all), with ids below p_before_id (paging).
+Returns up to p_limit (1..500) rows; BL422 for an unknown status.';
+
+CREATE OR REPLACE FUNCTION billing.console_events(
+    p_subject text, p_type text, p_before_id bigint, p_limit integer DEFAULT 50)
+RETURNS TABLE (id bigint, event_id uuid, aggregate_type text, aggregate_id bigint, event_type text, status text,
+               created_at timestamptz, published_at timestamptz, attempts integer, last_error text, payload jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_subject text := nullif(btrim(coalesce(p_subject, '')), '');
+    v_type    text := nullif(btrim(coalesce(p_type, '')), '');
+    v_agg     text;
+    v_id      bigint;
+BEGIN
+    PERFORM billing._check_between('limit', p_limit, 1, 500);
+    IF v_subject IS NOT NULL THEN
+        -- "invoice/12", "subscription/7" (the CloudEvents subject) or a bare id (either kind).
+        IF v_subject ~ '^[0-9]{1,18}$' THEN
+            v_id := v_subject::bigint;
+        ELSIF v_subject ~ '^[a-z_]+/[0-9]{1,18}$' THEN
+            v_agg := split_part(v_subject, '/', 1);
+            v_id := split_part(v_subject, '/', 2)::bigint;
+        ELSE
+            RAISE EXCEPTION USING ERRCODE = 'BL422',
+                MESSAGE = format('a subject is an id or <type>/<id> (invoice/12), not %s', left(v_subject, 100));
+        END IF;
+    END IF;
+    PERFORM billing._check_text('an event type', coalesce(v_type, '-'), 100);
+    RETURN QUERY
+    SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.status, o.created_at, o.published_at,
+           o.attempts, o.last_error, o.payload
+      FROM billing.outbox_event o
+     WHERE (v_id IS NULL OR o.aggregate_id = v_id)
+       AND (v_agg IS NULL OR o.aggregate_type = v_agg)
+       AND (v_type IS NULL OR o.event_type ILIKE replace(replace(v_type, '%', '\%'), '_', '\_') || '%')
+       AND (p_before_id IS NULL OR o.id < p_before_id)
+     ORDER BY o.id DESC
+     LIMIT p_limit;
+END
+$$;
+COMMENT ON FUNCTION billing.console_events(text, text, bigint, integer) IS
+'Outbox events newest first: of one subject (an aggregate id, or <aggregate type>/<id> as in the CloudEvents subject), of types starting with p_type (case-insensitive), ids below p_before_id.
+Returns up to p_limit (1..500) rows; BL422 for a subject of another form.';
