@@ -21,8 +21,12 @@ them, in the same run.
 
 Fixtures are written straight into the tables (customers, two due subscriptions each, one due
 OPEN invoice per subscription), the same on both layouts.
-Server CPU is not measured: on a shared 2-core host the wall times are noisy, compare rows of one
-run, and note the load.
+The claim-and-work calls also give the server CPU per row: every backend of the database on every
+node (the call's own backend and Citus' connections between nodes, all on this host) read from /proc
+before and after a group's calls, while the calling connection is still open. On a shared 2-core
+host the wall times are noisy: compare the CPU per row, the rows of one run, and note the load.
+Per-group cost from 8 to 64 groups: `--shards 8,16,32,64 --customers 10000 --only charge_claims_in_shard`
+(the same invoices spread over more groups; a call keys `--batch` of one group's).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from datetime import datetime, timezone
 
 import psycopg
 
+from bench.baseline import host_load, proc_cpu
 from billing.config import REPO_ROOT
 from billing.migrate import migrate
 
@@ -146,20 +151,40 @@ END
 $$"""
 
 
-def work(url: str, fn: str, group: int, batch: int, count: int) -> list[float]:
-    """Milliseconds per call of `fn` on `batch` rows, `count` calls, each rolled back."""
+def backends(nodes: list[str], name: str) -> dict[tuple[int, int], float]:
+    """CPU seconds so far of every backend of database `name` on each node (all on this host)."""
+    out = {}
+    for i, node in enumerate(nodes):
+        with psycopg.connect(node, autocommit=True) as conn:
+            for (pid,) in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                                       (name,)):
+                out[(i, pid)] = proc_cpu(pid)
+    return out
+
+
+def work(url: str, fn: str, group: int, batch: int, count: int, nodes: list[str]) -> tuple[list[float], float, int]:
+    """Milliseconds per call of `fn` on `batch` rows, `count` calls, each rolled back; with the server CPU
+    seconds of those calls (every backend of the database on `nodes`) and the rows they handled."""
     out = []
+    rows = 0
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET jit = off")
         if fn == "charge_rows_before_32":
             conn.execute("SET citus.enable_ddl_propagation = off")  # a temporary function of this session
             conn.execute(ROW_BY_ROW)
+        # One call first (not counted): the session's caches and Citus' connections between nodes.
+        with conn.transaction(force_rollback=True):
+            conn.execute(WORK[fn], {"group": group, "batch": batch, "now": NOW}).fetchall()
+        cpu0 = backends(nodes, name)
         for _ in range(count):
             t = time.perf_counter()
             with conn.transaction(force_rollback=True):
-                conn.execute(WORK[fn], {"group": group, "batch": batch, "now": NOW}).fetchall()
+                got = conn.execute(WORK[fn], {"group": group, "batch": batch, "now": NOW}).fetchall()
             out.append((time.perf_counter() - t) * 1000)
-    return out
+            rows += int(got[0][0] or 0) if got and got[0] else 0
+        cpu1 = backends(nodes, name)
+    return out, sum(v - cpu0.get(k, 0.0) for k, v in cpu1.items()), rows
 
 
 def measure(url: str, layout: str, shards: int, customers: int, batch: int, count: int, rows: list) -> None:
@@ -173,6 +198,10 @@ def measure(url: str, layout: str, shards: int, customers: int, batch: int, coun
         loaded = time.perf_counter() - t
         groups = conn.execute("SELECT shard_group, node_name, node_port FROM "
                               "billing.lease_shard_groups('bench', 10000, '1 day', %s)", (NOW,)).fetchall()
+        nodes = [url]
+        if layout == "citus":
+            nodes += [node_url(url, h, p) for h, p in conn.execute(
+                "SELECT nodename, nodeport FROM pg_dist_node WHERE noderole = 'primary' AND groupid > 0")]
     picked = [groups[0], groups[len(groups) // 2]] if len(groups) > 1 else groups
     per_group = 2 * customers // len(groups)
     # Claim and work first (rolled back), then the claims alone (the charges' claims lease for good).
@@ -183,18 +212,26 @@ def measure(url: str, layout: str, shards: int, customers: int, batch: int, coun
         fns += ["create_due_invoices", "claim_charges"]
     for fn in fns:
         times = []
+        cpu = 0.0
+        handled = 0
         for g, host, port in picked:
-            times += work(node_url(url, host, port), fn, g, batch, count)
+            t, c, n = work(node_url(url, host, port), fn, g, batch, count, nodes)
+            times += t
+            cpu += c
+            handled += n
         med = statistics.median(times)
-        rows.append((layout, len(groups), customers, per_group, fn, med, med * 1000 / batch))
+        cpu_us = 1e6 * cpu / handled if handled else float("nan")
+        rows.append((layout, len(groups), customers, per_group, fn, med, med * 1000 / batch, cpu_us, host_load()))
         print(f"{layout:6s} groups={len(groups):3d} customers={customers:7d}: {fn} of {batch} = {med:.1f} ms median "
-              f"({med * 1000 / batch:.0f} us/row, {len(times)} calls)", flush=True)
+              f"({med * 1000 / batch:.0f} us/row wall, server CPU {cpu_us:.0f} us/row over {handled} rows, "
+              f"{len(times)} calls); {host_load()}", flush=True)
     for fn in ("renewals", "charges") if not getattr(measure, "only", None) else ():
         times: list[float] = []
         for g, host, port in picked:
             times += claims(node_url(url, host, port), fn, g, batch, count)
         med = statistics.median(times)
-        rows.append((layout, len(groups), customers, per_group, f"claim_{fn}_in_shard", med, med * 1000 / batch))
+        rows.append((layout, len(groups), customers, per_group, f"claim_{fn}_in_shard", med, med * 1000 / batch,
+                     float("nan"), host_load()))
         print(f"{layout:6s} groups={len(groups):3d} customers={customers:7d} (~{per_group:6d} due per group, "
               f"loaded in {loaded:.1f} s): {fn} claim of {batch} = {med:.1f} ms median "
               f"({med * 1000 / batch:.0f} us/row, {len(times)} claims)", flush=True)
@@ -221,10 +258,11 @@ def main() -> None:
             url = fresh(a.single_url, "billing_bench_engine_single", shards=0)
             measure(url, "single", 1, customers, a.batch, a.claims, rows)
     print(f"\nload after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
-    print(f"\n| layout | shard groups | customers | due per group | call | {a.batch} rows (median ms) | us per row |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"\n| layout | shard groups | customers | due per group | call | {a.batch} rows (median ms) | us per row "
+          "(wall) | server CPU us per row | host |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]:,} | {r[3]:,} | {r[4]} | {r[5]:.1f} | {r[6]:.0f} |")
+        print(f"| {r[0]} | {r[1]} | {r[2]:,} | {r[3]:,} | {r[4]} | {r[5]:.1f} | {r[6]:.0f} | {r[7]:.0f} | {r[8]} |")
 
 
 if __name__ == "__main__":
