@@ -465,48 +465,50 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_ended  timestamptz;
-    v_rev    billing.service_line;
-    v_line   billing.service_line;
-    v_other  billing.service_line;
-    v_in     boolean;
-    v_n      integer := 0;
+    v_ended timestamptz;
+    v_n     integer;
 BEGIN
-    -- When the time the dead invoice sold was ended by a later change: the earliest in-force reversal
-    -- of one of its CHARGE lines (read first, then checked: one shard on Citus).
-    FOR v_line IN SELECT * FROM billing.service_line l
-                   WHERE l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id AND l.kind = 'CHARGE' LOOP
-        FOR v_other IN SELECT * FROM billing.service_line r
-                        WHERE r.customer_id = v_line.customer_id AND r.reverses_id = v_line.id LOOP
-            IF billing._line_in_force(v_other) THEN
-                v_ended := least(coalesce(v_ended, v_other.span_start), v_other.span_start);
-            END IF;
-        END LOOP;
-    END LOOP;
+    -- Set-based, one customer (a router query on Citus: every table joined on customer_id); a line
+    -- in force is _line_in_force written as joins (its invoice PAID, OPEN or REVIEW if it has one,
+    -- none of depends_on VOID or FAILED). When the time the dead invoice sold was ended by a later
+    -- change: the earliest reversal in force of one of its CHARGE lines.
+    SELECT min(r.span_start) INTO v_ended
+      FROM billing.service_line c
+      JOIN billing.service_line r ON r.customer_id = c.customer_id AND r.reverses_id = c.id
+      LEFT JOIN billing.invoice ri ON ri.customer_id = r.customer_id AND ri.id = r.invoice_id
+     WHERE c.customer_id = p_invoice.customer_id AND c.invoice_id = p_invoice.id AND c.kind = 'CHARGE'
+       AND (r.invoice_id IS NULL OR ri.status IN ('PAID', 'OPEN', 'REVIEW'))
+       AND NOT EXISTS (SELECT 1 FROM billing.invoice d
+                        WHERE d.customer_id = r.customer_id AND d.id = ANY (r.depends_on) AND d.status IN ('VOID', 'FAILED'));
     IF v_ended IS NULL THEN
         RETURN 0;  -- the terms it sold were current: the revert restores the old ones
     END IF;
-    FOR v_rev IN SELECT * FROM billing.service_line l
-                  WHERE l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id AND l.kind = 'REVERSAL' LOOP
-        SELECT * INTO v_line FROM billing.service_line WHERE customer_id = v_rev.customer_id AND id = v_rev.reverses_id;
-        CONTINUE WHEN NOT FOUND OR NOT billing._line_in_force(v_line) OR v_line.span_end <= v_ended;
-        v_in := false;
-        FOR v_other IN SELECT * FROM billing.service_line r
-                        WHERE r.customer_id = v_line.customer_id AND r.reverses_id = v_line.id LOOP
-            IF billing._line_in_force(v_other) THEN
-                v_in := true;
-                EXIT;
-            END IF;
-        END LOOP;
-        CONTINUE WHEN v_in;
-        INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
-                                          span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
-                                          currency, reverses_id, basis_start, basis_gross, basis_net, created_at)
-        VALUES (v_line.customer_id, v_line.subscription_id, NULL, 'REVERSAL', v_line.item, v_line.plan_id, v_line.quantity,
-                v_line.unit_price, greatest(v_ended, v_line.span_start), v_line.span_end, 0, 0, v_line.coupon_code, 0, 0,
-                v_line.tax_inclusive, v_line.currency, v_line.id, greatest(v_ended, v_line.span_start), 0, 0, p_now);
-        v_n := v_n + 1;
-    END LOOP;
+    -- The lines it had reversed, in force again and not reversed by a line in force, serving past
+    -- then: ended there with a REVERSAL worth 0.
+    INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
+                                      span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
+                                      currency, reverses_id, basis_start, basis_gross, basis_net, created_at)
+    SELECT o.customer_id, o.subscription_id, NULL, 'REVERSAL', o.item, o.plan_id, o.quantity, o.unit_price,
+           greatest(v_ended, o.span_start), o.span_end, 0, 0, o.coupon_code, 0, 0, o.tax_inclusive, o.currency, o.id,
+           greatest(v_ended, o.span_start), 0, 0, p_now
+      FROM billing.service_line o
+     WHERE o.customer_id = p_invoice.customer_id AND o.span_end > v_ended
+       AND o.id IN (SELECT v.reverses_id FROM billing.service_line v
+                     WHERE v.customer_id = p_invoice.customer_id AND v.invoice_id = p_invoice.id AND v.kind = 'REVERSAL')
+       AND (o.invoice_id IS NULL
+            OR EXISTS (SELECT 1 FROM billing.invoice oi WHERE oi.customer_id = o.customer_id AND oi.id = o.invoice_id
+                         AND oi.status IN ('PAID', 'OPEN', 'REVIEW')))
+       AND NOT EXISTS (SELECT 1 FROM billing.invoice d
+                        WHERE d.customer_id = o.customer_id AND d.id = ANY (o.depends_on) AND d.status IN ('VOID', 'FAILED'))
+       AND NOT EXISTS (SELECT 1 FROM billing.service_line r
+                         LEFT JOIN billing.invoice ri ON ri.customer_id = r.customer_id AND ri.id = r.invoice_id
+                        WHERE r.customer_id = o.customer_id AND r.reverses_id = o.id
+                          AND (r.invoice_id IS NULL OR ri.status IN ('PAID', 'OPEN', 'REVIEW'))
+                          AND NOT EXISTS (SELECT 1 FROM billing.invoice d
+                                           WHERE d.customer_id = r.customer_id AND d.id = ANY (r.depends_on)
+                                             AND d.status IN ('VOID', 'FAILED')))
+     ORDER BY o.id;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
 END
 $$;
