@@ -36,7 +36,14 @@ engine: after every step it checks the money rules on the database itself:
 * the service ledger (issue 26, docs/money.md section 0): every invoice is the net of its lines; a
   reversal never gives back more than its line, nor time outside it; no time of a subscription is
   sold twice by lines in force; a repeating coupon discounts only inside its months of service, a
-  plan-restricted one only its plans.
+  plan-restricted one only its plans;
+* the issue's invariants as written, per customer and currency (docs/money.md, "The invariants the
+  adversary holds"): cash collected less refunds = the net of the PAID lines' service, less what
+  credit paid of it, less the refunds of paid service, plus money owed back whose refund failed;
+  credit granted plus a cancellation's refunds never exceed the service the lines without invoice
+  gave back; revenue recognized over all time = cash kept with its terms (tax, unpaid invoices,
+  credit, refunds in flight); MRR now (_mrr_points) = what the lines in force sell, row by row;
+  no change's invoice voided whole after some of its time was served.
 
 * usage rated in arrears (issue 29, docs/usage.md): every rated quantity is at most an independent
   count of the events this test had accepted for the span (nothing counted twice), and exactly that
