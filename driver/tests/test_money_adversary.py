@@ -453,10 +453,12 @@ def make_machine(db: Db, steps: int):
                                    AND i.currency = c.currency AND i.status IN ('PAID', 'OPEN', 'REVIEW')), 0) AS consumed,
                        coalesce((SELECT sum(subtotal + tax_amount - unserved) FROM billing.invoice i WHERE i.customer_id = c.customer_id
                                    AND i.currency = c.currency AND i.status = 'PAID'), 0) AS paid_billed,
+                       -- (not the engine's refund of a cut invoice's excess charge: money never billed)
                        coalesce((SELECT sum(r.amount) FROM billing.refund r
                                    JOIN billing.invoice i ON i.id = r.invoice_id AND i.paid_attempt_id = r.attempt_id
                                   WHERE i.customer_id = c.customer_id AND i.currency = c.currency
-                                    AND i.status = 'PAID' AND r.status <> 'FAILED'), 0) AS refunded
+                                    AND i.status = 'PAID' AND r.status <> 'FAILED'
+                                    AND NOT (r.reason = 'SUBSCRIPTION_CANCELED' AND i.unserved > 0)), 0) AS refunded
                   FROM c""")
             for r in rows:
                 who = (r["customer_id"], r["currency"])
@@ -1122,5 +1124,31 @@ def test_replayed_attacks_stay_closed(db_url, name):
                     getattr(adversary, check)()
                 except AssertionError as exc:
                     raise AssertionError(f"after {rule_name}: {exc}") from exc
+    finally:
+        db.conn.close()
+
+
+def test_a_late_success_on_a_cut_invoice_is_no_refund_of_paid_service(db_url):
+    """Found by the 60-step run (seed 201): a charge sent before a cancellation that succeeds after it
+    collected more than the cut invoice still bills; the engine refunds the excess. That refund gives
+    back money never billed: the books' bound (credit granted + refunds <= what PAID invoices billed)
+    must not count it (as the per-period bound already did not)."""
+    db = Db(db_url)
+    try:
+        adversary = make_machine(db, 30)()
+        steps = [("subscribe", dict(customer=1, plan="M_PRO", trial=0, coupon=None, quantity=1)),
+                 ("charge", dict(data=Drawn("SUCCEEDED"), lease=timedelta(minutes=5))),
+                 ("change_plan", dict(data=Drawn(1), plan="D_DAILY", how=("now", True))),
+                 ("subscribe", dict(customer=1, plan="Y_PRO", trial=0, coupon=None, quantity=1)),
+                 ("charge", dict(data=Drawn("UNKNOWN", "UNKNOWN"), lease=timedelta(minutes=5))),
+                 ("clock_jump", dict(delta=timedelta(days=40))),
+                 ("cancel", dict(data=Drawn(2), at_period_end=False, proration="none"))]
+        for rule_name, kwargs in steps:
+            getattr(adversary, rule_name)(**kwargs)
+        key = db.rows("SELECT a.idempotency_key FROM billing.payment_attempt a JOIN billing.invoice i ON i.id = a.invoice_id "
+                      "WHERE i.subscription_id = 2 ORDER BY a.id LIMIT 1")[0]["idempotency_key"]
+        adversary._report(key, "SUCCEEDED", "record", None)
+        for check in INVARIANTS:
+            getattr(adversary, check)()
     finally:
         db.conn.close()
