@@ -5,7 +5,7 @@
 -- customers and increasing years, so one scenario's renewals never touch another's.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(38);
+SELECT plan(51);
 
 CREATE FUNCTION pg_temp.sid(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
@@ -275,6 +275,90 @@ SELECT results_eq($$SELECT sum(l.net)::bigint FROM billing.service_line l
                     WHERE l.customer_id = 20033 AND (l.invoice_id IS NULL OR i.status IN ('PAID', 'OPEN', 'REVIEW'))$$,
                   $$VALUES (1500::bigint)$$,
                   'ledger 3/12: the ledger sells exactly the time served: 10 days at 3000 and 10 at 1500 (1500)');
+
+-- 3/12 (a change's own invoice): an upgrade's unpaid invoice (PRORATION) at a cancellation was
+--     voided whole when never declined (the upgraded days served were free) and kept whole in
+--     dunning (the upgraded rest after the cancellation stayed collectible). Rule: unpaid is unpaid:
+--     it bills the difference it made for the time served: its new line is reversed from the
+--     cancellation, the line it had reversed is sold again on it from then (a reversal of a
+--     reversal), and cut from that line's own invoice when that is unpaid too (_cut_unserved). A
+--     later failure of the change's invoice takes its lines with it: the month it had reversed is
+--     sold again as its own invoice bills it (ended where the cancellation ended it).
+--     3000 -> 6000 a month on 11 April (20 of 30 days left: reversal -2000, new line 4000, invoice
+--     2000), canceled on 21 April (10 upgraded days served: 10 x 100 more a day = 1000).
+SELECT billing.upsert_plan('LW_A', 3000, 'USD', 'MONTH');
+SELECT billing.upsert_plan('LW_B', 6000, 'USD', 'MONTH');
+CREATE FUNCTION pg_temp.proration(p_customer bigint) RETURNS bigint LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN (SELECT id FROM billing.invoice WHERE customer_id = p_customer AND kind = 'PRORATION');
+END
+$$;
+CREATE FUNCTION pg_temp.sold(p_customer bigint) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_l billing.service_line;
+    v_n bigint := 0;
+BEGIN
+    FOR v_l IN SELECT * FROM billing.service_line WHERE customer_id = p_customer LOOP
+        IF billing._line_in_force(v_l) THEN
+            v_n := v_n + v_l.net;
+        END IF;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+-- never declined, the month paid
+SELECT billing.create_subscription('lw', 20034, 'LW_A', '2052-04-01 00:00Z');
+SELECT pg_temp.settle(pg_temp.sid('lw'), 'SUCCEEDED', '2052-04-01 00:00Z');
+SELECT billing.change_plan(pg_temp.sid('lw'), 'LW_B', '2052-04-11 00:00Z');
+SELECT billing.cancel_subscription(pg_temp.sid('lw'), false, '2052-04-21 00:00Z');
+SELECT results_eq($$SELECT status, attempt_count, unserved, amount - unserved FROM billing.invoice WHERE customer_id = 20034 AND kind = 'PRORATION'$$,
+                  $$VALUES ('OPEN', 0, 1000::bigint, 1000::bigint)$$,
+                  'ledger 3/12 (a change''s invoice never declined): it bills the 10 upgraded days served (1000), not voided');
+SELECT results_eq($$SELECT kind, net, span_start FROM billing.service_line WHERE customer_id = 20034 AND invoice_id = (SELECT id FROM billing.invoice WHERE customer_id = 20034 AND kind = 'PRORATION') ORDER BY id$$,
+                  $$VALUES ('REVERSAL', -2000::bigint, '2052-04-11 00:00Z'::timestamptz), ('CHARGE', 4000::bigint, '2052-04-11 00:00Z'),
+                           ('REVERSAL', -2000::bigint, '2052-04-21 00:00Z'), ('CHARGE', 1000::bigint, '2052-04-21 00:00Z')$$,
+                  'ledger 3/12: its new line reversed from the cancellation, the month it had reversed sold again from then');
+SELECT results_eq($$SELECT pg_temp.sold(20034)$$, $$VALUES (4000::bigint)$$,
+                  'ledger 3/12: the ledger sells the paid month (none: paid time kept) and the 10 upgraded days');
+-- never declined, the month unpaid too
+SELECT billing.create_subscription('lx', 20035, 'LW_A', '2053-04-01 00:00Z');
+SELECT billing.change_plan(pg_temp.sid('lx'), 'LW_B', '2053-04-11 00:00Z');
+SELECT billing.cancel_subscription(pg_temp.sid('lx'), false, '2053-04-21 00:00Z');
+SELECT results_eq($$SELECT kind, status, unserved, amount - unserved FROM billing.invoice WHERE customer_id = 20035 ORDER BY id$$,
+                  $$VALUES ('INITIAL', 'OPEN', 1000::bigint, 2000::bigint), ('PRORATION', 'OPEN', 1000::bigint, 1000::bigint)$$,
+                  'ledger 3/12 (the month unpaid too): the month bills its 20 days (2000), the change its 10 upgraded days (1000)');
+SELECT results_eq($$SELECT pg_temp.sold(20035)$$, $$VALUES (3000::bigint)$$,
+                  'ledger 3/12: the ledger sells exactly the time served: 10 days at 3000 and 10 at 6000');
+-- in dunning, the month paid; then its dunning runs out
+SELECT billing.create_subscription('ly', 20036, 'LW_A', '2054-04-01 00:00Z');
+SELECT pg_temp.settle(pg_temp.sid('ly'), 'SUCCEEDED', '2054-04-01 00:00Z');
+SELECT billing.change_plan(pg_temp.sid('ly'), 'LW_B', '2054-04-11 00:00Z');
+SELECT pg_temp.settle(pg_temp.sid('ly'), 'DECLINED', '2054-04-11 00:00Z');
+SELECT billing.cancel_subscription(pg_temp.sid('ly'), false, '2054-04-21 00:00Z');
+SELECT results_eq($$SELECT status, attempt_count, unserved, amount - unserved FROM billing.invoice WHERE customer_id = 20036 AND kind = 'PRORATION'$$,
+                  $$VALUES ('OPEN', 1, 1000::bigint, 1000::bigint)$$,
+                  'ledger 3/12 (a change''s invoice in dunning): it stays collectible for the upgraded days served only (was 2000)');
+CREATE TEMP TABLE ly_claim AS SELECT * FROM billing.claim_charges('ledger', 1000, interval '5 minutes', '2054-05-30 00:00Z');
+SELECT results_eq($$SELECT amount FROM ly_claim WHERE customer_id = 20036$$,
+                  $$VALUES (1000::bigint)$$, 'ledger 3/12: its next try charges 1000');
+SELECT billing.record_payment_result(idempotency_key, 'DECLINED', NULL, 'insufficient_funds', '2054-05-30 00:00Z') FROM ly_claim WHERE customer_id = 20036;
+SELECT is(pg_temp.decline_to_the_end(pg_temp.proration(20036)), 'FAILED', 'ledger 3/12: its dunning runs out');
+SELECT results_eq($$SELECT pg_temp.sold(20036)$$, $$VALUES (3000::bigint)$$,
+                  'ledger 3/12: its failure takes its lines (the cut and the re-sale too): the paid month is sold whole again');
+-- in dunning, the month unpaid too; then the change's dunning runs out
+SELECT billing.create_subscription('lz', 20037, 'LW_A', '2055-04-01 00:00Z');
+SELECT billing.change_plan(pg_temp.sid('lz'), 'LW_B', '2055-04-11 00:00Z');
+SELECT pg_temp.settle(pg_temp.sid('lz'), 'DECLINED', '2055-04-11 00:00Z');
+SELECT billing.cancel_subscription(pg_temp.sid('lz'), false, '2055-04-21 00:00Z');
+SELECT results_eq($$SELECT kind, attempt_count, unserved, amount - unserved FROM billing.invoice WHERE customer_id = 20037 ORDER BY id$$,
+                  $$VALUES ('INITIAL', 1, 1000::bigint, 2000::bigint), ('PRORATION', 1, 1000::bigint, 1000::bigint)$$,
+                  'ledger 3/12 (both in dunning): the month bills its 20 days, the change its 10 upgraded days');
+SELECT is(pg_temp.decline_to_the_end(pg_temp.proration(20037)), 'FAILED', 'ledger 3/12: the change''s dunning runs out');
+SELECT results_eq($$SELECT pg_temp.sold(20037)$$, $$VALUES (2000::bigint)$$,
+                  'ledger 3/12: then the ledger sells the 20 days the month still bills (the upgrade written off)');
+SELECT results_eq($$SELECT span_start, net FROM billing.service_line WHERE customer_id = 20037 AND kind = 'REVERSAL' AND invoice_id IS NULL$$,
+                  $$VALUES ('2055-04-21 00:00Z'::timestamptz, 0::bigint)$$,
+                  'ledger 3/12: and the month it had reversed, in force again, ends at the cancellation (_end_restored_lines)');
 
 -- The ledger itself: every invoice's subtotal is the net of its lines, none sold twice.
 SELECT is_empty($$SELECT i.id FROM billing.invoice i
