@@ -16,12 +16,12 @@ LANGUAGE plpgsql IMMUTABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM billing._check_one_of('payment outcome', p_outcome, ARRAY['SUCCEEDED', 'DECLINED', 'UNKNOWN', 'NOT_FOUND'],
-                                  'Use SUCCEEDED, DECLINED, UNKNOWN or NOT_FOUND (the gateway has no charge for the key).');
+    PERFORM billing._check_one_of('payment outcome', p_outcome, ARRAY['SUCCEEDED', 'DECLINED', 'UNKNOWN', 'NOT_FOUND', 'CONFLICT'],
+                                  'Use SUCCEEDED, DECLINED, UNKNOWN, NOT_FOUND (the gateway has no charge for the key) or CONFLICT (it holds a charge of other parameters).');
 END
 $$;
 COMMENT ON FUNCTION billing._check_outcome(text) IS
-'Private: a payment outcome is SUCCEEDED, DECLINED, UNKNOWN or NOT_FOUND.
+'Private: a payment outcome is SUCCEEDED, DECLINED, UNKNOWN, NOT_FOUND or CONFLICT.
 Returns nothing; BL422 otherwise.';
 
 -- ---------------------------------------------------------------------------------------------

@@ -78,7 +78,7 @@ BEGIN
         RETURN v_invoice;
     END IF;
     UPDATE billing.payment_attempt
-       SET outcome = p_outcome,
+       SET outcome = CASE p_outcome WHEN 'CONFLICT' THEN 'UNKNOWN' ELSE p_outcome END,  -- its fate is another charge's
            gateway_reference = coalesce(p_gateway_reference, gateway_reference),
            failure_reason = CASE WHEN p_outcome = 'SUCCEEDED' THEN NULL ELSE coalesce(p_failure_reason, failure_reason) END,
            result_at = p_now,
@@ -140,6 +140,13 @@ BEGIN
     -- The other outcomes only count for the current try of an invoice still OPEN (or in REVIEW).
     IF v_invoice.status NOT IN ('OPEN', 'REVIEW') OR v_attempt.attempt_number <> v_invoice.try_count THEN
         RETURN v_invoice;
+    END IF;
+
+    IF p_outcome = 'CONFLICT' THEN
+        -- The gateway holds a successful charge of other parameters under this key (a failover
+        -- lost the writes that made it, or a backup was restored): money moved that the books do
+        -- not show. Never sent again; a person decides (docs/operations.md).
+        RETURN billing._to_review(v_invoice, 'KEY_CONFLICT', p_now);
     END IF;
 
     IF p_outcome = 'UNKNOWN' THEN
@@ -291,7 +298,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.record_payment_result(text, text, text, text, timestamptz, boolean) IS
-'Records a gateway outcome: SUCCEEDED pays an OPEN or REVIEW invoice (RefundDue and a refund row when the invoice is already PAID, VOID or FAILED), DECLINED follows dunning (p_hard_decline: the method is retired and the invoice waits for a new one), UNKNOWN retries with the same key (in 15 min, sooner near the key''s expiry), NOT_FOUND (the gateway never saw the key) retries at once with a new key.
+'Records a gateway outcome: SUCCEEDED pays an OPEN or REVIEW invoice (RefundDue and a refund row when the invoice is already PAID, VOID or FAILED), DECLINED follows dunning (p_hard_decline: the method is retired and the invoice waits for a new one), UNKNOWN retries with the same key (in 15 min, sooner near the key''s expiry), NOT_FOUND (the gateway never saw the key) retries at once with a new key, CONFLICT (the gateway holds a successful charge of other parameters under the key) sends the invoice to REVIEW (KEY_CONFLICT, InvoicePaymentReview), the attempt''s outcome UNKNOWN.
 Returns the invoice; idempotent; BL404 for an unknown key, BL422 for an unknown outcome.';
 
 -- The disagreement, if any, between a successful webhook and the attempt it reports on.

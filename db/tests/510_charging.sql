@@ -1,6 +1,6 @@
 -- 510_charging: claims, leases, payment results (late, duplicate, out of order) and webhooks.
 BEGIN;
-SELECT plan(52);
+SELECT plan(58);
 
 -- One user for the fixtures and the API's SECURITY DEFINER calls: on Citus a transaction may not
 -- touch a placement another user modified in it (docs/scaling.md).
@@ -172,6 +172,25 @@ SELECT is(pg_temp.events('InvoicePaid', pg_temp.inv('t07-v')) + pg_temp.events('
 SELECT throws_ok($$SELECT billing.apply_gateway_webhook('evt-x', 'inv-0-try-0', 'SUCCEEDED', 'ch', '{}', '2027-02-01Z')$$,
                  'BL404', NULL, 'a webhook for an unknown key: BL404');
 SELECT is((SELECT count(*) FROM billing.gateway_webhook WHERE event_id = 'evt-x'), 0::bigint, 'and is not stored (the gateway retries)');
+
+-- CONFLICT: the gateway holds a successful charge of other parameters under the key --------------
+-- (a failover lost the writes that made it: chaos/test_failover's asynchronous run found one).
+SELECT billing.create_subscription('t07-k', 7007, 'T_C', '2027-03-01 10:00Z');
+SELECT pg_temp.claim('2027-03-01 10:00Z');
+SELECT results_eq($$SELECT status, review_reason FROM billing.record_payment_result(pg_temp.pay_key('t07-k', 0), 'CONFLICT', 'ch_k',
+                      'the key holds a charge of other parameters that succeeded, 92 USD (ch_k)', '2027-03-01 10:01Z')$$,
+                  $$VALUES ('REVIEW', 'KEY_CONFLICT')$$, 'CONFLICT: the invoice goes to REVIEW (KEY_CONFLICT), never claimed again');
+SELECT results_eq($$SELECT outcome, gateway_reference, failure_reason LIKE '%92 USD%' FROM billing.payment_attempt
+                     WHERE idempotency_key = pg_temp.pay_key('t07-k', 0)$$,
+                  $$VALUES ('UNKNOWN', 'ch_k', true)$$, 'the attempt''s own fate is unknown; the reason names what the key holds');
+SELECT results_eq($$SELECT payload->'data'->>'reason' FROM billing.outbox_event WHERE event_type = 'InvoicePaymentReview'
+                     AND aggregate_id = pg_temp.inv('t07-k')$$,
+                  $$VALUES ('KEY_CONFLICT')$$, 'InvoicePaymentReview says KEY_CONFLICT');
+SELECT is((billing.record_payment_result(pg_temp.pay_key('t07-k', 0), 'CONFLICT', 'ch_k', NULL, '2027-03-01 10:02Z')).status, 'REVIEW',
+          'CONFLICT again changes nothing');
+SELECT is(pg_temp.events('InvoicePaymentReview', pg_temp.inv('t07-k')), 1::bigint, 'and announces nothing again');
+SELECT is_empty($$SELECT * FROM pg_temp.claim('2027-03-02 10:00Z') AS c(k) WHERE k LIKE '%-inv-' || pg_temp.inv('t07-k') || '-%'$$,
+                'an invoice in REVIEW is not claimed');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -183,9 +183,11 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                                           "canceled in dunning: the served period it billed is written off",
                           obj({**INVOICE, "reason": {"const": "DUNNING_EXHAUSTED"}},
                               const={"status": {"const": "FAILED"}})),
-    "InvoicePaymentReview": ("invoice/<id>", "a payment's fate stayed unknown until its key expired at the gateway: "
-                                             "the invoice is in REVIEW, a person decides",
-                             obj({**INVOICE, "reason": {"const": "KEY_EXPIRED"}},
+    "InvoicePaymentReview": ("invoice/<id>", "a payment's fate stayed unknown until its key expired at the gateway "
+                                             "(KEY_EXPIRED), or the gateway holds a successful charge of other "
+                                             "parameters under its key (KEY_CONFLICT): the invoice is in REVIEW, a "
+                                             "person decides",
+                             obj({**INVOICE, "reason": {"enum": ["KEY_EXPIRED", "KEY_CONFLICT"]}},
                                  const={"status": {"const": "REVIEW"}})),
     "PaymentReviewRequired": ("invoice/<id>", "a successful gateway webhook disagreed with its attempt (amount, "
                                               "currency or customer): kept, not applied",

@@ -26,6 +26,7 @@ from psycopg.rows import dict_row
 from billing.clock import SimulatedClock
 from billing.db import async_pool
 from billing.gateway.client import GatewayClient
+from billing.gateway.decisions import DecisionModel
 from billing.gateway.simulator import GatewaySimulator
 from billing.limiter import LocalGcraLimiter, RedisGcraLimiter
 from billing.worker.charging import Charger
@@ -225,6 +226,60 @@ def test_a_429_is_neither_a_decline_nor_an_attempt(db_url):
     assert len(attempts) == 12
     assert all(a["attempt_number"] == 0 and a["claim_count"] == 1 and a["outcome"] == "SUCCEEDED" for a in attempts)
     assert len(ledger["charges"]) == 12
+
+
+class _DeclinesSevens(DecisionModel):
+    """Declines every charge of 7 (the stray charge of the test below); the others succeed."""
+
+    def decline_code(self, key: str, customer_id: int, amount: int, currency: str) -> str | None:
+        return "card_declined" if amount == 7 else None
+
+
+def test_a_key_the_gateway_holds_for_other_parameters_is_looked_up_never_resent(db_url):
+    """After a failover that lost the primary's last writes (or a restore), an invoice's key may name
+    a charge of other parameters at the gateway (chaos/test_failover's asynchronous run found one:
+    a cancellation cut the invoice to 92, the charge of 92 went out, the standby never had either,
+    and the key was refused 409 once a second until the run ended). Each case ends at once:
+    a success of other parameters -> REVIEW (KEY_CONFLICT); the same amount and currency for another
+    customer id -> the charge is this invoice's, PAID; a decline of other parameters -> a new key."""
+    seed_subscriptions(db_url, 3, T0)
+    clock = SimulatedClock(T0)
+    ns = namespace(db_url)
+    ids = sorted(invoices(db_url))
+
+    async def scenario():
+        pool = await async_pool(db_url, max_size=4)
+        async with GatewaySimulator(rate=50, latency_ms=(1, 5), decisions=_DeclinesSevens()) as sim:
+            stray = GatewayClient(sim.url, timeout=5)
+            before = [await stray.charge(f"{ns}-inv-{ids[0]}-try-0", 1, 92, "BRL"),
+                      await stray.charge(f"{ns}-inv-{ids[1]}-try-0", 999, 2990, "BRL"),
+                      await stray.charge(f"{ns}-inv-{ids[2]}-try-0", 3, 7, "BRL")]
+            await stray.close()
+            charger = charger_for(pool, sim.url, LocalGcraLimiter(50), clock=clock)
+            first = await charger.charge_due()  # the declined stray's invoice again at once, on a new key
+            second = await charger.charge_due()
+            await charger.gateway.close()
+            ledger, stats = sim.ledger(), sim.stats()
+        await pool.close()
+        return before, first, second, ledger, stats
+
+    before, first, second, ledger, stats = asyncio.run(scenario())
+    assert [r.outcome for r in before] == ["SUCCEEDED", "SUCCEEDED", "DECLINED"]
+    assert first == 4 and second == 0
+    assert stats["conflicts"] == 3  # each key refused once, never sent again
+    review, paid, declined = (invoices(db_url)[i] for i in ids)
+    assert review["status"] == "REVIEW" and review["review_reason"] == "KEY_CONFLICT"
+    assert paid["status"] == "PAID" and paid["gateway_reference"] == before[1].reference
+    assert declined["status"] == "PAID" and declined["try_count"] == 1 and declined["attempt_count"] == 0
+    keys = [c["idempotencyKey"] for c in ledger["charges"]]
+    assert keys.count(f"{ns}-inv-{ids[2]}-try-1") == 1 and len(ledger["charges"]) == 4
+    attempts = {(a["invoice_id"], a["attempt_number"]): a for a in query(
+        db_url, "SELECT invoice_id, attempt_number, outcome, failure_reason FROM billing.payment_attempt")}
+    assert attempts[(ids[0], 0)]["outcome"] == "UNKNOWN" and "92 BRL" in attempts[(ids[0], 0)]["failure_reason"]
+    assert attempts[(ids[1], 0)]["outcome"] == "SUCCEEDED"
+    assert attempts[(ids[2], 0)]["outcome"] == "NOT_FOUND" and attempts[(ids[2], 1)]["outcome"] == "SUCCEEDED"
+    review_events = query(db_url, "SELECT payload FROM billing.outbox_event WHERE event_type = 'InvoicePaymentReview'")
+    assert [e["payload"]["data"]["reason"] for e in review_events] == ["KEY_CONFLICT"]
 
 
 def _sample(name: str) -> float:

@@ -29,6 +29,9 @@ from billing import metrics
 log = logging.getLogger("billing.gateway")
 
 SUCCEEDED, DECLINED, UNKNOWN, NOT_FOUND, FAILED = "SUCCEEDED", "DECLINED", "UNKNOWN", "NOT_FOUND", "FAILED"
+# A key the gateway holds for a charge of other parameters, found by its look-up (the SQL API sends
+# the invoice to REVIEW, reason KEY_CONFLICT: billing.worker.charging, docs/gateway.md).
+CONFLICT = "CONFLICT"
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,10 @@ class ChargeResult:
     reference: str | None = None  # the gateway's charge id
     reason: str | None = None  # decline code, or why the outcome is unknown
     hard_decline: bool = False  # DECLINED and retrying the same method is pointless (docs/providers.md)
+    # The gateway refused the key as used with other parameters (the look-up says what it holds).
+    key_conflict: bool = False
+    amount: int | None = None  # a look-up's answer: what the gateway charged under the key
+    currency: str | None = None
 
 
 @dataclass(frozen=True)
@@ -185,9 +192,13 @@ class GatewayClient:
             metrics.KEY_LOOKUPS.labels("FAILED").inc()
             raise LookupFailed(f"unknown status {charge_status!r}")
         metrics.KEY_LOOKUPS.labels("FOUND").inc()
+        amount, currency = doc.get("amount"), doc.get("currency")
+        amount = amount if isinstance(amount, int) and not isinstance(amount, bool) else None
+        currency = currency.upper() if isinstance(currency, str) else None
         if charge_status == "succeeded":
-            return ChargeResult(SUCCEEDED, reference=reference)
-        return ChargeResult(DECLINED, reference=reference, reason=doc.get("declineCode") or "declined")
+            return ChargeResult(SUCCEEDED, reference=reference, amount=amount, currency=currency)
+        return ChargeResult(DECLINED, reference=reference, reason=doc.get("declineCode") or "declined",
+                            amount=amount, currency=currency)
 
     async def lookup_refund(self, idempotency_key: str) -> RefundResult | None:
         """What became of the refund sent with `idempotency_key`: `GET /v1/refunds?idempotencyKey=`.
@@ -280,9 +291,15 @@ class GatewayClient:
             return ChargeResult(UNKNOWN, reason=f"gateway answered {status}")
         if status != 200:
             # A 4xx other than 429 should never happen (we send well-formed requests, one key per
-            # try); UNKNOWN keeps the invoice and its key, and the log says what to look at.
+            # try); UNKNOWN keeps the invoice and its key, and the log says what to look at. A 409
+            # `idempotency_conflict` says the key names a charge of other parameters (a standby
+            # promoted without the primary's last writes, a restored backup): the charger looks
+            # the key up at once instead of resending it forever.
             log.error("gateway refused a charge", extra={"key": key, "status": status, "body": text[:500]})
-            return ChargeResult(UNKNOWN, reason=f"gateway answered {status}")
+            conflict = status == 409 and _error_code(text) == "idempotency_conflict"
+            return ChargeResult(UNKNOWN, reason=f"gateway answered {status}"
+                                + (": the key was used with other parameters" if conflict else ""),
+                                key_conflict=conflict)
         try:
             doc = _loads(text)
             charge_status, reference = doc["status"], doc.get("id")
@@ -293,6 +310,15 @@ class GatewayClient:
         if charge_status == "declined":
             return ChargeResult(DECLINED, reference=reference, reason=doc.get("declineCode") or "declined")
         return ChargeResult(UNKNOWN, reference=reference, reason=f"unknown status {charge_status!r}")
+
+
+def _error_code(text: str) -> str | None:
+    """The `error.code` of a refusal's body, if it has one."""
+    try:
+        error = _loads(text).get("error")
+    except (ValueError, TypeError):
+        return None
+    return error.get("code") if isinstance(error, dict) else None
 
 
 def _loads(text: str) -> dict:

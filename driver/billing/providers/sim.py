@@ -5,7 +5,8 @@
 | charge 200 `succeeded` | SUCCEEDED, reference = id |
 | charge 200 `declined`, declineCode C | DECLINED, reason C, hard when C is in `HARD_DECLINES` |
 | 429 | nothing: RateLimited, the same key again after the limiter |
-| 5xx, timeout, connection error, 400/409 | UNKNOWN (400/409 logged) |
+| 5xx, timeout, connection error, 400 | UNKNOWN (400 logged) |
+| 409 `idempotency_conflict` | UNKNOWN with `key_conflict` (logged): the charger looks the key up at once |
 | refund 200 `succeeded` / `failed` | SUCCEEDED / FAILED |
 | refund 4xx | FAILED (logged) |
 | refund look-up 200 / 404 (`GET /v1/refunds?idempotencyKey=`) | its outcome / NOT_FOUND (a new key) |

@@ -25,7 +25,8 @@ measured and not used: docs/providers.md says why):
 | 200 `processing` (or any other status) | UNKNOWN (the webhook or the lookup tells) |
 | 429 | nothing: RateLimited (neither a decline nor an attempt) |
 | 5xx, timeout, connection error | UNKNOWN |
-| 400 `idempotency_error`, 409 | UNKNOWN, logged (the same key with other parameters, or in use) |
+| 400 `idempotency_error` | UNKNOWN with `key_conflict` (the key with other parameters): looked up at once |
+| 409 | UNKNOWN, logged (the key in use by a concurrent request) |
 | other 4xx | UNKNOWN, logged as an error |
 
 Webhooks (`POST /webhooks/stripe`): `Stripe-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret,
@@ -263,8 +264,11 @@ class StripeProvider:
         if error.get("type") == "idempotency_error" or status == 409:
             # The key was used with other parameters, or is in use by a concurrent request: the
             # charge's fate is not known from this answer; the same key later (or its lookup) tells.
+            # Only the first is a conflict (400 idempotency_error): the look-up then says what the
+            # key holds (billing.worker.charging); a key in use (409) is asked again later.
             log.warning("stripe idempotency error", extra={"key": key, "status": status, "body": text[:500]})
-            return ChargeResult(UNKNOWN, reason=f"idempotency error: {error.get('message', status)}"[:300])
+            return ChargeResult(UNKNOWN, reason=f"idempotency error: {error.get('message', status)}"[:300],
+                                key_conflict=status != 409 and error.get("type") == "idempotency_error")
         log.error("stripe refused a charge", extra={"key": key, "status": status, "body": text[:500]})
         return ChargeResult(UNKNOWN, reason=f"stripe answered {status}: {error.get('code') or error.get('type')}")
 
@@ -405,8 +409,11 @@ class StripeProvider:
 def intent_result(intent: dict) -> ChargeResult:
     """A payment intent's state as a charge outcome."""
     status, ref = intent.get("status"), intent.get("id")
+    amount, currency = intent.get("amount"), intent.get("currency")
     if status == "succeeded":
-        return ChargeResult(SUCCEEDED, reference=ref)
+        return ChargeResult(SUCCEEDED, reference=ref,
+                            amount=amount if isinstance(amount, int) and not isinstance(amount, bool) else None,
+                            currency=currency.upper() if isinstance(currency, str) else None)
     if status == "requires_action":
         return decline("authentication_required", ref)
     error = intent.get("last_payment_error")

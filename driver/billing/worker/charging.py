@@ -20,6 +20,11 @@ Flow in one process:
 * Timeouts, 5xx, connection errors: UNKNOWN (attempt count kept, same key next time).
 * A key near the end of its lifetime at the gateway (claim_charges says `lookup`) is never sent
   again: its status is asked instead (`look_up`) and the answer recorded.
+* A key the gateway refuses as used with other parameters (after a failover that lost the primary's
+  last writes, or a restore) is never sent again either: it is looked up at once (`_settle_conflict`).
+  The charge it holds is recorded when it is this invoice's (same amount and currency); a success of
+  other parameters is CONFLICT (the invoice goes to REVIEW, KEY_CONFLICT: money moved that the books
+  do not show, a person decides); a decline of other parameters collected nothing: NOT_FOUND, a new key.
 * Stop: no more claims; what is claimed is finished for up to `drain_seconds`, then whatever has
   not reached the gateway is left to its lease, and the calls already made are awaited and recorded.
 """
@@ -41,8 +46,8 @@ import psycopg
 
 from billing import db, metrics
 from billing.clock import Clock, SystemClock, sleep_or_stop
-from billing.gateway.client import (NOT_FOUND, UNKNOWN, ChargeResult, GatewayClient, LookupFailed, NotSent,
-                                    RateLimited)
+from billing.gateway.client import (CONFLICT, DECLINED, NOT_FOUND, SUCCEEDED, UNKNOWN, ChargeResult, GatewayClient,
+                                    LookupFailed, NotSent, RateLimited)
 from billing.providers import ChargeRequest, Provider
 from billing.limiter import RateLimiter
 from billing.worker.recorder import ResultRecorder
@@ -172,6 +177,33 @@ class Charger:
         await self._record(claim, result)
         return result
 
+    async def _settle_conflict(self, claim: Claim, refused: ChargeResult) -> ChargeResult:
+        """The gateway refused the key as used with other parameters: what does it hold? Asked at
+        once (within the lease, a rate-limit slot like any call); `refused` (UNKNOWN, the key kept)
+        when it cannot say."""
+        remaining = claim.claimed_at + self.usable_lease - time.monotonic()
+        try:
+            async with asyncio.timeout(max(0.0, remaining)):
+                await self.limiter.acquire()
+            found = await self.provider.lookup(claim.idempotency_key, customer_ref=claim.customer_ref)
+        except (TimeoutError, LookupFailed) as exc:
+            log.warning("key conflict not looked up", extra={"key": claim.idempotency_key, "reason": str(exc)})
+            return refused
+        if found is None:  # the gateway holds nothing after all (a key in use by a call that failed)
+            return refused
+        ours = found.amount == claim.amount and found.currency == claim.currency
+        log.error("key used with other parameters", extra={
+            "key": claim.idempotency_key, "outcome": found.outcome, "amount": found.amount,
+            "currency": found.currency, "ours": ours})
+        if ours or found.outcome not in (SUCCEEDED, DECLINED):
+            return found
+        held = f"{found.amount} {found.currency} ({found.reference})"
+        if found.outcome == DECLINED:
+            return ChargeResult(NOT_FOUND, reference=found.reference,
+                                reason=f"the key held a declined charge of other parameters, {held}: nothing collected")
+        return ChargeResult(CONFLICT, reference=found.reference,
+                            reason=f"the key holds a charge of other parameters that succeeded, {held}")
+
     async def charge(self, claim: Claim) -> ChargeResult | None:
         """Charge one claimed invoice and record the result; None when left to its lease."""
         if claim.lookup:
@@ -213,6 +245,8 @@ class Charger:
             finally:
                 metrics.CHARGES_IN_FLIGHT.dec()
             try:
+                if result.key_conflict:
+                    result = await self._settle_conflict(claim, result)
                 await self._record(claim, result)
             finally:
                 self._committed.discard(task)
