@@ -16,7 +16,7 @@ SQL = re.compile(r"^\s*(SELECT\b|INSERT INTO\b|UPDATE \w+(\.\w+)? SET\b|DELETE F
 ELSEWHERE = {
     # The migration machinery runs DDL, not the SQL API: its own bookkeeping, roles, ownership.
     "migrate.py": "the migrator's bookkeeping, roles and ownership DDL",
-    "citus.py": "the Citus set-up: catalog reads and session settings around db/citus/10_adapt.sql",
+    "citus.py": "reads back what the db/citus files it runs record (pg_temp.citus_placed, citus_adapted)",
     "sqlfile.py": "the SQL file reader",
     "roles.py": "login roles by job (CREATE/ALTER ROLE, by identifier)",
     "demo/services.py": "the demo's own database (CREATE/DROP DATABASE)",
