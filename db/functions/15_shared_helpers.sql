@@ -374,7 +374,7 @@ COMMENT ON FUNCTION billing._restore_credit(billing.invoice, timestamptz) IS
 Returns nothing.';
 
 -- (_void_open_invoices, which voided every OPEN invoice never declined of a subscription, is gone:
--- unpaid is unpaid, a cancellation bills the time served (17_ledger, _bill_served); issue 26.)
+-- unpaid is unpaid, a cancellation bills the time served (19_ledger_cuts, _bill_served); issue 26.)
 DROP FUNCTION IF EXISTS billing._void_open_invoices(bigint[], timestamptz);
 DROP FUNCTION IF EXISTS billing._void_open_invoices(bigint, bigint[], timestamptz);
 DROP FUNCTION IF EXISTS billing._void_open_invoices(bigint, bigint[], timestamptz, timestamptz);

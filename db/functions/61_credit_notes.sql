@@ -196,7 +196,7 @@ COMMENT ON FUNCTION billing._refund_credit_note(bigint, billing.refund, timestam
 'Private: the credit note of a succeeded refund of a (locked) invoice, finalizing the invoice first if needed.
 Returns nothing.';
 
--- The UNSERVED credit note of an unpaid invoice cut at a cancellation (17_ledger, _bill_served): the
+-- The UNSERVED credit note of an unpaid invoice cut at a cancellation (19_ledger_cuts, _bill_served): the
 -- net of its lines not served (p_net, positive) as one line, and the invoice's exclusive tax on it
 -- per rate, rounded down. The invoice is finalized first if it was not yet. One per invoice.
 CREATE OR REPLACE FUNCTION billing._unserved_credit_note(p_invoice billing.invoice, p_net bigint, p_now timestamptz)

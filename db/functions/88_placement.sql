@@ -79,3 +79,56 @@ $$;
 COMMENT ON FUNCTION billing._placement() IS
 'Private: each table of schema billing and where it goes on Citus (reference, distributed by its column, pending re-keying, coordinator), with why.
 Returns one row per table (a table not created yet is ignored); read by billing db migrate --citus and db/tests/880_customer_keys.sql.';
+
+-- _distributable: of the tables declared distributed, which Citus can distribute now, and why each
+-- other one waits. Citus refuses a foreign key between a distributed table and a table it keeps on
+-- the coordinator (either way), so a declared-distributed table tied by a foreign key to a table
+-- that stays there (pending, coordinator, not declared, or held itself) is held too, until nothing
+-- changes; a key to a reference table holds nothing back. p_tables/p_placements: _placement()'s
+-- tables and placements; p_fk_from/p_fk_to: the (referencing, referenced) table of each foreign key.
+-- Returns one row per declared-distributed table, in p_tables' order: reason NULL when it can be
+-- distributed now. Read by db/citus/distribute.sql (billing db migrate --citus).
+CREATE OR REPLACE FUNCTION billing._distributable(p_tables text[], p_placements text[], p_fk_from text[],
+                                                  p_fk_to text[])
+RETURNS TABLE (table_name text, reason text)
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_kind jsonb := '{}';
+    v_held jsonb := '{}';
+    v_changed boolean := true;
+    v_table text;
+    v_other text;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_tables, 1), 0) LOOP
+        v_kind := v_kind || jsonb_build_object(p_tables[i], p_placements[i]);
+    END LOOP;
+    WHILE v_changed LOOP
+        v_changed := false;
+        FOR i IN 1 .. coalesce(array_length(p_tables, 1), 0) LOOP
+            v_table := p_tables[i];
+            CONTINUE WHEN p_placements[i] IS DISTINCT FROM 'distributed' OR v_held ? v_table;
+            FOR j IN 1 .. coalesce(array_length(p_fk_from, 1), 0) LOOP
+                v_other := CASE WHEN p_fk_from[j] = v_table THEN p_fk_to[j]
+                                WHEN p_fk_to[j] = v_table THEN p_fk_from[j] END;
+                CONTINUE WHEN v_other IS NULL OR v_other = v_table OR v_kind ->> v_other = 'reference';
+                IF v_kind ->> v_other IS DISTINCT FROM 'distributed' OR v_held ? v_other THEN
+                    v_held := v_held || jsonb_build_object(v_table, format(
+                        'a foreign key ties it to %s, which stays on the coordinator', v_other));
+                    v_changed := true;
+                    EXIT;
+                END IF;
+            END LOOP;
+        END LOOP;
+    END LOOP;
+    RETURN QUERY
+    SELECT p_tables[i], v_held ->> p_tables[i]
+      FROM generate_subscripts(p_tables, 1) AS i
+     WHERE p_placements[i] = 'distributed'
+     ORDER BY i;
+END
+$$;
+COMMENT ON FUNCTION billing._distributable(text[], text[], text[], text[]) IS
+'Private: of the tables declared distributed, which Citus can distribute now (reason NULL) and why each other waits (a foreign key to a table kept on the coordinator, transitively).
+Returns one row per declared-distributed table, in the given order; read by db/citus/distribute.sql.';

@@ -214,7 +214,7 @@ SELECT throws_like($$SELECT billing.refund_invoice(pg_temp.inv('lc-r'), 1501, NU
 -- 3 (second half). Subscribe, use 8 days, cancel: the unpaid INITIAL invoice (never declined: it
 --    waited for a payment method, or was not claimed yet) was voided whole, 8 days served for
 --    nothing. Rule: unpaid is unpaid, whatever the reason: a cancellation bills the time served and
---    takes off only the rest, with an UNSERVED credit note (_bill_served, 17_ledger).
+--    takes off only the rest, with an UNSERVED credit note (_bill_served, 19_ledger_cuts).
 SELECT billing.upsert_plan('LU_P', 3000, 'USD', 'MONTH');
 SELECT billing.upsert_customer(20031);
 SELECT billing.create_subscription('lu', 20031, 'LU_P', '2049-04-01 00:00Z');

@@ -8,7 +8,6 @@ what the demo, the chaos run and the tests use to make their own keys. The secre
 from __future__ import annotations
 
 import base64
-import hashlib
 import re
 import secrets
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.rows import dict_row
 
-from billing import db
+from billing import db, signing
 
 SCOPES = ("subscriptions:read", "subscriptions:write", "refunds:write", "customer-sessions:write", "usage:write",
           "customers:read", "customers:write", "catalog:write", "reports:read", "admin")
@@ -43,7 +42,7 @@ def new_api_key() -> NewKey:
 
 
 def hash_key(key: str) -> bytes:
-    return hashlib.sha256(key.encode("utf-8")).digest()
+    return signing.token_hash(key)
 
 
 def looks_like_key(token: str) -> bool:

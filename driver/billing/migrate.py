@@ -245,7 +245,7 @@ def _migrate_once(database_url: str, db_dir: Path, *, simulation: bool | None, c
         from billing import citus as citus_mod
 
         try:
-            citus_mod.prepare(database_url, ROLES)
+            citus_mod.prepare(database_url, ROLES, db_dir)
         except citus_mod.CitusError as exc:
             raise MigrationError(str(exc)) from exc
     with psycopg.connect(database_url, autocommit=False) as conn:
@@ -304,8 +304,8 @@ def _migrate_once(database_url: str, db_dir: Path, *, simulation: bool | None, c
                         raise MigrationError(f"--citus: db/functions/{citus_mod.PLACEMENT_FILE} is missing")
                     for stmt in split_statements(placement.read_text(encoding="utf-8")):
                         conn.execute(stmt)
-                    placed = citus_mod.distribute(conn)
-                except psycopg.Error as exc:
+                    placed = citus_mod.distribute(conn, db_dir)
+                except (psycopg.Error, citus_mod.CitusError) as exc:
                     raise MigrationError(f"--citus: {exc}") from exc
                 log.info("citus: %d reference tables, %d distributed by customer, %d left on the coordinator (%s)",
                          len(placed.reference), len(placed.distributed), len(placed.local), ", ".join(placed.local))
@@ -323,7 +323,7 @@ def _migrate_once(database_url: str, db_dir: Path, *, simulation: bool | None, c
             if citus:
                 try:
                     adapted = citus_mod.adapt(conn, db_dir)
-                except psycopg.Error as exc:
+                except (psycopg.Error, citus_mod.CitusError) as exc:
                     raise MigrationError(f"--citus: {exc}") from exc
                 log.info("citus: %d triggers replaced (%s), %d distributed functions", len(adapted.triggers),
                          ", ".join(adapted.triggers), len(adapted.functions))

@@ -11,6 +11,12 @@ header names):
 Verification: one of the header's `v1` values must match one of the configured secrets (several
 during a rotation), compared in constant time (no early exit across secrets or candidates either),
 with `t` within `tolerance` seconds of `now` either way (a replay later than that is refused).
+
+The house's other keyed digests live here too, each once: the stored form of a secret token (API
+keys, customer sessions, console and portal sessions, portal links: `token_hash`, SHA-256 of the
+whole token; only that is stored, the SQL API compares it) and the CSRF token of a browser session
+(console, portal: `csrf_token`, an HMAC of the form's purpose under the session's token), compared
+in constant time (`same`).
 """
 
 from __future__ import annotations
@@ -40,6 +46,21 @@ class SignatureError(ValueError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+def token_hash(token: str) -> bytes:
+    """The stored form of a secret token: the SHA-256 of its UTF-8 bytes (the token itself is never stored)."""
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+def csrf_token(session_token: str, purpose: str) -> str:
+    """The CSRF token of a browser session's forms: hex HMAC-SHA256 of `purpose` under the session's token."""
+    return hmac.new(session_token.encode("utf-8"), purpose.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def same(sent: str, expected: str) -> bool:
+    """`sent == expected` in constant time (any text: compared as UTF-8 bytes)."""
+    return hmac.compare_digest(sent.encode("utf-8"), expected.encode("utf-8"))
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:

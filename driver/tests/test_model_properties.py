@@ -202,7 +202,7 @@ class MInv:
     finalized: bool = False  # numbered: at the latest when a claim takes it (issue 26 #14)
     unserved: int = 0  # what a cancellation took off as time not served (its UNSERVED credit note)
     line_prev: tuple | None = None  # PRORATION: the line it reversed (in force again if it falls)
-    # PRORATION: its lines (17_ledger): the reversal of line_prev from its start (rev), whose whole
+    # PRORATION: its lines (18_ledger_change): the reversal of line_prev from its start (rev), whose whole
     # period's net was basis_prev; its new line (new_net), whose whole period's net is basis_new; both
     # shares of the period from basis_start to its end.
     rev: int = 0
@@ -330,7 +330,7 @@ class Model:
             sub.line = inv.line_prev
 
     def bill_served(self, sub: MSub, at: datetime) -> None:
-        """_bill_served and _cut_unserved (17_ledger; issue 26 #3, #12): a change's invoice never
+        """_bill_served and _cut_unserved (19_ledger_cuts; issue 26 #3, #12): a change's invoice never
         declined none of whose time was served is voided; every unpaid invoice bills the time served
         only, the rest coming off with an UNSERVED credit note (a period invoice none of whose time was
         served, never declined: voided). Along the chain of the lines selling the period, latest
@@ -434,7 +434,7 @@ class Model:
 
     def line_discount(self, sub: MSub, plan: str, gross: int, full: int, start: datetime, end: datetime,
                       consume: bool) -> tuple[int, str | None]:
-        """_line_discount (17_ledger): the coupon checked on every line it discounts (its plans and
+        """_line_discount (18_ledger_change): the coupon checked on every line it discounts (its plans and
         currency), a repeating one for months of service from its first period line, a change's line
         (consume false) only by a coupon in use since the period began."""
         if sub.coupon is None or gross <= 0 or start >= end:
@@ -507,7 +507,7 @@ class Model:
 
     def prorate_change(self, sub: MSub, plan: str, full: int, at: datetime, from_plan: str, from_price: int,
                        from_quantity: int) -> None:
-        """_prorate_change (17_ledger): the unused part of the line in force (the period's price, pro
+        """_prorate_change (18_ledger_change): the unused part of the line in force (the period's price, pro
         rata) against the rest of the period sold on the new terms, discounted by the coupon if it
         covers the plan; an invoice when it costs more, else credit."""
         if at >= sub.end:

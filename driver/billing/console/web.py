@@ -6,8 +6,6 @@ CSRF checks, the rendering of a page, and the `handler` that turns a failure int
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -20,7 +18,7 @@ from psycopg_pool import PoolTimeout
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from billing import db
+from billing import db, signing
 from billing.clock import Clock
 from billing.console import actions as actions_mod
 from billing.console import render
@@ -83,7 +81,7 @@ class Refused(Exception):
 
 
 def csrf_for(token: str) -> str:
-    return hmac.new(token.encode(), b"billing-console-csrf", hashlib.sha256).hexdigest()
+    return signing.csrf_token(token, "billing-console-csrf")
 
 
 def wall() -> datetime:
@@ -91,7 +89,7 @@ def wall() -> datetime:
 
 
 def token_hash(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
+    return signing.token_hash(token)
 
 
 def safe_next(value: str | None) -> str:
@@ -226,7 +224,7 @@ class Console:
             raise Refused(403, "this form was sent from another site")
         form = await self.read_form(request)
         sent = form.get("csrf", "") or request.headers.get("x-csrf-token", "")
-        if not sent or not hmac.compare_digest(sent, session["csrf"]):
+        if not sent or not signing.same(sent, session["csrf"]):
             raise Refused(403, "the form's CSRF token is missing or wrong: reload the page and try again")
         return form
 

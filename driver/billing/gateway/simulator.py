@@ -42,118 +42,30 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import hashlib
-import json
 import logging
 import random
 import signal
-import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import AsyncContextManager
 
 from aiohttp import ClientSession, ClientTimeout, web
 
-from billing import signing
 from billing.gateway.arrival import arrival, stamp_arrivals
 from billing.gateway.decisions import DECLINE_CODES, DecisionModel, chance, charge_id
+from billing.gateway.records import Charge, Refund, _Window, parse_latency
+from billing.gateway.sim_authentication import AuthenticationRoutes
+from billing.gateway.sim_refunds import RefundRoutes
+from billing.gateway.sim_webhooks import WEBHOOK_MAX_TRIES, WebhookSender
 
-__all__ = ["DECLINE_CODES", "Charge", "DecisionModel", "GatewaySimulator", "chance", "charge_id", "main",
-           "parse_latency"]
+__all__ = ["DECLINE_CODES", "WEBHOOK_MAX_TRIES", "Charge", "DecisionModel", "GatewaySimulator", "Refund", "chance",
+           "charge_id", "main", "parse_latency"]
 
 log = logging.getLogger("billing.gateway.simulator")
 
-WEBHOOK_MAX_TRIES = 6
 
-
-def parse_latency(text: str) -> tuple[int, int]:
-    """'50-300' -> (50, 300); '100' -> (100, 100)."""
-    parts = str(text).split("-")
-    try:
-        lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) in (1, 2) else (None, None)
-    except ValueError:
-        lo = hi = None
-    if lo is None or lo < 0 or hi < lo:
-        raise ValueError(f"latency must be MIN-MAX milliseconds, got {text!r}")
-    return lo, hi
-
-
-@dataclass
-class Charge:
-    idempotency_key: str
-    customer_id: int
-    amount: int
-    currency: str
-    status: str  # succeeded | declined
-    id: str
-    decline_code: str | None
-    created: str
-
-    def answer(self) -> dict:
-        return {"id": self.id, "status": self.status, "declineCode": self.decline_code}
-
-    def ledger_entry(self) -> dict:
-        return {"idempotencyKey": self.idempotency_key, "customerId": self.customer_id, "amount": self.amount,
-                "currency": self.currency, "status": self.status, "id": self.id}
-
-
-@dataclass
-class Refund:
-    idempotency_key: str
-    charge_key: str
-    amount: int
-    currency: str
-    id: str
-
-    def answer(self) -> dict:
-        return {"id": self.id, "status": "succeeded", "amount": self.amount, "chargeKey": self.charge_key,
-                "failureReason": None}
-
-    def ledger_entry(self) -> dict:
-        return {"idempotencyKey": self.idempotency_key, "chargeKey": self.charge_key, "amount": self.amount,
-                "currency": self.currency, "status": "succeeded", "id": self.id}
-
-
-class _Window:
-    """Accepted calls of the last second or so (sorted), the worst second seen, and the excess.
-
-    Calls are stamped when their bytes are read from the socket, so two handlers can run in the
-    other order than their stamps: admitting a call at t checks every window that contains t
-    (the one ending at t, and those ending at the few later stamps already admitted).
-    """
-
-    def __init__(self, rate: int, strict: bool) -> None:
-        self.rate = rate
-        self.strict = strict
-        self.times: list[float] = []
-        self.max_window = 0
-        self.excess = 0
-
-    def _worst_with(self, t: float) -> int:
-        times = self.times
-        ends = [t] + times[bisect.bisect_right(times, t):]
-        return max(bisect.bisect_right(times, x) - bisect.bisect_right(times, x - 1.0) + 1 for x in ends)
-
-    def admit(self, now: float) -> bool:
-        times = self.times
-        if times and times[0] < times[-1] - 2.0:
-            del times[:bisect.bisect_left(times, times[-1] - 2.0)]
-        worst = self._worst_with(now)
-        if self.rate > 0 and worst > self.rate:
-            if self.strict:
-                return False
-            self.excess += 1
-        bisect.insort(times, now)
-        if worst > self.max_window:
-            self.max_window = worst
-        return True
-
-    def retry_after(self, now: float) -> float:
-        inside = [x for x in self.times if x > now - 1.0]
-        return max(0.0, inside[0] + 1.0 - now) if inside else 1.0
-
-
-class GatewaySimulator:
+# The refunds, the 3-D Secure pages and the webhooks are mixed in from their own modules
+# (sim_refunds, sim_authentication, sim_webhooks); the charges, the lookups and the read API are here.
+class GatewaySimulator(RefundRoutes, AuthenticationRoutes, WebhookSender):
     """The simulated gateway. Extension points (constructor arguments):
 
     * `decisions`: a `DecisionModel` (declines, timeouts after charging, 5xx); by default one built
@@ -326,68 +238,6 @@ class GatewaySimulator:
             await asyncio.sleep(latency)
         return web.json_response(charge.answer())
 
-    async def _handle_refund(self, request: web.Request) -> web.Response:
-        """`POST /v1/refunds` `{"chargeKey", "amount"}` with `Idempotency-Key`: refunds part of a
-        succeeded charge, once per key (the same key again answers the stored refund; other
-        parameters: 409). Never more than the charge has left (400 `amount_too_large`)."""
-        now = arrival(request)
-        if not self._window.admit(now):
-            self.counters["rateLimited"] += 1
-            return web.json_response(
-                {"error": {"code": "rate_limited", "message": f"more than {self.rate} calls in one second"}},
-                status=429, headers={"Retry-After": str(max(1, round(self._window.retry_after(now))))})
-        self.counters["accepted"] += 1
-        key = request.headers.get("Idempotency-Key", "")
-        try:
-            body = await request.json()
-            charge_key, amount = body["chargeKey"], body["amount"]
-            valid = (key and len(key) <= 255 and isinstance(charge_key, str) and isinstance(amount, int)
-                     and not isinstance(amount, bool) and amount > 0)
-        except (ValueError, KeyError, TypeError):
-            valid = False
-        if not valid:
-            self.counters["badRequests"] += 1
-            return web.json_response({"error": {"code": "invalid_request", "message":
-                                      "Idempotency-Key header, chargeKey and a positive integer amount are required"}},
-                                     status=400)
-        calls = self._calls[key] = self._calls.get(key, 0) + 1
-        latency = self._latency()
-        existing = self._refunds.get(key)
-        if existing is not None:
-            if (existing.charge_key, existing.amount) != (charge_key, amount):
-                self.counters["conflicts"] += 1
-                return web.json_response({"error": {"code": "idempotency_conflict", "message":
-                                          "this Idempotency-Key was used with other parameters"}}, status=409)
-            self.counters["replays"] += 1
-            await asyncio.sleep(latency)
-            return web.json_response(existing.answer())
-        if self.decisions.fails(key, calls):
-            self.counters["errors"] += 1
-            await asyncio.sleep(latency)
-            return web.json_response({"error": {"code": "internal", "message": "simulated gateway failure"}},
-                                     status=500)
-        charge = self._charges.get(charge_key)
-        if charge is None or charge.status != "succeeded":
-            self.counters["refundsRefused"] += 1
-            return web.json_response({"error": {"code": "charge_not_refundable", "message":
-                                      "no succeeded charge has this key"}}, status=400)
-        left = charge.amount - self._refunded.get(charge_key, 0)
-        if amount > left:
-            self.counters["refundsRefused"] += 1
-            return web.json_response({"error": {"code": "amount_too_large", "message":
-                                      f"the charge has {left} left to refund"}}, status=400)
-        # No await between the checks above and these writes: one key refunds once.
-        refund = Refund(key, charge_key, amount, charge.currency,
-                        "re_" + hashlib.sha256(f"{self.seed}:{key}:refund".encode()).hexdigest()[:20])
-        self._refunds[key] = refund
-        self._refunded[charge_key] = self._refunded.get(charge_key, 0) + amount
-        if self.decisions.times_out(key, calls):
-            self.counters["timeouts"] += 1
-            await asyncio.sleep(self.timeout_hold_seconds)
-        else:
-            await asyncio.sleep(latency)
-        return web.json_response(refund.answer())
-
     async def _handle_lookup(self, request: web.Request) -> web.Response:
         """`GET /v1/charges?idempotencyKey=K`: the charge made for K (200, as the charge call
         answered it, plus amount, currency, customerId), or 404 when K was never charged."""
@@ -409,89 +259,6 @@ class GatewaySimulator:
                                      status=404)
         return web.json_response({**charge.answer(), "amount": charge.amount, "currency": charge.currency,
                                   "customerId": charge.customer_id, "idempotencyKey": key})
-
-    async def _handle_refund_lookup(self, request: web.Request) -> web.Response:
-        """`GET /v1/refunds?idempotencyKey=K`: the refund made with K (200, as the refund call
-        answered it, plus its key), or 404 when K never refunded anything."""
-        key = request.query.get("idempotencyKey", "")
-        if not key or len(key) > 255:
-            self.counters["badRequests"] += 1
-            return web.json_response({"error": {"code": "invalid_request", "message":
-                                      "the idempotencyKey query parameter is required"}}, status=400)
-        self.counters["lookups"] += 1
-        calls = self._lookups[key] = self._lookups.get(key, 0) + 1
-        await asyncio.sleep(self._latency())
-        if self.decisions.lookup_fails(key, calls):
-            self.counters["errors"] += 1
-            return web.json_response({"error": {"code": "internal", "message": "simulated gateway failure"}},
-                                     status=500)
-        refund = self._refunds.get(key)
-        if refund is None:
-            return web.json_response({"error": {"code": "not_found", "message": "no refund has this idempotency key"}},
-                                     status=404)
-        return web.json_response({**refund.answer(), "idempotencyKey": key})
-
-    # -- the customer's authentication (3-D Secure) ----------------------------------------------
-
-    def _by_id(self, charge_id_: str) -> Charge | None:
-        return next((c for c in self._charges.values() if c.id == charge_id_), None)
-
-    async def _handle_confirm(self, request: web.Request) -> web.Response:
-        charge = self._by_id(request.match_info["id"])
-        if charge is None:
-            return web.json_response({"error": {"code": "not_found", "message": "no such charge"}}, status=404)
-        try:
-            body = await request.json()
-            return_url = body.get("returnUrl") if isinstance(body, dict) else None
-        except ValueError:
-            return_url = None
-        if not isinstance(return_url, str) or not return_url.startswith(("http://", "https://")) or len(return_url) > 2000:
-            return web.json_response({"error": {"code": "invalid_request", "message": "returnUrl (http or https) is required"}},
-                                     status=400)
-        if charge.status == "declined" and charge.decline_code == "authentication_required":
-            from urllib.parse import urlencode
-
-            url = f"{self.url}/authenticate/{charge.id}?{urlencode({'returnUrl': return_url})}"
-            return web.json_response({**charge.answer(), "status": "requires_action",
-                                      "nextAction": {"redirectUrl": url}})
-        return web.json_response(charge.answer())
-
-    async def _handle_charge_by_id(self, request: web.Request) -> web.Response:
-        charge = self._by_id(request.match_info["id"])
-        if charge is None:
-            return web.json_response({"error": {"code": "not_found", "message": "no such charge"}}, status=404)
-        return web.json_response({**charge.answer(), "amount": charge.amount, "currency": charge.currency,
-                                  "customerId": charge.customer_id})
-
-    async def _handle_auth_page(self, request: web.Request) -> web.Response:
-        import html
-
-        charge = self._by_id(request.match_info["id"])
-        if charge is None or charge.decline_code != "authentication_required":
-            return web.Response(status=404, text="no payment waits for authentication here")
-        back = html.escape(request.query.get("returnUrl", ""))
-        page = (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Authenticate the payment</title>"
-                f"</head><body><main><h1>Authenticate the payment</h1><p>The simulated bank asks you to confirm "
-                f"the payment of {charge.amount} (minor units) {html.escape(charge.currency)}.</p>"
-                f"<form method=\"post\"><input type=\"hidden\" name=\"returnUrl\" value=\"{back}\">"
-                f"<button name=\"decision\" value=\"approve\" type=\"submit\">Approve</button> "
-                f"<button name=\"decision\" value=\"fail\" type=\"submit\">Fail authentication</button>"
-                f"</form></main></body></html>")
-        return web.Response(text=page, content_type="text/html")
-
-    async def _handle_auth_decision(self, request: web.Request) -> web.Response:
-        charge = self._by_id(request.match_info["id"])
-        if charge is None or charge.decline_code != "authentication_required":
-            return web.Response(status=404, text="no payment waits for authentication here")
-        form = await request.post()
-        if form.get("decision") == "approve" and charge.status == "declined":
-            charge.status = "succeeded"  # the decline code stays: it says why it waited
-            self.counters["authenticated"] += 1
-            self._announce(charge, suffix="authenticated")
-        back = str(form.get("returnUrl") or "")
-        if back.startswith(("http://", "https://")):
-            raise web.HTTPSeeOther(back)
-        return web.Response(text="done", content_type="text/plain")
 
     async def _handle_health(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
@@ -533,56 +300,6 @@ class GatewaySimulator:
                 "maxWindow": self._window.max_window, "excess": self._window.excess,
                 "spanSeconds": (times[-1] - times[0]) if len(times) > 1 else 0.0, "perSecond": per_second,
                 "webhooksPending": self.pending_webhooks()}
-
-    # -- webhooks ------------------------------------------------------------------------------
-
-    def _announce(self, charge: Charge, suffix: str = "") -> None:
-        if not self.webhook_url:
-            return
-        self._event_seq += 1
-        event = {"eventId": "evt_" + hashlib.sha256(f"{self.seed}:{charge.idempotency_key}:event{suffix}".encode())
-                 .hexdigest()[:24],
-                 "type": f"charge.{charge.status}", "idempotencyKey": charge.idempotency_key,
-                 "status": charge.status, "id": charge.id, "declineCode": charge.decline_code,
-                 "amount": charge.amount, "currency": charge.currency, "customerId": charge.customer_id,
-                 "created": charge.created}
-        copies = 2 if self._rng.random() < self.webhook_duplicate_rate else 1
-        for _ in range(copies):
-            lo, hi = self.webhook_delay_ms
-            delay = self._rng.uniform(lo, hi) / 1000
-            task = asyncio.get_running_loop().create_task(self._deliver(event, delay))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _deliver(self, event: dict, delay: float) -> None:
-        await asyncio.sleep(delay)
-        if self.webhook_gate is None:
-            await self._send(event)
-        else:
-            async with self.webhook_gate:
-                await self._send(event)
-
-    async def _send(self, event: dict) -> None:
-        body = json.dumps(event, separators=(",", ":")).encode()
-        backoff = 0.5
-        for attempt in range(1, WEBHOOK_MAX_TRIES + 1):
-            self.counters["webhookAttempts"] += 1
-            headers = {"Content-Type": "application/json",
-                       "Billing-Signature": signing.signature_header(self.webhook_secret, body)}
-            try:
-                assert self._session is not None
-                async with self._session.post(self.webhook_url, data=body, headers=headers) as resp:
-                    await resp.read()
-                    if 200 <= resp.status < 300:
-                        self.counters["webhooksDelivered"] += 1
-                        return
-                    log.debug("webhook refused", extra={"status": resp.status, "eventId": event["eventId"]})
-            except Exception as exc:  # noqa: BLE001 - any failure is retried
-                log.debug("webhook delivery failed", extra={"error": repr(exc), "attempt": attempt})
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 30)
-        self.counters["webhooksFailed"] += 1
-        log.warning("webhook given up", extra={"eventId": event["eventId"]})
 
 
 async def _serve(host: str, port: int, **options) -> None:

@@ -16,7 +16,6 @@ repeatable (the same form sent twice changes nothing more)."""
 from __future__ import annotations
 
 import asyncio
-import hmac
 import secrets
 
 import psycopg
@@ -25,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from billing import db
+from billing import db, signing
 from billing.invoices.documents import render_html, render_pdf
 from billing.limiter.abuse import report_failure
 from billing.notifications.links import parse_token
@@ -61,7 +60,7 @@ def routes(portal: Portal) -> list[BaseRoute]:
             raise Refused(403, "portal.error.csrf")
         form = await portal.read_form(request)
         expected = request.cookies.get(LOGIN_COOKIE, "")
-        if not expected or not hmac.compare_digest(form.get("csrf", ""), expected):
+        if not expected or not signing.same(form.get("csrf", ""), expected):
             raise Refused(403, "portal.error.csrf")
         address = request.client.host if request.client else "-"
         if portal.failures.blocked_for(address) > 0:

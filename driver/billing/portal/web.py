@@ -10,8 +10,6 @@ is same-origin and carries the session's CSRF token (an HMAC of the cookie token
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import re
 import secrets
@@ -24,7 +22,7 @@ from psycopg_pool import PoolTimeout
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from billing import db
+from billing import db, signing
 from billing.clock import Clock
 from billing.invoices.documents import Issuer
 from billing.limiter.abuse import FailureThrottle
@@ -72,11 +70,11 @@ def parse_session_token(token: str | None) -> int | None:
 
 
 def token_hash(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
+    return signing.token_hash(token)
 
 
 def csrf_for(token: str) -> str:
-    return hmac.new(token.encode(), b"billing-portal-csrf", hashlib.sha256).hexdigest()
+    return signing.csrf_token(token, "billing-portal-csrf")
 
 
 def safe_next(value: str | None) -> str:
@@ -178,7 +176,7 @@ class Portal:
         if not self.same_origin(request):
             raise Refused(403, "portal.error.csrf")
         form = await self.read_form(request)
-        if not hmac.compare_digest(form.get("csrf", ""), session["csrf"]):
+        if not signing.same(form.get("csrf", ""), session["csrf"]):
             raise Refused(403, "portal.error.csrf")
         return form
 

@@ -8,6 +8,7 @@ import hmac
 
 import pytest
 
+from billing import signing
 from billing.signing import SIGNATURE_TOLERANCE, STRIPE, SignatureError, sign, signature_header, verify
 
 verify_signature = verify  # the Billing-Signature scheme by default
@@ -108,10 +109,34 @@ def test_the_providers_verify_through_billing_signing():
 
 
 def test_hmac_lives_in_billing_signing_only():
-    """No other module of the driver computes or compares a webhook HMAC (the console's CSRF token
-    is an HMAC of its own, not a webhook signature)."""
+    """No other module of the driver computes or compares an HMAC: webhook signatures, and the
+    console's and the portal's CSRF tokens (signing.csrf_token, signing.same), live in billing.signing."""
     from billing.config import REPO_ROOT
 
     package = REPO_ROOT / "driver" / "billing"
     users = sorted(str(p.relative_to(package)) for p in package.rglob("*.py") if "import hmac" in p.read_text())
-    assert users == ["console/routes/login.py", "console/web.py", "portal/routes.py", "portal/web.py", "signing.py"]
+    assert users == ["signing.py"]
+
+
+def test_every_stored_token_is_hashed_the_one_way():
+    """API keys, customer sessions, console and portal sessions, portal links: the database holds the
+    SHA-256 of the whole token, computed by signing.token_hash (notifications.links keeps its own
+    one-line copy: a base-layer module may not import another, test_layers; pinned equal here)."""
+    from billing import signing
+    from billing.api.customer_sessions import hash_token
+    from billing.api_keys import hash_key
+    from billing.console.web import token_hash as console_hash
+    from billing.notifications.links import token_hash as link_hash
+    from billing.portal.web import token_hash as portal_hash
+
+    token = "cs_42_" + "é" * 43
+    expected = hashlib.sha256(token.encode("utf-8")).digest()
+    assert signing.token_hash(token) == expected
+    assert {f(token) for f in (hash_token, hash_key, console_hash, link_hash, portal_hash)} == {expected}
+
+
+def test_csrf_tokens_differ_by_purpose_and_compare_any_text():
+    assert signing.csrf_token("t", "billing-console-csrf") != signing.csrf_token("t", "billing-portal-csrf")
+    assert signing.csrf_token("t", "p") == hmac.new(b"t", b"p", hashlib.sha256).hexdigest()
+    assert signing.same("abc", "abc") and not signing.same("abc", "abd")
+    assert not signing.same("é", "e")  # no TypeError on text that is not ASCII (a forged form field)

@@ -16,16 +16,12 @@ SQL = re.compile(r"^\s*(SELECT\b|INSERT INTO\b|UPDATE \w+(\.\w+)? SET\b|DELETE F
 ELSEWHERE = {
     # The migration machinery runs DDL, not the SQL API: its own bookkeeping, roles, ownership.
     "migrate.py": "the migrator's bookkeeping, roles and ownership DDL",
-    "citus.py": "the Citus set-up: catalog reads and session settings around db/citus/10_adapt.sql",
+    "citus.py": "reads back what the db/citus files it runs record (pg_temp.citus_placed, citus_adapted)",
     "sqlfile.py": "the SQL file reader",
     "roles.py": "login roles by job (CREATE/ALTER ROLE, by identifier)",
     "demo/services.py": "the demo's own database (CREATE/DROP DATABASE)",
     # The console asks the catalog which actions exist and builds their call by argument name.
     "console/actions.py": "a call built from the catalog's signature",
-    # The demo's witnesses read the tables as superuser, not through the SQL API they check.
-    "demo/invariants.py": "the demo's invariants, an independent witness of the tables",
-    "demo/runner.py": "the demo's check of the HTTP API against the tables",
-    "demo/documents.py": "picks sample invoices to render by condition",
 }
 
 

@@ -3,14 +3,13 @@ subscriptions:read scope, through the HTTP API's own key check (docs/console.md)
 
 from __future__ import annotations
 
-import hmac
 import secrets
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from billing import db
+from billing import db, signing
 from billing.api_keys import hash_key, key_id_of, looks_like_key
 from billing.console.web import COOKIE, LOGIN_COOKIE, Console, Refused, back, safe_next, token_hash, wall
 from billing.limiter.abuse import report_failure
@@ -36,7 +35,7 @@ def routes(console: Console) -> list[BaseRoute]:
             raise Refused(403, "this form was sent from another site")
         form = await console.read_form(request)
         expected = request.cookies.get(LOGIN_COOKIE, "")
-        if not expected or not hmac.compare_digest(form.get("csrf", ""), expected):
+        if not expected or not signing.same(form.get("csrf", ""), expected):
             raise Refused(403, "the login form's CSRF token is missing or wrong: reload the page")
         key = form.get("key", "").strip()
         address = request.client.host if request.client else "-"
