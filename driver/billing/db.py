@@ -1,7 +1,6 @@
 """The one place where the driver's SQL lives: each query is one call to a function of the SQL API,
 named here and grouped by area (driver/tests/unit/test_sql_home.py fails on an SQL string in any
-other module, bar the migration machinery and the demo's witnesses it lists, and on a query here
-nobody runs).
+other module, bar the migration machinery it lists, and on a query here nobody runs).
 
 The driver never writes tables itself. Errors raised by the SQL API carry the contract's SQLSTATEs
 (BL404, BL409, BL422); `contract_error` turns them into `ContractError` for the callers.
@@ -72,6 +71,18 @@ REPORT_REVENUE = "SELECT * FROM billing.report_revenue(%(from)s, %(to)s)"
 FIGURES_BY_HOUR = "SELECT figure, hour, key, n FROM billing.figures_by_hour()"
 FIGURES_COUNTS = "SELECT figure, key, key2, n FROM billing.figures_counts()"
 FIGURES_REVENUE = "SELECT * FROM billing.figures_revenue()"
+# What the demo's invariants read (db/functions/78_witness.sql): plain reads of the tables, no rule
+# of the engine, so the checks stay an independent witness (billing.demo.invariants, documents, runner).
+WITNESS_CHARGED_TWICE = "SELECT invoice_id, n FROM billing.witness_charged_twice()"
+WITNESS_INVOICES = "SELECT * FROM billing.witness_invoices()"
+WITNESS_PERIODS = "SELECT * FROM billing.witness_periods()"
+WITNESS_RESTARTS = "SELECT subscription_id, period_start FROM billing.witness_restarts()"
+WITNESS_STATES = "SELECT aggregate, id FROM billing.witness_states()"
+# (the outbox left behind: every PENDING event is in the backlog whatever the instant)
+WITNESS_OUTBOX_LEFT = "SELECT backlog AS pending, dead FROM billing.outbox_stats()"
+WITNESS_CASH = "SELECT currency, cash FROM billing.witness_cash()"
+WITNESS_REFUNDS = "SELECT idempotency_key, status FROM billing.witness_refunds()"
+WITNESS_SAMPLE_INVOICES = "SELECT sample, invoice_id FROM billing.witness_sample_invoices()"
 # Payment methods (db/functions/52_payment_methods.sql).
 SET_PAYMENT_METHOD = (
     "SELECT * FROM billing.set_payment_method(%(customer_id)s, %(provider)s, %(customer_ref)s, "

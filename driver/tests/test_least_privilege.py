@@ -46,6 +46,9 @@ API = {
     "report_mrr", "report_mrr_movements", "report_churn", "report_revenue",
     # the run's figures (db/functions/79_figures.sql)
     "figures_by_hour", "figures_counts", "figures_revenue",
+    # what the demo's invariants read (db/functions/78_witness.sql)
+    "witness_charged_twice", "witness_invoices", "witness_periods", "witness_restarts", "witness_states",
+    "witness_cash", "witness_refunds", "witness_sample_invoices",
     # the batch claims per shard group (db/functions/16_shards.sql and the *_in_shard functions, docs/scaling.md)
     "lease_shard_groups", "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups",
     # the relay per shard group on Citus (db/functions/65_outbox_relay.sql)
@@ -457,6 +460,19 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     counts = {r[0]: r[3] for r in one("figures_counts", "", setof=True) if r[1] is None}
     out["figures_counts"] = counts["charged"] >= 1 and counts["finalized"] >= 1
     out["figures_revenue"] = [r[0] for r in one("figures_revenue", "", setof=True)] == ["USD"]
+    # What the demo's invariants read: the same tables, row by row (db/functions/78_witness.sql).
+    out["witness_charged_twice"] = one("witness_charged_twice", "", setof=True)
+    mine = {r[0]: r for r in one("witness_invoices", "", setof=True) if r[4] == customer}
+    out["witness_invoices"] = (mine[claims[0][0]][1], mine[claims[0][0]][3]) == ("PAID", "USD")
+    periods = {r[0]: r for r in one("witness_periods", "", setof=True)}
+    out["witness_periods"] = (periods[sub_id][1], periods[sub_id][11][0]) == ("CANCELED", "INITIAL")
+    out["witness_restarts"] = trial[0] in {r[0] for r in one("witness_restarts", "", setof=True)}
+    states = set(one("witness_states", "", setof=True))
+    out["witness_states"] = ("subscription", sub_id) in states and ("invoice", claims[0][0]) in states
+    out["witness_cash"] = "USD" in {r[0] for r in one("witness_cash", "", setof=True)}
+    out["witness_refunds"] = (refund[8], "SUCCEEDED") in one("witness_refunds", "", setof=True)
+    out["witness_sample_invoices"] = {r[0] for r in one("witness_sample_invoices", "", setof=True)} <= {
+        "exclusive_vat_coupon", "tax_included_jpy", "reverse_charge", "proration", "refunded", "voided"}
     # The per-shard claims (docs/scaling.md): on a single PostgreSQL one group, 0, the whole database.
     late = T0 + timedelta(days=400)
     groups = one("lease_shard_groups", "%s, %s, %s, %s", ("lp-worker", 4, timedelta(seconds=30), late), setof=True)
@@ -637,6 +653,8 @@ EXPECTED = {
     "tax_rate": True, "details": True, "finalized": True, "numbered": True, "document": True,
     "report_mrr": True, "report_mrr_movements": True, "report_churn": True, "report_revenue": True,
     "figures_by_hour": True, "figures_counts": True, "figures_revenue": True,
+    "witness_charged_twice": [], "witness_invoices": True, "witness_periods": True, "witness_restarts": True,
+    "witness_states": True, "witness_cash": True, "witness_refunds": True, "witness_sample_invoices": True,
     "shard_groups": [(0, True)],
     "shard_holder": [(0, "lp-worker")], "shard_renewed": True, "shard_keyed": True, "shard_refunds": True,
     "relay_groups": [0], "relay_events": True, "relay_marked": 1,

@@ -64,7 +64,10 @@ POLICY = {
                          "proration_amount", "dunning_next_attempt", "is_simulation",
                          "list_refunds", "report_mrr", "report_mrr_movements",
                          "report_churn", "report_revenue",
-                         "figures_by_hour", "figures_counts", "figures_revenue", "notification_kinds",
+                         "figures_by_hour", "figures_counts", "figures_revenue",
+                         "witness_charged_twice", "witness_invoices", "witness_periods", "witness_restarts",
+                         "witness_states", "witness_cash", "witness_refunds", "witness_sample_invoices",
+                         "notification_kinds",
                          "customer_locales"},
     # Customers' personal data (names, emails, addresses, tax ids, payment-method references): its own job.
     "billing_support": {"get_subscription", "plan_code", "is_simulation", "list_payment_methods", "list_refunds",

@@ -1,6 +1,7 @@
 """The demo's promises, checked from three independent witnesses after the run.
 
-* the database, read as superuser straight from the tables (not through the SQL API);
+* the database, read table by table through the witness functions (db/functions/78_witness.sql:
+  plain reads of the tables that apply no rule of the engine, not the SQL API's own computations);
 * the gateway simulator's ledger (`GET /v1/ledger`: one entry per idempotency key ever charged,
   and the number of 429 answers) and its record of accepted calls;
 * the event stream as a consumer sees it (the JSON-lines file, or the whole Kafka topic).
@@ -24,6 +25,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 from psycopg.rows import dict_row
 
+from billing import db
 from billing.checks import Check, read_topic
 
 KEY = re.compile(r"^[a-z0-9]+-inv-(\d+)-try-(\d+)$")  # <namespace>-inv-<invoice id>-try-<n>
@@ -81,10 +83,7 @@ def check_charged_once(conn, ledger: dict) -> Check:
     twice = {inv: ks for inv, ks in succeeded_per_invoice.items() if len(ks) > 1}
     for inv, ks in list(twice.items())[:MAX_EXAMPLES]:
         examples.append(f"invoice {inv} charged successfully {len(ks)} times at the gateway: {', '.join(ks)}")
-    db_twice = conn.execute(
-        """SELECT invoice_id, count(*) AS n FROM billing.payment_attempt
-            WHERE outcome = 'SUCCEEDED' GROUP BY invoice_id HAVING count(*) > 1 ORDER BY invoice_id"""
-    ).fetchall()
+    db_twice = conn.execute(db.WITNESS_CHARGED_TWICE).fetchall()
     for row in db_twice[:MAX_EXAMPLES]:
         examples.append(f"invoice {row['invoice_id']} has {row['n']} SUCCEEDED payment attempts in the database")
     if foreign:
@@ -108,17 +107,10 @@ def check_ledger_booked(conn, ledger: dict) -> Check:
         m = KEY.match(c["idempotencyKey"])
         if m and c["status"] == "succeeded":
             succeeded[int(m.group(1))] = c
-    invoices = {
-        r["id"]: r for r in conn.execute(
-            # What an invoice charges: its amount less what a cancellation took off as not served
-            # (docs/money.md, "Unpaid is unpaid"); a charge sent before the cancellation collected
-            # more, and the engine refunds the excess (SUBSCRIPTION_CANCELED).
-            "SELECT i.id, i.status, i.amount - least(i.unserved, i.amount) AS amount, i.currency, i.customer_id,"
-            "       EXISTS (SELECT 1 FROM billing.refund r WHERE r.customer_id = i.customer_id AND r.invoice_id = i.id"
-            "                 AND r.reason = 'SUBSCRIPTION_CANCELED') AS excess_refunded"
-            "  FROM billing.invoice i"
-        ).fetchall()
-    }
+    # What an invoice charges: its amount less what a cancellation took off as not served
+    # (docs/money.md, "Unpaid is unpaid"); a charge sent before the cancellation collected
+    # more, and the engine refunds the excess (SUBSCRIPTION_CANCELED).
+    invoices = {r["id"]: r for r in conn.execute(db.WITNESS_INVOICES).fetchall()}
     examples: list[str] = []
     not_booked = wrong_amount = closed_refunds = 0
     for inv, c in succeeded.items():
@@ -192,25 +184,9 @@ def check_periods(conn, now: datetime) -> Check:
     trial's first period starts at the trial's end; a resume (SubscriptionResumed) or a reactivation
     starts a new calendar at its instant, the only place a period may not follow the previous one (the
     paused rest was credited); a subscription still in its trial, or canceled in it, has no invoice."""
-    rows = conn.execute(
-        """SELECT s.id, s.status, s.timezone, s.billing_anchor, s.current_period_start, s.current_period_end,
-                  s.trial_end, s.canceled_at, s.cancel_reason, p.billing_interval, p.interval_count,
-                  array_agg(i.kind ORDER BY i.period_start) AS kinds,
-                  array_agg(i.period_start ORDER BY i.period_start) AS starts,
-                  array_agg(i.period_end ORDER BY i.period_start) AS ends
-             FROM billing.subscription s
-             JOIN billing.plan p ON p.id = s.plan_id
-             LEFT JOIN billing.invoice i ON i.subscription_id = s.id AND i.kind IN ('INITIAL', 'RENEWAL')
-            GROUP BY s.customer_id, s.id, p.billing_interval, p.interval_count
-            ORDER BY s.id"""
-    ).fetchall()
+    rows = conn.execute(db.WITNESS_PERIODS).fetchall()
     # Where a new calendar may start: the period a resume or a reactivation began.
-    restarts = {(r["aggregate_id"], datetime.fromisoformat(r["start"])) for r in conn.execute(
-        """SELECT aggregate_id, payload -> 'data' ->> 'currentPeriodStart' AS start FROM billing.outbox_event
-            WHERE aggregate_type = 'subscription'
-              AND (event_type = 'SubscriptionResumed'
-                   OR (event_type = 'SubscriptionUpdated'
-                       AND payload -> 'data' -> 'changes' -> 'status' ->> 'before' = 'CANCELED'))""").fetchall()}
+    restarts = {(r["subscription_id"], r["period_start"]) for r in conn.execute(db.WITNESS_RESTARTS).fetchall()}
     examples: list[str] = []
     bad: dict[str, int] = {}
 
@@ -285,12 +261,10 @@ def check_announced(conn, events: Iterable[dict]) -> Check:
             paid_events.add(int(ident))
         elif e.get("type") == "SubscriptionCanceled" and kind == "subscription":
             canceled_events.add(int(ident))
-    paid = {r["id"] for r in conn.execute("SELECT id FROM billing.invoice WHERE status = 'PAID'")}
-    canceled = {r["id"] for r in conn.execute("SELECT id FROM billing.subscription WHERE status = 'CANCELED'")}
-    pending = conn.execute(
-        "SELECT count(*) FILTER (WHERE status = 'PENDING') AS pending, count(*) FILTER (WHERE status = 'DEAD') AS dead "
-        "FROM billing.outbox_event"
-    ).fetchone()
+    states = conn.execute(db.WITNESS_STATES).fetchall()
+    paid = {r["id"] for r in states if r["aggregate"] == "invoice"}
+    canceled = {r["id"] for r in states if r["aggregate"] == "subscription"}
+    outbox = conn.execute(db.WITNESS_OUTBOX_LEFT).fetchone()
     missing_paid = sorted(paid - paid_events)
     phantom_paid = sorted(paid_events - paid)
     missing_canceled = sorted(canceled - canceled_events)
@@ -307,7 +281,7 @@ def check_announced(conn, events: Iterable[dict]) -> Check:
                 "none phantom",
         ok=ok,
         figures=f"{_fmt(len(paid))} PAID invoices, {_fmt(len(paid & paid_events))} announced; {_fmt(len(events))} events read "
-        f"({_fmt(len(events) - distinct)} redeliveries); outbox left: {pending['pending']} pending, {pending['dead']} dead",
+        f"({_fmt(len(events) - distinct)} redeliveries); outbox left: {outbox['pending']} pending, {outbox['dead']} dead",
         examples=examples,
     )
 
@@ -356,13 +330,10 @@ def check_money(conn, ledger: dict) -> Check:
     refund executed once (billing.checks.money_balances)."""
     from billing.checks import money_balances
 
-    paid = {r["currency"].strip(): int(r["cash"]) for r in conn.execute(
-        # (the charge that paid it: an invoice a cancellation cut is paid what it still bills, or more
-        # by a charge sent before, whose excess is refunded; one paid by credit brought no cash)
-        "SELECT i.currency, sum(coalesce(a.amount, 0) - i.amount_refunded) AS cash FROM billing.invoice i "
-        "LEFT JOIN billing.payment_attempt a ON a.customer_id = i.customer_id AND a.id = i.paid_attempt_id "
-        "WHERE i.status = 'PAID' GROUP BY i.currency").fetchall()}
-    refunds = conn.execute("SELECT idempotency_key, status FROM billing.refund").fetchall()
+    # (the charge that paid it: an invoice a cancellation cut is paid what it still bills, or more
+    # by a charge sent before, whose excess is refunded; one paid by credit brought no cash)
+    paid = {r["currency"].strip(): int(r["cash"]) for r in conn.execute(db.WITNESS_CASH).fetchall()}
+    refunds = conn.execute(db.WITNESS_REFUNDS).fetchall()
     return money_balances(ledger, paid, refunds)
 
 

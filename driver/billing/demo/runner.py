@@ -350,8 +350,11 @@ class Simulation:
         ids = random.Random(self.options.seed).sample(sorted(self.sub_ids.values()), min(sample, len(self.sub_ids)))
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True,
                                                           row_factory=psycopg.rows.dict_row) as conn:
-            cur = await conn.execute("SELECT id, status, version FROM billing.subscription WHERE id = ANY(%s)", (ids,))
-            want = {r["id"]: (r["status"], r["version"]) for r in await cur.fetchall()}
+            want = {}
+            for sub_id in ids:  # the SQL API's own read (billing_readonly's get_subscription)
+                cur = await conn.execute(db.API_GET_SUBSCRIPTION, {"id": sub_id})
+                row = await cur.fetchone()
+                want[sub_id] = (row["status"], row["version"])
         async with httpx.AsyncClient(base_url=self.api.url, timeout=10,
                                      headers={"Authorization": f"Bearer {key.key}"}) as client:
             for sub_id in ids:

@@ -22,10 +22,6 @@ ELSEWHERE = {
     "demo/services.py": "the demo's own database (CREATE/DROP DATABASE)",
     # The console asks the catalog which actions exist and builds their call by argument name.
     "console/actions.py": "a call built from the catalog's signature",
-    # The demo's witnesses read the tables as superuser, not through the SQL API they check.
-    "demo/invariants.py": "the demo's invariants, an independent witness of the tables",
-    "demo/runner.py": "the demo's check of the HTTP API against the tables",
-    "demo/documents.py": "picks sample invoices to render by condition",
 }
 
 
