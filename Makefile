@@ -175,8 +175,9 @@ lock: venv
 	   --no-emit-find-links --no-emit-index-url --output-file requirements/runtime.lock pyproject.toml
 
 demo: venv
-	@pg=$$(bash scripts/services/postgres.sh) && \
+	@pg=$$(bash scripts/services/postgres.sh) && kf=$$(bash scripts/services/kafka.sh) && \
 	 export BILLING_DATABASE_URL=$${BILLING_DATABASE_URL:-$${pg%/*}/billing_demo} && \
+	 export BILLING_KAFKA_BOOTSTRAP=$${BILLING_KAFKA_BOOTSTRAP:-$$kf} && \
 	 $(BIN)/billing demo $(DEMO_ARGS)
 
 bench-pdf: venv poppler

@@ -214,6 +214,7 @@ BEGIN
     SELECT * INTO v_plan FROM billing.plan WHERE id = v_sub.plan_id;
     v_before := v_sub;
     v_sub := billing._start_period(v_sub, v_plan, p_now, 'RENEWAL', p_now);
+    PERFORM billing._usage_reopen(v_sub, p_now);  -- a cursor rated to the cancellation is followed again (73_usage_cursor)
     PERFORM billing._emit_subscription_change(v_before, v_sub, p_now);
     RETURN v_sub;
 END

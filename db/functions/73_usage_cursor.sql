@@ -87,6 +87,28 @@ COMMENT ON FUNCTION billing._usage_touch(bigint, bigint, timestamptz) IS
 'Private: brings the usage cursor''s due_at of a subscription down to p_now (its period moved or its service ended then), so the rating''s due scan looks at it; none or finished: nothing.
 Returns nothing.';
 
+-- A reactivation (reactivate_subscription: a subscription canceled by dunning, live again) reopens
+-- a cursor the rating had finished (rated to the cancellation): rated_until stays at the
+-- cancellation, so the next rating rates the time from there to the new period's start (usage
+-- between the cancellation and the reactivation is billed, as when the reactivation comes before
+-- the rating reached the cancellation: one rule whichever came first), then each new period as
+-- any live subscription's. Late events marked meanwhile stay marked. Not finished, or no cursor:
+-- nothing (_usage_touch, called by _start_period, brought its due_at down already).
+CREATE OR REPLACE FUNCTION billing._usage_reopen(p_sub billing.subscription, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE billing.usage_cursor u
+       SET finished = false, due_at = billing._usage_due_at(p_sub, u.rated_until, false), updated_at = p_now
+     WHERE u.customer_id = p_sub.customer_id AND u.subscription_id = p_sub.id AND u.finished;
+END
+$$;
+COMMENT ON FUNCTION billing._usage_reopen(billing.subscription, timestamptz) IS
+'Private: a reactivated subscription (p_sub, live again) whose usage cursor was finished (rated to its cancellation) is followed again from there: due at once (its time from the cancellation to the new period is rated next, then every period).
+Returns nothing.';
+
 -- A subscription starts to be followed by the rating (its cursor, from _usage_start) when its plan
 -- has usage charges. Called by change_plan before a change (old or new plan charged: from the
 -- period the old plan's first charge was made in, else the current one), and on Citus by

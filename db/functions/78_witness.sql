@@ -134,7 +134,8 @@ $$;
 
 -- witness_sample_invoices: the first finalized invoice (lowest id) of each kind worth rendering:
 -- 'exclusive_vat_coupon' (PAID, exclusive tax and a discount), 'tax_included_jpy', 'reverse_charge'
--- (PAID), 'proration' (taxed), 'refunded' (a REFUND credit note), 'voided' (a VOID credit note); a
+-- (PAID), 'proration' (taxed), 'refunded' (a REFUND credit note), 'voided' (a VOID credit note),
+-- 'usage' (a PAID USAGE invoice: usage rated in arrears, docs/usage.md); a
 -- kind the database has none of has no row. Returns (sample, invoice_id).
 CREATE OR REPLACE FUNCTION billing.witness_sample_invoices()
 RETURNS TABLE (sample text, invoice_id bigint)
@@ -158,7 +159,9 @@ BEGIN
                       WHERE i.number IS NOT NULL AND n.reason = 'REFUND')),
         ('voided', (SELECT min(n.invoice_id) FROM billing.credit_note n JOIN billing.invoice i
                        ON i.customer_id = n.customer_id AND i.id = n.invoice_id
-                    WHERE i.number IS NOT NULL AND n.reason = 'VOID'))
+                    WHERE i.number IS NOT NULL AND n.reason = 'VOID')),
+        ('usage', (SELECT min(i.id) FROM billing.invoice i WHERE i.number IS NOT NULL
+                      AND i.kind = 'USAGE' AND i.status = 'PAID'))
     ) AS k(sample, invoice_id)
      WHERE k.invoice_id IS NOT NULL;
 END

@@ -72,6 +72,7 @@ DECLARE
                            "figures_by_hour", "figures_counts", "figures_revenue",
                            "witness_charged_twice", "witness_invoices", "witness_periods", "witness_restarts",
                            "witness_states", "witness_cash", "witness_refunds", "witness_sample_invoices",
+                           "witness_usage_events", "witness_usage_counts", "witness_usage_ratings",
                            "notification_kinds",
                            "customer_locales"],
       "billing_support": ["get_subscription", "plan_code", "is_simulation", "list_payment_methods", "list_refunds",

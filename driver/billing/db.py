@@ -83,6 +83,14 @@ WITNESS_OUTBOX_LEFT = "SELECT backlog AS pending, dead FROM billing.outbox_stats
 WITNESS_CASH = "SELECT currency, cash FROM billing.witness_cash()"
 WITNESS_REFUNDS = "SELECT idempotency_key, status FROM billing.witness_refunds()"
 WITNESS_SAMPLE_INVOICES = "SELECT sample, invoice_id FROM billing.witness_sample_invoices()"
+# The demo's usage invariants (billing.demo.usage): the usage tables read plainly (db/functions/80_usage_witness.sql).
+WITNESS_USAGE_EVENTS = "SELECT customer_id, source, event_id, event_time FROM billing.witness_usage_events(%(event_type)s)"
+WITNESS_USAGE_COUNTS = "SELECT customer_id, keys, counted FROM billing.witness_usage_counts(%(meter)s)"
+WITNESS_USAGE_RATINGS = "SELECT * FROM billing.witness_usage_ratings(%(meter)s)"
+# The demo's API product: its meter and its plans' graduated per-request charges (billing.demo.usage).
+DEMO_USAGE_METER = "SELECT (billing.upsert_meter(%(code)s, %(type)s, 'count', NULL, '{}'::jsonb, %(now)s)).code"
+DEMO_USAGE_CHARGE = ("SELECT (billing.upsert_plan_charge(%(plan)s, %(meter)s, 'graduated', NULL, NULL, %(tiers)s::jsonb, "
+                     "%(included)s, NULL, NULL, %(now)s)).plan_id")
 # Payment methods (db/functions/52_payment_methods.sql).
 SET_PAYMENT_METHOD = (
     "SELECT * FROM billing.set_payment_method(%(customer_id)s, %(provider)s, %(customer_ref)s, "

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from billing import db
 from billing.cli import main
 from billing.config import Settings
 from billing.demo import documents, invariants, report
@@ -53,7 +54,8 @@ def test_small_demo_holds_every_invariant_and_writes_its_report(demo_run):
     assert [c.name for c in result.checks] == [
         "no invoice charged twice", "no period skipped or overlapping", "every paid invoice announced",
         "every event matches its schema", "no rate-limit excess", "gateway and database agree",
-        "collected minus refunded equals the cash of PAID invoices"]
+        "collected minus refunded equals the cash of PAID invoices",
+        "every usage event counted once", "every rated quantity equals the requests sent"]
     # Refunds were asked (customers, and the engine's own rules) and executed, each once.
     with psycopg.connect(result.database_url, row_factory=dict_row) as conn:
         refunds = conn.execute("SELECT reason, status FROM billing.refund").fetchall()
@@ -92,12 +94,20 @@ def test_small_demo_holds_every_invariant_and_writes_its_report(demo_run):
     for title in ("Campaign day, 1 September", "Renewal day, 1 October", "The whole window, per day",
                   "Dunning funnel", "Revenue by currency", "Invariants"):
         assert title in page
-    assert page.count("✔ holds") == 7 and "FAILS" not in page
+    assert page.count("✔ holds") == 9 and "FAILS" not in page
     assert "All invariants hold." in page
     assert (out / "report.events.jsonl").stat().st_size > 0
 
     text = report.terminal_summary(result)
     assert "ALL INVARIANTS HOLD" in text
+
+    # The API product (billing.demo.usage): requests sent (some twice) without Kafka through the
+    # consumer's database call, each stored once; ended months rated onto USAGE invoices.
+    u = s["usage"]
+    assert u["customers"] >= 3 and u["requests"] > 1000 and u["duplicates"] > 0
+    assert u["answers"] == {"accepted": u["requests"], "duplicate": u["duplicates"]}
+    assert "USAGE" in kinds and sum(r["invoices"] for r in u["invoices"]) > 0
+    assert "Usage: the API product" in page and "usage (API product)" in text
 
     # Invoices as documents and the board figures (docs/invoices.md, docs/reports.md).
     docs = s["documents"]
@@ -116,6 +126,33 @@ def test_small_demo_holds_every_invariant_and_writes_its_report(demo_run):
             pdf_text = subprocess.run(["pdftotext", "-layout", sample["pdf"], "-"], capture_output=True,
                                       check=True).stdout.decode()
             assert f"Invoice {sample['number']}" in pdf_text and "Total" in pdf_text
+
+
+def test_usage_checkers_fail_on_a_request_counted_twice_or_a_wrong_quantity(demo_run):
+    """The usage invariants compare the database with the stream's own record: a request the stream
+    did not send (or one the database counted twice) and a rated quantity off by one both fail."""
+    from billing.demo import usage
+
+    result, _ = demo_run
+    sent, figures = result.usage_sent, result.stats["usage"]
+    with psycopg.connect(result.database_url, row_factory=dict_row) as conn:
+        assert usage.check_counted_once(conn, sent, figures).ok
+        assert usage.check_rated(conn, sent, result.usage_subscriptions, result.ended, timedelta(hours=1)).ok
+        rated = next(r for r in conn.execute(db.WITNESS_USAGE_RATINGS, {"meter": "api_requests"}).fetchall()
+                     if r["quantity"] > 0)
+    # Forget one request the stream sent inside a rated span: the database now holds one more.
+    key = next(k for k, at in sent.events.items()
+               if k[0] == rated["customer_id"] and rated["span_start"] <= at < rated["span_end"])
+    fewer = copy.deepcopy(sent)
+    del fewer.events[key]
+    with psycopg.connect(result.database_url, row_factory=dict_row) as conn:
+        counted = usage.check_counted_once(conn, fewer, {**figures, "answers": {
+            **figures["answers"], "accepted": figures["answers"]["accepted"] - 1}})
+        rated_check = usage.check_rated(conn, fewer, result.usage_subscriptions, result.ended, timedelta(hours=1))
+    assert not counted.ok and any(f"request {key} stored but never sent" in e for e in counted.examples)
+    assert not rated_check.ok and any("the stream sent" in e for e in rated_check.examples)
+    # The oracle of the tiers: 100 included, then 1.0 / 0.5 / 0.2 USD cents a request, rounded up once.
+    assert [usage.tier_amount("USD", q) for q in (0, 100, 101, 600, 601, 2100, 2101)] == [0, 0, 1, 500, 501, 1250, 1251]
 
 
 def test_checker_fails_on_a_second_charge_of_one_invoice(demo_run):

@@ -49,6 +49,8 @@ API = {
     # what the demo's invariants read (db/functions/78_witness.sql)
     "witness_charged_twice", "witness_invoices", "witness_periods", "witness_restarts", "witness_states",
     "witness_cash", "witness_refunds", "witness_sample_invoices",
+    # what the demo's usage invariants read (db/functions/80_usage_witness.sql)
+    "witness_usage_events", "witness_usage_counts", "witness_usage_ratings",
     # the batch claims per shard group (db/functions/16_shards.sql and the *_in_shard functions, docs/scaling.md)
     "lease_shard_groups", "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups",
     # the relay per shard group on Citus (db/functions/65_outbox_relay.sql)
@@ -472,7 +474,7 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["witness_cash"] = "USD" in {r[0] for r in one("witness_cash", "", setof=True)}
     out["witness_refunds"] = (refund[8], "SUCCEEDED") in one("witness_refunds", "", setof=True)
     out["witness_sample_invoices"] = {r[0] for r in one("witness_sample_invoices", "", setof=True)} <= {
-        "exclusive_vat_coupon", "tax_included_jpy", "reverse_charge", "proration", "refunded", "voided"}
+        "exclusive_vat_coupon", "tax_included_jpy", "reverse_charge", "proration", "refunded", "voided", "usage"}
     # The per-shard claims (docs/scaling.md): on a single PostgreSQL one group, 0, the whole database.
     late = T0 + timedelta(days=400)
     groups = one("lease_shard_groups", "%s, %s, %s, %s", ("lp-worker", 4, timedelta(seconds=30), late), setof=True)
@@ -565,6 +567,12 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
                  (basic, meter, "per_unit", 2, None, "[]", 10, None, None, T0))
     out["usage_charge"] = charge[2]
     out["usage_partitions"] = len(one("usage_partitions", "%s, %s", (T0, timedelta(days=100)), setof=True)) >= 3
+    # What the demo's usage invariants read (db/functions/80_usage_witness.sql): the event stored once, its key, its count.
+    out["witness_usage_events"] = [(r[0], r[2]) for r in one("witness_usage_events", "%s", (f"lp.{tag}",),
+                                                              setof=True)] == [(user, "lp1")]
+    out["witness_usage_counts"] = [tuple(r[1:]) for r in one("witness_usage_counts", "%s", (meter,), setof=True)
+                                   if r[0] == user]
+    out["witness_usage_ratings"] = one("witness_usage_ratings", "%s", (meter,), setof=True)  # nothing rated yet
     # External ids (db/functions/21_external_ids.sql): given at creation or later, read back by each kind.
     ext_customer = customer + 60_000
     one("upsert_customer", "%s, %s, %s", (ext_customer, "UTC", f"cus_lp_{tag}"))
@@ -666,6 +674,7 @@ EXPECTED = {
     "usage_ingested": ["accepted"], "usage_again": ["duplicate"],
     "usage_batch_door": [("duplicate", None), ("rejected", "invalid_json")], "usage_current": [("count", 1)],
     "usage_between": [1], "usage_meters": True, "usage_partitions": True, "usage_charge": "per_unit",
+    "witness_usage_events": True, "witness_usage_counts": [(1, 1)], "witness_usage_ratings": [],
     "v1_created": True, "v1_customer": True, "v1_customers": True, "v1_plan": True, "v1_plans": True,
     "v1_coupons": True, "v1_tax_rates": True, "v1_subscriptions": True, "v1_invoices": True, "v1_credit_notes": True,
     "v1_refunds": True, "v1_events": True, "v1_event": True, "archived_plan": True, "archived_coupon": True,

@@ -67,6 +67,7 @@ POLICY = {
                          "figures_by_hour", "figures_counts", "figures_revenue",
                          "witness_charged_twice", "witness_invoices", "witness_periods", "witness_restarts",
                          "witness_states", "witness_cash", "witness_refunds", "witness_sample_invoices",
+                         "witness_usage_events", "witness_usage_counts", "witness_usage_ratings",
                          "notification_kinds",
                          "customer_locales"},
     # Customers' personal data (names, emails, addresses, tax ids, payment-method references): its own job.

@@ -1,6 +1,6 @@
 """The demo's sample invoices: a few finalized invoices of the run, each kind worth seeing (exclusive
 VAT with a coupon, tax included in JPY, reverse charge, a plan change, a voided and a refunded one
-with their credit notes), written as HTML and PDF next to the report (docs/invoices.md)."""
+with their credit notes, a month of the API product's usage), written as HTML and PDF next to the report (docs/invoices.md)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ SAMPLES = (  # (what it shows, its name in billing.witness_sample_invoices: db/f
     ("plan change (proration)", "proration"),
     ("refunded: a REFUND credit note", "refunded"),
     ("voided: a VOID credit note", "voided"),
+    ("usage: the API product's requests of a month (graduated tiers)", "usage"),
 )
 
 

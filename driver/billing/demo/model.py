@@ -79,6 +79,8 @@ class RunResult:
     events_path: Path | None = None  # the JSON-lines file, when no Kafka
     emails: list[dict] = field(default_factory=list)  # billing.demo.emails: the sample's messages on Mailpit
     mailpit_url: str | None = None  # Mailpit's web page, when the demo started one
+    usage_sent: object = None  # billing.demo.usage.Sent: the API product's requests as the stream sent them
+    usage_subscriptions: dict = field(default_factory=dict)  # API subscription id -> (customer, currency)
 
 
 def exit_status(checks: list[Check]) -> int:

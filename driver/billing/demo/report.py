@@ -9,7 +9,7 @@ from pathlib import Path
 from billing.demo.charts import esc, svg_funnel, svg_hourly, svg_revenue
 from billing.demo.figures import funnel, pace, peak
 from billing.demo.model import RunResult
-from billing.demo.scenario import PEAKS, major
+from billing.demo.scenario import API_INCLUDED, PEAKS, major
 
 
 # -- the HTML page ----------------------------------------------------------------------------
@@ -174,6 +174,7 @@ def render_html(result: RunResult) -> str:
                      f"total {result.real_seconds:.1f} s; database {result.database_url.split('dbname=')[-1]}")],
     ]))
     parts.append(board_html(result))
+    parts.append(usage_html(result))
     if result.emails:
         parts.append("<h2>Emails (a sample of customers, one per language, sent to Mailpit)</h2>")
         parts.append(_table(["language", "to", "subject"], [
@@ -183,6 +184,36 @@ def render_html(result: RunResult) -> str:
                      "(Mailpit's web page, while it runs).</p>")
     parts.append("</body></html>")
     return "".join(parts)
+
+
+def usage_html(result: RunResult) -> str:
+    """The API product (billing.demo.usage): its requests, how they came in, its USAGE invoices."""
+    u = result.stats.get("usage")
+    if not u:
+        return ""
+    ans = u.get("answers", {})
+    parts = ["<h2>Usage: the API product</h2>",
+             f"<p>{u['customers']:,} customers on <code>API_MONTHLY</code> (a monthly fee plus graduated tiers per "
+             f"request, the first {API_INCLUDED} free) sent {u['requests']:,} requests as {u['messages']:,} messages "
+             f"({u['duplicates']:,} sent twice) through {esc(u['source'])}: {ans.get('accepted', 0):,} accepted, "
+             f"{ans.get('duplicate', 0):,} answered duplicate, {ans.get('rejected', 0):,} rejected "
+             f"({u['ingest_seconds']:.1f} s of the run waiting for the consumer). Each ended month was rated onto a "
+             "USAGE invoice once its grace was over (docs/usage.md).</p>"]
+    rows = [[esc(r["currency"]), f"{r['invoices']:,}", f"{r['paid']:,}", f"{r['quantity']:,}",
+             major(r["amount"], r["currency"])] for r in u.get("invoices", [])]
+    parts.append(_table(["currency", "USAGE invoices", "paid", "requests billed", "amount"], rows, {1, 2, 3, 4}))
+    return "".join(parts)
+
+
+def usage_line(result: RunResult) -> str | None:
+    u = result.stats.get("usage")
+    if not u:
+        return None
+    invoices = u.get("invoices", [])
+    return (f"  {'usage (API product)':<24} {u['requests']:,} requests of {u['customers']:,} customers via "
+            f"{'Kafka' if 'Kafka' in u['source'] else 'the database call'} ({u['duplicates']:,} sent twice); "
+            f"{sum(r['invoices'] for r in invoices):,} USAGE invoices: "
+            + (", ".join(f"{major(r['amount'], r['currency'])} {r['currency']}" for r in invoices) or "none"))
 
 
 def _money(value, currency: str) -> str:
@@ -292,6 +323,8 @@ def terminal_summary(result: RunResult) -> str:
     lines.append("  revenue collected        " + ", ".join(
         f"{major(r['collected'], r['currency'])} {r['currency']}" for r in s["revenue"]))
     lines += board_lines(result)
+    if usage_line(result):
+        lines.append(usage_line(result))
     if result.mailpit_url:
         lines.append(f"  {'emails':<24} {len(result.emails)} to five customers, one per language: {result.mailpit_url}")
     lines.append("")

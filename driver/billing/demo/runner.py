@@ -42,6 +42,7 @@ from billing import db
 from billing.clock import SimulatedClock
 from billing.config import Settings
 from billing.demo import documents, figures, invariants, report, scenario as scenario_mod
+from billing.demo import usage as usage_mod
 from billing.demo.actions import apply_actions, estimate_renewals, next_step
 from billing.demo.gateway import GatewayProcess
 from billing.demo.model import Options, RunResult, Sample, exit_status
@@ -51,7 +52,7 @@ from billing.demo.services import (
 from billing.demo.worker import CHARGE_LEASE, DemoWorker, start_worker
 from billing.metrics import CHARGES, OUTBOX_PUBLISHED
 from billing.migrate import migrate
-from billing.worker.renewal import finalize_waiting, renew_due
+from billing.worker.renewal import finalize_waiting, rate_due_usage, renew_due
 
 __all__ = ["Options", "RunResult", "Sample", "exit_status", "run", "simulate"]
 
@@ -182,6 +183,9 @@ class Simulation:
             for code, country, region, name, bp, inclusive in scenario_mod.TAX_RATES:
                 await conn.execute(db.DEMO_TAX_RATE, {"code": code, "country": country, "region": region,
                                                       "name": name, "bp": bp, "inclusive": inclusive})
+            # The API product: its meter and its plans' per-request charges (billing.demo.usage).
+            self.usage = usage_mod.UsageStream(self.settings, sc, self.clock, self.run_id, self.url)
+            await self.usage.define(conn, sc.start)
 
     # -- 3. the HTTP API (webhooks), the gateway, the event target, the worker ------------------
 
@@ -197,11 +201,14 @@ class Simulation:
         self.settings = self.settings.with_overrides(gateway_url=gateway_url)
         self.events = await event_target(self.settings, self.run_id, o.events, o.report)
         self.worker: DemoWorker = await start_worker(self.settings, self.clock, o, self.run_id, self.events)
+        await self.usage.start()
         self.say(f"gateway    simulator at {gateway_url}: limit {o.rate}/s, declines ~{o.decline_rate:.0%}, "
                  f"timeouts after charging {o.timeout_rate:.0%}, 5xx {o.error_rate:.0%}, "
                  f"webhooks to {self.api.url} ({o.webhook_duplicate_rate:.0%} sent twice)")
         self.say(f"limiter    {self.worker.limiter_name}")
         self.say(f"events     {self.events.source}")
+        self.say(f"usage      {len(self.sc.api_rates):,} customers of the API product send requests through "
+                 f"{self.usage.source}")
         self.say(f"clock      steps of {o.step_minutes} simulated minutes on the peak days, "
                  f"{o.quiet_step_hours} h on the others; at most {o.hour_seconds:.3g} s of "
                  f"real time per simulated hour, so at most {o.cap:,} charges per simulated hour at {o.rate}/s")
@@ -233,8 +240,14 @@ class Simulation:
         every due invoice has reached the gateway or the step's real-time budget is spent."""
         now = self.now
         self.clock.set(now)
-        await apply_actions(self.actions_conn, self.actions_until(now), self.sub_ids, self.rejections)
+        batch = self.actions_until(now)
+        await apply_actions(self.actions_conn, batch, self.sub_ids, self.rejections)
+        # The API customers' requests up to now, through Kafka and the usage consumer, all answered
+        # before the rating (an ended month is rated once its grace is over: docs/usage.md).
+        self.usage.signups(batch)
+        await self.usage.step(now)
         self.renewals += await renew_due(self.worker.pool, self.clock)
+        await self.rate_usage()
         await finalize_waiting(self.worker.pool, self.clock)
         step_started = time.monotonic()
         while True:
@@ -263,9 +276,13 @@ class Simulation:
 
     # -- 5. the end of the window: the queue, the webhooks and the relay finish -----------------
 
+    async def rate_usage(self) -> int:
+        return await rate_due_usage(self.worker.pool, self.clock, grace=self.settings.usage_grace)
+
     async def drain(self) -> None:
         while True:
             self.renewals += await renew_due(self.worker.pool, self.clock)
+            await self.rate_usage()
             await finalize_waiting(self.worker.pool, self.clock)
             backlog = await self.chargeable() + self.worker.charger.held()
             if backlog == 0:
@@ -322,6 +339,8 @@ class Simulation:
 
     async def stop_parts(self) -> None:
         try:
+            if hasattr(self, "usage"):
+                await self.usage.close()
             await self.worker.close()
             for conn in (getattr(self, "actions_conn", None), getattr(self, "probe", None)):
                 if conn is not None:
@@ -380,6 +399,7 @@ class Simulation:
         checks = await asyncio.to_thread(
             invariants.check_all, self.url, ledger=self.ledger, events=events, rate=self.options.rate,
             now=self.sc.end, accepted_times=self.accepted, reported_max_window=self.stats.get("maxWindow"))
+        checks += await asyncio.to_thread(self.check_usage)
         result = RunResult(
             options=self.options, database_url=self.url, events_source=self.events.source,
             started=self.sc.start, ended=self.sc.end, real_seconds=time.monotonic() - self.t0,
@@ -388,9 +408,29 @@ class Simulation:
             simulator_stats={k: v for k, v in self.stats.items() if k != "perSecond"}, checks=checks,
             limiter=self.worker.limiter_name, ledger=self.ledger, accepted_times=self.accepted,
             events_path=self.events.path, emails=getattr(self, "emails", []),
-            mailpit_url=getattr(self, "mailpit_url", None))
+            mailpit_url=getattr(self, "mailpit_url", None), usage_sent=self.usage.sent,
+            usage_subscriptions=self.api_subscriptions())
         result.stats = await asyncio.to_thread(figures.collect, self.url, result)
+        result.stats["usage"] = {**self.usage.figures(), "invoices": await asyncio.to_thread(self.usage_invoices)}
         return result
+
+    def check_usage(self) -> list:
+        """The API product's two invariants (billing.demo.usage), from the database against the
+        stream's own record of the requests it sent."""
+        with psycopg.connect(self.url, row_factory=psycopg.rows.dict_row) as conn:
+            return [usage_mod.check_counted_once(conn, self.usage.sent, self.usage.figures()),
+                    usage_mod.check_rated(conn, self.usage.sent, self.api_subscriptions(), self.sc.end,
+                                          timedelta(seconds=self.settings.usage_grace))]
+
+    def api_subscriptions(self) -> dict[int, tuple[int, str]]:
+        """The API product's subscriptions as the demo made them: id -> (customer, currency)."""
+        currency = {a.customer_id: a.plan_code.rsplit("_", 1)[1] for a in self.sc.actions
+                    if a.kind == "signup" and a.customer_id in self.sc.api_rates}
+        return {self.sub_ids[c]: (c, cur) for c, cur in currency.items() if c in self.sub_ids}
+
+    def usage_invoices(self) -> list[dict]:
+        with psycopg.connect(self.url, row_factory=psycopg.rows.dict_row) as conn:
+            return usage_mod.usage_figures(conn)
 
     # -- probes and progress --------------------------------------------------------------------
 

@@ -14,6 +14,11 @@ and withdraw a cancellation.
 
 Everything here is plain data: the runner applies each action through the SQL API at its own
 instant (`p_now`), and the worker does the rest. The same seed gives the same world.
+
+The API product (issue 29, docs/usage.md): one customer in API_EVERY takes API_MONTHLY_<currency>,
+a small monthly fee plus a graduated price per request (API_TIERS), and sends requests all along at
+a rate of its own (`Scenario.api_rates`, requests per simulated hour); billing.demo.usage streams
+them through Kafka and the worker rates each ended month onto a USAGE invoice.
 """
 
 from __future__ import annotations
@@ -105,6 +110,28 @@ def billing_details(customer_id: int, zone: str) -> tuple:
             city, postal, region, country, tax_id, status)
 
 
+# The API product: every API_EVERY-th customer (by signup order of generation) takes it instead of
+# the plan drawn for it; a monthly fee (its region's weekly price) plus API_TIERS per request of the
+# meter API_METER (a count of API_EVENT_TYPE events), the first API_INCLUDED requests free. The unit
+# amounts are USD cents, scaled per currency by the region's basic price against the USD one.
+API_KIND = "API_MONTHLY"
+API_EVERY = 100
+API_METER = "api_requests"
+API_EVENT_TYPE = "api.request"
+API_INCLUDED = 100
+API_TIERS = ((500, "1.0"), (2000, "0.5"), (None, "0.2"))  # (upTo, unit amount in USD cents)
+
+
+def api_tiers(currency: str) -> list[dict]:
+    """The graduated tiers of API_MONTHLY_<currency> (unit amounts as decimal strings, exact)."""
+    from decimal import Decimal
+
+    region = next(r for r in REGIONS if r.currency == currency)
+    scale = Decimal(region.prices[0]) / Decimal(999)
+    return [{"upTo": up_to, "unitAmount": str((Decimal(unit) * scale).quantize(Decimal("0.0001")))}
+            for up_to, unit in API_TIERS]
+
+
 # Share of signups per kind of plan.
 PLAN_MIX = (("BASIC_MONTHLY", 0.48), ("PRO_MONTHLY", 0.30), ("WEEKLY", 0.02), ("PRO_YEARLY", 0.20))
 
@@ -134,6 +161,7 @@ def all_plans() -> list[Plan]:
             Plan(plan_code("PRO_MONTHLY", r.currency), pro, r.currency, "MONTH"),
             Plan(plan_code("WEEKLY", r.currency), weekly, r.currency, "WEEK"),
             Plan(plan_code("PRO_YEARLY", r.currency), yearly, r.currency, "YEAR"),
+            Plan(plan_code(API_KIND, r.currency), weekly, r.currency, "MONTH"),
         ]
     return plans
 
@@ -164,6 +192,7 @@ class Scenario:
     start: datetime
     end: datetime
     peaks: tuple = PEAKS
+    api_rates: dict[int, float] = field(default_factory=dict)  # API customer: requests per simulated hour
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -215,6 +244,8 @@ def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 
     # Background signups: any day from the 2nd of September to four days before the window's end.
     background_days = [campaign + timedelta(days=d) for d in range(1, (end - start).days - 4)]
     signups: list[tuple[datetime, int, str, str, Region, str]] = []
+    api_rng = random.Random(seed * 104729 + 3)  # the API product's own draws: the rest stays as it was
+    api_rates: dict[int, float] = {}
     for i in range(subscriptions):
         customer_id = 100_001 + i
         region = _weighted(rng, [(r, r.weight) for r in REGIONS])
@@ -225,6 +256,10 @@ def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 
         else:
             at = _local_instant(rng, rng.choice(background_days), tz, BACKGROUND_HOURS, launch=False)
         at = min(max(at, start), end - timedelta(days=3))
+        if i % API_EVERY == API_EVERY // 2:
+            kind = API_KIND
+            # Requests per hour: a long tail, so that months fall in every tier.
+            api_rates[customer_id] = min(8.0, api_rng.lognormvariate(-1.5, 1.0))
         signups.append((at, customer_id, tz, kind, region, plan_code(kind, region.currency)))
     signups.sort(key=lambda s: (s[0], s[1]))
     for at, customer_id, tz, kind, region, code in signups:
@@ -233,11 +268,15 @@ def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 
         coupon = CAMPAIGN_COUPON if at < CAMPAIGN_COUPON_UNTIL and kind != "WEEKLY" else None
         trial = rng.choice((7, 14)) if rng.random() < trial_share else 0
         quantity = rng.randint(2, 5) if rng.random() < seats_share else 1
+        if kind == API_KIND:
+            trial, quantity = 0, 1  # usage from the first day, one seat
         add(at, "signup", customer_id, tz, code, trial_days=trial, coupon=coupon, quantity=quantity)
 
     # Plan changes and cancellations during October, some time after the signup.
     october = datetime(2026, 10, 1, tzinfo=UTC)
     for at, customer_id, tz, kind, region, code in signups:
+        if kind == API_KIND:
+            continue  # the API customers keep their plan: their months are rated whole
         x = rng.random()
         earliest = max(at + timedelta(hours=6), october)
         if earliest >= end - timedelta(days=1):
@@ -284,7 +323,7 @@ def build(subscriptions: int = 20000, seed: int = 1, *, campaign_share: float = 
             if when < end - timedelta(days=1):
                 add(when.replace(microsecond=0), "refund", customer_id, tz)
     actions.sort()
-    return Scenario(seed, subscriptions, plans, actions, start, end)
+    return Scenario(seed, subscriptions, plans, actions, start, end, api_rates=api_rates)
 
 
 def major(amount: int, currency: str) -> str:
