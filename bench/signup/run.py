@@ -39,8 +39,8 @@ from billing.migrate import migrate
 from billing.config import REPO_ROOT
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
-# main when issue 32's signup work started this session (create_subscription per call as it was).
-BASELINE = "f8cf591"
+# main when issue 32's third signup pass started (2026-12-05 13:25 UTC); --baseline overrides.
+BASELINE = "42df2b0"
 DB = "bench_signup"
 
 

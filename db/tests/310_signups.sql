@@ -100,9 +100,9 @@ SELECT is_empty($$SELECT 1 FROM billing.outbox_event e JOIN billing.subscription
                      AND e.payload -> 'data' <> billing._subscription_data(s)$$,
                 'create_subscription: SubscriptionCreated equals _subscription_data of the row');
 SELECT is_empty($$SELECT 1 FROM billing.outbox_event e JOIN billing.invoice i ON i.customer_id = e.customer_id AND i.id = e.aggregate_id
-                   WHERE e.aggregate_type = 'invoice' AND i.customer_id BETWEEN 95001 AND 95010
+                   WHERE e.aggregate_type = 'invoice' AND i.customer_id BETWEEN 95001 AND 96999
                      AND e.payload -> 'data' <> billing._invoice_data(i)$$,
-                'create_subscription: InvoiceCreated and InvoicePaid equal _invoice_data of the invoice');
+                'InvoiceCreated and InvoicePaid equal _invoice_data of the invoice (per call and in bulk)');
 SELECT is_empty($$SELECT 1 FROM billing.outbox_event e WHERE e.customer_id BETWEEN 95001 AND 96999
                      AND e.payload <> billing._cloud_event(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, e.created_at,
                                                            e.payload -> 'data')$$,

@@ -6,6 +6,7 @@
 * cancels racing the renewal job: every subscription ends consistent (CANCELED, nothing OPEN,
   no invoice for a period after the cancel, version strictly increasing);
 * the same idempotency key sent by several sessions at once: one subscription;
+* a bulk signup whose key another call takes meanwhile: that key replayed, the others created;
 * the same payment result recorded by several sessions at once: one InvoicePaid;
 * the outbox wakes the relay with one NOTIFY per statement, carrying the row count;
 * an operator's void racing a charge worker's claim: never a VOID invoice with a charge in flight.
@@ -225,6 +226,52 @@ def test_same_key_at_once_with_and_without_a_coupon_never_deadlocks(db_url):
     assert len(ids) == 1 and all(g == "BL409" for g in got if not isinstance(g, int)), got
     with connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id = 7").fetchone()[0] == 1
+
+
+def test_a_batch_whose_key_is_taken_meanwhile_replays_it_and_creates_the_rest(db_url):
+    # create_subscriptions writes its usual rows set-based; a key another call took after the batch
+    # read its keys is not inserted (ON CONFLICT waits for that call, then skips): the set-based part
+    # is undone and every row goes through create_subscription, which replays that key.
+    with connect(db_url) as conn:
+        conn.execute("SELECT billing.upsert_plan('RACE_K', 1000, 'USD', 'MONTH')")
+    first = psycopg.connect(db_url)  # one open transaction holding the key 'taken-1'
+    taken = first.execute("SELECT id FROM billing.create_subscription('taken-1', 801, 'RACE_K', %s)", (T0,)).fetchone()[0]
+    rows = [{"idempotency_key": f"taken-{i}", "customer_id": 800 + i, "plan_code": "RACE_K"} for i in range(3)]
+    outcome: dict = {}
+    bulk = connect(db_url)
+    bulk_pid = bulk.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+    def create() -> None:
+        try:
+            outcome["rows"] = bulk.execute("SELECT idempotency_key, subscription_id, customer_id, outcome "
+                                           "FROM billing.create_subscriptions(%s::jsonb, %s)", (json.dumps(rows), T0)).fetchall()
+        except psycopg.Error as exc:
+            outcome["error"] = exc.sqlstate
+
+    waiter = threading.Thread(target=create)
+    waiter.start()
+    with connect(db_url) as watch:  # the batch waits on the open transaction's key (bounded, by condition)
+        for _ in range(600):
+            if watch.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (bulk_pid,)).fetchone()[0]:
+                break
+            waiter.join(timeout=0.05)
+        else:
+            pytest.fail("the batch never waited for the concurrent key")
+    first.commit()
+    first.close()
+    waiter.join(timeout=60)
+    bulk.close()
+    assert "error" not in outcome, outcome
+    got = outcome["rows"]
+    assert [(r[0], r[3]) for r in got] == [("taken-0", "created"), ("taken-1", "replayed"), ("taken-2", "created")], got
+    assert got[1][1] == taken
+    with connect(db_url) as conn:
+        subs = conn.execute("SELECT customer_id, id FROM billing.subscription WHERE customer_id BETWEEN 800 AND 802 "
+                            "ORDER BY 1").fetchall()
+        assert subs == [(r[2], r[1]) for r in got]
+        assert conn.execute("SELECT count(*) FROM billing.invoice WHERE customer_id BETWEEN 800 AND 802").fetchone()[0] == 3
+        assert conn.execute("SELECT count(*) FROM billing.outbox_event WHERE customer_id BETWEEN 800 AND 802 "
+                            "AND event_type = 'SubscriptionCreated'").fetchone()[0] == 3
 
 
 def test_same_payment_result_at_once_is_applied_once(db_url):
