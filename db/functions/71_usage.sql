@@ -236,6 +236,9 @@ CREATE OR REPLACE FUNCTION billing._ingest_usage_set(
 RETURNS TABLE (ord integer, status text, reason text, customer_id bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
+-- Generic plans, made once a session: the estimates are blind anyway (below), and a custom plan
+-- (chosen again and again) is planned at each call: most of a batch of ONE event's cost
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now   timestamptz := billing._check_now(p_now);
