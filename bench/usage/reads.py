@@ -3,6 +3,7 @@ million events, flat as events grow; docs/usage.md "Figures measured").
 
     python -m bench.usage.reads                         # 2M then 20M events, 1,000 customers
     python -m bench.usage.reads --steps 2000000         # 2M only
+    python -m bench.usage.reads --baseline 42df2b0      # side by side with main's functions, same rows
 
 One fresh database: N customers, each with a monthly subscription (from START) on a plan of 3 usage
 charges (per_unit on a count meter, graduated on a sum, package on a unique_count), and usage events
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.baseline import host_load
+from bench.baseline import baseline_tree, host_load
 from billing.migrate import migrate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -143,6 +144,17 @@ def timed(conn, query: str, params_of, calls: int) -> tuple[float, float, float,
     return statistics.median(lat), lat[int(len(lat) * 0.99) - 1], lat[-1], cpu
 
 
+def measure(url: str, customers: int, now, calls: int, rnd: random.Random):
+    """Warm, then `calls` calls of current_usage and of upcoming_invoice on random customers."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for _ in range(20):  # warm the plans and the caches
+            conn.execute("SELECT * FROM billing.current_usage(%s, %s)", (rnd.randint(1, customers), now)).fetchall()
+            conn.execute("SELECT billing.upcoming_invoice(%s, %s)", (rnd.randint(1, customers), now)).fetchall()
+        cur = timed(conn, "SELECT * FROM billing.current_usage(%s, %s)", lambda: (rnd.randint(1, customers), now), calls)
+        up = timed(conn, "SELECT billing.upcoming_invoice(%s, %s)", lambda: (rnd.randint(1, customers), now), calls)
+    return cur, up
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--server-url", default=os.environ.get("BILLING_TEST_DATABASE_URL"))
@@ -152,28 +164,37 @@ def main() -> None:
     ap.add_argument("--fill", choices=("exact", "events"), default="exact",
                     help="steps after the first: events with their rollups (exact) or events only (events, faster)")
     ap.add_argument("--reuse", action="store_true", help="keep the database of a previous run and go on from its events")
+    ap.add_argument("--baseline", metavar="COMMIT",
+                    help="side by side: the events are written in a database migrated from COMMIT's db/; at each step "
+                         "it is copied (CREATE DATABASE ... TEMPLATE) and the copy migrated with this tree's db/ (its "
+                         "new migrations backfill from the stored rows); both measured in alternating rounds")
+    ap.add_argument("--rounds", type=int, default=3, help="with --baseline: alternating rounds of --calls calls each")
     args = ap.parse_args()
     steps = [int(s) for s in args.steps.split(",")]
     url = url_for_db(args.server_url, DB)
+    ours_url = url_for_db(args.server_url, DB + "_ours")
+    base_db = (baseline_tree(args.baseline) / "db") if args.baseline else REPO / "db"
     if not args.reuse:
         with psycopg.connect(args.server_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
             conn.execute(f"CREATE DATABASE {DB}")
-        migrate(url, REPO / "db", simulation=True)
+        migrate(url, base_db, simulation=True)
     rnd = random.Random(29)
     now = START + timedelta(days=DAYS) - timedelta(minutes=30)  # mid-hour: the last partial hour is read from events
     rows = []
-    with psycopg.connect(url, autocommit=True) as conn:
-        if args.reuse:
+    if args.reuse:
+        with psycopg.connect(url, autocommit=True) as conn:
             stored = conn.execute("SELECT count(*) FROM billing.usage_event").fetchone()[0]
             step0 = conn.execute("SELECT count(DISTINCT split_part(event_id, '-', 1)) FROM billing.usage_event "
                                  "WHERE customer_id = 1").fetchone()[0]
-        else:
+    else:
+        with psycopg.connect(url, autocommit=True) as conn:
             setup(conn, args.customers)
-            stored, step0 = 0, 0
-        for target in steps:
-            if target < stored:
-                continue
+        stored, step0 = 0, 0
+    for target in steps:
+        if target < stored:
+            continue
+        with psycopg.connect(url, autocommit=True) as conn:
             t0 = time.perf_counter()
             fill = add_events if stored == 0 or args.fill == "exact" else add_events_only
             if target > stored:  # (equal: measured again as it is, --reuse)
@@ -184,25 +205,37 @@ def main() -> None:
                 "SELECT (SELECT count(*) FROM billing.usage_rollup), (SELECT count(*) FROM billing.usage_unique), "
                 "pg_size_pretty(sum(pg_total_relation_size(c.oid))) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
                 "WHERE i.inhparent = 'billing.usage_event'::regclass").fetchone()
-            print(f"{stored:,} events stored ({sizes[2]}; {fill.__name__}), {sizes[0]:,} rollup rows, {sizes[1]:,} distinct values; "
-                  f"written in {gen:.0f} s; {host_load()}", flush=True)
-            for _ in range(20):  # warm the plans and the caches
-                conn.execute("SELECT * FROM billing.current_usage(%s, %s)", (rnd.randint(1, args.customers), now)).fetchall()
-                conn.execute("SELECT billing.upcoming_invoice(%s, %s)", (rnd.randint(1, args.customers), now)).fetchall()
-            cur = timed(conn, "SELECT * FROM billing.current_usage(%s, %s)",
-                        lambda: (rnd.randint(1, args.customers), now), args.calls)
-            up = timed(conn, "SELECT billing.upcoming_invoice(%s, %s)",
-                       lambda: (rnd.randint(1, args.customers), now), args.calls)
+        print(f"{stored:,} events stored ({sizes[2]}; {fill.__name__}), {sizes[0]:,} rollup rows, {sizes[1]:,} distinct values; "
+              f"written in {gen:.0f} s; {host_load()}", flush=True)
+        if not args.baseline:
+            cur, up = measure(url, args.customers, now, args.calls, rnd)
             load = os.getloadavg()[0]
-            rows.append((stored, sizes[0], cur, up, load))
+            rows.append((stored, sizes[0], "this tree", cur, up, load))
             print(f"  current_usage p50/p99/max {cur[0]:.2f}/{cur[1]:.2f}/{cur[2]:.2f} ms (CPU {cur[3]:.2f} ms); "
                   f"upcoming_invoice {up[0]:.2f}/{up[1]:.2f}/{up[2]:.2f} ms (CPU {up[3]:.2f} ms); load {load:.1f}", flush=True)
+            continue
+        t0 = time.perf_counter()
+        with psycopg.connect(args.server_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {DB}_ours WITH (FORCE)")
+            conn.execute(f"CREATE DATABASE {DB}_ours TEMPLATE {DB}")
+        migrate(ours_url, REPO / "db", simulation=True)
+        with psycopg.connect(ours_url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+        print(f"  copied and migrated with this tree in {time.perf_counter() - t0:.0f} s; {host_load()}", flush=True)
+        for r in range(args.rounds):
+            for name, u in ((f"baseline {args.baseline}", url), ("this tree", ours_url)):
+                cur, up = measure(u, args.customers, now, args.calls, rnd)
+                load = os.getloadavg()[0]
+                rows.append((stored, sizes[0], name, cur, up, load))
+                print(f"  round {r + 1} {name}: current_usage p50/p99/max {cur[0]:.2f}/{cur[1]:.2f}/{cur[2]:.2f} ms "
+                      f"(CPU {cur[3]:.2f} ms); upcoming_invoice {up[0]:.2f}/{up[1]:.2f}/{up[2]:.2f} ms (CPU {up[3]:.2f} ms); "
+                      f"load {load:.1f}", flush=True)
     print()
-    print(f"| events stored ({args.customers:,} customers) | rollup rows | current_usage p50 / p99 / max ms | server CPU ms a call "
+    print(f"| events stored ({args.customers:,} customers) | rollup rows | code | current_usage p50 / p99 / max ms | server CPU ms a call "
           "| upcoming_invoice p50 / p99 / max ms | server CPU ms a call | load (1 min) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for stored, rollups, cur, up, load in rows:
-        print(f"| {stored:,} | {rollups:,} | {cur[0]:.2f} / {cur[1]:.2f} / {cur[2]:.2f} | {cur[3]:.2f} | "
+    print("|---:|---:|---|---:|---:|---:|---:|---:|")
+    for stored, rollups, name, cur, up, load in rows:
+        print(f"| {stored:,} | {rollups:,} | {name} | {cur[0]:.2f} / {cur[1]:.2f} / {cur[2]:.2f} | {cur[3]:.2f} | "
               f"{up[0]:.2f} / {up[1]:.2f} / {up[2]:.2f} | {up[3]:.2f} | {load:.1f} |")
 
 

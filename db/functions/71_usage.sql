@@ -236,6 +236,9 @@ CREATE OR REPLACE FUNCTION billing._ingest_usage_set(
 RETURNS TABLE (ord integer, status text, reason text, customer_id bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
+-- Generic plans, made once a session: the estimates are blind anyway (below), and a custom plan
+-- (chosen again and again) is planned at each call: most of a batch of ONE event's cost
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now   timestamptz := billing._check_now(p_now);
@@ -517,7 +520,7 @@ BEGIN
 
     RETURN QUERY
     WITH edge AS (
-        SELECT m.code, e.event_time,
+        SELECT m.code, m.aggregation, e.event_time,
                CASE WHEN m.aggregation IN ('sum', 'max', 'latest') THEN (e.data #>> m.property)::numeric END AS num,
                CASE WHEN m.aggregation = 'unique_count' THEN e.data #>> m.property END AS val
           FROM billing.usage_event e
@@ -526,7 +529,7 @@ BEGIN
            AND ((e.event_time >= p_from AND e.event_time < v_lo) OR (e.event_time >= v_hi AND e.event_time < p_to))
     ), parts AS (
         -- an index range per meter (customer, meter, hours): never the customer's older months
-        SELECT m.code, r.events, r.total, r.max_value, r.latest_time, r.latest_value
+        SELECT m.code, m.aggregation, r.events, r.total, r.max_value, r.latest_time, r.latest_value
           FROM billing.meter m
          CROSS JOIN LATERAL (SELECT r.events, r.total, r.max_value, r.latest_time, r.latest_value
                                FROM billing.usage_rollup r
@@ -534,12 +537,13 @@ BEGIN
                                 AND r.bucket >= v_lo AND r.bucket < v_hi
                              OFFSET 0) r  -- (not flattened: a join could read the customer's every meter and month)
         UNION ALL
-        SELECT g.code, count(*), coalesce(sum(g.num), 0), max(g.num), max(g.event_time),
+        SELECT g.code, min(g.aggregation), count(*), coalesce(sum(g.num), 0), max(g.num), max(g.event_time),
                (array_agg(g.num ORDER BY g.event_time DESC, g.num DESC NULLS LAST))[1]
           FROM edge g GROUP BY g.code
-    ), agg AS (
+    ), agg AS (  -- (the latest value sorted for the meters that need it only: a sort of every hour's row)
         SELECT p.code, sum(p.events)::bigint AS events, sum(p.total) AS total, max(p.max_value) AS max_value,
-               (array_agg(p.latest_value ORDER BY p.latest_time DESC NULLS LAST, p.latest_value DESC NULLS LAST))[1] AS latest_value
+               (array_agg(p.latest_value ORDER BY p.latest_time DESC NULLS LAST, p.latest_value DESC NULLS LAST)
+                  FILTER (WHERE p.aggregation = 'latest'))[1] AS latest_value
           FROM parts p GROUP BY p.code
     ), uniques AS (
         SELECT u.code, count(DISTINCT u.val) AS n
@@ -706,38 +710,38 @@ CREATE OR REPLACE FUNCTION billing._usage_amounts(
     p_models text[], p_unit_amounts numeric[], p_package_sizes bigint[], p_tiers jsonb[], p_included numeric[],
     p_minimums bigint[], p_maximums bigint[], p_quantities numeric[])
 RETURNS TABLE (n bigint, amount bigint)
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    WITH r AS (
-        SELECT c.n, c.model, c.unit_amount, c.package_size, c.tiers, c.minimum_amount, c.maximum_amount,
-               greatest(coalesce(c.quantity, 0) - c.included_units, 0) AS q
-          FROM unnest(p_models, p_unit_amounts, p_package_sizes, p_tiers, p_included, p_minimums, p_maximums, p_quantities)
-               WITH ORDINALITY AS c (model, unit_amount, package_size, tiers, included_units, minimum_amount, maximum_amount,
-                                     quantity, n)
-    ), t AS (
-        SELECT r.n, r.model, r.q, t.k, (t.v ->> 'upTo')::numeric AS upto, (t.v ->> 'unitAmount')::numeric AS unit,
-               coalesce((t.v ->> 'flatAmount')::numeric, 0) AS flat,
-               coalesce(lag((t.v ->> 'upTo')::numeric) OVER (PARTITION BY r.n ORDER BY t.k), 0) AS prev
-          FROM r CROSS JOIN LATERAL jsonb_array_elements(r.tiers) WITH ORDINALITY AS t (v, k)
-         WHERE r.model IN ('graduated', 'volume') AND r.q > 0
-    ), tiered AS (
-        SELECT t.n,
-               CASE WHEN min(t.model) = 'graduated'
-                    THEN sum((least(t.q, coalesce(t.upto, t.q)) - t.prev) * t.unit + t.flat)
-                             FILTER (WHERE least(t.q, coalesce(t.upto, t.q)) - t.prev > 0)
-                    ELSE (array_agg(t.q * t.unit + t.flat ORDER BY t.k) FILTER (WHERE t.upto IS NULL OR t.q <= t.upto))[1]
-               END AS amount
-          FROM t GROUP BY t.n
-    )
+#variable_conflict use_column
+BEGIN
+    -- PL/pgSQL, not SQL: its plan is kept for the session (a SQL function's is made at every call,
+    -- most of a preview's pricing); the plan has no join, so the generic plan of any batch is linear:
+    -- each charge's tiers read by a subquery of its own row
+    RETURN QUERY
     SELECT r.n,
            least(greatest(ceil(CASE r.model WHEN 'per_unit' THEN r.q * r.unit_amount
                                              WHEN 'package' THEN ceil(r.q / r.package_size) * r.unit_amount
-                                             ELSE coalesce(x.amount, 0) END),
+                                             ELSE coalesce((
+                   SELECT CASE WHEN r.model = 'graduated'
+                               THEN sum((least(r.q, coalesce(t.upto, r.q)) - t.prev) * t.unit + t.flat)
+                                        FILTER (WHERE least(r.q, coalesce(t.upto, r.q)) - t.prev > 0)
+                               ELSE (array_agg(r.q * t.unit + t.flat ORDER BY t.k) FILTER (WHERE t.upto IS NULL OR r.q <= t.upto))[1]
+                          END
+                     FROM (SELECT t.k, (t.v ->> 'upTo')::numeric AS upto, (t.v ->> 'unitAmount')::numeric AS unit,
+                                  coalesce((t.v ->> 'flatAmount')::numeric, 0) AS flat,
+                                  coalesce(lag((t.v ->> 'upTo')::numeric) OVER (ORDER BY t.k), 0) AS prev
+                             FROM jsonb_array_elements(r.tiers) WITH ORDINALITY AS t (v, k)) t
+                    WHERE r.model IN ('graduated', 'volume') AND r.q > 0), 0) END),
                           r.minimum_amount),
                  r.maximum_amount)::bigint
-      FROM r LEFT JOIN tiered x ON x.n = r.n
-     ORDER BY r.n
+      FROM (SELECT c.n, c.model, c.unit_amount, c.package_size, c.tiers, c.minimum_amount, c.maximum_amount,
+                   greatest(coalesce(c.quantity, 0) - c.included_units, 0) AS q
+              FROM unnest(p_models, p_unit_amounts, p_package_sizes, p_tiers, p_included, p_minimums, p_maximums, p_quantities)
+                   WITH ORDINALITY AS c (model, unit_amount, package_size, tiers, included_units, minimum_amount, maximum_amount,
+                                         quantity, n)) r
+     ORDER BY r.n;
+END
 $$;
 COMMENT ON FUNCTION billing._usage_amounts(text[], numeric[], bigint[], jsonb[], numeric[], bigint[], bigint[], numeric[]) IS
 'Private, set-based: the amount in minor units the n-th charge (model, unit amount, package size, tiers, included units, minimum, maximum: the n-th of each array) bills for the quantity p_quantities[n] (included units off, the model, rounded up once, minimum, maximum).

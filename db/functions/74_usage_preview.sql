@@ -22,10 +22,8 @@ DECLARE
     v_cur   billing.usage_cursor;
     v_lines jsonb := '[]';
     v_seg   record;
-    v_charge billing.plan_charge;
     v_qty   numeric;
     v_amount bigint;
-    v_before bigint;
     v_price bigint;
     v_end   timestamptz;
     v_sub_total bigint := 0;
@@ -35,6 +33,18 @@ DECLARE
     v_again_start timestamptz[];
     v_again_end   timestamptz[];
     v_again_plan  bigint[];
+    v_usage jsonb := '{}';  -- per span read: {meter: value}
+    v_key   text;
+    v_rows  jsonb := '[]';  -- the usage lines before their amounts
+    v_usage_lines jsonb;
+    v_models text[] := '{}';
+    v_units numeric[] := '{}';
+    v_packages bigint[] := '{}';
+    v_tiers jsonb[] := '{}';
+    v_included numeric[] := '{}';
+    v_minimums bigint[] := '{}';
+    v_maximums bigint[] := '{}';
+    v_qtys numeric[] := '{}';
 BEGIN
     SELECT * INTO v_sub FROM billing.subscription s WHERE s.id = p_subscription_id;
     IF NOT FOUND THEN
@@ -75,6 +85,8 @@ BEGIN
       FROM (SELECT DISTINCT r.span_start, r.span_end, r.plan_id FROM billing.usage_rating r
              WHERE r.customer_id = v_sub.customer_id AND r.subscription_id = v_sub.id
                AND v_cur.late_since IS NOT NULL AND r.span_end > v_cur.late_since) q;
+    -- every (segment, charge) first, its quantity from ONE read of its span's usage (every meter);
+    -- then all of them priced in one call (_usage_amounts: a SQL function is planned at each call)
     FOR v_seg IN
         WITH periods AS (
             SELECT coalesce(lag(b) OVER (ORDER BY b), coalesce(v_cur.rated_until, v_sub.current_period_start)) AS p_start, b AS p_end
@@ -86,25 +98,44 @@ BEGIN
             UNION
             SELECT a.s, a.e, a.p, true FROM unnest(v_again_start, v_again_end, v_again_plan) AS a (s, e, p)
         )
-        SELECT s.*, c.meter_code FROM segs s JOIN billing.plan_charge c ON c.plan_id = s.plan_id
+        SELECT s.*, c.meter_code, c.model, c.unit_amount, c.package_size, c.tiers, c.included_units, c.minimum_amount,
+               c.maximum_amount, p.code AS plan_code,
+               (SELECT coalesce(sum(r.billed), 0) FROM billing.usage_rating r
+                 WHERE r.customer_id = v_sub.customer_id AND r.subscription_id = v_sub.id
+                   AND r.meter_code = c.meter_code AND r.span_start = s.seg_start) AS before
+          FROM segs s JOIN billing.plan_charge c ON c.plan_id = s.plan_id JOIN billing.plan p ON p.id = s.plan_id
          ORDER BY s.seg_start, c.meter_code
     LOOP
-        SELECT * INTO v_charge FROM billing.plan_charge c WHERE c.plan_id = v_seg.plan_id AND c.meter_code = v_seg.meter_code;
-        SELECT u.value INTO v_qty FROM billing.usage_between(v_sub.customer_id, v_seg.seg_start, v_seg.seg_end) u
-         WHERE u.meter_code = v_seg.meter_code;
-        v_qty := coalesce(v_qty, 0);
-        v_amount := billing._usage_amount(v_charge, v_qty);
-        SELECT coalesce(sum(r.billed), 0) INTO v_before FROM billing.usage_rating r
-         WHERE r.customer_id = v_sub.customer_id AND r.subscription_id = v_sub.id
-           AND r.meter_code = v_seg.meter_code AND r.span_start = v_seg.seg_start;
-        v_amount := greatest(v_amount - v_before, 0);
-        CONTINUE WHEN v_seg.late AND v_amount = 0;
-        v_lines := v_lines || jsonb_build_object('kind', 'USAGE', 'meterCode', v_seg.meter_code,
-                                                 'planCode', (SELECT p.code FROM billing.plan p WHERE p.id = v_seg.plan_id),
-                                                 'quantity', v_qty, 'amount', v_amount, 'late', v_seg.late,
-                                                 'periodStart', v_seg.seg_start, 'periodEnd', v_seg.seg_end);
-        v_sub_total := v_sub_total + v_amount;
+        v_key := v_seg.seg_start::text || '/' || v_seg.seg_end::text;
+        IF NOT v_usage ? v_key THEN
+            v_usage := v_usage || jsonb_build_object(v_key, (
+                SELECT coalesce(jsonb_object_agg(u.meter_code, u.value) FILTER (WHERE u.value IS NOT NULL), '{}')
+                  FROM billing.usage_between(v_sub.customer_id, v_seg.seg_start, v_seg.seg_end) u));
+        END IF;
+        v_qty := coalesce((v_usage -> v_key ->> v_seg.meter_code)::numeric, 0);
+        v_models := v_models || v_seg.model;
+        v_units := v_units || v_seg.unit_amount;
+        v_packages := v_packages || v_seg.package_size;
+        v_tiers := v_tiers || v_seg.tiers;
+        v_included := v_included || v_seg.included_units;
+        v_minimums := v_minimums || v_seg.minimum_amount;
+        v_maximums := v_maximums || v_seg.maximum_amount;
+        v_qtys := v_qtys || v_qty;
+        v_rows := v_rows || jsonb_build_object('kind', 'USAGE', 'meterCode', v_seg.meter_code, 'planCode', v_seg.plan_code,
+                                               'quantity', v_qty, 'late', v_seg.late, 'before', v_seg.before,
+                                               'periodStart', v_seg.seg_start, 'periodEnd', v_seg.seg_end);
     END LOOP;
+    IF cardinality(v_qtys) > 0 THEN
+        -- each line's amount less what was billed for its span already (a late adjustment: the increase)
+        SELECT coalesce(jsonb_agg(q.line ORDER BY q.n), '[]'), coalesce(sum((q.line ->> 'amount')::bigint), 0)
+          INTO v_usage_lines, v_amount
+          FROM (SELECT a.n, (v_rows -> (a.n::integer - 1)) - 'before'
+                            || jsonb_build_object('amount', greatest(a.amount - (v_rows -> (a.n::integer - 1) ->> 'before')::bigint, 0)) AS line
+                  FROM billing._usage_amounts(v_models, v_units, v_packages, v_tiers, v_included, v_minimums, v_maximums, v_qtys) a) q
+         WHERE NOT ((q.line ->> 'late')::boolean AND (q.line ->> 'amount')::bigint = 0);
+        v_lines := v_lines || v_usage_lines;
+        v_sub_total := v_sub_total + v_amount;
+    END IF;
     v_tax := billing._invoice_tax_row(v_sub.customer_id, v_sub_total);
     RETURN jsonb_build_object(
         'object', 'upcoming_invoice', 'subscriptionId', v_sub.id, 'customerId', v_sub.customer_id,
