@@ -3,6 +3,7 @@ each copy with one part taken away, side by side (an experiment: no copy is the 
 
     python -m bench.renewal.profile                          # 200,000 subscriptions, 40,000 due, 3 rounds
     python -m bench.renewal.profile --total 1000000 --due 200000 --rounds 2
+    python -m bench.renewal.profile --baseline 42df2b0 --variants "as shipped,no outbox row"
 
 Each round runs every variant once, in turn, on a fresh copy of bench/renewal's template (the
 current functions applied, VACUUM ANALYZE, CHECKPOINT): one connection calls
@@ -19,7 +20,12 @@ Variants:
   built): the row, its four indexes, its check and its statement triggers;
 * no foreign keys to plan / payment attempt on invoice: the per-row RI triggers;
 * no unique index on event_id: the random UUIDs' index;
-* no invoice_unfinalized_idx: the numbering's queue (issue 15).
+* no invoice_unfinalized_idx: the numbering's queue (issue 15);
+* due time in a narrow table at fillfactor 80 / 50 (emulated): the next step's estimate, see
+  due_table_variant.
+
+--baseline REF runs every variant also on the function files of git revision REF, alternating with
+this tree's in each round (the per-step profile before and after, from one run).
 
 Environment: BILLING_TEST_DATABASE_URL as `make services` writes it; --database-url overrides.
 """
@@ -34,6 +40,50 @@ import psycopg
 from psycopg import sql
 
 from bench.renewal import run as renewal
+
+def due_table_variant(fillfactor: int) -> list[str]:
+    """The next step's estimate (not the product): the due time kept in a narrow table of its own, so
+    that the renewal's UPDATE of the subscription changes no indexed column and can be HOT (the
+    subscription's six index entries per renewal no longer written) when its page has room for the new
+    version (fillfactor; the due rows of one day are neighbours, so a page's rows are renewed together).
+    _renew_batch is rewritten to claim through the narrow table and to move its due time; the
+    lifecycle's index no longer names current_period_end either."""
+    return [
+        f"ALTER TABLE billing.subscription SET (fillfactor = {fillfactor})",
+        "VACUUM FULL billing.subscription",
+        "CREATE TABLE billing.bench_due (customer_id bigint, subscription_id bigint, due_at timestamptz NOT NULL, "
+        "PRIMARY KEY (customer_id, subscription_id))",
+        "INSERT INTO billing.bench_due SELECT customer_id, id, current_period_end FROM billing.subscription "
+        "WHERE status IN ('ACTIVE', 'PAST_DUE') AND NOT lifecycle_pending",
+        "CREATE INDEX bench_due_idx ON billing.bench_due (due_at)",
+        "DO $o$ BEGIN EXECUTE format('ALTER TABLE billing.bench_due OWNER TO %I', (SELECT tableowner FROM pg_tables "
+        "WHERE schemaname = 'billing' AND tablename = 'subscription')); END $o$",
+        "DROP INDEX billing.subscription_due_idx",
+        "DROP INDEX billing.subscription_lifecycle_due_idx",
+        "CREATE INDEX subscription_lifecycle_idx ON billing.subscription (id) "
+        "WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE')",
+        r"""DO $v$
+        DECLARE
+            d text := pg_get_functiondef('billing._renew_batch(integer,timestamptz)'::regprocedure);
+            e text;
+        BEGIN
+            e := regexp_replace(d, 'FROM billing\.subscription s\s+WHERE (billing\._due_statement\([^)]*\))\s+ORDER BY s\.current_period_end\s+LIMIT p_batch_size\s+FOR NO KEY UPDATE SKIP LOCKED',
+                                'FROM billing.bench_due q JOIN billing.subscription s ON s.customer_id = q.customer_id AND s.id = q.subscription_id
+                                  WHERE q.due_at <= p_now AND \1 ORDER BY q.due_at LIMIT p_batch_size FOR NO KEY UPDATE OF s SKIP LOCKED');
+            e := replace(e, '), renewed AS (',
+                         '), due_moved AS (UPDATE billing.bench_due q SET due_at = p.period_end FROM priced p
+                                            WHERE q.customer_id = p.customer_id AND q.subscription_id = p.id
+                         ), due_gone AS (DELETE FROM billing.bench_due q USING due d
+                                          WHERE d.cancel_at_period_end AND q.customer_id = d.customer_id AND q.subscription_id = d.id
+                         ), renewed AS (');
+            IF e = d OR position('due_moved' in e) = 0 OR position('bench_due q JOIN' in e) = 0 THEN
+                RAISE EXCEPTION 'the renewal statement''s text was not recognised';
+            END IF;
+            EXECUTE e;
+        END
+        $v$""",
+    ]
+
 
 VARIANTS: dict[str, list[str]] = {
     "as shipped": [],
@@ -63,14 +113,16 @@ VARIANTS: dict[str, list[str]] = {
         "DROP INDEX billing.invoice_chargeable_idx", "DROP INDEX billing.invoice_id_idx",
         "DROP INDEX billing.invoice_period_idx", "DROP INDEX billing.invoice_status_idx",
         "DROP INDEX billing.invoice_subscription_idx", "DROP INDEX billing.invoice_unfinalized_idx"],
+    "due time in a narrow table at fillfactor 80 (emulated)": due_table_variant(80),
+    "due time in a narrow table at fillfactor 50 (emulated)": due_table_variant(50),
     "no service line": [
         "CREATE FUNCTION billing._bench_drop_line() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$",
         "CREATE TRIGGER bench_drop_line BEFORE INSERT ON billing.service_line FOR EACH ROW EXECUTE FUNCTION billing._bench_drop_line()"],
 }
 
 
-def run_variant(server: str, template: str, statements: list[str]) -> tuple[int, float]:
-    copy = renewal.Copy(server, template, "profile")
+def run_variant(server: str, template: str, statements: list[str], db_dir=None) -> tuple[int, float]:
+    copy = renewal.Copy(server, template, "profile", db_dir)
     try:
         with psycopg.connect(copy.url, autocommit=True) as conn:
             for statement in statements:
@@ -95,25 +147,40 @@ def main() -> None:
     ap.add_argument("--due", type=int, default=40_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of the variants")
+    ap.add_argument("--baseline", metavar="REF",
+                    help="also run every variant on the function files of git revision REF (its own template when its "
+                         "migrations differ), alternating with this tree's, so both columns come from one run")
     args = ap.parse_args()
     names = [n for n in args.variants.split(",") if n]
     template = renewal.build_template(args.database_url, args.total, args.due, "bands", False)
+    trees: list[tuple[str, str, object]] = []
+    if args.baseline:
+        base_dir = renewal.baseline_db(args.baseline)
+        base_template = renewal.build_template(args.database_url, args.total, args.due, "bands", False, base_dir)
+        trees.append((f"baseline {args.baseline[:7]}", base_template, base_dir))
+    trees.append(("this tree", template, None))
     print(f"renewal profile: {args.due:,} due among {args.total:,}, {args.rounds} rounds; {renewal.host_load()}")
-    cpu: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[tuple[str, str], list[float]] = {(t, n): [] for t, _, _ in trees for n in names}
     for rnd in range(args.rounds):
         for name in names:
-            renewed, seconds = run_variant(args.database_url, template, VARIANTS[name])
-            cpu[name].append(1e6 * seconds / renewed)
-            print(f"  round {rnd + 1}: {name}: {cpu[name][-1]:.1f} us per invoice ({renewal.host_load()})", flush=True)
-    base = min(cpu["as shipped"]) if "as shipped" in cpu else None
+            for tree, tree_template, db_dir in trees:
+                renewed, seconds = run_variant(args.database_url, tree_template, VARIANTS[name], db_dir)
+                cpu[tree, name].append(1e6 * seconds / renewed)
+                print(f"  round {rnd + 1}: {tree}: {name}: {cpu[tree, name][-1]:.1f} us per invoice "
+                      f"({renewal.host_load()})", flush=True)
     print()
-    print("| variant | server CPU per invoice (min of rounds) | all rounds | the part taken away costs |")
-    print("|---|---:|---|---:|")
+    labels = [t for t, _, _ in trees]
+    print("| variant | " + " | ".join(f"{t}: server CPU per invoice (min of rounds) | all rounds | the part costs"
+                                       for t in labels) + " |")
+    print("|---|" + "---:|---|---:|" * len(labels))
     for name in names:
-        best = min(cpu[name])
-        part = "-" if base is None or name == "as shipped" else f"{base - best:.1f} us"
-        print(f"| {name} | {best:.1f} us | {' / '.join(f'{v:.1f}' for v in cpu[name])} | {part} |")
-
+        cells = []
+        for t in labels:
+            best = min(cpu[t, name])
+            base = min(cpu[t, "as shipped"]) if "as shipped" in names else None
+            part = "-" if base is None or name == "as shipped" else f"{base - best:.1f} us"
+            cells.append(f"{best:.1f} us | {' / '.join(f'{v:.1f}' for v in cpu[t, name])} | {part}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,7 @@
 -- On Citus: db/tests/citus/402_renewal_conformance.sql.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(9);
+SELECT plan(11);
 
 SELECT billing.upsert_plan('T401_M', 1000, 'USD', 'MONTH', 1, '2032-01-01Z');
 SELECT billing.upsert_plan('T401_N', 1800, 'USD', 'MONTH', 1, '2032-01-01Z');
@@ -81,12 +81,27 @@ SELECT concat_ws(' ', 'events', x.sub, string_agg(concat_ws(':', e.event_type,
  WHERE e.created_at >= '2032-02-25Z'
  GROUP BY x.sub;
 
+-- Every invoice event's whole payload (envelope and data, ids included) against the writer's own
+-- functions: the statement writes its invoice events as one JSON text (40_renewal.sql).
+CREATE TEMP VIEW renewal_401_payloads AS
+SELECT count(*) FILTER (WHERE e.payload = billing._cloud_event_at(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id,
+                                                                  billing._utc_text(e.created_at), billing._invoice_data(i))
+                          AND e.payload::text = billing._cloud_event_at(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id,
+                                                                        billing._utc_text(e.created_at), billing._invoice_data(i))::text)
+           AS same,
+       count(*) AS all_events
+  FROM billing.outbox_event e
+  JOIN billing.invoice i ON i.customer_id = e.customer_id AND i.id = e.aggregate_id
+ WHERE e.aggregate_type = 'invoice' AND e.event_type IN ('InvoiceCreated', 'InvoicePaid')
+   AND e.created_at >= '2032-02-25Z' AND e.customer_id BETWEEN 40101 AND 40114;
+
 -- Each path from the same state, its effects kept in psql variables, then rolled back (the
 -- assertions come after the rollback: pgTAP keeps its count in a table the rollback would undo).
 SAVEPOINT by_statement;
 SELECT billing.create_due_invoices(500, '2032-02-25Z') AS statement_count \gset
 SELECT billing.create_due_invoices(500, '2032-02-25Z') AS statement_again \gset
 SELECT string_agg(line, E'\n' ORDER BY line) AS by_statement FROM renewal_401 \gset
+SELECT same AS statement_payloads_same, all_events AS statement_payloads FROM renewal_401_payloads \gset
 ROLLBACK TO SAVEPOINT by_statement;
 
 SAVEPOINT by_rows;
@@ -101,6 +116,7 @@ SELECT count(*) FROM billing.lease_shard_groups('w401', 1, '5 minutes', '2032-02
 SELECT billing.renew_in_shard('w401', 0, 500, '2032-02-25Z') AS shard_count \gset
 SELECT billing.renew_in_shard('w401', 0, 500, '2032-02-25Z') AS shard_again \gset
 SELECT string_agg(line, E'\n' ORDER BY line) AS by_shard FROM renewal_401 \gset
+SELECT same AS shard_payloads_same, all_events AS shard_payloads FROM renewal_401_payloads \gset
 ROLLBACK TO SAVEPOINT by_shard;
 
 SELECT ok(:statement_count >= 14, 'the statement handles every due subscription and notice (' || :statement_count || ')');
@@ -116,6 +132,13 @@ SELECT is(:'by_rows'::text, :'by_statement'::text, 'per row: the same invoices, 
 SELECT is(:shard_count, :statement_count, 'per shard group: as many handled as the statement');
 SELECT is(:shard_again, 0, 'per shard group: nothing due twice');
 SELECT is(:'by_shard'::text, :'by_statement'::text, 'per shard group: the same invoices, subscriptions, credit and events as the statement');
+
+SELECT ok(:statement_payloads >= 9 AND :statement_payloads_same = :statement_payloads,
+          'the statement: every invoice event''s payload is _cloud_event_at(_invoice_data) byte for byte ('
+          || :statement_payloads_same || ' of ' || :statement_payloads || ')');
+SELECT ok(:shard_payloads >= 9 AND :shard_payloads_same = :shard_payloads,
+          'per shard group: every invoice event''s payload is _cloud_event_at(_invoice_data) byte for byte ('
+          || :shard_payloads_same || ' of ' || :shard_payloads || ')');
 
 SELECT * FROM finish();
 ROLLBACK;
