@@ -17,7 +17,7 @@ PGTAP_JOBS ?= 1
 PGTAP_CITUS_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage bench-usage-rating bench-usage-ingest bench-usage-reads openapi client bench-relay-citus
+.PHONY: help deps venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage bench-usage-rating bench-usage-ingest bench-usage-reads openapi client bench-relay-citus
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -25,6 +25,11 @@ help:
 	@echo "make test-quick - the fast tier and a few quick suites, in parallel (the loop while developing)"
 	@echo "make audit  - offline check of requirements/runtime.lock (hashes, advisory floors)"
 	@echo "make services / services-stop - bring the loopback services up / down"
+
+# What the machine needs (Debian packages, a Go that can build stripe-mock and mailpit), installed
+# once when missing, before make test's stages run side by side (scripts/services/deps.sh).
+deps:
+	@bash scripts/services/deps.sh
 
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -141,9 +146,10 @@ test-quick: venv services
 
 # Each stage in turn (stopping at the first that fails), then the time of each. The stages joined by
 # "+" run side by side (make -j, each one's output printed whole when it ends): the unit tier, pgTAP on
-# one PostgreSQL and pgTAP on the Citus cluster use different servers and share nothing (audit first
-# installs the virtual environment they all use).
-TEST_STAGES := audit test-fast+test-sql+test-citus test-py
+# one PostgreSQL and pgTAP on the Citus cluster use different servers and share nothing (deps first
+# installs what the machine lacks, so no two of them run apt-get at once; audit the virtual environment
+# they all use).
+TEST_STAGES := deps audit test-fast+test-sql+test-citus test-py
 STAGE_TIMES := $(CACHE)/stage-times
 test:
 	@mkdir -p $(CACHE) && : > $(STAGE_TIMES) && started=$$(date +%s) && for stage in $(TEST_STAGES); do \
