@@ -26,7 +26,7 @@ help:
 	@echo "make audit  - offline check of requirements/runtime.lock (hashes, advisory floors)"
 	@echo "make services / services-stop - bring the loopback services up / down"
 
-# What the machine needs (Debian packages, a Go that can build stripe-mock and mailpit), installed
+# What the machine needs (Debian packages, a Go that can build stripe-mock and mailpit, Citus), installed
 # once when missing, before make test's stages run side by side (scripts/services/deps.sh).
 deps:
 	@bash scripts/services/deps.sh

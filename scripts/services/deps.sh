@@ -49,3 +49,7 @@ fi
 # Go, for stripe-mock and mailpit (go install, once): a release that can switch to the toolchain their
 # go.mod asks for (go_ensure in common.sh); Debian bookworm's own (1.19) cannot.
 go_ensure
+# Citus, built once from the vendored source (~6 minutes on a bare host): here, before the stages run
+# side by side, not under a pytest worker's Citus fixture (whose test would wait for the build past
+# its timeout) nor beside the pytest pass.
+bash "$(dirname "${BASH_SOURCE[0]}")/citus.sh" build
