@@ -17,7 +17,7 @@ PGTAP_JOBS ?= 1
 PGTAP_CITUS_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage bench-usage-rating bench-usage-ingest bench-usage-reads openapi client bench-relay-citus
+.PHONY: help deps venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py test-py-parallel test-py-serial demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage bench-usage-rating bench-usage-ingest bench-usage-reads openapi client bench-relay-citus
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -25,6 +25,11 @@ help:
 	@echo "make test-quick - the fast tier and a few quick suites, in parallel (the loop while developing)"
 	@echo "make audit  - offline check of requirements/runtime.lock (hashes, advisory floors)"
 	@echo "make services / services-stop - bring the loopback services up / down"
+
+# What the machine needs (Debian packages, a Go that can build stripe-mock and mailpit, Citus), installed
+# once when missing, before make test's stages run side by side (scripts/services/deps.sh).
+deps:
+	@bash scripts/services/deps.sh
 
 $(BIN)/.installed: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,13 +64,19 @@ services-stop:
 	-bash scripts/services/redis.sh stop
 	-bash scripts/services/postgres.sh stop
 
+# Migrations create and grant the cluster-wide roles (and, on Citus, propagate to every node): two at
+# once can fail with "tuple concurrently updated". make test runs test-sql and test-citus beside
+# pytest's parallel pass, whose workers migrate their templates under the lock file .cache/migrate.lock
+# (driver/tests/conftest.py _exclusive): the stages' migrations take the same lock.
+MIGRATE_LOCKED = flock $(CACHE)/migrate.lock
+
 # pgTAP: a fresh database built from the migrations, then every file in db/tests, $(PGTAP_JOBS) at a time.
 test-sql: venv services
 	@started=$$(date +%s) && source $(SERVICES_ENV) && \
 	 base=$${BILLING_TEST_DATABASE_URL%/*} && url="$$base/$(PGTAP_DB)" && \
 	 psql -q "$$BILLING_TEST_DATABASE_URL" -v ON_ERROR_STOP=1 \
 	   -c "DROP DATABASE IF EXISTS $(PGTAP_DB) WITH (FORCE)" -c "CREATE DATABASE $(PGTAP_DB)" && \
-	 $(BIN)/billing --log-level WARNING db migrate --simulation --database-url "$$url" && \
+	 $(MIGRATE_LOCKED) $(BIN)/billing --log-level WARNING db migrate --simulation --database-url "$$url" && \
 	 psql -q "$$url" -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pgtap" && \
 	 pg_prove -j $(PGTAP_JOBS) --dbname "$$url" --ext .sql db/tests/ && \
 	 echo "test-sql: $$(( $$(date +%s) - started )) s"
@@ -92,7 +103,7 @@ CITUS_SERIAL := 850_security.sql 860_console.sql 310_signups.sql 721_usage_ratin
 test-citus: venv
 	@started=$$(date +%s) && bash scripts/services/citus.sh >/dev/null && \
 	 url=$$(bash scripts/services/citus.sh createdb $(CITUS_DB)) && \
-	 $(BIN)/billing --log-level WARNING db migrate --simulation --citus --database-url "$$url" && \
+	 $(MIGRATE_LOCKED) $(BIN)/billing --log-level WARNING db migrate --simulation --citus --database-url "$$url" && \
 	 psql -q "$$url" -v ON_ERROR_STOP=1 -c "CREATE EXTENSION IF NOT EXISTS pgtap" && \
 	 pg_prove -j $(PGTAP_CITUS_JOBS) --dbname "$$url" $$(grep -v '^#' db/tests/citus.list | grep -vxF -f <(printf '%s\n' $(CITUS_SERIAL)) | sed 's|^|db/tests/|') && \
 	 pg_prove --dbname "$$url" $(addprefix db/tests/,$(CITUS_SERIAL)) db/tests/citus/*.sql && \
@@ -118,16 +129,26 @@ poppler:
 # time, or a class: the money adversary's two halves; each worker has its own template databases,
 # Redis databases and ports; the longest files first, driver/tests/conftest.py LONGEST_FIRST), then
 # the tests marked `serial` (driver/tests/conftest.py SERIAL: timing-sensitive, or loading the machine) alone.
+# test-py-parallel and test-py-serial are the two passes on their own (make test runs the parallel
+# pass beside the pgTAP stages, the serial pass after everything).
 # The console's browser tests leave a screenshot of each page in .cache/artifacts/console/.
 PYTEST_WORKERS ?= 4
 PYTEST_DIST := --dist loadscope --no-loadscope-reorder
 # Exit status 5 is "no test selected" (PYTEST_ARGS naming a file without serial tests): not a failure.
+PYTEST_PARALLEL = $(BIN)/python -m pytest --ignore=driver/tests/unit -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "not serial" \
+	$(PYTEST_ARGS) || [ $$? = 5 ]
+PYTEST_SERIAL = $(BIN)/python -m pytest --ignore=driver/tests/unit -p no:xdist -m serial $(PYTEST_ARGS) || [ $$? = 5 ]
 test-py: venv services chromium poppler fonts
 	@source $(SERVICES_ENV) && started=$$(date +%s) && \
-	 { $(BIN)/python -m pytest --ignore=driver/tests/unit -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "not serial" \
-	     $(PYTEST_ARGS) || [ $$? = 5 ]; } && parallel=$$(( $$(date +%s) - started )) && \
-	 { $(BIN)/python -m pytest --ignore=driver/tests/unit -p no:xdist -m serial $(PYTEST_ARGS) || [ $$? = 5 ]; } && \
+	 { $(PYTEST_PARALLEL); } && parallel=$$(( $$(date +%s) - started )) && \
+	 { $(PYTEST_SERIAL); } && \
 	 echo "test-py: $$(( $$(date +%s) - started )) s (parallel pass $$parallel s, serial pass $$(( $$(date +%s) - started - parallel )) s)"
+
+test-py-parallel: venv services chromium poppler fonts
+	@source $(SERVICES_ENV) && { $(PYTEST_PARALLEL); }
+
+test-py-serial: venv services chromium poppler fonts
+	@source $(SERVICES_ENV) && { $(PYTEST_SERIAL); }
 
 # The loop while developing: the fast tier, then a few quick suites of the HTTP API, the console, the
 # roles and the schema on $(PYTEST_WORKERS) workers (about a minute). `make test` before a merge.
@@ -140,14 +161,20 @@ test-quick: venv services
 	 echo "test-quick: $$(( $$(date +%s) - started )) s"
 
 # Each stage in turn (stopping at the first that fails), then the time of each. The stages joined by
-# "+" run side by side (make -j, each one's output printed whole when it ends): the unit tier, pgTAP on
-# one PostgreSQL and pgTAP on the Citus cluster use different servers and share nothing (audit first
-# installs the virtual environment they all use).
-TEST_STAGES := audit test-fast+test-sql+test-citus test-py
+# "+" run side by side (make -j, each one's output printed whole when it ends). deps first installs
+# what the machine lacks (so no two stages run apt-get at once), audit the virtual environment they all
+# use, services starts the loopback servers (test-sql and the pytest passes would start them twice at
+# once). Then everything that only needs CPU and does not measure time, side by side: the unit tier,
+# pgTAP on one PostgreSQL and on the Citus cluster (their own databases, one transaction per file),
+# and pytest's parallel pass (a database per test; its Citus fixture starts the cluster under
+# citus.sh's lock, its migrations and the stages' share .cache/migrate.lock). The pgTAP stages and
+# the unit tier end early; the tail of test-citus runs one file at a time: the parallel pass fills
+# the cores they leave. Last, alone, pytest's serial pass (timing-sensitive tests, the chaos runs).
+TEST_STAGES := deps audit services test-fast+test-sql+test-citus+test-py-parallel test-py-serial
 STAGE_TIMES := $(CACHE)/stage-times
 test:
 	@mkdir -p $(CACHE) && : > $(STAGE_TIMES) && started=$$(date +%s) && for stage in $(TEST_STAGES); do \
-	   jobs=1; case $$stage in *+*) jobs=3;; esac; \
+	   jobs=$$(echo $${stage//+/ } | wc -w); \
 	   group=$$(date +%s); \
 	   $(MAKE) --no-print-directory -j$$jobs --output-sync=target $$(printf 'timed-%s ' $${stage//+/ }) || \
 	     { echo "make test: $$stage failed"; cat $(STAGE_TIMES); exit 1; }; \

@@ -190,10 +190,13 @@ case "${1:-start}" in
   templatedb) templatedb_all "${2:?database name}" ;;
   clonedb) clonedb_all "${2:?database name}" "${3:?template database name}" ;;
   start)
+    # One start at a time (make test's test-citus and pytest's Citus fixture may ask at once); the
+    # servers must not inherit the lock's descriptor (9>&-), or they would hold it for good.
+    mkdir -p "$BASE" && exec 9>"$BASE/start.lock" && flock 9
     build
-    start_node "$BASE/coordinator" "$COORD_PORT"
-    start_node "$BASE/worker1" "${WORKER_PORTS[0]}"
-    start_node "$BASE/worker2" "${WORKER_PORTS[1]}"
+    start_node "$BASE/coordinator" "$COORD_PORT" 9>&-
+    start_node "$BASE/worker1" "${WORKER_PORTS[0]}" 9>&-
+    start_node "$BASE/worker2" "${WORKER_PORTS[1]}" 9>&-
     echo "$URL_BASE/postgres"
     ;;
   *) echo "usage: $0 [start|build|createdb DB|dropdb DB|templatedb DB|clonedb DB TPL|stop]" >&2; exit 2 ;;

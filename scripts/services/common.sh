@@ -32,3 +32,25 @@ apt_ensure() {
     $sudo apt-get install -y -q "$@" >/dev/null
   fi
 }
+
+# go_ensure: a `go` on PATH that can build stripe-mock and mailpit (their go.mod asks for Go 1.22 and
+# 1.26). Go 1.21 and later fetch the toolchain a module asks for by themselves (GOTOOLCHAIN=auto,
+# from the module proxy); Debian bookworm's golang-go is 1.19, which cannot: then the same toolchain
+# module (golang.org/toolchain) is fetched with that go once, into the cache, and put first on PATH.
+GO_TOOLCHAIN_VERSION=1.26.0
+go_ensure() {
+  export PATH="$CACHE/go-toolchain/bin:$PATH:/usr/local/go/bin"
+  _go_switches() { command -v go >/dev/null 2>&1 &&
+    [ "$(go env GOVERSION 2>/dev/null | sed -E 's/^go1\.([0-9]+).*/\1/;t;s/.*/0/')" -ge 21 ]; }
+  _go_switches && return 0
+  command -v go >/dev/null 2>&1 || apt_ensure go golang-go
+  _go_switches && return 0
+  local mod dir
+  mod="golang.org/toolchain@v0.0.1-go$GO_TOOLCHAIN_VERSION.linux-$(dpkg --print-architecture)"
+  log "fetching Go $GO_TOOLCHAIN_VERSION ($mod) with $(go version | cut -d' ' -f3)"
+  dir=$(cd "$CACHE" && GOPATH="$CACHE/go" GOFLAGS=-modcacherw GO111MODULE=on go mod download -json "$mod" |
+        sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  [ -x "$dir/bin/go" ] || { log "no Go toolchain in '$dir'"; return 1; }
+  ln -sfn "$dir" "$CACHE/go-toolchain"
+  _go_switches
+}

@@ -24,10 +24,7 @@ fi
 
 mkdir -p "$DIR"
 if [ ! -x "$BIN" ] || [ "$(cat "$DIR/version" 2>/dev/null)" != "$VERSION" ]; then
-  export PATH="$PATH:/usr/local/go/bin"
-  if ! command -v go >/dev/null 2>&1; then
-    apt_ensure go golang-go
-  fi
+  go_ensure
   log "installing mailpit $VERSION with go install"
   GOBIN="$DIR/bin" GOPATH="$CACHE/go" GOCACHE="$CACHE/go-build" GOFLAGS=-modcacherw \
     go install "github.com/axllent/mailpit@$VERSION" >&2

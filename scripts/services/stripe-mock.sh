@@ -17,10 +17,7 @@ if [ -n "${BILLING_TEST_STRIPE_MOCK_URL:-}" ]; then echo "$BILLING_TEST_STRIPE_M
 
 mkdir -p "$DIR"
 if [ ! -x "$BIN" ] || [ "$(cat "$DIR/version" 2>/dev/null)" != "$VERSION" ]; then
-  export PATH="$PATH:/usr/local/go/bin"
-  if ! command -v go >/dev/null 2>&1; then
-    apt_ensure go golang-go
-  fi
+  go_ensure
   log "installing stripe-mock $VERSION with go install"
   GOBIN="$DIR/bin" GOPATH="$CACHE/go" GOCACHE="$CACHE/go-build" GOFLAGS=-modcacherw \
     go install "github.com/stripe/stripe-mock@$VERSION" >&2
