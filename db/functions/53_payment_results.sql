@@ -78,7 +78,7 @@ BEGIN
         RETURN v_invoice;
     END IF;
     UPDATE billing.payment_attempt
-       SET outcome = CASE p_outcome WHEN 'CONFLICT' THEN 'UNKNOWN' ELSE p_outcome END,  -- its fate is another charge's
+       SET outcome = CASE WHEN p_outcome = 'CONFLICT' THEN 'UNKNOWN' ELSE p_outcome END,  -- its fate is another charge's (a searched CASE: Citus deparses a simple one with a parameter wrongly)
            gateway_reference = coalesce(p_gateway_reference, gateway_reference),
            failure_reason = CASE WHEN p_outcome = 'SUCCEEDED' THEN NULL ELSE coalesce(p_failure_reason, failure_reason) END,
            result_at = p_now,
