@@ -77,7 +77,9 @@ BEGIN
         SELECT o.*, rq.customer_id AS rq_customer, rq.plan_code AS rq_plan, rq.options AS rq_options,
                rq.subscription_id AS rq_sub, rq.idempotency_key IS NOT NULL AS replay,
                p.id AS plan_id, p.archived_at AS plan_archived, p.currency,
-               ref.object_id AS ext_taken,
+               CASE WHEN o.external_id IS NOT NULL THEN
+                   (SELECT ref.object_id FROM billing.external_ref ref
+                     WHERE ref.object_type = 'subscription' AND ref.external_id = o.external_id) END AS ext_taken,
                row_number() OVER (PARTITION BY o.idempotency_key ORDER BY o.n) AS nth,
                o.idempotency_key IN (SELECT d.idempotency_key FROM differs d) AS key_differs,
                min(o.idempotency_key) OVER (PARTITION BY o.external_id)
@@ -85,7 +87,6 @@ BEGIN
           FROM o
           LEFT JOIN billing.subscription_request rq ON rq.idempotency_key = o.idempotency_key
           LEFT JOIN billing.plan p ON p.code = o.plan_code
-          LEFT JOIN billing.external_ref ref ON ref.object_type = 'subscription' AND ref.external_id = o.external_id
     ), checked AS (
         SELECT k.*,
                CASE
@@ -125,10 +126,11 @@ BEGIN
     SELECT array_agg(c.n), array_agg(c.idempotency_key), array_agg(c.customer_id), array_agg(c.plan_code),
            array_agg(c.plan_id), array_agg(c.td), array_agg(c.qty), array_agg(c.coupon_code), array_agg(c.external_id),
            array_agg(c.options), array_agg(c.nth), array_agg(c.rq_sub), array_agg(c.problem), array_agg(c.fast),
-           min(c.n) FILTER (WHERE c.problem IS NOT NULL), bool_or(c.fast)
+           min(c.n) FILTER (WHERE c.problem IS NOT NULL)
       INTO a_n, a_key, a_customer, a_plan_code, a_plan_id, a_td, a_qty, a_coupon, a_external, a_options, a_nth, a_rq_sub,
-           a_problem, a_fast, v_bad_n, v_any_fast
+           a_problem, a_fast, v_bad_n
       FROM fresh c;
+    v_any_fast := true = ANY (a_fast);  -- (from the array: a second aggregate of c.fast ran the credit check twice)
 
     IF v_bad_n IS NOT NULL THEN
         SELECT u.n, u.idempotency_key, u.problem INTO v_bad
@@ -155,10 +157,10 @@ BEGIN
         -- Each row's terms: the first period (or trial) once per plan, time zone and trial length,
         -- the price once per plan; then our ids in the batch's order.
         WITH f AS MATERIALIZED (
-            SELECT u.*, c.timezone AS tz
+            -- (the zone read by key per row: a join was planned as a scan of every customer per batch)
+            SELECT u.*, (SELECT c.timezone FROM billing.customer c WHERE c.id = u.customer_id) AS tz
               FROM unnest(a_n, a_key, a_customer, a_plan_code, a_plan_id, a_td, a_qty, a_external, a_options, a_fast)
                    AS u(n, idempotency_key, customer_id, plan_code, plan_id, td, qty, external_id, options, fast)
-              JOIN billing.customer c ON c.id = u.customer_id
              WHERE u.fast
         ), terms AS MATERIALIZED (
             -- once per plan, time zone, trial length and seats (the functions' calls are not per row)

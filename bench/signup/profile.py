@@ -1,0 +1,117 @@
+"""Where a signup's time goes (issue 32): the per-call path by function, the bulk path by statement.
+
+    python -m bench.signup.profile                       # 1,000 calls, one batch of 5,000
+    python -m bench.signup.profile --calls 2000 --batch 10000
+
+On a fresh database (migrated with --simulation, one monthly plan, as bench/signup/run.py):
+1. per call: --calls signups through `billing.create_subscription`, one transaction each, with
+   track_functions = all: each function's (and trigger function's) total and own time per call,
+   beside the backend's CPU per call;
+2. in bulk: one warm-up batch, then one batch of --batch through `billing.create_subscriptions`
+   under auto_explain (nested statements, ANALYZE without per-node timing): each of the function's
+   statements taking over 1 ms with its time and share, and the triggers each fired (foreign keys
+   per row, the statement triggers once).
+Shares, not absolute times, are what compares on a loaded host; the load average is printed.
+
+Environment: BILLING_TEST_DATABASE_URL (a superuser URL: LOAD 'auto_explain', track_functions);
+--database-url overrides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import time
+from datetime import timedelta
+
+import psycopg
+
+from bench.baseline import proc_cpu
+from bench.signup.run import NOW, fresh
+
+DB = "bench_signup_profile"
+
+
+def per_call(url: str, calls: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        conn.execute("SELECT billing.create_subscription('warm', 1, 'BENCH_M', %s)", (NOW,))
+        conn.execute("SET track_functions = 'all'")
+        conn.execute("SELECT pg_stat_reset()")
+        cpu0, t0 = proc_cpu(pid), time.perf_counter()
+        for i in range(calls):
+            conn.execute("SELECT (billing.create_subscription(%s, %s, 'BENCH_M', %s)).id",
+                         (f"profile-{i}", 10 + i, NOW + timedelta(microseconds=i)))
+        cpu, wall = proc_cpu(pid) - cpu0, time.perf_counter() - t0
+        conn.execute("SELECT pg_stat_force_next_flush()")
+    with psycopg.connect(url, autocommit=True) as conn:
+        for _ in range(50):  # the statistics arrive when the session above flushed them
+            rows = conn.execute("SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions "
+                                "ORDER BY total_time DESC LIMIT 25").fetchall()
+            if rows and rows[0][1] >= calls:
+                break
+            time.sleep(0.1)
+    top = rows[0][2] if rows else 1.0
+    print(f"\nper call: {calls:,} calls, server CPU {cpu / calls * 1e6:,.0f} µs a call, wall {wall / calls * 1e6:,.0f} µs "
+          f"(load {os.getloadavg()[0]:.1f}); track_functions (wall µs per call, inflated by the tracking and the load):\n")
+    print("| function | calls per signup | total µs | own µs | share of create_subscription |")
+    print("|---|---:|---:|---:|---:|")
+    for name, n, total, own in rows:
+        print(f"| {name} | {n / calls:.1f} | {total * 1000 / calls:,.1f} | {own * 1000 / calls:,.1f} | {total / top * 100:.0f} % |")
+
+
+def bulk(url: str, batch: int) -> None:
+    def rows(first: int) -> str:
+        return json.dumps([{"idempotency_key": f"profile-bulk-{first + i}", "customer_id": first + i, "plan_code": "BENCH_M"}
+                           for i in range(batch)])
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT count(*) FROM billing.create_subscriptions(%s::jsonb, %s)", (rows(5_000_000), NOW))  # warm-up
+        msgs: list[str] = []
+        conn.add_notice_handler(lambda d: msgs.append(d.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
+        for setting in ("auto_explain.log_min_duration = 1", "auto_explain.log_analyze = on", "auto_explain.log_timing = off",
+                        "auto_explain.log_nested_statements = on", "auto_explain.log_triggers = on",
+                        "auto_explain.log_level = notice"):
+            conn.execute(f"SET {setting}")
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        cpu0 = proc_cpu(pid)
+        conn.execute("SELECT count(*) FROM billing.create_subscriptions(%s::jsonb, %s)", (rows(6_000_000), NOW))
+        cpu = proc_cpu(pid) - cpu0
+    stmts = []
+    for m in msgs:
+        d = re.search(r"duration: ([\d.]+) ms", m)
+        q = re.search(r"Query Text: (.*?)\n(?:[A-Z]|\s*->)", m, re.S)
+        if not d or not q:
+            continue
+        text = " ".join(q.group(1).split())
+        if text.startswith("SELECT 1 FROM ONLY"):
+            continue  # a foreign key's check of one row (counted in its statement's triggers)
+        stmts.append((float(d.group(1)), text[:110], re.findall(r"Trigger (.*?): (?:time=[\d.]+ )?calls=(\d+)", m)))
+    whole = next((s for s in stmts if s[1].startswith("SELECT count(*) FROM billing.create_subscriptions")), None)
+    total = whole[0] if whole else sum(s[0] for s in stmts)
+    print(f"\nin bulk: one batch of {batch:,}, server CPU {cpu / batch * 1e6:,.0f} µs a signup under auto_explain "
+          f"(load {os.getloadavg()[0]:.1f}); its statements over 1 ms (the trigger functions' own statements appear "
+          f"before the statement that fired them):\n")
+    print("| ms | share | statement | triggers fired (calls) |")
+    print("|---:|---:|---|---|")
+    for ms, text, triggers in stmts:
+        fired = ", ".join(f"{t} ({n})" for t, n in triggers)
+        print(f"| {ms:,.1f} | {ms / total * 100:.0f} % | `{text}` | {fired} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--batch", type=int, default=5000)
+    ap.add_argument("--database-url", default=os.environ.get("BILLING_TEST_DATABASE_URL") or os.environ.get("BILLING_DATABASE_URL"))
+    args = ap.parse_args()
+    url = fresh(args.database_url, DB)
+    per_call(url, args.calls)
+    bulk(url, args.batch)
+
+
+if __name__ == "__main__":
+    main()
