@@ -42,7 +42,7 @@ async def api_client(db_url: str, *, clock=None, secret: str | None = "whsec_tes
     app = create_app(Settings(database_url=db_url, webhook_secret=secret), clock=clock, **app_kwargs)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://billing.test",
+        async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test",
                                      headers={"Authorization": f"Bearer {key}"}) as client:
             yield client
     finally:

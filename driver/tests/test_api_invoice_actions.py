@@ -41,7 +41,7 @@ def test_retry_and_void_over_http(db_url):
 
     async def body():
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://billing.test") as c:
+        async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as c:
             def post(path, doc, key=admin):
                 return c.post(path, json=doc, headers={"Authorization": f"Bearer {key}"})
 

@@ -125,7 +125,7 @@ async def client_for(db_url: str, **settings):
     app = create_app(Settings(database_url=db_url, webhook_secret=SECRET, **settings), clock=SimulatedClock(T0))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://billing.test") as client:
+        async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as client:
             yield client
     finally:
         await app.state.database.close()
@@ -572,7 +572,7 @@ def test_no_default_webhook_secret_so_a_forged_webhook_marks_nothing_paid(db_url
 
     async def post(app_secret):
         app = create_app(Settings(database_url=db_url, webhook_secret=app_secret), clock=SimulatedClock(T0))
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        async with httpx.AsyncClient(timeout=30, transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
             r = await client.post("/webhooks/payments", content=body, headers={
                 "Content-Type": "application/json", "Billing-Signature": f"t={now},v1={sign('change-me', now, body)}"})
         await app.state.database.close()

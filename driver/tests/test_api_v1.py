@@ -34,7 +34,7 @@ async def api_client(db_url: str, *, clock=None, key: str | None = None):
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     key = key or create_test_key(db_url, "admin")
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://billing.test",
+        async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test",
                                      headers={"Authorization": f"Bearer {key}"}) as client:
             yield client
     finally:

@@ -36,7 +36,7 @@ def served(db_url):
 def test_login_needs_its_csrf_token_and_a_same_site_origin(db_url, served):
     _, server = served
     key = create_test_key(db_url, "admin")
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(timeout=30, base_url=server.url) as c:
         c.get("/console/login")
         r = c.post("/console/login", data={"key": key})
         assert r.status_code == 403 and "billing_console" not in c.cookies
@@ -58,7 +58,7 @@ def test_login_needs_its_csrf_token_and_a_same_site_origin(db_url, served):
 def test_a_key_without_the_scopes_cannot_log_in_and_api_routes_still_need_a_key(db_url, served):
     _, server = served
     writer = create_test_key(db_url, "subscriptions:write")
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(timeout=30, base_url=server.url) as c:
         r = _login(c, writer)
         assert r.status_code == 303 and "error=" in r.headers["location"]
         assert c.get("/subscriptions/1").status_code == 401
@@ -68,7 +68,7 @@ def test_a_key_without_the_scopes_cannot_log_in_and_api_routes_still_need_a_key(
 def test_forged_posts_are_refused(db_url, served):
     world, server = served
     key = create_test_key(db_url, "admin")
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(timeout=30, base_url=server.url) as c:
         _login(c, key)
         page = c.get(f"/console/subscriptions/{world.subs['keep']}").text
         csrf = _csrf(page)
@@ -89,7 +89,7 @@ def test_forged_posts_are_refused(db_url, served):
 def test_revoking_the_key_ends_the_session(db_url, served):
     _, server = served
     key = create_test_key(db_url, "subscriptions:read")
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(timeout=30, base_url=server.url) as c:
         _login(c, key)
         assert c.get("/console/events").status_code == 200
         from billing.api_keys import revoke_key
@@ -104,7 +104,7 @@ def test_secure_cookies_behind_tls(db_url, monkeypatch):
     assert Settings.from_env().console_cookie_secure == "true"
     with ConsoleServer(db_url, console_cookie_secure="true") as server:
         key = create_test_key(db_url, "admin")
-        with httpx.Client(base_url=server.url) as c:
+        with httpx.Client(timeout=30, base_url=server.url) as c:
             form = c.get("/console/login")
             assert "Secure" in form.headers["set-cookie"]
             token = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)
@@ -127,14 +127,14 @@ def test_invoice_actions_need_an_admin_session_and_the_csrf_token(db_url, served
     reader, admin = create_test_key(db_url, "subscriptions:read"), create_test_key(db_url, "admin")
     forms = [("retry-now", world.open_invoice, {}), ("void", world.open_invoice, {"p_reason": "x"}),
              ("refund", world.paid_invoice, {"p_amount": "100"})]
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(timeout=30, base_url=server.url) as c:
         _login(c, reader)
         page = c.get("/console/invoices").text
         assert 'data-action="void"' in page and "disabled" in page  # shown, not usable
         for name, target, fields in forms:
             r = c.post(f"/console/actions/{name}", data={"csrf": _csrf(page), "id": str(target), "nonce": "n", **fields})
             assert r.status_code == 403 and "may look but not act" in r.text
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(timeout=30, base_url=server.url) as c:
         _login(c, admin)
         page = c.get("/console/invoices").text
         for name, target, fields in forms:
@@ -167,7 +167,7 @@ def test_customers_are_found_by_email_or_name_and_their_invoices_link_their_docu
                               (world.paid_invoice, datetime(2026, 9, 11, tzinfo=timezone.utc))).fetchone()[0]
     assert number
     reader = create_test_key(db_url, "subscriptions:read")
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(timeout=30, base_url=server.url) as c:
         assert c.get(f"/console/invoices/{world.paid_invoice}.html").status_code in (303, 401)  # no session
         _login(c, reader)
         for q in ("acme", "BILLING@ACME", "Widgets"):
@@ -209,7 +209,7 @@ def test_the_subscription_page_shows_its_usage_and_upcoming_invoice(db_url, serv
         plain = conn.execute("SELECT id FROM billing.subscription WHERE plan_id NOT IN (SELECT plan_id FROM billing.plan_charge) "
                              "ORDER BY id LIMIT 1").fetchone()[0]
     reader = create_test_key(db_url, "subscriptions:read")
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(timeout=30, base_url=server.url) as c:
         _login(c, reader)
         page = c.get(f"/console/subscriptions/{sub}").text
         meters = re.search(r'<table id="usage-meters">(.*?)</table>', page, re.S).group(1)

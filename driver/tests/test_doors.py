@@ -58,7 +58,7 @@ async def client_for(db_url: str, address: str = "127.0.0.1", **settings):
                      clock=SimulatedClock(T0))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=(address, 40000))
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://billing.test") as client:
+        async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as client:
             yield client
     finally:
         await app.state.database.close()

@@ -502,7 +502,7 @@ def test_the_console_serves_the_documents_to_a_logged_in_operator(db_url):
         conn.execute("SELECT billing.finalize_invoices(100, %s)", (T0,))
         invoice_id = conn.execute("SELECT id FROM billing.invoice").fetchone()["id"]
     key = create_test_key(db_url, "subscriptions:read")
-    with ConsoleServer(db_url) as server, httpx.Client(base_url=server.url) as c:
+    with ConsoleServer(db_url) as server, httpx.Client(timeout=30, base_url=server.url) as c:
         anonymous = c.get(f"/console/invoices/{invoice_id}.html")
         assert anonymous.status_code == 303 and "/console/login" in anonymous.headers["location"]
         form = c.get("/console/login")

@@ -137,7 +137,7 @@ def test_endpoints_need_an_admin_key_and_valid_input(db_url):
     async def run():
         settings = Settings(database_url=db_url)
         transport = httpx.ASGITransport(app=create_app(settings))
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://t") as client:
             body = {"url": "https://hooks.example.com/billing", "eventTypes": ["InvoicePaid"]}
             assert (await client.get("/webhook-endpoints")).status_code == 401
             assert (await client.post("/webhook-endpoints", json=body)).status_code == 401
@@ -182,7 +182,7 @@ def test_delivery_end_to_end_in_order_signed_with_failing_and_dead_receivers(db_
     async def run():
         await receiver.start()
         transport = httpx.ASGITransport(app=create_app(settings))
-        async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=ADMIN) as api:
+        async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://t", headers=ADMIN) as api:
             ids = {}
             for name, types in [("ok", ["*"]), ("flaky", ["*"]), ("dead", ["*"]),
                                 ("invoices", ["InvoiceCreated", "InvoicePaid", "InvoiceVoided"])]:

@@ -38,7 +38,7 @@ def _state(db_url, customer_id):
 def test_a_link_logs_in_once_into_a_strict_http_only_cookie(db_url, served):
     world, server = served
     token = make_link(db_url, 1)
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
         page = c.get("/portal/login", params={"token": token})
         assert page.status_code == 200 and 'lang="pt-BR"' not in page.text  # before login: the browser's language
         with psycopg.connect(db_url) as conn:  # a GET (a mail scanner's) does not use the link
@@ -56,7 +56,7 @@ def test_a_link_logs_in_once_into_a_strict_http_only_cookie(db_url, served):
         with psycopg.connect(db_url) as conn:
             stored = conn.execute("SELECT token_hash FROM billing.portal_session").fetchone()[0]
         assert c.cookies["billing_portal"].encode() not in bytes(stored)  # only its hash is kept
-    with httpx.Client(base_url=server.url) as other:  # the same link again, from anywhere
+    with httpx.Client(base_url=server.url, timeout=30) as other:  # the same link again, from anywhere
         assert login(other, token).status_code == 404 and "billing_portal" not in other.cookies
 
 
@@ -68,11 +68,11 @@ def test_expired_revoked_edited_and_malformed_links_are_refused_alike(db_url, se
         conn.execute("SELECT billing.revoke_portal_links(1, %s)", (NOW,))
     edited = "pl_2_" + make_link(db_url, 1).split("_", 2)[2]  # names customer 2 with customer 1's secret
     for token in (expired, revoked, edited, new_token(1)):
-        with httpx.Client(base_url=server.url) as c:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
             r = login(c, token)
             assert r.status_code == 404 and "billing_portal" not in c.cookies, token
             assert c.get("/portal/").status_code == 401
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
         assert c.get("/portal/login", params={"token": "pl_1_short"}).status_code == 404
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM billing.portal_session").fetchone()[0] == 0
@@ -81,7 +81,7 @@ def test_expired_revoked_edited_and_malformed_links_are_refused_alike(db_url, se
 def test_a_session_never_reads_or_changes_another_customers_data(db_url, served):
     world, server = served
     before = _state(db_url, 2)
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
         login(c, make_link(db_url, 1))
         csrf = csrf_of(c.get("/portal/").text)
         own = c.get(f"/portal/invoices/{world.invoices[1]}.pdf")
@@ -105,7 +105,7 @@ def test_a_session_never_reads_or_changes_another_customers_data(db_url, served)
 def test_forged_forms_and_missing_sessions_are_refused(db_url, served):
     world, server = served
     sub = world.subs[1]
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
         assert c.post(f"/portal/subscriptions/{sub}/cancel", data={}).status_code == 401  # no session
         login(c, make_link(db_url, 1))
         csrf = csrf_of(c.get("/portal/").text)
@@ -116,7 +116,7 @@ def test_forged_forms_and_missing_sessions_are_refused(db_url, served):
         assert c.post(f"/portal/subscriptions/{sub}/cancel", content=b'{"csrf": 1}',
                       headers={"Content-Type": "application/json"}).status_code == 415
     assert _state(db_url, 1)[1] is False
-    with httpx.Client(base_url=server.url) as c:  # a login form posted without its own nonce cookie
+    with httpx.Client(base_url=server.url, timeout=30) as c:  # a login form posted without its own nonce cookie
         token = make_link(db_url, 1)
         assert c.post("/portal/login", data={"token": token, "csrf": "x"}).status_code == 403
 
@@ -124,7 +124,7 @@ def test_forged_forms_and_missing_sessions_are_refused(db_url, served):
 def test_actions_are_repeatable_and_limited_to_what_the_operator_offers(db_url, served):
     world, server = served
     sub = world.subs[1]
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
         login(c, make_link(db_url, 1))
         csrf = csrf_of(c.get("/portal/").text)
         for _ in range(2):
@@ -157,7 +157,7 @@ def test_actions_are_repeatable_and_limited_to_what_the_operator_offers(db_url, 
 
 def test_a_plan_offered_at_period_end_is_scheduled_not_switched(db_url, served):
     world, server = served
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
         login(c, make_link(db_url, 2))
         csrf = csrf_of(c.get("/portal/").text)
         r = c.post(f"/portal/subscriptions/{world.subs[2]}/change-plan", data={"csrf": csrf, "plan": "TEAM"})
@@ -174,17 +174,17 @@ def test_a_plan_offered_at_period_end_is_scheduled_not_switched(db_url, served):
 def test_logout_ends_the_session_and_uncancel_after_the_period_end_is_refused(db_url, served):
     world, server = served
     sub = world.subs[1]
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
         login(c, make_link(db_url, 1))
         csrf = csrf_of(c.get("/portal/").text)
         c.post(f"/portal/subscriptions/{sub}/cancel", data={"csrf": csrf})
         kept = c.cookies["billing_portal"]
         assert c.post("/portal/logout", data={"csrf": csrf}).status_code == 200
-    with httpx.Client(base_url=server.url, cookies={"billing_portal": kept}) as c:
+    with httpx.Client(timeout=30, base_url=server.url, cookies={"billing_portal": kept}) as c:
         assert c.get("/portal/").status_code == 401  # the cookie kept by an attacker is dead too
     server.app.state.api.clock.advance(timedelta(days=40))  # past the period end: the subscription ended
     later = server.app.state.api.clock.now()
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
         login(c, make_link(db_url, 1, now=later))
         csrf = csrf_of(c.get("/portal/").text)
         assert c.post(f"/portal/subscriptions/{sub}/uncancel", data={"csrf": csrf}).status_code == 422
@@ -196,7 +196,7 @@ def test_the_http_route_makes_links_and_a_customer_token_only_for_its_own_custom
     _, server = served
     admin = create_test_key(db_url, "admin")
     opener = create_test_key(db_url, "customer-sessions:write", "subscriptions:write")
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
         r = c.post("/customers/1/portal-links", json={"next": "/invoices"}, headers={"Authorization": f"Bearer {admin}"})
         assert r.status_code == 201
         url = r.json()["url"]
@@ -243,7 +243,7 @@ def test_a_card_is_added_through_a_setup_intent_once_and_for_its_own_customer(db
 
     world = build_portal_world(db_url)
     with ConsoleServer(db_url, stripe_api_key="sk_test_portal", stripe_api_base=stripe_fake.url) as server:
-        with httpx.Client(base_url=server.url) as c:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
             login(c, make_link(db_url, 1))
             page = c.get("/portal/payment-methods/new").text
             csrf, nonce = csrf_of(page), re.search(r'name="nonce" value="([^"]+)"', page).group(1)
@@ -261,7 +261,7 @@ def test_a_card_is_added_through_a_setup_intent_once_and_for_its_own_customer(db
                                                            "payment_method": "pm_anything"}).status_code == 422
             home = c.get("/portal/payment-methods").text
             assert "4242" in home
-        with httpx.Client(base_url=server.url) as other:  # customer 2: a card its bank must confirm
+        with httpx.Client(base_url=server.url, timeout=30) as other:  # customer 2: a card its bank must confirm
             login(other, make_link(db_url, 2))
             csrf2 = csrf_of(other.get("/portal/").text)
             # (a test card the page does not offer is refused: only the listed ones)
@@ -269,10 +269,10 @@ def test_a_card_is_added_through_a_setup_intent_once_and_for_its_own_customer(db
                                                                "payment_method": "pm_card_authenticationRequired"}).status_code == 422
         seti = stripe_fake._setup("k-2", {"customer": "cus_2", "payment_method": "pm_card_authenticationRequired",
                                           "metadata[customer_id]": "2", "return_url": "x"}, {})[1]["id"]
-        with httpx.Client(base_url=server.url) as c:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
             login(c, make_link(db_url, 1))
             assert c.get("/portal/payment-methods/return", params={"setup_intent": seti}).status_code == 404
-        with httpx.Client(base_url=server.url) as other:
+        with httpx.Client(base_url=server.url, timeout=30) as other:
             login(other, make_link(db_url, 2))
             r = other.get("/portal/payment-methods/return", params={"setup_intent": seti})
             assert r.headers["location"] == "/portal/payment-methods?ok=pending"
@@ -287,7 +287,7 @@ def test_a_card_is_added_through_a_setup_intent_once_and_for_its_own_customer(db
 
 def test_without_a_test_key_the_portal_offers_no_test_cards(db_url, served):
     _, server = served
-    with httpx.Client(base_url=server.url) as c:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
         login(c, make_link(db_url, 1))
         page = c.get("/portal/payment-methods/new").text
         assert "pm_card_visa" not in page and 'role="alert"' in page
@@ -337,11 +337,11 @@ def test_the_simulators_authentication_page_pays_once_through_the_portal(db_url)
             assert conn.execute("SELECT status, action_required_until IS NOT NULL FROM billing.invoice WHERE id = %s",
                                 (inv,)).fetchone() == ("OPEN", True)
         with ConsoleServer(db_url, gateway_url=sim_url) as server:
-            with httpx.Client(base_url=server.url) as other:  # customer 2 cannot pay (or see) customer 1's
+            with httpx.Client(base_url=server.url, timeout=30) as other:  # customer 2 cannot pay (or see) customer 1's
                 login(other, make_link(db_url, 2))
                 assert other.post(f"/portal/invoices/{inv}/pay", data={"csrf": csrf_of(other.get("/portal/").text)}
                                   ).status_code == 404
-            with httpx.Client(base_url=server.url) as c:
+            with httpx.Client(base_url=server.url, timeout=30) as c:
                 login(c, make_link(db_url, 1))
                 home = c.get("/portal/invoices").text
                 assert f"/portal/invoices/{inv}/pay" in home

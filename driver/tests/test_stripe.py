@@ -152,7 +152,7 @@ def test_without_a_method_the_invoice_waits_and_a_new_method_pays_it_at_once(db_
     async def scenario():
         pool = await async_pool(db_url, max_size=4)
         app = create_app(Settings(database_url=db_url), clock=clock)
-        async with StripeFake(stripe_mock_url) as fake, httpx.AsyncClient(
+        async with StripeFake(stripe_mock_url) as fake, httpx.AsyncClient(timeout=30, 
                 transport=httpx.ASGITransport(app=app), base_url="http://billing.test") as api:
             provider = provider_for(fake)
             charger = charger_for(pool, provider, clock)
@@ -198,7 +198,7 @@ def test_refunds_through_stripe_partial_never_more_than_collected(db_url, stripe
         pool = await async_pool(db_url, max_size=6)
         app = create_app(Settings(database_url=db_url), clock=clock)
         auth = {"Authorization": f"Bearer {key}"}
-        async with StripeFake(stripe_mock_url) as fake, httpx.AsyncClient(
+        async with StripeFake(stripe_mock_url) as fake, httpx.AsyncClient(timeout=30, 
                 transport=httpx.ASGITransport(app=app), base_url="http://billing.test") as api:
             provider = provider_for(fake)
             await charger_for(pool, provider, clock).charge_due()
@@ -314,7 +314,7 @@ def test_webhooks_signed_by_the_official_library_verify_and_tampered_ones_do_not
     async def scenario():
         app = create_app(settings, clock=SimulatedClock(T0))
         out = {}
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://billing.test") as api:
+        async with httpx.AsyncClient(timeout=30, transport=httpx.ASGITransport(app=app), base_url="http://billing.test") as api:
             async def post(body, headers):
                 r = await api.post("/webhooks/stripe", content=body, headers=headers)
                 return r.status_code, r.json()
@@ -402,7 +402,7 @@ def test_stripe_mock_is_the_judge_of_every_request(stripe_mock_url):
     and recorded (what the other tests assert never happens to the provider's own requests)."""
 
     async def scenario():
-        async with StripeFake(stripe_mock_url) as fake, httpx.AsyncClient(base_url=fake.url) as client:
+        async with StripeFake(stripe_mock_url) as fake, httpx.AsyncClient(timeout=30, base_url=fake.url) as client:
             auth = {"Authorization": f"Bearer {API_KEY}"}
             bad = [await client.post("/v1/payment_intents", data={"amount": "2990", "currency": "brl",
                                                                   "paymentMethod": "pm_card_visa"}, headers=auth),
@@ -443,7 +443,7 @@ def test_refund_webhooks_without_their_refunds_and_refunds_that_fail_later(db_ur
                                 stripe_api_base=fake.url)
             app = create_app(settings, clock=clock)
             pi = invoice(db_url, inv[51])["gateway_reference"]
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://billing.test") as api:
+            async with httpx.AsyncClient(timeout=30, transport=httpx.ASGITransport(app=app), base_url="http://billing.test") as api:
                 async def post(event):
                     r = await api.post("/webhooks/stripe", content=signed(event)[0], headers=signed(event)[1])
                     return r.status_code, r.json()

@@ -53,7 +53,7 @@ def test_http_door_answers_each_event_and_counts_each_once(db_url):
         app = create_app(Settings(database_url=db_url), clock=SimulatedClock(T0))
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         try:
-            async with httpx.AsyncClient(transport=transport, base_url="http://billing.test") as client:
+            async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as client:
                 post = lambda doc, key=writer: client.post(  # noqa: E731
                     "/usage-events", json=doc, headers={"Authorization": f"Bearer {key}"})
                 batch = [event(1, 1), event(1, 1), event(2, 2), event(3, 999),
@@ -118,7 +118,7 @@ def test_upcoming_invoice_over_http(db_url):
         app = create_app(Settings(database_url=db_url), clock=SimulatedClock(T0))
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         try:
-            async with httpx.AsyncClient(transport=transport, base_url="http://billing.test") as client:
+            async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as client:
                 get = lambda path, key=reader: client.get(path, headers={"Authorization": f"Bearer {key}"})  # noqa: E731
                 r = await get(f"/subscriptions/{sub}/upcoming-invoice")
                 assert r.status_code == 200, r.text

@@ -34,7 +34,7 @@ def test_usage_alerts_over_http(db_url):
         app = create_app(Settings(database_url=db_url), clock=SimulatedClock(T0))
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         try:
-            async with httpx.AsyncClient(transport=transport, base_url="http://billing.test") as client:
+            async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as client:
                 def auth(key):
                     return {"Authorization": f"Bearer {key}"}
 

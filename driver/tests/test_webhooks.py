@@ -30,7 +30,7 @@ async def client_for(db_url: str, secret: str = SECRET):
     app = create_app(Settings(database_url=db_url, webhook_secret=secret), clock=SimulatedClock(T0))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://billing.test") as client:
+        async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as client:
             yield client
     finally:
         await app.state.database.close()
@@ -192,7 +192,7 @@ def test_no_secret_configured_refuses_everything(db_url):
     async def run():
         app = create_app(Settings(database_url=db_url, webhook_secret=None))
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://t") as client:
             assert_refused(await post(client, body, signature_header("", body)))
         await app.state.database.close()
 

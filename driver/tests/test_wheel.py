@@ -34,7 +34,7 @@ assert not billing.__file__.startswith(repo), billing.__file__
 async def main():
     app = create_app(Settings(database_url=url), rate_limit=False)
     headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://wheel.test") as c:
+    async with httpx.AsyncClient(timeout=30, transport=httpx.ASGITransport(app=app), base_url="http://wheel.test") as c:
         created = await c.post("/webhook-endpoints", headers=headers,
                                json={"url": "https://hooks.example.com/billing", "eventTypes": ["InvoicePaid"]})
         unknown = await c.post("/webhook-endpoints", headers=headers,
