@@ -63,6 +63,8 @@ COMMENT ON FUNCTION billing._lock_subscription(bigint) IS
 'Private: locks the subscription row FOR UPDATE.
 Returns it; BL404 when absent.';
 
+-- The renewal statement (40_renewal.sql) writes the same object as a JSON text for its invoice events:
+-- a key changed here must be changed there too (401_renewal_conformance compares them byte for byte).
 CREATE OR REPLACE FUNCTION billing._invoice_data(p_invoice billing.invoice)
 RETURNS jsonb
 LANGUAGE sql STABLE  -- inlinable (see _utc_text)

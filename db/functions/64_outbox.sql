@@ -46,6 +46,8 @@ Returns the version number.';
 
 -- The envelope with its time already as text: a statement writing many events at one instant (the
 -- renewal) formats the instant once. The keys in jsonb's own order (see _invoice_data).
+-- The renewal statement (40_renewal.sql) writes the same envelope as a JSON text for its invoice
+-- events: a change here must be made there too (401_renewal_conformance compares them).
 CREATE OR REPLACE FUNCTION billing._cloud_event_at(
     p_event_id uuid, p_event_type text, p_aggregate_type text, p_aggregate_id bigint, p_time text, p_data jsonb)
 RETURNS jsonb
