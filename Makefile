@@ -17,7 +17,7 @@ PGTAP_JOBS ?= 1
 PGTAP_CITUS_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py test-py-parallel test-py-serial demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage bench-usage-rating bench-usage-ingest bench-usage-reads openapi client bench-relay-citus
+.PHONY: help deps venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py test-py-parallel test-py-serial demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage bench-usage-rating bench-usage-ingest bench-usage-reads bench-usage-statement openapi client bench-relay-citus
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -243,6 +243,10 @@ bench-usage-ingest: venv services
 
 bench-usage-reads: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.usage.reads $(BENCH_ARGS)
+
+# The ingestion statement alone (Kafka's and HTTP's calls, a batch of one) beside main's, same run
+bench-usage-statement: venv services
+	@source $(SERVICES_ENV) && $(BIN)/python -m bench.usage.statement $(BENCH_ARGS)
 
 bench-charge: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.charge.run $(BENCH_ARGS)

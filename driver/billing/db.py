@@ -396,7 +396,7 @@ PORTAL_CHANGE_PLAN = ("SELECT id, status, cancel_at_period_end FROM billing.port
                       "%(plan)s, %(now)s)")
 SET_PLAN_CHANGE_OPTIONS = "SELECT billing.set_plan_change_options(%(plan)s, %(options)s::jsonb) AS n"
 
-# Usage-based billing (db/functions/71_usage.sql, docs/usage.md).
+# Usage-based billing (db/functions/71_usage.sql, 83_usage_ingest.sql, 82_usage_pricing.sql, docs/usage.md).
 INGEST_USAGE = ("SELECT ord, status, reason, customer_id FROM billing.ingest_usage(%(events)s, %(now)s, "
                 "%(grace)s, %(skew)s, %(retention)s)")
 # %(events)b: a list of str in binary form (text[]): psycopg's text form quotes every element in

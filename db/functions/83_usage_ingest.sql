@@ -1,0 +1,291 @@
+-- 83_usage_ingest: the ingestion of usage events (issue 29; docs/usage.md "Ingestion, two doors",
+-- "Exactly once"): the one set-based statement behind both doors, the HTTP door's form
+-- (ingest_usage) and the Kafka consumer's (ingest_usage_batch). Split out of 71_usage (pure moves).
+-- Re-applied after every migration: CREATE OR REPLACE only.
+
+-- The ingestion: a batch of CloudEvents in ONE statement (billing._ingest_usage_set; the two doors:
+-- billing.ingest_usage, a JSON array of at most 1,000 (HTTP), and billing.ingest_usage_batch, an
+-- array of at most 10,000 (the Kafka consumer)). Each event is answered: accepted (stored,
+-- counted), duplicate (its (customer, source, id) was accepted before: nothing changes) or
+-- rejected with the reason. The exactly-once key, the event and the rollups are written in the
+-- same statement, so in the same transaction: an event is counted if and only if its key is stored.
+CREATE OR REPLACE FUNCTION billing._ingest_usage_set(
+    p_events jsonb[], p_now timestamptz, p_grace interval, p_skew interval, p_retention interval)
+RETURNS TABLE (ord integer, status text, reason text, customer_id bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := billing._check_now(p_now);
+    v_month timestamptz;
+    v_subj  bigint[];
+    v_times timestamptz[];
+    v_ids   bigint[];
+    v_from  timestamptz[];
+    v_k     integer;
+    v_loops text := current_setting('enable_nestloop');
+    v_plans text := current_setting('plan_cache_mode');
+    v_dist  boolean;
+BEGIN
+    IF p_grace IS NULL OR p_grace < interval '0' OR p_grace > interval '7 days'
+       OR p_skew IS NULL OR p_skew < interval '0' OR p_skew > interval '1 day'
+       OR p_retention IS NULL OR p_retention < interval '1 day' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('usage ingestion: grace 0..7 days, skew 0..1 day, retention >= 1 day; got %s, %s, %s', p_grace, p_skew, p_retention);
+    END IF;
+    IF cardinality(p_events) IS NULL OR cardinality(p_events) = 0 THEN
+        RETURN;
+    END IF;
+    -- one pass over the events: each one's subject (a customer id, or NULL) and time, parsed once:
+    -- a strict RFC 3339 form cast directly; when one of them still does not exist (30 February),
+    -- each one alone, NULL for those that fail (invalid_time)
+    BEGIN
+        SELECT array_agg(CASE WHEN jsonb_typeof(a.e) = 'object' AND length(a.e ->> 'subject') BETWEEN 1 AND 18
+                              AND translate(a.e ->> 'subject', '0123456789', '') = ''
+                              THEN (a.e ->> 'subject')::bigint END ORDER BY a.n),
+               array_agg(CASE WHEN jsonb_typeof(a.e) = 'object'
+                               AND a.e ->> 'time' ~ '^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])[Tt ]([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$'
+                              THEN (a.e ->> 'time')::timestamptz END ORDER BY a.n)
+          INTO v_subj, v_times FROM unnest(p_events) WITH ORDINALITY AS a (e, n);
+    EXCEPTION WHEN OTHERS THEN
+        SELECT array_agg(CASE WHEN jsonb_typeof(a.e) = 'object' AND length(a.e ->> 'subject') BETWEEN 1 AND 18
+                              AND translate(a.e ->> 'subject', '0123456789', '') = ''
+                              THEN (a.e ->> 'subject')::bigint END ORDER BY a.n),
+               array_agg(CASE WHEN jsonb_typeof(a.e) = 'object' THEN billing._usage_time(a.e ->> 'time') END ORDER BY a.n)
+          INTO v_subj, v_times FROM unnest(p_events) WITH ORDINALITY AS a (e, n);
+    END;
+    -- the batch's customers that exist (in key order), one customer at a time (on Citus each is a
+    -- query of its own shard group, not a nested distributed query)
+    SELECT coalesce(array_agg(c.id ORDER BY c.id), '{}') INTO v_ids
+      FROM billing.customer c
+     WHERE c.id IN (SELECT DISTINCT s FROM unnest(v_subj) s WHERE s IS NOT NULL);
+    -- the customers' usage locks, shared, in key order (the rating takes them exclusive: 72_usage_rating;
+    -- hashint8 is billing._usage_lock_key's key, written inline: a function call per customer costs),
+    -- before anything is read: an event stored while its span is rated is read by the rating, or
+    -- finds the cursor moved past it and marks its span late (below)
+    PERFORM pg_advisory_xact_lock_shared(29, q.k)
+       FROM (SELECT DISTINCT hashint8(i) AS k FROM unnest(v_ids) i ORDER BY 1) q;
+    -- the earliest event time of each customer in the batch (late events: before a span already rated)
+    v_from := ARRAY(SELECT m.t FROM unnest(v_ids) WITH ORDINALITY AS u (i, n)
+                      LEFT JOIN (SELECT x.s, min(x.t) AS t FROM unnest(v_subj, v_times) AS x (s, t)
+                                  WHERE x.t >= v_now - p_retention GROUP BY x.s) m ON m.s = u.i
+                     ORDER BY u.n);
+    -- the partitions of the batch's months (a catalog probe each; made at most once a month)
+    FOR v_month IN
+        SELECT DISTINCT date_trunc('month', t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+          FROM unnest(v_times) t
+         WHERE t IS NOT NULL AND t <= v_now + p_skew AND t >= v_now - p_retention
+    LOOP
+        PERFORM billing._usage_partition(v_month);
+    END LOOP;
+
+    -- a span already rated that this batch reaches is rated again (the increase billed on the next
+    -- USAGE invoice): one statement for the batch (on Citus, one probe per customer: a join of the
+    -- distributed cursors with the batch's list would not be one shard group's query)
+    v_dist := billing._distributed('billing.usage_cursor');
+    IF v_dist THEN
+        FOR v_k IN 1 .. cardinality(v_ids) LOOP
+            CONTINUE WHEN v_from[v_k] IS NULL;
+            UPDATE billing.usage_cursor u
+               SET late_since = least(coalesce(u.late_since, v_from[v_k]), v_from[v_k]), updated_at = v_now
+             WHERE u.customer_id = v_ids[v_k] AND u.rated_until > v_from[v_k]
+               AND (u.late_since IS NULL OR u.late_since > v_from[v_k]);
+        END LOOP;
+    ELSE
+        UPDATE billing.usage_cursor u
+           SET late_since = least(coalesce(u.late_since, f.t), f.t), updated_at = v_now
+          FROM unnest(v_ids, v_from) AS f (id, t)
+         WHERE f.t IS NOT NULL AND u.customer_id = f.id AND u.rated_until > f.t
+           AND (u.late_since IS NULL OR u.late_since > f.t);
+    END IF;
+
+    -- The statement's CTEs have blind row estimates (one row each; more once the plan is generic):
+    -- a nested loop over two of them is quadratic in the batch. Every join below is an equality
+    -- of two CTEs (hash), so nested loops are off for this statement alone (set back after it; an
+    -- error aborts the transaction or subtransaction, which restores the setting).
+    PERFORM set_config('enable_nestloop', 'off', true);
+    -- Its generic plan, made once a session (one node): the estimates are blind anyway, and the
+    -- custom plan the planner kept choosing was planned at each call, most of a batch of ONE
+    -- event's cost. (Citus plans a distributed statement's parameters only in a custom plan.)
+    IF NOT v_dist THEN
+        PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+    END IF;
+    RETURN QUERY
+    WITH parsed AS (
+        SELECT a.n::integer AS ord, a.e, a.s AS subject_id, a.t AS event_time,
+               CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'id' END AS event_id,
+               CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'source' END AS source,
+               CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'type' END AS event_type,
+               CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e -> 'data' END AS data
+          FROM unnest(p_events, v_subj, v_times) WITH ORDINALITY AS a (e, s, t, n)
+    ), checked AS (  -- the reasons that need no meter, in the order of docs/usage.md
+        SELECT p.ord, p.subject_id, p.event_time, p.event_id, p.source, p.event_type, p.data, c.id AS cust,
+               CASE
+                 WHEN p.e IS NULL THEN 'invalid_json'  -- a Kafka message that is not JSON (ingest_usage_batch)
+                 WHEN jsonb_typeof(p.e) <> 'object' OR p.e ->> 'specversion' IS DISTINCT FROM '1.0'
+                      OR p.event_id IS NULL OR p.event_id = '' OR length(p.event_id) > 200
+                      OR p.source IS NULL OR p.source = '' OR length(p.source) > 200
+                      OR p.event_type IS NULL OR p.event_type = '' OR length(p.event_type) > 200
+                      OR (p.data IS NOT NULL AND jsonb_typeof(p.data) NOT IN ('object', 'null'))
+                   THEN 'invalid_event'
+                 WHEN p.e ->> 'subject' IS NULL THEN 'invalid_event'
+                 WHEN p.event_time IS NULL THEN 'invalid_time'
+                 WHEN c.id IS NULL THEN 'unknown_customer'
+                 WHEN p.event_time > v_now + p_skew THEN 'in_future'
+                 WHEN p.event_time < v_now - p_retention THEN 'too_old'
+               END AS why
+          FROM parsed p LEFT JOIN unnest(v_ids) AS c (id) ON c.id = p.subject_id
+    ), meters AS MATERIALIZED (
+        SELECT m.code, m.event_type, m.aggregation, m.property, m.filters FROM billing.meter m
+    ), matched AS MATERIALIZED (  -- every (event, meter that counts it), the meter's value read once
+        SELECT k.ord, m.code, m.aggregation,
+               CASE WHEN m.aggregation IN ('sum', 'max', 'latest') AND jsonb_typeof(k.data #> m.property) = 'number'
+                    THEN (k.data #> m.property)::numeric END AS num,
+               CASE WHEN m.aggregation = 'unique_count' THEN k.data #>> m.property END AS val
+          FROM checked k JOIN meters m ON m.event_type = k.event_type
+         WHERE k.why IS NULL AND (m.filters = '{}'::jsonb OR billing._usage_match(m.filters, k.data))
+    ), bad AS (  -- a numeric meter's property missing or not a number first, then a unique_count's missing
+        SELECT x.ord, CASE WHEN bool_or(x.aggregation IN ('sum', 'max', 'latest') AND x.num IS NULL)
+                           THEN 'not_numeric' ELSE 'missing_property' END AS why
+          FROM matched x
+         WHERE (x.aggregation IN ('sum', 'max', 'latest') AND x.num IS NULL)
+            OR (x.aggregation = 'unique_count' AND x.val IS NULL)
+         GROUP BY x.ord
+    ), judged AS (
+        SELECT k.*, coalesce(k.why, b.why) AS reason FROM checked k LEFT JOIN bad b ON b.ord = k.ord
+    ), firsts AS (  -- a key sent twice in one batch: its first occurrence counts
+        SELECT DISTINCT ON (k.cust, k.source, k.event_id) k.ord, k.cust, k.source, k.event_id, k.event_time,
+               k.event_type, k.data
+          FROM judged k WHERE k.reason IS NULL
+         ORDER BY k.cust, k.source, k.event_id, k.ord
+    ), fresh AS (
+        INSERT INTO billing.usage_dedup AS d (customer_id, source, event_id, event_time)
+        SELECT f.cust, f.source, f.event_id, f.event_time FROM firsts f
+        ON CONFLICT ON CONSTRAINT usage_dedup_pkey DO NOTHING
+        RETURNING d.customer_id, d.source, d.event_id
+    ), kept AS (
+        SELECT f.* FROM firsts f
+          JOIN fresh n ON n.customer_id = f.cust AND n.source = f.source AND n.event_id = f.event_id
+    ), stored AS (
+        INSERT INTO billing.usage_event (customer_id, event_time, source, event_id, event_type, data, received_at)
+        SELECT k.cust, k.event_time, k.source, k.event_id, k.event_type, k.data, v_now FROM kept k
+        RETURNING 1
+    ), counted AS (
+        SELECT k.cust, x.code, date_trunc('hour', k.event_time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS bucket,
+               k.event_time, x.num, x.val
+          FROM kept k JOIN matched x ON x.ord = k.ord
+    ), rollups AS (  -- per (customer, meter, hour): the batch's figures, and the value of the latest
+                     -- event (two at one instant: the larger), in one sort
+        SELECT DISTINCT ON (c.cust, c.code, c.bucket) c.cust, c.code, c.bucket,
+               count(*) OVER w AS events, coalesce(sum(c.num) OVER w, 0) AS total, max(c.num) OVER w AS max_value,
+               max(c.event_time) OVER w AS latest_time, c.num AS latest_value
+          FROM counted c
+        WINDOW w AS (PARTITION BY c.cust, c.code, c.bucket)
+         ORDER BY c.cust, c.code, c.bucket, c.event_time DESC, c.num DESC NULLS LAST
+    ), rolled AS (
+        INSERT INTO billing.usage_rollup AS r (customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value)
+        SELECT s.cust, s.code, s.bucket, s.events, s.total, s.max_value, s.latest_time, s.latest_value FROM rollups s
+        ON CONFLICT ON CONSTRAINT usage_rollup_pkey DO UPDATE
+           SET events = r.events + EXCLUDED.events,
+               total = r.total + EXCLUDED.total,
+               max_value = greatest(r.max_value, EXCLUDED.max_value),
+               latest_value = CASE WHEN r.latest_time IS NULL OR EXCLUDED.latest_time > r.latest_time
+                                        OR (EXCLUDED.latest_time = r.latest_time AND EXCLUDED.latest_value > r.latest_value)
+                                   THEN EXCLUDED.latest_value ELSE r.latest_value END,
+               latest_time = greatest(r.latest_time, EXCLUDED.latest_time)
+        RETURNING 1
+    ), uniq AS (
+        INSERT INTO billing.usage_unique (customer_id, meter_code, bucket, value)
+        SELECT DISTINCT c.cust, c.code, c.bucket, c.val FROM counted c WHERE c.val IS NOT NULL
+        ON CONFLICT ON CONSTRAINT usage_unique_pkey DO NOTHING
+        RETURNING 1
+    )
+    SELECT k.ord,
+           CASE WHEN k.reason IS NOT NULL THEN 'rejected' WHEN kk.ord IS NOT NULL THEN 'accepted' ELSE 'duplicate' END,
+           k.reason, k.cust
+      FROM judged k LEFT JOIN kept kk ON kk.ord = k.ord
+     ORDER BY k.ord;
+    PERFORM set_config('enable_nestloop', v_loops, true);
+    PERFORM set_config('plan_cache_mode', v_plans, true);
+END
+$$;
+
+COMMENT ON FUNCTION billing._ingest_usage_set(jsonb[], timestamptz, interval, interval, interval) IS
+'Private: the ingestion statement behind ingest_usage and ingest_usage_batch (a NULL element: not JSON, invalid_json).
+Returns per event (ord, status, reason, customer_id).';
+
+-- The HTTP door's form: a JSON array of at most 1,000 events (BL413 above).
+CREATE OR REPLACE FUNCTION billing.ingest_usage(
+    p_events jsonb, p_now timestamptz DEFAULT now(), p_grace interval DEFAULT interval '1 hour',
+    p_skew interval DEFAULT interval '5 minutes', p_retention interval DEFAULT interval '100 days')
+RETURNS TABLE (ord integer, status text, reason text, customer_id bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_events IS NULL OR jsonb_typeof(p_events) <> 'array' THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'usage events: a JSON array of CloudEvents is expected';
+    END IF;
+    IF jsonb_array_length(p_events) > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL413',
+            MESSAGE = format('usage events: at most 1000 a batch, got %s', jsonb_array_length(p_events));
+    END IF;
+    RETURN QUERY SELECT * FROM billing._ingest_usage_set(
+        ARRAY(SELECT a.e FROM jsonb_array_elements(p_events) WITH ORDINALITY AS a (e, n) ORDER BY a.n),
+        billing._check_now(p_now), p_grace, p_skew, p_retention);
+END
+$$;
+COMMENT ON FUNCTION billing.ingest_usage(jsonb, timestamptz, interval, interval, interval) IS
+'Ingests a batch (JSON array, at most 1000; BL413 above) of CloudEvents 1.0 usage events in one statement: per event (ord = its 1-based
+position) accepted, duplicate (its (customer, source, id) was accepted before) or rejected with the reason: invalid_event, invalid_time,
+unknown_customer, in_future (beyond p_skew), too_old (before the open period, or the period before while p_grace runs, or older than
+p_retention), not_numeric (a sum/max/latest meter''s property), missing_property (a unique_count meter''s). subject = the customer id.';
+
+-- The Kafka consumer's form: the messages' values as they came (JSON text), at most 10,000 (BL413
+-- above): a batch that large makes fewer rollup rows per event (a customer's events of one hour and
+-- meter are added to its rollup once), and the consumer neither parses nor re-serializes them.
+-- A message that is not JSON is answered rejected, invalid_json.
+CREATE OR REPLACE FUNCTION billing.ingest_usage_batch(
+    p_events text[], p_now timestamptz DEFAULT now(), p_grace interval DEFAULT interval '1 hour',
+    p_skew interval DEFAULT interval '5 minutes', p_retention interval DEFAULT interval '100 days')
+RETURNS TABLE (ord integer, status text, reason text, customer_id bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_events jsonb[];
+    v_one    jsonb;
+    v_text   text;
+BEGIN
+    IF p_events IS NULL OR array_ndims(p_events) > 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'usage events: an array of CloudEvents (JSON texts) is expected';
+    END IF;
+    IF cardinality(p_events) > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL413',
+            MESSAGE = format('usage events: at most 10000 a batch, got %s', cardinality(p_events));
+    END IF;
+    -- parsed at once; when one of them is not JSON, each one alone (NULL for those: invalid_json)
+    BEGIN
+        v_events := p_events::jsonb[];
+    EXCEPTION WHEN OTHERS THEN
+        v_events := '{}';
+        FOREACH v_text IN ARRAY p_events LOOP
+            BEGIN
+                v_one := v_text::jsonb;
+            EXCEPTION WHEN OTHERS THEN
+                v_one := NULL;
+            END;
+            v_events := array_append(v_events, v_one);
+        END LOOP;
+    END;
+    RETURN QUERY SELECT * FROM billing._ingest_usage_set(v_events, billing._check_now(p_now), p_grace, p_skew, p_retention);
+END
+$$;
+COMMENT ON FUNCTION billing.ingest_usage_batch(text[], timestamptz, interval, interval, interval) IS
+'The Kafka consumer''s ingestion: as billing.ingest_usage, the events as JSON texts (one message each), at most 10000 (BL413 above).
+Returns per event (ord = its 1-based position) accepted, duplicate or rejected with the reason (ingest_usage''s, and invalid_json).';
+
+-- Comments of two lines each (001_schema checks it), the short ones above made whole here.
+COMMENT ON FUNCTION billing.ingest_usage(jsonb, timestamptz, interval, interval, interval) IS
+'Ingests a batch (JSON array, at most 1000; BL413 above) of CloudEvents 1.0 usage events (subject = the customer id) in one statement; the exactly-once key (customer, source, id), the event and the rollups in the same transaction.
+Returns per event its 1-based ord, status accepted|duplicate|rejected, reason (invalid_event, invalid_time, unknown_customer, in_future, too_old, not_numeric, missing_property) and customer.';
