@@ -10,7 +10,7 @@ import logging
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import parse_qs, quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 import psycopg
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -18,7 +18,7 @@ from psycopg_pool import PoolTimeout
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from billing import db, signing
+from billing import db, signing, web_forms
 from billing.clock import Clock
 from billing.console import actions as actions_mod
 from billing.console import render
@@ -29,6 +29,8 @@ log = logging.getLogger("billing.console")
 COOKIE = "billing_console"
 LOGIN_COOKIE = "billing_console_login"
 MAX_FORM_BYTES = 16 * 1024
+_FORM_REFUSED = {415: "forms only (application/x-www-form-urlencoded)", 413: "the form is too large",
+                 400: "the form could not be read"}
 REFRESH_SECONDS = 5
 PAGE = 50
 SECURITY_HEADERS = {
@@ -193,30 +195,14 @@ class Console:
 
     @staticmethod
     def same_origin(request: Request) -> bool:
-        origin = request.headers.get("origin")
-        if origin is None:
-            return True  # not a browser's cross-site form (browsers send Origin with every POST)
-        host = request.headers.get("host", "")
-        return urlsplit(origin).netloc == host
+        return web_forms.same_origin(request)
 
     @staticmethod
     async def read_form(request: Request) -> dict[str, str]:
-        ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if ctype != "application/x-www-form-urlencoded":
-            raise Refused(415, "forms only (application/x-www-form-urlencoded)")
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > MAX_FORM_BYTES):
-            raise Refused(413, "the form is too large")
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM_BYTES:
-                raise Refused(413, "the form is too large")
         try:
-            parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=50, strict_parsing=False)
-        except (UnicodeDecodeError, ValueError):
-            raise Refused(400, "the form could not be read") from None
-        return {k: v[0] for k, v in parsed.items()}
+            return await web_forms.read_form(request, max_bytes=MAX_FORM_BYTES, max_fields=50)
+        except web_forms.FormRefused as exc:
+            raise Refused(exc.status, _FORM_REFUSED[exc.status]) from None
 
     async def guarded_form(self, request: Request, session: dict) -> dict[str, str]:
         """The form of a POST from a logged-in page: same origin and a valid CSRF token."""

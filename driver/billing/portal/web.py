@@ -14,7 +14,7 @@ import logging
 import re
 import secrets
 from datetime import timedelta
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode
 
 import psycopg
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -22,7 +22,7 @@ from psycopg_pool import PoolTimeout
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from billing import db, signing
+from billing import db, signing, web_forms
 from billing.clock import Clock
 from billing.invoices.documents import Issuer
 from billing.limiter.abuse import FailureThrottle
@@ -148,29 +148,14 @@ class Portal:
 
     @staticmethod
     def same_origin(request: Request) -> bool:
-        origin = request.headers.get("origin")
-        if origin is None:
-            return True  # browsers send Origin with every cross-site POST; its absence is not one
-        return urlsplit(origin).netloc == request.headers.get("host", "")
+        return web_forms.same_origin(request)
 
     @staticmethod
     async def read_form(request: Request) -> dict[str, str]:
-        ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if ctype != "application/x-www-form-urlencoded":
-            raise Refused(415, "portal.error.form")
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > MAX_FORM_BYTES):
-            raise Refused(413, "portal.error.form")
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM_BYTES:
-                raise Refused(413, "portal.error.form")
         try:
-            parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=20)
-        except (UnicodeDecodeError, ValueError):
-            raise Refused(400, "portal.error.form") from None
-        return {k: v[0] for k, v in parsed.items()}
+            return await web_forms.read_form(request, max_bytes=MAX_FORM_BYTES, max_fields=20)
+        except web_forms.FormRefused as exc:
+            raise Refused(exc.status, "portal.error.form") from None
 
     async def guarded_form(self, request: Request, session: dict) -> dict[str, str]:
         if not self.same_origin(request):
