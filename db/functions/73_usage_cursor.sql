@@ -177,6 +177,13 @@ BEGIN
      CROSS JOIN LATERAL (SELECT billing._usage_start(s, least(c.since, p_now)) AS x) st
      WHERE NOT EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE u.customer_id = s.customer_id AND u.subscription_id = s.id)
      ORDER BY s.customer_id, s.id
+     -- The cursor's foreign key locks each subscription FOR KEY SHARE, which waits for a FOR UPDATE
+     -- holder (_lock_subscription: a payment result, a change, a cancellation). Held here first and
+     -- skipped when held elsewhere (followed at the next call, from the same start): waiting for
+     -- them, in key order, while holding the subscriptions and cursors before, deadlocked with a
+     -- transaction locking two of them in another order (found by the demo: a rating's follow
+     -- against the charge workers).
+       FOR KEY SHARE OF s SKIP LOCKED
     ON CONFLICT ON CONSTRAINT usage_cursor_pkey DO NOTHING;
 END
 $$;

@@ -157,3 +157,34 @@ def test_the_due_scan_reads_the_due_index(db_url):
             EXPLAIN SELECT u.customer_id FROM billing.usage_cursor u
              WHERE NOT u.finished AND u.due_at <= now() ORDER BY u.due_at LIMIT 10""").fetchall())
         assert "usage_cursor_due_idx" in plan, plan
+
+
+def test_following_skips_a_subscription_another_transaction_holds(db_url):
+    """rate_usage's follow step (the cursors of subscriptions not followed yet) does not wait for a
+    subscription another transaction holds FOR UPDATE (a payment result, a change): it skips it and
+    follows it at the next call. Waiting (the cursor's foreign key, in key order) deadlocked with a
+    transaction holding two subscriptions in another order (the demo's charge workers)."""
+    world(db_url, 0)  # the meters and the plan
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for c in range(1, 5):  # four signups, not followed yet (as right after signups)
+            conn.execute("SELECT billing.upsert_customer(%s)", (c,))
+            conn.execute("SELECT billing.create_subscription(%s, %s, 'API', %s)", (f"k{c}", c, START))
+            event = {"specversion": "1.0", "id": f"e{c}", "source": "gw", "type": "api.request",
+                     "time": (START + timedelta(days=3)).isoformat().replace("+00:00", "Z"), "subject": str(c),
+                     "data": {"tokens": 2}}
+            conn.execute("SELECT billing.ingest_usage(%s::jsonb, %s)", (json.dumps([event]), START + timedelta(days=4)))
+        conn.execute("SELECT billing.create_due_invoices(100, %s)", (END + timedelta(seconds=1),))
+        assert conn.execute("SELECT count(*) FROM billing.usage_cursor").fetchone()[0] == 0
+    with psycopg.connect(db_url) as holder, psycopg.connect(db_url, autocommit=True) as rater:
+        holder.execute("SELECT 1 FROM billing.subscription WHERE customer_id = 3 FOR UPDATE")
+        rater.execute("SET statement_timeout = '60s'")  # a bound: before the fix it waited for the holder
+        rated = rater.execute(RATE, (100, RATE_AT)).fetchall()
+        followed = {r[0] for r in rater.execute("SELECT customer_id FROM billing.usage_cursor").fetchall()}
+        assert followed == {1, 2, 4} and {r[0] for r in rated if r[2] is not None} == {1, 2, 4}
+        holder.rollback()
+    with psycopg.connect(db_url, autocommit=True) as rater:
+        rated = rater.execute(RATE, (100, RATE_AT)).fetchall()
+        assert [(r[0], r[2] is not None) for r in rated] == [(3, True)]
+        usage = rater.execute("SELECT customer_id, subtotal FROM billing.invoice WHERE kind = 'USAGE' "
+                              "ORDER BY customer_id").fetchall()
+    assert usage == [(c, 3 + 2) for c in range(1, 5)]  # one request x 3 + 2 tokens x 1, each once

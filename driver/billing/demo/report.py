@@ -198,7 +198,8 @@ def usage_html(result: RunResult) -> str:
              f"({u['duplicates']:,} sent twice) through {esc(u['source'])}: {ans.get('accepted', 0):,} accepted, "
              f"{ans.get('duplicate', 0):,} answered duplicate, {ans.get('rejected', 0):,} rejected "
              f"({u['ingest_seconds']:.1f} s of the run waiting for the consumer). Each ended month was rated onto a "
-             "USAGE invoice once its grace was over (docs/usage.md).</p>"]
+             "USAGE invoice once its grace was over (docs/usage.md); rating calls tried again at the next step: "
+             f"{esc(', '.join(f'{k} {v}' for k, v in u.get('rating_retries', {}).items()) or 'none')}.</p>"]
     rows = [[esc(r["currency"]), f"{r['invoices']:,}", f"{r['paid']:,}", f"{r['quantity']:,}",
              major(r["amount"], r["currency"])] for r in u.get("invoices", [])]
     parts.append(_table(["currency", "USAGE invoices", "paid", "requests billed", "amount"], rows, {1, 2, 3, 4}))

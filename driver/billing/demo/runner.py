@@ -277,7 +277,14 @@ class Simulation:
     # -- 5. the end of the window: the queue, the webhooks and the relay finish -----------------
 
     async def rate_usage(self) -> int:
-        return await rate_due_usage(self.worker.pool, self.clock, grace=self.settings.usage_grace)
+        """The worker's rating step (rate_due_usage). As the worker's loop does, a call that lost a
+        deadlock or a serialization conflict is tried again at the next step (counted, and shown in
+        the report); any other error stops the demo."""
+        try:
+            return await rate_due_usage(self.worker.pool, self.clock, grace=self.settings.usage_grace)
+        except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
+            self.usage.retries[type(exc).__name__] += 1
+            return 0
 
     async def drain(self) -> None:
         while True:

@@ -72,6 +72,7 @@ class UsageStream:
         self.signed_up: dict[int, datetime] = {}
         self.answers: Counter = Counter()
         self.reasons: Counter = Counter()
+        self.retries: Counter = Counter()  # rating calls tried again at the next step (runner.rate_usage)
         self.seq = 0
         self.last = sc.start  # the requests before this instant are sent
         self.kafka = bool(settings.kafka_bootstrap)
@@ -238,7 +239,7 @@ class UsageStream:
     def figures(self) -> dict:
         return {"source": self.source, "customers": len(self.sc.api_rates), "requests": len(self.sent.events),
                 "messages": self.sent.messages, "duplicates": self.sent.duplicates,
-                "answers": dict(self.answers), "reasons": dict(self.reasons),
+                "answers": dict(self.answers), "reasons": dict(self.reasons), "rating_retries": dict(self.retries),
                 "ingest_seconds": round(self.ingest_seconds, 1)}
 
 
