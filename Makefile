@@ -39,7 +39,8 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-# Each script prints the URL it serves; the URLs go to .cache/services.env for the other targets.
+# Each script prints the URL it serves; the URLs go to .cache/services.env for the other targets
+# (written whole, then renamed: make test's side-by-side stages each run this target and read the file).
 services:
 	@mkdir -p $(CACHE)
 	@pg=$$(bash scripts/services/postgres.sh) && \
@@ -53,7 +54,7 @@ services:
 	   echo "export BILLING_TEST_STRIPE_MOCK_URL=$$sm"; \
 	   echo "export BILLING_TEST_SMTP_URL=$$smtp"; \
 	   echo "export BILLING_TEST_MAILPIT_URL=$$mailpit"; \
-	   echo "export BILLING_TEST_SMTP_CA_FILE=$$smtpca"; } > $(SERVICES_ENV) && \
+	   echo "export BILLING_TEST_SMTP_CA_FILE=$$smtpca"; } > $(SERVICES_ENV).$$$$ && mv -f $(SERVICES_ENV).$$$$ $(SERVICES_ENV) && \
 	 echo "postgres: $$pg" && echo "redis:    $$rd" && echo "kafka:    $$kf" && echo "stripe-mock: $$sm" && \
 	 echo "mailpit:  $$smtp $$mailpit"
 
