@@ -165,13 +165,13 @@ test-quick: venv services
 # "+" run side by side (make -j, each one's output printed whole when it ends). deps first installs
 # what the machine lacks (so no two stages run apt-get at once), audit the virtual environment they all
 # use, services starts the loopback servers (test-sql and the pytest passes would start them twice at
-# once). Then everything that only needs CPU and does not measure time, side by side: the unit tier,
-# pgTAP on one PostgreSQL and on the Citus cluster (their own databases, one transaction per file),
-# and pytest's parallel pass (a database per test; its Citus fixture starts the cluster under
-# citus.sh's lock, its migrations and the stages' share .cache/migrate.lock). The pgTAP stages and
-# the unit tier end early; the tail of test-citus runs one file at a time: the parallel pass fills
-# the cores they leave. Last, alone, pytest's serial pass (timing-sensitive tests, the chaos runs).
-TEST_STAGES := deps audit services test-fast+test-sql+test-citus+test-py-parallel test-py-serial
+# once). Then the unit tier and pgTAP on one PostgreSQL and on the Citus cluster, side by side (their
+# own databases, one transaction per file); then pytest's parallel pass ($(PYTEST_WORKERS) workers, a
+# database per test); last, alone, its serial pass (timing-sensitive tests, the chaos runs). The
+# parallel pass could also run beside the pgTAP stages (the Makefile allows it: the stages' migrations
+# share .cache/migrate.lock, citus.sh's start is locked), but every stage is CPU-bound on this 2-core
+# machine: side by side they gained at most ~30 s and made every timeout of the parallel pass tighter.
+TEST_STAGES := deps audit services test-fast+test-sql+test-citus test-py-parallel test-py-serial
 STAGE_TIMES := $(CACHE)/stage-times
 test:
 	@mkdir -p $(CACHE) && : > $(STAGE_TIMES) && started=$$(date +%s) && for stage in $(TEST_STAGES); do \
