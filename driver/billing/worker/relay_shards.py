@@ -60,14 +60,16 @@ class ShardRelay(Relay):
     Each round: count the relays that are up (their presence locks), hold this relay's share of
     the shard groups (one advisory lock per group on the coordinator session: not the batch
     workers' shard leases, which a relay would keep them out of), then claim in every group it
-    holds, on the node holding it (`claim_outbox_events_in_shard`: the group's due events, each
-    aggregate's in order, none while an earlier one of its aggregate is held elsewhere), produce
-    everything claimed, wait for every delivery report, and hand the group's delivered rows to the
-    node's marker (`mark_outbox_published_in_shard`, in the background on its own connection).
+    holds, on the node holding it (`claim_outbox_events_in_shards`, one call per node for its
+    groups: each group's due events, each aggregate's in order, none while an earlier one of its
+    aggregate is held elsewhere), produce everything claimed, wait for every delivery report, and
+    hand the groups' delivered rows to the node's marker (`mark_outbox_published_in_shards`, one
+    call per node for its groups, in the background on its own connection).
     No NOTIFY on Citus (a worker would raise it): an idle relay polls every `poll_interval`.
 
-    Pipelined (issue 32): the groups' claims run side by side (`shard_connections` connections
-    per node), and under a backlog (a group's claim came back full) the next round's claims are
+    Pipelined (issue 32): a node's groups are claimed in at most `shard_connections` calls side by
+    side (one connection each; one call per node and round when it is 1, whatever the number of
+    groups: the catalog read once per call, one audit row), and under a backlog (a group's claim came back full) the next round's claims are
     made while the current round is in flight, and marks are made in the background, as the
     single-node relay does. Safe for the order for the same reason: while a round's rows are
     PENDING (in flight, or delivered and not yet marked), the claim does not hand out a later
@@ -192,36 +194,47 @@ class ShardRelay(Relay):
         return state
 
     async def _claim_groups(self, groups: list[int]) -> dict[int, list[OutboxRow]]:
-        """Claim in every group at once (at most shard_connections claims per node at a time)."""
+        """Claim in every group at once: a node's groups in at most shard_connections calls of
+        `claim_outbox_events_in_shards`, side by side (one connection each)."""
         nodes = {g: self.groups[g] for g in groups if g in self.groups}
         self._claimed_on.update(nodes)
+        by_node: dict[tuple[str | None, int | None], list[int]] = {}
+        for group, node in nodes.items():
+            by_node.setdefault(node, []).append(group)
+        parts = []
+        for node, node_groups in by_node.items():
+            calls = max(1, min(self.opt.shard_connections, len(node_groups)))
+            parts += [(node, node_groups[i::calls]) for i in range(calls)]
 
-        async def one(group: int) -> list[OutboxRow]:
+        async def one(node: tuple[str | None, int | None], part: list[int]) -> dict[int, list[OutboxRow]]:
             try:
-                return await self._claim_group(group, nodes[group])
+                return await self._claim_part(node, part)
             except psycopg.Error as exc:
-                await self._node_failed(nodes[group], group, exc)
-                return []
+                await self._node_failed(node, ",".join(map(str, part)), exc)
+                return {}
 
-        found = await asyncio.gather(*(one(g) for g in nodes))
-        return dict(zip(nodes, found))
+        claimed: dict[int, list[OutboxRow]] = {g: [] for g in nodes}
+        for found in await asyncio.gather(*(one(node, part) for node, part in parts)):
+            claimed.update(found)
+        return claimed
 
-    async def _claim_group(self, group: int, node: tuple[str | None, int | None]) -> list[OutboxRow]:
+    async def _claim_part(self, node: tuple[str | None, int | None], groups: list[int]) -> dict[int, list[OutboxRow]]:
         state = await self._node(node)
         conn = await state.take(self.opt.shard_connections)
         try:
-            cur = await conn.execute(db.CLAIM_OUTBOX_EVENTS_IN_SHARD, {
-                "worker": self.worker, "group": group, "batch": self.opt.batch_size, "lease": self.opt.lease,
+            cur = await conn.execute(db.CLAIM_OUTBOX_EVENTS_IN_SHARDS, {
+                "worker": self.worker, "groups": groups, "batch": self.opt.batch_size, "lease": self.opt.lease,
                 "now": self.clock.now()})
-            rows = [OutboxRow(id_, (agg_type, agg_id), str(agg_id).encode(), payload.encode(), seq)
-                    for id_, agg_type, agg_id, payload, seq in await cur.fetchall()]
+            rows: dict[int, list[OutboxRow]] = {g: [] for g in groups}
+            for group, id_, agg_type, agg_id, payload, seq in await cur.fetchall():
+                rows[group].append(OutboxRow(id_, (agg_type, agg_id), str(agg_id).encode(), payload.encode(), seq))
         except BaseException:
             await conn.close()
             raise
         state.give(conn)
         return rows
 
-    async def _node_failed(self, node: tuple[str | None, int | None] | None, group: int, exc: Exception) -> None:
+    async def _node_failed(self, node: tuple[str | None, int | None] | None, group: int | str, exc: Exception) -> None:
         # A node away, or a group moved (BL409 naming its new node): its rows come back after their
         # lease; the next round leases again and reads the placements afresh.
         log.warning("relay: shard group unavailable this round", extra={"group": group, "error": str(exc).strip()})
@@ -255,8 +268,13 @@ class ShardRelay(Relay):
             if redo:
                 self._redo[group] = redo
 
-    async def _mark_group(self, conn: psycopg.AsyncConnection, group: int, ids: list[int]) -> None:
-        await conn.execute(db.MARK_OUTBOX_PUBLISHED_IN_SHARD, {"group": group, "ids": ids, "now": self.clock.now()})
+    async def _mark_groups(self, conn: psycopg.AsyncConnection, by_group: dict[int, list[int]]) -> None:
+        """One `mark_outbox_published_in_shards` for the delivered ids of a node's groups."""
+        groups = [g for g, ids in sorted(by_group.items()) for _ in ids]
+        ids = [i for _, group_ids in sorted(by_group.items()) for i in group_ids]
+        if not ids:
+            return
+        await conn.execute(db.MARK_OUTBOX_PUBLISHED_IN_SHARDS, {"groups": groups, "ids": ids, "now": self.clock.now()})
         self.published += len(ids)
         OUTBOX_PUBLISHED.inc(len(ids))
 
@@ -276,8 +294,9 @@ class ShardRelay(Relay):
 
 
 class _GroupMarker(Marker):
-    """A node's marker: the delivered ids of each group it holds, marked group by group
-    (`mark_outbox_published_in_shard`) in the background on the node's own connection."""
+    """A node's marker: the delivered ids of each group it holds, marked by one
+    `mark_outbox_published_in_shards` for all its groups, in the background on the node's own
+    connection."""
 
     def __init__(self, conn: psycopg.AsyncConnection, relay: ShardRelay) -> None:
         self.relay = relay
@@ -290,8 +309,7 @@ class _GroupMarker(Marker):
 
     async def _mark_all(self, conn: psycopg.AsyncConnection, ids: list[int]) -> None:
         by_group, self.by_group = self.by_group, {}
-        for group, group_ids in sorted(by_group.items()):
-            await self.relay._mark_group(conn, group, group_ids)
+        await self.relay._mark_groups(conn, by_group)
 
 
 class _Node:
