@@ -16,15 +16,12 @@ RETURNS boolean
 LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_distributed boolean;
 BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
         RETURN false;  -- no Citus here
     END IF;
-    EXECUTE format('SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = $1 AND partmethod = %L)', 'h')
-       INTO v_distributed USING p_table;
-    RETURN v_distributed;
+    -- Static SQL: planned once per session, and never without Citus (the branch above returns).
+    RETURN EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition d WHERE d.logicalrelid = p_table AND d.partmethod = 'h');
 END
 $$;
 COMMENT ON FUNCTION billing._distributed(regclass) IS
@@ -42,54 +39,101 @@ BEGIN
         RETURN;
     END IF;
     -- Groups numbered 1..n in hash order of billing.customer's shards; every colocated table has
-    -- the same ranges in the same order, on the same node.
-    RETURN QUERY EXECUTE format($q$
-        SELECT (pg_catalog.row_number() OVER (ORDER BY s.shardminvalue::bigint))::integer,
-               n.nodename::text, n.nodeport::integer,
-               n.groupid = (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)
-          FROM pg_catalog.pg_dist_shard s
-          JOIN pg_catalog.pg_dist_placement p ON p.shardid = s.shardid
+    -- the same ranges in the same order, on the same node. Each shard's placements through their
+    -- shardid index (LATERAL): a plain join of the catalog tables was planned as a scan of every
+    -- placement of every table (16 ms at 64 groups, issue 32). Static SQL: planned once per
+    -- session, and never without Citus (the branch above returns).
+    RETURN QUERY
+        SELECT s.shard_group, n.nodename::text, n.nodeport::integer,
+               n.groupid = (SELECT l.groupid FROM pg_catalog.pg_dist_local_group l)
+          FROM (SELECT (pg_catalog.row_number() OVER (ORDER BY d.shardminvalue::bigint))::integer AS shard_group, d.shardid
+                  FROM pg_catalog.pg_dist_shard d
+                 WHERE d.logicalrelid = 'billing.customer'::regclass) s
+         CROSS JOIN LATERAL (SELECT p.groupid FROM pg_catalog.pg_dist_placement p WHERE p.shardid = s.shardid OFFSET 0) p
           JOIN pg_catalog.pg_dist_node n ON n.groupid = p.groupid AND n.noderole = 'primary'
-         WHERE s.logicalrelid = 'billing.customer'::regclass
-         ORDER BY 1$q$);
+         ORDER BY 1;
 END
 $$;
 COMMENT ON FUNCTION billing._shard_groups() IS
 'Private: the shard groups of the batch claims and the node holding each (1..n in hash order on Citus; one group 0, the whole database, on a single PostgreSQL).
 Returns one row per group: its number, the node''s name and port, and whether it is this node.';
 
-CREATE OR REPLACE FUNCTION billing._shard_table(p_table regclass, p_shard_group integer)
-RETURNS text
+-- The tables of several groups at once, from one read of Citus' catalog (issue 32: a call per node
+-- for all its groups, where the relay used to read the catalog twice per group and call; at 64
+-- groups that read was most of a claim or mark of a few rows). The catalog is read every call, never
+-- kept across calls: a group that moved must be refused (BL409) by the node it left, at once.
+CREATE OR REPLACE FUNCTION billing._shard_tables(p_table regclass, p_shard_groups integer[])
+RETURNS TABLE (shard_group integer, table_name text)
 LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_group record;
-    v_name  text;
+    v_groups integer[];
+    v_found  record;
+    v_group  integer;
+    v_node   record;
 BEGIN
-    SELECT * INTO v_group FROM billing._shard_groups() g WHERE g.shard_group = p_shard_group;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL404',
-            MESSAGE = format('shard group %s does not exist', coalesce(p_shard_group::text, 'NULL')),
-            HINT = 'Claim in the groups lease_shard_groups returned (one group, 0, on a single PostgreSQL).';
-    END IF;
+    -- Each group once, in order; a NULL group is unknown (BL404 below).
+    v_groups := ARRAY(SELECT DISTINCT g FROM pg_catalog.unnest(p_shard_groups) g ORDER BY g);
     IF NOT billing._distributed(p_table) THEN
-        RETURN p_table::text;
+        -- A single PostgreSQL (one group, 0) or a table not distributed: the table itself.
+        FOREACH v_group IN ARRAY v_groups LOOP
+            IF v_group IS NULL OR NOT EXISTS (SELECT 1 FROM billing._shard_groups() g WHERE g.shard_group = v_group) THEN
+                RAISE EXCEPTION USING ERRCODE = 'BL404',
+                    MESSAGE = format('shard group %s does not exist', coalesce(v_group::text, 'NULL')),
+                    HINT = 'Claim in the groups lease_shard_groups returned (one group, 0, on a single PostgreSQL).';
+            END IF;
+            shard_group := v_group;
+            table_name := p_table::text;
+            RETURN NEXT;
+        END LOOP;
+        RETURN;
     END IF;
-    IF NOT v_group.is_local THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL409',
-            MESSAGE = format('shard group %s is on node %s:%s, not on this one', p_shard_group, v_group.node_name,
-                             v_group.node_port),
-            HINT = 'Claim on the node lease_shard_groups names for the group (a group that moved: lease again).';
-    END IF;
-    EXECUTE format($q$
-        SELECT shard_name($1, s.shardid)
-          FROM (SELECT d.shardid, pg_catalog.row_number() OVER (ORDER BY d.shardminvalue::bigint) AS i
-                  FROM pg_catalog.pg_dist_shard d WHERE d.logicalrelid = $1) s
-         WHERE s.i = $2$q$)
-       INTO v_name USING p_table, p_shard_group;
-    RETURN v_name;
+    -- Groups numbered 1..n in hash order of the table's shards: the same ranges, in the same order
+    -- and on the same nodes, as billing.customer's (_shard_groups; every table is colocated with it).
+    -- Static SQL: planned once per session (this branch never runs without Citus). The table's
+    -- shards by its logicalrelid index, each one's placement on this node by the shardid index.
+    FOR v_found IN
+        WITH shard AS (
+            SELECT (pg_catalog.row_number() OVER (ORDER BY s.shardminvalue::bigint))::integer AS shard_group, s.shardid
+              FROM pg_catalog.pg_dist_shard s
+             WHERE s.logicalrelid = p_table)
+        SELECT w.g, s.shardid,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_dist_placement p
+                        WHERE p.shardid = s.shardid
+                          AND p.groupid = (SELECT l.groupid FROM pg_catalog.pg_dist_local_group l)) AS is_local
+          FROM pg_catalog.unnest(v_groups) w(g)
+          LEFT JOIN shard s ON s.shard_group = w.g
+         ORDER BY w.g NULLS FIRST
+    LOOP
+        IF v_found.shardid IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'BL404',
+                MESSAGE = format('shard group %s does not exist', coalesce(v_found.g::text, 'NULL')),
+                HINT = 'Claim in the groups lease_shard_groups returned (one group, 0, on a single PostgreSQL).';
+        END IF;
+        IF NOT v_found.is_local THEN
+            SELECT * INTO v_node FROM billing._shard_groups() g WHERE g.shard_group = v_found.g;
+            RAISE EXCEPTION USING ERRCODE = 'BL409',
+                MESSAGE = format('shard group %s is on node %s:%s, not on this one', v_found.g, v_node.node_name,
+                                 v_node.node_port),
+                HINT = 'Claim on the node lease_shard_groups names for the group (a group that moved: lease again).';
+        END IF;
+        shard_group := v_found.g;
+        table_name := shard_name(p_table, v_found.shardid);
+        RETURN NEXT;
+    END LOOP;
 END
+$$;
+COMMENT ON FUNCTION billing._shard_tables(regclass, integer[]) IS
+'Private: _shard_table for several groups at once, from one read of the catalog: each group once, in order, with the table to claim from (on Citus the group''s shard of p_table, on a single PostgreSQL the table itself, group 0).
+Returns one row per group; BL404 for an unknown group, BL409 for a group not on this node.';
+
+CREATE OR REPLACE FUNCTION billing._shard_table(p_table regclass, p_shard_group integer)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT t.table_name FROM billing._shard_tables(p_table, ARRAY[p_shard_group]) t
 $$;
 COMMENT ON FUNCTION billing._shard_table(regclass, integer) IS
 'Private: the table to claim from for one shard group: on Citus the group''s shard of p_table (BL409 unless it is on this node), on a single PostgreSQL the table itself (group 0).

@@ -178,57 +178,108 @@ Returns the claimed rows in that order (publish them in it); an event waits whil
 -- shard of billing.outbox_event on that node: plain PostgreSQL, FOR UPDATE SKIP LOCKED included.
 -- On a single PostgreSQL the one group 0 is the table itself, so the calls work there too.
 -- ---------------------------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION billing.claim_outbox_events_in_shard(
-    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 500, p_lease interval DEFAULT interval '30 seconds',
-    p_now timestamptz DEFAULT now())
-RETURNS SETOF billing.outbox_event
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- The claim in several groups of one node at once (issue 32): one call per node and round instead
+-- of one per group, the catalog read once (_shard_tables), one audit row. Each group's statements
+-- are claim_outbox_events' statement inside that group, as before; claim_outbox_events_in_shard is
+-- this claim of one group.
+CREATE OR REPLACE FUNCTION billing._claim_outbox_in_shards(
+    p_shard_groups integer[], p_batch_size integer, p_lease interval, p_now timestamptz)
+RETURNS TABLE (shard_group integer, event billing.outbox_event)
+LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 SET jit = off
 SET enable_bitmapscan = off
 SET enable_seqscan = off  -- the PENDING events through their index, never the whole shard
 AS $$
 DECLARE
-    v_table   text;
-    v_ids     bigint[];
+    v_shard record;
+    v_ids   bigint[];
+BEGIN
+    FOR v_shard IN SELECT * FROM billing._shard_tables('billing.outbox_event', p_shard_groups) LOOP
+        -- claim_outbox_events' statement inside one group (an aggregate's events are all in its
+        -- customer's shard, so the head-of-line rule is exact here), in the outbox's order
+        -- (billing._outbox_order, through outbox_event_pending_idx: db/schema/0380). The head of
+        -- that order is an aggregate's earliest unpublished event, so it is always claimable.
+        EXECUTE format($q$
+            WITH candidate AS MATERIALIZED (
+                SELECT e.id, e.aggregate_type, e.aggregate_id, billing._outbox_order(e.aggregate_seq, e.id) AS k
+                  FROM %1$s e
+                 WHERE e.status = 'PENDING'
+                   AND e.available_at <= $1
+                   AND (e.lease_until IS NULL OR e.lease_until <= $1)
+                 ORDER BY billing._outbox_order(e.aggregate_seq, e.id), e.id
+                 LIMIT $2
+                   FOR UPDATE SKIP LOCKED
+            )
+            SELECT array_agg(c.id)
+              FROM candidate c
+             WHERE NOT EXISTS (
+                       SELECT 1
+                         FROM %1$s earlier
+                        WHERE earlier.status <> 'PUBLISHED' AND earlier.status <> 'DEAD'
+                          AND earlier.aggregate_type = c.aggregate_type
+                          AND earlier.aggregate_id = c.aggregate_id
+                          AND billing._outbox_order(earlier.aggregate_seq, earlier.id) < c.k
+                          AND earlier.id NOT IN (SELECT id FROM candidate)
+                       OFFSET 0)$q$, v_shard.table_name)
+           INTO v_ids USING p_now, p_batch_size;
+        IF v_ids IS NULL THEN
+            CONTINUE;  -- nothing due in this group: no update
+        END IF;
+        RETURN QUERY EXECUTE format($q$
+            WITH leased AS (
+                UPDATE %s e SET lease_until = $1 + $2 WHERE e.id = ANY ($3) RETURNING e.*
+            )
+            SELECT $4::integer, leased::billing.outbox_event
+              FROM leased ORDER BY billing._outbox_order(leased.aggregate_seq, leased.id), leased.id$q$, v_shard.table_name)
+          USING p_now, p_lease, v_ids, v_shard.shard_group;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION billing._claim_outbox_in_shards(integer[], integer, interval, timestamptz) IS
+'Private: the relay''s claim in each of the given shard groups of this node (claim_outbox_events_in_shards, claim_outbox_events_in_shard): up to p_batch_size due PENDING events a group (SKIP LOCKED), none while an earlier unpublished event of its aggregate is PENDING outside the claim, each leased until p_now + p_lease.
+Returns the claimed events by group, each group''s in the outbox''s order; BL404/BL409 as _shard_tables.';
+
+CREATE OR REPLACE FUNCTION billing.claim_outbox_events_in_shards(
+    p_worker text, p_shard_groups integer[], p_batch_size integer DEFAULT 500,
+    p_lease interval DEFAULT interval '30 seconds', p_now timestamptz DEFAULT now())
+RETURNS TABLE (shard_group integer, event billing.outbox_event)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_claimed bigint;
+BEGIN
+    PERFORM billing._check_claim(p_worker, p_batch_size, p_lease, p_now);
+    PERFORM billing._check_between('shard groups', pg_catalog.cardinality(p_shard_groups), 1, 10000);
+    -- No shard lease here: the relays share the groups with advisory locks (relay_shard_groups).
+    RETURN QUERY SELECT c.shard_group, c.event
+                   FROM billing._claim_outbox_in_shards(p_shard_groups, p_batch_size, p_lease, p_now) c;
+    GET DIAGNOSTICS v_claimed = ROW_COUNT;
+    -- One audit row per call, only when something was claimed (an idle relay asks every poll).
+    IF v_claimed > 0 THEN
+        PERFORM billing._audit('claim_outbox_events_in_shards', jsonb_build_object('worker', p_worker, 'shard_groups', p_shard_groups, 'batch_size', p_batch_size, 'lease', p_lease, 'now', p_now, 'claimed', v_claimed));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing.claim_outbox_events_in_shards(text, integer[], integer, interval, timestamptz) IS
+'The relay''s claim in several shard groups at once, on the node holding them (p_worker names the relay in the audit): in each group, up to p_batch_size due PENDING events (SKIP LOCKED), none while an earlier unpublished event of its aggregate is PENDING outside the claim, each leased until p_now + p_lease. One call per node for all its groups: the catalog read once, one audit row.
+Returns the claimed events with their group, each group''s in the outbox''s order (billing._outbox_order, then id); BL409 when a group is not on this node, BL404 for an unknown group, BL422 for a bad worker name, batch size, lease or an empty or NULL list of groups.';
+
+CREATE OR REPLACE FUNCTION billing.claim_outbox_events_in_shard(
+    p_worker text, p_shard_group integer, p_batch_size integer DEFAULT 500, p_lease interval DEFAULT interval '30 seconds',
+    p_now timestamptz DEFAULT now())
+RETURNS SETOF billing.outbox_event
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
     v_claimed bigint;
 BEGIN
     PERFORM billing._check_claim(p_worker, p_batch_size, p_lease, p_now);
     -- No shard lease here: the relays share the groups with advisory locks (relay_shard_groups).
-    v_table := billing._shard_table('billing.outbox_event', p_shard_group);
-    -- claim_outbox_events' statement inside one group (an aggregate's events are all in its
-    -- customer's shard, so the head-of-line rule is exact here), in the outbox's order
-    -- (billing._outbox_order, through outbox_event_pending_idx: db/schema/0380). The head of
-    -- that order is an aggregate's earliest unpublished event, so it is always claimable.
-    EXECUTE format($q$
-        WITH candidate AS MATERIALIZED (
-            SELECT e.id, e.aggregate_type, e.aggregate_id, billing._outbox_order(e.aggregate_seq, e.id) AS k
-              FROM %1$s e
-             WHERE e.status = 'PENDING'
-               AND e.available_at <= $1
-               AND (e.lease_until IS NULL OR e.lease_until <= $1)
-             ORDER BY billing._outbox_order(e.aggregate_seq, e.id), e.id
-             LIMIT $2
-               FOR UPDATE SKIP LOCKED
-        )
-        SELECT array_agg(c.id)
-          FROM candidate c
-         WHERE NOT EXISTS (
-                   SELECT 1
-                     FROM %1$s earlier
-                    WHERE earlier.status <> 'PUBLISHED' AND earlier.status <> 'DEAD'
-                      AND earlier.aggregate_type = c.aggregate_type
-                      AND earlier.aggregate_id = c.aggregate_id
-                      AND billing._outbox_order(earlier.aggregate_seq, earlier.id) < c.k
-                      AND earlier.id NOT IN (SELECT id FROM candidate)
-                   OFFSET 0)$q$, v_table)
-       INTO v_ids USING p_now, p_batch_size;
-    RETURN QUERY EXECUTE format($q$
-        WITH leased AS (
-            UPDATE %s e SET lease_until = $1 + $2 WHERE e.id = ANY ($3) RETURNING e.*
-        )
-        SELECT * FROM leased ORDER BY billing._outbox_order(leased.aggregate_seq, leased.id), leased.id$q$, v_table)
-      USING p_now, p_lease, coalesce(v_ids, '{}');
+    RETURN QUERY SELECT (c.event).*
+                   FROM billing._claim_outbox_in_shards(ARRAY[p_shard_group], p_batch_size, p_lease, p_now) c;
     GET DIAGNOSTICS v_claimed = ROW_COUNT;
     -- An audit row only when something was claimed (an idle relay asks every poll, per group).
     IF v_claimed > 0 THEN
@@ -237,7 +288,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.claim_outbox_events_in_shard(text, integer, integer, interval, timestamptz) IS
-'The relay''s claim inside one shard group, on the node holding it (p_worker names the relay in the audit): up to p_batch_size due PENDING events (SKIP LOCKED), none while an earlier unpublished event of its aggregate is PENDING outside the claim, each leased until p_now + p_lease.
+'The relay''s claim inside one shard group, on the node holding it (p_worker names the relay in the audit): up to p_batch_size due PENDING events (SKIP LOCKED), none while an earlier unpublished event of its aggregate is PENDING outside the claim, each leased until p_now + p_lease. claim_outbox_events_in_shards for one group.
 Returns the claimed events in the outbox''s order (billing._outbox_order, then id); BL409 on a node that does not hold the group, BL404 for an unknown group, BL422 for a bad worker name, batch size or lease.';
 -- claim_outbox_in_shard (a claim without the work) was never called by the driver: removed.
 DROP FUNCTION IF EXISTS billing.claim_outbox_in_shard(text, integer, integer, interval, timestamptz);
@@ -302,6 +353,45 @@ $$;
 COMMENT ON FUNCTION billing.mark_outbox_published_in_shard(integer, bigint[], timestamptz) IS
 'mark_outbox_published inside one shard group, on the node holding it: the given PENDING events of the group are PUBLISHED (Kafka acknowledged them).
 Returns how many rows changed; BL409 on a node that does not hold the group, BL404 for an unknown group.';
+
+-- The mark in several groups of one node at once (issue 32): one call per node from its marker,
+-- the catalog read once. p_shard_groups[i] is the group of p_ids[i].
+CREATE OR REPLACE FUNCTION billing.mark_outbox_published_in_shards(
+    p_shard_groups integer[], p_ids bigint[], p_now timestamptz DEFAULT now())
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_shard record;
+    v_count integer;
+    v_total integer := 0;
+BEGIN
+    PERFORM billing._check_now(p_now);
+    IF p_shard_groups IS NULL OR p_ids IS NULL
+       OR pg_catalog.cardinality(p_shard_groups) <> pg_catalog.cardinality(p_ids) THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = format('one shard group per event id: %s groups for %s ids',
+                             coalesce(pg_catalog.cardinality(p_shard_groups)::text, 'NULL'),
+                             coalesce(pg_catalog.cardinality(p_ids)::text, 'NULL')),
+            HINT = 'Pass the group of each id at the same place (p_shard_groups[i] for p_ids[i]).';
+    END IF;
+    -- No lease check and no audit row, as mark_outbox_published_in_shard (below).
+    FOR v_shard IN SELECT * FROM billing._shard_tables('billing.outbox_event', p_shard_groups) LOOP
+        EXECUTE format($q$
+            UPDATE %s e SET status = 'PUBLISHED', published_at = $1, lease_until = NULL
+             WHERE e.id = ANY ($2) AND e.status = 'PENDING'$q$, v_shard.table_name)
+          USING p_now, ARRAY(SELECT u.id FROM unnest(p_shard_groups, p_ids) AS u(shard_group, id)
+                              WHERE u.shard_group = v_shard.shard_group);
+        GET DIAGNOSTICS v_count = ROW_COUNT;
+        v_total := v_total + v_count;
+    END LOOP;
+    RETURN v_total;
+END
+$$;
+COMMENT ON FUNCTION billing.mark_outbox_published_in_shards(integer[], bigint[], timestamptz) IS
+'mark_outbox_published_in_shard for several groups of one node at once (its relay marker''s one call): the given PENDING events are PUBLISHED (Kafka acknowledged them), p_shard_groups[i] naming the group of p_ids[i].
+Returns how many rows changed; BL422 unless both arrays have the same length, BL409 when a group is not on this node, BL404 for an unknown group.';
 
 CREATE OR REPLACE FUNCTION billing.mark_outbox_failed(p_id bigint, p_error text, p_now timestamptz DEFAULT now())
 RETURNS void

@@ -5,7 +5,7 @@
 -- workers': there the index definitions are checked). The same order across a real Citus cluster
 -- (events written on three nodes): driver/tests/test_relay_citus.py::test_one_outbox_order_on_one_node_and_on_citus.
 BEGIN;
-SELECT plan(12);
+SELECT plan(13);
 SET LOCAL ROLE billing_owner;
 
 SELECT is(billing._outbox_order(NULL, 7), 7::bigint, 'no key: the id');
@@ -36,10 +36,17 @@ ROLLBACK TO SAVEPOINT a;
 SELECT billing._distributed('billing.outbox_event') AS on_citus \gset
 \if :on_citus
 SELECT pass('(claim_outbox_events_in_shard runs on the node holding each group: test_relay_citus)');
+SELECT pass('(claim_outbox_events_in_shards too: test_relay_citus)');
 \else
 SELECT is(ARRAY(SELECT c.id FROM billing.claim_outbox_events_in_shard('t642', 0, 10000, interval '30 seconds', '2026-06-01 10:01Z') c
                  WHERE c.id IN (SELECT id FROM o642)),
           ARRAY(SELECT id FROM rule642 ORDER BY place), 'claim_outbox_events_in_shard (group 0): the same order');
+ROLLBACK TO SAVEPOINT a;
+SELECT is(ARRAY(SELECT (c.event).id
+                  FROM billing.claim_outbox_events_in_shards('t642', ARRAY[0], 10000, interval '30 seconds', '2026-06-01 10:01Z')
+                       WITH ORDINALITY AS c(shard_group, event, k)
+                 WHERE (c.event).id IN (SELECT id FROM o642) ORDER BY c.k),
+          ARRAY(SELECT id FROM rule642 ORDER BY place), 'claim_outbox_events_in_shards (group 0): the same order');
 \endif
 ROLLBACK TO SAVEPOINT a;
 UPDATE billing.outbox_event e SET status = 'PUBLISHED', published_at = '2026-06-01 10:01Z'

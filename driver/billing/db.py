@@ -322,11 +322,15 @@ RELAYS_UP = """SELECT count(*) AS n FROM pg_catalog.pg_locks
 RELAY_TAKE_GROUP = "SELECT pg_try_advisory_lock(%(key)s::int, %(group)s::int)"
 RELAY_GIVE_GROUP = "SELECT pg_advisory_unlock(%(key)s::int, %(group)s::int)"
 RELAY_SHARD_GROUPS = "SELECT shard_group, node_name, node_port FROM billing.relay_shard_groups()"
-CLAIM_OUTBOX_EVENTS_IN_SHARD = (
-    "SELECT id, aggregate_type, aggregate_id, payload::text, ordinality "
-    "FROM billing.claim_outbox_events_in_shard(%(worker)s, %(group)s, %(batch)s, %(lease)s::interval, %(now)s) "
-    "WITH ORDINALITY ORDER BY ordinality")
-MARK_OUTBOX_PUBLISHED_IN_SHARD = "SELECT billing.mark_outbox_published_in_shard(%(group)s, %(ids)s::bigint[], %(now)s)"
+# One call per node for several of its groups (issue 32; claim_outbox_events_in_shard and
+# mark_outbox_published_in_shard are their forms for one group): each row with its group, each
+# group's in the outbox's order (WITH ORDINALITY keeps it).
+CLAIM_OUTBOX_EVENTS_IN_SHARDS = (
+    "SELECT c.shard_group, (c.event).id, (c.event).aggregate_type, (c.event).aggregate_id, (c.event).payload::text, "
+    "c.ordinality FROM billing.claim_outbox_events_in_shards(%(worker)s, %(groups)s::integer[], %(batch)s, "
+    "%(lease)s::interval, %(now)s) WITH ORDINALITY AS c(shard_group, event, ordinality) ORDER BY c.ordinality")
+MARK_OUTBOX_PUBLISHED_IN_SHARDS = (
+    "SELECT billing.mark_outbox_published_in_shards(%(groups)s::integer[], %(ids)s::bigint[], %(now)s)")
 MARK_OUTBOX_FAILED_IN_SHARD = "SELECT billing.mark_outbox_failed_in_shard(%(group)s, %(id)s, %(error)s, %(now)s)"
 
 

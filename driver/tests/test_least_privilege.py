@@ -55,7 +55,7 @@ API = {
     "lease_shard_groups", "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups",
     # the relay per shard group on Citus (db/functions/65_outbox_relay.sql)
     "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
-    "mark_outbox_failed_in_shard",
+    "mark_outbox_failed_in_shard", "claim_outbox_events_in_shards", "mark_outbox_published_in_shards",
     # usage-based billing (db/functions/71_usage.sql, docs/usage.md)
     "upsert_meter", "list_meters", "ingest_usage", "ingest_usage_batch", "current_usage", "usage_between", "usage_partitions",
     "upsert_plan_charge",
@@ -488,6 +488,13 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     out["relay_events"] = bool(relayed) and all(e[9] == later + timedelta(seconds=30) for e in relayed)
     out["relay_marked"] = one("mark_outbox_published_in_shard", "%s, %s, %s", (0, [relayed[0][0]], later))[0]
     one("mark_outbox_failed_in_shard", "%s, %s, %s, %s", (0, relayed[-1][0], "lp", later))
+    # The relay's one call per node for all its groups (issue 32): the rest, once their leases ran out.
+    again = later + timedelta(minutes=1)
+    relayed_all = one("claim_outbox_events_in_shards", "%s, %s, %s, %s, %s",
+                      ("lp-relay", [0], 500, timedelta(seconds=30), again), setof=True)
+    out["relay_all_groups"] = sorted({r[0] for r in relayed_all})
+    out["relay_all_marked"] = one("mark_outbox_published_in_shards", "%s, %s, %s",
+                                  ([0] * len(relayed), [r[0] for r in relayed], again))[0] == len(relayed_all)
     # Claim and work per group (what the driver's workers call on Citus).
     out["shard_holder"] = [(g[0], g[3]) for g in one("shard_groups", "%s", (late,), setof=True)]
     out["shard_renewed"] = one("renew_in_shard", "%s, %s, %s, %s", ("lp-worker", 0, 500, late))[0] >= 1
@@ -665,7 +672,7 @@ EXPECTED = {
     "witness_states": True, "witness_cash": True, "witness_refunds": True, "witness_sample_invoices": True,
     "shard_groups": [(0, True)],
     "shard_holder": [(0, "lp-worker")], "shard_renewed": True, "shard_keyed": True, "shard_refunds": True,
-    "relay_groups": [0], "relay_events": True, "relay_marked": 1,
+    "relay_groups": [0], "relay_events": True, "relay_marked": 1, "relay_all_groups": [0], "relay_all_marked": True,
     "kinds": 9, "locales": "zh-CN", "preferences": True, "renewal_notices": True, "notified": True,
     "notifications": True, "portal_link": True, "portal_used": True, "portal_revoked": 0,
     "portal_open": True, "portal_session": 1, "portal_home": True, "portal_document": True, "plan_options": 1,

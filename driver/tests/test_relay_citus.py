@@ -301,6 +301,21 @@ def _claimed_in_order(url: str) -> tuple[list[int], list[int]]:
                 "SELECT id FROM billing.claim_outbox_events_in_shard('t', %s, 10000) WITH ORDINALITY ORDER BY ordinality",
                 (group,)).fetchall()])
             node.rollback()
+    # The relay's call: every group of a node in one claim_outbox_events_in_shards (rolled back): each
+    # group's events exactly as its own claim's, in the same order.
+    by_node: dict[tuple, list[int]] = {}
+    for group, host, port in groups:
+        by_node.setdefault((host, port), []).append(group)
+    in_shards: dict[int, list[int]] = {}
+    for (host, port), node_groups in by_node.items():
+        with psycopg.connect(make_conninfo(url, host=host, port=port) if host else url) as node:
+            for group, id_ in node.execute(
+                    "SELECT c.shard_group, (c.event).id FROM billing.claim_outbox_events_in_shards('t', %s, 10000) "
+                    "WITH ORDINALITY AS c(shard_group, event, k) ORDER BY c.k", (node_groups,)).fetchall():
+                in_shards.setdefault(group, []).append(id_)
+            node.rollback()
+    assert [in_shards.get(group, []) for group, _h, _p in groups] == in_shard, \
+        "one claim per node hands out each group's events as the group's own claim"
     with psycopg.connect(url) as conn:
         claimed = [r[0] for r in conn.execute(
             "SELECT id FROM billing.claim_outbox_events(10000) WITH ORDINALITY ORDER BY ordinality").fetchall()]

@@ -57,7 +57,7 @@ POLICY = {
                       "list_webhook_endpoints", "claim_webhook_deliveries", "record_webhook_attempts",
                       "is_simulation", "lease_shard_groups",
                       "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
-                      "mark_outbox_failed_in_shard"},
+                      "mark_outbox_failed_in_shard", "claim_outbox_events_in_shards", "mark_outbox_published_in_shards"},
     "billing_readonly": {"get_subscription", "plan_code", "outbox_stats", "status_summary", "period_end",
                          "resolve_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                          "current_usage", "usage_between", "list_meters", "upcoming_invoice", "list_usage_alerts",
