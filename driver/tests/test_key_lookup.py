@@ -61,7 +61,8 @@ def test_the_simulator_answers_a_key_lookup():
             return charged, found, missing, sim.stats()
 
     charged, found, missing, stats = asyncio.run(scenario())
-    assert found == charged and found.outcome == "SUCCEEDED"
+    assert (found.outcome, found.reference) == (charged.outcome, charged.reference) and found.outcome == "SUCCEEDED"
+    assert (found.amount, found.currency) == (990, "EUR")  # what the key charged: the charger compares it (key conflicts)
     assert missing is None
     assert stats["lookups"] == 2 and stats["accepted"] == 1
 
