@@ -95,7 +95,9 @@ def test_every_due_invoice_is_charged_once_by_two_chargers(db_url, redis_url):
     waits_before = _sample("billing_limiter_wait_seconds_count")
 
     async def scenario():
-        pool = await async_pool(db_url, max_size=6)
+        # Every connection open before the chargers start: with one, the second charger's first claim
+        # waited for a new connection while the first claimed all 60 (a loaded run in the lead's make test).
+        pool = await async_pool(db_url, min_size=6, max_size=6)
         async with GatewaySimulator(rate=80, decline_rate=0.25, latency_ms=(5, 40), seed=2) as sim:
             chargers = [charger_for(pool, sim.url, RedisGcraLimiter(redis_url, 80, key="test:two"), clock=clock,
                                     concurrency=8, claim_batch=10) for _ in range(2)]
