@@ -22,7 +22,10 @@ Variants:
 * no unique index on event_id: the random UUIDs' index;
 * no invoice_unfinalized_idx: the numbering's queue (issue 15);
 * due time in a narrow table at fillfactor 80 / 50 (emulated): the next step's estimate, see
-  due_table_variant.
+  due_table_variant;
+* no subscription MRR trigger: the statement trigger's transition table of every renewed row;
+* 0540 cut: ...: each of migration 0540's cuts alone (run them on --baseline 230cbe5: on a tree
+  with 0540 they change nothing). Variants drop with IF EXISTS, so every one runs on either tree.
 
 --baseline REF runs every variant also on the function files of git revision REF, alternating with
 this tree's in each round (the per-step profile before and after, from one run).
@@ -94,27 +97,41 @@ VARIANTS: dict[str, list[str]] = {
         "CREATE FUNCTION billing._bench_drop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$",
         "CREATE TRIGGER bench_drop BEFORE INSERT ON billing.outbox_event FOR EACH ROW EXECUTE FUNCTION billing._bench_drop()"],
     "no FKs invoice -> plan / attempt": [
-        "ALTER TABLE billing.invoice DROP CONSTRAINT invoice_plan_fkey",
-        "ALTER TABLE billing.invoice DROP CONSTRAINT invoice_from_plan_fkey",
-        "ALTER TABLE billing.invoice DROP CONSTRAINT invoice_paid_attempt_fkey"],
-    "no event_id unique index": ["ALTER TABLE billing.outbox_event DROP CONSTRAINT outbox_event_event_id_key"],
-    "no invoice_unfinalized_idx": ["DROP INDEX billing.invoice_unfinalized_idx"],
-    "no plan FK on invoice": ["ALTER TABLE billing.invoice DROP CONSTRAINT invoice_plan_fkey"],
-    "no event_id index (event_id alone)": ["DROP INDEX billing.outbox_event_event_id_idx"],
-    "no outbox id index (id alone)": ["DROP INDEX billing.outbox_event_id_idx"],
-    "no invoice_subscription_idx": ["DROP INDEX billing.invoice_subscription_idx"],
+        "ALTER TABLE billing.invoice DROP CONSTRAINT IF EXISTS invoice_plan_fkey",
+        "ALTER TABLE billing.invoice DROP CONSTRAINT IF EXISTS invoice_from_plan_fkey",
+        "ALTER TABLE billing.invoice DROP CONSTRAINT IF EXISTS invoice_paid_attempt_fkey"],
+    "no event_id unique index": ["ALTER TABLE billing.outbox_event DROP CONSTRAINT IF EXISTS outbox_event_event_id_key"],
+    "no invoice_unfinalized_idx": ["DROP INDEX IF EXISTS billing.invoice_unfinalized_idx"],
+    "no plan FK on invoice": ["ALTER TABLE billing.invoice DROP CONSTRAINT IF EXISTS invoice_plan_fkey"],
+    "no event_id index (event_id alone)": ["DROP INDEX IF EXISTS billing.outbox_event_event_id_idx"],
+    "no outbox id index (id alone)": ["DROP INDEX IF EXISTS billing.outbox_event_id_idx"],
+    "no invoice_subscription_idx": ["DROP INDEX IF EXISTS billing.invoice_subscription_idx"],
     "no overview counters": ["ALTER TABLE billing.invoice DISABLE TRIGGER invoice_overview_count_added",
                              "ALTER TABLE billing.subscription DISABLE TRIGGER subscription_overview_count_changed"],
     # (subscription_id_idx stays: the invoices' statement check reads subscriptions by id alone)
     "subscription update: 3 of its 6 indexes dropped": [
-        "DROP INDEX billing.subscription_created_idx", "DROP INDEX billing.subscription_plan_idx",
-        "DROP INDEX billing.subscription_status_idx"],
+        "DROP INDEX IF EXISTS billing.subscription_created_idx", "DROP INDEX IF EXISTS billing.subscription_plan_idx",
+        "DROP INDEX IF EXISTS billing.subscription_status_idx"],
     "invoice: pkey and one_per_period only (6 of 8 dropped)": [
-        "DROP INDEX billing.invoice_chargeable_idx", "DROP INDEX billing.invoice_id_idx",
-        "DROP INDEX billing.invoice_period_idx", "DROP INDEX billing.invoice_status_idx",
-        "DROP INDEX billing.invoice_subscription_idx", "DROP INDEX billing.invoice_unfinalized_idx"],
+        "DROP INDEX IF EXISTS billing.invoice_chargeable_idx", "DROP INDEX IF EXISTS billing.invoice_id_idx",
+        "DROP INDEX IF EXISTS billing.invoice_period_idx", "DROP INDEX IF EXISTS billing.invoice_status_idx",
+        "DROP INDEX IF EXISTS billing.invoice_subscription_idx", "DROP INDEX IF EXISTS billing.invoice_unfinalized_idx"],
     "due time in a narrow table at fillfactor 80 (emulated)": due_table_variant(80),
     "due time in a narrow table at fillfactor 50 (emulated)": due_table_variant(50),
+    "no subscription MRR trigger": ["DROP TRIGGER subscription_mrr_changed ON billing.subscription"],
+    "no invoice_period_idx": ["DROP INDEX IF EXISTS billing.invoice_period_idx"],
+    "no invoice_status_idx": ["DROP INDEX IF EXISTS billing.invoice_status_idx"],
+    "no invoice_id_idx": ["DROP INDEX IF EXISTS billing.invoice_id_idx"],
+    "no outbox aggregate_unpublished_idx": ["DROP INDEX IF EXISTS billing.outbox_event_aggregate_unpublished_idx"],
+    # migration 0540's cuts one at a time (no-ops on a tree that has 0540: run them on --baseline)
+    "0540 cut: no plan FKs on invoice": [
+        "ALTER TABLE billing.invoice DROP CONSTRAINT IF EXISTS invoice_plan_fkey",
+        "ALTER TABLE billing.invoice DROP CONSTRAINT IF EXISTS invoice_from_plan_fkey"],
+    "0540 cut: no event_id_key": ["ALTER TABLE billing.outbox_event DROP CONSTRAINT IF EXISTS outbox_event_event_id_key"],
+    "0540 cut: no invoice_subscription_idx": ["DROP INDEX IF EXISTS billing.invoice_subscription_idx"],
+    "0540 cut: subscription_status_idx without ACTIVE": [
+        "DROP INDEX IF EXISTS billing.subscription_status_idx",
+        "CREATE INDEX subscription_status_idx ON billing.subscription (status, id) WHERE status <> 'ACTIVE'"],
     "no service line": [
         "CREATE FUNCTION billing._bench_drop_line() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$",
         "CREATE TRIGGER bench_drop_line BEFORE INSERT ON billing.service_line FOR EACH ROW EXECUTE FUNCTION billing._bench_drop_line()"],

@@ -240,7 +240,12 @@ BEGIN
     IF p_status IS NOT NULL THEN v_where := v_where || 'status = $4'::text; END IF;
     IF p_period_from IS NOT NULL THEN v_where := v_where || 'period_start >= $5'::text; END IF;
     IF p_period_to IS NOT NULL THEN v_where := v_where || 'period_start < $6'::text; END IF;
-    IF p_subscription_id IS NOT NULL THEN v_where := v_where || 'subscription_id = $7'::text; END IF;
+    -- A subscription's invoices: through its customer (the primary key or invoice_one_per_period;
+    -- there is no index on subscription_id alone: db/schema/0540).
+    IF p_subscription_id IS NOT NULL THEN
+        v_where := v_where || 'customer_id = (SELECT s.customer_id FROM billing.subscription s WHERE s.id = $7)'::text
+                           || 'subscription_id = $7'::text;
+    END IF;
     RETURN QUERY EXECUTE billing._page('billing.invoice', 'id', v_where, p_starting_after IS NOT NULL,
                                        p_ending_before IS NOT NULL, p_limit,
                                        CASE WHEN (p_period_from IS NOT NULL OR p_period_to IS NOT NULL)

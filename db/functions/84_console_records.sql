@@ -105,7 +105,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('customer %s does not exist', coalesce(p_customer_id::text, 'NULL'));
     END IF;
     v_sub_ids := ARRAY(SELECT s.id FROM billing.subscription s WHERE s.customer_id = p_customer_id);
-    v_inv_ids := ARRAY(SELECT i.id FROM billing.invoice i WHERE i.subscription_id = ANY (v_sub_ids));
+    v_inv_ids := ARRAY(SELECT i.id FROM billing.invoice i WHERE i.customer_id = p_customer_id AND i.subscription_id = ANY (v_sub_ids));
     -- Payment methods live in a table that may not exist yet (or ever): read it when it does.
     IF to_regclass('billing.payment_method') IS NOT NULL THEN
         EXECUTE format('SELECT coalesce(jsonb_agg(billing._console_secretless(to_jsonb(m))), ''[]'') '

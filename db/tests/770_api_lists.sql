@@ -1,7 +1,7 @@
 -- The HTTP API's lists and reads (db/functions/77_api_lists.sql): cursor pages in both directions,
 -- the filters, the bounds, create_customer, and the index each page is planned on.
 BEGIN;
-SELECT plan(36);
+SELECT plan(39);
 
 SET LOCAL ROLE billing_owner;
 
@@ -37,6 +37,9 @@ SELECT is((SELECT count(*) FROM billing.list_subscriptions(100, NULL, NULL, NULL
 SELECT is((SELECT count(*) FROM billing.list_invoices(100, NULL, NULL, 77003)), 1::bigint, 'invoices by customer');
 SELECT is((SELECT count(*) FROM billing.list_invoices(100, NULL, NULL, NULL, 'OPEN', '2026-05-01 12:00Z', '2026-05-01 15:00Z')),
           3::bigint, 'invoices by status and period start in [from, to)');
+SELECT id AS sub3 FROM al_subs WHERE customer_id = 77003 \gset
+SELECT results_eq(format($$SELECT customer_id, subscription_id FROM billing.list_invoices(100, NULL, NULL, NULL, NULL, NULL, NULL, %s)$$, :sub3),
+                  format($$VALUES (77003::bigint, %s::bigint)$$, :sub3), 'invoices of a subscription (through its customer)');
 
 -- bounds
 SELECT throws_ok($$SELECT * FROM billing.list_subscriptions(0)$$, 'BL422', NULL, 'a limit of 0 is refused');
@@ -82,7 +85,7 @@ SELECT is(pg_temp.range_page(1, NULL, (SELECT min(id) FROM al_range)),
 
 SELECT billing._distributed('billing.subscription') AS on_citus \gset
 \if :on_citus
-SELECT skip('the plans of a page are the shards'' own on Citus (the coordinator merges sorted pages)', 14);
+SELECT skip('the plans of a page are the shards'' own on Citus (the coordinator merges sorted pages)', 16);
 \else
 SET LOCAL enable_seqscan = off;
 -- (and a bitmap of a few rows then sorted: with the statistics of an empty table the planner takes it)
@@ -105,9 +108,15 @@ DECLARE r record; v text := ''; v_types text; BEGIN
 CREATE FUNCTION pg_temp.walks(p_plan text, p_index text) RETURNS boolean LANGUAGE sql AS $$
     SELECT p_plan ~ ('Index (Only )?Scan( Backward)? using (' || p_index || '|[a-z_]+_id_idx|[a-z_]+_pkey)\M')
        AND p_plan !~ 'Sort' AND p_plan !~ 'Seq Scan' $$;
+-- ACTIVE is left out of subscription_status_idx (0540): most subscriptions are ACTIVE, and at scale the
+-- page walks subscription_id_idx and checks the status on the way (200,000 rows: 4 buffers, bench/README);
+-- on these few rows the planner may take the due index and sort one row instead. Never the table.
+SELECT doesnt_match(pg_temp.plan_of('billing.subscription', ARRAY['status = $3'],
+                                    $$1000::bigint, NULL::bigint, 'ACTIVE'::text$$), 'Seq Scan',
+                    'subscriptions ACTIVE: an index, the status checked on the way (subscription_status_idx leaves ACTIVE out, 0540)');
 SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.subscription', ARRAY['status = $3'],
-                                        $$1000::bigint, NULL::bigint, 'ACTIVE'::text$$), 'subscription_status_idx'),
-          'subscriptions by status: subscription_status_idx from the cursor');
+                                        $$1000::bigint, NULL::bigint, 'PAST_DUE'::text$$), 'subscription_status_idx'),
+          'subscriptions by another status: subscription_status_idx from the cursor');
 SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.subscription', ARRAY['plan_id = (SELECT p.id FROM billing.plan p WHERE p.code = $3)'],
                                         $$1000::bigint, NULL::bigint, 'AL_A'::text$$), 'subscription_plan_idx'),
           'subscriptions by plan code: subscription_plan_idx');
@@ -123,6 +132,10 @@ SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.invoice', ARRAY['status = $3'],
                         'invoice_status_idx'), 'invoices by status: invoice_status_idx');
 SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.invoice', ARRAY['customer_id = $3'], $$1000::bigint, NULL::bigint, 77003::bigint$$),
                         'invoice_pkey'), 'invoices of a customer: its primary key');
+SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.invoice', ARRAY['customer_id = (SELECT s.customer_id FROM billing.subscription s WHERE s.id = $3)',
+                                                           'subscription_id = $3'], $$1000::bigint, NULL::bigint, 1::bigint$$),
+                        'invoice_(pkey|one_per_period)'),
+          'invoices of a subscription: through its customer (no index on subscription_id alone, 0540)');
 SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.invoice', NULL, $$1000::bigint, NULL::bigint$$), 'invoice_id_idx'),
           'every invoice: invoice_id_idx');
 SELECT matches(pg_temp.plan_of('billing.invoice', ARRAY['period_start >= $3', 'period_start < $4'],

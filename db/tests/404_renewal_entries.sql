@@ -1,0 +1,51 @@
+-- 404_renewal_entries: what migration 0540 took off the renewal's rows, and the promises that make
+-- each cut safe (docs/scaling.md, "What a renewal writes").
+BEGIN;
+SELECT plan(9);
+
+-- The invoice's plan ids carry no foreign key: a plan is never deleted nor renumbered. No function of
+-- the engine deletes from billing.plan or sets a plan's id, and no role but the owner may.
+SELECT is_empty($$SELECT conname FROM pg_catalog.pg_constraint
+                   WHERE conrelid = 'billing.invoice'::regclass AND confrelid = 'billing.plan'::regclass$$,
+                'no foreign key from invoice to plan (0540)');
+SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+                   WHERE p.pronamespace = 'billing'::regnamespace
+                     AND (p.prosrc ~* '\mdelete\s+from\s+(only\s+)?(billing\.)?plan(\s|;|$)'
+                          OR p.prosrc ~* '\mtruncate\s+(table\s+)?(only\s+)?(billing\.)?plan(\s|;|,|$)'
+                          OR p.prosrc ~* '\mupdate\s+(only\s+)?(billing\.)?plan\s+(\w+\s+)?set\s+([^;]*,\s*)?(\w+\.)?id\s*=')$$,
+                'no engine function deletes, truncates or renumbers a plan');
+SELECT is_empty($$SELECT r.rolname, x.privilege
+                    FROM pg_catalog.pg_roles r
+                   CROSS JOIN unnest(ARRAY['DELETE', 'TRUNCATE', 'UPDATE']) x(privilege)
+                   WHERE r.rolname <> (SELECT pg_catalog.pg_get_userbyid(c.relowner) FROM pg_catalog.pg_class c
+                                        WHERE c.oid = 'billing.plan'::regclass)
+                     AND NOT r.rolsuper AND r.rolname NOT LIKE 'pg\_%'
+                     AND has_table_privilege(r.oid, 'billing.plan', x.privilege)$$,
+                'no role but the owner may delete, truncate or update plans');
+SELECT fk_ok('billing', 'subscription', 'plan_id', 'billing', 'plan', 'id');
+
+-- Event ids: one index, on the id alone (GET /v1/events/{id}); no unique pair with the customer.
+SELECT is_empty($$SELECT i.indexrelid::regclass FROM pg_catalog.pg_index i
+                   WHERE i.indrelid = 'billing.outbox_event'::regclass AND i.indisunique
+                     AND 'event_id' = ANY (ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a
+                                                  WHERE a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)))$$,
+                'no unique index on event ids (each is gen_random_uuid, 0540)');
+SELECT has_index('billing', 'outbox_event', 'outbox_event_event_id_idx', 'event_id', 'an event is found by its id alone');
+SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+                   WHERE p.pronamespace = 'billing'::regnamespace
+                     AND p.prosrc ~* 'insert\s+into\s+(billing\.outbox_event|%[0-9]+\$s)\s*\(\s*(id\s*,\s*)?event_id'
+                     AND p.prosrc !~* 'gen_random_uuid\(\)'$$,
+                'every function writing events draws their ids with gen_random_uuid()');
+
+-- The subscription's status index leaves ACTIVE out (the renewal's update of an ACTIVE subscription
+-- writes no entry there); invoices have no index on subscription_id alone.
+SELECT is(pg_catalog.pg_get_expr(i.indpred, i.indrelid), '(status <> ''ACTIVE''::text)',
+          'subscription_status_idx: WHERE status <> ''ACTIVE''')
+  FROM pg_catalog.pg_index i WHERE i.indexrelid = 'billing.subscription_status_idx'::regclass;
+SELECT is_empty($$SELECT i.indexrelid::regclass FROM pg_catalog.pg_index i
+                   JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                   WHERE i.indrelid = 'billing.invoice'::regclass AND a.attname = 'subscription_id'$$,
+                'no invoice index leads with subscription_id (a subscription''s invoices: through its customer)');
+
+SELECT * FROM finish();
+ROLLBACK;
