@@ -1,7 +1,8 @@
 """The usage rating on Citus (issue 29; docs/usage.md "Per shard group (Citus)"): per shard group
 (`billing.worker.renewal.rate_due_usage_in_shards`: the claim and the set statement on each group's
 node, the usage locks on the coordinator) beside one subscription at a time on the coordinator
-(`billing._rate_usage_rows`: what `rate_usage` runs on Citus, unchanged since main 230cbe5), on two
+(`billing.rate_usage` on the coordinator, which runs `_rate_usage_rows` on Citus: unchanged since
+main 230cbe5), on two
 copies of one database (citus.sh templatedb/clonedb), in the same run. bench/usage/rating.py's world
 (N customers, a plan of 3 charges, the month's rollups and distinct values), renewed, followed.
 
@@ -165,11 +166,11 @@ def main() -> None:
         cpu0, t0 = cluster_cpu(), time.perf_counter()
         looked = 0
         while looked < args.sample:
-            looked += conn.execute("SELECT count(*) FROM billing._rate_usage_rows(%s, %s, interval '1 hour')",
+            looked += conn.execute("SELECT count(*) FROM billing.rate_usage(%s, %s, interval '1 hour')",
                                    (min(500, args.sample - looked), now)).fetchone()[0]
         rseconds, rcpu = time.perf_counter() - t0, cluster_cpu() - cpu0
     load3 = os.getloadavg()[0]
-    print(f"one subscription at a time (_rate_usage_rows, main's path on Citus): {looked:,} in {rseconds:.1f} s "
+    print(f"one subscription at a time (rate_usage on the coordinator: _rate_usage_rows, main's path on Citus): {looked:,} in {rseconds:.1f} s "
           f"({looked / rseconds:,.0f}/s), cluster CPU {rcpu:.1f} s = {rcpu / looked * 1000:.2f} ms a subscription; "
           f"load {load2:.1f} -> {load3:.1f}", flush=True)
     same = ratings(rows_url, args.sample) == ratings(groups_url, args.sample)
