@@ -36,7 +36,7 @@ from .rating import END, START
 
 REPO = Path(__file__).resolve().parents[2]
 CITUS = REPO / "scripts" / "services" / "citus.sh"
-DB, ROWS, GROUPS = "bench_rate_citus", "bench_rate_citus_rows", "bench_rate_citus_groups"
+DB, ROWS, GROUPS, GROUPS2 = "bench_rate_citus", "bench_rate_citus_rows", "bench_rate_citus_groups", "bench_rate_citus_groups2"
 
 
 def citus(*args: str) -> str:
@@ -117,8 +117,8 @@ def ratings(url: str, limit: int) -> list[tuple]:
              WHERE r.customer_id <= %s ORDER BY r.customer_id, r.meter_code""", (limit,)).fetchall()
 
 
-async def by_groups(url: str, now, batch: int) -> tuple[int, float, float]:
-    pool = AsyncConnectionPool(url, min_size=1, max_size=2, open=False, kwargs={"row_factory": dict_row})
+async def by_groups(url: str, now, batch: int, workers: int = 1) -> tuple[int, float, float]:
+    pool = AsyncConnectionPool(url, min_size=1, max_size=2 * workers, open=False, kwargs={"row_factory": dict_row})
     await pool.open()
     shards = ShardLeases(pool, url, "bench-rater", clock=SimulatedClock(now), lease_seconds=600)
     try:
@@ -127,7 +127,8 @@ async def by_groups(url: str, now, batch: int) -> tuple[int, float, float]:
             async with (await shards.pool_for(group)).connection() as conn:
                 await conn.execute("SELECT 1")
         cpu0, t0 = cluster_cpu(), time.perf_counter()
-        made = await rate_due_usage_in_shards(pool, shards, SimulatedClock(now), batch=batch, grace=3600.0)
+        made = await rate_due_usage_in_shards(pool, shards, SimulatedClock(now), batch=batch, grace=3600.0,
+                                              workers=workers)
         return made, time.perf_counter() - t0, cluster_cpu() - cpu0
     finally:
         await shards.close()
@@ -140,6 +141,7 @@ def main() -> None:
     ap.add_argument("--hours", type=int, default=24)
     ap.add_argument("--batch", type=int, default=500, help="the per-group batch (rate_due_usage_in_shards)")
     ap.add_argument("--sample", type=int, default=400, help="subscriptions rated one at a time")
+    ap.add_argument("--workers", type=int, default=2, help="rating loops sharing the groups, beside one (0: none)")
     args = ap.parse_args()
     n = args.subscriptions
     url = citus("createdb", DB)
@@ -150,6 +152,7 @@ def main() -> None:
     print(f"setup: {n:,} subscriptions x 3 charges, renewed, on the cluster in {time.perf_counter() - t0:.0f} s", flush=True)
     citus("templatedb", DB)
     rows_url, groups_url = citus("clonedb", ROWS, DB), citus("clonedb", GROUPS, DB)
+    groups2_url = citus("clonedb", GROUPS2, DB) if args.workers else None
     now = END + timedelta(hours=1, seconds=1)
 
     load0 = os.getloadavg()[0]
@@ -159,6 +162,13 @@ def main() -> None:
           f"{seconds:.1f} s ({n / seconds:,.0f}/s), cluster CPU {cpu:.1f} s = {cpu / n * 1000:.2f} ms a subscription; "
           f"load {load0:.1f} -> {load1:.1f}", flush=True)
     assert made == n, (made, n)
+    if groups2_url:
+        load0 = os.getloadavg()[0]
+        made2, seconds2, cpu2 = asyncio.run(by_groups(groups2_url, now, args.batch, args.workers))
+        print(f"per shard group, {args.workers} loops sharing the groups: {made2:,} USAGE invoices in {seconds2:.1f} s "
+              f"({n / seconds2:,.0f}/s), cluster CPU {cpu2:.1f} s = {cpu2 / n * 1000:.2f} ms a subscription; "
+              f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+        assert made2 == n, (made2, n)
 
     with psycopg.connect(rows_url, autocommit=True) as conn:
         conn.execute("SELECT 1")
@@ -176,7 +186,7 @@ def main() -> None:
     same = ratings(rows_url, args.sample) == ratings(groups_url, args.sample)
     print(f"the sample's ratings, invoices and lines equal on both copies: {same}", flush=True)
     assert same
-    for db in (ROWS, GROUPS, DB):
+    for db in (ROWS, GROUPS, GROUPS2, DB):
         subprocess.run(["bash", str(CITUS), "dropdb", db], check=False, capture_output=True)
 
 

@@ -196,8 +196,9 @@ def test_following_skips_a_subscription_another_transaction_holds(db_url):
     assert usage == [(c, 3 + 2) for c in range(1, 5)]  # one request x 3 + 2 tokens x 1, each once
 
 
-def rate_in_shards(url: str, at: datetime, *, batch: int = 50) -> int:
-    """The worker's rating step on Citus (rate_due_usage_in_shards) once, leasing every group first."""
+def rate_in_shards(url: str, at: datetime, *, batch: int = 50, workers: int = 2) -> int:
+    """The worker's rating step on Citus (rate_due_usage_in_shards, its groups shared by two loops)
+    once, leasing every group first."""
 
     async def body() -> int:
         pool = AsyncConnectionPool(url, min_size=1, max_size=4, open=False, kwargs={"row_factory": dict_row})
@@ -206,7 +207,8 @@ def rate_in_shards(url: str, at: datetime, *, batch: int = 50) -> int:
         try:
             await shards.lease()
             assert shards.held()
-            return await rate_due_usage_in_shards(pool, shards, SimulatedClock(at), batch=batch, grace=3600.0)
+            return await rate_due_usage_in_shards(pool, shards, SimulatedClock(at), batch=batch, grace=3600.0,
+                                                  workers=workers)
         finally:
             await shards.close()
             await pool.close()

@@ -147,29 +147,37 @@ async def rate_group_usage(pool, shards, group: int, clock: Clock, *, batch: int
 
 
 async def rate_due_usage_in_shards(pool, shards, clock: Clock, *, batch: int = 500, grace: float = 3600.0,
-                                   stop: asyncio.Event | None = None) -> int:
+                                   stop: asyncio.Event | None = None, workers: int = 1) -> int:
     """The usage rating on Citus: `rate_group_usage` in every shard group the worker leases, each
     until a batch claims less than `batch` (the subscriptions not followed yet looked for by a group's
-    first batch of the round), then the usage alerts on the coordinator; how many USAGE invoices it
-    made. A group whose claim is refused (BL409: the lease was lost or the group moved) is dropped."""
+    first batch of the round), the groups shared by `workers` loops at once (BILLING_USAGE_RATING_WORKERS:
+    groups are independent, each loop on its own connections), then the usage alerts on the
+    coordinator; how many USAGE invoices it made. A group whose claim is refused (BL409: the lease
+    was lost or the group moved) is dropped."""
     from billing.worker.shards import LOST
 
-    made = 0
-    for group in shards.held():
-        follow = True
-        while stop is None or not stop.is_set():
-            try:
-                claimed, invoiced = await rate_group_usage(pool, shards, group, clock, batch=batch, grace=grace,
-                                                           follow=follow)
-            except psycopg.Error as exc:
-                if exc.sqlstate in LOST:
-                    shards.lost(group, exc)
+    async def loop(groups: list[int]) -> int:
+        made = 0
+        for group in groups:
+            follow = True
+            while stop is None or not stop.is_set():
+                try:
+                    claimed, invoiced = await rate_group_usage(pool, shards, group, clock, batch=batch, grace=grace,
+                                                               follow=follow)
+                except psycopg.Error as exc:
+                    if exc.sqlstate in LOST:
+                        shards.lost(group, exc)
+                        break
+                    raise
+                follow = False
+                made += invoiced
+                if claimed < batch:
                     break
-                raise
-            follow = False
-            made += invoiced
-            if claimed < batch:
-                break
+        return made
+
+    groups = shards.held()
+    loops = max(1, min(workers, len(groups)))
+    made = sum(await asyncio.gather(*(loop(groups[k::loops]) for k in range(loops))))
     await check_usage_alerts(pool, clock, batch=batch, stop=stop)
     return made
 
@@ -318,7 +326,8 @@ async def run_renewal_in_shards(pool, shards, stop: asyncio.Event, *, clock: Clo
             backoff = min(backoff * 2, 10.0)
         # the usage rating per shard group too (several worker processes share the groups by lease)
         await step("rate_usage_in_shard", lambda: rate_due_usage_in_shards(pool, shards, clock, batch=batch,
-                                                                           grace=usage_grace, stop=stop))
+                                                                           grace=usage_grace, stop=stop,
+                                                                           workers=usage_workers))
         await step("finalize_invoices", lambda: finalize_waiting(pool, clock, batch=batch, stop=stop))
         if await sleep_or_stop(stop, wait):
             return
