@@ -17,7 +17,7 @@ PGTAP_JOBS ?= 1
 PGTAP_CITUS_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py test-py-parallel test-py-serial demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage bench-usage-rating bench-usage-ingest bench-usage-reads bench-usage-statement openapi client bench-relay-citus
+.PHONY: help deps venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py test-py-parallel test-py-serial demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage bench-usage-rating bench-usage-rating-citus bench-usage-ingest bench-usage-reads bench-usage-statement openapi client bench-relay-citus
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -237,6 +237,10 @@ bench-usage: venv services
 
 bench-usage-rating: venv services
 	@source $(SERVICES_ENV) && $(BIN)/python -m bench.usage.rating $(BENCH_ARGS)
+
+# The usage rating on Citus: per shard group beside one subscription at a time, copies of one database
+bench-usage-rating-citus: venv
+	@bash scripts/services/citus.sh >/dev/null && $(BIN)/python -m bench.usage.rating_citus $(BENCH_ARGS)
 
 # Usage ingestion through Kafka and HTTP beside the baseline's and a naive consumer; current usage at 2M/20M events
 bench-usage-ingest: venv services

@@ -312,6 +312,7 @@ class UsageSettings:
     usage_retention: float = setting(100.0)
     # Rating loops the renewal step runs at once (docs/usage.md "Two rating workers"): each call of
     # rate_usage takes cursors no other holds (SKIP LOCKED), so 2 use two cores on the first of the month.
+    # On Citus the loops share the worker's shard groups (docs/usage.md "Per shard group (Citus)").
     usage_rating_workers: int = setting(2, parse=_between(1, 16))
 
 

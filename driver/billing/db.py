@@ -41,6 +41,14 @@ LEASE_SHARD_GROUPS = (
     "FROM billing.lease_shard_groups(%(worker)s, %(max_groups)s, %(lease)s::interval, %(now)s)"
 )
 RENEW_IN_SHARD = "SELECT billing.renew_in_shard(%(worker)s, %(group)s, %(batch)s, %(now)s) AS handled"
+# The usage rating per shard group (docs/usage.md "Per shard group"): the claim and the rating on the
+# group's node, the customers' usage locks on the coordinator in between (billing.worker.renewal).
+CLAIM_USAGE_IN_SHARD = ("SELECT customer_id, subscription_id FROM billing.claim_usage_in_shard("
+                        "%(worker)s, %(group)s, %(batch)s, %(now)s, make_interval(secs => %(grace)s), %(follow)s)")
+LOCK_USAGE_CUSTOMERS = "SELECT customer_id FROM billing.lock_usage_customers(%(customers)s::bigint[])"
+RATE_USAGE_IN_SHARD = ("SELECT count(*) AS rated, count(invoice_id) AS invoiced FROM billing.rate_usage_in_shard("
+                       "%(worker)s, %(group)s, %(customers)s::bigint[], %(subscriptions)s::bigint[], %(now)s, "
+                       "make_interval(secs => %(grace)s))")
 CHARGE_CLAIMS_IN_SHARD = (
     "SELECT invoice_id, attempt_id, idempotency_key, customer_id, amount, currency, lookup, customer_ref, "
     "payment_method_ref FROM billing.charge_claims_in_shard(%(worker)s, %(group)s, %(batch)s, %(lease)s::interval, "

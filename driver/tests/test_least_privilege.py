@@ -53,6 +53,8 @@ API = {
     "witness_usage_events", "witness_usage_counts", "witness_usage_ratings",
     # the batch claims per shard group (db/functions/16_shards.sql and the *_in_shard functions, docs/scaling.md)
     "lease_shard_groups", "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups",
+    # the usage rating per shard group (db/functions/89_usage_rating_shards.sql, docs/usage.md)
+    "claim_usage_in_shard", "rate_usage_in_shard", "lock_usage_customers",
     # the relay per shard group on Citus (db/functions/65_outbox_relay.sql)
     "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
     "mark_outbox_failed_in_shard", "claim_outbox_events_in_shards", "mark_outbox_published_in_shards",
@@ -498,6 +500,14 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     # Claim and work per group (what the driver's workers call on Citus).
     out["shard_holder"] = [(g[0], g[3]) for g in one("shard_groups", "%s", (late,), setof=True)]
     out["shard_renewed"] = one("renew_in_shard", "%s, %s, %s, %s", ("lp-worker", 0, 500, late))[0] >= 1
+    # The usage rating per group (db/functions/89_usage_rating_shards.sql): claim, the usage locks, rate.
+    usage_claimed = one("claim_usage_in_shard", "%s, %s, %s, %s, %s, %s",
+                        ("lp-worker", 0, 500, late, timedelta(hours=1), True), setof=True)
+    usage_locked = one("lock_usage_customers", "%s::bigint[]", ([c[0] for c in usage_claimed] + [1],), setof=True)
+    out["usage_locked"] = 1 in [c[0] for c in usage_locked]
+    out["usage_in_shard"] = isinstance(one("rate_usage_in_shard", "%s, %s, %s::bigint[], %s::bigint[], %s, %s",
+                                           ("lp-worker", 0, [c[0] for c in usage_claimed], [c[1] for c in usage_claimed],
+                                            late, timedelta(hours=1)), setof=True), list)
     one("lease_shard_groups", "%s, %s, %s, %s", ("lp-worker", 4, timedelta(seconds=30), late + timedelta(minutes=6)),
         setof=True)
     keyed = one("charge_claims_in_shard", "%s, %s, %s, %s, %s, %s",
@@ -671,7 +681,7 @@ EXPECTED = {
     "witness_charged_twice": [], "witness_invoices": True, "witness_periods": True, "witness_restarts": True,
     "witness_states": True, "witness_cash": True, "witness_refunds": True, "witness_sample_invoices": True,
     "shard_groups": [(0, True)],
-    "shard_holder": [(0, "lp-worker")], "shard_renewed": True, "shard_keyed": True, "shard_refunds": True,
+    "shard_holder": [(0, "lp-worker")], "shard_renewed": True, "usage_locked": True, "usage_in_shard": True, "shard_keyed": True, "shard_refunds": True,
     "relay_groups": [0], "relay_events": True, "relay_marked": 1, "relay_all_groups": [0], "relay_all_marked": True,
     "kinds": 9, "locales": "zh-CN", "preferences": True, "renewal_notices": True, "notified": True,
     "notifications": True, "portal_link": True, "portal_used": True, "portal_revoked": 0,
@@ -745,8 +755,9 @@ def test_security_definer_functions_pin_a_safe_search_path(db_url, app_role):
             # _shard_table / _local_table: 40_renewal.sql; billing._page builds a list's page with format()
             # from constant fragments, every value a $n parameter bound by USING: 77_api_lists.sql;
             # billing._charge_keys_statement with format() from _shard_table's names, every value a
-            # $n parameter: 51_charge_claims.sql.)
-            if re.search(r"\bEXECUTE\b\s+(?!format\s*\(|billing\._renew_statement\(|billing\._page\(|billing\._charge_keys_statement\()",
+            # $n parameter: 51_charge_claims.sql; billing._rate_usage_set_statement fills its placeholders
+            # with _shard_table / _local_table names and $n parameters: 81_usage_rating_set.sql.)
+            if re.search(r"\bEXECUTE\b\s+(?!format\s*\(|billing\._renew_statement\(|billing\._page\(|billing\._charge_keys_statement\(|billing\._rate_usage_set_statement\()",
                          f["prosrc"] or "",
                          re.IGNORECASE) \
                     and f["prokind"] == "f":

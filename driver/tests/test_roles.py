@@ -50,6 +50,7 @@ POLICY = {
                        "announce_expiring_payment_methods", "give_up_waiting_invoices", "finalize_invoices",
                        "lease_shard_groups",
                        "renew_in_shard", "charge_claims_in_shard", "refund_claims_in_shard", "shard_groups",
+                       "claim_usage_in_shard", "rate_usage_in_shard", "lock_usage_customers",
                        "claim_refund_rechecks",
                        "announce_upcoming_renewals", "claim_notifications", "record_notification_result",
                        "get_invoice_document", "create_portal_link", "notification_kinds", "customer_locales"},

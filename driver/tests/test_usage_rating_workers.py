@@ -2,7 +2,10 @@
 against the real PostgreSQL: a rate_usage call takes the due cursors no other call holds (FOR UPDATE
 SKIP LOCKED), so a second worker rates other subscriptions while the first holds its batch, and
 every subscription is rated exactly once whatever the interleaving; the worker's renewal step runs
-BILLING_USAGE_RATING_WORKERS loops at once (billing.worker.renewal.rate_due_usage)."""
+BILLING_USAGE_RATING_WORKERS loops at once (billing.worker.renewal.rate_due_usage). Per shard group
+(docs/usage.md "Per shard group"; billing.worker.renewal.rate_due_usage_in_shards), on a single
+PostgreSQL (group 0) and on the Citus cluster: every subscription rated once, and a customer whose
+ingestion holds its usage lock on the coordinator is left for the next call."""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from billing.clock import SimulatedClock
-from billing.worker.renewal import rate_due_usage
+from billing.worker.renewal import rate_due_usage, rate_due_usage_in_shards
+from billing.worker.shards import ShardLeases
 
 START = datetime(2026, 10, 1, tzinfo=timezone.utc)
 END = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -25,10 +29,12 @@ N = 240
 RATE = "SELECT customer_id, subscription_id, invoice_id FROM billing.rate_usage(%s, %s, interval '1 hour')"
 
 
-def world(url: str, n: int = N) -> None:
+def world(url: str, n: int = N, *, citus: bool = False) -> None:
     """n customers, each a subscription of October on a plan of 2 charges, 1 + c % 4 requests each
     (ingested), renewed at the month's end: n ratings due."""
     with psycopg.connect(url, autocommit=True) as conn:
+        if citus:  # (the imports write a reference table after reading distributed ones: one connection per node)
+            conn.execute("SET citus.multi_shard_modify_mode TO 'sequential'")
         conn.execute("SELECT billing.upsert_meter('requests', 'api.request', 'count', NULL, '{}', %s)", (START,))
         conn.execute("SELECT billing.upsert_meter('tokens', 'api.request', 'sum', '{tokens}', '{}', %s)", (START,))
         conn.execute("SELECT billing.upsert_plan('API', 900, 'USD', 'MONTH', 1, %s)", (START - timedelta(days=1),))
@@ -188,3 +194,46 @@ def test_following_skips_a_subscription_another_transaction_holds(db_url):
         usage = rater.execute("SELECT customer_id, subtotal FROM billing.invoice WHERE kind = 'USAGE' "
                               "ORDER BY customer_id").fetchall()
     assert usage == [(c, 3 + 2) for c in range(1, 5)]  # one request x 3 + 2 tokens x 1, each once
+
+
+def rate_in_shards(url: str, at: datetime, *, batch: int = 50, workers: int = 2) -> int:
+    """The worker's rating step on Citus (rate_due_usage_in_shards, its groups shared by two loops)
+    once, leasing every group first."""
+
+    async def body() -> int:
+        pool = AsyncConnectionPool(url, min_size=1, max_size=4, open=False, kwargs={"row_factory": dict_row})
+        await pool.open()
+        shards = ShardLeases(pool, url, "rater-1", clock=SimulatedClock(at), lease_seconds=60)
+        try:
+            await shards.lease()
+            assert shards.held()
+            return await rate_due_usage_in_shards(pool, shards, SimulatedClock(at), batch=batch, grace=3600.0,
+                                                  workers=workers)
+        finally:
+            await shards.close()
+            await pool.close()
+
+    return asyncio.run(body())
+
+
+def rate_per_group_around_an_ingestion(url: str, n: int) -> None:
+    """Customer 1's ingestion in flight (its usage lock held shared on the configured database, as
+    the ingestion holds it): every other subscription is rated per group, customer 1 is not; once the
+    ingestion is over, the next call rates it; then nothing is due."""
+    with psycopg.connect(url) as ingestion:
+        ingestion.execute("SELECT pg_advisory_xact_lock_shared(29, hashint8(1::bigint))")
+        assert rate_in_shards(url, RATE_AT) == n - 1
+        ingestion.rollback()
+    assert rate_in_shards(url, RATE_AT + timedelta(minutes=1)) == 1
+    check_rated_once(url, n)
+    assert rate_in_shards(url, RATE_AT + timedelta(hours=1)) == 0  # nothing due, nothing billed twice
+
+
+def test_the_rating_per_shard_group_on_a_single_postgresql(db_url):
+    world(db_url)
+    rate_per_group_around_an_ingestion(db_url, N)
+
+
+def test_the_rating_per_shard_group_on_citus(citus_db_url):
+    world(citus_db_url, 60, citus=True)
+    rate_per_group_around_an_ingestion(citus_db_url, 60)

@@ -8,8 +8,10 @@ the due subscriptions instead of fighting over them.
 
 On Citus (`shards` given: billing.worker.shards) the renewals go per shard group instead:
 `renew_in_shard` in each group the worker leases, on the node holding it, until the group has
-nothing due; the other steps (finalizing, cards, waiting invoices, keys) stay calls on the
-coordinator, each on its own, so that one failing does not hold the renewals back.
+nothing due; so does the usage rating (`rate_due_usage_in_shards`: the claim and the set-based rating
+on the group's node, the customers' usage locks held on the coordinator meanwhile); the other steps
+(finalizing, cards, waiting invoices, keys, usage alerts) stay calls on the coordinator, each on its
+own, so that one failing does not hold the renewals back.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import AsyncExitStack
 
 import psycopg
 
@@ -93,12 +96,90 @@ async def rate_due_usage(pool, clock: Clock, *, batch: int = 500, grace: float =
         return made
 
     total = sum(await asyncio.gather(*(loop(k) for k in range(max(1, workers)))))
+    await check_usage_alerts(pool, clock, batch=batch, stop=stop)
+    return total
+
+
+async def check_usage_alerts(pool, clock: Clock, *, batch: int = 500, stop: asyncio.Event | None = None) -> None:
+    """check_usage_alerts until it fires less than a batch (UsageThresholdReached once per period)."""
     while stop is None or not stop.is_set():
         async with pool.connection() as conn:
             cur = await conn.execute(db.CHECK_USAGE_ALERTS, {"batch": batch, "now": clock.now()})
             if (await cur.fetchone())["fired"] < batch:
                 break
-    return total
+
+
+async def rate_group_usage(pool, shards, group: int, clock: Clock, *, batch: int = 500, grace: float = 3600.0,
+                           follow: bool = True) -> tuple[int, int]:
+    """One batch of the usage rating inside one shard group (docs/usage.md "Per shard group"): on the
+    group's node, in one transaction, claim_usage_in_shard (its due subscriptions, locked SKIP
+    LOCKED); their customers' usage locks on the coordinator (lock_usage_customers: where the
+    ingestion takes them), in a transaction that commits only after the node's; then
+    rate_usage_in_shard for the customers locked. (How many it claimed, how many USAGE invoices.)
+    On a single PostgreSQL, or a group on the coordinator itself, the node's call takes the locks."""
+    node_pool = await shards.pool_for(group)
+    now = clock.now()
+    params = {"worker": shards.worker_id, "group": group, "batch": batch, "now": now, "grace": grace}
+    async with AsyncExitStack() as stack:
+        node = await stack.enter_async_context(node_pool.connection())
+        coordinator = None
+        if not shards.on_coordinator(group):
+            coordinator = await stack.enter_async_context(pool.connection())
+            # entered first, left last: the locks are released after the node's commit
+            await stack.enter_async_context(coordinator.transaction())
+        await stack.enter_async_context(node.transaction())
+        cur = await node.execute(db.CLAIM_USAGE_IN_SHARD, {**params, "follow": follow})
+        claimed = await cur.fetchall()
+        if not claimed:
+            return 0, 0
+        customers = [r["customer_id"] for r in claimed]
+        subscriptions = [r["subscription_id"] for r in claimed]
+        if coordinator is not None:
+            cur = await coordinator.execute(db.LOCK_USAGE_CUSTOMERS, {"customers": sorted(set(customers))})
+            locked = {r["customer_id"] for r in await cur.fetchall()}
+            keep = [i for i, c in enumerate(customers) if c in locked]
+            customers = [customers[i] for i in keep]
+            subscriptions = [subscriptions[i] for i in keep]
+        cur = await node.execute(db.RATE_USAGE_IN_SHARD, {**params, "customers": customers,
+                                                          "subscriptions": subscriptions})
+        row = await cur.fetchone()
+    return len(claimed), row["invoiced"]
+
+
+async def rate_due_usage_in_shards(pool, shards, clock: Clock, *, batch: int = 500, grace: float = 3600.0,
+                                   stop: asyncio.Event | None = None, workers: int = 1) -> int:
+    """The usage rating on Citus: `rate_group_usage` in every shard group the worker leases, each
+    until a batch claims less than `batch` (the subscriptions not followed yet looked for by a group's
+    first batch of the round), the groups shared by `workers` loops at once (BILLING_USAGE_RATING_WORKERS:
+    groups are independent, each loop on its own connections), then the usage alerts on the
+    coordinator; how many USAGE invoices it made. A group whose claim is refused (BL409: the lease
+    was lost or the group moved) is dropped."""
+    from billing.worker.shards import LOST
+
+    async def loop(groups: list[int]) -> int:
+        made = 0
+        for group in groups:
+            follow = True
+            while stop is None or not stop.is_set():
+                try:
+                    claimed, invoiced = await rate_group_usage(pool, shards, group, clock, batch=batch, grace=grace,
+                                                               follow=follow)
+                except psycopg.Error as exc:
+                    if exc.sqlstate in LOST:
+                        shards.lost(group, exc)
+                        break
+                    raise
+                follow = False
+                made += invoiced
+                if claimed < batch:
+                    break
+        return made
+
+    groups = shards.held()
+    loops = max(1, min(workers, len(groups)))
+    made = sum(await asyncio.gather(*(loop(groups[k::loops]) for k in range(loops))))
+    await check_usage_alerts(pool, clock, batch=batch, stop=stop)
+    return made
 
 
 async def finalize_waiting(pool, clock: Clock, *, batch: int = 500, stop: asyncio.Event | None = None) -> int:
@@ -243,10 +324,10 @@ async def run_renewal_in_shards(pool, shards, stop: asyncio.Event, *, clock: Clo
             log.warning("renew_in_shard failed; retrying", extra={"error": repr(exc)})
             wait = backoff
             backoff = min(backoff * 2, 10.0)
-        # (one loop on Citus: its due scan cannot lock rows across shards, so a second loop would
-        # find the first's batch and spin on it; the rating there is one subscription at a time)
-        await step("rate_usage", lambda: rate_due_usage(pool, clock, batch=batch, grace=usage_grace, stop=stop,
-                                                        workers=1))
+        # the usage rating per shard group too (several worker processes share the groups by lease)
+        await step("rate_usage_in_shard", lambda: rate_due_usage_in_shards(pool, shards, clock, batch=batch,
+                                                                           grace=usage_grace, stop=stop,
+                                                                           workers=usage_workers))
         await step("finalize_invoices", lambda: finalize_waiting(pool, clock, batch=batch, stop=stop))
         if await sleep_or_stop(stop, wait):
             return

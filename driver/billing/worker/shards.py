@@ -163,6 +163,19 @@ class ShardLeases:
 
     # -- connections -------------------------------------------------------------------------------
 
+    def on_coordinator(self, group: int) -> bool:
+        """Whether `group` is served by the configured database itself: a single PostgreSQL (group
+        0), or a Citus node that is the coordinator the configured URL names (same host and port)."""
+        lease = self.leases.get(group)
+        if lease is None or lease.node is None:
+            return True
+        info = psycopg.conninfo.conninfo_to_dict(self.database_url)
+        host = info.get("host") or "localhost"
+        port = int(info.get("port") or 5432)
+        local = {"localhost", "127.0.0.1", "::1"}
+        same_host = lease.node[0] == host or (lease.node[0] in local and host in local)
+        return same_host and lease.node[1] == port
+
     async def pool_for(self, group: int):
         """The pool of the node holding `group` (the configured pool for group 0 of a single
         PostgreSQL); made on first use."""

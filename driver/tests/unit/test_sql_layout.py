@@ -52,7 +52,8 @@ def test_citus_list_names_existing_files_once():
 
 
 # The single-node suites that do not run on Citus, each with its Citus form (docs/scaling.md says why).
-NOT_ON_CITUS = {"160_shard_claims.sql": "citus/161_shard_claims.sql", "401_renewal_conformance.sql": "citus/402_renewal_conformance.sql"}
+NOT_ON_CITUS = {"160_shard_claims.sql": "citus/161_shard_claims.sql", "401_renewal_conformance.sql": "citus/402_renewal_conformance.sql",
+                "890_usage_rating_in_shard.sql": "citus/891_usage_rating_in_shards.sql"}
 
 
 def test_citus_list_runs_every_suite_but_the_documented_ones():

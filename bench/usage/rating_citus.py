@@ -1,0 +1,194 @@
+"""The usage rating on Citus (issue 29; docs/usage.md "Per shard group (Citus)"): per shard group
+(`billing.worker.renewal.rate_due_usage_in_shards`: the claim and the set statement on each group's
+node, the usage locks on the coordinator) beside one subscription at a time on the coordinator
+(`billing.rate_usage` on the coordinator, which runs `_rate_usage_rows` on Citus: unchanged since
+main 230cbe5), on two
+copies of one database (citus.sh templatedb/clonedb), in the same run. bench/usage/rating.py's world
+(N customers, a plan of 3 charges, the month's rollups and distinct values), renewed, followed.
+
+    python -m bench.usage.rating_citus --subscriptions 4000 --sample 400
+
+The server CPU is every process of the three nodes (coordinator and workers: the work is spread),
+read from /proc before and after each path (connections kept open meanwhile), with the load average.
+Environment: BILLING_CITUS_PORT, BILLING_CITUS_WORKER1_PORT, BILLING_CITUS_WORKER2_PORT (citus.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from billing.clock import SimulatedClock
+from billing.worker.renewal import rate_due_usage_in_shards
+from billing.worker.shards import ShardLeases
+
+from .rating import END, START
+
+REPO = Path(__file__).resolve().parents[2]
+CITUS = REPO / "scripts" / "services" / "citus.sh"
+DB, ROWS, GROUPS, GROUPS2 = "bench_rate_citus", "bench_rate_citus_rows", "bench_rate_citus_groups", "bench_rate_citus_groups2"
+
+
+def citus(*args: str) -> str:
+    return subprocess.run(["bash", str(CITUS), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def cluster_cpu() -> float:
+    """CPU seconds of every process of the three nodes (their postmasters and all children)."""
+    ports = [os.environ.get(k) for k in ("BILLING_CITUS_PORT", "BILLING_CITUS_WORKER1_PORT", "BILLING_CITUS_WORKER2_PORT")]
+    masters = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"postgres") and any(p and (b"-p" in cmd and p.encode() in cmd) for p in ports):
+            masters.add(int(proc.name))
+    total = 0.0
+    tck = os.sysconf("SC_CLK_TCK")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            f = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(proc.name) in masters or int(f[1]) in masters:
+            total += (int(f[11]) + int(f[12])) / tck
+    return total
+
+
+def build(url: str, n: int, hours: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET citus.multi_shard_modify_mode TO 'sequential'")
+        conn.execute("SELECT billing.upsert_meter('requests', 'api.request', 'count', NULL, '{}', %s)", (START,))
+        conn.execute("SELECT billing.upsert_meter('tokens', 'api.request', 'sum', '{tokens}', '{}', %s)", (START,))
+        conn.execute("SELECT billing.upsert_meter('users', 'api.request', 'unique_count', '{user}', '{}', %s)", (START,))
+        conn.execute("SELECT billing.upsert_plan('API', 900, 'USD', 'MONTH', 1, %s)", (START - timedelta(days=1),))
+        conn.execute("SELECT billing.upsert_plan_charge('API', 'requests', 'per_unit', 0.5, NULL, '[]', 10, NULL, NULL, %s)", (START,))
+        conn.execute("SELECT billing.upsert_plan_charge('API', 'tokens', 'graduated', NULL, NULL, "
+                     "'[{\"upTo\": 1000, \"unitAmount\": 0.1}, {\"upTo\": null, \"unitAmount\": 0.05}]', 0, NULL, NULL, %s)", (START,))
+        conn.execute("SELECT billing.upsert_plan_charge('API', 'users', 'package', 100, 5, '[]', 0, NULL, NULL, %s)", (START,))
+        at = START + timedelta(days=1)
+        for lo in range(1, n + 1, 2000):
+            hi = min(lo + 1999, n)
+            conn.execute("SELECT count(*) FROM billing.import_customers(%s::jsonb, %s)",
+                         (json.dumps([{"external_id": f"c{i}", "id": i} for i in range(lo, hi + 1)]), at))
+            conn.execute("SELECT count(*) FROM billing.import_subscriptions(%s::jsonb, %s)",
+                         (json.dumps([{"external_id": f"s{i}", "customer_id": i, "plan_code": "API", "status": "ACTIVE",
+                                       "current_period_start": START.isoformat(), "current_period_end": END.isoformat()}
+                                      for i in range(lo, hi + 1)]), at))
+        conn.execute("""
+            INSERT INTO billing.usage_rollup (customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value)
+            SELECT c, m, %(start)s::timestamptz + make_interval(hours => (c * 7 + h * 31) %% 743), 1 + (c + h) %% 9,
+                   CASE WHEN m = 'tokens' THEN (c * h) %% 300 ELSE 0 END, NULL, %(start)s::timestamptz, NULL
+              FROM generate_series(1, %(n)s) c, generate_series(0, %(hours)s - 1) h, unnest(ARRAY['requests', 'tokens', 'users']) m
+            ON CONFLICT DO NOTHING""", {"start": START, "n": n, "hours": hours})
+        conn.execute("""
+            INSERT INTO billing.usage_unique (customer_id, meter_code, bucket, value)
+            SELECT c, 'users', %(start)s::timestamptz + make_interval(hours => (c * 7 + h * 31) %% 743), 'u' || ((c + h * v) %% 23)
+              FROM generate_series(1, %(n)s) c, generate_series(0, %(hours)s - 1) h, generate_series(1, 2) v
+            ON CONFLICT DO NOTHING""", {"start": START, "n": n, "hours": hours})
+        conn.execute("SELECT billing._usage_follow_all(%s)", (at,))
+        while conn.execute("SELECT billing.create_due_invoices(10000, %s)", (END + timedelta(seconds=1),)).fetchone()[0]:
+            pass
+        conn.execute("VACUUM ANALYZE")
+
+
+def ratings(url: str, limit: int) -> list[tuple]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("""
+            SELECT r.customer_id, r.meter_code, r.span_start, r.span_end, r.quantity, r.amount, r.billed, i.subtotal, i.status, l.net
+              FROM billing.usage_rating r
+              LEFT JOIN billing.invoice i ON i.customer_id = r.customer_id AND i.id = r.invoice_id
+              LEFT JOIN billing.service_line l ON l.customer_id = r.customer_id AND l.id = r.line_id
+             WHERE r.customer_id <= %s ORDER BY r.customer_id, r.meter_code""", (limit,)).fetchall()
+
+
+async def by_groups(url: str, now, batch: int, workers: int = 1) -> tuple[int, float, float]:
+    pool = AsyncConnectionPool(url, min_size=1, max_size=2 * workers, open=False, kwargs={"row_factory": dict_row})
+    await pool.open()
+    shards = ShardLeases(pool, url, "bench-rater", clock=SimulatedClock(now), lease_seconds=600)
+    try:
+        await shards.lease()
+        for group in shards.held():  # the node pools opened before the measure
+            async with (await shards.pool_for(group)).connection() as conn:
+                await conn.execute("SELECT 1")
+        cpu0, t0 = cluster_cpu(), time.perf_counter()
+        made = await rate_due_usage_in_shards(pool, shards, SimulatedClock(now), batch=batch, grace=3600.0,
+                                              workers=workers)
+        return made, time.perf_counter() - t0, cluster_cpu() - cpu0
+    finally:
+        await shards.close()
+        await pool.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--subscriptions", type=int, default=4000)
+    ap.add_argument("--hours", type=int, default=24)
+    ap.add_argument("--batch", type=int, default=500, help="the per-group batch (rate_due_usage_in_shards)")
+    ap.add_argument("--sample", type=int, default=400, help="subscriptions rated one at a time")
+    ap.add_argument("--workers", type=int, default=2, help="rating loops sharing the groups, beside one (0: none)")
+    args = ap.parse_args()
+    n = args.subscriptions
+    url = citus("createdb", DB)
+    from billing.migrate import migrate
+    migrate(url, REPO / "db", simulation=True, citus=True)
+    t0 = time.perf_counter()
+    build(url, n, args.hours)
+    print(f"setup: {n:,} subscriptions x 3 charges, renewed, on the cluster in {time.perf_counter() - t0:.0f} s", flush=True)
+    citus("templatedb", DB)
+    rows_url, groups_url = citus("clonedb", ROWS, DB), citus("clonedb", GROUPS, DB)
+    groups2_url = citus("clonedb", GROUPS2, DB) if args.workers else None
+    now = END + timedelta(hours=1, seconds=1)
+
+    load0 = os.getloadavg()[0]
+    made, seconds, cpu = asyncio.run(by_groups(groups_url, now, args.batch))
+    load1 = os.getloadavg()[0]
+    print(f"per shard group (rate_due_usage_in_shards, batch {args.batch}): {made:,} USAGE invoices of {n:,} in "
+          f"{seconds:.1f} s ({n / seconds:,.0f}/s), cluster CPU {cpu:.1f} s = {cpu / n * 1000:.2f} ms a subscription; "
+          f"load {load0:.1f} -> {load1:.1f}", flush=True)
+    assert made == n, (made, n)
+    if groups2_url:
+        load0 = os.getloadavg()[0]
+        made2, seconds2, cpu2 = asyncio.run(by_groups(groups2_url, now, args.batch, args.workers))
+        print(f"per shard group, {args.workers} loops sharing the groups: {made2:,} USAGE invoices in {seconds2:.1f} s "
+              f"({n / seconds2:,.0f}/s), cluster CPU {cpu2:.1f} s = {cpu2 / n * 1000:.2f} ms a subscription; "
+              f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+        assert made2 == n, (made2, n)
+
+    with psycopg.connect(rows_url, autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        load2 = os.getloadavg()[0]
+        cpu0, t0 = cluster_cpu(), time.perf_counter()
+        looked = 0
+        while looked < args.sample:
+            looked += conn.execute("SELECT count(*) FROM billing.rate_usage(%s, %s, interval '1 hour')",
+                                   (min(500, args.sample - looked), now)).fetchone()[0]
+        rseconds, rcpu = time.perf_counter() - t0, cluster_cpu() - cpu0
+    load3 = os.getloadavg()[0]
+    print(f"one subscription at a time (rate_usage on the coordinator: _rate_usage_rows, main's path on Citus): {looked:,} in {rseconds:.1f} s "
+          f"({looked / rseconds:,.0f}/s), cluster CPU {rcpu:.1f} s = {rcpu / looked * 1000:.2f} ms a subscription; "
+          f"load {load2:.1f} -> {load3:.1f}", flush=True)
+    same = ratings(rows_url, args.sample) == ratings(groups_url, args.sample)
+    print(f"the sample's ratings, invoices and lines equal on both copies: {same}", flush=True)
+    assert same
+    for db in (ROWS, GROUPS, GROUPS2, DB):
+        subprocess.run(["bash", str(CITUS), "dropdb", db], check=False, capture_output=True)
+
+
+if __name__ == "__main__":
+    main()

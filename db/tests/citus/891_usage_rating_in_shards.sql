@@ -1,0 +1,273 @@
+-- citus/891_usage_rating_in_shards: the usage rating per shard group on the cluster (89_usage_rating_shards:
+-- claim_usage_in_shard + rate_usage_in_shard on the node holding each group, the set statement of
+-- 81_usage_rating_set on the group's shards, the customers' usage locks held on the coordinator
+-- meanwhile) rates exactly what the rating one subscription at a time rates (_rate_subscription on
+-- the coordinator, the path rate_usage takes on Citus, itself equal to the single node's set-based
+-- statement: 721_usage_rating_set), on 721's world: every aggregation and pricing model, edge hours,
+-- two periods at once, exclusive and inclusive tax, credit, coupons, a plan change inside a period, a
+-- cancellation, then late events (adjustment lines for the earlier span) and a second rating. The
+-- per-group calls are other sessions (dblink), so the state is committed: the world is built twice,
+-- for two sets of customers (8911.. and 8921..) with the same history, one rated by each path, and
+-- their effects compared field by field with the customer and row ids left out. Run by `make
+-- test-citus` only (its single-node form, group 0: 890_usage_rating_in_shard).
+\set ON_ERROR_STOP 1
+SELECT plan(14);
+SET ROLE billing_owner;
+SET citus.multi_shard_modify_mode TO 'sequential';
+
+SELECT billing.upsert_tax_rate('C891_XA', 'XA', NULL, 'VAT 20%', 2000, false);
+SELECT billing.upsert_tax_rate('C891_XB', 'XB', NULL, 'GST 10%', 1000, true);
+SELECT billing.upsert_plan('C891_A', 1000, 'USD', 'MONTH', 1, '2026-02-01Z');
+SELECT billing.upsert_plan('C891_B', 0, 'USD', 'MONTH', 1, '2026-02-01Z');
+SELECT billing.upsert_meter('c891_req', 'c891.request', 'count', NULL, '{}', '2026-02-01Z');
+SELECT billing.upsert_meter('c891_tok', 'c891.request', 'sum', '{tokens}', '{}', '2026-02-01Z');
+SELECT billing.upsert_meter('c891_max', 'c891.request', 'max', '{gb}', '{}', '2026-02-01Z');
+SELECT billing.upsert_meter('c891_last', 'c891.request', 'latest', '{gb}', '{}', '2026-02-01Z');
+SELECT billing.upsert_meter('c891_users', 'c891.request', 'unique_count', '{user}', '{}', '2026-02-01Z');
+SELECT billing.upsert_meter('c891_eu', 'c891.request', 'count', NULL, '{"region": "eu"}', '2026-02-01Z');
+SELECT billing.upsert_plan_charge('C891_A', 'c891_req', 'per_unit', 0.5, NULL, '[]', 3, NULL, NULL, '2026-02-01Z');
+SELECT billing.upsert_plan_charge('C891_A', 'c891_tok', 'graduated', NULL, NULL,
+       '[{"upTo": 100, "unitAmount": 1, "flatAmount": 50}, {"upTo": null, "unitAmount": 0.25}]', 0, NULL, NULL, '2026-02-01Z');
+SELECT billing.upsert_plan_charge('C891_A', 'c891_max', 'volume', NULL, NULL,
+       '[{"upTo": 10, "unitAmount": 7}, {"upTo": null, "unitAmount": 3, "flatAmount": 5}]', 0, NULL, NULL, '2026-02-01Z');
+SELECT billing.upsert_plan_charge('C891_A', 'c891_last', 'package', 10, 4, '[]', 0, 20, NULL, '2026-02-01Z');
+SELECT billing.upsert_plan_charge('C891_A', 'c891_users', 'per_unit', 100, NULL, '[]', 0, NULL, 250, '2026-02-01Z');
+SELECT billing.upsert_plan_charge('C891_A', 'c891_eu', 'per_unit', 9, NULL, '[]', 0, NULL, NULL, '2026-02-01Z');
+SELECT billing.upsert_plan_charge('C891_B', 'c891_req', 'per_unit', 2, NULL, '[]', 0, NULL, NULL, '2026-02-01Z');
+-- coupons (docs/usage.md "Coupons"): half off for a month of service, 20% forever, an amount off, 30% on plan B only
+SELECT billing.upsert_coupon('C891_R50', 50, NULL, NULL, 'repeating', 1);
+SELECT billing.upsert_coupon('C891_P20', 20, NULL, NULL, 'forever');
+SELECT billing.upsert_coupon('C891_AMT', NULL, 300, 'USD', 'forever');
+SELECT billing.upsert_coupon('C891_B30', 30, NULL, NULL, 'forever', NULL, NULL, NULL, ARRAY['C891_B']);
+
+
+CREATE FUNCTION pg_temp.ev(p_id text, p_customer bigint, p_time text, p_data jsonb) RETURNS jsonb LANGUAGE sql AS $$
+    SELECT jsonb_build_object('specversion', '1.0', 'id', p_id, 'source', 'c891', 'type', 'c891.request',
+                              'time', p_time, 'subject', p_customer::text, 'data', p_data)
+$$;
+SELECT billing.upsert_customer(c) FROM generate_series(8911, 8918) c;
+SELECT billing.set_customer_details(8912, 'XA Ltd', 'xa@example.org', '1 Road', 'Town', '1000', NULL, 'XA', NULL);
+SELECT billing.set_customer_details(8918, 'XB Ltd', 'xb@example.org', '1 Road', 'Town', '1000', NULL, 'XB', NULL);
+-- every subscription starts inside an hour: its periods' first and last hours are read from the events
+SELECT billing.create_subscription('c891a-' || c, c, 'C891_A', '2026-03-01T10:20:30Z', 0,
+                                   CASE c WHEN 8911 THEN 'C891_R50' WHEN 8912 THEN 'C891_AMT' WHEN 8913 THEN 'C891_P20'
+                                          WHEN 8916 THEN 'C891_P20' END, 1, 'c891a-' || c)
+  FROM generate_series(8911, 8918) c;
+SELECT billing.create_subscription('c891a-8915b', 8915, 'C891_B', '2026-03-01T10:20:30Z', 0, 'C891_B30', 1, 'c891a-8915b');
+CREATE TEMP TABLE c891a AS SELECT s.customer_id, s.id, s.external_id AS code FROM billing.subscription s
+ WHERE s.customer_id BETWEEN 8911 AND 8918;
+-- credit: part of 8913's invoice, all of 8914's, shared by 8915's two
+SELECT billing._grant_credit(8913, 'USD', 100, 'PRORATION', NULL, NULL, '2026-03-02Z');
+SELECT billing._grant_credit(8914, 'USD', 100000, 'PRORATION', NULL, NULL, '2026-03-02Z');
+SELECT billing._grant_credit(8915, 'USD', 700, 'PRORATION', NULL, NULL, '2026-03-02Z');
+
+
+-- March and April: events of every customer but 8917, in the edge hours and whole hours
+SELECT is((SELECT count(*) FROM billing.ingest_usage((
+    SELECT jsonb_agg(pg_temp.ev('ae' || c || '-' || n, c,
+                                to_char(('2026-03-01T10:20:30Z'::timestamptz + (n * interval '7 hours 13 minutes 11 seconds'))
+                                        AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                                jsonb_build_object('tokens', (n * 37) % 90 + 0.5, 'gb', (n * 13) % 17, 'user', 'u' || (n % 4),
+                                                   'region', CASE WHEN n % 3 = 0 THEN 'eu' ELSE 'us' END)))
+      FROM generate_series(8911, 8918) c, generate_series(0, 199) n
+     WHERE c <> 8917 AND n * interval '7 hours 13 minutes 11 seconds' < interval '59 days'
+       AND n < 125), '2026-04-29Z', interval '1 hour', interval '5 minutes', interval '100 days')
+    WHERE status = 'accepted'), 875::bigint, 'the events of March and April');
+SELECT is((SELECT count(*) FROM billing.ingest_usage(jsonb_build_array(
+    pg_temp.ev('aedge-a', 8911, '2026-03-01T10:20:30Z', '{"tokens": 1000, "gb": 3, "user": "edge"}'),
+    pg_temp.ev('aedge-b', 8911, '2026-04-01T10:20:29.999Z', '{"tokens": 7, "gb": 40, "user": "edge2", "region": "eu"}'),
+    pg_temp.ev('aedge-c', 8911, '2026-04-01T10:20:30Z', '{"tokens": 5, "gb": 1, "user": "u0"}')),
+    '2026-04-29Z') WHERE status = 'accepted'), 3::bigint, 'events on the periods'' edges');
+-- 8916 changes plan inside March (its periods are left to the per-subscription path); 8918 cancels in April
+SELECT billing.change_plan((SELECT id FROM c891a WHERE code = 'c891a-8916'), 'C891_B', '2026-03-16T08:00:00Z');
+SELECT billing.create_due_invoices(10000, '2026-04-01T10:20:31Z');
+SELECT billing.cancel_subscription((SELECT id FROM c891a WHERE code = 'c891a-8918'), false, '2026-04-20Z');
+SELECT billing.create_due_invoices(10000, '2026-05-01T10:20:31Z');
+
+
+SELECT billing.upsert_customer(c) FROM generate_series(8921, 8928) c;
+SELECT billing.set_customer_details(8922, 'XA Ltd', 'xa@example.org', '1 Road', 'Town', '1000', NULL, 'XA', NULL);
+SELECT billing.set_customer_details(8928, 'XB Ltd', 'xb@example.org', '1 Road', 'Town', '1000', NULL, 'XB', NULL);
+-- every subscription starts inside an hour: its periods' first and last hours are read from the events
+SELECT billing.create_subscription('c891b-' || c, c, 'C891_A', '2026-03-01T10:20:30Z', 0,
+                                   CASE c WHEN 8921 THEN 'C891_R50' WHEN 8922 THEN 'C891_AMT' WHEN 8923 THEN 'C891_P20'
+                                          WHEN 8926 THEN 'C891_P20' END, 1, 'c891b-' || c)
+  FROM generate_series(8921, 8928) c;
+SELECT billing.create_subscription('c891b-8925b', 8925, 'C891_B', '2026-03-01T10:20:30Z', 0, 'C891_B30', 1, 'c891b-8925b');
+CREATE TEMP TABLE c891b AS SELECT s.customer_id, s.id, s.external_id AS code FROM billing.subscription s
+ WHERE s.customer_id BETWEEN 8921 AND 8928;
+-- credit: part of 8923's invoice, all of 8924's, shared by 8925's two
+SELECT billing._grant_credit(8923, 'USD', 100, 'PRORATION', NULL, NULL, '2026-03-02Z');
+SELECT billing._grant_credit(8924, 'USD', 100000, 'PRORATION', NULL, NULL, '2026-03-02Z');
+SELECT billing._grant_credit(8925, 'USD', 700, 'PRORATION', NULL, NULL, '2026-03-02Z');
+
+
+-- March and April: events of every customer but 8927, in the edge hours and whole hours
+SELECT is((SELECT count(*) FROM billing.ingest_usage((
+    SELECT jsonb_agg(pg_temp.ev('be' || c || '-' || n, c,
+                                to_char(('2026-03-01T10:20:30Z'::timestamptz + (n * interval '7 hours 13 minutes 11 seconds'))
+                                        AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                                jsonb_build_object('tokens', (n * 37) % 90 + 0.5, 'gb', (n * 13) % 17, 'user', 'u' || (n % 4),
+                                                   'region', CASE WHEN n % 3 = 0 THEN 'eu' ELSE 'us' END)))
+      FROM generate_series(8921, 8928) c, generate_series(0, 199) n
+     WHERE c <> 8927 AND n * interval '7 hours 13 minutes 11 seconds' < interval '59 days'
+       AND n < 125), '2026-04-29Z', interval '1 hour', interval '5 minutes', interval '100 days')
+    WHERE status = 'accepted'), 875::bigint, 'the events of March and April');
+SELECT is((SELECT count(*) FROM billing.ingest_usage(jsonb_build_array(
+    pg_temp.ev('bedge-a', 8921, '2026-03-01T10:20:30Z', '{"tokens": 1000, "gb": 3, "user": "edge"}'),
+    pg_temp.ev('bedge-b', 8921, '2026-04-01T10:20:29.999Z', '{"tokens": 7, "gb": 40, "user": "edge2", "region": "eu"}'),
+    pg_temp.ev('bedge-c', 8921, '2026-04-01T10:20:30Z', '{"tokens": 5, "gb": 1, "user": "u0"}')),
+    '2026-04-29Z') WHERE status = 'accepted'), 3::bigint, 'events on the periods'' edges');
+-- 8926 changes plan inside March (its periods are left to the per-subscription path); 8928 cancels in April
+SELECT billing.change_plan((SELECT id FROM c891b WHERE code = 'c891b-8926'), 'C891_B', '2026-03-16T08:00:00Z');
+SELECT billing.create_due_invoices(10000, '2026-04-01T10:20:31Z');
+SELECT billing.cancel_subscription((SELECT id FROM c891b WHERE code = 'c891b-8928'), false, '2026-04-20Z');
+SELECT billing.create_due_invoices(10000, '2026-05-01T10:20:31Z');
+
+
+RESET citus.multi_shard_modify_mode;
+RESET ROLE;
+
+-- What a set's ratings wrote, without the ids: 721's state() over one set of customers, its external
+-- ids without the set's prefix, customers as their offset.
+CREATE FUNCTION pg_temp.state(p_base bigint, p_prefix text) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN (SELECT jsonb_build_object(
+      'invoices', (SELECT jsonb_agg(jsonb_build_object('s', replace(c.external_id, p_prefix || (p_base / 10)::text, ''), 'start', i.period_start, 'end', i.period_end,
+                          'subtotal', i.subtotal, 'credit', i.credit_applied, 'amount', i.amount, 'currency', i.currency,
+                          'status', i.status, 'tax', i.tax_amount, 'included', i.tax_included, 'detail', i.tax_detail,
+                          'plan', i.plan_id, 'quantity', i.quantity, 'price', i.plan_price, 'due', i.due_at,
+                          'paid', i.paid_at, 'next', i.next_attempt_at, 'discount', i.discount_amount, 'coupon', i.coupon_code)
+                          ORDER BY c.external_id, i.period_start)
+                     FROM billing.invoice i JOIN billing.subscription c ON c.customer_id = i.customer_id AND c.id = i.subscription_id
+                    WHERE i.kind = 'USAGE' AND i.customer_id BETWEEN p_base + 1 AND p_base + 8),
+      'lines', (SELECT jsonb_agg(jsonb_build_object('s', replace(c.external_id, p_prefix || (p_base / 10)::text, ''), 'invoice', i.period_start, 'meter', l.meter_code,
+                          'q', l.usage_quantity, 'plan', l.plan_id, 'unit', l.unit_price, 'n', l.quantity,
+                          'start', l.span_start, 'end', l.span_end, 'gross', l.gross, 'discount', l.discount, 'net', l.net,
+                          'tax', l.tax, 'inclusive', l.tax_inclusive, 'currency', l.currency, 'kind', l.kind,
+                          'basis', jsonb_build_array(l.basis_start, l.basis_gross, l.basis_net), 'coupon', l.coupon_code)
+                          ORDER BY c.external_id, l.span_start, l.meter_code, l.created_at, l.net)
+                     FROM billing.service_line l JOIN billing.subscription c ON c.customer_id = l.customer_id AND c.id = l.subscription_id
+                     JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id
+                    WHERE l.item = 'USAGE' AND l.customer_id BETWEEN p_base + 1 AND p_base + 8),
+      'ratings', (SELECT jsonb_agg(jsonb_build_object('s', replace(c.external_id, p_prefix || (p_base / 10)::text, ''), 'meter', r.meter_code, 'start', r.span_start,
+                          'end', r.span_end, 'plan', r.plan_id, 'q', r.quantity, 'amount', r.amount, 'billed', r.billed,
+                          'at', r.rated_at, 'invoiced', r.invoice_id IS NOT NULL, 'line', r.line_id IS NOT NULL)
+                          ORDER BY c.external_id, r.span_start, r.meter_code, r.rated_at)
+                     FROM billing.usage_rating r JOIN billing.subscription c ON c.customer_id = r.customer_id AND c.id = r.subscription_id
+                    WHERE r.customer_id BETWEEN p_base + 1 AND p_base + 8),
+      'cursors', (SELECT jsonb_agg(jsonb_build_object('s', replace(c.external_id, p_prefix || (p_base / 10)::text, ''), 'until', u.rated_until, 'late', u.late_since,
+                          'finished', u.finished, 'due', u.due_at, 'at', u.updated_at) ORDER BY c.external_id)
+                     FROM billing.usage_cursor u JOIN billing.subscription c ON c.customer_id = u.customer_id AND c.id = u.subscription_id
+                    WHERE u.customer_id BETWEEN p_base + 1 AND p_base + 8),
+      'credit', (SELECT jsonb_agg(jsonb_build_object('c', b.customer_id - p_base, 'balance', b.balance) ORDER BY b.customer_id)
+                     FROM billing.credit_balance b WHERE b.customer_id BETWEEN p_base + 1 AND p_base + 8),
+      'entries', (SELECT jsonb_agg(jsonb_build_object('c', e.customer_id - p_base, 'amount', e.amount, 'reason', e.reason)
+                          ORDER BY e.customer_id, e.subscription_id, e.amount)
+                     FROM billing.credit_entry e WHERE e.customer_id BETWEEN p_base + 1 AND p_base + 8),
+      'events', (SELECT jsonb_agg(jsonb_build_object('type', o.event_type,
+                          'data', (o.payload -> 'data') - ARRAY['invoiceId', 'customerId', 'subscriptionId'],
+                          'time', o.payload -> 'time', 'customer', o.customer_id - p_base)
+                          ORDER BY o.customer_id, (o.payload -> 'data' ->> 'subscriptionId')::numeric, o.payload -> 'data' ->> 'periodStart', o.event_type)
+                     FROM billing.outbox_event o
+                    WHERE o.customer_id BETWEEN p_base + 1 AND p_base + 8 AND o.aggregate_type = 'invoice'
+                      AND o.payload -> 'data' ->> 'kind' = 'USAGE')));
+END
+$$;
+-- the late events of each set (after its May rating)
+CREATE FUNCTION pg_temp.late(p_base bigint, p_letter text) RETURNS bigint LANGUAGE sql AS $$
+    SELECT count(*) FROM billing.ingest_usage(jsonb_build_array(
+        pg_temp.ev(p_letter || 'late-1', p_base + 1, '2026-03-20T10:00:00Z', '{"tokens": 300, "gb": 50, "user": "late"}'),
+        pg_temp.ev(p_letter || 'late-2', p_base + 2, '2026-04-30T23:00:00Z', '{"tokens": 1, "gb": 0, "user": "u1", "region": "eu"}')),
+        '2026-05-20Z') WHERE status = 'accepted'
+$$;
+
+-- Set A: one subscription at a time on the coordinator (_rate_subscription each: rate_usage's path on Citus).
+CREATE FUNCTION pg_temp.by_rows(p_now timestamptz) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_c bigint[] := ARRAY(SELECT customer_id FROM c891a ORDER BY customer_id, id);
+    v_s bigint[] := ARRAY(SELECT id FROM c891a ORDER BY customer_id, id);
+    v_n bigint := 0;
+BEGIN
+    PERFORM billing._usage_follow_all(p_now);
+    FOR i IN 1 .. cardinality(v_s) LOOP
+        v_n := v_n + (billing._rate_subscription(v_c[i], v_s[i], p_now, interval '1 hour') IS NOT NULL)::integer;
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+-- Set B: per shard group, as the worker does (billing/worker/renewal.py): on each group's node, in one
+-- transaction, the claim; the claimed customers' usage locks taken here, on the coordinator (this
+-- statement's transaction holds them until every node's transaction has committed); the rating.
+CREATE EXTENSION IF NOT EXISTS dblink;
+CREATE FUNCTION pg_temp.by_groups(p_now timestamptz) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_g record;
+    v_c bigint[];
+    v_s bigint[];
+    v_locked bigint[];
+    v_n bigint := 0;
+BEGIN
+    FOR v_g IN SELECT * FROM groups_891 ORDER BY shard_group LOOP
+        PERFORM dblink_connect('t891', v_g.conninfo);
+        PERFORM dblink_exec('t891', 'BEGIN');
+        SELECT coalesce(array_agg(t.c ORDER BY t.c, t.s), '{}'), coalesce(array_agg(t.s ORDER BY t.c, t.s), '{}') INTO v_c, v_s
+          FROM dblink('t891', format('SELECT customer_id, subscription_id FROM billing.claim_usage_in_shard(%L, %s, 1000, %L, %L)',
+                                     't891', v_g.shard_group, p_now, '1 hour')) AS t (c bigint, s bigint);
+        v_locked := ARRAY(SELECT l.customer_id FROM billing.lock_usage_customers(v_c) l);
+        SELECT coalesce(array_agg(k.c ORDER BY k.c, k.s), '{}'), coalesce(array_agg(k.s ORDER BY k.c, k.s), '{}') INTO v_c, v_s
+          FROM unnest(v_c, v_s) AS k (c, s) WHERE k.c = ANY (v_locked);
+        v_n := v_n + (SELECT count(t.i) FROM dblink('t891', format(
+                          'SELECT invoice_id FROM billing.rate_usage_in_shard(%L, %s, %L, %L, %L, %L)',
+                          't891', v_g.shard_group, v_c, v_s, p_now, '1 hour')) AS t (i bigint));
+        PERFORM dblink_exec('t891', 'COMMIT');
+        PERFORM dblink_disconnect('t891');
+    END LOOP;
+    RETURN v_n;
+END
+$$;
+UPDATE billing.shard_lease SET holder = NULL, lease_until = NULL, leased_at = NULL WHERE holder IS NOT NULL;
+DELETE FROM billing.shard_worker;
+CREATE TEMP TABLE groups_891 AS
+SELECT l.shard_group, format('host=%s port=%s dbname=%s user=postgres', l.node_name, l.node_port, current_database()) AS conninfo
+  FROM billing.lease_shard_groups('t891', 10000, interval '1 day', '2026-05-01T12:00:00Z') l;
+SELECT cmp_ok((SELECT count(*) FROM groups_891), '>', 1::bigint, 'the rating worker holds every group, on both workers');
+
+-- May: two periods at once
+SET ROLE billing_owner;
+SELECT pg_temp.by_rows('2026-05-01T12:00:00Z') AS a_may \gset
+RESET ROLE;
+SELECT pg_temp.by_groups('2026-05-01T12:00:00Z') AS b_may \gset
+SELECT is(:b_may::bigint, :a_may::bigint, 'May: as many USAGE invoices per group as one at a time (' || :a_may || ')');
+SELECT is((SELECT sum((a.args ->> 'set_based')::integer) FROM billing.audit_log a
+            WHERE a.function = 'rate_usage_in_shard' AND a.args ->> 'worker' = 't891' AND (a.args ->> 'now')::timestamptz = '2026-05-01T12:00:00Z'),
+          7::bigint, 'the set statement on the groups'' shards rated the 7 live subscriptions with whole-period segments');
+-- late events, June's renewal and rating
+SELECT is(pg_temp.late(8910, 'a') + pg_temp.late(8920, 'b'), 4::bigint, 'two late events in each set');
+SELECT billing.create_due_invoices(10000, '2026-06-01T10:20:31Z') IS NOT NULL AS renewed \gset
+SELECT lease_until IS NOT NULL AS leased FROM billing.lease_shard_groups('t891', 10000, interval '1 day', '2026-06-01T12:00:00Z') LIMIT 1 \gset
+SET ROLE billing_owner;
+SELECT pg_temp.by_rows('2026-06-01T12:00:00Z') AS a_june \gset
+RESET ROLE;
+SELECT pg_temp.by_groups('2026-06-01T12:00:00Z') AS b_june \gset
+SELECT is(:b_june::bigint, :a_june::bigint, 'June: as many USAGE invoices per group as one at a time (' || :a_june || ')');
+
+SELECT pg_temp.state(8910, 'c891a-') AS by_rows \gset
+SELECT pg_temp.state(8920, 'c891b-') AS by_groups \gset
+SELECT is(:'by_groups'::jsonb -> 'invoices', :'by_rows'::jsonb -> 'invoices', 'per group: the same USAGE invoices (tax, credit, coupon, status)');
+SELECT is(:'by_groups'::jsonb -> 'lines', :'by_rows'::jsonb -> 'lines',
+          'per group: the same USAGE lines (quantities, amounts, discounts, tax; the plan change''s two segments; the late adjustment lines)');
+SELECT is(:'by_groups'::jsonb - 'invoices' - 'lines', :'by_rows'::jsonb - 'invoices' - 'lines',
+          'per group: the same ratings, cursors, credit and events');
+SELECT ok(jsonb_array_length(:'by_groups'::jsonb -> 'lines') > 40
+          AND (SELECT count(*) FROM jsonb_array_elements(:'by_groups'::jsonb -> 'lines') x WHERE x ->> 'start' < '2026-04' AND x ->> 'invoice' >= '2026-05') > 0
+          AND (SELECT count(DISTINCT x ->> 'plan') FROM jsonb_array_elements(:'by_groups'::jsonb -> 'lines') x WHERE x ->> 's' = '6') = 2
+          AND (SELECT count(*) FROM jsonb_array_elements(:'by_groups'::jsonb -> 'lines') x WHERE (x ->> 'discount')::bigint > 0) > 0,
+          'the world compared is not empty: late adjustment lines of March on a later invoice, the two plans of the change, discounts');
+SELECT pg_temp.by_groups('2026-06-01T12:30:00Z') AS again \gset
+SELECT is(pg_temp.state(8920, 'c891b-'), :'by_groups'::jsonb, 'per group again: nothing due, nothing billed twice');
+
+-- What this suite leased, released (the next suites must not find its worker alive).
+UPDATE billing.shard_lease SET holder = NULL, lease_until = NULL, leased_at = NULL WHERE holder = 't891';
+DELETE FROM billing.shard_worker WHERE worker = 't891';
+SELECT * FROM finish();
