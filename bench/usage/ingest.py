@@ -41,7 +41,7 @@ import psycopg
 from bench.baseline import baseline_tree, host_load, proc_cpu, tree_env
 
 REPO = Path(__file__).resolve().parents[2]
-BASELINE = "423794e"  # main before the ingestion work (issue 29's ingestion figures start here)
+BASELINE = "230cbe5"  # main before issue 29's third ingestion pass (423794e: before the ingestion work)
 METERS = [("requests", "count", None), ("tokens", "sum", "{tokens}"), ("users", "unique_count", "{user}")]
 
 
@@ -264,7 +264,7 @@ def main() -> None:
     ap.add_argument("--bootstrap", default=os.environ.get("BILLING_TEST_KAFKA_BOOTSTRAP"))
     ap.add_argument("--customers", type=int, default=1000)
     ap.add_argument("--events", type=int, default=200_000, help="distinct events of our stream (+10%% duplicates)")
-    ap.add_argument("--baseline-events", type=int, default=20_000, help="distinct events of the baseline's stream")
+    ap.add_argument("--baseline-events", type=int, default=200_000, help="distinct events of the baseline's stream")
     ap.add_argument("--naive", type=int, default=3000, help="distinct events of the naive consumer's stream")
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--consumers", type=int, default=2)

@@ -3,7 +3,7 @@
 Kafka door's call), of billing.ingest_usage in batches of 1,000 (HTTP's) and of ONE event (a client
 sending events one by one), without Kafka or HTTP in the way.
 
-    python -m bench.usage.statement                         # this tree beside main 42df2b0
+    python -m bench.usage.statement                         # this tree beside main 230cbe5
     python -m bench.usage.statement --events 200000 --rounds 3
 
 Each tree gets a fresh database migrated from its own db/ (1,000 customers, the 3 meters of
@@ -32,7 +32,7 @@ from bench.baseline import baseline_tree, host_load
 from billing.migrate import migrate
 
 REPO = Path(__file__).resolve().parents[2]
-BASELINE = "42df2b0"
+BASELINE = "230cbe5"  # main before issue 29's third ingestion pass
 METERS = [("requests", "count", None), ("tokens", "sum", "{tokens}"), ("users", "unique_count", "{user}")]
 
 
@@ -83,7 +83,7 @@ def run(url: str, texts: list[str], size: int, now: datetime, door: str) -> tupl
         for i in range(0, len(texts), size):
             chunk = texts[i:i + size]
             if door == "batch":
-                rows = conn.execute("SELECT status FROM billing.ingest_usage_batch(%s::text[], %s)", (chunk, now)).fetchall()
+                rows = conn.execute("SELECT status FROM billing.ingest_usage_batch(%b, %s)", (chunk, now)).fetchall()
             else:
                 rows = conn.execute("SELECT status FROM billing.ingest_usage(%s, %s)",
                                     (Jsonb([json.loads(t) for t in chunk]), now)).fetchall()

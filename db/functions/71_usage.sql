@@ -188,8 +188,10 @@ BEGIN
     DELETE FROM billing.usage_rollup WHERE meter_code = p_meter.code;
     DELETE FROM billing.usage_unique WHERE meter_code = p_meter.code;
     INSERT INTO billing.usage_rollup (customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value)
-    SELECT v.customer_id, p_meter.code, v.bucket, count(*), coalesce(sum(v.num), 0), max(v.num), max(v.event_time),
-           (array_agg(v.num ORDER BY v.event_time DESC, v.num DESC NULLS LAST))[1]
+    SELECT v.customer_id, p_meter.code, v.bucket, count(*), coalesce(sum(v.num), 0), max(v.num),
+           -- the latest event's time and value for `latest` meters only (the ingestion writes them so)
+           CASE WHEN p_meter.aggregation = 'latest' THEN max(v.event_time) END,
+           CASE WHEN p_meter.aggregation = 'latest' THEN (array_agg(v.num ORDER BY v.event_time DESC, v.num DESC NULLS LAST))[1] END
       FROM (SELECT e.customer_id, date_trunc('hour', e.event_time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS bucket,
                    e.event_time,
                    CASE WHEN p_meter.aggregation IN ('sum', 'max', 'latest') AND jsonb_typeof(e.data #> p_meter.property) = 'number'

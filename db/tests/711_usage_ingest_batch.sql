@@ -4,10 +4,11 @@
 -- rebuilt from the stored events (issue 29; docs/usage.md "Ingestion, two doors").
 BEGIN;
 SET LOCAL ROLE billing_owner;
-SELECT plan(12);
+SELECT plan(13);
 
 SELECT billing.upsert_customer(7111);
 SELECT billing.upsert_customer(7112);
+SELECT billing.upsert_customer(7113);
 SELECT billing.upsert_meter('t711_req', 't711.req', 'count', NULL, '{}', '2027-01-01Z');
 SELECT billing.upsert_meter('t711_users', 't711.req', 'unique_count', '{user}', '{}', '2027-01-01Z');
 SELECT billing.upsert_meter('t711_tok', 't711.call', 'sum', '{tokens}', '{}', '2027-01-01Z');
@@ -63,6 +64,16 @@ SELECT results_eq($$SELECT a.status, a.reason FROM billing.ingest_usage(
 SELECT results_eq($$SELECT DISTINCT status FROM billing.ingest_usage_batch(
       (SELECT array_agg(body ORDER BY n) FROM t711_events WHERE n IN (1, 3, 4, 20)), '2027-01-10T12:40:00Z')$$,
   $$VALUES ('duplicate')$$, 'the batch door again: duplicates');
+-- the batch's times are checked by one regular expression over them joined by newlines: a time
+-- holding a newline between two valid instants is still invalid_time, and so is an event without a
+-- time, the rest of the batch accepted
+SELECT results_eq($$SELECT ord, status, reason FROM billing.ingest_usage_batch(ARRAY[
+  '{"specversion":"1.0","id":"nl1","source":"gw","type":"t711.req","time":"2027-01-10T12:00:00Z\n2027-01-10T12:00:01Z","subject":"7113","data":{"user":"u1"}}',
+  '{"specversion":"1.0","id":"nl2","source":"gw","type":"t711.req","subject":"7113","data":{"user":"u1"}}',
+  '{"specversion":"1.0","id":"nl3","source":"gw","type":"t711.req","time":"2027-01-10T12:02:00.5+00:00","subject":"7113","data":{"user":"u1"}}'],
+  '2027-01-10T12:30:00Z') ORDER BY ord$$,
+  $$VALUES (1, 'rejected', 'invalid_time'), (2, 'rejected', 'invalid_time'), (3, 'accepted', NULL::text)$$,
+  'a time holding a newline, or none, is invalid_time; the batch''s valid times are accepted');
 -- (results_eq on query texts: on Citus a query of one shard group would take is() to the worker)
 SELECT results_eq($$SELECT count(*) FROM billing.usage_event WHERE customer_id IN (7111, 7112)$$, $$VALUES (8::bigint)$$,
                   'eight events stored, once each');
