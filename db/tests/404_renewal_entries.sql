@@ -1,7 +1,7 @@
--- 404_renewal_entries: what migration 0540 took off the renewal's rows, and the promises that make
+-- 404_renewal_entries: what migrations 0540 and 0541 took off the renewal's rows, and the promises that make
 -- each cut safe (docs/scaling.md, "What a renewal writes").
 BEGIN;
-SELECT plan(9);
+SELECT plan(10);
 
 -- The invoice's plan ids carry no foreign key: a plan is never deleted nor renumbered. No function of
 -- the engine deletes from billing.plan or sets a plan's id, and no role but the owner may.
@@ -46,6 +46,11 @@ SELECT is_empty($$SELECT i.indexrelid::regclass FROM pg_catalog.pg_index i
                    JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
                    WHERE i.indrelid = 'billing.invoice'::regclass AND a.attname = 'subscription_id'$$,
                 'no invoice index leads with subscription_id (a subscription''s invoices: through its customer)');
+
+-- The MRR marks' customer arrays (a renewal batch writes two of 5,000 ids): stored uncompressed (0541).
+SELECT is((SELECT a.attstorage FROM pg_catalog.pg_attribute a
+            WHERE a.attrelid = 'billing.mrr_dirty'::regclass AND a.attname = 'customer_ids'), 'e'::"char",
+          'mrr_dirty.customer_ids: STORAGE EXTERNAL (no pglz on every renewal batch, 0541)');
 
 SELECT * FROM finish();
 ROLLBACK;
