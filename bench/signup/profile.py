@@ -2,6 +2,7 @@
 
     python -m bench.signup.profile                       # 1,000 calls, one batch of 5,000
     python -m bench.signup.profile --calls 2000 --batch 10000
+    python -m bench.signup.profile --baseline 230cbe5 --rounds 3   # side by side with a commit's db/
 
 On a fresh database (migrated with --simulation, one monthly plan, as bench/signup/run.py):
 1. per call: --calls signups through `billing.create_subscription`, one transaction each, with
@@ -12,6 +13,9 @@ On a fresh database (migrated with --simulation, one monthly plan, as bench/sign
    statements taking over 1 ms with its time and share, and the triggers each fired (foreign keys
    per row, the statement triggers once).
 Shares, not absolute times, are what compares on a loaded host; the load average is printed.
+With --baseline REV both steps run on this tree and on REV's db/ (its own fresh database) in
+alternating --rounds (same host, same minutes), and a last table gives each side's server CPU per
+signup per round and in all: the figure that compares.
 
 Environment: BILLING_TEST_DATABASE_URL (a superuser URL: LOAD 'auto_explain', track_functions);
 --database-url overrides.
@@ -28,23 +32,28 @@ from datetime import timedelta
 
 import psycopg
 
-from bench.baseline import proc_cpu
+from bench.baseline import baseline_tree, host_load, proc_cpu
 from bench.signup.run import NOW, fresh
 
 DB = "bench_signup_profile"
 
 
-def per_call(url: str, calls: int) -> None:
+def per_call(url: str, calls: int, offset: int = 0, label: str = "", quiet: bool = False) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         conn.execute("SELECT billing.create_subscription('warm', 1, 'BENCH_M', %s)", (NOW,))
-        conn.execute("SET track_functions = 'all'")
-        conn.execute("SELECT pg_stat_reset()")
+        for i in range(offset + calls, offset + calls + 20):  # the session's caches warm (plans, relations)
+            conn.execute("SELECT billing.create_subscription(%s, %s, 'BENCH_M', %s)", (f"profile-{i}", 10 + i, NOW))
+        if not quiet:  # (the CPU alone: without the tracking's own cost)
+            conn.execute("SET track_functions = 'all'")
+            conn.execute("SELECT pg_stat_reset()")
         cpu0, t0 = proc_cpu(pid), time.perf_counter()
-        for i in range(calls):
+        for i in range(offset, offset + calls):
             conn.execute("SELECT (billing.create_subscription(%s, %s, 'BENCH_M', %s)).id",
                          (f"profile-{i}", 10 + i, NOW + timedelta(microseconds=i)))
         cpu, wall = proc_cpu(pid) - cpu0, time.perf_counter() - t0
+        if quiet:
+            return cpu / calls
         conn.execute("SELECT pg_stat_force_next_flush()")
     with psycopg.connect(url, autocommit=True) as conn:
         for _ in range(50):  # the statistics arrive when the session above flushed them
@@ -54,21 +63,27 @@ def per_call(url: str, calls: int) -> None:
                 break
             time.sleep(0.1)
     top = rows[0][2] if rows else 1.0
-    print(f"\nper call: {calls:,} calls, server CPU {cpu / calls * 1e6:,.0f} µs a call, wall {wall / calls * 1e6:,.0f} µs "
+    print(f"\nper call{label}: {calls:,} calls, server CPU {cpu / calls * 1e6:,.0f} µs a call, wall {wall / calls * 1e6:,.0f} µs "
           f"(load {os.getloadavg()[0]:.1f}); track_functions (wall µs per call, inflated by the tracking and the load):\n")
     print("| function | calls per signup | total µs | own µs | share of create_subscription |")
     print("|---|---:|---:|---:|---:|")
     for name, n, total, own in rows:
         print(f"| {name} | {n / calls:.1f} | {total * 1000 / calls:,.1f} | {own * 1000 / calls:,.1f} | {total / top * 100:.0f} % |")
+    return cpu / calls
 
 
-def bulk(url: str, batch: int) -> None:
+def bulk(url: str, batch: int, first: int = 6_000_000, label: str = "", quiet: bool = False) -> float:
     def rows(first: int) -> str:
         return json.dumps([{"idempotency_key": f"profile-bulk-{first + i}", "customer_id": first + i, "plan_code": "BENCH_M"}
                            for i in range(batch)])
 
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SELECT count(*) FROM billing.create_subscriptions(%s::jsonb, %s)", (rows(5_000_000), NOW))  # warm-up
+        conn.execute("SELECT count(*) FROM billing.create_subscriptions(%s::jsonb, %s)", (rows(first - 1_000_000), NOW))  # warm-up
+        if quiet:  # the CPU alone, without auto_explain
+            pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+            cpu0 = proc_cpu(pid)
+            conn.execute("SELECT count(*) FROM billing.create_subscriptions(%s::jsonb, %s)", (rows(first), NOW))
+            return (proc_cpu(pid) - cpu0) / batch
         msgs: list[str] = []
         conn.add_notice_handler(lambda d: msgs.append(d.message_primary or ""))
         conn.execute("LOAD 'auto_explain'")
@@ -78,7 +93,7 @@ def bulk(url: str, batch: int) -> None:
             conn.execute(f"SET {setting}")
         pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         cpu0 = proc_cpu(pid)
-        conn.execute("SELECT count(*) FROM billing.create_subscriptions(%s::jsonb, %s)", (rows(6_000_000), NOW))
+        conn.execute("SELECT count(*) FROM billing.create_subscriptions(%s::jsonb, %s)", (rows(first), NOW))
         cpu = proc_cpu(pid) - cpu0
     stmts = []
     for m in msgs:
@@ -92,7 +107,7 @@ def bulk(url: str, batch: int) -> None:
         stmts.append((float(d.group(1)), text[:110], re.findall(r"Trigger (.*?): (?:time=[\d.]+ )?calls=(\d+)", m)))
     whole = next((s for s in stmts if s[1].startswith("SELECT count(*) FROM billing.create_subscriptions")), None)
     total = whole[0] if whole else sum(s[0] for s in stmts)
-    print(f"\nin bulk: one batch of {batch:,}, server CPU {cpu / batch * 1e6:,.0f} µs a signup under auto_explain "
+    print(f"\nin bulk{label}: one batch of {batch:,}, server CPU {cpu / batch * 1e6:,.0f} µs a signup under auto_explain "
           f"(load {os.getloadavg()[0]:.1f}); its statements over 1 ms (the trigger functions' own statements appear "
           f"before the statement that fired them):\n")
     print("| ms | share | statement | triggers fired (calls) |")
@@ -100,17 +115,43 @@ def bulk(url: str, batch: int) -> None:
     for ms, text, triggers in stmts:
         fired = ", ".join(f"{t} ({n})" for t, n in triggers)
         print(f"| {ms:,.1f} | {ms / total * 100:.0f} % | `{text}` | {fired} |")
+    return cpu / batch
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=5000)
+    ap.add_argument("--baseline", default=None, help="a git revision whose db/ runs side by side (e.g. 230cbe5)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds with --baseline")
     ap.add_argument("--database-url", default=os.environ.get("BILLING_TEST_DATABASE_URL") or os.environ.get("BILLING_DATABASE_URL"))
     args = ap.parse_args()
     url = fresh(args.database_url, DB)
-    per_call(url, args.calls)
-    bulk(url, args.batch)
+    if not args.baseline:
+        per_call(url, args.calls)
+        bulk(url, args.batch)
+        return
+    tree = baseline_tree(args.baseline)
+    rev = (tree / ".complete").read_text().strip()[:7]
+    base = fresh(args.database_url, DB + "_baseline", tree / "db")
+    sides = (("baseline " + rev, base), ("this tree", url))
+    for side, u in sides:  # the breakdowns (tracked / explained), once each
+        per_call(u, args.calls, label=f" ({side})")
+        bulk(u, args.batch, label=f" ({side})")
+    load0 = host_load()
+    cpu: dict[str, list[tuple[float, float]]] = {side: [] for side, _ in sides}
+    for r in range(args.rounds):  # then the CPU alone, alternating
+        for side, u in sides:
+            cpu[side].append((per_call(u, args.calls, offset=(r + 1) * 1_000_000, quiet=True),
+                              bulk(u, args.batch, first=10_000_000 + r * 1_000_000, quiet=True)))
+    print(f"\nserver CPU per signup, alternating rounds ({args.calls:,} calls, one batch of {args.batch:,} each round); "
+          f"{load0} at the start, {host_load()} at the end:\n")
+    print("| side | per call, each round (µs) | per call, mean | in bulk, each round (µs) | in bulk, mean |")
+    print("|---|---|---:|---|---:|")
+    for side, runs in cpu.items():
+        pc, bk = [x[0] * 1e6 for x in runs], [x[1] * 1e6 for x in runs]
+        print(f"| {side} | {', '.join(f'{v:,.0f}' for v in pc)} | **{sum(pc) / len(pc):,.0f}** | "
+              f"{', '.join(f'{v:,.0f}' for v in bk)} | **{sum(bk) / len(bk):,.0f}** |")
 
 
 if __name__ == "__main__":
