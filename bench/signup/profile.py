@@ -2,7 +2,7 @@
 
     python -m bench.signup.profile                       # 1,000 calls, one batch of 5,000
     python -m bench.signup.profile --calls 2000 --batch 10000
-    python -m bench.signup.profile --baseline 230cbe5 --rounds 3   # side by side with a commit's db/
+    python -m bench.signup.profile --baseline 230cbe5 --rounds 4   # side by side with a commit's db/
 
 On a fresh database (migrated with --simulation, one monthly plan, as bench/signup/run.py):
 1. per call: --calls signups through `billing.create_subscription`, one transaction each, with
@@ -13,9 +13,10 @@ On a fresh database (migrated with --simulation, one monthly plan, as bench/sign
    statements taking over 1 ms with its time and share, and the triggers each fired (foreign keys
    per row, the statement triggers once).
 Shares, not absolute times, are what compares on a loaded host; the load average is printed.
-With --baseline REV both steps run on this tree and on REV's db/ (its own fresh database) in
-alternating --rounds (same host, same minutes), and a last table gives each side's server CPU per
-signup per round and in all: the figure that compares.
+With --baseline REV both steps run on this tree and on REV's db/ (its own fresh database), then the
+figure that compares, each side's server CPU per signup: per call in blocks of 50 calls interleaved
+between the two databases (one connection each, CPU from /proc/<pid>/schedstat), in bulk --rounds
+batches each, alternating.
 
 Environment: BILLING_TEST_DATABASE_URL (a superuser URL: LOAD 'auto_explain', track_functions);
 --database-url overrides.
@@ -139,20 +140,50 @@ def main() -> None:
         per_call(u, args.calls, label=f" ({side})")
         bulk(u, args.batch, label=f" ({side})")
     load0 = host_load()
-    cpu: dict[str, list[tuple[float, float]]] = {side: [] for side, _ in sides}
-    for r in range(args.rounds):  # then the CPU alone, alternating
-        for side, u in sides:
-            cpu[side].append((per_call(u, args.calls, offset=(r + 1) * 1_000_000, quiet=True),
-                              bulk(u, args.batch, first=10_000_000 + r * 1_000_000, quiet=True)))
-    print(f"\nserver CPU per signup, alternating rounds ({args.calls:,} calls, one batch of {args.batch:,} each round); "
-          f"{load0} at the start, {host_load()} at the end:\n")
-    print("| side | per call, each round (µs) | per call, mean | in bulk, each round (µs) | in bulk, mean |")
-    print("|---|---|---:|---|---:|")
-    for side, runs in cpu.items():
-        pc, bk = [x[0] * 1e6 for x in runs], [x[1] * 1e6 for x in runs]
-        print(f"| {side} | {', '.join(f'{v:,.0f}' for v in pc)} | **{sum(pc) / len(pc):,.0f}** | "
-              f"{', '.join(f'{v:,.0f}' for v in bk)} | **{sum(bk) / len(bk):,.0f}** |")
+    # Per call: one connection to each database, blocks of 50 calls interleaved (the order swapped
+    # every block), each block's CPU from the backend's schedstat (ns): both sides share every
+    # minute of the host's load, which in whole rounds one after the other moved the figure +-10 %.
+    spent = {side: 0 for side, _ in sides}
+    blocks, size = max(2, args.calls // 50), 50
+    with psycopg.connect(base, autocommit=True) as cb, psycopg.connect(url, autocommit=True) as co:
+        conns = {sides[0][0]: cb, sides[1][0]: co}
+        pids = {side: c.execute("SELECT pg_backend_pid()").fetchone()[0] for side, c in conns.items()}
+        k = 20_000_000
+        for side, c in conns.items():
+            for _ in range(30):
+                k += 1
+                c.execute("SELECT (billing.create_subscription(%s, %s, 'BENCH_M', %s)).id", (f"il-{k}", k, NOW))
+        for b in range(blocks):
+            for side, _ in (sides if b % 2 == 0 else sides[::-1]):
+                c, t0 = conns[side], schedstat_ns(pids[side])
+                for _ in range(size):
+                    k += 1
+                    c.execute("SELECT (billing.create_subscription(%s, %s, 'BENCH_M', %s)).id",
+                              (f"il-{k}", k, NOW + timedelta(microseconds=k % 1000)))
+                spent[side] += schedstat_ns(pids[side]) - t0
+    load1 = host_load()
+    cpu: dict[str, list[float]] = {side: [] for side, _ in sides}
+    for r in range(args.rounds):  # in bulk: one batch each, alternating
+        for side, u in (sides if r % 2 == 0 else sides[::-1]):
+            cpu[side].append(bulk(u, args.batch, first=10_000_000 + r * 1_000_000, quiet=True))
+    print(f"\nserver CPU per signup: per call {blocks * size:,} calls each in interleaved blocks of {size} "
+          f"({load0} at the start, {load1} at the end); in bulk {args.rounds} batches of {args.batch:,} each, "
+          f"alternating ({host_load()} at the end):\n")
+    print("| side | per call (µs) | in bulk, each batch (µs) | in bulk, mean (µs) |")
+    print("|---|---:|---|---:|")
+    for side, _ in sides:
+        bk = [x * 1e6 for x in cpu[side]]
+        print(f"| {side} | **{spent[side] / (blocks * size) / 1000:,.0f}** | {', '.join(f'{v:,.0f}' for v in bk)} | "
+              f"**{sum(bk) / len(bk):,.0f}** |")
+    (b0, _), (b1, _) = sides
+    print(f"\nper call: {(spent[b1] - spent[b0]) / spent[b0] * 100:+.1f} % against {b0}; in bulk: "
+          f"{(sum(cpu[b1]) - sum(cpu[b0])) / sum(cpu[b0]) * 100:+.1f} %")
 
+
+def schedstat_ns(pid: int) -> int:
+    """CPU time a process has used in ns (/proc/<pid>/schedstat), finer than /proc/<pid>/stat's ticks."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        return int(f.read().split()[0])
 
 if __name__ == "__main__":
     main()
