@@ -54,7 +54,6 @@ DECLARE
     v_number  integer;
     v_end     timestamptz;
     v_tax     record;
-    v_counted text;
 BEGIN
     PERFORM billing._audit('create_subscription', jsonb_build_object('idempotency_key', p_idempotency_key, 'customer_id', p_customer_id, 'plan_code', p_plan_code, 'now', p_now, 'trial_days', p_trial_days, 'coupon_code', p_coupon_code, 'quantity', p_quantity, 'external_id', p_external_id));
     PERFORM billing._check_now(p_now);
@@ -149,13 +148,6 @@ BEGIN
                 v_tax := billing._invoice_tax_row(p_customer_id, v_list);
             END IF;
             v_id := nextval('billing.subscription_id_seq'::regclass);
-            -- The overview counts and the MRR mark of these rows are written by the statement itself
-            -- (counted, marked), not by the tables' counting statement triggers, which this flag
-            -- turns off for this statement alone (their WHEN: 70_stats, 76_mrr_aggregate): a trigger
-            -- call and its own statement for each of three tables cost more than writing the same rows
-            -- here. Reset right after the statement; an error undoes it with the transaction.
-            -- (A set_config in an assignment: a simple expression, no executor start.)
-            v_counted := pg_catalog.set_config('billing.counted_in_statement', 'signup', true);
             WITH requested AS (
                 INSERT INTO billing.subscription_request (idempotency_key, customer_id, plan_code, options, subscription_id)
                 VALUES (p_idempotency_key, p_customer_id, p_plan_code, v_options, v_id)
@@ -198,18 +190,6 @@ BEGIN
                        i.tax_included > 0, i.currency, NULL, i.period_start, i.subtotal, i.subtotal, p_now
                   FROM invoiced i
                  WHERE i.period_start < i.period_end
-                RETURNING customer_id, item
-            ), counted AS (
-                -- The overview counts of the rows, as _overview_count_subscriptions_added and
-                -- _overview_count_invoices_added (70_stats) write them.
-                INSERT INTO billing.overview_count (subject, status, flag, kind, due_day, n)
-                SELECT 'subscription', s.status, s.cancel_at_period_end, NULL, NULL, 1 FROM sub s
-                UNION ALL
-                SELECT 'invoice', i.status, i.attempt_count > 0, i.kind, (i.due_at AT TIME ZONE 'UTC')::date, 1 FROM invoiced i
-            ), marked AS (
-                -- The MRR mark of the PLAN line's customer, as _mrr_mark_rows (76_mrr_aggregate) writes it.
-                INSERT INTO billing.mrr_dirty (customer_ids)
-                SELECT array_agg(DISTINCT l.customer_id) FROM lines l WHERE l.item = 'PLAN' HAVING count(*) > 0
             ), announced AS (
                 -- SubscriptionCreated (_subscription_data of the row as inserted, written out), then
                 -- InvoiceCreated (and InvoicePaid when nothing is owed): one INSERT, ids in that order.
@@ -240,8 +220,7 @@ BEGIN
                          ORDER BY x.seq) e
             )
             SELECT * INTO v_sub FROM sub;
-            v_counted := pg_catalog.set_config('billing.counted_in_statement', '', true);
-            IF v_sub.id IS NOT NULL THEN
+            IF FOUND THEN
                 IF p_external_id IS NOT NULL THEN
                     PERFORM billing._claim_external_id('subscription', p_external_id, p_customer_id, v_sub.id, p_now);
                 END IF;

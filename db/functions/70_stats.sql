@@ -258,22 +258,10 @@ COMMENT ON FUNCTION billing._overview_count_truncated() IS
 'Private trigger (AFTER TRUNCATE of subscription or invoice, whose name is its argument): forgets that subject''s counts (a wiped table counts nothing).
 Returns NULL.';
 
--- The two "added" triggers (and service_line_mrr_added, 76_mrr_aggregate) skip a statement that
--- counts its own rows: create_subscription's usual signup (30_subscriptions) writes its overview
--- counts and its MRR mark in its own statement, sets billing.counted_in_statement = 'signup' (local
--- to the transaction) just before that statement and clears it right after (an error undoes both
--- with the transaction or the savepoint). A trigger call and its statement on each of three tables
--- cost more than the same rows written there (issue 32, bench/README.md). The flag is a plain
--- setting: a session with its own SQL login could set it and leave its later inserts uncounted
--- (the overview's figures and the MRR aggregate would then miss those rows; no money, no event, no
--- integrity check depends on them: invoice_subscription_exists and every foreign key still run).
--- 310_signups and 861_console_counts check that the kept figures equal the rows counted.
 CREATE OR REPLACE TRIGGER subscription_overview_count_added
     AFTER INSERT ON billing.subscription
     REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT
-    WHEN (pg_catalog.current_setting('billing.counted_in_statement', true) IS DISTINCT FROM 'signup')  -- (see above)
-    EXECUTE FUNCTION billing._overview_count_subscriptions_added();
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._overview_count_subscriptions_added();
 CREATE OR REPLACE TRIGGER subscription_overview_count_changed
     AFTER UPDATE OF status, cancel_at_period_end ON billing.subscription
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status
@@ -288,9 +276,7 @@ CREATE OR REPLACE TRIGGER subscription_overview_count_truncated
 CREATE OR REPLACE TRIGGER invoice_overview_count_added
     AFTER INSERT ON billing.invoice
     REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT
-    WHEN (pg_catalog.current_setting('billing.counted_in_statement', true) IS DISTINCT FROM 'signup')  -- (see above)
-    EXECUTE FUNCTION billing._overview_count_invoices_added();
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._overview_count_invoices_added();
 CREATE OR REPLACE TRIGGER invoice_overview_count_changed
     AFTER UPDATE OF status, attempt_count, kind, due_at ON billing.invoice
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status

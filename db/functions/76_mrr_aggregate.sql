@@ -559,9 +559,7 @@ Returns NULL.';
 CREATE OR REPLACE TRIGGER service_line_mrr_added
     AFTER INSERT ON billing.service_line
     REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT
-    WHEN (pg_catalog.current_setting('billing.counted_in_statement', true) IS DISTINCT FROM 'signup')  -- (a signup marks itself: 70_stats)
-    EXECUTE FUNCTION billing._mrr_mark_rows();
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._mrr_mark_rows();
 CREATE OR REPLACE TRIGGER service_line_mrr_changed
     AFTER UPDATE ON billing.service_line
     REFERENCING NEW TABLE AS new_rows
