@@ -11,7 +11,7 @@
 CREATE OR REPLACE FUNCTION billing._check_now(p_now timestamptz)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
-SET search_path = billing, pg_catalog, pg_temp
+-- (no SET search_path: a private helper, run inside its definer caller's; a SET costs ~7 us a call, issue 32)
 AS $$
 DECLARE
     v_setting billing.database_setting;

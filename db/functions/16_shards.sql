@@ -14,7 +14,7 @@
 CREATE OR REPLACE FUNCTION billing._distributed(p_table regclass)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
-SET search_path = billing, pg_catalog, pg_temp
+-- (no SET search_path: a private helper, run inside its definer caller's; a SET costs ~7 us a call, issue 32)
 AS $$
 BEGIN
     IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN

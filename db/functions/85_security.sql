@@ -13,7 +13,7 @@
 CREATE OR REPLACE FUNCTION billing._audit(p_function text, p_args jsonb)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = billing, pg_catalog, pg_temp
+-- (no SET search_path: a private helper, run inside its definer caller's; a SET costs ~7 us a call, issue 32)
 AS $$
 BEGIN
     INSERT INTO billing.audit_log (actor, db_role, function, args, customer_id)

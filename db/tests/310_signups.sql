@@ -2,7 +2,7 @@
 -- create_subscription makes for the same arguments (subscriptions, requests, invoices, lines,
 -- events: compared column by column, ids aside), replays keys, refuses what it refuses, all or nothing.
 BEGIN;
-SELECT plan(20);
+SELECT plan(22);
 
 SET LOCAL ROLE billing_owner;
 
@@ -139,6 +139,21 @@ SELECT throws_ok($$SELECT billing.create_subscriptions('[{"idempotency_key": "su
                  'BL422', 'signup ''su-x2'' (row 2): a customer id is a positive integer, not 0', 'a bad row names itself; nothing is created');
 SELECT count(*) AS su_none FROM billing.subscription WHERE customer_id = 96100 \gset
 SELECT is(:su_none::bigint, 0::bigint, 'all or nothing');
+
+-- The figures the engine keeps from its writes equal the ones recomputed from the rows after every
+-- signup above (one by one: the usual path and the general path's coupon and credit; in bulk).
+SELECT is(billing._console_overview('2026-05-03 12:00Z', NOT billing._overview_counts_kept()),
+          billing._console_overview('2026-05-03 12:00Z', true),
+          'signups: the overview''s kept counts equal the rows counted');
+SELECT is((SELECT count(*) FROM (
+               (SELECT * FROM billing._mrr_totals(ARRAY['2026-05-03 10:00Z', '2026-05-20Z', '2026-06-10Z', '2026-07-20Z']::timestamptz[], false)
+                EXCEPT ALL
+                SELECT * FROM billing._mrr_totals(ARRAY['2026-05-03 10:00Z', '2026-05-20Z', '2026-06-10Z', '2026-07-20Z']::timestamptz[], true))
+               UNION ALL
+               (SELECT * FROM billing._mrr_totals(ARRAY['2026-05-03 10:00Z', '2026-05-20Z', '2026-06-10Z', '2026-07-20Z']::timestamptz[], true)
+                EXCEPT ALL
+                SELECT * FROM billing._mrr_totals(ARRAY['2026-05-03 10:00Z', '2026-05-20Z', '2026-06-10Z', '2026-07-20Z']::timestamptz[], false))) d),
+          0::bigint, 'signups: the kept MRR equals the MRR recomputed from the lines');
 
 SELECT * FROM finish();
 ROLLBACK;
