@@ -84,7 +84,10 @@ BEGIN
                     HINT = 'Claim in the groups lease_shard_groups returned (one group, 0, on a single PostgreSQL).';
             END IF;
             shard_group := v_group;
-            table_name := p_table::text;
+            -- Qualified whatever the search_path (the relay's statements are kept per session).
+            table_name := (SELECT pg_catalog.format('%I.%I', n.nspname, c.relname)
+                             FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                            WHERE c.oid = p_table);
             RETURN NEXT;
         END LOOP;
         RETURN;
