@@ -239,8 +239,8 @@ BEGIN
             SELECT $3, leased::billing.outbox_event
               FROM leased ORDER BY billing._outbox_order(leased.aggregate_seq, leased.id), leased.id$t$
         WHEN p_kind = 'mark' THEN
-            -- $1 now, $2 the ids Kafka acknowledged; how many rows changed (an EXECUTE run through
-            -- PL/pgSQL reports no row count of its own).
+            -- $1 now, $2 the ids Kafka acknowledged; how many rows changed (PL/pgSQL gets no row count
+            -- back from running a prepared statement).
             $t$PREPARE %1$I(pg_catalog.timestamptz, pg_catalog.int8[]) AS
             WITH marked AS (
                 UPDATE %2$s e SET status = 'PUBLISHED', published_at = $1, lease_until = NULL
@@ -256,7 +256,7 @@ BEGIN
                        FROM pg_catalog.unnest(p_tables) WITH ORDINALITY t(name, i) ORDER BY t.i);
     -- The session's statements read once a call; missing or different ones (re)made.
     FOR v_stale IN
-        SELECT w.name, format(v_template, w.name, w.shard) AS body, p.name IS NOT NULL AS present
+        SELECT w.name, w.shard, p.name IS NOT NULL AS present
           FROM unnest(v_names, p_tables) w(name, shard)
           LEFT JOIN pg_catalog.pg_prepared_statements p ON p.name = w.name
          WHERE p.statement IS DISTINCT FROM format(v_template, w.name, w.shard)
@@ -264,7 +264,7 @@ BEGIN
         IF v_stale.present THEN
             EXECUTE format('DEALLOCATE %I', v_stale.name);
         END IF;
-        EXECUTE v_stale.body;
+        EXECUTE format(v_template, v_stale.name, v_stale.shard);
     END LOOP;
     RETURN v_names;
 END
