@@ -178,10 +178,119 @@ Returns the claimed rows in that order (publish them in it); an event waits whil
 -- shard of billing.outbox_event on that node: plain PostgreSQL, FOR UPDATE SKIP LOCKED included.
 -- On a single PostgreSQL the one group 0 is the table itself, so the calls work there too.
 -- ---------------------------------------------------------------------------------------------
+-- The relay's statements on a group's shard, kept per session (issue 32, groups3): each group's
+-- claim, lease and mark statements are PREPAREd once per session and shard (named by the shard),
+-- planned once (a generic plan), then only executed: at 64 groups, planning each group's dynamic
+-- statements anew at every call was most of the per-group cost. What is NOT kept: where a group
+-- is. Every call still reads Citus' catalog once (_shard_tables) before running any statement, so a
+-- group that moved is refused (BL409) at once, and a statement of a shard that left this node is
+-- never run again. A session's prepared statement can be made or replaced by whoever owns the
+-- session (the relay role's own PREPARE of the same name), so each one is checked against its
+-- exact text before use and replaced when it differs; run from this SECURITY DEFINER code it is
+-- re-analyzed under this function's search_path (the plan cache checks it). Run directly by the
+-- relay role it fails: the role has no privilege on the shards.
+CREATE OR REPLACE FUNCTION billing._relay_statements(p_kind text, p_tables text[])
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_template text;
+    v_names    text[];
+    v_stale    record;
+BEGIN
+    -- %1$I the statement's name, %2$s the shard (a qualified, quoted name from _shard_tables).
+    -- Searched CASE: Citus deparses a simple CASE over a parameter wrongly (docs/scaling.md).
+    v_template := CASE
+        WHEN p_kind = 'claim' THEN
+            -- claim_outbox_events' statement inside one group (an aggregate's events are all in
+            -- its customer's shard, so the head-of-line rule is exact here), in the outbox's
+            -- order (billing._outbox_order, through outbox_event_pending_idx: db/schema/0380).
+            -- The head of that order is an aggregate's earliest unpublished event, so it is
+            -- always claimable. $1 now, $2 the batch size.
+            $t$PREPARE %1$I(pg_catalog.timestamptz, pg_catalog.int4) AS
+            WITH candidate AS MATERIALIZED (
+                SELECT e.id, e.aggregate_type, e.aggregate_id, billing._outbox_order(e.aggregate_seq, e.id) AS k
+                  FROM %2$s e
+                 WHERE e.status = 'PENDING'
+                   AND e.available_at <= $1
+                   AND (e.lease_until IS NULL OR e.lease_until <= $1)
+                 ORDER BY billing._outbox_order(e.aggregate_seq, e.id), e.id
+                 LIMIT $2
+                   FOR UPDATE SKIP LOCKED
+            )
+            SELECT pg_catalog.array_agg(c.id)
+              FROM candidate c
+             WHERE NOT EXISTS (
+                       SELECT 1
+                         FROM %2$s earlier
+                        WHERE earlier.status <> 'PUBLISHED' AND earlier.status <> 'DEAD'
+                          AND earlier.aggregate_type = c.aggregate_type
+                          AND earlier.aggregate_id = c.aggregate_id
+                          AND billing._outbox_order(earlier.aggregate_seq, earlier.id) < c.k
+                          AND earlier.id NOT IN (SELECT id FROM candidate)
+                       OFFSET 0)$t$
+        WHEN p_kind = 'lease' THEN
+            -- $1 the lease's end, $2 the claimed ids, $3 the group.
+            $t$PREPARE %1$I(pg_catalog.timestamptz, pg_catalog.int8[], pg_catalog.int4) AS
+            WITH leased AS (
+                UPDATE %2$s e SET lease_until = $1 WHERE e.id = ANY ($2) RETURNING e.*
+            )
+            SELECT $3, leased::billing.outbox_event
+              FROM leased ORDER BY billing._outbox_order(leased.aggregate_seq, leased.id), leased.id$t$
+        WHEN p_kind = 'mark' THEN
+            -- $1 now, $2 the ids Kafka acknowledged; how many rows changed (PL/pgSQL gets no row count
+            -- back from running a prepared statement).
+            $t$PREPARE %1$I(pg_catalog.timestamptz, pg_catalog.int8[]) AS
+            WITH marked AS (
+                UPDATE %2$s e SET status = 'PUBLISHED', published_at = $1, lease_until = NULL
+                 WHERE e.id = ANY ($2) AND e.status = 'PENDING'
+                RETURNING 1
+            )
+            SELECT pg_catalog.count(*)::integer FROM marked$t$
+    END;
+    IF v_template IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('no relay statement %L', p_kind);
+    END IF;
+    v_names := ARRAY(SELECT 'billing_relay_' || p_kind || '_' || pg_catalog.left(pg_catalog.md5(t.name), 16)
+                       FROM pg_catalog.unnest(p_tables) WITH ORDINALITY t(name, i) ORDER BY t.i);
+    -- The session's statements read once a call; missing or different ones (re)made.
+    FOR v_stale IN
+        SELECT w.name, w.shard, p.name IS NOT NULL AS present
+          FROM unnest(v_names, p_tables) w(name, shard)
+          LEFT JOIN pg_catalog.pg_prepared_statements p ON p.name = w.name
+         WHERE p.statement IS DISTINCT FROM format(v_template, w.name, w.shard)
+    LOOP
+        IF v_stale.present THEN
+            EXECUTE format('DEALLOCATE %I', v_stale.name);
+        END IF;
+        EXECUTE format(v_template, v_stale.name, v_stale.shard);
+    END LOOP;
+    RETURN v_names;
+END
+$$;
+COMMENT ON FUNCTION billing._relay_statements(text, text[]) IS
+'Private: the names of this session''s prepared relay statements (p_kind claim, lease or mark) on the given shards, in their order, each prepared now when missing or not exactly the relay''s text (kept per session: planned once, a generic plan).
+Returns one name per table; BL422 for an unknown kind.';
+
+-- A timestamptz as a literal for an EXECUTE of a prepared statement (parameters cannot be bound
+-- there from PL/pgSQL): JSON's ISO 8601 form with its offset, exact to the microsecond and read
+-- back the same whatever the session's DateStyle or time zone.
+CREATE OR REPLACE FUNCTION billing._timestamptz_literal(p_at timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+    SELECT pg_catalog.quote_literal(pg_catalog.to_json(p_at) #>> '{}') || '::pg_catalog.timestamptz'
+$$;
+COMMENT ON FUNCTION billing._timestamptz_literal(timestamptz) IS
+'Private: p_at as an SQL literal that reads back exactly in any session (ISO 8601 with its offset).
+Returns text.';
+
 -- The claim in several groups of one node at once (issue 32): one call per node and round instead
 -- of one per group, the catalog read once (_shard_tables), one audit row. Each group's statements
--- are claim_outbox_events' statement inside that group, as before; claim_outbox_events_in_shard is
--- this claim of one group.
+-- are claim_outbox_events' statement inside that group, prepared once per session
+-- (_relay_statements); claim_outbox_events_in_shard is this claim of one group.
 CREATE OR REPLACE FUNCTION billing._claim_outbox_in_shards(
     p_shard_groups integer[], p_batch_size integer, p_lease interval, p_now timestamptz)
 RETURNS TABLE (shard_group integer, event billing.outbox_event)
@@ -190,49 +299,34 @@ SET search_path = billing, pg_catalog, pg_temp
 SET jit = off
 SET enable_bitmapscan = off
 SET enable_seqscan = off  -- the PENDING events through their index, never the whole shard
+SET plan_cache_mode = force_generic_plan  -- the prepared statements: planned once per session
 AS $$
 DECLARE
-    v_shard record;
-    v_ids   bigint[];
+    v_groups integer[];
+    v_tables text[];
+    v_claim  text[];
+    v_lease  text[];
+    v_now    text;
+    v_until  text;
+    v_ids    bigint[];
 BEGIN
-    FOR v_shard IN SELECT * FROM billing._shard_tables('billing.outbox_event', p_shard_groups) LOOP
-        -- claim_outbox_events' statement inside one group (an aggregate's events are all in its
-        -- customer's shard, so the head-of-line rule is exact here), in the outbox's order
-        -- (billing._outbox_order, through outbox_event_pending_idx: db/schema/0380). The head of
-        -- that order is an aggregate's earliest unpublished event, so it is always claimable.
-        EXECUTE format($q$
-            WITH candidate AS MATERIALIZED (
-                SELECT e.id, e.aggregate_type, e.aggregate_id, billing._outbox_order(e.aggregate_seq, e.id) AS k
-                  FROM %1$s e
-                 WHERE e.status = 'PENDING'
-                   AND e.available_at <= $1
-                   AND (e.lease_until IS NULL OR e.lease_until <= $1)
-                 ORDER BY billing._outbox_order(e.aggregate_seq, e.id), e.id
-                 LIMIT $2
-                   FOR UPDATE SKIP LOCKED
-            )
-            SELECT array_agg(c.id)
-              FROM candidate c
-             WHERE NOT EXISTS (
-                       SELECT 1
-                         FROM %1$s earlier
-                        WHERE earlier.status <> 'PUBLISHED' AND earlier.status <> 'DEAD'
-                          AND earlier.aggregate_type = c.aggregate_type
-                          AND earlier.aggregate_id = c.aggregate_id
-                          AND billing._outbox_order(earlier.aggregate_seq, earlier.id) < c.k
-                          AND earlier.id NOT IN (SELECT id FROM candidate)
-                       OFFSET 0)$q$, v_shard.table_name)
-           INTO v_ids USING p_now, p_batch_size;
+    -- The catalog first, every call: BL404/BL409 before any statement runs.
+    SELECT pg_catalog.array_agg(t.shard_group ORDER BY t.shard_group), pg_catalog.array_agg(t.table_name ORDER BY t.shard_group)
+      INTO v_groups, v_tables
+      FROM billing._shard_tables('billing.outbox_event', p_shard_groups) t;
+    IF v_groups IS NULL THEN
+        RETURN;
+    END IF;
+    v_claim := billing._relay_statements('claim', v_tables);
+    v_lease := billing._relay_statements('lease', v_tables);
+    v_now := billing._timestamptz_literal(p_now);
+    v_until := billing._timestamptz_literal(p_now + p_lease);
+    FOR i IN 1 .. pg_catalog.cardinality(v_groups) LOOP
+        EXECUTE format('EXECUTE %I(%s, %s)', v_claim[i], v_now, p_batch_size) INTO v_ids;
         IF v_ids IS NULL THEN
             CONTINUE;  -- nothing due in this group: no update
         END IF;
-        RETURN QUERY EXECUTE format($q$
-            WITH leased AS (
-                UPDATE %s e SET lease_until = $1 + $2 WHERE e.id = ANY ($3) RETURNING e.*
-            )
-            SELECT $4::integer, leased::billing.outbox_event
-              FROM leased ORDER BY billing._outbox_order(leased.aggregate_seq, leased.id), leased.id$q$, v_shard.table_name)
-          USING p_now, p_lease, v_ids, v_shard.shard_group;
+        RETURN QUERY EXECUTE format('EXECUTE %I(%s, %L::pg_catalog.int8[], %s)', v_lease[i], v_until, v_ids, v_groups[i]);
     END LOOP;
 END
 $$;
@@ -361,11 +455,15 @@ CREATE OR REPLACE FUNCTION billing.mark_outbox_published_in_shards(
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan  -- the prepared marks: planned once per session
 AS $$
 DECLARE
-    v_shard record;
-    v_count integer;
-    v_total integer := 0;
+    v_tables text[];
+    v_ids    text[];
+    v_mark   text[];
+    v_now    text;
+    v_count  integer;
+    v_total  integer := 0;
 BEGIN
     PERFORM billing._check_now(p_now);
     IF p_shard_groups IS NULL OR p_ids IS NULL
@@ -376,14 +474,23 @@ BEGIN
                              coalesce(pg_catalog.cardinality(p_ids)::text, 'NULL')),
             HINT = 'Pass the group of each id at the same place (p_shard_groups[i] for p_ids[i]).';
     END IF;
-    -- No lease check and no audit row, as mark_outbox_published_in_shard (below).
-    FOR v_shard IN SELECT * FROM billing._shard_tables('billing.outbox_event', p_shard_groups) LOOP
-        EXECUTE format($q$
-            UPDATE %s e SET status = 'PUBLISHED', published_at = $1, lease_until = NULL
-             WHERE e.id = ANY ($2) AND e.status = 'PENDING'$q$, v_shard.table_name)
-          USING p_now, ARRAY(SELECT u.id FROM unnest(p_shard_groups, p_ids) AS u(shard_group, id)
-                              WHERE u.shard_group = v_shard.shard_group);
-        GET DIAGNOSTICS v_count = ROW_COUNT;
+    -- No lease check and no audit row, as mark_outbox_published_in_shard (below). The ids grouped
+    -- once (not one pass over them per group), the catalog read first (BL404/BL409 before any
+    -- statement runs), then each group's prepared mark (_relay_statements).
+    SELECT pg_catalog.array_agg(t.table_name ORDER BY t.shard_group),
+           pg_catalog.array_agg(g.ids::text ORDER BY t.shard_group)
+      INTO v_tables, v_ids
+      FROM billing._shard_tables('billing.outbox_event', p_shard_groups) t
+      JOIN (SELECT u.shard_group, pg_catalog.array_agg(u.id) AS ids
+              FROM unnest(p_shard_groups, p_ids) AS u(shard_group, id)
+             GROUP BY u.shard_group) g ON g.shard_group = t.shard_group;
+    IF v_tables IS NULL THEN
+        RETURN 0;
+    END IF;
+    v_mark := billing._relay_statements('mark', v_tables);
+    v_now := billing._timestamptz_literal(p_now);
+    FOR i IN 1 .. pg_catalog.cardinality(v_tables) LOOP
+        EXECUTE format('EXECUTE %I(%s, %L::pg_catalog.int8[])', v_mark[i], v_now, v_ids[i]) INTO v_count;
         v_total := v_total + v_count;
     END LOOP;
     RETURN v_total;

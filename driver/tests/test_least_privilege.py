@@ -756,8 +756,10 @@ def test_security_definer_functions_pin_a_safe_search_path(db_url, app_role):
             # from constant fragments, every value a $n parameter bound by USING: 77_api_lists.sql;
             # billing._charge_keys_statement with format() from _shard_table's names, every value a
             # $n parameter: 51_charge_claims.sql; billing._rate_usage_set_statement fills its placeholders
-            # with _shard_table / _local_table names and $n parameters: 81_usage_rating_set.sql.)
-            if re.search(r"\bEXECUTE\b\s+(?!format\s*\(|billing\._renew_statement\(|billing\._page\(|billing\._charge_keys_statement\(|billing\._rate_usage_set_statement\()",
+            # with _shard_table / _local_table names and $n parameters: 81_usage_rating_set.sql;
+            # 'EXECUTE %I(...)' inside a format() string runs a prepared relay statement by its quoted
+            # name, its values literals quoted by %L or _timestamptz_literal: 65_outbox_relay.sql.)
+            if re.search(r"\bEXECUTE\b\s+(?!format\s*\(|%I\(|billing\._renew_statement\(|billing\._page\(|billing\._charge_keys_statement\(|billing\._rate_usage_set_statement\()",
                          f["prosrc"] or "",
                          re.IGNORECASE) \
                     and f["prokind"] == "f":

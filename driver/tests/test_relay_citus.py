@@ -362,3 +362,53 @@ def test_one_outbox_order_on_one_node_and_on_citus(db_url, citus_db_url):
     citus, _ = _claimed_in_order(citus_db_url)
     assert citus != sorted(citus), "on Citus the ids alone would have broken it"
     assert len(single) == len(citus) == len(AGGREGATES) * PER_AGGREGATE
+
+
+def test_a_moved_group_is_refused_at_once_by_a_session_that_kept_its_statements(citus_db_url):
+    """The relay's claim and mark keep each group's statements prepared per session (issue 32): the
+    place of a group is still read from Citus' catalog at every call, so when the group moves to the
+    other worker, the very next claim and mark of the session that prepared them on the old node are
+    refused (BL409, "is on node"), whether or not the old shard is dropped yet; the new node claims
+    the group's events; and once the group is back, the old session claims there again (its
+    statements re-planned on the shard made anew)."""
+    write_events(citus_db_url)
+    coord = psycopg.connect(citus_db_url, autocommit=True)
+    try:
+        groups = coord.execute("SELECT shard_group, node_name, node_port FROM billing.relay_shard_groups() "
+                               "ORDER BY shard_group").fetchall()
+        group, host, port = groups[0]
+        other = next((h, p) for _g, h, p in groups if (h, p) != (host, port))
+        shardid = coord.execute("SELECT shardid FROM (SELECT shardid, row_number() OVER (ORDER BY shardminvalue::bigint) "
+                                "AS g FROM pg_dist_shard WHERE logicalrelid = 'billing.customer'::regclass) s "
+                                "WHERE s.g = %s", (group,)).fetchone()[0]
+        claim = ("SELECT (c.event).id FROM billing.claim_outbox_events_in_shards('t-move', ARRAY[%s], 5, "
+                 "interval '10 minutes', now()) c")
+        mark = "SELECT billing.mark_outbox_published_in_shards(%s, %s, now())"
+        old = psycopg.connect(make_conninfo(citus_db_url, host=host, port=port), autocommit=True)
+        try:
+            ids = [r[0] for r in old.execute(claim, (group,)).fetchall()]
+            assert len(ids) == 5
+            assert old.execute(mark, ([group] * len(ids), ids)).fetchone()[0] == 5
+            assert old.execute("SELECT count(*) FROM pg_prepared_statements WHERE name ~ '^billing_relay_'"
+                               ).fetchone()[0] == 3, "the session kept the group's claim, lease and mark"
+
+            coord.execute("SELECT citus_move_shard_placement(%s, %s, %s, %s, %s, shard_transfer_mode => 'block_writes')",
+                          (shardid, host, port, other[0], other[1]))
+            for statement, args in ((claim, (group,)), (mark, ([group], [ids[0]]))):
+                with pytest.raises(psycopg.Error) as refused:
+                    old.execute(statement, args)
+                assert refused.value.sqlstate == "BL409" and "is on node" in str(refused.value)
+            with psycopg.connect(make_conninfo(citus_db_url, host=other[0], port=other[1]), autocommit=True) as new:
+                moved = [r[0] for r in new.execute(claim, (group,)).fetchall()]
+            assert len(moved) == 5 and not set(moved) & set(ids), "the new node claims the group's next events"
+
+            coord.execute("CALL citus_cleanup_orphaned_resources()")
+            coord.execute("SELECT citus_move_shard_placement(%s, %s, %s, %s, %s, shard_transfer_mode => 'block_writes')",
+                          (shardid, other[0], other[1], host, port))
+            back = [r[0] for r in old.execute(claim, (group,)).fetchall()]
+            assert len(back) == 5 and not set(back) & (set(ids) | set(moved)), "back home, the old session claims again"
+            assert old.execute(mark, ([group] * len(back), back)).fetchone()[0] == 5
+        finally:
+            old.close()
+    finally:
+        coord.close()
