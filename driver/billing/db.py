@@ -270,6 +270,15 @@ DEMO_REFUNDS_PENDING = (
     "SELECT count(*) AS n, min(next_attempt_at) AS next FROM billing.refund WHERE status = 'REQUESTED'"
 )
 DEMO_OUTBOX_PENDING = "SELECT count(*) AS n FROM billing.outbox_event WHERE status = 'PENDING'"
+# Whether the usage rating may have work at %(now)s (the demo rates, and first waits for its usage
+# consumer, only then): a cursor whose earliest due instant is behind the grace, or one with late
+# events (a superset of billing._usage_due's rows). A subscription with no cursor yet is the demo's
+# to know (an API customer's signup: the rating's follow step makes its cursor).
+DEMO_USAGE_MAY_BE_DUE = (
+    "SELECT (EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE NOT u.finished "
+    "AND u.due_at <= %(now)s - make_interval(secs => %(grace)s)) "
+    "OR EXISTS (SELECT 1 FROM billing.usage_cursor u WHERE u.late_since IS NOT NULL))::int AS n"
+)
 
 # The operator console (db/functions/86_console.sql, 84_console_records.sql): one read function
 # per page, its sessions.

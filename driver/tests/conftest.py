@@ -18,6 +18,8 @@ second pass, alone.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import itertools
 import os
 import shutil
@@ -245,18 +247,46 @@ def pg_server_url(services) -> str:
     return services.postgres()
 
 
+@functools.cache
+def migration_digest() -> str:
+    """What a migrated database is made of: every file of db/ but its tests, and the code that
+    applies them (migrate, citus, roles). The templates below are named after it, so that every
+    pytest session of one tree (make test's parallel pass, its four workers, then its serial pass)
+    migrates once, and a change to any of these files makes a new template."""
+    digest = hashlib.sha256()
+    db_dir = REPO_ROOT / "db"
+    files = sorted(p for p in db_dir.rglob("*") if p.is_file() and p.relative_to(db_dir).parts[0] != "tests")
+    files += [REPO_ROOT / "driver" / "billing" / f"{name}.py" for name in ("migrate", "citus", "roles")]
+    for path in files:
+        digest.update(path.relative_to(REPO_ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
 @pytest.fixture(scope="session")
 def migrated_template(pg_server_url) -> str:
-    """A database built once per session from db/schema and db/functions; tests clone it."""
-    name = f"billing_tpl_{os.getpid()}"
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    with _exclusive("migrate"):
-        migrate(url_for_db(pg_server_url, name), REPO_ROOT / "db", simulation=True)
-    yield name
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    """A database migrated from db/schema and db/functions; tests clone it. Named after
+    `migration_digest()` and kept after the session: the next session of the same tree (another
+    xdist worker, the serial pass, the next run) clones it without migrating again. It is ready once
+    it refuses connections (the last step of its making); older digests' templates are dropped
+    when a new one is made (one still being copied from is left for the next time)."""
+    name = f"billing_tpl_{migration_digest()}"
+    with _exclusive("template"), psycopg.connect(pg_server_url, autocommit=True) as conn:
+        templates = dict(conn.execute("SELECT datname, datallowconn FROM pg_catalog.pg_database "
+                                      "WHERE datname LIKE 'billing\\_tpl\\_%'").fetchall())
+        if templates.get(name) is not False:
+            for old in templates:  # an older tree's, or this one's left half made
+                try:
+                    conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}{}").format(
+                        sql.Identifier(old), sql.SQL(" WITH (FORCE)" if old == name else "")))
+                except psycopg.Error:
+                    pass  # in use by a session of another tree: dropped by a later one
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            with _exclusive("migrate"):
+                migrate(url_for_db(pg_server_url, name), REPO_ROOT / "db", simulation=True)
+            conn.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(sql.Identifier(name)))
+            conn.execute("SELECT count(pg_catalog.pg_terminate_backend(pid)) FROM pg_catalog.pg_stat_activity "
+                         "WHERE datname = %s", (name,))
+    return name
 
 
 @pytest.fixture
@@ -292,30 +322,27 @@ def citus_server_url() -> str:
 
 @pytest.fixture(scope="session")
 def citus_template(citus_server_url) -> str:
-    """A Citus database migrated with `--citus` once per pytest run (shared by its xdist workers; one
-    per session without xdist), then made a template on every node (scripts/services/citus.sh
-    templatedb): the tests' databases are its copies. A run's template stays after it (a worker
-    cannot know the others are done); the next run drops it when it makes its own."""
+    """A Citus database migrated with `--citus`, then made a template on every node
+    (scripts/services/citus.sh templatedb): the tests' databases are its copies. Named after
+    `migration_digest()` and kept after the session, as the single-node template: make test's
+    parallel pass makes it once for its workers, its serial pass and the next run copy it. An older
+    digest's template is dropped when a new one is made."""
     if os.environ.get("BILLING_TEST_CITUS_URL"):
         raise pytest.UsageError("citus_db_url makes its databases with scripts/services/citus.sh createdb")
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    name = f"ctpl_{run[:12]}" if run else f"ctpl_{os.getpid()}"
+    name = f"ctpl_{migration_digest()}"
     with _exclusive("citus-template"):
         with psycopg.connect(citus_server_url, autocommit=True) as conn:
             # A template is ready once it refuses connections (templatedb's last step).
             templates = dict(conn.execute("SELECT datname, datallowconn FROM pg_catalog.pg_database "
                                           "WHERE datname LIKE 'ctpl\\_%'").fetchall())
         if templates.get(name) is not False:
-            for old in templates:  # an earlier run's, or this one's left half made
-                if old == name or (run and old.startswith("ctpl_") and not old[5:].isdigit()):
-                    _citus_sh("dropdb", old, check=False)
+            for old in templates:  # an older tree's or run's, or this one's left half made
+                _citus_sh("dropdb", old, check=False)
             _citus_sh("createdb", name)
             with _exclusive("migrate"):
                 migrate(url_for_db(citus_server_url, name), REPO_ROOT / "db", simulation=True, citus=True)
             _citus_sh("templatedb", name)
-    yield name
-    if not run:
-        _citus_sh("dropdb", name, check=False)
+    return name
 
 
 def _citus_sh(*args: str, check: bool = True) -> str:

@@ -3,6 +3,8 @@ returns (read by the report and the tests)."""
 
 from __future__ import annotations
 
+import contextlib
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -45,6 +47,33 @@ class Options:
         return round(self.rate * (self.hour_seconds or 0))
 
 
+class Phases:
+    """Where the run's wall clock went: seconds per phase, summed over every time the phase ran
+    (`with phases("rating"): ...`), in the order the phases first ran. Printed at the end of the
+    run and in the report, so that a slower demo says which part got slower."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.add(name, time.monotonic() - started)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        self.counts[name] = self.counts.get(name, 0) + 1
+
+    def line(self) -> str:
+        """`name seconds`, and `/calls` for a phase run more than once."""
+        return ", ".join(f"{name} {s:.1f}" + (f"/{self.counts[name]}" if self.counts[name] > 1 else "")
+                         for name, s in self.seconds.items())
+
+
 @dataclass
 class Sample:
     """The state at the end of one step."""
@@ -81,6 +110,7 @@ class RunResult:
     mailpit_url: str | None = None  # Mailpit's web page, when the demo started one
     usage_sent: object = None  # billing.demo.usage.Sent: the API product's requests as the stream sent them
     usage_subscriptions: dict = field(default_factory=dict)  # API subscription id -> (customer, currency)
+    phases: Phases = field(default_factory=Phases)  # the wall clock by phase (seconds)
 
 
 def exit_status(checks: list[Check]) -> int:

@@ -172,6 +172,7 @@ def render_html(result: RunResult) -> str:
         ["events", esc(", ".join(f"{k} {v:,}" for k, v in s["events"].items()))],
         ["run", esc(f"setup {result.setup_seconds:.1f} s, simulation {result.simulate_seconds:.1f} s, "
                      f"total {result.real_seconds:.1f} s; database {result.database_url.split('dbname=')[-1]}")],
+        ["wall clock by phase (s)", esc(result.phases.line())],
     ]))
     parts.append(board_html(result))
     parts.append(usage_html(result))
@@ -328,6 +329,7 @@ def terminal_summary(result: RunResult) -> str:
         lines.append(usage_line(result))
     if result.mailpit_url:
         lines.append(f"  {'emails':<24} {len(result.emails)} to five customers, one per language: {result.mailpit_url}")
+    lines.append(f"  {'wall clock by phase (s)':<24} {result.phases.line()}")
     lines.append("")
     lines.append("  invariants")
     for c in result.checks:

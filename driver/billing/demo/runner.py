@@ -45,7 +45,7 @@ from billing.demo import documents, figures, invariants, report, scenario as sce
 from billing.demo import usage as usage_mod
 from billing.demo.actions import apply_actions, estimate_renewals, next_step
 from billing.demo.gateway import GatewayProcess
-from billing.demo.model import Options, RunResult, Sample, exit_status
+from billing.demo.model import Options, Phases, RunResult, Sample, exit_status
 from billing.demo.progress import Progress
 from billing.demo.services import (
     demo_database_url, display_url, event_target, recreate_database, start_api)
@@ -72,8 +72,10 @@ def run(settings: Settings, *, serve: bool = False, serve_host: str = "127.0.0.1
     options = Options(**{k: v for k, v in kwargs.items() if v is not None})
     result = asyncio.run(simulate(settings, options))
     report_path = Path(options.report)
-    result.stats["sample_invoices"] = documents.write_samples(result.database_url, settings, report_path)
-    report.write_html(result, report_path)
+    with result.phases("sample invoices"):
+        result.stats["sample_invoices"] = documents.write_samples(result.database_url, settings, report_path)
+    with result.phases("report"):
+        report.write_html(result, report_path)
     out = sys.stdout
     out.write(report.terminal_summary(result))
     out.write(f"\nreport: {report_path.resolve()}\n")
@@ -145,6 +147,7 @@ class Simulation:
         self.renewals = 0
         self.written = 0  # outbox events written so far (the progress bar's total)
         self.next_action = 0
+        self.phases = Phases()  # where the wall clock goes (printed at the end, and in the report)
 
     def say(self, text: str) -> None:
         if not self.options.quiet:
@@ -154,12 +157,18 @@ class Simulation:
 
     async def prepare_database(self) -> None:
         self.say(f"database   {display_url(self.url)} (dropped and created again)")
-        await asyncio.to_thread(recreate_database, self.url)
-        await asyncio.to_thread(migrate, self.url, self.settings.db_dir, simulation=True)
+        with self.phases("database"):
+            await asyncio.to_thread(recreate_database, self.url)
+        with self.phases("migrate"):
+            await asyncio.to_thread(migrate, self.url, self.settings.db_dir, simulation=True)
 
     # -- 2. the world --------------------------------------------------------------------------
 
     async def build_world(self) -> None:
+        with self.phases("world"):
+            await self._build_world()
+
+    async def _build_world(self) -> None:
         o = self.options
         sc = self.sc = await asyncio.to_thread(scenario_mod.build, o.subscriptions, o.seed)
         if o.days:
@@ -184,13 +193,14 @@ class Simulation:
                 await conn.execute(db.DEMO_TAX_RATE, {"code": code, "country": country, "region": region,
                                                       "name": name, "bp": bp, "inclusive": inclusive})
             # The API product: its meter and its plans' per-request charges (billing.demo.usage).
-            self.usage = usage_mod.UsageStream(self.settings, sc, self.clock, self.run_id, self.url)
+            self.usage = usage_mod.UsageStream(self.settings, sc, self.clock, self.run_id, self.url, self.phases)
             await self.usage.define(conn, sc.start)
 
     # -- 3. the HTTP API (webhooks), the gateway, the event target, the worker ------------------
 
     async def start_parts(self) -> None:
         o = self.options
+        started = time.monotonic()
         self.api = await start_api(self.settings, self.clock)
         self.gateway = GatewayProcess(
             rate=o.rate, decline_rate=o.decline_rate, timeout_rate=o.timeout_rate, error_rate=o.error_rate,
@@ -201,7 +211,9 @@ class Simulation:
         self.settings = self.settings.with_overrides(gateway_url=gateway_url)
         self.events = await event_target(self.settings, self.run_id, o.events, o.report)
         self.worker: DemoWorker = await start_worker(self.settings, self.clock, o, self.run_id, self.events)
-        await self.usage.start()
+        self.phases.add("parts", time.monotonic() - started)
+        with self.phases("usage consumer"):
+            await self.usage.start()
         self.say(f"gateway    simulator at {gateway_url}: limit {o.rate}/s, declines ~{o.decline_rate:.0%}, "
                  f"timeouts after charging {o.timeout_rate:.0%}, 5xx {o.error_rate:.0%}, "
                  f"webhooks to {self.api.url} ({o.webhook_duplicate_rate:.0%} sent twice)")
@@ -240,15 +252,25 @@ class Simulation:
         every due invoice has reached the gateway or the step's real-time budget is spent."""
         now = self.now
         self.clock.set(now)
-        batch = self.actions_until(now)
-        await apply_actions(self.actions_conn, batch, self.sub_ids, self.rejections)
-        # The API customers' requests up to now, through Kafka and the usage consumer, all answered
-        # before the rating (an ended month is rated once its grace is over: docs/usage.md).
+        phases = self.phases
+        with phases("actions"):
+            batch = self.actions_until(now)
+            await apply_actions(self.actions_conn, batch, self.sub_ids, self.rejections)
+        # The API customers' requests up to now, produced to Kafka: the usage consumer answers them
+        # while the step goes on. A rating that may have work waits until it has answered every one
+        # (an ended month is rated whole, once its grace is over: docs/usage.md); the steps where
+        # no cursor is due (most of them) neither wait nor rate.
         self.usage.signups(batch)
-        await self.usage.step(now)
-        self.renewals += await renew_due(self.worker.pool, self.clock)
-        await self.rate_usage()
-        await finalize_waiting(self.worker.pool, self.clock)
+        await self.usage.send(now)
+        with phases("renewal"):
+            self.renewals += await renew_due(self.worker.pool, self.clock)
+        if await self.rating_may_be_due():
+            await self.usage.wait()
+            with phases("rating"):
+                if await self.rate_usage() is not None:
+                    self.usage.unfollowed = False
+        with phases("finalize"):
+            await finalize_waiting(self.worker.pool, self.clock)
         step_started = time.monotonic()
         while True:
             # The step is done when every due invoice has at least reached the gateway: a call
@@ -259,6 +281,7 @@ class Simulation:
                 break
             self.refresh(backlog)
             await asyncio.sleep(0.004)
+        phases.add("charging", time.monotonic() - step_started)
         # The queue at the end of the step: due, and not yet sent to the gateway.
         backlog = await self.chargeable() + max(0, self.worker.waiting())
         if self.progress.due():
@@ -276,17 +299,31 @@ class Simulation:
 
     # -- 5. the end of the window: the queue, the webhooks and the relay finish -----------------
 
-    async def rate_usage(self) -> int:
+    async def rate_usage(self) -> int | None:
         """The worker's rating step (rate_due_usage). As the worker's loop does, a call that lost a
         deadlock or a serialization conflict is tried again at the next step (counted, and shown in
-        the report); any other error stops the demo."""
+        the report: None); any other error stops the demo."""
         try:
             return await rate_due_usage(self.worker.pool, self.clock, grace=self.settings.usage_grace)
         except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as exc:
             self.usage.retries[type(exc).__name__] += 1
-            return 0
+            return None
+
+    async def rating_may_be_due(self) -> bool:
+        """Whether the rating may have work now: an API customer signed up since the last rating
+        (its cursor is made by the rating's follow step), or db.DEMO_USAGE_MAY_BE_DUE (a superset of
+        the cursors rate_usage rates). A step it skips has nothing to rate; were it ever wrong, the
+        month would be rated at a later step (the drain rates every one), never with requests
+        missing: every rating call waits for the consumer first."""
+        if self.usage.unfollowed:
+            return True
+        with self.phases("rating probe"):
+            return bool(await self.count(db.DEMO_USAGE_MAY_BE_DUE,
+                                         {"now": self.now, "grace": self.settings.usage_grace}))
 
     async def drain(self) -> None:
+        started = time.monotonic()
+        await self.usage.wait()  # nothing is sent after the window: every request answered, then rated
         while True:
             self.renewals += await renew_due(self.worker.pool, self.clock)
             await self.rate_usage()
@@ -296,10 +333,14 @@ class Simulation:
                 break
             self.refresh(backlog)
             await asyncio.sleep(0.01)
+        self.phases.add("drain: charges", time.monotonic() - started)
         # Bounded, so that a stuck piece ends the run (and the invariants then say what is missing).
         deadline = time.monotonic() + FINISH_SECONDS
+        started = time.monotonic()
         while await self.gateway.pending_webhooks() and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
+        self.phases.add("drain: webhooks", time.monotonic() - started)
+        started = time.monotonic()
         # Refunds still to execute: an UNKNOWN answer is retried 15 simulated minutes later, so the
         # clock moves on to each retry (nothing else is due by then: charges and renewals are done).
         while time.monotonic() < deadline:
@@ -310,12 +351,15 @@ class Simulation:
             if pending["next"] is not None and pending["next"] > self.clock.now():
                 self.clock.set(pending["next"])
             await asyncio.sleep(0.1)
+        self.phases.add("drain: refunds", time.monotonic() - started)
+        started = time.monotonic()
         while time.monotonic() < deadline:
             self.written = await self.count(db.DEMO_OUTBOX_WRITTEN)
             if await self.count(db.DEMO_OUTBOX_PENDING) == 0 and self.worker.charger.held() == 0:
                 break
             self.refresh(0)
             await asyncio.sleep(0.05)
+        self.phases.add("drain: relay", time.monotonic() - started)
         self.sample(0)
         self.refresh(0, force=True)
         self.progress.close()
@@ -324,6 +368,10 @@ class Simulation:
     # -- 5b. the emails of a sample of customers, to a Mailpit of the demo's own ----------------
 
     async def send_emails(self) -> None:
+        with self.phases("emails"):
+            await self._send_emails()
+
+    async def _send_emails(self) -> None:
         from billing.config import REPO_ROOT
         from billing.demo import emails
 
@@ -345,6 +393,10 @@ class Simulation:
     # -- 6. stop everything, keeping what the gateway saw ---------------------------------------
 
     async def stop_parts(self) -> None:
+        with self.phases("stop"):
+            await self._stop_parts()
+
+    async def _stop_parts(self) -> None:
         try:
             if hasattr(self, "usage"):
                 await self.usage.close()
@@ -398,15 +450,17 @@ class Simulation:
 
     async def check(self) -> RunResult:
         self.say("\nchecking the invariants (database, gateway ledger, event stream)...")
-        if self.events.topic:
-            events = await asyncio.to_thread(invariants.load_kafka_events, self.settings.kafka_bootstrap,
-                                             self.events.topic)
-        else:
-            events = invariants.load_jsonl_events(self.events.path)
-        checks = await asyncio.to_thread(
-            invariants.check_all, self.url, ledger=self.ledger, events=events, rate=self.options.rate,
-            now=self.sc.end, accepted_times=self.accepted, reported_max_window=self.stats.get("maxWindow"))
-        checks += await asyncio.to_thread(self.check_usage)
+        with self.phases("check: events read"):
+            if self.events.topic:
+                events = await asyncio.to_thread(invariants.load_kafka_events, self.settings.kafka_bootstrap,
+                                                 self.events.topic)
+            else:
+                events = invariants.load_jsonl_events(self.events.path)
+        with self.phases("check: invariants"):
+            checks = await asyncio.to_thread(
+                invariants.check_all, self.url, ledger=self.ledger, events=events, rate=self.options.rate,
+                now=self.sc.end, accepted_times=self.accepted, reported_max_window=self.stats.get("maxWindow"))
+            checks += await asyncio.to_thread(self.check_usage)
         result = RunResult(
             options=self.options, database_url=self.url, events_source=self.events.source,
             started=self.sc.start, ended=self.sc.end, real_seconds=time.monotonic() - self.t0,
@@ -416,9 +470,11 @@ class Simulation:
             limiter=self.worker.limiter_name, ledger=self.ledger, accepted_times=self.accepted,
             events_path=self.events.path, emails=getattr(self, "emails", []),
             mailpit_url=getattr(self, "mailpit_url", None), usage_sent=self.usage.sent,
-            usage_subscriptions=self.api_subscriptions())
-        result.stats = await asyncio.to_thread(figures.collect, self.url, result)
-        result.stats["usage"] = {**self.usage.figures(), "invoices": await asyncio.to_thread(self.usage_invoices)}
+            usage_subscriptions=self.api_subscriptions(), phases=self.phases)
+        with self.phases("figures"):
+            result.stats = await asyncio.to_thread(figures.collect, self.url, result)
+            result.stats["usage"] = {**self.usage.figures(),
+                                     "invoices": await asyncio.to_thread(self.usage_invoices)}
         return result
 
     def check_usage(self) -> list:

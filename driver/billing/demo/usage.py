@@ -64,12 +64,16 @@ def _rfc3339(at: datetime) -> str:
 
 
 class UsageStream:
-    def __init__(self, settings, sc, clock, run_id: str, url: str) -> None:
+    def __init__(self, settings, sc, clock, run_id: str, url: str, phases=None) -> None:
+        from billing.demo.model import Phases
+
         self.settings, self.sc, self.clock, self.url = settings, sc, clock, url
+        self.phases = phases if phases is not None else Phases()
         self.run_id = run_id
         self.rng = random.Random(sc.seed * 15485863 + 29)
         self.sent = Sent()
         self.signed_up: dict[int, datetime] = {}
+        self.unfollowed = False  # an API customer signed up since the last rating call (runner)
         self.answers: Counter = Counter()
         self.reasons: Counter = Counter()
         self.retries: Counter = Counter()  # rating calls tried again at the next step (runner.rate_usage)
@@ -162,6 +166,7 @@ class UsageStream:
         for a in actions:
             if a.kind == "signup" and a.customer_id in self.sc.api_rates:
                 self.signed_up[a.customer_id] = a.at
+                self.unfollowed = True
 
     def generate(self, start: datetime, end: datetime) -> list[tuple[int, str]]:
         """The requests of [start, end) of every API customer signed up: (customer, JSON text),
@@ -194,34 +199,70 @@ class UsageStream:
     async def step(self, end: datetime) -> int:
         """Sends the requests from the last step's end to `end` and waits until every one was
         answered; how many messages were sent."""
-        batch = self.generate(self.last, end)
+        sent = await self.send(end)
+        await self.wait()
+        return sent
+
+    async def send(self, end: datetime) -> int:
+        """Sends the requests from the last step's end to `end`; how many messages were sent. With
+        Kafka they are produced and the consumer answers them while the step goes on (`wait` waits
+        for it: the runner does before any rating that may be due); without, the consumer's
+        database call has answered them on return."""
+        with self.phases("usage: generate"):
+            batch = self.generate(self.last, end)
         self.last = end
         if not batch:
             return 0
-        started = time.monotonic()
         if self.kafka:
-            await asyncio.to_thread(self._produce, batch)
-            deadline = time.monotonic() + INGESTED_TIMEOUT_SECONDS
-            while self._answered() < self.sent.messages:
-                if self._error is not None:
-                    raise RuntimeError(f"the demo's usage consumer failed: {self._error!r}") from self._error
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the usage consumer answered {self._answered():,} of "
-                                       f"{self.sent.messages:,} requests within {INGESTED_TIMEOUT_SECONDS:.0f} s")
-                await asyncio.sleep(0.005)
+            with self.phases("usage: produce"):
+                await asyncio.to_thread(self._produce, batch)
         else:
-            await asyncio.to_thread(self._ingest_directly, [text for _, text in batch])
-        self.ingest_seconds += time.monotonic() - started
+            started = time.monotonic()
+            with self.phases("usage: ingest"):
+                await asyncio.to_thread(self._ingest_directly, [text for _, text in batch])
+            self.ingest_seconds += time.monotonic() - started
         return len(batch)
 
+    def behind(self) -> int:
+        """Messages sent and not answered yet by the consumer (0 without Kafka)."""
+        return self.sent.messages - self._answered() if self.kafka else 0
+
+    async def wait(self) -> None:
+        """Waits until the consumer has answered every message sent so far (at once when it has)."""
+        if self._error is not None:
+            raise RuntimeError(f"the demo's usage consumer failed: {self._error!r}") from self._error
+        if not self.kafka or self._answered() >= self.sent.messages:
+            return
+        started = time.monotonic()
+        await asyncio.to_thread(self._flush)
+        deadline = started + INGESTED_TIMEOUT_SECONDS
+        while self._answered() < self.sent.messages:
+            if self._error is not None:
+                raise RuntimeError(f"the demo's usage consumer failed: {self._error!r}") from self._error
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the usage consumer answered {self._answered():,} of "
+                                   f"{self.sent.messages:,} requests within {INGESTED_TIMEOUT_SECONDS:.0f} s")
+            await asyncio.sleep(0.005)
+        self.ingest_seconds += time.monotonic() - started
+        self.phases.add("usage: consumer wait", time.monotonic() - started)
+
     def _produce(self, batch: list[tuple[int, str]]) -> None:
+        """Hands the messages to the producer (sent within its linger); `wait` flushes them."""
         for customer_id, text in batch:
             while True:
                 try:
-                    self.producer.produce(self.topic, value=text.encode(), key=str(customer_id).encode())
+                    self.producer.produce(self.topic, value=text.encode(), key=str(customer_id).encode(),
+                                          on_delivery=self._delivered)
                     break
                 except BufferError:
                     self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    def _delivered(self, err, _msg) -> None:
+        if err is not None and self._error is None:
+            self._error = RuntimeError(f"the usage topic refused a request: {err}")
+
+    def _flush(self) -> None:
         if self.producer.flush(60) != 0:
             raise RuntimeError("the usage topic did not take every request")
 
