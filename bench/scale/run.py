@@ -150,29 +150,37 @@ def main() -> None:
     ap.add_argument("--skip-check", action="store_true", help="do not compare the kept counts with the rows")
     ap.add_argument("--before", action="store_true", help="also time the MRR reports recomputed from every line")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--database", help="time the reads on this existing database as it is (no generation, no migration, no fold)")
+    ap.add_argument("--skip-pages", action="store_true", help="time the reports only")
     ap.add_argument("--drop", action="store_true", help="drop the generated database at the end (the disk)")
     args = ap.parse_args()
     print(f"scale bench: {args.total:,} subscriptions, {os.cpu_count()} CPUs, {host_load()}")
-    url = build(args.database_url, args.total, args.rebuild)
+    if args.database:
+        url = url_for_db(args.database_url, args.database)  # as it is: neither generated nor migrated here
+        print(f"  database {args.database}: used as it is")
+    else:
+        url = build(args.database_url, args.total, args.rebuild)
     # The MRR kept by the engine's writes (migration 0360): the customers marked since the last fold
     # (all of them after a generation or the migration's backfill) recomputed once, timed.
-    with psycopg.connect(url, autocommit=True, options=ONE_CORE) as conn:
-        started = time.perf_counter()
-        pid = conn.info.backend_pid
-        cpu = backend_cpu(pid)
-        folded = conn.execute("SELECT billing._mrr_fold()").fetchone()[0]
-        if folded:
-            used = backend_cpu(pid)
-            per = f", server CPU {(used - cpu) / folded * 1e6:.0f} us per customer" if cpu is not None and used is not None else ""
-            print(f"  MRR fold: {folded:,} customers recomputed in {time.perf_counter() - started:.1f} s{per} ({host_load()})")
-        conn.execute("VACUUM ANALYZE billing.mrr_segment, billing.mrr_delta, billing.mrr_movement, billing.mrr_dirty")
+    # (--database: read as it is, no fold).
+    if not args.database:
+        with psycopg.connect(url, autocommit=True, options=ONE_CORE) as conn:
+            started = time.perf_counter()
+            pid = conn.info.backend_pid
+            cpu = backend_cpu(pid)
+            folded = conn.execute("SELECT billing._mrr_fold()").fetchone()[0]
+            if folded:
+                used = backend_cpu(pid)
+                per = f", server CPU {(used - cpu) / folded * 1e6:.0f} us per customer" if cpu is not None and used is not None else ""
+                print(f"  MRR fold: {folded:,} customers recomputed in {time.perf_counter() - started:.1f} s{per} ({host_load()})")
+            conn.execute("VACUUM ANALYZE billing.mrr_segment, billing.mrr_delta, billing.mrr_movement, billing.mrr_dirty")
     results = {"total": args.total, "reads": {}}
     with psycopg.connect(url, autocommit=True, options=ONE_CORE) as conn:
         mid = args.total // 2
         mid_invoice = conn.execute("SELECT max(id) / 2 FROM billing.invoice").fetchone()[0]
         params = {"now": NOW, "mid_customer": mid, "mid_customer_text": str(mid), "mid_invoice": mid_invoice,
                   "email": f"user{mid}@", "name": f"customer {mid} ", "domain": f"example{mid % 997}.com"}
-        rows = [(n, g, q, p, args.repeat) for n, g, q, p in PAGES]
+        rows = [] if args.skip_pages else [(n, g, q, p, args.repeat) for n, g, q, p in PAGES]
         if not args.skip_reports:
             rows += [(n, g, q, p, args.report_repeat) for n, g, q, p in REPORTS]
         if args.before:
