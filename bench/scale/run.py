@@ -44,6 +44,8 @@ from billing.migrate import migrate
 REPO = Path(__file__).resolve().parents[2]
 GENERATE = Path(__file__).with_name("generate.sql")
 NOW = datetime(2026, 3, 1, tzinfo=timezone.utc)
+# Every read and check on one core (a shared host): no parallel workers.
+ONE_CORE = "-c max_parallel_workers_per_gather=0 -c max_parallel_maintenance_workers=0"
 
 # (name, goal in ms, SQL, parameters); %(now)s is the bench clock.
 PAGES = [
@@ -104,9 +106,15 @@ def build(server: str, total: int, rebuild: bool) -> str:
               sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         migrate(url, REPO / "db", simulation=True)
         started = time.perf_counter()
-        subprocess.run(["psql", "-XqAt", "-d", url, "-v", f"total={total}", "-v", f"now={NOW.isoformat()}", "-f", str(GENERATE)],
-                       check=True, capture_output=True, text=True)
-        print(f"  database {name}: {total:,} subscriptions generated in {time.perf_counter() - started:.0f} s ({host_load()})")
+        out = subprocess.run(["psql", "-XqAt", "-d", url, "-v", f"total={total}", "-v", f"now={NOW.isoformat()}", "-f", str(GENERATE)],
+                             check=True, capture_output=True, text=True).stdout
+        # The generator's last line: its backend's CPU in clock ticks (one core: no parallel workers).
+        ticks = [int(line.split("|")[1]) for line in out.splitlines() if line.startswith("server_cpu_ticks|")]
+        cpu = f", server CPU {ticks[0] / os.sysconf('SC_CLK_TCK'):.0f} s" if ticks else ""
+        print(f"  database {name}: {total:,} subscriptions generated in {time.perf_counter() - started:.0f} s{cpu} ({host_load()})")
+    with psycopg.connect(url, autocommit=True) as conn:
+        size = conn.execute("SELECT pg_size_pretty(pg_database_size(current_database()))").fetchone()[0]
+    print(f"  database size: {size}")
     migrate(url, REPO / "db", simulation=True)  # the function files as they are now
     admin(url, sql.SQL("ANALYZE"))
     return url
@@ -142,28 +150,37 @@ def main() -> None:
     ap.add_argument("--skip-check", action="store_true", help="do not compare the kept counts with the rows")
     ap.add_argument("--before", action="store_true", help="also time the MRR reports recomputed from every line")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--database", help="time the reads on this existing database as it is (no generation, no migration, no fold)")
+    ap.add_argument("--skip-pages", action="store_true", help="time the reports only")
+    ap.add_argument("--drop", action="store_true", help="drop the generated database at the end (the disk)")
     args = ap.parse_args()
     print(f"scale bench: {args.total:,} subscriptions, {os.cpu_count()} CPUs, {host_load()}")
-    url = build(args.database_url, args.total, args.rebuild)
+    if args.database:
+        url = url_for_db(args.database_url, args.database)  # as it is: neither generated nor migrated here
+        print(f"  database {args.database}: used as it is")
+    else:
+        url = build(args.database_url, args.total, args.rebuild)
     # The MRR kept by the engine's writes (migration 0360): the customers marked since the last fold
     # (all of them after a generation or the migration's backfill) recomputed once, timed.
-    with psycopg.connect(url, autocommit=True) as conn:
-        started = time.perf_counter()
-        pid = conn.info.backend_pid
-        cpu = backend_cpu(pid)
-        folded = conn.execute("SELECT billing._mrr_fold()").fetchone()[0]
-        if folded:
-            used = backend_cpu(pid)
-            per = f", server CPU {(used - cpu) / folded * 1e6:.0f} us per customer" if cpu is not None and used is not None else ""
-            print(f"  MRR fold: {folded:,} customers recomputed in {time.perf_counter() - started:.1f} s{per} ({host_load()})")
-        conn.execute("VACUUM ANALYZE billing.mrr_segment, billing.mrr_delta, billing.mrr_movement, billing.mrr_dirty")
+    # (--database: read as it is, no fold).
+    if not args.database:
+        with psycopg.connect(url, autocommit=True, options=ONE_CORE) as conn:
+            started = time.perf_counter()
+            pid = conn.info.backend_pid
+            cpu = backend_cpu(pid)
+            folded = conn.execute("SELECT billing._mrr_fold()").fetchone()[0]
+            if folded:
+                used = backend_cpu(pid)
+                per = f", server CPU {(used - cpu) / folded * 1e6:.0f} us per customer" if cpu is not None and used is not None else ""
+                print(f"  MRR fold: {folded:,} customers recomputed in {time.perf_counter() - started:.1f} s{per} ({host_load()})")
+            conn.execute("VACUUM ANALYZE billing.mrr_segment, billing.mrr_delta, billing.mrr_movement, billing.mrr_dirty")
     results = {"total": args.total, "reads": {}}
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True, options=ONE_CORE) as conn:
         mid = args.total // 2
         mid_invoice = conn.execute("SELECT max(id) / 2 FROM billing.invoice").fetchone()[0]
         params = {"now": NOW, "mid_customer": mid, "mid_customer_text": str(mid), "mid_invoice": mid_invoice,
                   "email": f"user{mid}@", "name": f"customer {mid} ", "domain": f"example{mid % 997}.com"}
-        rows = [(n, g, q, p, args.repeat) for n, g, q, p in PAGES]
+        rows = [] if args.skip_pages else [(n, g, q, p, args.repeat) for n, g, q, p in PAGES]
         if not args.skip_reports:
             rows += [(n, g, q, p, args.report_repeat) for n, g, q, p in REPORTS]
         if args.before:
@@ -204,7 +221,8 @@ def main() -> None:
             conn.execute("SET statement_timeout = 0")
             # Numeric equality (a kept 0 may print as 0.000...), both ways.
             checks = {
-                "report_mrr": "SELECT * FROM billing._mrr_totals(ARRAY[%(now)s::timestamptz], {}) t WHERE t.mrr > 0",
+                "report_mrr (the bench clock and 2025-06-15 12:00)":
+                    "SELECT * FROM billing._mrr_totals(ARRAY[%(now)s::timestamptz, '2025-06-15 12:00Z'], {}) t WHERE t.mrr > 0",
                 "movements (one month)": "SELECT * FROM billing._mrr_movements('2026-02-01', '2026-02-01', {}) m",
             }
             for what, q in checks.items():
@@ -218,6 +236,9 @@ def main() -> None:
             print(f"(the MRR checks took {time.perf_counter() - started:.1f} s, {host_load()})")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+    if args.drop:
+        admin(args.database_url, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(fingerprint(args.total))))
+        print(f"database {fingerprint(args.total)} dropped")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 -- The operator console's SQL (db/functions/86_console.sql): sessions, reads, MRR, replay.
 BEGIN;
-SELECT plan(34);
+SELECT plan(36);
 -- One user for the fixtures and the SECURITY DEFINER calls (on Citus a transaction may not read
 -- placements another user wrote in it); the same on a single PostgreSQL.
 SET LOCAL ROLE billing_owner;
@@ -64,6 +64,10 @@ SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('trad
           'an email''s domain');
 SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('Billing@Trading.Example', 50)), ARRAY[42]::bigint[],
           'a whole email');
+SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('souza', 1)), ARRAY[41]::bigint[],
+          'a page of the matches is the first ones by id (read through the index, then sorted)');
+SELECT ok(billing._customer_search_matches(billing._customer_search_query('souza')) > 0,
+          'the planner''s estimate of the matches, which picks the index or the walk in id order');
 SELECT is((SELECT count(*)::int FROM billing.console_customers('ouza', 50)), 0,
           'the middle of a word is not a word (a search by words, not substrings)');
 SELECT is((SELECT count(*)::int FROM billing.console_customers($$@@ ! o'brien\ 'x$$, 50)), 0,
