@@ -8,8 +8,11 @@ reports timed on a generated database of --total subscriptions (default 5,000,00
 Data (bench/scale/generate.sql, set-based): one customer per subscription (a name and an email),
 four plans (monthly and yearly, USD and EUR), signups over the 24 months before the bench clock
 (2026-03-01 00:00Z), 90% ACTIVE, 3% PAST_DUE (an OPEN invoice after one decline), 7% CANCELED; each
-subscription's INITIAL invoice and its current period's RENEWAL invoice (the months between are not
-generated: the invoice history is thinner than production's). Built once into a database named after
+subscription's INITIAL invoice and its current period's RENEWAL invoice, each with its service line, and
+one service line for the periods between (no invoices: the invoice history is thinner than
+production's; the MRR reads the same steps as from one line per period). Indexes and foreign keys are
+built after each table's load; the overview's counters come from the engine's triggers and the MRR
+aggregate from the engine's fold. --database NAME times an existing database as it is. Built once into a database named after
 the size and a hash of the generator (reused; --rebuild forces it); migrations added since are
 applied on top; the current function files are applied to it before every run.
 

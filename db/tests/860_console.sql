@@ -66,8 +66,10 @@ SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('Bill
           'a whole email');
 SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('souza', 1)), ARRAY[41]::bigint[],
           'a page of the matches is the first ones by id (read through the index, then sorted)');
-SELECT ok(billing._customer_search_matches(billing._customer_search_query('souza')) > 0,
-          'the planner''s estimate of the matches, which picks the index or the walk in id order');
+SELECT ok(CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')
+               THEN billing._customer_search_matches(billing._customer_search_query('souza')) IS NULL
+               ELSE billing._customer_search_matches(billing._customer_search_query('souza')) > 0 END,
+          'the planner''s estimate of the matches, which picks the index or the walk in id order (Citus: none, the walk)');
 SELECT is((SELECT count(*)::int FROM billing.console_customers('ouza', 50)), 0,
           'the middle of a word is not a word (a search by words, not substrings)');
 SELECT is((SELECT count(*)::int FROM billing.console_customers($$@@ ! o'brien\ 'x$$, 50)), 0,
