@@ -49,7 +49,9 @@ START = datetime(2026, 10, 1, tzinfo=timezone.utc)
 END = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
 
-def build(conn, n: int, hours: int) -> float:
+def build(conn, n: int, hours: int, chunk: int = 10_000) -> float:
+    """N customers of the API plan, a month of usage in the rollups, renewed; returns the follow's
+    seconds. (bench.usage.rating_citus builds its cluster with it too, in chunks of 2,000.)"""
     conn.execute("SELECT billing.upsert_meter('requests', 'api.request', 'count', NULL, '{}', %s)", (START,))
     conn.execute("SELECT billing.upsert_meter('tokens', 'api.request', 'sum', '{tokens}', '{}', %s)", (START,))
     conn.execute("SELECT billing.upsert_meter('users', 'api.request', 'unique_count', '{user}', '{}', %s)", (START,))
@@ -59,8 +61,8 @@ def build(conn, n: int, hours: int) -> float:
                  "'[{\"upTo\": 1000, \"unitAmount\": 0.1}, {\"upTo\": null, \"unitAmount\": 0.05}]', 0, NULL, NULL, %s)", (START,))
     conn.execute("SELECT billing.upsert_plan_charge('API', 'users', 'package', 100, 5, '[]', 0, NULL, NULL, %s)", (START,))
     at = START + timedelta(days=1)
-    for lo in range(1, n + 1, 10_000):
-        hi = min(lo + 9_999, n)
+    for lo in range(1, n + 1, chunk):
+        hi = min(lo + chunk - 1, n)
         conn.execute("SELECT count(*) FROM billing.import_customers(%s::jsonb, %s)",
                      (json.dumps([{"external_id": f"c{i}", "id": i} for i in range(lo, hi + 1)]), at))
         conn.execute("SELECT count(*) FROM billing.import_subscriptions(%s::jsonb, %s)",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import time
@@ -32,7 +31,8 @@ from billing.clock import SimulatedClock
 from billing.worker.renewal import rate_due_usage_in_shards
 from billing.worker.shards import ShardLeases
 
-from .rating import END, START
+from .rating import END
+from .rating import build as build_world
 
 REPO = Path(__file__).resolve().parents[2]
 CITUS = REPO / "scripts" / "services" / "citus.sh"
@@ -71,40 +71,10 @@ def cluster_cpu() -> float:
 
 
 def build(url: str, n: int, hours: int) -> None:
+    """The same world as bench.usage.rating's, on the cluster (its DDL-free writes one shard at a time)."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET citus.multi_shard_modify_mode TO 'sequential'")
-        conn.execute("SELECT billing.upsert_meter('requests', 'api.request', 'count', NULL, '{}', %s)", (START,))
-        conn.execute("SELECT billing.upsert_meter('tokens', 'api.request', 'sum', '{tokens}', '{}', %s)", (START,))
-        conn.execute("SELECT billing.upsert_meter('users', 'api.request', 'unique_count', '{user}', '{}', %s)", (START,))
-        conn.execute("SELECT billing.upsert_plan('API', 900, 'USD', 'MONTH', 1, %s)", (START - timedelta(days=1),))
-        conn.execute("SELECT billing.upsert_plan_charge('API', 'requests', 'per_unit', 0.5, NULL, '[]', 10, NULL, NULL, %s)", (START,))
-        conn.execute("SELECT billing.upsert_plan_charge('API', 'tokens', 'graduated', NULL, NULL, "
-                     "'[{\"upTo\": 1000, \"unitAmount\": 0.1}, {\"upTo\": null, \"unitAmount\": 0.05}]', 0, NULL, NULL, %s)", (START,))
-        conn.execute("SELECT billing.upsert_plan_charge('API', 'users', 'package', 100, 5, '[]', 0, NULL, NULL, %s)", (START,))
-        at = START + timedelta(days=1)
-        for lo in range(1, n + 1, 2000):
-            hi = min(lo + 1999, n)
-            conn.execute("SELECT count(*) FROM billing.import_customers(%s::jsonb, %s)",
-                         (json.dumps([{"external_id": f"c{i}", "id": i} for i in range(lo, hi + 1)]), at))
-            conn.execute("SELECT count(*) FROM billing.import_subscriptions(%s::jsonb, %s)",
-                         (json.dumps([{"external_id": f"s{i}", "customer_id": i, "plan_code": "API", "status": "ACTIVE",
-                                       "current_period_start": START.isoformat(), "current_period_end": END.isoformat()}
-                                      for i in range(lo, hi + 1)]), at))
-        conn.execute("""
-            INSERT INTO billing.usage_rollup (customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value)
-            SELECT c, m, %(start)s::timestamptz + make_interval(hours => (c * 7 + h * 31) %% 743), 1 + (c + h) %% 9,
-                   CASE WHEN m = 'tokens' THEN (c * h) %% 300 ELSE 0 END, NULL, %(start)s::timestamptz, NULL
-              FROM generate_series(1, %(n)s) c, generate_series(0, %(hours)s - 1) h, unnest(ARRAY['requests', 'tokens', 'users']) m
-            ON CONFLICT DO NOTHING""", {"start": START, "n": n, "hours": hours})
-        conn.execute("""
-            INSERT INTO billing.usage_unique (customer_id, meter_code, bucket, value)
-            SELECT c, 'users', %(start)s::timestamptz + make_interval(hours => (c * 7 + h * 31) %% 743), 'u' || ((c + h * v) %% 23)
-              FROM generate_series(1, %(n)s) c, generate_series(0, %(hours)s - 1) h, generate_series(1, 2) v
-            ON CONFLICT DO NOTHING""", {"start": START, "n": n, "hours": hours})
-        conn.execute("SELECT billing._usage_follow_all(%s)", (at,))
-        while conn.execute("SELECT billing.create_due_invoices(10000, %s)", (END + timedelta(seconds=1),)).fetchone()[0]:
-            pass
-        conn.execute("VACUUM ANALYZE")
+        build_world(conn, n, hours, chunk=2000)
 
 
 def ratings(url: str, limit: int) -> list[tuple]:
