@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -39,8 +40,8 @@ from billing.migrate import migrate
 from billing.config import REPO_ROOT
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
-# main when issue 32's third signup pass started (2026-12-05 13:25 UTC); --baseline overrides.
-BASELINE = "42df2b0"
+# main when issue 32's fifth signup pass started (2026-12-05 19:04 UTC); --baseline overrides.
+BASELINE = "605dd63"
 DB = "bench_signup"
 
 
@@ -91,26 +92,54 @@ def rounds(url: str, base_url: str | None, n: int, k: int) -> list[dict]:
     return total
 
 
-def bulk(url: str, n: int, batch: int, first_customer: int = 2_000_000) -> dict:
-    with psycopg.connect(url, autocommit=True) as conn:
-        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-        cpu0, t0 = proc_cpu(pid), time.perf_counter()
-        for first in range(0, n, batch):
-            rows = [{"idempotency_key": f"bulk-{first_customer + i}", "customer_id": first_customer + i, "plan_code": "BENCH_M"}
-                    for i in range(first, min(first + batch, n))]
-            with conn.transaction():
-                got = conn.execute("SELECT count(*) FILTER (WHERE outcome = 'created') FROM "
-                                   "billing.create_subscriptions(%s::jsonb, %s)", (json.dumps(rows), NOW)).fetchone()[0]
-            assert got == len(rows), got
-        wall, cpu = time.perf_counter() - t0, proc_cpu(pid) - cpu0
+def bulk(url: str, n: int, batch: int, first_customer: int = 2_000_000, parallel: int = 1) -> dict:
+    """n signups through create_subscriptions, batch rows a call, on `parallel` connections at once
+    (each its own share of the customers, all started together): wall-clock signups/s and the
+    backends' CPU (user+system from /proc, summed)."""
+    share = n // parallel
+    conns = [psycopg.connect(url, autocommit=True) for _ in range(parallel)]
+    try:
+        pids = [c.execute("SELECT pg_backend_pid()").fetchone()[0] for c in conns]
+        gate = threading.Barrier(parallel + 1)
+        errors: list[BaseException] = []
+
+        def work(conn: psycopg.Connection, start: int, count: int) -> None:
+            try:
+                docs = [(json.dumps([{"idempotency_key": f"bulk-{i}", "customer_id": i, "plan_code": "BENCH_M"}
+                                     for i in range(f, min(f + batch, start + count))]), min(batch, start + count - f))
+                        for f in range(start, start + count, batch)]  # (built before the clock starts)
+                gate.wait()
+                for doc, rows in docs:
+                    with conn.transaction():
+                        got = conn.execute("SELECT count(*) FILTER (WHERE outcome = 'created') FROM "
+                                           "billing.create_subscriptions(%s::jsonb, %s)", (doc, NOW)).fetchone()[0]
+                    assert got == rows, got
+            except BaseException as e:  # noqa: BLE001 (reported below)
+                errors.append(e)
+                gate.abort()
+
+        threads = [threading.Thread(target=work, args=(c, first_customer + k * share, share)) for k, c in enumerate(conns)]
+        for t in threads:
+            t.start()
+        gate.wait()
+        cpu0, t0 = sum(proc_cpu(p) for p in pids), time.perf_counter()
+        for t in threads:
+            t.join()
+        wall, cpu = time.perf_counter() - t0, sum(proc_cpu(p) for p in pids) - cpu0
+        if errors:
+            raise errors[0]
         # the same work as a signup per call: an INITIAL invoice and two events each
-        made = conn.execute("SELECT count(*) FROM billing.invoice WHERE customer_id >= %s AND customer_id < %s",
-                            (first_customer, first_customer + n)).fetchone()[0]
-        assert made == n, made
-    return {"path": f"create_subscriptions (in bulk), {batch:,} a call", "n": n, "wall": wall, "cpu": cpu}
+        made = conns[0].execute("SELECT count(*) FROM billing.invoice WHERE customer_id >= %s AND customer_id < %s",
+                                (first_customer, first_customer + share * parallel)).fetchone()[0]
+        assert made == share * parallel, made
+    finally:
+        for c in conns:
+            c.close()
+    on = f", {parallel} connections at once" if parallel > 1 else ""
+    return {"path": f"create_subscriptions (in bulk), {batch:,} a call{on}", "n": share * parallel, "wall": wall, "cpu": cpu}
 
 
-def bulk_rounds(url: str, base_url: str | None, n: int, batch: int, k: int) -> list[dict]:
+def bulk_rounds(url: str, base_url: str | None, n: int, batch: int, k: int, parallel: int = 1) -> list[dict]:
     """Signups in bulk here and at the baseline (when it has create_subscriptions), alternating k rounds of n/k."""
     if not n:
         return []
@@ -122,8 +151,9 @@ def bulk_rounds(url: str, base_url: str | None, n: int, batch: int, k: int) -> l
     out: dict[str, list[dict]] = {side: [] for side, _ in sides}
     for r in range(k):
         for side, u in sides:
-            out[side].append(bulk(u, n // k, batch, first_customer=2_000_000 + r * (n // k)))
-    return [{"path": f"create_subscriptions (in bulk), {batch:,} a call ({side}{'' if side == 'ours' else ' ' + BASELINE[:7]})",
+            out[side].append(bulk(u, n // k, batch, first_customer=2_000_000 + r * (n // k), parallel=parallel))
+    on = f", {parallel} connections at once" if parallel > 1 else ""
+    return [{"path": f"create_subscriptions (in bulk), {batch:,} a call{on} ({side}{'' if side == 'ours' else ' ' + BASELINE[:7]})",
              "n": sum(x["n"] for x in runs), "wall": sum(x["wall"] for x in runs), "cpu": sum(x["cpu"] for x in runs)}
             for side, runs in out.items()]
 
@@ -156,7 +186,9 @@ def main() -> None:
     ap.add_argument("--import", dest="imports", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=5000)
     ap.add_argument("--baseline", default=None, help="git revision whose db/ the per-call path is also run on ('none': skip)")
-    ap.add_argument("--rounds", type=int, default=4, help="alternating rounds of the per-call runs")
+    ap.add_argument("--rounds", type=int, default=4, help="alternating rounds (per call and in bulk)")
+    ap.add_argument("--parallel", type=int, default=1,
+                    help="connections calling create_subscriptions at once in bulk (2: both cores; wall-clock signups/s)")
     ap.add_argument("--database-url", default=os.environ.get("BILLING_TEST_DATABASE_URL") or os.environ.get("BILLING_DATABASE_URL"))
     args = ap.parse_args()
     global BASELINE
@@ -167,7 +199,7 @@ def main() -> None:
         BASELINE = (tree / ".complete").read_text().strip()
         base_url = fresh(args.database_url, DB + "_baseline", tree / "db")
     load0 = os.getloadavg()[0]
-    results = rounds(url, base_url, args.per_call, args.rounds) + bulk_rounds(url, base_url, args.bulk, args.batch, args.rounds)
+    results = (rounds(url, base_url, args.per_call, args.rounds) if args.per_call else []) + bulk_rounds(url, base_url, args.bulk, args.batch, args.rounds, args.parallel)
     if args.imports:
         results.append(imported(url, args.imports, args.batch))
     load1 = os.getloadavg()[0]
@@ -177,7 +209,9 @@ def main() -> None:
     for r in results:
         cpu = f"{r['cpu'] / r['n'] * 1e6:,.0f}" if r["cpu"] else "n/a (server not on this host)"
         print(f"| {r['path']} | {r['n']:,} | {r['wall']:.1f} | {r['n'] / r['wall']:,.0f} | {cpu} |")
-    ours = next(r for r in results if "(ours" in r["path"])
+    ours = next((r for r in results if r["path"].startswith("create_subscription per call (ours")), None)
+    if ours is None:
+        return
     rate = lambda r: r["n"] / r["wall"]  # noqa: E731
     for r in results:
         if "bulk" in r["path"] or "import" in r["path"]:

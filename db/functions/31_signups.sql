@@ -28,7 +28,9 @@ DECLARE
     f_n bigint[]; f_id bigint[]; f_key text[]; f_customer bigint[]; f_plan_code text[]; f_plan_id bigint[];
     f_td integer[]; f_qty integer[]; f_tz text[]; f_anchor timestamptz[]; f_period_number integer[];
     f_period_end timestamptz[]; f_trial_end timestamptz[]; f_price bigint[]; f_list bigint[];
-    f_external text[]; f_options jsonb[];
+    f_external text[]; f_options jsonb[]; f_end_text text[]; f_trial_text text[];
+    v_now_text text := billing._utc_text(p_now);  -- (instants written into the events: once per batch or per terms)
+    v_constraint text;
     v_bad_n   bigint;
     v_bad     record;
     v_row     record;
@@ -147,12 +149,14 @@ BEGIN
     IF v_any_fast THEN
       BEGIN
         v_taxes := EXISTS (SELECT 1 FROM billing.tax_rate t WHERE t.active);
-        -- Unknown customers are created in UTC, as by create_subscription.
+        -- Unknown customers are created in UTC, as by create_subscription. A plain insert of the ones
+        -- not found (no ON CONFLICT: its speculative insertion cost more per row); one another
+        -- transaction creates meanwhile is a unique violation on customer_pkey, which sends the
+        -- batch through create_subscription (below), as a key taken meanwhile does.
         INSERT INTO billing.customer (id)
         SELECT DISTINCT u.customer_id FROM unnest(a_customer, a_fast) AS u(customer_id, fast)
-         WHERE u.fast
-         ORDER BY 1
-        ON CONFLICT ON CONSTRAINT customer_pkey DO NOTHING;
+         WHERE u.fast AND NOT EXISTS (SELECT 1 FROM billing.customer c WHERE c.id = u.customer_id)
+         ORDER BY 1;
 
         -- Each row's terms: the first period (or trial) once per plan, time zone and trial length,
         -- the price once per plan; then our ids in the batch's order.
@@ -164,31 +168,35 @@ BEGIN
              WHERE u.fast
         ), terms AS MATERIALIZED (
             -- once per plan, time zone, trial length and seats (the functions' calls are not per row)
-            SELECT t.plan_id, t.tz, t.td, t.qty, fp.anchor, fp.period_number, fp.period_end, x.price,
-                   CASE WHEN t.td > 0 THEN billing._period_end(p_now, 'DAY', t.td, 1, t.tz) END AS trial_end,
-                   CASE WHEN t.td > 0 THEN 0
-                        ELSE billing._period_charge(x.price, t.qty, p_now, fp.period_end, fp.nominal_start) END AS list
-              FROM (SELECT DISTINCT f.plan_id, f.tz, f.td, f.qty FROM f) t
-              JOIN billing.plan p ON p.id = t.plan_id
-             CROSS JOIN LATERAL billing._first_period(p, t.tz, p_now) fp
-             CROSS JOIN LATERAL (SELECT billing._price_at(p, p_now) AS price) x
+            SELECT y.*, billing._utc_text(y.period_end) AS end_text, billing._utc_text(y.trial_end) AS trial_text
+              FROM (SELECT t.plan_id, t.tz, t.td, t.qty, fp.anchor, fp.period_number, fp.period_end, x.price,
+                           CASE WHEN t.td > 0 THEN billing._period_end(p_now, 'DAY', t.td, 1, t.tz) END AS trial_end,
+                           CASE WHEN t.td > 0 THEN 0
+                                ELSE billing._period_charge(x.price, t.qty, p_now, fp.period_end, fp.nominal_start) END AS list
+                      FROM (SELECT DISTINCT f.plan_id, f.tz, f.td, f.qty FROM f) t
+                      JOIN billing.plan p ON p.id = t.plan_id
+                     CROSS JOIN LATERAL billing._first_period(p, t.tz, p_now) fp
+                     CROSS JOIN LATERAL (SELECT billing._price_at(p, p_now) AS price) x) y
         )
         SELECT array_agg(s.n), array_agg(s.id), array_agg(s.idempotency_key), array_agg(s.customer_id),
                array_agg(s.plan_code), array_agg(s.plan_id), array_agg(s.td), array_agg(s.qty), array_agg(s.tz),
                array_agg(s.anchor), array_agg(s.period_number), array_agg(s.period_end), array_agg(s.trial_end),
-               array_agg(s.price), array_agg(s.list), array_agg(s.external_id), array_agg(s.options)
+               array_agg(s.price), array_agg(s.list), array_agg(s.external_id), array_agg(s.options),
+               array_agg(s.end_text), array_agg(s.trial_text)
           INTO f_n, f_id, f_key, f_customer, f_plan_code, f_plan_id, f_td, f_qty, f_tz, f_anchor, f_period_number,
-               f_period_end, f_trial_end, f_price, f_list, f_external, f_options
+               f_period_end, f_trial_end, f_price, f_list, f_external, f_options, f_end_text, f_trial_text
           FROM (SELECT o.*, nextval(v_sub_seq) AS id  -- (above the sort: ids in the batch's order)
                   FROM (SELECT f.n, f.idempotency_key, f.customer_id, f.plan_code, f.plan_id, f.td, f.qty, f.tz,
                                t.anchor, t.period_number, t.period_end, t.trial_end, t.price, t.list, f.external_id,
-                               f.options
+                               f.options, t.end_text, t.trial_text
                           FROM f JOIN terms t ON t.plan_id = f.plan_id AND t.tz = f.tz AND t.td = f.td AND t.qty = f.qty
                          ORDER BY f.n) o) s;
 
         -- The subscriptions and their requests in one statement (the requests' foreign key is checked
-        -- at its end). A key another transaction took meanwhile is not inserted: the whole set-based
-        -- part is then undone and every row goes through create_subscription (which replays it).
+        -- at its end). A key another transaction took meanwhile is a unique violation on
+        -- subscription_request_pkey (a plain insert: no ON CONFLICT's speculative insertion per row):
+        -- the whole set-based part is then undone and every row goes through create_subscription
+        -- (which replays it).
         WITH made AS (
             INSERT INTO billing.subscription (id, customer_id, plan_id, status, timezone, billing_anchor, period_number,
                                               current_period_start, current_period_end, period_price, quantity,
@@ -203,20 +211,11 @@ BEGIN
               FROM unnest(f_id, f_customer, f_plan_id, f_td, f_qty, f_tz, f_anchor, f_period_number, f_period_end,
                           f_trial_end, f_list, f_external)
                    AS f(id, customer_id, plan_id, td, qty, tz, anchor, period_number, period_end, trial_end, list, external_id)
-            RETURNING 1
-        ), requested AS (
-            INSERT INTO billing.subscription_request (idempotency_key, customer_id, plan_code, options, subscription_id)
-            SELECT f.idempotency_key, f.customer_id, f.plan_code, f.options, f.id
-              FROM unnest(f_id, f_key, f_customer, f_plan_code, f_options)
-                   AS f(id, idempotency_key, customer_id, plan_code, options)
-            ON CONFLICT ON CONSTRAINT subscription_request_pkey DO NOTHING
-            RETURNING 1
         )
-        SELECT (SELECT count(*) FROM requested) - (SELECT count(*) FROM made) INTO v_made;
-        IF v_made <> 0 THEN
-            RAISE EXCEPTION USING ERRCODE = 'BL409', MESSAGE = 'create_subscriptions: a key was taken meanwhile',
-                HINT = 'billing.create_subscriptions:per-row';
-        END IF;
+        INSERT INTO billing.subscription_request (idempotency_key, customer_id, plan_code, options, subscription_id)
+        SELECT f.idempotency_key, f.customer_id, f.plan_code, f.options, f.id
+          FROM unnest(f_id, f_key, f_customer, f_plan_code, f_options)
+               AS f(id, idempotency_key, customer_id, plan_code, options);
 
         INSERT INTO billing.external_ref (object_type, external_id, customer_id, object_id, created_at)
         SELECT 'subscription', f.external_id, f.customer_id, f.id, p_now
@@ -234,8 +233,9 @@ BEGIN
         -- is owed) per row, in the batch's order.
         WITH f AS MATERIALIZED (
             SELECT f.*, c.country, c.region, c.tax_status, p.code, p.currency, p.billing_interval, p.interval_count
-              FROM unnest(f_n, f_id, f_customer, f_plan_id, f_td, f_qty, f_period_end, f_trial_end, f_price, f_list)
-                   AS f(n, id, customer_id, plan_id, td, qty, period_end, trial_end, price, list)
+              FROM unnest(f_n, f_id, f_customer, f_plan_id, f_td, f_qty, f_period_end, f_trial_end, f_price, f_list,
+                          f_end_text, f_trial_text)
+                   AS f(n, id, customer_id, plan_id, td, qty, period_end, trial_end, price, list, end_text, trial_text)
               JOIN billing.plan p ON p.id = f.plan_id
               LEFT JOIN billing.customer c ON v_taxes AND c.id = f.customer_id
         ), taxed AS MATERIALIZED (
@@ -250,10 +250,10 @@ BEGIN
                                AND coalesce(x.region, '') = coalesce(f.region, '')
              WHERE f.td = 0
         ), invoices AS (
-            INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, credit_applied,
-                                         amount, currency, status, due_at, next_attempt_at, paid_at, created_at,
-                                         plan_id, plan_price, billing_interval, interval_count, quantity, discount_amount,
-                                         tax_amount, tax_included, tax_detail)
+            INSERT INTO billing.invoice AS v (subscription_id, customer_id, kind, period_start, period_end, subtotal, credit_applied,
+                                              amount, currency, status, due_at, next_attempt_at, paid_at, created_at,
+                                              plan_id, plan_price, billing_interval, interval_count, quantity, discount_amount,
+                                              tax_amount, tax_included, tax_detail)
             SELECT p.id, p.customer_id, 'INITIAL', p_now, p.period_end, p.list, 0, p.list + p.tax_amount, p.currency,
                    CASE WHEN p.list + p.tax_amount = 0 THEN 'PAID' ELSE 'OPEN' END, p_now,
                    CASE WHEN p.list + p.tax_amount = 0 THEN NULL ELSE p_now END,
@@ -261,7 +261,10 @@ BEGIN
                    p.plan_id, p.price, p.billing_interval, p.interval_count, p.qty, 0,
                    p.tax_amount, p.tax_included, p.tax_detail
               FROM priced p ORDER BY p.n
-            RETURNING *
+            RETURNING v.id, v.subscription_id, v.customer_id, v.kind, v.period_start, v.period_end, v.subtotal,
+                      v.credit_applied, v.amount, v.currency, v.status, v.paid_at, v.plan_id, v.plan_price,
+                      v.quantity, v.tax_amount, v.tax_included, v.coupon_code, v.attempt_count, v.discount_amount,
+                      v.gateway_reference
         ), lines AS (
             INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
                                               span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
@@ -293,43 +296,46 @@ BEGIN
                                '{"reason": null, "status": "' || CASE WHEN f.td > 0 THEN 'TRIALING' ELSE 'ACTIVE' END
                                || '", "version": 1, "pausedAt": null, "planCode": ' || to_json(f.code)::text
                                || ', "quantity": ' || f.qty::text || ', "resumeAt": null, "trialEnd": '
-                               || coalesce('"' || billing._utc_text(f.trial_end) || '"', 'null')
+                               || coalesce('"' || f.trial_text || '"', 'null')
                                || ', "canceledAt": null, "couponCode": null, "customerId": ' || f.customer_id::text
                                || ', "subscriptionId": ' || f.id::text || ', "currentPeriodEnd": "'
-                               || billing._utc_text(CASE WHEN f.td > 0 THEN f.trial_end ELSE f.period_end END)
+                               || CASE WHEN f.td > 0 THEN f.trial_text ELSE f.end_text END
                                || '", "cancelAtPeriodEnd": false, "scheduledPlanCode": null, "currentPeriodStart": "'
-                               || billing._utc_text(p_now) || '"}' AS data
+                               || v_now_text || '"}' AS data
                           FROM f
                         UNION ALL
                         -- InvoiceCreated (InvoicePaid too when nothing is owed): _invoice_data, written out.
                         SELECT i.subscription_id, k.seq, 'invoice', i.id, k.event_type, i.customer_id, i.data
                           FROM (SELECT i.id, i.subscription_id, i.customer_id, i.status,
+                                       -- (the instants: paid_at and period_start are p_now on this path, period_end
+                                       -- the row's terms' end: their texts were made once)
                                        '{"kind": "' || i.kind || '", "amount": ' || coalesce(i.amount::text, 'null')
-                                       || ', "paidAt": ' || coalesce('"' || billing._utc_text(i.paid_at) || '"', 'null')
+                                       || ', "paidAt": ' || CASE WHEN i.paid_at IS NULL THEN 'null' ELSE '"' || v_now_text || '"' END
                                        || ', "status": "' || i.status || '", "currency": "' || i.currency
                                        || '", "quantity": ' || coalesce(i.quantity::text, 'null')
                                        || ', "subtotal": ' || coalesce(i.subtotal::text, 'null')
                                        || ', "invoiceId": ' || i.id::text
-                                       || ', "periodEnd": ' || coalesce('"' || billing._utc_text(i.period_end) || '"', 'null')
+                                       || ', "periodEnd": ' || coalesce('"' || f.end_text || '"', 'null')
                                        || ', "couponCode": ' || coalesce(to_json(i.coupon_code)::text, 'null')
                                        || ', "customerId": ' || i.customer_id::text
-                                       || ', "periodStart": ' || coalesce('"' || billing._utc_text(i.period_start) || '"', 'null')
+                                       || ', "periodStart": "' || v_now_text || '"'
                                        || ', "attemptCount": ' || coalesce(i.attempt_count::text, 'null')
                                        || ', "creditApplied": ' || coalesce(i.credit_applied::text, 'null')
                                        || ', "discountAmount": ' || coalesce(i.discount_amount::text, 'null')
                                        || ', "subscriptionId": ' || coalesce(i.subscription_id::text, 'null')
                                        || ', "gatewayReference": ' || coalesce(to_json(i.gateway_reference)::text, 'null')
                                        || '}' AS data
-                                  FROM invoices i) i
+                                  FROM invoices i JOIN f ON f.id = i.subscription_id) i
                          CROSS JOIN LATERAL (VALUES ('InvoiceCreated', 1), ('InvoicePaid', 2)) k (event_type, seq)
                          WHERE k.seq = 1 OR i.status = 'PAID') x
-                 CROSS JOIN (SELECT billing._utc_text(p_now) AS at) t
+                 CROSS JOIN (SELECT v_now_text AS at) t
                  ORDER BY x.sub_id, x.seq) e;  -- our ids follow the batch's order
-      EXCEPTION WHEN SQLSTATE 'BL409' THEN
-        -- Only our own signal (a key or an external id taken by a concurrent call): every row of the
+      EXCEPTION WHEN SQLSTATE 'BL409' OR unique_violation THEN
+        -- Only our own signal or a customer or key another call created meanwhile: every row of the
         -- set-based part is undone and goes through create_subscription, which replays or refuses it.
-        GET STACKED DIAGNOSTICS v_hint = PG_EXCEPTION_HINT;
-        IF v_hint IS DISTINCT FROM 'billing.create_subscriptions:per-row' THEN
+        GET STACKED DIAGNOSTICS v_hint = PG_EXCEPTION_HINT, v_constraint = CONSTRAINT_NAME;
+        IF v_hint IS DISTINCT FROM 'billing.create_subscriptions:per-row'
+           AND v_constraint IS DISTINCT FROM 'customer_pkey' AND v_constraint IS DISTINCT FROM 'subscription_request_pkey' THEN
             RAISE;
         END IF;
         v_all_slow := true;

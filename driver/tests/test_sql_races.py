@@ -228,12 +228,17 @@ def test_same_key_at_once_with_and_without_a_coupon_never_deadlocks(db_url):
         assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id = 7").fetchone()[0] == 1
 
 
-def test_a_batch_whose_key_is_taken_meanwhile_replays_it_and_creates_the_rest(db_url):
-    # create_subscriptions writes its usual rows set-based; a key another call took after the batch
-    # read its keys is not inserted (ON CONFLICT waits for that call, then skips): the set-based part
-    # is undone and every row goes through create_subscription, which replays that key.
+@pytest.mark.parametrize("customer_known", [False, True], ids=["new-customer", "known-customer"])
+def test_a_batch_whose_key_is_taken_meanwhile_replays_it_and_creates_the_rest(db_url, customer_known):
+    # create_subscriptions writes its usual rows set-based with plain inserts; a key another call took
+    # after the batch read its keys (and, for a new customer, that customer) makes the insert wait for
+    # that call, then fail on the unique key (customer_pkey, or subscription_request_pkey when the
+    # customer was known): the set-based part is undone and every row goes through
+    # create_subscription, which replays that key.
     with connect(db_url) as conn:
         conn.execute("SELECT billing.upsert_plan('RACE_K', 1000, 'USD', 'MONTH')")
+        if customer_known:
+            conn.execute("SELECT billing.upsert_customer(801, 'UTC')")
     first = psycopg.connect(db_url)  # one open transaction holding the key 'taken-1'
     taken = first.execute("SELECT id FROM billing.create_subscription('taken-1', 801, 'RACE_K', %s)", (T0,)).fetchone()[0]
     rows = [{"idempotency_key": f"taken-{i}", "customer_id": 800 + i, "plan_code": "RACE_K"} for i in range(3)]
