@@ -3,13 +3,16 @@ side, in one run.
 
     python -m bench.signup.run                              # 5,000 per call, 100,000 in bulk and imported
     make bench-signup BENCH_ARGS="--per-call 2000 --bulk 50000 --import 20000 --batch 5000"
+    make bench-signup BENCH_ARGS="--per-call 0 --bulk 80000 --parallel 2 --rounds 4 --import 0 --baseline 605dd63"
 
 On a fresh database (migrated with --simulation, one monthly plan):
 1. per call: --per-call subscriptions through `billing.create_subscription` (a new customer each,
    one call per transaction on one connection, as an application signs up) -> subscriptions/s;
 2. signups in bulk (issue 32): --bulk subscriptions through `billing.create_subscriptions`, --batch
    rows a call (a new customer each, as the per-call path: the same rows, invoices and events),
-   one transaction each, one connection -> subscriptions/s;
+   one transaction each, one connection -> subscriptions/s; with --parallel N, N connections at once
+   (each its own customers, started together; issue 32's measure of 20,000 a second on two cores)
+   -> wall-clock subscriptions/s and the backends' CPU summed;
 3. set-based import: --import customers and subscriptions through `billing.import_customers` and
    `billing.import_subscriptions` (issue 28), --batch rows a call, one transaction each, one
    connection; the JSON rows built by the client included -> subscriptions/s (customer + subscription).
