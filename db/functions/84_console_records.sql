@@ -94,10 +94,10 @@ BEGIN
             v_domains := ARRAY(
                 WITH RECURSIVE d(domain, n) AS (
                     SELECT (SELECT min(lower(split_part(c.email, '@', 2)) COLLATE "C") FROM billing.customer c
-                             WHERE lower(split_part(c.email, '@', 2)) COLLATE "C" >= v_domain), 1
+                             WHERE c.email IS NOT NULL AND lower(split_part(c.email, '@', 2)) COLLATE "C" >= v_domain), 1
                     UNION ALL
                     SELECT (SELECT min(lower(split_part(c.email, '@', 2)) COLLATE "C") FROM billing.customer c
-                             WHERE lower(split_part(c.email, '@', 2)) COLLATE "C" > d.domain), d.n + 1
+                             WHERE c.email IS NOT NULL AND lower(split_part(c.email, '@', 2)) COLLATE "C" > d.domain), d.n + 1
                       FROM d
                      WHERE starts_with(d.domain, v_domain) AND d.n <= 10)
                 SELECT d.domain FROM d WHERE starts_with(d.domain, v_domain) ORDER BY d.n);
@@ -108,7 +108,7 @@ BEGIN
                   FROM unnest(v_domains) u(domain)
                  CROSS JOIN LATERAL (
                        SELECT c.id FROM billing.customer c
-                        WHERE lower(split_part(c.email, '@', 2)) COLLATE "C" = u.domain
+                        WHERE c.email IS NOT NULL AND lower(split_part(c.email, '@', 2)) COLLATE "C" = u.domain
                         ORDER BY c.id
                         LIMIT p_limit) x
                  ORDER BY x.id
@@ -116,7 +116,8 @@ BEGIN
         ELSE
             v_ids := ARRAY(
                 SELECT c.id FROM billing.customer c
-                 WHERE lower(split_part(c.email, '@', 2)) COLLATE "C" >= v_domain
+                 WHERE c.email IS NOT NULL
+                   AND lower(split_part(c.email, '@', 2)) COLLATE "C" >= v_domain
                    AND lower(split_part(c.email, '@', 2)) COLLATE "C" < v_domain || chr(1114111)
                    AND starts_with(lower(split_part(c.email, '@', 2)), v_domain)
                  ORDER BY c.id
