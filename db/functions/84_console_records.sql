@@ -76,7 +76,9 @@ BEGIN
     -- not be planned there). The OPEN invoices are counted among the page's customers' invoices
     -- (invoice_pkey, (customer_id, id)): with the status in the WHERE clause the planner ANDed in
     -- the partial index of every OPEN invoice (invoice_chargeable_idx: 26,000 entries read at
-    -- 1,000,000 subscriptions for a page of 50 customers).
+    -- 1,000,000 subscriptions for a page of 50 customers). The cost now follows the page's
+    -- customers' invoices (a row each: no index holds both customer_id and status), not the
+    -- system's OPEN ones.
     IF v_query IS NULL THEN
         v_ids := ARRAY(SELECT c.id FROM billing.customer c ORDER BY c.id LIMIT p_limit);
     ELSIF v_query ~ '^[0-9]{1,18}$' THEN
