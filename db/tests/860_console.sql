@@ -1,6 +1,6 @@
 -- The operator console's SQL (db/functions/86_console.sql): sessions, reads, MRR, replay.
 BEGIN;
-SELECT plan(36);
+SELECT plan(42);
 -- One user for the fixtures and the SECURITY DEFINER calls (on Citus a transaction may not read
 -- placements another user wrote in it); the same on a single PostgreSQL.
 SET LOCAL ROLE billing_owner;
@@ -64,6 +64,25 @@ SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('trad
           'an email''s domain');
 SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('Billing@Trading.Example', 50)), ARRAY[42]::bigint[],
           'a whole email');
+-- '@' and one word: an email's domain, or its start, through customer_email_domain_idx (migration
+-- 0660, (domain, id)): each domain's first customers by id, merged; more than 10 domains: a range.
+SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('@Trading.Example', 50)), ARRAY[42]::bigint[],
+          'an email''s domain after an @, in any case');
+SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('@exemplo.com', 50)), ARRAY[41]::bigint[],
+          'the start of a domain (the operator still typing)');
+SELECT is((SELECT count(*)::int FROM billing.console_customers('@souza', 50)), 0,
+          'after an @ only the domains are searched, not the names nor the local parts');
+SELECT billing.upsert_customer(900 + k, 'UTC') FROM generate_series(1, 12) k;
+-- Customer 900 + k at domain d(13 - k): the domains' order is not the customers' order.
+SELECT billing.set_customer_details(900 + k, NULL, format('x%s@D%s.example', k, lpad((13 - k)::text, 2, '0')), NULL, NULL, NULL, NULL,
+                                    NULL, NULL)
+  FROM generate_series(1, 12) k;
+SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('@d0', 3)), ARRAY[904, 905, 906]::bigint[],
+          'a page over 9 domains: the first customers by id of all of them');
+SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('@d', 4)), ARRAY[901, 902, 903, 904]::bigint[],
+          'a page over more than 10 domains (one range of the index): the first customers by id');
+SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('@d1', 50)), ARRAY[901, 902, 903]::bigint[],
+          'a page over 3 domains: all their customers');
 SELECT is((SELECT array_agg(id ORDER BY id) FROM billing.console_customers('souza', 1)), ARRAY[41]::bigint[],
           'a page of the matches is the first ones by id (read through the index, then sorted)');
 SELECT ok(CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'citus')

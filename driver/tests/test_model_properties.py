@@ -1357,14 +1357,23 @@ def make_machine(db: Database, max_steps: int):
             # Issue 26 #4: the one MRR function (billing._mrr_at), now, equals the model's: each live
             # subscription's period price (seats, discount) normalized to a month (a week = 52/12
             # of a month, a day 365/12); 0 paused, trialing, canceled or ended at its period end.
+            # Each subscription is read at the instant its current terms start selling: now, or its
+            # period's start when that is later. Two changes of billing interval at one instant
+            # start the second's period 1 us later (invoice_one_per_period, docs/sql-api.md), so at
+            # the instant itself the ledger still sells the first change's line (docs/reports.md):
+            # the model's terms are the subscription's from its period's start on.
             months = {"DAY": Decimal(365), "WEEK": Decimal(52), "MONTH": Decimal(12), "YEAR": Decimal(1)}
             want: dict[str, Decimal] = {}
+            at = {sid: max(self.m.now, s.start) for sid, s in self.m.subs.items()}
             for s in self.m.subs.values():
                 price, currency, interval, count = PLANS[s.plan]
-                if s.status in ("ACTIVE", "PAST_DUE") and not (s.cancel_at_period_end and self.m.now >= s.end):
+                if s.status in ("ACTIVE", "PAST_DUE") and not (s.cancel_at_period_end and at[s.id] >= s.end):
                     want[currency] = want.get(currency, Decimal(0)) + Decimal(s.price) * months[interval] / (12 * count)
-            got = {r["currency"]: r["mrr"] for r in db.call(
-                "SELECT currency, sum(mrr) AS mrr FROM billing._mrr_at(%s) GROUP BY 1", (self.m.now,), many=True)}
+            got: dict[str, Decimal] = {}
+            for instant in sorted(set(at.values()) | {self.m.now}):
+                for r in db.call("SELECT subscription_id, currency, mrr FROM billing._mrr_at(%s)", (instant,), many=True):
+                    if at.get(r["subscription_id"], self.m.now) == instant:
+                        got[r["currency"]] = got.get(r["currency"], Decimal(0)) + r["mrr"]
             for cur in set(want) | set(got):
                 assert abs(got.get(cur, Decimal(0)) - want.get(cur, Decimal(0))) < Decimal("0.01"), \
                     f"MRR {cur}: database {got.get(cur)} != model {want.get(cur)}"
@@ -1527,5 +1536,42 @@ def test_model_replays_a_change_invoice_cut_at_a_cancellation(db_url, month_paid
             machine.database_equals_model()
         cut = db.call("SELECT count(*) AS n FROM billing.invoice WHERE kind = 'PRORATION' AND unserved > 0")["n"]
         assert cut == 1, "the change's invoice was not cut at the cancellation"
+    finally:
+        db.conn.close()
+
+
+@pytest.mark.parametrize("plans", [("D_BASIC", "M_CAL", "D_BASIC"), ("M_PRO", "W_BASIC", "M_CAL")])
+def test_model_replays_two_interval_changes_at_one_instant(db_url, plans):
+    """CI's MRR failure (mrr_equals_model, December 2026): two changes of billing interval at the very
+    same instant. The second's period starts 1 us later (invoice_one_per_period), so at the instant
+    itself the ledger sells the first change's line and _mrr_at reads its MRR; the subscription's
+    current terms sell from its period's start on. The model once read every subscription at now
+    (26,354 where it expected the daily plan's 30,416.67): it reads each at max(now, its period
+    start). The kept totals (report_mrr) agree with the recomputation at both instants."""
+    db = Database(db_url)
+    try:
+        machine = make_machine(db, 50)()
+        first, second, third = plans
+        steps = [
+            ("renew", dict(until_done=False)),
+            ("create_subscription", dict(data=_Given(), customer=1, plan=first, trial=0, coupon=None, quantity=1)),
+            ("change_plan", dict(data=_Given(1, None), plan=second, when="now", prorate=True)),
+            ("change_plan", dict(data=_Given(1, None), plan=third, when="now", prorate=True)),
+        ]
+        for name, kwargs in steps:
+            getattr(machine, name)(**kwargs)
+            machine._learn_ids()
+            machine.mrr_equals_model()
+            machine.database_equals_model()
+        sub = machine.m.subs[1]
+        assert sub.start == T0 + US, "the second change's period did not start 1 us after the first"
+        line = {r["period_start"]: r["subtotal"] for r in db.call(
+            "SELECT period_start, subtotal FROM billing.invoice WHERE kind = 'PLAN_CHANGE'", many=True)}
+        months = {"DAY": Decimal(365) / 12, "WEEK": Decimal(52) / 12, "MONTH": Decimal(1)}
+        expected = {T0: line[T0] * months[PLANS[second][2]], T0 + US: sub.price * months[PLANS[third][2]]}
+        for instant, mrr in expected.items():
+            got = db.call("SELECT sum(mrr) AS mrr FROM billing._mrr_at(%s)", (instant,))["mrr"]
+            kept = db.call("SELECT mrr FROM billing.report_mrr(%s) WHERE currency = 'USD'", (instant,))["mrr"]
+            assert abs(got - mrr) < Decimal("0.01") and abs(kept - mrr) < Decimal("0.01"), (instant, got, kept, mrr)
     finally:
         db.conn.close()

@@ -1,0 +1,5 @@
+"""`python -m billing.cli`: the `billing` command."""
+
+from billing.cli import main
+
+main()
