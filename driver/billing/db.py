@@ -424,6 +424,9 @@ INGEST_USAGE = ("SELECT ord, status, reason, customer_id FROM billing.ingest_usa
 # Python, ~50x slower at 10,000 events
 INGEST_USAGE_BATCH = ("SELECT ord, status, reason FROM billing.ingest_usage_batch(%(events)b, %(now)s, "
                       "%(grace)s, %(skew)s, %(retention)s)")
+# the Kafka consumer's: its eight lists (billing.usage.event_columns) in binary form, as above
+INGEST_USAGE_COLUMNS = ("SELECT ord, status, reason FROM billing.ingest_usage_columns(%(spec)b::text[], %(subject)b::text[], %(id)b::text[], "
+                        "%(source)b::text[], %(type)b::text[], %(time)b::text[], %(data)b::text[], %(raw)b::text[], %(now)s, %(grace)s, %(skew)s, %(retention)s)")
 CURRENT_USAGE = ("SELECT meter_code, aggregation, value, events, period_start, period_end "
                  "FROM billing.current_usage(%(customer_id)s, %(now)s)")
 UPCOMING_INVOICE = "SELECT billing.upcoming_invoice(%(id)s, %(now)s) AS doc"
