@@ -10,9 +10,10 @@ in one hour's rollup), spread over the customers at random, 10% of them sent twi
 by customer. The topic is filled before the consumers start; the time runs from the first batch
 committed to the last (the group's join is not counted), polled every 0.25 s.
 
-- ours: `billing usage consume` of this tree (batches of up to 10,000, billing.ingest_usage_batch);
-- baseline: `billing usage consume` of the baseline commit (main before this work: batches of up
-  to 1,000 through billing.ingest_usage, its own functions), on a smaller stream (it is ~50x slower);
+- ours: `billing usage consume` of this tree (batches of up to 10,000: the envelopes parsed by the
+  consumer, billing.ingest_usage_columns);
+- baseline: `billing usage consume` of the baseline commit (its own consumer and functions: at
+  605dd63, the JSON texts as they came through billing.ingest_usage_batch), a stream of the same size;
 - naive: a consumer that makes one database call (billing.ingest_usage of one event, its own
   transaction) per message, this tree's functions, on a small stream.
 
@@ -41,7 +42,7 @@ import psycopg
 from bench.baseline import baseline_tree, host_load, proc_cpu, tree_env
 
 REPO = Path(__file__).resolve().parents[2]
-BASELINE = "230cbe5"  # main before issue 29's third ingestion pass (423794e: before the ingestion work)
+BASELINE = "605dd63"  # main before issue 29's fourth ingestion pass (230cbe5: before the third, 423794e: before the ingestion work)
 METERS = [("requests", "count", None), ("tokens", "sum", "{tokens}"), ("users", "unique_count", "{user}")]
 
 
@@ -292,7 +293,7 @@ def main() -> None:
     sides = [("ours", None, args.events, ["usage", "consume", "--exit-when-idle", "5"])]
     if args.baseline != "none":
         sides.append((f"baseline {args.baseline}", baseline_tree(args.baseline), args.baseline_events,
-                      ["usage", "consume", "--batch", "1000", "--exit-when-idle", "5"]))
+                      ["usage", "consume", "--exit-when-idle", "5"]))  # its own default batch (10,000 since 9785096)
     for name, tree, events, cli in sides:
         tag = "base" if tree else "ours"
         url = fresh_db(args.server_url, f"bench_ingest_{tag}", tree, args.customers)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 
 from billing.config import Settings
-from billing.usage import event_columns, ingest_columns, ingest_texts, message_text
+from billing.usage import _joined, event_columns, ingest_columns, ingest_texts, message_text
 
 T0 = datetime(2026, 10, 10, 12, 30, tzinfo=timezone.utc)
 AT = "2026-10-10T12:20:00Z"
@@ -66,6 +66,9 @@ MESSAGES: list = [
     enc(ev(39, time="2026-10-10T12:20:00.123456789+02:00")), enc(ev(40, source="other")),
     None, b'{"id":"nul\x00"}', b"\xff\xfe not utf-8",                               # dead before the database
 ]
+# the consumer sends each column as one text split on \x1f (\x1e: NULL), or, when an attribute holds
+# either, the batch as lists: both forms are compared to the text door
+SEPARATORS = [enc(ev(41, id="a\u001fb")), enc(ev(42, source="\u001e"))]
 
 
 def _world(conn) -> None:
@@ -118,7 +121,9 @@ def _both(db_url: str, batches: list[list]) -> tuple[list, list, tuple, tuple]:
 
 
 def test_the_parsed_door_answers_and_stores_as_the_text_door(db_url):
-    by_columns, by_texts, stored_c, stored_t = _both(db_url, [MESSAGES, MESSAGES])
+    by_columns, by_texts, stored_c, stored_t = _both(db_url, [MESSAGES, MESSAGES, MESSAGES + SEPARATORS])
+    assert by_columns[2][-2:] == [("accepted", None)] * 2
+    by_columns, by_texts = by_columns[:2], by_texts[:2]
     assert by_columns == by_texts
     first, again = by_columns
     # the cases the test means to cover are there: each reason, parsed and raw events accepted
@@ -168,3 +173,6 @@ def test_event_columns_leaves_to_the_database_what_it_cannot_read_exactly():
     assert ids[0] == "e1" and subject[0] == "1" and json.loads(data[0]) == {"tokens": 1, "user": "u1"} and raw[0] is None
     assert [r is not None for r in raw] == [False, True, True, True, True]
     assert all(c[n] is None for c in columns[:7] for n in (1, 2, 3, 4))
+    # a column joined for string_to_array, or None when an element holds a separator
+    assert _joined(["a", None, ""]) == "a\x1f\x1e\x1f"
+    assert _joined(["a\x1fb", "c"]) is None and _joined(["\x1e", None]) is None
