@@ -154,7 +154,7 @@ def _joined(column: list) -> str | None:
     """A column as one text for string_to_array(text, E'\\x1f', E'\\x1e') (psycopg dumps a list of
     10,000 texts at ~0.25 µs each, a joined text at a fraction of that; the database splits either
     as fast), or None when an element holds a separator (the column then goes as a list)."""
-    text = _SEP.join([_NULL if v is None else v for v in column])
+    text = _SEP.join(column if None not in column else [_NULL if v is None else v for v in column])
     if text.count(_SEP) != len(column) - 1 or text.count(_NULL) != column.count(None):
         return None
     return text
