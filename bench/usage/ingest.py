@@ -129,6 +129,7 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
                 backends.setdefault(pid, 0.0)
             server = {pid: _cpu(pid) for pid in backends}
             client = {p.pid: _proc_tree_cpu(p.pid) for p in procs}
+            client[-1] = _broker_cpu()  # the Kafka broker's (its JVM, every thread)
             count = watch.execute("SELECT count(*) FROM billing.usage_dedup").fetchone()[0]
             now = time.monotonic()
             if first is None and count > before:
@@ -153,10 +154,19 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
     done = last[1] - first[1]  # distinct events stored in the window
     messages = done * stream_len / distinct  # the stream's messages they stand for (duplicates included)
     server_cpu = sum(last[2].get(pid, 0.0) - first[2].get(pid, 0.0) for pid in last[2] if pid in first[2])
-    client_cpu = sum(last[3][pid] - first[3][pid] for pid in last[3])
+    client_cpu = sum(last[3][pid] - first[3][pid] for pid in last[3] if pid != -1)
+    broker_cpu = last[3][-1] - first[3][-1]
     return {"name": name, "messages": messages, "seconds": seconds, "rate": messages / seconds,
             "server_us": server_cpu / messages * 1e6, "client_us": client_cpu / messages * 1e6,
-            "load": os.getloadavg()[0]}
+            "broker_us": broker_cpu / messages * 1e6, "load": os.getloadavg()[0]}
+
+
+def _broker_cpu() -> float:
+    """CPU seconds of this worktree's Kafka broker (scripts/services/kafka.sh's pid file; 0 if none)."""
+    try:
+        return proc_cpu(int((REPO / ".cache" / "kafka" / "kafka.pid").read_text().split()[0]))
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def http_door(name: str, url: str, tree: Path | None, port: int, events: int, customers: int, rnd: random.Random,
@@ -304,7 +314,8 @@ def main() -> None:
         r = consume(name, url, argv, kafka_env(url, topic, tree), args.consumers, events, len(messages), 900)
         results.append(r)
         print(f"{name}: {r['rate']:,.0f} events/s ({r['messages']:,.0f} in {r['seconds']:.1f} s), server CPU "
-              f"{r['server_us']:.1f} us/event, consumers {r['client_us']:.1f} us/event, load {r['load']:.1f}", flush=True)
+              f"{r['server_us']:.1f} us/event, consumers {r['client_us']:.1f} us/event, broker {r['broker_us']:.1f} us/event, "
+              f"load {r['load']:.1f}", flush=True)
         if args.http:
             h = http_door(f"{name}, HTTP", url, tree, args.http_port, args.http if not tree else max(args.http // 4, 4000),
                           args.customers, rnd, args.http_clients)
@@ -328,12 +339,14 @@ def main() -> None:
     print(f"end: {host_load()}")
     print()
     print(f"| Kafka door, {args.customers:,} customers, 10% duplicates, {args.partitions} partitions | consumers | "
-          "events (stream) | events/s | server CPU µs/event | consumer CPU µs/event | load (1 min) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "events (stream) | events/s | server CPU µs/event | consumer CPU µs/event | broker CPU µs/event | "
+          "all three: events/s on 2 idle cores | load (1 min) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         n = 1 if r["name"].startswith("naive") else args.consumers
+        total = r["server_us"] + r["client_us"] + r["broker_us"]
         print(f"| {r['name']} | {n} | {r['messages']:,.0f} | {r['rate']:,.0f} | {r['server_us']:.1f} | "
-              f"{r['client_us']:.1f} | {r['load']:.1f} |")
+              f"{r['client_us']:.1f} | {r['broker_us']:.1f} | {2e6 / total:,.0f} | {r['load']:.1f} |")
     if http:
         print()
         print(f"| HTTP door, POST /usage-events, batches of 1,000, {args.http_clients} clients | events | events/s | "
