@@ -10,9 +10,10 @@ in one hour's rollup), spread over the customers at random, 10% of them sent twi
 by customer. The topic is filled before the consumers start; the time runs from the first batch
 committed to the last (the group's join is not counted), polled every 0.25 s.
 
-- ours: `billing usage consume` of this tree (batches of up to 10,000, billing.ingest_usage_batch);
-- baseline: `billing usage consume` of the baseline commit (main before this work: batches of up
-  to 1,000 through billing.ingest_usage, its own functions), on a smaller stream (it is ~50x slower);
+- ours: `billing usage consume` of this tree (batches of up to 10,000: the envelopes parsed by the
+  consumer, billing.ingest_usage_columns);
+- baseline: `billing usage consume` of the baseline commit (its own consumer and functions: at
+  605dd63, the JSON texts as they came through billing.ingest_usage_batch), a stream of the same size;
 - naive: a consumer that makes one database call (billing.ingest_usage of one event, its own
   transaction) per message, this tree's functions, on a small stream.
 
@@ -41,7 +42,7 @@ import psycopg
 from bench.baseline import baseline_tree, host_load, proc_cpu, tree_env
 
 REPO = Path(__file__).resolve().parents[2]
-BASELINE = "230cbe5"  # main before issue 29's third ingestion pass (423794e: before the ingestion work)
+BASELINE = "605dd63"  # main before issue 29's fourth ingestion pass (230cbe5: before the third, 423794e: before the ingestion work)
 METERS = [("requests", "count", None), ("tokens", "sum", "{tokens}"), ("users", "unique_count", "{user}")]
 
 
@@ -128,6 +129,7 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
                 backends.setdefault(pid, 0.0)
             server = {pid: _cpu(pid) for pid in backends}
             client = {p.pid: _proc_tree_cpu(p.pid) for p in procs}
+            client[-1] = _broker_cpu()  # the Kafka broker's (its JVM, every thread)
             count = watch.execute("SELECT count(*) FROM billing.usage_dedup").fetchone()[0]
             now = time.monotonic()
             if first is None and count > before:
@@ -152,10 +154,19 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
     done = last[1] - first[1]  # distinct events stored in the window
     messages = done * stream_len / distinct  # the stream's messages they stand for (duplicates included)
     server_cpu = sum(last[2].get(pid, 0.0) - first[2].get(pid, 0.0) for pid in last[2] if pid in first[2])
-    client_cpu = sum(last[3][pid] - first[3][pid] for pid in last[3])
+    client_cpu = sum(last[3][pid] - first[3][pid] for pid in last[3] if pid != -1)
+    broker_cpu = last[3][-1] - first[3][-1]
     return {"name": name, "messages": messages, "seconds": seconds, "rate": messages / seconds,
             "server_us": server_cpu / messages * 1e6, "client_us": client_cpu / messages * 1e6,
-            "load": os.getloadavg()[0]}
+            "broker_us": broker_cpu / messages * 1e6, "load": os.getloadavg()[0]}
+
+
+def _broker_cpu() -> float:
+    """CPU seconds of this worktree's Kafka broker (scripts/services/kafka.sh's pid file; 0 if none)."""
+    try:
+        return proc_cpu(int((REPO / ".cache" / "kafka" / "kafka.pid").read_text().split()[0]))
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def http_door(name: str, url: str, tree: Path | None, port: int, events: int, customers: int, rnd: random.Random,
@@ -292,7 +303,7 @@ def main() -> None:
     sides = [("ours", None, args.events, ["usage", "consume", "--exit-when-idle", "5"])]
     if args.baseline != "none":
         sides.append((f"baseline {args.baseline}", baseline_tree(args.baseline), args.baseline_events,
-                      ["usage", "consume", "--batch", "1000", "--exit-when-idle", "5"]))
+                      ["usage", "consume", "--exit-when-idle", "5"]))  # its own default batch (10,000 since 9785096)
     for name, tree, events, cli in sides:
         tag = "base" if tree else "ours"
         url = fresh_db(args.server_url, f"bench_ingest_{tag}", tree, args.customers)
@@ -303,7 +314,8 @@ def main() -> None:
         r = consume(name, url, argv, kafka_env(url, topic, tree), args.consumers, events, len(messages), 900)
         results.append(r)
         print(f"{name}: {r['rate']:,.0f} events/s ({r['messages']:,.0f} in {r['seconds']:.1f} s), server CPU "
-              f"{r['server_us']:.1f} us/event, consumers {r['client_us']:.1f} us/event, load {r['load']:.1f}", flush=True)
+              f"{r['server_us']:.1f} us/event, consumers {r['client_us']:.1f} us/event, broker {r['broker_us']:.1f} us/event, "
+              f"load {r['load']:.1f}", flush=True)
         if args.http:
             h = http_door(f"{name}, HTTP", url, tree, args.http_port, args.http if not tree else max(args.http // 4, 4000),
                           args.customers, rnd, args.http_clients)
@@ -327,12 +339,14 @@ def main() -> None:
     print(f"end: {host_load()}")
     print()
     print(f"| Kafka door, {args.customers:,} customers, 10% duplicates, {args.partitions} partitions | consumers | "
-          "events (stream) | events/s | server CPU µs/event | consumer CPU µs/event | load (1 min) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "events (stream) | events/s | server CPU µs/event | consumer CPU µs/event | broker CPU µs/event | "
+          "all three: events/s on 2 idle cores | load (1 min) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         n = 1 if r["name"].startswith("naive") else args.consumers
+        total = r["server_us"] + r["client_us"] + r["broker_us"]
         print(f"| {r['name']} | {n} | {r['messages']:,.0f} | {r['rate']:,.0f} | {r['server_us']:.1f} | "
-              f"{r['client_us']:.1f} | {r['load']:.1f} |")
+              f"{r['client_us']:.1f} | {r['broker_us']:.1f} | {2e6 / total:,.0f} | {r['load']:.1f} |")
     if http:
         print()
         print(f"| HTTP door, POST /usage-events, batches of 1,000, {args.http_clients} clients | events | events/s | "

@@ -1,9 +1,12 @@
 """The ingestion statement alone, beside the baseline's, in the same run (issue 29; docs/usage.md
-"Figures measured"): server CPU per event of billing.ingest_usage_batch in batches of 10,000 (the
-Kafka door's call), of billing.ingest_usage in batches of 1,000 (HTTP's) and of ONE event (a client
-sending events one by one), without Kafka or HTTP in the way.
+"Figures measured"): server CPU per event of the Kafka consumer's call in batches of 10,000 (this
+tree: the envelopes parsed in Python, billing.usage.event_columns, then billing.ingest_usage_columns;
+a tree without that door: billing.ingest_usage_batch of the JSON texts), of billing.ingest_usage in
+batches of 1,000 (HTTP's) and of ONE event (a client sending events one by one), without Kafka or
+HTTP in the way. The client's CPU per event is printed beside it (the consumer's parse is there):
+both share the host's cores.
 
-    python -m bench.usage.statement                         # this tree beside main 230cbe5
+    python -m bench.usage.statement                         # this tree beside main 605dd63
     python -m bench.usage.statement --events 200000 --rounds 3
 
 Each tree gets a fresh database migrated from its own db/ (1,000 customers, the 3 meters of
@@ -32,7 +35,7 @@ from bench.baseline import baseline_tree, host_load
 from billing.migrate import migrate
 
 REPO = Path(__file__).resolve().parents[2]
-BASELINE = "230cbe5"  # main before issue 29's third ingestion pass
+BASELINE = "605dd63"  # main before issue 29's fourth ingestion pass (230cbe5: before the third)
 METERS = [("requests", "count", None), ("tokens", "sum", "{tokens}"), ("users", "unique_count", "{user}")]
 
 
@@ -74,22 +77,31 @@ def _cpu(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
-def run(url: str, texts: list[str], size: int, now: datetime, door: str) -> tuple[float, float, int]:
-    """Server CPU µs per event, wall µs per event, events accepted."""
+def run(url: str, texts: list[str], size: int, now: datetime, door: str) -> tuple[float, float, int, float]:
+    """Server CPU µs per event, wall µs per event, events accepted, client CPU µs per event."""
     with psycopg.connect(url, autocommit=True) as conn:
         pid = conn.info.backend_pid
         accepted = 0
-        cpu0, t0 = _cpu(pid), time.perf_counter()
+        if door == "batch" and conn.execute("SELECT to_regproc('billing.ingest_usage_columns') IS NOT NULL").fetchone()[0]:
+            from billing.config import Settings
+            from billing.usage import event_columns, ingest_columns
+            settings = Settings(database_url=url)
+            door = "columns"
+            texts = [t.encode() for t in texts]  # the consumer's messages are bytes
+        cpu0, t0, c0 = _cpu(pid), time.perf_counter(), time.process_time()
         for i in range(0, len(texts), size):
             chunk = texts[i:i + size]
-            if door == "batch":
+            if door == "columns":
+                columns, _kept, _dead = event_columns(chunk)  # what the consumer does with its messages
+                rows = [(a[1],) for a in ingest_columns(conn, columns, now, settings)]
+            elif door == "batch":
                 rows = conn.execute("SELECT status FROM billing.ingest_usage_batch(%b, %s)", (chunk, now)).fetchall()
             else:
                 rows = conn.execute("SELECT status FROM billing.ingest_usage(%s, %s)",
                                     (Jsonb([json.loads(t) for t in chunk]), now)).fetchall()
             accepted += sum(1 for (s,) in rows if s == "accepted")
-        cpu, wall = _cpu(pid) - cpu0, time.perf_counter() - t0
-    return cpu / len(texts) * 1e6, wall / len(texts) * 1e6, accepted
+        cpu, wall, client = _cpu(pid) - cpu0, time.perf_counter() - t0, time.process_time() - c0
+    return cpu / len(texts) * 1e6, wall / len(texts) * 1e6, accepted, client / len(texts) * 1e6
 
 
 def main() -> None:
@@ -114,20 +126,21 @@ def main() -> None:
         http = stream(f"h{r}-", args.http_events, args.customers, now, rnd)
         ones = stream(f"o{r}-", args.ones, args.customers, now, rnd)
         for name, _ in trees if r % 2 == 0 else reversed(trees):
-            for door, texts, size, form in (("Kafka form, batches of 10,000", kafka, 10_000, "batch"),
+            for door, texts, size, form in (("Kafka consumer's call, batches of 10,000", kafka, 10_000, "batch"),
                                             ("HTTP form, batches of 1,000", http, 1_000, "json"),
                                             ("HTTP form, one event a call", ones, 1, "json")):
-                cpu, wall, accepted = run(urls[name], texts, size, now, form)
+                cpu, wall, accepted, client = run(urls[name], texts, size, now, form)
                 load = os.getloadavg()[0]
-                results.setdefault((door, name), []).append((cpu, wall, load))
-                print(f"round {r + 1} {name:>18}: {door}: {cpu:8.1f} µs server CPU/event, {wall:8.1f} µs wall/event, "
-                      f"{accepted:,} accepted of {len(texts):,}; load {load:.1f}", flush=True)
+                results.setdefault((door, name), []).append((cpu, wall, load, client))
+                print(f"round {r + 1} {name:>18}: {door}: {cpu:8.1f} µs server CPU/event, {client:6.1f} µs client CPU/event, "
+                      f"{wall:8.1f} µs wall/event, {accepted:,} accepted of {len(texts):,}; load {load:.1f}", flush=True)
     print(f"\n{host_load()}\n")
-    print("| door | code | server CPU µs/event (median of rounds) | each round | wall µs/event | load (1 min) |")
-    print("|---|---|---:|---|---:|---:|")
+    print("| door | code | server CPU µs/event (median of rounds) | each round | client CPU µs/event | wall µs/event | load (1 min) |")
+    print("|---|---|---:|---|---:|---:|---:|")
     for (door, name), rs in results.items():
         print(f"| {door} | {name} | {statistics.median(x[0] for x in rs):.1f} | {' / '.join(f'{x[0]:.1f}' for x in rs)} | "
-              f"{statistics.median(x[1] for x in rs):.1f} | {min(x[2] for x in rs):.1f}-{max(x[2] for x in rs):.1f} |")
+              f"{statistics.median(x[3] for x in rs):.1f} | {statistics.median(x[1] for x in rs):.1f} | "
+              f"{min(x[2] for x in rs):.1f}-{max(x[2] for x in rs):.1f} |")
 
 
 if __name__ == "__main__":

@@ -3,14 +3,21 @@
 -- (ingest_usage) and the Kafka consumer's (ingest_usage_batch). Split out of 71_usage (pure moves).
 -- Re-applied after every migration: CREATE OR REPLACE only.
 
--- The ingestion: a batch of CloudEvents in ONE statement (billing._ingest_usage_set; the two doors:
--- billing.ingest_usage, a JSON array of at most 1,000 (HTTP), and billing.ingest_usage_batch, an
--- array of at most 10,000 (the Kafka consumer)). Each event is answered: accepted (stored,
+-- The ingestion: a batch of CloudEvents in ONE statement (billing._ingest_usage_rows, the events'
+-- envelope attributes as columns; its doors: billing.ingest_usage, a JSON array of at most 1,000
+-- (HTTP), billing.ingest_usage_batch, an array of at most 10,000 JSON texts, both through
+-- billing._ingest_usage_set, which reads the attributes out of the parsed events, and
+-- billing.ingest_usage_columns, the Kafka consumer's: the attributes as it parsed them, each event's
+-- data as a JSON text, the events it did not parse as JSON texts). Each event is answered: accepted (stored,
 -- counted), duplicate (its (customer, source, id) was accepted before: nothing changes) or
 -- rejected with the reason. The exactly-once key, the event and the rollups are written in the
 -- same statement, so in the same transaction: an event is counted if and only if its key is stored.
-CREATE OR REPLACE FUNCTION billing._ingest_usage_set(
-    p_events jsonb[], p_now timestamptz, p_grace interval, p_skew interval, p_retention interval)
+-- Each event i is given by its attributes as `e ->> 'specversion'` (and subject, id, source, type,
+-- time) and `e -> 'data'` of its parsed JSON e read them: p_obj[i] is NULL when it is not JSON
+-- (invalid_json), false when it is JSON but not an object (its attributes NULL).
+CREATE OR REPLACE FUNCTION billing._ingest_usage_rows(
+    p_obj boolean[], p_spec text[], p_subject text[], p_id text[], p_source text[], p_type text[], p_time text[],
+    p_data jsonb[], p_now timestamptz, p_grace interval, p_skew interval, p_retention interval)
 RETURNS TABLE (ord integer, status text, reason text, customer_id bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
@@ -37,19 +44,18 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('usage ingestion: grace 0..7 days, skew 0..1 day, retention >= 1 day; got %s, %s, %s', p_grace, p_skew, p_retention);
     END IF;
-    IF cardinality(p_events) IS NULL OR cardinality(p_events) = 0 THEN
+    IF cardinality(p_obj) IS NULL OR cardinality(p_obj) = 0 THEN
         RETURN;
     END IF;
-    -- one pass over the events: each one's subject (a customer id, or NULL) and time text. The
+    -- one pass over the events: each one's subject (a customer id, or NULL). The
     -- times are checked as strict RFC 3339 by ONE regular expression over the batch's times joined
     -- by newlines (a call of the regex engine per event was ~7% of a batch's CPU), then cast at
     -- once; when one of them is not of that form (or holds a newline), each one alone; when one of
     -- them still does not exist (30 February), each one alone, NULL for those that fail (invalid_time)
-    SELECT array_agg(CASE WHEN jsonb_typeof(a.e) = 'object' AND length(a.e ->> 'subject') BETWEEN 1 AND 18
-                          AND translate(a.e ->> 'subject', '0123456789', '') = ''
-                          THEN (a.e ->> 'subject')::bigint END ORDER BY a.n),
-           array_agg(CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'time' END ORDER BY a.n)
-      INTO v_subj, v_text FROM unnest(p_events) WITH ORDINALITY AS a (e, n);
+    v_subj := ARRAY(SELECT CASE WHEN length(a.s) BETWEEN 1 AND 18 AND translate(a.s, '0123456789', '') = ''
+                                THEN a.s::bigint END
+                      FROM unnest(p_subject) WITH ORDINALITY AS a (s, n) ORDER BY a.n);
+    v_text := p_time;
     v_all := array_to_string(v_text, E'\n');
     BEGIN
         IF v_all ~ ('^(?:' || c_time || E'\n)*' || c_time || '$')
@@ -120,23 +126,21 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH parsed AS (
-        SELECT a.n::integer AS ord, a.e, a.s AS subject_id, a.t AS event_time,
-               CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'id' END AS event_id,
-               CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'source' END AS source,
-               CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'type' END AS event_type,
-               CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e -> 'data' END AS data
-          FROM unnest(p_events, v_subj, v_times) WITH ORDINALITY AS a (e, s, t, n)
+        SELECT a.n::integer AS ord, a.o AS obj, a.v AS spec, a.j AS subject, a.s AS subject_id, a.t AS event_time,
+               a.i AS event_id, a.so AS source, a.ty AS event_type, a.d AS data
+          FROM unnest(p_obj, p_spec, p_subject, p_id, p_source, p_type, p_data, v_subj, v_times)
+               WITH ORDINALITY AS a (o, v, j, i, so, ty, d, s, t, n)
     ), checked AS (  -- the reasons that need no meter, in the order of docs/usage.md
         SELECT p.ord, p.subject_id, p.event_time, p.event_id, p.source, p.event_type, p.data, c.id AS cust,
                CASE
-                 WHEN p.e IS NULL THEN 'invalid_json'  -- a Kafka message that is not JSON (ingest_usage_batch)
-                 WHEN jsonb_typeof(p.e) <> 'object' OR p.e ->> 'specversion' IS DISTINCT FROM '1.0'
+                 WHEN p.obj IS NULL THEN 'invalid_json'  -- a Kafka message that is not JSON
+                 WHEN NOT p.obj OR p.spec IS DISTINCT FROM '1.0'
                       OR p.event_id IS NULL OR p.event_id = '' OR length(p.event_id) > 200
                       OR p.source IS NULL OR p.source = '' OR length(p.source) > 200
                       OR p.event_type IS NULL OR p.event_type = '' OR length(p.event_type) > 200
                       OR (p.data IS NOT NULL AND jsonb_typeof(p.data) NOT IN ('object', 'null'))
                    THEN 'invalid_event'
-                 WHEN p.e ->> 'subject' IS NULL THEN 'invalid_event'
+                 WHEN p.subject IS NULL THEN 'invalid_event'
                  WHEN p.event_time IS NULL THEN 'invalid_time'
                  WHEN c.id IS NULL THEN 'unknown_customer'
                  WHEN p.event_time > v_now + p_skew THEN 'in_future'
@@ -223,8 +227,46 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION billing._ingest_usage_rows(boolean[], text[], text[], text[], text[], text[], text[], jsonb[], timestamptz, interval, interval, interval) IS
+'Private: the ingestion statement behind every door, the events'' envelope attributes as columns (p_obj NULL: not JSON, invalid_json; false: not an object).
+Returns per event (ord, status, reason, customer_id).';
+
+-- The JSON doors' events (parsed; a NULL element: not JSON, invalid_json): their attributes read in
+-- one pass, then the statement.
+CREATE OR REPLACE FUNCTION billing._ingest_usage_set(
+    p_events jsonb[], p_now timestamptz, p_grace interval, p_skew interval, p_retention interval)
+RETURNS TABLE (ord integer, status text, reason text, customer_id bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_obj  boolean[];
+    v_spec text[];
+    v_subj text[];
+    v_id   text[];
+    v_src  text[];
+    v_type text[];
+    v_time text[];
+    v_data jsonb[];
+BEGIN
+    SELECT array_agg(x.o), array_agg(x.v), array_agg(x.j), array_agg(x.i), array_agg(x.so), array_agg(x.ty),
+           array_agg(x.t), array_agg(x.d)
+      INTO v_obj, v_spec, v_subj, v_id, v_src, v_type, v_time, v_data
+      FROM (SELECT a.n, jsonb_typeof(a.e) = 'object' AS o,
+                   CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'specversion' END AS v,
+                   CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'subject' END AS j,
+                   CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'id' END AS i,
+                   CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'source' END AS so,
+                   CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'type' END AS ty,
+                   CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e ->> 'time' END AS t,
+                   CASE WHEN jsonb_typeof(a.e) = 'object' THEN a.e -> 'data' END AS d
+              FROM unnest(p_events) WITH ORDINALITY AS a (e, n) ORDER BY a.n) x;
+    RETURN QUERY SELECT * FROM billing._ingest_usage_rows(v_obj, v_spec, v_subj, v_id, v_src, v_type, v_time, v_data,
+                                                         p_now, p_grace, p_skew, p_retention);
+END
+$$;
 COMMENT ON FUNCTION billing._ingest_usage_set(jsonb[], timestamptz, interval, interval, interval) IS
-'Private: the ingestion statement behind ingest_usage and ingest_usage_batch (a NULL element: not JSON, invalid_json).
+'Private: the JSON doors'' ingestion (ingest_usage, ingest_usage_batch; a NULL element: not JSON, invalid_json): the events'' attributes, then _ingest_usage_rows.
 Returns per event (ord, status, reason, customer_id).';
 
 -- The HTTP door's form: a JSON array of at most 1,000 events (BL413 above).
@@ -297,6 +339,86 @@ $$;
 COMMENT ON FUNCTION billing.ingest_usage_batch(text[], timestamptz, interval, interval, interval) IS
 'The Kafka consumer''s ingestion: as billing.ingest_usage, the events as JSON texts (one message each), at most 10000 (BL413 above).
 Returns per event (ord = its 1-based position) accepted, duplicate or rejected with the reason (ingest_usage''s, and invalid_json).';
+
+-- The Kafka consumer's form since ingest4: the events as it parsed them. Event i is either its
+-- attributes (p_spec, p_subject, p_id, p_source, p_type, p_time: what `e ->> 'specversion'` ... of its
+-- JSON e read, NULL when absent or null; p_data: the JSON text of `e -> 'data'`, NULL when absent)
+-- with p_raw[i] NULL, or p_raw[i], its JSON text as it came (the attributes then ignored): what the
+-- consumer leaves to the database (docs/usage.md "Ingestion, two doors" says which). At most 10,000.
+-- No JSON text of a whole event is parsed here but the raw ones: the envelope costs the database
+-- nothing, only the data's parse (for the stored jsonb) stays. Any columns a caller sends are those of
+-- some JSON object (a text holds no NUL), so this door accepts nothing the JSON doors would not.
+CREATE OR REPLACE FUNCTION billing.ingest_usage_columns(
+    p_spec text[], p_subject text[], p_id text[], p_source text[], p_type text[], p_time text[], p_data text[],
+    p_raw text[], p_now timestamptz DEFAULT now(), p_grace interval DEFAULT interval '1 hour',
+    p_skew interval DEFAULT interval '5 minutes', p_retention interval DEFAULT interval '100 days')
+RETURNS TABLE (ord integer, status text, reason text, customer_id bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_n    integer := cardinality(p_raw);
+    v_obj  boolean[];
+    v_data jsonb[];
+    v_one  jsonb;
+    v_k    integer;
+BEGIN
+    IF p_raw IS NULL OR array_ndims(p_raw) > 1 OR p_spec IS NULL OR p_subject IS NULL OR p_id IS NULL
+       OR p_source IS NULL OR p_type IS NULL OR p_time IS NULL OR p_data IS NULL
+       OR cardinality(p_spec) <> v_n OR cardinality(p_subject) <> v_n OR cardinality(p_id) <> v_n
+       OR cardinality(p_source) <> v_n OR cardinality(p_type) <> v_n OR cardinality(p_time) <> v_n
+       OR cardinality(p_data) <> v_n THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422',
+            MESSAGE = 'usage events: eight arrays of one length are expected (the attributes, data, raw texts)';
+    END IF;
+    IF v_n > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL413', MESSAGE = format('usage events: at most 10000 a batch, got %s', v_n);
+    END IF;
+    IF v_n = 0 THEN
+        RETURN;
+    END IF;
+    v_obj := array_fill(true, ARRAY[v_n]);
+    -- the data texts parsed at once; when one of them is not JSON, each one alone (its event: invalid_json)
+    BEGIN
+        v_data := p_data::jsonb[];
+    EXCEPTION WHEN OTHERS THEN
+        v_data := array_fill(NULL::jsonb, ARRAY[v_n]);
+        FOR v_k IN 1 .. v_n LOOP
+            BEGIN
+                v_data[v_k] := p_data[v_k]::jsonb;
+            EXCEPTION WHEN OTHERS THEN
+                v_obj[v_k] := NULL;
+            END;
+        END LOOP;
+    END;
+    -- the events left as JSON texts (few: see the consumer), each parsed and read as the JSON doors do
+    FOR v_k IN SELECT r.n FROM unnest(p_raw) WITH ORDINALITY AS r (t, n) WHERE r.t IS NOT NULL LOOP
+        BEGIN
+            v_one := p_raw[v_k]::jsonb;
+        EXCEPTION WHEN OTHERS THEN
+            v_one := NULL;
+        END;
+        v_obj[v_k] := jsonb_typeof(v_one) = 'object';
+        IF v_obj[v_k] THEN
+            p_spec[v_k] := v_one ->> 'specversion';
+            p_subject[v_k] := v_one ->> 'subject';
+            p_id[v_k] := v_one ->> 'id';
+            p_source[v_k] := v_one ->> 'source';
+            p_type[v_k] := v_one ->> 'type';
+            p_time[v_k] := v_one ->> 'time';
+            v_data[v_k] := v_one -> 'data';
+        ELSE
+            p_spec[v_k] := NULL; p_subject[v_k] := NULL; p_id[v_k] := NULL; p_source[v_k] := NULL;
+            p_type[v_k] := NULL; p_time[v_k] := NULL; v_data[v_k] := NULL;
+        END IF;
+    END LOOP;
+    RETURN QUERY SELECT * FROM billing._ingest_usage_rows(v_obj, p_spec, p_subject, p_id, p_source, p_type, p_time, v_data,
+                                                         billing._check_now(p_now), p_grace, p_skew, p_retention);
+END
+$$;
+COMMENT ON FUNCTION billing.ingest_usage_columns(text[], text[], text[], text[], text[], text[], text[], text[], timestamptz, interval, interval, interval) IS
+'The Kafka consumer''s ingestion, the events as it parsed them: per event its attributes (specversion, subject, id, source, type, time as ->> reads them) and data (a JSON text), or its raw JSON text (p_raw); at most 10000 (BL413 above).
+Returns per event (ord = its 1-based position) accepted, duplicate or rejected with the reason, as ingest_usage_batch answers the same messages.';
 
 -- Comments of two lines each (001_schema checks it), the short ones above made whole here.
 COMMENT ON FUNCTION billing.ingest_usage(jsonb, timestamptz, interval, interval, interval) IS

@@ -49,7 +49,7 @@ DECLARE
                       "list_tax_rates", "list_subscriptions", "list_invoices", "list_credit_notes", "list_events",
                       "get_event", "report_mrr", "report_mrr_movements", "report_churn", "report_revenue"],
       "billing_worker": ["create_due_invoices", "claim_charges", "record_payment_result", "record_payment_results",
-                         "ingest_usage", "ingest_usage_batch", "usage_partitions", "rate_usage", "check_usage_alerts",
+                         "ingest_usage", "ingest_usage_batch", "ingest_usage_columns", "usage_partitions", "rate_usage", "check_usage_alerts",
                          "dunning_next_attempt", "expire_idempotency_keys", "purge_expired", "outbox_stats",
                          "period_end", "proration_amount", "is_simulation", "claim_refunds", "record_refund_result",
                          "announce_expiring_payment_methods", "give_up_waiting_invoices", "finalize_invoices",

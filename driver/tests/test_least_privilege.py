@@ -59,7 +59,7 @@ API = {
     "relay_shard_groups", "claim_outbox_events_in_shard", "mark_outbox_published_in_shard",
     "mark_outbox_failed_in_shard", "claim_outbox_events_in_shards", "mark_outbox_published_in_shards",
     # usage-based billing (db/functions/71_usage.sql, docs/usage.md)
-    "upsert_meter", "list_meters", "ingest_usage", "ingest_usage_batch", "current_usage", "usage_between", "usage_partitions",
+    "upsert_meter", "list_meters", "ingest_usage", "ingest_usage_batch", "ingest_usage_columns", "current_usage", "usage_between", "usage_partitions",
     "upsert_plan_charge",
     # usage rated in arrears, the upcoming invoice, alerts (db/functions/72_usage_rating.sql, 74_usage_preview.sql)
     "rate_usage", "upcoming_invoice", "set_usage_alert", "check_usage_alerts",
@@ -575,6 +575,12 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     batch_door = one("ingest_usage_batch", "%s::text[], %s", ([batch[1:-1], "{not json"], T0 + timedelta(minutes=1)),
                      setof=True)
     out["usage_batch_door"] = [(r[1], r[2]) for r in batch_door]
+    # the consumer's parsed door: the same event as its attributes (a duplicate), one as its raw text
+    columns_door = one("ingest_usage_columns", "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
+                       "%s::text[], %s::text[], %s",
+                       (["1.0", None], [str(user), None], ["lp1", None], ["lp", None], [f"lp.{tag}", None],
+                        ["2026-10-01T00:00:00Z", None], ["{}", None], [None, "[]"], T0 + timedelta(minutes=1)), setof=True)
+    out["usage_columns_door"] = [(r[1], r[2]) for r in columns_door]
     current = one("current_usage", "%s, %s", (user, T0 + timedelta(minutes=2)), setof=True)
     out["usage_current"] = [(r[1], r[2]) for r in current if r[0] == meter]
     between = one("usage_between", "%s, %s, %s", (user, T0, T0 + timedelta(hours=1)), setof=True)
@@ -689,7 +695,8 @@ EXPECTED = {
     "portal_cancel": "ACTIVE", "portal_uncancel": "ACTIVE", "portal_change_plan": True, "portal_closed": True,
     "action_window": True, "invoice_action": "BL404",
     "usage_ingested": ["accepted"], "usage_again": ["duplicate"],
-    "usage_batch_door": [("duplicate", None), ("rejected", "invalid_json")], "usage_current": [("count", 1)],
+    "usage_batch_door": [("duplicate", None), ("rejected", "invalid_json")],
+    "usage_columns_door": [("duplicate", None), ("rejected", "invalid_event")], "usage_current": [("count", 1)],
     "usage_between": [1], "usage_meters": True, "usage_partitions": True, "usage_charge": "per_unit",
     "witness_usage_events": True, "witness_usage_counts": [(1, 1)], "witness_usage_ratings": [],
     "v1_created": True, "v1_customer": True, "v1_customers": True, "v1_plan": True, "v1_plans": True,

@@ -9,8 +9,9 @@ the two invariants of usage.
   usage topic. The consumer (`billing.usage.UsageConsumer`, the production one, in a thread of this
   process on the simulated clock) ingests them in batches, one transaction each, and commits its
   offsets after the database; the step waits until every message produced was answered, so the
-  rating that follows sees the span whole. Without Kafka the same texts go through the consumer's
-  database call (`billing.usage.ingest_texts`) directly.
+  rating that follows sees the span whole. Without Kafka the same texts go through the JSON-text
+  door (`billing.usage.ingest_texts`, billing.ingest_usage_batch) directly, which answers as the
+  consumer's parsed door does (db/tests/712, driver/tests/test_usage_columns.py).
 * The stream keeps its own record of every request it sent (customer, time, source, id): the
   independent witness the invariants compare the database with (`check_counted_once`,
   `check_rated`): every request stored and counted once, and every rated quantity equal to the
