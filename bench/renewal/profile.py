@@ -21,8 +21,20 @@ Variants:
 * no foreign keys to plan / payment attempt on invoice: the per-row RI triggers;
 * no unique index on event_id: the random UUIDs' index;
 * no invoice_unfinalized_idx: the numbering's queue (issue 15);
-* due time in a narrow table at fillfactor 80 / 50 (emulated): the next step's estimate, see
-  due_table_variant;
+* due time in a narrow table at fillfactor 50 / 70 / 100 (emulated): the subscription's update made
+  HOT by a keyed (customer_id, subscription_id) table holding the due time, see due_table_variant;
+* due time in an insert-only queue at fillfactor 50 / 100 (emulated): the same with a queue of
+  (due_at, customer_id, subscription_id) rows, one index and no key (claimed entries deleted by
+  ctid, the next due time inserted), see due_queue_variant. Fillfactor 100 leaves no room on the
+  subscription's pages, so the update stays non-HOT: what the queue itself costs. Both force the
+  claim's plan (the queue's index in due order, each subscription by key): the generic plan otherwise
+  joined every due row with a full walk of subscription_id_idx on each call;
+* due queue kept by a trigger at fillfactor 50 / 100, due queue with entries only added by a trigger
+  (stale ones skipped) at fillfactor 50 (emulated): the queue kept by a statement trigger on the
+  subscription's UPDATE, as every writer would need it, see due_queue_trigger_variant and
+  due_queue_lazy_variant;
+* time-ordered event ids (emulated): the renewal's event ids with a millisecond prefix, so that
+  outbox_event_event_id_idx takes its entries at its right end;
 * no subscription MRR trigger: the statement trigger's transition table of every renewed row;
 * 0540 cut: ...: each of migration 0540's cuts alone (run them on --baseline 230cbe5: on a tree
   with 0540 they change nothing). Variants drop with IF EXISTS, so every one runs on either tree.
@@ -85,6 +97,166 @@ def due_table_variant(fillfactor: int) -> list[str]:
             EXECUTE e;
         END
         $v$""",
+        # the claim as a nested loop in due order (the queue's index, then each subscription by its key),
+        # stopping at the batch: without this the generic plan hash-joined every due row of the queue with
+        # a full walk of subscription_id_idx and sorted them, on every call (the first emulation, 13:38)
+        "ALTER FUNCTION billing._renew_batch(integer, timestamptz) SET enable_hashjoin = off "
+        "SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_sort = off",
+    ]
+
+
+def due_queue_variant(fillfactor: int) -> list[str]:
+    """The due time in an insert-only queue (the next step's estimate, not the product): a
+    (due_at, customer_id, subscription_id) heap with one index, on due_at, and no key. The claim walks
+    it in due order and locks each subscription by its key; the statement deletes the claimed entries
+    by their ctid (no index entry) and inserts each renewed subscription's next due time (one entry,
+    near the index's live end), so the subscription's update changes no indexed column and is HOT
+    when its page has room (fillfactor)."""
+    return [
+        f"ALTER TABLE billing.subscription SET (fillfactor = {fillfactor})",
+        "VACUUM FULL billing.subscription",
+        "CREATE TABLE billing.bench_due (due_at timestamptz NOT NULL, customer_id bigint NOT NULL, subscription_id bigint NOT NULL)",
+        "INSERT INTO billing.bench_due SELECT current_period_end, customer_id, id FROM billing.subscription "
+        "WHERE status IN ('ACTIVE', 'PAST_DUE') AND NOT lifecycle_pending ORDER BY current_period_end",
+        "CREATE INDEX bench_due_idx ON billing.bench_due (due_at)",
+        "DO $o$ BEGIN EXECUTE format('ALTER TABLE billing.bench_due OWNER TO %I', (SELECT tableowner FROM pg_tables "
+        "WHERE schemaname = 'billing' AND tablename = 'subscription')); END $o$",
+        "DROP INDEX billing.subscription_due_idx",
+        "DROP INDEX billing.subscription_lifecycle_due_idx",
+        "CREATE INDEX subscription_lifecycle_idx ON billing.subscription (id) "
+        "WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE')",
+        r"""DO $v$
+        DECLARE
+            d text := pg_get_functiondef('billing._renew_batch(integer,timestamptz)'::regprocedure);
+            e text;
+        BEGIN
+            e := regexp_replace(d, 'SELECT s\.ctid AS row_id,(.*?)FROM billing\.subscription s\s+WHERE (billing\._due_statement\([^)]*\))\s+ORDER BY s\.current_period_end\s+LIMIT p_batch_size\s+FOR NO KEY UPDATE SKIP LOCKED',
+                                'SELECT s.ctid AS row_id, q.ctid AS due_row,\1FROM billing.bench_due q JOIN billing.subscription s ON s.customer_id = q.customer_id AND s.id = q.subscription_id
+                                  WHERE q.due_at <= p_now AND s.current_period_end = q.due_at AND \2 ORDER BY q.due_at LIMIT p_batch_size FOR NO KEY UPDATE OF s SKIP LOCKED');
+            e := replace(e, '), renewed AS (',
+                         '), due_gone AS (DELETE FROM billing.bench_due q USING due d WHERE q.ctid = d.due_row
+                         ), due_next AS (INSERT INTO billing.bench_due (due_at, customer_id, subscription_id)
+                                         SELECT p.period_end, p.customer_id, p.id FROM priced p
+                         ), renewed AS (');
+            IF e = d OR position('due_next' in e) = 0 OR position('bench_due q JOIN' in e) = 0 THEN
+                RAISE EXCEPTION 'the renewal statement''s text was not recognised';
+            END IF;
+            EXECUTE e;
+        END
+        $v$""",
+        "ALTER FUNCTION billing._renew_batch(integer, timestamptz) SET enable_hashjoin = off "
+        "SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_sort = off",
+    ]
+
+
+def due_queue_trigger_variant(fillfactor: int) -> list[str]:
+    """The insert-only due queue kept by the database itself (the design to build, not the product): a
+    statement trigger on the subscription's UPDATE (its old and new rows' transition tables) removes the
+    old due entry of every row whose due time or status changed, through the queue's index on its full
+    key, and adds the new one; the renewal statement only claims through the queue (its update goes
+    through the trigger like every other writer's)."""
+    return [
+        f"ALTER TABLE billing.subscription SET (fillfactor = {fillfactor})",
+        "VACUUM FULL billing.subscription",
+        "CREATE TABLE billing.bench_due (due_at timestamptz NOT NULL, customer_id bigint NOT NULL, subscription_id bigint NOT NULL)",
+        "INSERT INTO billing.bench_due SELECT current_period_end, customer_id, id FROM billing.subscription "
+        "WHERE status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') ORDER BY current_period_end",
+        "CREATE INDEX bench_due_idx ON billing.bench_due (due_at, customer_id, subscription_id)",
+        "DO $o$ BEGIN EXECUTE format('ALTER TABLE billing.bench_due OWNER TO %I', (SELECT tableowner FROM pg_tables "
+        "WHERE schemaname = 'billing' AND tablename = 'subscription')); END $o$",
+        "DROP INDEX billing.subscription_due_idx",
+        "DROP INDEX billing.subscription_lifecycle_due_idx",
+        "CREATE INDEX subscription_lifecycle_idx ON billing.subscription (id) "
+        "WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE')",
+        # (its own planner settings: it fires inside _renew_batch, whose settings below would apply)
+        r"""CREATE FUNCTION billing._bench_due_moved() RETURNS trigger LANGUAGE plpgsql
+        SET enable_hashjoin = on SET enable_mergejoin = on SET enable_sort = on SET enable_bitmapscan = on AS $t$
+        BEGIN
+            WITH moved AS MATERIALIZED (
+                SELECT o.customer_id, o.id, o.current_period_end AS old_due, n.current_period_end AS new_due,
+                       o.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AS was_due, n.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') AS is_due
+                  FROM old_rows o JOIN new_rows n ON n.customer_id = o.customer_id AND n.id = o.id
+                 WHERE o.current_period_end IS DISTINCT FROM n.current_period_end OR o.status IS DISTINCT FROM n.status
+            ), gone AS (
+                DELETE FROM billing.bench_due q USING moved m
+                 WHERE m.was_due AND q.due_at = m.old_due AND q.customer_id = m.customer_id AND q.subscription_id = m.id
+            )
+            INSERT INTO billing.bench_due (due_at, customer_id, subscription_id)
+            SELECT m.new_due, m.customer_id, m.id FROM moved m WHERE m.is_due;
+            RETURN NULL;
+        END
+        $t$""",
+        "CREATE TRIGGER bench_due_moved AFTER UPDATE ON billing.subscription REFERENCING OLD TABLE AS old_rows "
+        "NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION billing._bench_due_moved()",
+        r"""DO $v$
+        DECLARE
+            d text := pg_get_functiondef('billing._renew_batch(integer,timestamptz)'::regprocedure);
+            e text;
+        BEGIN
+            e := regexp_replace(d, 'FROM billing\.subscription s\s+WHERE (billing\._due_statement\([^)]*\))\s+ORDER BY s\.current_period_end\s+LIMIT p_batch_size\s+FOR NO KEY UPDATE SKIP LOCKED',
+                                'FROM billing.bench_due q JOIN billing.subscription s ON s.customer_id = q.customer_id AND s.id = q.subscription_id
+                                  WHERE q.due_at <= p_now AND s.current_period_end = q.due_at AND \1 ORDER BY q.due_at LIMIT p_batch_size FOR NO KEY UPDATE OF s SKIP LOCKED');
+            IF e = d OR position('bench_due q JOIN' in e) = 0 THEN
+                RAISE EXCEPTION 'the renewal statement''s text was not recognised';
+            END IF;
+            EXECUTE e;
+        END
+        $v$""",
+        "ALTER FUNCTION billing._renew_batch(integer, timestamptz) SET enable_hashjoin = off "
+        "SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_sort = off",
+    ]
+
+
+def due_queue_lazy_variant(fillfactor: int) -> list[str]:
+    """The due queue with a cheaper upkeep (the design to build, not the product): a statement trigger on
+    the subscription's UPDATE adds an entry for the current due time of every row that can renew (its
+    new rows' transition table only, no join, no probe); old entries are left stale and the claim skips
+    them (its guard current_period_end = due_at; duplicates folded by DISTINCT ON); the renewal
+    statement deletes the entries it claimed by their ctid."""
+    return [
+        f"ALTER TABLE billing.subscription SET (fillfactor = {fillfactor})",
+        "VACUUM FULL billing.subscription",
+        "CREATE TABLE billing.bench_due (due_at timestamptz NOT NULL, customer_id bigint NOT NULL, subscription_id bigint NOT NULL)",
+        "INSERT INTO billing.bench_due SELECT current_period_end, customer_id, id FROM billing.subscription "
+        "WHERE status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') ORDER BY current_period_end",
+        "CREATE INDEX bench_due_idx ON billing.bench_due (due_at, customer_id, subscription_id)",
+        "DO $o$ BEGIN EXECUTE format('ALTER TABLE billing.bench_due OWNER TO %I', (SELECT tableowner FROM pg_tables "
+        "WHERE schemaname = 'billing' AND tablename = 'subscription')); END $o$",
+        "DROP INDEX billing.subscription_due_idx",
+        "DROP INDEX billing.subscription_lifecycle_due_idx",
+        "CREATE INDEX subscription_lifecycle_idx ON billing.subscription (id) "
+        "WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE')",
+        r"""CREATE FUNCTION billing._bench_due_added() RETURNS trigger LANGUAGE plpgsql
+        SET enable_hashjoin = on SET enable_mergejoin = on SET enable_sort = on SET enable_bitmapscan = on AS $t$
+        BEGIN
+            INSERT INTO billing.bench_due (due_at, customer_id, subscription_id)
+            SELECT n.current_period_end, n.customer_id, n.id FROM new_rows n WHERE n.status IN ('TRIALING', 'ACTIVE', 'PAST_DUE');
+            RETURN NULL;
+        END
+        $t$""",
+        "CREATE TRIGGER bench_due_added AFTER UPDATE ON billing.subscription REFERENCING NEW TABLE AS new_rows "
+        "FOR EACH STATEMENT EXECUTE FUNCTION billing._bench_due_added()",
+        r"""DO $v$
+        DECLARE
+            d text := pg_get_functiondef('billing._renew_batch(integer,timestamptz)'::regprocedure);
+            e text;
+        BEGIN
+            e := regexp_replace(d, 'SELECT s\.ctid AS row_id,(.*?)FROM billing\.subscription s\s+WHERE (billing\._due_statement\([^)]*\))\s+ORDER BY s\.current_period_end\s+LIMIT p_batch_size\s+FOR NO KEY UPDATE SKIP LOCKED',
+                                'SELECT s.ctid AS row_id, q.due_row,\1FROM (SELECT DISTINCT ON (q.due_at, q.customer_id, q.subscription_id) q.ctid AS due_row, q.due_at, q.customer_id, q.subscription_id
+                                        FROM billing.bench_due q WHERE q.due_at <= p_now ORDER BY q.due_at, q.customer_id, q.subscription_id) q
+                                  JOIN billing.subscription s ON s.customer_id = q.customer_id AND s.id = q.subscription_id
+                                  WHERE s.current_period_end = q.due_at AND \2 ORDER BY q.due_at LIMIT p_batch_size FOR NO KEY UPDATE OF s SKIP LOCKED');
+            e := replace(e, '), renewed AS (',
+                         '), due_gone AS (DELETE FROM billing.bench_due q USING due d WHERE q.ctid = d.due_row
+                         ), renewed AS (');
+            IF e = d OR position('due_gone' in e) = 0 OR position('DISTINCT ON' in e) = 0 THEN
+                RAISE EXCEPTION 'the renewal statement''s text was not recognised';
+            END IF;
+            EXECUTE e;
+        END
+        $v$""",
+        "ALTER FUNCTION billing._renew_batch(integer, timestamptz) SET enable_hashjoin = off "
+        "SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_sort = off",
     ]
 
 
@@ -118,6 +290,13 @@ VARIANTS: dict[str, list[str]] = {
         "DROP INDEX IF EXISTS billing.invoice_subscription_idx", "DROP INDEX IF EXISTS billing.invoice_unfinalized_idx"],
     "due time in a narrow table at fillfactor 80 (emulated)": due_table_variant(80),
     "due time in a narrow table at fillfactor 50 (emulated)": due_table_variant(50),
+    "due time in a narrow table at fillfactor 70 (emulated)": due_table_variant(70),
+    "due time in a narrow table at fillfactor 100 (emulated)": due_table_variant(100),
+    "due time in an insert-only queue at fillfactor 50 (emulated)": due_queue_variant(50),
+    "due time in an insert-only queue at fillfactor 100 (emulated)": due_queue_variant(100),
+    "due queue kept by a trigger at fillfactor 50 (emulated)": due_queue_trigger_variant(50),
+    "due queue kept by a trigger at fillfactor 100 (emulated)": due_queue_trigger_variant(100),
+    "due queue with entries only added by a trigger (stale ones skipped) at fillfactor 50 (emulated)": due_queue_lazy_variant(50),
     "no subscription MRR trigger": ["DROP TRIGGER subscription_mrr_changed ON billing.subscription"],
     "no invoice_period_idx": ["DROP INDEX IF EXISTS billing.invoice_period_idx"],
     "no invoice_status_idx": ["DROP INDEX IF EXISTS billing.invoice_status_idx"],
@@ -132,6 +311,21 @@ VARIANTS: dict[str, list[str]] = {
     "0540 cut: subscription_status_idx without ACTIVE": [
         "DROP INDEX IF EXISTS billing.subscription_status_idx",
         "CREATE INDEX subscription_status_idx ON billing.subscription (status, id) WHERE status <> 'ACTIVE'"],
+    # the event ids time-ordered (a millisecond prefix, then random bits): outbox_event_event_id_idx
+    # takes its entries at its right end instead of at random leaves (emulated in the statement only)
+    "time-ordered event ids (emulated)": [r"""DO $v$
+        DECLARE
+            d text := pg_get_functiondef('billing._renew_batch(integer,timestamptz)'::regprocedure);
+            e text;
+        BEGIN
+            e := replace(d, 'SELECT gen_random_uuid() AS event_id',
+                         'SELECT encode(overlay(uuid_send(gen_random_uuid()) placing substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3) FROM 1 FOR 6), ''hex'')::uuid AS event_id');
+            IF e = d THEN
+                RAISE EXCEPTION 'the renewal statement''s text was not recognised';
+            END IF;
+            EXECUTE e;
+        END
+        $v$"""],
     "no service line": [
         "CREATE FUNCTION billing._bench_drop_line() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$",
         "CREATE TRIGGER bench_drop_line BEFORE INSERT ON billing.service_line FOR EACH ROW EXECUTE FUNCTION billing._bench_drop_line()"],

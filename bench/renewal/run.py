@@ -95,8 +95,10 @@ def build_template(server_url: str, total: int, due: int, layout: str, rebuild: 
     name = fingerprint(total, due, layout, db_dir)
     with psycopg.connect(server_url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        # (not this template's copies, name[:40] + "_" + tag: another run's databases in use, see Copy)
         stale = conn.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE %s AND datname <> %s", (name.rsplit("_", 1)[0] + "_%", name)
+            "SELECT datname FROM pg_database WHERE datname LIKE %s AND datname <> %s AND left(datname, 41) <> %s",
+            (name.rsplit("_", 1)[0] + "_%", name, name[:40] + "_"),
         ).fetchall()
     for (old,) in stale:  # an older build of the same size and kind: replaced
         admin(server_url, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(old)))
