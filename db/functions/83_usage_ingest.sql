@@ -208,9 +208,40 @@ BEGIN
                latest_time = greatest(r.latest_time, EXCLUDED.latest_time)
         RETURNING 1
     ), uniq AS (
-        INSERT INTO billing.usage_unique (customer_id, meter_code, bucket, value)
+        INSERT INTO billing.usage_unique AS u (customer_id, meter_code, bucket, value)
         SELECT DISTINCT c.cust, c.code, c.bucket, c.val FROM counted c WHERE c.val IS NOT NULL
         ON CONFLICT ON CONSTRAINT usage_unique_pkey DO NOTHING
+        RETURNING u.customer_id, u.meter_code, u.bucket, u.value
+    ), latest_day AS (  -- the same figures per UTC day (0610; usage_between reads a period's whole
+                        -- days from them): a `latest` meter's latest event of the day in the batch
+        SELECT DISTINCT ON (c.cust, c.code, day) c.cust, c.code,
+               date_trunc('day', c.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS day,
+               c.event_time AS latest_time, c.num AS latest_value
+          FROM counted c
+         WHERE c.aggregation = 'latest'
+         ORDER BY c.cust, c.code, day, c.event_time DESC, c.num DESC NULLS LAST
+    ), rolled_day AS (  -- the batch's hours of a day (most batches: one) added to its day's row at once
+        INSERT INTO billing.usage_rollup_day AS r (customer_id, meter_code, day, events, total, max_value, latest_time, latest_value)
+        SELECT d.cust, d.code, d.day, d.events, d.total, d.max_value, l.latest_time, l.latest_value
+          FROM (SELECT s.cust, s.code, date_trunc('day', s.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS day,
+                       sum(s.events) AS events, sum(s.total) AS total, max(s.max_value) AS max_value
+                  FROM rollups s GROUP BY 1, 2, 3) d
+          LEFT JOIN latest_day l ON l.cust = d.cust AND l.code = d.code AND l.day = d.day
+        ON CONFLICT ON CONSTRAINT usage_rollup_day_pkey DO UPDATE
+           SET events = r.events + EXCLUDED.events,
+               total = r.total + EXCLUDED.total,
+               max_value = greatest(r.max_value, EXCLUDED.max_value),
+               latest_value = CASE WHEN r.latest_time IS NULL OR EXCLUDED.latest_time > r.latest_time
+                                        OR (EXCLUDED.latest_time = r.latest_time AND EXCLUDED.latest_value > r.latest_value)
+                                   THEN EXCLUDED.latest_value ELSE r.latest_value END,
+               latest_time = greatest(r.latest_time, EXCLUDED.latest_time)
+        RETURNING 1
+    ), uniq_day AS (  -- a value new in its hour may be new in its day: only those are tried (a value
+                      -- stored in an hour is stored in its day by the statement that stored it)
+        INSERT INTO billing.usage_unique_day (customer_id, meter_code, day, value)
+        SELECT DISTINCT u.customer_id, u.meter_code, date_trunc('day', u.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', u.value
+          FROM uniq u
+        ON CONFLICT ON CONSTRAINT usage_unique_day_pkey DO NOTHING
         RETURNING 1
     )
     SELECT k.ord,
