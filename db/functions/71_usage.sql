@@ -178,7 +178,8 @@ COMMENT ON FUNCTION billing.usage_partitions(timestamptz, interval) IS
 'Makes the monthly partitions of usage_event from p_now''s month to two ahead, drops those that ended more than p_retention ago
 and purges the exactly-once keys of events older than p_retention (ingestion refuses those). Returns what it did.';
 
--- Re-aggregates one meter's rollups from the stored events (a new or redefined meter).
+-- Re-aggregates one meter's rollups from the stored events (a new or redefined meter): the hourly
+-- rows, every one folded into its daily row (0610), the distinct values per hour and per day.
 CREATE OR REPLACE FUNCTION billing._usage_rebuild(p_meter billing.meter)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -187,11 +188,12 @@ AS $$
 BEGIN
     DELETE FROM billing.usage_rollup WHERE meter_code = p_meter.code;
     DELETE FROM billing.usage_unique WHERE meter_code = p_meter.code;
-    INSERT INTO billing.usage_rollup (customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value)
+    INSERT INTO billing.usage_rollup (customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value, folded)
     SELECT v.customer_id, p_meter.code, v.bucket, count(*), coalesce(sum(v.num), 0), max(v.num),
            -- the latest event's time and value for `latest` meters only (the ingestion writes them so)
            CASE WHEN p_meter.aggregation = 'latest' THEN max(v.event_time) END,
-           CASE WHEN p_meter.aggregation = 'latest' THEN (array_agg(v.num ORDER BY v.event_time DESC, v.num DESC NULLS LAST))[1] END
+           CASE WHEN p_meter.aggregation = 'latest' THEN (array_agg(v.num ORDER BY v.event_time DESC, v.num DESC NULLS LAST))[1] END,
+           true  -- every hour folded into its day's row (below)
       FROM (SELECT e.customer_id, date_trunc('hour', e.event_time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS bucket,
                    e.event_time,
                    CASE WHEN p_meter.aggregation IN ('sum', 'max', 'latest') AND jsonb_typeof(e.data #> p_meter.property) = 'number'
@@ -208,7 +210,7 @@ BEGIN
          WHERE e.event_type = p_meter.event_type AND (p_meter.filters = '{}'::jsonb OR billing._usage_match(p_meter.filters, e.data))
            AND e.data #>> p_meter.property IS NOT NULL;
     END IF;
-    -- the same figures per UTC day (0610), from the hourly rows just written
+    -- the same figures per UTC day (0610), from the hourly rows just written (every one folded)
     DELETE FROM billing.usage_rollup_day WHERE meter_code = p_meter.code;
     DELETE FROM billing.usage_unique_day WHERE meter_code = p_meter.code;
     INSERT INTO billing.usage_rollup_day (customer_id, meter_code, day, events, total, max_value, latest_time, latest_value)
@@ -292,6 +294,11 @@ BEGIN
                                FROM billing.usage_rollup_day d
                               WHERE d.customer_id = p_customer_id AND d.meter_code = m.code
                                 AND d.day >= v_dlo AND d.day < v_dhi
+                             UNION ALL  -- (the whole days' hours not folded into their day's row yet)
+                             SELECT r.events, r.total, r.max_value, r.latest_time, r.latest_value
+                               FROM billing.usage_rollup r
+                              WHERE r.customer_id = p_customer_id AND r.meter_code = m.code AND r.folded IS NOT TRUE
+                                AND r.bucket >= v_dlo AND r.bucket < v_dhi
                              UNION ALL
                              SELECT r.events, r.total, r.max_value, r.latest_time, r.latest_value
                                FROM billing.usage_rollup r

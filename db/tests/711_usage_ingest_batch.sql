@@ -5,7 +5,7 @@
 -- events at its ends) equals a count of the raw events (issue 29; docs/usage.md "Ingestion, two doors").
 BEGIN;
 SET LOCAL ROLE billing_owner;
-SELECT plan(17);
+SELECT plan(18);
 
 SELECT billing.upsert_customer(7111);
 SELECT billing.upsert_customer(7112);
@@ -105,14 +105,26 @@ SELECT billing.ingest_usage_batch(ARRAY[
   '{"specversion":"1.0","id":"c13","source":"gw","type":"t711.call","time":"2027-01-09T06:00:00Z","subject":"7111","data":{"model":"a","tokens":50}}',
   '{"specversion":"1.0","id":"g13","source":"gw","type":"t711.gauge","time":"2027-01-09T23:59:59Z","subject":"7111","data":{"level":8}}'],
   '2027-01-11T02:00:00Z');
+-- late events into hours folded already (their days' rows get them too), one into an hour not folded
+-- yet whose fold this batch also brings (a row the statement updates is not folded by it), a new hour
+SELECT billing.ingest_usage_batch(ARRAY[
+  '{"specversion":"1.0","id":"c14","source":"gw","type":"t711.call","time":"2027-01-10T11:10:00Z","subject":"7111","data":{"model":"a","tokens":5}}',
+  '{"specversion":"1.0","id":"g14","source":"gw","type":"t711.gauge","time":"2027-01-10T11:00:00Z","subject":"7111","data":{"level":11}}',
+  '{"specversion":"1.0","id":"r15","source":"gw","type":"t711.req","time":"2027-01-10T10:30:00Z","subject":"7111","data":{"user":"u9"}}',
+  '{"specversion":"1.0","id":"r17","source":"gw","type":"t711.req","time":"2027-01-09T13:30:00Z","subject":"7111","data":{"user":"u4"}}',
+  '{"specversion":"1.0","id":"r16","source":"gw","type":"t711.req","time":"2027-01-11T02:10:00Z","subject":"7111","data":{"user":"u1"}}'],
+  '2027-01-11T02:30:00Z');
+SELECT ok((SELECT count(*) FILTER (WHERE folded) >= 5 AND count(*) FILTER (WHERE folded IS NOT TRUE) >= 5
+             FROM billing.usage_rollup WHERE customer_id = 7111 AND meter_code LIKE 't711%'),
+          'some hours are folded into their days, the latest ones not yet');
 SELECT set_eq($$SELECT customer_id, meter_code, day, events, total, max_value, latest_time, latest_value
                   FROM billing.usage_rollup_day WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%'$$,
               $$SELECT r.customer_id, r.meter_code, date_trunc('day', r.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS day,
                        sum(r.events) AS events, sum(r.total) AS total, max(r.max_value) AS max_value, max(r.latest_time) AS latest_time,
                        (array_agg(r.latest_value ORDER BY r.latest_time DESC NULLS LAST, r.latest_value DESC NULLS LAST))[1] AS latest_value
-                  FROM billing.usage_rollup r WHERE r.customer_id IN (7111, 7112) AND r.meter_code LIKE 't711%'
+                  FROM billing.usage_rollup r WHERE r.customer_id IN (7111, 7112) AND r.meter_code LIKE 't711%' AND r.folded
                  GROUP BY 1, 2, 3$$,
-              'the daily rollups are the hourly ones added up per UTC day (late events included)');
+              'each daily rollup is its folded hours added up (late events included)');
 SELECT set_eq($$SELECT customer_id, meter_code, day, value FROM billing.usage_unique_day
                  WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%'$$,
               $$SELECT DISTINCT customer_id, meter_code, date_trunc('day', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', value
@@ -152,9 +164,18 @@ SELECT set_eq(
      WHERE m.code LIKE 't711%'
      GROUP BY s.f, m.code, m.aggregation$$,
   'every span read from days, hours and events = the raw events counted');
-CREATE TEMP TABLE t711_day AS
-  SELECT customer_id, meter_code, day, events, total, max_value, latest_time, latest_value FROM billing.usage_rollup_day
-   WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%';
+CREATE TEMP VIEW t711_days AS  -- a day's figures as usage_between reads them: its row and its hours not folded
+  SELECT x.customer_id, x.meter_code, x.day, sum(x.events) AS events, sum(x.total) AS total, max(x.max_value) AS max_value,
+         max(x.latest_time) AS latest_time,
+         (array_agg(x.latest_value ORDER BY x.latest_time DESC NULLS LAST, x.latest_value DESC NULLS LAST))[1] AS latest_value
+    FROM (SELECT d.customer_id, d.meter_code, d.day, d.events, d.total, d.max_value, d.latest_time, d.latest_value
+            FROM billing.usage_rollup_day d WHERE d.customer_id IN (7111, 7112) AND d.meter_code LIKE 't711%'
+          UNION ALL
+          SELECT r.customer_id, r.meter_code, date_trunc('day', r.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', r.events, r.total,
+                 r.max_value, r.latest_time, r.latest_value
+            FROM billing.usage_rollup r WHERE r.customer_id IN (7111, 7112) AND r.meter_code LIKE 't711%' AND r.folded IS NOT TRUE) x
+   GROUP BY 1, 2, 3;
+CREATE TEMP TABLE t711_day AS SELECT * FROM t711_days;
 CREATE TEMP TABLE t711_rollup AS
   SELECT customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value FROM billing.usage_rollup
    WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%';
@@ -176,13 +197,12 @@ SELECT set_eq($$SELECT customer_id, meter_code, bucket, events, total, max_value
 SELECT set_eq($$SELECT customer_id, meter_code, bucket, value FROM billing.usage_unique
                  WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%'$$,
               $$SELECT * FROM t711_unique$$, 'the distinct values too');
-SELECT set_eq($$SELECT customer_id, meter_code, day, events, total, max_value, latest_time, latest_value
-                  FROM billing.usage_rollup_day WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%'$$,
-              $$SELECT * FROM t711_day$$, 'the daily rollups too');
+SELECT set_eq($$SELECT * FROM t711_days$$, $$SELECT * FROM t711_day$$,
+              'the days too (each its row and its hours not folded)');
 SELECT results_eq($$SELECT meter_code, value, events FROM billing.usage_between(7111, '2027-01-10T10:00:00Z', '2027-01-10T12:00:00Z')
                      WHERE meter_code LIKE 't711%' ORDER BY meter_code$$,
-  $$VALUES ('t711_last', 9::numeric, 4::bigint), ('t711_peak', 10.5, 2), ('t711_req', 3, 3), ('t711_tok', 52.5, 3), ('t711_users', 2, 3)$$,
-  'the hours read: latest = the larger of two at the latest instant, max over the filter, sum, count, distinct users');
+  $$VALUES ('t711_last', 11::numeric, 5::bigint), ('t711_peak', 10.5, 3), ('t711_req', 4, 4), ('t711_tok', 57.5, 4), ('t711_users', 3, 4)$$,
+  'the hours read (with the late events): latest = the larger of the ones at the latest instant, max over the filter, sum, count, distinct users');
 
 -- bad calls
 SELECT throws_ok($$SELECT * FROM billing.ingest_usage_batch(array_fill('{}'::text, ARRAY[10001]), '2027-01-10Z')$$,
