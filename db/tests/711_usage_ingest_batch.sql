@@ -114,9 +114,11 @@ SELECT billing.ingest_usage_batch(ARRAY[
   '{"specversion":"1.0","id":"r17","source":"gw","type":"t711.req","time":"2027-01-09T13:30:00Z","subject":"7111","data":{"user":"u4"}}',
   '{"specversion":"1.0","id":"r16","source":"gw","type":"t711.req","time":"2027-01-11T02:10:00Z","subject":"7111","data":{"user":"u1"}}'],
   '2027-01-11T02:30:00Z');
-SELECT ok((SELECT count(*) FILTER (WHERE folded) >= 5 AND count(*) FILTER (WHERE folded IS NOT TRUE) >= 5
-             FROM billing.usage_rollup WHERE customer_id = 7111 AND meter_code LIKE 't711%'),
-          'some hours are folded into their days, the latest ones not yet');
+-- (on Citus each CTE of the statement is a command of its own, so a row the batch updated may be
+-- folded by it too: at least the two rows of its newest hour stay unfolded)
+SELECT results_eq($$SELECT count(*) FILTER (WHERE folded) >= 5 AND count(*) FILTER (WHERE folded IS NOT TRUE) >= 2
+                       FROM billing.usage_rollup WHERE customer_id = 7111 AND meter_code LIKE 't711%'$$,
+                  $$VALUES (true)$$, 'some hours are folded into their days, the latest ones not yet');
 SELECT set_eq($$SELECT customer_id, meter_code, day, events, total, max_value, latest_time, latest_value
                   FROM billing.usage_rollup_day WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%'$$,
               $$SELECT r.customer_id, r.meter_code, date_trunc('day', r.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS day,
