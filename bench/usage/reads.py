@@ -4,12 +4,14 @@ million events, flat as events grow; docs/usage.md "Figures measured").
     python -m bench.usage.reads                         # 2M then 20M events, 1,000 customers
     python -m bench.usage.reads --steps 2000000         # 2M only
     python -m bench.usage.reads --baseline 42df2b0      # side by side with main's functions, same rows
+    python -m bench.usage.reads --reuse --steps 20000000 --baseline 605dd63   # again on the rows kept
 
 One fresh database: N customers, each with a monthly subscription (from START) on a plan of 3 usage
 charges (per_unit on a count meter, graduated on a sum, package on a unique_count), and usage events
 of the 25 days since START written set-based, 50 customers a statement (straight into
 billing.usage_event, in key order, at random times), with the rollups and distinct values of those
-events added in the same statement (what the ingestion statement leaves). The exactly-once keys
+events added in the same statement (what the ingestion statement leaves; on this tree's schema the
+hours before the last two then folded into their days, as the ingestion folds them: fold()). The exactly-once keys
 (usage_dedup) are not written: no read touches them. At each step (2M, then 20M
 events in all), 300 calls each of billing.current_usage and billing.upcoming_invoice on random
 customers at START + 25 days - 30 minutes (mid-hour: the partial last hour is read from the raw events), p50 / p99 / max, and
