@@ -64,6 +64,11 @@ ALTER FUNCTION billing.set_external_id(text, bigint, text, timestamptz) SET citu
 ALTER FUNCTION billing.apply_coupon(bigint, text, timestamptz) SET citus.multi_shard_modify_mode = 'sequential';
 -- (signups in bulk: on Citus each row is create_subscription's, after the batch's reads)
 ALTER FUNCTION billing.create_subscriptions(jsonb, timestamptz) SET citus.multi_shard_modify_mode = 'sequential';
+-- The generic plans of the upcoming invoice and usage_between (74_usage_preview, 71_usage) are a
+-- single PostgreSQL's: on Citus their statements keep the default plan cache mode (Citus prunes a
+-- distributed statement's shards by its parameters in a custom plan).
+ALTER FUNCTION billing.upcoming_invoice(bigint, timestamptz) RESET plan_cache_mode;
+ALTER FUNCTION billing.usage_between(bigint, timestamptz, timestamptz) RESET plan_cache_mode;
 
 -- The batch claims' shard groups (db/schema/0083): one lease row per group of billing.customer's
 -- shards, 1..n in hash order, in place of the single PostgreSQL's group 0.

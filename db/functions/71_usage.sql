@@ -178,7 +178,8 @@ COMMENT ON FUNCTION billing.usage_partitions(timestamptz, interval) IS
 'Makes the monthly partitions of usage_event from p_now''s month to two ahead, drops those that ended more than p_retention ago
 and purges the exactly-once keys of events older than p_retention (ingestion refuses those). Returns what it did.';
 
--- Re-aggregates one meter's rollups from the stored events (a new or redefined meter).
+-- Re-aggregates one meter's rollups from the stored events (a new or redefined meter): the hourly
+-- rows, every one folded into its daily row (0610), the distinct values per hour and per day.
 CREATE OR REPLACE FUNCTION billing._usage_rebuild(p_meter billing.meter)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -187,11 +188,12 @@ AS $$
 BEGIN
     DELETE FROM billing.usage_rollup WHERE meter_code = p_meter.code;
     DELETE FROM billing.usage_unique WHERE meter_code = p_meter.code;
-    INSERT INTO billing.usage_rollup (customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value)
+    INSERT INTO billing.usage_rollup (customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value, folded)
     SELECT v.customer_id, p_meter.code, v.bucket, count(*), coalesce(sum(v.num), 0), max(v.num),
            -- the latest event's time and value for `latest` meters only (the ingestion writes them so)
            CASE WHEN p_meter.aggregation = 'latest' THEN max(v.event_time) END,
-           CASE WHEN p_meter.aggregation = 'latest' THEN (array_agg(v.num ORDER BY v.event_time DESC, v.num DESC NULLS LAST))[1] END
+           CASE WHEN p_meter.aggregation = 'latest' THEN (array_agg(v.num ORDER BY v.event_time DESC, v.num DESC NULLS LAST))[1] END,
+           true  -- every hour folded into its day's row (below)
       FROM (SELECT e.customer_id, date_trunc('hour', e.event_time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS bucket,
                    e.event_time,
                    CASE WHEN p_meter.aggregation IN ('sum', 'max', 'latest') AND jsonb_typeof(e.data #> p_meter.property) = 'number'
@@ -207,6 +209,23 @@ BEGIN
           FROM billing.usage_event e
          WHERE e.event_type = p_meter.event_type AND (p_meter.filters = '{}'::jsonb OR billing._usage_match(p_meter.filters, e.data))
            AND e.data #>> p_meter.property IS NOT NULL;
+    END IF;
+    -- the same figures per UTC day (0610), from the hourly rows just written (every one folded)
+    DELETE FROM billing.usage_rollup_day WHERE meter_code = p_meter.code;
+    DELETE FROM billing.usage_unique_day WHERE meter_code = p_meter.code;
+    INSERT INTO billing.usage_rollup_day (customer_id, meter_code, day, events, total, max_value, latest_time, latest_value)
+    SELECT r.customer_id, r.meter_code, date_trunc('day', r.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
+           sum(r.events), sum(r.total), max(r.max_value), max(r.latest_time),
+           CASE WHEN p_meter.aggregation = 'latest'
+                THEN (array_agg(r.latest_value ORDER BY r.latest_time DESC NULLS LAST, r.latest_value DESC NULLS LAST))[1] END
+      FROM billing.usage_rollup r
+     WHERE r.meter_code = p_meter.code
+     GROUP BY r.customer_id, r.meter_code, 3;
+    IF p_meter.aggregation = 'unique_count' THEN
+        INSERT INTO billing.usage_unique_day (customer_id, meter_code, day, value)
+        SELECT DISTINCT u.customer_id, u.meter_code, date_trunc('day', u.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', u.value
+          FROM billing.usage_unique u
+         WHERE u.meter_code = p_meter.code;
     END IF;
 END
 $$;
@@ -231,10 +250,17 @@ CREATE OR REPLACE FUNCTION billing.usage_between(p_customer_id bigint, p_from ti
 RETURNS TABLE (meter_code text, aggregation text, value numeric, events bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
+-- its statement's generic plan, made once a session (the events' partitions pruned when it starts):
+-- the custom plan the plan cache chose was made at every call, and planning probed the events'
+-- index for the ends of its ranges, a cost that grew with the events stored (~1 ms a call at 20M);
+-- on Citus reset (db/citus/10_adapt.sql)
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_lo timestamptz;  -- the first whole hour
-    v_hi timestamptz;  -- the end of the last whole hour
+    v_lo  timestamptz;  -- the first whole hour
+    v_hi  timestamptz;  -- the end of the last whole hour
+    v_dlo timestamptz;  -- the first whole UTC day within [v_lo, v_hi)
+    v_dhi timestamptz;  -- the end of the last one
 BEGIN
     IF p_customer_id IS NULL OR p_from IS NULL OR p_to IS NULL OR p_to < p_from THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
@@ -244,6 +270,12 @@ BEGIN
     IF v_lo < p_from THEN v_lo := v_lo + interval '1 hour'; END IF;
     v_hi := date_trunc('hour', p_to AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
     IF v_hi <= v_lo THEN v_lo := p_to; v_hi := p_to; END IF;  -- no whole hour: the events alone
+    v_dlo := date_trunc('day', v_lo AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    IF v_dlo < v_lo THEN v_dlo := v_dlo + interval '1 day'; END IF;
+    v_dhi := date_trunc('day', v_hi AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    IF v_dhi <= v_dlo THEN v_dlo := v_hi; v_dhi := v_hi; END IF;  -- no whole day: the hours alone
+    -- [p_from, v_lo) events, [v_lo, v_dlo) hours, [v_dlo, v_dhi) days, [v_dhi, v_hi) hours, [v_hi, p_to) events:
+    -- at most 31 day rows and 46 hour rows a meter a month, however many events (0610)
 
     RETURN QUERY
     WITH edge AS (
@@ -255,13 +287,28 @@ BEGIN
          WHERE e.customer_id = p_customer_id
            AND ((e.event_time >= p_from AND e.event_time < v_lo) OR (e.event_time >= v_hi AND e.event_time < p_to))
     ), parts AS (
-        -- an index range per meter (customer, meter, hours): never the customer's older months
+        -- index ranges per meter (customer, meter, hours or days): never the customer's older months
         SELECT m.code, m.aggregation, r.events, r.total, r.max_value, r.latest_time, r.latest_value
           FROM billing.meter m
          CROSS JOIN LATERAL (SELECT r.events, r.total, r.max_value, r.latest_time, r.latest_value
                                FROM billing.usage_rollup r
                               WHERE r.customer_id = p_customer_id AND r.meter_code = m.code
-                                AND r.bucket >= v_lo AND r.bucket < v_hi
+                                AND r.bucket >= v_lo AND r.bucket < v_dlo
+                             UNION ALL
+                             SELECT d.events, d.total, d.max_value, d.latest_time, d.latest_value
+                               FROM billing.usage_rollup_day d
+                              WHERE d.customer_id = p_customer_id AND d.meter_code = m.code
+                                AND d.day >= v_dlo AND d.day < v_dhi
+                             UNION ALL  -- (the whole days' hours not folded into their day's row yet)
+                             SELECT r.events, r.total, r.max_value, r.latest_time, r.latest_value
+                               FROM billing.usage_rollup r
+                              WHERE r.customer_id = p_customer_id AND r.meter_code = m.code AND r.folded IS NOT TRUE
+                                AND r.bucket >= v_dlo AND r.bucket < v_dhi
+                             UNION ALL
+                             SELECT r.events, r.total, r.max_value, r.latest_time, r.latest_value
+                               FROM billing.usage_rollup r
+                              WHERE r.customer_id = p_customer_id AND r.meter_code = m.code
+                                AND r.bucket >= v_dhi AND r.bucket < v_hi
                              OFFSET 0) r  -- (not flattened: a join could read the customer's every meter and month)
         UNION ALL
         SELECT g.code, min(g.aggregation), count(*), coalesce(sum(g.num), 0), max(g.num), max(g.event_time),
@@ -278,7 +325,15 @@ BEGIN
                   FROM billing.meter m
                  CROSS JOIN LATERAL (SELECT q.value FROM billing.usage_unique q
                                       WHERE q.customer_id = p_customer_id AND q.meter_code = m.code
-                                        AND q.bucket >= v_lo AND q.bucket < v_hi OFFSET 0) q
+                                        AND q.bucket >= v_lo AND q.bucket < v_dlo
+                                     UNION ALL
+                                     SELECT q.value FROM billing.usage_unique_day q
+                                      WHERE q.customer_id = p_customer_id AND q.meter_code = m.code
+                                        AND q.day >= v_dlo AND q.day < v_dhi
+                                     UNION ALL
+                                     SELECT q.value FROM billing.usage_unique q
+                                      WHERE q.customer_id = p_customer_id AND q.meter_code = m.code
+                                        AND q.bucket >= v_dhi AND q.bucket < v_hi OFFSET 0) q
                  WHERE m.aggregation = 'unique_count'
                 UNION ALL
                 SELECT g.code, g.val FROM edge g WHERE g.val IS NOT NULL) u
@@ -299,7 +354,7 @@ END
 $$;
 COMMENT ON FUNCTION billing.usage_between(bigint, timestamptz, timestamptz) IS
 'A customer''s usage per meter over [p_from, p_to): value (count, sum, max, latest, or the number of distinct values) and the events counted;
-every meter listed (count/sum/unique_count 0, max/latest NULL without events). Whole hours from the rollups, the partial hours from the events.';
+every meter listed (count/sum/unique_count 0, max/latest NULL without events). Whole UTC days from the daily rollups, the other whole hours from the hourly ones, the partial hours from the events.';
 
 -- The customer's usage in its open period: its live subscription's current period (the earliest
 -- start when it has several), or the UTC calendar month without one.

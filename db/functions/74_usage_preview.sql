@@ -13,6 +13,10 @@ CREATE OR REPLACE FUNCTION billing.upcoming_invoice(p_subscription_id bigint, p_
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
+-- its statements' (and the functions' it calls) generic plans, made once a session: the custom plans
+-- the plan cache kept choosing were made again at every call, ~30% of a call's CPU (1.6-2.0 against
+-- 2.7 ms at 2M events, bench/README.md "Current usage flat"); on Citus reset (db/citus/10_adapt.sql)
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now   timestamptz := billing._check_now(p_now);
@@ -46,6 +50,7 @@ DECLARE
     v_minimums bigint[] := '{}';
     v_maximums bigint[] := '{}';
     v_qtys numeric[] := '{}';
+    v_billed jsonb;  -- what each (meter, span start) billed already: {meter/start: sum}
 BEGIN
     SELECT * INTO v_sub FROM billing.subscription s WHERE s.id = p_subscription_id;
     IF NOT FOUND THEN
@@ -86,6 +91,13 @@ BEGIN
       FROM (SELECT DISTINCT r.span_start, r.span_end, r.plan_id FROM billing.usage_rating r
              WHERE r.customer_id = v_sub.customer_id AND r.subscription_id = v_sub.id
                AND v_cur.late_since IS NOT NULL AND r.span_end > v_cur.late_since) q;
+    -- what the segments' spans billed already, per meter and span start, in ONE read (the segments
+    -- start at rated_until or at a late span's start, never before)
+    SELECT coalesce(jsonb_object_agg(q.k, q.b), '{}') INTO v_billed
+      FROM (SELECT r.meter_code || '/' || r.span_start::text AS k, sum(r.billed) AS b FROM billing.usage_rating r
+             WHERE r.customer_id = v_sub.customer_id AND r.subscription_id = v_sub.id
+               AND r.span_start >= least(coalesce(v_cur.rated_until, v_sub.current_period_start), v_again_start[1])
+             GROUP BY 1) q;
     -- every (segment, charge) first, its quantity from ONE read of its span's usage (every meter);
     -- then all of them priced in one call (_usage_amounts: a SQL function is planned at each call)
     FOR v_seg IN
@@ -111,11 +123,8 @@ BEGIN
                   FROM billing.usage_between(v_sub.customer_id, v_seg.seg_start, v_seg.seg_end) u));
         END IF;
         v_qty := coalesce((v_usage -> v_key ->> v_seg.meter_code)::numeric, 0);
-        -- what was billed for this span and meter already (a late adjustment bills the increase);
-        -- a query of its own: inside the one above, on Citus, it would make that one distributed
-        SELECT coalesce(sum(r.billed), 0) INTO v_before FROM billing.usage_rating r
-         WHERE r.customer_id = v_sub.customer_id AND r.subscription_id = v_sub.id
-           AND r.meter_code = v_seg.meter_code AND r.span_start = v_seg.seg_start;
+        -- what was billed for this span and meter already (a late adjustment bills the increase)
+        v_before := coalesce((v_billed ->> (v_seg.meter_code || '/' || v_seg.seg_start::text))::bigint, 0);
         v_models := v_models || v_seg.model;
         v_units := v_units || v_seg.unit_amount;
         v_packages := v_packages || v_seg.package_size;

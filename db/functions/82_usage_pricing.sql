@@ -103,6 +103,9 @@ CREATE OR REPLACE FUNCTION billing._usage_amounts(
 RETURNS TABLE (n bigint, amount bigint)
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = billing, pg_catalog, pg_temp
+-- its one query's generic plan, made once a session: the custom plan (the default for a query of
+-- array parameters) was made again at every call, 0.37 against 0.15 ms a call of the preview's 3 charges
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 BEGIN

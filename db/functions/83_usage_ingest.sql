@@ -209,12 +209,57 @@ BEGIN
                latest_value = CASE WHEN r.latest_time IS NULL OR EXCLUDED.latest_time > r.latest_time
                                         OR (EXCLUDED.latest_time = r.latest_time AND EXCLUDED.latest_value > r.latest_value)
                                    THEN EXCLUDED.latest_value ELSE r.latest_value END,
-               latest_time = greatest(r.latest_time, EXCLUDED.latest_time)
-        RETURNING 1
+               latest_time = greatest(r.latest_time, EXCLUDED.latest_time),
+               folded = coalesce(r.folded, false)  -- (NULL: inserted by the statement that returns it)
+        RETURNING r.customer_id, r.meter_code, r.bucket, r.folded
     ), uniq AS (
-        INSERT INTO billing.usage_unique (customer_id, meter_code, bucket, value)
+        INSERT INTO billing.usage_unique AS u (customer_id, meter_code, bucket, value)
         SELECT DISTINCT c.cust, c.code, c.bucket, c.val FROM counted c WHERE c.val IS NOT NULL
         ON CONFLICT ON CONSTRAINT usage_unique_pkey DO NOTHING
+        RETURNING u.customer_id, u.meter_code, u.bucket, u.value
+    ), aged AS (  -- The daily rollups (0610; usage_between reads a period's whole days from them): a
+                  -- customer's hours are folded into their days' rows once it has events two hours
+                  -- later, i.e. when this batch inserted the row of a later hour (folded NULL: once an
+                  -- hour a meter; a live stream's other batches fold nothing). Index probes of the
+                  -- customers' rows not folded (usage_rollup_unfolded_idx), no join: rolled is read
+                  -- whole first, and a row it updated is left to a later fold (same command).
+        UPDATE billing.usage_rollup r SET folded = true
+         WHERE r.customer_id = ANY (ARRAY(SELECT DISTINCT f.customer_id FROM rolled f WHERE f.folded IS NULL))
+           AND r.folded IS NOT TRUE
+           AND r.bucket < (SELECT min(f.bucket) FROM rolled f WHERE f.folded IS NULL) - interval '1 hour'
+        RETURNING r.customer_id, r.meter_code, r.bucket, r.events, r.total, r.max_value, r.latest_time, r.latest_value
+    ), rolled_day AS (  -- each day's row gets the hours folded now, and the batch's events of the hours
+                        -- folded before (late events; read only when there are any)
+        INSERT INTO billing.usage_rollup_day AS r (customer_id, meter_code, day, events, total, max_value, latest_time, latest_value)
+        SELECT d.cust, d.code, date_trunc('day', d.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC',
+               sum(d.events), sum(d.total), max(d.max_value), max(d.latest_time),
+               (array_agg(d.latest_value ORDER BY d.latest_time DESC NULLS LAST, d.latest_value DESC NULLS LAST))[1]
+          FROM (SELECT a.customer_id AS cust, a.meter_code AS code, a.bucket, a.events, a.total, a.max_value, a.latest_time,
+                       a.latest_value
+                  FROM aged a
+                UNION ALL
+                SELECT c.cust, c.code, c.bucket, 1, coalesce(c.num, 0), c.num,
+                       CASE WHEN c.aggregation = 'latest' THEN c.event_time END, CASE WHEN c.aggregation = 'latest' THEN c.num END
+                  FROM counted c
+                  JOIN rolled f ON f.customer_id = c.cust AND f.meter_code = c.code AND f.bucket = c.bucket AND f.folded
+                 WHERE (SELECT bool_or(x.folded) FROM rolled x)) d
+         GROUP BY 1, 2, 3
+        ON CONFLICT ON CONSTRAINT usage_rollup_day_pkey DO UPDATE
+           SET events = r.events + EXCLUDED.events,
+               total = r.total + EXCLUDED.total,
+               max_value = greatest(r.max_value, EXCLUDED.max_value),
+               latest_value = CASE WHEN r.latest_time IS NULL OR EXCLUDED.latest_time > r.latest_time
+                                        OR (EXCLUDED.latest_time = r.latest_time AND EXCLUDED.latest_value > r.latest_value)
+                                   THEN EXCLUDED.latest_value ELSE r.latest_value END,
+               latest_time = greatest(r.latest_time, EXCLUDED.latest_time)
+        RETURNING 1
+    ), uniq_day AS (  -- the distinct values per day: a value new in its hour may be new in its day,
+                      -- only those are tried (a value stored in an hour is stored in its day by the
+                      -- statement that stored it)
+        INSERT INTO billing.usage_unique_day (customer_id, meter_code, day, value)
+        SELECT DISTINCT u.customer_id, u.meter_code, date_trunc('day', u.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', u.value
+          FROM uniq u
+        ON CONFLICT ON CONSTRAINT usage_unique_day_pkey DO NOTHING
         RETURNING 1
     )
     SELECT k.ord,

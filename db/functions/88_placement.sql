@@ -64,6 +64,8 @@ AS $$
         ('usage_dedup',          'distributed', 'customer_id', 'primary key (customer_id, source, event_id): the exactly-once key'),
         ('usage_rollup',         'distributed', 'customer_id', 'primary key (customer_id, meter_code, bucket)'),
         ('usage_unique',         'distributed', 'customer_id', 'primary key (customer_id, meter_code, bucket, value)'),
+        ('usage_rollup_day',     'distributed', 'customer_id', 'primary key (customer_id, meter_code, day)'),
+        ('usage_unique_day',     'distributed', 'customer_id', 'primary key (customer_id, meter_code, day, value)'),
         ('usage_cursor',         'distributed', 'customer_id', 'primary key (customer_id, subscription_id): how far its usage is rated'),
         ('usage_rating',         'distributed', 'customer_id', 'primary key (customer_id, id)'),
         ('usage_alert',          'distributed', 'customer_id', 'primary key (customer_id, id)'),

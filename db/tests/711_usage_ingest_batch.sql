@@ -1,10 +1,11 @@
 -- 711_usage_ingest_batch: the Kafka consumer's door (billing.ingest_usage_batch: JSON texts, up to
 -- 10,000) answers as the HTTP door (billing.ingest_usage) does, one event for one key across both,
--- every rejection reason and invalid_json; the rollups the ingestion statement writes equal the ones
--- rebuilt from the stored events (issue 29; docs/usage.md "Ingestion, two doors").
+-- every rejection reason and invalid_json; the rollups the ingestion statement writes (hourly and
+-- daily) equal the ones rebuilt from the stored events, and a span read from them (days, hours,
+-- events at its ends) equals a count of the raw events (issue 29; docs/usage.md "Ingestion, two doors").
 BEGIN;
 SET LOCAL ROLE billing_owner;
-SELECT plan(13);
+SELECT plan(18);
 
 SELECT billing.upsert_customer(7111);
 SELECT billing.upsert_customer(7112);
@@ -86,6 +87,97 @@ SELECT billing.ingest_usage_batch(ARRAY[
   '{"specversion":"1.0","id":"g4","source":"gw","type":"t711.gauge","time":"2027-01-10T11:00:00Z","subject":"7111","data":{"level":7}}',
   '{"specversion":"1.0","id":"r3","source":"gw","type":"t711.req","time":"2027-01-10T10:59:00Z","subject":"7111","data":{"user":"u1"}}'],
   '2027-01-10T12:40:00Z');
+-- events over three UTC days, then late ones into the middle day (its day rows updated again)
+SELECT billing.ingest_usage_batch(ARRAY[
+  '{"specversion":"1.0","id":"r10","source":"gw","type":"t711.req","time":"2027-01-08T23:30:00Z","subject":"7111","data":{"user":"u3"}}',
+  '{"specversion":"1.0","id":"c10","source":"gw","type":"t711.call","time":"2027-01-08T23:50:00Z","subject":"7111","data":{"model":"a","tokens":3}}',
+  '{"specversion":"1.0","id":"g10","source":"gw","type":"t711.gauge","time":"2027-01-08T23:40:00Z","subject":"7111","data":{"level":1}}',
+  '{"specversion":"1.0","id":"r11","source":"gw","type":"t711.req","time":"2027-01-09T00:00:00Z","subject":"7111","data":{"user":"u1"}}',
+  '{"specversion":"1.0","id":"r12","source":"gw","type":"t711.req","time":"2027-01-09T13:20:00Z","subject":"7111","data":{"user":"u4"}}',
+  '{"specversion":"1.0","id":"c11","source":"gw","type":"t711.call","time":"2027-01-09T13:00:00Z","subject":"7111","data":{"model":"b","tokens":7}}',
+  '{"specversion":"1.0","id":"g11","source":"gw","type":"t711.gauge","time":"2027-01-09T23:59:59Z","subject":"7111","data":{"level":3}}',
+  '{"specversion":"1.0","id":"r13","source":"gw","type":"t711.req","time":"2027-01-11T00:10:00Z","subject":"7111","data":{"user":"u5"}}',
+  '{"specversion":"1.0","id":"c12","source":"gw","type":"t711.call","time":"2027-01-11T00:20:00Z","subject":"7111","data":{"model":"c","tokens":1}}',
+  '{"specversion":"1.0","id":"g12","source":"gw","type":"t711.gauge","time":"2027-01-11T00:05:00Z","subject":"7111","data":{"level":2}}'],
+  '2027-01-11T01:00:00Z');
+SELECT billing.ingest_usage_batch(ARRAY[
+  '{"specversion":"1.0","id":"r14","source":"gw","type":"t711.req","time":"2027-01-09T06:00:00Z","subject":"7111","data":{"user":"u3"}}',
+  '{"specversion":"1.0","id":"c13","source":"gw","type":"t711.call","time":"2027-01-09T06:00:00Z","subject":"7111","data":{"model":"a","tokens":50}}',
+  '{"specversion":"1.0","id":"g13","source":"gw","type":"t711.gauge","time":"2027-01-09T23:59:59Z","subject":"7111","data":{"level":8}}'],
+  '2027-01-11T02:00:00Z');
+-- late events into hours folded already (their days' rows get them too), one into an hour not folded
+-- yet whose fold this batch also brings (a row the statement updates is not folded by it), a new hour
+SELECT billing.ingest_usage_batch(ARRAY[
+  '{"specversion":"1.0","id":"c14","source":"gw","type":"t711.call","time":"2027-01-10T11:10:00Z","subject":"7111","data":{"model":"a","tokens":5}}',
+  '{"specversion":"1.0","id":"g14","source":"gw","type":"t711.gauge","time":"2027-01-10T11:00:00Z","subject":"7111","data":{"level":11}}',
+  '{"specversion":"1.0","id":"r15","source":"gw","type":"t711.req","time":"2027-01-10T10:30:00Z","subject":"7111","data":{"user":"u9"}}',
+  '{"specversion":"1.0","id":"r17","source":"gw","type":"t711.req","time":"2027-01-09T13:30:00Z","subject":"7111","data":{"user":"u4"}}',
+  '{"specversion":"1.0","id":"r16","source":"gw","type":"t711.req","time":"2027-01-11T02:10:00Z","subject":"7111","data":{"user":"u1"}}'],
+  '2027-01-11T02:30:00Z');
+-- (on Citus each CTE of the statement is a command of its own, so a row the batch updated may be
+-- folded by it too: at least the two rows of its newest hour stay unfolded)
+SELECT results_eq($$SELECT count(*) FILTER (WHERE folded) >= 5 AND count(*) FILTER (WHERE folded IS NOT TRUE) >= 2
+                       FROM billing.usage_rollup WHERE customer_id = 7111 AND meter_code LIKE 't711%'$$,
+                  $$VALUES (true)$$, 'some hours are folded into their days, the latest ones not yet');
+SELECT set_eq($$SELECT customer_id, meter_code, day, events, total, max_value, latest_time, latest_value
+                  FROM billing.usage_rollup_day WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%'$$,
+              $$SELECT r.customer_id, r.meter_code, date_trunc('day', r.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS day,
+                       sum(r.events) AS events, sum(r.total) AS total, max(r.max_value) AS max_value, max(r.latest_time) AS latest_time,
+                       (array_agg(r.latest_value ORDER BY r.latest_time DESC NULLS LAST, r.latest_value DESC NULLS LAST))[1] AS latest_value
+                  FROM billing.usage_rollup r WHERE r.customer_id IN (7111, 7112) AND r.meter_code LIKE 't711%' AND r.folded
+                 GROUP BY 1, 2, 3$$,
+              'each daily rollup is its folded hours added up (late events included)');
+SELECT set_eq($$SELECT customer_id, meter_code, day, value FROM billing.usage_unique_day
+                 WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%'$$,
+              $$SELECT DISTINCT customer_id, meter_code, date_trunc('day', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', value
+                  FROM billing.usage_unique WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%'$$,
+              'the daily distinct values are the hourly ones per UTC day');
+-- spans with whole days, whole hours and partial hours at either end, within a day, empty: each meter's
+-- value from usage_between = the one counted from the raw events
+SELECT set_eq(
+  $$SELECT s.f, u.meter_code, u.value, u.events
+      FROM (VALUES ('2027-01-08T23:45:00Z'::timestamptz, '2027-01-11T00:30:00Z'::timestamptz), ('2027-01-08Z', '2027-01-12Z'),
+                   ('2027-01-09T06:00:00Z', '2027-01-10T11:00:00Z'), ('2027-01-09T00:00:00.5Z', '2027-01-09T23:59:59Z'),
+                   ('2027-01-09Z', '2027-01-10Z'), ('2027-01-08T23:30:00Z', '2027-01-10T10:16:00Z'),
+                   ('2027-01-10T10:16:00Z', '2027-01-10T10:16:00Z')) AS s (f, t)
+     CROSS JOIN LATERAL billing.usage_between(7111, s.f, s.t) u
+     WHERE u.meter_code LIKE 't711%'$$,
+  $$SELECT s.f, m.code AS meter_code,
+           CASE m.aggregation WHEN 'count' THEN count(e.event_time)::numeric
+                              WHEN 'sum' THEN coalesce(sum(e.num), 0)
+                              WHEN 'max' THEN max(e.num)
+                              WHEN 'unique_count' THEN count(DISTINCT e.val)::numeric
+                              WHEN 'latest' THEN (array_agg(e.num ORDER BY e.event_time DESC, e.num DESC)
+                                                  FILTER (WHERE e.event_time IS NOT NULL))[1] END AS value,
+           count(e.event_time) AS events
+      FROM (VALUES ('2027-01-08T23:45:00Z'::timestamptz, '2027-01-11T00:30:00Z'::timestamptz), ('2027-01-08Z', '2027-01-12Z'),
+                   ('2027-01-09T06:00:00Z', '2027-01-10T11:00:00Z'), ('2027-01-09T00:00:00.5Z', '2027-01-09T23:59:59Z'),
+                   ('2027-01-09Z', '2027-01-10Z'), ('2027-01-08T23:30:00Z', '2027-01-10T10:16:00Z'),
+                   ('2027-01-10T10:16:00Z', '2027-01-10T10:16:00Z')) AS s (f, t)
+     CROSS JOIN billing.meter m
+      LEFT JOIN LATERAL (
+           SELECT e.event_time,
+                  CASE WHEN m.aggregation IN ('sum', 'max', 'latest') THEN (e.data #>> m.property)::numeric END AS num,
+                  CASE WHEN m.aggregation = 'unique_count' THEN e.data #>> m.property END AS val
+             FROM billing.usage_event e
+            WHERE e.customer_id = 7111 AND e.event_type = m.event_type AND e.event_time >= s.f AND e.event_time < s.t
+              AND (m.filters = '{}'::jsonb OR (e.data ->> 'model') IN ('a', 'b'))
+              AND (m.aggregation = 'count' OR e.data #> m.property IS NOT NULL)) e ON true
+     WHERE m.code LIKE 't711%'
+     GROUP BY s.f, m.code, m.aggregation$$,
+  'every span read from days, hours and events = the raw events counted');
+CREATE TEMP VIEW t711_days AS  -- a day's figures as usage_between reads them: its row and its hours not folded
+  SELECT x.customer_id, x.meter_code, x.day, sum(x.events) AS events, sum(x.total) AS total, max(x.max_value) AS max_value,
+         max(x.latest_time) AS latest_time,
+         (array_agg(x.latest_value ORDER BY x.latest_time DESC NULLS LAST, x.latest_value DESC NULLS LAST))[1] AS latest_value
+    FROM (SELECT d.customer_id, d.meter_code, d.day, d.events, d.total, d.max_value, d.latest_time, d.latest_value
+            FROM billing.usage_rollup_day d WHERE d.customer_id IN (7111, 7112) AND d.meter_code LIKE 't711%'
+          UNION ALL
+          SELECT r.customer_id, r.meter_code, date_trunc('day', r.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', r.events, r.total,
+                 r.max_value, r.latest_time, r.latest_value
+            FROM billing.usage_rollup r WHERE r.customer_id IN (7111, 7112) AND r.meter_code LIKE 't711%' AND r.folded IS NOT TRUE) x
+   GROUP BY 1, 2, 3;
+CREATE TEMP TABLE t711_day AS SELECT * FROM t711_days;
 CREATE TEMP TABLE t711_rollup AS
   SELECT customer_id, meter_code, bucket, events, total, max_value, latest_time, latest_value FROM billing.usage_rollup
    WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%';
@@ -107,10 +199,12 @@ SELECT set_eq($$SELECT customer_id, meter_code, bucket, events, total, max_value
 SELECT set_eq($$SELECT customer_id, meter_code, bucket, value FROM billing.usage_unique
                  WHERE customer_id IN (7111, 7112) AND meter_code LIKE 't711%'$$,
               $$SELECT * FROM t711_unique$$, 'the distinct values too');
+SELECT set_eq($$SELECT * FROM t711_days$$, $$SELECT * FROM t711_day$$,
+              'the days too (each its row and its hours not folded)');
 SELECT results_eq($$SELECT meter_code, value, events FROM billing.usage_between(7111, '2027-01-10T10:00:00Z', '2027-01-10T12:00:00Z')
                      WHERE meter_code LIKE 't711%' ORDER BY meter_code$$,
-  $$VALUES ('t711_last', 9::numeric, 4::bigint), ('t711_peak', 10.5, 2), ('t711_req', 3, 3), ('t711_tok', 52.5, 3), ('t711_users', 2, 3)$$,
-  'the hours read: latest = the larger of two at the latest instant, max over the filter, sum, count, distinct users');
+  $$VALUES ('t711_last', 11::numeric, 5::bigint), ('t711_peak', 10.5, 3), ('t711_req', 4, 4), ('t711_tok', 57.5, 4), ('t711_users', 3, 4)$$,
+  'the hours read (with the late events): latest = the larger of the ones at the latest instant, max over the filter, sum, count, distinct users');
 
 -- bad calls
 SELECT throws_ok($$SELECT * FROM billing.ingest_usage_batch(array_fill('{}'::text, ARRAY[10001]), '2027-01-10Z')$$,
