@@ -1,4 +1,4 @@
--- 15_shared_helpers: private helpers shared by 30_subscriptions, 40_renewal and 50_charging:
+-- 15_shared_helpers: private helpers shared by 30_subscriptions/38_subscription_changes, 40_renewal and 50_charging:
 -- the subscription lock, the "data" of invoice and subscription events, invoice creation with the
 -- customer's credit, the credit ledger and the voiding of OPEN invoices.
 -- Re-applied after every migration: CREATE OR REPLACE only.
