@@ -27,6 +27,10 @@ before and after a group's calls, while the calling connection is still open. On
 host the wall times are noisy: compare the CPU per row, the rows of one run, and note the load.
 Per-group cost from 8 to 64 groups: `--shards 8,16,32,64 --customers 10000 --only charge_claims_in_shard`
 (the same invoices spread over more groups; a call keys `--batch` of one group's).
+Beside a baseline commit in the same run (`--baseline 605dd63`: its db/ extracted by bench/baseline.py and
+migrated by its own driver, the fixtures and calls this file's): for each shard count the two trees'
+databases are made and measured one after the other, their order alternating from one count to the next.
+`make bench-citus-engine BENCH_ARGS="--shards 8,16,32,64 --customers 10000 --only renew_in_shard --baseline 605dd63"`.
 """
 
 from __future__ import annotations
@@ -35,14 +39,19 @@ import argparse
 import os
 import statistics
 import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 
 import psycopg
 
-from bench.baseline import host_load, proc_cpu
+from bench.baseline import baseline_tree, host_load, proc_cpu, tree_env
 from billing.config import REPO_ROOT
 from billing.migrate import migrate
+
+# The baseline's migration, by its own driver and db/ (tree_env puts its driver first on the path).
+MIGRATE = ("import sys; from billing.migrate import migrate; from billing.config import REPO_ROOT; "
+           "migrate(sys.argv[1], REPO_ROOT / 'db', simulation=True, citus=True)")
 
 NOW = datetime(2027, 3, 1, 12, tzinfo=timezone.utc)
 
@@ -73,9 +82,10 @@ def node_url(url: str, host: str | None, port: int | None) -> str:
     return psycopg.conninfo.make_conninfo(**info)
 
 
-def fresh(server_url: str | None, name: str, *, shards: int) -> str:
+def fresh(server_url: str | None, name: str, *, shards: int, tree=None) -> str:
     """A database migrated from db/, loaded later: on the cluster (`citus.sh createdb`, then
-    `--citus` with `shards` shards) when server_url is None, else on that PostgreSQL."""
+    `--citus` with `shards` shards) when server_url is None, else on that PostgreSQL. `tree`: a
+    baseline's extracted tree (bench/baseline.py), migrated by its own driver from its own db/."""
     if server_url is None:
         url = subprocess.run(["bash", str(REPO_ROOT / "scripts/services/citus.sh"), "createdb", name],
                              check=True, capture_output=True, text=True).stdout.strip()
@@ -86,7 +96,10 @@ def fresh(server_url: str | None, name: str, *, shards: int) -> str:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
             conn.execute(f"CREATE DATABASE {name}")
         url = server_url.rsplit("/", 1)[0] + f"/{name}"
-    migrate(url, REPO_ROOT / "db", simulation=True, citus=server_url is None)
+    if tree is not None:
+        subprocess.run([sys.executable, "-c", MIGRATE, url], check=True, env=tree_env(tree), cwd=str(tree))
+    else:
+        migrate(url, REPO_ROOT / "db", simulation=True, citus=server_url is None)
     return url
 
 
@@ -187,7 +200,8 @@ def work(url: str, fn: str, group: int, batch: int, count: int, nodes: list[str]
     return out, sum(v - cpu0.get(k, 0.0) for k, v in cpu1.items()), rows
 
 
-def measure(url: str, layout: str, shards: int, customers: int, batch: int, count: int, rows: list) -> None:
+def measure(url: str, layout: str, shards: int, customers: int, batch: int, count: int, rows: list,
+            label: str | None = None) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         t = time.perf_counter()
         for stmt in LOAD.split(";"):
@@ -221,8 +235,8 @@ def measure(url: str, layout: str, shards: int, customers: int, batch: int, coun
             handled += n
         med = statistics.median(times)
         cpu_us = 1e6 * cpu / handled if handled else float("nan")
-        rows.append((layout, len(groups), customers, per_group, fn, med, med * 1000 / batch, cpu_us, host_load()))
-        print(f"{layout:6s} groups={len(groups):3d} customers={customers:7d}: {fn} of {batch} = {med:.1f} ms median "
+        rows.append((label or layout, len(groups), customers, per_group, fn, med, med * 1000 / batch, cpu_us, host_load()))
+        print(f"{label or layout:6s} groups={len(groups):3d} customers={customers:7d}: {fn} of {batch} = {med:.1f} ms median "
               f"({med * 1000 / batch:.0f} us/row wall, server CPU {cpu_us:.0f} us/row over {handled} rows, "
               f"{len(times)} calls); {host_load()}", flush=True)
     for fn in ("renewals", "charges") if not getattr(measure, "only", None) else ():
@@ -244,16 +258,21 @@ def main() -> None:
     ap.add_argument("--customers", default="10000,40000")
     ap.add_argument("--batch", type=int, default=200)
     ap.add_argument("--claims", type=int, default=8)
+    ap.add_argument("--baseline", default="none",
+                    help="a commit measured beside this tree on the cluster, same fixtures and calls (none: skip)")
     ap.add_argument("--only", default=None,
                     help="comma-separated calls to time (e.g. charge_claims_in_shard,charge_rows_before_32)")
     a = ap.parse_args()
     measure.only = a.only.split(",") if a.only else None
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)", flush=True)
     rows: list = []
+    base = baseline_tree(a.baseline) if a.baseline != "none" else None
     for customers in [int(x) for x in a.customers.split(",")]:
-        for shards in [int(x) for x in a.shards.split(",")]:
-            url = fresh(None, "billing_bench_engine", shards=shards)
-            measure(url, "citus", shards, customers, a.batch, a.claims, rows)
+        for i, shards in enumerate(int(x) for x in a.shards.split(",")):
+            sides = [(None, "citus")] + ([(base, f"citus@{a.baseline}")] if base else [])
+            for tree, label in (sides if i % 2 == 0 else sides[::-1]):
+                url = fresh(None, "billing_bench_engine", shards=shards, tree=tree)
+                measure(url, "citus", shards, customers, a.batch, a.claims, rows, label)
         if a.single_url:
             url = fresh(a.single_url, "billing_bench_engine_single", shards=0)
             measure(url, "single", 1, customers, a.batch, a.claims, rows)
