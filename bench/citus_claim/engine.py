@@ -133,6 +133,14 @@ WORK = {
     "charge_rows_before_32": "SELECT pg_temp.charge_rows_before_32(%(group)s, %(batch)s, %(now)s)",
     "create_due_invoices": "SELECT billing.create_due_invoices(%(batch)s, %(now)s)",
     "claim_charges": "SELECT count(*) FROM billing.claim_charges('bench', %(batch)s, '1 hour', %(now)s)",
+    # The usage rating per group (issue 29), as the worker calls it on the group's node: claim, then rate
+    # the claimed (each customer's usage lock tried on the node; the worker also holds them on the
+    # coordinator, not taken here). On bench.usage.rating's world (--usage N), rated an hour after its
+    # month ended.
+    "rate_usage_in_shard": "WITH c AS MATERIALIZED (SELECT * FROM billing.claim_usage_in_shard('bench', %(group)s, "
+                           "%(batch)s, %(now)s)) SELECT count(*) FROM billing.rate_usage_in_shard('bench', %(group)s, "
+                           "ARRAY(SELECT customer_id FROM c ORDER BY 1, subscription_id), "
+                           "ARRAY(SELECT subscription_id FROM c ORDER BY customer_id, 1), %(now)s)",
 }
 
 
@@ -175,7 +183,8 @@ def backends(nodes: list[str], name: str) -> dict[tuple[int, int], float]:
     return out
 
 
-def work(url: str, fn: str, group: int, batch: int, count: int, nodes: list[str]) -> tuple[list[float], float, int]:
+def work(url: str, fn: str, group: int, batch: int, count: int, nodes: list[str],
+         now: datetime = NOW) -> tuple[list[float], float, int]:
     """Milliseconds per call of `fn` on `batch` rows, `count` calls, each rolled back; with the server CPU
     seconds of those calls (every backend of the database on `nodes`) and the rows they handled."""
     out = []
@@ -188,12 +197,12 @@ def work(url: str, fn: str, group: int, batch: int, count: int, nodes: list[str]
             conn.execute(ROW_BY_ROW)
         # One call first (not counted): the session's caches and Citus' connections between nodes.
         with conn.transaction(force_rollback=True):
-            conn.execute(WORK[fn], {"group": group, "batch": batch, "now": NOW}).fetchall()
+            conn.execute(WORK[fn], {"group": group, "batch": batch, "now": now}).fetchall()
         cpu0 = backends(nodes, name)
         for _ in range(count):
             t = time.perf_counter()
             with conn.transaction(force_rollback=True):
-                got = conn.execute(WORK[fn], {"group": group, "batch": batch, "now": NOW}).fetchall()
+                got = conn.execute(WORK[fn], {"group": group, "batch": batch, "now": now}).fetchall()
             out.append((time.perf_counter() - t) * 1000)
             rows += int(got[0][0] or 0) if got and got[0] else 0
         cpu1 = backends(nodes, name)
@@ -251,6 +260,35 @@ def measure(url: str, layout: str, shards: int, customers: int, batch: int, coun
               f"({med * 1000 / batch:.0f} us/row, {len(times)} claims)", flush=True)
 
 
+def measure_usage(url: str, label: str, customers: int, hours: int, batch: int, count: int, rows: list) -> None:
+    """rate_usage_in_shard in two groups (each call claims and rates `batch`, rolled back)."""
+    from datetime import timedelta
+
+    from bench.usage.rating import END
+    from bench.usage.rating import build as build_usage
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET citus.multi_shard_modify_mode TO 'sequential'")
+        build_usage(conn, customers, hours, chunk=2000)
+        groups = conn.execute("SELECT shard_group, node_name, node_port FROM "
+                              "billing.lease_shard_groups('bench', 10000, '1 day', %s)", (END,)).fetchall()
+        nodes = [url] + [node_url(url, h, p) for h, p in conn.execute(
+            "SELECT nodename, nodeport FROM pg_dist_node WHERE noderole = 'primary' AND groupid > 0")]
+    times, cpu, handled = [], 0.0, 0
+    for g, host, port in [groups[0], groups[len(groups) // 2]]:
+        t, c, n = work(node_url(url, host, port), "rate_usage_in_shard", g, batch, count, nodes,
+                       now=END + timedelta(hours=2))
+        times += t
+        cpu += c
+        handled += n
+    med = statistics.median(times)
+    cpu_us = 1e6 * cpu / handled if handled else float("nan")
+    rows.append((label, len(groups), customers, customers // len(groups), "rate_usage_in_shard", med, med * 1000 / batch,
+                 cpu_us, host_load()))
+    print(f"{label:6s} groups={len(groups):3d} customers={customers:7d}: rate_usage_in_shard of {batch} = {med:.1f} ms "
+          f"median (server CPU {cpu_us:.0f} us a subscription over {handled} rated, {len(times)} calls); {host_load()}",
+          flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--single-url", default=os.environ.get("BILLING_SINGLE_BENCH_URL"))
@@ -260,6 +298,9 @@ def main() -> None:
     ap.add_argument("--claims", type=int, default=8)
     ap.add_argument("--baseline", default="none",
                     help="a commit measured beside this tree on the cluster, same fixtures and calls (none: skip)")
+    ap.add_argument("--usage", type=int, default=0,
+                    help="also (or with --only rate_usage_in_shard, only) the usage rating per group on "
+                         "bench.usage.rating's world of this many customers (24 active hours a meter)")
     ap.add_argument("--only", default=None,
                     help="comma-separated calls to time (e.g. charge_claims_in_shard,charge_rows_before_32)")
     a = ap.parse_args()
@@ -271,8 +312,12 @@ def main() -> None:
         for i, shards in enumerate(int(x) for x in a.shards.split(",")):
             sides = [(None, "citus")] + ([(base, f"citus@{a.baseline}")] if base else [])
             for tree, label in (sides if i % 2 == 0 else sides[::-1]):
-                url = fresh(None, "billing_bench_engine", shards=shards, tree=tree)
-                measure(url, "citus", shards, customers, a.batch, a.claims, rows, label)
+                if not measure.only or set(measure.only) - {"rate_usage_in_shard"}:
+                    url = fresh(None, "billing_bench_engine", shards=shards, tree=tree)
+                    measure(url, "citus", shards, customers, a.batch, a.claims, rows, label)
+                if a.usage:
+                    url = fresh(None, "billing_bench_engine", shards=shards, tree=tree)
+                    measure_usage(url, label, a.usage, 24, a.batch, a.claims, rows)
         if a.single_url:
             url = fresh(a.single_url, "billing_bench_engine_single", shards=0)
             measure(url, "single", 1, customers, a.batch, a.claims, rows)
