@@ -27,6 +27,10 @@ before and after a group's calls, while the calling connection is still open. On
 host the wall times are noisy: compare the CPU per row, the rows of one run, and note the load.
 Per-group cost from 8 to 64 groups: `--shards 8,16,32,64 --customers 10000 --only charge_claims_in_shard`
 (the same invoices spread over more groups; a call keys `--batch` of one group's).
+Beside a baseline commit in the same run (`--baseline 605dd63`: its db/ extracted by bench/baseline.py and
+migrated by its own driver, the fixtures and calls this file's): for each shard count the two trees'
+databases are made and measured one after the other, their order alternating from one count to the next.
+`make bench-citus-engine BENCH_ARGS="--shards 8,16,32,64 --customers 10000 --only renew_in_shard --baseline 605dd63"`.
 """
 
 from __future__ import annotations
@@ -35,14 +39,19 @@ import argparse
 import os
 import statistics
 import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 
 import psycopg
 
-from bench.baseline import host_load, proc_cpu
+from bench.baseline import baseline_tree, host_load, proc_cpu, tree_env
 from billing.config import REPO_ROOT
 from billing.migrate import migrate
+
+# The baseline's migration, by its own driver and db/ (tree_env puts its driver first on the path).
+MIGRATE = ("import sys; from billing.migrate import migrate; from billing.config import REPO_ROOT; "
+           "migrate(sys.argv[1], REPO_ROOT / 'db', simulation=True, citus=True)")
 
 NOW = datetime(2027, 3, 1, 12, tzinfo=timezone.utc)
 
@@ -73,9 +82,10 @@ def node_url(url: str, host: str | None, port: int | None) -> str:
     return psycopg.conninfo.make_conninfo(**info)
 
 
-def fresh(server_url: str | None, name: str, *, shards: int) -> str:
+def fresh(server_url: str | None, name: str, *, shards: int, tree=None) -> str:
     """A database migrated from db/, loaded later: on the cluster (`citus.sh createdb`, then
-    `--citus` with `shards` shards) when server_url is None, else on that PostgreSQL."""
+    `--citus` with `shards` shards) when server_url is None, else on that PostgreSQL. `tree`: a
+    baseline's extracted tree (bench/baseline.py), migrated by its own driver from its own db/."""
     if server_url is None:
         url = subprocess.run(["bash", str(REPO_ROOT / "scripts/services/citus.sh"), "createdb", name],
                              check=True, capture_output=True, text=True).stdout.strip()
@@ -86,7 +96,10 @@ def fresh(server_url: str | None, name: str, *, shards: int) -> str:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
             conn.execute(f"CREATE DATABASE {name}")
         url = server_url.rsplit("/", 1)[0] + f"/{name}"
-    migrate(url, REPO_ROOT / "db", simulation=True, citus=server_url is None)
+    if tree is not None:
+        subprocess.run([sys.executable, "-c", MIGRATE, url], check=True, env=tree_env(tree), cwd=str(tree))
+    else:
+        migrate(url, REPO_ROOT / "db", simulation=True, citus=server_url is None)
     return url
 
 
@@ -120,6 +133,14 @@ WORK = {
     "charge_rows_before_32": "SELECT pg_temp.charge_rows_before_32(%(group)s, %(batch)s, %(now)s)",
     "create_due_invoices": "SELECT billing.create_due_invoices(%(batch)s, %(now)s)",
     "claim_charges": "SELECT count(*) FROM billing.claim_charges('bench', %(batch)s, '1 hour', %(now)s)",
+    # The usage rating per group (issue 29), as the worker calls it on the group's node: claim, then rate
+    # the claimed (each customer's usage lock tried on the node; the worker also holds them on the
+    # coordinator, not taken here). On bench.usage.rating's world (--usage N), rated an hour after its
+    # month ended.
+    "rate_usage_in_shard": "WITH c AS MATERIALIZED (SELECT * FROM billing.claim_usage_in_shard('bench', %(group)s, "
+                           "%(batch)s, %(now)s)) SELECT count(*) FROM billing.rate_usage_in_shard('bench', %(group)s, "
+                           "ARRAY(SELECT customer_id FROM c ORDER BY 1, subscription_id), "
+                           "ARRAY(SELECT subscription_id FROM c ORDER BY customer_id, 1), %(now)s)",
 }
 
 
@@ -162,7 +183,8 @@ def backends(nodes: list[str], name: str) -> dict[tuple[int, int], float]:
     return out
 
 
-def work(url: str, fn: str, group: int, batch: int, count: int, nodes: list[str]) -> tuple[list[float], float, int]:
+def work(url: str, fn: str, group: int, batch: int, count: int, nodes: list[str],
+         now: datetime = NOW) -> tuple[list[float], float, int]:
     """Milliseconds per call of `fn` on `batch` rows, `count` calls, each rolled back; with the server CPU
     seconds of those calls (every backend of the database on `nodes`) and the rows they handled."""
     out = []
@@ -175,19 +197,20 @@ def work(url: str, fn: str, group: int, batch: int, count: int, nodes: list[str]
             conn.execute(ROW_BY_ROW)
         # One call first (not counted): the session's caches and Citus' connections between nodes.
         with conn.transaction(force_rollback=True):
-            conn.execute(WORK[fn], {"group": group, "batch": batch, "now": NOW}).fetchall()
+            conn.execute(WORK[fn], {"group": group, "batch": batch, "now": now}).fetchall()
         cpu0 = backends(nodes, name)
         for _ in range(count):
             t = time.perf_counter()
             with conn.transaction(force_rollback=True):
-                got = conn.execute(WORK[fn], {"group": group, "batch": batch, "now": NOW}).fetchall()
+                got = conn.execute(WORK[fn], {"group": group, "batch": batch, "now": now}).fetchall()
             out.append((time.perf_counter() - t) * 1000)
             rows += int(got[0][0] or 0) if got and got[0] else 0
         cpu1 = backends(nodes, name)
     return out, sum(v - cpu0.get(k, 0.0) for k, v in cpu1.items()), rows
 
 
-def measure(url: str, layout: str, shards: int, customers: int, batch: int, count: int, rows: list) -> None:
+def measure(url: str, layout: str, shards: int, customers: int, batch: int, count: int, rows: list,
+            label: str | None = None) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         t = time.perf_counter()
         for stmt in LOAD.split(";"):
@@ -221,8 +244,8 @@ def measure(url: str, layout: str, shards: int, customers: int, batch: int, coun
             handled += n
         med = statistics.median(times)
         cpu_us = 1e6 * cpu / handled if handled else float("nan")
-        rows.append((layout, len(groups), customers, per_group, fn, med, med * 1000 / batch, cpu_us, host_load()))
-        print(f"{layout:6s} groups={len(groups):3d} customers={customers:7d}: {fn} of {batch} = {med:.1f} ms median "
+        rows.append((label or layout, len(groups), customers, per_group, fn, med, med * 1000 / batch, cpu_us, host_load()))
+        print(f"{label or layout:6s} groups={len(groups):3d} customers={customers:7d}: {fn} of {batch} = {med:.1f} ms median "
               f"({med * 1000 / batch:.0f} us/row wall, server CPU {cpu_us:.0f} us/row over {handled} rows, "
               f"{len(times)} calls); {host_load()}", flush=True)
     for fn in ("renewals", "charges") if not getattr(measure, "only", None) else ():
@@ -237,6 +260,35 @@ def measure(url: str, layout: str, shards: int, customers: int, batch: int, coun
               f"({med * 1000 / batch:.0f} us/row, {len(times)} claims)", flush=True)
 
 
+def measure_usage(url: str, label: str, customers: int, hours: int, batch: int, count: int, rows: list) -> None:
+    """rate_usage_in_shard in two groups (each call claims and rates `batch`, rolled back)."""
+    from datetime import timedelta
+
+    from bench.usage.rating import END
+    from bench.usage.rating import build as build_usage
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET citus.multi_shard_modify_mode TO 'sequential'")
+        build_usage(conn, customers, hours, chunk=2000)
+        groups = conn.execute("SELECT shard_group, node_name, node_port FROM "
+                              "billing.lease_shard_groups('bench', 10000, '1 day', %s)", (END,)).fetchall()
+        nodes = [url] + [node_url(url, h, p) for h, p in conn.execute(
+            "SELECT nodename, nodeport FROM pg_dist_node WHERE noderole = 'primary' AND groupid > 0")]
+    times, cpu, handled = [], 0.0, 0
+    for g, host, port in [groups[0], groups[len(groups) // 2]]:
+        t, c, n = work(node_url(url, host, port), "rate_usage_in_shard", g, batch, count, nodes,
+                       now=END + timedelta(hours=2))
+        times += t
+        cpu += c
+        handled += n
+    med = statistics.median(times)
+    cpu_us = 1e6 * cpu / handled if handled else float("nan")
+    rows.append((label, len(groups), customers, customers // len(groups), "rate_usage_in_shard", med, med * 1000 / batch,
+                 cpu_us, host_load()))
+    print(f"{label:6s} groups={len(groups):3d} customers={customers:7d}: rate_usage_in_shard of {batch} = {med:.1f} ms "
+          f"median (server CPU {cpu_us:.0f} us a subscription over {handled} rated, {len(times)} calls); {host_load()}",
+          flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--single-url", default=os.environ.get("BILLING_SINGLE_BENCH_URL"))
@@ -244,16 +296,28 @@ def main() -> None:
     ap.add_argument("--customers", default="10000,40000")
     ap.add_argument("--batch", type=int, default=200)
     ap.add_argument("--claims", type=int, default=8)
+    ap.add_argument("--baseline", default="none",
+                    help="a commit measured beside this tree on the cluster, same fixtures and calls (none: skip)")
+    ap.add_argument("--usage", type=int, default=0,
+                    help="also (or with --only rate_usage_in_shard, only) the usage rating per group on "
+                         "bench.usage.rating's world of this many customers (24 active hours a meter)")
     ap.add_argument("--only", default=None,
                     help="comma-separated calls to time (e.g. charge_claims_in_shard,charge_rows_before_32)")
     a = ap.parse_args()
     measure.only = a.only.split(",") if a.only else None
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)", flush=True)
     rows: list = []
+    base = baseline_tree(a.baseline) if a.baseline != "none" else None
     for customers in [int(x) for x in a.customers.split(",")]:
-        for shards in [int(x) for x in a.shards.split(",")]:
-            url = fresh(None, "billing_bench_engine", shards=shards)
-            measure(url, "citus", shards, customers, a.batch, a.claims, rows)
+        for i, shards in enumerate(int(x) for x in a.shards.split(",")):
+            sides = [(None, "citus")] + ([(base, f"citus@{a.baseline}")] if base else [])
+            for tree, label in (sides if i % 2 == 0 else sides[::-1]):
+                if not measure.only or set(measure.only) - {"rate_usage_in_shard"}:
+                    url = fresh(None, "billing_bench_engine", shards=shards, tree=tree)
+                    measure(url, "citus", shards, customers, a.batch, a.claims, rows, label)
+                if a.usage:
+                    url = fresh(None, "billing_bench_engine", shards=shards, tree=tree)
+                    measure_usage(url, label, a.usage, 24, a.batch, a.claims, rows)
         if a.single_url:
             url = fresh(a.single_url, "billing_bench_engine_single", shards=0)
             measure(url, "single", 1, customers, a.batch, a.claims, rows)

@@ -11,8 +11,10 @@ TRUNCATE citus_adapted;
 -- table ("unrecognized RTE kind: 7"); each one the function files made is replaced:
 -- * invoice_subscription_exists (12_integrity.sql) by the composite foreign key it stands for,
 --   checked inside the shard group;
--- * outbox_event_fan_out (66_webhooks.sql) by a row trigger on the event's shard;
 -- * outbox_event_notify (65_outbox_relay.sql) by nothing: the relay polls on Citus.
+-- outbox_event_fan_out (66_webhooks.sql) stays: on a shard its statement names only the shard
+-- group's own tables (until issue 32, groups4, it was replaced here by a row trigger, one distributed
+-- INSERT per event; the function file's CREATE OR REPLACE TRIGGER puts the statement trigger back).
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = 'billing.invoice'::regclass
@@ -23,17 +25,6 @@ BEGIN
                 REFERENCES billing.subscription (customer_id, id);
         END IF;
         INSERT INTO citus_adapted VALUES ('trigger', 'invoice_subscription_exists');
-    END IF;
-END
-$$;
-DO $$
-BEGIN
-    IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = 'billing.outbox_event'::regclass
-                  AND t.tgname = 'outbox_event_fan_out' AND t.tgnewtable IS NOT NULL) THEN
-        DROP TRIGGER outbox_event_fan_out ON billing.outbox_event;
-        CREATE TRIGGER outbox_event_fan_out AFTER INSERT ON billing.outbox_event
-            FOR EACH ROW EXECUTE FUNCTION billing._outbox_fan_out_row();
-        INSERT INTO citus_adapted VALUES ('trigger', 'outbox_event_fan_out');
     END IF;
 END
 $$;

@@ -108,6 +108,43 @@ Returns the outbox_event id.';
 -- aggregate's row lock, as for the ids on one PostgreSQL). Every claim takes events in
 -- billing._outbox_order (above). It fires on the event's shard, on the node holding it, and reads
 -- that shard only (the aggregate's unpublished events, through their partial index).
+--
+-- The read is one statement per shard kept per session (issue 32, groups4): PREPAREd the first time a
+-- session writes to that shard, then only executed (~25 us), where a dynamic statement planned anew
+-- for each event cost 300-700 us, more with more shards on the node, most of what the per-group
+-- renewal paid per event after the fan-out. A session's prepared statements belong to whoever owns
+-- the session, so the statement's text is compared with this trigger's own at the start of every
+-- INSERT statement on the shard (_outbox_event_seq_ready, a statement trigger) and replaced when it
+-- differs, as the relay's kept statements are before each use (65_outbox_relay.sql): a same-named
+-- statement the session made itself is never run. Nothing but the INSERT's own expressions (the
+-- engine's: no role may write the outbox) runs between that check and the statement's rows.
+CREATE OR REPLACE FUNCTION billing._outbox_event_seq_ready()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- %1$I the statement's name (one per shard: its oid), %2$I.%3$I the shard.
+    c_prepare constant text := 'PREPARE %1$I(pg_catalog.text, pg_catalog.int8) AS '
+        'SELECT pg_catalog.max(billing._outbox_order(e.aggregate_seq, e.id)) FROM %2$I.%3$I e '
+        'WHERE e.status <> ''PUBLISHED'' AND e.aggregate_type = $1 AND e.aggregate_id = $2';
+    v_name text := 'billing_outbox_seq_' || TG_RELID::text;
+    v_kept text;
+BEGIN
+    v_kept := (SELECT p.statement FROM pg_catalog.pg_prepared_statements p WHERE p.name = v_name);
+    IF v_kept IS DISTINCT FROM format(c_prepare, v_name, TG_TABLE_SCHEMA, TG_TABLE_NAME) THEN
+        IF v_kept IS NOT NULL THEN
+            EXECUTE format('DEALLOCATE %I', v_name);
+        END IF;
+        EXECUTE format(c_prepare, v_name, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION billing._outbox_event_seq_ready() IS
+'Private trigger, on Citus only: before each INSERT statement on a shard of the outbox, makes sure this session''s statement billing_outbox_seq_<shard oid> is exactly the order key''s read of that shard (the aggregate''s unpublished events'' highest billing._outbox_order; prepared when missing, replaced when different), for the rows'' trigger _outbox_event_seq.
+Returns NULL (statement-level BEFORE trigger).';
+
 CREATE OR REPLACE FUNCTION billing._outbox_event_seq()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -116,10 +153,9 @@ AS $$
 DECLARE
     v_last bigint;
 BEGIN
-    EXECUTE format('SELECT max(billing._outbox_order(e.aggregate_seq, e.id)) FROM %I.%I e '
-                   'WHERE e.status <> ''PUBLISHED'' AND e.aggregate_type = $1 AND e.aggregate_id = $2',
-                   TG_TABLE_SCHEMA, TG_TABLE_NAME)
-       INTO v_last USING NEW.aggregate_type, NEW.aggregate_id;
+    -- The statement _outbox_event_seq_ready checked at the start of this INSERT statement.
+    EXECUTE format('EXECUTE %I(%L, %L)', 'billing_outbox_seq_' || TG_RELID::text, NEW.aggregate_type, NEW.aggregate_id)
+       INTO v_last;
     -- The wall clock, so that events of every node are taken oldest first; raised above the
     -- aggregate's unpublished events, so that an aggregate's order never depends on clocks.
     NEW.aggregate_seq := greatest((extract(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::bigint, v_last + 1);
@@ -127,7 +163,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._outbox_event_seq() IS
-'Private trigger, on Citus only: sets the new event''s aggregate_seq (the time in microseconds, raised above every unpublished event of its aggregate), so the relay orders an aggregate''s events by commit whatever node took the id.
+'Private trigger, on Citus only: sets the new event''s aggregate_seq (the time in microseconds, raised above every unpublished event of its aggregate, read by the statement prepared once per session and shard that _outbox_event_seq_ready checks at the start of every INSERT statement), so the relay orders an aggregate''s events by commit whatever node took the id.
 Returns the row (BEFORE INSERT, per row).';
 
 DO $$
@@ -138,6 +174,13 @@ BEGIN
         PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
         CREATE TRIGGER outbox_event_seq BEFORE INSERT ON billing.outbox_event
             FOR EACH ROW EXECUTE FUNCTION billing._outbox_event_seq();
+    END IF;
+    IF billing._distributed('billing.outbox_event')
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = 'billing.outbox_event'::regclass
+                                                          AND tgname = 'outbox_event_seq_ready') THEN
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+        CREATE TRIGGER outbox_event_seq_ready BEFORE INSERT ON billing.outbox_event
+            FOR EACH STATEMENT EXECUTE FUNCTION billing._outbox_event_seq_ready();
     END IF;
 END
 $$;

@@ -765,8 +765,10 @@ def test_security_definer_functions_pin_a_safe_search_path(db_url, app_role):
             # $n parameter: 51_charge_claims.sql; billing._rate_usage_set_statement fills its placeholders
             # with _shard_table / _local_table names and $n parameters: 81_usage_rating_set.sql;
             # 'EXECUTE %I(...)' inside a format() string runs a prepared relay statement by its quoted
-            # name, its values literals quoted by %L or _timestamptz_literal: 65_outbox_relay.sql.)
-            if re.search(r"\bEXECUTE\b\s+(?!format\s*\(|%I\(|billing\._renew_statement\(|billing\._page\(|billing\._charge_keys_statement\(|billing\._rate_usage_set_statement\()",
+            # name, its values literals quoted by %L or _timestamptz_literal: 65_outbox_relay.sql, and the
+            # outbox order key's kept statement: 64_outbox.sql; billing._fan_out_shard_statement fills the
+            # fan-out's statement with Citus' shard names (shard_name, _local_table): 66_webhooks.sql.)
+            if re.search(r"\bEXECUTE\b\s+(?!format\s*\(|%I\(|billing\._renew_statement\(|billing\._page\(|billing\._charge_keys_statement\(|billing\._rate_usage_set_statement\(|billing\._fan_out_shard_statement\()",
                          f["prosrc"] or "",
                          re.IGNORECASE) \
                     and f["prokind"] == "f":

@@ -6,10 +6,11 @@
 -- group. The writes on the workers are other sessions (dblink), so the fixtures are committed; the
 -- database is make test-citus' own, made fresh each run. Its customers (640001..640040) are this
 -- file's alone and its clock is in 1990, before anything the other suites leave due; the figures over
--- every customer (stats, retry-dead) are compared with direct counts. It leases nothing. Run by
+-- every customer (stats, retry-dead) are compared with direct counts (customer 640041: the order key's
+-- kept statement, at the end). It leases nothing. Run by
 -- `make test-citus` only.
 \set ON_ERROR_STOP 1
-SELECT plan(36);
+SELECT plan(39);
 
 \set T '''1990-06-01 00:00Z'''
 
@@ -145,5 +146,36 @@ SELECT cmp_ok((SELECT count(*) FROM billing.read_audit(NULL, 1000, NULL, 'claim_
           'read_audit reads the audit of every shard (the claim on the worker is there)');
 SELECT is((SELECT count(*) FROM billing.read_audit(NULL, 1000, NULL, 'mark_outbox_published_in_shard')), 0::bigint,
           'a mark in a group writes no audit row (the claim''s row names the relay and the count)');
+
+-- The order key's read is a statement kept per session and shard (issue 32, groups4): a statement of
+-- the same name that the session prepared itself is replaced, never run. Customer 640041's first
+-- event carries an order key far ahead of the clock; a session on the node holding it prepares a
+-- statement of the trigger's name answering NULL, then writes the aggregate's next event there.
+SELECT billing.upsert_customer(640041) IS NOT NULL AS c41 \gset
+SELECT billing._emit_event('invoice', 640041, 'InvoicePaid', '{"customerId": 640041, "n": 0}', :T) AS e41 \gset
+UPDATE billing.outbox_event SET aggregate_seq = 4000000000000000 WHERE customer_id = 640041 AND id = :e41;
+SELECT format('host=%s port=%s dbname=%s user=postgres', s.nodename, s.nodeport, current_database()) AS wn,
+       'billing.outbox_event_' || s.shardid AS shard41
+  FROM citus_shards s WHERE s.shardid = get_shard_id_for_distribution_column('billing.outbox_event', 640041) \gset
+SELECT dblink_connect('s41', :'wn') AS s41 \gset
+SELECT name41 FROM dblink('s41', format('SELECT %L || %L::regclass::oid', 'billing_outbox_seq_', :'shard41')) AS t(name41 text) \gset
+SELECT dblink_exec('s41', format('PREPARE %I(text, int8) AS SELECT NULL::bigint', :'name41')) AS prepared41 \gset
+SELECT id41 FROM dblink('s41', format($q$SELECT billing._emit_event('invoice', 640041, 'InvoicePaid', '{"customerId": 640041, "n": 1}', %L)$q$, :T))
+    AS t(id41 bigint) \gset
+SELECT aggregate_seq AS seq41 FROM billing.outbox_event WHERE customer_id = 640041 AND id = :id41 \gset
+SELECT is(:seq41::bigint, 4000000000000001::bigint,
+          'an event written on the node of a session holding a same-named statement is still raised above its aggregate''s');
+SELECT matches((SELECT statement FROM dblink('s41', format('SELECT statement FROM pg_prepared_statements WHERE name = %L', :'name41'))
+                   AS t(statement text)),
+               '^PREPARE .* SELECT pg_catalog\.max\(billing\._outbox_order\(',
+               'the session''s statement of that name is now the trigger''s own');
+SELECT id42 FROM dblink('s41', format($q$SELECT billing._emit_event('invoice', 640041, 'InvoicePaid', '{"customerId": 640041, "n": 2}', %L)$q$, :T))
+    AS t(id42 bigint) \gset
+SELECT aggregate_seq AS seq42 FROM billing.outbox_event WHERE customer_id = 640041 AND id = :id42 \gset
+SELECT is(:seq42::bigint, 4000000000000002::bigint,
+          'and the next event there, through the kept statement, is raised above both');
+SELECT dblink_disconnect('s41') AS d41 \gset
+-- (published: nothing of this customer is left for the other suites' claims)
+UPDATE billing.outbox_event SET status = 'PUBLISHED', published_at = timestamptz :T WHERE customer_id = 640041;
 
 SELECT * FROM finish();
