@@ -221,6 +221,15 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(29, billing._usage_lock_key(p_customer_id)) THEN
         RETURN NULL;
     END IF;
+    -- On Citus, then the customer's row on its node, FOR NO KEY UPDATE SKIP LOCKED: a batch of its
+    -- usage committed on the coordinator but still prepared on the node (a failed COMMIT PREPARED)
+    -- holds it FOR SHARE there, its events unseen (83_usage_ingest): skipped until it is committed.
+    IF billing._distributed('billing.customer') THEN
+        PERFORM 1 FROM billing.customer c WHERE c.id = p_customer_id FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     -- the subscription first, then its cursor: the order of every path that changes a subscription
     -- and then its cursor (change_plan, cancellations: _usage_touch), so none can deadlock with this
     SELECT * INTO v_sub FROM billing.subscription

@@ -156,6 +156,13 @@ BEGIN
     -- with a snapshot taken after them)
     v_locked := ARRAY(SELECT c FROM (SELECT DISTINCT c FROM unnest(p_customer_ids) c WHERE c IS NOT NULL) q
                        WHERE pg_try_advisory_xact_lock(29, billing._usage_lock_key(c)) ORDER BY c);
+    -- then their rows on this node, FOR NO KEY UPDATE SKIP LOCKED: on Citus an ingestion holds its
+    -- customers' rows FOR SHARE here until it commits here, and a batch left prepared by a failed
+    -- COMMIT PREPARED holds them after its usage locks are gone (83_usage_ingest): such a customer
+    -- is left to a later call, rated once the batch is committed (docs/usage.md "Exactly once")
+    EXECUTE format('SELECT ARRAY(SELECT c.id FROM %s c WHERE c.id = ANY ($1) ORDER BY c.id FOR NO KEY UPDATE SKIP LOCKED)',
+                   billing._shard_table('billing.customer', p_shard_group))
+       INTO v_locked USING v_locked;
     -- the rows of this group, locked in key order (the subscription before its cursor); the live ones
     -- without late events go set-based
     EXECUTE format($q$
