@@ -208,10 +208,10 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.rate_usage_in_shard(text, integer, bigint[], bigint[], timestamptz, interval) IS
-'Rates usage in arrears (as rate_usage) for subscriptions claimed by claim_usage_in_shard in this transaction, inside one leased shard group on the node holding it; on Citus the caller holds their customers'' usage locks on the coordinator (lock_usage_customers) until this transaction has committed, and passes only those. Each customer''s usage lock is tried here too (a customer busy elsewhere is skipped); only this group''s rows are rated: the live ones without late events by the set statement on the group''s shards (_rate_usage_set_in_shard), the rest one at a time (_rate_subscription).
+'Rates usage in arrears (as rate_usage) for subscriptions claimed by claim_usage_in_shard in this transaction, inside one leased shard group on the node holding it; on Citus the caller holds their customers'' usage locks on the coordinator (lock_usage_customers) until this transaction has committed, and passes only those. Each customer''s usage lock is tried here too, then its row FOR NO KEY UPDATE SKIP LOCKED (a customer busy elsewhere, or whose batch of usage is still prepared on this node, is skipped); only this group''s rows are rated: the live ones without late events by the set statement on the group''s shards (_rate_usage_set_in_shard), the rest one at a time (_rate_subscription).
 Returns each subscription rated and its USAGE invoice (NULL: nothing billed); BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for bad arrays or grace.';
 
--- rate_usage called on the Citus coordinator (admin, the demo, billing usage rate): the set statement
+-- rate_usage called on the Citus coordinator (admin, the demo): the set statement
 -- for one group's due subscriptions, run on the group's node. Citus sends a call of this function to
 -- the node holding p_anchor (a customer of the group): it is distributed colocated with
 -- billing.customer with force_delegation (db/citus/10_adapt.sql), so the call runs there inside the
