@@ -189,7 +189,8 @@ def main() -> None:
         base["load"] = os.getloadavg()[0]
         b = set_based(url_for_db(args.server_url, BASE), args.batch, now, n)
         base["set"] = b
-        assert ratings_of(url_for_db(args.server_url, BASE), args.sample or 1000) == set_rows, "baseline and this tree disagree"
+        assert (ratings_of(url_for_db(args.server_url, BASE), args.sample or 1000)
+                == ratings_of(url, args.sample or 1000)), "baseline and this tree disagree"
         print(f"baseline {args.baseline}, set-based rate_usage({args.batch}), 1 worker: {n:,} subscriptions in {b[0]:.1f} s wall "
               f"({n / b[0]:,.0f}/s; server CPU {b[1]:.1f} s, {b[1] / n * 1000:.2f} ms each; load {base['load']:.1f}); "
               f"ratings equal to this tree's", flush=True)
