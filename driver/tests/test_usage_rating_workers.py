@@ -16,6 +16,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -293,6 +294,14 @@ def test_a_batch_left_prepared_on_a_node_is_rated_once_it_commits(citus_db_url):
         conn.execute("SELECT billing.create_subscription('k13', 13, 'API', %s)", (START,))
         conn.execute("SELECT billing.create_due_invoices(100, %s)", (END + timedelta(seconds=1),))
         assert conn.execute("SELECT count(*) FROM billing.usage_cursor WHERE customer_id = 13").fetchone()[0] == 0
+    # the coordinator's ingestion holds the customer's row FOR SHARE on its node until it commits
+    with psycopg.connect(url) as ingestion, psycopg.connect(url, autocommit=True) as other:
+        rows = ingestion.execute("SELECT status FROM billing.ingest_usage(%s::jsonb, %s)",
+                                 (events(2, 1, "open"), END - timedelta(days=1))).fetchall()
+        assert [r[0] for r in rows] == ["accepted"]
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            other.execute("SELECT 1 FROM billing.customer WHERE id = 2 FOR NO KEY UPDATE NOWAIT")
+        ingestion.rollback()
     gid = f"usage2pc-{uuid.uuid4().hex[:12]}"
     gid13 = gid + "-13"
     try:
