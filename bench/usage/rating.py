@@ -4,8 +4,13 @@ on one PostgreSQL) by one worker, beside --workers workers at once (each call ta
 no other holds), beside the per-subscription path (`billing._rate_usage_rows`, what rate_usage was
 before, and still is on Citus) in the same run, on copies of the same data.
 
-    python -m bench.usage.rating                          # 20,000 subscriptions
-    python -m bench.usage.rating --subscriptions 100000   # the issue's figure
+    python -m bench.usage.rating                          # 20,000 subscriptions, main 605dd63 beside
+    python -m bench.usage.rating --subscriptions 100000 --sample 0   # the issue's figure
+
+--baseline REV (default 605dd63; 'none': skip): copies of the same database with the baseline's
+function files re-applied (its db/ migrated over the copy: the schema must be the same), rated the
+same ways in the same run, one path after the other (this tree, then the baseline), their ratings
+compared. Every line prints the wall seconds for the N subscriptions and the worker count.
 
 The world: N customers, each with one subscription (imported in the month, set-based:
 `import_subscriptions`) on a plan of 3 charges (per_unit on a count meter, graduated on a sum
@@ -37,6 +42,7 @@ from pathlib import Path
 
 import psycopg
 
+from bench.baseline import baseline_tree, host_load
 from billing.migrate import migrate
 
 from .run import url_for_db
@@ -45,6 +51,8 @@ REPO = Path(__file__).resolve().parents[2]
 DB = "bench_usage_rating"
 COPY = "bench_usage_rating_rows"
 PARALLEL = "bench_usage_rating_workers"
+BASE, BASE_PARALLEL = "bench_usage_rating_base", "bench_usage_rating_base_workers"
+BASELINE = "605dd63"  # main before the usage2pc branch
 START = datetime(2026, 10, 1, tzinfo=timezone.utc)
 END = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
@@ -120,10 +128,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=5000, help="rate_usage's batch size (set-based)")
     ap.add_argument("--sample", type=int, default=1000, help="subscriptions rated by the per-subscription path (0: none)")
     ap.add_argument("--workers", type=int, default=2, help="rating workers at once, beside the one worker")
+    ap.add_argument("--baseline", default=BASELINE, help="git revision rated beside this tree ('none': skip)")
     args = ap.parse_args()
     n = args.subscriptions
     with psycopg.connect(args.server_url, autocommit=True) as conn:
-        for db in (DB, COPY, PARALLEL):
+        for db in (DB, COPY, PARALLEL, BASE, BASE_PARALLEL):
             conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {DB}")
     url = url_for_db(args.server_url, DB)
@@ -142,8 +151,17 @@ def main() -> None:
             conn.execute(f"CREATE DATABASE {COPY} TEMPLATE {DB}")
         if args.workers:
             conn.execute(f"CREATE DATABASE {PARALLEL} TEMPLATE {DB}")
+        if args.baseline != "none":
+            conn.execute(f"CREATE DATABASE {BASE} TEMPLATE {DB}")
+            if args.workers:
+                conn.execute(f"CREATE DATABASE {BASE_PARALLEL} TEMPLATE {DB}")
         print(f"cursors made (set-based) in {follow:.1f} s; copy of the database in {time.perf_counter() - t0:.0f} s",
               flush=True)
+    if args.baseline != "none":
+        base_db = baseline_tree(args.baseline) / "db"
+        for db in (BASE, BASE_PARALLEL) if args.workers else (BASE,):
+            migrate(url_for_db(args.server_url, db), base_db, simulation=True)
+        print(f"baseline {args.baseline}: its function files re-applied on copies", flush=True)
 
     load_before = os.getloadavg()[0]
     with psycopg.connect(url, autocommit=True) as conn:
@@ -162,9 +180,20 @@ def main() -> None:
         assert looked == n == invoices, (looked, n, invoices)
         lines = conn.execute("SELECT count(*) FROM billing.service_line WHERE item = 'USAGE'").fetchone()[0]
         set_rows = ratings(conn, args.sample)
-    print(f"set-based rate_usage({args.batch}): {n:,} subscriptions x 3 charges in {set_seconds:.1f} s "
+    print(f"set-based rate_usage({args.batch}), 1 worker: {n:,} subscriptions x 3 charges in {set_seconds:.1f} s wall "
           f"({n / set_seconds:,.0f}/s; server CPU {set_cpu:.1f} s, {set_cpu / n * 1000:.2f} ms each; {calls} calls, {invoices:,} USAGE invoices, {lines:,} lines; load {load_before:.1f})",
           flush=True)
+
+    base = {}
+    if args.baseline != "none":
+        base["load"] = os.getloadavg()[0]
+        b = set_based(url_for_db(args.server_url, BASE), args.batch, now, n)
+        base["set"] = b
+        assert (ratings_of(url_for_db(args.server_url, BASE), args.sample or 1000)
+                == ratings_of(url, args.sample or 1000)), "baseline and this tree disagree"
+        print(f"baseline {args.baseline}, set-based rate_usage({args.batch}), 1 worker: {n:,} subscriptions in {b[0]:.1f} s wall "
+              f"({n / b[0]:,.0f}/s; server CPU {b[1]:.1f} s, {b[1] / n * 1000:.2f} ms each; load {base['load']:.1f}); "
+              f"ratings equal to this tree's", flush=True)
 
     par_seconds = par_cpu = float("nan")
     load_par = os.getloadavg()[0]
@@ -177,11 +206,18 @@ def main() -> None:
               f"({n / par_seconds:,.0f}/s; server CPU {par_cpu:.1f} s in all, {par_cpu / n * 1000:.2f} ms each; "
               f"{par_calls} calls; load {load_par:.1f}); the first {args.sample or 1000:,} customers' ratings equal to one worker's",
               flush=True)
+        if args.baseline != "none":
+            base["par_load"] = os.getloadavg()[0]
+            base["par"] = parallel(url_for_db(args.server_url, BASE_PARALLEL), args.workers, args.batch, now, n)
+            print(f"baseline {args.baseline}, {args.workers} workers at once: {n:,} subscriptions in {base['par'][0]:.1f} s wall "
+                  f"({n / base['par'][0]:,.0f}/s; server CPU {base['par'][1]:.1f} s in all, {base['par'][1] / n * 1000:.2f} ms each; "
+                  f"load {base['par_load']:.1f})", flush=True)
     if not args.sample:
         summary(args, n, rollups, set_seconds, set_cpu, par_seconds, par_cpu, None, None, None,
-                (load_before, load_par, os.getloadavg()[0]))
+                (load_before, load_par, os.getloadavg()[0]), base)
         with psycopg.connect(args.server_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {PARALLEL} WITH (FORCE)")
+            for db in (PARALLEL, BASE, BASE_PARALLEL):
+                conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
         return
     load_rows = os.getloadavg()[0]
     with psycopg.connect(url_for_db(args.server_url, COPY), autocommit=True) as conn:
@@ -200,10 +236,29 @@ def main() -> None:
           f"{n:,} would take {n * rows_seconds / rated:,.0f} s); "
           f"the sample's {len(set_rows):,} ratings equal in both", flush=True)
     with psycopg.connect(args.server_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {COPY} WITH (FORCE)")
-        conn.execute(f"DROP DATABASE IF EXISTS {PARALLEL} WITH (FORCE)")
+        for db in (COPY, PARALLEL, BASE, BASE_PARALLEL):
+            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
     summary(args, n, rollups, set_seconds, set_cpu, par_seconds, par_cpu, rated, rows_seconds, rows_cpu,
-            (load_before, load_par, load_rows, os.getloadavg()[0]))
+            (load_before, load_par, load_rows, os.getloadavg()[0]), base)
+
+
+def set_based(url: str, batch: int, now, n: int) -> tuple[float, float, int]:
+    """One worker's loop of rate_usage(batch) until a call looks at less than a batch: wall seconds,
+    server CPU seconds, calls."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        cpu0 = backend_cpu(conn)
+        t0 = time.perf_counter()
+        looked = invoices = calls = 0
+        while True:
+            a, b = conn.execute("SELECT count(*), count(invoice_id) FROM billing.rate_usage(%s, %s, interval '1 hour', %s)",
+                                (batch, now, calls == 0)).fetchone()
+            looked, invoices, calls = looked + a, invoices + b, calls + 1
+            if a < batch:
+                break
+        seconds = time.perf_counter() - t0
+        cpu = backend_cpu(conn) - cpu0 if cpu0 is not None else float("nan")
+    assert looked == n == invoices, (looked, n, invoices)
+    return seconds, cpu, calls
 
 
 def ratings_of(url: str, limit: int) -> list[tuple]:
@@ -254,8 +309,10 @@ def parallel(url: str, workers: int, batch: int, now, n: int) -> tuple[float, fl
     return seconds, sum(cpu), sum(calls)
 
 
-def summary(args, n, rollups, set_seconds, set_cpu, par_seconds, par_cpu, rated, rows_seconds, rows_cpu, loads) -> None:
+def summary(args, n, rollups, set_seconds, set_cpu, par_seconds, par_cpu, rated, rows_seconds, rows_cpu, loads,
+            base=None) -> None:
     print()
+    print(host_load())
     print(f"| rating, {n:,} subscriptions x 3 meters, {args.hours} active hours a meter ({rollups:,} rollup rows); "
           f"load {' / '.join(f'{x:.1f}' for x in loads)} | subscriptions/s | time for {n:,} | server CPU per subscription | CPU for {n:,} |")
     print("|---|---:|---:|---:|---:|")
@@ -264,6 +321,14 @@ def summary(args, n, rollups, set_seconds, set_cpu, par_seconds, par_cpu, rated,
     if args.workers:
         print(f"| set-based `rate_usage({args.batch})`, {args.workers} workers at once | {n / par_seconds:,.0f} | "
               f"{par_seconds:.1f} s | {par_cpu / n * 1000:.2f} ms | {par_cpu:.1f} s |")
+    if base:
+        b = base["set"]
+        print(f"| baseline {args.baseline}: set-based `rate_usage({args.batch})`, one worker | {n / b[0]:,.0f} | {b[0]:.1f} s | "
+              f"{b[1] / n * 1000:.2f} ms | {b[1]:.1f} s |")
+        if "par" in base:
+            b = base["par"]
+            print(f"| baseline {args.baseline}: set-based `rate_usage({args.batch})`, {args.workers} workers at once | "
+                  f"{n / b[0]:,.0f} | {b[0]:.1f} s | {b[1] / n * 1000:.2f} ms | {b[1]:.1f} s |")
     if rated:
         print(f"| per subscription `_rate_usage_rows(500)` (sample of {rated:,}) | {rated / rows_seconds:,.0f} | "
               f"{n * rows_seconds / rated:,.0f} s (extrapolated) | {rows_cpu / rated * 1000:.2f} ms | {rows_cpu / rated * n:,.0f} s |")

@@ -1,12 +1,20 @@
 """The usage rating on Citus (issue 29; docs/usage.md "Per shard group (Citus)"): per shard group
 (`billing.worker.renewal.rate_due_usage_in_shards`: the claim and the set statement on each group's
-node, the usage locks on the coordinator) beside one subscription at a time on the coordinator
-(`billing.rate_usage` on the coordinator, which runs `_rate_usage_rows` on Citus: unchanged since
-main 230cbe5), on two
-copies of one database (citus.sh templatedb/clonedb), in the same run. bench/usage/rating.py's world
-(N customers, a plan of 3 charges, the month's rollups and distinct values), renewed, followed.
+node, the usage locks on the coordinator), `billing.rate_usage` called on the coordinator (per group
+too since usage2pc) and one subscription at a time (`_rate_usage_rows`, main 230cbe5's and 605dd63's
+`rate_usage` on Citus), on copies of one database (citus.sh templatedb/clonedb), in the same run.
+bench/usage/rating.py's world (N customers, a plan of 3 charges, the month's rollups and distinct
+values), renewed, followed.
 
     python -m bench.usage.rating_citus --subscriptions 4000 --sample 400
+    python -m bench.usage.rating_citus --subscriptions 100000 --sample 200 --workers 2   # the issue's figure
+
+Four copies: per shard group by one loop and by --workers loops (the worker's step), `rate_usage`
+on the coordinator (admin, the demo: per group through the force-delegated `_rate_usage_group`, all N),
+one subscription at a time (`_rate_usage_rows`, main 230cbe5's `rate_usage` on Citus, a sample);
+--baseline REV (default 605dd63, 'none': skip): one more copy with the baseline's db/ migrated over
+it (function files re-applied), rated per shard group by one loop. Every path prints the wall seconds
+for its subscriptions and the loops used.
 
 The server CPU is every process of the three nodes (coordinator and workers: the work is spread),
 read from /proc before and after each path (connections kept open meanwhile), with the load average.
@@ -27,7 +35,9 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from bench.baseline import baseline_tree, host_load
 from billing.clock import SimulatedClock
+from billing.migrate import migrate
 from billing.worker.renewal import rate_due_usage_in_shards
 from billing.worker.shards import ShardLeases
 
@@ -37,6 +47,8 @@ from .rating import build as build_world
 REPO = Path(__file__).resolve().parents[2]
 CITUS = REPO / "scripts" / "services" / "citus.sh"
 DB, ROWS, GROUPS, GROUPS2 = "bench_rate_citus", "bench_rate_citus_rows", "bench_rate_citus_groups", "bench_rate_citus_groups2"
+COORD, BASE = "bench_rate_citus_coord", "bench_rate_citus_base"
+BASELINE = "605dd63"  # main before the usage2pc branch
 
 
 def citus(*args: str) -> str:
@@ -112,10 +124,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500, help="the per-group batch (rate_due_usage_in_shards)")
     ap.add_argument("--sample", type=int, default=400, help="subscriptions rated one at a time")
     ap.add_argument("--workers", type=int, default=2, help="rating loops sharing the groups, beside one (0: none)")
+    ap.add_argument("--baseline", default=BASELINE, help="git revision rated per group beside this tree ('none': skip)")
     args = ap.parse_args()
     n = args.subscriptions
     url = citus("createdb", DB)
-    from billing.migrate import migrate
     migrate(url, REPO / "db", simulation=True, citus=True)
     t0 = time.perf_counter()
     build(url, n, args.hours)
@@ -123,12 +135,17 @@ def main() -> None:
     citus("templatedb", DB)
     rows_url, groups_url = citus("clonedb", ROWS, DB), citus("clonedb", GROUPS, DB)
     groups2_url = citus("clonedb", GROUPS2, DB) if args.workers else None
+    coord_url = citus("clonedb", COORD, DB)
+    base_url = citus("clonedb", BASE, DB) if args.baseline != "none" else None
+    if base_url:
+        migrate(base_url, baseline_tree(args.baseline) / "db", simulation=True, citus=True)
+        print(f"baseline {args.baseline}: its function files re-applied on a copy", flush=True)
     now = END + timedelta(hours=1, seconds=1)
 
     load0 = os.getloadavg()[0]
     made, seconds, cpu = asyncio.run(by_groups(groups_url, now, args.batch))
     load1 = os.getloadavg()[0]
-    print(f"per shard group (rate_due_usage_in_shards, batch {args.batch}): {made:,} USAGE invoices of {n:,} in "
+    print(f"per shard group (rate_due_usage_in_shards, batch {args.batch}), 1 loop: {made:,} USAGE invoices of {n:,} in "
           f"{seconds:.1f} s ({n / seconds:,.0f}/s), cluster CPU {cpu:.1f} s = {cpu / n * 1000:.2f} ms a subscription; "
           f"load {load0:.1f} -> {load1:.1f}", flush=True)
     assert made == n, (made, n)
@@ -140,23 +157,53 @@ def main() -> None:
               f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
         assert made2 == n, (made2, n)
 
-    with psycopg.connect(rows_url, autocommit=True) as conn:
+    if base_url:
+        load0 = os.getloadavg()[0]
+        madeb, secondsb, cpub = asyncio.run(by_groups(base_url, now, args.batch))
+        print(f"baseline {args.baseline}, per shard group, 1 loop: {madeb:,} USAGE invoices in {secondsb:.1f} s "
+              f"({n / secondsb:,.0f}/s), cluster CPU {cpub:.1f} s = {cpub / n * 1000:.2f} ms a subscription; "
+              f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+        assert madeb == n, (madeb, n)
+        assert ratings(base_url, args.sample or 400) == ratings(groups_url, args.sample or 400), "baseline and this tree disagree"
+
+    with psycopg.connect(coord_url, autocommit=True) as conn:
         conn.execute("SELECT 1")
+        load0 = os.getloadavg()[0]
+        cpu0, t0 = cluster_cpu(), time.perf_counter()
+        looked = invoiced = calls = 0
+        while True:
+            a, b = conn.execute("SELECT count(*), count(invoice_id) FROM billing.rate_usage(%s, %s, interval '1 hour', %s)",
+                                (args.batch, now, calls == 0)).fetchone()
+            looked, invoiced, calls = looked + a, invoiced + b, calls + 1
+            if a < args.batch:
+                break
+        cseconds, ccpu = time.perf_counter() - t0, cluster_cpu() - cpu0
+    print(f"rate_usage({args.batch}) on the coordinator (per group, _rate_usage_group force-delegated), 1 caller: "
+          f"{invoiced:,} USAGE invoices of {n:,} in {cseconds:.1f} s ({n / cseconds:,.0f}/s), cluster CPU {ccpu:.1f} s = "
+          f"{ccpu / n * 1000:.2f} ms a subscription; {calls} calls; load {load0:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+    assert invoiced == n, (invoiced, n)
+    assert ratings(coord_url, args.sample or 400) == ratings(groups_url, args.sample or 400), "rate_usage and per group disagree"
+
+    with psycopg.connect(rows_url, autocommit=True) as conn:
+        # (the private function runs as its caller: as the functions' owner, as rate_usage ran it; Citus
+        # refuses one transaction's placements modified by two users)
+        conn.execute("SET ROLE billing_owner")
         load2 = os.getloadavg()[0]
         cpu0, t0 = cluster_cpu(), time.perf_counter()
         looked = 0
         while looked < args.sample:
-            looked += conn.execute("SELECT count(*) FROM billing.rate_usage(%s, %s, interval '1 hour')",
+            looked += conn.execute("SELECT count(*) FROM billing._rate_usage_rows(%s, %s, interval '1 hour')",
                                    (min(500, args.sample - looked), now)).fetchone()[0]
         rseconds, rcpu = time.perf_counter() - t0, cluster_cpu() - cpu0
     load3 = os.getloadavg()[0]
-    print(f"one subscription at a time (rate_usage on the coordinator: _rate_usage_rows, main's path on Citus): {looked:,} in {rseconds:.1f} s "
+    print(f"one subscription at a time (_rate_usage_rows: main 605dd63's rate_usage on Citus): {looked:,} in {rseconds:.1f} s "
           f"({looked / rseconds:,.0f}/s), cluster CPU {rcpu:.1f} s = {rcpu / looked * 1000:.2f} ms a subscription; "
           f"load {load2:.1f} -> {load3:.1f}", flush=True)
     same = ratings(rows_url, args.sample) == ratings(groups_url, args.sample)
     print(f"the sample's ratings, invoices and lines equal on both copies: {same}", flush=True)
     assert same
-    for db in (ROWS, GROUPS, GROUPS2, DB):
+    print(host_load(), flush=True)
+    for db in (ROWS, GROUPS, GROUPS2, COORD, BASE, DB):
         subprocess.run(["bash", str(CITUS), "dropdb", db], check=False, capture_output=True)
 
 

@@ -91,6 +91,22 @@ BEGIN
 END
 $$;
 
+-- rate_usage's set-based step per shard group (_rate_usage_group, 89_usage_rating_shards): a call is
+-- sent to the node holding its anchor customer, even inside the caller's transaction
+-- (force_delegation; the function reads and writes only its group's shards and this node's copies).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_dist_object d
+                    WHERE d.classid = 'pg_catalog.pg_proc'::regclass
+                      AND d.objid = 'billing._rate_usage_group(bigint, integer, bigint[], bigint[], timestamptz, interval)'::regprocedure
+                      AND d.distribution_argument_index IS NOT NULL) THEN
+        PERFORM create_distributed_function('billing._rate_usage_group(bigint, integer, bigint[], bigint[], timestamptz, interval)'::regprocedure,
+                                            'p_anchor', colocate_with => 'billing.customer', force_delegation => true);
+    END IF;
+    INSERT INTO citus_adapted VALUES ('function', 'billing._rate_usage_group(bigint,integer,bigint[],bigint[],timestamp with time zone,interval)');
+END
+$$;
+
 -- The console overview's counters (billing.overview_count, 70_stats.sql): their triggers read a
 -- transition table and write a table of the coordinator, neither of which a shard can do; on Citus
 -- they are dropped, the counts forgotten, and the overview counts the rows (86_console.sql).

@@ -221,6 +221,15 @@ BEGIN
     IF NOT pg_try_advisory_xact_lock(29, billing._usage_lock_key(p_customer_id)) THEN
         RETURN NULL;
     END IF;
+    -- On Citus, then the customer's row on its node, FOR NO KEY UPDATE SKIP LOCKED: a batch of its
+    -- usage committed on the coordinator but still prepared on the node (a failed COMMIT PREPARED)
+    -- holds it FOR SHARE there, its events unseen (83_usage_ingest): skipped until it is committed.
+    IF billing._distributed('billing.customer') THEN
+        PERFORM 1 FROM billing.customer c WHERE c.id = p_customer_id FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
     -- the subscription first, then its cursor: the order of every path that changes a subscription
     -- and then its cursor (change_plan, cancellations: _usage_touch), so none can deadlock with this
     SELECT * INTO v_sub FROM billing.subscription
@@ -386,6 +395,82 @@ COMMENT ON FUNCTION billing._rate_usage_rows(integer, timestamptz, interval) IS
 'Private: the rating one subscription at a time (_rate_subscription each, under its customer''s usage lock, tried): the path on Citus and the reference of the set-based one.
 Returns each subscription looked at and its USAGE invoice (NULL: nothing billed).';
 
+-- rate_usage on the Citus coordinator (admin, the demo; the worker rates per group itself,
+-- 89_usage_rating_shards): the due subscriptions (_usage_due: unlocked on Citus), their customers'
+-- usage locks tried here, in key order; then per shard group one call of _rate_usage_group, which
+-- Citus runs on the group's node (force-delegated: the set statement on the group's shards, in this
+-- transaction); what it did not rate (a period cut by a change or a pause, late events, a
+-- cancellation, a customer whose row is held) one at a time (_rate_subscription). The calls' values
+-- are literals: Citus delegates a call only with constant arguments.
+CREATE OR REPLACE FUNCTION billing._rate_usage_in_groups(p_batch_size integer, p_now timestamptz, p_grace interval,
+                                                         p_follow boolean)
+RETURNS TABLE (customer_id bigint, subscription_id bigint, invoice_id bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_cust   bigint[];
+    v_subs   bigint[];
+    v_locked bigint[];
+    v_group  record;
+    v_done   bigint[] := '{}';
+    v_row    record;
+    v_set    integer := 0;
+    v_billed integer := 0;
+BEGIN
+    IF p_follow THEN
+        PERFORM billing._usage_follow_all(p_now);
+    END IF;
+    SELECT coalesce(array_agg(d.customer_id ORDER BY d.customer_id, d.subscription_id), '{}'),
+           coalesce(array_agg(d.subscription_id ORDER BY d.customer_id, d.subscription_id), '{}')
+      INTO v_cust, v_subs
+      FROM billing._usage_due(p_batch_size, p_now, p_grace) d;
+    v_locked := ARRAY(SELECT c FROM (SELECT DISTINCT c FROM unnest(v_cust) c) q
+                       WHERE pg_try_advisory_xact_lock(29, billing._usage_lock_key(c)) ORDER BY c);
+    FOR v_group IN
+        SELECT g.shard_group, min(k.c) AS anchor, array_agg(k.c ORDER BY k.c, k.i) AS c, array_agg(k.i ORDER BY k.c, k.i) AS i
+          FROM unnest(v_cust, v_subs) AS k (c, i)
+          JOIN (SELECT (row_number() OVER (ORDER BY d.shardminvalue::bigint))::integer AS shard_group, d.shardid
+                  FROM pg_catalog.pg_dist_shard d WHERE d.logicalrelid = 'billing.customer'::regclass) g
+            ON g.shardid = get_shard_id_for_distribution_column('billing.customer', k.c)
+         WHERE k.c = ANY (v_locked)
+         GROUP BY g.shard_group ORDER BY g.shard_group
+    LOOP
+        FOR v_row IN EXECUTE format('SELECT customer_id, subscription_id, invoice_id FROM billing._rate_usage_group(%s, %s, %L, %L, %L, %L)',
+                                    v_group.anchor, v_group.shard_group, v_group.c, v_group.i, p_now, p_grace)
+        LOOP
+            customer_id := v_row.customer_id;
+            subscription_id := v_row.subscription_id;
+            invoice_id := v_row.invoice_id;
+            v_done := v_done || v_row.subscription_id;
+            v_billed := v_billed + (v_row.invoice_id IS NOT NULL)::integer;
+            RETURN NEXT;
+        END LOOP;
+    END LOOP;
+    -- the rest, one at a time (a customer not locked above is tried again there, and skipped: NULL)
+    FOR v_row IN
+        SELECT k.c, k.i FROM unnest(v_cust, v_subs) AS k (c, i)
+         WHERE NOT (k.i = ANY (v_done))
+         ORDER BY k.c, k.i
+    LOOP
+        customer_id := v_row.c;
+        subscription_id := v_row.i;
+        invoice_id := billing._rate_subscription(v_row.c, v_row.i, p_now, p_grace);
+        v_billed := v_billed + (invoice_id IS NOT NULL)::integer;
+        RETURN NEXT;
+    END LOOP;
+    -- an audit row only when something was billed (as rate_usage_in_shard's)
+    IF v_billed > 0 THEN
+        PERFORM billing._audit('rate_usage', jsonb_build_object('rated', cardinality(v_subs), 'set_based', cardinality(v_done),
+                                                                'invoiced', v_billed, 'now', p_now));
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._rate_usage_in_groups(integer, timestamptz, interval, boolean) IS
+'Private: rate_usage on Citus: the due subscriptions under their customers'' usage locks (tried), the live ones without late events rated per shard group on its node (_rate_usage_group, force-delegated), the rest one at a time (_rate_subscription).
+Returns each subscription looked at and its USAGE invoice (NULL: nothing billed).';
+
 -- The rating step (the worker, after the renewals; docs/usage.md): follows every subscription on a
 -- plan with usage charges, then rates up to p_batch_size subscriptions whose period ended at least
 -- p_grace ago (or whose canceled service did, or with late events after their end), each under its
@@ -393,7 +478,7 @@ Returns each subscription looked at and its USAGE invoice (NULL: nothing billed)
 -- PostgreSQL: the locks in one statement, the rows in one, then the live subscriptions without late
 -- events and with whole-period segments rated set-based (_rate_usage_set), the rest (a change or
 -- a pause inside a period, late events, cancellations) one at a time (_rate_subscription). On
--- Citus: one at a time (_rate_usage_rows).
+-- Citus: the same split, the set statement per shard group on its node (_rate_usage_in_groups).
 CREATE OR REPLACE FUNCTION billing.rate_usage(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now(),
                                               p_grace interval DEFAULT interval '1 hour', p_follow boolean DEFAULT true)
 RETURNS TABLE (customer_id bigint, subscription_id bigint, invoice_id bigint)
@@ -419,7 +504,7 @@ BEGIN
             MESSAGE = format('rate_usage: batch 1..10000 and grace 0..7 days, got %s, %s', p_batch_size, p_grace);
     END IF;
     IF billing._distributed('billing.customer') THEN
-        RETURN QUERY SELECT * FROM billing._rate_usage_rows(p_batch_size, v_now, p_grace);
+        RETURN QUERY SELECT * FROM billing._rate_usage_in_groups(p_batch_size, v_now, p_grace, p_follow);
         RETURN;
     END IF;
     IF p_follow THEN

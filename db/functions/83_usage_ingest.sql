@@ -33,6 +33,7 @@ DECLARE
     v_loops text := current_setting('enable_nestloop');
     v_plans text := current_setting('plan_cache_mode');
     v_dist  boolean;
+    v_held  bigint;
     v_text  text[];
     v_all   text;
     -- a strict RFC 3339 instant with a zone (no capturing group: the batch's check is one DFA scan)
@@ -96,14 +97,25 @@ BEGIN
     -- a span already rated that this batch reaches is rated again (the increase billed on the next
     -- USAGE invoice): one statement for the batch (on Citus, one probe per customer: a join of the
     -- distributed cursors with the batch's list would not be one shard group's query)
+    -- On Citus the same statement also holds the customer's row FOR SHARE on its node until this
+    -- transaction commits there: a batch spanning nodes commits in two phases, and when a node's
+    -- COMMIT PREPARED fails (a node unreachable, the coordinator gone after its own commit) the
+    -- node keeps the batch prepared, its rows unseen, after the usage locks above are released,
+    -- until Citus recovers it. A prepared transaction keeps its row locks: the rating
+    -- (rate_usage_in_shard, _rate_subscription) takes that row FOR NO KEY UPDATE SKIP LOCKED and
+    -- leaves the customer to a later call (docs/usage.md "Exactly once").
     v_dist := billing._distributed('billing.usage_cursor');
     IF v_dist THEN
         FOR v_k IN 1 .. cardinality(v_ids) LOOP
-            CONTINUE WHEN v_from[v_k] IS NULL;
-            UPDATE billing.usage_cursor u
-               SET late_since = least(coalesce(u.late_since, v_from[v_k]), v_from[v_k]), updated_at = v_now
-             WHERE u.customer_id = v_ids[v_k] AND u.rated_until > v_from[v_k]
-               AND (u.late_since IS NULL OR u.late_since > v_from[v_k]);
+            CONTINUE WHEN v_from[v_k] IS NULL;  -- (none of its events can be stored)
+            WITH held AS (SELECT c.id FROM billing.customer c WHERE c.id = v_ids[v_k] FOR SHARE),
+                 marked AS (
+                     UPDATE billing.usage_cursor u
+                        SET late_since = least(coalesce(u.late_since, v_from[v_k]), v_from[v_k]), updated_at = v_now
+                      WHERE u.customer_id = v_ids[v_k] AND u.rated_until > v_from[v_k]
+                        AND (u.late_since IS NULL OR u.late_since > v_from[v_k])
+                     RETURNING 1)
+            SELECT count(*) INTO v_held FROM held;
         END LOOP;
     ELSE
         UPDATE billing.usage_cursor u

@@ -156,6 +156,13 @@ BEGIN
     -- with a snapshot taken after them)
     v_locked := ARRAY(SELECT c FROM (SELECT DISTINCT c FROM unnest(p_customer_ids) c WHERE c IS NOT NULL) q
                        WHERE pg_try_advisory_xact_lock(29, billing._usage_lock_key(c)) ORDER BY c);
+    -- then their rows on this node, FOR NO KEY UPDATE SKIP LOCKED: on Citus an ingestion holds its
+    -- customers' rows FOR SHARE here until it commits here, and a batch left prepared by a failed
+    -- COMMIT PREPARED holds them after its usage locks are gone (83_usage_ingest): such a customer
+    -- is left to a later call, rated once the batch is committed (docs/usage.md "Exactly once")
+    EXECUTE format('SELECT ARRAY(SELECT c.id FROM %s c WHERE c.id = ANY ($1) ORDER BY c.id FOR NO KEY UPDATE SKIP LOCKED)',
+                   billing._shard_table('billing.customer', p_shard_group))
+       INTO v_locked USING v_locked;
     -- the rows of this group, locked in key order (the subscription before its cursor); the live ones
     -- without late events go set-based
     EXECUTE format($q$
@@ -201,5 +208,53 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.rate_usage_in_shard(text, integer, bigint[], bigint[], timestamptz, interval) IS
-'Rates usage in arrears (as rate_usage) for subscriptions claimed by claim_usage_in_shard in this transaction, inside one leased shard group on the node holding it; on Citus the caller holds their customers'' usage locks on the coordinator (lock_usage_customers) until this transaction has committed, and passes only those. Each customer''s usage lock is tried here too (a customer busy elsewhere is skipped); only this group''s rows are rated: the live ones without late events by the set statement on the group''s shards (_rate_usage_set_in_shard), the rest one at a time (_rate_subscription).
+'Rates usage in arrears (as rate_usage) for subscriptions claimed by claim_usage_in_shard in this transaction, inside one leased shard group on the node holding it; on Citus the caller holds their customers'' usage locks on the coordinator (lock_usage_customers) until this transaction has committed, and passes only those. Each customer''s usage lock is tried here too, then its row FOR NO KEY UPDATE SKIP LOCKED (a customer busy elsewhere, or whose batch of usage is still prepared on this node, is skipped); only this group''s rows are rated: the live ones without late events by the set statement on the group''s shards (_rate_usage_set_in_shard), the rest one at a time (_rate_subscription).
 Returns each subscription rated and its USAGE invoice (NULL: nothing billed); BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for bad arrays or grace.';
+
+-- rate_usage called on the Citus coordinator (admin, the demo): the set statement
+-- for one group's due subscriptions, run on the group's node. Citus sends a call of this function to
+-- the node holding p_anchor (a customer of the group): it is distributed colocated with
+-- billing.customer with force_delegation (db/citus/10_adapt.sql), so the call runs there inside the
+-- coordinator's transaction, which holds the customers' usage locks until that node has committed.
+-- A force-delegated call may not reach other customers through the distributed tables: only the
+-- group's shards and this node's copies of the reference tables are read and written here (the
+-- customers' rows FOR NO KEY UPDATE SKIP LOCKED, then the subscriptions and cursors, then
+-- _rate_usage_set_in_shard); the subscriptions it does not rate are left to the caller (one at a
+-- time on the coordinator). On one PostgreSQL (group 0) the same, unused.
+CREATE OR REPLACE FUNCTION billing._rate_usage_group(p_anchor bigint, p_shard_group integer, p_customer_ids bigint[],
+                                                     p_subscription_ids bigint[], p_now timestamptz, p_grace interval)
+RETURNS TABLE (customer_id bigint, subscription_id bigint, invoice_id bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+SET jit = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_locked bigint[];
+    v_fast_c bigint[];
+    v_fast_s bigint[];
+BEGIN
+    -- the customers' rows on this node (a batch of their usage still prepared here holds them:
+    -- skipped; 83_usage_ingest), then their subscriptions and cursors, in key order
+    EXECUTE format('SELECT ARRAY(SELECT c.id FROM %s c WHERE c.id = ANY ($1) ORDER BY c.id FOR NO KEY UPDATE SKIP LOCKED)',
+                   billing._shard_table('billing.customer', p_shard_group))
+       INTO v_locked USING p_customer_ids;
+    EXECUTE format($q$
+        SELECT coalesce(array_agg(q.customer_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}'),
+               coalesce(array_agg(q.subscription_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}')
+          FROM (SELECT u.customer_id, u.subscription_id,
+                       (NOT u.finished AND u.late_since IS NULL AND s.status <> 'CANCELED') AS fast
+                  FROM (SELECT DISTINCT k.c, k.i FROM unnest($1, $2) AS k (c, i) WHERE k.c = ANY ($3)) k
+                  JOIN %1$s s ON s.customer_id = k.c AND s.id = k.i
+                  JOIN %2$s u ON u.customer_id = k.c AND u.subscription_id = k.i
+                 ORDER BY u.customer_id, u.subscription_id
+                   FOR NO KEY UPDATE OF s FOR UPDATE OF u) q$q$,
+        billing._shard_table('billing.subscription', p_shard_group), billing._shard_table('billing.usage_cursor', p_shard_group))
+       INTO v_fast_c, v_fast_s USING p_customer_ids, p_subscription_ids, v_locked;
+    RETURN QUERY SELECT r.customer_id, r.subscription_id, r.invoice_id
+                   FROM billing._rate_usage_set_in_shard(p_shard_group, v_fast_c, v_fast_s, p_now, p_grace) r;
+END
+$$;
+COMMENT ON FUNCTION billing._rate_usage_group(bigint, integer, bigint[], bigint[], timestamptz, interval) IS
+'Private: rate_usage''s set-based step for one shard group on Citus, sent by Citus to the node holding p_anchor (force-delegated), inside the caller''s transaction, which holds the customers'' usage locks: their rows (skipping those held), subscriptions and cursors locked on the group''s shards, the live ones without late events rated by _rate_usage_set_in_shard.
+Returns each subscription rated and its USAGE invoice (NULL: nothing billed); the others are left to the caller.';

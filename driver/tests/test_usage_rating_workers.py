@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -237,3 +239,143 @@ def test_the_rating_per_shard_group_on_a_single_postgresql(db_url):
 def test_the_rating_per_shard_group_on_citus(citus_db_url):
     world(citus_db_url, 60, citus=True)
     rate_per_group_around_an_ingestion(citus_db_url, 60)
+
+
+# A batch of usage committed on the coordinator but still PREPARED on a Citus node (docs/usage.md
+# "Exactly once", docs/scaling.md "The usage rating per shard group"): Citus commits a batch spanning
+# nodes in two phases; when a node's COMMIT PREPARED fails (the node unreachable, the coordinator gone
+# after its own commit) the node keeps the batch prepared, its rows unseen, until Citus' recovery
+# commits it, while the coordinator's usage locks are already released. The batch holds its
+# customers' rows FOR SHARE on their node (83_usage_ingest) and a prepared transaction keeps its row
+# locks: every rating (per shard group on the node, rate_usage on the coordinator) skips such a
+# customer, then bills the batch's events once it is committed, never twice. The node's part of the
+# batch is made by the engine's own ingestion run on the node holding the customer (Citus' metadata
+# is on every node), then PREPAREd there: what the node holds in that window (the customer's row FOR
+# SHARE, its events, dedup keys and rollups; also the node's usage lock, which the coordinator's path
+# never sees). The same on one PostgreSQL (an ingestion in flight), and the rating's row-lock step
+# alone (a customer row held FOR SHARE, no usage lock).
+RATE_ALL = "SELECT customer_id, subscription_id, invoice_id FROM billing.rate_usage(500, %s, interval '1 hour')"
+
+
+def events(customer: int, n: int, tag: str) -> str:
+    """n requests of 5 tokens each in the middle of October (each: 3 + 5 in the world's plan)."""
+    return json.dumps([{"specversion": "1.0", "id": f"{tag}-{customer}-{k}", "source": "late-gw", "type": "api.request",
+                        "time": (START + timedelta(days=20, minutes=k)).isoformat().replace("+00:00", "Z"),
+                        "subject": str(customer), "data": {"tokens": 5}} for k in range(n)])
+
+
+def usage_billed(conn, customer: int) -> list[int]:
+    """The customer's USAGE invoices' subtotals, oldest first."""
+    return [r[0] for r in conn.execute(
+        "SELECT subtotal FROM billing.invoice WHERE customer_id = %s AND kind = 'USAGE' ORDER BY id", (customer,))]
+
+
+def world_subtotal(c: int) -> int:
+    """What the world's own events of customer c come to (requests x 3 + tokens x 1)."""
+    k = 1 + c % 4
+    return k * 3 + k * (k + 1) // 2
+
+
+def node_url(url: str, customer: int) -> str:
+    """The URL of the Citus node holding the customer's shard group."""
+    with psycopg.connect(url) as conn:
+        host, port = conn.execute("""
+            SELECT p.nodename, p.nodeport FROM pg_dist_shard_placement p
+             WHERE p.shardid = get_shard_id_for_distribution_column('billing.customer', %s)""", (customer,)).fetchone()
+    return psycopg.conninfo.make_conninfo(url, host=host, port=port)
+
+
+def test_a_batch_left_prepared_on_a_node_is_rated_once_it_commits(citus_db_url):
+    url = citus_db_url
+    world(url, 12, citus=True)
+    # customer 13 signs up without a cursor yet (followed by the rating's claim, in the same call)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_customer(13)")
+        conn.execute("SELECT billing.create_subscription('k13', 13, 'API', %s)", (START,))
+        conn.execute("SELECT billing.create_due_invoices(100, %s)", (END + timedelta(seconds=1),))
+        assert conn.execute("SELECT count(*) FROM billing.usage_cursor WHERE customer_id = 13").fetchone()[0] == 0
+    # the coordinator's ingestion holds the customer's row FOR SHARE on its node until it commits
+    with psycopg.connect(url) as ingestion, psycopg.connect(url, autocommit=True) as other:
+        rows = ingestion.execute("SELECT status FROM billing.ingest_usage(%s::jsonb, %s)",
+                                 (events(2, 1, "open"), END - timedelta(days=1))).fetchall()
+        assert [r[0] for r in rows] == ["accepted"]
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            other.execute("SELECT 1 FROM billing.customer WHERE id = 2 FOR NO KEY UPDATE NOWAIT")
+        ingestion.rollback()
+    gid = f"usage2pc-{uuid.uuid4().hex[:12]}"
+    gid13 = gid + "-13"
+    try:
+        # the node's part of two batches, prepared: 4 more October requests of customer 1 (it has a
+        # cursor) and 2 of customer 13 (none yet), sent 30 minutes into the grace
+        for customer, n, g in ((1, 4, gid), (13, 2, gid13)):
+            # (as the coordinator's own connection to the node: Citus lets only those PREPARE)
+            with psycopg.connect(node_url(url, customer), application_name="citus_internal gpid=10000000777") as node:
+                rows = node.execute("SELECT status FROM billing.ingest_usage(%s::jsonb, %s)",
+                                    (events(customer, n, g), END + timedelta(minutes=30))).fetchall()
+                assert [r[0] for r in rows] == ["accepted"] * n
+                node.execute(f"PREPARE TRANSACTION '{g}'")
+        with psycopg.connect(url, autocommit=True) as conn:
+            # unseen on the coordinator, no usage lock of theirs held there
+            assert conn.execute("SELECT count(*) FROM billing.usage_event WHERE source = 'late-gw'").fetchone()[0] == 0
+            assert conn.execute("SELECT pg_try_advisory_xact_lock(29, hashint8(1::bigint))").fetchone()[0]
+        # the worker's rating per shard group: every subscription but 1's and 13's
+        assert rate_in_shards(url, RATE_AT) == 11
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert usage_billed(conn, 1) == [] and usage_billed(conn, 13) == []
+            # rate_usage on the coordinator (admin, the demo): skips them too
+            rated = conn.execute(RATE_ALL, (RATE_AT + timedelta(minutes=1),)).fetchall()
+            assert [r for r in rated if r[2] is not None] == []
+            assert usage_billed(conn, 1) == [] and usage_billed(conn, 13) == []
+        # Citus' recovery commits the batches on their nodes
+        for customer, g in ((1, gid), (13, gid13)):
+            with psycopg.connect(node_url(url, customer), autocommit=True) as node:
+                node.execute(f"COMMIT PREPARED '{g}'")
+        gid = gid13 = None
+        assert rate_in_shards(url, RATE_AT + timedelta(minutes=2)) == 2
+        with psycopg.connect(url, autocommit=True) as conn:
+            # the batch's events billed with the period's, once: 4 x (3 + 5) and 2 x (3 + 5)
+            assert usage_billed(conn, 1) == [world_subtotal(1) + 4 * 8]
+            assert usage_billed(conn, 13) == [2 * 8]
+            assert all(usage_billed(conn, c) == [world_subtotal(c)] for c in range(2, 13))
+            assert conn.execute("SELECT count(*) FROM billing.usage_cursor WHERE late_since IS NOT NULL").fetchone()[0] == 0
+            assert [r for r in conn.execute(RATE_ALL, (RATE_AT + timedelta(hours=2),)).fetchall() if r[2] is not None] == []
+        assert rate_in_shards(url, RATE_AT + timedelta(hours=2)) == 0  # nothing due, nothing billed twice
+    finally:
+        for customer, g in ((1, gid), (13, gid13)):
+            if g is not None:
+                with psycopg.connect(node_url(url, customer), autocommit=True) as node:
+                    if node.execute("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (g,)).fetchone():
+                        node.execute(f"ROLLBACK PREPARED '{g}'")
+
+
+def test_an_ingestion_in_flight_on_one_postgresql_is_rated_once_it_commits(db_url):
+    world(db_url, 6)
+    with psycopg.connect(db_url) as ingestion:
+        rows = ingestion.execute("SELECT status FROM billing.ingest_usage(%s::jsonb, %s)",
+                                 (events(1, 3, "open"), END + timedelta(minutes=30))).fetchall()
+        assert [r[0] for r in rows] == ["accepted"] * 3
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("SET statement_timeout = '60s'")  # skipped, not waited for
+            rated = conn.execute(RATE_ALL, (RATE_AT,)).fetchall()
+            assert sorted(r[0] for r in rated if r[2] is not None) == [2, 3, 4, 5, 6]
+        ingestion.commit()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        rated = conn.execute(RATE_ALL, (RATE_AT + timedelta(minutes=1),)).fetchall()
+        assert [r[0] for r in rated if r[2] is not None] == [1]
+        assert usage_billed(conn, 1) == [world_subtotal(1) + 3 * 8]
+        assert [r for r in conn.execute(RATE_ALL, (RATE_AT + timedelta(hours=2),)).fetchall() if r[2] is not None] == []
+
+
+def test_the_rating_per_group_skips_a_customer_row_held_for_share(db_url):
+    """rate_usage_in_shard's row-lock step alone (group 0): a customer whose row another transaction
+    holds FOR SHARE (what a batch prepared on a node holds there, its usage lock long gone) is left
+    to the next call, then rated once."""
+    world(db_url, 4)
+    with psycopg.connect(db_url) as holder:
+        holder.execute("SELECT 1 FROM billing.customer WHERE id = 2 FOR SHARE")
+        assert rate_in_shards(db_url, RATE_AT) == 3
+        holder.rollback()
+    assert rate_in_shards(db_url, RATE_AT + timedelta(minutes=1)) == 1
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert all(usage_billed(conn, c) == [world_subtotal(c)] for c in range(1, 5))
+    assert rate_in_shards(db_url, RATE_AT + timedelta(hours=1)) == 0

@@ -8,10 +8,13 @@
 -- cancellation, then late events (adjustment lines for the earlier span) and a second rating. The
 -- per-group calls are other sessions (dblink), so the state is committed: the world is built twice,
 -- for two sets of customers (8911.. and 8921..) with the same history, one rated by each path, and
--- their effects compared field by field with the customer and row ids left out. Run by `make
--- test-citus` only (its single-node form, group 0: 890_usage_rating_in_shard).
+-- their effects compared field by field with the customer and row ids left out. A third set (8901..),
+-- rated by billing.rate_usage on the coordinator (admin, the demo: the set statement per group on its
+-- node through _rate_usage_group, force-delegated; the rest one at a time), before the others (the
+-- lowest customer ids are due first), compared the same way. Run by `make test-citus` only (its
+-- single-node form, group 0: 890_usage_rating_in_shard).
 \set ON_ERROR_STOP 1
-SELECT plan(14);
+SELECT plan(23);
 SET ROLE billing_owner;
 SET citus.multi_shard_modify_mode TO 'sequential';
 
@@ -125,6 +128,46 @@ SELECT billing.cancel_subscription((SELECT id FROM c891b WHERE code = 'c891b-892
 SELECT billing.create_due_invoices(10000, '2026-05-01T10:20:31Z');
 
 
+SELECT billing.upsert_customer(c) FROM generate_series(8901, 8908) c;
+SELECT billing.set_customer_details(8902, 'XA Ltd', 'xa@example.org', '1 Road', 'Town', '1000', NULL, 'XA', NULL);
+SELECT billing.set_customer_details(8908, 'XB Ltd', 'xb@example.org', '1 Road', 'Town', '1000', NULL, 'XB', NULL);
+-- every subscription starts inside an hour: its periods' first and last hours are read from the events
+SELECT billing.create_subscription('c891c-' || c, c, 'C891_A', '2026-03-01T10:20:30Z', 0,
+                                   CASE c WHEN 8901 THEN 'C891_R50' WHEN 8902 THEN 'C891_AMT' WHEN 8903 THEN 'C891_P20'
+                                          WHEN 8906 THEN 'C891_P20' END, 1, 'c891c-' || c)
+  FROM generate_series(8901, 8908) c;
+SELECT billing.create_subscription('c891c-8905b', 8905, 'C891_B', '2026-03-01T10:20:30Z', 0, 'C891_B30', 1, 'c891c-8905b');
+CREATE TEMP TABLE c891c AS SELECT s.customer_id, s.id, s.external_id AS code FROM billing.subscription s
+ WHERE s.customer_id BETWEEN 8901 AND 8908;
+-- credit: part of 8903's invoice, all of 8904's, shared by 8905's two
+SELECT billing._grant_credit(8903, 'USD', 100, 'PRORATION', NULL, NULL, '2026-03-02Z');
+SELECT billing._grant_credit(8904, 'USD', 100000, 'PRORATION', NULL, NULL, '2026-03-02Z');
+SELECT billing._grant_credit(8905, 'USD', 700, 'PRORATION', NULL, NULL, '2026-03-02Z');
+
+
+-- March and April: events of every customer but 8907, in the edge hours and whole hours
+SELECT is((SELECT count(*) FROM billing.ingest_usage((
+    SELECT jsonb_agg(pg_temp.ev('ce' || c || '-' || n, c,
+                                to_char(('2026-03-01T10:20:30Z'::timestamptz + (n * interval '7 hours 13 minutes 11 seconds'))
+                                        AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                                jsonb_build_object('tokens', (n * 37) % 90 + 0.5, 'gb', (n * 13) % 17, 'user', 'u' || (n % 4),
+                                                   'region', CASE WHEN n % 3 = 0 THEN 'eu' ELSE 'us' END)))
+      FROM generate_series(8901, 8908) c, generate_series(0, 199) n
+     WHERE c <> 8907 AND n * interval '7 hours 13 minutes 11 seconds' < interval '59 days'
+       AND n < 125), '2026-04-29Z', interval '1 hour', interval '5 minutes', interval '100 days')
+    WHERE status = 'accepted'), 875::bigint, 'the events of March and April');
+SELECT is((SELECT count(*) FROM billing.ingest_usage(jsonb_build_array(
+    pg_temp.ev('cedge-a', 8901, '2026-03-01T10:20:30Z', '{"tokens": 1000, "gb": 3, "user": "edge"}'),
+    pg_temp.ev('cedge-b', 8901, '2026-04-01T10:20:29.999Z', '{"tokens": 7, "gb": 40, "user": "edge2", "region": "eu"}'),
+    pg_temp.ev('cedge-c', 8901, '2026-04-01T10:20:30Z', '{"tokens": 5, "gb": 1, "user": "u0"}')),
+    '2026-04-29Z') WHERE status = 'accepted'), 3::bigint, 'events on the periods'' edges');
+-- 8906 changes plan inside March (its periods are left to the per-subscription path); 8908 cancels in April
+SELECT billing.change_plan((SELECT id FROM c891c WHERE code = 'c891c-8906'), 'C891_B', '2026-03-16T08:00:00Z');
+SELECT billing.create_due_invoices(10000, '2026-04-01T10:20:31Z');
+SELECT billing.cancel_subscription((SELECT id FROM c891c WHERE code = 'c891c-8908'), false, '2026-04-20Z');
+SELECT billing.create_due_invoices(10000, '2026-05-01T10:20:31Z');
+
+
 RESET citus.multi_shard_modify_mode;
 RESET ROLE;
 
@@ -233,27 +276,46 @@ SELECT l.shard_group, format('host=%s port=%s dbname=%s user=postgres', l.node_n
   FROM billing.lease_shard_groups('t891', 10000, interval '1 day', '2026-05-01T12:00:00Z') l;
 SELECT cmp_ok((SELECT count(*) FROM groups_891), '>', 1::bigint, 'the rating worker holds every group, on both workers');
 
--- May: two periods at once
+-- May: two periods at once; set C first, by rate_usage on the coordinator (a batch of as many as set C
+-- has due: the lowest customer ids due come first)
 SET ROLE billing_owner;
+SELECT billing._usage_follow_all('2026-05-01T12:00:00Z');  -- (every set's cursors, as each path makes them: due counted below)
+SELECT array_agg(r.customer_id ORDER BY r.customer_id, r.subscription_id) AS c_rated, count(r.invoice_id) AS c_may
+  FROM billing.rate_usage((SELECT count(*)::integer FROM billing._usage_due(10000, '2026-05-01T12:00:00Z', interval '1 hour') d
+                             WHERE d.customer_id < 8910), '2026-05-01T12:00:00Z', interval '1 hour') r \gset
 SELECT pg_temp.by_rows('2026-05-01T12:00:00Z') AS a_may \gset
 RESET ROLE;
 SELECT pg_temp.by_groups('2026-05-01T12:00:00Z') AS b_may \gset
 SELECT is(:b_may::bigint, :a_may::bigint, 'May: as many USAGE invoices per group as one at a time (' || :a_may || ')');
+SELECT is(:'c_rated'::bigint[], ARRAY(SELECT customer_id FROM c891c ORDER BY customer_id, id), 'May: rate_usage on the coordinator looked at set C''s 9 subscriptions');
+SELECT is(:c_may::bigint, :a_may::bigint, 'May: as many USAGE invoices by rate_usage on the coordinator as one at a time');
+SELECT is((SELECT sum((a.args ->> 'set_based')::integer) FROM billing.audit_log a
+            WHERE a.function = 'rate_usage' AND (a.args ->> 'now')::timestamptz = '2026-05-01T12:00:00Z'),
+          7::bigint, 'rate_usage on the coordinator: the set statement per group rated the 7 live subscriptions with whole-period segments');
 SELECT is((SELECT sum((a.args ->> 'set_based')::integer) FROM billing.audit_log a
             WHERE a.function = 'rate_usage_in_shard' AND a.args ->> 'worker' = 't891' AND (a.args ->> 'now')::timestamptz = '2026-05-01T12:00:00Z'),
           7::bigint, 'the set statement on the groups'' shards rated the 7 live subscriptions with whole-period segments');
 -- late events, June's renewal and rating
-SELECT is(pg_temp.late(8910, 'a') + pg_temp.late(8920, 'b'), 4::bigint, 'two late events in each set');
+SELECT is(pg_temp.late(8910, 'a') + pg_temp.late(8920, 'b') + pg_temp.late(8900, 'c'), 6::bigint, 'two late events in each set');
 SELECT billing.create_due_invoices(10000, '2026-06-01T10:20:31Z') IS NOT NULL AS renewed \gset
 SELECT lease_until IS NOT NULL AS leased FROM billing.lease_shard_groups('t891', 10000, interval '1 day', '2026-06-01T12:00:00Z') LIMIT 1 \gset
 SET ROLE billing_owner;
+SELECT count(r.invoice_id) AS c_june
+  FROM billing.rate_usage((SELECT count(*)::integer FROM billing._usage_due(10000, '2026-06-01T12:00:00Z', interval '1 hour') d
+                             WHERE d.customer_id < 8910), '2026-06-01T12:00:00Z', interval '1 hour') r \gset
 SELECT pg_temp.by_rows('2026-06-01T12:00:00Z') AS a_june \gset
 RESET ROLE;
 SELECT pg_temp.by_groups('2026-06-01T12:00:00Z') AS b_june \gset
 SELECT is(:b_june::bigint, :a_june::bigint, 'June: as many USAGE invoices per group as one at a time (' || :a_june || ')');
+SELECT is(:c_june::bigint, :a_june::bigint, 'June: as many USAGE invoices by rate_usage on the coordinator as one at a time');
 
 SELECT pg_temp.state(8910, 'c891a-') AS by_rows \gset
 SELECT pg_temp.state(8920, 'c891b-') AS by_groups \gset
+SELECT pg_temp.state(8900, 'c891c-') AS by_rate_usage \gset
+SELECT is(:'by_rate_usage'::jsonb -> 'invoices', :'by_rows'::jsonb -> 'invoices', 'rate_usage on the coordinator: the same USAGE invoices');
+SELECT is(:'by_rate_usage'::jsonb -> 'lines', :'by_rows'::jsonb -> 'lines', 'rate_usage on the coordinator: the same USAGE lines');
+SELECT is(:'by_rate_usage'::jsonb - 'invoices' - 'lines', :'by_rows'::jsonb - 'invoices' - 'lines',
+          'rate_usage on the coordinator: the same ratings, cursors, credit and events');
 SELECT is(:'by_groups'::jsonb -> 'invoices', :'by_rows'::jsonb -> 'invoices', 'per group: the same USAGE invoices (tax, credit, coupon, status)');
 SELECT is(:'by_groups'::jsonb -> 'lines', :'by_rows'::jsonb -> 'lines',
           'per group: the same USAGE lines (quantities, amounts, discounts, tax; the plan change''s two segments; the late adjustment lines)');
