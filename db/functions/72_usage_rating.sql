@@ -396,38 +396,29 @@ COMMENT ON FUNCTION billing._rate_usage_rows(integer, timestamptz, interval) IS
 Returns each subscription looked at and its USAGE invoice (NULL: nothing billed).';
 
 -- rate_usage on the Citus coordinator (admin, the demo; the worker rates per group itself,
--- 89_usage_rating_shards): the due subscriptions (_usage_due: unlocked on Citus), their customers'
--- usage locks tried here, in key order; then per shard group one call of _rate_usage_group, which
+-- 89_usage_rating_shards), after rate_usage took the due subscriptions (_usage_due: unlocked on
+-- Citus) and tried their customers' usage locks: per shard group one call of _rate_usage_group, which
 -- Citus runs on the group's node (force-delegated: the set statement on the group's shards, in this
 -- transaction); what it did not rate (a period cut by a change or a pause, late events, a
 -- cancellation, a customer whose row is held) one at a time (_rate_subscription). The calls' values
 -- are literals: Citus delegates a call only with constant arguments.
-CREATE OR REPLACE FUNCTION billing._rate_usage_in_groups(p_batch_size integer, p_now timestamptz, p_grace interval,
-                                                         p_follow boolean)
+DROP FUNCTION IF EXISTS billing._rate_usage_in_groups(integer, timestamptz, interval, boolean);
+CREATE OR REPLACE FUNCTION billing._rate_usage_in_groups(p_cust bigint[], p_subs bigint[], p_locked bigint[],
+                                                         p_now timestamptz, p_grace interval)
 RETURNS TABLE (customer_id bigint, subscription_id bigint, invoice_id bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_cust   bigint[];
-    v_subs   bigint[];
-    v_locked bigint[];
+    v_cust   bigint[] := p_cust;
+    v_subs   bigint[] := p_subs;
+    v_locked bigint[] := p_locked;
     v_group  record;
     v_done   bigint[] := '{}';
     v_row    record;
-    v_set    integer := 0;
     v_billed integer := 0;
 BEGIN
-    IF p_follow THEN
-        PERFORM billing._usage_follow_all(p_now);
-    END IF;
-    SELECT coalesce(array_agg(d.customer_id ORDER BY d.customer_id, d.subscription_id), '{}'),
-           coalesce(array_agg(d.subscription_id ORDER BY d.customer_id, d.subscription_id), '{}')
-      INTO v_cust, v_subs
-      FROM billing._usage_due(p_batch_size, p_now, p_grace) d;
-    v_locked := ARRAY(SELECT c FROM (SELECT DISTINCT c FROM unnest(v_cust) c) q
-                       WHERE pg_try_advisory_xact_lock(29, billing._usage_lock_key(c)) ORDER BY c);
     FOR v_group IN
         SELECT g.shard_group, min(k.c) AS anchor, array_agg(k.c ORDER BY k.c, k.i) AS c, array_agg(k.i ORDER BY k.c, k.i) AS i
           FROM unnest(v_cust, v_subs) AS k (c, i)
@@ -467,8 +458,8 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION billing._rate_usage_in_groups(integer, timestamptz, interval, boolean) IS
-'Private: rate_usage on Citus: the due subscriptions under their customers'' usage locks (tried), the live ones without late events rated per shard group on its node (_rate_usage_group, force-delegated), the rest one at a time (_rate_subscription).
+COMMENT ON FUNCTION billing._rate_usage_in_groups(bigint[], bigint[], bigint[], timestamptz, interval) IS
+'Private: rate_usage on Citus, given the due subscriptions (customers, subscriptions) and the customers whose usage locks it took: the live ones without late events rated per shard group on its node (_rate_usage_group, force-delegated), the rest one at a time (_rate_subscription).
 Returns each subscription looked at and its USAGE invoice (NULL: nothing billed).';
 
 -- The rating step (the worker, after the renewals; docs/usage.md): follows every subscription on a
@@ -503,10 +494,6 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('rate_usage: batch 1..10000 and grace 0..7 days, got %s, %s', p_batch_size, p_grace);
     END IF;
-    IF billing._distributed('billing.customer') THEN
-        RETURN QUERY SELECT * FROM billing._rate_usage_in_groups(p_batch_size, v_now, p_grace, p_follow);
-        RETURN;
-    END IF;
     IF p_follow THEN
         PERFORM billing._usage_follow_all(v_now);
     END IF;
@@ -519,6 +506,10 @@ BEGIN
     -- after them (an ingestion committed before a lock is read)
     v_locked := ARRAY(SELECT c FROM (SELECT DISTINCT c FROM unnest(v_cust) c) q
                        WHERE pg_try_advisory_xact_lock(29, billing._usage_lock_key(c)) ORDER BY c);
+    IF billing._distributed('billing.customer') THEN  -- the set statement per shard group on its node
+        RETURN QUERY SELECT * FROM billing._rate_usage_in_groups(v_cust, v_subs, v_locked, v_now, p_grace);
+        RETURN;
+    END IF;
     -- the rows, locked in key order (the subscriptions are held since the due scan: as in
     -- _rate_subscription, the subscription before its cursor); the live ones without late events
     -- go set-based
