@@ -12,7 +12,6 @@ dead-letter topic with the reason in a header, before the offsets that passed th
 
 from __future__ import annotations
 
-import json
 import logging
 import operator
 import signal
@@ -79,7 +78,7 @@ def event_columns(values: list) -> tuple[tuple, list, list]:
     object without floats (or null, or absent), no \\u0000 escape; anything else is sent as its raw
     text (p_raw) and read by the database as the JSON doors read it, so both doors answer alike."""
     rows, kept, dead = [], [], []
-    loads, dumps, get_all, text, none = orjson.loads, orjson.dumps, _ALL_ATTRIBUTES, str, type(None)
+    loads, dumps, get_all, text = orjson.loads, orjson.dumps, _ALL_ATTRIBUTES, str
     for n, value in enumerate(values):
         if type(value) is not bytes or b"\\u0000" in value:  # (orjson refuses a NUL byte: _by_rule then)
             row = _by_rule(value)
