@@ -425,12 +425,22 @@ INGEST_USAGE = ("SELECT ord, status, reason, customer_id FROM billing.ingest_usa
 INGEST_USAGE_BATCH = ("SELECT ord, status, reason FROM billing.ingest_usage_batch(%(events)b, %(now)s, "
                       "%(grace)s, %(skew)s, %(retention)s)")
 # the Kafka consumer's: its eight lists (billing.usage.event_columns) in binary form, as above
-INGEST_USAGE_COLUMNS = ("SELECT ord, status, reason FROM billing.ingest_usage_columns(%(spec)b::text[], %(subject)b::text[], %(id)b::text[], "
-                        "%(source)b::text[], %(type)b::text[], %(time)b::text[], %(data)b::text[], %(raw)b::text[], %(now)s, %(grace)s, %(skew)s, %(retention)s)")
+_COLUMNS_ARGS = ("%(spec)b::text[], %(subject)b::text[], %(id)b::text[], %(source)b::text[], %(type)b::text[], "
+                 "%(time)b::text[], %(data)b::text[], %(raw)b::text[], %(now)s, %(grace)s, %(skew)s, %(retention)s)")
 # the same, each attribute list but the raw texts sent as one text (billing.usage._joined)
-INGEST_USAGE_COLUMNS_JOINED = "SELECT ord, status, reason FROM billing.ingest_usage_columns(" + ", ".join(
+_COLUMNS_JOINED_ARGS = ", ".join(
     f"string_to_array(%({c})s::text, E'\\x1f', E'\\x1e')" for c in ("spec", "subject", "id", "source", "type", "time", "data")
 ) + ", %(raw)b::text[], %(now)s, %(grace)s, %(skew)s, %(retention)s)"
+INGEST_USAGE_COLUMNS = "SELECT ord, status, reason FROM billing.ingest_usage_columns(" + _COLUMNS_ARGS
+INGEST_USAGE_COLUMNS_JOINED = "SELECT ord, status, reason FROM billing.ingest_usage_columns(" + _COLUMNS_JOINED_ARGS
+# the consumer's answer in one row: the counts, and the events it must dead-letter (ord, reason): a
+# batch's 10,000 rows read by the client cost it ~0.9 µs an event
+_COUNTS = ("SELECT count(*) FILTER (WHERE status = 'accepted'), count(*) FILTER (WHERE status = 'duplicate'), "
+           "coalesce(array_agg(ord ORDER BY ord) FILTER (WHERE status NOT IN ('accepted', 'duplicate')), '{}'), "
+           "coalesce(array_agg(reason ORDER BY ord) FILTER (WHERE status NOT IN ('accepted', 'duplicate')), '{}') "
+           "FROM billing.ingest_usage_columns(")
+INGEST_USAGE_COLUMNS_COUNTS = _COUNTS + _COLUMNS_ARGS
+INGEST_USAGE_COLUMNS_JOINED_COUNTS = _COUNTS + _COLUMNS_JOINED_ARGS
 CURRENT_USAGE = ("SELECT meter_code, aggregation, value, events, period_start, period_end "
                  "FROM billing.current_usage(%(customer_id)s, %(now)s)")
 UPCOMING_INVOICE = "SELECT billing.upcoming_invoice(%(id)s, %(now)s) AS doc"

@@ -17,6 +17,7 @@ import operator
 import signal
 import time
 from dataclasses import dataclass, field
+from itertools import chain
 from datetime import timedelta
 
 import orjson
@@ -77,6 +78,14 @@ def event_columns(values: list) -> tuple[tuple, list, list]:
     the database's `e ->> 'x'` and `e -> 'data'` would read: the attributes strings or null, data an
     object without floats (or null, or absent), no \\u0000 escape; anything else is sent as its raw
     text (p_raw) and read by the database as the JSON doors read it, so both doors answer alike."""
+    fast = _batch_columns(values)
+    if fast is not None:
+        return fast, list(range(len(values))), []
+    return _each_columns(values)
+
+
+def _each_columns(values: list) -> tuple[tuple, list, list]:
+    """event_columns value by value, every case (its rules)."""
     rows, kept, dead = [], [], []
     loads, dumps, get_all, text = orjson.loads, orjson.dumps, _ALL_ATTRIBUTES, str
     for n, value in enumerate(values):
@@ -108,6 +117,36 @@ def event_columns(values: list) -> tuple[tuple, list, list]:
 
 _ALL_ATTRIBUTES = operator.itemgetter(*_ATTRIBUTES)
 _FLAT = frozenset((str, int, bool, type(None)))  # values of a data object that print back exactly
+_EACH_ATTRIBUTE = tuple(operator.itemgetter(k) for k in _ATTRIBUTES)
+_DATA = operator.itemgetter("data")
+
+
+def _batch_columns(values: list) -> tuple | None:
+    """event_columns' common case, the batch at once: every value bytes without a NUL byte or a \\u0000
+    escape, JSON orjson reads as an object with the six attributes as strings and data a flat object
+    of no float; then the columns are event_columns' row by row (a list per column, each step one C
+    loop over the batch: ~0.6 µs a message less than the loop). None: some value is not, the loop
+    then reads each one by its rules."""
+    if not values or set(map(type, values)) != _BYTES:
+        return None
+    blob = b"\x00".join(values)
+    if blob.count(b"\x00") != len(values) - 1 or b"\\u0000" in blob:
+        return None
+    try:
+        events = list(map(orjson.loads, values))
+        columns = [list(map(get, events)) for get in _EACH_ATTRIBUTE]
+        bodies = list(map(_DATA, events))
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None
+    if any(set(map(type, column)) != _STR for column in columns) or set(map(type, bodies)) != _DICT \
+            or not _FLAT.issuperset(map(type, chain.from_iterable(map(dict.values, bodies)))):
+        return None
+    columns.append(list(map(bytes.decode, map(orjson.dumps, bodies))))
+    columns.append([None] * len(values))
+    return tuple(columns)
+
+
+_BYTES, _STR, _DICT = {bytes}, {str}, {dict}
 _NOT_PARSED = object()
 
 
@@ -131,19 +170,35 @@ def _by_rule(value, event=_NOT_PARSED) -> tuple | None:
     return None if text is None else (None, None, None, None, None, None, None, text)
 
 
-def ingest_columns(conn: psycopg.Connection, columns: tuple, now, settings: Settings) -> list[tuple[int, str, str | None]]:
-    """Ingests up to KAFKA_MAX_BATCH events given as event_columns' lists
-    (billing.ingest_usage_columns) in the caller's transaction: (ord, status, reason) per event."""
+def _columns_call(columns: tuple, now, settings: Settings) -> tuple[bool, dict]:
+    """ingest_usage_columns' parameters for event_columns' lists: (joined, params), joined when each
+    attribute column goes as one text (see _joined), else every column as a list."""
     if len(columns[7]) > KAFKA_MAX_BATCH:
         raise ValueError(f"at most {KAFKA_MAX_BATCH} events a batch, got {len(columns[7])}")
     names = ("spec", "subject", "id", "source", "type", "time", "data", "raw")
     joined = [_joined(c) for c in columns[:7]] if len(columns[7]) > 1 else [None]
     if None in joined:
-        params, statement = dict(zip(names, columns)), db.INGEST_USAGE_COLUMNS
-    else:
-        params, statement = {**dict(zip(names, joined)), "raw": columns[7]}, db.INGEST_USAGE_COLUMNS_JOINED
-    rows = conn.execute(statement, {**params, "now": now, **windows(settings)}).fetchall()
+        return False, {**dict(zip(names, columns)), "now": now, **windows(settings)}
+    return True, {**dict(zip(names, joined)), "raw": columns[7], "now": now, **windows(settings)}
+
+
+def ingest_columns(conn: psycopg.Connection, columns: tuple, now, settings: Settings) -> list[tuple[int, str, str | None]]:
+    """Ingests up to KAFKA_MAX_BATCH events given as event_columns' lists
+    (billing.ingest_usage_columns) in the caller's transaction: (ord, status, reason) per event."""
+    joined, params = _columns_call(columns, now, settings)
+    rows = conn.execute(db.INGEST_USAGE_COLUMNS_JOINED if joined else db.INGEST_USAGE_COLUMNS, params).fetchall()
     return [(r[0], r[1], r[2]) for r in rows]
+
+
+def ingest_columns_counts(conn: psycopg.Connection, columns: tuple, now,
+                          settings: Settings) -> tuple[int, int, list[tuple[int, str | None]]]:
+    """ingest_columns' answers as the consumer needs them, read by the database in one row: (accepted,
+    duplicate, [(ord, reason) of each event rejected, in ord order]): the client reads no row per
+    event (~0.9 µs an event of the consumer's CPU)."""
+    joined, params = _columns_call(columns, now, settings)
+    accepted, duplicate, ords, reasons = conn.execute(
+        db.INGEST_USAGE_COLUMNS_JOINED_COUNTS if joined else db.INGEST_USAGE_COLUMNS_COUNTS, params).fetchone()
+    return accepted, duplicate, list(zip(ords, reasons))
 
 
 _SEP, _NULL = "\x1f", "\x1e"  # ASCII unit and record separators: a column's elements, a NULL element
@@ -238,35 +293,34 @@ class UsageConsumer:
 
     def step(self) -> int:
         """One batch: returns the messages handled (0: nothing came)."""
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaException, Message
 
         msgs = self.consumer.consume(self.batch, self.poll_seconds)
         if not msgs:
             return 0
-        good, dead = [], []
-        for msg in msgs:
-            if msg.error():
-                if msg.error().fatal():
-                    raise KafkaException(msg.error())
-                log.warning("kafka: %s", msg.error())
-                continue
-            good.append(msg)
-        columns, kept, unreadable = event_columns([msg.value() for msg in good])
+        good, dead = msgs, []
+        if any(map(Message.error, msgs)):  # (one C loop over the batch: the common case has no error)
+            good = []
+            for msg in msgs:
+                if msg.error():
+                    if msg.error().fatal():
+                        raise KafkaException(msg.error())
+                    log.warning("kafka: %s", msg.error())
+                    continue
+                good.append(msg)
+        columns, kept, unreadable = event_columns(list(map(Message.value, good)))
         dead.extend((good[n], "invalid_json") for n in unreadable)
-        origin = [good[n] for n in kept]
+        origin = good if len(kept) == len(good) else [good[n] for n in kept]
         if origin:
             with self.conn.transaction():
-                answers = ingest_columns(self.conn, columns, self.clock.now(), self.settings)
+                accepted, duplicate, rejected = ingest_columns_counts(self.conn, columns, self.clock.now(), self.settings)
             stats = self.stats
-            for ord_, status, reason in answers:
-                if status == "accepted":
-                    stats.accepted += 1
-                elif status == "duplicate":
-                    stats.duplicate += 1
-                else:
-                    dead.append((origin[ord_ - 1], reason or "rejected"))
-                    stats.rejected += 1
-                    stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
+            stats.accepted += accepted
+            stats.duplicate += duplicate
+            for ord_, reason in rejected:
+                dead.append((origin[ord_ - 1], reason or "rejected"))
+                stats.rejected += 1
+                stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
         for msg, reason in dead:
             self._dead_letter(msg, reason)
         if dead:

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 
 from billing.config import Settings
-from billing.usage import _joined, event_columns, ingest_columns, ingest_texts, message_text
+from billing.usage import (_batch_columns, _each_columns, _joined, event_columns, ingest_columns, ingest_columns_counts,
+                           ingest_texts, message_text)
 
 T0 = datetime(2026, 10, 10, 12, 30, tzinfo=timezone.utc)
 AT = "2026-10-10T12:20:00Z"
@@ -176,3 +177,43 @@ def test_event_columns_leaves_to_the_database_what_it_cannot_read_exactly():
     # a column joined for string_to_array, or None when an element holds a separator
     assert _joined(["a", None, ""]) == "a\x1f\x1e\x1f"
     assert _joined(["a\x1fb", "c"]) is None and _joined(["\x1e", None]) is None
+
+
+# the common case, read by the batch path (billing.usage._batch_columns): clean events, and the forms
+# of them JSON allows (whitespace around, keys in another order or twice, unicode, escapes)
+CLEAN: list = [enc(ev(50)), enc(ev(51, "2")), b" " + enc(ev(52)) + b"\n", enc(ev(53, id="\u00e9\u2028\U0001F600")),
+               b'{"data":{"user":"u","tokens":1,"tokens":3},"time":"' + AT.encode()
+               + b'","type":"api.request","source":"gw","subject":"1","id":"e54","id":"e54b","specversion":"1.0"}',
+               enc(ev(55, data={})), enc(ev(56, data={"tokens": True, "user": None})), enc(ev(57, subject="999")),
+               enc(ev(58, time="soon")), enc(ev(59, id="a\u001fb")), enc(ev(60))]
+
+
+def test_the_batch_path_reads_as_the_loop():
+    """The batch path gives event_columns' columns exactly as the loop does, and steps aside (None)
+    for every batch holding one message the loop would read otherwise."""
+    assert _batch_columns(CLEAN) is not None
+    assert event_columns(CLEAN) == _each_columns(CLEAN)
+    assert event_columns(CLEAN)[0][2][4] == "e54b" and event_columns(CLEAN)[0][6][4] == '{"user":"u","tokens":3}'
+    for odd in [m for m in MESSAGES if m is None or _each_columns([m])[0][7] != [None]] + [
+            enc(ev(70, data={"tokens": 1, "nested": {"a": 1}})), b"x\x00", "a str", enc(ev(71, id="a\u0000")),
+            enc({k: v for k, v in ev(72).items() if k != "data"}), enc(ev(73, data=None))]:
+        batch = CLEAN[:3] + [odd] + CLEAN[3:]
+        assert _batch_columns(batch) is None, odd
+        assert event_columns(batch) == _each_columns(batch)
+
+
+def test_the_consumers_counts_are_the_answers(db_url):
+    """ingest_columns_counts (the consumer's call: one row back) says what ingest_columns' rows say."""
+    settings = Settings(database_url=db_url)
+    with psycopg.connect(db_url) as conn:
+        _world(conn)
+        got = []
+        for call in (ingest_columns, ingest_columns_counts):
+            with conn.transaction(force_rollback=True):
+                got.append([call(conn, event_columns(b)[0], T0, settings) for b in (MESSAGES, MESSAGES, CLEAN)])
+    for rows, (accepted, duplicate, rejected) in zip(*got):
+        assert accepted == sum(s == "accepted" for _, s, _ in rows)
+        assert duplicate == sum(s == "duplicate" for _, s, _ in rows)
+        assert rejected == [(o, r) for o, s, r in rows if s == "rejected"]
+    assert got[1][0][0] > 10 and got[1][1][:2] == (0, got[1][0][0] + got[1][0][1]) and len(got[1][0][2]) > 10
+    assert got[1][2][0] >= 6 and {"unknown_customer", "invalid_time"} <= {r for _, r in got[1][2][2]}
