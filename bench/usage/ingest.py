@@ -42,7 +42,7 @@ import psycopg
 from bench.baseline import baseline_tree, host_load, proc_cpu, tree_env
 
 REPO = Path(__file__).resolve().parents[2]
-BASELINE = "605dd63"  # main before issue 29's fourth ingestion pass (230cbe5: before the third, 423794e: before the ingestion work)
+BASELINE = "a018aa0"  # main before issue 29's fifth ingestion pass (605dd63: before the fourth, 230cbe5: the third, 423794e: the ingestion work)
 METERS = [("requests", "count", None), ("tokens", "sum", "{tokens}"), ("users", "unique_count", "{user}")]
 
 

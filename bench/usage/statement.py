@@ -6,7 +6,7 @@ batches of 1,000 (HTTP's) and of ONE event (a client sending events one by one),
 HTTP in the way. The client's CPU per event is printed beside it (the consumer's parse is there):
 both share the host's cores.
 
-    python -m bench.usage.statement                         # this tree beside main 605dd63
+    python -m bench.usage.statement                         # this tree beside main a018aa0
     python -m bench.usage.statement --events 200000 --rounds 3
 
 Each tree gets a fresh database migrated from its own db/ (1,000 customers, the 3 meters of
@@ -35,7 +35,7 @@ from bench.baseline import baseline_tree, host_load
 from billing.migrate import migrate
 
 REPO = Path(__file__).resolve().parents[2]
-BASELINE = "605dd63"  # main before issue 29's fourth ingestion pass (230cbe5: before the third)
+BASELINE = "a018aa0"  # main before issue 29's fifth ingestion pass (605dd63: before the fourth, 230cbe5: the third)
 METERS = [("requests", "count", None), ("tokens", "sum", "{tokens}"), ("users", "unique_count", "{user}")]
 
 
@@ -77,23 +77,26 @@ def _cpu(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
-def run(url: str, texts: list[str], size: int, now: datetime, door: str) -> tuple[float, float, int, float]:
+def run(url: str, texts: list[str], size: int, now: datetime, door: str, ours: bool) -> tuple[float, float, int, float]:
     """Server CPU µs per event, wall µs per event, events accepted, client CPU µs per event."""
     with psycopg.connect(url, autocommit=True) as conn:
         pid = conn.info.backend_pid
         accepted = 0
         if door == "batch" and conn.execute("SELECT to_regproc('billing.ingest_usage_columns') IS NOT NULL").fetchone()[0]:
             from billing.config import Settings
-            from billing.usage import event_columns, ingest_columns
+            from billing.usage import _each_columns, event_columns, ingest_columns, ingest_columns_counts
             settings = Settings(database_url=url)
             door = "columns"
+            # this tree's consumer: the batch path and one row back; a018aa0's: the loop, a row an event
+            parse, call = (event_columns, ingest_columns_counts) if ours else (_each_columns, ingest_columns)
             texts = [t.encode() for t in texts]  # the consumer's messages are bytes
         cpu0, t0, c0 = _cpu(pid), time.perf_counter(), time.process_time()
         for i in range(0, len(texts), size):
             chunk = texts[i:i + size]
             if door == "columns":
-                columns, _kept, _dead = event_columns(chunk)  # what the consumer does with its messages
-                rows = [(a[1],) for a in ingest_columns(conn, columns, now, settings)]
+                columns, _kept, _dead = parse(chunk)  # what the consumer does with its messages
+                answers = call(conn, columns, now, settings)
+                rows = [("accepted",)] * answers[0] if ours else [(a[1],) for a in answers]
             elif door == "batch":
                 rows = conn.execute("SELECT status FROM billing.ingest_usage_batch(%b, %s)", (chunk, now)).fetchall()
             else:
@@ -129,7 +132,7 @@ def main() -> None:
             for door, texts, size, form in (("Kafka consumer's call, batches of 10,000", kafka, 10_000, "batch"),
                                             ("HTTP form, batches of 1,000", http, 1_000, "json"),
                                             ("HTTP form, one event a call", ones, 1, "json")):
-                cpu, wall, accepted, client = run(urls[name], texts, size, now, form)
+                cpu, wall, accepted, client = run(urls[name], texts, size, now, form, name == "this tree")
                 load = os.getloadavg()[0]
                 results.setdefault((door, name), []).append((cpu, wall, load, client))
                 print(f"round {r + 1} {name:>18}: {door}: {cpu:8.1f} µs server CPU/event, {client:6.1f} µs client CPU/event, "

@@ -5,7 +5,7 @@
 -- "Ingestion, two doors").
 BEGIN;
 SET LOCAL ROLE billing_owner;
-SELECT plan(10);
+SELECT plan(11);
 
 SELECT billing.upsert_customer(7121);
 SELECT billing.upsert_customer(7122);
@@ -91,6 +91,13 @@ SELECT throws_ok($$SELECT * FROM billing.ingest_usage_columns(NULL, NULL, NULL, 
   'BL422', NULL, 'NULL is BL422');
 SELECT is((SELECT count(*) FROM billing.ingest_usage_columns('{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '2027-01-10Z')),
   0::bigint, 'an empty batch answers nothing');
+
+-- the statement's planner settings (no nested loop, no merge join: 83) are its own: set back after it
+SELECT is((SELECT current_setting('enable_nestloop') || ' ' || current_setting('enable_mergejoin')
+             FROM (SELECT count(*) FROM billing.ingest_usage_columns(ARRAY['1.0'], ARRAY['7122'], ARRAY['d4'], ARRAY['gw'],
+                       ARRAY['t712.req'], ARRAY['2027-01-10T12:00:00Z'], ARRAY['{"user": "u9"}'], ARRAY[NULL]::text[],
+                       '2027-01-10T12:30:00Z')) x),
+  'on on', 'enable_nestloop and enable_mergejoin are set back after the statement');
 
 SELECT * FROM finish();
 ROLLBACK;
