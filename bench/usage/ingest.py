@@ -282,6 +282,8 @@ def main() -> None:
     ap.add_argument("--baseline", default=BASELINE, help="git revision of the baseline ('none': skip)")
     ap.add_argument("--http", type=int, default=40_000, help="distinct events POSTed to /usage-events (0: skip)")
     ap.add_argument("--http-clients", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="each side this many times, the order swapped every round (a fresh database and topic each time)")
     ap.add_argument("--http-port", type=int, default=int(os.environ.get("BILLING_WT_SPARE_PORT_BASE", "30100")) + 50)
     ap.add_argument("--naive-consumer", nargs=4, metavar=("URL", "TOPIC", "GROUP", "IDLE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -304,10 +306,11 @@ def main() -> None:
     if args.baseline != "none":
         sides.append((f"baseline {args.baseline}", baseline_tree(args.baseline), args.baseline_events,
                       ["usage", "consume", "--exit-when-idle", "5"]))  # its own default batch (10,000 since 9785096)
-    for name, tree, events, cli in sides:
+    rounds = [(k, side) for k in range(args.rounds) for side in (sides if k % 2 == 0 else sides[::-1])]
+    for k, (name, tree, events, cli) in rounds:
         tag = "base" if tree else "ours"
         url = fresh_db(args.server_url, f"bench_ingest_{tag}", tree, args.customers)
-        topic = f"bench-usage-{tag}-{run}"
+        topic = f"bench-usage-{tag}-{run}-{k}"
         messages = stream(f"{tag}{run}-", events, args.customers, rnd)
         fill_topic(args.bootstrap, topic, args.partitions, messages)
         argv = [sys.executable, "-m", "billing.cli"] + cli
