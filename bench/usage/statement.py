@@ -1,7 +1,8 @@
 """The ingestion statement alone, beside the baseline's, in the same run (issue 29; docs/usage.md
 "Figures measured"): server CPU per event of the Kafka consumer's call in batches of 10,000 (this
-tree: the envelopes parsed in Python, billing.usage.event_columns, then billing.ingest_usage_columns;
-a tree without that door: billing.ingest_usage_batch of the JSON texts), of billing.ingest_usage in
+tree: the envelopes parsed in Python, billing.usage.event_columns, then billing.ingest_usage_columns
+answered in one row, ingest_columns_counts; a tree with that door before: a018aa0's loop and a row an
+event; a tree without it: billing.ingest_usage_batch of the JSON texts), of billing.ingest_usage in
 batches of 1,000 (HTTP's) and of ONE event (a client sending events one by one), without Kafka or
 HTTP in the way. The client's CPU per event is printed beside it (the consumer's parse is there):
 both share the host's cores.
