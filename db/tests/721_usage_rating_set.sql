@@ -9,9 +9,10 @@
 -- with two usage subscriptions sharing its credit, a subscription without usage (a minimum), a plan
 -- change inside a period (left to the per-subscription path), a cancellation, then late events and a
 -- second rating. On Citus rate_usage is the per-subscription path itself (compared all the same).
+-- A rate_usage call that billed leaves one audit row on either, one that billed nothing none.
 BEGIN;
 SET LOCAL ROLE billing_owner;
-SELECT plan(14);
+SELECT plan(17);
 
 -- the world (db/tests/fixtures/usage_world*.sql, docs/testing.md "Shared fixtures"): catalogue c721,
 -- customers 7211..7218 (subscriptions c721-7211 .. c721-7218 and c721-7215b, temp table c721), state()
@@ -52,9 +53,18 @@ SELECT is(pg_temp.set_rated(),
           CASE WHEN billing._distributed('billing.customer') THEN NULL
                ELSE ARRAY['c721-7211', 'c721-7212', 'c721-7213', 'c721-7214', 'c721-7215', 'c721-7215b', 'c721-7217'] END,
           'the set-based statement rates the live subscriptions with whole-period segments, not the one changed inside a period nor the canceled one');
+SELECT coalesce(array_agg(a.id), '{}') AS audit_seen FROM billing.audit_log a WHERE a.function = 'rate_usage' \gset
 SELECT is((SELECT count(*) FROM billing.rate_usage(100, '2026-05-01T12:00:00Z', interval '1 hour')),
           CASE WHEN billing._distributed('billing.customer') THEN 9 ELSE 2 END::bigint,
           'rate_usage rates the rest (one at a time)');
+-- its audit row (docs/security.md "Audit log"), read into a variable first (as the coupons' rows below)
+SELECT coalesce(jsonb_agg(a.args - 'now' ORDER BY a.id), '[]') AS audit_may FROM billing.audit_log a
+ WHERE a.function = 'rate_usage' AND (a.args ->> 'now')::timestamptz = '2026-05-01T12:00:00Z'
+   AND NOT (a.id = ANY (:'audit_seen'::bigint[])) \gset
+SELECT is(:'audit_may'::jsonb,
+          CASE WHEN billing._distributed('billing.customer') THEN '[{"rated": 9, "set_based": 7, "invoiced": 9}]'
+               ELSE '[{"rated": 2, "set_based": 0, "invoiced": 2}]' END::jsonb,
+          'a rate_usage call that billed leaves one audit row, on one PostgreSQL as on Citus (looked at, rated set-based, invoiced)');
 SELECT is(pg_temp.late(7210), 2::bigint, 'two late events');
 SELECT billing.create_due_invoices(100, '2026-06-01T10:20:31Z');
 SELECT ok((SELECT count(*) FROM billing.rate_usage(100, '2026-06-01T12:00:00Z', interval '1 hour')) >= 7,
@@ -97,6 +107,13 @@ SELECT is((SELECT count(*) FROM c721_invoices i
                     WHERE l.customer_id = i.customer_id AND l.invoice_id = i.id)
                OR (i.discount_amount > 0) <> (i.coupon_code IS NOT NULL)),
           0::bigint, 'every USAGE invoice is the net of its lines, its discount theirs');
+
+-- rated again: nothing billed, no audit row (idle workers ask every round)
+SELECT coalesce(array_agg(a.id), '{}') AS audit_seen FROM billing.audit_log a WHERE a.function = 'rate_usage' \gset
+SELECT is((SELECT count(r.invoice_id) FROM billing.rate_usage(100, '2026-06-01T13:00:00Z', interval '1 hour') r), 0::bigint,
+          'rated again: nothing billed');
+SELECT count(*) AS audit_idle FROM billing.audit_log a WHERE a.function = 'rate_usage' AND NOT (a.id = ANY (:'audit_seen'::bigint[])) \gset
+SELECT is(:audit_idle::bigint, 0::bigint, 'a rate_usage call that billed nothing leaves no audit row');
 
 SELECT * FROM finish();
 ROLLBACK;
