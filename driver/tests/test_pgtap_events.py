@@ -8,7 +8,6 @@ out: only what the SQL API itself wrote is checked."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import psycopg
 import pytest
