@@ -33,7 +33,7 @@ import os
 import statistics
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import psycopg
 

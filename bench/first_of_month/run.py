@@ -44,7 +44,6 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 import psycopg

@@ -395,13 +395,13 @@ COMMENT ON FUNCTION billing._rate_usage_rows(integer, timestamptz, interval) IS
 'Private: the rating one subscription at a time (_rate_subscription each, under its customer''s usage lock, tried): the path on Citus and the reference of the set-based one.
 Returns each subscription looked at and its USAGE invoice (NULL: nothing billed).';
 
--- rate_usage on the Citus coordinator (admin, the demo; the worker rates per group itself,
--- 89_usage_rating_shards), after rate_usage took the due subscriptions (_usage_due: unlocked on
--- Citus) and tried their customers' usage locks: per shard group one call of _rate_usage_group, which
--- Citus runs on the group's node (force-delegated: the set statement on the group's shards, in this
--- transaction); what it did not rate (a period cut by a change or a pause, late events, a
--- cancellation, a customer whose row is held) one at a time (_rate_subscription). The calls' values
--- are literals: Citus delegates a call only with constant arguments.
+-- rate_usage's set-based step on the Citus coordinator (admin, the demo; the worker rates per group
+-- itself, 89_usage_rating_shards), after rate_usage took the due subscriptions (_usage_due: unlocked
+-- on Citus) and tried their customers' usage locks: per shard group one call of _rate_usage_group,
+-- which Citus runs on the group's node (force-delegated: the set statement on the group's shards, in
+-- this transaction). What it did not rate (a period cut by a change or a pause, late events, a
+-- cancellation, a customer whose row is held) rate_usage rates one at a time, as on one PostgreSQL.
+-- The calls' values are literals: Citus delegates a call only with constant arguments.
 DROP FUNCTION IF EXISTS billing._rate_usage_in_groups(integer, timestamptz, interval, boolean);
 CREATE OR REPLACE FUNCTION billing._rate_usage_in_groups(p_cust bigint[], p_subs bigint[], p_locked bigint[],
                                                          p_now timestamptz, p_grace interval)
@@ -415,9 +415,7 @@ DECLARE
     v_subs   bigint[] := p_subs;
     v_locked bigint[] := p_locked;
     v_group  record;
-    v_done   bigint[] := '{}';
     v_row    record;
-    v_billed integer := 0;
 BEGIN
     FOR v_group IN
         SELECT g.shard_group, min(k.c) AS anchor, array_agg(k.c ORDER BY k.c, k.i) AS c, array_agg(k.i ORDER BY k.c, k.i) AS i
@@ -434,33 +432,14 @@ BEGIN
             customer_id := v_row.customer_id;
             subscription_id := v_row.subscription_id;
             invoice_id := v_row.invoice_id;
-            v_done := v_done || v_row.subscription_id;
-            v_billed := v_billed + (v_row.invoice_id IS NOT NULL)::integer;
             RETURN NEXT;
         END LOOP;
     END LOOP;
-    -- the rest, one at a time (a customer not locked above is tried again there, and skipped: NULL)
-    FOR v_row IN
-        SELECT k.c, k.i FROM unnest(v_cust, v_subs) AS k (c, i)
-         WHERE NOT (k.i = ANY (v_done))
-         ORDER BY k.c, k.i
-    LOOP
-        customer_id := v_row.c;
-        subscription_id := v_row.i;
-        invoice_id := billing._rate_subscription(v_row.c, v_row.i, p_now, p_grace);
-        v_billed := v_billed + (invoice_id IS NOT NULL)::integer;
-        RETURN NEXT;
-    END LOOP;
-    -- an audit row only when something was billed (as rate_usage_in_shard's)
-    IF v_billed > 0 THEN
-        PERFORM billing._audit('rate_usage', jsonb_build_object('rated', cardinality(v_subs), 'set_based', cardinality(v_done),
-                                                                'invoiced', v_billed, 'now', p_now));
-    END IF;
 END
 $$;
 COMMENT ON FUNCTION billing._rate_usage_in_groups(bigint[], bigint[], bigint[], timestamptz, interval) IS
-'Private: rate_usage on Citus, given the due subscriptions (customers, subscriptions) and the customers whose usage locks it took: the live ones without late events rated per shard group on its node (_rate_usage_group, force-delegated), the rest one at a time (_rate_subscription).
-Returns each subscription looked at and its USAGE invoice (NULL: nothing billed).';
+'Private: rate_usage''s set-based step on Citus, given the due subscriptions (customers, subscriptions) and the customers whose usage locks it took: the live ones without late events rated per shard group on its node (_rate_usage_group, force-delegated); rate_usage rates the rest one at a time.
+Returns each subscription the set statement rated and its USAGE invoice (NULL: nothing billed).';
 
 -- The rating step (the worker, after the renewals; docs/usage.md): follows every subscription on a
 -- plan with usage charges, then rates up to p_batch_size subscriptions whose period ended at least
@@ -470,6 +449,7 @@ Returns each subscription looked at and its USAGE invoice (NULL: nothing billed)
 -- events and with whole-period segments rated set-based (_rate_usage_set), the rest (a change or
 -- a pause inside a period, late events, cancellations) one at a time (_rate_subscription). On
 -- Citus: the same split, the set statement per shard group on its node (_rate_usage_in_groups).
+-- A call that billed leaves one audit row (docs/security.md "Audit log"), on either.
 CREATE OR REPLACE FUNCTION billing.rate_usage(p_batch_size integer DEFAULT 500, p_now timestamptz DEFAULT now(),
                                               p_grace interval DEFAULT interval '1 hour', p_follow boolean DEFAULT true)
 RETURNS TABLE (customer_id bigint, subscription_id bigint, invoice_id bigint)
@@ -488,6 +468,7 @@ DECLARE
     v_done_c bigint[];
     v_done_i bigint[];
     v_row    record;
+    v_billed integer;
 BEGIN
     IF p_batch_size IS NULL OR p_batch_size < 1 OR p_batch_size > 10000
        OR p_grace IS NULL OR p_grace < interval '0' OR p_grace > interval '7 days' THEN
@@ -507,28 +488,32 @@ BEGIN
     v_locked := ARRAY(SELECT c FROM (SELECT DISTINCT c FROM unnest(v_cust) c) q
                        WHERE pg_try_advisory_xact_lock(29, billing._usage_lock_key(c)) ORDER BY c);
     IF billing._distributed('billing.customer') THEN  -- the set statement per shard group on its node
-        RETURN QUERY SELECT * FROM billing._rate_usage_in_groups(v_cust, v_subs, v_locked, v_now, p_grace);
-        RETURN;
+        SELECT coalesce(array_agg(r.subscription_id ORDER BY r.n), '{}'), coalesce(array_agg(r.customer_id ORDER BY r.n), '{}'),
+               coalesce(array_agg(r.invoice_id ORDER BY r.n), '{}')
+          INTO v_done, v_done_c, v_done_i
+          FROM billing._rate_usage_in_groups(v_cust, v_subs, v_locked, v_now, p_grace) WITH ORDINALITY AS r (customer_id, subscription_id, invoice_id, n);
+    ELSE
+        -- the rows, locked in key order (the subscriptions are held since the due scan: as in
+        -- _rate_subscription, the subscription before its cursor); the live ones without late events
+        -- go set-based
+        SELECT coalesce(array_agg(q.customer_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}'),
+               coalesce(array_agg(q.subscription_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}')
+          INTO v_fast_c, v_fast_s
+          FROM (SELECT u.customer_id, u.subscription_id,
+                       (NOT u.finished AND u.late_since IS NULL AND s.status <> 'CANCELED') AS fast
+                  FROM unnest(v_cust, v_subs) AS k (c, i)
+                  JOIN (SELECT DISTINCT l FROM unnest(v_locked) l) l ON l.l = k.c
+                  JOIN billing.usage_cursor u ON u.customer_id = k.c AND u.subscription_id = k.i
+                  JOIN billing.subscription s ON s.customer_id = k.c AND s.id = k.i
+                 ORDER BY u.customer_id, u.subscription_id
+                   FOR UPDATE OF u FOR NO KEY UPDATE OF s) q;
+        SELECT coalesce(array_agg(r.subscription_id), '{}'), coalesce(array_agg(r.customer_id), '{}'),
+               coalesce(array_agg(r.invoice_id), '{}')
+          INTO v_done, v_done_c, v_done_i
+          FROM billing._rate_usage_set(v_fast_c, v_fast_s, v_now, p_grace) r;
     END IF;
-    -- the rows, locked in key order (the subscriptions are held since the due scan: as in
-    -- _rate_subscription, the subscription before its cursor); the live ones without late events
-    -- go set-based
-    SELECT coalesce(array_agg(q.customer_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}'),
-           coalesce(array_agg(q.subscription_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}')
-      INTO v_fast_c, v_fast_s
-      FROM (SELECT u.customer_id, u.subscription_id,
-                   (NOT u.finished AND u.late_since IS NULL AND s.status <> 'CANCELED') AS fast
-              FROM unnest(v_cust, v_subs) AS k (c, i)
-              JOIN (SELECT DISTINCT l FROM unnest(v_locked) l) l ON l.l = k.c
-              JOIN billing.usage_cursor u ON u.customer_id = k.c AND u.subscription_id = k.i
-              JOIN billing.subscription s ON s.customer_id = k.c AND s.id = k.i
-             ORDER BY u.customer_id, u.subscription_id
-               FOR UPDATE OF u FOR NO KEY UPDATE OF s) q;
-    SELECT coalesce(array_agg(r.subscription_id), '{}'), coalesce(array_agg(r.customer_id), '{}'),
-           coalesce(array_agg(r.invoice_id), '{}')
-      INTO v_done, v_done_c, v_done_i
-      FROM billing._rate_usage_set(v_fast_c, v_fast_s, v_now, p_grace) r;
     RETURN QUERY SELECT d.c, d.s, d.i FROM unnest(v_done_c, v_done, v_done_i) AS d (c, s, i);
+    v_billed := cardinality(array_remove(v_done_i, NULL));
     -- the rest, one at a time (a customer not locked above is tried again there, and skipped: NULL)
     FOR v_row IN
         SELECT k.c, k.i FROM unnest(v_cust, v_subs) WITH ORDINALITY AS k (c, i, n)
@@ -538,8 +523,14 @@ BEGIN
         customer_id := v_row.c;
         subscription_id := v_row.i;
         invoice_id := billing._rate_subscription(v_row.c, v_row.i, v_now, p_grace);
+        v_billed := v_billed + (invoice_id IS NOT NULL)::integer;
         RETURN NEXT;
     END LOOP;
+    -- an audit row only when something was billed (as rate_usage_in_shard's; idle workers ask every round)
+    IF v_billed > 0 THEN
+        PERFORM billing._audit('rate_usage', jsonb_build_object('rated', cardinality(v_subs), 'set_based', cardinality(v_done),
+                                                                'invoiced', v_billed, 'now', v_now));
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION billing.rate_usage(integer, timestamptz, interval, boolean) IS

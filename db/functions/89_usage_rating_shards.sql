@@ -116,6 +116,40 @@ COMMENT ON FUNCTION billing.claim_usage_in_shard(text, integer, integer, timesta
 'The usage rating''s claim inside one leased shard group, on the node holding it (docs/usage.md): follows the group''s subscriptions on a charged plan that have no cursor yet (p_follow), then locks up to p_batch_size subscriptions whose rating is due at p_now (a period or a canceled service ended p_grace ago and not rated; a finished one with late events), skipping those another claimer (or any change) holds; held until this transaction ends. Then lock their customers on the coordinator (lock_usage_customers) and rate them here (rate_usage_in_shard), in this transaction.
 Returns the subscriptions claimed (customer_id, subscription_id); BL409 when the worker does not hold the group''s lease or the group is on another node, BL404 for an unknown group, BL422 for a bad batch size or grace.';
 
+-- The rows a rating per shard group bills, locked on the group's shards in the one order both ratings
+-- take (rate_usage_in_shard, _rate_usage_group): the customers' rows of p_try, FOR NO KEY UPDATE SKIP
+-- LOCKED (on Citus an ingestion holds its customers' rows FOR SHARE here until it commits here, and a
+-- batch left prepared by a failed COMMIT PREPARED holds them after its usage locks are gone:
+-- 83_usage_ingest; such a customer is left to a later call, rated once the batch is committed,
+-- docs/usage.md "Exactly once"), then the subscriptions and their cursors of the customers locked, in
+-- key order (the subscription before its cursor). fast: live, without late events (the set statement's).
+CREATE OR REPLACE FUNCTION billing._lock_usage_rows_in_shard(p_shard_group integer, p_try bigint[],
+                                                             p_customer_ids bigint[], p_subscription_ids bigint[])
+RETURNS TABLE (customer_id bigint, subscription_id bigint, fast boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_locked bigint[];
+BEGIN
+    EXECUTE format('SELECT ARRAY(SELECT c.id FROM %s c WHERE c.id = ANY ($1) ORDER BY c.id FOR NO KEY UPDATE SKIP LOCKED)',
+                   billing._shard_table('billing.customer', p_shard_group))
+       INTO v_locked USING p_try;
+    RETURN QUERY EXECUTE format($q$
+        SELECT u.customer_id, u.subscription_id, (NOT u.finished AND u.late_since IS NULL AND s.status <> 'CANCELED')
+          FROM (SELECT DISTINCT k.c, k.i FROM unnest($1, $2) AS k (c, i) WHERE k.c = ANY ($3)) k
+          JOIN %1$s s ON s.customer_id = k.c AND s.id = k.i
+          JOIN %2$s u ON u.customer_id = k.c AND u.subscription_id = k.i
+         ORDER BY u.customer_id, u.subscription_id
+           FOR NO KEY UPDATE OF s FOR UPDATE OF u$q$,
+        billing._shard_table('billing.subscription', p_shard_group), billing._shard_table('billing.usage_cursor', p_shard_group))
+       USING p_customer_ids, p_subscription_ids, v_locked;
+END
+$$;
+COMMENT ON FUNCTION billing._lock_usage_rows_in_shard(integer, bigint[], bigint[], bigint[]) IS
+'Private: on one shard group''s shards, the customers of p_try locked FOR NO KEY UPDATE SKIP LOCKED, then the subscriptions and cursors (p_customer_ids, p_subscription_ids) of the customers locked, in key order.
+Returns each subscription locked and whether it is live without late events (fast: the set statement''s).';
+
 -- The rating of claimed subscriptions inside one group, on the node holding it: the customers' usage
 -- locks tried here too (an ingestion on this node; on one PostgreSQL the only ones), the cursors
 -- locked after their subscriptions, the live ones without late events rated by the set statement on
@@ -156,29 +190,14 @@ BEGIN
     -- with a snapshot taken after them)
     v_locked := ARRAY(SELECT c FROM (SELECT DISTINCT c FROM unnest(p_customer_ids) c WHERE c IS NOT NULL) q
                        WHERE pg_try_advisory_xact_lock(29, billing._usage_lock_key(c)) ORDER BY c);
-    -- then their rows on this node, FOR NO KEY UPDATE SKIP LOCKED: on Citus an ingestion holds its
-    -- customers' rows FOR SHARE here until it commits here, and a batch left prepared by a failed
-    -- COMMIT PREPARED holds them after its usage locks are gone (83_usage_ingest): such a customer
-    -- is left to a later call, rated once the batch is committed (docs/usage.md "Exactly once")
-    EXECUTE format('SELECT ARRAY(SELECT c.id FROM %s c WHERE c.id = ANY ($1) ORDER BY c.id FOR NO KEY UPDATE SKIP LOCKED)',
-                   billing._shard_table('billing.customer', p_shard_group))
-       INTO v_locked USING v_locked;
-    -- the rows of this group, locked in key order (the subscription before its cursor); the live ones
-    -- without late events go set-based
-    EXECUTE format($q$
-        SELECT coalesce(array_agg(q.customer_id ORDER BY q.customer_id, q.subscription_id), '{}'),
-               coalesce(array_agg(q.subscription_id ORDER BY q.customer_id, q.subscription_id), '{}'),
-               coalesce(array_agg(q.customer_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}'),
-               coalesce(array_agg(q.subscription_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}')
-          FROM (SELECT u.customer_id, u.subscription_id,
-                       (NOT u.finished AND u.late_since IS NULL AND s.status <> 'CANCELED') AS fast
-                  FROM (SELECT DISTINCT k.c, k.i FROM unnest($1, $2) AS k (c, i) WHERE k.c = ANY ($3)) k
-                  JOIN %1$s s ON s.customer_id = k.c AND s.id = k.i
-                  JOIN %2$s u ON u.customer_id = k.c AND u.subscription_id = k.i
-                 ORDER BY u.customer_id, u.subscription_id
-                   FOR NO KEY UPDATE OF s FOR UPDATE OF u) q$q$,
-        billing._shard_table('billing.subscription', p_shard_group), billing._shard_table('billing.usage_cursor', p_shard_group))
-       INTO v_all_c, v_all_s, v_fast_c, v_fast_s USING p_customer_ids, p_subscription_ids, v_locked;
+    -- then their rows on this node, subscriptions and cursors (_lock_usage_rows_in_shard: a customer
+    -- whose row is held is left to a later call); the live ones without late events go set-based
+    SELECT coalesce(array_agg(q.customer_id ORDER BY q.customer_id, q.subscription_id), '{}'),
+           coalesce(array_agg(q.subscription_id ORDER BY q.customer_id, q.subscription_id), '{}'),
+           coalesce(array_agg(q.customer_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}'),
+           coalesce(array_agg(q.subscription_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}')
+      INTO v_all_c, v_all_s, v_fast_c, v_fast_s
+      FROM billing._lock_usage_rows_in_shard(p_shard_group, v_locked, p_customer_ids, p_subscription_ids) q;
     SELECT coalesce(array_agg(r.subscription_id), '{}'), coalesce(array_agg(r.customer_id), '{}'),
            coalesce(array_agg(r.invoice_id), '{}')
       INTO v_done, v_done_c, v_done_i
@@ -230,27 +249,15 @@ SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    v_locked bigint[];
     v_fast_c bigint[];
     v_fast_s bigint[];
 BEGIN
     -- the customers' rows on this node (a batch of their usage still prepared here holds them:
     -- skipped; 83_usage_ingest), then their subscriptions and cursors, in key order
-    EXECUTE format('SELECT ARRAY(SELECT c.id FROM %s c WHERE c.id = ANY ($1) ORDER BY c.id FOR NO KEY UPDATE SKIP LOCKED)',
-                   billing._shard_table('billing.customer', p_shard_group))
-       INTO v_locked USING p_customer_ids;
-    EXECUTE format($q$
-        SELECT coalesce(array_agg(q.customer_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}'),
-               coalesce(array_agg(q.subscription_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}')
-          FROM (SELECT u.customer_id, u.subscription_id,
-                       (NOT u.finished AND u.late_since IS NULL AND s.status <> 'CANCELED') AS fast
-                  FROM (SELECT DISTINCT k.c, k.i FROM unnest($1, $2) AS k (c, i) WHERE k.c = ANY ($3)) k
-                  JOIN %1$s s ON s.customer_id = k.c AND s.id = k.i
-                  JOIN %2$s u ON u.customer_id = k.c AND u.subscription_id = k.i
-                 ORDER BY u.customer_id, u.subscription_id
-                   FOR NO KEY UPDATE OF s FOR UPDATE OF u) q$q$,
-        billing._shard_table('billing.subscription', p_shard_group), billing._shard_table('billing.usage_cursor', p_shard_group))
-       INTO v_fast_c, v_fast_s USING p_customer_ids, p_subscription_ids, v_locked;
+    SELECT coalesce(array_agg(q.customer_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}'),
+           coalesce(array_agg(q.subscription_id ORDER BY q.customer_id, q.subscription_id) FILTER (WHERE q.fast), '{}')
+      INTO v_fast_c, v_fast_s
+      FROM billing._lock_usage_rows_in_shard(p_shard_group, p_customer_ids, p_customer_ids, p_subscription_ids) q;
     RETURN QUERY SELECT r.customer_id, r.subscription_id, r.invoice_id
                    FROM billing._rate_usage_set_in_shard(p_shard_group, v_fast_c, v_fast_s, p_now, p_grace) r;
 END

@@ -82,8 +82,8 @@ SELECT is((SELECT count(*)::int FROM pg_proc p WHERE p.pronamespace = 'billing':
                               'delete_webhook_endpoint', 'claim_webhook_deliveries', 'record_webhook_attempts',
                               'purge_expired', 'retry_dead_outbox_events', 'upsert_coupon', 'apply_coupon',
                               'pause_subscription', 'resume_subscription', 'uncancel_subscription',
-                              'reactivate_subscription', 'set_quantity', 'set_trial_will_end_notice')
-            AND p.prosrc ~ ('billing\._audit\(''' || p.proname || '''')), 31,
+                              'reactivate_subscription', 'set_quantity', 'set_trial_will_end_notice', 'rate_usage')
+            AND p.prosrc ~ ('billing\._audit\(''' || p.proname || '''')), 32,
           'every mutating API function writes its audit row');
 
 -- -- API keys --------------------------------------------------------------------------------

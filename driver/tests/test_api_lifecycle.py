@@ -8,7 +8,6 @@ import threading
 from datetime import datetime, timedelta, timezone
 
 import psycopg
-import pytest
 
 from billing.clock import SimulatedClock
 

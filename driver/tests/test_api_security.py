@@ -11,9 +11,8 @@ import contextlib
 import os
 import socket
 import subprocess
-import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import httpx
 import psycopg
@@ -21,7 +20,7 @@ import pytest
 
 from billing.api import create_app
 from billing.api.openapi import OPENAPI
-from billing.api.security import ANY_KEY, PUBLIC, key_id_of, required_scope
+from billing.api.security import PUBLIC, key_id_of, required_scope
 from billing.api_keys import create_key, revoke_key
 from billing.clock import SimulatedClock
 from billing.config import REPO_ROOT, Settings

@@ -42,8 +42,8 @@ def demo_run(pg_server_url, tmp_path_factory):
     report.write_html(result, out / "report.html")
     yield result, out
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        for db in (name, f"{name}_copy"):
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db)))
+        for dbname in (name, f"{name}_copy"):
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
 
 
 def test_small_demo_holds_every_invariant_and_writes_its_report(demo_run):

@@ -20,11 +20,10 @@ import json
 import logging
 import re
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import httpx
 import psycopg
-import pytest
 import stripe
 from psycopg.rows import dict_row
 

@@ -21,7 +21,6 @@ import os
 import secrets
 import time
 import urllib.parse
-from datetime import datetime, timezone
 
 import httpx
 import psycopg

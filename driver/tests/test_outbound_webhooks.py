@@ -16,7 +16,6 @@ from datetime import timedelta
 
 import httpx
 import psycopg
-import pytest
 from aiohttp import web
 from psycopg.rows import dict_row
 

@@ -8,7 +8,6 @@ out: only what the SQL API itself wrote is checked."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -28,6 +27,7 @@ def test_events_of_the_pgtap_suite_match_their_schemas(db_url, path, tmp_path):
     head, sep, tail = text.rpartition("ROLLBACK;")
     assert sep, f"{path.name} does not end in ROLLBACK"
     script = tmp_path / path.name
+    (tmp_path / "fixtures").symlink_to(path.parent / "fixtures")  # its \ir fixtures/... (db/tests/fixtures)
     script.write_text(head + f"\\pset format unaligned\n\\pset tuples_only on\n\\o {out}\n"
                              "SELECT payload::text FROM billing.outbox_event ORDER BY id;\n\\o\nROLLBACK;" + tail)
     run = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db_url, "-f", str(script)],

@@ -18,155 +18,21 @@ SELECT plan(23);
 SET ROLE billing_owner;
 SET citus.multi_shard_modify_mode TO 'sequential';
 
-SELECT billing.upsert_tax_rate('C891_XA', 'XA', NULL, 'VAT 20%', 2000, false);
-SELECT billing.upsert_tax_rate('C891_XB', 'XB', NULL, 'GST 10%', 1000, true);
-SELECT billing.upsert_plan('C891_A', 1000, 'USD', 'MONTH', 1, '2026-02-01Z');
-SELECT billing.upsert_plan('C891_B', 0, 'USD', 'MONTH', 1, '2026-02-01Z');
-SELECT billing.upsert_meter('c891_req', 'c891.request', 'count', NULL, '{}', '2026-02-01Z');
-SELECT billing.upsert_meter('c891_tok', 'c891.request', 'sum', '{tokens}', '{}', '2026-02-01Z');
-SELECT billing.upsert_meter('c891_max', 'c891.request', 'max', '{gb}', '{}', '2026-02-01Z');
-SELECT billing.upsert_meter('c891_last', 'c891.request', 'latest', '{gb}', '{}', '2026-02-01Z');
-SELECT billing.upsert_meter('c891_users', 'c891.request', 'unique_count', '{user}', '{}', '2026-02-01Z');
-SELECT billing.upsert_meter('c891_eu', 'c891.request', 'count', NULL, '{"region": "eu"}', '2026-02-01Z');
-SELECT billing.upsert_plan_charge('C891_A', 'c891_req', 'per_unit', 0.5, NULL, '[]', 3, NULL, NULL, '2026-02-01Z');
-SELECT billing.upsert_plan_charge('C891_A', 'c891_tok', 'graduated', NULL, NULL,
-       '[{"upTo": 100, "unitAmount": 1, "flatAmount": 50}, {"upTo": null, "unitAmount": 0.25}]', 0, NULL, NULL, '2026-02-01Z');
-SELECT billing.upsert_plan_charge('C891_A', 'c891_max', 'volume', NULL, NULL,
-       '[{"upTo": 10, "unitAmount": 7}, {"upTo": null, "unitAmount": 3, "flatAmount": 5}]', 0, NULL, NULL, '2026-02-01Z');
-SELECT billing.upsert_plan_charge('C891_A', 'c891_last', 'package', 10, 4, '[]', 0, 20, NULL, '2026-02-01Z');
-SELECT billing.upsert_plan_charge('C891_A', 'c891_users', 'per_unit', 100, NULL, '[]', 0, NULL, 250, '2026-02-01Z');
-SELECT billing.upsert_plan_charge('C891_A', 'c891_eu', 'per_unit', 9, NULL, '[]', 0, NULL, NULL, '2026-02-01Z');
-SELECT billing.upsert_plan_charge('C891_B', 'c891_req', 'per_unit', 2, NULL, '[]', 0, NULL, NULL, '2026-02-01Z');
--- coupons (docs/usage.md "Coupons"): half off for a month of service, 20% forever, an amount off, 30% on plan B only
-SELECT billing.upsert_coupon('C891_R50', 50, NULL, NULL, 'repeating', 1);
-SELECT billing.upsert_coupon('C891_P20', 20, NULL, NULL, 'forever');
-SELECT billing.upsert_coupon('C891_AMT', NULL, 300, 'USD', 'forever');
-SELECT billing.upsert_coupon('C891_B30', 30, NULL, NULL, 'forever', NULL, NULL, NULL, ARRAY['C891_B']);
-
-
-CREATE FUNCTION pg_temp.ev(p_id text, p_customer bigint, p_time text, p_data jsonb) RETURNS jsonb LANGUAGE sql AS $$
-    SELECT jsonb_build_object('specversion', '1.0', 'id', p_id, 'source', 'c891', 'type', 'c891.request',
-                              'time', p_time, 'subject', p_customer::text, 'data', p_data)
-$$;
-SELECT billing.upsert_customer(c) FROM generate_series(8911, 8918) c;
-SELECT billing.set_customer_details(8912, 'XA Ltd', 'xa@example.org', '1 Road', 'Town', '1000', NULL, 'XA', NULL);
-SELECT billing.set_customer_details(8918, 'XB Ltd', 'xb@example.org', '1 Road', 'Town', '1000', NULL, 'XB', NULL);
--- every subscription starts inside an hour: its periods' first and last hours are read from the events
-SELECT billing.create_subscription('c891a-' || c, c, 'C891_A', '2026-03-01T10:20:30Z', 0,
-                                   CASE c WHEN 8911 THEN 'C891_R50' WHEN 8912 THEN 'C891_AMT' WHEN 8913 THEN 'C891_P20'
-                                          WHEN 8916 THEN 'C891_P20' END, 1, 'c891a-' || c)
-  FROM generate_series(8911, 8918) c;
-SELECT billing.create_subscription('c891a-8915b', 8915, 'C891_B', '2026-03-01T10:20:30Z', 0, 'C891_B30', 1, 'c891a-8915b');
-CREATE TEMP TABLE c891a AS SELECT s.customer_id, s.id, s.external_id AS code FROM billing.subscription s
- WHERE s.customer_id BETWEEN 8911 AND 8918;
--- credit: part of 8913's invoice, all of 8914's, shared by 8915's two
-SELECT billing._grant_credit(8913, 'USD', 100, 'PRORATION', NULL, NULL, '2026-03-02Z');
-SELECT billing._grant_credit(8914, 'USD', 100000, 'PRORATION', NULL, NULL, '2026-03-02Z');
-SELECT billing._grant_credit(8915, 'USD', 700, 'PRORATION', NULL, NULL, '2026-03-02Z');
-
-
--- March and April: events of every customer but 8917, in the edge hours and whole hours
-SELECT is((SELECT count(*) FROM billing.ingest_usage((
-    SELECT jsonb_agg(pg_temp.ev('ae' || c || '-' || n, c,
-                                to_char(('2026-03-01T10:20:30Z'::timestamptz + (n * interval '7 hours 13 minutes 11 seconds'))
-                                        AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-                                jsonb_build_object('tokens', (n * 37) % 90 + 0.5, 'gb', (n * 13) % 17, 'user', 'u' || (n % 4),
-                                                   'region', CASE WHEN n % 3 = 0 THEN 'eu' ELSE 'us' END)))
-      FROM generate_series(8911, 8918) c, generate_series(0, 199) n
-     WHERE c <> 8917 AND n * interval '7 hours 13 minutes 11 seconds' < interval '59 days'
-       AND n < 125), '2026-04-29Z', interval '1 hour', interval '5 minutes', interval '100 days')
-    WHERE status = 'accepted'), 875::bigint, 'the events of March and April');
-SELECT is((SELECT count(*) FROM billing.ingest_usage(jsonb_build_array(
-    pg_temp.ev('aedge-a', 8911, '2026-03-01T10:20:30Z', '{"tokens": 1000, "gb": 3, "user": "edge"}'),
-    pg_temp.ev('aedge-b', 8911, '2026-04-01T10:20:29.999Z', '{"tokens": 7, "gb": 40, "user": "edge2", "region": "eu"}'),
-    pg_temp.ev('aedge-c', 8911, '2026-04-01T10:20:30Z', '{"tokens": 5, "gb": 1, "user": "u0"}')),
-    '2026-04-29Z') WHERE status = 'accepted'), 3::bigint, 'events on the periods'' edges');
--- 8916 changes plan inside March (its periods are left to the per-subscription path); 8918 cancels in April
-SELECT billing.change_plan((SELECT id FROM c891a WHERE code = 'c891a-8916'), 'C891_B', '2026-03-16T08:00:00Z');
-SELECT billing.create_due_invoices(10000, '2026-04-01T10:20:31Z');
-SELECT billing.cancel_subscription((SELECT id FROM c891a WHERE code = 'c891a-8918'), false, '2026-04-20Z');
-SELECT billing.create_due_invoices(10000, '2026-05-01T10:20:31Z');
-
-
-SELECT billing.upsert_customer(c) FROM generate_series(8921, 8928) c;
-SELECT billing.set_customer_details(8922, 'XA Ltd', 'xa@example.org', '1 Road', 'Town', '1000', NULL, 'XA', NULL);
-SELECT billing.set_customer_details(8928, 'XB Ltd', 'xb@example.org', '1 Road', 'Town', '1000', NULL, 'XB', NULL);
--- every subscription starts inside an hour: its periods' first and last hours are read from the events
-SELECT billing.create_subscription('c891b-' || c, c, 'C891_A', '2026-03-01T10:20:30Z', 0,
-                                   CASE c WHEN 8921 THEN 'C891_R50' WHEN 8922 THEN 'C891_AMT' WHEN 8923 THEN 'C891_P20'
-                                          WHEN 8926 THEN 'C891_P20' END, 1, 'c891b-' || c)
-  FROM generate_series(8921, 8928) c;
-SELECT billing.create_subscription('c891b-8925b', 8925, 'C891_B', '2026-03-01T10:20:30Z', 0, 'C891_B30', 1, 'c891b-8925b');
-CREATE TEMP TABLE c891b AS SELECT s.customer_id, s.id, s.external_id AS code FROM billing.subscription s
- WHERE s.customer_id BETWEEN 8921 AND 8928;
--- credit: part of 8923's invoice, all of 8924's, shared by 8925's two
-SELECT billing._grant_credit(8923, 'USD', 100, 'PRORATION', NULL, NULL, '2026-03-02Z');
-SELECT billing._grant_credit(8924, 'USD', 100000, 'PRORATION', NULL, NULL, '2026-03-02Z');
-SELECT billing._grant_credit(8925, 'USD', 700, 'PRORATION', NULL, NULL, '2026-03-02Z');
-
-
--- March and April: events of every customer but 8927, in the edge hours and whole hours
-SELECT is((SELECT count(*) FROM billing.ingest_usage((
-    SELECT jsonb_agg(pg_temp.ev('be' || c || '-' || n, c,
-                                to_char(('2026-03-01T10:20:30Z'::timestamptz + (n * interval '7 hours 13 minutes 11 seconds'))
-                                        AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-                                jsonb_build_object('tokens', (n * 37) % 90 + 0.5, 'gb', (n * 13) % 17, 'user', 'u' || (n % 4),
-                                                   'region', CASE WHEN n % 3 = 0 THEN 'eu' ELSE 'us' END)))
-      FROM generate_series(8921, 8928) c, generate_series(0, 199) n
-     WHERE c <> 8927 AND n * interval '7 hours 13 minutes 11 seconds' < interval '59 days'
-       AND n < 125), '2026-04-29Z', interval '1 hour', interval '5 minutes', interval '100 days')
-    WHERE status = 'accepted'), 875::bigint, 'the events of March and April');
-SELECT is((SELECT count(*) FROM billing.ingest_usage(jsonb_build_array(
-    pg_temp.ev('bedge-a', 8921, '2026-03-01T10:20:30Z', '{"tokens": 1000, "gb": 3, "user": "edge"}'),
-    pg_temp.ev('bedge-b', 8921, '2026-04-01T10:20:29.999Z', '{"tokens": 7, "gb": 40, "user": "edge2", "region": "eu"}'),
-    pg_temp.ev('bedge-c', 8921, '2026-04-01T10:20:30Z', '{"tokens": 5, "gb": 1, "user": "u0"}')),
-    '2026-04-29Z') WHERE status = 'accepted'), 3::bigint, 'events on the periods'' edges');
--- 8926 changes plan inside March (its periods are left to the per-subscription path); 8928 cancels in April
-SELECT billing.change_plan((SELECT id FROM c891b WHERE code = 'c891b-8926'), 'C891_B', '2026-03-16T08:00:00Z');
-SELECT billing.create_due_invoices(10000, '2026-04-01T10:20:31Z');
-SELECT billing.cancel_subscription((SELECT id FROM c891b WHERE code = 'c891b-8928'), false, '2026-04-20Z');
-SELECT billing.create_due_invoices(10000, '2026-05-01T10:20:31Z');
-
-
-SELECT billing.upsert_customer(c) FROM generate_series(8901, 8908) c;
-SELECT billing.set_customer_details(8902, 'XA Ltd', 'xa@example.org', '1 Road', 'Town', '1000', NULL, 'XA', NULL);
-SELECT billing.set_customer_details(8908, 'XB Ltd', 'xb@example.org', '1 Road', 'Town', '1000', NULL, 'XB', NULL);
--- every subscription starts inside an hour: its periods' first and last hours are read from the events
-SELECT billing.create_subscription('c891c-' || c, c, 'C891_A', '2026-03-01T10:20:30Z', 0,
-                                   CASE c WHEN 8901 THEN 'C891_R50' WHEN 8902 THEN 'C891_AMT' WHEN 8903 THEN 'C891_P20'
-                                          WHEN 8906 THEN 'C891_P20' END, 1, 'c891c-' || c)
-  FROM generate_series(8901, 8908) c;
-SELECT billing.create_subscription('c891c-8905b', 8905, 'C891_B', '2026-03-01T10:20:30Z', 0, 'C891_B30', 1, 'c891c-8905b');
-CREATE TEMP TABLE c891c AS SELECT s.customer_id, s.id, s.external_id AS code FROM billing.subscription s
- WHERE s.customer_id BETWEEN 8901 AND 8908;
--- credit: part of 8903's invoice, all of 8904's, shared by 8905's two
-SELECT billing._grant_credit(8903, 'USD', 100, 'PRORATION', NULL, NULL, '2026-03-02Z');
-SELECT billing._grant_credit(8904, 'USD', 100000, 'PRORATION', NULL, NULL, '2026-03-02Z');
-SELECT billing._grant_credit(8905, 'USD', 700, 'PRORATION', NULL, NULL, '2026-03-02Z');
-
-
--- March and April: events of every customer but 8907, in the edge hours and whole hours
-SELECT is((SELECT count(*) FROM billing.ingest_usage((
-    SELECT jsonb_agg(pg_temp.ev('ce' || c || '-' || n, c,
-                                to_char(('2026-03-01T10:20:30Z'::timestamptz + (n * interval '7 hours 13 minutes 11 seconds'))
-                                        AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-                                jsonb_build_object('tokens', (n * 37) % 90 + 0.5, 'gb', (n * 13) % 17, 'user', 'u' || (n % 4),
-                                                   'region', CASE WHEN n % 3 = 0 THEN 'eu' ELSE 'us' END)))
-      FROM generate_series(8901, 8908) c, generate_series(0, 199) n
-     WHERE c <> 8907 AND n * interval '7 hours 13 minutes 11 seconds' < interval '59 days'
-       AND n < 125), '2026-04-29Z', interval '1 hour', interval '5 minutes', interval '100 days')
-    WHERE status = 'accepted'), 875::bigint, 'the events of March and April');
-SELECT is((SELECT count(*) FROM billing.ingest_usage(jsonb_build_array(
-    pg_temp.ev('cedge-a', 8901, '2026-03-01T10:20:30Z', '{"tokens": 1000, "gb": 3, "user": "edge"}'),
-    pg_temp.ev('cedge-b', 8901, '2026-04-01T10:20:29.999Z', '{"tokens": 7, "gb": 40, "user": "edge2", "region": "eu"}'),
-    pg_temp.ev('cedge-c', 8901, '2026-04-01T10:20:30Z', '{"tokens": 5, "gb": 1, "user": "u0"}')),
-    '2026-04-29Z') WHERE status = 'accepted'), 3::bigint, 'events on the periods'' edges');
--- 8906 changes plan inside March (its periods are left to the per-subscription path); 8908 cancels in April
-SELECT billing.change_plan((SELECT id FROM c891c WHERE code = 'c891c-8906'), 'C891_B', '2026-03-16T08:00:00Z');
-SELECT billing.create_due_invoices(10000, '2026-04-01T10:20:31Z');
-SELECT billing.cancel_subscription((SELECT id FROM c891c WHERE code = 'c891c-8908'), false, '2026-04-20Z');
-SELECT billing.create_due_invoices(10000, '2026-05-01T10:20:31Z');
-
+-- the world (db/tests/fixtures/usage_world*.sql, docs/testing.md "Shared fixtures"): catalogue c891,
+-- then three sets of its customers with the same history: a (8911..8918, subscriptions c891a-8911 ..,
+-- temp table c891a), b (8921..8928, c891b) and c (8901..8908, c891c)
+\set w c891
+\ir ../fixtures/usage_world.sql
+\set batch 10000
+\set set a
+\set base 8910
+\ir ../fixtures/usage_world_customers.sql
+\set set b
+\set base 8920
+\ir ../fixtures/usage_world_customers.sql
+\set set c
+\set base 8900
+\ir ../fixtures/usage_world_customers.sql
 
 RESET citus.multi_shard_modify_mode;
 RESET ROLE;
@@ -216,13 +82,6 @@ BEGIN
                     WHERE o.customer_id BETWEEN p_base + 1 AND p_base + 8 AND o.aggregate_type = 'invoice'
                       AND o.payload -> 'data' ->> 'kind' = 'USAGE')));
 END
-$$;
--- the late events of each set (after its May rating)
-CREATE FUNCTION pg_temp.late(p_base bigint, p_letter text) RETURNS bigint LANGUAGE sql AS $$
-    SELECT count(*) FROM billing.ingest_usage(jsonb_build_array(
-        pg_temp.ev(p_letter || 'late-1', p_base + 1, '2026-03-20T10:00:00Z', '{"tokens": 300, "gb": 50, "user": "late"}'),
-        pg_temp.ev(p_letter || 'late-2', p_base + 2, '2026-04-30T23:00:00Z', '{"tokens": 1, "gb": 0, "user": "u1", "region": "eu"}')),
-        '2026-05-20Z') WHERE status = 'accepted'
 $$;
 
 -- Set A: one subscription at a time on the coordinator (_rate_subscription each: rate_usage's path on Citus).

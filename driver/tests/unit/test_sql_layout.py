@@ -1,6 +1,7 @@
 """The layout of db/functions and db/tests (docs/testing.md, "pgTAP file numbers"): every function
 file has a number of its own, every pgTAP file too, and a pgTAP file's number names the function
-file it tests; db/tests/citus.list names files that exist."""
+file it tests; db/tests/citus.list names files that exist; the shared fixtures of db/tests/fixtures
+are included (psql's \\ir) by the suites, and each by one suite at least."""
 
 from __future__ import annotations
 
@@ -41,6 +42,30 @@ def test_pgtap_files_have_unique_numbers_naming_the_function_file_they_test():
         seen[number] = name
         assert m.group(1) == "00" or m.group(1) in functions, (
             f"db/tests/{name}: no function file db/functions/{m.group(1)}_*.sql (00K: suites across files)")
+
+
+_INCLUDE = re.compile(r"^\\(ir?|include(?:_relative)?)\s+(\S+)\s*$", re.MULTILINE)
+_FIXTURE = re.compile(r"^[a-z][a-z0-9_]*\.sql$")
+
+
+def test_shared_fixtures_are_included_with_ir_and_each_used():
+    """A suite shares a world with others through db/tests/fixtures/NAME.sql, included with `\\ir`
+    (relative to the including file, so pg_prove and psql run it from any directory; pg_prove does
+    not descend into db/tests/fixtures, so a fixture is never run as a suite of its own)."""
+    fixtures_dir = DB / "tests" / "fixtures"
+    fixtures = {p.resolve() for p in fixtures_dir.glob("*.sql")}
+    for path in fixtures:
+        assert _FIXTURE.match(path.name), f"db/tests/fixtures/{path.name}: fixtures are named name.sql (no number)"
+    assert not [p for p in fixtures_dir.iterdir() if p.suffix != ".sql"], "db/tests/fixtures holds .sql fixtures only"
+    used: set = set()
+    for path in sorted((DB / "tests").rglob("*.sql")):
+        for command, target in _INCLUDE.findall(path.read_text()):
+            name = path.relative_to(DB / "tests").as_posix()
+            assert command == "ir", f"db/tests/{name}: include fixtures with \\ir (relative), not \\{command}"
+            included = (path.parent / target).resolve()
+            assert included in fixtures, f"db/tests/{name}: \\ir {target} is not a file of db/tests/fixtures"
+            used.add(included)
+    assert fixtures - used == set(), "fixtures no suite includes: " + ", ".join(sorted(p.name for p in fixtures - used))
 
 
 def test_citus_list_names_existing_files_once():

@@ -52,7 +52,7 @@ def routes(console: Console) -> list[BaseRoute]:
             if looks_like_key(key):
                 await database.record_failure(key_id_of(key), address, "/console/login")
             return back("/console/login", error="login_unknown_key")
-        key_id, scopes = found.key_id, found.scopes
+        scopes = found.scopes
         if "admin" not in scopes and "subscriptions:read" not in scopes:
             return back("/console/login", error="login_scope")
         token = secrets.token_urlsafe(32)
