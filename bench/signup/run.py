@@ -3,7 +3,7 @@ side, in one run.
 
     python -m bench.signup.run                              # 5,000 per call, 100,000 in bulk and imported
     make bench-signup BENCH_ARGS="--per-call 2000 --bulk 50000 --import 20000 --batch 5000"
-    make bench-signup BENCH_ARGS="--per-call 0 --bulk 80000 --parallel 2 --rounds 4 --import 0 --baseline 605dd63"
+    make bench-signup BENCH_ARGS="--per-call 0 --bulk 80000 --parallel 2 --rounds 4 --import 0 --baseline a018aa0"
 
 On a fresh database (migrated with --simulation, one monthly plan):
 1. per call: --per-call subscriptions through `billing.create_subscription` (a new customer each,
@@ -44,8 +44,8 @@ from billing.migrate import migrate
 from billing.config import REPO_ROOT
 
 NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
-# main when issue 32's fifth signup pass started (2026-12-05 19:04 UTC); --baseline overrides.
-BASELINE = "605dd63"
+# main when issue 32's sixth signup pass started (2026-12-05 21:42 UTC); --baseline overrides.
+BASELINE = "a018aa0"
 DB = "bench_signup"
 
 

@@ -28,6 +28,32 @@ BEGIN
     END IF;
 END
 $$;
+-- * subscription_plan_exists / _kept and subscription_request_subscription_exists / _kept
+--   (12_integrity.sql, migration 0720) by the foreign keys they stand for.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = 'billing.subscription'::regclass
+                  AND t.tgname = 'subscription_plan_exists') THEN
+        DROP TRIGGER subscription_plan_exists ON billing.subscription;
+        DROP TRIGGER IF EXISTS subscription_plan_kept ON billing.subscription;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname = 'subscription_plan_fkey') THEN
+            ALTER TABLE billing.subscription ADD CONSTRAINT subscription_plan_fkey FOREIGN KEY (plan_id)
+                REFERENCES billing.plan (id);
+        END IF;
+        INSERT INTO citus_adapted VALUES ('trigger', 'subscription_plan_exists');
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = 'billing.subscription_request'::regclass
+                  AND t.tgname = 'subscription_request_subscription_exists') THEN
+        DROP TRIGGER subscription_request_subscription_exists ON billing.subscription_request;
+        DROP TRIGGER IF EXISTS subscription_request_subscription_kept ON billing.subscription_request;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname = 'subscription_request_subscription_fkey') THEN
+            ALTER TABLE billing.subscription_request ADD CONSTRAINT subscription_request_subscription_fkey
+                FOREIGN KEY (customer_id, subscription_id) REFERENCES billing.subscription (customer_id, id);
+        END IF;
+        INSERT INTO citus_adapted VALUES ('trigger', 'subscription_request_subscription_exists');
+    END IF;
+END
+$$;
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = 'billing.outbox_event'::regclass

@@ -72,3 +72,84 @@ CREATE OR REPLACE TRIGGER invoice_subscription_fixed
 CREATE OR REPLACE TRIGGER subscription_never_deleted
     BEFORE DELETE ON billing.subscription
     FOR EACH STATEMENT EXECUTE FUNCTION billing._subscription_never_deleted();
+
+-- ---------------------------------------------------------------------------------------------
+-- subscription.plan_id -> plan.id and subscription_request -> subscription, per statement (0720):
+-- the foreign keys' checks were an executor start and a parent lock per row. The parents need no
+-- lock: a plan is never deleted nor renumbered, a subscription never deleted nor renumbered (pgTAP
+-- 404). On Citus the foreign keys stay (db/citus/10_adapt.sql drops these triggers, adds them back).
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._subscription_plan_exists()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_missing bigint;
+    v_bad     boolean;
+BEGIN
+    IF TG_LEVEL = 'ROW' THEN  -- (an UPDATE that changed plan_id)
+        v_missing := NEW.plan_id;
+        v_bad := NOT EXISTS (SELECT 1 FROM billing.plan p WHERE p.id = NEW.plan_id);
+    ELSE
+        SELECT n.plan_id INTO v_missing
+          FROM new_rows n
+         WHERE NOT EXISTS (SELECT 1 FROM billing.plan p WHERE p.id = n.plan_id)
+         LIMIT 1;
+        v_bad := FOUND;
+    END IF;
+    IF v_bad THEN
+        RAISE EXCEPTION USING ERRCODE = '23503',
+            MESSAGE = format('subscription refers to plan %s, which does not exist', v_missing),
+            CONSTRAINT = 'subscription_plan_exists', TABLE = 'subscription', SCHEMA = 'billing';
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION billing._subscription_plan_exists() IS
+'Private trigger: the foreign key subscription.plan_id -> plan.id, checked once per INSERT statement with one anti-join (and per row when an UPDATE changes plan_id).
+Returns NULL; raises foreign_key_violation (23503) naming subscription_plan_exists.';
+
+CREATE OR REPLACE TRIGGER subscription_plan_exists
+    AFTER INSERT ON billing.subscription
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._subscription_plan_exists();
+CREATE OR REPLACE TRIGGER subscription_plan_kept
+    AFTER UPDATE OF plan_id ON billing.subscription
+    FOR EACH ROW WHEN (OLD.plan_id IS DISTINCT FROM NEW.plan_id)
+    EXECUTE FUNCTION billing._subscription_plan_exists();
+
+CREATE OR REPLACE FUNCTION billing._subscription_request_subscription_exists()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_missing bigint;
+BEGIN
+    -- (a request without its subscription yet, subscription_id NULL, refers to nothing: MATCH SIMPLE)
+    SELECT n.subscription_id INTO v_missing
+      FROM new_rows n
+     WHERE n.subscription_id IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM billing.subscription s WHERE s.customer_id = n.customer_id AND s.id = n.subscription_id)
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = '23503',
+            MESSAGE = format('subscription request refers to subscription %s, which does not exist for its customer', v_missing),
+            CONSTRAINT = 'subscription_request_subscription_exists', TABLE = 'subscription_request', SCHEMA = 'billing';
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION billing._subscription_request_subscription_exists() IS
+'Private trigger: the foreign key subscription_request (customer_id, subscription_id) -> subscription (customer_id, id), checked once per INSERT or UPDATE statement with one anti-join.
+Returns NULL; raises foreign_key_violation (23503) naming subscription_request_subscription_exists.';
+
+CREATE OR REPLACE TRIGGER subscription_request_subscription_exists
+    AFTER INSERT ON billing.subscription_request
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._subscription_request_subscription_exists();
+CREATE OR REPLACE TRIGGER subscription_request_subscription_kept
+    AFTER UPDATE ON billing.subscription_request
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._subscription_request_subscription_exists();

@@ -2,7 +2,7 @@
 -- create_subscription makes for the same arguments (subscriptions, requests, invoices, lines,
 -- events: compared column by column, ids aside), replays keys, refuses what it refuses, all or nothing.
 BEGIN;
-SELECT plan(22);
+SELECT plan(23);
 
 SET LOCAL ROLE billing_owner;
 
@@ -89,6 +89,13 @@ SELECT is((SELECT count(*) FROM su_events WHERE side = 96), 19::bigint, 'Subscri
 SELECT is_empty($$(SELECT n, event_type, k, data, created_at, available_at FROM su_events WHERE side = 95
                    EXCEPT SELECT n, event_type, k, data, created_at, available_at FROM su_events WHERE side = 96)$$,
                 'the events are create_subscription''s, in the same order per signup');
+-- The bulk's event ids: one random UUID a batch whose last 48 bits count its events (31_signups):
+-- each id distinct, in the v4 form (version 4, RFC 4122 variant), as gen_random_uuid's per call.
+SELECT is((SELECT count(DISTINCT e.event_id) FILTER (WHERE substr(e.event_id::text, 15, 1) = '4'
+                                                      AND substr(e.event_id::text, 20, 1) IN ('8', '9', 'a', 'b'))
+             FROM billing.outbox_event e WHERE e.customer_id BETWEEN 95001 AND 96999),
+          (SELECT count(*) FROM billing.outbox_event e WHERE e.customer_id BETWEEN 95001 AND 96999),
+          'every event id distinct and a version 4 UUID (per call and in bulk)');
 SELECT billing._distributed('billing.subscription') AS su_citus \gset
 \if :su_citus
 SELECT skip('on Citus every row is create_subscription''s (no row written out by the set-based path)', 4);
