@@ -124,3 +124,54 @@ def test_http_door_bodies_that_are_not_an_array_of_events(db_url):
     assert [(x["id"], x["status"], x.get("reason")) for x in r.json()["results"]] == [
         ("w1", "accepted", None), (None, "rejected", "invalid_json"), (7, "rejected", "invalid_event"),
         (None, "rejected", "invalid_event")]
+
+
+def test_who_may_read_usage_and_the_upcoming_invoice(db_url):
+    """Current usage and the upcoming invoice (review6): a customer token reads its own customer's only
+    (another's: 404 as if it did not exist), and may not report usage; a key needs subscriptions:read
+    to read them and usage:write to report (neither implies the other); the /v1 paths are the same."""
+    from billing.api_keys import create_key
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_plan('U_PLAN', 1000, 'USD', 'MONTH', 1, %s)", (T0,))
+        subs = {c: conn.execute("SELECT id FROM billing.create_subscription(%s, %s, 'U_PLAN', %s)",
+                                (f"u-{c}", c, T0)).fetchone()[0] for c in (51, 52)}
+    server = create_key(db_url, "portal", ["customer-sessions:write", "subscriptions:read"]).key
+    writer = create_key(db_url, "ingest", ["usage:write"]).key
+
+    async def go():
+        app = create_app(Settings(database_url=db_url), clock=SimulatedClock(T0))
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        try:
+            async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as client:
+                auth = lambda key: {"Authorization": f"Bearer {key}"}  # noqa: E731
+                r = await client.post("/customer-sessions", json={"customerId": 51, "ttlSeconds": 600}, headers=auth(server))
+                assert r.status_code == 201, r.text
+                token = r.json()["token"]
+                out = {}
+                for prefix in ("", "/v1"):
+                    for who, key in (("token", token), ("reader", server), ("writer", writer)):
+                        for what, path in (("own usage", "/customers/51/usage"), ("other usage", "/customers/52/usage"),
+                                           ("own upcoming", f"/subscriptions/{subs[51]}/upcoming-invoice"),
+                                           ("other upcoming", f"/subscriptions/{subs[52]}/upcoming-invoice"),
+                                           ("no upcoming", f"/subscriptions/{subs[52] + 1000}/upcoming-invoice")):
+                            r = await client.get(prefix + path, headers=auth(key))
+                            out[f"{prefix} {who} {what}"] = (r.status_code, r.json().get("error", {}).get("message")
+                                                             if r.status_code != 200 else r.json().get("customerId"))
+                        r = await client.post(prefix + "/usage-events", json=[{"id": "x"}], headers=auth(key))
+                        out[f"{prefix} {who} report"] = (r.status_code, None)
+                return out
+        finally:
+            await app.state.database.close()
+
+    out = asyncio.run(go())
+    hidden = (404, "no such resource")
+    for prefix in ("", "/v1"):
+        got = {k.split(" ", 1)[1]: v for k, v in out.items() if k.split(" ", 1)[0] == prefix}
+        assert got["token own usage"] == (200, 51) and got["token own upcoming"][0] == 200, got
+        assert got["token other usage"] == got["token other upcoming"] == hidden, got
+        assert got["token no upcoming"][0] == 404, got
+        assert got["token report"][0] == 403 and got["reader report"][0] == 403 and got["writer report"][0] == 200
+        assert got["reader other usage"] == (200, 52) and got["reader other upcoming"][0] == 200
+        assert got["reader no upcoming"][0] == 404
+        assert all(got[f"writer {w}"][0] == 403 for w in ("own usage", "other usage", "own upcoming", "no upcoming")), got
