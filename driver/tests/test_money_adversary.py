@@ -50,11 +50,16 @@ engine: after every step it checks the money rules on the database itself:
   count unless the span is marked late (nothing lost); what a span billed in all is the charge's
   amount for its latest quantity (never billed twice, never less); every billed amount is a USAGE
   line of a USAGE invoice; the rated spans of a subscription never overlap;
-  no USAGE invoice is ever voided (a cancellation forgives no usage served).
+  no USAGE invoice is ever voided (a cancellation forgives no usage served); each customer's current
+  usage (the daily rollups folded from the hours, the hours not folded, the edge events) is the
+  test's own count of the events it had accepted in the open period; every USAGE line carries its
+  customer's tax on its net (computed here from TAXES).
 
 Usage is part of the game: events now, exactly at a period's start, just before it and in the ended
-period (late, before and after its rating), sent twice; ratings at any time, before and after plan
-changes and cancellations.
+period (late, before and after its rating), sent twice; through every door (the SQL array, the
+JSON-text door, the Kafka consumer's parse, the HTTP route's split of its body), the id written as a
+string, a number or a number with an exponent (one key: review6); ratings at any time, before and
+after plan changes and cancellations.
 
 Coupons of every kind (percent, amount off, plan-restricted, once, repeating, forever), taxed
 customers (exclusive and inclusive), invoices waiting for a payment method and given up, and
