@@ -940,12 +940,9 @@ def make_machine(db: Db, steps: int):
             if seen == self.usage_read:
                 return
             self.usage_read = seen
-            for customer in sorted({c for c, _ in self.usage}):
-                rows = db.rows("SELECT * FROM billing.current_usage(%s, %s) WHERE meter_code = 'adv_req'",
-                               (customer, self.now))
-                got = rows[0] if rows else None
-                if got is None:
-                    continue
+            for got in db.rows("SELECT c AS customer, u.* FROM unnest(%s::bigint[]) c, LATERAL billing.current_usage(c, %s) u "
+                               "WHERE u.meter_code = 'adv_req'", (sorted({c for c, _ in self.usage}), self.now)):
+                customer = got["customer"]
                 own = sum(1 for c, at in self.usage if c == customer and got["period_start"] <= at < got["period_end"])
                 assert (got["value"], got["events"]) == (own, own), (
                     f"customer {customer} [{got['period_start']}, {got['period_end']}): current usage "
