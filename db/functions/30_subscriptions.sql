@@ -60,7 +60,12 @@ BEGIN
 
     <<attempt>>
     LOOP  -- at most twice: a concurrent first use of the same key makes us replay it
-        SELECT * INTO v_request FROM billing.subscription_request WHERE idempotency_key = p_idempotency_key;
+        -- The customer's own request under this key first: a request's key is unique per customer
+        -- (subscription_request_pkey); two first uses of one key for two customers at once both
+        -- succeed, and each one's retry must replay its own subscription, not be refused with the
+        -- other's (a client told 409 for its own signup may sign up again: charged twice; review6)
+        SELECT * INTO v_request FROM billing.subscription_request WHERE idempotency_key = p_idempotency_key
+         ORDER BY customer_id = p_customer_id DESC LIMIT 1;
         IF FOUND THEN
             IF v_request.customer_id IS DISTINCT FROM p_customer_id OR v_request.plan_code IS DISTINCT FROM p_plan_code
                OR v_request.options IS DISTINCT FROM v_options THEN

@@ -118,12 +118,20 @@ DECLARE
     v_name text := 'usage_event_p' || to_char(p_at AT TIME ZONE 'UTC', 'YYYYMM');
 BEGIN
     IF to_regclass('billing.' || v_name) IS NULL THEN
-        -- two ingestions making the same month: the second waits on the lock and finds it made
+        -- two ingestions making the same month: the second waits on the lock and finds it made. Its
+        -- to_regclass may still answer from this session's catalog cache, which an advisory lock does
+        -- not refresh (the first lookup above cached "none"): then CREATE TABLE, which does refresh
+        -- it, finds the table the other one committed, and that is the answer too (review6: the
+        -- second batch failed with duplicate_table; test_usage_fold_race)
         PERFORM pg_advisory_xact_lock(hashtext('billing.usage_event partitions'));
         IF to_regclass('billing.' || v_name) IS NULL THEN
-            EXECUTE format('CREATE TABLE billing.%I PARTITION OF billing.usage_event FOR VALUES FROM (%L) TO (%L)',
-                           v_name, v_from, v_from + interval '1 month');
-            EXECUTE format('REVOKE ALL ON billing.%I FROM PUBLIC', v_name);
+            BEGIN
+                EXECUTE format('CREATE TABLE billing.%I PARTITION OF billing.usage_event FOR VALUES FROM (%L) TO (%L)',
+                               v_name, v_from, v_from + interval '1 month');
+                EXECUTE format('REVOKE ALL ON billing.%I FROM PUBLIC', v_name);
+            EXCEPTION WHEN duplicate_table THEN
+                NULL;  -- made by the ingestion that held the lock before us (committed: we waited for it)
+            END;
         END IF;
     END IF;
     RETURN v_name;

@@ -50,11 +50,16 @@ engine: after every step it checks the money rules on the database itself:
   count unless the span is marked late (nothing lost); what a span billed in all is the charge's
   amount for its latest quantity (never billed twice, never less); every billed amount is a USAGE
   line of a USAGE invoice; the rated spans of a subscription never overlap;
-  no USAGE invoice is ever voided (a cancellation forgives no usage served).
+  no USAGE invoice is ever voided (a cancellation forgives no usage served); each customer's current
+  usage (the daily rollups folded from the hours, the hours not folded, the edge events) is the
+  test's own count of the events it had accepted in the open period; every USAGE line carries its
+  customer's tax on its net (computed here from TAXES).
 
 Usage is part of the game: events now, exactly at a period's start, just before it and in the ended
-period (late, before and after its rating), sent twice; ratings at any time, before and after plan
-changes and cancellations.
+period (late, before and after its rating), sent twice; through every door (the SQL array, the
+JSON-text door, the Kafka consumer's parse, the HTTP route's split of its body), the id written as a
+string, a number or a number with an exponent (one key: review6); ratings at any time, before and
+after plan changes and cancellations.
 
 Coupons of every kind (percent, amount off, plan-restricted, once, repeating, forever), taxed
 customers (exclusive and inclusive), invoices waiting for a payment method and given up, and
@@ -82,9 +87,12 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
+from billing.api.routes.usage import event_texts
+from billing.config import Settings
 from billing.events.schemas import catalogue
+from billing.usage import event_columns, ingest_columns, ingest_texts
 
 from .wipe import wipe
 
@@ -157,6 +165,38 @@ class Db:
                               (customer, f"Customer {customer}", f"c{customer}@example.org", country))
 
 
+# The doors of a usage event (docs/usage.md "Ingestion, two doors"), and the forms of its id that all
+# read as the same key ("17": "17", 17, 0.17e2).
+DOORS = ("sql", "text", "kafka", "http")
+ID_FORMS = ("string", "number", "exponent")
+
+
+def _event_text(customer: int, event_id: str, at: datetime, form: str) -> str:
+    written = {"string": json.dumps(event_id), "number": event_id, "exponent": f"0.{event_id}e{len(event_id)}"}[form]
+    return ('{"specversion": "1.0", "id": %s, "source": "adv", "type": "adv.request", "time": "%s", '
+            '"subject": "%d", "data": {}}' % (written, at.isoformat(), customer))
+
+
+def _ingest(db: Db, door: str, texts: list[str], now: datetime) -> list[dict]:
+    """The events through one door: (ord, status, reason) each, in order."""
+    if door == "sql":
+        return db.rows("SELECT ord, status, reason FROM billing.ingest_usage(%s::jsonb, %s) ORDER BY ord",
+                       ("[" + ", ".join(texts) + "]", now))
+    if door == "http":  # the route's split of its body (billing.api.routes.usage), then its call
+        texts = event_texts(("[" + ",\n".join(texts) + "]").encode())[0]
+    db.conn.row_factory = tuple_row  # (the drivers' functions read rows as tuples)
+    try:
+        if door == "kafka":
+            columns, kept, dead = event_columns([t.encode() for t in texts])
+            assert kept == list(range(len(texts))) and not dead
+            got = ingest_columns(db.conn, columns, now, Settings(database_url="-"))
+        else:
+            got = ingest_texts(db.conn, texts, now, Settings(database_url="-"))
+    finally:
+        db.conn.row_factory = dict_row
+    return [{"ord": o, "status": st_, "reason": r} for o, st_, r in got]
+
+
 def make_machine(db: Db, steps: int):
     class Adversary(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -176,6 +216,8 @@ def make_machine(db: Db, steps: int):
             self.paused: dict[int, tuple[datetime, datetime | None]] = {}  # sub -> (paused_at, resume_at)
             self.usage: list[tuple[int, datetime]] = []  # (customer, time) of every event accepted
             self.usage_sent: list[tuple[int, str, datetime]] = []  # (customer, id, time) sent, for resending
+            self.checked_usage_lines = 0
+            self.usage_read = None
 
         # -- helpers ---------------------------------------------------------------------------
         def _subs(self) -> list[int]:
@@ -330,10 +372,13 @@ def make_machine(db: Db, steps: int):
         @precondition(lambda self: self.plan_history)
         @rule(data=st.data(), where=st.sampled_from(["now", "now", "period_start", "just_before", "ended_period",
                                                       "resend", "resend_moved"]),
-              count=st.sampled_from([1, 3]))
-        def use(self, data, where, count):
+              count=st.sampled_from([1, 3]), door=st.sampled_from(DOORS), form=st.sampled_from(ID_FORMS))
+        def use(self, data, where, count, door="sql", form="string"):
             """Events for a subscription's customer: now, exactly at its period's start, 1 us before it,
-            in the ended period (late), or sent again (as it was, or with another time: the same key)."""
+            in the ended period (late), or sent again (as it was, or with another time: the same key),
+            through any door (the SQL array, the JSON-text door, the Kafka consumer's parse, the HTTP
+            route's split of its body), the id written as a string, a number or a number with an
+            exponent: one key whichever door and form (review6)."""
             sub = data.draw(st.sampled_from(self._subs()), label="subscription")
             row = db.rows("SELECT customer_id, current_period_start FROM billing.subscription WHERE id = %s", (sub,))[0]
             customer, start = row["customer_id"], row["current_period_start"]
@@ -348,13 +393,10 @@ def make_machine(db: Db, steps: int):
                 at = {"now": self.now, "period_start": start, "just_before": start - timedelta(microseconds=1),
                       "ended_period": start - timedelta(days=1)}.get(where, self.now)
                 self.events += 1
-                batch.append((customer, f"u{self.events}", at))
+                batch.append((customer, str(self.events), at))
             if not batch:
                 return
-            events = [{"specversion": "1.0", "id": eid, "source": "adv", "type": "adv.request",
-                       "time": at.isoformat(), "subject": str(cust), "data": {}} for cust, eid, at in batch]
-            answers = db.rows("SELECT ord, status, reason FROM billing.ingest_usage(%s::jsonb, %s) ORDER BY ord",
-                              (json.dumps(events), self.now))
+            answers = _ingest(db, door, [_event_text(cust, eid, at, form) for cust, eid, at in batch], self.now)
             for (cust, eid, at), answer in zip(batch, answers):
                 if answer["status"] == "accepted":
                     assert (cust, eid) not in {(c, e) for c, e, _ in self.usage_sent}, f"event {eid} accepted twice"
@@ -890,6 +932,41 @@ def make_machine(db: Db, steps: int):
             assert not broken, f"usage rules broken: {broken}"
 
         @invariant()
+        def current_usage_is_the_count(self):
+            """The reads (current_usage: the daily rollups folded from the hours, the hours not folded,
+            the edge hours' events) give each customer's open period this test's own count of the events
+            it had accepted in it: the fold neither loses nor doubles an event, late ones included."""
+            seen = (len(self.usage), self.now)  # (after a step that added events or moved the clock)
+            if seen == self.usage_read:
+                return
+            self.usage_read = seen
+            for got in db.rows("SELECT c AS customer, u.* FROM unnest(%s::bigint[]) c, LATERAL billing.current_usage(c, %s) u "
+                               "WHERE u.meter_code = 'adv_req'", (sorted({c for c, _ in self.usage}), self.now)):
+                customer = got["customer"]
+                own = sum(1 for c, at in self.usage if c == customer and got["period_start"] <= at < got["period_end"])
+                assert (got["value"], got["events"]) == (own, own), (
+                    f"customer {customer} [{got['period_start']}, {got['period_end']}): current usage "
+                    f"{got['value']} ({got['events']} events), {own} accepted")
+
+        @invariant()
+        def usage_lines_taxed_at_the_customers_rate(self):
+            """Tax on usage (docs/usage.md "Where it goes"): each USAGE line carries its customer's tax on
+            its net (after a coupon), rounded half away from zero, computed here from TAXES (customer
+            3: 20% on top, customer 4: 10% inside), none for the others."""
+            for line in db.rows("SELECT customer_id, id, net, tax, tax_inclusive FROM billing.service_line "
+                                "WHERE item = 'USAGE' AND id > %s ORDER BY id", (self.checked_usage_lines,)):
+                rate = TAXES.get(line["customer_id"])
+                if rate is None:
+                    owed, inside = 0, False
+                else:
+                    denominator = 10000 + rate[2] if rate[3] else 10000
+                    owed, inside = (2 * line["net"] * rate[2] + denominator) // (2 * denominator), rate[3]
+                assert (line["tax"], line["tax_inclusive"] and owed > 0) == (owed, inside and owed > 0), (
+                    f"USAGE line {line['id']} of customer {line['customer_id']}: net {line['net']}, tax {line['tax']} "
+                    f"(inclusive {line['tax_inclusive']}), owed {owed}")
+                self.checked_usage_lines = line["id"]
+
+        @invariant()
         def every_event_matches_the_catalogue(self):
             rows = db.rows("SELECT id, payload FROM billing.outbox_event WHERE id > %s ORDER BY id", (self.checked_events,))
             for r in rows:
@@ -981,7 +1058,9 @@ class Drawn:
         self.values = list(values)
 
     def draw(self, strategy, label=None):
-        return self.values.pop(0)
+        value = self.values.pop(0)
+        # a function picks among the strategy's values (a sampled_from of rows known only then)
+        return value(list(strategy.elements)) if callable(value) else value
 
 
 DAYS = timedelta(days=1)
@@ -1088,7 +1167,21 @@ REPLAYS = {
         ("rate", dict(grace=timedelta(0))), ("use", dict(data=Drawn(1), where="ended_period", count=1)),
         ("use", dict(data=Drawn(1), where="just_before", count=1)), ("rate", dict(grace=timedelta(0))),
         ("clock_jump", dict(delta=40 * DAYS)), ("renew", {}), ("rate", dict(grace=timedelta(hours=1))),
-        ("use", dict(data=Drawn(1, (1, "u1", T0)), where="resend", count=1))],
+        ("use", dict(data=Drawn(1, (1, "1", T0)), where="resend", count=1))],
+    # review6: one key whichever door and form of the id (POST /usage-events read `1e3` as the key
+    # "1000.0" and Kafka as "1000"); a late event's adjustment on a taxed customer's next USAGE invoice
+    "usage: one event through every door and id form, taxed, late, refunded": [
+        ("subscribe", dict(customer=3, plan="M_BASIC", trial=0, coupon="TEN", quantity=1)),
+        ("use", dict(data=Drawn(1), where="now", count=3, door="kafka", form="exponent")),
+        ("use", dict(data=Drawn(1, (3, "1", T0), (3, "2", T0), (3, "3", T0)), where="resend", count=3, door="http",
+                     form="number")),
+        ("use", dict(data=Drawn(1, (3, "2", T0)), where="resend", count=1, door="sql", form="exponent")),
+        ("use", dict(data=Drawn(1, (3, "3", T0)), where="resend_moved", count=1, door="text", form="string")),
+        ("clock_jump", dict(delta=40 * DAYS)), ("renew", {}), ("rate", dict(grace=timedelta(0))),
+        ("use", dict(data=Drawn(1), where="ended_period", count=3, door="http", form="exponent")),
+        ("rate", dict(grace=timedelta(0))), ("charge", dict(data=Drawn(*["SUCCEEDED"] * 10), lease=timedelta(minutes=5))),
+        ("refund", dict(data=Drawn(lambda paid: paid[-1]), share=0.5)), ("clock_jump", dict(delta=40 * DAYS)), ("renew", {}),
+        ("rate", dict(grace=timedelta(hours=1)))],
     # usage at a period boundary, a plan change mid-period (two parts), a cancellation before the rating
     "usage: boundaries, a plan change, a cancellation before the rating": [
         ("subscribe", dict(customer=2, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
@@ -1107,7 +1200,8 @@ INVARIANTS = ("the_books_balance", "cash_kept_is_the_paid_service", "revenue_ove
               "mrr_is_what_the_lines_sell", "a_period_gives_back_at_most_what_it_was_paid", "every_paid_invoice_is_backed", "each_period_at_its_own_terms",
               "the_ledger_says_what_was_sold", "usage_is_billed_once_and_whole",
               "a_discount_only_from_a_coupon_redeemed_by_then", "nothing_decided_after_the_fact",
-              "every_event_matches_the_catalogue", "no_served_period_silently_forgiven")
+              "every_event_matches_the_catalogue", "no_served_period_silently_forgiven",
+              "current_usage_is_the_count", "usage_lines_taxed_at_the_customers_rate")
 
 
 @pytest.mark.parametrize("name", sorted(REPLAYS))

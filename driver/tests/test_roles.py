@@ -27,7 +27,7 @@ V1_READS = {"get_customer", "list_customers", "get_plan", "list_plans", "list_co
 POLICY = {
     "billing_api": {"create_subscription", "create_subscriptions", "get_subscription", "cancel_subscription", "change_plan",
                     "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
-                    "ingest_usage", "current_usage", "list_meters", "upcoming_invoice",
+                    "ingest_usage", "ingest_usage_batch", "current_usage", "list_meters", "upcoming_invoice",
                     "set_usage_alert", "list_usage_alerts", "update_usage_alert", "delete_usage_alert",
                     "apply_coupon", "pause_subscription", "resume_subscription", "uncancel_subscription",
                     "reactivate_subscription", "set_quantity",

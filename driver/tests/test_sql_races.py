@@ -279,6 +279,35 @@ def test_a_batch_whose_key_is_taken_meanwhile_replays_it_and_creates_the_rest(db
                             "AND event_type = 'SubscriptionCreated'").fetchone()[0] == 3
 
 
+def test_one_key_first_used_for_two_customers_at_once_replays_each_ones_own(db_url):
+    """A request's idempotency key is unique per customer (subscription_request_pkey, customer-keyed for
+    Citus): two first uses of one key for two customers at once both create (neither waits for the
+    other). Each one's retry must replay its own subscription: it was refused with BL409 naming the
+    other customer when the lookup by key found the other's row first, and a client told 409 for its
+    own signup may sign up again under a new key (charged twice). review6."""
+    with connect(db_url) as conn:
+        conn.execute("SELECT billing.upsert_plan('RACE_T', 1000, 'USD', 'MONTH')")
+    first, second = psycopg.connect(db_url), psycopg.connect(db_url)
+    try:
+        mine = first.execute("SELECT id FROM billing.create_subscription('twice', 821, 'RACE_T', %s)", (T0,)).fetchone()[0]
+        theirs = second.execute("SELECT id FROM billing.create_subscription('twice', 822, 'RACE_T', %s)", (T0,)).fetchone()[0]
+        first.commit()
+        second.commit()
+    finally:
+        first.close()
+        second.close()
+    with connect(db_url) as conn:
+        for customer, sub in ((821, mine), (822, theirs)) * 2:
+            assert conn.execute("SELECT id, customer_id FROM billing.create_subscription('twice', %s, 'RACE_T', %s)",
+                                (customer, T0)).fetchone() == (sub, customer)
+        # a third customer is still refused the key (used by others), as before
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("SELECT billing.create_subscription('twice', 823, 'RACE_T', %s)", (T0,))
+        assert refused.value.sqlstate == "BL409"
+        conn.rollback()
+        assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id BETWEEN 821 AND 823").fetchone()[0] == 2
+
+
 def test_same_payment_result_at_once_is_applied_once(db_url):
     seed_subscriptions(db_url, 1)
     with connect(db_url) as conn:

@@ -5,6 +5,7 @@ invoicing: fixed price and usage so far): docs/usage.md."""
 from __future__ import annotations
 
 import json
+import re
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -33,30 +34,23 @@ def routes(api: Api) -> list[BaseRoute]:
         if bound_customer(request) is not None:
             raise ApiError(403, "forbidden", "a customer token cannot report usage")
         body = await read_body(request, LARGE_BODIES["/usage-events"])
-        try:
-            doc = json.loads(body)
-        except (ValueError, RecursionError):
-            raise ApiError(400, "invalid_json", "the body is not valid JSON (UTF-8)") from None
-        events = doc.get("events") if isinstance(doc, dict) and set(doc) == {"events"} else doc
-        if not isinstance(events, list):
-            raise ApiError(400, "invalid_json", "the body must be a JSON array of CloudEvents (or {\"events\": [...]})")
+        texts, events = event_texts(body)
         if len(events) > usage.MAX_BATCH:
             raise ApiError(413, "batch_too_large", f"at most {usage.MAX_BATCH} events a request, got {len(events)}")
         if not events:
             raise ApiError(400, "invalid_json", "the batch is empty")
-        from psycopg.types.json import Jsonb
-
         pool = await database.pool()
         async with pool.connection() as conn:
             async with conn.transaction():
-                cur = await conn.execute(db.INGEST_USAGE, {"events": Jsonb(events), "now": api.now(),
-                                                        **usage.windows(api.settings)})
+                # each event as its own JSON text, parsed by the database as a Kafka message is
+                # (billing.ingest_usage_batch): one key, one stored value whichever door brought it
+                cur = await conn.execute(db.INGEST_USAGE_BATCH, {"events": texts, "now": api.now(),
+                                                              **usage.windows(api.settings)})
                 rows = await cur.fetchall()
         results, counts = [], {"accepted": 0, "duplicate": 0, "rejected": 0}
         for row in rows:
             event = events[row["ord"] - 1]
-            item = {"index": row["ord"] - 1, "id": event.get("id") if isinstance(event, dict) else None,
-                    "status": row["status"]}
+            item = {"index": row["ord"] - 1, "id": _answer_id(event), "status": row["status"]}
             if row["reason"]:
                 item["reason"] = row["reason"]
             counts[row["status"]] += 1
@@ -88,6 +82,84 @@ def routes(api: Api) -> list[BaseRoute]:
     return [Route("/usage-events", post_usage_events, methods=["POST"]),
             Route("/customers/{id}/usage", get_customer_usage, methods=["GET"]),
             Route("/subscriptions/{id}/upcoming-invoice", get_upcoming_invoice, methods=["GET"])]
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_WRAPPED = re.compile(r'[ \t\n\r]*\{[ \t\n\r]*"events"[ \t\n\r]*:')
+_DECODER = json.JSONDecoder(strict=False)  # (a control character in a string: the database's call)
+_NOT_JSON = "the body is not valid JSON (UTF-8)"
+_NOT_EVENTS = 'the body must be a JSON array of CloudEvents (or {"events": [...]})'
+
+
+def event_texts(body: bytes) -> tuple[list[str], list]:
+    """The events of a POST /usage-events body (a JSON array, or {"events": [...]}), each as its own
+    JSON text exactly as it came, and as Python parsed it (for the answer's ids). The texts go to the
+    database, which parses each one as it parses a Kafka message: a number is read as its digits
+    (Python's json turned `1e3` into `1000.0` and dropped the digits a float cannot hold, so the same
+    event had another exactly-once key, another subject or another value through this door than
+    through Kafka), and an event PostgreSQL cannot hold (a \\u0000 escape, a lone surrogate, NaN, a
+    number past numeric's range) is answered rejected `invalid_json` alone instead of failing the
+    whole batch. ApiError 400 when the body is not such an array."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ApiError(400, "invalid_json", _NOT_JSON) from None
+    wrapped = _WRAPPED.match(text)
+    at = _WS.match(text, wrapped.end() if wrapped else 0).end()
+    if text[at:at + 1] != "[":
+        try:
+            json.loads(text)
+        except (ValueError, RecursionError):
+            raise ApiError(400, "invalid_json", _NOT_JSON) from None
+        raise ApiError(400, "invalid_json", _NOT_EVENTS)
+    texts, events = [], []
+    at = _WS.match(text, at + 1).end()
+    if text[at:at + 1] == "]":
+        at += 1
+    else:
+        while True:
+            try:
+                event, end = _DECODER.raw_decode(text, at)
+            except (ValueError, RecursionError):
+                raise ApiError(400, "invalid_json", _NOT_JSON) from None
+            texts.append(text[at:end])
+            events.append(event)
+            at = _WS.match(text, end).end()
+            sep, at = text[at:at + 1], at + 1
+            if sep == "]":
+                break
+            if sep != ",":
+                raise ApiError(400, "invalid_json", _NOT_JSON)
+            at = _WS.match(text, at).end()
+    if wrapped:
+        at = _WS.match(text, at).end()
+        if text[at:at + 1] != "}":
+            raise ApiError(400, "invalid_json", _NOT_EVENTS)
+        at += 1
+    if _WS.match(text, at).end() != len(text):
+        raise ApiError(400, "invalid_json", _NOT_JSON)
+    return texts, events
+
+
+def _answer_id(event):
+    """The answer's `id`: the event's as Python parsed it, None when no JSON answer can hold it (NaN, a
+    lone surrogate: the event is rejected invalid_json)."""
+    value = event.get("id") if isinstance(event, dict) else None
+    if type(value) is str or value is None:
+        return value if value is None or value.isascii() or _encodes(value) else None
+    try:
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode()
+    except (ValueError, RecursionError):  # (UnicodeEncodeError is a ValueError)
+        return None
+    return value
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _when(value):
