@@ -98,7 +98,13 @@ BEGIN
                min(o.idempotency_key) OVER (PARTITION BY o.external_id)
                    <> max(o.idempotency_key) OVER (PARTITION BY o.external_id) AS ext_twice
           FROM o
-          LEFT JOIN billing.subscription_request rq ON rq.idempotency_key = o.idempotency_key
+          -- the customer's own request under this key first, as create_subscription reads it: two
+          -- customers' first uses of one key at once both create (keys are unique per customer), and a
+          -- plain join on the key would give such a row twice, one of them refused naming the other
+          LEFT JOIN LATERAL (
+              SELECT r.* FROM billing.subscription_request r
+               WHERE r.idempotency_key = o.idempotency_key
+               ORDER BY r.customer_id = o.customer_id DESC LIMIT 1) rq ON true
           LEFT JOIN billing.plan p ON p.code = o.plan_code
     ), checked AS (
         SELECT k.*,

@@ -308,6 +308,35 @@ def test_one_key_first_used_for_two_customers_at_once_replays_each_ones_own(db_u
         assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id BETWEEN 821 AND 823").fetchone()[0] == 2
 
 
+def test_one_key_first_used_for_two_customers_at_once_replays_each_ones_own_in_bulk(db_url):
+    """The same as above through create_subscriptions: its read of the key joined every request under
+    it, so each customer's row came twice, one of them refused BL409 naming the other customer (the
+    whole batch refused). A retry in bulk replays each one's own subscription; a third customer is
+    still refused the key."""
+    with connect(db_url) as conn:
+        conn.execute("SELECT billing.upsert_plan('RACE_B', 1000, 'USD', 'MONTH')")
+    first, second = psycopg.connect(db_url), psycopg.connect(db_url)
+    try:
+        mine = first.execute("SELECT id FROM billing.create_subscription('twice-b', 831, 'RACE_B', %s)", (T0,)).fetchone()[0]
+        theirs = second.execute("SELECT id FROM billing.create_subscription('twice-b', 832, 'RACE_B', %s)", (T0,)).fetchone()[0]
+        first.commit()
+        second.commit()
+    finally:
+        first.close()
+        second.close()
+    with connect(db_url) as conn:
+        for customer, sub in ((831, mine), (832, theirs)):
+            rows = [{"idempotency_key": "twice-b", "customer_id": customer, "plan_code": "RACE_B"}]
+            assert conn.execute("SELECT subscription_id, customer_id, outcome FROM billing.create_subscriptions(%s::jsonb, %s)",
+                                (json.dumps(rows), T0)).fetchall() == [(sub, customer, "replayed")]
+        rows = [{"idempotency_key": "twice-b", "customer_id": 833, "plan_code": "RACE_B"}]
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("SELECT * FROM billing.create_subscriptions(%s::jsonb, %s)", (json.dumps(rows), T0))
+        assert refused.value.sqlstate == "BL409"
+        conn.rollback()
+        assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id BETWEEN 831 AND 833").fetchone()[0] == 2
+
+
 def test_same_payment_result_at_once_is_applied_once(db_url):
     seed_subscriptions(db_url, 1)
     with connect(db_url) as conn:
