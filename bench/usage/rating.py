@@ -89,6 +89,13 @@ def build(conn, n: int, hours: int, chunk: int = 10_000) -> float:
         SELECT c, 'users', %(start)s::timestamptz + make_interval(hours => (c * 7 + h * 31) %% 743), 'u' || ((c + h * v) %% 23)
           FROM generate_series(1, %(n)s) c, generate_series(0, %(hours)s - 1) h, generate_series(1, 2) v
         ON CONFLICT DO NOTHING""", {"start": START, "n": n, "hours": hours})
+    # and each day's distinct values, which the ingestion writes beside the hour's (migration 0610):
+    # usage_between reads a whole day's from them (the per-subscription path), the set statement the hours'
+    conn.execute("""
+        INSERT INTO billing.usage_unique_day (customer_id, meter_code, day, value)
+        SELECT DISTINCT u.customer_id, u.meter_code, date_trunc('day', u.bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', u.value
+          FROM billing.usage_unique u
+        ON CONFLICT DO NOTHING""")
     # the cursors, made as the worker's first round after the import makes them (before the renewal)
     t0 = time.perf_counter()
     conn.execute("SELECT billing._usage_follow_all(%s)", (at,))

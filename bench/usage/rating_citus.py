@@ -18,6 +18,10 @@ for its subscriptions and the loops used.
 
 The server CPU is every process of the three nodes (coordinator and workers: the work is spread),
 read from /proc before and after each path (connections kept open meanwhile), with the load average.
+--build-only builds the world and stops (the template database alone on the disk); --reuse then
+rates copies of it without building again (the copies made after, e.g. once another bench's
+database is dropped; or a second run of the ratings on the same world).
+
 Environment: BILLING_CITUS_PORT, BILLING_CITUS_WORKER1_PORT, BILLING_CITUS_WORKER2_PORT (citus.sh).
 """
 
@@ -125,14 +129,22 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=400, help="subscriptions rated one at a time (0: none)")
     ap.add_argument("--workers", type=int, default=2, help="rating loops sharing the groups, beside one (0: none)")
     ap.add_argument("--baseline", default=BASELINE, help="git revision rated per group beside this tree ('none': skip)")
+    ap.add_argument("--build-only", action="store_true",
+                    help="build the world and leave it as the template (no copy, no rating): its disk alone")
+    ap.add_argument("--reuse", action="store_true",
+                    help="rate copies of the template --build-only left (the same --subscriptions), no build")
     args = ap.parse_args()
     n = args.subscriptions
-    url = citus("createdb", DB)
-    migrate(url, REPO / "db", simulation=True, citus=True)
-    t0 = time.perf_counter()
-    build(url, n, args.hours)
-    print(f"setup: {n:,} subscriptions x 3 charges, renewed, on the cluster in {time.perf_counter() - t0:.0f} s", flush=True)
-    citus("templatedb", DB)
+    if not args.reuse:
+        url = citus("createdb", DB)
+        migrate(url, REPO / "db", simulation=True, citus=True)
+        t0, cpu0 = time.perf_counter(), cluster_cpu()
+        build(url, n, args.hours)
+        print(f"setup: {n:,} subscriptions x 3 charges, renewed, on the cluster in {time.perf_counter() - t0:.0f} s, "
+              f"cluster CPU {cluster_cpu() - cpu0:.0f} s ({host_load()})", flush=True)
+        citus("templatedb", DB)
+        if args.build_only:
+            return
     rows_url, groups_url = citus("clonedb", ROWS, DB), citus("clonedb", GROUPS, DB)
     groups2_url = citus("clonedb", GROUPS2, DB) if args.workers else None
     coord_url = citus("clonedb", COORD, DB)

@@ -235,8 +235,14 @@ BEGIN
                                         o.aggregate_type || '/' || o.aggregate_id AS subject, o.status AS detail,
                                         o.id AS ref
                                    FROM billing.outbox_event o
-                                  WHERE (o.aggregate_type = 'subscription' AND o.aggregate_id = ANY (v_sub_ids))
-                                     OR (o.aggregate_type = 'invoice' AND o.aggregate_id = ANY (v_inv_ids))
+                                  -- The customer's own events (outbox_event_pkey, (customer_id, id)): an
+                                  -- event of a subscription or an invoice carries its customer's id
+                                  -- (customerId, the shard on Citus). Without it the OR of the two
+                                  -- aggregates read every event (no index of (aggregate_type,
+                                  -- aggregate_id) holds the published ones): a scan of the outbox.
+                                  WHERE o.customer_id = p_customer_id
+                                    AND ((o.aggregate_type = 'subscription' AND o.aggregate_id = ANY (v_sub_ids))
+                                         OR (o.aggregate_type = 'invoice' AND o.aggregate_id = ANY (v_inv_ids)))
                                  UNION ALL
                                  SELECT a.first_claimed_at, a.id, 'charge', 'charge attempt ' || a.attempt_number,
                                         'invoice/' || a.invoice_id,
@@ -351,6 +357,7 @@ DECLARE
     v_type    text := nullif(btrim(coalesce(p_type, '')), '');
     v_agg     text;
     v_id      bigint;
+    v_owners  bigint[];
 BEGIN
     PERFORM billing._check_between('limit', p_limit, 1, 500);
     IF v_subject IS NOT NULL THEN
@@ -366,6 +373,33 @@ BEGIN
         END IF;
     END IF;
     PERFORM billing._check_text('an event type', coalesce(v_type, '-'), 100);
+    -- A subject's events are read among its customer's own (outbox_event_pkey, (customer_id, id)):
+    -- an aggregate belongs to one customer (an invoice's, a subscription's, a customer itself; a
+    -- webhook endpoint's events are customer 0's: docs/scaling.md), whose id its events carry. The
+    -- page walks that customer's events newest first; the walk of every event newest first, as
+    -- before, read the outbox to its start for an aggregate with few events (no index holds the
+    -- published events' aggregates; one would cost every event written an entry). A bare id may be
+    -- any of the four. Another type of aggregate: the walk of every event.
+    IF v_id IS NOT NULL AND (v_agg IS NULL OR v_agg IN ('invoice', 'subscription', 'customer', 'webhook_endpoint')) THEN
+        v_owners := ARRAY(SELECT DISTINCT w.c FROM unnest(ARRAY[
+                              CASE WHEN v_agg IS NULL OR v_agg = 'invoice' THEN billing._invoice_customer(v_id) END,
+                              CASE WHEN v_agg IS NULL OR v_agg = 'subscription' THEN billing._subscription_customer(v_id) END,
+                              CASE WHEN v_agg IS NULL OR v_agg = 'customer' THEN v_id END,
+                              CASE WHEN v_agg IS NULL OR v_agg = 'webhook_endpoint' THEN 0 END]) w(c)
+                           WHERE w.c IS NOT NULL);
+        RETURN QUERY
+        SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.status, o.created_at, o.published_at,
+               o.attempts, o.last_error, o.payload
+          FROM billing.outbox_event o
+         WHERE o.customer_id = ANY (v_owners)
+           AND o.aggregate_id = v_id
+           AND (v_agg IS NULL OR o.aggregate_type = v_agg)
+           AND (v_type IS NULL OR o.event_type ILIKE replace(replace(v_type, '%', '\%'), '_', '\_') || '%')
+           AND (p_before_id IS NULL OR o.id < p_before_id)
+         ORDER BY o.id DESC
+         LIMIT p_limit;
+        RETURN;
+    END IF;
     RETURN QUERY
     SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.status, o.created_at, o.published_at,
            o.attempts, o.last_error, o.payload

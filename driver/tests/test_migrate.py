@@ -184,3 +184,26 @@ def test_a_migration_that_never_gets_its_lock_gives_up_and_applies_nothing(empty
     with psycopg.connect(empty_db) as conn:
         assert conn.execute("SELECT count(*) FROM billing.schema_migration WHERE version = 9999").fetchone()[0] == 0
     assert migrate(empty_db, db_dir, lock_timeout=0.2, attempts=1).applied == ["9999_probe.sql"]
+
+
+def test_migration_0730_fills_the_email_domains_statistics(empty_db, tmp_path):
+    """Migration 0660 made customer_email_domain_stats, which stays empty until the table's next
+    ANALYZE (autovacuum analyzes a big, stable customer table only after a tenth of it changed);
+    0730 analyzes the table, so the '@domain' search is planned with the domains' figures at once."""
+    db_dir = tmp_path / "db"
+    shutil.copytree(REPO_ROOT / "db", db_dir)
+    later = db_dir / "schema" / "0730_customer_email_domain_analyze.sql"
+    text = later.read_text()
+    later.unlink()
+    migrate(empty_db, db_dir)
+    filled = ("SELECT count(*) FROM pg_catalog.pg_statistic_ext s JOIN pg_catalog.pg_statistic_ext_data d ON d.stxoid = s.oid"
+              " WHERE s.stxname = 'customer_email_domain_stats' AND d.stxdexpr IS NOT NULL")
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        conn.execute("ALTER TABLE billing.customer SET (autovacuum_enabled = false)")  # no analyze behind the test's back
+        conn.execute("INSERT INTO billing.customer (id, email) SELECT g, 'u' || g || '@d' || (g % 7) || '.example'"
+                     " FROM generate_series(1, 500) g")
+        assert conn.execute(filled).fetchone()[0] == 0, "no figures before an ANALYZE"
+    later.write_text(text)
+    assert migrate(empty_db, db_dir).applied == ["0730_customer_email_domain_analyze.sql"]
+    with psycopg.connect(empty_db) as conn:
+        assert conn.execute(filled).fetchone()[0] == 1, "the domains' figures are there after 0730"

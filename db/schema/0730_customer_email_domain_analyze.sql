@@ -1,0 +1,12 @@
+-- 0730_customer_email_domain_analyze (issue 32, the operator's reads at 5,000,000): the email
+-- domains' statistics (customer_email_domain_stats, migration 0660) filled now. Forward-only.
+--
+-- CREATE STATISTICS makes an empty object: the planner has the domains' figures only after the
+-- table's next ANALYZE, and autovacuum analyzes a big, stable customer table only after a tenth of
+-- it changed (500,000 customers at 5,000,000: weeks, maybe never). Until then console_customers'
+-- search by a domain's start shared by more than 10 domains ('@e') cannot tell a rare start from
+-- one shared by most customers, and sorts the whole range of the index where the walk in id order
+-- reads a page. On Citus the object is on every shard (Citus makes it there) and this ANALYZE,
+-- sent to every shard, fills each one's. ANALYZE takes a lock that only VACUUM, ANALYZE and DDL
+-- wait for: the engine's reads and writes go on; on a database created empty it is instant.
+ANALYZE billing.customer;
