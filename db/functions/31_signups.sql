@@ -86,9 +86,19 @@ BEGIN
          GROUP BY 1
         HAVING min(jsonb_build_array(o.customer_id, o.plan_code, o.options)::text)
                <> max(jsonb_build_array(o.customer_id, o.plan_code, o.options)::text)
+    ), oq AS (
+        -- Each row with the request under its key, the customer's own first, as create_subscription
+        -- reads it: two customers' first uses of one key at once both create (keys are unique per
+        -- customer), and the join on the key alone gave such a row twice, one of them refused naming
+        -- the other (review6). DISTINCT ON, not a LATERAL ... LIMIT 1: Citus plans no lateral outer
+        -- join over the batch's rows.
+        SELECT DISTINCT ON (o.n) o.*, rq.customer_id AS rq_customer, rq.plan_code AS rq_plan,
+               rq.options AS rq_options, rq.subscription_id AS rq_sub, rq.idempotency_key IS NOT NULL AS replay
+          FROM o
+          LEFT JOIN billing.subscription_request rq ON rq.idempotency_key = o.idempotency_key
+         ORDER BY o.n, rq.customer_id = o.customer_id DESC NULLS LAST
     ), k AS (
-        SELECT o.*, rq.customer_id AS rq_customer, rq.plan_code AS rq_plan, rq.options AS rq_options,
-               rq.subscription_id AS rq_sub, rq.idempotency_key IS NOT NULL AS replay,
+        SELECT o.*,
                p.id AS plan_id, p.archived_at AS plan_archived, p.currency,
                CASE WHEN o.external_id IS NOT NULL THEN
                    (SELECT ref.object_id FROM billing.external_ref ref
@@ -97,14 +107,7 @@ BEGIN
                o.idempotency_key IN (SELECT d.idempotency_key FROM differs d) AS key_differs,
                min(o.idempotency_key) OVER (PARTITION BY o.external_id)
                    <> max(o.idempotency_key) OVER (PARTITION BY o.external_id) AS ext_twice
-          FROM o
-          -- the customer's own request under this key first, as create_subscription reads it: two
-          -- customers' first uses of one key at once both create (keys are unique per customer), and a
-          -- plain join on the key would give such a row twice, one of them refused naming the other
-          LEFT JOIN LATERAL (
-              SELECT r.* FROM billing.subscription_request r
-               WHERE r.idempotency_key = o.idempotency_key
-               ORDER BY r.customer_id = o.customer_id DESC LIMIT 1) rq ON true
+          FROM oq o
           LEFT JOIN billing.plan p ON p.code = o.plan_code
     ), checked AS (
         SELECT k.*,
