@@ -271,7 +271,7 @@ _BASE: dict = {
                         "status": {"type": "string", "enum": ["accepted", "duplicate", "rejected"]},
                         "reason": {"type": "string", "enum": ["invalid_event", "invalid_time", "unknown_customer",
                                                               "in_future", "too_old", "not_numeric",
-                                                              "missing_property"]}}}}}}}}},
+                                                              "missing_property", "invalid_json"]}}}}}}}}},
                           **_errors(400, 401, 403, 413, 415, 422, 429, 503)},
         }},
         "/customers/{id}/usage": {"get": {

@@ -2,6 +2,7 @@ from enum import Enum
 
 class IngestUsageEventsResponse200ResultsItemReason(str, Enum):
     INVALID_EVENT = "invalid_event"
+    INVALID_JSON = "invalid_json"
     INVALID_TIME = "invalid_time"
     IN_FUTURE = "in_future"
     MISSING_PROPERTY = "missing_property"
