@@ -279,62 +279,48 @@ def test_a_batch_whose_key_is_taken_meanwhile_replays_it_and_creates_the_rest(db
                             "AND event_type = 'SubscriptionCreated'").fetchone()[0] == 3
 
 
-def test_one_key_first_used_for_two_customers_at_once_replays_each_ones_own(db_url):
+def _retry_one(conn, key: str, customer: int, plan: str, bulk: bool):
+    """A retry of one signup, through create_subscription or as a batch of one: (id, customer_id)."""
+    if not bulk:
+        return conn.execute("SELECT id, customer_id FROM billing.create_subscription(%s, %s, %s, %s)",
+                            (key, customer, plan, T0)).fetchone()
+    rows = [{"idempotency_key": key, "customer_id": customer, "plan_code": plan}]
+    (sub, owner, outcome), = conn.execute("SELECT subscription_id, customer_id, outcome FROM billing.create_subscriptions(%s::jsonb, %s)",
+                                           (json.dumps(rows), T0)).fetchall()
+    assert outcome == "replayed"
+    return sub, owner
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["create_subscription", "create_subscriptions"])
+def test_one_key_first_used_for_two_customers_at_once_replays_each_ones_own(db_url, bulk):
     """A request's idempotency key is unique per customer (subscription_request_pkey, customer-keyed for
     Citus): two first uses of one key for two customers at once both create (neither waits for the
     other). Each one's retry must replay its own subscription: it was refused with BL409 naming the
-    other customer when the lookup by key found the other's row first, and a client told 409 for its
-    own signup may sign up again under a new key (charged twice). review6."""
+    other customer when the lookup by key found the other's row first (create_subscription), or met
+    both rows and refused the whole batch (create_subscriptions' join on the key alone), and a client
+    told 409 for its own signup may sign up again under a new key (charged twice). review6."""
+    base = 831 if bulk else 821
     with connect(db_url) as conn:
         conn.execute("SELECT billing.upsert_plan('RACE_T', 1000, 'USD', 'MONTH')")
     first, second = psycopg.connect(db_url), psycopg.connect(db_url)
     try:
-        mine = first.execute("SELECT id FROM billing.create_subscription('twice', 821, 'RACE_T', %s)", (T0,)).fetchone()[0]
-        theirs = second.execute("SELECT id FROM billing.create_subscription('twice', 822, 'RACE_T', %s)", (T0,)).fetchone()[0]
+        mine = first.execute("SELECT id FROM billing.create_subscription('twice', %s, 'RACE_T', %s)", (base, T0)).fetchone()[0]
+        theirs = second.execute("SELECT id FROM billing.create_subscription('twice', %s, 'RACE_T', %s)", (base + 1, T0)).fetchone()[0]
         first.commit()
         second.commit()
     finally:
         first.close()
         second.close()
     with connect(db_url) as conn:
-        for customer, sub in ((821, mine), (822, theirs)) * 2:
-            assert conn.execute("SELECT id, customer_id FROM billing.create_subscription('twice', %s, 'RACE_T', %s)",
-                                (customer, T0)).fetchone() == (sub, customer)
+        for customer, sub in ((base, mine), (base + 1, theirs)) * 2:
+            assert _retry_one(conn, "twice", customer, "RACE_T", bulk) == (sub, customer)
         # a third customer is still refused the key (used by others), as before
         with pytest.raises(psycopg.Error) as refused:
-            conn.execute("SELECT billing.create_subscription('twice', 823, 'RACE_T', %s)", (T0,))
+            _retry_one(conn, "twice", base + 2, "RACE_T", bulk)
         assert refused.value.sqlstate == "BL409"
         conn.rollback()
-        assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id BETWEEN 821 AND 823").fetchone()[0] == 2
-
-
-def test_one_key_first_used_for_two_customers_at_once_replays_each_ones_own_in_bulk(db_url):
-    """The same as above through create_subscriptions: its read of the key joined every request under
-    it, so each customer's row came twice, one of them refused BL409 naming the other customer (the
-    whole batch refused). A retry in bulk replays each one's own subscription; a third customer is
-    still refused the key."""
-    with connect(db_url) as conn:
-        conn.execute("SELECT billing.upsert_plan('RACE_B', 1000, 'USD', 'MONTH')")
-    first, second = psycopg.connect(db_url), psycopg.connect(db_url)
-    try:
-        mine = first.execute("SELECT id FROM billing.create_subscription('twice-b', 831, 'RACE_B', %s)", (T0,)).fetchone()[0]
-        theirs = second.execute("SELECT id FROM billing.create_subscription('twice-b', 832, 'RACE_B', %s)", (T0,)).fetchone()[0]
-        first.commit()
-        second.commit()
-    finally:
-        first.close()
-        second.close()
-    with connect(db_url) as conn:
-        for customer, sub in ((831, mine), (832, theirs)):
-            rows = [{"idempotency_key": "twice-b", "customer_id": customer, "plan_code": "RACE_B"}]
-            assert conn.execute("SELECT subscription_id, customer_id, outcome FROM billing.create_subscriptions(%s::jsonb, %s)",
-                                (json.dumps(rows), T0)).fetchall() == [(sub, customer, "replayed")]
-        rows = [{"idempotency_key": "twice-b", "customer_id": 833, "plan_code": "RACE_B"}]
-        with pytest.raises(psycopg.Error) as refused:
-            conn.execute("SELECT * FROM billing.create_subscriptions(%s::jsonb, %s)", (json.dumps(rows), T0))
-        assert refused.value.sqlstate == "BL409"
-        conn.rollback()
-        assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id BETWEEN 831 AND 833").fetchone()[0] == 2
+        assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id BETWEEN %s AND %s",
+                            (base, base + 2)).fetchone()[0] == 2
 
 
 def test_same_payment_result_at_once_is_applied_once(db_url):
