@@ -117,8 +117,11 @@ def check_all(db_url: str, ledger: dict, messages: list[TopicMessage], *,
         if inv["status"] != "PAID":
             continue
         if inv["paid_attempt_id"] is None:
-            if inv["amount"] != 0:
-                bad.append(("PAID without attempt but amount > 0", inv["id"]))
+            # closed PAID with nothing owed: amount 0, or a cancellation took its whole amount off as
+            # not served (unserved = amount, its UNSERVED credit note; a charge then in flight is
+            # refunded: RefundDue, checked below)
+            if inv["amount"] - min(inv.get("unserved") or 0, inv["amount"]) != 0:
+                bad.append(("PAID without attempt but amount owed > 0", inv["id"]))
             continue
         paying = next((a for a in attempts if a["id"] == inv["paid_attempt_id"]), None)
         led = [c for c in charges if paying and c["idempotencyKey"] == paying["idempotency_key"]]
