@@ -29,7 +29,8 @@ BEGIN
 END
 $$;
 -- * subscription_plan_exists / _kept and subscription_request_subscription_exists / _kept
---   (12_integrity.sql, migration 0720) by the foreign keys they stand for.
+--   (12_integrity.sql, migrations 0720 and 0760) by the foreign keys they stand for: the plan's, the
+--   customer's (0760) and the request's subscription's.
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = 'billing.subscription'::regclass
@@ -39,6 +40,10 @@ BEGIN
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname = 'subscription_plan_fkey') THEN
             ALTER TABLE billing.subscription ADD CONSTRAINT subscription_plan_fkey FOREIGN KEY (plan_id)
                 REFERENCES billing.plan (id);
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname = 'subscription_customer_fkey') THEN
+            ALTER TABLE billing.subscription ADD CONSTRAINT subscription_customer_fkey FOREIGN KEY (customer_id)
+                REFERENCES billing.customer (id);
         END IF;
         INSERT INTO citus_adapted VALUES ('trigger', 'subscription_plan_exists');
     END IF;

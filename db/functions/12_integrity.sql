@@ -74,10 +74,14 @@ CREATE OR REPLACE TRIGGER subscription_never_deleted
     FOR EACH STATEMENT EXECUTE FUNCTION billing._subscription_never_deleted();
 
 -- ---------------------------------------------------------------------------------------------
--- subscription.plan_id -> plan.id and subscription_request -> subscription, per statement (0720):
--- the foreign keys' checks were an executor start and a parent lock per row. The parents need no
--- lock: a plan is never deleted nor renumbered, a subscription never deleted nor renumbered (pgTAP
--- 404). On Citus the foreign keys stay (db/citus/10_adapt.sql drops these triggers, adds them back).
+-- subscription.plan_id -> plan.id, subscription.customer_id -> customer.id (0760) and
+-- subscription_request -> subscription, per statement (0720): the foreign keys' checks were an
+-- executor start and a parent lock per row. The parents need no lock: a plan is never deleted nor
+-- renumbered, a customer never deleted nor renumbered (customer_never_deleted, customer_id_fixed
+-- below), a subscription never deleted nor renumbered (pgTAP 404). One trigger checks both of a
+-- subscription's parents (one call a statement: a signup through create_subscription is a statement
+-- of one row). On Citus the foreign keys stay (db/citus/10_adapt.sql drops these triggers, adds them
+-- back; the customer guards stay).
 -- ---------------------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION billing._subscription_plan_exists()
 RETURNS trigger
@@ -85,39 +89,79 @@ LANGUAGE plpgsql
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_missing bigint;
-    v_bad     boolean;
+    v_plan     bigint;
+    v_customer bigint;
 BEGIN
-    IF TG_LEVEL = 'ROW' THEN  -- (an UPDATE that changed plan_id)
-        v_missing := NEW.plan_id;
-        v_bad := NOT EXISTS (SELECT 1 FROM billing.plan p WHERE p.id = NEW.plan_id);
+    IF TG_LEVEL = 'ROW' THEN  -- (an UPDATE that changed plan_id or customer_id)
+        IF NOT EXISTS (SELECT 1 FROM billing.plan p WHERE p.id = NEW.plan_id) THEN
+            v_plan := NEW.plan_id;
+        ELSIF NOT EXISTS (SELECT 1 FROM billing.customer c WHERE c.id = NEW.customer_id) THEN
+            v_customer := NEW.customer_id;
+        END IF;
     ELSE
-        SELECT n.plan_id INTO v_missing
+        -- (one pass over the statement's rows for both parents: each an index probe)
+        SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM billing.plan p WHERE p.id = n.plan_id) THEN n.plan_id END,
+               CASE WHEN NOT EXISTS (SELECT 1 FROM billing.customer c WHERE c.id = n.customer_id) THEN n.customer_id END
+          INTO v_plan, v_customer
           FROM new_rows n
          WHERE NOT EXISTS (SELECT 1 FROM billing.plan p WHERE p.id = n.plan_id)
+            OR NOT EXISTS (SELECT 1 FROM billing.customer c WHERE c.id = n.customer_id)
          LIMIT 1;
-        v_bad := FOUND;
     END IF;
-    IF v_bad THEN
+    IF v_plan IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = '23503',
-            MESSAGE = format('subscription refers to plan %s, which does not exist', v_missing),
+            MESSAGE = format('subscription refers to plan %s, which does not exist', v_plan),
             CONSTRAINT = 'subscription_plan_exists', TABLE = 'subscription', SCHEMA = 'billing';
+    ELSIF v_customer IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '23503',
+            MESSAGE = format('subscription refers to customer %s, which does not exist', v_customer),
+            CONSTRAINT = 'subscription_customer_exists', TABLE = 'subscription', SCHEMA = 'billing';
     END IF;
     RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION billing._subscription_plan_exists() IS
-'Private trigger: the foreign key subscription.plan_id -> plan.id, checked once per INSERT statement with one anti-join (and per row when an UPDATE changes plan_id).
-Returns NULL; raises foreign_key_violation (23503) naming subscription_plan_exists.';
+'Private trigger: the foreign keys subscription.plan_id -> plan.id and (0760) subscription.customer_id -> customer.id, checked once per INSERT statement with one anti-join (and per row when an UPDATE changes either).
+Returns NULL; raises foreign_key_violation (23503) naming subscription_plan_exists or subscription_customer_exists.';
 
 CREATE OR REPLACE TRIGGER subscription_plan_exists
     AFTER INSERT ON billing.subscription
     REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION billing._subscription_plan_exists();
 CREATE OR REPLACE TRIGGER subscription_plan_kept
-    AFTER UPDATE OF plan_id ON billing.subscription
-    FOR EACH ROW WHEN (OLD.plan_id IS DISTINCT FROM NEW.plan_id)
+    AFTER UPDATE OF plan_id, customer_id ON billing.subscription
+    FOR EACH ROW WHEN (OLD.plan_id IS DISTINCT FROM NEW.plan_id OR OLD.customer_id IS DISTINCT FROM NEW.customer_id)
     EXECUTE FUNCTION billing._subscription_plan_exists();
+
+-- A customer is never deleted nor renumbered (0760): subscriptions refer to it without a foreign
+-- key's lock (above). TRUNCATE (an operator wiping a test database) stays possible.
+CREATE OR REPLACE FUNCTION billing._customer_never_deleted()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION USING ERRCODE = '23503',
+            MESSAGE = 'customers are never deleted: their subscriptions, invoices and events refer to them',
+            CONSTRAINT = 'customer_never_deleted', TABLE = 'customer', SCHEMA = 'billing';
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = '23503',
+        MESSAGE = format('customer %s: its id never changes', OLD.id),
+        CONSTRAINT = 'customer_id_fixed', TABLE = 'customer', SCHEMA = 'billing';
+END
+$$;
+COMMENT ON FUNCTION billing._customer_never_deleted() IS
+'Private trigger: refuses DELETE on billing.customer (customer_never_deleted) and a change of a customer''s id (customer_id_fixed); TRUNCATE stays allowed.
+Returns nothing; raises foreign_key_violation (23503).';
+
+CREATE OR REPLACE TRIGGER customer_never_deleted
+    BEFORE DELETE ON billing.customer
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._customer_never_deleted();
+CREATE OR REPLACE TRIGGER customer_id_fixed
+    BEFORE UPDATE OF id ON billing.customer
+    FOR EACH ROW WHEN (OLD.id IS DISTINCT FROM NEW.id)
+    EXECUTE FUNCTION billing._customer_never_deleted();
 
 CREATE OR REPLACE FUNCTION billing._subscription_request_subscription_exists()
 RETURNS trigger
