@@ -30,7 +30,7 @@ END
 $$;
 -- * subscription_plan_exists / _kept and subscription_request_subscription_exists / _kept
 --   (12_integrity.sql, migrations 0720 and 0760) by the foreign keys they stand for: the plan's, the
---   customer's (0760) and the request's subscription's.
+--   scheduled plan's and the customer's (0760), and the request's subscription's.
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = 'billing.subscription'::regclass
@@ -39,6 +39,10 @@ BEGIN
         DROP TRIGGER IF EXISTS subscription_plan_kept ON billing.subscription;
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname = 'subscription_plan_fkey') THEN
             ALTER TABLE billing.subscription ADD CONSTRAINT subscription_plan_fkey FOREIGN KEY (plan_id)
+                REFERENCES billing.plan (id);
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname = 'subscription_scheduled_plan_fkey') THEN
+            ALTER TABLE billing.subscription ADD CONSTRAINT subscription_scheduled_plan_fkey FOREIGN KEY (scheduled_plan_id)
                 REFERENCES billing.plan (id);
         END IF;
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname = 'subscription_customer_fkey') THEN

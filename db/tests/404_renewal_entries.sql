@@ -1,7 +1,7 @@
 -- 404_renewal_entries: what migrations 0540 and 0541 took off the renewal's rows, and the promises that make
 -- each cut safe (docs/scaling.md, "What a renewal writes").
 BEGIN;
-SELECT plan(19);
+SELECT plan(21);
 
 -- The invoice's plan ids carry no foreign key: a plan is never deleted nor renumbered. No function of
 -- the engine deletes from billing.plan or sets a plan's id, and no role but the owner may.
@@ -25,26 +25,28 @@ SELECT is_empty($$SELECT r.rolname, x.privilege
 -- A subscription's plan and a request's subscription: checked once per statement on one PostgreSQL
 -- (0720: 12_integrity.sql's statement triggers, no parent lock per row), by the foreign keys on Citus
 -- (db/citus/10_adapt.sql). A subscription is never deleted (subscription_never_deleted) nor renumbered.
--- A subscription's customer: the same since 0760; a customer is never deleted nor renumbered
+-- A subscription's customer and scheduled plan: the same since 0760; a customer is never deleted nor renumbered
 -- (customer_never_deleted, customer_id_fixed), on Citus too.
 SELECT billing._distributed('billing.subscription') AS r404_citus \gset
 SELECT ok(CASE WHEN :'r404_citus'::boolean
                THEN EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname = 'subscription_plan_fkey')
                     AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname = 'subscription_customer_fkey')
+                    AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname = 'subscription_scheduled_plan_fkey')
                     AND EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname = 'subscription_request_subscription_fkey')
                ELSE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint WHERE conname IN ('subscription_plan_fkey',
                                                                                          'subscription_customer_fkey',
+                                                                                         'subscription_scheduled_plan_fkey',
                                                                                          'subscription_request_subscription_fkey'))
                     AND (SELECT count(*) FROM pg_catalog.pg_trigger
                           WHERE tgname IN ('subscription_plan_exists', 'subscription_plan_kept',
                                            'subscription_request_subscription_exists', 'subscription_request_subscription_kept')) = 4
-          END, 'subscription -> plan, -> customer and request -> subscription: statement checks (0720, 0760), foreign keys on Citus');
+          END, 'subscription -> plan, -> scheduled plan, -> customer and request -> subscription: statement checks (0720, 0760), foreign keys on Citus');
 SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
                    WHERE p.pronamespace = 'billing'::regnamespace
                      AND p.prosrc ~* '\mupdate\s+(only\s+)?(billing\.)?subscription\s+(\w+\s+)?set\s+([^;]*,\s*)?(\w+\.)?(id|customer_id)\s*='$$,
                 'no engine function renumbers a subscription (or moves it to another customer)');
 \if :r404_citus
-SELECT skip('on Citus the foreign keys make these checks (above; a row moved between customers is refused by Citus itself)', 6);
+SELECT skip('on Citus the foreign keys make these checks (above; a row moved between customers is refused by Citus itself)', 8);
 \else
 SELECT count(*) AS r404_plan FROM billing.upsert_plan('R404_M', 1000, 'USD', 'MONTH', 1, '2026-01-01Z') \gset
 SELECT (billing.create_subscription('r404-a', 404001, 'R404_M', '2026-02-01Z')).id AS r404_sub \gset
@@ -62,6 +64,14 @@ SELECT throws_ok($$INSERT INTO billing.subscription
 SELECT throws_ok($$UPDATE billing.subscription SET customer_id = 404999 WHERE id = $$ || :r404_sub, '23503',
                  'subscription refers to customer 404999, which does not exist',
                  'a subscription moved to no customer is refused (0760)');
+SELECT throws_ok($$INSERT INTO billing.subscription
+                   SELECT (jsonb_populate_record(s, jsonb_build_object('id', s.id + 1000001, 'scheduled_plan_id', -405))).*
+                     FROM billing.subscription s WHERE s.id = $$ || :r404_sub, '23503',
+                 'subscription refers to plan -405, which does not exist',
+                 'a new subscription scheduled to no plan is refused (0760)');
+SELECT throws_ok($$UPDATE billing.subscription SET scheduled_plan_id = -405 WHERE id = $$ || :r404_sub, '23503',
+                 'subscription refers to plan -405, which does not exist',
+                 'a subscription scheduled to move to no plan is refused (0760)');
 SELECT throws_ok($$INSERT INTO billing.subscription_request (idempotency_key, customer_id, plan_code, options, subscription_id)
                    VALUES ('r404-b', 404001, 'R404_M', '{}', $$ || :r404_sub || $$ + 1000000)$$, '23503', NULL,
                  'a request naming no subscription is refused');
