@@ -1,7 +1,7 @@
 -- 404_renewal_entries: what migrations 0540 and 0541 took off the renewal's rows, and the promises that make
 -- each cut safe (docs/scaling.md, "What a renewal writes").
 BEGIN;
-SELECT plan(21);
+SELECT plan(22);
 
 -- The invoice's plan ids carry no foreign key: a plan is never deleted nor renumbered. No function of
 -- the engine deletes from billing.plan or sets a plan's id, and no role but the owner may.
@@ -45,8 +45,13 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
                    WHERE p.pronamespace = 'billing'::regnamespace
                      AND p.prosrc ~* '\mupdate\s+(only\s+)?(billing\.)?subscription\s+(\w+\s+)?set\s+([^;]*,\s*)?(\w+\.)?(id|customer_id)\s*='$$,
                 'no engine function renumbers a subscription (or moves it to another customer)');
+SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+                   WHERE p.pronamespace = 'billing'::regnamespace
+                     AND (p.prosrc ~* '\mdelete\s+from\s+(only\s+)?(billing\.)?customer(\s|;|$)'
+                          OR p.prosrc ~* '\mupdate\s+(only\s+)?(billing\.)?customer\s+(\w+\s+)?set\s+([^;]*,\s*)?(\w+\.)?id\s*=')$$,
+                'no engine function deletes or renumbers a customer (0760)');
 \if :r404_citus
-SELECT skip('on Citus the foreign keys make these checks (above; a row moved between customers is refused by Citus itself)', 8);
+SELECT skip('on Citus the foreign keys make these checks (above; a row moved between customers is refused by Citus itself; a customer''s id is its distribution column, and the foreign keys keep customers)', 10);
 \else
 SELECT count(*) AS r404_plan FROM billing.upsert_plan('R404_M', 1000, 'USD', 'MONTH', 1, '2026-01-01Z') \gset
 SELECT (billing.create_subscription('r404-a', 404001, 'R404_M', '2026-02-01Z')).id AS r404_sub \gset
@@ -77,13 +82,13 @@ SELECT throws_ok($$INSERT INTO billing.subscription_request (idempotency_key, cu
                  'a request naming no subscription is refused');
 SELECT throws_ok($$UPDATE billing.subscription_request SET customer_id = 404002 WHERE idempotency_key = 'r404-a'$$, '23503', NULL,
                  'a request moved off its subscription is refused');
-\endif
 SELECT count(*) AS r404_customer FROM billing.upsert_customer(404003, 'UTC') \gset
 SELECT throws_ok($$DELETE FROM billing.customer WHERE id = 404003$$, '23503',
                  'customers are never deleted: their subscriptions, invoices and events refer to them',
                  'a customer is never deleted (0760: subscriptions refer to it without a lock)');
 SELECT throws_ok($$UPDATE billing.customer SET id = 404004 WHERE id = 404003$$, '23503',
                  'customer 404003: its id never changes', 'a customer is never renumbered (0760)');
+\endif
 
 -- Event ids: one index, on the id alone (GET /v1/events/{id}); no unique pair with the customer.
 SELECT is_empty($$SELECT i.indexrelid::regclass FROM pg_catalog.pg_index i
