@@ -150,15 +150,14 @@ RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+-- (a DELETE, statement-level; or a row whose id an UPDATE changes: one refusal each)
 BEGIN
-    IF TG_OP = 'DELETE' THEN
-        RAISE EXCEPTION USING ERRCODE = '23503',
-            MESSAGE = 'customers are never deleted: their subscriptions, invoices and events refer to them',
-            CONSTRAINT = 'customer_never_deleted', TABLE = 'customer', SCHEMA = 'billing';
-    END IF;
     RAISE EXCEPTION USING ERRCODE = '23503',
-        MESSAGE = format('customer %s: its id never changes', OLD.id),
-        CONSTRAINT = 'customer_id_fixed', TABLE = 'customer', SCHEMA = 'billing';
+        MESSAGE = CASE WHEN TG_OP = 'DELETE'
+                       THEN 'customers are never deleted: their subscriptions, invoices and events refer to them'
+                       ELSE format('customer %s: its id never changes', OLD.id) END,
+        CONSTRAINT = CASE WHEN TG_OP = 'DELETE' THEN 'customer_never_deleted' ELSE 'customer_id_fixed' END,
+        TABLE = 'customer', SCHEMA = 'billing';
 END
 $$;
 COMMENT ON FUNCTION billing._customer_never_deleted() IS
