@@ -11,7 +11,11 @@ PGTAP_DB ?= billing_pgtap
 # pgTAP files on one PostgreSQL run one at a time: each runs in its own transaction and rolls back, but
 # files run side by side in one database meet on shared rows (the invoice numbering counter a claim
 # takes with SKIP LOCKED and holds to its file's end: 510 found its invoice unclaimed) and on the
-# planner's statistics (770's plans). ~30 s serially. On Citus they run $(PGTAP_CITUS_JOBS) at a time
+# planner's statistics (770's plans). ~30 s serially. The usage suites (710-740, 890) no longer
+# deadlock side by side: making a month's partition locks usage_event ACCESS EXCLUSIVE to the file's
+# end, and two files that had read it each waited for the other; each now takes the partitions' lock
+# first (db/tests/fixtures/usage_partitions_lock.sql), so they run one after another among themselves.
+# A whole run at -j 4 passed once (house7, load 10), but the two meetings above remain possible. On Citus they run $(PGTAP_CITUS_JOBS) at a time
 # (minutes serially), the suites that meet listed in CITUS_SERIAL.
 PGTAP_JOBS ?= 1
 PGTAP_CITUS_JOBS ?= 4
