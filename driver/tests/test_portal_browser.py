@@ -95,7 +95,7 @@ def _state(db_url):
             "WHERE s.customer_id = 1").fetchone()
 
 
-def test_a_customer_uses_the_portal_in_chromium(db_url, browser, stripe_fake):  # noqa: F811
+def test_a_customer_uses_the_portal_in_chromium(db_url, browser, stripe_fake):
     world = build_portal_world(db_url)
     with ConsoleServer(db_url, stripe_api_key="sk_test_portal", stripe_api_base=stripe_fake.url) as server:
         token = make_link(db_url, 1)
