@@ -5,7 +5,7 @@
 -- and the page is what the plain "ORDER BY id DESC LIMIT n" gives.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(8);
+SELECT plan(9);
 
 -- (the helpers first: on Citus no function is made after a parallel read of a distributed table)
 -- (PL/pgSQL: Citus plans no SQL function's query of a distributed table that reads its parameters)
@@ -45,13 +45,17 @@ SELECT cardinality(pg_temp.page('T840Rare', NULL, 50));
 SELECT pg_temp.outbox_read() AS r840_after \gset
 SELECT cardinality(pg_temp.page('T840None', NULL, 50));
 SELECT pg_temp.outbox_read() AS r840_none \gset
+SELECT count(*) FROM billing.list_events(11, NULL, NULL, 'T840Rare');  -- GET /v1/events?type=: the same index
+SELECT pg_temp.outbox_read() AS r840_list \gset
 SELECT CASE WHEN billing._distributed('billing.outbox_event')
-            THEN skip('on Citus the shards read the outbox (the coordinator''s counters say nothing)', 2)
+            THEN skip('on Citus the shards read the outbox (the coordinator''s counters say nothing)', 3)
             ELSE collect_tap(
                    cmp_ok((:r840_after - :r840_before)::bigint, '<=', 200::bigint,
                           format('a rare type behind 3,000 events: %s entries and rows read (the walk read them all)', :r840_after - :r840_before)),
                    cmp_ok((:r840_none - :r840_after)::bigint, '<=', 200::bigint,
-                          format('a type with no event: %s read', :r840_none - :r840_after))) END;
+                          format('a type with no event: %s read', :r840_none - :r840_after)),
+                   cmp_ok((:r840_list - :r840_none)::bigint, '<=', 200::bigint,
+                          format('list_events of the rare type (its index, proven from the type): %s read', :r840_list - :r840_none))) END;
 
 SELECT * FROM finish();
 ROLLBACK;
