@@ -49,12 +49,52 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import psycopg
-from psycopg import sql
 
 from bench.renewal import run as renewal
+
+def _renewal_rewritten(steps: str, check: str) -> str:
+    """A DO block that rewrites the text of billing._renew_batch (steps: PL/pgSQL assignments of e, from
+    its definition d) and makes the function anew, or stops when the text was not recognised (check: a
+    condition on d and e that says so): a variant never measures the product's statement unchanged."""
+    return (r"""DO $v$
+        DECLARE
+            d text := pg_get_functiondef('billing._renew_batch(integer,timestamptz)'::regprocedure);
+            e text;
+        BEGIN
+""" + steps.strip("\n") + f"""
+            IF {check} THEN
+                RAISE EXCEPTION 'the renewal statement''s text was not recognised';
+            END IF;
+            EXECUTE e;
+        END
+        $v$""")
+
+
+# What every variant below does around its own queue: the subscription's fillfactor (room on its page
+# for the HOT update), the queue table (made, filled, indexed, given to the owner of the subscription
+# table), the due indexes of the subscription dropped and the lifecycle's kept without the due time.
+def _due_setup(fillfactor: int, queue: list[str]) -> list[str]:
+    return [
+        f"ALTER TABLE billing.subscription SET (fillfactor = {fillfactor})",
+        "VACUUM FULL billing.subscription",
+        *queue,
+        "DO $o$ BEGIN EXECUTE format('ALTER TABLE billing.bench_due OWNER TO %I', (SELECT tableowner FROM pg_tables "
+        "WHERE schemaname = 'billing' AND tablename = 'subscription')); END $o$",
+        "DROP INDEX billing.subscription_due_idx",
+        "DROP INDEX billing.subscription_lifecycle_due_idx",
+        "CREATE INDEX subscription_lifecycle_idx ON billing.subscription (id) "
+        "WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE')",
+    ]
+
+
+# The claim as a nested loop in due order (the queue's index, then each subscription by its key),
+# stopping at the batch: without this the generic plan hash-joined every due row of the queue with
+# a full walk of subscription_id_idx and sorted them, on every call (the first emulation, 13:38).
+_CLAIM_IN_DUE_ORDER = ("ALTER FUNCTION billing._renew_batch(integer, timestamptz) SET enable_hashjoin = off "
+                       "SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_sort = off")
+
 
 def due_table_variant(fillfactor: int) -> list[str]:
     """The next step's estimate (not the product): the due time kept in a narrow table of its own, so
@@ -64,24 +104,14 @@ def due_table_variant(fillfactor: int) -> list[str]:
     _renew_batch is rewritten to claim through the narrow table and to move its due time; the
     lifecycle's index no longer names current_period_end either."""
     return [
-        f"ALTER TABLE billing.subscription SET (fillfactor = {fillfactor})",
-        "VACUUM FULL billing.subscription",
-        "CREATE TABLE billing.bench_due (customer_id bigint, subscription_id bigint, due_at timestamptz NOT NULL, "
-        "PRIMARY KEY (customer_id, subscription_id))",
-        "INSERT INTO billing.bench_due SELECT customer_id, id, current_period_end FROM billing.subscription "
-        "WHERE status IN ('ACTIVE', 'PAST_DUE') AND NOT lifecycle_pending",
-        "CREATE INDEX bench_due_idx ON billing.bench_due (due_at)",
-        "DO $o$ BEGIN EXECUTE format('ALTER TABLE billing.bench_due OWNER TO %I', (SELECT tableowner FROM pg_tables "
-        "WHERE schemaname = 'billing' AND tablename = 'subscription')); END $o$",
-        "DROP INDEX billing.subscription_due_idx",
-        "DROP INDEX billing.subscription_lifecycle_due_idx",
-        "CREATE INDEX subscription_lifecycle_idx ON billing.subscription (id) "
-        "WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE')",
-        r"""DO $v$
-        DECLARE
-            d text := pg_get_functiondef('billing._renew_batch(integer,timestamptz)'::regprocedure);
-            e text;
-        BEGIN
+        *_due_setup(fillfactor, [
+            "CREATE TABLE billing.bench_due (customer_id bigint, subscription_id bigint, due_at timestamptz NOT NULL, "
+            "PRIMARY KEY (customer_id, subscription_id))",
+            "INSERT INTO billing.bench_due SELECT customer_id, id, current_period_end FROM billing.subscription "
+            "WHERE status IN ('ACTIVE', 'PAST_DUE') AND NOT lifecycle_pending",
+            "CREATE INDEX bench_due_idx ON billing.bench_due (due_at)",
+        ]),
+        _renewal_rewritten(r"""
             e := regexp_replace(d, 'FROM billing\.subscription s\s+WHERE (billing\._due_statement\([^)]*\))\s+ORDER BY s\.current_period_end\s+LIMIT p_batch_size\s+FOR NO KEY UPDATE SKIP LOCKED',
                                 'FROM billing.bench_due q JOIN billing.subscription s ON s.customer_id = q.customer_id AND s.id = q.subscription_id
                                   WHERE q.due_at <= p_now AND \1 ORDER BY q.due_at LIMIT p_batch_size FOR NO KEY UPDATE OF s SKIP LOCKED');
@@ -90,18 +120,9 @@ def due_table_variant(fillfactor: int) -> list[str]:
                                             WHERE q.customer_id = p.customer_id AND q.subscription_id = p.id
                          ), due_gone AS (DELETE FROM billing.bench_due q USING due d
                                           WHERE d.cancel_at_period_end AND q.customer_id = d.customer_id AND q.subscription_id = d.id
-                         ), renewed AS (');
-            IF e = d OR position('due_moved' in e) = 0 OR position('bench_due q JOIN' in e) = 0 THEN
-                RAISE EXCEPTION 'the renewal statement''s text was not recognised';
-            END IF;
-            EXECUTE e;
-        END
-        $v$""",
-        # the claim as a nested loop in due order (the queue's index, then each subscription by its key),
-        # stopping at the batch: without this the generic plan hash-joined every due row of the queue with
-        # a full walk of subscription_id_idx and sorted them, on every call (the first emulation, 13:38)
-        "ALTER FUNCTION billing._renew_batch(integer, timestamptz) SET enable_hashjoin = off "
-        "SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_sort = off",
+                         ), renewed AS (');""",
+                       "e = d OR position('due_moved' in e) = 0 OR position('bench_due q JOIN' in e) = 0"),
+        _CLAIM_IN_DUE_ORDER,
     ]
 
 
@@ -113,23 +134,13 @@ def due_queue_variant(fillfactor: int) -> list[str]:
     near the index's live end), so the subscription's update changes no indexed column and is HOT
     when its page has room (fillfactor)."""
     return [
-        f"ALTER TABLE billing.subscription SET (fillfactor = {fillfactor})",
-        "VACUUM FULL billing.subscription",
-        "CREATE TABLE billing.bench_due (due_at timestamptz NOT NULL, customer_id bigint NOT NULL, subscription_id bigint NOT NULL)",
-        "INSERT INTO billing.bench_due SELECT current_period_end, customer_id, id FROM billing.subscription "
-        "WHERE status IN ('ACTIVE', 'PAST_DUE') AND NOT lifecycle_pending ORDER BY current_period_end",
-        "CREATE INDEX bench_due_idx ON billing.bench_due (due_at)",
-        "DO $o$ BEGIN EXECUTE format('ALTER TABLE billing.bench_due OWNER TO %I', (SELECT tableowner FROM pg_tables "
-        "WHERE schemaname = 'billing' AND tablename = 'subscription')); END $o$",
-        "DROP INDEX billing.subscription_due_idx",
-        "DROP INDEX billing.subscription_lifecycle_due_idx",
-        "CREATE INDEX subscription_lifecycle_idx ON billing.subscription (id) "
-        "WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE')",
-        r"""DO $v$
-        DECLARE
-            d text := pg_get_functiondef('billing._renew_batch(integer,timestamptz)'::regprocedure);
-            e text;
-        BEGIN
+        *_due_setup(fillfactor, [
+            "CREATE TABLE billing.bench_due (due_at timestamptz NOT NULL, customer_id bigint NOT NULL, subscription_id bigint NOT NULL)",
+            "INSERT INTO billing.bench_due SELECT current_period_end, customer_id, id FROM billing.subscription "
+            "WHERE status IN ('ACTIVE', 'PAST_DUE') AND NOT lifecycle_pending ORDER BY current_period_end",
+            "CREATE INDEX bench_due_idx ON billing.bench_due (due_at)",
+        ]),
+        _renewal_rewritten(r"""
             e := regexp_replace(d, 'SELECT s\.ctid AS row_id,(.*?)FROM billing\.subscription s\s+WHERE (billing\._due_statement\([^)]*\))\s+ORDER BY s\.current_period_end\s+LIMIT p_batch_size\s+FOR NO KEY UPDATE SKIP LOCKED',
                                 'SELECT s.ctid AS row_id, q.ctid AS due_row,\1FROM billing.bench_due q JOIN billing.subscription s ON s.customer_id = q.customer_id AND s.id = q.subscription_id
                                   WHERE q.due_at <= p_now AND s.current_period_end = q.due_at AND \2 ORDER BY q.due_at LIMIT p_batch_size FOR NO KEY UPDATE OF s SKIP LOCKED');
@@ -137,15 +148,9 @@ def due_queue_variant(fillfactor: int) -> list[str]:
                          '), due_gone AS (DELETE FROM billing.bench_due q USING due d WHERE q.ctid = d.due_row
                          ), due_next AS (INSERT INTO billing.bench_due (due_at, customer_id, subscription_id)
                                          SELECT p.period_end, p.customer_id, p.id FROM priced p
-                         ), renewed AS (');
-            IF e = d OR position('due_next' in e) = 0 OR position('bench_due q JOIN' in e) = 0 THEN
-                RAISE EXCEPTION 'the renewal statement''s text was not recognised';
-            END IF;
-            EXECUTE e;
-        END
-        $v$""",
-        "ALTER FUNCTION billing._renew_batch(integer, timestamptz) SET enable_hashjoin = off "
-        "SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_sort = off",
+                         ), renewed AS (');""",
+                       "e = d OR position('due_next' in e) = 0 OR position('bench_due q JOIN' in e) = 0"),
+        _CLAIM_IN_DUE_ORDER,
     ]
 
 
@@ -156,18 +161,12 @@ def due_queue_trigger_variant(fillfactor: int) -> list[str]:
     key, and adds the new one; the renewal statement only claims through the queue (its update goes
     through the trigger like every other writer's)."""
     return [
-        f"ALTER TABLE billing.subscription SET (fillfactor = {fillfactor})",
-        "VACUUM FULL billing.subscription",
-        "CREATE TABLE billing.bench_due (due_at timestamptz NOT NULL, customer_id bigint NOT NULL, subscription_id bigint NOT NULL)",
-        "INSERT INTO billing.bench_due SELECT current_period_end, customer_id, id FROM billing.subscription "
-        "WHERE status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') ORDER BY current_period_end",
-        "CREATE INDEX bench_due_idx ON billing.bench_due (due_at, customer_id, subscription_id)",
-        "DO $o$ BEGIN EXECUTE format('ALTER TABLE billing.bench_due OWNER TO %I', (SELECT tableowner FROM pg_tables "
-        "WHERE schemaname = 'billing' AND tablename = 'subscription')); END $o$",
-        "DROP INDEX billing.subscription_due_idx",
-        "DROP INDEX billing.subscription_lifecycle_due_idx",
-        "CREATE INDEX subscription_lifecycle_idx ON billing.subscription (id) "
-        "WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE')",
+        *_due_setup(fillfactor, [
+            "CREATE TABLE billing.bench_due (due_at timestamptz NOT NULL, customer_id bigint NOT NULL, subscription_id bigint NOT NULL)",
+            "INSERT INTO billing.bench_due SELECT current_period_end, customer_id, id FROM billing.subscription "
+            "WHERE status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') ORDER BY current_period_end",
+            "CREATE INDEX bench_due_idx ON billing.bench_due (due_at, customer_id, subscription_id)",
+        ]),
         # (its own planner settings: it fires inside _renew_batch, whose settings below would apply)
         r"""CREATE FUNCTION billing._bench_due_moved() RETURNS trigger LANGUAGE plpgsql
         SET enable_hashjoin = on SET enable_mergejoin = on SET enable_sort = on SET enable_bitmapscan = on AS $t$
@@ -188,22 +187,12 @@ def due_queue_trigger_variant(fillfactor: int) -> list[str]:
         $t$""",
         "CREATE TRIGGER bench_due_moved AFTER UPDATE ON billing.subscription REFERENCING OLD TABLE AS old_rows "
         "NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION billing._bench_due_moved()",
-        r"""DO $v$
-        DECLARE
-            d text := pg_get_functiondef('billing._renew_batch(integer,timestamptz)'::regprocedure);
-            e text;
-        BEGIN
+        _renewal_rewritten(r"""
             e := regexp_replace(d, 'FROM billing\.subscription s\s+WHERE (billing\._due_statement\([^)]*\))\s+ORDER BY s\.current_period_end\s+LIMIT p_batch_size\s+FOR NO KEY UPDATE SKIP LOCKED',
                                 'FROM billing.bench_due q JOIN billing.subscription s ON s.customer_id = q.customer_id AND s.id = q.subscription_id
-                                  WHERE q.due_at <= p_now AND s.current_period_end = q.due_at AND \1 ORDER BY q.due_at LIMIT p_batch_size FOR NO KEY UPDATE OF s SKIP LOCKED');
-            IF e = d OR position('bench_due q JOIN' in e) = 0 THEN
-                RAISE EXCEPTION 'the renewal statement''s text was not recognised';
-            END IF;
-            EXECUTE e;
-        END
-        $v$""",
-        "ALTER FUNCTION billing._renew_batch(integer, timestamptz) SET enable_hashjoin = off "
-        "SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_sort = off",
+                                  WHERE q.due_at <= p_now AND s.current_period_end = q.due_at AND \1 ORDER BY q.due_at LIMIT p_batch_size FOR NO KEY UPDATE OF s SKIP LOCKED');""",
+                       "e = d OR position('bench_due q JOIN' in e) = 0"),
+        _CLAIM_IN_DUE_ORDER,
     ]
 
 
@@ -214,18 +203,12 @@ def due_queue_lazy_variant(fillfactor: int) -> list[str]:
     them (its guard current_period_end = due_at; duplicates folded by DISTINCT ON); the renewal
     statement deletes the entries it claimed by their ctid."""
     return [
-        f"ALTER TABLE billing.subscription SET (fillfactor = {fillfactor})",
-        "VACUUM FULL billing.subscription",
-        "CREATE TABLE billing.bench_due (due_at timestamptz NOT NULL, customer_id bigint NOT NULL, subscription_id bigint NOT NULL)",
-        "INSERT INTO billing.bench_due SELECT current_period_end, customer_id, id FROM billing.subscription "
-        "WHERE status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') ORDER BY current_period_end",
-        "CREATE INDEX bench_due_idx ON billing.bench_due (due_at, customer_id, subscription_id)",
-        "DO $o$ BEGIN EXECUTE format('ALTER TABLE billing.bench_due OWNER TO %I', (SELECT tableowner FROM pg_tables "
-        "WHERE schemaname = 'billing' AND tablename = 'subscription')); END $o$",
-        "DROP INDEX billing.subscription_due_idx",
-        "DROP INDEX billing.subscription_lifecycle_due_idx",
-        "CREATE INDEX subscription_lifecycle_idx ON billing.subscription (id) "
-        "WHERE lifecycle_pending AND status IN ('TRIALING', 'ACTIVE', 'PAST_DUE')",
+        *_due_setup(fillfactor, [
+            "CREATE TABLE billing.bench_due (due_at timestamptz NOT NULL, customer_id bigint NOT NULL, subscription_id bigint NOT NULL)",
+            "INSERT INTO billing.bench_due SELECT current_period_end, customer_id, id FROM billing.subscription "
+            "WHERE status IN ('TRIALING', 'ACTIVE', 'PAST_DUE') ORDER BY current_period_end",
+            "CREATE INDEX bench_due_idx ON billing.bench_due (due_at, customer_id, subscription_id)",
+        ]),
         r"""CREATE FUNCTION billing._bench_due_added() RETURNS trigger LANGUAGE plpgsql
         SET enable_hashjoin = on SET enable_mergejoin = on SET enable_sort = on SET enable_bitmapscan = on AS $t$
         BEGIN
@@ -236,11 +219,7 @@ def due_queue_lazy_variant(fillfactor: int) -> list[str]:
         $t$""",
         "CREATE TRIGGER bench_due_added AFTER UPDATE ON billing.subscription REFERENCING NEW TABLE AS new_rows "
         "FOR EACH STATEMENT EXECUTE FUNCTION billing._bench_due_added()",
-        r"""DO $v$
-        DECLARE
-            d text := pg_get_functiondef('billing._renew_batch(integer,timestamptz)'::regprocedure);
-            e text;
-        BEGIN
+        _renewal_rewritten(r"""
             e := regexp_replace(d, 'SELECT s\.ctid AS row_id,(.*?)FROM billing\.subscription s\s+WHERE (billing\._due_statement\([^)]*\))\s+ORDER BY s\.current_period_end\s+LIMIT p_batch_size\s+FOR NO KEY UPDATE SKIP LOCKED',
                                 'SELECT s.ctid AS row_id, q.due_row,\1FROM (SELECT DISTINCT ON (q.due_at, q.customer_id, q.subscription_id) q.ctid AS due_row, q.due_at, q.customer_id, q.subscription_id
                                         FROM billing.bench_due q WHERE q.due_at <= p_now ORDER BY q.due_at, q.customer_id, q.subscription_id) q
@@ -248,15 +227,9 @@ def due_queue_lazy_variant(fillfactor: int) -> list[str]:
                                   WHERE s.current_period_end = q.due_at AND \2 ORDER BY q.due_at LIMIT p_batch_size FOR NO KEY UPDATE OF s SKIP LOCKED');
             e := replace(e, '), renewed AS (',
                          '), due_gone AS (DELETE FROM billing.bench_due q USING due d WHERE q.ctid = d.due_row
-                         ), renewed AS (');
-            IF e = d OR position('due_gone' in e) = 0 OR position('DISTINCT ON' in e) = 0 THEN
-                RAISE EXCEPTION 'the renewal statement''s text was not recognised';
-            END IF;
-            EXECUTE e;
-        END
-        $v$""",
-        "ALTER FUNCTION billing._renew_batch(integer, timestamptz) SET enable_hashjoin = off "
-        "SET enable_mergejoin = off SET enable_bitmapscan = off SET enable_sort = off",
+                         ), renewed AS (');""",
+                       "e = d OR position('due_gone' in e) = 0 OR position('DISTINCT ON' in e) = 0"),
+        _CLAIM_IN_DUE_ORDER,
     ]
 
 
@@ -313,19 +286,10 @@ VARIANTS: dict[str, list[str]] = {
         "CREATE INDEX subscription_status_idx ON billing.subscription (status, id) WHERE status <> 'ACTIVE'"],
     # the event ids time-ordered (a millisecond prefix, then random bits): outbox_event_event_id_idx
     # takes its entries at its right end instead of at random leaves (emulated in the statement only)
-    "time-ordered event ids (emulated)": [r"""DO $v$
-        DECLARE
-            d text := pg_get_functiondef('billing._renew_batch(integer,timestamptz)'::regprocedure);
-            e text;
-        BEGIN
+    "time-ordered event ids (emulated)": [_renewal_rewritten(r"""
             e := replace(d, 'SELECT gen_random_uuid() AS event_id',
-                         'SELECT encode(overlay(uuid_send(gen_random_uuid()) placing substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3) FROM 1 FOR 6), ''hex'')::uuid AS event_id');
-            IF e = d THEN
-                RAISE EXCEPTION 'the renewal statement''s text was not recognised';
-            END IF;
-            EXECUTE e;
-        END
-        $v$"""],
+                         'SELECT encode(overlay(uuid_send(gen_random_uuid()) placing substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3) FROM 1 FOR 6), ''hex'')::uuid AS event_id');""",
+                       'e = d')],
     "no service line": [
         "CREATE FUNCTION billing._bench_drop_line() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$",
         "CREATE TRIGGER bench_drop_line BEFORE INSERT ON billing.service_line FOR EACH ROW EXECUTE FUNCTION billing._bench_drop_line()"],

@@ -293,7 +293,6 @@ def main() -> None:
         return
     rnd = random.Random(29)
     run = uuid.uuid4().hex[:8]
-    billing = str(Path(sys.executable).with_name("billing"))
     print(f"start: {host_load()}", flush=True)
     results, http = [], []
 

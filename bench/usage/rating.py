@@ -43,6 +43,7 @@ from pathlib import Path
 import psycopg
 
 from bench.baseline import baseline_tree, host_load
+from bench.usage.run import api_catalogue
 from billing.migrate import migrate
 
 from .run import url_for_db
@@ -60,14 +61,7 @@ END = datetime(2026, 11, 1, tzinfo=timezone.utc)
 def build(conn, n: int, hours: int, chunk: int = 10_000) -> float:
     """N customers of the API plan, a month of usage in the rollups, renewed; returns the follow's
     seconds. (bench.usage.rating_citus builds its cluster with it too, in chunks of 2,000.)"""
-    conn.execute("SELECT billing.upsert_meter('requests', 'api.request', 'count', NULL, '{}', %s)", (START,))
-    conn.execute("SELECT billing.upsert_meter('tokens', 'api.request', 'sum', '{tokens}', '{}', %s)", (START,))
-    conn.execute("SELECT billing.upsert_meter('users', 'api.request', 'unique_count', '{user}', '{}', %s)", (START,))
-    conn.execute("SELECT billing.upsert_plan('API', 900, 'USD', 'MONTH', 1, %s)", (START - timedelta(days=1),))
-    conn.execute("SELECT billing.upsert_plan_charge('API', 'requests', 'per_unit', 0.5, NULL, '[]', 10, NULL, NULL, %s)", (START,))
-    conn.execute("SELECT billing.upsert_plan_charge('API', 'tokens', 'graduated', NULL, NULL, "
-                 "'[{\"upTo\": 1000, \"unitAmount\": 0.1}, {\"upTo\": null, \"unitAmount\": 0.05}]', 0, NULL, NULL, %s)", (START,))
-    conn.execute("SELECT billing.upsert_plan_charge('API', 'users', 'package', 100, 5, '[]', 0, NULL, NULL, %s)", (START,))
+    api_catalogue(conn)
     at = START + timedelta(days=1)
     for lo in range(1, n + 1, chunk):
         hi = min(lo + chunk - 1, n)

@@ -33,6 +33,7 @@ from pathlib import Path
 import psycopg
 
 from bench.baseline import baseline_tree, host_load
+from bench.usage.run import api_catalogue
 from billing.migrate import migrate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,14 +53,7 @@ def _cpu(pid: int) -> float:
 
 
 def setup(conn, customers: int) -> None:
-    conn.execute("SELECT billing.upsert_meter('requests', 'api.request', 'count', NULL, '{}', %s)", (START,))
-    conn.execute("SELECT billing.upsert_meter('tokens', 'api.request', 'sum', '{tokens}', '{}', %s)", (START,))
-    conn.execute("SELECT billing.upsert_meter('users', 'api.request', 'unique_count', '{user}', '{}', %s)", (START,))
-    conn.execute("SELECT billing.upsert_plan('API', 900, 'USD', 'MONTH', 1, %s)", (START - timedelta(days=1),))
-    conn.execute("SELECT billing.upsert_plan_charge('API', 'requests', 'per_unit', 0.5, NULL, '[]', 10, NULL, NULL, %s)", (START,))
-    conn.execute("SELECT billing.upsert_plan_charge('API', 'tokens', 'graduated', NULL, NULL, "
-                 "'[{\"upTo\": 1000, \"unitAmount\": 0.1}, {\"upTo\": null, \"unitAmount\": 0.05}]', 0, NULL, NULL, %s)", (START,))
-    conn.execute("SELECT billing.upsert_plan_charge('API', 'users', 'package', 100, 5, '[]', 0, NULL, NULL, %s)", (START,))
+    api_catalogue(conn)
     conn.execute("SELECT billing.upsert_customer(c) FROM generate_series(1, %s) c", (customers,))
     conn.execute("SELECT billing.create_subscription('bench-' || c, c, 'API', %s) FROM generate_series(1, %s) c",
                  (START, customers))

@@ -50,7 +50,10 @@ def event(n: int, customer: int, at: datetime) -> dict:
             "data": {"tokens": n % 97, "user": f"u{n % 13}", "kind": kind}}
 
 
-def setup(conn, customers: int) -> list[int]:
+def api_catalogue(conn) -> None:
+    """The API product's catalogue, the same in every usage bench (run, reads, rating and rating_citus
+    through it): three meters of api.request (count, sum of tokens, unique users) and the plan API at
+    9.00 USD a month with one charge each (per unit over 10 included, graduated, packages of 100)."""
     conn.execute("SELECT billing.upsert_meter('requests', 'api.request', 'count', NULL, '{}', %s)", (START,))
     conn.execute("SELECT billing.upsert_meter('tokens', 'api.request', 'sum', '{tokens}', '{}', %s)", (START,))
     conn.execute("SELECT billing.upsert_meter('users', 'api.request', 'unique_count', '{user}', '{}', %s)", (START,))
@@ -59,6 +62,10 @@ def setup(conn, customers: int) -> list[int]:
     conn.execute("SELECT billing.upsert_plan_charge('API', 'tokens', 'graduated', NULL, NULL, "
                  "'[{\"upTo\": 1000, \"unitAmount\": 0.1}, {\"upTo\": null, \"unitAmount\": 0.05}]', 0, NULL, NULL, %s)", (START,))
     conn.execute("SELECT billing.upsert_plan_charge('API', 'users', 'package', 100, 5, '[]', 0, NULL, NULL, %s)", (START,))
+
+
+def setup(conn, customers: int) -> list[int]:
+    api_catalogue(conn)
     conn.execute("SELECT billing.upsert_customer(c) FROM generate_series(1, %s) c", (customers,))
     conn.execute("SELECT billing.create_subscription('bench-' || c, c, 'API', %s) FROM generate_series(1, %s) c",
                  (START, customers))

@@ -15,6 +15,10 @@ TRUNCATE citus_adapted;
 -- outbox_event_fan_out (66_webhooks.sql) stays: on a shard its statement names only the shard
 -- group's own tables (until issue 32, groups4, it was replaced here by a row trigger, one distributed
 -- INSERT per event; the function file's CREATE OR REPLACE TRIGGER puts the statement trigger back).
+-- plan_never_deleted (12_integrity.sql, migration 0780) stays as it is: a statement trigger without a
+-- transition table on the plan, a reference table. Made by the function file on the Citus table (with
+-- citus.enable_unsafe_triggers on, as for every trigger of the migration), Citus puts it on each node's
+-- placement, and a DELETE is refused on the first it reaches (pgTAP 202 checks every placement has it).
 DO $$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t WHERE t.tgrelid = 'billing.invoice'::regclass

@@ -206,3 +206,29 @@ CREATE OR REPLACE TRIGGER subscription_request_subscription_kept
     AFTER UPDATE ON billing.subscription_request
     REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION billing._subscription_request_subscription_exists();
+
+-- ---------------------------------------------------------------------------------------------
+-- A plan is never deleted (migration 0780): subscriptions (whose foreign key became a statement
+-- check in 0720), invoices (no foreign key since 0540) and the MRR refer to it forever; a plan no
+-- longer offered is archived (archive_plan). Before this, on one PostgreSQL only plan_price_plan_fkey
+-- stood in the way. TRUNCATE (an operator wiping a test database) stays possible. On Citus the plan
+-- is a reference table: the trigger fires on each of its placements (db/citus/10_adapt.sql checks).
+-- ---------------------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION billing._plan_never_deleted()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = '23503',
+        MESSAGE = 'plans are never deleted: archive them instead (billing.archive_plan)',
+        CONSTRAINT = 'plan_never_deleted', TABLE = 'plan', SCHEMA = 'billing';
+END
+$$;
+COMMENT ON FUNCTION billing._plan_never_deleted() IS
+'Private trigger: refuses DELETE on billing.plan (subscriptions, invoices and the MRR refer to it forever; TRUNCATE wipes all and stays allowed).
+Returns nothing; raises foreign_key_violation (23503) naming plan_never_deleted.';
+
+CREATE OR REPLACE TRIGGER plan_never_deleted
+    BEFORE DELETE ON billing.plan
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._plan_never_deleted();

@@ -358,6 +358,9 @@ DECLARE
     v_agg     text;
     v_id      bigint;
     v_owners  bigint[];
+    v_like    text;
+    v_rare    text;
+    v_ids     bigint[] := '{}';
 BEGIN
     PERFORM billing._check_between('limit', p_limit, 1, 500);
     IF v_subject IS NOT NULL THEN
@@ -398,6 +401,49 @@ BEGIN
            AND (p_before_id IS NULL OR o.id < p_before_id)
          ORDER BY o.id DESC
          LIMIT p_limit;
+        RETURN;
+    END IF;
+    IF v_agg IS NOT NULL AND v_agg NOT IN ('invoice', 'subscription', 'customer', 'webhook_endpoint') THEN
+        RETURN;  -- no event has another aggregate type (outbox_event_aggregate_type_known): no walk for none
+    END IF;
+    -- A type alone (migration 0781): each matching type's newest events, at most a page each, merged.
+    -- The types other than the three of the volume paths are found in outbox_event_rare_type_idx (one
+    -- probe per type present: a skip scan, a query each, as Citus runs it too), then a page of each
+    -- read from it; the three (dense) on the id index. The page: the newest p_limit of those ids.
+    IF v_id IS NULL AND v_type IS NOT NULL THEN
+        v_like := replace(replace(v_type, '%', '\%'), '_', '\_') || '%';
+        v_rare := '';
+        LOOP
+            SELECT min(o.event_type) INTO v_rare
+              FROM billing.outbox_event o
+             WHERE o.event_type > v_rare
+               AND o.event_type <> ALL (ARRAY['InvoiceCreated', 'InvoicePaid', 'SubscriptionCreated']);
+            EXIT WHEN v_rare IS NULL;
+            CONTINUE WHEN v_rare NOT ILIKE v_like;
+            v_ids := v_ids || ARRAY(
+                SELECT o.id FROM billing.outbox_event o
+                 WHERE o.event_type = v_rare
+                   AND o.event_type <> ALL (ARRAY['InvoiceCreated', 'InvoicePaid', 'SubscriptionCreated'])
+                   AND (p_before_id IS NULL OR o.id < p_before_id)
+                 ORDER BY o.event_type DESC, o.id DESC
+                 LIMIT p_limit);
+        END LOOP;
+        IF EXISTS (SELECT 1 FROM unnest(ARRAY['InvoiceCreated', 'InvoicePaid', 'SubscriptionCreated']) t WHERE t ILIKE v_like) THEN
+            v_ids := v_ids || ARRAY(
+                SELECT o.id FROM billing.outbox_event o
+                 WHERE o.event_type = ANY (ARRAY(SELECT t FROM unnest(ARRAY['InvoiceCreated', 'InvoicePaid', 'SubscriptionCreated']) t
+                                                  WHERE t ILIKE v_like))
+                   AND (p_before_id IS NULL OR o.id < p_before_id)
+                 ORDER BY o.id DESC
+                 LIMIT p_limit);
+        END IF;
+        v_ids := ARRAY(SELECT i FROM unnest(v_ids) i ORDER BY i DESC LIMIT p_limit);
+        RETURN QUERY
+        SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.status, o.created_at, o.published_at,
+               o.attempts, o.last_error, o.payload
+          FROM billing.outbox_event o
+         WHERE o.id = ANY (v_ids)
+         ORDER BY o.id DESC;
         RETURN;
     END IF;
     RETURN QUERY

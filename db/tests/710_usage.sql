@@ -1,6 +1,7 @@
 -- 710_usage: meters, the ingestion of usage events (exactly once, every rejection reason), the
 -- rollups against the raw events, the open period's grace, partitions and retention (issue 29).
 BEGIN;
+\ir fixtures/usage_partitions_lock.sql
 SET LOCAL ROLE billing_owner;
 SELECT plan(40);
 

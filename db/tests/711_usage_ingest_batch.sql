@@ -4,6 +4,7 @@
 -- daily) equal the ones rebuilt from the stored events, and a span read from them (days, hours,
 -- events at its ends) equals a count of the raw events (issue 29; docs/usage.md "Ingestion, two doors").
 BEGIN;
+\ir fixtures/usage_partitions_lock.sql
 SET LOCAL ROLE billing_owner;
 SELECT plan(18);
 

@@ -4,6 +4,7 @@
 -- duplicates within the batch and across the doors, one key counted once (issue 29; docs/usage.md
 -- "Ingestion, two doors").
 BEGIN;
+\ir fixtures/usage_partitions_lock.sql
 SET LOCAL ROLE billing_owner;
 SELECT plan(11);
 

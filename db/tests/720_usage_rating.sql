@@ -3,6 +3,7 @@
 -- a plan change mid-period rated in two parts; late events as adjustment lines on the next USAGE
 -- invoice (never lost, never billed twice); a cancellation neither voids nor skips the usage served.
 BEGIN;
+\ir fixtures/usage_partitions_lock.sql
 SET LOCAL ROLE billing_owner;
 SELECT plan(48);
 

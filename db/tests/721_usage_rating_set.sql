@@ -11,6 +11,7 @@
 -- second rating. On Citus rate_usage is the per-subscription path itself (compared all the same).
 -- A rate_usage call that billed leaves one audit row on either, one that billed nothing none.
 BEGIN;
+\ir fixtures/usage_partitions_lock.sql
 SET LOCAL ROLE billing_owner;
 SELECT plan(17);
 

@@ -5,6 +5,7 @@
 -- after its first renewal. (Found in session 2: the cursor started at the first period's start
 -- whenever it was first followed.)
 BEGIN;
+\ir fixtures/usage_partitions_lock.sql
 SET LOCAL ROLE billing_owner;
 -- (Citus: the reference table plan_charge is written after distributed reads in this transaction)
 SET LOCAL citus.multi_shard_modify_mode TO 'sequential';

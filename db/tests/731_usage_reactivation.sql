@@ -4,6 +4,7 @@
 -- reached the cancellation), then each new period. (Found in session 3: the finished cursor was never
 -- reopened, so a reactivated subscription's usage was never rated again.) Single node and Citus.
 BEGIN;
+\ir fixtures/usage_partitions_lock.sql
 SET LOCAL ROLE billing_owner;
 -- (Citus: the reference table plan_charge is written after distributed reads in this transaction)
 SET LOCAL citus.multi_shard_modify_mode TO 'sequential';

@@ -4,6 +4,7 @@
 -- charge's price of that quantity, line by line; and the rating then bills what was previewed.
 -- (upcoming_invoice reads each span's usage once for all of its charges and prices them in one call.)
 BEGIN;
+\ir fixtures/usage_partitions_lock.sql
 SET LOCAL ROLE billing_owner;
 SELECT plan(7);
 

@@ -9,6 +9,7 @@
 -- are checked, and the grants. Its Citus form, per group on the cluster's nodes:
 -- citus/891_usage_rating_in_shards.
 BEGIN;
+\ir fixtures/usage_partitions_lock.sql
 SET LOCAL ROLE billing_owner;
 SELECT plan(15);
 

@@ -31,7 +31,9 @@ from billing.gateway.simulator import GatewaySimulator
 from billing.limiter import LocalGcraLimiter, RedisGcraLimiter
 from billing.worker.charging import Charger
 
-from .private_redis import private_redis  # noqa: F401 - fixture
+from . import private_redis as _private_redis_module
+
+private_redis = _private_redis_module.private_redis  # the fixture, by its name
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -15,7 +15,9 @@ from prometheus_client import REGISTRY
 
 from billing.limiter import LocalGcraLimiter, RedisGcraLimiter, pace_interval_us, window_us
 
-from .private_redis import private_redis  # noqa: F401 - fixture
+from . import private_redis as _private_redis_module
+
+private_redis = _private_redis_module.private_redis  # the fixture, by its name
 
 pytestmark = pytest.mark.timeout(90)
 

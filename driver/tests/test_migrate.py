@@ -186,15 +186,30 @@ def test_a_migration_that_never_gets_its_lock_gives_up_and_applies_nothing(empty
     assert migrate(empty_db, db_dir, lock_timeout=0.2, attempts=1).applied == ["9999_probe.sql"]
 
 
+def _set_aside(db_dir, name: str) -> dict:
+    """Migration `name` and every later one taken out of db_dir (a database as it was before them,
+    whatever came after); _put_back restores them and returns their names in order."""
+    files = sorted(f for f in (db_dir / "schema").glob("*.sql") if f.name >= name)
+    assert files and files[0].name == name
+    texts = {f: f.read_text() for f in files}
+    for f in files:
+        f.unlink()
+    return texts
+
+
+def _put_back(texts: dict) -> list[str]:
+    for f, text in texts.items():
+        f.write_text(text)
+    return [f.name for f in texts]
+
+
 def test_migration_0730_fills_the_email_domains_statistics(empty_db, tmp_path):
     """Migration 0660 made customer_email_domain_stats, which stays empty until the table's next
     ANALYZE (autovacuum analyzes a big, stable customer table only after a tenth of it changed);
     0730 analyzes the table, so the '@domain' search is planned with the domains' figures at once."""
     db_dir = tmp_path / "db"
     shutil.copytree(REPO_ROOT / "db", db_dir)
-    later = db_dir / "schema" / "0730_customer_email_domain_analyze.sql"
-    text = later.read_text()
-    later.unlink()
+    later = _set_aside(db_dir, "0730_customer_email_domain_analyze.sql")
     migrate(empty_db, db_dir)
     filled = ("SELECT count(*) FROM pg_catalog.pg_statistic_ext s JOIN pg_catalog.pg_statistic_ext_data d ON d.stxoid = s.oid"
               " WHERE s.stxname = 'customer_email_domain_stats' AND d.stxdexpr IS NOT NULL")
@@ -203,7 +218,33 @@ def test_migration_0730_fills_the_email_domains_statistics(empty_db, tmp_path):
         conn.execute("INSERT INTO billing.customer (id, email) SELECT g, 'u' || g || '@d' || (g % 7) || '.example'"
                      " FROM generate_series(1, 500) g")
         assert conn.execute(filled).fetchone()[0] == 0, "no figures before an ANALYZE"
-    later.write_text(text)
-    assert migrate(empty_db, db_dir).applied == ["0730_customer_email_domain_analyze.sql"]
+    names = _put_back(later)
+    assert migrate(empty_db, db_dir).applied == names
     with psycopg.connect(empty_db) as conn:
         assert conn.execute(filled).fetchone()[0] == 1, "the domains' figures are there after 0730"
+
+
+def test_migration_0780_refuses_a_database_whose_subscriptions_lost_their_plan(empty_db, tmp_path):
+    """Since 0720 a subscription's plan has no foreign key on one PostgreSQL: before the trigger
+    plan_never_deleted (0780) the owner could delete a plan without prices under its subscriptions.
+    0780 refuses such a database, naming the plan, and passes once it is back."""
+    db_dir = tmp_path / "db"
+    shutil.copytree(REPO_ROOT / "db", db_dir)
+    later = _set_aside(db_dir, "0780_plan_never_deleted.sql")
+    migrate(empty_db, db_dir, simulation=True)
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER plan_never_deleted ON billing.plan")  # as a database built before 0780
+        plan_id = conn.execute("SELECT id FROM billing.upsert_plan('M780', 1000, 'USD', 'MONTH', 1, '2026-01-01Z')").fetchone()[0]
+        conn.execute("SELECT billing.create_subscription('m780', 78001, 'M780', '2026-02-01Z')")
+        conn.execute("DELETE FROM billing.plan_price WHERE plan_id = %s", (plan_id,))
+        conn.execute("DELETE FROM billing.plan WHERE id = %s", (plan_id,))
+    names = _put_back(later)
+    with pytest.raises(psycopg.errors.ForeignKeyViolation, match=rf"subscriptions refer to plans \{{{plan_id}\}}, which were deleted"):
+        migrate(empty_db, db_dir)
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        conn.execute("INSERT INTO billing.plan (id, code, price_amount, currency, billing_interval) VALUES (%s, 'M780', 1000, 'USD', 'MONTH')",
+                     (plan_id,))
+    assert migrate(empty_db, db_dir).applied == names
+    with psycopg.connect(empty_db, autocommit=True) as conn, pytest.raises(psycopg.errors.ForeignKeyViolation,
+                                                                            match="plans are never deleted"):
+        conn.execute("DELETE FROM billing.plan WHERE id = %s", (plan_id,))

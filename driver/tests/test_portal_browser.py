@@ -25,7 +25,9 @@ from billing.config import REPO_ROOT
 from .console_world import ConsoleServer
 from .portal_world import build_portal_world, make_link
 from .test_console_browser import _chromedriver
-from .test_portal_http import stripe_fake  # noqa: F401 - the fixture
+from . import test_portal_http as _test_portal_http_module
+
+stripe_fake = _test_portal_http_module.stripe_fake  # the fixture, by its name
 
 ARTIFACTS = Path(os.environ.get("BILLING_PORTAL_ARTIFACTS", REPO_ROOT / ".cache" / "artifacts" / "portal"))
 
@@ -93,7 +95,7 @@ def _state(db_url):
             "WHERE s.customer_id = 1").fetchone()
 
 
-def test_a_customer_uses_the_portal_in_chromium(db_url, browser, stripe_fake):  # noqa: F811
+def test_a_customer_uses_the_portal_in_chromium(db_url, browser, stripe_fake):
     world = build_portal_world(db_url)
     with ConsoleServer(db_url, stripe_api_key="sk_test_portal", stripe_api_base=stripe_fake.url) as server:
         token = make_link(db_url, 1)

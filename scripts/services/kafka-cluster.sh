@@ -8,6 +8,11 @@
 #   kafka-cluster.sh stop       stop the three
 #   kafka-cluster.sh kill N     SIGKILL node N (1..3)
 #   kafka-cluster.sh start N    start node N again (it catches up and rejoins the in-sync replicas)
+#   kafka-cluster.sh format     only make the three nodes' storage (start does it when missing)
+#
+# Every JVM here, the storage tool's too, is given kafka.logs.dir (a folder under the cache): the
+# log4j config (scripts/kafka/log4j2.properties) writes there, and without it log4j made a folder
+# literally named `${sys:kafka.logs.dir}` in the working directory (the checkout's root).
 #
 # Ports: BILLING_KAFKA_CLUSTER_PORTS, the three brokers' (default 30520,30521,30522), and
 # BILLING_KAFKA_CLUSTER_CONTROLLER_PORTS, the three controllers' (default 30530,30531,30532).
@@ -48,9 +53,8 @@ JOPTS=(-Xms256m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeap
 mkdir -p "$DIR"
 [ -f "$DIR/cluster.id" ] || "$JAVA" -cp "$CP" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1 > "$DIR/cluster.id"
 
-start_node() {
+write_conf() {
   local n=$1 port=${PORTS[$1 - 1]} cport=${CPORTS[$1 - 1]} conf="$DIR/node$1.properties"
-  if port_open 127.0.0.1 "$port"; then return 0; fi
   cat > "$conf" <<PROPS
 process.roles=broker,controller
 node.id=$n
@@ -80,14 +84,32 @@ broker.heartbeat.interval.ms=1000
 log.retention.hours=24
 log.segment.bytes=104857600
 PROPS
+}
+
+# format_node N: node N's storage, unless it has it.
+format_node() {
+  local n=$1
   mkdir -p "$DIR/logs$n"
   if [ ! -f "$DIR/data$n/meta.properties" ]; then
-    "$JAVA" "${JOPTS[@]}" -cp "$CP" kafka.tools.StorageTool format -t "$(cat "$DIR/cluster.id")" -c "$conf" >/dev/null
+    "$JAVA" "${JOPTS[@]}" -Dkafka.logs.dir="$DIR/logs$n" -cp "$CP" kafka.tools.StorageTool format \
+      -t "$(cat "$DIR/cluster.id")" -c "$DIR/node$n.properties" >/dev/null
   fi
-  nohup "$JAVA" "${JOPTS[@]}" -Dkafka.logs.dir="$DIR/logs$n" -cp "$CP" kafka.Kafka "$conf" \
+}
+
+start_node() {
+  local n=$1
+  if port_open 127.0.0.1 "${PORTS[$n - 1]}"; then return 0; fi
+  write_conf "$n"
+  format_node "$n"
+  nohup "$JAVA" "${JOPTS[@]}" -Dkafka.logs.dir="$DIR/logs$n" -cp "$CP" kafka.Kafka "$DIR/node$n.properties" \
     > "$DIR/logs$n/stdout.log" 2>&1 &
   echo $! > "$DIR/node$n.pid"
 }
+
+if [ "${1:-}" = "format" ]; then
+  for n in 1 2 3; do write_conf "$n"; format_node "$n"; done
+  exit 0
+fi
 
 if [ "${1:-}" = "start" ] && [ -n "${2:-}" ]; then
   start_node "$2"

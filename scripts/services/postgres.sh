@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL 15 cluster under the cache folder, on loopback, with pgTAP.
 # Prints the URL it serves. Reuses a running cluster. `stop` stops it.
+#
+# "Is it up, is it mine" is read from the cluster's own postmaster.pid: its postmaster alive (a
+# process whose working directory is this data directory), on the port asked for, answering on its
+# own socket. A port answering PostgreSQL is not enough: that was another checkout's cluster (whose
+# URL this printed), or this one's started again on a data directory already running. Refused
+# with a message: this data directory running on another port; the port held by another process.
+# Starts are serialized (a lock file beside the data directory: make test's stages each run
+# `make services`, side by side).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 PORT="${BILLING_PG_PORT:-25432}"
 PGBIN="${PGBIN:-/usr/lib/postgresql/15/bin}"
@@ -11,8 +19,12 @@ as_pg() {
   if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+# One start or stop at a time; the servers must not inherit the lock's descriptor (9>&-).
+lock() { exec 9>"$CACHE/postgres.lock" && flock 9; }
+
 if [ "${1:-}" = "stop" ]; then
-  [ -f "$DATA/PG_VERSION" ] && as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast stop >/dev/null 2>&1 || true
+  lock
+  [ -f "$DATA/PG_VERSION" ] && as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast stop >/dev/null 2>&1 9>&- || true
   exit 0
 fi
 
@@ -21,15 +33,48 @@ if [ -n "${BILLING_TEST_DATABASE_URL:-}" ]; then echo "$BILLING_TEST_DATABASE_UR
 apt_ensure /usr/share/postgresql/15/extension/pgtap.control postgresql-15-pgtap
 apt_ensure pg_prove libtap-parser-sourcehandler-pgtap-perl
 
-if port_open 127.0.0.1 "$PORT" && as_pg "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PORT"; then
-  echo "$URL"; exit 0
+# running_pid: the pid of this data directory's postmaster when one runs (its postmaster.pid names a
+# live process working in $DATA), else nothing. A stale file (a crash) or a pid reused since is not it.
+running_pid() {
+  local pid cwd
+  [ -f "$DATA/postmaster.pid" ] || return 0
+  pid=$(sed -n 1p "$DATA/postmaster.pid" 2>/dev/null) || return 0
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 0
+  cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || cwd=$(cd "$DATA" && pwd -P)  # no /proc: trust kill -0
+  [ "$cwd" = "$(cd "$DATA" && pwd -P)" ] && echo "$pid"
+  return 0
+}
+
+lock
+pid=$(running_pid)
+if [ -n "$pid" ]; then
+  ran_port=$(sed -n 4p "$DATA/postmaster.pid")
+  if [ "$ran_port" != "$PORT" ]; then
+    log "the cluster in $DATA runs already (pid $pid) on port $ran_port, not $PORT (another BILLING_PG_PORT?):"
+    log "use that port, or stop it first (scripts/services/postgres.sh stop)"
+    exit 1
+  fi
+  # Up, or still starting (recovery after a crash, a loaded machine): its own socket answers when ready.
+  for _ in $(seq 1 600); do
+    if as_pg "$PGBIN/pg_isready" -q -h "$DATA" -p "$PORT" 9>&- && port_open 127.0.0.1 "$PORT"; then
+      echo "$URL"; exit 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  log "the cluster in $DATA (pid $pid, port $PORT) does not answer"; tail -20 "$DATA/server.log" >&2 || true; exit 1
+fi
+if port_open 127.0.0.1 "$PORT"; then
+  log "port $PORT is taken by another process, not the cluster in $DATA (another checkout's services?):"
+  log "choose another BILLING_PG_PORT, or stop what holds it"
+  exit 1
 fi
 
 if [ ! -f "$DATA/PG_VERSION" ]; then
   log "initdb $DATA"
   mkdir -p "$DATA"
   [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$DATA" "$CACHE"
-  as_pg "$PGBIN/initdb" -D "$DATA" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >/dev/null
+  as_pg "$PGBIN/initdb" -D "$DATA" -U postgres -A trust -E UTF8 --locale=C.UTF-8 >/dev/null 9>&-
   cat >> "$DATA/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
 port = $PORT
@@ -51,6 +96,6 @@ CONF
 fi
 # -p: the port asked for now, even when the cluster was made for another one (its postgresql.conf keeps
 # the first port: a second checkout or worktree with other ports would otherwise collide with the first).
-as_pg "$PGBIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -o "-p $PORT" -w -t 60 start >/dev/null
+as_pg "$PGBIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -o "-p $PORT" -w -t 60 start >/dev/null 9>&-
 wait_port 127.0.0.1 "$PORT" 30 || { log "postgres did not open $PORT"; tail -20 "$DATA/server.log" >&2; exit 1; }
 echo "$URL"

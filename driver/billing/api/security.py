@@ -40,6 +40,11 @@ from billing.api_keys import SCOPES, Guardrails, NewKey, hash_key, key_id_of, lo
 from billing.limiter import KeyRateLimiter
 from billing.metrics import COST_REFUSALS
 
+# What this module offers: its own names and those it hands on from the imports above.
+__all__ = ["ANY_KEY", "ApiGuard", "Authenticate", "CONSOLE", "CustomerCheck", "LARGE_BODIES", "MAX_BODY",
+           "MUTATING", "NewKey", "PUBLIC", "Principal", "RecordFailure", "SCOPES", "Unavailable", "allows",
+           "new_api_key", "required_scope", "route_cost", "unversioned"]
+
 log = logging.getLogger("billing.api.security")
 
 MAX_BODY = 256 * 1024  # bytes a request may declare (the handlers have tighter limits of their own)

@@ -16,6 +16,11 @@ from starlette.responses import JSONResponse
 from billing.fields import (BIGINT_MAX, InputError, bigint_field, bool_field, check_text, instant_field,  # noqa: F401
                             int_field, text_field)
 
+# What this module offers: its own names and those it hands on from the imports above.
+__all__ = ["ApiError", "IDEMPOTENCY_KEY", "MAX_BODY", "bigint_field", "bool_field", "error_response",
+           "if_match", "instant_field", "int_field", "iso_utc", "json_object", "path_id", "query_int",
+           "query_text", "read_body", "subscription_json", "subscription_response", "text_field"]
+
 ApiError = InputError
 
 MAX_BODY = 64 * 1024

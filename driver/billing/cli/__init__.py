@@ -11,4 +11,4 @@ from __future__ import annotations
 from billing.cli import database, imports, jobs, operations  # noqa: F401 - each registers its commands
 from billing.cli.base import main
 
-__all__ = ["main"]
+__all__ = ["database", "imports", "jobs", "main", "operations"]

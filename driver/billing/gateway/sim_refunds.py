@@ -79,18 +79,9 @@ class RefundRoutes:
     async def _handle_refund_lookup(self, request: web.Request) -> web.Response:
         """`GET /v1/refunds?idempotencyKey=K`: the refund made with K (200, as the refund call
         answered it, plus its key), or 404 when K never refunded anything."""
-        key = request.query.get("idempotencyKey", "")
-        if not key or len(key) > 255:
-            self.counters["badRequests"] += 1
-            return web.json_response({"error": {"code": "invalid_request", "message":
-                                      "the idempotencyKey query parameter is required"}}, status=400)
-        self.counters["lookups"] += 1
-        calls = self._lookups[key] = self._lookups.get(key, 0) + 1
-        await asyncio.sleep(self._latency())
-        if self.decisions.lookup_fails(key, calls):
-            self.counters["errors"] += 1
-            return web.json_response({"error": {"code": "internal", "message": "simulated gateway failure"}},
-                                     status=500)
+        key, refused = await self._lookup_checks(request)
+        if refused is not None:
+            return refused
         refund = self._refunds.get(key)
         if refund is None:
             return web.json_response({"error": {"code": "not_found", "message": "no refund has this idempotency key"}},

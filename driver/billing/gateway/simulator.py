@@ -238,21 +238,30 @@ class GatewaySimulator(RefundRoutes, AuthenticationRoutes, WebhookSender):
             await asyncio.sleep(latency)
         return web.json_response(charge.answer())
 
-    async def _handle_lookup(self, request: web.Request) -> web.Response:
-        """`GET /v1/charges?idempotencyKey=K`: the charge made for K (200, as the charge call
-        answered it, plus amount, currency, customerId), or 404 when K was never charged."""
+    async def _lookup_checks(self, request: web.Request) -> tuple[str, web.Response | None]:
+        """What every lookup by idempotency key does first (a charge's, a refund's): the key given (else
+        400), counted, the simulated latency, a simulated failure when the decisions say so (500).
+        Returns the key and the answer that ends the lookup there, or None to go on."""
         key = request.query.get("idempotencyKey", "")
         if not key or len(key) > 255:
             self.counters["badRequests"] += 1
-            return web.json_response({"error": {"code": "invalid_request", "message":
-                                      "the idempotencyKey query parameter is required"}}, status=400)
+            return key, web.json_response({"error": {"code": "invalid_request", "message":
+                                           "the idempotencyKey query parameter is required"}}, status=400)
         self.counters["lookups"] += 1
         calls = self._lookups[key] = self._lookups.get(key, 0) + 1
         await asyncio.sleep(self._latency())
         if self.decisions.lookup_fails(key, calls):
             self.counters["errors"] += 1
-            return web.json_response({"error": {"code": "internal", "message": "simulated gateway failure"}},
-                                     status=500)
+            return key, web.json_response({"error": {"code": "internal", "message": "simulated gateway failure"}},
+                                          status=500)
+        return key, None
+
+    async def _handle_lookup(self, request: web.Request) -> web.Response:
+        """`GET /v1/charges?idempotencyKey=K`: the charge made for K (200, as the charge call
+        answered it, plus amount, currency, customerId), or 404 when K was never charged."""
+        key, refused = await self._lookup_checks(request)
+        if refused is not None:
+            return refused
         charge = self._charges.get(key)
         if charge is None:
             return web.json_response({"error": {"code": "not_found", "message": "no charge has this idempotency key"}},

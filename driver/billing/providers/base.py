@@ -10,6 +10,10 @@ from typing import Protocol
 from billing.gateway.client import (DECLINED, FAILED, NOT_FOUND, SUCCEEDED, UNKNOWN, ChargeResult, LookupFailed,
                                     NotSent, RateLimited, RefundResult)
 
+# What this module offers: its own names and those it hands on from the imports above.
+__all__ = ["ChargeRequest", "DECLINED", "FAILED", "Gate", "LookupFailed", "NOT_FOUND", "NotSent", "Provider",
+           "RateLimited", "RefundRequest", "SUCCEEDED", "UNKNOWN", "WebhookOutcome", "WebhookRejected"]
+
 Gate = Callable[[], Awaitable[bool]]
 
 

@@ -50,7 +50,7 @@ from billing.worker.relay_shards import RELAY_GROUP_KEY, ShardRelay, _detect_dis
 from billing.worker.relay_single import RELAY_LOCK_KEY, Relay, RelayOptions
 from billing.worker.sinks import EventSink, JsonlSink, KafkaSink
 
-__all__ = ["RELAY_LOCK_KEY", "EventSink", "JsonlSink", "KafkaSink", "Relay", "RelayOptions", "ShardRelay",
+__all__ = ["RELAY_GROUP_KEY", "RELAY_LOCK_KEY", "EventSink", "JsonlSink", "KafkaSink", "Relay", "RelayOptions", "ShardRelay",
            "is_distributed", "run_relay"]
 
 

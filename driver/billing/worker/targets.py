@@ -12,6 +12,9 @@ from aiohttp.resolver import DefaultResolver
 
 from billing.netguard import BlockedAddress, check_url, is_public, pin  # noqa: F401
 
+# What this module offers: its own names and those it hands on from the imports above.
+__all__ = ["PublicOnlyResolver", "check_target", "pin"]
+
 
 def check_target(url: str, *, allow_private: bool) -> None:
     check_url(url, allow_private=allow_private)

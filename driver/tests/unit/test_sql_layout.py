@@ -91,3 +91,24 @@ def test_citus_list_runs_every_suite_but_the_documented_ones():
         assert (DB / "tests" / citus_form).is_file()
         assert name.removesuffix(".sql") in scaling and citus_form.removesuffix(".sql") in scaling, (
             f"docs/scaling.md must say why {name} is not in citus.list")
+
+
+_MAKES_USAGE_PARTITIONS = re.compile(r"\b(ingest_usage\w*|usage_partitions|_usage_partition)\s*\(|\\ir\s+\S*usage_world\S*\.sql")
+_LOCK_KEY = re.compile(r"pg_advisory_xact_lock\(hashtext\('billing\.usage_event partitions'\)\)")
+
+
+def test_suites_making_usage_partitions_take_their_lock_first():
+    """A suite that makes usage_event's partitions (an ingestion, usage_partitions, the usage world's
+    fixtures) includes fixtures/usage_partitions_lock.sql right after its BEGIN: two such suites side
+    by side (pg_prove -j) deadlocked on usage_event's ACCESS EXCLUSIVE lock (Makefile, PGTAP_JOBS). The
+    fixture takes the very lock billing._usage_partition takes."""
+    fixture = (DB / "tests" / "fixtures" / "usage_partitions_lock.sql").read_text()
+    assert _LOCK_KEY.search(fixture) and _LOCK_KEY.search((DB / "functions" / "71_usage.sql").read_text()), (
+        "fixtures/usage_partitions_lock.sql and billing._usage_partition (71_usage.sql) take one lock")
+    for path in sorted((DB / "tests").glob("*.sql")):
+        text = path.read_text()
+        if not _MAKES_USAGE_PARTITIONS.search(text):
+            continue
+        head = text[text.index("\nBEGIN;\n") + len("\nBEGIN;\n"):].lstrip()
+        assert head.startswith("\\ir fixtures/usage_partitions_lock.sql\n"), (
+            f"db/tests/{path.name} makes usage partitions: \\ir fixtures/usage_partitions_lock.sql right after BEGIN")
