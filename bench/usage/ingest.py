@@ -8,7 +8,9 @@ bench/usage/run.py (count, sum, unique_count), and consumes a topic of its own h
 of stream: events of the last 10 minutes (a live stream: most of a customer's events of a batch fall
 in one hour's rollup), spread over the customers at random, 10% of them sent twice, shuffled, keyed
 by customer. The topic is filled before the consumers start; the time runs from the first batch
-committed to the last (the group's join is not counted), polled every 0.25 s.
+committed to the last (the group's join is not counted), polled every 0.25 s (the events stored
+read from the count meter's hourly rollups, a few thousand rows: --progress; the bench's watcher's
+own server CPU is printed apart).
 
 - ours: `billing usage consume` of this tree (batches of up to 10,000: the envelopes parsed by the
   consumer, billing.ingest_usage_columns);
@@ -112,25 +114,47 @@ def _proc_tree_cpu(pid: int) -> float:
     return proc_cpu(pid)
 
 
+# How the watcher reads the events stored, every 0.25 s, while the consumers run (--progress):
+# "rollups": the count meter's hourly rollups (every event of the stream is an api.request, which the
+# 'requests' meter counts once when it is stored): a few thousand rows, ~1 ms; "keys": count(*) of
+# the exactly-once keys, as the bench did until ingest6: a scan of every key stored so far at each
+# poll (~150 ms and a parallel worker at 360,000 keys, load 4), CPU the consumers and the database
+# then lack, which no column counted (here run without its parallel worker, so the watcher's column
+# holds all of it).
+PROGRESS = {"rollups": "SELECT coalesce(sum(events), 0)::bigint FROM billing.usage_rollup WHERE meter_code = 'requests'",
+            "keys": "SELECT count(*) FROM billing.usage_dedup"}
+
+
 def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, distinct: int, stream_len: int,
-            timeout: float, before: int = 0) -> dict:
+            timeout: float, before: int = 0, progress: str = "rollups") -> dict:
     """Runs `consumers` processes of argv until every distinct event is stored; the figures between
-    the first batch committed and the last."""
+    the first batch committed and the last (the watcher's own server CPU apart: watcher_us)."""
     procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(consumers)]
     watch = psycopg.connect(url, autocommit=True)
+    watch.execute("SET max_parallel_workers_per_gather = 0")  # (its CPU all in its own backend)
     me = watch.info.backend_pid
     first = None  # (t, count, server cpu per pid, consumer cpu per pid)
+    # Each process's CPU as last read while it ran: a consumer whose partitions are done exits after
+    # its idle seconds, maybe before the others finish, and its backend then reads 0 (so did the
+    # consumer once reaped): until ingest6 such a round lost both from the window's CPU (a round read
+    # 23.1 + 3.1 us an event beside 39.4 + 6.3 for the same code, load 10).
     backends: dict[int, float] = {}
+    consumers_cpu: dict[int, float] = {}
     deadline = time.monotonic() + timeout
     try:
         while True:
             for (pid,) in watch.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
                                         "AND backend_type = 'client backend' AND pid <> %s", (me,)).fetchall():
                 backends.setdefault(pid, 0.0)
-            server = {pid: _cpu(pid) for pid in backends}
-            client = {p.pid: _proc_tree_cpu(p.pid) for p in procs}
+            for pid in backends:
+                backends[pid] = max(backends[pid], _cpu(pid))
+            for p in procs:
+                consumers_cpu[p.pid] = max(consumers_cpu.get(p.pid, 0.0), _proc_tree_cpu(p.pid))
+            server = dict(backends)
+            client = dict(consumers_cpu)
             client[-1] = _broker_cpu()  # the Kafka broker's (its JVM, every thread)
-            count = watch.execute("SELECT count(*) FROM billing.usage_dedup").fetchone()[0]
+            client[-2] = _cpu(me)  # the watcher's backend
+            count = watch.execute(PROGRESS[progress]).fetchone()[0]
             now = time.monotonic()
             if first is None and count > before:
                 first = (now, count, server, client)
@@ -154,11 +178,13 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
     done = last[1] - first[1]  # distinct events stored in the window
     messages = done * stream_len / distinct  # the stream's messages they stand for (duplicates included)
     server_cpu = sum(last[2].get(pid, 0.0) - first[2].get(pid, 0.0) for pid in last[2] if pid in first[2])
-    client_cpu = sum(last[3][pid] - first[3][pid] for pid in last[3] if pid != -1)
+    client_cpu = sum(last[3][pid] - first[3][pid] for pid in last[3] if pid >= 0)
     broker_cpu = last[3][-1] - first[3][-1]
+    watcher_cpu = last[3][-2] - first[3][-2]
     return {"name": name, "messages": messages, "seconds": seconds, "rate": messages / seconds,
             "server_us": server_cpu / messages * 1e6, "client_us": client_cpu / messages * 1e6,
-            "broker_us": broker_cpu / messages * 1e6, "load": os.getloadavg()[0]}
+            "broker_us": broker_cpu / messages * 1e6, "watcher_us": watcher_cpu / messages * 1e6,
+            "load": os.getloadavg()[0]}
 
 
 def _broker_cpu() -> float:
@@ -284,6 +310,8 @@ def main() -> None:
     ap.add_argument("--http-clients", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1,
                     help="each side this many times, the order swapped every round (a fresh database and topic each time)")
+    ap.add_argument("--progress", choices=sorted(PROGRESS), default="rollups",
+                    help="how the watcher counts the events stored (keys: count(*) of the keys, the bench before ingest6)")
     ap.add_argument("--http-port", type=int, default=int(os.environ.get("BILLING_WT_SPARE_PORT_BASE", "30100")) + 50)
     ap.add_argument("--naive-consumer", nargs=4, metavar=("URL", "TOPIC", "GROUP", "IDLE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -313,11 +341,12 @@ def main() -> None:
         messages = stream(f"{tag}{run}-", events, args.customers, rnd)
         fill_topic(args.bootstrap, topic, args.partitions, messages)
         argv = [sys.executable, "-m", "billing.cli"] + cli
-        r = consume(name, url, argv, kafka_env(url, topic, tree), args.consumers, events, len(messages), 900)
+        r = consume(name, url, argv, kafka_env(url, topic, tree), args.consumers, events, len(messages), 900,
+                    progress=args.progress)
         results.append(r)
         print(f"{name}: {r['rate']:,.0f} events/s ({r['messages']:,.0f} in {r['seconds']:.1f} s), server CPU "
               f"{r['server_us']:.1f} us/event, consumers {r['client_us']:.1f} us/event, broker {r['broker_us']:.1f} us/event, "
-              f"load {r['load']:.1f}", flush=True)
+              f"the bench's watcher {r['watcher_us']:.2f} us/event ({args.progress}), load {r['load']:.1f}", flush=True)
         if args.http:
             h = http_door(f"{name}, HTTP", url, tree, args.http_port, args.http if not tree else max(args.http // 4, 4000),
                           args.customers, rnd, args.http_clients)
@@ -330,11 +359,11 @@ def main() -> None:
         messages = stream(f"naive{run}-", args.naive, args.customers, rnd)
         fill_topic(args.bootstrap, topic, args.partitions, messages)
         with psycopg.connect(url, autocommit=True) as conn:
-            before = conn.execute("SELECT count(*) FROM billing.usage_dedup").fetchone()[0]
+            before = conn.execute(PROGRESS[args.progress]).fetchone()[0]
         argv = [sys.executable, "-m", "bench.usage.ingest", "--bootstrap", args.bootstrap,
                 "--naive-consumer", url, topic, f"bench-{topic}", "5"]
         r = consume("naive (one call per event)", url, argv, {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + str(REPO / "driver")},
-                    1, before + args.naive, len(messages) * (before + args.naive) / args.naive, 900, before)
+                    1, before + args.naive, len(messages) * (before + args.naive) / args.naive, 900, before, args.progress)
         results.append(r)
         print(f"{r['name']}: {r['rate']:,.0f} events/s, server CPU {r['server_us']:.1f} us/event, "
               f"consumer {r['client_us']:.1f} us/event, load {r['load']:.1f}", flush=True)
@@ -342,13 +371,13 @@ def main() -> None:
     print()
     print(f"| Kafka door, {args.customers:,} customers, 10% duplicates, {args.partitions} partitions | consumers | "
           "events (stream) | events/s | server CPU µs/event | consumer CPU µs/event | broker CPU µs/event | "
-          "all three: events/s on 2 idle cores | load (1 min) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"all three: events/s on 2 idle cores | the bench's watcher ({args.progress}) µs/event | load (1 min) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         n = 1 if r["name"].startswith("naive") else args.consumers
         total = r["server_us"] + r["client_us"] + r["broker_us"]
         print(f"| {r['name']} | {n} | {r['messages']:,.0f} | {r['rate']:,.0f} | {r['server_us']:.1f} | "
-              f"{r['client_us']:.1f} | {r['broker_us']:.1f} | {2e6 / total:,.0f} | {r['load']:.1f} |")
+              f"{r['client_us']:.1f} | {r['broker_us']:.1f} | {2e6 / total:,.0f} | {r['watcher_us']:.2f} | {r['load']:.1f} |")
     if http:
         print()
         print(f"| HTTP door, POST /usage-events, batches of 1,000, {args.http_clients} clients | events | events/s | "
