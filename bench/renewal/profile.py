@@ -50,10 +50,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import psycopg
-from psycopg import sql
 
 from bench.renewal import run as renewal
 
