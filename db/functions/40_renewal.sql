@@ -176,7 +176,7 @@ BEGIN
     ), event_ids AS MATERIALIZED (
         -- The events' ids: one random UUID (v4) per statement, its last 48 bits (the text's last
         -- group of 12 hex digits) counting the statement's events from a random start, as
-        -- create_subscriptions does (gen_random_uuid() per event: ~1.5 us each, bench/README.md
+        -- create_subscriptions does (gen_random_uuid() per event: ~1.9 us each, bench/README.md
         -- "renewal6"). Each id keeps the v4 form and the 74 random bits of its statement.
         SELECT left(u.u::text, 24) AS head, ('x' || right(u.u::text, 12))::bit(48)::bigint AS low
           FROM (SELECT gen_random_uuid() AS u) u
