@@ -40,7 +40,8 @@ Variants:
   with 0540 they change nothing). Variants drop with IF EXISTS, so every one runs on either tree.
 
 --baseline REF runs every variant also on the function files of git revision REF, alternating with
-this tree's in each round (the per-step profile before and after, from one run).
+this tree's in each round, the order swapped every round (the per-step profile before and after, from
+one run).
 
 Environment: BILLING_TEST_DATABASE_URL as `make services` writes it; --database-url overrides.
 """
@@ -338,7 +339,8 @@ def main() -> None:
     cpu: dict[tuple[str, str], list[float]] = {(t, n): [] for t, _, _ in trees for n in names}
     for rnd in range(args.rounds):
         for name in names:
-            for tree, tree_template, db_dir in trees:
+            # (the trees' order swapped every round: a neighbour's burst then falls on either side)
+            for tree, tree_template, db_dir in (trees if rnd % 2 == 0 else trees[::-1]):
                 renewed, seconds = run_variant(args.database_url, tree_template, VARIANTS[name], db_dir)
                 cpu[tree, name].append(1e6 * seconds / renewed)
                 print(f"  round {rnd + 1}: {tree}: {name}: {cpu[tree, name][-1]:.1f} us per invoice "

@@ -117,16 +117,19 @@ BEGIN
         INSERT INTO %6$s (id, subscription_id, customer_id, kind, period_start, period_end, subtotal,
                                      credit_applied, amount, currency, status, due_at, next_attempt_at, paid_at,
                                      created_at, plan_id, plan_price, billing_interval, interval_count, quantity,
-                                     tax_amount, tax_included, tax_detail)
+                                     tax_amount, tax_included, tax_detail, attempt_count, discount_amount, coupon_code,
+                                     gateway_reference)
         SELECT nextval(%9$L::regclass), p.id, p.customer_id, 'RENEWAL', p.period_start, p.period_end, p.amount,
                p.credit_applied, p.amount + p.tax_amount - p.credit_applied, p.currency,
                CASE WHEN p.amount + p.tax_amount = p.credit_applied THEN 'PAID' ELSE 'OPEN' END, %12$s,
                CASE WHEN p.amount + p.tax_amount = p.credit_applied THEN NULL ELSE %12$s END,
                CASE WHEN p.amount + p.tax_amount = p.credit_applied THEN %12$s END, %12$s,
                p.plan_id, p.plan_price, p.billing_interval, p.interval_count, p.quantity,
-               p.tax_amount, p.tax_included, p.tax_detail
+               p.tax_amount, p.tax_included, p.tax_detail, 0, 0, NULL, NULL
           FROM priced p
-        RETURNING *
+        -- (what the lines, the credit ledger and the events read: not the whole row)
+        RETURNING id, subscription_id, customer_id, period_start, period_end, subtotal, credit_applied, amount,
+                  currency, status, plan_id, plan_price, quantity, tax_amount, tax_included
     ), new_lines AS (
         -- The service ledger (17_ledger): each renewal sells its period in one CHARGE line (no
         -- coupon here: a discounted renewal takes the per-row path).
@@ -168,27 +171,38 @@ BEGIN
         SELECT nextval(%10$L::regclass), i.customer_id, i.currency, -i.credit_applied, 'APPLIED', i.subscription_id, i.id, %12$s
           FROM new_invoice i
          WHERE i.credit_applied > 0
+    ), now_text AS MATERIALIZED (
+        SELECT billing._utc_text(%12$s) AS now_text
+    ), event_ids AS MATERIALIZED (
+        -- The events' ids: one random UUID (v4) per statement, its last 48 bits (the text's last
+        -- group of 12 hex digits) counting the statement's events from a random start, as
+        -- create_subscriptions does (gen_random_uuid() per event: ~1.9 us each, bench/README.md
+        -- "renewal6"). Each id keeps the v4 form and the 74 random bits of its statement.
+        SELECT left(u.u::text, 24) AS head, ('x' || right(u.u::text, 12))::bit(48)::bigint AS low
+          FROM (SELECT gen_random_uuid() AS u) u
     ), events AS (
         -- InvoiceCreated for every invoice, plus the rare rows (cancellations, invoices paid by
         -- credit): one INSERT, hence one NOTIFY. An invoice event's envelope is written as one JSON
         -- text and parsed once (jsonb_build_object for its data and again for the envelope cost
         -- ~12 us per invoice, bench/renewal/profile.py): the same jsonb as _cloud_event_at(...,
         -- _invoice_data(invoice)) byte for byte (401_renewal_conformance checks every payload). Every
-        -- value written raw is a number, an instant from _utc_text or a value its CHECK confines to
-        -- letters (kind, status, currency); the free texts go through to_json.
+        -- value written raw is a number, an instant from _utc_text, our own literal (what this
+        -- statement inserts: kind, no coupon, no discount, no attempt, no gateway reference) or a
+        -- value its CHECK confines to letters (status, currency). The clock's text is made once.
         INSERT INTO %8$s (id, event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
-        SELECT nextval(%11$L::regclass), e.event_id, e.aggregate_type, e.aggregate_id, e.event_type,
+        SELECT nextval(%11$L::regclass), e.event_text::uuid, e.aggregate_type, e.aggregate_id, e.event_type,
                CASE WHEN e.data IS NOT NULL
-                    THEN billing._cloud_event_at(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id,
-                                                 (SELECT billing._utc_text(%12$s)), e.data)
-                    ELSE ('{"id": "' || e.event_id::text || '", "data": ' || e.data_text || ', "time": "'
-                          || (SELECT billing._utc_text(%12$s)) || '", "type": "' || e.event_type
+                    THEN billing._cloud_event_at(e.event_text::uuid, e.event_type, e.aggregate_type, e.aggregate_id,
+                                                 e.now_text, e.data)
+                    ELSE ('{"id": "' || e.event_text || '", "data": ' || e.data_text || ', "time": "'
+                          || e.now_text || '", "type": "' || e.event_type
                           || '", "source": "billing", "subject": "invoice/' || e.aggregate_id::text
                           || '", "dataschema": "urn:billing:events:' || e.event_type || ':v'
                           || billing._event_version(e.event_type)
                           || '", "specversion": "1.0", "datacontenttype": "application/json"}')::jsonb END,
                %12$s, %12$s, e.customer_id
-          FROM (SELECT gen_random_uuid() AS event_id, x.*
+          FROM (SELECT g.head || lpad(to_hex((g.low + row_number() OVER ()) & 281474976710655), 12, '0') AS event_text,
+                       n.now_text, x.*
                   FROM (SELECT 'subscription' AS aggregate_type, c.id AS aggregate_id,
                                'SubscriptionCanceled' AS event_type,
                                billing._subscription_data(c::billing.subscription) AS data, NULL::text AS data_text,
@@ -198,25 +212,22 @@ BEGIN
                         SELECT 'invoice', i.id, t.event_type, NULL, i.data_text, t.seq, i.customer_id
                           FROM (SELECT i.id, i.customer_id, i.status,
                                        -- _invoice_data's keys in jsonb's order (the parse keeps them so)
-                                       '{"kind": "' || i.kind || '", "amount": ' || coalesce(i.amount::text, 'null')
-                                       || ', "paidAt": ' || coalesce('"' || billing._utc_text(i.paid_at) || '"', 'null')
+                                       '{"kind": "RENEWAL", "amount": ' || i.amount::text
+                                       || ', "paidAt": ' || CASE WHEN i.status = 'PAID' THEN '"' || n.now_text || '"' ELSE 'null' END
                                        || ', "status": "' || i.status || '", "currency": "' || i.currency
-                                       || '", "quantity": ' || coalesce(i.quantity::text, 'null')
-                                       || ', "subtotal": ' || coalesce(i.subtotal::text, 'null')
+                                       || '", "quantity": ' || i.quantity::text
+                                       || ', "subtotal": ' || i.subtotal::text
                                        || ', "invoiceId": ' || i.id::text
-                                       || ', "periodEnd": ' || coalesce('"' || billing._utc_text(i.period_end) || '"', 'null')
-                                       || ', "couponCode": ' || coalesce(to_json(i.coupon_code)::text, 'null')
-                                       || ', "customerId": ' || i.customer_id::text
-                                       || ', "periodStart": ' || coalesce('"' || billing._utc_text(i.period_start) || '"', 'null')
-                                       || ', "attemptCount": ' || coalesce(i.attempt_count::text, 'null')
-                                       || ', "creditApplied": ' || coalesce(i.credit_applied::text, 'null')
-                                       || ', "discountAmount": ' || coalesce(i.discount_amount::text, 'null')
-                                       || ', "subscriptionId": ' || coalesce(i.subscription_id::text, 'null')
-                                       || ', "gatewayReference": ' || coalesce(to_json(i.gateway_reference)::text, 'null')
-                                       || '}' AS data_text
-                                  FROM new_invoice i) i
+                                       || ', "periodEnd": "' || billing._utc_text(i.period_end)
+                                       || '", "couponCode": null, "customerId": ' || i.customer_id::text
+                                       || ', "periodStart": "' || billing._utc_text(i.period_start)
+                                       || '", "attemptCount": 0, "creditApplied": ' || i.credit_applied::text
+                                       || ', "discountAmount": 0, "subscriptionId": ' || i.subscription_id::text
+                                       || ', "gatewayReference": null}' AS data_text
+                                  FROM new_invoice i CROSS JOIN now_text n) i
                          CROSS JOIN LATERAL (VALUES ('InvoiceCreated', 1), ('InvoicePaid', 2)) t (event_type, seq)
                          WHERE t.seq = 1 OR i.status = 'PAID') x
+                 CROSS JOIN event_ids g CROSS JOIN now_text n
                  ORDER BY x.aggregate_type, x.aggregate_id, x.seq) e
     )
     SELECT (SELECT count(*) FROM due),

@@ -12,7 +12,7 @@
 -- On Citus: db/tests/citus/402_renewal_conformance.sql.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(11);
+SELECT plan(13);
 
 SELECT billing.upsert_plan('T401_M', 1000, 'USD', 'MONTH', 1, '2032-01-01Z');
 SELECT billing.upsert_plan('T401_N', 1800, 'USD', 'MONTH', 1, '2032-01-01Z');
@@ -102,6 +102,10 @@ SELECT billing.create_due_invoices(500, '2032-02-25Z') AS statement_count \gset
 SELECT billing.create_due_invoices(500, '2032-02-25Z') AS statement_again \gset
 SELECT string_agg(line, E'\n' ORDER BY line) AS by_statement FROM renewal_401 \gset
 SELECT same AS statement_payloads_same, all_events AS statement_payloads FROM renewal_401_payloads \gset
+SELECT count(*) AS statement_events,
+       count(DISTINCT e.event_id) FILTER (WHERE substr(e.event_id::text, 15, 1) = '4'
+                                            AND substr(e.event_id::text, 20, 1) IN ('8', '9', 'a', 'b')) AS statement_ids
+  FROM billing.outbox_event e WHERE e.created_at >= '2032-02-25Z' AND e.customer_id BETWEEN 40101 AND 40114 \gset
 ROLLBACK TO SAVEPOINT by_statement;
 
 SAVEPOINT by_rows;
@@ -117,6 +121,10 @@ SELECT billing.renew_in_shard('w401', 0, 500, '2032-02-25Z') AS shard_count \gse
 SELECT billing.renew_in_shard('w401', 0, 500, '2032-02-25Z') AS shard_again \gset
 SELECT string_agg(line, E'\n' ORDER BY line) AS by_shard FROM renewal_401 \gset
 SELECT same AS shard_payloads_same, all_events AS shard_payloads FROM renewal_401_payloads \gset
+SELECT count(*) AS shard_events,
+       count(DISTINCT e.event_id) FILTER (WHERE substr(e.event_id::text, 15, 1) = '4'
+                                            AND substr(e.event_id::text, 20, 1) IN ('8', '9', 'a', 'b')) AS shard_ids
+  FROM billing.outbox_event e WHERE e.created_at >= '2032-02-25Z' AND e.customer_id BETWEEN 40101 AND 40114 \gset
 ROLLBACK TO SAVEPOINT by_shard;
 
 SELECT ok(:statement_count >= 14, 'the statement handles every due subscription and notice (' || :statement_count || ')');
@@ -139,6 +147,13 @@ SELECT ok(:statement_payloads >= 9 AND :statement_payloads_same = :statement_pay
 SELECT ok(:shard_payloads >= 9 AND :shard_payloads_same = :shard_payloads,
           'per shard group: every invoice event''s payload is _cloud_event_at(_invoice_data) byte for byte ('
           || :shard_payloads_same || ' of ' || :shard_payloads || ')');
+
+-- The statement draws one random UUID per run and counts its events in the last 48 bits: every id
+-- still distinct and a version 4 UUID (RFC 4122 variant), as gen_random_uuid's per event.
+SELECT ok(:statement_events >= 9 AND :statement_ids = :statement_events,
+          'the statement: every event id distinct and a version 4 UUID (' || :statement_ids || ' of ' || :statement_events || ')');
+SELECT ok(:shard_events >= 9 AND :shard_ids = :shard_events,
+          'per shard group: every event id distinct and a version 4 UUID (' || :shard_ids || ' of ' || :shard_events || ')');
 
 SELECT * FROM finish();
 ROLLBACK;
