@@ -264,6 +264,7 @@ BEGIN
          WHERE l.customer_id = p_invoice.customer_id AND l.id = v_line.id
            AND (l.tax, l.tax_inclusive) IS DISTINCT FROM (v_line_tax.tax, v_line_tax.inclusive);
     END LOOP;
+    PERFORM billing._fit_change_line_tax(p_invoice.customer_id, p_invoice.id);  -- a change's invoice (18_ledger_change)
     IF v_invoice.status = 'PAID' THEN
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaid', billing._invoice_data(v_invoice), p_now);
         PERFORM billing._settle_pending_credit(v_invoice, p_now);
