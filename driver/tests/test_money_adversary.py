@@ -226,6 +226,7 @@ def make_machine(db: Db, steps: int):
             self.checked_usage_lines = 0
             self.usage_read = None
             self.moved: set[int] = set()  # customers whose billing address changed (move)
+            self.retaxed = False  # the XE rate changed (retax): any customer may live there now
 
         # -- helpers ---------------------------------------------------------------------------
         def _subs(self) -> list[int]:
@@ -465,6 +466,15 @@ def make_machine(db: Db, steps: int):
             assert isinstance(got, list) or got == "BL404", got
             if isinstance(got, list):
                 self.moved.add(customer)
+
+        @rule(bp=st.sampled_from([2000, 2500, 500]))
+        def retax(self, bp):
+            """The operator changes the 20% rate (to 25%, 5%, back): invoices made before keep the rate
+            they were made at, new ones take the new one; a change reverses lines at their own tax."""
+            db.call("SELECT billing.upsert_tax_rate('XE_VAT', 'XE', NULL, 'VAT', %s, false)", (bp,))
+            if bp != TAXES[3][2]:
+                self.moved.add(3)  # (its usage lines are no longer at TAXES' rate)
+                self.retaxed = True
 
         @precondition(lambda self: self.plan_history)
         @rule(customer=st.integers(1, 4), provider=st.sampled_from(["sim", "stripe"]), detach=st.booleans())
@@ -1055,7 +1065,7 @@ def make_machine(db: Db, steps: int):
             3: 20% on top, customer 4: 10% inside), none for the others."""
             for line in db.rows("SELECT customer_id, id, net, tax, tax_inclusive FROM billing.service_line "
                                 "WHERE item = 'USAGE' AND id > %s ORDER BY id", (self.checked_usage_lines,)):
-                if line["customer_id"] in self.moved:  # taxed where it lived then: invoiced_lines_carry_their_invoices_tax
+                if line["customer_id"] in self.moved or self.retaxed:  # invoiced_lines_carry_their_invoices_tax
                     self.checked_usage_lines = line["id"]
                     continue
                 rate = TAXES.get(line["customer_id"])
