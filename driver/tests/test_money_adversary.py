@@ -65,6 +65,14 @@ Coupons of every kind (percent, amount off, plan-restricted, once, repeating, fo
 customers (exclusive and inclusive), invoices waiting for a payment method and given up, and
 cancellations with p_proration none, credit or refund are part of the game.
 
+Review7 added what still moved money unplayed: signups in bulk (create_subscriptions, a key twice in
+one batch), batched payment results (record_payment_results, a key twice), the provider's refund events
+(apply_refund_webhook, its amount sometimes not the refund's), cards added and detached (the waiting
+invoices retried), the operator's retry, the portal's cancel, uncancel and offered plan changes, moves
+of the billing address (another tax before an invoice is finalized) and changes of the 20% rate; and
+the invariant that a finalized invoice's lines carry the tax it billed (a change's invoice: its lines
+add up to its tax), so that what a change or cancellation gives back is what was paid.
+
 The lifecycle (docs/lifecycle.md) is part of the game: trials, coupons (at signup and later, up to
 100% off, amounts larger than the invoice), seats up and down, pauses with and without a resume
 date, resumes, uncancels, reactivations after dunning, plan changes at the period end and without
