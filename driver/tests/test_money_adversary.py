@@ -1366,6 +1366,16 @@ REPLAYS = {
         ("clock_jump", dict(delta=timedelta(minutes=20))),
         ("change_plan", dict(data=Drawn(1), plan="M_BASIC", how=("now", True))),
         ("cancel", dict(data=Drawn(1), at_period_end=False, proration="credit"))],
+    # review7 (the 60-step run, a hole of 103e888): a change of interval at the signup instant leaves the
+    # signup's credit pending on its unpaid invoice; later changes at that instant (1 us shims) and a
+    # cancellation cut that invoice to nothing, which settles it PAID and released the pending 1,000
+    "changes at the signup instant, then a cancellation": [
+        ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("change_plan", dict(data=Drawn(1), plan="D_DAILY", how=("now", True))),
+        ("seats", dict(data=Drawn(1), quantity=5)),
+        ("change_plan", dict(data=Drawn(1), plan="Y_PRO", how=("now", True))),
+        ("seats", dict(data=Drawn(1), quantity=2)),
+        ("cancel", dict(data=Drawn(1), at_period_end=False, proration="none"))],
     # usage at a period boundary, a plan change mid-period (two parts), a cancellation before the rating
     "usage: boundaries, a plan change, a cancellation before the rating": [
         ("subscribe", dict(customer=2, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
