@@ -336,6 +336,8 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_credit billing.credit_pending;
+    v_money  record;
+    v_amount bigint;
 BEGIN
     IF p_invoice.status IN ('VOID', 'FAILED') THEN
         UPDATE billing.credit_pending SET status = 'REVERSED', settled_at = p_now
@@ -348,14 +350,33 @@ BEGIN
                                 WHERE i.customer_id = c.customer_id AND i.id = ANY (c.depends_on) AND i.status <> 'PAID')
             RETURNING c.*
         LOOP
-            PERFORM billing._grant_credit(v_credit.customer_id, v_credit.currency, v_credit.amount, 'PRORATION',
-                                          v_credit.subscription_id, NULL, p_now);
+            -- Released within what its period still has to give back now (review7): a cancellation may
+            -- since have taken the invoices it waited on off as not served (an invoice cut to nothing is
+            -- settled PAID with nothing paid), and credit for time nobody paid for is money from nothing.
+            -- (_period_money counts this credit among the period's; it is taken out again here.)
+            v_amount := v_credit.amount;
+            IF v_credit.subscription_id IS NOT NULL AND v_credit.period_start IS NOT NULL AND v_credit.period_end IS NOT NULL THEN
+                v_money := billing._period_money(v_credit.customer_id, v_credit.subscription_id,
+                                                 v_credit.period_start, v_credit.period_end);
+                v_amount := least(v_amount, greatest(v_money.billed - v_money.refunded
+                                                     - (v_money.credited - v_credit.amount), 0));
+            END IF;
+            IF v_amount < v_credit.amount THEN  -- the row says what was given: nothing (REVERSED), or less
+                UPDATE billing.credit_pending c
+                   SET status = CASE WHEN v_amount > 0 THEN 'RELEASED' ELSE 'REVERSED' END,
+                       amount = CASE WHEN v_amount > 0 THEN v_amount ELSE c.amount END
+                 WHERE c.customer_id = v_credit.customer_id AND c.id = v_credit.id;
+            END IF;
+            IF v_amount > 0 THEN
+                PERFORM billing._grant_credit(v_credit.customer_id, v_credit.currency, v_amount, 'PRORATION',
+                                              v_credit.subscription_id, NULL, p_now);
+            END IF;
         END LOOP;
     END IF;
 END
 $$;
 COMMENT ON FUNCTION billing._settle_pending_credit(billing.invoice, timestamptz) IS
-'Private: p_invoice just became PAID (pending credit whose invoices are now all PAID is released) or VOID/FAILED (pending credit depending on it is reversed).
+'Private: p_invoice just became PAID (pending credit whose invoices are now all PAID is released, within what its period still has to give back: billed less refunded less its other credit) or VOID/FAILED (pending credit depending on it is reversed).
 Returns nothing.';
 
 -- Gives back the credit a closed (VOID or FAILED) invoice had consumed.

@@ -129,6 +129,46 @@ COMMENT ON FUNCTION billing._line_tax(bigint, bigint) IS
 'Private: the tax on a line''s net for the customer''s billing address (exclusive or contained).
 Returns (tax, inclusive).';
 
+-- The tax a change's invoice bills on its lines (review7). A PRORATION invoice sells a CHARGE line and
+-- gives back REVERSAL lines at their own tax (what was paid for them), but bills tax on the difference
+-- at the customer's rate now. When the address changed since the reversed lines were sold (0% then,
+-- 20% now), the CHARGE line at 20% of its whole net claims tax the invoice never billed, and a later
+-- change or cancellation gave that back as credit: money from nothing. The exclusive CHARGE line
+-- therefore carries what the invoice billed less what its reversals give back (never below 0), so
+-- the invoice's lines add up to its tax and a reversal of them gives back what was paid. With one
+-- rate throughout this moves the line by a rounding step at most. Inclusive lines are left alone (their
+-- tax is inside the net: what is given back is the net either way).
+CREATE OR REPLACE FUNCTION billing._fit_change_line_tax(p_customer_id bigint, p_invoice_id bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_billed   bigint;
+    v_reversed bigint;
+    v_line     record;
+BEGIN
+    SELECT i.tax_amount INTO v_billed FROM billing.invoice i WHERE i.customer_id = p_customer_id AND i.id = p_invoice_id;
+    SELECT coalesce(sum(CASE WHEN l.tax_inclusive THEN 0 ELSE l.tax END), 0) INTO v_reversed
+      FROM billing.service_line l
+     WHERE l.customer_id = p_customer_id AND l.invoice_id = p_invoice_id AND l.kind = 'REVERSAL';
+    SELECT l.id, l.tax INTO v_line FROM billing.service_line l
+     WHERE l.customer_id = p_customer_id AND l.invoice_id = p_invoice_id AND l.kind = 'CHARGE' AND NOT l.tax_inclusive;
+    IF v_billed IS NULL OR v_line.id IS NULL
+       OR NOT EXISTS (SELECT 1 FROM billing.service_line l WHERE l.customer_id = p_customer_id
+                         AND l.invoice_id = p_invoice_id AND l.kind = 'REVERSAL') THEN
+        RETURN;
+    END IF;
+    IF v_line.tax <> greatest(v_billed - v_reversed, 0) THEN
+        UPDATE billing.service_line l SET tax = greatest(v_billed - v_reversed, 0)
+         WHERE l.customer_id = p_customer_id AND l.id = v_line.id;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._fit_change_line_tax(bigint, bigint) IS
+'Private: on an invoice that sells a CHARGE line beside REVERSAL lines (a change''s PRORATION invoice), the exclusive CHARGE line''s tax set to what the invoice bills less what its reversals give back (never below 0): its lines add up to the tax it billed.
+Returns nothing.';
+
 -- A change within the current period at p_at, read from the lines: the unused part of the lines in
 -- force is reversed at their own net, discount and tax; the rest of the period is sold on the new
 -- terms (p_sub carries the new seats; p_full: the gross of the whole period on them, its share
@@ -185,6 +225,7 @@ BEGIN
         PERFORM billing._charge_line(p_sub, v_invoice.id, p_plan, p_sub.quantity, p_unit, p_at, v_end, v_gross,
                                      v_disc.discount, v_disc.coupon_code, v_tax.tax, v_tax.inclusive, NULL, p_now,
                                      p_sub.current_period_start, p_full, p_full - v_full_disc.discount);
+        PERFORM billing._fit_change_line_tax(p_sub.customer_id, v_invoice.id);
         RETURN v_amount;
     END IF;
     v_depends := billing._period_unpaid(p_sub);

@@ -238,6 +238,9 @@ BEGIN
     PERFORM billing._check_now(p_now);
     PERFORM billing._portal_subscription(p_customer_id, p_subscription_id);
     v_sub := billing._lock_subscription(p_subscription_id);
+    -- What was due is settled first (change_plan would do it next): a change scheduled for a period end
+    -- that passed is in force, and the options offered are its plan's, not the plan it replaced (review7).
+    v_sub := billing._settle_due(v_sub, p_now, 'its plan cannot change');
     SELECT * INTO v_to FROM billing.plan p WHERE p.code = p_plan_code;
     -- Repeating a change is harmless: already on that plan, or already moving to it at period end.
     IF FOUND AND (v_sub.plan_id = v_to.id AND v_sub.scheduled_plan_id IS NULL OR v_sub.scheduled_plan_id = v_to.id) THEN

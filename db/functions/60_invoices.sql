@@ -215,6 +215,8 @@ DECLARE
     v_total    bigint;
     v_applied  bigint;
     v_invoice  billing.invoice;
+    v_line     record;
+    v_line_tax record;
 BEGIN
     IF p_invoice.tax_detail IS NULL OR p_invoice.number IS NOT NULL THEN
         RETURN p_invoice;
@@ -250,6 +252,19 @@ BEGIN
            give_up_at = CASE WHEN v_total - v_applied = 0 THEN NULL ELSE i.give_up_at END
      WHERE i.customer_id = p_invoice.customer_id AND i.id = p_invoice.id
     RETURNING i.* INTO v_invoice;
+    -- The lines it sells carry the tax it now bills (review7): a change or a cancellation gives back a
+    -- line's unused part at the line's own tax, so a line left at the old address's rate would give
+    -- back tax never paid (or keep tax that was). Its REVERSAL lines keep the tax of the lines they
+    -- reverse (what was paid for them). One line at a time by (customer_id, id): one shard on Citus.
+    FOR v_line IN SELECT l.id, l.net FROM billing.service_line l
+                   WHERE l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id AND l.kind = 'CHARGE'
+    LOOP
+        v_line_tax := billing._line_tax(p_invoice.customer_id, v_line.net);
+        UPDATE billing.service_line l SET tax = v_line_tax.tax, tax_inclusive = v_line_tax.inclusive
+         WHERE l.customer_id = p_invoice.customer_id AND l.id = v_line.id
+           AND (l.tax, l.tax_inclusive) IS DISTINCT FROM (v_line_tax.tax, v_line_tax.inclusive);
+    END LOOP;
+    PERFORM billing._fit_change_line_tax(p_invoice.customer_id, p_invoice.id);  -- a change's invoice (18_ledger_change)
     IF v_invoice.status = 'PAID' THEN
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaid', billing._invoice_data(v_invoice), p_now);
         PERFORM billing._settle_pending_credit(v_invoice, p_now);
@@ -258,7 +273,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._refresh_tax(billing.invoice, timestamptz) IS
-'Private: before an invoice is finalized, its tax recomputed for the customer''s current tax status and address when its detail records others (_tax_stale) and it was never sent to the gateway: tax, total, credit applied (the excess RESTORED) and amount; PAID (announced) when credit now covers it. Call it holding the invoice''s row lock.
+'Private: before an invoice is finalized, its tax recomputed for the customer''s current tax status and address when its detail records others (_tax_stale) and it was never sent to the gateway: tax, total, credit applied (the excess RESTORED) and amount, and the tax of the CHARGE lines it sells (service_line); PAID (announced) when credit now covers it. Call it holding the invoice''s row lock.
 Returns the invoice as it is now.';
 
 -- Finalizes the given invoices (locked by the caller, not finalized, not VOID) in id order.

@@ -3,7 +3,7 @@
 -- is not found, never read or changed; cancel at period end / uncancel / plan change only as the
 -- operator offers, each repeatable; no uncancel once the period end passed; audited as the customer.
 BEGIN;
-SELECT plan(29);
+SELECT plan(31);
 SET LOCAL ROLE billing_owner;
 
 SELECT billing.upsert_plan('BASIC', 1000, 'EUR', 'MONTH', 1, '2026-01-01Z');
@@ -86,6 +86,19 @@ SELECT results_eq($$SELECT cancel_at_period_end FROM billing.subscription WHERE 
 SELECT billing.portal_cancel(1, (SELECT id FROM ids WHERE customer_id = 1), '2026-01-13Z');
 SELECT throws_ok(format('SELECT billing.portal_uncancel(1, %s, %L)', (SELECT id FROM ids WHERE customer_id = 1), '2026-02-02Z'),
                  'BL422', NULL, 'past the period end it is too late to uncancel (nothing from nothing)');
+
+-- review7: the options are read from the plan in force once what was due is settled. A change to TEAM
+-- scheduled for the period end takes effect at it; before the renewal job runs, a change the operator
+-- offers from BASIC (PRO, now) is not one it offers from TEAM (none).
+SELECT billing.upsert_customer(3);
+SELECT billing.create_subscription('p3', 3, 'BASIC', '2026-01-01Z');
+INSERT INTO ids SELECT customer_id, id FROM billing.subscription WHERE customer_id = 3;
+SELECT billing.portal_change_plan(3, (SELECT id FROM ids WHERE customer_id = 3), 'TEAM', '2026-01-05Z');
+SELECT results_eq($$SELECT q.code FROM billing.subscription s JOIN billing.plan q ON q.id = s.scheduled_plan_id WHERE s.customer_id = 3$$,
+                  $$VALUES ('TEAM'::text)$$, 'TEAM scheduled for the period end, as offered');
+SELECT throws_ok(format('SELECT billing.portal_change_plan(3, %s, %L, %L)', (SELECT id FROM ids WHERE customer_id = 3),
+                        'PRO', '2026-02-01 00:05Z'),
+                 'BL422', NULL, 'past the period end the subscription is on TEAM: BASIC''s options are not TEAM''s');
 
 SELECT * FROM finish();
 ROLLBACK;

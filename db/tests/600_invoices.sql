@@ -2,7 +2,7 @@
 -- docs/invoices.md): taxes by address, lines, gapless numbering, immutability, credit notes, reports.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(41);
+SELECT plan(44);
 
 CREATE FUNCTION pg_temp.inv(p_key text) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN
@@ -192,6 +192,40 @@ $$;
 SELECT billing.create_due_invoices(500, '2026-04-02 12:00Z');
 SELECT results_eq($$SELECT * FROM pg_temp.renewal_taxes()$$, $$VALUES (6::bigint, 4::bigint, 0::bigint)$$,
                   'renewals are taxed as new invoices are (the set-based statement and the per-row path agree)');
+
+-- -- a move before the invoice is finalized: its lines follow its tax (review7) -----------------------
+-- A customer taxed 20% (FR) moves to an address without a rate before the first charge: the invoice is
+-- finalized at 0%, and so are the lines it sells, from which a change gives back the unused part: a
+-- downgrade half way gives back no tax that was never paid.
+SELECT billing.upsert_plan('T70_EUR_LITE', 999, 'EUR', 'MONTH');
+SELECT billing.set_customer_details(70009, 'Mover', NULL, NULL, NULL, NULL, NULL, 'FR', NULL, 'TAXABLE');
+SELECT billing.create_subscription('t70-move', 70009, 'T70_EUR', '2026-06-01 00:00Z');
+SELECT billing.set_customer_details(70009, 'Mover', NULL, NULL, NULL, NULL, NULL, 'US', NULL, 'TAXABLE');
+SELECT billing.finalize_invoice((SELECT pg_temp.inv('t70-move')), '2026-06-01 00:01Z');
+SELECT results_eq($$SELECT i.tax_amount, l.tax, l.tax_inclusive FROM billing.invoice i
+                     JOIN billing.service_line l ON l.customer_id = i.customer_id AND l.invoice_id = i.id
+                    WHERE i.id = (SELECT pg_temp.inv('t70-move'))$$,
+                  $$VALUES (0::bigint, 0::bigint, false)$$,
+                  'an invoice whose tax was recomputed at finalization: its CHARGE line carries the tax it bills');
+SELECT billing.change_plan((SELECT r.subscription_id FROM billing.subscription_request r WHERE r.idempotency_key = 't70-move'),
+                           'T70_EUR_LITE', '2026-06-16 00:00Z');
+SELECT results_eq($$SELECT sum(l.tax)::bigint FROM billing.service_line l WHERE l.customer_id = 70009 AND l.kind = 'REVERSAL'$$,
+                  $$VALUES (0::bigint)$$,
+                  'a downgrade gives back the unused part at the tax billed (none), not at the old address''s 20%');
+
+-- An untaxed customer moves to FR (20%) and upgrades half way: the change's invoice taxes the difference,
+-- and its new line carries that tax less the reversal's (none), not 20% of its whole net.
+SELECT billing.upsert_plan('T70_EUR_MAX', 3999, 'EUR', 'MONTH');
+SELECT billing.set_customer_details(70010, 'Upgrader', NULL, NULL, NULL, NULL, NULL, 'US', NULL, 'TAXABLE');
+SELECT billing.create_subscription('t70-up', 70010, 'T70_EUR', '2026-06-01 00:00Z');
+SELECT billing.set_customer_details(70010, 'Upgrader', NULL, NULL, NULL, NULL, NULL, 'FR', NULL, 'TAXABLE');
+SELECT billing.change_plan((SELECT r.subscription_id FROM billing.subscription_request r WHERE r.idempotency_key = 't70-up'),
+                           'T70_EUR_MAX', '2026-06-16 00:00Z');
+SELECT results_eq($$SELECT i.tax_amount, sum(l.tax)::bigint FROM billing.invoice i
+                     JOIN billing.service_line l ON l.customer_id = i.customer_id AND l.invoice_id = i.id
+                    WHERE i.customer_id = 70010 AND i.kind = 'PRORATION' GROUP BY i.customer_id, i.id, i.tax_amount$$,
+                  $$VALUES (200::bigint, 200::bigint)$$,
+                  'a change after a move: its lines'' tax is the tax it billed (20% of the half month''s difference, 1000), not 20% of the new line''s 2000');
 
 SELECT * FROM finish();
 ROLLBACK;
