@@ -103,7 +103,8 @@ Returns the segments in order, adjacent ones of one plan merged.';
 -- covers (its plans, its currency) for the line's share of service inside the coupon's time: a
 -- repeating coupon's months of service (those its first discounted plan line started, before
 -- discount_until; none started, as on a usage-only plan: from the first period that began at or
--- after its redemption); a forever coupon from that period to its removal (ended_at). Percentages round down, on the line's gross times its share. An amount
+-- after its redemption); a forever coupon from that period to its removal (ended_at); a coupon
+-- replaced or removed before its periods were used (ended_at with periods left) no later than that. Percentages round down, on the line's gross times its share. An amount
 -- off (a sum off a period's price, taken on the period's plan line) and a once coupon (the first
 -- period's plan line) discount no usage line. Reads only; a coupon is never used up by usage.
 CREATE OR REPLACE FUNCTION billing._usage_discount(p_customer_id bigint, p_subscription_id bigint, p_plan_id bigint,
@@ -130,7 +131,7 @@ BEGIN
     SELECT * INTO v_plan FROM billing.plan WHERE id = p_plan_id;
     SELECT s.timezone INTO v_tz FROM billing.subscription s WHERE s.customer_id = p_customer_id AND s.id = p_subscription_id;
     FOR v_red IN
-        SELECT r.coupon_code, r.redeemed_at, r.ended_at, r.discount_until, c.percent_off, c.duration, c.duration_periods
+        SELECT r.coupon_code, r.redeemed_at, r.ended_at, r.discount_until, r.periods_left, c.percent_off, c.duration, c.duration_periods
           FROM billing.coupon_redemption r JOIN billing.coupon c ON c.code = r.coupon_code
          WHERE r.customer_id = p_customer_id AND r.subscription_id = p_subscription_id
            AND c.percent_off IS NOT NULL AND c.duration IN ('repeating', 'forever')
@@ -152,6 +153,11 @@ BEGIN
             v_to := CASE WHEN v_red.duration = 'repeating'
                          THEN ((v_from AT TIME ZONE v_tz) + make_interval(months => v_red.duration_periods)) AT TIME ZONE v_tz
                          ELSE coalesce(v_red.ended_at, 'infinity') END;
+        END IF;
+        IF v_red.ended_at IS NOT NULL AND coalesce(v_red.periods_left, 1) > 0 THEN
+            -- replaced by another coupon or removed before its periods were used: its time ends there,
+            -- as its plan lines' does (the next coupon's starts at the first period after it)
+            v_to := least(v_to, v_red.ended_at);
         END IF;
         v_from := greatest(v_from, p_start);
         v_to := least(v_to, p_end);

@@ -205,11 +205,15 @@ DECLARE
                                           THEN ((red.discount_until AT TIME ZONE s.timezone)
                                                 - make_interval(months => c.duration_periods)) AT TIME ZONE s.timezone
                                           ELSE f.first_start END AS t_from,
-                                     CASE WHEN c.duration = 'repeating' AND red.discount_until IS NOT NULL THEN red.discount_until
-                                          WHEN c.duration = 'repeating'
-                                          THEN ((f.first_start AT TIME ZONE s.timezone)
-                                                + make_interval(months => c.duration_periods)) AT TIME ZONE s.timezone
-                                          ELSE coalesce(red.ended_at, 'infinity') END AS t_to
+                                     -- a coupon replaced or removed before its periods were used
+                                     -- (ended_at with periods left) discounts no later than that
+                                     least(CASE WHEN c.duration = 'repeating' AND red.discount_until IS NOT NULL THEN red.discount_until
+                                                WHEN c.duration = 'repeating'
+                                                THEN ((f.first_start AT TIME ZONE s.timezone)
+                                                      + make_interval(months => c.duration_periods)) AT TIME ZONE s.timezone
+                                                ELSE coalesce(red.ended_at, 'infinity') END,
+                                           CASE WHEN red.ended_at IS NOT NULL AND coalesce(red.periods_left, 1) > 0
+                                                THEN red.ended_at ELSE 'infinity'::timestamptz END) AS t_to
                                 FROM {coupon_redemption} red
                                 JOIN {coupon} c ON c.code = red.coupon_code
                                 JOIN {plan} pl ON pl.id = r.plan_id

@@ -1389,6 +1389,22 @@ REPLAYS = {
         ("rate", dict(grace=timedelta(hours=1))), ("clock_jump", dict(delta=timedelta(hours=6))),
         ("rate", dict(grace=timedelta(hours=1))), ("use", dict(data=Drawn(1), where="ended_period", count=1)),
         ("rate", dict(grace=timedelta(hours=1)))],
+    # two coupons on a daily plan, renewals, a rating, the first coupon again after an uncancel, usage
+    # just before the period's end, rated at once (make test, lead6, 2027-03-11 10:00)
+    "usage after coupons redeemed again, rated at once": [
+        ("clock_jump", dict(delta=timedelta(seconds=1200))), ("charge_without_a_card", {}),
+        ("clock_jump", dict(delta=timedelta(seconds=1200))), ("charge_without_a_card", {}),
+        ("clock_jump", dict(delta=timedelta(seconds=1200))), ("charge_without_a_card", {}),
+        ("subscribe", dict(customer=2, plan="D_DAILY", trial=0, coupon=None, quantity=1)),
+        ("charge_without_a_card", {}),
+        ("apply_coupon", dict(data=Drawn(1), code="HALF2")), ("apply_coupon", dict(data=Drawn(1), code="TEN")),
+        ("renew", {}), ("renew", {}), ("clock_jump", dict(delta=40 * DAYS)),
+        ("rate", dict(grace=timedelta(hours=1))),
+        ("come_back", dict(data=Drawn(1), action="uncancel")),
+        ("apply_coupon", dict(data=Drawn(1), code="HALF2")),
+        ("use", dict(data=Drawn(1), where="just_before", count=3, door="http", form="number")),
+        ("come_back", dict(data=Drawn(1), action="uncancel")),
+        ("rate", dict(grace=timedelta(0)))],
 }
 INVARIANTS = ("the_books_balance", "cash_kept_is_the_paid_service", "revenue_over_all_time_is_cash_kept",
               "mrr_is_what_the_lines_sell", "a_period_gives_back_at_most_what_it_was_paid", "every_paid_invoice_is_backed", "each_period_at_its_own_terms",
