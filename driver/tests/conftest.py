@@ -405,6 +405,26 @@ def stripe_mock_url(services) -> str:
     return services.stripe_mock()
 
 
+@pytest.fixture
+def stripe_fake(stripe_mock_url):
+    """The Stripe fake (stripe-mock behind it) on an event loop of its own thread: the served app
+    runs in another thread (or loop) and calls it over HTTP (test_portal_http, test_customer_session_routes)."""
+    import asyncio
+    import threading
+
+    from .stripe_fake import StripeFake
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    fake = StripeFake(stripe_mock_url)
+    asyncio.run_coroutine_threadsafe(fake.start(), loop).result(30)
+    yield fake
+    asyncio.run_coroutine_threadsafe(fake.close(), loop).result(30)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(services) -> str:
     return services.kafka()

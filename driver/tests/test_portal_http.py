@@ -212,26 +212,6 @@ def test_the_http_route_makes_links_and_a_customer_token_only_for_its_own_custom
         assert conn.execute("SELECT count(*) FROM billing.portal_link WHERE customer_id = 2").fetchone()[0] == 0
 
 
-@pytest.fixture
-def stripe_fake(stripe_mock_url):
-    """The Stripe fake (stripe-mock behind it) on an event loop of its own thread: the served app
-    runs in another thread and calls it over HTTP."""
-    import asyncio
-    import threading
-
-    from .stripe_fake import StripeFake
-
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    fake = StripeFake(stripe_mock_url)
-    asyncio.run_coroutine_threadsafe(fake.start(), loop).result(30)
-    yield fake
-    asyncio.run_coroutine_threadsafe(fake.close(), loop).result(30)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
-
-
 def _methods(db_url, customer_id):
     with psycopg.connect(db_url) as conn:
         return conn.execute("SELECT provider, payment_method_ref, brand, last4, is_default FROM billing.payment_method "

@@ -73,6 +73,13 @@ def require_customer(request: Request, customer_id: int | None) -> None:
         raise ApiError(404, "not_found", "no such resource")
 
 
+def refuse_for_customer(request: Request, what: str, where: str = "") -> None:
+    """403 `forbidden` for a customer token: `what` it may never do, even on its own customer (a
+    customer session never makes value from nothing: docs/security.md, "Customer sessions")."""
+    if bound_customer(request) is not None:
+        raise ApiError(403, "forbidden", f"{where}a customer session cannot {what}")
+
+
 async def require_subscription_of(request: Request, database, sub_id: int) -> None:
     """For a customer token, the subscription must be its customer's (one read; none for a key)."""
     if bound_customer(request) is None:

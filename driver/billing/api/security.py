@@ -43,7 +43,7 @@ from billing.metrics import COST_REFUSALS
 # What this module offers: its own names and those it hands on from the imports above.
 __all__ = ["ANY_KEY", "ApiGuard", "Authenticate", "CONSOLE", "CustomerCheck", "LARGE_BODIES", "MAX_BODY",
            "MUTATING", "NewKey", "PUBLIC", "Principal", "RecordFailure", "SCOPES", "Unavailable", "allows",
-           "new_api_key", "required_scope", "route_cost", "unversioned"]
+           "customer_never", "new_api_key", "required_scope", "route_cost", "unversioned"]
 
 log = logging.getLogger("billing.api.security")
 
@@ -107,6 +107,21 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
 
 
 _NOT_VERSIONED = re.compile(r"^/(healthz|metrics|openapi\.json|webhooks/.*)$")
+
+
+# What a customer token may never do even on its own customer, whatever its opening key's scopes
+# (docs/security.md, "Customer sessions": a customer session never makes value from nothing): apply a
+# coupon. (Its other refusals depend on the body: a coupon or trial days in a signup, prorate: false,
+# a payment method it cannot prove: the handlers, billing.api.context.refuse_for_customer.)
+_CUSTOMER_NEVER: list[tuple[str, re.Pattern]] = [
+    ("POST", re.compile(r"^/subscriptions/[^/]+/coupon$")),
+]
+
+
+def customer_never(method: str, path: str) -> bool:
+    """True for a route a customer token may never call (403 forbidden)."""
+    path = unversioned(path)
+    return any(m == method and pattern.match(path) for m, pattern in _CUSTOMER_NEVER)
 
 
 def unversioned(path: str) -> str:
@@ -273,6 +288,8 @@ class ApiGuard:
                     tuple(x for x in principal.scopes if x in CUSTOMER_SCOPES)
                 if needed != ANY_KEY and needed not in scopes:
                     return _error(403, "forbidden", f"a customer session cannot use {needed} routes")
+                if customer_never(method, path):
+                    return _error(403, "forbidden", "a customer session cannot apply a coupon")
             elif not allows(principal.scopes, needed):
                 return _error(403, "forbidden", f"this API key lacks the scope {needed}")
             if self.limiter is not None:

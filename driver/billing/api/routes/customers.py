@@ -11,12 +11,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from billing import db
-from billing.api.context import Api, actor, require_customer, utc
+from billing.api.context import Api, actor, bound_customer, require_customer, utc
 from billing.api.errors import endpoint_of
 from billing.api.validation import ApiError, json_object, path_id, text_field
 from billing.notifications.links import login_url, new_token, token_hash
+from billing.providers import LookupFailed
 
 _NEXT = re.compile(r"^/[A-Za-z0-9/_-]{0,199}$")
+_SETUP_INTENT = re.compile(r"^seti_[A-Za-z0-9_]{1,95}$")
 
 
 def payment_method_json(row: dict) -> dict:
@@ -44,6 +46,8 @@ def routes(api: Api) -> list[BaseRoute]:
         customer_id = path_id(request, "customer")
         require_customer(request, customer_id)  # a customer token sets its own customer's method only
         fields = {"provider", "customerRef", "paymentMethodRef", "brand", "last4", "expMonth", "expYear"}
+        if bound_customer(request) is not None:
+            return await proven_payment_method(request, customer_id, fields)
         doc = await json_object(request, allowed=fields,
                                 required={"provider", "paymentMethodRef", "expMonth", "expYear"})
         optional = {name: (text_field(doc, name, max_len=255) if doc.get(name) is not None else None)
@@ -54,6 +58,36 @@ def routes(api: Api) -> list[BaseRoute]:
             "brand": optional["brand"], "last4": optional["last4"],
             "exp_month": small_int(doc, "expMonth"), "exp_year": small_int(doc, "expYear"), "now": clock.now()})
         return JSONResponse(payment_method_json(row))
+
+    async def proven_payment_method(request: Request, customer_id: int, fields: set[str]) -> Response:
+        """A customer token's payment method: never a reference of its choosing (a card number it
+        read somewhere, another customer's method), only a SetupIntent that the provider confirms
+        was made for this customer and succeeded: the portal's check (billing.portal.cards.finish).
+        {"provider": "stripe", "setupIntentId": "seti_..."}; 403 for anything else or a SetupIntent
+        it cannot prove, 422 for one not (yet) succeeded: nothing is stored then."""
+        from billing.portal import cards
+
+        doc = await json_object(request, allowed=fields | {"setupIntentId"}, required=set())
+        if set(doc) - {"provider", "setupIntentId"} or doc.get("provider", "stripe") != "stripe" \
+                or not isinstance(doc.get("setupIntentId"), str):
+            raise ApiError(403, "forbidden", "a customer session sets a payment method only through a SetupIntent "
+                                             "its provider confirms: {\"provider\": \"stripe\", \"setupIntentId\": \"seti_...\"}")
+        setup_id = doc["setupIntentId"]
+        if not _SETUP_INTENT.match(setup_id):
+            raise ApiError(403, "forbidden", "no such SetupIntent for this customer")
+        provider = api.stripe if api.stripe is not None and api.stripe.api_key else None
+        if provider is None:
+            raise ApiError(503, "unavailable", "no card provider is configured")
+        try:
+            outcome = await cards.finish(database, provider, customer_id, setup_id, now=clock.now(), actor=actor(request))
+        except LookupFailed:
+            raise ApiError(403, "forbidden", "no such SetupIntent for this customer") from None
+        if outcome == "not_found":
+            raise ApiError(403, "forbidden", "no such SetupIntent for this customer")
+        if outcome != "added":
+            raise ApiError(422, "invalid_input", f"the SetupIntent has not succeeded ({outcome}): nothing was stored")
+        rows = await database.all(db.V1_LIST_PAYMENT_METHODS, {"customer_id": customer_id})
+        return JSONResponse(payment_method_json(next(r for r in rows if r["is_default"])))
 
     @endpoint_of("/customers/{id}/portal-links")
     async def post_portal_link(request: Request) -> Response:

@@ -8,7 +8,8 @@ from starlette.routing import BaseRoute, Route
 
 from billing import db
 from billing.api.context import (
-    Api, actor, guardrail, guardrails_of, idempotency_key, is_admin, require_customer, require_subscription_of,
+    Api, actor, guardrail, guardrails_of, idempotency_key, is_admin, refuse_for_customer, require_customer,
+    require_subscription_of,
 )
 from billing.api.errors import endpoint_of
 from billing.api.validation import (
@@ -31,6 +32,11 @@ def signup_terms(request: Request, doc: dict, where: str = "") -> dict:
              "quantity": int_field(doc, "quantity", 1, 1_000_000) if doc.get("quantity") is not None else 1,
              "external_id": text_field(doc, "externalId", max_len=255) if doc.get("externalId") is not None else None}
     require_customer(request, customer_id)  # a customer token subscribes its own customer only
+    # ... on the plan's own terms: no coupon, no trial of its choosing (docs/security.md, "Customer sessions")
+    if doc.get("couponCode") is not None:
+        refuse_for_customer(request, "pass a coupon", where)
+    if doc.get("trialDays") is not None:
+        refuse_for_customer(request, "choose trial days (a subscription it makes has the plan's own terms)", where)
     limits = guardrails_of(request)
     guardrail(request, limits.max_quantity is None or terms["quantity"] <= limits.max_quantity,
               f"this API key may create subscriptions of at most {limits.max_quantity} seats")
@@ -82,6 +88,8 @@ def routes(api: Api) -> list[BaseRoute]:
         prorate = bool_field(doc, "prorate") if doc.get("prorate") is not None else True
         # A change without proration bills nothing for the rest of the period: the operator's, or a
         # key created with --allow-no-proration (docs/security.md, "Key guardrails").
+        if not prorate:  # never a customer session's, whatever its opening key may
+            refuse_for_customer(request, "change a plan without proration")
         guardrail(request, prorate or is_admin(request) or guardrails_of(request).allow_no_proration,
                   "prorate: false needs the admin scope or a key created with --allow-no-proration")
         await require_subscription_of(request, database, sub_id)
@@ -93,6 +101,7 @@ def routes(api: Api) -> list[BaseRoute]:
     # -- the lifecycle (docs/lifecycle.md) -------------------------------------------------------
     @endpoint_of("/subscriptions/{id}/coupon")
     async def apply_coupon(request: Request) -> Response:
+        refuse_for_customer(request, "apply a coupon")  # (ApiGuard refuses it first: billing.api.security)
         sub_id = path_id(request)
         doc = await json_object(request, allowed={"couponCode"}, required={"couponCode"})
         await require_subscription_of(request, database, sub_id)

@@ -1,0 +1,284 @@
+"""Every route a customer session token (`cs_...`, meant to live in a browser) can reach, called with
+one for its own customer and for another (docs/security.md, "Customer sessions": a customer session
+never makes value from nothing).
+
+The table below names every route of the app (a route added without a line here fails the first
+test): what a token of customer A is answered on A's resources with the most valuable body it could
+send (a coupon, trial days, prorate: false, seats past its key's guardrail, a payment method by a
+reference it cannot prove, a refund, a void ...) and on B's. Then nothing of B's changed, and A has
+no coupon, trial, payment method, refund or void it made itself. The token is opened by the
+strongest key there is: admin, allowed to skip proration."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import psycopg
+
+from billing.api import create_app
+from billing.api.security import unversioned
+from billing.api_keys import Guardrails, create_key
+from billing.clock import SimulatedClock
+from billing.config import Settings
+
+from .test_doors import STRIPE_SECRET, T0, bearer, seed
+
+import httpx
+
+A, B = 71, 72
+SIGNUP = {"planCode": "PRO_MONTHLY"}
+EVIL_METHOD = {"provider": "sim", "paymentMethodRef": "pm_evil", "expMonth": 12, "expYear": 2031}
+LEGIT = {200, 201, 409, 422}  # an action a customer may take on its own (done, or refused by the rules)
+NEVER = {403}
+HIDDEN = {404}  # another customer's: as if it did not exist
+NOT_MINE = {403, 404}
+
+# (method, route without /v1) -> [(whose, body, answers)]; "own" runs before "other", in this order.
+ROUTES: dict[tuple[str, str], list[tuple[str, object, set[int]]]] = {
+    ("POST", "/subscriptions"): [
+        ("own", {"customerId": A, **SIGNUP, "couponCode": "FREE100"}, NEVER),
+        ("own", {"customerId": A, **SIGNUP, "trialDays": 30}, NEVER),
+        ("own", {"customerId": A, **SIGNUP, "trialDays": 0}, NEVER),
+        ("own", {"customerId": A, **SIGNUP, "quantity": 6}, NEVER),  # the opening key's guardrail: 5 seats
+        ("other", {"customerId": B, **SIGNUP}, HIDDEN)],
+    ("POST", "/subscriptions/batch"): [
+        ("own", {"signups": [{"idempotencyKey": "b1", "customerId": A, **SIGNUP, "couponCode": "FREE100"}]}, NEVER),
+        ("own", {"signups": [{"idempotencyKey": "b2", "customerId": A, **SIGNUP, "trialDays": 14}]}, NEVER),
+        ("other", {"signups": [{"idempotencyKey": "b3", "customerId": B, **SIGNUP}]}, HIDDEN)],
+    ("GET", "/subscriptions"): [("own", None, {200}), ("other", None, HIDDEN)],
+    ("GET", "/subscriptions/{id}"): [("own", None, {200}), ("other", None, HIDDEN)],
+    ("POST", "/subscriptions/{id}/change-plan"): [
+        ("own", {"planCode": "BASIC_MONTHLY", "prorate": False}, NEVER),
+        ("other", {"planCode": "BASIC_MONTHLY"}, HIDDEN)],
+    ("POST", "/subscriptions/{id}/coupon"): [("own", {"couponCode": "FREE100"}, NEVER),
+                                             ("other", {"couponCode": "FREE100"}, NOT_MINE)],
+    ("POST", "/subscriptions/{id}/quantity"): [("own", {"quantity": 6}, NEVER), ("own", {"quantity": 2}, LEGIT),
+                                               ("other", {"quantity": 1}, HIDDEN)],
+    ("POST", "/subscriptions/{id}/pause"): [("own", {}, LEGIT), ("other", {}, HIDDEN)],
+    ("POST", "/subscriptions/{id}/resume"): [("own", {}, LEGIT), ("other", {}, HIDDEN)],
+    ("POST", "/subscriptions/{id}/uncancel"): [("own", {}, LEGIT), ("other", {}, HIDDEN)],
+    ("POST", "/subscriptions/{id}/reactivate"): [("own", {}, LEGIT), ("other", {}, HIDDEN)],
+    ("GET", "/subscriptions/{id}/upcoming-invoice"): [("own", None, {200}), ("other", None, HIDDEN)],
+    ("POST", "/coupons"): [("own", {"code": "MINE", "percentOff": 100, "duration": "forever"}, NEVER)],
+    ("POST", "/webhooks/payments"): [("own", {"id": "evt_1"}, {400, 401, 403, 503})],
+    ("POST", "/webhooks/stripe"): [("own", {"id": "evt_1"}, {400, 401, 403, 503})],
+    ("PUT", "/customers/{id}/payment-method"): [
+        ("own", EVIL_METHOD, NEVER),
+        ("own", {"provider": "stripe", "paymentMethodRef": "pm_card_visa", "expMonth": 12, "expYear": 2031}, NEVER),
+        ("own", {"provider": "stripe", "setupIntentId": "seti_nobodys"}, NEVER),  # the provider knows none
+        ("other", EVIL_METHOD, HIDDEN)],
+    ("POST", "/customers/{id}/portal-links"): [("own", {}, {201}), ("other", {}, HIDDEN)],
+    ("POST", "/customer-sessions"): [("own", {"customerId": A}, NEVER), ("other", {"customerId": B}, NEVER)],
+    ("GET", "/invoices"): [("own", None, {200}), ("other", None, HIDDEN)],
+    ("GET", "/invoices/{id}"): [("own", None, {200}), ("other", None, HIDDEN)],
+    ("GET", "/invoices/{id}/lines"): [("own", None, {200}), ("other", None, HIDDEN)],
+    ("POST", "/invoices/{id}/retry"): [("own", {}, NEVER), ("other", {}, NEVER)],
+    ("POST", "/invoices/{id}/void"): [("own", {"reason": "mine"}, NEVER), ("other", {"reason": "x"}, NEVER)],
+    ("POST", "/invoices/{id}/refunds"): [("own", {"amount": 1599}, NEVER), ("other", {"amount": 1}, NEVER)],
+    ("GET", "/invoices/{id}/refunds"): [("own", None, {200}), ("other", None, HIDDEN)],
+    ("GET", "/credit-notes"): [("own", None, {200}), ("other", None, HIDDEN)],
+    ("GET", "/refunds"): [("own", None, {200}), ("other", None, HIDDEN)],
+    ("POST", "/webhook-endpoints"): [("own", {"url": "https://hooks.example.com/x", "eventTypes": ["InvoicePaid"]},
+                                      NEVER)],
+    ("GET", "/webhook-endpoints"): [("own", None, NEVER)],
+    ("GET", "/webhook-endpoints/{id}"): [("own", None, NEVER)],
+    ("DELETE", "/webhook-endpoints/{id}"): [("own", None, NEVER)],
+    ("GET", "/webhook-endpoints/{id}/attempts"): [("own", None, NEVER)],
+    ("GET", "/admin/audit"): [("own", None, NEVER)],
+    ("GET", "/metrics"): [("own", None, NEVER)],
+    ("GET", "/openapi.json"): [("own", None, NEVER)],
+    ("GET", "/healthz"): [("own", None, {200})],
+    ("POST", "/usage-events"): [("own", [{"specversion": "1.0", "id": "u1", "source": "s", "type": "t",
+                                          "time": "2026-09-01T03:00:00Z", "subject": str(A), "data": {}}], NEVER)],
+    ("GET", "/customers/{id}/usage"): [("own", None, {200}), ("other", None, HIDDEN)],
+    ("GET", "/customers"): [("own", None, NEVER)],
+    ("POST", "/customers"): [("own", {"id": 79}, NEVER)],
+    ("GET", "/customers/{id}"): [("own", None, NEVER), ("other", None, NOT_MINE)],
+    ("POST", "/customers/{id}"): [("own", {"name": "me"}, NEVER), ("other", {"name": "x"}, NOT_MINE)],
+    ("GET", "/customers/{id}/payment-methods"): [("own", None, {200}), ("other", None, HIDDEN)],
+    ("GET", "/customers/{id}/payment-methods/{method_id}"): [("own", None, {404}), ("other", None, HIDDEN)],
+    ("GET", "/plans"): [("own", None, {200})],  # the catalog: no customer's data
+    ("POST", "/plans"): [("own", {"code": "CHEAP", "priceAmount": 1, "currency": "USD", "billingInterval": "MONTH"},
+                          NEVER)],
+    ("GET", "/plans/{code}"): [("own", None, {200})],
+    ("POST", "/plans/{code}/prices"): [("own", {"priceAmount": 1}, NEVER)],
+    ("POST", "/plans/{code}/archive"): [("own", {}, NEVER)],
+    ("GET", "/coupons"): [("own", None, NEVER)],
+    ("POST", "/coupons/{code}/archive"): [("own", {}, NEVER)],
+    ("GET", "/tax-rates"): [("own", None, {200})],
+    ("POST", "/tax-rates"): [("own", {"code": "ZERO", "country": "US", "name": "z", "rateBp": 0, "inclusive": False},
+                              NEVER)],
+    ("GET", "/events"): [("own", None, NEVER)],
+    ("GET", "/events/{id}"): [("own", None, NEVER)],
+    ("GET", "/reports/mrr"): [("own", None, NEVER)],
+    ("GET", "/reports/churn"): [("own", None, NEVER)],
+    ("GET", "/reports/revenue"): [("own", None, NEVER)],
+    ("GET", "/customers/{id}/usage-alerts"): [("own", None, {200}), ("other", None, HIDDEN)],
+    ("POST", "/customers/{id}/usage-alerts"): [("own", {"meterCode": "calls", "threshold": 5}, LEGIT | {404}),
+                                               ("other", {"meterCode": "calls", "threshold": 5}, HIDDEN)],
+    ("GET", "/customers/{id}/usage-alerts/{alert_id}"): [("own", None, {404}), ("other", None, HIDDEN)],
+    ("POST", "/customers/{id}/usage-alerts/{alert_id}"): [("own", {"threshold": 9}, {404}),
+                                                          ("other", {"threshold": 9}, HIDDEN)],
+    ("DELETE", "/customers/{id}/usage-alerts/{alert_id}"): [("own", None, {404}), ("other", None, HIDDEN)],
+    # last: the own subscription canceled now (a customer may; it never forgives a served period)
+    ("POST", "/subscriptions/{id}/cancel"): [("other", {"atPeriodEnd": False}, HIDDEN),
+                                             ("own", {"atPeriodEnd": False}, LEGIT)],
+}
+# The lists take their customer from the query string.
+LISTS = {"/subscriptions", "/invoices", "/credit-notes", "/refunds"}
+
+
+def app_routes(app) -> dict[tuple[str, str], list[str]]:
+    """(method, path without /v1) -> the path templates serving it (unprefixed and /v1), for every
+    route of the app (the console and the portal are mounted apps with their own sessions: a bearer
+    token is nothing there)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for route in app.routes:
+        for method in sorted(getattr(route, "methods", None) or ()):
+            if method != "HEAD":
+                out.setdefault((method, unversioned(route.path)), []).append(route.path)
+    return out
+
+
+def test_the_table_names_every_route_of_the_app():
+    app = create_app(Settings(database_url="postgresql://nobody@127.0.0.1:1/none"))
+    assert set(app_routes(app)) == set(ROUTES), (set(app_routes(app)) ^ set(ROUTES))
+
+
+def fingerprint(conn, customer_id: int) -> dict:
+    """Everything of a customer's that is money or access: its rows, as they are."""
+    out = {}
+    for table in ("subscription", "invoice", "invoice_line", "payment_method", "coupon_redemption", "credit_balance",
+                  "credit_entry", "refund", "credit_note", "usage_alert", "portal_link", "customer_session"):
+        out[table] = conn.execute(f"SELECT coalesce(jsonb_agg(to_jsonb(t) ORDER BY to_jsonb(t)::text), '[]') "
+                                  f"FROM billing.{table} t WHERE customer_id = %s", (customer_id,)).fetchone()[0]
+    return out
+
+
+def test_a_customer_session_makes_no_value_on_any_route(db_url, stripe_fake):
+    subs = seed(db_url, (A, B))
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_coupon('FREE100', 100, NULL, NULL, 'forever')")
+        conn.execute("SELECT billing.set_payment_method(%s, 'sim', NULL, 'pm_b', 'visa', '4242', 12, 2031, %s)", (B, T0))
+        invoices = dict(conn.execute("SELECT customer_id, id FROM billing.invoice").fetchall())
+        before = fingerprint(conn, B)
+    opener = create_key(db_url, "checkout-backend", ["admin"],
+                        guardrails=Guardrails(max_quantity=5, allow_no_proration=True)).key
+    ids = {"own": {"customer": A, "subscription": subs[A], "invoice": invoices[A]},
+           "other": {"customer": B, "subscription": subs[B], "invoice": invoices[B]}}
+
+    def path_of(method: str, template: str, whose: str) -> str:
+        route = unversioned(template)
+        first = route.split("/")[1]
+        kind = {"subscriptions": "subscription", "invoices": "invoice", "customers": "customer"}.get(first)
+        value = ids[whose][kind] if kind else uuid.UUID(int=7) if first == "events" else 1
+        path = template.replace("{id}", str(value))
+        path = path.replace("{method_id}", "999").replace("{alert_id}", "999").replace("{code}", "PRO_MONTHLY")
+        if route in LISTS and method == "GET":
+            path += f"?customer_id={ids[whose]['customer']}"
+        return path
+
+    async def body():
+        settings = dict(stripe_webhook_secret=STRIPE_SECRET, stripe_api_key="sk_test_routes",
+                        stripe_api_base=stripe_fake.url)
+        app = create_app(Settings(database_url=db_url, **settings), clock=SimulatedClock(T0))
+        served = app_routes(app)
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=("127.0.0.1", 40000))
+        answers = []
+        try:
+            async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as client:
+                r = await client.post("/customer-sessions", json={"customerId": A}, headers=bearer(opener))
+                assert r.status_code == 201, r.text
+                token = r.json()["token"]
+                n = 0
+                for (method, route), probes in ROUTES.items():
+                    for template in served[(method, route)]:  # unprefixed and /v1, where served
+                        for whose, doc, expected in probes:
+                            n += 1
+                            path = path_of(method, template, whose)
+                            headers = {**bearer(token), "Idempotency-Key": f"k-{n}"}
+                            content = None if doc is None else json.dumps(doc)
+                            if content is not None:
+                                headers["Content-Type"] = "application/json"
+                            r = await client.request(method, path, content=content, headers=headers)
+                            answers.append((method, path, whose, doc, r.status_code, expected, r.text[:200]))
+                # the console and the portal: a bearer token opens neither
+                for path in ("/console/", "/portal/"):
+                    r = await client.get(path, headers=bearer(token), follow_redirects=False)
+                    answers.append(("GET", path, "own", None, r.status_code, {302, 303, 401}, r.text[:100]))
+        finally:
+            await app.state.database.close()
+            await app.state.stripe.close()
+        return answers
+
+    answers = asyncio.run(body())
+    wrong = [a for a in answers if a[4] not in a[5]]
+    assert wrong == [], "\n".join(map(repr, wrong))
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert fingerprint(conn, B) == before  # nothing of the other customer's changed
+        assert conn.execute("SELECT count(*) FROM billing.coupon_redemption WHERE customer_id = %s", (A,)).fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id = %s AND trial_end IS NOT NULL",
+                            (A,)).fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM billing.payment_method WHERE customer_id = %s", (A,)).fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM billing.refund WHERE customer_id = %s", (A,)).fetchone()[0] == 0
+        # no call of a value-making function by the session reached the database at all
+        assert conn.execute("SELECT array_agg(DISTINCT function) FROM billing.audit_log WHERE actor LIKE 'customer-session:%%' "
+                            "AND function IN ('void_invoice', 'retry_invoice', 'refund_invoice', 'apply_coupon', "
+                            "'upsert_coupon', 'set_payment_method', 'ingest_usage_batch', 'open_customer_session')"
+                            ).fetchone()[0] is None
+        assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id = %s AND quantity > 5",
+                            (A,)).fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM billing.coupon WHERE code = 'MINE'").fetchone()[0] == 0
+
+
+def test_a_customer_session_sets_a_payment_method_only_through_its_own_setup_intent(db_url, stripe_fake):
+    """The portal's check, over the API: a SetupIntent the provider confirms was made for this
+    customer and succeeded; another customer's answers 403, one waiting for the bank 422, and
+    neither stores anything."""
+    seed(db_url, (A, B))
+    opener = create_key(db_url, "checkout-backend", ["customer-sessions:write", "subscriptions:write"]).key
+    mine = stripe_fake._setup("k-a", {"customer": "cus_a", "payment_method": "pm_card_visa",
+                                      "metadata[customer_id]": str(A), "return_url": "x"}, {})[1]["id"]
+    theirs = stripe_fake._setup("k-b", {"customer": "cus_b", "payment_method": "pm_card_mastercard",
+                                        "metadata[customer_id]": str(B), "return_url": "x"}, {})[1]["id"]
+    waiting = stripe_fake._setup("k-w", {"customer": "cus_a", "payment_method": "pm_card_authenticationRequired",
+                                         "metadata[customer_id]": str(A), "return_url": "x"}, {})[1]["id"]
+
+    async def body():
+        app = create_app(Settings(database_url=db_url, stripe_webhook_secret=STRIPE_SECRET,
+                                  stripe_api_key="sk_test_routes", stripe_api_base=stripe_fake.url),
+                         clock=SimulatedClock(T0))
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=("127.0.0.1", 40000))
+        out = {}
+        try:
+            async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as client:
+                token = (await client.post("/customer-sessions", json={"customerId": A},
+                                           headers=bearer(opener))).json()["token"]
+
+                async def put(doc):
+                    r = await client.put(f"/v1/customers/{A}/payment-method", json=doc, headers=bearer(token))
+                    return r.status_code, r.json()
+
+                out["theirs"] = await put({"provider": "stripe", "setupIntentId": theirs})
+                out["waiting"] = await put({"setupIntentId": waiting})
+                out["stored before"] = methods()
+                out["mine"] = await put({"provider": "stripe", "setupIntentId": mine})
+        finally:
+            await app.state.database.close()
+            await app.state.stripe.close()
+        return out
+
+    def methods():
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            return conn.execute("SELECT customer_id, provider, payment_method_ref, is_default FROM billing.payment_method "
+                                "ORDER BY customer_id, id").fetchall()
+
+    out = asyncio.run(body())
+    assert out["theirs"][0] == 403 and out["theirs"][1]["error"]["code"] == "forbidden"
+    assert out["waiting"][0] == 422
+    assert out["stored before"] == []
+    assert out["mine"][0] == 200 and out["mine"][1]["paymentMethodRef"] == "pm_card_visa", out["mine"]
+    assert methods() == [(A, "stripe", "pm_card_visa", True)]
+    assert stripe_fake.rejected == []
