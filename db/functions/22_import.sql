@@ -233,6 +233,17 @@ BEGIN
                 HINT = 'Nothing of this batch was imported; raise the coupon''s max_redemptions or leave its rows out.';
         END IF;
     END LOOP;
+    -- ... and per customer (max_redemptions_per_customer): each customer's rows of such a coupon
+    -- with its redemptions so far, under its row lock (one customer at a time: one shard on Citus).
+    FOR v_short IN
+        SELECT k.cust_id, c AS coupon, count(*) AS used
+          FROM jsonb_to_recordset(v_all) AS k(coupon text, cust_id bigint, existing_id bigint)
+          JOIN billing.coupon c ON c.code = k.coupon
+         WHERE k.existing_id IS NULL AND c.max_redemptions_per_customer IS NOT NULL
+         GROUP BY k.cust_id, c.code, c ORDER BY k.cust_id, c.code
+    LOOP
+        PERFORM billing._check_customer_redemptions(v_short.cust_id, v_short.coupon, v_short.used);
+    END LOOP;
 
     -- Our ids first (the identity's sequence, as the renewal statement takes invoice ids): each
     -- following statement names the rows by them.
@@ -318,4 +329,4 @@ END
 $$;
 COMMENT ON FUNCTION billing.import_subscriptions(jsonb, timestamptz, boolean) IS
 'Imports up to 10000 subscriptions in one call, each in the period its source has billed: p_subscriptions is a JSON array of {"external_id" (required, the key), "customer_id" or "customer_external_id", "plan_code" or "plan_external_id", "status" ACTIVE | TRIALING, "current_period_start", "current_period_end" (TRIALING: the trial''s end), "quantity" (default 1), "coupon_code" with "coupon_until" (a repeating coupon''s end at the source), "cancel_at_period_end"}. Nothing is billed for that period; the first renewal starts at its end. A subscription whose external id is already here is skipped; the batch is all or nothing; SubscriptionCreated for each new one. p_dry_run: checks and reports, writes nothing.
-Returns one row per input row, in order: external id, our subscription id, customer id, outcome created | exists (dry run: new | exists | refused) and the problem; BL422 naming the first row that cannot be imported (unknown customer, plan or coupon, another status, a period ended or not begun, a coupon used up or not applicable), BL409 when a coupon has no redemptions left.';
+Returns one row per input row, in order: external id, our subscription id, customer id, outcome created | exists (dry run: new | exists | refused) and the problem; BL422 naming the first row that cannot be imported (unknown customer, plan or coupon, another status, a period ended or not begun, a coupon used up or not applicable), BL409 when a coupon has no redemptions left (in all, or for a customer: max_redemptions_per_customer).';

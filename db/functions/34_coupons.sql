@@ -47,6 +47,35 @@ COMMENT ON FUNCTION billing._take_discount(billing.subscription, bigint, char, t
 'Private: the discount of the subscription''s active coupon on a period invoice of p_subtotal (percent rounded down, amount capped at p_subtotal), using one period of it (the last one clears subscription.coupon_code).
 Returns the discount (0 without a coupon) and the coupon code.';
 
+-- A coupon's limit per customer (max_redemptions_per_customer, migration 0830): p_more redemptions
+-- by p_customer_id are refused (BL409) when its redemptions of the coupon so far (coupon_redemption
+-- rows, replaced and ended ones too: removing a coupon never gives a redemption back) and p_more
+-- pass it. Under the customer's row lock (FOR NO KEY UPDATE, taken here and held to the end of the
+-- transaction): two redemptions by one customer at once count one after the other, and the second
+-- sees the first's row. One customer's shard on Citus.
+CREATE OR REPLACE FUNCTION billing._check_customer_redemptions(p_customer_id bigint, p_coupon billing.coupon, p_more bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_used bigint;
+BEGIN
+    PERFORM 1 FROM billing.customer WHERE id = p_customer_id FOR NO KEY UPDATE;
+    SELECT count(*) INTO v_used FROM billing.coupon_redemption
+     WHERE customer_id = p_customer_id AND coupon_code = p_coupon.code;
+    IF v_used + p_more > p_coupon.max_redemptions_per_customer THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL409',
+            MESSAGE = format('coupon %s may be redeemed %s time(s) by one customer: customer %s has redeemed it %s time(s)',
+                             p_coupon.code, p_coupon.max_redemptions_per_customer, p_customer_id, v_used),
+            HINT = 'A redemption replaced or ended still counts; raise the coupon''s max_redemptions_per_customer to allow more.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION billing._check_customer_redemptions(bigint, billing.coupon, bigint) IS
+'Private: locks customer p_customer_id''s row and refuses (BL409) p_more further redemptions of p_coupon past its max_redemptions_per_customer (the customer''s coupon_redemption rows of it, ended ones too).
+Returns nothing.';
+
 -- Redeems p_code on the locked subscription: checks, then counts the redemption once under the
 -- coupon's row lock (a conditional UPDATE: concurrent redemptions of the last one serialise on it,
 -- and the loser re-reads the counter). Replaces the subscription's active coupon, if another.
@@ -97,6 +126,9 @@ BEGIN
                              p_code, v_coupon.currency, p_sub.id, v_plan.currency);
     END IF;
 
+    IF v_coupon.max_redemptions_per_customer IS NOT NULL THEN
+        PERFORM billing._check_customer_redemptions(p_sub.customer_id, v_coupon, 1);
+    END IF;
     UPDATE billing.coupon SET times_redeemed = times_redeemed + 1, updated_at = now()
      WHERE code = p_code AND (max_redemptions IS NULL OR times_redeemed < max_redemptions);
     IF NOT FOUND THEN
@@ -115,7 +147,7 @@ END
 $$;
 COMMENT ON FUNCTION billing._redeem_coupon(billing.subscription, text, timestamptz) IS
 'Private: redeems coupon p_code on the locked subscription (counted once under the coupon''s lock), replacing its active coupon.
-Returns false when it already is the active coupon; BL422 unknown, archived, expired, other plan or currency; BL409 redeemed before on it or no redemptions left.';
+Returns false when it already is the active coupon; BL422 unknown, archived, expired, other plan or currency; BL409 redeemed before on it, no redemptions left, or none left for this customer (max_redemptions_per_customer).';
 
 -- ---------------------------------------------------------------------------------------------
 -- The API: a coupon defined, a coupon applied to a subscription
@@ -123,7 +155,8 @@ Returns false when it already is the active coupon; BL422 unknown, archived, exp
 CREATE OR REPLACE FUNCTION billing.upsert_coupon(
     p_code text, p_percent_off numeric, p_amount_off bigint, p_currency text, p_duration text,
     p_duration_periods integer DEFAULT NULL, p_max_redemptions integer DEFAULT NULL,
-    p_redeem_by timestamptz DEFAULT NULL, p_plan_codes text[] DEFAULT NULL)
+    p_redeem_by timestamptz DEFAULT NULL, p_plan_codes text[] DEFAULT NULL,
+    p_max_redemptions_per_customer integer DEFAULT NULL)
 RETURNS billing.coupon
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -134,7 +167,7 @@ DECLARE
     v_unknown text[];
     v_at      timestamptz := now();  -- a variable, not now(), in DO UPDATE (Citus wants no volatile call there)
 BEGIN
-    PERFORM billing._audit('upsert_coupon', jsonb_build_object('code', p_code, 'percent_off', p_percent_off, 'amount_off', p_amount_off, 'currency', p_currency, 'duration', p_duration, 'duration_periods', p_duration_periods, 'max_redemptions', p_max_redemptions, 'redeem_by', p_redeem_by, 'plan_codes', p_plan_codes));
+    PERFORM billing._audit('upsert_coupon', jsonb_build_object('code', p_code, 'percent_off', p_percent_off, 'amount_off', p_amount_off, 'currency', p_currency, 'duration', p_duration, 'duration_periods', p_duration_periods, 'max_redemptions', p_max_redemptions, 'redeem_by', p_redeem_by, 'plan_codes', p_plan_codes, 'max_redemptions_per_customer', p_max_redemptions_per_customer));
     IF p_code IS NULL OR p_code !~ '^[A-Za-z0-9_-]{1,64}$' THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = format('a coupon code is 1 to 64 letters, digits, _ or -, got %L', p_code);
@@ -166,6 +199,9 @@ BEGIN
     END IF;
     IF p_max_redemptions IS NOT NULL THEN
         PERFORM billing._check_between(format('coupon %s: max redemptions', p_code), p_max_redemptions, 1, NULL);
+    END IF;
+    IF p_max_redemptions_per_customer IS NOT NULL THEN
+        PERFORM billing._check_between(format('coupon %s: max redemptions per customer', p_code), p_max_redemptions_per_customer, 1, NULL);
     END IF;
     IF p_redeem_by IS NOT NULL AND NOT isfinite(p_redeem_by) THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('coupon %s: redeem-by must be a finite instant', p_code);
@@ -202,20 +238,21 @@ BEGIN
                              p_code, v_old.times_redeemed, p_max_redemptions);
     END IF;
     INSERT INTO billing.coupon AS c (code, percent_off, amount_off, currency, duration, duration_periods,
-                                     max_redemptions, redeem_by, plan_codes)
+                                     max_redemptions, redeem_by, plan_codes, max_redemptions_per_customer)
     VALUES (p_code, p_percent_off, p_amount_off, p_currency, p_duration, p_duration_periods,
-            p_max_redemptions, p_redeem_by, p_plan_codes)
+            p_max_redemptions, p_redeem_by, p_plan_codes, p_max_redemptions_per_customer)
     ON CONFLICT ON CONSTRAINT coupon_pkey DO UPDATE
         SET percent_off = excluded.percent_off, amount_off = excluded.amount_off, currency = excluded.currency,
             duration = excluded.duration, duration_periods = excluded.duration_periods,
             max_redemptions = excluded.max_redemptions, redeem_by = excluded.redeem_by,
-            plan_codes = excluded.plan_codes, updated_at = v_at
+            plan_codes = excluded.plan_codes, max_redemptions_per_customer = excluded.max_redemptions_per_customer,
+            updated_at = v_at
     RETURNING * INTO v_new;
     RETURN v_new;
 END
 $$;
-COMMENT ON FUNCTION billing.upsert_coupon(text, numeric, bigint, text, text, integer, integer, timestamptz, text[]) IS
-'Creates or updates coupon p_code: p_percent_off (0 < p <= 100, rounded down per invoice) or p_amount_off in p_currency; p_duration once, repeating (p_duration_periods invoices) or forever; optional max redemptions, redeem-by instant and plan codes. A redeemed coupon keeps its discount and duration.
+COMMENT ON FUNCTION billing.upsert_coupon(text, numeric, bigint, text, text, integer, integer, timestamptz, text[], integer) IS
+'Creates or updates coupon p_code: p_percent_off (0 < p <= 100, rounded down per invoice) or p_amount_off in p_currency; p_duration once, repeating (p_duration_periods invoices) or forever; optional max redemptions, redeem-by instant, plan codes and max redemptions per customer (p_max_redemptions_per_customer: its redemptions by one customer, replaced or ended ones too; a limit, it may change after redemptions). A redeemed coupon keeps its discount and duration.
 Returns the coupon; BL422 for any invalid or contradictory argument, an unknown plan, or a change of a redeemed coupon''s terms.';
 
 CREATE OR REPLACE FUNCTION billing.apply_coupon(p_subscription_id bigint, p_code text, p_now timestamptz DEFAULT now())
@@ -250,7 +287,7 @@ END
 $$;
 COMMENT ON FUNCTION billing.apply_coupon(bigint, text, timestamptz) IS
 'First settles what was due on it and not yet processed by the renewal job (a passed resume date, a trial''s end, renewals, a cancellation at period end), each at its own instant. Redeems coupon p_code on the subscription from its next period invoice (replacing its active coupon); SubscriptionUpdated (couponCode). Applying the active coupon again changes nothing.
-Returns the subscription; BL404 absent; BL422 canceled, unknown, archived, expired, other plan or currency; BL409 redeemed on it before, or no redemptions left.';
+Returns the subscription; BL404 absent; BL422 canceled, unknown, archived, expired, other plan or currency; BL409 redeemed on it before, no redemptions left, or none left for its customer (max_redemptions_per_customer).';
 
 -- Archiving a coupon: no new redemption (a signup, apply_coupon); the redemptions made keep their
 -- discount until they end. An import may name it (the redemption exists at the source). Idempotent.

@@ -174,7 +174,8 @@ API_UNCANCEL_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="uncancel_su
 API_REACTIVATE_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="reactivate_subscription(%(id)s, %(now)s)")
 API_SET_QUANTITY = _API_SUBSCRIPTION.format(extra="", call="set_quantity(%(id)s, %(quantity)s, %(now)s)")
 UPSERT_COUPON = ("SELECT * FROM billing.upsert_coupon(%(code)s, %(percent_off)s, %(amount_off)s, %(currency)s, "
-                 "%(duration)s, %(duration_periods)s, %(max_redemptions)s, %(redeem_by)s, %(plan_codes)s::text[])")
+                 "%(duration)s, %(duration_periods)s, %(max_redemptions)s, %(redeem_by)s, %(plan_codes)s::text[], "
+                 "%(max_per_customer)s)")
 HEALTH = "SELECT 1"
 # Outbound webhook endpoints (db/functions/66_webhooks.sql).
 CREATE_WEBHOOK_ENDPOINT = "SELECT * FROM billing.create_webhook_endpoint(%(url)s, %(types)s::text[], %(secret)s, %(now)s)"

@@ -145,6 +145,43 @@ def test_coupon_endpoints_and_scopes(db_url):
     run(body())
 
 
+def test_a_coupon_limited_per_customer_over_http(db_url):
+    """maxRedemptionsPerCustomer on POST /coupons; a customer's second redemption answers 409
+    conflict (BL409) on every route that redeems: a signup, one in bulk, apply; removing the coupon
+    (replacing it) never gives the redemption back."""
+    seed_plans(db_url)
+
+    async def body():
+        async with api_client(db_url, clock=SimulatedClock(T0)) as admin:
+            r = await admin.post("/v1/coupons", json={"code": "ONCE_EACH", "percentOff": 50, "duration": "forever",
+                                                   "maxRedemptionsPerCustomer": 1})
+            assert r.status_code == 200 and r.json()["maxRedemptionsPerCustomer"] == 1, r.text
+            assert_error(await admin.post("/coupons", json={"code": "ZERO_EACH", "percentOff": 5, "duration": "once",
+                                                            "maxRedemptionsPerCustomer": 0}), 422)
+            await admin.post("/coupons", json={"code": "OTHER", "percentOff": 5, "duration": "forever"})
+            signup = {"customerId": 74, "planCode": "PRO_MONTHLY", "couponCode": "ONCE_EACH"}
+            r = await admin.post("/v1/subscriptions", headers={"Idempotency-Key": "pc-1"}, json=signup)
+            assert r.status_code == 201, r.text
+            first = r.json()["id"]
+            assert_error(await admin.post("/v1/subscriptions", headers={"Idempotency-Key": "pc-2"}, json=signup),
+                         409, "conflict")
+            r = await admin.post("/v1/subscriptions/batch", json={"signups": [{"idempotencyKey": "pc-3", **signup}]})
+            assert_error(r, 409, "conflict")
+            # replaced by another coupon, then asked for again on a new subscription: still counted
+            assert (await admin.post(f"/v1/subscriptions/{first}/coupon", json={"couponCode": "OTHER"})).status_code == 200
+            r = await admin.post("/v1/subscriptions", headers={"Idempotency-Key": "pc-4"},
+                                 json={"customerId": 74, "planCode": "PRO_MONTHLY"})
+            assert_error(await admin.post(f"/v1/subscriptions/{r.json()['id']}/coupon", json={"couponCode": "ONCE_EACH"}),
+                         409, "conflict")
+            r = await admin.post("/v1/subscriptions", headers={"Idempotency-Key": "pc-5"}, json={**signup, "customerId": 75})
+            assert r.status_code == 201, "another customer redeems it"
+
+    run(body())
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute("SELECT customer_id, count(*) FROM billing.coupon_redemption WHERE coupon_code = 'ONCE_EACH' "
+                            "GROUP BY 1 ORDER BY 1").fetchall() == [(74, 1), (75, 1)]
+
+
 def test_coupon_redemptions_are_counted_once_under_concurrency(db_url):
     """Twelve sessions redeem a coupon limited to 5 at the same moment, each on its own subscription:
     exactly 5 succeed, the counter says 5, and the others get BL409."""

@@ -122,6 +122,9 @@ COUPONS = {  # code: (percent_off, amount_off, currency, duration, months, plans
     "FIVE": (None, 500, "USD", "once", None, None),
     "BASIC90": (90, None, None, "forever", None, ["M_BASIC"]),  # restricted to one plan (issue 26 #1)
 }
+# Coupons a customer may redeem at most so many times (max_redemptions_per_customer, migration 0830):
+# the free first month is a welcome offer, once per customer, on whichever door.
+PER_CUSTOMER = {"FREE1": 1}
 # Taxes by the billing address (docs/invoices.md): customer 3 pays 20% on top, customer 4 has 10% inside
 # its prices; customers 1 and 2 pay none.
 TAXES = {3: ("XE", "XE_VAT", 2000, False), 4: ("XI", "XI_VAT", 1000, True)}
@@ -162,8 +165,8 @@ class Db:
             self.conn.execute("SELECT billing.upsert_plan(%s, %s, %s, %s, %s, %s)",
                               (code, price, currency, interval, count, T0 - timedelta(days=400)))
         for code, (percent, amount, currency, duration, periods, plans) in COUPONS.items():
-            self.conn.execute("SELECT billing.upsert_coupon(%s, %s, %s, %s, %s, %s, NULL, NULL, %s)",
-                              (code, percent, amount, currency, duration, periods, plans))
+            self.conn.execute("SELECT billing.upsert_coupon(%s, %s, %s, %s, %s, %s, NULL, NULL, %s, %s)",
+                              (code, percent, amount, currency, duration, periods, plans, PER_CUSTOMER.get(code)))
         self.conn.execute("SELECT billing.upsert_meter('adv_req', 'adv.request', 'count', NULL, '{}', %s)",
                           (T0 - timedelta(days=400),))
         for code, (model, unit, package, tiers, included) in CHARGES.items():
@@ -318,6 +321,9 @@ def make_machine(db: Db, steps: int):
                     assert len({r["id"] for r in rows}) == 1, rows
             if rows == "BL422":  # an amount coupon in another currency, or a coupon of another plan
                 assert COUPONS[coupon][2] not in (None, PLANS[plan][1]) or plan not in (COUPONS[coupon][5] or [plan])
+                return
+            if rows == "BL409":  # a coupon this customer has redeemed its times already (a new key otherwise)
+                assert coupon in PER_CUSTOMER, (coupon, rows)
                 return
             assert isinstance(rows, list), rows
             self.plan_history[rows[0]["id"]] = [(self.now, plan)]
@@ -597,6 +603,15 @@ def make_machine(db: Db, steps: int):
             self.now += delta
 
         # -- the money rules, after every step -------------------------------------------------
+        @invariant()
+        def a_coupon_redeemed_within_its_limit_per_customer(self):
+            """max_redemptions_per_customer: on every door (signup, in bulk, apply), a redemption
+            replaced or ended counting too, no customer passes it."""
+            over = db.rows("SELECT r.customer_id, r.coupon_code, count(*) AS n FROM billing.coupon_redemption r "
+                           "JOIN billing.coupon c ON c.code = r.coupon_code WHERE c.max_redemptions_per_customer IS NOT NULL "
+                           "GROUP BY 1, 2, c.max_redemptions_per_customer HAVING count(*) > c.max_redemptions_per_customer")
+            assert not over, f"coupons redeemed past their limit per customer: {over}"
+
         @invariant()
         def the_books_balance(self):
             rows = db.rows("""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
@@ -464,3 +465,48 @@ def test_a_void_waiting_on_a_claim_sees_the_charge_in_flight_and_refuses(db_url)
     assert outcome["result"] == "BL409"
     with connect(db_url) as conn:
         assert conn.execute("SELECT status FROM billing.invoice WHERE id = %s", (claimed_first,)).fetchone()[0] == "OPEN"
+
+
+@pytest.mark.parametrize("second", ["apply_coupon", "create_subscription"])
+def test_two_redemptions_of_a_once_per_customer_coupon_at_once_one_wins(db_url, second):
+    # max_redemptions_per_customer (migration 0830): two redemptions by one customer on two of its
+    # subscriptions, the first still uncommitted when the second comes: the second waits on the
+    # customer's row lock (seen waiting, not by timing), then counts the first's redemption: BL409.
+    with connect(db_url) as conn:
+        conn.execute("SELECT billing.upsert_plan('RACE_P', 1000, 'USD', 'MONTH')")
+        conn.execute("SELECT billing.upsert_coupon('RACE_ONCE_EACH', 50, NULL, NULL, 'forever', NULL, NULL, NULL, NULL, 1)")
+        other = conn.execute("SELECT id FROM billing.create_subscription('rp-0', 830, 'RACE_P', %s)", (T0,)).fetchone()[0]
+    first = psycopg.connect(db_url)  # an open transaction holding the first redemption
+    first.execute("SELECT billing.create_subscription('rp-1', 830, 'RACE_P', %s, 0, 'RACE_ONCE_EACH')", (T0,))
+    later = connect(db_url)
+    later_pid = later.execute("SELECT pg_backend_pid()").fetchone()[0]
+    outcome: dict = {}
+
+    def redeem() -> None:
+        try:
+            if second == "apply_coupon":
+                later.execute("SELECT billing.apply_coupon(%s, 'RACE_ONCE_EACH', %s)", (other, T0))
+            else:
+                later.execute("SELECT billing.create_subscription('rp-2', 830, 'RACE_P', %s, 0, 'RACE_ONCE_EACH')", (T0,))
+            outcome["done"] = True
+        except psycopg.Error as exc:
+            outcome["error"] = exc.sqlstate
+
+    waiter = threading.Thread(target=redeem)
+    waiter.start()
+    with connect(db_url) as watch:
+        for _ in range(600):
+            if watch.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                             (later_pid,)).fetchone()[0]:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the second redemption never waited for the first")
+    first.commit()
+    first.close()
+    waiter.join(30)
+    later.close()
+    assert outcome == {"error": "BL409"}, outcome
+    with connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM billing.coupon_redemption WHERE customer_id = 830").fetchone()[0] == 1
+        assert conn.execute("SELECT times_redeemed FROM billing.coupon WHERE code = 'RACE_ONCE_EACH'").fetchone()[0] == 1

@@ -38,6 +38,9 @@ _COUPON = {
                    "currency": {"type": ["string", "null"]},
                    "duration": {"type": "string", "enum": ["once", "repeating", "forever"]},
                    "durationPeriods": {"type": ["integer", "null"]}, "maxRedemptions": {"type": ["integer", "null"]},
+                   "maxRedemptionsPerCustomer": {"type": ["integer", "null"],
+                                                 "description": "At most this many redemptions by one customer, "
+                                                                "replaced or ended ones too (null: no limit)"},
                    "timesRedeemed": {"type": "integer"}, "redeemBy": {"type": ["string", "null"], "format": "date-time"},
                    "planCodes": {"type": ["array", "null"], "items": {"type": "string"}},
                    "archivedAt": {"type": ["string", "null"], "format": "date-time",
@@ -229,6 +232,7 @@ _BASE: dict = {
                                "duration": {"type": "string", "enum": ["once", "repeating", "forever"]},
                                "durationPeriods": {"type": "integer", "minimum": 1, "maximum": 120},
                                "maxRedemptions": {"type": "integer", "minimum": 1},
+                               "maxRedemptionsPerCustomer": {"type": "integer", "minimum": 1},
                                "redeemBy": {"type": "string", "format": "date-time"},
                                "planCodes": {"type": "array", "items": {"type": "string"}, "minItems": 1}}}}}},
             "security": [{"apiKey": []}], "x-scope": "admin",
@@ -335,10 +339,15 @@ _BASE: dict = {
         "/customers/{id}/payment-method": {"put": {
             "operationId": "setPaymentMethod", "security": [{"apiKey": []}], "x-scope": "subscriptions:write",
             "parameters": [_ID_PARAM],
+            "description": "With a server key: the method by its provider references. With a customer session "
+                           "(cs_...): only {\"provider\": \"stripe\", \"setupIntentId\": \"seti_...\"}, a SetupIntent "
+                           "the provider confirms was made for this customer and succeeded (403 for anything else or "
+                           "one it cannot prove, 422 for one not succeeded; docs/security.md).",
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "additionalProperties": False,
-                "required": ["provider", "paymentMethodRef", "expMonth", "expYear"],
-                "properties": {"provider": {"type": "string", "maxLength": 32},
+                "properties": {"setupIntentId": {"type": "string", "pattern": "^seti_[A-Za-z0-9_]{1,95}$",
+                                                 "description": "A customer session's only way (with provider)"},
+                               "provider": {"type": "string", "maxLength": 32},
                                "customerRef": {"type": ["string", "null"], "maxLength": 255},
                                "paymentMethodRef": {"type": "string", "maxLength": 255},
                                "brand": {"type": ["string", "null"], "maxLength": 50},

@@ -19,7 +19,8 @@ def coupon_json(row: dict) -> dict:
             "percentOff": None if row["percent_off"] is None else float(row["percent_off"]),
             "amountOff": row["amount_off"], "currency": row["currency"], "duration": row["duration"],
             "durationPeriods": row["duration_periods"], "maxRedemptions": row["max_redemptions"],
-            "timesRedeemed": row["times_redeemed"], "redeemBy": utc(row["redeem_by"]), "planCodes": row["plan_codes"],
+            "maxRedemptionsPerCustomer": row.get("max_redemptions_per_customer"), "timesRedeemed": row["times_redeemed"],
+            "redeemBy": utc(row["redeem_by"]), "planCodes": row["plan_codes"],
             "archivedAt": utc(row.get("archived_at"))}
 
 
@@ -30,7 +31,7 @@ def routes(api: Api) -> list[BaseRoute]:
     async def upsert_coupon(request: Request) -> Response:
         require_admin(request)
         fields = {"code", "percentOff", "amountOff", "currency", "duration", "durationPeriods", "maxRedemptions",
-                  "redeemBy", "planCodes"}
+                  "maxRedemptionsPerCustomer", "redeemBy", "planCodes"}
         doc = await json_object(request, allowed=fields, required={"code", "duration"})
         percent = doc.get("percentOff")
         if percent is not None and (isinstance(percent, bool) or not isinstance(percent, (int, float))):
@@ -47,6 +48,7 @@ def routes(api: Api) -> list[BaseRoute]:
             "duration": text_field(doc, "duration", max_len=20),
             "duration_periods": opt("durationPeriods", lambda d, n: int_field(d, n, 1, 120)),
             "max_redemptions": opt("maxRedemptions", lambda d, n: int_field(d, n, 1, 2**31 - 1)),
+            "max_per_customer": opt("maxRedemptionsPerCustomer", lambda d, n: int_field(d, n, 1, 2**31 - 1)),
             "redeem_by": opt("redeemBy", instant_field),
             "plan_codes": plans})
         return JSONResponse(coupon_json(row))
