@@ -48,9 +48,10 @@ BEGIN
     VALUES (p_object_type, p_external_id, p_customer_id, p_object_id, p_now)
     ON CONFLICT ON CONSTRAINT external_ref_pkey DO NOTHING;
     IF NOT FOUND THEN
-        SELECT * INTO v_ref FROM billing.external_ref r WHERE r.object_type = p_object_type AND r.external_id = p_external_id;
+        -- (the message names the external id only: never the other object's id or its customer, which
+        -- the caller, a customer session perhaps, may not see)
         RAISE EXCEPTION USING ERRCODE = 'BL409',
-            MESSAGE = format('the external id %L already names %s %s', p_external_id, p_object_type, v_ref.object_id),
+            MESSAGE = format('the external id %L is already in use by another %s', p_external_id, p_object_type),
             HINT = 'External ids are unique per kind: look the object up with resolve_external_id.';
     END IF;
     RETURN true;

@@ -45,7 +45,7 @@ BEGIN
                        THEN 'an external id of 1 to 255 characters without surrounding blanks is required'
                    WHEN count(*) OVER (PARTITION BY r.external_id) > 1 THEN 'the external id appears twice in the batch'
                    WHEN ref.object_id IS NOT NULL AND r.id IS NOT NULL AND ref.object_id <> r.id
-                       THEN format('the external id already names customer %s', ref.object_id)
+                       THEN 'the external id is already in use by another customer'
                    WHEN ref.object_id IS NOT NULL THEN NULL
                    WHEN r.id IS NOT NULL AND r.id < 1 THEN format('a customer id is a positive integer, not %s', r.id)
                    WHEN r.id IS NOT NULL AND count(*) OVER (PARTITION BY r.id) > 1 THEN 'the customer id appears twice in the batch'
@@ -166,7 +166,7 @@ BEGIN
                        THEN 'an external id of 1 to 255 characters without surrounding blanks is required'
                    WHEN count(*) OVER (PARTITION BY d.external_id) > 1 THEN 'the external id appears twice in the batch'
                    WHEN d.existing_id IS NOT NULL AND d.cust_id IS DISTINCT FROM d.existing_customer
-                       THEN format('the external id already names subscription %s of customer %s', d.existing_id, d.existing_customer)
+                       THEN 'the external id is already in use by a subscription of another customer'
                    WHEN d.existing_id IS NOT NULL THEN NULL
                    WHEN d.cust_id IS NULL THEN format('unknown customer %s', coalesce(d.customer_id::text, quote_literal(d.customer_external_id), 'NULL'))
                    WHEN d.plan_id IS NULL THEN format('unknown plan %s', coalesce(quote_literal(d.plan_code), 'with external id ' || quote_literal(d.plan_external_id), 'NULL'))

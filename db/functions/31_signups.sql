@@ -132,7 +132,7 @@ BEGIN
                    WHEN k.external_id IS NOT NULL AND k.ext_twice
                        THEN format('BL409:the external id %L appears under two idempotency keys of the batch', k.external_id)
                    WHEN k.ext_taken IS NOT NULL
-                       THEN format('BL409:the external id %L already names subscription %s', k.external_id, k.ext_taken)
+                       THEN format('BL409:the external id %L is already in use by another subscription', k.external_id)
                END AS problem
           FROM k
     ), fresh AS (

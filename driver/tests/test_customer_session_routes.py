@@ -282,3 +282,42 @@ def test_a_customer_session_sets_a_payment_method_only_through_its_own_setup_int
     assert out["mine"][0] == 200 and out["mine"][1]["paymentMethodRef"] == "pm_card_visa", out["mine"]
     assert methods() == [(A, "stripe", "pm_card_visa", True)]
     assert stripe_fake.rejected == []
+
+
+def test_an_external_id_in_use_names_nothing_of_its_owner(db_url):
+    """A customer session that tries another customer's external id learns that it is in use, never
+    which subscription (or customer) holds it: one signup, one in bulk, and the SQL call itself."""
+    subs = seed(db_url, (A, B))
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.set_external_id('subscription', %s, 'sub_secret_bee', %s)", (subs[B], T0))
+    opener = create_key(db_url, "checkout-backend", ["customer-sessions:write", "subscriptions:write"]).key
+
+    async def body():
+        app = create_app(Settings(database_url=db_url, stripe_webhook_secret=STRIPE_SECRET), clock=SimulatedClock(T0))
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=("127.0.0.1", 40000))
+        try:
+            async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as client:
+                token = (await client.post("/customer-sessions", json={"customerId": A},
+                                           headers=bearer(opener))).json()["token"]
+                one = await client.post("/v1/subscriptions", json={"customerId": A, **SIGNUP, "externalId": "sub_secret_bee"},
+                                        headers={**bearer(token), "Idempotency-Key": "x-1"})
+                bulk = await client.post("/v1/subscriptions/batch", headers=bearer(token), json={"signups": [
+                    {"idempotencyKey": "x-2", "customerId": A, **SIGNUP, "externalId": "sub_secret_bee"}]})
+                return one, bulk
+        finally:
+            await app.state.database.close()
+            await app.state.stripe.close()
+
+    answers = asyncio.run(body())
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        try:
+            conn.execute("SELECT billing.create_subscription('x-3', %s, 'PRO_MONTHLY', %s, 0, NULL, 1, 'sub_secret_bee')", (A, T0))
+            raise AssertionError("the external id was taken twice")
+        except psycopg.Error as exc:
+            sql_message = exc.diag.message_primary
+    messages = [r.json()["error"]["message"] for r in answers] + [sql_message]
+    assert [r.status_code for r in answers] == [409, 409], messages
+    for message in messages:
+        said = message.rsplit("): ", 1)[-1]  # (a batch's row first names its own key: "signup '<key>' (row 1): ")
+        assert "sub_secret_bee" in said, message
+        assert not any(ch.isdigit() for ch in said), f"names another's id: {message}"
