@@ -166,7 +166,7 @@ def test_customers_are_found_by_email_or_name_and_their_invoices_link_their_docu
         number = conn.execute("SELECT (billing.finalize_invoice(%s, %s)).number",
                               (world.paid_invoice, datetime(2026, 9, 11, tzinfo=timezone.utc))).fetchone()[0]
     assert number
-    reader = create_test_key(db_url, "subscriptions:read")
+    reader = create_test_key(db_url, "subscriptions:read", "customers:read")  # (personal data: customers:read)
     with httpx.Client(timeout=30, base_url=server.url) as c:
         assert c.get(f"/console/invoices/{world.paid_invoice}.html").status_code in (303, 401)  # no session
         _login(c, reader)
@@ -185,6 +185,44 @@ def test_customers_are_found_by_email_or_name_and_their_invoices_link_their_docu
         pdf = c.get(pdf_link)
         assert pdf.status_code == 200 and pdf.headers["content-type"] == "application/pdf"
         assert pdf.content.startswith(b"%PDF") and number in pdf.headers["content-disposition"]
+
+
+def test_a_login_without_customers_read_sees_no_personal_data_and_cannot_search_it(db_url, served):
+    """As /v1 keeps names, emails, addresses, tax ids and events' payloads behind customers:read, so
+    does the console: a subscriptions:read login sees ids and external ids, and its search by a name
+    or an email answers exactly as for words nobody has (no oracle); a customers:read (or admin)
+    login sees and searches them."""
+    _, server = served
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.set_customer_details(7001, 'Acme Widgets Ltd', 'billing@acme.example', "
+                     "'1 Main Street', 'Paris', '75001', NULL, 'FR', 'FR12345678901', 'TAXABLE')")
+        conn.execute("SELECT billing.set_external_id('customer', 7001, 'cus_acme', now())")
+    secrets = ("Acme Widgets", "billing@acme.example", "1 Main Street", "75001", "FR12345678901")
+    reader = create_test_key(db_url, "subscriptions:read")
+    people = create_test_key(db_url, "subscriptions:read", "customers:read")
+    with httpx.Client(timeout=30, base_url=server.url) as c:
+        _login(c, reader)
+        pages = {path: c.get(path) for path in ("/console/customers", "/console/customers/7001", "/console/events",
+                                                "/console/events?subject=customer/7001", "/console/")}
+        for path, page in pages.items():
+            assert page.status_code == 200, path
+            leaked = [x for x in secrets if x in page.text]
+            assert not leaked, f"{path} shows {leaked}"
+        assert "cus_acme" in pages["/console/customers/7001"].text  # ids and external ids instead
+        events = pages["/console/events"].text  # payloads: customers:read, as GET /v1/events
+        assert "<summary>data</summary>" not in events and "needs customers:read" in events
+        found = {q: c.get("/console/customers", params={"q": q}).text
+                 for q in ("acme", "billing@acme.example", "@acme", "Widgets", "nobody-has-this", "cus_acme", "7001")}
+        for q in ("acme", "billing@acme.example", "@acme", "Widgets"):
+            rows = re.findall(r'href="/console/customers/(\d+)"', found[q])
+            assert rows == [], (q, rows)  # no search by personal data ...
+            assert found[q].replace(q, "Q") == found["nobody-has-this"].replace("nobody-has-this", "Q"), q  # ... same page
+        assert 'href="/console/customers/7001"' in found["cus_acme"] and 'href="/console/customers/7001"' in found["7001"]
+    with httpx.Client(timeout=30, base_url=server.url) as c:
+        _login(c, people)
+        assert "billing@acme.example" in c.get("/console/customers/7001").text
+        assert 'href="/console/customers/7001"' in c.get("/console/customers", params={"q": "acme"}).text
+        assert "<summary>data</summary>" in c.get("/console/events").text
 
 
 def test_the_subscription_page_shows_its_usage_and_upcoming_invoice(db_url, served):

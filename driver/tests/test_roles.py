@@ -96,7 +96,7 @@ POLICY = {
     "billing_console": {"console_open_session", "console_session", "console_close_session", "console_functions",
                         "console_overview", "console_mrr", "console_customers", "console_customer",
                         "console_subscription", "console_invoices", "console_events", "authenticate_api_key",
-                        "console_usage",
+                        "console_usage", "resolve_external_id",
                         "get_subscription", "plan_code", "outbox_stats", "is_simulation", "cancel_subscription",
                         "change_plan", "replay_outbox_event", "get_invoice_document", "report_mrr",
                         "report_mrr_movements", "report_churn", "report_revenue", "record_auth_failure"},
