@@ -32,6 +32,7 @@ class UpsertCouponBody:
             currency (Union[Unset, str]):
             duration_periods (Union[Unset, int]):
             max_redemptions (Union[Unset, int]):
+            max_redemptions_per_customer (Union[Unset, int]):
             percent_off (Union[Unset, float]):
             plan_codes (Union[Unset, list[str]]):
             redeem_by (Union[Unset, datetime.datetime]):
@@ -43,6 +44,7 @@ class UpsertCouponBody:
     currency: Union[Unset, str] = UNSET
     duration_periods: Union[Unset, int] = UNSET
     max_redemptions: Union[Unset, int] = UNSET
+    max_redemptions_per_customer: Union[Unset, int] = UNSET
     percent_off: Union[Unset, float] = UNSET
     plan_codes: Union[Unset, list[str]] = UNSET
     redeem_by: Union[Unset, datetime.datetime] = UNSET
@@ -63,6 +65,8 @@ class UpsertCouponBody:
         duration_periods = self.duration_periods
 
         max_redemptions = self.max_redemptions
+
+        max_redemptions_per_customer = self.max_redemptions_per_customer
 
         percent_off = self.percent_off
 
@@ -91,6 +95,8 @@ class UpsertCouponBody:
             field_dict["durationPeriods"] = duration_periods
         if max_redemptions is not UNSET:
             field_dict["maxRedemptions"] = max_redemptions
+        if max_redemptions_per_customer is not UNSET:
+            field_dict["maxRedemptionsPerCustomer"] = max_redemptions_per_customer
         if percent_off is not UNSET:
             field_dict["percentOff"] = percent_off
         if plan_codes is not UNSET:
@@ -120,6 +126,8 @@ class UpsertCouponBody:
 
         max_redemptions = d.pop("maxRedemptions", UNSET)
 
+        max_redemptions_per_customer = d.pop("maxRedemptionsPerCustomer", UNSET)
+
         percent_off = d.pop("percentOff", UNSET)
 
         plan_codes = cast(list[str], d.pop("planCodes", UNSET))
@@ -142,6 +150,7 @@ class UpsertCouponBody:
             currency=currency,
             duration_periods=duration_periods,
             max_redemptions=max_redemptions,
+            max_redemptions_per_customer=max_redemptions_per_customer,
             percent_off=percent_off,
             plan_codes=plan_codes,
             redeem_by=redeem_by,

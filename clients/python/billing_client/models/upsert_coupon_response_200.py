@@ -37,6 +37,8 @@ class UpsertCouponResponse200:
             currency (Union[None, Unset, str]):
             duration_periods (Union[None, Unset, int]):
             max_redemptions (Union[None, Unset, int]):
+            max_redemptions_per_customer (Union[None, Unset, int]): At most this many redemptions by one customer, replaced
+                or ended ones too (null: no limit)
             percent_off (Union[None, Unset, float]):
             plan_codes (Union[None, Unset, list[str]]):
             redeem_by (Union[None, Unset, datetime.datetime]):
@@ -51,6 +53,7 @@ class UpsertCouponResponse200:
     currency: Union[None, Unset, str] = UNSET
     duration_periods: Union[None, Unset, int] = UNSET
     max_redemptions: Union[None, Unset, int] = UNSET
+    max_redemptions_per_customer: Union[None, Unset, int] = UNSET
     percent_off: Union[None, Unset, float] = UNSET
     plan_codes: Union[None, Unset, list[str]] = UNSET
     redeem_by: Union[None, Unset, datetime.datetime] = UNSET
@@ -101,6 +104,12 @@ class UpsertCouponResponse200:
         else:
             max_redemptions = self.max_redemptions
 
+        max_redemptions_per_customer: Union[None, Unset, int]
+        if isinstance(self.max_redemptions_per_customer, Unset):
+            max_redemptions_per_customer = UNSET
+        else:
+            max_redemptions_per_customer = self.max_redemptions_per_customer
+
         percent_off: Union[None, Unset, float]
         if isinstance(self.percent_off, Unset):
             percent_off = UNSET
@@ -144,6 +153,8 @@ class UpsertCouponResponse200:
             field_dict["durationPeriods"] = duration_periods
         if max_redemptions is not UNSET:
             field_dict["maxRedemptions"] = max_redemptions
+        if max_redemptions_per_customer is not UNSET:
+            field_dict["maxRedemptionsPerCustomer"] = max_redemptions_per_customer
         if percent_off is not UNSET:
             field_dict["percentOff"] = percent_off
         if plan_codes is not UNSET:
@@ -231,6 +242,16 @@ class UpsertCouponResponse200:
         max_redemptions = _parse_max_redemptions(d.pop("maxRedemptions", UNSET))
 
 
+        def _parse_max_redemptions_per_customer(data: object) -> Union[None, Unset, int]:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(Union[None, Unset, int], data)
+
+        max_redemptions_per_customer = _parse_max_redemptions_per_customer(d.pop("maxRedemptionsPerCustomer", UNSET))
+
+
         def _parse_percent_off(data: object) -> Union[None, Unset, float]:
             if data is None:
                 return data
@@ -289,6 +310,7 @@ class UpsertCouponResponse200:
             currency=currency,
             duration_periods=duration_periods,
             max_redemptions=max_redemptions,
+            max_redemptions_per_customer=max_redemptions_per_customer,
             percent_off=percent_off,
             plan_codes=plan_codes,
             redeem_by=redeem_by,

@@ -136,7 +136,11 @@ def sync_detailed(
     body: SetPaymentMethodBody,
 
 ) -> Response[Union[Error, PaymentMethod]]:
-    """ 
+    r"""  With a server key: the method by its provider references. With a customer session (cs_...): only
+    {\"provider\": \"stripe\", \"setupIntentId\": \"seti_...\"}, a SetupIntent the provider confirms was
+    made for this customer and succeeded (403 for anything else or one it cannot prove, 422 for one not
+    succeeded; docs/security.md).
+
     Args:
         id (Union[int, str]):
         body (SetPaymentMethodBody):
@@ -169,7 +173,11 @@ def sync(
     body: SetPaymentMethodBody,
 
 ) -> Optional[Union[Error, PaymentMethod]]:
-    """ 
+    r"""  With a server key: the method by its provider references. With a customer session (cs_...): only
+    {\"provider\": \"stripe\", \"setupIntentId\": \"seti_...\"}, a SetupIntent the provider confirms was
+    made for this customer and succeeded (403 for anything else or one it cannot prove, 422 for one not
+    succeeded; docs/security.md).
+
     Args:
         id (Union[int, str]):
         body (SetPaymentMethodBody):
@@ -197,7 +205,11 @@ async def asyncio_detailed(
     body: SetPaymentMethodBody,
 
 ) -> Response[Union[Error, PaymentMethod]]:
-    """ 
+    r"""  With a server key: the method by its provider references. With a customer session (cs_...): only
+    {\"provider\": \"stripe\", \"setupIntentId\": \"seti_...\"}, a SetupIntent the provider confirms was
+    made for this customer and succeeded (403 for anything else or one it cannot prove, 422 for one not
+    succeeded; docs/security.md).
+
     Args:
         id (Union[int, str]):
         body (SetPaymentMethodBody):
@@ -230,7 +242,11 @@ async def asyncio(
     body: SetPaymentMethodBody,
 
 ) -> Optional[Union[Error, PaymentMethod]]:
-    """ 
+    r"""  With a server key: the method by its provider references. With a customer session (cs_...): only
+    {\"provider\": \"stripe\", \"setupIntentId\": \"seti_...\"}, a SetupIntent the provider confirms was
+    made for this customer and succeeded (403 for anything else or one it cannot prove, 422 for one not
+    succeeded; docs/security.md).
+
     Args:
         id (Union[int, str]):
         body (SetPaymentMethodBody):
