@@ -166,6 +166,9 @@ API_CANCEL_SUBSCRIPTION = _API_SUBSCRIPTION.format(
     extra="", call="cancel_subscription(%(id)s, %(at_period_end)s, %(now)s, %(expected_version)s)")
 API_CHANGE_PLAN = _API_SUBSCRIPTION.format(
     extra="", call="change_plan(%(id)s, %(plan_code)s, %(now)s, %(expected_version)s, %(when)s, %(prorate)s)")
+# A customer session's plan change: the portal's (only a change the operator offers, prorated; 37_portal.sql).
+API_PORTAL_CHANGE_PLAN = _API_SUBSCRIPTION.format(
+    extra="", call="portal_change_plan(%(customer_id)s, %(id)s, %(plan_code)s, %(now)s)")
 # The lifecycle (db/functions/33_calendar.sql to 36_lifecycle_api.sql, docs/lifecycle.md).
 API_APPLY_COUPON = _API_SUBSCRIPTION.format(extra="", call="apply_coupon(%(id)s, %(code)s, %(now)s)")
 API_PAUSE_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="pause_subscription(%(id)s, %(resume_at)s, %(now)s)")

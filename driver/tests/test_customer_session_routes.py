@@ -42,15 +42,19 @@ ROUTES: dict[tuple[str, str], list[tuple[str, object, set[int]]]] = {
         ("own", {"customerId": A, **SIGNUP, "trialDays": 30}, NEVER),
         ("own", {"customerId": A, **SIGNUP, "trialDays": 0}, NEVER),
         ("own", {"customerId": A, **SIGNUP, "quantity": 6}, NEVER),  # the opening key's guardrail: 5 seats
+        ("own", {"customerId": A, **SIGNUP, "externalId": "sub_of_the_operator"}, NEVER),
+        ("own", {"customerId": A, "planCode": "STAFF_FREE"}, LEGIT),  # (a plan of its choosing: billed, see below)
         ("other", {"customerId": B, **SIGNUP}, HIDDEN)],
     ("POST", "/subscriptions/batch"): [
         ("own", {"signups": [{"idempotencyKey": "b1", "customerId": A, **SIGNUP, "couponCode": "FREE100"}]}, NEVER),
         ("own", {"signups": [{"idempotencyKey": "b2", "customerId": A, **SIGNUP, "trialDays": 14}]}, NEVER),
+        ("own", {"signups": [{"idempotencyKey": "b4", "customerId": A, **SIGNUP, "externalId": "sub_x"}]}, NEVER),
         ("other", {"signups": [{"idempotencyKey": "b3", "customerId": B, **SIGNUP}]}, HIDDEN)],
     ("GET", "/subscriptions"): [("own", None, {200}), ("other", None, HIDDEN)],
     ("GET", "/subscriptions/{id}"): [("own", None, {200}), ("other", None, HIDDEN)],
     ("POST", "/subscriptions/{id}/change-plan"): [
         ("own", {"planCode": "BASIC_MONTHLY", "prorate": False}, NEVER),
+        ("own", {"planCode": "STAFF_FREE"}, {422}),  # not a change the operator offers (the portal's check)
         ("other", {"planCode": "BASIC_MONTHLY"}, HIDDEN)],
     ("POST", "/subscriptions/{id}/coupon"): [("own", {"couponCode": "FREE100"}, NEVER),
                                              ("other", {"couponCode": "FREE100"}, NOT_MINE)],
@@ -161,6 +165,7 @@ def test_a_customer_session_makes_no_value_on_any_route(db_url, stripe_fake):
     subs = seed(db_url, (A, B))
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("SELECT billing.upsert_coupon('FREE100', 100, NULL, NULL, 'forever')")
+        conn.execute("SELECT billing.upsert_plan('STAFF_FREE', 0, 'USD', 'MONTH', 1)")
         conn.execute("SELECT billing.set_payment_method(%s, 'sim', NULL, 'pm_b', 'visa', '4242', 12, 2031, %s)", (B, T0))
         invoices = dict(conn.execute("SELECT customer_id, id FROM billing.invoice").fetchall())
         before = fingerprint(conn, B)
@@ -231,6 +236,47 @@ def test_a_customer_session_makes_no_value_on_any_route(db_url, stripe_fake):
         assert conn.execute("SELECT count(*) FROM billing.subscription WHERE customer_id = %s AND quantity > 5",
                             (A,)).fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM billing.coupon WHERE code = 'MINE'").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM billing.external_ref WHERE customer_id = %s", (A,)).fetchone()[0] == 0
+        # its first subscription never moved to a plan nobody offered it
+        assert conn.execute("SELECT billing.plan_code(plan_id) FROM billing.subscription WHERE id = %s",
+                            (subs[A],)).fetchone()[0] == "PRO_MONTHLY"
+
+
+def test_a_customer_session_changes_plans_only_as_the_portal_offers(db_url):
+    """A plan of its choosing (a free plan kept for staff) is refused (422, nothing changed); the
+    change the operator offers is made, prorated, when the offer says; If-Match still holds."""
+    subs = seed(db_url, (A,))
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_plan('STAFF_FREE', 0, 'USD', 'MONTH', 1)")
+        conn.execute("SELECT billing.upsert_plan('PRO_PLUS', 2999, 'USD', 'MONTH', 1)")
+        conn.execute("""SELECT billing.set_plan_change_options('PRO_MONTHLY', '[{"plan": "PRO_PLUS", "when": "now"}]')""")
+    opener = create_key(db_url, "checkout-backend", ["customer-sessions:write", "subscriptions:write"],
+                        guardrails=Guardrails(allow_no_proration=True)).key
+
+    async def body():
+        app = create_app(Settings(database_url=db_url, stripe_webhook_secret=STRIPE_SECRET), clock=SimulatedClock(T0))
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=("127.0.0.1", 40000))
+        try:
+            async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as client:
+                token = (await client.post("/customer-sessions", json={"customerId": A},
+                                           headers=bearer(opener))).json()["token"]
+                url = f"/v1/subscriptions/{subs[A]}/change-plan"
+                free = await client.post(url, json={"planCode": "STAFF_FREE"}, headers=bearer(token))
+                stale = await client.post(url, json={"planCode": "PRO_PLUS"}, headers={**bearer(token), "If-Match": '"99"'})
+                offered = await client.post(url, json={"planCode": "PRO_PLUS", "when": "now"}, headers=bearer(token))
+                return free, stale, offered
+        finally:
+            await app.state.database.close()
+            await app.state.stripe.close()
+
+    free, stale, offered = asyncio.run(body())
+    assert free.status_code == 422 and "not offered" in free.json()["error"]["message"], free.text
+    assert stale.status_code == 412, stale.text
+    assert offered.status_code == 200 and offered.json()["planCode"] == "PRO_PLUS", offered.text
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        kinds = [r[0] for r in conn.execute("SELECT kind FROM billing.invoice WHERE subscription_id = %s ORDER BY id",
+                                            (subs[A],)).fetchall()]
+    assert kinds == ["INITIAL", "PRORATION"], kinds  # the upgrade prorated, as the portal's changes
 
 
 def test_a_customer_session_sets_a_payment_method_only_through_its_own_setup_intent(db_url, stripe_fake):
@@ -285,20 +331,19 @@ def test_a_customer_session_sets_a_payment_method_only_through_its_own_setup_int
 
 
 def test_an_external_id_in_use_names_nothing_of_its_owner(db_url):
-    """A customer session that tries another customer's external id learns that it is in use, never
-    which subscription (or customer) holds it: one signup, one in bulk, and the SQL call itself."""
+    """A caller that tries another customer's external id learns that it is in use, never which
+    subscription (or customer) holds it: one signup, one in bulk, and the SQL call itself. (A customer
+    session passes no external id at all: 403, the table above.)"""
     subs = seed(db_url, (A, B))
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("SELECT billing.set_external_id('subscription', %s, 'sub_secret_bee', %s)", (subs[B], T0))
-    opener = create_key(db_url, "checkout-backend", ["customer-sessions:write", "subscriptions:write"]).key
+    token = create_key(db_url, "checkout-backend", ["subscriptions:write"]).key
 
     async def body():
         app = create_app(Settings(database_url=db_url, stripe_webhook_secret=STRIPE_SECRET), clock=SimulatedClock(T0))
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False, client=("127.0.0.1", 40000))
         try:
             async with httpx.AsyncClient(timeout=30, transport=transport, base_url="http://billing.test") as client:
-                token = (await client.post("/customer-sessions", json={"customerId": A},
-                                           headers=bearer(opener))).json()["token"]
                 one = await client.post("/v1/subscriptions", json={"customerId": A, **SIGNUP, "externalId": "sub_secret_bee"},
                                         headers={**bearer(token), "Idempotency-Key": "x-1"})
                 bulk = await client.post("/v1/subscriptions/batch", headers=bearer(token), json={"signups": [

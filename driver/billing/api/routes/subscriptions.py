@@ -8,8 +8,8 @@ from starlette.routing import BaseRoute, Route
 
 from billing import db
 from billing.api.context import (
-    Api, actor, guardrail, guardrails_of, idempotency_key, is_admin, refuse_for_customer, require_customer,
-    require_subscription_of,
+    Api, actor, bound_customer, guardrail, guardrails_of, idempotency_key, is_admin, refuse_for_customer,
+    require_customer, require_subscription_of,
 )
 from billing.api.errors import endpoint_of
 from billing.api.validation import (
@@ -37,6 +37,8 @@ def signup_terms(request: Request, doc: dict, where: str = "") -> dict:
         refuse_for_customer(request, "pass a coupon", where)
     if doc.get("trialDays") is not None:
         refuse_for_customer(request, "choose trial days (a subscription it makes has the plan's own terms)", where)
+    if doc.get("externalId") is not None:  # the operator's own ids: a browser squatting one would be addressed by them
+        refuse_for_customer(request, "choose an external id (they are the operator's own ids)", where)
     limits = guardrails_of(request)
     guardrail(request, limits.max_quantity is None or terms["quantity"] <= limits.max_quantity,
               f"this API key may create subscriptions of at most {limits.max_quantity} seats")
@@ -92,6 +94,18 @@ def routes(api: Api) -> list[BaseRoute]:
             refuse_for_customer(request, "change a plan without proration")
         guardrail(request, prorate or is_admin(request) or guardrails_of(request).allow_no_proration,
                   "prorate: false needs the admin scope or a key created with --allow-no-proration")
+        bound = bound_customer(request)
+        if bound is not None:
+            # A customer session changes plans as the portal does: only to a plan the operator offers
+            # from this one (set_plan_change_options), prorated, when the offer says (its `when`
+            # wins); never to a plan of its choosing, such as a free plan kept for staff.
+            current = await database.one(db.API_GET_SUBSCRIPTION, {"id": sub_id})
+            require_customer(request, current["customer_id"] if current else None)
+            if expected is not None and current["version"] != expected:
+                raise ApiError(412, "precondition_failed", f"subscription {sub_id} is at version {current['version']}")
+            row = await database.mutate(actor(request), db.API_PORTAL_CHANGE_PLAN, {
+                "customer_id": bound, "id": sub_id, "plan_code": text_field(doc, "planCode"), "now": clock.now()})
+            return subscription_response(row)
         await require_subscription_of(request, database, sub_id)
         row = await database.mutate(actor(request), db.API_CHANGE_PLAN, {
             "id": sub_id, "plan_code": text_field(doc, "planCode"),
