@@ -338,6 +338,7 @@ def test_an_external_id_in_use_names_nothing_of_its_owner(db_url):
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("SELECT billing.set_external_id('subscription', %s, 'sub_secret_bee', %s)", (subs[B], T0))
     token = create_key(db_url, "checkout-backend", ["subscriptions:write"]).key
+    opener = create_key(db_url, "portal-backend", ["customer-sessions:write", "subscriptions:read"]).key
 
     async def body():
         app = create_app(Settings(database_url=db_url, stripe_webhook_secret=STRIPE_SECRET), clock=SimulatedClock(T0))
@@ -348,7 +349,11 @@ def test_an_external_id_in_use_names_nothing_of_its_owner(db_url):
                                         headers={**bearer(token), "Idempotency-Key": "x-1"})
                 bulk = await client.post("/v1/subscriptions/batch", headers=bearer(token), json={"signups": [
                     {"idempotencyKey": "x-2", "customerId": A, **SIGNUP, "externalId": "sub_secret_bee"}]})
-                return one, bulk
+                session = (await client.post("/customer-sessions", json={"customerId": A},
+                                             headers=bearer(opener))).json()["token"]
+                taken = await client.get("/v1/subscriptions/sub_secret_bee", headers=bearer(session))
+                unknown = await client.get("/v1/subscriptions/sub_nobody_has", headers=bearer(session))
+                return one, bulk, taken, unknown
         finally:
             await app.state.database.close()
             await app.state.stripe.close()
@@ -360,8 +365,12 @@ def test_an_external_id_in_use_names_nothing_of_its_owner(db_url):
             raise AssertionError("the external id was taken twice")
         except psycopg.Error as exc:
             sql_message = exc.diag.message_primary
-    messages = [r.json()["error"]["message"] for r in answers] + [sql_message]
-    assert [r.status_code for r in answers] == [409, 409], messages
+    messages = [r.json()["error"]["message"] for r in answers[:2]] + [sql_message]
+    assert [r.status_code for r in answers[:2]] == [409, 409], messages
+    # and a customer session addressing another customer's external id, or one nobody has, is
+    # answered the same: no oracle of which external ids exist
+    taken, unknown = answers[2:]
+    assert (taken.status_code, taken.json()) == (unknown.status_code, unknown.json()) and taken.status_code == 404
     for message in messages:
         said = message.rsplit("): ", 1)[-1]  # (a batch's row first names its own key: "signup '<key>' (row 1): ")
         assert "sub_secret_bee" in said, message

@@ -72,6 +72,8 @@ def by_reference(database, kind: str, endpoint):
                     raise ApiError(404, "not_found", f"no such {kind}")
                 row = await database.one(db.V1_RESOLVE_EXTERNAL_ID, {"kind": kind, "external_id": raw})
                 if row is None or row["id"] is None:
+                    if bound_customer(request) is not None:  # as another customer's answers (require_customer):
+                        raise ApiError(404, "not_found", "no such resource")  # no oracle of others' external ids
                     raise ApiError(404, "not_found", f"no {kind} has the external id {raw[:60]!r}")
             except ApiError as exc:
                 return error_response(exc.status, exc.code, exc.message, exc.headers)
