@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import timedelta
 
+import aiohttp
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -80,8 +82,12 @@ def routes(api: Api) -> list[BaseRoute]:
             raise ApiError(503, "unavailable", "no card provider is configured")
         try:
             outcome = await cards.finish(database, provider, customer_id, setup_id, now=clock.now(), actor=actor(request))
-        except LookupFailed:
-            raise ApiError(403, "forbidden", "no such SetupIntent for this customer") from None
+        except LookupFailed as exc:  # "GET <path>: <status>": one the provider does not know (4xx) is not proven
+            if str(exc).rsplit(": ", 1)[-1].startswith("4"):
+                raise ApiError(403, "forbidden", "no such SetupIntent for this customer") from None
+            raise ApiError(503, "unavailable", "the card provider did not answer; retry later") from None
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            raise ApiError(503, "unavailable", "the card provider did not answer; retry later") from None
         if outcome == "not_found":
             raise ApiError(403, "forbidden", "no such SetupIntent for this customer")
         if outcome != "added":
