@@ -43,7 +43,8 @@ SELECT is((SELECT tgnewtable FROM pg_trigger WHERE tgname = 'outbox_event_notify
 -- The payload is stored as its text (json, migration 0800) and its CloudEvents CHECK settles a
 -- text in jsonb's order from the text itself: every event written so far is such a text, and a
 -- text in any other layout is parsed (the three ->>), so a wrong id, type or specversion is refused
--- either way (23514).
+-- either way (23514; on Citus the worker's refusal reaches the coordinator as XX000, hence the
+-- message).
 SELECT is((SELECT count(*) FILTER (WHERE NOT (starts_with(payload::text, '{"id": "' || event_id::text || '", "data": ')
                                               AND split_part(payload::text, '", "type": "', -1)
                                                   = event_type || '", "source": "billing", "subject": "' || aggregate_type || '/'
@@ -69,18 +70,18 @@ SELECT lives_ok($$INSERT INTO billing.outbox_event (event_id, aggregate_type, ag
                 'a valid envelope in another layout is accepted (parsed)');
 SELECT is((SELECT payload::text FROM billing.outbox_event WHERE event_id = 'a0000000-0000-4000-8000-000000000001'),
           (SELECT payload FROM bad_payload WHERE n = 1), 'and kept as the very text written');
-SELECT throws_ok($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+SELECT throws_like($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
                    SELECT event_id, 'invoice', 9, event_type, payload::json, '2026-01-01Z', '2026-01-01Z', 8001 FROM bad_payload WHERE n = 2$$,
-                 '23514', NULL, 'an envelope whose type is not the event''s is refused');
-SELECT throws_ok($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+                 '%violates check constraint "outbox_event_payload_is_cloudevent"%', 'an envelope whose type is not the event''s is refused');
+SELECT throws_like($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
                    SELECT event_id, 'invoice', 9, event_type, payload::json, '2026-01-01Z', '2026-01-01Z', 8001 FROM bad_payload WHERE n = 3$$,
-                 '23514', NULL, 'an envelope whose id is not the event''s is refused');
-SELECT throws_ok($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+                 '%violates check constraint "outbox_event_payload_is_cloudevent"%', 'an envelope whose id is not the event''s is refused');
+SELECT throws_like($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
                    SELECT event_id, 'invoice', 9, event_type, payload::json, '2026-01-01Z', '2026-01-01Z', 8001 FROM bad_payload WHERE n = 4$$,
-                 '23514', NULL, 'an envelope of another specversion is refused');
-SELECT throws_ok($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+                 '%violates check constraint "outbox_event_payload_is_cloudevent"%', 'an envelope of another specversion is refused');
+SELECT throws_like($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
                    SELECT event_id, 'invoice', 9, event_type, payload::json, '2026-01-01Z', '2026-01-01Z', 8001 FROM bad_payload WHERE n = 5$$,
-                 '23514', NULL, 'the event''s type inside the data does not stand for the envelope''s');
+                 '%violates check constraint "outbox_event_payload_is_cloudevent"%', 'the event''s type inside the data does not stand for the envelope''s');
 DELETE FROM billing.outbox_event;
 
 -- Claim order, lease, aggregate order ----------------------------------------------------------
