@@ -306,7 +306,7 @@ BEGIN
                ('{"id": "' || e.event_id::text || '", "data": ' || e.data || ', "time": "' || e.at
                 || '", "type": "' || e.event_type || '", "source": "billing", "subject": "' || e.aggregate_type || '/'
                 || e.aggregate_id::text || '", "dataschema": "urn:billing:events:' || e.event_type || ':v'
-                || billing._event_version(e.event_type) || '", "specversion": "1.0", "datacontenttype": "application/json"}')::jsonb,
+                || billing._event_version(e.event_type) || '", "specversion": "1.0", "datacontenttype": "application/json"}')::json,
                p_now, p_now, e.customer_id
           FROM (SELECT encode(v_event_head || substring(int8send((v_event_low + row_number() OVER ()) & 281474976710655) FROM 3),
                               'hex')::uuid AS event_id,

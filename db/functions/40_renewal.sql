@@ -183,9 +183,10 @@ BEGIN
     ), events AS (
         -- InvoiceCreated for every invoice, plus the rare rows (cancellations, invoices paid by
         -- credit): one INSERT, hence one NOTIFY. An invoice event's envelope is written as one JSON
-        -- text and parsed once (jsonb_build_object for its data and again for the envelope cost
-        -- ~12 us per invoice, bench/renewal/profile.py): the same jsonb as _cloud_event_at(...,
-        -- _invoice_data(invoice)) byte for byte (401_renewal_conformance checks every payload). Every
+        -- text, stored as it is (the payload is json since migration 0800: validated, not parsed;
+        -- jsonb_build_object for its data and again for the envelope cost ~12 us per invoice,
+        -- bench/renewal/profile.py): the text of _cloud_event_at(..., _invoice_data(invoice)) byte
+        -- for byte, in jsonb's key order (401_renewal_conformance checks every payload). Every
         -- value written raw is a number, an instant from _utc_text, our own literal (what this
         -- statement inserts: kind, no coupon, no discount, no attempt, no gateway reference) or a
         -- value its CHECK confines to letters (status, currency). The clock's text is made once.
@@ -193,13 +194,13 @@ BEGIN
         SELECT nextval(%11$L::regclass), e.event_text::uuid, e.aggregate_type, e.aggregate_id, e.event_type,
                CASE WHEN e.data IS NOT NULL
                     THEN billing._cloud_event_at(e.event_text::uuid, e.event_type, e.aggregate_type, e.aggregate_id,
-                                                 e.now_text, e.data)
+                                                 e.now_text, e.data)::json
                     ELSE ('{"id": "' || e.event_text || '", "data": ' || e.data_text || ', "time": "'
                           || e.now_text || '", "type": "' || e.event_type
                           || '", "source": "billing", "subject": "invoice/' || e.aggregate_id::text
                           || '", "dataschema": "urn:billing:events:' || e.event_type || ':v'
                           || billing._event_version(e.event_type)
-                          || '", "specversion": "1.0", "datacontenttype": "application/json"}')::jsonb END,
+                          || '", "specversion": "1.0", "datacontenttype": "application/json"}')::json END,
                %12$s, %12$s, e.customer_id
           FROM (SELECT g.head || lpad(to_hex((g.low + row_number() OVER ()) & 281474976710655), 12, '0') AS event_text,
                        n.now_text, x.*

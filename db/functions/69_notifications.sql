@@ -105,7 +105,9 @@ LANGUAGE plpgsql
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_kind text := billing._notification_kind(NEW.event_type, NEW.payload -> 'data');
+    -- (the kind follows the type alone: the data, parsed from the payload's text since migration
+    -- 0800, is read only for the row written)
+    v_kind text := billing._notification_kind(NEW.event_type, NULL);
 BEGIN
     IF v_kind IS NULL OR NEW.customer_id IS NULL OR NEW.customer_id = 0 THEN
         RETURN NULL;

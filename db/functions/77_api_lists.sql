@@ -321,7 +321,7 @@ BEGIN
     IF p_to IS NOT NULL THEN v_where := v_where || 'created_at < $5'::text; END IF;
     IF p_customer_id IS NOT NULL THEN v_where := v_where || 'customer_id = $6'::text; END IF;
     RETURN QUERY EXECUTE billing._page(
-        '(SELECT id, event_id, event_type, aggregate_type, aggregate_id, customer_id, created_at, payload '
+        '(SELECT id, event_id, event_type, aggregate_type, aggregate_id, customer_id, created_at, payload::jsonb AS payload '
         'FROM billing.outbox_event) e', 'id', v_where, p_starting_after IS NOT NULL, p_ending_before IS NOT NULL, p_limit)
         USING p_starting_after, p_ending_before, p_type, p_from, p_to, p_customer_id;
 END
@@ -336,7 +336,7 @@ RETURNS TABLE (id bigint, event_id uuid, event_type text, aggregate_type text, a
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
-    SELECT e.id, e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, e.customer_id, e.created_at, e.payload
+    SELECT e.id, e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, e.customer_id, e.created_at, e.payload::jsonb
       FROM billing.outbox_event e WHERE e.event_id = p_event_id
 $$;
 COMMENT ON FUNCTION billing.get_event(uuid) IS

@@ -392,7 +392,7 @@ BEGIN
                            WHERE w.c IS NOT NULL);
         RETURN QUERY
         SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.status, o.created_at, o.published_at,
-               o.attempts, o.last_error, o.payload
+               o.attempts, o.last_error, o.payload::jsonb
           FROM billing.outbox_event o
          WHERE o.customer_id = ANY (v_owners)
            AND o.aggregate_id = v_id
@@ -440,7 +440,7 @@ BEGIN
         v_ids := ARRAY(SELECT i FROM unnest(v_ids) i ORDER BY i DESC LIMIT p_limit);
         RETURN QUERY
         SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.status, o.created_at, o.published_at,
-               o.attempts, o.last_error, o.payload
+               o.attempts, o.last_error, o.payload::jsonb
           FROM billing.outbox_event o
          WHERE o.id = ANY (v_ids)
          ORDER BY o.id DESC;
@@ -448,7 +448,7 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.status, o.created_at, o.published_at,
-           o.attempts, o.last_error, o.payload
+           o.attempts, o.last_error, o.payload::jsonb
       FROM billing.outbox_event o
      WHERE (v_id IS NULL OR o.aggregate_id = v_id)
        AND (v_agg IS NULL OR o.aggregate_type = v_agg)

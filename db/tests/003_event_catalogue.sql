@@ -53,7 +53,7 @@ SELECT billing.claim_charges('w', 10, interval '5 minutes', '2026-06-01 10:00Z')
 SELECT pg_temp.pay('t10-a', 'DECLINED', '2026-06-01 10:01Z');
 SELECT is(pg_temp.since(), ARRAY['InvoicePaymentFailed invoice', 'SubscriptionUpdated subscription', 'SubscriptionPastDue subscription'],
           'a decline: InvoicePaymentFailed, SubscriptionUpdated, SubscriptionPastDue');
-SELECT is((SELECT payload -> 'data' -> 'changes' FROM billing.outbox_event WHERE event_type = 'SubscriptionUpdated'
+SELECT is((SELECT payload::jsonb -> 'data' -> 'changes' FROM billing.outbox_event WHERE event_type = 'SubscriptionUpdated'
             ORDER BY id DESC LIMIT 1),
           '{"status": {"after": "PAST_DUE", "before": "ACTIVE"}}'::jsonb, 'SubscriptionUpdated holds the change before and after');
 
@@ -67,7 +67,7 @@ SELECT pg_temp.reset();
 SELECT billing.change_plan(pg_temp.sid('t10-a'), 'T_E2', '2026-06-10 10:00Z');
 SELECT is(pg_temp.since(), ARRAY['InvoiceCreated invoice', 'SubscriptionUpdated subscription'],
           'an upgrade: the PRORATION InvoiceCreated, then SubscriptionUpdated');
-SELECT is((SELECT payload -> 'data' -> 'changes' FROM billing.outbox_event WHERE event_type = 'SubscriptionUpdated'
+SELECT is((SELECT payload::jsonb -> 'data' -> 'changes' FROM billing.outbox_event WHERE event_type = 'SubscriptionUpdated'
             ORDER BY id DESC LIMIT 1),
           '{"planCode": {"after": "T_E2", "before": "T_E1"}}'::jsonb, 'with the plan before and after');
 
@@ -82,7 +82,7 @@ SELECT is(pg_temp.since(), ARRAY['InvoiceCreated invoice'], 'a renewal: InvoiceC
 SELECT pg_temp.reset();
 SELECT billing.cancel_subscription(pg_temp.sid('t10-a'), true, '2026-07-02 10:00Z');
 SELECT is(pg_temp.since(), ARRAY['SubscriptionUpdated subscription'], 'cancel at period end: SubscriptionUpdated');
-SELECT is((SELECT payload -> 'data' -> 'changes' FROM billing.outbox_event WHERE event_type = 'SubscriptionUpdated'
+SELECT is((SELECT payload::jsonb -> 'data' -> 'changes' FROM billing.outbox_event WHERE event_type = 'SubscriptionUpdated'
             ORDER BY id DESC LIMIT 1),
           '{"cancelAtPeriodEnd": {"after": true, "before": false}}'::jsonb, 'with the flag before and after');
 

@@ -92,7 +92,7 @@ SELECT concat_ws(' ', 'subscription', r.idempotency_key, s.status, s.current_per
   FROM billing.subscription s JOIN billing.subscription_request r ON r.customer_id = s.customer_id AND r.subscription_id = s.id
  WHERE r.idempotency_key LIKE 't83-r%'
 UNION ALL
-SELECT concat_ws(' ', 'event', e.customer_id, e.event_type, e.aggregate_type, ((e.payload -> 'data') - 'invoiceId'::text)::text)
+SELECT concat_ws(' ', 'event', e.customer_id, e.event_type, e.aggregate_type, ((e.payload::jsonb -> 'data') - 'invoiceId'::text)::text)
   FROM billing.outbox_event e WHERE e.customer_id BETWEEN 83011 AND 83013 AND e.created_at >= '2026-02-25 00:30Z'
 UNION ALL
 SELECT concat_ws(' ', 'credit', b.customer_id, b.balance) FROM billing.credit_balance b WHERE b.customer_id BETWEEN 83011 AND 83013;

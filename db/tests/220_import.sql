@@ -61,7 +61,7 @@ SELECT results_eq($$SELECT count(*) FROM billing.service_line WHERE customer_id 
                   $$VALUES (0::bigint)$$, 'and no service line: nothing of them can come back as credit or refund');
 SELECT results_eq($$SELECT event_type, count(*) FROM billing.outbox_event WHERE customer_id IN (22001, 22002, 22003, 22004) GROUP BY 1$$,
                   $$VALUES ('SubscriptionCreated', 4::bigint)$$, 'SubscriptionCreated for each');
-SELECT results_eq($$SELECT payload -> 'data' FROM billing.outbox_event WHERE customer_id = 22001$$,
+SELECT results_eq($$SELECT payload::jsonb -> 'data' FROM billing.outbox_event WHERE customer_id = 22001$$,
                   format($$SELECT billing._subscription_data(billing.get_subscription(%s))$$, :'sub_a'),
                   'the event''s data is the subscription''s, as a signup''s would be');
 SELECT results_eq($$SELECT outcome FROM billing.import_subscriptions('[{"external_id": "sub_a", "customer_external_id": "cus_1",

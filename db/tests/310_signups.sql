@@ -83,7 +83,7 @@ SELECT is((SELECT count(*) FROM billing.service_line WHERE customer_id BETWEEN 9
 CREATE TEMP VIEW su_events AS
     SELECT e.customer_id / 1000 AS side, e.customer_id % 1000 AS n, e.event_type,
            row_number() OVER (PARTITION BY e.customer_id ORDER BY e.id) AS k,
-           (e.payload -> 'data') - 'subscriptionId' - 'invoiceId' - 'customerId' AS data, e.created_at, e.available_at
+           (e.payload::jsonb -> 'data') - 'subscriptionId' - 'invoiceId' - 'customerId' AS data, e.created_at, e.available_at
       FROM billing.outbox_event e WHERE e.customer_id BETWEEN 95001 AND 96999;
 SELECT is((SELECT count(*) FROM su_events WHERE side = 96), 19::bigint, 'SubscriptionCreated x10, InvoiceCreated x8, InvoicePaid x1');
 SELECT is_empty($$(SELECT n, event_type, k, data, created_at, available_at FROM su_events WHERE side = 95
@@ -104,19 +104,19 @@ SELECT skip('on Citus every row is create_subscription''s (no row written out by
 -- the shared builders make of the rows (both paths, per call).
 SELECT is_empty($$SELECT 1 FROM billing.outbox_event e JOIN billing.subscription s ON s.customer_id = e.customer_id AND s.id = e.aggregate_id
                    WHERE e.aggregate_type = 'subscription' AND s.customer_id BETWEEN 95001 AND 95010
-                     AND e.payload -> 'data' <> billing._subscription_data(s)$$,
+                     AND e.payload::jsonb -> 'data' <> billing._subscription_data(s)$$,
                 'create_subscription: SubscriptionCreated equals _subscription_data of the row');
 SELECT is_empty($$SELECT 1 FROM billing.outbox_event e JOIN billing.invoice i ON i.customer_id = e.customer_id AND i.id = e.aggregate_id
                    WHERE e.aggregate_type = 'invoice' AND i.customer_id BETWEEN 95001 AND 96999
-                     AND e.payload -> 'data' <> billing._invoice_data(i)$$,
+                     AND e.payload::jsonb -> 'data' <> billing._invoice_data(i)$$,
                 'InvoiceCreated and InvoicePaid equal _invoice_data of the invoice (per call and in bulk)');
 SELECT is_empty($$SELECT 1 FROM billing.outbox_event e WHERE e.customer_id BETWEEN 95001 AND 96999
-                     AND e.payload <> billing._cloud_event(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, e.created_at,
-                                                           e.payload -> 'data')$$,
+                     AND e.payload::jsonb <> billing._cloud_event(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id, e.created_at,
+                                                           e.payload::jsonb -> 'data')$$,
                 'every envelope is _cloud_event''s (per call and in bulk)');
 SELECT is_empty($$SELECT 1 FROM billing.outbox_event e JOIN billing.subscription s ON s.customer_id = e.customer_id AND s.id = e.aggregate_id
                    WHERE e.aggregate_type = 'subscription' AND s.customer_id BETWEEN 96001 AND 96007
-                     AND e.payload -> 'data' <> billing._subscription_data(s)$$,
+                     AND e.payload::jsonb -> 'data' <> billing._subscription_data(s)$$,
                 'SubscriptionCreated written out equals _subscription_data of the row');
 \endif
 SELECT subscription_id AS su_req FROM billing.subscription_request WHERE idempotency_key = 'su-b-3' \gset

@@ -68,7 +68,7 @@ SELECT results_eq(
         FROM billing.get_subscription(pg_temp.sid('t60-trial'))$$,
     $$VALUES ('ACTIVE', '2026-03-15 11:00Z'::timestamptz, '2026-04-15 11:00Z'::timestamptz, 1000::bigint, false)$$,
     'ACTIVE, anchored at the trial''s end, back on the renewal statement');
-SELECT is((SELECT payload -> 'data' -> 'changes' -> 'status' FROM billing.outbox_event
+SELECT is((SELECT payload::jsonb -> 'data' -> 'changes' -> 'status' FROM billing.outbox_event
             WHERE event_type = 'SubscriptionUpdated' AND payload ->> 'subject' = 'subscription/' || (SELECT pg_temp.sid('t60-trial'))),
           '{"before": "TRIALING", "after": "ACTIVE"}'::jsonb, 'SubscriptionUpdated TRIALING -> ACTIVE');
 SELECT billing.create_due_invoices(100, '2026-04-15 11:00Z');
@@ -273,7 +273,7 @@ SELECT is((SELECT status FROM billing.credit_pending WHERE subscription_id = (SE
           'pausing an unpaid period: the credit is pending on its invoice, never free');
 SELECT is((billing.pause_subscription(pg_temp.sid('t60-p2'), '2026-10-20 10:00Z', '2026-02-01Z')).resume_at,
           '2026-10-20 10:00Z'::timestamptz, 'pausing a paused subscription sets its resume date');
-SELECT is((SELECT payload -> 'data' -> 'changes' -> 'resumeAt' ->> 'after' FROM billing.outbox_event
+SELECT is((SELECT payload::jsonb -> 'data' -> 'changes' -> 'resumeAt' ->> 'after' FROM billing.outbox_event
             WHERE event_type = 'SubscriptionUpdated' AND payload ->> 'subject' = 'subscription/' || (SELECT pg_temp.sid('t60-p2'))
             ORDER BY id DESC LIMIT 1), '2026-10-20T10:00:00.000000Z', 'announced (resumeAt)');
 -- manual resume in New York across the November DST change: 06:00 EDT -> 06:00 EST
@@ -324,7 +324,7 @@ SELECT billing.create_subscription('t60-u1', 6001, 'L_M', '2026-01-05Z');
 SELECT billing.cancel_subscription(pg_temp.sid('t60-u1'), true, '2026-01-06Z');
 SELECT is((billing.uncancel_subscription(pg_temp.sid('t60-u1'), '2026-01-07Z')).cancel_at_period_end, false,
           'uncancel clears a pending cancellation');
-SELECT is((SELECT payload -> 'data' -> 'changes' -> 'cancelAtPeriodEnd' FROM billing.outbox_event
+SELECT is((SELECT payload::jsonb -> 'data' -> 'changes' -> 'cancelAtPeriodEnd' FROM billing.outbox_event
             WHERE event_type = 'SubscriptionUpdated' AND payload ->> 'subject' = 'subscription/' || (SELECT pg_temp.sid('t60-u1'))
             ORDER BY id DESC LIMIT 1), '{"before": true, "after": false}'::jsonb, 'SubscriptionUpdated cancelAtPeriodEnd');
 SELECT billing.create_due_invoices(100, '2026-02-05Z');
@@ -367,7 +367,7 @@ SELECT results_eq(
     $$VALUES ('INITIAL', 'FAILED', '2026-01-31 12:00Z'::timestamptz, 1000::bigint),
              ('RENEWAL', 'OPEN', '2026-03-28 23:30Z'::timestamptz, 1000::bigint)$$,
     'the new period is billed at once; the written-off invoice stays FAILED');
-SELECT is((SELECT payload -> 'data' -> 'changes' -> 'status' FROM billing.outbox_event
+SELECT is((SELECT payload::jsonb -> 'data' -> 'changes' -> 'status' FROM billing.outbox_event
             WHERE event_type = 'SubscriptionUpdated' AND payload ->> 'subject' = 'subscription/' || (SELECT pg_temp.sid('t60-r1'))
             ORDER BY id DESC LIMIT 1), '{"before": "CANCELED", "after": "ACTIVE"}'::jsonb, 'SubscriptionUpdated CANCELED -> ACTIVE');
 SELECT is((SELECT version FROM billing.reactivate_subscription(pg_temp.sid('t60-r1'), '2026-03-30Z')),
@@ -449,7 +449,7 @@ SELECT is((SELECT code FROM billing.plan WHERE id = (billing.change_plan(pg_temp
 SELECT is(pg_temp.invoices((SELECT pg_temp.sid('t60-c1'))), 1::bigint, 'no proration invoice');
 SELECT is((SELECT count(*) FROM billing.credit_pending WHERE subscription_id = (SELECT pg_temp.sid('t60-c1')))
           + (SELECT count(*) FROM billing.credit_entry WHERE subscription_id = (SELECT pg_temp.sid('t60-c1'))), 0::bigint, 'no credit');
-SELECT is((SELECT payload -> 'data' -> 'changes' -> 'scheduledPlanCode' FROM billing.outbox_event
+SELECT is((SELECT payload::jsonb -> 'data' -> 'changes' -> 'scheduledPlanCode' FROM billing.outbox_event
             WHERE event_type = 'SubscriptionUpdated' AND payload ->> 'subject' = 'subscription/' || (SELECT pg_temp.sid('t60-c1'))),
           '{"before": null, "after": "L_M"}'::jsonb, 'announced (scheduledPlanCode)');
 SELECT billing.create_due_invoices(100, '2026-02-10Z');

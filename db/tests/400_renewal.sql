@@ -84,7 +84,7 @@ SELECT is((SELECT count(*) FROM billing.invoice WHERE subscription_id = :t06_c A
           'no renewal invoice');
 SELECT is((SELECT status FROM billing.invoice WHERE subscription_id = :t06_c AND kind = 'INITIAL'), 'OPEN',
           'its unpaid invoice billed a month served: still owed (issue 26 #3)');
-SELECT results_eq(format($$SELECT payload -> 'data' ->> 'reason', payload ->> 'subject' FROM billing.outbox_event
+SELECT results_eq(format($$SELECT payload::jsonb -> 'data' ->> 'reason', payload ->> 'subject' FROM billing.outbox_event
                      WHERE event_type = 'SubscriptionCanceled' AND aggregate_id = %1$s$$, :t06_c),
                   format($$SELECT 'PERIOD_END', 'subscription/' || %1$s$$, :t06_c), 'SubscriptionCanceled written');
 
@@ -144,7 +144,7 @@ SELECT 'subscription', r.idempotency_key, concat_ws(' ', s.status, s.current_per
   FROM billing.subscription s JOIN billing.subscription_request r ON r.customer_id = s.customer_id AND r.subscription_id = s.id
  WHERE r.idempotency_key LIKE 't06-r%'
 UNION ALL
-SELECT 'event', r.idempotency_key, e.event_type || ' ' || ((e.payload -> 'data') - 'invoiceId'::text)::text
+SELECT 'event', r.idempotency_key, e.event_type || ' ' || ((e.payload::jsonb -> 'data') - 'invoiceId'::text)::text
   FROM billing.outbox_event e
   JOIN billing.invoice i ON e.aggregate_type = 'invoice' AND i.customer_id = e.customer_id AND i.id = e.aggregate_id
   JOIN billing.subscription_request r ON r.customer_id = i.customer_id AND r.subscription_id = i.subscription_id

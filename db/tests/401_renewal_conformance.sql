@@ -72,7 +72,7 @@ SELECT concat_ws(' ', 'credit-entry', (to_jsonb(c) - ARRAY['id', 'invoice_id', '
   FROM billing.credit_entry c WHERE c.customer_id BETWEEN 40101 AND 40114
 UNION ALL
 SELECT concat_ws(' ', 'events', x.sub, string_agg(concat_ws(':', e.event_type,
-                 ((e.payload -> 'data') - ARRAY['invoiceId', 'id', 'number'])::text), ' / ' ORDER BY e.id))
+                 ((e.payload::jsonb -> 'data') - ARRAY['invoiceId', 'id', 'number'])::text), ' / ' ORDER BY e.id))
   FROM billing.outbox_event e
   JOIN subs x ON x.customer_id = e.customer_id
    AND x.subscription_id = CASE WHEN e.aggregate_type = 'subscription' THEN e.aggregate_id
@@ -84,7 +84,7 @@ SELECT concat_ws(' ', 'events', x.sub, string_agg(concat_ws(':', e.event_type,
 -- Every invoice event's whole payload (envelope and data, ids included) against the writer's own
 -- functions: the statement writes its invoice events as one JSON text (40_renewal.sql).
 CREATE TEMP VIEW renewal_401_payloads AS
-SELECT count(*) FILTER (WHERE e.payload = billing._cloud_event_at(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id,
+SELECT count(*) FILTER (WHERE e.payload::jsonb = billing._cloud_event_at(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id,
                                                                   billing._utc_text(e.created_at), billing._invoice_data(i))
                           AND e.payload::text = billing._cloud_event_at(e.event_id, e.event_type, e.aggregate_type, e.aggregate_id,
                                                                         billing._utc_text(e.created_at), billing._invoice_data(i))::text)

@@ -93,7 +93,7 @@ SELECT results_eq($$SELECT status, version FROM billing.get_subscription(pg_temp
                   $$VALUES ('ACTIVE', 3::bigint)$$, 'the subscription is ACTIVE again when nothing else is unpaid');
 SELECT lives_ok($$SELECT billing.record_payment_result(pg_temp.pay_key('t07-d', 1), 'SUCCEEDED', 'ch_d1', NULL, '2026-07-02 13:19Z')$$,
                 'try-1 also succeeded at the gateway');
-SELECT results_eq($$SELECT payload -> 'data' ->> 'reason' FROM billing.outbox_event
+SELECT results_eq($$SELECT payload::jsonb -> 'data' ->> 'reason' FROM billing.outbox_event
                      WHERE event_type = 'RefundDue' AND aggregate_id = pg_temp.inv('t07-d')$$,
                   $$VALUES ('DUPLICATE_CHARGE')$$, 'a second successful charge of a paid invoice asks for a refund');
 SELECT is(pg_temp.events('InvoicePaid', pg_temp.inv('t07-d')), 1::bigint, 'the invoice is announced paid once');
@@ -144,7 +144,7 @@ SELECT is(pg_temp.events('InvoicePaymentFailed', pg_temp.inv('t07-e')), 4::bigin
 SELECT results_eq(
     $$SELECT status FROM billing.record_payment_result(pg_temp.pay_key('t07-e', 3), 'SUCCEEDED', 'ch_e3', NULL, '2027-01-10 16:30Z')$$,
     $$VALUES ('FAILED')$$, 'a success after FAILED leaves the invoice closed (its credit went back, the period was written off)');
-SELECT results_eq($$SELECT event_type, payload -> 'data' ->> 'reason' FROM billing.outbox_event WHERE aggregate_type = 'invoice'
+SELECT results_eq($$SELECT event_type, payload::jsonb -> 'data' ->> 'reason' FROM billing.outbox_event WHERE aggregate_type = 'invoice'
                      AND aggregate_id = pg_temp.inv('t07-e') AND created_at = '2027-01-10 16:30Z' ORDER BY id$$,
                   $$VALUES ('RefundDue', 'INVOICE_FAILED'), ('RefundRequested', 'INVOICE_FAILED')$$,
                   'RefundDue: the money is not owed, and a refund of it is requested');

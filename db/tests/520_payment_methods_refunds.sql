@@ -45,7 +45,7 @@ SELECT results_eq($$SELECT payment_method_ref, is_default, exp_year FROM billing
                   'setting a known method again updates it and makes it the default (no duplicate row)');
 SELECT is((SELECT count(*)::int FROM billing.outbox_event WHERE aggregate_type = 'customer' AND aggregate_id = 40001
             AND event_type = 'PaymentMethodUpdated'), 3, 'PaymentMethodUpdated for each change, on the customer');
-SELECT ok(NOT (SELECT payload -> 'data' ? 'paymentMethodRef' FROM billing.outbox_event
+SELECT ok(NOT (SELECT payload::jsonb -> 'data' ? 'paymentMethodRef' FROM billing.outbox_event
                 WHERE aggregate_id = 40001 AND aggregate_type = 'customer' ORDER BY id DESC LIMIT 1),
           'the provider references stay out of events');
 
@@ -59,7 +59,7 @@ SELECT results_eq(
 SELECT results_eq(
     $$SELECT status, waiting_for, next_attempt_at IS NULL FROM billing.invoice WHERE id = pg_temp.inv('t40-40002')$$,
     $$VALUES ('OPEN', 'PAYMENT_METHOD', true)$$, 'without a method the invoice waits, OPEN and unscheduled');
-SELECT is((SELECT payload -> 'data' ->> 'reason' FROM billing.outbox_event
+SELECT is((SELECT payload::jsonb -> 'data' ->> 'reason' FROM billing.outbox_event
             WHERE event_type = 'InvoicePaymentMethodRequired' AND aggregate_id = pg_temp.inv('t40-40002')),
           'NO_PAYMENT_METHOD', 'with InvoicePaymentMethodRequired');
 SELECT is((SELECT count(*) FROM billing.payment_attempt WHERE invoice_id = pg_temp.inv('t40-40002')), 0::bigint,
@@ -106,7 +106,7 @@ SELECT results_eq(
     $$VALUES (2, true, 'PAYMENT_METHOD')$$, 'a hard decline with no other method: the schedule stops, the invoice waits');
 SELECT is((SELECT s.status FROM billing.subscription s JOIN billing.invoice i ON i.customer_id = s.customer_id AND i.subscription_id = s.id
             WHERE i.id = pg_temp.inv('t40-40001')), 'PAST_DUE', 'the subscription is PAST_DUE');
-SELECT is((SELECT array_agg(payload -> 'data' ->> 'hardDecline' ORDER BY id) FROM billing.outbox_event
+SELECT is((SELECT array_agg(payload::jsonb -> 'data' ->> 'hardDecline' ORDER BY id) FROM billing.outbox_event
             WHERE event_type = 'InvoicePaymentFailed' AND aggregate_id = pg_temp.inv('t40-40001')),
           ARRAY['true', 'true'], 'InvoicePaymentFailed says hardDecline');
 SELECT is(pg_temp.events('InvoicePaymentMethodRequired', pg_temp.inv('t40-40001')), 1::bigint,
@@ -125,7 +125,7 @@ SELECT is(billing.announce_expiring_payment_methods(7, 100, '2026-07-01Z'), 0,
 SELECT is(billing.announce_expiring_payment_methods(7, 100, '2026-07-04Z'), 1,
           'the card ends with June, before the renewal 6 days away: announced');
 SELECT is(billing.announce_expiring_payment_methods(7, 100, '2026-07-05Z'), 0, 'once');
-SELECT is((SELECT payload -> 'data' ->> 'expiresAt' FROM billing.outbox_event WHERE event_type = 'PaymentMethodExpiring'),
+SELECT is((SELECT payload::jsonb -> 'data' ->> 'expiresAt' FROM billing.outbox_event WHERE event_type = 'PaymentMethodExpiring'),
           '2026-07-01T00:00:00.000000Z', 'PaymentMethodExpiring says when the card stops working');
 
 -- -- refunds --------------------------------------------------------------------------------------

@@ -139,7 +139,7 @@ BEGIN
                                                         a.worker, a.last_claimed_at, a.key_expires_at, a.provider,
                                                         a.payment_method_id, a.customer_ref, a.payment_method_ref)
                                       ORDER BY a.invoice_id, a.attempt_number) FROM billing.payment_attempt a),
-        'events', (SELECT jsonb_agg(jsonb_build_array(e.aggregate_id, e.event_type, e.payload -> 'data', e.customer_id)
+        'events', (SELECT jsonb_agg(jsonb_build_array(e.aggregate_id, e.event_type, e.payload::jsonb -> 'data', e.customer_id)
                                     ORDER BY e.aggregate_id, e.event_type) FROM billing.outbox_event e
                     WHERE e.created_at = p_at));
 END
@@ -230,7 +230,7 @@ BEGIN
         'refunds', (SELECT jsonb_agg(jsonb_build_array(r.id, r.status, r.next_attempt_at, r.review_reason, r.claim_count,
                                                        r.first_claimed_at, r.key_expires_at, r.idempotency_key)
                                      ORDER BY r.id) FROM billing.refund r),
-        'events', (SELECT jsonb_agg(jsonb_build_array(e.aggregate_id, e.event_type, e.payload -> 'data', e.customer_id)
+        'events', (SELECT jsonb_agg(jsonb_build_array(e.aggregate_id, e.event_type, e.payload::jsonb -> 'data', e.customer_id)
                                     ORDER BY e.aggregate_id, e.event_type) FROM billing.outbox_event e
                     WHERE e.created_at = p_at));
 END
@@ -256,12 +256,12 @@ SELECT ok(jsonb_array_length(:'refund_rows_statement'::jsonb) = 3
 -- Card expiry notices.
 SAVEPOINT per_row_expiring;
 SELECT billing.announce_expiring_payment_methods(7, 100, '2031-01-28Z') AS announced_statement \gset
-SELECT jsonb_agg(jsonb_build_array(e.aggregate_id, e.event_type, e.payload -> 'data') ORDER BY e.aggregate_id)
+SELECT jsonb_agg(jsonb_build_array(e.aggregate_id, e.event_type, e.payload::jsonb -> 'data') ORDER BY e.aggregate_id)
        AS expiring_events_statement
   FROM billing.outbox_event e WHERE e.event_type = 'PaymentMethodExpiring' \gset
 ROLLBACK TO SAVEPOINT per_row_expiring;
 SELECT billing._announce_expiring_rows(7, 100, '2031-01-28Z') AS announced_per_row \gset
-SELECT jsonb_agg(jsonb_build_array(e.aggregate_id, e.event_type, e.payload -> 'data') ORDER BY e.aggregate_id)
+SELECT jsonb_agg(jsonb_build_array(e.aggregate_id, e.event_type, e.payload::jsonb -> 'data') ORDER BY e.aggregate_id)
        AS expiring_events_per_row
   FROM billing.outbox_event e WHERE e.event_type = 'PaymentMethodExpiring' \gset
 SELECT is(:announced_per_row, :announced_statement, 'announce_expiring_payment_methods per row: as many announced');

@@ -95,7 +95,7 @@ SELECT throws_ok($$SELECT billing.void_invoice(987654321, 'x', '2026-05-01Z')$$,
 SELECT results_eq(format($$SELECT status, next_attempt_at, closed_at FROM billing.void_invoice(%s, 'goodwill: outage', '2026-05-01 02:00Z')$$, :i4),
                   $$VALUES ('VOID', NULL::timestamptz, '2026-05-01 02:00Z'::timestamptz)$$,
                   'void: VOID, never scheduled again, closed now');
-SELECT is((SELECT payload -> 'data' ->> 'reason' FROM billing.outbox_event
+SELECT is((SELECT payload::jsonb -> 'data' ->> 'reason' FROM billing.outbox_event
             WHERE event_type = 'InvoiceVoided' AND aggregate_type = 'invoice' AND aggregate_id = :i4),
           'goodwill: outage', 'InvoiceVoided carries the reason');
 SELECT is((SELECT (status, version)::text FROM billing.subscription WHERE id = :s4), '(ACTIVE,3)',

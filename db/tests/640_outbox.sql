@@ -1,6 +1,6 @@
 -- 640_outbox: CloudEvents envelope, lease-based claim in aggregate order, backoff and DEAD.
 BEGIN;
-SELECT plan(25);
+SELECT plan(33);
 -- One user for the fixtures and the SECURITY DEFINER calls (on Citus a transaction may not read
 -- placements another user wrote in it); the same on a single PostgreSQL.
 SET LOCAL ROLE billing_owner;
@@ -17,7 +17,7 @@ SELECT (billing.create_subscription('t08-a', 8001, 'T_O', '2026-06-01 10:00Z')).
 -- one shard is sent to the worker with it, where the call's own distributed queries are refused)
 SELECT billing.cancel_subscription(:t08_sub, false, '2026-06-02 11:12:13.456789Z');
 SELECT results_eq(
-    $$SELECT array_agg(k ORDER BY k) FROM billing.outbox_event, jsonb_object_keys(payload) k
+    $$SELECT array_agg(k ORDER BY k) FROM billing.outbox_event, jsonb_object_keys(payload::jsonb) k
        WHERE event_type = 'SubscriptionCanceled'$$,
     $$VALUES (ARRAY['data', 'datacontenttype', 'dataschema', 'id', 'source', 'specversion', 'subject', 'time', 'type'])$$,
     'the payload is a CloudEvents envelope with exactly its attributes');
@@ -25,7 +25,7 @@ SELECT results_eq(
     $$SELECT payload ->> 'specversion', payload ->> 'id' = event_id::text, payload ->> 'source', payload ->> 'type',
              payload ->> 'subject', payload ->> 'time', payload ->> 'datacontenttype',
              payload ->> 'dataschema',
-             (payload -> 'data' ->> 'subscriptionId')::bigint = aggregate_id, aggregate_type, status
+             (payload::jsonb -> 'data' ->> 'subscriptionId')::bigint = aggregate_id, aggregate_type, status
         FROM billing.outbox_event WHERE event_type = 'SubscriptionCanceled'$$,
     $$VALUES ('1.0', true, 'billing', 'SubscriptionCanceled', 'subscription/$$ || :t08_sub || $$', '2026-06-02T11:12:13.456789Z',
               'application/json', 'urn:billing:events:SubscriptionCanceled:v1', true, 'subscription', 'PENDING')$$,
@@ -39,6 +39,49 @@ SELECT is((SELECT (tgtype & 1)::int FROM pg_trigger WHERE tgname = 'outbox_event
 SELECT is((SELECT tgnewtable FROM pg_trigger WHERE tgname = 'outbox_event_notify'),
           CASE WHEN billing._distributed('billing.outbox_event') THEN NULL ELSE 'new_events'::name END,
           'and counts the statement''s rows from its transition table');
+
+-- The payload is stored as its text (json, migration 0800) and its CloudEvents CHECK settles a
+-- text in jsonb's order from the text itself: every event written so far is such a text, and a
+-- text in any other layout is parsed (the three ->>), so a wrong id, type or specversion is refused
+-- either way (23514; on Citus the worker's refusal reaches the coordinator as XX000, hence the
+-- message).
+SELECT is((SELECT count(*) FILTER (WHERE NOT (starts_with(payload::text, '{"id": "' || event_id::text || '", "data": ')
+                                              AND split_part(payload::text, '", "type": "', -1)
+                                                  = event_type || '", "source": "billing", "subject": "' || aggregate_type || '/'
+                                                    || aggregate_id::text || '", "dataschema": "urn:billing:events:' || event_type
+                                                    || ':v1", "specversion": "1.0", "datacontenttype": "application/json"}'))
+             FROM billing.outbox_event), 0::bigint,
+          'every event written is settled by the CHECK''s text test (no parse)');
+SELECT is((SELECT pg_typeof(payload)::text FROM billing.outbox_event LIMIT 1), 'json', 'the payload is stored as json');
+CREATE TEMP TABLE bad_payload (n int, event_id uuid, event_type text, payload text);
+INSERT INTO bad_payload VALUES
+  (1, 'a0000000-0000-4000-8000-000000000001', 'InvoicePaid',
+   '{"id":"a0000000-0000-4000-8000-000000000001","data":{"invoiceId":9},"type":"InvoicePaid","specversion":"1.0"}'),
+  (2, 'a0000000-0000-4000-8000-000000000002', 'InvoicePaid',
+   '{"id": "a0000000-0000-4000-8000-000000000002", "data": {}, "time": "2026-01-01T00:00:00.000000Z", "type": "InvoiceVoided", "source": "billing", "subject": "invoice/9", "dataschema": "urn:billing:events:InvoiceVoided:v1", "specversion": "1.0", "datacontenttype": "application/json"}'),
+  (3, 'a0000000-0000-4000-8000-000000000003', 'InvoicePaid',
+   '{"id": "a0000000-0000-4000-8000-000000000099", "data": {}, "time": "2026-01-01T00:00:00.000000Z", "type": "InvoicePaid", "source": "billing", "subject": "invoice/9", "dataschema": "urn:billing:events:InvoicePaid:v1", "specversion": "1.0", "datacontenttype": "application/json"}'),
+  (4, 'a0000000-0000-4000-8000-000000000004', 'InvoicePaid',
+   '{"id": "a0000000-0000-4000-8000-000000000004", "data": {}, "time": "2026-01-01T00:00:00.000000Z", "type": "InvoicePaid", "source": "billing", "subject": "invoice/9", "dataschema": "urn:billing:events:InvoicePaid:v1", "specversion": "0.3", "datacontenttype": "application/json"}'),
+  (5, 'a0000000-0000-4000-8000-000000000005', 'InvoicePaid',
+   '{"id": "a0000000-0000-4000-8000-000000000005", "data": {"type": "InvoicePaid"}, "time": "2026-01-01T00:00:00.000000Z", "type": "RefundDue", "source": "billing", "subject": "invoice/9", "dataschema": "urn:billing:events:InvoicePaid:v1", "specversion": "1.0", "datacontenttype": "application/json"}');
+SELECT lives_ok($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+                  SELECT event_id, 'invoice', 9, event_type, payload::json, '2026-01-01Z', '2026-01-01Z', 8001 FROM bad_payload WHERE n = 1$$,
+                'a valid envelope in another layout is accepted (parsed)');
+SELECT is((SELECT payload::text FROM billing.outbox_event WHERE event_id = 'a0000000-0000-4000-8000-000000000001'),
+          (SELECT payload FROM bad_payload WHERE n = 1), 'and kept as the very text written');
+SELECT throws_like($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+                   SELECT event_id, 'invoice', 9, event_type, payload::json, '2026-01-01Z', '2026-01-01Z', 8001 FROM bad_payload WHERE n = 2$$,
+                 '%violates check constraint "outbox_event_payload_is_cloudevent"%', 'an envelope whose type is not the event''s is refused');
+SELECT throws_like($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+                   SELECT event_id, 'invoice', 9, event_type, payload::json, '2026-01-01Z', '2026-01-01Z', 8001 FROM bad_payload WHERE n = 3$$,
+                 '%violates check constraint "outbox_event_payload_is_cloudevent"%', 'an envelope whose id is not the event''s is refused');
+SELECT throws_like($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+                   SELECT event_id, 'invoice', 9, event_type, payload::json, '2026-01-01Z', '2026-01-01Z', 8001 FROM bad_payload WHERE n = 4$$,
+                 '%violates check constraint "outbox_event_payload_is_cloudevent"%', 'an envelope of another specversion is refused');
+SELECT throws_like($$INSERT INTO billing.outbox_event (event_id, aggregate_type, aggregate_id, event_type, payload, created_at, available_at, customer_id)
+                   SELECT event_id, 'invoice', 9, event_type, payload::json, '2026-01-01Z', '2026-01-01Z', 8001 FROM bad_payload WHERE n = 5$$,
+                 '%violates check constraint "outbox_event_payload_is_cloudevent"%', 'the event''s type inside the data does not stand for the envelope''s');
 DELETE FROM billing.outbox_event;
 
 -- Claim order, lease, aggregate order ----------------------------------------------------------

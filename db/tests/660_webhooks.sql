@@ -68,7 +68,7 @@ SELECT is(pg_temp.record((SELECT a FROM ep), ARRAY[(SELECT id FROM ev WHERE n = 
           'failing for a day disables the endpoint');
 SELECT results_eq($$SELECT status, count(*)::int FROM billing.webhook_delivery WHERE endpoint_id = (SELECT a FROM ep) GROUP BY 1 ORDER BY 1$$,
                   $$VALUES ('DELIVERED', 1), ('FAILED', 2)$$, 'its queue is dropped');
-SELECT results_eq($$SELECT aggregate_type, aggregate_id, payload -> 'data' ->> 'status' FROM billing.outbox_event
+SELECT results_eq($$SELECT aggregate_type, aggregate_id, payload::jsonb -> 'data' ->> 'status' FROM billing.outbox_event
                      WHERE event_type = 'WebhookEndpointDisabled'$$,
                   $$SELECT 'webhook_endpoint', a, 'DISABLED' FROM ep$$, 'and that is announced');
 SELECT is((SELECT count(*) FROM billing.webhook_delivery d JOIN billing.outbox_event e ON e.customer_id = d.customer_id AND e.id = d.outbox_id

@@ -77,7 +77,7 @@ def test_the_outbox_is_checked_against_kafka(db_url, kafka_bootstrap, kafka_topi
          ids[5:7])
     _sql(db_url, "DELETE FROM billing.outbox_event WHERE event_id = %s::uuid", ids[7])
     ghost = _sql(db_url, "SELECT billing._emit_event(aggregate_type, aggregate_id, event_type, "
-                         "coalesce(payload->'data', payload), now()) FROM billing.outbox_event ORDER BY id LIMIT 1")[0][0]
+                         "coalesce(payload::jsonb->'data', payload::jsonb), now()) FROM billing.outbox_event ORDER BY id LIMIT 1")[0][0]
     _sql(db_url, "UPDATE billing.outbox_event SET status = 'PUBLISHED', published_at = now() WHERE id = %s", ghost)
     ghost_id = _sql(db_url, "SELECT event_id::text FROM billing.outbox_event WHERE id = %s", ghost)[0][0]
 

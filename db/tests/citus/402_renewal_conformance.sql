@@ -79,7 +79,7 @@ BEGIN
       FROM billing.credit_entry c WHERE c.customer_id BETWEEN p_base + 1 AND p_base + 14;
     INSERT INTO eff_402_events
     SELECT substr(r.idempotency_key, length(p_prefix) + 1), coalesce(e.aggregate_seq, e.id),
-           concat_ws(':', e.event_type, ((e.payload -> 'data') - ARRAY['invoiceId', 'id', 'number', 'customerId', 'subscriptionId'])::text)
+           concat_ws(':', e.event_type, ((e.payload::jsonb -> 'data') - ARRAY['invoiceId', 'id', 'number', 'customerId', 'subscriptionId'])::text)
       FROM billing.outbox_event e
       LEFT JOIN billing.invoice i ON e.aggregate_type = 'invoice' AND i.customer_id = e.customer_id AND i.id = e.aggregate_id
       JOIN billing.subscription_request r ON r.customer_id = e.customer_id

@@ -32,7 +32,7 @@ SELECT count(*) AS n2 FROM (SELECT billing._emit_event('invoice', c, 'InvoicePai
                                    jsonb_build_object('customerId', c, 'invoiceId', c, 'n', 2), :T)
                               FROM generate_series(640001, 640040) c) x \gset
 CREATE TEMP TABLE ev AS
-SELECT e.customer_id, e.id, (e.payload -> 'data' ->> 'n')::int AS n, e.aggregate_seq FROM billing.outbox_event e
+SELECT e.customer_id, e.id, (e.payload::jsonb -> 'data' ->> 'n')::int AS n, e.aggregate_seq FROM billing.outbox_event e
  WHERE e.customer_id BETWEEN 640001 AND 640040;
 
 SELECT is((SELECT count(*) FROM ev), 120::bigint, 'three events for each of 40 aggregates');
@@ -47,7 +47,7 @@ SELECT is((SELECT count(*) FROM pg_trigger WHERE tgrelid = 'billing.outbox_event
 
 -- The coordinator's API: claim_outbox_events' per-row path.
 CREATE TEMP TABLE c1 AS
-SELECT e.k, e.customer_id, e.id, (e.payload -> 'data' ->> 'n')::int AS n
+SELECT e.k, e.customer_id, e.id, (e.payload::jsonb -> 'data' ->> 'n')::int AS n
   FROM billing.claim_outbox_events(40, interval '30 seconds', timestamptz :T + interval '1 minute') WITH ORDINALITY
        AS e(id, event_id, aggregate_type, aggregate_id, event_type, payload, status, created_at, available_at, lease_until,
             attempts, last_error, published_at, customer_id, aggregate_seq, k);
@@ -61,7 +61,7 @@ SELECT is(billing.mark_outbox_published(ARRAY(SELECT id FROM c1), timestamptz :T
 SELECT is(billing.mark_outbox_published(ARRAY(SELECT id FROM c1), timestamptz :T + interval '2 minutes'), 0,
           'marking again changes nothing');
 CREATE TEMP TABLE c2 AS
-SELECT e.k, e.customer_id, e.id, (e.payload -> 'data' ->> 'n')::int AS n
+SELECT e.k, e.customer_id, e.id, (e.payload::jsonb -> 'data' ->> 'n')::int AS n
   FROM billing.claim_outbox_events(1000, interval '30 seconds', timestamptz :T + interval '3 minutes') WITH ORDINALITY
        AS e(id, event_id, aggregate_type, aggregate_id, event_type, payload, status, created_at, available_at, lease_until,
             attempts, last_error, published_at, customer_id, aggregate_seq, k);
@@ -72,7 +72,7 @@ SELECT lives_ok(format('SELECT billing.mark_outbox_failed(%s, %L, %L)',
                        (SELECT id FROM c2 WHERE customer_id = 640001 AND n = 1), 'broker down', timestamptz :T + interval '3 minutes 20 seconds'),
                 'mark_outbox_failed by id alone');
 SELECT results_eq($$SELECT attempts, available_at, lease_until, status FROM billing.outbox_event
-                     WHERE customer_id = 640001 AND (payload -> 'data' ->> 'n') = '1'$$,
+                     WHERE customer_id = 640001 AND (payload::jsonb -> 'data' ->> 'n') = '1'$$,
                   $$VALUES (1, timestamptz '1990-06-01 00:03:25Z', NULL::timestamptz, 'PENDING')$$,
                   'it backs off 5 seconds');
 SELECT billing.mark_outbox_failed(id, 'broker down', timestamptz :T + interval '3 minutes 26 seconds')
@@ -100,7 +100,7 @@ SELECT throws_like($$SELECT * FROM billing.claim_outbox_events_in_shard('relay-x
                    '%is on node%', 'a claim on a node that does not hold the group is refused');
 -- The leases of the coordinator's claims ran out at 00:03:30; the failed event is due again.
 CREATE TEMP TABLE g1 AS
-SELECT * FROM ROWS FROM (dblink(:'node', 'SELECT id, customer_id, (payload -> ''data'' ->> ''n'')::int
+SELECT * FROM ROWS FROM (dblink(:'node', 'SELECT id, customer_id, (payload::jsonb -> ''data'' ->> ''n'')::int
                                  FROM billing.claim_outbox_events_in_shard(''relay-x'', 1, 100, ''30 seconds'', ''1990-06-01 00:10:05Z'')')
                          AS (id bigint, customer_id bigint, n int))
     WITH ORDINALITY AS t(id, customer_id, n, k);
@@ -127,7 +127,7 @@ SELECT min(customer_id) AS dc FROM c2 WHERE n = 1 AND customer_id <> 640001 AND 
 SELECT billing.mark_outbox_failed(id, 'poison', timestamptz :T + interval '12 minutes') FROM c2 CROSS JOIN generate_series(1, 10)
  WHERE customer_id = :dc AND n = 1;
 -- (read first: a query of one customer's shard with is() in it would be sent whole to the worker)
-SELECT status AS dead_status FROM billing.outbox_event WHERE customer_id = :dc AND (payload -> 'data' ->> 'n') = '1' \gset
+SELECT status AS dead_status FROM billing.outbox_event WHERE customer_id = :dc AND (payload::jsonb -> 'data' ->> 'n') = '1' \gset
 SELECT is(:'dead_status'::text, 'DEAD', 'ten failures: DEAD');
 SELECT count(*) AS dead FROM billing.outbox_event WHERE status = 'DEAD' \gset
 SELECT is(billing.retry_dead_outbox_events(NULL, timestamptz :T + interval '13 minutes'), :dead::integer,

@@ -75,12 +75,12 @@ BEGIN
                           ORDER BY e.customer_id, e.subscription_id, e.amount)
                      FROM billing.credit_entry e WHERE e.customer_id BETWEEN p_base + 1 AND p_base + 8),
       'events', (SELECT jsonb_agg(jsonb_build_object('type', o.event_type,
-                          'data', (o.payload -> 'data') - ARRAY['invoiceId', 'customerId', 'subscriptionId'],
-                          'time', o.payload -> 'time', 'customer', o.customer_id - p_base)
-                          ORDER BY o.customer_id, (o.payload -> 'data' ->> 'subscriptionId')::numeric, o.payload -> 'data' ->> 'periodStart', o.event_type)
+                          'data', (o.payload::jsonb -> 'data') - ARRAY['invoiceId', 'customerId', 'subscriptionId'],
+                          'time', o.payload::jsonb -> 'time', 'customer', o.customer_id - p_base)
+                          ORDER BY o.customer_id, (o.payload::jsonb -> 'data' ->> 'subscriptionId')::numeric, o.payload::jsonb -> 'data' ->> 'periodStart', o.event_type)
                      FROM billing.outbox_event o
                     WHERE o.customer_id BETWEEN p_base + 1 AND p_base + 8 AND o.aggregate_type = 'invoice'
-                      AND o.payload -> 'data' ->> 'kind' = 'USAGE')));
+                      AND o.payload::jsonb -> 'data' ->> 'kind' = 'USAGE')));
 END
 $$;
 
