@@ -21,6 +21,12 @@ SET search_path = billing, pg_catalog, pg_temp
 -- this path makes them those go stale: the statement then crossed jit_above_cost and compiled 81
 -- functions for a batch that runs in tens of milliseconds)
 SET jit = off
+-- (every statement planned with the batch's own arrays: from a session's sixth call on, plpgsql's plan
+-- cache may keep a generic plan, which cannot see the arrays' lengths and estimates a few rows: after
+-- an ANALYZE it joined the batch's new invoices to its subscriptions with a nested loop, 25 million
+-- comparisons for 5,000 signups, 4-5x the CPU of a signup from then on; bench/README.md, "Issue 32,
+-- eighth pass")
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     -- The batch between statements: one array per column (a_*: every input row; f_*: the rows of

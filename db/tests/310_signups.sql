@@ -2,7 +2,7 @@
 -- create_subscription makes for the same arguments (subscriptions, requests, invoices, lines,
 -- events: compared column by column, ids aside), replays keys, refuses what it refuses, all or nothing.
 BEGIN;
-SELECT plan(23);
+SELECT plan(24);
 
 SET LOCAL ROLE billing_owner;
 
@@ -162,5 +162,13 @@ SELECT is((SELECT count(*) FROM (
                 SELECT * FROM billing._mrr_totals(ARRAY['2026-05-03 10:00Z', '2026-05-20Z', '2026-06-10Z', '2026-07-20Z']::timestamptz[], false))) d),
           0::bigint, 'signups: the kept MRR equals the MRR recomputed from the lines');
 
+-- Every statement of create_subscriptions planned with the batch's own arrays (a generic plan cached
+-- from a session's sixth call on joined a batch's invoices to its subscriptions by a nested loop:
+-- 4-5x the CPU a signup, bench/signup/session.py), and without JIT.
+SELECT is((SELECT array_agg(c ORDER BY c) FROM pg_catalog.pg_proc p, unnest(p.proconfig) c
+            WHERE p.oid = 'billing.create_subscriptions(jsonb, timestamptz)'::regprocedure
+              AND c IN ('plan_cache_mode=force_custom_plan', 'jit=off')),
+          ARRAY['jit=off', 'plan_cache_mode=force_custom_plan'],
+          'signups: create_subscriptions plans each call with its own batch (force_custom_plan) and without JIT');
 SELECT * FROM finish();
 ROLLBACK;
