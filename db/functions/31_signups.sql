@@ -21,12 +21,14 @@ SET search_path = billing, pg_catalog, pg_temp
 -- this path makes them those go stale: the statement then crossed jit_above_cost and compiled 81
 -- functions for a batch that runs in tens of milliseconds)
 SET jit = off
--- (every statement planned with the batch's own arrays: from a session's sixth call on, plpgsql's plan
--- cache may keep a generic plan, which cannot see the arrays' lengths and estimates a few rows: after
--- an ANALYZE it joined the batch's new invoices to its subscriptions with a nested loop, 25 million
--- comparisons for 5,000 signups, 4-5x the CPU of a signup from then on; bench/README.md, "Issue 32,
--- eighth pass")
-SET plan_cache_mode = force_custom_plan
+-- (the plan cache's choice is the function's own: a batch of more than 150 rows sets
+-- force_custom_plan below, for this call only. From a session's sixth call on, plpgsql's plan cache
+-- may keep generic plans, which cannot see the arrays' lengths and estimate a few rows: after an
+-- ANALYZE they joined the batch's new invoices to its subscriptions with a nested loop, 25 million
+-- comparisons for 5,000 signups, 4-5x the CPU of a signup from then on. Planning every statement
+-- anew costs ~3 ms a call, which the generic plans' nested loop costs at ~170 rows: a session of
+-- batches of 10 keeps the generic plans; bench/README.md, "Issue 32, eighth pass")
+SET plan_cache_mode = auto
 AS $$
 DECLARE
     -- The batch between statements: one array per column (a_*: every input row; f_*: the rows of
@@ -67,6 +69,9 @@ BEGIN
     IF p_signups IS NULL OR jsonb_typeof(p_signups) <> 'array' OR jsonb_array_length(p_signups) > 10000 THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_signups is a JSON array of at most 10000 signups',
             HINT = 'Send more in several calls (each key answers its subscription again if sent twice).';
+    END IF;
+    IF jsonb_array_length(p_signups) > 150 THEN  -- (each statement planned with this batch, restored on return)
+        PERFORM pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
     END IF;
     SELECT s.trial_will_end_notice INTO v_notice FROM billing.database_setting s;
 
