@@ -21,6 +21,14 @@ SET search_path = billing, pg_catalog, pg_temp
 -- this path makes them those go stale: the statement then crossed jit_above_cost and compiled 81
 -- functions for a batch that runs in tens of milliseconds)
 SET jit = off
+-- (the plan cache's choice is the function's own: a batch of more than 500 rows sets
+-- force_custom_plan below, for this call only. From a session's sixth call on, plpgsql's plan cache
+-- may keep generic plans, which cannot see the arrays' lengths and estimate a few rows: after an
+-- ANALYZE they joined the batch's new invoices to its subscriptions with a nested loop, 25 million
+-- comparisons for 5,000 signups, 4-5x the CPU of a signup from then on. Planning every statement
+-- anew costs 3-6 ms a call: more than that nested loop up to a few hundred rows (a session of
+-- batches of 10 paid +78 % a row for it); bench/README.md, "Issue 32, eighth pass")
+SET plan_cache_mode = auto
 AS $$
 DECLARE
     -- The batch between statements: one array per column (a_*: every input row; f_*: the rows of
@@ -61,6 +69,9 @@ BEGIN
     IF p_signups IS NULL OR jsonb_typeof(p_signups) <> 'array' OR jsonb_array_length(p_signups) > 10000 THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'p_signups is a JSON array of at most 10000 signups',
             HINT = 'Send more in several calls (each key answers its subscription again if sent twice).';
+    END IF;
+    IF jsonb_array_length(p_signups) > 500 THEN  -- (each statement planned with this batch, restored on return)
+        PERFORM pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
     END IF;
     SELECT s.trial_will_end_notice INTO v_notice FROM billing.database_setting s;
 
