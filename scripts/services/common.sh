@@ -21,6 +21,19 @@ wait_port() {
 
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
+# running_pid DATA: the pid of the postmaster of PostgreSQL data directory DATA when one runs (its
+# postmaster.pid names a live process working in DATA), else nothing. A stale file (a crash) or a
+# pid reused since is not it. postgres.sh and citus.sh (each node) read "is it up, is it mine" here.
+running_pid() {
+  local data=$1 pid cwd
+  [ -f "$data/postmaster.pid" ] || return 0
+  pid=$(sed -n 1p "$data/postmaster.pid" 2>/dev/null) || return 0
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 0
+  cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || cwd=$(cd "$data" && pwd -P)  # no /proc: trust kill -0
+  [ "$cwd" = "$(cd "$data" && pwd -P)" ] && echo "$pid"
+  return 0
+}
+
 # apt_ensure CMD PACKAGE...: install Debian packages when CMD/file is missing.
 apt_ensure() {
   local probe=$1; shift

@@ -33,20 +33,8 @@ if [ -n "${BILLING_TEST_DATABASE_URL:-}" ]; then echo "$BILLING_TEST_DATABASE_UR
 apt_ensure /usr/share/postgresql/15/extension/pgtap.control postgresql-15-pgtap
 apt_ensure pg_prove libtap-parser-sourcehandler-pgtap-perl
 
-# running_pid: the pid of this data directory's postmaster when one runs (its postmaster.pid names a
-# live process working in $DATA), else nothing. A stale file (a crash) or a pid reused since is not it.
-running_pid() {
-  local pid cwd
-  [ -f "$DATA/postmaster.pid" ] || return 0
-  pid=$(sed -n 1p "$DATA/postmaster.pid" 2>/dev/null) || return 0
-  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 0
-  cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || cwd=$(cd "$DATA" && pwd -P)  # no /proc: trust kill -0
-  [ "$cwd" = "$(cd "$DATA" && pwd -P)" ] && echo "$pid"
-  return 0
-}
-
 lock
-pid=$(running_pid)
+pid=$(running_pid "$DATA")  # (common.sh)
 if [ -n "$pid" ]; then
   ran_port=$(sed -n 4p "$DATA/postmaster.pid")
   if [ "$ran_port" != "$PORT" ]; then
