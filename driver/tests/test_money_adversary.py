@@ -70,8 +70,10 @@ one batch), batched payment results (record_payment_results, a key twice), the p
 (apply_refund_webhook, its amount sometimes not the refund's), cards added and detached (the waiting
 invoices retried), the operator's retry, the portal's cancel, uncancel and offered plan changes, moves
 of the billing address (another tax before an invoice is finalized) and changes of the 20% rate; and
-the invariant that a finalized invoice's lines carry the tax it billed (a change's invoice: its lines
-add up to its tax), so that what a change or cancellation gives back is what was paid.
+the invariant that a finalized invoice's lines carry the tax it billed, so that what a change or
+cancellation gives back is what was paid. House8: a change's invoice is taxed line by line (each
+reversal at the rates and jurisdiction of the line it reverses, the new line today), its tax the sum
+of its lines' (`change_invoices_taxed_by_line`), the moves and rate changes played against it.
 
 The lifecycle (docs/lifecycle.md) is part of the game: trials, coupons (at signup and later, up to
 100% off, amounts larger than the invoice), seats up and down, pauses with and without a resume
@@ -1109,21 +1111,48 @@ def make_machine(db: Db, steps: int):
                 if abs(line["tax"] - owed) > 1 or (line["tax_inclusive"] and owed > 1) != (inside and owed > 1):
                     wrong.append((line["id"], line["invoice_id"], line["net"], line["tax"], owed, bp, inside))
             assert not wrong, f"lines taxed at another rate than their invoice (line, invoice, net, tax, owed, bp, inclusive): {wrong}"
-            # A change's invoice (a CHARGE line beside REVERSAL lines at their own tax): its lines' tax on top
-            # adds up to the tax it billed, so that a later reversal gives back what was paid (review7).
+
+        @invariant()
+        def change_invoices_taxed_by_line(self):
+            """A change's invoice (a CHARGE line beside REVERSAL lines) is taxed line by line (house8): its
+            tax on top and its tax inside are the sums over its lines of each line's own tax, and its
+            entries (one per rate and jurisdiction) add up to them; each reversal is taxed at the rates and
+            jurisdiction of the line it reverses (its entries), its share of that line's tax at most. So a
+            move or a change of rate between the sale and the change bills no (new rate - old rate) x the
+            reversed net too little or too much (left out: an invoice a cancellation cut, whose lines the
+            UNSERVED credit note accounts for)."""
             unfit = db.rows("""
-                SELECT i.id, i.tax_amount, sum(CASE WHEN l.tax_inclusive THEN 0 ELSE l.tax END) AS lines
+                SELECT i.id, i.tax_amount, i.tax_included,
+                       sum(l.tax) FILTER (WHERE NOT l.tax_inclusive) AS lines_on_top,
+                       sum(l.tax) FILTER (WHERE l.tax_inclusive) AS lines_inside,
+                       (SELECT sum((e->>'amount')::bigint) FROM jsonb_array_elements(i.tax_detail->'lines') e) AS entries
                   FROM billing.invoice i JOIN billing.service_line l ON l.customer_id = i.customer_id AND l.invoice_id = i.id
                  WHERE i.kind = 'PRORATION'
                    AND EXISTS (SELECT 1 FROM billing.service_line r WHERE r.customer_id = i.customer_id
                                   AND r.invoice_id = i.id AND r.kind = 'REVERSAL')
-                   AND EXISTS (SELECT 1 FROM billing.service_line c WHERE c.customer_id = i.customer_id
-                                  AND c.invoice_id = i.id AND c.kind = 'CHARGE' AND NOT c.tax_inclusive AND c.tax > 0)
                    AND NOT EXISTS (SELECT 1 FROM billing.credit_note n WHERE n.customer_id = i.customer_id
                                       AND n.invoice_id = i.id AND n.reason = 'UNSERVED')
-                 GROUP BY i.customer_id, i.id, i.tax_amount
-                HAVING sum(CASE WHEN l.tax_inclusive THEN 0 ELSE l.tax END) <> i.tax_amount""")
-            assert not unfit, f"change invoices whose lines' tax is not the tax they billed: {unfit}"
+                 GROUP BY i.customer_id, i.id, i.tax_amount, i.tax_included, i.tax_detail
+                HAVING coalesce(sum(l.tax) FILTER (WHERE NOT l.tax_inclusive), 0) <> i.tax_amount
+                    OR coalesce(sum(l.tax) FILTER (WHERE l.tax_inclusive), 0) <> i.tax_included
+                    OR coalesce((SELECT sum((e->>'amount')::bigint) FROM jsonb_array_elements(i.tax_detail->'lines') e), 0)
+                       <> i.tax_amount + i.tax_included""")
+            assert not unfit, f"change invoices whose tax is not their lines' (id, on top, inside, lines', entries): {unfit}"
+            strays = db.rows("""
+                SELECT r.id, r.tax, o.id AS reversed, o.tax AS reversed_tax, r.tax_lines,
+                       billing._line_tax_lines(o) AS reversed_lines
+                  FROM billing.service_line r JOIN billing.service_line o ON o.customer_id = r.customer_id AND o.id = r.reverses_id
+                 WHERE r.kind = 'REVERSAL' AND r.tax_lines IS NOT NULL AND r.tax <> 0
+                   AND ((SELECT array_agg(ARRAY[e->>'code', e->>'rateBp', e->>'country', e->>'region', e->>'inclusive']
+                                          ORDER BY e->>'code', e->>'rateBp')
+                           FROM jsonb_array_elements(r.tax_lines) e WHERE (e->>'amount')::bigint <> 0)
+                        IS DISTINCT FROM
+                        (SELECT array_agg(ARRAY[e->>'code', e->>'rateBp', e->>'country', e->>'region', e->>'inclusive']
+                                          ORDER BY e->>'code', e->>'rateBp')
+                           FROM jsonb_array_elements(billing._line_tax_lines(o)) e WHERE (e->>'amount')::bigint <> 0)
+                        OR -r.tax > o.tax
+                        OR (SELECT sum((e->>'amount')::bigint) FROM jsonb_array_elements(r.tax_lines) e) <> r.tax)""")
+            assert not strays, f"reversals not taxed at the rates of the lines they reverse: {strays}"
 
         @invariant()
         def every_event_matches_the_catalogue(self):
