@@ -263,63 +263,54 @@ COMMENT ON FUNCTION billing._tax_of_lines(jsonb, text, text, text) IS
 'Private: an invoice''s taxes from its lines'' tax entries: one entry per (rate, jurisdiction) with its base and amount, summed; the tax on top, the tax contained, and the detail ({treatment, country, region: the address of the new line, byLine: true, lines}).
 Returns one row.';
 
--- The tax of a change at p_at: the reversals of the unused part of the lines in force (each at its
--- line's own entries, its share) and the new line (p_new_entries, today's rates).
-CREATE OR REPLACE FUNCTION billing._change_tax(p_sub billing.subscription, p_at timestamptz, p_new_entries jsonb,
-                                               p_detail jsonb, OUT tax_amount bigint, OUT tax_included bigint,
-                                               OUT tax_detail jsonb)
+-- The tax entries of a change's reversals at p_at: for each line in force, its own entries, its
+-- share (negative) for the unused part.
+CREATE OR REPLACE FUNCTION billing._reversal_tax_lines(p_sub billing.subscription, p_at timestamptz)
+RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_entries jsonb := coalesce(p_new_entries, '[]'::jsonb);
+    v_entries jsonb := '[]'::jsonb;
     v_u       record;
     v_line    billing.service_line;
-    v_tax     record;
 BEGIN
     FOR v_u IN SELECT * FROM billing._unused_lines(p_sub, p_at) LOOP
         CONTINUE WHEN v_u.span_start >= v_u.span_end;
         SELECT * INTO v_line FROM billing.service_line l WHERE l.customer_id = p_sub.customer_id AND l.id = v_u.line_id;
         v_entries := v_entries || billing._split_tax_lines(billing._line_tax_lines(v_line), -v_u.tax, -v_u.net);
     END LOOP;
-    v_tax := billing._tax_of_lines(v_entries, p_detail->>'treatment', p_detail->>'country', p_detail->>'region');
-    tax_amount := v_tax.tax_amount;
-    tax_included := v_tax.tax_included;
-    tax_detail := v_tax.tax_detail;
+    RETURN v_entries;
 END
 $$;
-COMMENT ON FUNCTION billing._change_tax(billing.subscription, timestamptz, jsonb, jsonb) IS
-'Private: the taxes of a change at p_at: its reversals at the entries of the lines they reverse, its new line at p_new_entries (p_detail: today''s detail, for the address).
-Returns the tax on top, the tax contained and the detail.';
+COMMENT ON FUNCTION billing._reversal_tax_lines(billing.subscription, timestamptz) IS
+'Private: the tax entries a change at p_at gives back: for each line in force, its share of the line''s own entries for the unused part (negative).
+Returns the entries.';
 
--- The taxes of an invoice from the lines it bills (a change's invoice): every line's entries, the
--- CHARGE line p_charge_id's replaced by p_charge_entries (its tax at the customer's address now, when
--- an invoice is retaxed before finalization).
-CREATE OR REPLACE FUNCTION billing._invoice_tax_of_lines(p_customer_id bigint, p_invoice_id bigint, p_charge_id bigint,
-                                                         p_charge_entries jsonb, p_detail jsonb,
-                                                         OUT tax_amount bigint, OUT tax_included bigint, OUT tax_detail jsonb)
+-- The tax entries of the lines an invoice bills (a change's invoice), the CHARGE line p_charge_id's
+-- replaced by p_charge_entries (its tax at the customer's address now, when it is retaxed before
+-- finalization).
+CREATE OR REPLACE FUNCTION billing._invoice_tax_lines(p_customer_id bigint, p_invoice_id bigint, p_charge_id bigint,
+                                                      p_charge_entries jsonb)
+RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_entries jsonb := '[]'::jsonb;
     v_line    billing.service_line;
-    v_tax     record;
 BEGIN
     FOR v_line IN SELECT * FROM billing.service_line l
                    WHERE l.customer_id = p_customer_id AND l.invoice_id = p_invoice_id ORDER BY l.id LOOP
         v_entries := v_entries || CASE WHEN v_line.id = p_charge_id THEN coalesce(p_charge_entries, '[]'::jsonb)
                                        ELSE billing._line_tax_lines(v_line) END;
     END LOOP;
-    v_tax := billing._tax_of_lines(v_entries, p_detail->>'treatment', p_detail->>'country', p_detail->>'region');
-    tax_amount := v_tax.tax_amount;
-    tax_included := v_tax.tax_included;
-    tax_detail := v_tax.tax_detail;
+    RETURN v_entries;
 END
 $$;
-COMMENT ON FUNCTION billing._invoice_tax_of_lines(bigint, bigint, bigint, jsonb, jsonb) IS
-'Private: an invoice''s taxes from the entries of the lines it bills (the CHARGE line p_charge_id''s replaced by p_charge_entries; p_detail: the address of the day).
-Returns the tax on top, the tax contained and the detail.';
+COMMENT ON FUNCTION billing._invoice_tax_lines(bigint, bigint, bigint, jsonb) IS
+'Private: the tax entries of the lines invoice p_invoice_id bills, the CHARGE line p_charge_id''s replaced by p_charge_entries.
+Returns the entries.';
 DROP FUNCTION IF EXISTS billing._fit_change_line_tax(bigint, bigint);
 
 -- A change within the current period at p_at, read from the lines: the unused part of the lines in
@@ -375,7 +366,9 @@ BEGIN
     IF v_amount > 0 THEN
         -- Each line at its own tax: the reversals give back what their lines were sold at, the new line
         -- is taxed today. A difference not positive tax included ends in credit (below).
-        v_change := billing._change_tax(p_sub, p_at, v_entries, v_now_tax.tax_detail);
+        v_change := billing._tax_of_lines(billing._reversal_tax_lines(p_sub, p_at) || v_entries,
+                                          v_now_tax.tax_detail->>'treatment', v_now_tax.tax_detail->>'country',
+                                          v_now_tax.tax_detail->>'region');
         v_bill := v_amount + v_change.tax_amount > 0;
     END IF;
     IF v_bill THEN

@@ -257,8 +257,9 @@ BEGIN
         SELECT (x.t).tax_amount, (x.t).tax_included, (x.t).tax_detail INTO v_now
           FROM (SELECT billing._tax_of(v_customer.country, v_customer.region, v_customer.tax_status, v_charge.net) AS t) x;
         v_charge_entries := billing._tax_lines_of(v_now.tax_detail, v_charge.net);
-        v_tax := billing._invoice_tax_of_lines(p_invoice.customer_id, p_invoice.id, v_charge.id, v_charge_entries,
-                                               v_now.tax_detail);
+        v_tax := billing._tax_of_lines(billing._invoice_tax_lines(p_invoice.customer_id, p_invoice.id, v_charge.id,
+                                                                  v_charge_entries),
+                                       v_now.tax_detail->>'treatment', v_now.tax_detail->>'country', v_now.tax_detail->>'region');
         IF p_invoice.subtotal + v_tax.tax_amount < 0 THEN
             -- It would give back more than it bills (the customer moved to an untaxed address since):
             -- it keeps its figures (the invoice's total is never below 0).

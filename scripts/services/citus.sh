@@ -91,33 +91,11 @@ build() {
 }
 
 # start_node DATA PORT: "is it up, is it mine" read from the node's own postmaster.pid, as postgres.sh
-# does (house8; before, a port answering PostgreSQL was taken for the node: another checkout's
-# cluster on that port, whose URL this printed). Its postmaster alive and working in DATA (running_pid,
-# common.sh), on the port asked for, answering on its own socket: reused. Refused with a message:
-# DATA running on another port; the port held by another process.
+# does (own_cluster, common.sh; house8: before, a port answering PostgreSQL was taken for the node,
+# another checkout's cluster on that port, whose URL this printed).
 start_node() {
-  local data=$1 port=$2 pid ran_port
-  pid=$(running_pid "$data")
-  if [ -n "$pid" ]; then
-    ran_port=$(sed -n 4p "$data/postmaster.pid")
-    if [ "$ran_port" != "$port" ]; then
-      log "the citus node in $data runs already (pid $pid) on port $ran_port, not $port (other BILLING_CITUS_*PORT?):"
-      log "use that port, or stop it first (scripts/services/citus.sh stop)"
-      exit 1
-    fi
-    # Up, or still starting (recovery after a crash, a loaded machine): its own socket answers when ready.
-    for _ in $(seq 1 600); do
-      if as_pg "$PGBIN/pg_isready" -q -h "$data" -p "$port" && port_open 127.0.0.1 "$port"; then return 0; fi
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    log "the citus node in $data (pid $pid, port $port) does not answer"; tail -20 "$data/server.log" >&2 || true; exit 1
-  fi
-  if port_open 127.0.0.1 "$port"; then
-    log "port $port is taken by another process, not the citus node in $data (another checkout's services?):"
-    log "choose other BILLING_CITUS_*PORT, or stop what holds it"
-    exit 1
-  fi
+  local data=$1 port=$2
+  own_cluster "$data" "$port" "citus node" "BILLING_CITUS_*PORT" "scripts/services/citus.sh stop" && return 0
   if [ ! -f "$data/PG_VERSION" ]; then
     log "initdb $data"
     mkdir -p "$data"

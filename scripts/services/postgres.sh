@@ -34,28 +34,8 @@ apt_ensure /usr/share/postgresql/15/extension/pgtap.control postgresql-15-pgtap
 apt_ensure pg_prove libtap-parser-sourcehandler-pgtap-perl
 
 lock
-pid=$(running_pid "$DATA")  # (common.sh)
-if [ -n "$pid" ]; then
-  ran_port=$(sed -n 4p "$DATA/postmaster.pid")
-  if [ "$ran_port" != "$PORT" ]; then
-    log "the cluster in $DATA runs already (pid $pid) on port $ran_port, not $PORT (another BILLING_PG_PORT?):"
-    log "use that port, or stop it first (scripts/services/postgres.sh stop)"
-    exit 1
-  fi
-  # Up, or still starting (recovery after a crash, a loaded machine): its own socket answers when ready.
-  for _ in $(seq 1 600); do
-    if as_pg "$PGBIN/pg_isready" -q -h "$DATA" -p "$PORT" 9>&- && port_open 127.0.0.1 "$PORT"; then
-      echo "$URL"; exit 0
-    fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  log "the cluster in $DATA (pid $pid, port $PORT) does not answer"; tail -20 "$DATA/server.log" >&2 || true; exit 1
-fi
-if port_open 127.0.0.1 "$PORT"; then
-  log "port $PORT is taken by another process, not the cluster in $DATA (another checkout's services?):"
-  log "choose another BILLING_PG_PORT, or stop what holds it"
-  exit 1
+if own_cluster "$DATA" "$PORT" cluster BILLING_PG_PORT "scripts/services/postgres.sh stop"; then  # (common.sh)
+  echo "$URL"; exit 0
 fi
 
 if [ ! -f "$DATA/PG_VERSION" ]; then
