@@ -28,20 +28,24 @@ COMMENT ON FUNCTION billing._invoice_subscription_exists() IS
 'Private trigger: the foreign key invoice.subscription_id -> subscription.id, checked once per statement with one anti-join.
 Returns NULL; raises foreign_key_violation (23503) naming invoice_subscription_exists.';
 
-CREATE OR REPLACE FUNCTION billing._subscription_never_deleted()
+-- A row that is never deleted (nor renumbered): one trigger function for the subscription, the
+-- customer and the plan (house8 folded three of one shape). Its arguments: the message (a format
+-- string: %s is OLD.id on a row trigger, an UPDATE that changes a key; a statement trigger on DELETE
+-- has no row). The constraint named is the trigger's own name, the table the trigger's table.
+CREATE OR REPLACE FUNCTION billing._never_deleted()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = '23503',
-        MESSAGE = 'subscriptions are never deleted: cancel them instead',
-        CONSTRAINT = 'subscription_never_deleted', TABLE = 'subscription', SCHEMA = 'billing';
+        MESSAGE = CASE WHEN TG_LEVEL = 'ROW' THEN format(TG_ARGV[0], OLD.id) ELSE TG_ARGV[0] END,
+        CONSTRAINT = TG_NAME, TABLE = TG_TABLE_NAME, SCHEMA = TG_TABLE_SCHEMA;
 END
 $$;
-COMMENT ON FUNCTION billing._subscription_never_deleted() IS
-'Private trigger: refuses DELETE on billing.subscription (invoices, attempts and events refer to it forever; TRUNCATE wipes all and stays allowed).
-Returns nothing; raises foreign_key_violation (23503).';
+COMMENT ON FUNCTION billing._never_deleted() IS
+'Private trigger: refuses a DELETE (statement trigger) or a change of a row''s id (row trigger) on a table whose rows are referred to forever (subscription_never_deleted, customer_never_deleted, customer_id_fixed, plan_never_deleted; TRUNCATE wipes all and stays allowed). TG_ARGV[0]: the message (%s: the row''s id).
+Returns nothing; raises foreign_key_violation (23503) naming the trigger.';
 
 CREATE OR REPLACE TRIGGER invoice_subscription_exists
     AFTER INSERT ON billing.invoice
@@ -71,7 +75,7 @@ CREATE OR REPLACE TRIGGER invoice_subscription_fixed
 -- TRUNCATE (an operator wiping a test database, as the model test does) stays possible.
 CREATE OR REPLACE TRIGGER subscription_never_deleted
     BEFORE DELETE ON billing.subscription
-    FOR EACH STATEMENT EXECUTE FUNCTION billing._subscription_never_deleted();
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._never_deleted('subscriptions are never deleted: cancel them instead');
 
 -- ---------------------------------------------------------------------------------------------
 -- subscription.plan_id -> plan.id, subscription.scheduled_plan_id -> plan.id and
@@ -145,32 +149,14 @@ CREATE OR REPLACE TRIGGER subscription_plan_kept
 
 -- A customer is never deleted nor renumbered (0760): subscriptions refer to it without a foreign
 -- key's lock (above). TRUNCATE (an operator wiping a test database) stays possible.
-CREATE OR REPLACE FUNCTION billing._customer_never_deleted()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
--- (a DELETE, statement-level; or a row whose id an UPDATE changes: one refusal each)
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = '23503',
-        MESSAGE = CASE WHEN TG_OP = 'DELETE'
-                       THEN 'customers are never deleted: their subscriptions, invoices and events refer to them'
-                       ELSE format('customer %s: its id never changes', OLD.id) END,
-        CONSTRAINT = CASE WHEN TG_OP = 'DELETE' THEN 'customer_never_deleted' ELSE 'customer_id_fixed' END,
-        TABLE = 'customer', SCHEMA = 'billing';
-END
-$$;
-COMMENT ON FUNCTION billing._customer_never_deleted() IS
-'Private trigger: refuses DELETE on billing.customer (customer_never_deleted) and a change of a customer''s id (customer_id_fixed); TRUNCATE stays allowed.
-Returns nothing; raises foreign_key_violation (23503).';
-
 CREATE OR REPLACE TRIGGER customer_never_deleted
     BEFORE DELETE ON billing.customer
-    FOR EACH STATEMENT EXECUTE FUNCTION billing._customer_never_deleted();
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._never_deleted(
+        'customers are never deleted: their subscriptions, invoices and events refer to them');
 CREATE OR REPLACE TRIGGER customer_id_fixed
     BEFORE UPDATE OF id ON billing.customer
     FOR EACH ROW WHEN (OLD.id IS DISTINCT FROM NEW.id)
-    EXECUTE FUNCTION billing._customer_never_deleted();
+    EXECUTE FUNCTION billing._never_deleted('customer %s: its id never changes');
 
 CREATE OR REPLACE FUNCTION billing._subscription_request_subscription_exists()
 RETURNS trigger
@@ -214,21 +200,13 @@ CREATE OR REPLACE TRIGGER subscription_request_subscription_kept
 -- stood in the way. TRUNCATE (an operator wiping a test database) stays possible. On Citus the plan
 -- is a reference table: the trigger fires on each of its placements (db/citus/10_adapt.sql checks).
 -- ---------------------------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION billing._plan_never_deleted()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = billing, pg_catalog, pg_temp
-AS $$
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = '23503',
-        MESSAGE = 'plans are never deleted: archive them instead (billing.archive_plan)',
-        CONSTRAINT = 'plan_never_deleted', TABLE = 'plan', SCHEMA = 'billing';
-END
-$$;
-COMMENT ON FUNCTION billing._plan_never_deleted() IS
-'Private trigger: refuses DELETE on billing.plan (subscriptions, invoices and the MRR refer to it forever; TRUNCATE wipes all and stays allowed).
-Returns nothing; raises foreign_key_violation (23503) naming plan_never_deleted.';
-
 CREATE OR REPLACE TRIGGER plan_never_deleted
     BEFORE DELETE ON billing.plan
-    FOR EACH STATEMENT EXECUTE FUNCTION billing._plan_never_deleted();
+    FOR EACH STATEMENT EXECUTE FUNCTION billing._never_deleted(
+        'plans are never deleted: archive them instead (billing.archive_plan)');
+
+-- The three functions _never_deleted replaced (house8), once no trigger runs them (the triggers above
+-- were moved to it by their CREATE OR REPLACE): a database built before keeps none of them.
+DROP FUNCTION IF EXISTS billing._subscription_never_deleted();
+DROP FUNCTION IF EXISTS billing._customer_never_deleted();
+DROP FUNCTION IF EXISTS billing._plan_never_deleted();

@@ -195,11 +195,14 @@ Returns nothing.';
 DROP FUNCTION IF EXISTS billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, char, timestamptz);
 DROP FUNCTION IF EXISTS billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, billing.plan,
                                              bigint, timestamptz, bigint, bigint);
+DROP FUNCTION IF EXISTS billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, billing.plan,
+                                             bigint, timestamptz, bigint, bigint, bigint, text, integer);
 CREATE OR REPLACE FUNCTION billing._new_invoice(
     p_sub billing.subscription, p_kind text, p_period_start timestamptz, p_period_end timestamptz,
     p_subtotal bigint, p_plan billing.plan, p_plan_price bigint, p_now timestamptz,
     p_from_plan_id bigint DEFAULT NULL, p_from_price bigint DEFAULT NULL,
-    p_discount bigint DEFAULT 0, p_coupon_code text DEFAULT NULL, p_from_quantity integer DEFAULT NULL)
+    p_discount bigint DEFAULT 0, p_coupon_code text DEFAULT NULL, p_from_quantity integer DEFAULT NULL,
+    p_tax jsonb DEFAULT NULL)
 RETURNS billing.invoice
 LANGUAGE plpgsql VOLATILE
 SET search_path = billing, pg_catalog, pg_temp
@@ -211,8 +214,15 @@ DECLARE
     v_tax     record;
     v_total   bigint;
 BEGIN
-    -- Taxes by the customer's billing address (14_tax); credit pays the total, tax included.
-    v_tax := billing._invoice_tax_row(p_sub.customer_id, p_subtotal);
+    -- Taxes by the customer's billing address (14_tax), or p_tax's (a change's invoice: its lines'
+    -- taxes, 18_ledger_change); credit pays the total, tax included.
+    IF p_tax IS NULL THEN
+        v_tax := billing._invoice_tax_row(p_sub.customer_id, p_subtotal);
+    ELSE
+        SELECT (p_tax->>'tax_amount')::bigint AS tax_amount, (p_tax->>'tax_included')::bigint AS tax_included,
+               p_tax->'tax_detail' AS tax_detail INTO v_tax;
+        v_tax.tax_detail := CASE WHEN jsonb_typeof(v_tax.tax_detail) = 'object' THEN v_tax.tax_detail END;
+    END IF;
     v_total := p_subtotal + v_tax.tax_amount;
     SELECT balance INTO v_balance FROM billing.credit_balance
      WHERE customer_id = p_sub.customer_id AND currency = p_plan.currency AND balance > 0
@@ -258,8 +268,8 @@ BEGIN
     RETURN v_invoice;
 END
 $$;
-COMMENT ON FUNCTION billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, billing.plan, bigint, timestamptz, bigint, bigint, bigint, text, integer) IS
-'Private: inserts one invoice due at p_now with its terms (plan, price, seats, coupon discount already taken off p_subtotal; for PRORATION the replaced terms) after consuming the customer''s credit (PAID and announced when credit covers it).
+COMMENT ON FUNCTION billing._new_invoice(billing.subscription, text, timestamptz, timestamptz, bigint, billing.plan, bigint, timestamptz, bigint, bigint, bigint, text, integer, jsonb) IS
+'Private: inserts one invoice due at p_now with its terms (plan, price, seats, coupon discount already taken off p_subtotal; for PRORATION the replaced terms; p_tax: {tax_amount, tax_included, tax_detail} given, a change''s lines'' taxes, else the address''s on p_subtotal) after consuming the customer''s credit (PAID and announced when credit covers it).
 Returns the invoice.';
 
 -- The price of a plan for a period starting at p_at (billing.plan_price; the usual case, a period

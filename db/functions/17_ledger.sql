@@ -148,7 +148,8 @@ BEGIN
         SELECT * INTO v_line FROM billing.service_line WHERE customer_id = p_sub.customer_id AND id = v_u.line_id;
         INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
                                           span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
-                                          currency, reverses_id, depends_on, basis_start, basis_gross, basis_net, created_at)
+                                          currency, reverses_id, depends_on, basis_start, basis_gross, basis_net, tax_lines,
+                                          created_at)
         VALUES (p_sub.customer_id, p_sub.id, p_invoice_id, 'REVERSAL', v_line.item, v_line.plan_id, v_line.quantity,
                 v_line.unit_price, v_u.span_start, v_u.span_end,
                 CASE WHEN p_free THEN 0 ELSE -v_u.gross END, CASE WHEN p_free THEN 0 ELSE -v_u.discount END,
@@ -158,7 +159,10 @@ BEGIN
                 -- for it is released (the adversary found the old line selling again beside the new
                 -- period when another unpaid invoice of the period failed).
                 NULL, v_u.span_start,
-                CASE WHEN p_free THEN 0 ELSE -v_u.gross END, CASE WHEN p_free THEN 0 ELSE -v_u.net END, p_now);
+                CASE WHEN p_free THEN 0 ELSE -v_u.gross END, CASE WHEN p_free THEN 0 ELSE -v_u.net END,
+                -- Its tax by rate: the reversed line's entries as sold, its share (house8).
+                CASE WHEN p_free THEN '[]'::jsonb
+                     ELSE billing._split_tax_lines(billing._line_tax_lines(v_line), -v_u.tax, -v_u.net) END, p_now);
         v_n := v_n + 1;
     END LOOP;
     RETURN v_n;

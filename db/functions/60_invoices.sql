@@ -119,7 +119,15 @@ BEGIN
          WHERE p_invoice.kind = 'USAGE' AND l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id
            AND l.item = 'USAGE'
     ), taxes AS (
-        SELECT t.ord, t.line->>'code' AS code, t.line->>'name' AS name, (t.line->>'rateBp')::integer AS rate_bp,
+        -- (a change's invoice, taxed line by line: an entry of another address than the invoice's names
+        -- its jurisdiction, house8)
+        SELECT t.ord, t.line->>'code' AS code,
+               (t.line->>'name') || CASE WHEN t.line ? 'country'
+                                              AND ((t.line->>'country') IS DISTINCT FROM (p_invoice.tax_detail->>'country')
+                                                   OR (t.line->>'region') IS DISTINCT FROM (p_invoice.tax_detail->>'region'))
+                                         THEN ' ' || coalesce(t.line->>'country', '') || coalesce('-' || (t.line->>'region'), '')
+                                         ELSE '' END AS name,
+               (t.line->>'rateBp')::integer AS rate_bp,
                (t.line->>'inclusive')::boolean AS inclusive, (t.line->>'amount')::bigint AS amount
           FROM jsonb_array_elements(coalesce(p_invoice.tax_detail->'lines', '[]'::jsonb)) WITH ORDINALITY t(line, ord)
     ), treatment AS (
@@ -144,14 +152,15 @@ BEGIN
                NULL, NULL, t.amount, t.code, t.rate_bp, t.inclusive, NULL, NULL
           FROM taxes t
         UNION ALL
-        -- Every invoice has a tax line: an exempt, reverse-charge or untaxed one says so at 0.
+        -- Every invoice has a tax line: an exempt, reverse-charge or untaxed one says so at 0 (a change's
+        -- invoice that gives back tax of another address says its treatment beside it).
         SELECT 3, 'TAX',
                CASE tr.status WHEN 'EXEMPT' THEN 'Tax exempt'
                               WHEN 'REVERSE_CHARGE' THEN 'Reverse charge: tax to be accounted for by the recipient'
                               ELSE 'No tax' END,
                NULL, NULL, 0, NULL, 0, false, NULL, NULL
           FROM treatment tr
-         WHERE NOT EXISTS (SELECT 1 FROM taxes)
+         WHERE NOT EXISTS (SELECT 1 FROM taxes) OR tr.status IN ('EXEMPT', 'REVERSE_CHARGE')
         UNION ALL
         SELECT 1000, 'CREDIT', 'Customer credit applied', NULL, NULL, -p_invoice.credit_applied,
                NULL, NULL, NULL, NULL, NULL
@@ -217,6 +226,10 @@ DECLARE
     v_invoice  billing.invoice;
     v_line     record;
     v_line_tax record;
+    v_charge   record;
+    v_by_line  boolean;
+    v_now      record;
+    v_charge_entries jsonb;
 BEGIN
     IF p_invoice.tax_detail IS NULL OR p_invoice.number IS NOT NULL THEN
         RETURN p_invoice;
@@ -232,9 +245,31 @@ BEGIN
         -- first charge attempt, so only one settled by credit alone, or made before this rule, is here.)
         RETURN p_invoice;
     END IF;
-    -- Called in a target list (Citus refuses a query into which _tax_of was inlined).
-    SELECT (x.t).tax_amount, (x.t).tax_included, (x.t).tax_detail INTO v_tax
-      FROM (SELECT billing._tax_of(v_customer.country, v_customer.region, v_customer.tax_status, p_invoice.subtotal) AS t) x;
+    -- A change's invoice (a CHARGE line beside REVERSAL lines): its tax is its lines' (house8): the new
+    -- line retaxed at the address now, the reversals keep the tax of the lines they reverse.
+    SELECT l.id, l.net INTO v_charge FROM billing.service_line l
+     WHERE l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id AND l.kind = 'CHARGE'
+     ORDER BY l.id LIMIT 1;
+    v_by_line := p_invoice.kind = 'PRORATION' AND v_charge.id IS NOT NULL
+                 AND EXISTS (SELECT 1 FROM billing.service_line l WHERE l.customer_id = p_invoice.customer_id
+                                AND l.invoice_id = p_invoice.id AND l.kind = 'REVERSAL');
+    IF v_by_line THEN
+        SELECT (x.t).tax_amount, (x.t).tax_included, (x.t).tax_detail INTO v_now
+          FROM (SELECT billing._tax_of(v_customer.country, v_customer.region, v_customer.tax_status, v_charge.net) AS t) x;
+        v_charge_entries := billing._tax_lines_of(v_now.tax_detail, v_charge.net);
+        v_tax := billing._tax_of_lines(billing._invoice_tax_lines(p_invoice.customer_id, p_invoice.id, v_charge.id,
+                                                                  v_charge_entries),
+                                       v_now.tax_detail->>'treatment', v_now.tax_detail->>'country', v_now.tax_detail->>'region');
+        IF p_invoice.subtotal + v_tax.tax_amount < 0 THEN
+            -- It would give back more than it bills (the customer moved to an untaxed address since):
+            -- it keeps its figures (the invoice's total is never below 0).
+            RETURN p_invoice;
+        END IF;
+    ELSE
+        -- Called in a target list (Citus refuses a query into which _tax_of was inlined).
+        SELECT (x.t).tax_amount, (x.t).tax_included, (x.t).tax_detail INTO v_tax
+          FROM (SELECT billing._tax_of(v_customer.country, v_customer.region, v_customer.tax_status, p_invoice.subtotal) AS t) x;
+    END IF;
     v_total := p_invoice.subtotal + v_tax.tax_amount;
     -- Credit pays the total, tax included: what a lower total no longer needs goes back.
     v_applied := least(p_invoice.credit_applied, v_total);
@@ -256,15 +291,21 @@ BEGIN
     -- line's unused part at the line's own tax, so a line left at the old address's rate would give
     -- back tax never paid (or keep tax that was). Its REVERSAL lines keep the tax of the lines they
     -- reverse (what was paid for them). One line at a time by (customer_id, id): one shard on Citus.
+    IF v_by_line THEN
+        UPDATE billing.service_line l
+           SET tax = v_now.tax_amount + v_now.tax_included, tax_inclusive = v_now.tax_included > 0,
+               tax_lines = v_charge_entries
+         WHERE l.customer_id = p_invoice.customer_id AND l.id = v_charge.id;
+    END IF;
     FOR v_line IN SELECT l.id, l.net FROM billing.service_line l
                    WHERE l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id AND l.kind = 'CHARGE'
+                     AND NOT v_by_line
     LOOP
         v_line_tax := billing._line_tax(p_invoice.customer_id, v_line.net);
         UPDATE billing.service_line l SET tax = v_line_tax.tax, tax_inclusive = v_line_tax.inclusive
          WHERE l.customer_id = p_invoice.customer_id AND l.id = v_line.id
            AND (l.tax, l.tax_inclusive) IS DISTINCT FROM (v_line_tax.tax, v_line_tax.inclusive);
     END LOOP;
-    PERFORM billing._fit_change_line_tax(p_invoice.customer_id, p_invoice.id);  -- a change's invoice (18_ledger_change)
     IF v_invoice.status = 'PAID' THEN
         PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoicePaid', billing._invoice_data(v_invoice), p_now);
         PERFORM billing._settle_pending_credit(v_invoice, p_now);

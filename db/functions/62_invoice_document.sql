@@ -102,6 +102,26 @@ Returns the customer; BL422 for a bad email, country, region, status, lengths, o
 -- ---------------------------------------------------------------------------------------------
 -- The document
 -- ---------------------------------------------------------------------------------------------
+-- An invoice's tax breakdown: one entry per (rate, jurisdiction) with its base and amount. A change's
+-- invoice records its entries line by line (house8: the new line at today's rates, the reversals at
+-- the rates their lines were sold at, negative); another invoice's taxes are on its subtotal, at its
+-- detail's address.
+CREATE OR REPLACE FUNCTION billing._invoice_taxes(p_invoice billing.invoice)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+               'code', e->'code', 'name', e->'name', 'rateBp', e->'rateBp', 'inclusive', e->'inclusive',
+               'country', CASE WHEN e ? 'country' THEN e->'country' ELSE p_invoice.tax_detail->'country' END,
+               'region', CASE WHEN e ? 'region' THEN e->'region' ELSE p_invoice.tax_detail->'region' END,
+               'base', coalesce(e->'base', pg_catalog.to_jsonb(p_invoice.subtotal)), 'amount', e->'amount') ORDER BY x.ord),
+           '[]'::jsonb)
+      FROM pg_catalog.jsonb_array_elements(coalesce(p_invoice.tax_detail->'lines', '[]'::jsonb)) WITH ORDINALITY x(e, ord)
+$$;
+COMMENT ON FUNCTION billing._invoice_taxes(billing.invoice) IS
+'Private: an invoice''s tax breakdown, one entry per (rate, jurisdiction): {code, name, rateBp, inclusive, country, region, base, amount} (a change''s invoice: its lines'' entries, reversals negative; another: on its subtotal).
+Returns the entries.';
+
 CREATE OR REPLACE FUNCTION billing.get_invoice_document(p_invoice_id bigint)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -155,9 +175,10 @@ BEGIN
         'total', v_invoice.subtotal + v_invoice.tax_amount, 'creditApplied', v_invoice.credit_applied,
         'amountDue', v_invoice.amount - least(v_invoice.unserved, v_invoice.amount), 'amountRefunded', v_invoice.amount_refunded,
         'lines', coalesce(v_lines, '[]'::jsonb),
+        'taxes', billing._invoice_taxes(v_invoice),
         'creditNotes', coalesce(v_notes, '[]'::jsonb));
 END
 $$;
 COMMENT ON FUNCTION billing.get_invoice_document(bigint) IS
-'The invoice as a document: number (NULL until finalized), status, bill-to details, amounts (subtotal, exclusive and included tax, total, credit applied, amount due, refunded), its lines (written at finalization; a preview before) and its credit notes with their lines.
+'The invoice as a document: number (NULL until finalized), status, bill-to details, amounts (subtotal, exclusive and included tax, total, credit applied, amount due, refunded), its tax breakdown (taxes: one entry per rate and jurisdiction with its base), its lines (written at finalization; a preview before) and its credit notes with their lines.
 Returns a jsonb object; BL404 for an unknown invoice.';

@@ -1,7 +1,7 @@
 -- 404_renewal_entries: what migrations 0540 and 0541 took off the renewal's rows, and the promises that make
 -- each cut safe (docs/scaling.md, "What a renewal writes").
 BEGIN;
-SELECT plan(22);
+SELECT plan(25);
 
 -- The invoice's plan ids carry no foreign key: a plan is never deleted nor renumbered. No function of
 -- the engine deletes from billing.plan or sets a plan's id, and no role but the owner may.
@@ -50,8 +50,20 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
                      AND (p.prosrc ~* '\mdelete\s+from\s+(only\s+)?(billing\.)?customer(\s|;|$)'
                           OR p.prosrc ~* '\mupdate\s+(only\s+)?(billing\.)?customer\s+(\w+\s+)?set\s+([^;]*,\s*)?(\w+\.)?id\s*=')$$,
                 'no engine function deletes or renumbers a customer (0760)');
+-- The guards of rows never deleted nor renumbered: one trigger function, its message an argument
+-- (house8 folded _subscription_never_deleted, _customer_never_deleted and _plan_never_deleted).
+SELECT is(ARRAY(SELECT t.tgname::text FROM pg_catalog.pg_trigger t
+                 WHERE t.tgfoid = 'billing._never_deleted()'::regprocedure
+                   AND t.tgrelid IN ('billing.subscription'::regclass, 'billing.customer'::regclass, 'billing.plan'::regclass)
+                 ORDER BY t.tgname),
+          '{customer_id_fixed,customer_never_deleted,plan_never_deleted,subscription_never_deleted}'::text[],
+          'subscriptions, customers and plans are guarded by one function, _never_deleted');
+SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+                   WHERE p.pronamespace = 'billing'::regnamespace
+                     AND p.proname IN ('_subscription_never_deleted', '_customer_never_deleted', '_plan_never_deleted')$$,
+                'the three functions it replaced are gone');
 \if :r404_citus
-SELECT skip('on Citus the foreign keys make these checks (above; a row moved between customers is refused by Citus itself; a customer''s id is its distribution column, and the foreign keys keep customers)', 10);
+SELECT skip('on Citus the foreign keys make these checks (above; a row moved between customers is refused by Citus itself; a customer''s id is its distribution column, and the foreign keys keep customers)', 11);
 \else
 SELECT count(*) AS r404_plan FROM billing.upsert_plan('R404_M', 1000, 'USD', 'MONTH', 1, '2026-01-01Z') \gset
 SELECT (billing.create_subscription('r404-a', 404001, 'R404_M', '2026-02-01Z')).id AS r404_sub \gset
@@ -88,6 +100,22 @@ SELECT throws_ok($$DELETE FROM billing.customer WHERE id = 404003$$, '23503',
                  'a customer is never deleted (0760: subscriptions refer to it without a lock)');
 SELECT throws_ok($$UPDATE billing.customer SET id = 404004 WHERE id = 404003$$, '23503',
                  'customer 404003: its id never changes', 'a customer is never renumbered (0760)');
+CREATE FUNCTION pg_temp.r404_refusal(p_sql text) RETURNS text LANGUAGE plpgsql AS $f$
+DECLARE
+    v_msg text; v_constraint text; v_table text;
+BEGIN
+    EXECUTE p_sql;
+    RETURN 'not refused';
+EXCEPTION WHEN foreign_key_violation THEN
+    GET STACKED DIAGNOSTICS v_msg = MESSAGE_TEXT, v_constraint = CONSTRAINT_NAME, v_table = TABLE_NAME;
+    RETURN v_msg || ' [' || v_constraint || ' on ' || v_table || ']';
+END
+$f$;
+SELECT is(ARRAY[pg_temp.r404_refusal('DELETE FROM billing.subscription WHERE id = ' || :r404_sub),
+                pg_temp.r404_refusal('UPDATE billing.customer SET id = 404004 WHERE id = 404003')],
+          ARRAY['subscriptions are never deleted: cancel them instead [subscription_never_deleted on subscription]',
+                'customer 404003: its id never changes [customer_id_fixed on customer]'],
+          'each refusal names its own message, constraint (the trigger) and table');
 \endif
 
 -- Event ids: one index, on the id alone (GET /v1/events/{id}); no unique pair with the customer.

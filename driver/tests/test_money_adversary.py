@@ -70,8 +70,10 @@ one batch), batched payment results (record_payment_results, a key twice), the p
 (apply_refund_webhook, its amount sometimes not the refund's), cards added and detached (the waiting
 invoices retried), the operator's retry, the portal's cancel, uncancel and offered plan changes, moves
 of the billing address (another tax before an invoice is finalized) and changes of the 20% rate; and
-the invariant that a finalized invoice's lines carry the tax it billed (a change's invoice: its lines
-add up to its tax), so that what a change or cancellation gives back is what was paid.
+the invariant that a finalized invoice's lines carry the tax it billed, so that what a change or
+cancellation gives back is what was paid. House8: a change's invoice is taxed line by line (each
+reversal at the rates and jurisdiction of the line it reverses, the new line today), its tax the sum
+of its lines' (`change_invoices_taxed_by_line`), the moves and rate changes played against it.
 
 The lifecycle (docs/lifecycle.md) is part of the game: trials, coupons (at signup and later, up to
 100% off, amounts larger than the invoice), seats up and down, pauses with and without a resume
@@ -1124,21 +1126,62 @@ def make_machine(db: Db, steps: int):
                 if abs(line["tax"] - owed) > 1 or (line["tax_inclusive"] and owed > 1) != (inside and owed > 1):
                     wrong.append((line["id"], line["invoice_id"], line["net"], line["tax"], owed, bp, inside))
             assert not wrong, f"lines taxed at another rate than their invoice (line, invoice, net, tax, owed, bp, inclusive): {wrong}"
-            # A change's invoice (a CHARGE line beside REVERSAL lines at their own tax): its lines' tax on top
-            # adds up to the tax it billed, so that a later reversal gives back what was paid (review7).
+
+        @invariant()
+        def change_invoices_taxed_by_line(self):
+            """A change's invoice (a CHARGE line beside REVERSAL lines) is taxed line by line (house8): its
+            tax on top and its tax inside are the sums over its lines of each line's own tax, and its
+            entries (one per rate and jurisdiction) add up to them; each reversal is taxed at the rates and
+            jurisdiction of the line it reverses (its entries), its share of that line's tax at most. So a
+            move or a change of rate between the sale and the change bills no (new rate - old rate) x the
+            reversed net too little or too much (left out: an invoice a cancellation cut, whose lines the
+            UNSERVED credit note accounts for)."""
             unfit = db.rows("""
-                SELECT i.id, i.tax_amount, sum(CASE WHEN l.tax_inclusive THEN 0 ELSE l.tax END) AS lines
+                SELECT i.id, i.tax_amount, i.tax_included,
+                       sum(l.tax) FILTER (WHERE NOT l.tax_inclusive) AS lines_on_top,
+                       sum(l.tax) FILTER (WHERE l.tax_inclusive) AS lines_inside,
+                       (SELECT sum((e->>'amount')::bigint) FROM jsonb_array_elements(i.tax_detail->'lines') e) AS entries
                   FROM billing.invoice i JOIN billing.service_line l ON l.customer_id = i.customer_id AND l.invoice_id = i.id
                  WHERE i.kind = 'PRORATION'
                    AND EXISTS (SELECT 1 FROM billing.service_line r WHERE r.customer_id = i.customer_id
                                   AND r.invoice_id = i.id AND r.kind = 'REVERSAL')
-                   AND EXISTS (SELECT 1 FROM billing.service_line c WHERE c.customer_id = i.customer_id
-                                  AND c.invoice_id = i.id AND c.kind = 'CHARGE' AND NOT c.tax_inclusive AND c.tax > 0)
                    AND NOT EXISTS (SELECT 1 FROM billing.credit_note n WHERE n.customer_id = i.customer_id
                                       AND n.invoice_id = i.id AND n.reason = 'UNSERVED')
-                 GROUP BY i.customer_id, i.id, i.tax_amount
-                HAVING sum(CASE WHEN l.tax_inclusive THEN 0 ELSE l.tax END) <> i.tax_amount""")
-            assert not unfit, f"change invoices whose lines' tax is not the tax they billed: {unfit}"
+                 GROUP BY i.customer_id, i.id, i.tax_amount, i.tax_included, i.tax_detail
+                HAVING coalesce(sum(l.tax) FILTER (WHERE NOT l.tax_inclusive), 0) <> i.tax_amount
+                    OR coalesce(sum(l.tax) FILTER (WHERE l.tax_inclusive), 0) <> i.tax_included
+                    OR coalesce((SELECT sum((e->>'amount')::bigint) FROM jsonb_array_elements(i.tax_detail->'lines') e), 0)
+                       <> i.tax_amount + i.tax_included""")
+            assert not unfit, f"change invoices whose tax is not their lines' (id, on top, inside, lines', entries): {unfit}"
+            strays = db.rows("""
+                SELECT r.id, r.tax, o.id AS reversed, o.tax AS reversed_tax, r.tax_lines,
+                       billing._line_tax_lines(o) AS reversed_lines
+                  FROM billing.service_line r JOIN billing.service_line o ON o.customer_id = r.customer_id AND o.id = r.reverses_id
+                 WHERE r.kind = 'REVERSAL' AND r.tax_lines IS NOT NULL AND r.tax <> 0
+                   AND ((SELECT array_agg(ARRAY[e->>'code', e->>'rateBp', e->>'country', e->>'region', e->>'inclusive']
+                                          ORDER BY e->>'code', e->>'rateBp')
+                           FROM jsonb_array_elements(r.tax_lines) e WHERE (e->>'amount')::bigint <> 0)
+                        IS DISTINCT FROM
+                        (SELECT array_agg(ARRAY[e->>'code', e->>'rateBp', e->>'country', e->>'region', e->>'inclusive']
+                                          ORDER BY e->>'code', e->>'rateBp')
+                           FROM jsonb_array_elements(billing._line_tax_lines(o)) e WHERE (e->>'amount')::bigint <> 0)
+                        OR -r.tax > o.tax
+                        OR (SELECT sum((e->>'amount')::bigint) FROM jsonb_array_elements(r.tax_lines) e) <> r.tax)""")
+            assert not strays, f"reversals not taxed at the rates of the lines they reverse: {strays}"
+            # Its new line at its own rates: each entry on the line's net at its rate, rounded half away
+            # from zero (inclusive rates: out of 10000 + the sum of the line's inclusive rates).
+            off = []
+            for line in db.rows("SELECT l.id, l.net, l.tax, l.tax_lines FROM billing.service_line l "
+                                "JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id "
+                                "WHERE i.kind = 'PRORATION' AND l.kind = 'CHARGE' AND l.tax_lines IS NOT NULL"):
+                entries = line["tax_lines"]
+                inside = sum(e["rateBp"] for e in entries if e["inclusive"])
+                owed = [(2 * line["net"] * e["rateBp"] + (10000 + inside if e["inclusive"] else 10000))
+                        // (2 * (10000 + inside if e["inclusive"] else 10000)) for e in entries]
+                if [e["amount"] for e in entries] != owed or sum(owed) != line["tax"] \
+                        or any(e["base"] != line["net"] for e in entries):
+                    off.append((line["id"], line["net"], line["tax"], entries, owed))
+            assert not off, f"change lines not taxed at their own rates (line, net, tax, entries, owed): {off}"
 
         @invariant()
         def every_event_matches_the_catalogue(self):
@@ -1428,6 +1471,27 @@ INVARIANTS = ("the_books_balance", "cash_kept_is_the_paid_service", "revenue_ove
               "every_event_matches_the_catalogue", "no_served_period_silently_forgiven",
               "current_usage_is_the_count", "usage_lines_taxed_at_the_customers_rate",
               "invoiced_lines_carry_their_invoices_tax")
+
+# House8 (self-contained): a change's invoice taxed line by line. Customer 3 (20% on top) moves to an
+# untaxed address and upgrades; customer 4 (10% inside) moves to 20% on top and upgrades, then the rate
+# changes and it downgrades; each time the invoice's tax is its lines' (review7's rule taxed the
+# difference at the rate of the day).
+INVARIANTS = INVARIANTS + ("change_invoices_taxed_by_line",)
+REPLAYS["h8_moves_and_rates_between_sale_and_change"] = [
+    ("subscribe", dict(customer=3, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+    ("subscribe", dict(customer=4, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+    ("clock_jump", dict(delta=10 * DAYS)),
+    ("move", dict(customer=3, country="US")),
+    ("move", dict(customer=4, country="XE")),
+    ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True))),
+    ("change_plan", dict(data=Drawn(2), plan="M_PRO", how=("now", True))),
+    ("clock_jump", dict(delta=5 * DAYS)),
+    ("retax", dict(bp=500)),
+    ("change_plan", dict(data=Drawn(2), plan="M_BASIC", how=("now", True))),
+    ("move", dict(customer=3, country="XI")),
+    ("change_plan", dict(data=Drawn(1), plan="M_EUR", how=("now", True))),
+    ("seats", dict(data=Drawn(1), quantity=5)),
+]
 
 
 @pytest.mark.parametrize("name", sorted(REPLAYS))

@@ -106,3 +106,63 @@ def test_postgres_starts_once_reuses_its_own_cluster_and_refuses_what_is_not_its
         _done(_postgres(mine, "stop"))
         shutil.rmtree(mine.base, ignore_errors=True)
         shutil.rmtree(theirs.base, ignore_errors=True)
+
+
+CITUS_STAGE = REPO_ROOT / ".cache" / "citus" / "stage"
+
+
+def _citus(services: PrivateServices, ports: tuple[int, int, int], *args: str) -> subprocess.Popen:
+    env = {**services.env(), "BILLING_CITUS_PORT": str(ports[0]), "BILLING_CITUS_WORKER1_PORT": str(ports[1]),
+           "BILLING_CITUS_WORKER2_PORT": str(ports[2])}
+    return subprocess.Popen(["bash", str(SCRIPTS / "citus.sh"), *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _with_citus_build(services: PrivateServices) -> None:
+    """The checkout's Citus build (make citus) lent to a private cache: no six-minute build."""
+    assert (CITUS_STAGE / ".built").exists(), f"Citus is not built ({CITUS_STAGE}): make citus"
+    (services.base / "citus").mkdir(parents=True, exist_ok=True)
+    (services.base / "citus" / "stage").symlink_to(CITUS_STAGE)
+
+
+def test_citus_reuses_its_own_nodes_and_refuses_what_is_not_its_own():
+    # citus.sh reads "is it up, is it mine" from each node's postmaster.pid, as postgres.sh (house8):
+    # before, a port answering PostgreSQL was taken for its node.
+    mine = PrivateServices()
+    theirs = PrivateServices()
+    ports = (mine.pg_port, mine.redis_port, mine.kafka_port)  # free: this test starts none of those
+    try:
+        _with_citus_build(mine)
+        _with_citus_build(theirs)
+        rc, out, err = _done(_citus(mine, ports))
+        assert rc == 0, err[-2000:]
+        assert out.splitlines()[-1] == f"postgresql://postgres@127.0.0.1:{ports[0]}/postgres"
+        pid_files = [mine.base / "citus" / node / "postmaster.pid" for node in ("coordinator", "worker1", "worker2")]
+        pids = [f.read_text().split("\n")[0] for f in pid_files]
+        assert [f.read_text().split("\n")[3] for f in pid_files] == [str(p) for p in ports]
+
+        # Again: the running nodes, none restarted.
+        rc, out, err = _done(_citus(mine, ports))
+        assert rc == 0, err[-2000:]
+        assert [f.read_text().split("\n")[0] for f in pid_files] == pids
+
+        # The same coordinator asked for on another port: refused, naming the port it runs on.
+        other = mine.kafka_controller_port
+        rc, out, err = _done(_citus(mine, (other, ports[1], ports[2])))
+        assert rc != 0 and out == ""
+        assert f"runs already (pid {pids[0]}) on port {ports[0]}" in err
+        assert [f.read_text().split("\n")[0] for f in pid_files] == pids
+
+        # Another cache whose coordinator port is held by this cluster's coordinator: refused (it took
+        # that node for its own).
+        rc, out, err = _done(_citus(theirs, (ports[0], theirs.pg_port, theirs.redis_port)))
+        assert rc != 0 and out == ""
+        assert f"port {ports[0]} is taken by another process" in err
+        assert not (theirs.base / "citus" / "coordinator").exists()
+        _done(_citus(mine, ports, "stop"))
+        assert not any(f.exists() for f in pid_files)
+    finally:
+        _done(_citus(mine, ports, "stop"))
+        _done(_citus(theirs, (ports[0], theirs.pg_port, theirs.redis_port), "stop"))
+        shutil.rmtree(mine.base, ignore_errors=True)
+        shutil.rmtree(theirs.base, ignore_errors=True)

@@ -90,14 +90,12 @@ build() {
   done < <(find "$STAGE/usr" -type f -print0)
 }
 
+# start_node DATA PORT: "is it up, is it mine" read from the node's own postmaster.pid, as postgres.sh
+# does (own_cluster, common.sh; house8: before, a port answering PostgreSQL was taken for the node,
+# another checkout's cluster on that port, whose URL this printed).
 start_node() {
   local data=$1 port=$2
-  if port_open 127.0.0.1 "$port" && as_pg "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$port"; then return 0; fi
-  # Running but slow to answer (a loaded machine): wait for it rather than start it twice (pg_ctl
-  # would fail on its postmaster.pid).
-  if [ -f "$data/postmaster.pid" ] && as_pg "$PGBIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
-    wait_port 127.0.0.1 "$port" 60 && return 0
-  fi
+  own_cluster "$data" "$port" "citus node" "BILLING_CITUS_*PORT" "scripts/services/citus.sh stop" && return 0
   if [ ! -f "$data/PG_VERSION" ]; then
     log "initdb $data"
     mkdir -p "$data"

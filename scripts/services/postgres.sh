@@ -33,41 +33,9 @@ if [ -n "${BILLING_TEST_DATABASE_URL:-}" ]; then echo "$BILLING_TEST_DATABASE_UR
 apt_ensure /usr/share/postgresql/15/extension/pgtap.control postgresql-15-pgtap
 apt_ensure pg_prove libtap-parser-sourcehandler-pgtap-perl
 
-# running_pid: the pid of this data directory's postmaster when one runs (its postmaster.pid names a
-# live process working in $DATA), else nothing. A stale file (a crash) or a pid reused since is not it.
-running_pid() {
-  local pid cwd
-  [ -f "$DATA/postmaster.pid" ] || return 0
-  pid=$(sed -n 1p "$DATA/postmaster.pid" 2>/dev/null) || return 0
-  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 0
-  cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || cwd=$(cd "$DATA" && pwd -P)  # no /proc: trust kill -0
-  [ "$cwd" = "$(cd "$DATA" && pwd -P)" ] && echo "$pid"
-  return 0
-}
-
 lock
-pid=$(running_pid)
-if [ -n "$pid" ]; then
-  ran_port=$(sed -n 4p "$DATA/postmaster.pid")
-  if [ "$ran_port" != "$PORT" ]; then
-    log "the cluster in $DATA runs already (pid $pid) on port $ran_port, not $PORT (another BILLING_PG_PORT?):"
-    log "use that port, or stop it first (scripts/services/postgres.sh stop)"
-    exit 1
-  fi
-  # Up, or still starting (recovery after a crash, a loaded machine): its own socket answers when ready.
-  for _ in $(seq 1 600); do
-    if as_pg "$PGBIN/pg_isready" -q -h "$DATA" -p "$PORT" 9>&- && port_open 127.0.0.1 "$PORT"; then
-      echo "$URL"; exit 0
-    fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  log "the cluster in $DATA (pid $pid, port $PORT) does not answer"; tail -20 "$DATA/server.log" >&2 || true; exit 1
-fi
-if port_open 127.0.0.1 "$PORT"; then
-  log "port $PORT is taken by another process, not the cluster in $DATA (another checkout's services?):"
-  log "choose another BILLING_PG_PORT, or stop what holds it"
-  exit 1
+if own_cluster "$DATA" "$PORT" cluster BILLING_PG_PORT "scripts/services/postgres.sh stop"; then  # (common.sh)
+  echo "$URL"; exit 0
 fi
 
 if [ ! -f "$DATA/PG_VERSION" ]; then

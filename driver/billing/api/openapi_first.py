@@ -154,6 +154,17 @@ _INVOICE_DOCUMENT = {
         "amountDue": {"type": "integer"}, "amountRefunded": {"type": "integer"},
         "lines": {"type": "array", "items": {"type": "object", "required": ["line_no", "kind", "description", "amount"]}},
         "creditNotes": {"type": "array", "items": {"type": "object"}},
+        # One entry per tax rate and jurisdiction with its base (a change's invoice: its lines' taxes, a
+        # reversal's negative at the rate it was sold at; docs/invoices.md).
+        "taxes": {"type": "array", "items": {"type": "object", "required": ["rateBp", "inclusive", "base", "amount"],
+                                             "properties": {"code": {"type": ["string", "null"]},
+                                                            "name": {"type": ["string", "null"]},
+                                                            "rateBp": {"type": "integer"},
+                                                            "inclusive": {"type": "boolean"},
+                                                            "country": {"type": ["string", "null"]},
+                                                            "region": {"type": ["string", "null"]},
+                                                            "base": {"type": "integer"},
+                                                            "amount": {"type": "integer"}}}},
     },
 }
 

@@ -123,6 +123,14 @@ def view(doc: dict, issuer: Issuer, locale: str | None = None) -> dict:
     notes = []
     if doc["taxIncluded"]:
         notes.append(w("doc.tax_included", amount=fmt(doc["taxIncluded"])))
+    # A change's invoice taxes each line at its own rate (house8): its breakdown, one entry per rate
+    # and jurisdiction with its base (a reversal's negative, at the rate it was sold at).
+    taxes = doc.get("taxes") or []
+    if any(t.get("base") != doc["subtotal"] for t in taxes):
+        for t in taxes:
+            place = "-".join(x for x in (t.get("country"), t.get("region")) if x)
+            notes.append(w("doc.tax_entry", name=" ".join(x for x in (t.get("name") or "", place) if x),
+                           rate=f"{(t.get('rateBp') or 0) / 100:g}", base=fmt(t["base"]), amount=fmt(t["amount"])))
     treatment = (doc.get("billTo") or {}).get("taxStatus")
     if treatment == "REVERSE_CHARGE":
         notes.append(w("doc.reverse_charge"))

@@ -48,6 +48,7 @@ from .invoice_document import InvoiceDocument
 from .invoice_document_bill_to import InvoiceDocumentBillTo
 from .invoice_document_credit_notes_item import InvoiceDocumentCreditNotesItem
 from .invoice_document_lines_item import InvoiceDocumentLinesItem
+from .invoice_document_taxes_item import InvoiceDocumentTaxesItem
 from .invoice_kind import InvoiceKind
 from .invoice_status import InvoiceStatus
 from .list_all_refunds_response_200 import ListAllRefundsResponse200
@@ -167,6 +168,7 @@ __all__ = (
     "InvoiceDocumentBillTo",
     "InvoiceDocumentCreditNotesItem",
     "InvoiceDocumentLinesItem",
+    "InvoiceDocumentTaxesItem",
     "InvoiceKind",
     "InvoiceStatus",
     "ListAllRefundsResponse200",

@@ -13,6 +13,7 @@ from typing import Literal, cast
 from typing import Union
 
 if TYPE_CHECKING:
+  from ..models.invoice_document_taxes_item import InvoiceDocumentTaxesItem
   from ..models.invoice_document_bill_to import InvoiceDocumentBillTo
   from ..models.invoice_document_credit_notes_item import InvoiceDocumentCreditNotesItem
   from ..models.invoice_document_lines_item import InvoiceDocumentLinesItem
@@ -47,6 +48,7 @@ class InvoiceDocument:
             kind (Union[Unset, str]):
             subscription_id (Union[Unset, int]):
             tax_included (Union[Unset, int]):
+            taxes (Union[Unset, list['InvoiceDocumentTaxesItem']]):
      """
 
     amount_due: int
@@ -67,6 +69,7 @@ class InvoiceDocument:
     kind: Union[Unset, str] = UNSET
     subscription_id: Union[Unset, int] = UNSET
     tax_included: Union[Unset, int] = UNSET
+    taxes: Union[Unset, list['InvoiceDocumentTaxesItem']] = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -74,6 +77,7 @@ class InvoiceDocument:
 
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.invoice_document_taxes_item import InvoiceDocumentTaxesItem
         from ..models.invoice_document_bill_to import InvoiceDocumentBillTo
         from ..models.invoice_document_credit_notes_item import InvoiceDocumentCreditNotesItem
         from ..models.invoice_document_lines_item import InvoiceDocumentLinesItem
@@ -126,6 +130,15 @@ class InvoiceDocument:
 
         tax_included = self.tax_included
 
+        taxes: Union[Unset, list[dict[str, Any]]] = UNSET
+        if not isinstance(self.taxes, Unset):
+            taxes = []
+            for taxes_item_data in self.taxes:
+                taxes_item = taxes_item_data.to_dict()
+                taxes.append(taxes_item)
+
+
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -154,6 +167,8 @@ class InvoiceDocument:
             field_dict["subscriptionId"] = subscription_id
         if tax_included is not UNSET:
             field_dict["taxIncluded"] = tax_included
+        if taxes is not UNSET:
+            field_dict["taxes"] = taxes
 
         return field_dict
 
@@ -161,6 +176,7 @@ class InvoiceDocument:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.invoice_document_taxes_item import InvoiceDocumentTaxesItem
         from ..models.invoice_document_bill_to import InvoiceDocumentBillTo
         from ..models.invoice_document_credit_notes_item import InvoiceDocumentCreditNotesItem
         from ..models.invoice_document_lines_item import InvoiceDocumentLinesItem
@@ -233,6 +249,16 @@ class InvoiceDocument:
 
         tax_included = d.pop("taxIncluded", UNSET)
 
+        taxes = []
+        _taxes = d.pop("taxes", UNSET)
+        for taxes_item_data in (_taxes or []):
+            taxes_item = InvoiceDocumentTaxesItem.from_dict(taxes_item_data)
+
+
+
+            taxes.append(taxes_item)
+
+
         invoice_document = cls(
             amount_due=amount_due,
             credit_applied=credit_applied,
@@ -252,6 +278,7 @@ class InvoiceDocument:
             kind=kind,
             subscription_id=subscription_id,
             tax_included=tax_included,
+            taxes=taxes,
         )
 
 
