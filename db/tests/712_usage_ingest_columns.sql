@@ -118,8 +118,8 @@ SELECT is((SELECT array[count(*) FILTER (WHERE status = 'accepted'), count(*) FI
                  (SELECT array_agg(data ORDER BY n) FROM t712_big), (SELECT array_agg(NULL::text) FROM t712_big),
                  '2027-01-10T12:30:00Z')),
   ARRAY[20000, 2001, 22001]::bigint[], 'a batch of 22,001 with 2,001 sent twice: 20,000 accepted, 2,001 duplicates');
-SELECT is((SELECT array[sum(events), count(*)] FROM billing.usage_rollup WHERE customer_id = 7123 AND meter_code = 't712_req'),
-  ARRAY[20000, 1]::numeric[], 'the count meter''s one hourly rollup counted each of the 20,000 once');
+SELECT results_eq($$SELECT sum(events)::bigint, count(*) FROM billing.usage_rollup WHERE customer_id = 7123 AND meter_code = 't712_req'$$,
+  $$VALUES (20000::bigint, 1::bigint)$$, 'the count meter''s one hourly rollup counted each of the 20,000 once');
 SELECT is(current_setting('work_mem'), '1MB', 'work_mem is set back after the statement');
 
 SELECT * FROM finish();
