@@ -33,7 +33,7 @@ DECLARE
     v_loops text := current_setting('enable_nestloop');
     v_merge text := current_setting('enable_mergejoin');
     v_plans text := current_setting('plan_cache_mode');
-    v_mem   text := current_setting('work_mem');
+    v_mem   text;
     v_dist  boolean;
     v_held  bigint;
     v_text  text[];
@@ -144,8 +144,10 @@ BEGIN
     END IF;
     -- The batch's CTEs are held in memory (tuplestores, hash tables): a batch of 50,000 (the Kafka
     -- door's limit) holds ~150,000 (event, meter) rows in one of them, ~20 MB; at PostgreSQL's default
-    -- work_mem (4 MB) they would go to temporary files. At least 64 MB for this statement alone.
-    IF pg_catalog.pg_size_bytes(v_mem) < 64 * 1024 * 1024 THEN
+    -- work_mem (4 MB) they would go to temporary files. Above 10,000 events (the limit until ingest7),
+    -- at least 64 MB for this statement alone (a smaller batch, the HTTP door's, is left as it was).
+    IF cardinality(p_obj) > 10000 AND pg_catalog.pg_size_bytes(current_setting('work_mem')) < 64 * 1024 * 1024 THEN
+        v_mem := current_setting('work_mem');
         PERFORM set_config('work_mem', '64MB', true);
     END IF;
     RETURN QUERY
@@ -294,7 +296,9 @@ BEGIN
     PERFORM set_config('enable_nestloop', v_loops, true);
     PERFORM set_config('enable_mergejoin', v_merge, true);
     PERFORM set_config('plan_cache_mode', v_plans, true);
-    PERFORM set_config('work_mem', v_mem, true);
+    IF v_mem IS NOT NULL THEN
+        PERFORM set_config('work_mem', v_mem, true);
+    END IF;
 END
 $$;
 
