@@ -33,8 +33,8 @@ log = logging.getLogger("billing.usage")
 
 MAX_BATCH = 1000  # billing.ingest_usage's limit, and POST /usage-events'
 KAFKA_MAX_BATCH = 50000  # billing.ingest_usage_batch's and ingest_usage_columns' limit
-# the consumer's transactions by default (ingest7: 20,000 cost ~2 µs of server CPU an event less than
-# 10,000, fewer rollup rows and per-batch steps an event; bench/README.md "Issue 29's Kafka door, seventh pass")
+# the consumer's transactions by default (ingest7: 20,000 cost one backend ~2 µs an event less than 10,000,
+# fewer rollup rows and per-batch steps; end to end on a quiet host no gain; bench/README.md "Issue 29's Kafka door, seventh pass")
 KAFKA_BATCH = 20000
 
 def windows(settings: Settings) -> dict:
