@@ -5,7 +5,7 @@
 
 -- The ingestion: a batch of CloudEvents in ONE statement (billing._ingest_usage_rows, the events'
 -- envelope attributes as columns; its doors: billing.ingest_usage, a JSON array of at most 1,000
--- (HTTP), billing.ingest_usage_batch, an array of at most 10,000 JSON texts, both through
+-- (HTTP), billing.ingest_usage_batch, an array of at most 50,000 JSON texts, both through
 -- billing._ingest_usage_set, which reads the attributes out of the parsed events, and
 -- billing.ingest_usage_columns, the Kafka consumer's: the attributes as it parsed them, each event's
 -- data as a JSON text, the events it did not parse as JSON texts). Each event is answered: accepted (stored,
@@ -33,6 +33,7 @@ DECLARE
     v_loops text := current_setting('enable_nestloop');
     v_merge text := current_setting('enable_mergejoin');
     v_plans text := current_setting('plan_cache_mode');
+    v_mem   text;
     v_dist  boolean;
     v_held  bigint;
     v_text  text[];
@@ -140,6 +141,14 @@ BEGIN
     -- event's cost. (Citus plans a distributed statement's parameters only in a custom plan.)
     IF NOT v_dist THEN
         PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+    END IF;
+    -- The batch's CTEs are held in memory (tuplestores, hash tables): a batch of 50,000 (the Kafka
+    -- door's limit) holds ~150,000 (event, meter) rows in one of them, ~20 MB; at PostgreSQL's default
+    -- work_mem (4 MB) they would go to temporary files. Above 10,000 events (the limit until ingest7),
+    -- at least 64 MB for this statement alone (a smaller batch, the HTTP door's, is left as it was).
+    IF cardinality(p_obj) > 10000 AND pg_catalog.pg_size_bytes(current_setting('work_mem')) < 64 * 1024 * 1024 THEN
+        v_mem := current_setting('work_mem');
+        PERFORM set_config('work_mem', '64MB', true);
     END IF;
     RETURN QUERY
     WITH parsed AS (
@@ -287,6 +296,9 @@ BEGIN
     PERFORM set_config('enable_nestloop', v_loops, true);
     PERFORM set_config('enable_mergejoin', v_merge, true);
     PERFORM set_config('plan_cache_mode', v_plans, true);
+    IF v_mem IS NOT NULL THEN
+        PERFORM set_config('work_mem', v_mem, true);
+    END IF;
 END
 $$;
 
@@ -359,7 +371,7 @@ position) accepted, duplicate (its (customer, source, id) was accepted before) o
 unknown_customer, in_future (beyond p_skew), too_old (before the open period, or the period before while p_grace runs, or older than
 p_retention), not_numeric (a sum/max/latest meter''s property), missing_property (a unique_count meter''s). subject = the customer id.';
 
--- The Kafka consumer's form: the messages' values as they came (JSON text), at most 10,000 (BL413
+-- The Kafka consumer's form: the messages' values as they came (JSON text), at most 50,000 (BL413
 -- above): a batch that large makes fewer rollup rows per event (a customer's events of one hour and
 -- meter are added to its rollup once), and the consumer neither parses nor re-serializes them.
 -- A message that is not JSON is answered rejected, invalid_json.
@@ -378,9 +390,9 @@ BEGIN
     IF p_events IS NULL OR array_ndims(p_events) > 1 THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'usage events: an array of CloudEvents (JSON texts) is expected';
     END IF;
-    IF cardinality(p_events) > 10000 THEN
+    IF cardinality(p_events) > 50000 THEN
         RAISE EXCEPTION USING ERRCODE = 'BL413',
-            MESSAGE = format('usage events: at most 10000 a batch, got %s', cardinality(p_events));
+            MESSAGE = format('usage events: at most 50000 a batch, got %s', cardinality(p_events));
     END IF;
     -- parsed at once; when one of them is not JSON, each one alone (NULL for those: invalid_json)
     BEGIN
@@ -400,14 +412,14 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.ingest_usage_batch(text[], timestamptz, interval, interval, interval) IS
-'The Kafka consumer''s ingestion: as billing.ingest_usage, the events as JSON texts (one message each), at most 10000 (BL413 above).
+'The Kafka consumer''s ingestion: as billing.ingest_usage, the events as JSON texts (one message each), at most 50000 (BL413 above).
 Returns per event (ord = its 1-based position) accepted, duplicate or rejected with the reason (ingest_usage''s, and invalid_json).';
 
 -- The Kafka consumer's form since ingest4: the events as it parsed them. Event i is either its
 -- attributes (p_spec, p_subject, p_id, p_source, p_type, p_time: what `e ->> 'specversion'` ... of its
 -- JSON e read, NULL when absent or null; p_data: the JSON text of `e -> 'data'`, NULL when absent)
 -- with p_raw[i] NULL, or p_raw[i], its JSON text as it came (the attributes then ignored): what the
--- consumer leaves to the database (docs/usage.md "Ingestion, two doors" says which). At most 10,000.
+-- consumer leaves to the database (docs/usage.md "Ingestion, two doors" says which). At most 50,000.
 -- No JSON text of a whole event is parsed here but the raw ones: the envelope costs the database
 -- nothing, only the data's parse (for the stored jsonb) stays. Any columns a caller sends are those of
 -- some JSON object (a text holds no NUL), so this door accepts nothing the JSON doors would not.
@@ -434,8 +446,8 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'BL422',
             MESSAGE = 'usage events: eight arrays of one length are expected (the attributes, data, raw texts)';
     END IF;
-    IF v_n > 10000 THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL413', MESSAGE = format('usage events: at most 10000 a batch, got %s', v_n);
+    IF v_n > 50000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL413', MESSAGE = format('usage events: at most 50000 a batch, got %s', v_n);
     END IF;
     IF v_n = 0 THEN
         RETURN;
@@ -480,7 +492,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.ingest_usage_columns(text[], text[], text[], text[], text[], text[], text[], text[], timestamptz, interval, interval, interval) IS
-'The Kafka consumer''s ingestion, the events as it parsed them: per event its attributes (specversion, subject, id, source, type, time as ->> reads them) and data (a JSON text), or its raw JSON text (p_raw); at most 10000 (BL413 above).
+'The Kafka consumer''s ingestion, the events as it parsed them: per event its attributes (specversion, subject, id, source, type, time as ->> reads them) and data (a JSON text), or its raw JSON text (p_raw); at most 50000 (BL413 above).
 Returns per event (ord = its 1-based position) accepted, duplicate or rejected with the reason, as ingest_usage_batch answers the same messages.';
 
 -- Comments of two lines each (001_schema checks it), the short ones above made whole here.

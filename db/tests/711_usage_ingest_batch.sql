@@ -208,8 +208,8 @@ SELECT results_eq($$SELECT meter_code, value, events FROM billing.usage_between(
   'the hours read (with the late events): latest = the larger of the ones at the latest instant, max over the filter, sum, count, distinct users');
 
 -- bad calls
-SELECT throws_ok($$SELECT * FROM billing.ingest_usage_batch(array_fill('{}'::text, ARRAY[10001]), '2027-01-10Z')$$,
-                 'BL413', NULL, 'more than 10000 events is BL413');
+SELECT throws_ok($$SELECT * FROM billing.ingest_usage_batch(array_fill('{}'::text, ARRAY[50001]), '2027-01-10Z')$$,
+                 'BL413', NULL, 'more than 50000 events is BL413');
 SELECT throws_ok($$SELECT * FROM billing.ingest_usage_batch(NULL, '2027-01-10Z')$$, 'BL422', NULL, 'NULL is BL422');
 SELECT is((SELECT count(*) FROM billing.ingest_usage_batch('{}', '2027-01-10Z')), 0::bigint, 'an empty batch answers nothing');
 SELECT throws_ok($$SELECT * FROM billing.ingest_usage_batch('{}', NULL)$$, 'BL422', NULL, 'a NULL p_now is BL422');

@@ -6,7 +6,7 @@
 BEGIN;
 \ir fixtures/usage_partitions_lock.sql
 SET LOCAL ROLE billing_owner;
-SELECT plan(11);
+SELECT plan(14);
 
 SELECT billing.upsert_customer(7121);
 SELECT billing.upsert_customer(7122);
@@ -85,9 +85,9 @@ SELECT results_eq($$SELECT ord, status, reason FROM billing.ingest_usage_columns
 SELECT throws_ok($$SELECT * FROM billing.ingest_usage_columns(ARRAY['1.0'], ARRAY['7122'], ARRAY['d3'], ARRAY['gw'],
     ARRAY['t712.req'], ARRAY['2027-01-10T12:00:00Z'], ARRAY['{}'], ARRAY[NULL, NULL]::text[], '2027-01-10T12:30:00Z')$$,
   'BL422', NULL, 'arrays of different lengths are BL422');
-SELECT throws_ok($$SELECT f.* FROM (SELECT array_fill(NULL::text, ARRAY[10001]) AS a) x,
+SELECT throws_ok($$SELECT f.* FROM (SELECT array_fill(NULL::text, ARRAY[50001]) AS a) x,
                             billing.ingest_usage_columns(x.a, x.a, x.a, x.a, x.a, x.a, x.a, x.a, '2027-01-10Z') f$$,
-  'BL413', NULL, 'more than 10000 events is BL413');
+  'BL413', NULL, 'more than 50000 events is BL413');
 SELECT throws_ok($$SELECT * FROM billing.ingest_usage_columns(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '2027-01-10Z')$$,
   'BL422', NULL, 'NULL is BL422');
 SELECT is((SELECT count(*) FROM billing.ingest_usage_columns('{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '2027-01-10Z')),
@@ -99,6 +99,28 @@ SELECT is((SELECT current_setting('enable_nestloop') || ' ' || current_setting('
                        ARRAY['t712.req'], ARRAY['2027-01-10T12:00:00Z'], ARRAY['{"user": "u9"}'], ARRAY[NULL]::text[],
                        '2027-01-10T12:30:00Z')) x),
   'on on', 'enable_nestloop and enable_mergejoin are set back after the statement');
+
+-- a batch above 10,000 (the limit until ingest7; the consumer sends 20,000 by default), 10% of it sent
+-- twice, under a work_mem of 1 MB (the statement takes 64 MB for itself, then sets it back): every
+-- distinct key counted once, the answers as many as the events
+SELECT billing.upsert_customer(7123);
+SET LOCAL work_mem = '1MB';
+CREATE TEMP TABLE t712_big AS
+SELECT n, 'b' || (CASE WHEN n > 20000 THEN (n - 20000) * 7 ELSE n END) AS id,
+       '2027-01-10T12:' || lpad(((n % 30))::text, 2, '0') || ':00Z' AS at,
+       '{"user": "u' || (n % 13) || '"}' AS data
+  FROM generate_series(1, 22001) n;
+SELECT is((SELECT array[count(*) FILTER (WHERE status = 'accepted'), count(*) FILTER (WHERE status = 'duplicate'), count(*)]
+             FROM billing.ingest_usage_columns(
+                 (SELECT array_agg('1.0'::text ORDER BY n) FROM t712_big), (SELECT array_agg('7123'::text ORDER BY n) FROM t712_big),
+                 (SELECT array_agg(id ORDER BY n) FROM t712_big), (SELECT array_agg('big'::text ORDER BY n) FROM t712_big),
+                 (SELECT array_agg('t712.req'::text ORDER BY n) FROM t712_big), (SELECT array_agg(at ORDER BY n) FROM t712_big),
+                 (SELECT array_agg(data ORDER BY n) FROM t712_big), (SELECT array_agg(NULL::text) FROM t712_big),
+                 '2027-01-10T12:30:00Z')),
+  ARRAY[20000, 2001, 22001]::bigint[], 'a batch of 22,001 with 2,001 sent twice: 20,000 accepted, 2,001 duplicates');
+SELECT results_eq($$SELECT sum(events)::bigint, count(*) FROM billing.usage_rollup WHERE customer_id = 7123 AND meter_code = 't712_req'$$,
+  $$VALUES (20000::bigint, 1::bigint)$$, 'the count meter''s one hourly rollup counted each of the 20,000 once');
+SELECT is(current_setting('work_mem'), '1MB', 'work_mem is set back after the statement');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -192,7 +192,7 @@ def usage() -> None:
 
 @usage.command("consume")
 @database_url_option
-@click.option("--batch", default=10000, show_default=True, type=click.IntRange(1, 10000),
+@click.option("--batch", default=20000, show_default=True, type=click.IntRange(1, 50000),
               help="Messages ingested per database transaction (one statement).")
 @click.option("--exit-when-idle", default=None, type=float, metavar="SECONDS",
               help="Stop after this long without a message (default: run until SIGTERM).")
