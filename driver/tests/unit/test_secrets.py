@@ -125,13 +125,18 @@ def test_a_password_in_the_database_urls_query_is_checked():
 def test_operator_webhook_secrets_need_32_bytes_of_entropy():
     import secrets as stdlib_secrets
 
-    from billing.config import webhook_secret_problem
+    from billing.config import charset_bits, webhook_secret_problem
 
     assert webhook_secret_problem("a" * 16) is not None
     assert webhook_secret_problem("s" * 64) is not None
     assert webhook_secret_problem(GOOD) is not None  # 32 random-looking characters: about 190 bits, not 256
     assert webhook_secret_problem("whsec_" + "ab" * 40) is not None
     assert webhook_secret_problem(stdlib_secrets.token_urlsafe(32)) is None  # 256 bits
+    # a random token without a digit (make test drew this one): base64 all the same
+    assert webhook_secret_problem("SDhaPJPjQkfXbBjsqhU-nFppsw-wvysjeXZysVVSEjQ") is None
+    assert all(charset_bits(stdlib_secrets.token_urlsafe(32)) >= 256 for _ in range(20000))
+    assert all(webhook_secret_problem(stdlib_secrets.token_urlsafe(32)) is None for _ in range(50))
+    assert webhook_secret_problem(stdlib_secrets.token_urlsafe(31)) is not None  # 248 bits
     assert webhook_secret_problem("whsec_" + stdlib_secrets.token_urlsafe(32)) is None
     assert webhook_secret_problem(stdlib_secrets.token_hex(32)) is None  # 64 hex characters
     assert webhook_secret_problem(stdlib_secrets.token_hex(31)) is not None
