@@ -199,7 +199,10 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                          obj({"creditNoteId": ID, "number": {"type": "string", "pattern": "^CN-[0-9]{4}-[0-9]{6,}$"},
                               "invoiceId": ID, "invoiceNumber": {"type": "string"}, "customerId": ID,
                               "reason": {"enum": ["VOID", "REFUND", "UNSERVED"]}, "refundId": nullable(ID),
-                              "subtotal": MINOR, "taxAmount": MINOR, "total": MINOR,
+                              "subtotal": MINOR, "total": MINOR,
+                              "taxAmount": {"type": "integer", "description": "An amount in the currency's smallest "
+                                            "unit; negative when the credited invoice's tax was: a change's invoice "
+                                            "that gave back more tax than its new line bears (0840)"},
                               "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}, "issuedAt": INSTANT})),
     "SubscriptionCreated": ("subscription/<id>", "a subscription is created (its INITIAL invoice follows, or, "
                                                  "TRIALING, comes when the trial ends)",

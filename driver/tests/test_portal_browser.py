@@ -25,9 +25,6 @@ from billing.config import REPO_ROOT
 from .console_world import ConsoleServer
 from .portal_world import build_portal_world, make_link
 from .test_console_browser import _chromedriver
-from . import test_portal_http as _test_portal_http_module
-
-stripe_fake = _test_portal_http_module.stripe_fake  # the fixture, by its name
 
 ARTIFACTS = Path(os.environ.get("BILLING_PORTAL_ARTIFACTS", REPO_ROOT / ".cache" / "artifacts" / "portal"))
 
