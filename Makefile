@@ -112,9 +112,9 @@ citus-stop:
 # 510 expects each claim to take its own invoice: a neighbour file holding the same year's numbering
 # counter to its end makes the claim skip an unnumbered invoice (claims never wait for the counter).
 # 202 writes plans and tries DELETEs on the plan (a reference table) that its trigger refuses on every node.
-# 830 writes plans and coupons (reference tables) as 310 does.
+# 830 writes plans and coupons (reference tables) as 310 does; 851 writes plans.
 CITUS_SERIAL := 850_security.sql 860_console.sql 310_signups.sql 721_usage_rating_set.sql 510_charging.sql \
-	202_plan_never_deleted.sql 830_coupon_per_customer.sql
+	202_plan_never_deleted.sql 830_coupon_per_customer.sql 851_plan_self_serve.sql
 test-citus: venv
 	@started=$$(date +%s) && bash scripts/services/citus.sh >/dev/null && \
 	 url=$$(bash scripts/services/citus.sh createdb $(CITUS_DB)) && \

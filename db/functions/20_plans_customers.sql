@@ -24,9 +24,14 @@ Returns nothing; BL422 for NULL, 0 or a negative id.';
 DROP FUNCTION IF EXISTS billing.upsert_plan(text, bigint, text, text, integer);
 DROP FUNCTION IF EXISTS billing.upsert_plan(text, bigint, text, text, integer, timestamptz);
 DROP FUNCTION IF EXISTS billing.upsert_plan(text, bigint, text, text, integer, timestamptz, integer);
+DROP FUNCTION IF EXISTS billing.upsert_plan(text, bigint, text, text, integer, timestamptz, integer, text);
+-- p_self_serve (migration 0850): customers may sign up to it themselves (a customer session's
+-- signup, checked by the HTTP API); NULL keeps what the plan says (false for a new plan), so a
+-- price change that does not name it never withdraws a plan from sale or offers one.
 CREATE OR REPLACE FUNCTION billing.upsert_plan(
     p_code text, p_price_amount bigint, p_currency text, p_billing_interval text, p_interval_count integer DEFAULT 1,
-    p_now timestamptz DEFAULT now(), p_billing_day integer DEFAULT NULL, p_external_id text DEFAULT NULL)
+    p_now timestamptz DEFAULT now(), p_billing_day integer DEFAULT NULL, p_external_id text DEFAULT NULL,
+    p_self_serve boolean DEFAULT NULL)
 RETURNS billing.plan
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
@@ -35,7 +40,7 @@ DECLARE
     v_old billing.plan;
     v_new billing.plan;
 BEGIN
-    PERFORM billing._audit('upsert_plan', jsonb_build_object('code', p_code, 'price_amount', p_price_amount, 'currency', p_currency, 'billing_interval', p_billing_interval, 'interval_count', p_interval_count, 'now', p_now, 'billing_day', p_billing_day, 'external_id', p_external_id));
+    PERFORM billing._audit('upsert_plan', jsonb_build_object('code', p_code, 'price_amount', p_price_amount, 'currency', p_currency, 'billing_interval', p_billing_interval, 'interval_count', p_interval_count, 'now', p_now, 'billing_day', p_billing_day, 'external_id', p_external_id, 'self_serve', p_self_serve));
     PERFORM billing._check_now(p_now);
     PERFORM billing._check_text('a plan code', p_code, 100);
     PERFORM billing._check_external_id(p_external_id);
@@ -61,8 +66,9 @@ BEGIN
 
     SELECT * INTO v_old FROM billing.plan WHERE code = p_code FOR UPDATE;
     IF NOT FOUND THEN
-        INSERT INTO billing.plan AS p (code, price_amount, currency, billing_interval, interval_count, billing_day)
-        VALUES (p_code, p_price_amount, p_currency, p_billing_interval, p_interval_count, p_billing_day)
+        INSERT INTO billing.plan AS p (code, price_amount, currency, billing_interval, interval_count, billing_day, self_serve)
+        VALUES (p_code, p_price_amount, p_currency, p_billing_interval, p_interval_count, p_billing_day,
+                coalesce(p_self_serve, false))
         ON CONFLICT ON CONSTRAINT plan_code_key DO NOTHING
         RETURNING * INTO v_new;
         IF v_new.id IS NULL THEN  -- created concurrently: update it as below
@@ -96,10 +102,12 @@ BEGIN
            billing_interval = p_billing_interval,
            interval_count = p_interval_count,
            billing_day = p_billing_day,
+           self_serve = coalesce(p_self_serve, p.self_serve),
            updated_at = now()
      WHERE p.id = v_old.id
-       AND (p.price_amount, p.currency, p.billing_interval, p.interval_count, p.billing_day)
-           IS DISTINCT FROM (p_price_amount, p_currency::char(3), p_billing_interval, p_interval_count, p_billing_day::smallint)
+       AND (p.price_amount, p.currency, p.billing_interval, p.interval_count, p.billing_day, p.self_serve)
+           IS DISTINCT FROM (p_price_amount, p_currency::char(3), p_billing_interval, p_interval_count, p_billing_day::smallint,
+                             coalesce(p_self_serve, p.self_serve))
     RETURNING * INTO v_new;
     IF v_new.id IS NULL THEN  -- unchanged
         RETURN billing._claim_plan_external_id(v_old, p_external_id);
@@ -111,8 +119,8 @@ BEGIN
     RETURN billing._claim_plan_external_id(v_new, p_external_id);
 END
 $$;
-COMMENT ON FUNCTION billing.upsert_plan(text, bigint, text, text, integer, timestamptz, integer, text) IS
-'Creates the plan p_code or updates it; a plan with subscriptions (on it, scheduled to move to it, or with an unpaid upgrade from it that may revert to it) may only change its price, which applies to periods starting at or after p_now (history in plan_price). p_billing_day (1..31, MONTH plans only): calendar billing, every period ends on that day of the month at local midnight, the first one prorated. p_external_id (optional): the caller''s own id of the plan, given once (21_external_ids).
+COMMENT ON FUNCTION billing.upsert_plan(text, bigint, text, text, integer, timestamptz, integer, text, boolean) IS
+'Creates the plan p_code or updates it; a plan with subscriptions (on it, scheduled to move to it, or with an unpaid upgrade from it that may revert to it) may only change its price, which applies to periods starting at or after p_now (history in plan_price). p_billing_day (1..31, MONTH plans only): calendar billing, every period ends on that day of the month at local midnight, the first one prorated. p_external_id (optional): the caller''s own id of the plan, given once (21_external_ids). p_self_serve (optional): customers may sign up to it themselves (a customer session''s signup; NULL keeps the plan''s, false for a new plan).
 Returns the plan row; BL422 for a negative price, bad currency, unknown interval, count out of 1..1000, billing day out of 1..31 or on another interval, a price change dated before the last one or a malformed external id; BL409 when the external id names another plan or the plan has another one.';
 
 DROP FUNCTION IF EXISTS billing.upsert_customer(bigint, text);

@@ -32,7 +32,7 @@ SELECT CASE WHEN billing._distributed('billing.customer')
                     'the owner can neither log in nor is a superuser') END;
 SELECT ok(NOT has_function_privilege('billing_api', 'billing.record_payment_result(text,text,text,text,timestamptz,boolean)', 'EXECUTE'),
           'billing_api cannot record payment results');
-SELECT ok(NOT has_function_privilege('billing_api', 'billing.upsert_plan(text,bigint,text,text,integer,timestamptz,integer,text)', 'EXECUTE'),
+SELECT ok(NOT has_function_privilege('billing_api', 'billing.upsert_plan(text,bigint,text,text,integer,timestamptz,integer,text,boolean)', 'EXECUTE'),
           'billing_api cannot change plans');
 SELECT ok(NOT has_function_privilege('billing_worker', 'billing.mark_outbox_published(bigint[],timestamptz)', 'EXECUTE'),
           'billing_worker cannot mark events published');

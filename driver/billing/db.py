@@ -118,8 +118,10 @@ APPLY_GATEWAY_WEBHOOK = (
 )
 MARK_OUTBOX_PUBLISHED = "SELECT billing.mark_outbox_published(%(ids)s::bigint[], %(now)s) AS marked"
 MARK_OUTBOX_FAILED = "SELECT billing.mark_outbox_failed(%(id)s, %(error)s, %(now)s)"
+# The demo's catalog: plans it sells, so customers may choose them themselves (self_serve, 0850).
 UPSERT_PLAN = (
-    "SELECT * FROM billing.upsert_plan(%(code)s, %(price)s, %(currency)s, %(interval)s, %(count)s)"
+    "SELECT * FROM billing.upsert_plan(%(code)s, %(price)s, %(currency)s, %(interval)s, %(count)s, "
+    "p_self_serve => true)"
 )
 CANCEL_SUBSCRIPTION = (
     "SELECT * FROM billing.cancel_subscription(%(id)s, %(at_period_end)s, %(now)s, %(expected_version)s)"
@@ -162,6 +164,9 @@ API_CREATE_SUBSCRIPTION = _API_SUBSCRIPTION.format(
     call="create_subscription(%(key)s, %(customer_id)s, %(plan_code)s, %(now)s, %(trial_days)s, %(coupon_code)s, "
          "%(quantity)s, %(external_id)s)")
 API_GET_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="get_subscription(%(id)s)")
+# Which of these plan codes a customer session may sign up to (plan.self_serve, migration 0850).
+API_SELF_SERVE_PLANS = ("SELECT coalesce(array_agg(p.code), '{}') AS codes FROM unnest(%(codes)s::text[]) c(code) "
+                        "CROSS JOIN LATERAL billing.get_plan(c.code) p WHERE p.self_serve")
 API_CANCEL_SUBSCRIPTION = _API_SUBSCRIPTION.format(
     extra="", call="cancel_subscription(%(id)s, %(at_period_end)s, %(now)s, %(expected_version)s)")
 API_CHANGE_PLAN = _API_SUBSCRIPTION.format(
@@ -511,7 +516,7 @@ V1_LIST_PLANS = "SELECT * FROM billing.list_plans(%(limit)s, %(after)s, %(before
 V1_ARCHIVE_PLAN = "SELECT * FROM billing.archive_plan(%(code)s, %(now)s)"
 V1_UPSERT_PLAN = (
     "SELECT * FROM billing.upsert_plan(%(code)s, %(price)s, %(currency)s, %(interval)s, %(count)s, %(now)s, "
-    "%(billing_day)s, %(external_id)s)"
+    "%(billing_day)s, %(external_id)s, %(self_serve)s)"
 )
 V1_LIST_COUPONS = "SELECT * FROM billing.list_coupons(%(limit)s, %(after)s, %(before)s, %(archived)s)"
 V1_ARCHIVE_COUPON = "SELECT * FROM billing.archive_coupon(%(code)s, %(now)s)"

@@ -23,7 +23,7 @@ from billing.api_keys import Guardrails, create_key
 from billing.clock import SimulatedClock
 from billing.config import Settings
 
-from .test_doors import STRIPE_SECRET, T0, bearer, seed
+from .test_doors import STRIPE_SECRET, T0, bearer, client_for, seed
 
 import httpx
 
@@ -43,12 +43,19 @@ ROUTES: dict[tuple[str, str], list[tuple[str, object, set[int]]]] = {
         ("own", {"customerId": A, **SIGNUP, "trialDays": 0}, NEVER),
         ("own", {"customerId": A, **SIGNUP, "quantity": 6}, NEVER),  # the opening key's guardrail: 5 seats
         ("own", {"customerId": A, **SIGNUP, "externalId": "sub_of_the_operator"}, NEVER),
-        ("own", {"customerId": A, "planCode": "STAFF_FREE"}, LEGIT),  # (a plan of its choosing: billed, see below)
+        # a plan the operator has not made self-serve (a free plan kept for staff), or none at all
+        ("own", {"customerId": A, "planCode": "STAFF_FREE"}, NEVER),
+        ("own", {"customerId": A, "planCode": "NO_SUCH_PLAN"}, NEVER),
+        ("own", {"customerId": A, **SIGNUP}, LEGIT),  # PRO_MONTHLY is self-serve: on its own terms, billed
         ("other", {"customerId": B, **SIGNUP}, HIDDEN)],
     ("POST", "/subscriptions/batch"): [
         ("own", {"signups": [{"idempotencyKey": "b1", "customerId": A, **SIGNUP, "couponCode": "FREE100"}]}, NEVER),
         ("own", {"signups": [{"idempotencyKey": "b2", "customerId": A, **SIGNUP, "trialDays": 14}]}, NEVER),
         ("own", {"signups": [{"idempotencyKey": "b4", "customerId": A, **SIGNUP, "externalId": "sub_x"}]}, NEVER),
+        # one row on a plan that is not self-serve refuses the whole batch: its self-serve row is not made either
+        ("own", {"signups": [{"idempotencyKey": "b5", "customerId": A, **SIGNUP},
+                             {"idempotencyKey": "b6", "customerId": A, "planCode": "STAFF_FREE"}]}, NEVER),
+        ("own", {"signups": [{"idempotencyKey": "b7", "customerId": A, **SIGNUP}]}, {200}),
         ("other", {"signups": [{"idempotencyKey": "b3", "customerId": B, **SIGNUP}]}, HIDDEN)],
     ("GET", "/subscriptions"): [("own", None, {200}), ("other", None, HIDDEN)],
     ("GET", "/subscriptions/{id}"): [("own", None, {200}), ("other", None, HIDDEN)],
@@ -166,6 +173,7 @@ def test_a_customer_session_makes_no_value_on_any_route(db_url, stripe_fake):
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("SELECT billing.upsert_coupon('FREE100', 100, NULL, NULL, 'forever')")
         conn.execute("SELECT billing.upsert_plan('STAFF_FREE', 0, 'USD', 'MONTH', 1)")
+        conn.execute("SELECT billing.upsert_plan('PRO_MONTHLY', 1599, 'USD', 'MONTH', 1, p_self_serve => true)")
         conn.execute("SELECT billing.set_payment_method(%s, 'sim', NULL, 'pm_b', 'visa', '4242', 12, 2031, %s)", (B, T0))
         invoices = dict(conn.execute("SELECT customer_id, id FROM billing.invoice").fetchall())
         before = fingerprint(conn, B)
@@ -237,6 +245,13 @@ def test_a_customer_session_makes_no_value_on_any_route(db_url, stripe_fake):
                             (A,)).fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM billing.coupon WHERE code = 'MINE'").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM billing.external_ref WHERE customer_id = %s", (A,)).fetchone()[0] == 0
+        # no subscription on a plan that is not self-serve, nor the batch's self-serve row refused with it
+        assert conn.execute("SELECT array_agg(DISTINCT billing.plan_code(plan_id)) FROM billing.subscription "
+                            "WHERE customer_id = %s", (A,)).fetchone()[0] == ["PRO_MONTHLY"]
+        assert conn.execute("SELECT count(*) FROM billing.subscription_request WHERE customer_id = %s "
+                            "AND (idempotency_key LIKE '%%/b5' OR idempotency_key LIKE '%%/b6')", (A,)).fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM billing.subscription_request WHERE customer_id = %s "
+                            "AND idempotency_key LIKE '%%/b7'", (A,)).fetchone()[0] == 1
         # its first subscription never moved to a plan nobody offered it
         assert conn.execute("SELECT billing.plan_code(plan_id) FROM billing.subscription WHERE id = %s",
                             (subs[A],)).fetchone()[0] == "PRO_MONTHLY"
@@ -277,6 +292,58 @@ def test_a_customer_session_changes_plans_only_as_the_portal_offers(db_url):
         kinds = [r[0] for r in conn.execute("SELECT kind FROM billing.invoice WHERE subscription_id = %s ORDER BY id",
                                             (subs[A],)).fetchall()]
     assert kinds == ["INITIAL", "PRORATION"], kinds  # the upgrade prorated, as the portal's changes
+
+
+def test_a_customer_session_signs_up_only_to_a_self_serve_plan(db_url):
+    """A plan says whether customers may choose it themselves (plan.self_serve, migration 0850; false
+    unless the operator says so): a customer session's signup to another plan is 403 and writes
+    nothing; a server key signs up to any plan; POST /v1/plans selfServe makes one self-serve, and a
+    new price keeps it so."""
+    seed(db_url, (A,))
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.upsert_plan('STAFF_FREE', 0, 'USD', 'MONTH', 1)")
+    server = create_key(db_url, "checkout-backend", ["customer-sessions:write", "subscriptions:write", "catalog:write"]).key
+
+    async def body():
+        out = {}
+        async with client_for(db_url) as client:
+            token = (await client.post("/customer-sessions", json={"customerId": A}, headers=bearer(server))).json()["token"]
+
+            async def signup(key, plan, who=token):
+                return await client.post("/v1/subscriptions", json={"customerId": A, "planCode": plan},
+                                         headers={**bearer(who), "Idempotency-Key": key})
+
+            out["staff"] = await signup("s-1", "STAFF_FREE")
+            out["pro"] = await signup("s-2", "PRO_MONTHLY")  # made by seed, never marked
+            out["server"] = await signup("s-3", "STAFF_FREE", server)
+            out["bad flag"] = await client.post("/v1/plans", headers=bearer(server), json={
+                "code": "SELF", "priceAmount": 900, "currency": "USD", "billingInterval": "MONTH", "selfServe": "yes"})
+            out["plan"] = await client.post("/v1/plans", headers=bearer(server), json={
+                "code": "SELF", "priceAmount": 900, "currency": "USD", "billingInterval": "MONTH", "selfServe": True})
+            out["price"] = await client.post("/v1/plans/SELF/prices", headers=bearer(server), json={"priceAmount": 950})
+            out["self"] = await signup("s-4", "SELF")
+            out["plain"] = await client.post("/v1/plans", headers=bearer(server), json={
+                "code": "PLAIN", "priceAmount": 900, "currency": "USD", "billingInterval": "MONTH"})
+        return out
+
+    out = asyncio.run(body())
+    for name in ("staff", "pro"):
+        assert out[name].status_code == 403 and out[name].json()["error"]["code"] == "forbidden", out[name].text
+        assert "self-serve" in out[name].json()["error"]["message"], out[name].text
+    assert out["server"].status_code == 201, out["server"].text
+    assert out["bad flag"].status_code == 400, out["bad flag"].text
+    assert out["plan"].status_code == 201 and out["plan"].json()["selfServe"] is True, out["plan"].text
+    assert out["price"].status_code == 200 and out["price"].json()["selfServe"] is True, out["price"].text
+    assert out["self"].status_code == 201 and out["self"].json()["planCode"] == "SELF", out["self"].text
+    assert out["plain"].status_code == 201 and out["plain"].json()["selfServe"] is False, out["plain"].text
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        made = conn.execute("SELECT billing.plan_code(plan_id) FROM billing.subscription WHERE customer_id = %s ORDER BY id",
+                            (A,)).fetchall()
+        keys = conn.execute("SELECT array_agg(split_part(idempotency_key, '/', 2) ORDER BY idempotency_key) "
+                            "FROM billing.subscription_request WHERE customer_id = %s AND idempotency_key LIKE '%%/s-_'",
+                            (A,)).fetchone()[0]
+    assert [m[0] for m in made] == ["PRO_MONTHLY", "STAFF_FREE", "SELF"]  # seed's, the server key's, the session's
+    assert sorted(keys) == ["s-3", "s-4"], keys  # the refused signups' keys were never taken
 
 
 def test_a_customer_session_sets_a_payment_method_only_through_its_own_setup_intent(db_url, stripe_fake):
@@ -375,3 +442,59 @@ def test_an_external_id_in_use_names_nothing_of_its_owner(db_url):
         said = message.rsplit("): ", 1)[-1]  # (a batch's row first names its own key: "signup '<key>' (row 1): ")
         assert "sub_secret_bee" in said, message
         assert not any(ch.isdigit() for ch in said), f"names another's id: {message}"
+
+
+def test_a_provider_s_refusal_and_its_failure_are_told_apart_by_status_not_text(db_url):
+    """PUT /customers/{id}/payment-method with a customer session: a SetupIntent the provider answers
+    4xx for is not proven (403); a 5xx, or an answer it cannot read, is the provider failing (503);
+    nothing is stored either way. LookupFailed carries the status (never parsed from its text)."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestServer
+
+    from billing.gateway.client import LookupFailed
+    from billing.providers.stripe import StripeProvider
+
+    seed(db_url, (A,))
+    opener = create_key(db_url, "checkout-backend", ["customer-sessions:write", "subscriptions:write"]).key
+    answers = {"seti_gone": (404, '{"error": {"type": "invalid_request_error"}}'),
+               "seti_refused": (403, '{"error": {"type": "invalid_request_error"}}'),
+               "seti_broken": (500, '{"error": {"type": "api_error"}}'),
+               "seti_garbage": (200, "[]")}
+
+    async def setup_intent(request: web.Request) -> web.Response:
+        status, text = answers[request.match_info["id"]]
+        return web.Response(status=status, text=text, content_type="application/json")
+
+    async def body():
+        provider_app = web.Application()
+        provider_app.router.add_get("/v1/setup_intents/{id}", setup_intent)
+        server = TestServer(provider_app, host="127.0.0.1")
+        await server.start_server()
+        base = str(server.make_url("")).rstrip("/")
+        out = {}
+        provider = StripeProvider("sk_test_status", api_base=base)
+        try:
+            for setup_id in answers:
+                try:
+                    await provider.retrieve_setup_intent(setup_id)
+                except LookupFailed as exc:
+                    out[("status", setup_id)] = exc.status
+            async with client_for(db_url, stripe_api_key="sk_test_status", stripe_api_base=base) as client:
+                token = (await client.post("/customer-sessions", json={"customerId": A},
+                                           headers=bearer(opener))).json()["token"]
+                for setup_id in answers:
+                    r = await client.put(f"/v1/customers/{A}/payment-method", headers=bearer(token),
+                                         json={"provider": "stripe", "setupIntentId": setup_id})
+                    out[("http", setup_id)] = (r.status_code, r.json()["error"]["code"])
+        finally:
+            await provider.close()
+            await server.close()
+        return out
+
+    out = asyncio.run(body())
+    assert out == {("status", "seti_gone"): 404, ("status", "seti_refused"): 403, ("status", "seti_broken"): 500,
+                   ("status", "seti_garbage"): None,
+                   ("http", "seti_gone"): (403, "forbidden"), ("http", "seti_refused"): (403, "forbidden"),
+                   ("http", "seti_broken"): (503, "unavailable"), ("http", "seti_garbage"): (503, "unavailable")}, out
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM billing.payment_method WHERE customer_id = %s", (A,)).fetchone()[0] == 0

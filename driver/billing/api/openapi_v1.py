@@ -27,6 +27,8 @@ _PLAN = {
                    "billingInterval": {"type": "string"}, "intervalCount": {"type": "integer"},
                    "billingDay": {"type": ["integer", "null"]}, "priceEffectiveFrom": _NULLABLE_TIME,
                    "externalId": _NULLABLE_TEXT,
+                   "selfServe": {"type": "boolean", "description": "Customers may sign up to it themselves (a "
+                                                                   "customer session's signup; false: 403 for one)"},
                    "archivedAt": {**_NULLABLE_TIME, "description": "When it was archived: no new subscription or plan "
                                                                    "change to it; its subscriptions renew (null: offered)"},
                    "createdAt": {"type": "string", "format": "date-time"}},
@@ -179,7 +181,9 @@ _V1_PATHS: dict = {
                      "billingInterval": {"type": "string", "enum": ["DAY", "WEEK", "MONTH", "YEAR"]},
                      "intervalCount": {"type": "integer", "minimum": 1, "maximum": 1000},
                      "billingDay": {"type": "integer", "minimum": 1, "maximum": 31},
-                     "externalId": {"type": "string", "minLength": 1, "maxLength": 255}}),
+                     "externalId": {"type": "string", "minLength": 1, "maxLength": 255},
+                     "selfServe": {"type": "boolean", "description": "Customers may sign up to it themselves with a "
+                                                                    "customer session (default false)"}}),
                  "responses": {**_ok("Created", "Plan", "201"), **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503)}},
     },
     "/v1/plans/{code}": {"get": {

@@ -91,7 +91,14 @@ class GatedBody(payload.BytesPayload):
 
 
 class LookupFailed(Exception):
-    """The gateway could not say what became of a key (timeout, 5xx, an unreadable answer)."""
+    """The gateway could not say what became of a key (timeout, 5xx, an unreadable answer).
+    `status`: the HTTP status of the provider's answer when it was not a success (a 4xx: it refused
+    or does not know the object; a 5xx: it failed); None for a timeout, a connection error or a 2xx
+    it could not read. Callers tell them apart by it, never by the message's text."""
+
+    def __init__(self, message: str = "", status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status if status is not None and status >= 300 else None
 
 
 class RateLimited(Exception):
@@ -176,7 +183,7 @@ class GatewayClient:
                 raise ValueError("the answer is about another key")
         except (ValueError, KeyError, TypeError) as exc:
             metrics.KEY_LOOKUPS.labels("FAILED").inc()
-            raise LookupFailed(str(exc)) from None
+            raise LookupFailed(str(exc), status) from None
         return doc
 
     async def lookup(self, idempotency_key: str) -> ChargeResult | None:

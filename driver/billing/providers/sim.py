@@ -91,7 +91,7 @@ class SimProvider:
         async with session.get(f"{self.client.base_url}/v1/charges/{quote(intent_id)}") as resp:
             doc = await resp.json(content_type=None)
             if resp.status != 200 or not isinstance(doc, dict):
-                raise LookupFailed(f"charge {intent_id}: {resp.status}")
+                raise LookupFailed(f"charge {intent_id}: {resp.status}", resp.status)
         return {"status": doc.get("status"), "amount": doc.get("amount"), "currency": doc.get("currency")}
 
     def parse_webhook(self, headers: Mapping[str, str], body: bytes, now: float) -> list[WebhookOutcome]:

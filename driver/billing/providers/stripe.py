@@ -161,7 +161,7 @@ class StripeProvider:
         status, doc, text = await self._post(f"/v1/payment_intents/{urllib.parse.quote(intent_id)}/confirm", key,
                                              [("return_url", return_url)], None)
         if doc is None or status >= 500:
-            raise LookupFailed(f"confirm answered {status}: {text[:200]}")
+            raise LookupFailed(f"confirm answered {status}: {text[:200]}", status)
         error = doc.get("error")
         if isinstance(error, dict):
             return error.get("payment_intent") if isinstance(error.get("payment_intent"), dict) else {"status": "error", "error": error}
@@ -173,7 +173,7 @@ class StripeProvider:
         async with self._get_session().get(f"{self.api_base}{path}") as resp:
             text = await resp.text()
             if resp.status != 200:
-                raise LookupFailed(f"GET {path}: {resp.status}")
+                raise LookupFailed(f"GET {path}: {resp.status}", resp.status)
         doc = json.loads(text)
         if not isinstance(doc, dict):
             raise LookupFailed(f"GET {path}: not an object")
@@ -184,7 +184,7 @@ class StripeProvider:
         form = [("metadata[customer_id]", str(customer_id))] + ([("email", email)] if email else [])
         status, doc, text = await self._post("/v1/customers", key, form, None)
         if doc is None or status >= 300 or not isinstance(doc.get("id"), str):
-            raise LookupFailed(f"create customer answered {status}: {text[:200]}")
+            raise LookupFailed(f"create customer answered {status}: {text[:200]}", status)
         return doc["id"]
 
     async def setup_card(self, customer_ref: str, customer_id: int, payment_method: str, *, return_url: str,
@@ -196,7 +196,7 @@ class StripeProvider:
                 ("metadata[customer_id]", str(customer_id))]
         status, doc, text = await self._post("/v1/setup_intents", key, form, None)
         if doc is None or status >= 500:
-            raise LookupFailed(f"setup intent answered {status}: {text[:200]}")
+            raise LookupFailed(f"setup intent answered {status}: {text[:200]}", status)
         error = doc.get("error")
         if isinstance(error, dict):
             found = error.get("setup_intent")
@@ -214,7 +214,7 @@ class StripeProvider:
         async with self._get_session().get(f"{self.api_base}/v1/payment_intents/{urllib.parse.quote(intent_id)}") as resp:
             text = await resp.text()
             if resp.status != 200:
-                raise LookupFailed(f"payment intent {intent_id}: {resp.status}")
+                raise LookupFailed(f"payment intent {intent_id}: {resp.status}", resp.status)
         return json.loads(text)
 
     async def charge(self, request: ChargeRequest, *, gate: Gate | None = None) -> ChargeResult:
@@ -317,7 +317,7 @@ class StripeProvider:
                 data = [o for o in doc["data"] if isinstance(o, dict)]
                 more = bool(doc.get("has_more"))
             except (ValueError, KeyError, TypeError) as exc:
-                raise LookupFailed(str(exc)) from None
+                raise LookupFailed(str(exc), status) from None
             found += data
             if not more or not data or not isinstance(data[-1].get("id"), str):
                 return found

@@ -30,6 +30,7 @@ class CreatePlanBody:
             billing_day (Union[Unset, int]):
             external_id (Union[Unset, str]):
             interval_count (Union[Unset, int]):
+            self_serve (Union[Unset, bool]): Customers may sign up to it themselves with a customer session (default false)
      """
 
     billing_interval: CreatePlanBodyBillingInterval
@@ -39,6 +40,7 @@ class CreatePlanBody:
     billing_day: Union[Unset, int] = UNSET
     external_id: Union[Unset, str] = UNSET
     interval_count: Union[Unset, int] = UNSET
+    self_serve: Union[Unset, bool] = UNSET
 
 
 
@@ -59,6 +61,8 @@ class CreatePlanBody:
 
         interval_count = self.interval_count
 
+        self_serve = self.self_serve
+
 
         field_dict: dict[str, Any] = {}
 
@@ -74,6 +78,8 @@ class CreatePlanBody:
             field_dict["externalId"] = external_id
         if interval_count is not UNSET:
             field_dict["intervalCount"] = interval_count
+        if self_serve is not UNSET:
+            field_dict["selfServe"] = self_serve
 
         return field_dict
 
@@ -99,6 +105,8 @@ class CreatePlanBody:
 
         interval_count = d.pop("intervalCount", UNSET)
 
+        self_serve = d.pop("selfServe", UNSET)
+
         create_plan_body = cls(
             billing_interval=billing_interval,
             code=code,
@@ -107,6 +115,7 @@ class CreatePlanBody:
             billing_day=billing_day,
             external_id=external_id,
             interval_count=interval_count,
+            self_serve=self_serve,
         )
 
         return create_plan_body

@@ -40,6 +40,8 @@ class Plan:
             created_at (Union[Unset, datetime.datetime]):
             external_id (Union[None, Unset, str]):
             price_effective_from (Union[None, Unset, datetime.datetime]):
+            self_serve (Union[Unset, bool]): Customers may sign up to it themselves (a customer session's signup; false: 403
+                for one)
      """
 
     billing_interval: str
@@ -54,6 +56,7 @@ class Plan:
     created_at: Union[Unset, datetime.datetime] = UNSET
     external_id: Union[None, Unset, str] = UNSET
     price_effective_from: Union[None, Unset, datetime.datetime] = UNSET
+    self_serve: Union[Unset, bool] = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -107,6 +110,8 @@ class Plan:
         else:
             price_effective_from = self.price_effective_from
 
+        self_serve = self.self_serve
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -129,6 +134,8 @@ class Plan:
             field_dict["externalId"] = external_id
         if price_effective_from is not UNSET:
             field_dict["priceEffectiveFrom"] = price_effective_from
+        if self_serve is not UNSET:
+            field_dict["selfServe"] = self_serve
 
         return field_dict
 
@@ -223,6 +230,8 @@ class Plan:
         price_effective_from = _parse_price_effective_from(d.pop("priceEffectiveFrom", UNSET))
 
 
+        self_serve = d.pop("selfServe", UNSET)
+
         plan = cls(
             billing_interval=billing_interval,
             code=code,
@@ -236,6 +245,7 @@ class Plan:
             created_at=created_at,
             external_id=external_id,
             price_effective_from=price_effective_from,
+            self_serve=self_serve,
         )
 
 

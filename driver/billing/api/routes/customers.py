@@ -82,8 +82,8 @@ def routes(api: Api) -> list[BaseRoute]:
             raise ApiError(503, "unavailable", "no card provider is configured")
         try:
             outcome = await cards.finish(database, provider, customer_id, setup_id, now=clock.now(), actor=actor(request))
-        except LookupFailed as exc:  # "GET <path>: <status>": one the provider does not know (4xx) is not proven
-            if str(exc).rsplit(": ", 1)[-1].startswith("4"):
+        except LookupFailed as exc:  # one the provider refuses or does not know (its 4xx) is not proven
+            if exc.status is not None and 400 <= exc.status < 500:
                 raise ApiError(403, "forbidden", "no such SetupIntent for this customer") from None
             raise ApiError(503, "unavailable", "the card provider did not answer; retry later") from None
         except (aiohttp.ClientError, asyncio.TimeoutError):

@@ -46,6 +46,21 @@ def signup_terms(request: Request, doc: dict, where: str = "") -> dict:
               f"this API key may give trials of at most {limits.max_trial_days} days")
     return terms
 
+
+async def require_self_serve(request: Request, database, plan_codes: list[str], wheres: list[str] | None = None) -> None:
+    """A customer session signs up only to a plan the operator sells to customers themselves
+    (plan.self_serve, migration 0850): 403 `forbidden` for any other, an unknown code too (no oracle
+    of the operator's plan codes), before anything is written. A server key: nothing to check."""
+    if bound_customer(request) is None:
+        return
+    row = await database.one(db.API_SELF_SERVE_PLANS, {"codes": sorted(set(plan_codes))})
+    sellable = set((row or {}).get("codes") or ())
+    for n, code in enumerate(plan_codes):
+        if code not in sellable:
+            refuse_for_customer(request, f"sign up to plan {code}: customers may not choose it themselves "
+                                         "(the operator has not made it self-serve)", wheres[n] if wheres else "")
+
+
 def routes(api: Api) -> list[BaseRoute]:
     database, clock = api.database, api.clock
 
@@ -56,6 +71,7 @@ def routes(api: Api) -> list[BaseRoute]:
                                                   "externalId"},
                                 required={"customerId", "planCode"})
         terms = signup_terms(request, doc)
+        await require_self_serve(request, database, [terms["plan_code"]])
         row = await database.mutate(actor(request), db.API_CREATE_SUBSCRIPTION, {
             "key": key, "now": clock.now(), **terms})
         created = bool(row and row["created"])

@@ -36,7 +36,7 @@ from billing.api.routes.coupons import coupon_json
 from billing.api.routes.customers import payment_method_json
 from billing.api.routes.invoices import invoice_json
 from billing.api.routes.refunds import refund_json
-from billing.api.routes.subscriptions import signup_terms
+from billing.api.routes.subscriptions import require_self_serve, signup_terms
 from billing.api.routes.v1_values import (
     CUSTOMER_FIELDS, INVOICE_STATUSES, MAX_BATCH, PREFIX, SUBSCRIPTION_STATUSES, Page, credit_note_json,
     customer_json, customer_scope, event_json, optional_text, plan_code_of, plan_json, query_bool,
@@ -179,7 +179,7 @@ def routes(api: Api) -> list[BaseRoute]:
     @endpoint_of("/v1/plans")
     async def create_plan(request: Request) -> Response:
         doc = await json_object(request, allowed={"code", "priceAmount", "currency", "billingInterval",
-                                                  "intervalCount", "billingDay", "externalId"},
+                                                  "intervalCount", "billingDay", "externalId", "selfServe"},
                                 required={"code", "priceAmount", "currency", "billingInterval"})
         code = text_field(doc, "code", max_len=100)
         external_id = optional_text(doc, "externalId", 255)
@@ -193,7 +193,8 @@ def routes(api: Api) -> list[BaseRoute]:
             "count": int_field(doc, "intervalCount", 1, 1000) if doc.get("intervalCount") is not None else 1,
             "now": clock.now(),
             "billing_day": int_field(doc, "billingDay", 1, 31) if doc.get("billingDay") is not None else None,
-            "external_id": external_id})
+            "external_id": external_id,
+            "self_serve": bool_field(doc, "selfServe") if doc.get("selfServe") is not None else False})
         return JSONResponse(plan_json(row), status_code=201, headers={"Location": f"/v1/plans/{quote(code, safe='')}"})
 
     async def plan_by_reference(request: Request) -> dict:
@@ -229,7 +230,8 @@ def routes(api: Api) -> list[BaseRoute]:
         row = await database.mutate(actor(request), db.V1_UPSERT_PLAN, {
             "code": code, "price": int_field(doc, "priceAmount", 0, BIGINT_MAX),
             "currency": plan["currency"].strip(), "interval": plan["billing_interval"],
-            "count": plan["interval_count"], "now": effective, "billing_day": plan["billing_day"], "external_id": None})
+            "count": plan["interval_count"], "now": effective, "billing_day": plan["billing_day"], "external_id": None,
+            "self_serve": None})  # (None: the plan keeps its self_serve)
         return JSONResponse(plan_json(row))
 
     @endpoint_of("/v1/plans/{code}/archive")
@@ -302,6 +304,8 @@ def routes(api: Api) -> list[BaseRoute]:
                                f"signup {n}: idempotencyKey must be 1 to 255 printable ASCII characters without spaces")
             keys.append(key)
             rows.append({"idempotency_key": scoped_idempotency_key(owner, key), **signup_terms(request, one, f"signup {n}: ")})
+        await require_self_serve(request, database, [r["plan_code"] for r in rows],
+                                 [f"signup {n}: " for n in range(1, len(rows) + 1)])
         row = await database.mutate(actor(request), db.V1_CREATE_SUBSCRIPTIONS, {"rows": json.dumps(rows), "now": clock.now()})
         made = row["made"] or []
         return JSONResponse({"object": "list", "hasMore": False, "nextCursor": None, "previousCursor": None,

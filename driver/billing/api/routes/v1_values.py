@@ -44,6 +44,7 @@ def plan_json(row: dict) -> dict:
             "currency": row["currency"].strip(), "billingInterval": row["billing_interval"],
             "intervalCount": row["interval_count"], "billingDay": row["billing_day"],
             "priceEffectiveFrom": utc(row["price_effective_from"]), "externalId": row.get("external_id"),
+            "selfServe": bool(row.get("self_serve")),
             "archivedAt": utc(row.get("archived_at")), "createdAt": utc(row["created_at"])}
 
 
