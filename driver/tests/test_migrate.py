@@ -234,7 +234,12 @@ def test_migration_0780_refuses_a_database_whose_subscriptions_lost_their_plan(e
     migrate(empty_db, db_dir, simulation=True)
     with psycopg.connect(empty_db, autocommit=True) as conn:
         conn.execute("DROP TRIGGER plan_never_deleted ON billing.plan")  # as a database built before 0780
-        plan_id = conn.execute("SELECT id FROM billing.upsert_plan('M780', 1000, 'USD', 'MONTH', 1, '2026-01-01Z')").fetchone()[0]
+        # the plan by its rows, as upsert_plan writes them: today's upsert_plan reads columns of later
+        # migrations (0850's plan.self_serve), set aside here
+        plan_id = conn.execute("INSERT INTO billing.plan (code, price_amount, currency, billing_interval) "
+                               "VALUES ('M780', 1000, 'USD', 'MONTH') RETURNING id").fetchone()[0]
+        conn.execute("INSERT INTO billing.plan_price (plan_id, effective_from, price_amount) VALUES (%s, '-infinity', 1000)",
+                     (plan_id,))
         conn.execute("SELECT billing.create_subscription('m780', 78001, 'M780', '2026-02-01Z')")
         conn.execute("DELETE FROM billing.plan_price WHERE plan_id = %s", (plan_id,))
         conn.execute("DELETE FROM billing.plan WHERE id = %s", (plan_id,))
