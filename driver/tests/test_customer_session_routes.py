@@ -459,6 +459,7 @@ def test_a_provider_s_refusal_and_its_failure_are_told_apart_by_status_not_text(
     answers = {"seti_gone": (404, '{"error": {"type": "invalid_request_error"}}'),
                "seti_refused": (403, '{"error": {"type": "invalid_request_error"}}'),
                "seti_broken": (500, '{"error": {"type": "api_error"}}'),
+               "seti_limited": (429, '{"error": {"type": "rate_limit_error"}}'),
                "seti_garbage": (200, "[]")}
 
     async def setup_intent(request: web.Request) -> web.Response:
@@ -493,8 +494,9 @@ def test_a_provider_s_refusal_and_its_failure_are_told_apart_by_status_not_text(
 
     out = asyncio.run(body())
     assert out == {("status", "seti_gone"): 404, ("status", "seti_refused"): 403, ("status", "seti_broken"): 500,
-                   ("status", "seti_garbage"): None,
+                   ("status", "seti_limited"): 429, ("status", "seti_garbage"): None,
                    ("http", "seti_gone"): (403, "forbidden"), ("http", "seti_refused"): (403, "forbidden"),
-                   ("http", "seti_broken"): (503, "unavailable"), ("http", "seti_garbage"): (503, "unavailable")}, out
+                   ("http", "seti_broken"): (503, "unavailable"), ("http", "seti_limited"): (503, "unavailable"),
+                   ("http", "seti_garbage"): (503, "unavailable")}, out
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM billing.payment_method WHERE customer_id = %s", (A,)).fetchone()[0] == 0

@@ -83,7 +83,7 @@ def routes(api: Api) -> list[BaseRoute]:
         try:
             outcome = await cards.finish(database, provider, customer_id, setup_id, now=clock.now(), actor=actor(request))
         except LookupFailed as exc:  # one the provider refuses or does not know (its 4xx) is not proven
-            if exc.status is not None and 400 <= exc.status < 500:
+            if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:  # 429: rate-limited, retry
                 raise ApiError(403, "forbidden", "no such SetupIntent for this customer") from None
             raise ApiError(503, "unavailable", "the card provider did not answer; retry later") from None
         except (aiohttp.ClientError, asyncio.TimeoutError):
