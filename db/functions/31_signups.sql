@@ -36,7 +36,7 @@ DECLARE
     -- jsonb objects that carried them cost a fifth of a batch's CPU to build, aggregate and parse.)
     a_n bigint[]; a_key text[]; a_customer bigint[]; a_plan_code text[]; a_plan_id bigint[]; a_td integer[];
     a_qty integer[]; a_coupon text[]; a_external text[]; a_options jsonb[]; a_nth bigint[]; a_rq_sub bigint[];
-    a_problem text[]; a_fast boolean[];
+    a_problem text[]; a_fast boolean[]; a_tz text[];
     f_n bigint[]; f_id bigint[]; f_key text[]; f_customer bigint[]; f_plan_code text[]; f_plan_id bigint[];
     f_td integer[]; f_qty integer[]; f_tz text[]; f_anchor timestamptz[]; f_period_number integer[];
     f_period_end timestamptz[]; f_trial_end timestamptz[]; f_price bigint[]; f_list bigint[];
@@ -117,9 +117,13 @@ BEGIN
                row_number() OVER (PARTITION BY o.idempotency_key ORDER BY o.n) AS nth,
                o.idempotency_key IN (SELECT d.idempotency_key FROM differs d) AS key_differs,
                min(o.idempotency_key) OVER (PARTITION BY o.external_id)
-                   <> max(o.idempotency_key) OVER (PARTITION BY o.external_id) AS ext_twice
+                   <> max(o.idempotency_key) OVER (PARTITION BY o.external_id) AS ext_twice,
+               cu.timezone AS tz
           FROM oq o
           LEFT JOIN billing.plan p ON p.code = o.plan_code
+          -- (the customer's zone, NULL when it is unknown: read once here, for the customers to
+          -- create and the terms below; it was a probe of customer_pkey in each of two statements)
+          LEFT JOIN billing.customer cu ON cu.id = o.customer_id
     ), checked AS (
         SELECT k.*,
                CASE
@@ -159,9 +163,9 @@ BEGIN
     SELECT array_agg(c.n), array_agg(c.idempotency_key), array_agg(c.customer_id), array_agg(c.plan_code),
            array_agg(c.plan_id), array_agg(c.td), array_agg(c.qty), array_agg(c.coupon_code), array_agg(c.external_id),
            array_agg(c.options), array_agg(c.nth), array_agg(c.rq_sub), array_agg(c.problem), array_agg(c.fast),
-           min(c.n) FILTER (WHERE c.problem IS NOT NULL)
+           array_agg(c.tz), min(c.n) FILTER (WHERE c.problem IS NOT NULL)
       INTO a_n, a_key, a_customer, a_plan_code, a_plan_id, a_td, a_qty, a_coupon, a_external, a_options, a_nth, a_rq_sub,
-           a_problem, a_fast, v_bad_n
+           a_problem, a_fast, a_tz, v_bad_n
       FROM fresh c;
     v_any_fast := true = ANY (a_fast);  -- (from the array: a second aggregate of c.fast ran the credit check twice)
 
@@ -181,21 +185,22 @@ BEGIN
       BEGIN
         v_taxes := EXISTS (SELECT 1 FROM billing.tax_rate t WHERE t.active);
         -- Unknown customers are created in UTC, as by create_subscription. A plain insert of the ones
-        -- not found (no ON CONFLICT: its speculative insertion cost more per row); one another
-        -- transaction creates meanwhile is a unique violation on customer_pkey, which sends the
-        -- batch through create_subscription (below), as a key taken meanwhile does.
-        INSERT INTO billing.customer (id)
-        SELECT DISTINCT u.customer_id FROM unnest(a_customer, a_fast) AS u(customer_id, fast)
-         WHERE u.fast AND NOT EXISTS (SELECT 1 FROM billing.customer c WHERE c.id = u.customer_id)
+        -- the checks found no zone for (no ON CONFLICT: its speculative insertion cost more per row);
+        -- one another transaction creates meanwhile is a unique violation on customer_pkey, which
+        -- sends the batch through create_subscription (below), as a key taken meanwhile does.
+        INSERT INTO billing.customer (id, timezone)
+        SELECT DISTINCT u.customer_id, 'UTC' FROM unnest(a_customer, a_fast, a_tz) AS u(customer_id, fast, tz)
+         WHERE u.fast AND u.tz IS NULL
          ORDER BY 1;
 
         -- Each row's terms: the first period (or trial) once per plan, time zone and trial length,
         -- the price once per plan; then our ids in the batch's order.
         WITH f AS MATERIALIZED (
-            -- (the zone read by key per row: a join was planned as a scan of every customer per batch)
-            SELECT u.*, (SELECT c.timezone FROM billing.customer c WHERE c.id = u.customer_id) AS tz
-              FROM unnest(a_n, a_key, a_customer, a_plan_code, a_plan_id, a_td, a_qty, a_external, a_options, a_fast)
-                   AS u(n, idempotency_key, customer_id, plan_code, plan_id, td, qty, external_id, options, fast)
+            -- (the zone as the checks read it; UTC for the customers created above)
+            SELECT u.n, u.idempotency_key, u.customer_id, u.plan_code, u.plan_id, u.td, u.qty, u.external_id, u.options,
+                   coalesce(u.tz, 'UTC') AS tz
+              FROM unnest(a_n, a_key, a_customer, a_plan_code, a_plan_id, a_td, a_qty, a_external, a_options, a_fast, a_tz)
+                   AS u(n, idempotency_key, customer_id, plan_code, plan_id, td, qty, external_id, options, fast, tz)
              WHERE u.fast
         ), terms AS MATERIALIZED (
             -- once per plan, time zone, trial length and seats (the functions' calls are not per row)
