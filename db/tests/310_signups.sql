@@ -2,7 +2,7 @@
 -- create_subscription makes for the same arguments (subscriptions, requests, invoices, lines,
 -- events: compared column by column, ids aside), replays keys, refuses what it refuses, all or nothing.
 BEGIN;
-SELECT plan(26);
+SELECT plan(29);
 
 SET LOCAL ROLE billing_owner;
 
@@ -161,6 +161,25 @@ SELECT is((SELECT count(*) FROM (
                 EXCEPT ALL
                 SELECT * FROM billing._mrr_totals(ARRAY['2026-05-03 10:00Z', '2026-05-20Z', '2026-06-10Z', '2026-07-20Z']::timestamptz[], false))) d),
           0::bigint, 'signups: the kept MRR equals the MRR recomputed from the lines');
+
+-- The customer's zone, read by the checks' statement: a known customer's own (a calendar plan's
+-- period ends on its billing day there), UTC for one the batch creates; as create_subscription.
+SELECT billing.upsert_customer(c, 'Asia/Tokyo') FROM (VALUES (97001), (97002)) v(c);
+SELECT billing.create_subscription(k, c, 'SU_CAL', '2026-05-14 20:00Z') FROM (VALUES ('su-tz-a', 97001), ('su-tz-d', 97004)) v(k, c);
+SELECT count(*) FROM billing.create_subscriptions(
+    '[{"idempotency_key": "su-tz-b", "customer_id": 97002, "plan_code": "SU_CAL"},
+      {"idempotency_key": "su-tz-c", "customer_id": 97003, "plan_code": "SU_CAL"}]', '2026-05-14 20:00Z');
+-- (in Tokyo the 15th has begun: the first period ends on 15 June there, on 15 May in UTC)
+SELECT results_eq(
+    $$SELECT s.timezone, s.billing_anchor, s.current_period_end, s.period_price
+        FROM billing.subscription s WHERE s.customer_id IN (97002, 97003) ORDER BY s.customer_id$$,
+    $$SELECT s.timezone, s.billing_anchor, s.current_period_end, s.period_price
+        FROM billing.subscription s WHERE s.customer_id IN (97001, 97004) ORDER BY s.customer_id$$,
+    'signups: a known customer''s zone (Asia/Tokyo: the calendar''s day there), UTC for a customer the batch creates');
+SELECT ok((SELECT s.current_period_end FROM billing.subscription s WHERE s.customer_id = 97002)
+          <> (SELECT s.current_period_end FROM billing.subscription s WHERE s.customer_id = 97003),
+          'signups: the two zones give two calendars here');
+SELECT is((SELECT timezone FROM billing.customer WHERE id = 97003), 'UTC', 'signups: a customer the batch creates is in UTC');
 
 -- A batch of more than 500 rows planned with its own arrays (a generic plan cached from a session's
 -- sixth call on joined a batch's invoices to its subscriptions by a nested loop: 4-5x the CPU a
