@@ -179,7 +179,8 @@ SELECT results_eq(
 SELECT ok((SELECT s.current_period_end FROM billing.subscription s WHERE s.customer_id = 97002)
           <> (SELECT s.current_period_end FROM billing.subscription s WHERE s.customer_id = 97003),
           'signups: the two zones give two calendars here');
-SELECT is((SELECT timezone FROM billing.customer WHERE id = 97003), 'UTC', 'signups: a customer the batch creates is in UTC');
+SELECT results_eq($$SELECT timezone FROM billing.customer WHERE id = 97003$$, $$VALUES ('UTC')$$,
+                  'signups: a customer the batch creates is in UTC');
 
 -- A batch of more than 500 rows planned with its own arrays (a generic plan cached from a session's
 -- sixth call on joined a batch's invoices to its subscriptions by a nested loop: 4-5x the CPU a
