@@ -44,10 +44,16 @@ BEGIN
         -- when that walk neither filled the page nor reached the end, the range's own index (an
         -- index-only scan of its (time, id) entries) with the newest ids kept (top-N): a page then
         -- costs at most 2,000 entries plus the rows of the range, never a walk of the whole table.
+        -- The walk is a subquery in the key's order, not a CTE: the page stops reading it at its last
+        -- row (a walk as a CTE was sorted whole, 2,000 rows read for every page), and the walk's
+        -- length is counted only when the page is short (OR evaluates its second subquery only then).
         RETURN format($q$
-            WITH walk AS MATERIALIZED (SELECT * FROM %1$s%2$s ORDER BY %3$s %4$s LIMIT %8$s),
-                 hit AS MATERIALIZED (SELECT * FROM walk WHERE %5$s ORDER BY %3$s %4$s LIMIT %6$s),
-                 enough AS MATERIALIZED (SELECT (SELECT count(*) FROM hit) = %6$s OR (SELECT count(*) FROM walk) < %8$s AS ok)
+            WITH hit AS MATERIALIZED (
+                     SELECT * FROM (SELECT * FROM %1$s%2$s ORDER BY %3$s %4$s LIMIT %8$s) w
+                      WHERE %5$s ORDER BY %3$s %4$s LIMIT %6$s),
+                 enough AS MATERIALIZED (
+                     SELECT (SELECT count(*) FROM hit) = %6$s
+                         OR (SELECT count(*) FROM (SELECT 1 FROM %1$s%2$s ORDER BY %3$s %4$s LIMIT %8$s) w) < %8$s AS ok)
             SELECT * FROM hit WHERE (SELECT ok FROM enough)
             UNION ALL
             (SELECT * FROM %1$s

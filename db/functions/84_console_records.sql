@@ -327,7 +327,8 @@ BEGIN
     -- OPEN is not in invoice_status_idx (db/schema/0860): at most 2,000 entries of the id index from
     -- the cursor with the status checked on the way (OPEN invoices are the recent ones) and, only
     -- when that walk neither filled the page nor reached the end, the OPEN rows through
-    -- invoice_chargeable_idx (status = 'OPEN'), the newest kept (billing._page's walk). On Citus each
+    -- invoice_chargeable_idx (status = 'OPEN'), the newest kept (billing._page's walk: a subquery,
+    -- read only as far as the page needs, its length counted only when the page is short). On Citus each
     -- shard plans its own page (as list_invoices does there).
     IF p_status = 'OPEN' AND billing._distributed('billing.invoice') THEN
         RETURN QUERY
@@ -335,13 +336,14 @@ BEGIN
          ORDER BY i.id DESC LIMIT p_limit;
     ELSIF p_status = 'OPEN' THEN
         RETURN QUERY
-        WITH walk AS MATERIALIZED (
-            SELECT * FROM billing.invoice i WHERE i.id < coalesce(p_before_id, 9223372036854775807)
-             ORDER BY i.id DESC LIMIT 2000
-        ), hit AS MATERIALIZED (
-            SELECT * FROM walk w WHERE w.status = 'OPEN' ORDER BY w.id DESC LIMIT p_limit
+        WITH hit AS MATERIALIZED (
+            SELECT * FROM (SELECT * FROM billing.invoice i WHERE i.id < coalesce(p_before_id, 9223372036854775807)
+                            ORDER BY i.id DESC LIMIT 2000) w
+             WHERE w.status = 'OPEN' ORDER BY w.id DESC LIMIT p_limit
         ), enough AS MATERIALIZED (
-            SELECT (SELECT count(*) FROM hit) = p_limit OR (SELECT count(*) FROM walk) < 2000 AS ok
+            SELECT (SELECT count(*) FROM hit) = p_limit
+                OR (SELECT count(*) FROM (SELECT 1 FROM billing.invoice i WHERE i.id < coalesce(p_before_id, 9223372036854775807)
+                                           ORDER BY i.id DESC LIMIT 2000) w) < 2000 AS ok
         )
         SELECT * FROM hit WHERE (SELECT ok FROM enough)
         UNION ALL
