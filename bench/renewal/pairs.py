@@ -17,26 +17,18 @@ minute apart). The last, short batch of each copy is left out.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 
 import psycopg
 
 from bench.renewal import profile
+from bench.renewal.ab import cpu_ns
 from bench.renewal import run as renewal
-
-
-def cpu_ns(pid: int) -> int:
-    with open(f"/proc/{pid}/schedstat") as f:
-        return int(f.read().split()[0])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--database-url", default=os.environ.get("BILLING_TEST_DATABASE_URL",
-                                                             "postgresql://postgres@127.0.0.1:25432/postgres"))
-    ap.add_argument("--total", type=int, default=200_000)
-    ap.add_argument("--due", type=int, default=40_000)
+    renewal.add_size_args(ap)
     ap.add_argument("--a", default="as shipped", help="a variant of bench/renewal/profile for side A")
     ap.add_argument("--b", required=True, help="a variant of bench/renewal/profile for side B (or a label with --b-sql)")
     ap.add_argument("--b-sql", help="a file of statements for side B, separated by ';;'")
