@@ -216,13 +216,7 @@ DECLARE
     v_where text[] := '{}';
 BEGIN
     IF p_customer_id IS NOT NULL THEN v_where := v_where || 'customer_id = $3'::text; END IF;
-    -- OPEN is not in invoice_status_idx (db/schema/0860): its page takes the walk below (the id
-    -- index from the cursor, at most 2,000 entries, else the OPEN rows through invoice_chargeable_idx,
-    -- newest kept); another status names its literal bound too, so that the partial index is provably
-    -- the status's own.
-    IF p_status = 'OPEN' THEN v_where := v_where || 'status = ''OPEN'''::text;
-    ELSIF p_status IS NOT NULL THEN v_where := v_where || 'status = $4'::text || 'status <> ''OPEN'''::text;
-    END IF;
+    IF p_status IS NOT NULL THEN v_where := v_where || 'status = $4'::text; END IF;
     IF p_plan_code IS NOT NULL THEN
         v_where := v_where || 'plan_id = (SELECT p.id FROM billing.plan p WHERE p.code = $5)'::text;
     END IF;
