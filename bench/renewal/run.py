@@ -149,6 +149,14 @@ def backend_cpu(pid: int) -> float | None:
         return None  # server not on this machine
 
 
+def add_size_args(ap) -> None:
+    """The server and the template's size, as every renewal bench takes them (--database-url, --total, --due)."""
+    ap.add_argument("--database-url", default=os.environ.get("BILLING_TEST_DATABASE_URL",
+                                                             "postgresql://postgres@127.0.0.1:25432/postgres"))
+    ap.add_argument("--total", type=int, default=200_000)
+    ap.add_argument("--due", type=int, default=40_000)
+
+
 def host_load() -> str:
     """The load average and the kernel's CPU pressure (share of time a task waited for a CPU)."""
     text = f"load {os.getloadavg()[0]:.1f}"

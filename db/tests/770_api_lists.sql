@@ -1,7 +1,7 @@
 -- The HTTP API's lists and reads (db/functions/77_api_lists.sql): cursor pages in both directions,
 -- the filters, the bounds, create_customer, and the index each page is planned on.
 BEGIN;
-SELECT plan(39);
+SELECT plan(48);
 
 SET LOCAL ROLE billing_owner;
 
@@ -85,7 +85,7 @@ SELECT is(pg_temp.range_page(1, NULL, (SELECT min(id) FROM al_range)),
 
 SELECT billing._distributed('billing.subscription') AS on_citus \gset
 \if :on_citus
-SELECT skip('the plans of a page are the shards'' own on Citus (the coordinator merges sorted pages)', 16);
+SELECT skip('the plans of a page are the shards'' own on Citus (the coordinator merges sorted pages)', 17);
 \else
 -- The statistics these plans read are this file's own rows (ANALYZE in the transaction counts the
 -- rows it inserted; rolled back with it), not whatever autovacuum last saw of the rows other files
@@ -96,6 +96,8 @@ ANALYZE billing.subscription, billing.invoice, billing.customer, billing.plan, b
 SET LOCAL enable_seqscan = off;
 -- (and a bitmap of a few rows then sorted: with the statistics of an empty table the planner takes it)
 SET LOCAL enable_bitmapscan = off;
+CREATE FUNCTION pg_temp.explain_lines(p_query text) RETURNS SETOF text LANGUAGE plpgsql AS $$
+BEGIN RETURN QUERY EXECUTE 'EXPLAIN ' || p_query; END $$;
 CREATE FUNCTION pg_temp.plan_of(p_from text, p_where text[], p_args text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE r record; v text := ''; v_types text; BEGIN
     -- the parameters' types from the arguments' casts ($1, $2 the cursors: bigint)
@@ -134,8 +136,13 @@ SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.subscription', NULL, $$1000::bi
 SELECT matches(pg_temp.plan_of('billing.subscription', ARRAY['created_at >= $3', 'created_at < $4'],
                                $$1000::bigint, NULL::bigint, (now() - interval '1 day')::timestamptz, now()::timestamptz$$),
                'subscription_(created|id)_idx', 'subscriptions created in a range: subscription_created_idx (the range, then by id)');
-SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.invoice', ARRAY['status = $3'], $$1000::bigint, NULL::bigint, 'OPEN'::text$$),
-                        'invoice_status_idx'), 'invoices by status: invoice_status_idx');
+SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.invoice', ARRAY['status = $3', 'status <> ''OPEN'''],
+                                        $$1000::bigint, NULL::bigint, 'PAID'::text$$),
+                        'invoice_status_idx'), 'invoices by status (but OPEN): invoice_status_idx');
+-- OPEN is left out of invoice_status_idx (0860): the page's walk of the id index (its plan above, the
+-- status checked on the way), else the OPEN rows through invoice_chargeable_idx, newest kept.
+SELECT doesnt_match(pg_temp.plan_of('billing.invoice', ARRAY['status = ''OPEN'''], $$1000::bigint, NULL::bigint$$), 'Seq Scan',
+                    'invoices OPEN: an index, the status checked on the way');
 SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.invoice', ARRAY['customer_id = $3'], $$1000::bigint, NULL::bigint, 77003::bigint$$),
                         'invoice_pkey'), 'invoices of a customer: its primary key');
 -- The customer's invoices walked by the primary key with the subscription checked on the way, or the
@@ -169,6 +176,50 @@ SELECT ok(pg_temp.walks(pg_temp.plan_of('billing.plan', ARRAY['archived_at IS NO
 RESET enable_seqscan;
 RESET enable_bitmapscan;
 \endif
+-- OPEN invoices (0860: not in invoice_status_idx): the rows of a page are the plain query's, whether the
+-- walk of 2,000 id entries fills it or, past 2,100 newer PAID invoices, the OPEN rows' own index does.
+SELECT results_eq($$SELECT id FROM billing.list_invoices(100, NULL, NULL, NULL, 'OPEN')$$,
+                  $$SELECT id FROM billing.invoice WHERE status = 'OPEN' ORDER BY id DESC LIMIT 100$$,
+                  'invoices OPEN: the walk fills the page');
+INSERT INTO billing.invoice
+SELECT (jsonb_populate_record(i, jsonb_build_object(
+            'id', nextval(pg_get_serial_sequence('billing.invoice', 'id')), 'kind', 'RENEWAL',
+            'period_start', i.period_start + n * interval '1 month', 'period_end', i.period_start + (n + 1) * interval '1 month',
+            'status', 'PAID', 'paid_at', i.created_at, 'next_attempt_at', NULL))).*
+  FROM billing.invoice i CROSS JOIN generate_series(1, 2100) n
+ WHERE i.customer_id = 77003;
+SELECT max(id) AS newest_open FROM billing.invoice WHERE status = 'OPEN' \gset
+\if :on_citus
+SELECT skip('the plans of a page are the shards'' own on Citus', 1);
+\else
+-- past the walk, the OPEN rows (9 of these 2,109 invoices) through their own index, never the id index
+ANALYZE billing.invoice;
+SET LOCAL enable_seqscan = off;
+SET LOCAL enable_bitmapscan = off;
+SELECT matches((SELECT string_agg(p, E'\n') FROM pg_temp.explain_lines(
+                    $$SELECT r.id FROM billing.invoice r WHERE r.status = 'OPEN' ORDER BY r.id + 0 DESC LIMIT 5$$) p),
+               'Index Scan using invoice_chargeable_idx', 'invoices OPEN past the walk: invoice_chargeable_idx (every OPEN row), newest kept');
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+\endif
+SELECT results_eq($$SELECT id FROM billing.list_invoices(5, NULL, NULL, NULL, 'OPEN')$$,
+                  $$SELECT id FROM billing.invoice WHERE status = 'OPEN' ORDER BY id DESC LIMIT 5$$,
+                  'invoices OPEN behind 2,100 newer PAID ones: the OPEN rows'' index, newest first');
+SELECT results_eq(format($$SELECT id FROM billing.list_invoices(5, %s, NULL, NULL, 'OPEN')$$, :newest_open),
+                  format($$SELECT id FROM billing.invoice WHERE status = 'OPEN' AND id < %s ORDER BY id DESC LIMIT 5$$, :newest_open),
+                  'invoices OPEN behind them, after a cursor');
+SELECT results_eq($$SELECT id FROM billing.list_invoices(7, NULL, NULL, NULL, 'PAID')$$,
+                  $$SELECT id FROM billing.invoice WHERE status = 'PAID' ORDER BY id DESC LIMIT 7$$,
+                  'invoices PAID: invoice_status_idx''s range');
+SELECT results_eq($$SELECT id FROM billing.console_invoices('OPEN', NULL, 5)$$,
+                  $$SELECT id FROM billing.invoice WHERE status = 'OPEN' ORDER BY id DESC LIMIT 5$$,
+                  'console_invoices OPEN behind 2,100 newer PAID ones');
+SELECT results_eq(format($$SELECT id FROM billing.console_invoices('OPEN', %s, 500)$$, :newest_open),
+                  format($$SELECT id FROM billing.invoice WHERE status = 'OPEN' AND id < %s ORDER BY id DESC LIMIT 500$$, :newest_open),
+                  'console_invoices OPEN after a cursor');
+SELECT results_eq($$SELECT id FROM billing.console_invoices('PAID', NULL, 3)$$,
+                  $$SELECT id FROM billing.invoice WHERE status = 'PAID' ORDER BY id DESC LIMIT 3$$,
+                  'console_invoices PAID');
 SELECT ok(has_function_privilege('billing_api', 'billing.list_invoices(integer, bigint, bigint, bigint, text, timestamptz, timestamptz, bigint)', 'EXECUTE')
           AND NOT has_function_privilege('billing_readonly', 'billing.list_customers(integer, bigint, bigint, text)', 'EXECUTE'),
           'granted to the API, not to the read-only job');
