@@ -144,6 +144,7 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
     # consumer once reaped): until ingest6 such a round lost both from the window's CPU (a round read
     # 23.1 + 3.1 us an event beside 39.4 + 6.3 for the same code, load 10).
     backends: dict[int, float] = {}
+    ended: set[int] = set()
     consumers_cpu: dict[int, float] = {}
     deadline = time.monotonic() + timeout
     try:
@@ -153,6 +154,8 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
                 backends.setdefault(pid, 0.0)
             for pid in backends:
                 backends[pid] = max(backends[pid], _cpu(pid))
+                if pid not in ended and not Path(f"/proc/{pid}").exists():
+                    ended.add(pid)
             for p in procs:
                 consumers_cpu[p.pid] = max(consumers_cpu.get(p.pid, 0.0), _proc_tree_cpu(p.pid))
             server = dict(backends)
@@ -160,6 +163,8 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
             client[-1] = _broker_cpu()  # the Kafka broker's (its JVM, every thread)
             client[-2] = _cpu(me)  # the watcher's backend
             rest, busy = _server_rest(postmaster, set(backends) | {me}), _host_busy()
+            # a consumer's backend that ended is in the postmaster's reaped children too: not autovacuum's
+            rest["autovacuum"] -= sum(backends[pid] for pid in ended)
             count = watch.execute(PROGRESS[progress]).fetchone()[0]
             now = time.monotonic()
             if first is None and count > before:
@@ -207,8 +212,8 @@ def _host_busy() -> float:
 
 def _server_rest(postmaster: int, skip: set[int]) -> dict[str, float]:
     """CPU seconds of the server's own processes, the bench's backends (skip) apart, by kind: autovacuum
-    (its launcher, its workers, and the postmaster's reaped children: a worker that ended; a backend
-    that ended in the window too), walwriter, checkpointer, background writer, other (the postmaster,
+    (its launcher, its workers, and the postmaster's reaped children: a worker that ended; the caller
+    takes out the bench's backends that ended), walwriter, checkpointer, background writer, other (the postmaster,
     the stats, other backends). The postmaster's children from /proc/<pid>/task/<pid>/children: no scan
     of every process of the host (~20 ms at load 10, four times a second)."""
     out = {"autovacuum": 0.0, "walwriter": 0.0, "checkpointer": 0.0, "background writer": 0.0, "other": 0.0}
