@@ -20,7 +20,10 @@ own server CPU is printed apart).
   transaction) per message, this tree's functions, on a small stream.
 
 Measured: events/s of the stream (duplicates included), the server CPU per event (the consumers'
-PostgreSQL backends, /proc/<pid>/schedstat), the consumers' own CPU per event, and the load average.
+PostgreSQL backends, /proc/<pid>/schedstat), the consumers' own CPU per event, the broker's, the
+server's other processes' (autovacuum, walwriter, checkpointer, background writer: the postmaster's
+children and reaped children), the whole host's busy CPU (/proc/stat: other sessions' too), the
+consumers' batches, and the load average.
 
 Environment: BILLING_TEST_DATABASE_URL (a superuser URL of the server) and
 BILLING_TEST_KAFKA_BOOTSTRAP, as `make services` writes them.
@@ -32,6 +35,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -133,12 +137,14 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
     watch = psycopg.connect(url, autocommit=True)
     watch.execute("SET max_parallel_workers_per_gather = 0")  # (its CPU all in its own backend)
     me = watch.info.backend_pid
-    first = None  # (t, count, server cpu per pid, consumer cpu per pid)
+    postmaster = int(Path(f"/proc/{me}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    first = None  # (t, count, server cpu per pid, consumer cpu per pid, the server's other processes, host busy)
     # Each process's CPU as last read while it ran: a consumer whose partitions are done exits after
     # its idle seconds, maybe before the others finish, and its backend then reads 0 (so did the
     # consumer once reaped): until ingest6 such a round lost both from the window's CPU (a round read
     # 23.1 + 3.1 us an event beside 39.4 + 6.3 for the same code, load 10).
     backends: dict[int, float] = {}
+    ended: set[int] = set()
     consumers_cpu: dict[int, float] = {}
     deadline = time.monotonic() + timeout
     try:
@@ -148,18 +154,23 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
                 backends.setdefault(pid, 0.0)
             for pid in backends:
                 backends[pid] = max(backends[pid], _cpu(pid))
+                if pid not in ended and not Path(f"/proc/{pid}").exists():
+                    ended.add(pid)
             for p in procs:
                 consumers_cpu[p.pid] = max(consumers_cpu.get(p.pid, 0.0), _proc_tree_cpu(p.pid))
             server = dict(backends)
             client = dict(consumers_cpu)
             client[-1] = _broker_cpu()  # the Kafka broker's (its JVM, every thread)
             client[-2] = _cpu(me)  # the watcher's backend
+            rest, busy = _server_rest(postmaster, set(backends) | {me}), _host_busy()
+            # a consumer's backend that ended is in the postmaster's reaped children too: not autovacuum's
+            rest["autovacuum"] -= sum(backends[pid] for pid in ended)
             count = watch.execute(PROGRESS[progress]).fetchone()[0]
             now = time.monotonic()
             if first is None and count > before:
-                first = (now, count, server, client)
+                first = (now, count, server, client, rest, busy)
             if count >= distinct:
-                last = (now, count, server, client)
+                last = (now, count, server, client, rest, busy)
                 break
             if now > deadline or all(p.poll() is not None for p in procs):
                 raise RuntimeError(f"{name}: {count} of {distinct} events stored; consumers: "
@@ -174,6 +185,9 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
             except subprocess.TimeoutExpired:
                 p.kill()
         watch.close()
+    # each consumer's last line: "usage: A accepted, D duplicate, ... in B batches" (the whole stream's)
+    outs = [(p.stdout.read() or b"").decode(errors="replace") for p in procs]
+    batches = sum(int(m.group(1)) for m in (re.search(r"in (\d+) batches", o) for o in outs) if m)
     seconds = last[0] - first[0]
     done = last[1] - first[1]  # distinct events stored in the window
     messages = done * stream_len / distinct  # the stream's messages they stand for (duplicates included)
@@ -181,10 +195,46 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
     client_cpu = sum(last[3][pid] - first[3][pid] for pid in last[3] if pid >= 0)
     broker_cpu = last[3][-1] - first[3][-1]
     watcher_cpu = last[3][-2] - first[3][-2]
+    rest = {k: (last[4][k] - first[4][k]) / messages * 1e6 for k in last[4]}
+    host_us = (last[5] - first[5]) / messages * 1e6  # every process of the host, other sessions' too
     return {"name": name, "messages": messages, "seconds": seconds, "rate": messages / seconds,
             "server_us": server_cpu / messages * 1e6, "client_us": client_cpu / messages * 1e6,
             "broker_us": broker_cpu / messages * 1e6, "watcher_us": watcher_cpu / messages * 1e6,
+            "rest_us": rest, "batches": batches, "host_us": host_us, "host_cores": (last[5] - first[5]) / seconds,
             "load": os.getloadavg()[0]}
+
+
+def _host_busy() -> float:
+    """CPU seconds the whole host has been busy (/proc/stat: every state but idle and iowait), all cores."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(f) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _server_rest(postmaster: int, skip: set[int]) -> dict[str, float]:
+    """CPU seconds of the server's own processes, the bench's backends (skip) apart, by kind: autovacuum
+    (its launcher, its workers, and the postmaster's reaped children: a worker that ended; the caller
+    takes out the bench's backends that ended), walwriter, checkpointer, background writer, other (the postmaster,
+    the stats, other backends). The postmaster's children from /proc/<pid>/task/<pid>/children: no scan
+    of every process of the host (~20 ms at load 10, four times a second)."""
+    out = {"autovacuum": 0.0, "walwriter": 0.0, "checkpointer": 0.0, "background writer": 0.0, "other": 0.0}
+    hz = os.sysconf("SC_CLK_TCK")
+    try:
+        children = Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split()
+        f = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return out
+    out["other"] += (int(f[11]) + int(f[12])) / hz
+    out["autovacuum"] += (int(f[13]) + int(f[14])) / hz  # reaped children: mostly autovacuum workers
+    for pid in map(int, children):
+        if pid in skip:
+            continue
+        try:
+            f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        out[next((k for k in out if k in title), "other")] += (int(f[11]) + int(f[12])) / hz
+    return out
 
 
 def _broker_cpu() -> float:
@@ -346,7 +396,9 @@ def main() -> None:
         results.append(r)
         print(f"{name}: {r['rate']:,.0f} events/s ({r['messages']:,.0f} in {r['seconds']:.1f} s), server CPU "
               f"{r['server_us']:.1f} us/event, consumers {r['client_us']:.1f} us/event, broker {r['broker_us']:.1f} us/event, "
-              f"the bench's watcher {r['watcher_us']:.2f} us/event ({args.progress}), load {r['load']:.1f}", flush=True)
+              f"the bench's watcher {r['watcher_us']:.2f} us/event ({args.progress}), load {r['load']:.1f}; the server's "
+              f"other processes " + ", ".join(f"{k} {v:.2f}" for k, v in r["rest_us"].items()) + " us/event; the host "
+              f"busy {r['host_us']:.1f} us/event ({r['host_cores']:.2f} of its cores); {r['batches']} batches", flush=True)
         if args.http:
             h = http_door(f"{name}, HTTP", url, tree, args.http_port, args.http if not tree else max(args.http // 4, 4000),
                           args.customers, rnd, args.http_clients)
@@ -371,13 +423,15 @@ def main() -> None:
     print()
     print(f"| Kafka door, {args.customers:,} customers, 10% duplicates, {args.partitions} partitions | consumers | "
           "events (stream) | events/s | server CPU µs/event | consumer CPU µs/event | broker CPU µs/event | "
-          f"all three: events/s on 2 idle cores | the bench's watcher ({args.progress}) µs/event | load (1 min) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"all three: events/s on 2 idle cores | the bench's watcher ({args.progress}) µs/event | "
+          "the server's other processes µs/event (autovacuum) | the host busy µs/event | batches | load (1 min) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         n = 1 if r["name"].startswith("naive") else args.consumers
         total = r["server_us"] + r["client_us"] + r["broker_us"]
         print(f"| {r['name']} | {n} | {r['messages']:,.0f} | {r['rate']:,.0f} | {r['server_us']:.1f} | "
-              f"{r['client_us']:.1f} | {r['broker_us']:.1f} | {2e6 / total:,.0f} | {r['watcher_us']:.2f} | {r['load']:.1f} |")
+              f"{r['client_us']:.1f} | {r['broker_us']:.1f} | {2e6 / total:,.0f} | {r['watcher_us']:.2f} | "
+              f"{sum(r['rest_us'].values()):.2f} ({r['rest_us']['autovacuum']:.2f}) | {r['host_us']:.1f} | {r['batches']} | {r['load']:.1f} |")
     if http:
         print()
         print(f"| HTTP door, POST /usage-events, batches of 1,000, {args.http_clients} clients | events | events/s | "
