@@ -8,7 +8,7 @@
 -- one of 3000 (15 of 30 days left: the reversal gives back 500 net, the new line sells 1500).
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(27);
+SELECT plan(30);
 
 SELECT billing.upsert_plan('H8_S', 1000, 'USD', 'MONTH');
 SELECT billing.upsert_plan('H8_L', 3000, 'USD', 'MONTH');
@@ -246,6 +246,51 @@ SELECT billing.void_invoice(:h8_inv13, 'h8 test', '2026-06-16 00:02Z');
 SELECT results_eq($$SELECT n.subtotal, n.tax_amount, n.total FROM billing.credit_note n WHERE n.customer_id = 84013 AND n.reason = 'VOID'$$,
                   $$VALUES (-100::bigint, 280::bigint, 180::bigint)$$,
                   'its void''s credit note reverses the 180 billed, -100 and 280');
+
+-- 14. (money10) The lines a cancellation re-sells on a change's invoice carry their own tax entries.
+--     Sold at XB (20% on top, paid), moved to XD (10% inside), upgraded on 16 June (unpaid), canceled now
+--     on 21 June with its unused time credited: the cut re-sells the XB line from 21 June on the change's
+--     invoice, and the credit reverses that re-sale. The re-sale is taxed at XB only (before: at the
+--     change's invoice's entries in proportion, XB's negative and XD's positive), its reversal gives
+--     back exactly its tax per rate and jurisdiction, and what XB and XD keep is the tax of the time
+--     served at each.
+SELECT billing.set_customer_details(84020, 'H8', NULL, NULL, NULL, NULL, NULL, 'XB', NULL, 'TAXABLE');
+SELECT (billing.create_subscription('h8-84020', 84020, 'H8_S', '2026-06-01 00:00Z')).id AS h8_sub20 \gset
+SELECT billing.record_payment_result(c.idempotency_key, 'SUCCEEDED', 'ch_h8_84020', NULL, '2026-06-01 00:00Z')
+  FROM billing.claim_charges('h8', 1000, interval '5 minutes', '2026-06-01 00:00Z') c WHERE c.customer_id = 84020;
+SELECT billing.set_customer_details(84020, 'H8', NULL, NULL, NULL, NULL, NULL, 'XD', NULL, 'TAXABLE');
+SELECT billing.change_plan(:h8_sub20, 'H8_L', '2026-06-16 00:00Z');
+SELECT billing.cancel_subscription(:h8_sub20, false, '2026-06-21 00:00Z', NULL, 'credit');
+CREATE FUNCTION pg_temp.entries_of(p_kind text, p_of text) RETURNS text LANGUAGE plpgsql AS $f$
+DECLARE
+    l billing.service_line;
+    v_out text[] := '{}';
+BEGIN
+    -- p_of: 'resale' (the CHARGE the cut wrote on the change's invoice for H8_S) or 'its reversal'.
+    FOR l IN SELECT * FROM billing.service_line x WHERE x.customer_id = 84020 ORDER BY x.id LOOP
+        IF (p_of = 'resale' AND l.kind = 'CHARGE' AND l.plan_id = (SELECT id FROM billing.plan WHERE code = 'H8_S')
+                AND l.invoice_id = (SELECT i.id FROM billing.invoice i WHERE i.customer_id = 84020 AND i.kind = 'PRORATION'))
+           OR (p_of = 'its reversal' AND l.kind = 'REVERSAL' AND l.reverses_id IN (
+                SELECT r.id FROM billing.service_line r WHERE r.customer_id = 84020 AND r.kind = 'CHARGE'
+                   AND r.plan_id = (SELECT id FROM billing.plan WHERE code = 'H8_S')
+                   AND r.invoice_id = (SELECT i.id FROM billing.invoice i WHERE i.customer_id = 84020 AND i.kind = 'PRORATION'))) THEN
+            v_out := v_out || ARRAY(SELECT format('%s %s %s %s', e->>'code', e->>'rateBp', e->>'country',
+                                                  CASE p_kind WHEN 'tax' THEN (e->>'amount')::bigint ELSE l.tax END)
+                                      FROM jsonb_array_elements(billing._line_tax_lines(l)) e);
+        END IF;
+    END LOOP;
+    RETURN array_to_string(v_out, '; ');
+END
+$f$;
+SELECT is(pg_temp.entries_of('tax', 'resale'), pg_temp.entries_of('line', 'resale'),
+          'the re-sale of the XB line is taxed at XB 20% only, its entries adding up to its tax');
+SELECT is(replace(pg_temp.entries_of('tax', 'its reversal'), '-', ''), pg_temp.entries_of('tax', 'resale'),
+          'the reversal of the re-sale gives back exactly its tax, per rate and jurisdiction');
+SELECT results_eq($$SELECT e->>'country', sum((e->>'amount')::bigint)::bigint
+                      FROM billing.service_line l CROSS JOIN LATERAL jsonb_array_elements(billing._line_tax_lines(l)) e
+                     WHERE l.customer_id = 84020 GROUP BY 1 ORDER BY 1$$,
+                  $$VALUES ('XB'::text, 100::bigint), ('XD', 46)$$,  -- (XD: 136 less the cut's share of 10 days in 15, 90 rounded down)
+                  'what each jurisdiction keeps is the tax of the time served there (XB 1-16 June, XD 16-21 June)');
 
 SELECT * FROM finish();
 ROLLBACK;
