@@ -29,7 +29,7 @@ from starlette.routing import BaseRoute, Route
 
 from billing import db
 from billing.api.context import (
-    IDEMPOTENCY_KEY, Api, actor, bound_customer, require_customer, scoped_idempotency_key, utc,
+    IDEMPOTENCY_KEY, Api, actor, bound_customer, require_customer, scoped_idempotency_key, sees_people, utc,
 )
 from billing.api.errors import database_error, endpoint_of
 from billing.api.routes.coupons import coupon_json
@@ -154,7 +154,7 @@ def routes(api: Api) -> list[BaseRoute]:
         require_customer(request, customer_id)
         rows = await database.all(db.V1_LIST_PAYMENT_METHODS, {"customer_id": customer_id})
         # A customer has a handful of methods: one page, the default first.
-        return JSONResponse({"object": "list", "data": [payment_method_json(r) for r in rows], "hasMore": False,
+        return JSONResponse({"object": "list", "data": [payment_method_json(r, sees_people(request)) for r in rows], "hasMore": False,
                              "nextCursor": None, "previousCursor": None})
 
     @endpoint_of("/v1/customers/{id}/payment-methods/{method_id}")
@@ -167,7 +167,7 @@ def routes(api: Api) -> list[BaseRoute]:
         row = next((r for r in rows if r["id"] == method_id), None)
         if row is None:
             raise ApiError(404, "not_found", f"customer {customer_id} has no payment method {raw[:30]!r}")
-        return JSONResponse(payment_method_json(row))
+        return JSONResponse(payment_method_json(row, sees_people(request)))
 
     # -- the catalog ---------------------------------------------------------------------------
     @endpoint_of("/v1/plans")
