@@ -8,7 +8,7 @@
 -- one of 3000 (15 of 30 days left: the reversal gives back 500 net, the new line sells 1500).
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(30);
+SELECT plan(32);
 
 SELECT billing.upsert_plan('H8_S', 1000, 'USD', 'MONTH');
 SELECT billing.upsert_plan('H8_L', 3000, 'USD', 'MONTH');
@@ -302,6 +302,23 @@ $f$;
 SELECT results_eq($$SELECT * FROM pg_temp.kept_by_country()$$,
                   $$VALUES ('XB'::text, 100::bigint), ('XD', 46)$$,  -- (XD: 136 less the cut's share of 10 days in 15, 90 rounded down)
                   'what each jurisdiction keeps is the tax of the time served there (XB 1-16 June, XD 16-21 June)');
+
+-- 15. (money10, found by the adversary) An upgrade before the first charge, then a move to an untaxed
+--     address, then the finalization: the period's invoice keeps the 20% it was made with, since the
+--     change already gave back its unused half's 20% (before: retaxed to 0 at finalization while the
+--     reversal had given back 100 of tax never paid).
+SELECT pg_temp.play(84021, 'H8_S', 'XB', NULL, 'H8_L');
+SELECT billing.set_customer_details(84021, 'H8', NULL, NULL, NULL, NULL, NULL, 'XC', NULL, 'TAXABLE');
+SELECT i.id AS h8_inv21 FROM billing.invoice i WHERE i.customer_id = 84021 AND i.kind = 'INITIAL' \gset
+SELECT billing.finalize_invoice(:h8_inv21, '2026-06-16 00:01Z');
+SELECT results_eq($$SELECT i.subtotal, i.tax_amount, i.number IS NOT NULL FROM billing.invoice i
+                     WHERE i.customer_id = 84021 AND i.kind = 'INITIAL'$$,
+                  $$VALUES (1000::bigint, 200::bigint, true)$$,
+                  'finalized after the move: the period''s invoice keeps the tax its reversed line was sold with');
+SELECT results_eq($$SELECT sum(l.tax)::bigint FROM billing.service_line l WHERE l.customer_id = 84021
+                       AND l.plan_id = (SELECT id FROM billing.plan WHERE code = 'H8_S')$$,
+                  $$VALUES (100::bigint)$$,
+                  'the tax kept for the half served (200 billed, 100 given back): none given back unpaid');
 
 SELECT * FROM finish();
 ROLLBACK;

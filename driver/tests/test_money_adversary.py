@@ -74,6 +74,11 @@ the invariant that a finalized invoice's lines carry the tax it billed, so that 
 cancellation gives back is what was paid. House8: a change's invoice is taxed line by line (each
 reversal at the rates and jurisdiction of the line it reverses, the new line today), its tax the sum
 of its lines' (`change_invoices_taxed_by_line`), the moves and rate changes played against it.
+Money10 added a customer session's signup (what POST /v1/subscriptions runs for a `cs_` token:
+lock_self_serve_plans, then the signup on the plan's own terms, one transaction), the operator's
+self-serve switch and void of an unpaid invoice (a change's invoice voided undoes its change), and a
+plan a small downgrade below M_PRO, which after a move to the taxed address bills its tax owed on a
+PRORATION invoice of negative subtotal (migration 0910).
 
 The lifecycle (docs/lifecycle.md) is part of the game: trials, coupons (at signup and later, up to
 100% off, amounts larger than the invoice), seats up and down, pauses with and without a resume
@@ -1344,6 +1349,15 @@ REPLAYS = {
         ("operator_void", dict(data=Drawn(lambda ids: ids[-1]))),
         ("change_plan", dict(data=Drawn(1), plan="M_PLUS", how=("now", True))),
         ("cancel", dict(data=Drawn(1), at_period_end=False, proration="credit")), ("renew", {})],
+    # money10 (found by the 400 x 40 run): a change reversed part of an unpaid invoice's line at its
+    # tax, then a move to an untaxed address before the invoice was finalized retaxed the line to 0:
+    # the reversal had given back tax the customer never paid
+    "a change, then a move to an untaxed address before the first charge": [
+        ("subscribe", dict(customer=3, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("clock_jump", dict(delta=4 * DAYS)),
+        ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True))),
+        ("move", dict(customer=3, country="US")),
+        ("charge", dict(data=Drawn("SUCCEEDED", "SUCCEEDED"), lease=timedelta(minutes=5), channel="record"))],
     "a customer session signs up while the operator switches the plan off and on": [
         ("session_signup", dict(customer=2, plan="M_BASIC")), ("self_serve", dict(plan="M_BASIC", on=False)),
         ("session_signup", dict(customer=2, plan="M_BASIC")), ("self_serve", dict(plan="M_PLUS", on=True)),
