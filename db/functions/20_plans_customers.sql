@@ -169,6 +169,23 @@ COMMENT ON FUNCTION billing.plan_code(bigint) IS
 'The business code of a plan, for answering a subscription row (which holds plan_id) without table access.
 Returns NULL for an unknown id.';
 
+-- The plan a write by code found, or BL404 (archive_plan, set_plan_self_serve).
+CREATE OR REPLACE FUNCTION billing._found_plan(p_plan billing.plan, p_code text)
+RETURNS billing.plan
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_plan.id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('plan %s does not exist', coalesce(quote_literal(p_code), 'NULL'));
+    END IF;
+    RETURN p_plan;
+END
+$$;
+COMMENT ON FUNCTION billing._found_plan(billing.plan, text) IS
+'Private: p_plan, the row a write of plan p_code returned.
+Returns it; BL404 when none was found (NULL row).';
+
 -- Archiving: a plan no longer offered. No new subscription (create_subscription, a signup in bulk)
 -- and no plan change to it; the subscriptions on it (and a change to it already scheduled) continue
 -- and renew at its prices; its price may still change (upsert_plan). An import brings subscriptions
@@ -186,10 +203,7 @@ BEGIN
     UPDATE billing.plan SET archived_at = coalesce(archived_at, p_now), updated_at = CASE WHEN archived_at IS NULL THEN p_now ELSE updated_at END
      WHERE code = p_code
     RETURNING * INTO v_plan;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('plan %s does not exist', coalesce(quote_literal(p_code), 'NULL'));
-    END IF;
-    RETURN v_plan;
+    RETURN billing._found_plan(v_plan, p_code);
 END
 $$;
 COMMENT ON FUNCTION billing.archive_plan(text, timestamptz) IS
@@ -217,10 +231,7 @@ BEGIN
                             updated_at = CASE WHEN self_serve IS DISTINCT FROM p_self_serve THEN p_now ELSE updated_at END
      WHERE code = p_code
     RETURNING * INTO v_plan;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('plan %s does not exist', coalesce(quote_literal(p_code), 'NULL'));
-    END IF;
-    RETURN v_plan;
+    RETURN billing._found_plan(v_plan, p_code);
 END
 $$;
 COMMENT ON FUNCTION billing.set_plan_self_serve(text, boolean, timestamptz) IS
