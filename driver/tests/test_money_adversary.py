@@ -370,8 +370,10 @@ def make_machine(db: Db, steps: int):
         @rule(data=st.data())
         def operator_void(self, data):
             """The operator voids an unpaid invoice never sent to the gateway (void_invoice: a VOID credit
-            note when it was finalized; a change's invoice voided undoes its change). A second later: a
-            void is no cancellation's (no_served_period_silently_forgiven reads a cancellation's instant)."""
+            note when it was finalized; a change's invoice voided undoes its change). A second after the
+            step before, and before the next: a void is no cancellation's (no_served_period_silently_forgiven
+            reads a cancellation's instant)."""
+            self.now += timedelta(seconds=1)
             rows = db.rows("SELECT id FROM billing.invoice WHERE status = 'OPEN' AND attempt_count = 0 AND try_count = 0 "
                            "AND kind <> 'USAGE' ORDER BY id")
             if not rows:
