@@ -240,16 +240,20 @@ Returns the plan; BL404 for an unknown plan, BL422 for a NULL p_self_serve.';
 
 CREATE OR REPLACE FUNCTION billing.lock_self_serve_plans(p_codes text[])
 RETURNS text[]
-LANGUAGE sql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = billing, pg_catalog, pg_temp
 AS $$
+BEGIN
     -- FOR SHARE in id order: a switch-off (an UPDATE of the row) waits for the caller's transaction,
     -- and one in flight is waited for and re-read (READ COMMITTED re-checks self_serve on the new row).
-    SELECT coalesce(array_agg(l.code ORDER BY l.code), '{}')
-      FROM (SELECT p.code FROM billing.plan p
-             WHERE p.code = ANY (p_codes) AND p.self_serve
-             ORDER BY p.id
-               FOR SHARE) l
+    -- (PL/pgSQL: its body is read when called, so function files apply to a database migrated only
+    -- up to before 0850 too, as test_migrate builds them.)
+    RETURN (SELECT coalesce(array_agg(l.code ORDER BY l.code), '{}')
+              FROM (SELECT p.code FROM billing.plan p
+                     WHERE p.code = ANY (p_codes) AND p.self_serve
+                     ORDER BY p.id
+                       FOR SHARE) l);
+END
 $$;
 COMMENT ON FUNCTION billing.lock_self_serve_plans(text[]) IS
 'The codes among p_codes of the plans customers may sign up to themselves (plan.self_serve), each locked FOR SHARE until the caller''s transaction ends: a customer session''s signup calls it in the transaction that signs up, so a plan switched off (set_plan_self_serve, upsert_plan) at that instant is either waited for and refused, or switched off after the signup.
