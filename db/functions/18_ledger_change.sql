@@ -363,14 +363,15 @@ BEGIN
     v_amount := v_net - v_unused.net;
     -- The whole period on the new terms: what a later change reverses from (the period's price).
     v_full_disc := billing._line_discount(p_sub, p_plan, p_full, p_full, p_sub.current_period_start, v_end, false, p_now);
-    IF v_amount > 0 THEN
-        -- Each line at its own tax: the reversals give back what their lines were sold at, the new line
-        -- is taxed today. A difference not positive tax included ends in credit (below).
-        v_change := billing._tax_of_lines(billing._reversal_tax_lines(p_sub, p_at) || v_entries,
-                                          v_now_tax.tax_detail->>'treatment', v_now_tax.tax_detail->>'country',
-                                          v_now_tax.tax_detail->>'region');
-        v_bill := v_amount + v_change.tax_amount > 0;
-    END IF;
+    -- Each line at its own tax: the reversals give back what their lines were sold at, the new line is
+    -- taxed today. A difference tax included that is positive is billed, whatever the sign of its net
+    -- (money10, migration 0910: a net that falls under a tax that rises more, a move to a taxed address
+    -- then a small downgrade, bills its tax owed on a PRORATION invoice of negative subtotal); one not
+    -- positive ends in credit (below).
+    v_change := billing._tax_of_lines(billing._reversal_tax_lines(p_sub, p_at) || v_entries,
+                                      v_now_tax.tax_detail->>'treatment', v_now_tax.tax_detail->>'country',
+                                      v_now_tax.tax_detail->>'region');
+    v_bill := v_amount + v_change.tax_amount > 0;
     IF v_bill THEN
         -- Several changes may happen within one period, each its own PRORATION invoice keyed by the
         -- change instant; two changes at the very same instant move the second by 1 us.
@@ -407,5 +408,5 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._prorate_change(billing.subscription, billing.plan, bigint, bigint, timestamptz, timestamptz, bigint, bigint, integer) IS
-'Private: a change within the current period at p_at, from the lines: REVERSAL lines for the unused part of the lines in force, a CHARGE line for the rest on the new terms (p_sub''s seats, p_plan, p_full for a whole period, the coupon if it covers the plan); an OPEN PRORATION invoice billing both when the new line costs more, else the difference (tax included, from what the customer kept) as credit through _grant_change_credit.
+'Private: a change within the current period at p_at, from the lines: REVERSAL lines for the unused part of the lines in force, a CHARGE line for the rest on the new terms (p_sub''s seats, p_plan, p_full for a whole period, the coupon if it covers the plan); an OPEN PRORATION invoice billing both when the difference tax included is positive (its subtotal negative when the net falls but the tax rises more: 0910), else the difference (tax included, from what the customer kept) as credit through _grant_change_credit.
 Returns the signed difference (positive: invoiced).';

@@ -298,14 +298,20 @@ BEGIN
     END LOOP;
     FOR k IN 1 .. coalesce(array_length(v_rows, 1), 0) LOOP
         v_row := v_rows[k];
+        -- Its tax by rate (money10): its share of the entries of the line it cuts or sells again, at
+        -- that line's rates and jurisdiction. (A re-sale names no line it reverses and sits on a change's
+        -- invoice: without them, a later reversal of it read the change's invoice's entries in
+        -- proportion, and gave back tax at rates it was never sold at.)
+        SELECT * INTO v_line FROM billing.service_line WHERE customer_id = v_row.customer_id AND id = v_row.reverses_id;
         INSERT INTO billing.service_line (customer_id, subscription_id, invoice_id, kind, item, plan_id, quantity, unit_price,
                                           span_start, span_end, gross, discount, coupon_code, net, tax, tax_inclusive,
-                                          currency, reverses_id, basis_start, basis_gross, basis_net, created_at)
+                                          currency, reverses_id, basis_start, basis_gross, basis_net, tax_lines, created_at)
         VALUES (v_row.customer_id, v_row.subscription_id, v_row.invoice_id, v_row.kind, v_row.item, v_row.plan_id,
                 v_row.quantity, v_row.unit_price, v_row.span_start, v_row.span_end, v_row.gross, v_row.discount,
                 CASE WHEN v_row.discount <> 0 THEN v_row.coupon_code END, v_row.net, v_row.tax, v_row.tax_inclusive,
                 v_row.currency, CASE WHEN v_row.kind = 'REVERSAL' THEN v_row.reverses_id END, v_row.span_start,
-                v_row.gross, v_row.net, p_now)
+                v_row.gross, v_row.net,
+                billing._split_tax_lines(billing._line_tax_lines(v_line), v_row.tax, v_row.net), p_now)
         RETURNING id INTO v_id;
         IF v_row.kind = 'CHARGE' THEN
             -- A re-sale: whose invoice cuts it when unpaid is decided by the line it sells again.
@@ -317,7 +323,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._cut_unserved(billing.subscription, billing.invoice, timestamptz, bigint[], bigint[], timestamptz) IS
-'Private: at a cancellation at p_at, for one unpaid invoice of p_sub (locked): REVERSAL lines billed by it for the unused part from p_at of its own lines (its CHARGE lines, and the re-sales of them in p_resold, p_resold_of) and of the lines of a credit-ending change waiting on it; for a change''s invoice whose terms were sold at p_at, a CHARGE line re-selling from p_at each line it had reversed, at that line''s own terms; kept within [0, its subtotal].
+'Private: at a cancellation at p_at, for one unpaid invoice of p_sub (locked): REVERSAL lines billed by it for the unused part from p_at of its own lines (its CHARGE lines, and the re-sales of them in p_resold, p_resold_of) and of the lines of a credit-ending change waiting on it; for a change''s invoice whose terms were sold at p_at, a CHARGE line re-selling from p_at each line it had reversed, at that line''s own terms; kept within [0, its subtotal]. Each line written carries its tax by rate (tax_lines): its share of the entries of the line it cuts or sells again.
 Returns the net taken off and the re-sales so far (p_resold and p_resold_of with its own appended).';
 
 -- Unpaid is unpaid, whatever the reason (issue 26 #3, #12): a cancellation now at p_at (or dunning's

@@ -169,6 +169,23 @@ COMMENT ON FUNCTION billing.plan_code(bigint) IS
 'The business code of a plan, for answering a subscription row (which holds plan_id) without table access.
 Returns NULL for an unknown id.';
 
+-- The plan a write by code found, or BL404 (archive_plan, set_plan_self_serve).
+CREATE OR REPLACE FUNCTION billing._found_plan(p_plan billing.plan, p_code text)
+RETURNS billing.plan
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_plan.id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('plan %s does not exist', coalesce(quote_literal(p_code), 'NULL'));
+    END IF;
+    RETURN p_plan;
+END
+$$;
+COMMENT ON FUNCTION billing._found_plan(billing.plan, text) IS
+'Private: p_plan, the row a write of plan p_code returned.
+Returns it; BL404 when none was found (NULL row).';
+
 -- Archiving: a plan no longer offered. No new subscription (create_subscription, a signup in bulk)
 -- and no plan change to it; the subscriptions on it (and a change to it already scheduled) continue
 -- and renew at its prices; its price may still change (upsert_plan). An import brings subscriptions
@@ -186,15 +203,61 @@ BEGIN
     UPDATE billing.plan SET archived_at = coalesce(archived_at, p_now), updated_at = CASE WHEN archived_at IS NULL THEN p_now ELSE updated_at END
      WHERE code = p_code
     RETURNING * INTO v_plan;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION USING ERRCODE = 'BL404', MESSAGE = format('plan %s does not exist', coalesce(quote_literal(p_code), 'NULL'));
-    END IF;
-    RETURN v_plan;
+    RETURN billing._found_plan(v_plan, p_code);
 END
 $$;
 COMMENT ON FUNCTION billing.archive_plan(text, timestamptz) IS
 'Archives the plan p_code from p_now: no new subscription or plan change to it; the subscriptions on it (and changes to it already scheduled) continue and renew. Archived already: unchanged (its first archived_at kept).
 Returns the plan; BL404 for an unknown plan.';
+
+-- Self-serve (migration 0850; money10): whether customers may sign up to a plan themselves. The
+-- switch is a write of the plan row, so a customer session's signup reads it under FOR SHARE in its
+-- own transaction (lock_self_serve_plans) and a switch-off waits for signups in flight, each of
+-- which, in turn, waits for a switch-off in flight and then sees it.
+CREATE OR REPLACE FUNCTION billing.set_plan_self_serve(p_code text, p_self_serve boolean, p_now timestamptz DEFAULT now())
+RETURNS billing.plan
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_plan billing.plan;
+BEGIN
+    PERFORM billing._audit('set_plan_self_serve', jsonb_build_object('code', p_code, 'self_serve', p_self_serve, 'now', p_now));
+    PERFORM billing._check_now(p_now);
+    IF p_self_serve IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('plan %s: self_serve must be true or false, got NULL', p_code);
+    END IF;
+    UPDATE billing.plan SET self_serve = p_self_serve,
+                            updated_at = CASE WHEN self_serve IS DISTINCT FROM p_self_serve THEN p_now ELSE updated_at END
+     WHERE code = p_code
+    RETURNING * INTO v_plan;
+    RETURN billing._found_plan(v_plan, p_code);
+END
+$$;
+COMMENT ON FUNCTION billing.set_plan_self_serve(text, boolean, timestamptz) IS
+'Says whether customers may sign up to plan p_code themselves (a customer session''s signup); nothing else of the plan changes. Waits for the customer sessions'' signups in flight to it (lock_self_serve_plans); idempotent.
+Returns the plan; BL404 for an unknown plan, BL422 for a NULL p_self_serve.';
+
+CREATE OR REPLACE FUNCTION billing.lock_self_serve_plans(p_codes text[])
+RETURNS text[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- FOR SHARE in id order: a switch-off (an UPDATE of the row) waits for the caller's transaction,
+    -- and one in flight is waited for and re-read (READ COMMITTED re-checks self_serve on the new row).
+    -- (PL/pgSQL: its body is read when called, so function files apply to a database migrated only
+    -- up to before 0850 too, as test_migrate builds them.)
+    RETURN (SELECT coalesce(array_agg(l.code ORDER BY l.code), '{}')
+              FROM (SELECT p.code FROM billing.plan p
+                     WHERE p.code = ANY (p_codes) AND p.self_serve
+                     ORDER BY p.id
+                       FOR SHARE) l);
+END
+$$;
+COMMENT ON FUNCTION billing.lock_self_serve_plans(text[]) IS
+'The codes among p_codes of the plans customers may sign up to themselves (plan.self_serve), each locked FOR SHARE until the caller''s transaction ends: a customer session''s signup calls it in the transaction that signs up, so a plan switched off (set_plan_self_serve, upsert_plan) at that instant is either waited for and refused, or switched off after the signup.
+Returns the codes (unknown and not self-serve ones left out).';
 
 CREATE OR REPLACE FUNCTION billing._check_plan_offered(p_plan billing.plan)
 RETURNS void

@@ -245,6 +245,15 @@ BEGIN
         -- first charge attempt, so only one settled by credit alone, or made before this rule, is here.)
         RETURN p_invoice;
     END IF;
+    IF EXISTS (SELECT 1 FROM billing.service_line c
+                 JOIN billing.service_line r ON r.customer_id = c.customer_id AND r.reverses_id = c.id
+                WHERE c.customer_id = p_invoice.customer_id AND c.invoice_id = p_invoice.id AND c.kind = 'CHARGE') THEN
+        -- A change (or cancellation) already gave back part of a line it sells, at the tax the line was
+        -- sold with: its figures stand (money10, found by the adversary: retaxed after a move to an
+        -- untaxed address, the line bore no tax while its reversal had given back 20% of it, tax the
+        -- customer never paid; the other way, tax it never gave back).
+        RETURN p_invoice;
+    END IF;
     -- A change's invoice (a CHARGE line beside REVERSAL lines): its tax is its lines' (house8): the new
     -- line retaxed at the address now, the reversals keep the tax of the lines they reverse.
     SELECT l.id, l.net INTO v_charge FROM billing.service_line l
@@ -314,7 +323,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._refresh_tax(billing.invoice, timestamptz) IS
-'Private: before an invoice is finalized, its tax recomputed for the customer''s current tax status and address when its detail records others (_tax_stale) and it was never sent to the gateway: tax, total, credit applied (the excess RESTORED) and amount, and the tax of the CHARGE lines it sells (service_line); PAID (announced) when credit now covers it. Call it holding the invoice''s row lock.
+'Private: before an invoice is finalized, its tax recomputed for the customer''s current tax status and address when its detail records others (_tax_stale), it was never sent to the gateway and no line it sells was reversed yet (a reversal gave back the line''s tax as sold: then its figures stand): tax, total, credit applied (the excess RESTORED) and amount, and the tax of the CHARGE lines it sells (service_line); PAID (announced) when credit now covers it. Call it holding the invoice''s row lock.
 Returns the invoice as it is now.';
 
 -- Finalizes the given invoices (locked by the caller, not finalized, not VOID) in id order.

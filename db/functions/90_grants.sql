@@ -27,7 +27,7 @@ DO $$
 DECLARE
     -- role -> the functions of its job (by name: every overload).
     c_jobs constant jsonb := '{
-      "billing_api": ["create_subscription", "create_subscriptions", "get_subscription", "cancel_subscription", "change_plan",
+      "billing_api": ["create_subscription", "create_subscriptions", "lock_self_serve_plans", "get_subscription", "cancel_subscription", "change_plan",
                       "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                       "ingest_usage", "ingest_usage_batch", "current_usage", "list_meters", "upcoming_invoice",
                       "set_usage_alert", "list_usage_alerts", "update_usage_alert", "delete_usage_alert",
@@ -79,7 +79,7 @@ DECLARE
       "billing_support": ["get_subscription", "plan_code", "is_simulation", "list_payment_methods", "list_refunds",
                           "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                           "get_invoice_document", "list_notifications"],
-      "billing_admin": ["upsert_plan", "upsert_customer", "upsert_coupon", "archive_plan", "archive_coupon", "create_subscriptions",
+      "billing_admin": ["upsert_plan", "set_plan_self_serve", "lock_self_serve_plans", "upsert_customer", "upsert_coupon", "archive_plan", "archive_coupon", "create_subscriptions",
                         "import_customers", "import_subscriptions", "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                         "upsert_meter", "list_meters", "usage_partitions", "current_usage", "usage_between", "upsert_plan_charge",
                         "rate_usage", "upcoming_invoice", "set_usage_alert", "check_usage_alerts",

@@ -8,10 +8,11 @@
 -- one of 3000 (15 of 30 days left: the reversal gives back 500 net, the new line sells 1500).
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(20);
+SELECT plan(32);
 
 SELECT billing.upsert_plan('H8_S', 1000, 'USD', 'MONTH');
 SELECT billing.upsert_plan('H8_L', 3000, 'USD', 'MONTH');
+SELECT billing.upsert_plan('H8_M', 2800, 'USD', 'MONTH');  -- a small downgrade from H8_L (money10)
 SELECT billing.upsert_tax_rate('H8_XB_VAT', 'XB', NULL, 'VAT', 2000, false);   -- 20% on top
 SELECT billing.upsert_tax_rate('H8_XD_VAT', 'XD', NULL, 'VAT', 1000, true);    -- 10% inside
 SELECT billing.upsert_tax_rate('H8_XE_VAT', 'XE', NULL, 'VAT', 2000, false);   -- 20%, lowered to 10% below
@@ -198,6 +199,126 @@ SELECT results_eq($$SELECT sum(l.tax)::bigint FROM billing.service_line l JOIN b
                    WHERE i.customer_id = 84001 AND i.kind = 'PRORATION'$$,
                   $$SELECT i.tax_amount + i.tax_included FROM billing.invoice i WHERE i.customer_id = 84001 AND i.kind = 'PRORATION'$$,
                   'what the lines recognize as tax is what the invoice says it billed');
+
+-- 13. (money10, migration 0910) A move to a taxed address, then a small downgrade: the net falls by 100
+--     (the reversal gives back 1500 sold untaxed, the new line sells 1400) but the tax rises by 280 (20%
+--     of 1400 on top): the change bills 180 on a PRORATION invoice of subtotal -100 (before: nothing
+--     billed and no credit, the 180 kept). Exclusive tax, each way.
+SELECT pg_temp.play(84013, 'H8_L', 'XC', 'XB', 'H8_M');
+SELECT results_eq($$SELECT * FROM pg_temp.change_invoice(84013)$$,
+                  $$VALUES (-100::bigint, 280::bigint, 0::bigint, 180::bigint, 'H8_XB_VAT 2000 XB 1400 280')$$,
+                  'untaxed -> 20% on top, small downgrade: -100 net and 280 of tax billed (180; was nothing)');
+SELECT results_eq($$SELECT i.amount, i.status FROM billing.invoice i WHERE i.customer_id = 84013 AND i.kind = 'PRORATION'$$,
+                  $$VALUES (180::bigint, 'OPEN'::text)$$, 'the 180 is charged as any change''s invoice');
+--     From inclusive (10% inside) to 20% on top: the reversal gives back its contained 136 inside its
+--     1500; the new line bears 280 on top; total 180 (the contained tax given back is the customer's).
+SELECT pg_temp.play(84014, 'H8_L', 'XD', 'XB', 'H8_M');
+SELECT results_eq($$SELECT * FROM pg_temp.change_invoice(84014)$$,
+                  $$VALUES (-100::bigint, 280::bigint, -136::bigint, 180::bigint,
+                            'H8_XB_VAT 2000 XB 1400 280; H8_XD_VAT 1000 XD -1500 -136')$$,
+                  'inclusive -> on top, small downgrade: 180 billed, the contained tax given back beside it');
+--     Sold under reverse charge, then taxable at 20% on top: as 13.
+SELECT billing.set_customer_details(84015, 'H8', NULL, NULL, NULL, NULL, NULL, 'XB', 'TAX-84015', 'REVERSE_CHARGE');
+SELECT (billing.create_subscription('h8-84015', 84015, 'H8_L', '2026-06-01 00:00Z')).id AS h8_sub15 \gset
+SELECT billing.set_customer_details(84015, 'H8', NULL, NULL, NULL, NULL, NULL, 'XB', NULL, 'TAXABLE');
+SELECT billing.change_plan(:h8_sub15, 'H8_M', '2026-06-16 00:00Z');
+SELECT results_eq($$SELECT * FROM pg_temp.change_invoice(84015)$$,
+                  $$VALUES (-100::bigint, 280::bigint, 0::bigint, 180::bigint, 'H8_XB_VAT 2000 XB 1400 280')$$,
+                  'reverse charge -> 20% on top, small downgrade: 180 billed');
+--     The other ways still end in credit: to an address with tax inside (the price holds the tax: the
+--     customer pays 100 less) or to reverse charge (no tax on the new line): 100 of credit, no invoice.
+SELECT pg_temp.play(84016, 'H8_L', 'XC', 'XD', 'H8_M');
+SELECT pg_temp.play(84017, 'H8_L', 'XC', 'RC', 'H8_M');
+SELECT results_eq($$SELECT c.customer_id, sum(c.amount)::bigint,
+                           (SELECT count(*) FROM billing.invoice i WHERE i.customer_id = c.customer_id AND i.kind = 'PRORATION')
+                      FROM billing.credit_pending c
+                    WHERE c.customer_id IN (84016, 84017) GROUP BY c.customer_id ORDER BY c.customer_id$$,
+                  $$VALUES (84016::bigint, 100::bigint, 0::bigint), (84017::bigint, 100::bigint, 0::bigint)$$,
+                  'untaxed -> inclusive or reverse charge, small downgrade: 100 of credit, nothing billed');
+--     Its document: the PRORATION line at -100 beside the TAX line; its void's credit note reverses it.
+SELECT i.id AS h8_inv13 FROM billing.invoice i WHERE i.customer_id = 84013 AND i.kind = 'PRORATION' \gset
+SELECT billing.finalize_invoice(:h8_inv13, '2026-06-16 00:01Z');
+SELECT results_eq($$SELECT l.kind, l.amount FROM billing.invoice_line l
+                     WHERE l.customer_id = 84013 AND l.invoice_id = $$ || :h8_inv13 || $$ ORDER BY l.line_no$$,
+                  $$VALUES ('PRORATION'::text, -100::bigint), ('TAX', 280)$$,
+                  'the finalized document: the change''s net (-100) and its tax (280)');
+SELECT billing.void_invoice(:h8_inv13, 'h8 test', '2026-06-16 00:02Z');
+SELECT results_eq($$SELECT n.subtotal, n.tax_amount, n.total FROM billing.credit_note n WHERE n.customer_id = 84013 AND n.reason = 'VOID'$$,
+                  $$VALUES (-100::bigint, 280::bigint, 180::bigint)$$,
+                  'its void''s credit note reverses the 180 billed, -100 and 280');
+
+-- 14. (money10) The lines a cancellation re-sells on a change's invoice carry their own tax entries.
+--     Sold at XB (20% on top, paid), moved to XD (10% inside), upgraded on 16 June (unpaid), canceled now
+--     on 21 June with its unused time credited: the cut re-sells the XB line from 21 June on the change's
+--     invoice, and the credit reverses that re-sale. The re-sale is taxed at XB only (before: at the
+--     change's invoice's entries in proportion, XB's negative and XD's positive), its reversal gives
+--     back exactly its tax per rate and jurisdiction, and what XB and XD keep is the tax of the time
+--     served at each.
+SELECT billing.set_customer_details(84020, 'H8', NULL, NULL, NULL, NULL, NULL, 'XB', NULL, 'TAXABLE');
+SELECT (billing.create_subscription('h8-84020', 84020, 'H8_S', '2026-06-01 00:00Z')).id AS h8_sub20 \gset
+SELECT billing.record_payment_result(c.idempotency_key, 'SUCCEEDED', 'ch_h8_84020', NULL, '2026-06-01 00:00Z')
+  FROM billing.claim_charges('h8', 1000, interval '5 minutes', '2026-06-01 00:00Z') c WHERE c.customer_id = 84020;
+SELECT billing.set_customer_details(84020, 'H8', NULL, NULL, NULL, NULL, NULL, 'XD', NULL, 'TAXABLE');
+SELECT billing.change_plan(:h8_sub20, 'H8_L', '2026-06-16 00:00Z');
+SELECT billing.cancel_subscription(:h8_sub20, false, '2026-06-21 00:00Z', NULL, 'credit');
+CREATE FUNCTION pg_temp.entries_of(p_kind text, p_of text) RETURNS text LANGUAGE plpgsql AS $f$
+DECLARE
+    l billing.service_line;
+    v_out text[] := '{}';
+BEGIN
+    -- p_of: 'resale' (the CHARGE the cut wrote on the change's invoice for H8_S) or 'its reversal'.
+    FOR l IN SELECT * FROM billing.service_line x WHERE x.customer_id = 84020 ORDER BY x.id LOOP
+        IF (p_of = 'resale' AND l.kind = 'CHARGE' AND l.plan_id = (SELECT id FROM billing.plan WHERE code = 'H8_S')
+                AND l.invoice_id = (SELECT i.id FROM billing.invoice i WHERE i.customer_id = 84020 AND i.kind = 'PRORATION'))
+           OR (p_of = 'its reversal' AND l.kind = 'REVERSAL' AND l.reverses_id IN (
+                SELECT r.id FROM billing.service_line r WHERE r.customer_id = 84020 AND r.kind = 'CHARGE'
+                   AND r.plan_id = (SELECT id FROM billing.plan WHERE code = 'H8_S')
+                   AND r.invoice_id = (SELECT i.id FROM billing.invoice i WHERE i.customer_id = 84020 AND i.kind = 'PRORATION'))) THEN
+            v_out := v_out || ARRAY(SELECT format('%s %s %s %s', e->>'code', e->>'rateBp', e->>'country',
+                                                  CASE p_kind WHEN 'tax' THEN (e->>'amount')::bigint ELSE l.tax END)
+                                      FROM jsonb_array_elements(billing._line_tax_lines(l)) e);
+        END IF;
+    END LOOP;
+    RETURN array_to_string(v_out, '; ');
+END
+$f$;
+SELECT is(pg_temp.entries_of('tax', 'resale'), pg_temp.entries_of('line', 'resale'),
+          'the re-sale of the XB line is taxed at XB 20% only, its entries adding up to its tax');
+SELECT is(replace(pg_temp.entries_of('tax', 'its reversal'), '-', ''), pg_temp.entries_of('tax', 'resale'),
+          'the reversal of the re-sale gives back exactly its tax, per rate and jurisdiction');
+-- (PL/pgSQL, each line read on its own: on Citus a function over a row inside a query is sent to a worker)
+CREATE FUNCTION pg_temp.kept_by_country() RETURNS TABLE (country text, amount bigint) LANGUAGE plpgsql AS $f$
+DECLARE
+    l billing.service_line;
+    v_entries jsonb := '[]';
+BEGIN
+    FOR l IN SELECT * FROM billing.service_line x WHERE x.customer_id = 84020 LOOP
+        v_entries := v_entries || billing._line_tax_lines(l);
+    END LOOP;
+    RETURN QUERY SELECT e->>'country', sum((e->>'amount')::bigint)::bigint
+                   FROM jsonb_array_elements(v_entries) e GROUP BY 1 ORDER BY 1;
+END
+$f$;
+SELECT results_eq($$SELECT * FROM pg_temp.kept_by_country()$$,
+                  $$VALUES ('XB'::text, 100::bigint), ('XD', 46)$$,  -- (XD: 136 less the cut's share of 10 days in 15, 90 rounded down)
+                  'what each jurisdiction keeps is the tax of the time served there (XB 1-16 June, XD 16-21 June)');
+
+-- 15. (money10, found by the adversary) An upgrade before the first charge, then a move to an untaxed
+--     address, then the finalization: the period's invoice keeps the 20% it was made with, since the
+--     change already gave back its unused half's 20% (before: retaxed to 0 at finalization while the
+--     reversal had given back 100 of tax never paid).
+SELECT pg_temp.play(84021, 'H8_S', 'XB', NULL, 'H8_L');
+SELECT billing.set_customer_details(84021, 'H8', NULL, NULL, NULL, NULL, NULL, 'XC', NULL, 'TAXABLE');
+SELECT i.id AS h8_inv21 FROM billing.invoice i WHERE i.customer_id = 84021 AND i.kind = 'INITIAL' \gset
+SELECT billing.finalize_invoice(:h8_inv21, '2026-06-16 00:01Z');
+SELECT results_eq($$SELECT i.subtotal, i.tax_amount, i.number IS NOT NULL FROM billing.invoice i
+                     WHERE i.customer_id = 84021 AND i.kind = 'INITIAL'$$,
+                  $$VALUES (1000::bigint, 200::bigint, true)$$,
+                  'finalized after the move: the period''s invoice keeps the tax its reversed line was sold with');
+SELECT results_eq($$SELECT sum(l.tax)::bigint FROM billing.service_line l WHERE l.customer_id = 84021
+                       AND l.plan_id = (SELECT id FROM billing.plan WHERE code = 'H8_S')$$,
+                  $$VALUES (100::bigint)$$,
+                  'the tax kept for the half served (200 billed, 100 given back): none given back unpaid');
 
 SELECT * FROM finish();
 ROLLBACK;

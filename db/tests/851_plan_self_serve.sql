@@ -5,7 +5,7 @@
 -- API's: driver/tests/test_customer_session_routes.py.
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(10);
+SELECT plan(16);
 
 SELECT col_not_null('billing', 'plan', 'self_serve', 'plan.self_serve is NOT NULL');
 SELECT col_default_is('billing', 'plan', 'self_serve', 'false', 'plan.self_serve is false unless said (plans of before 0850 too)');
@@ -27,6 +27,18 @@ SELECT is(billing.plan_code((billing.get_subscription(:ss_sub)).plan_id), 'SS_PR
           '... its subscription stays on it');
 SELECT is((SELECT args->>'self_serve' FROM billing.audit_log WHERE function = 'upsert_plan' ORDER BY id DESC LIMIT 1),
           'false', 'upsert_plan audits p_self_serve');
+
+-- money10: set_plan_self_serve switches it alone (audited, idempotent, BL404 / BL422), and
+-- lock_self_serve_plans answers the self-serve codes among those asked (what a customer session's
+-- signup locks FOR SHARE in its transaction; the wait itself: test_customer_session_routes.py).
+SELECT is((billing.set_plan_self_serve('SS_PRO', true, now())).self_serve, true, 'set_plan_self_serve switches it on');
+SELECT is((billing.set_plan_self_serve('SS_PRO', true, now())).price_amount,
+          (SELECT price_amount FROM billing.plan WHERE code = 'SS_PRO'), '... again: unchanged, nothing else of the plan moves');
+SELECT is(billing.lock_self_serve_plans(ARRAY['SS_PRO', 'SS_STAFF', 'NO_SUCH_PLAN']), ARRAY['SS_PRO'],
+          'lock_self_serve_plans: the self-serve codes only, unknown ones left out');
+SELECT throws_ok($$SELECT billing.set_plan_self_serve('NO_SUCH_PLAN', true, now())$$, 'BL404', NULL, 'an unknown plan: BL404');
+SELECT throws_ok($$SELECT billing.set_plan_self_serve('SS_PRO', NULL, now())$$, 'BL422', NULL, 'a NULL switch: BL422');
+SELECT is((SELECT count(*)::int FROM billing.audit_log WHERE function = 'set_plan_self_serve'), 2, 'every call that switched audited (a refused one writes nothing)');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -32,7 +32,8 @@ INVOICE = {
     "status": {"enum": ["OPEN", "PAID", "FAILED", "VOID", "REVIEW"]},
     "periodStart": INSTANT,
     "periodEnd": INSTANT,
-    "subtotal": MINOR,
+    "subtotal": {"type": "integer", "description": "An amount in the currency's smallest unit; negative only on a "
+                 "change's PRORATION invoice whose net fell but whose tax rose more (its amount is positive: 0910)"},
     "creditApplied": MINOR,
     "amount": MINOR,
     "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
@@ -199,7 +200,9 @@ CATALOGUE: dict[str, tuple[str, str, dict]] = {
                          obj({"creditNoteId": ID, "number": {"type": "string", "pattern": "^CN-[0-9]{4}-[0-9]{6,}$"},
                               "invoiceId": ID, "invoiceNumber": {"type": "string"}, "customerId": ID,
                               "reason": {"enum": ["VOID", "REFUND", "UNSERVED"]}, "refundId": nullable(ID),
-                              "subtotal": MINOR, "total": MINOR,
+                              "subtotal": {"type": "integer", "description": "An amount in the currency's smallest "
+                                           "unit; negative when the credited invoice's subtotal was (0910)"},
+                              "total": MINOR,
                               "taxAmount": {"type": "integer", "description": "An amount in the currency's smallest "
                                             "unit; negative when the credited invoice's tax was: a change's invoice "
                                             "that gave back more tax than its new line bears (0840)"},

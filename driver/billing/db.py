@@ -164,9 +164,11 @@ API_CREATE_SUBSCRIPTION = _API_SUBSCRIPTION.format(
     call="create_subscription(%(key)s, %(customer_id)s, %(plan_code)s, %(now)s, %(trial_days)s, %(coupon_code)s, "
          "%(quantity)s, %(external_id)s)")
 API_GET_SUBSCRIPTION = _API_SUBSCRIPTION.format(extra="", call="get_subscription(%(id)s)")
-# Which of these plan codes a customer session may sign up to (plan.self_serve, migration 0850).
-API_SELF_SERVE_PLANS = ("SELECT coalesce(array_agg(p.code), '{}') AS codes FROM unnest(%(codes)s::text[]) c(code) "
-                        "CROSS JOIN LATERAL billing.get_plan(c.code) p WHERE p.self_serve")
+# Which of these plan codes a customer session may sign up to (plan.self_serve, migration 0850), locked
+# FOR SHARE until the signup's transaction ends (a switch-off waits for it, or it for the switch-off).
+API_LOCK_SELF_SERVE_PLANS = "SELECT billing.lock_self_serve_plans(%(codes)s::text[]) AS codes"
+# A plan's self_serve switched (PATCH /v1/plans/{code}, `billing plans self-serve`).
+SET_PLAN_SELF_SERVE = "SELECT * FROM billing.set_plan_self_serve(%(code)s, %(self_serve)s, %(now)s)"
 API_CANCEL_SUBSCRIPTION = _API_SUBSCRIPTION.format(
     extra="", call="cancel_subscription(%(id)s, %(at_period_end)s, %(now)s, %(expected_version)s)")
 API_CHANGE_PLAN = _API_SUBSCRIPTION.format(

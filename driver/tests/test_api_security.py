@@ -80,6 +80,7 @@ V1_NEW = [
     ("POST", "/v1/plans", {"code": "SEC_PLAN", "priceAmount": 1, "currency": "USD", "billingInterval": "MONTH"},
      "catalog:write"),
     ("GET", "/v1/plans/PRO_MONTHLY", None, "subscriptions:read"),
+    ("PATCH", "/v1/plans/PRO_MONTHLY", {"selfServe": True}, "catalog:write"),
     ("POST", "/v1/plans/PRO_MONTHLY/prices", {"priceAmount": 5}, "catalog:write"),
     ("POST", "/v1/plans/SEC_PLAN/archive", {}, "catalog:write"),
     ("GET", "/v1/coupons", None, "catalog:write"),

@@ -114,6 +114,7 @@ ROUTES: dict[tuple[str, str], list[tuple[str, object, set[int]]]] = {
     ("POST", "/plans"): [("own", {"code": "CHEAP", "priceAmount": 1, "currency": "USD", "billingInterval": "MONTH"},
                           NEVER)],
     ("GET", "/plans/{code}"): [("own", None, {200})],
+    ("PATCH", "/plans/{code}"): [("own", {"selfServe": True}, NEVER)],
     ("POST", "/plans/{code}/prices"): [("own", {"priceAmount": 1}, NEVER)],
     ("POST", "/plans/{code}/archive"): [("own", {}, NEVER)],
     ("GET", "/coupons"): [("own", None, NEVER)],
@@ -344,6 +345,131 @@ def test_a_customer_session_signs_up_only_to_a_self_serve_plan(db_url):
                             (A,)).fetchone()[0]
     assert [m[0] for m in made] == ["PRO_MONTHLY", "STAFF_FREE", "SELF"]  # seed's, the server key's, the session's
     assert sorted(keys) == ["s-3", "s-4"], keys  # the refused signups' keys were never taken
+
+
+def test_a_plan_switched_off_while_a_customer_signs_up_is_not_signed_up_to(db_url):
+    """The self-serve check is part of the signup's transaction (money10): a switch-off in flight (its
+    UPDATE of the plan not yet committed) is waited for by a customer session's signup, which then
+    sees it and is refused (403, nothing written): before, the check was a read before the signup and
+    the signup was made. And the other way round: a switch-off waits for a signup holding the plan
+    (billing.lock_self_serve_plans), so none is made after the switch-off returns. Two real
+    connections each time, the wait seen in pg_stat_activity."""
+    seed(db_url, (A,))
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for code in ("RACE", "RACE_BATCH"):
+            conn.execute("SELECT billing.upsert_plan(%s, 900, 'USD', 'MONTH', 1, p_self_serve => true)", (code,))
+    server = create_key(db_url, "checkout-backend", ["customer-sessions:write", "subscriptions:write"]).key
+
+    def waiting_on(conn, text: str) -> bool:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                            (f"%{text}%",)).fetchone()[0] > 0
+
+    async def body():
+        out = {}
+        async with client_for(db_url) as client:
+            token = (await client.post("/customer-sessions", json={"customerId": A}, headers=bearer(server))).json()["token"]
+            requests = {
+                "RACE": lambda: client.post("/v1/subscriptions", json={"customerId": A, "planCode": "RACE"},
+                                            headers={**bearer(token), "Idempotency-Key": "race-1"}),
+                "RACE_BATCH": lambda: client.post("/v1/subscriptions/batch", headers=bearer(token), json={"signups": [
+                    {"idempotencyKey": "race-2", "customerId": A, "planCode": "RACE_BATCH"}]})}
+            with psycopg.connect(db_url, autocommit=True) as watch:
+                for code, request in requests.items():
+                    with psycopg.connect(db_url) as switch:  # a transaction: the switch-off in flight
+                        switch.execute("UPDATE billing.plan SET self_serve = false WHERE code = %s", (code,))
+                        signup = asyncio.ensure_future(request())
+                        waited = False
+                        for _ in range(400):
+                            await asyncio.sleep(0.025)
+                            if signup.done():
+                                break
+                            if waiting_on(watch, "lock_self_serve_plans"):
+                                waited = True
+                                break
+                        switch.commit()
+                    out[code] = (waited, await signup)
+        return out
+
+    out = asyncio.run(body())
+    for code, (waited, answer) in out.items():
+        assert answer.status_code == 403 and answer.json()["error"]["code"] == "forbidden", (code, answer.text)
+        assert waited, f"{code}: the signup did not wait for the switch-off in flight"
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        made = conn.execute("SELECT count(*) FROM billing.subscription s JOIN billing.plan p ON p.id = s.plan_id "
+                            "WHERE p.code IN ('RACE', 'RACE_BATCH')").fetchone()[0]
+    assert made == 0
+
+    # The other order: a signup holds the plan (its transaction open), the switch-off waits for it.
+    import threading
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT billing.set_plan_self_serve('RACE', true, %s)", (T0,))
+    with psycopg.connect(db_url) as signup, psycopg.connect(db_url, autocommit=True) as watch:
+        held = signup.execute("SELECT billing.lock_self_serve_plans(ARRAY['RACE', 'NO_SUCH', 'BASIC_MONTHLY'])").fetchone()[0]
+        assert held == ["RACE"]
+        done = {}
+
+        def switch_off():
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                done["plan"] = conn.execute("SELECT self_serve FROM billing.set_plan_self_serve('RACE', false, %s)",
+                                            (T0,)).fetchone()[0]
+
+        thread = threading.Thread(target=switch_off)
+        thread.start()
+        import time
+        deadline = time.monotonic() + 10
+        while not waiting_on(watch, "set_plan_self_serve") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "plan" not in done and waiting_on(watch, "set_plan_self_serve"), "the switch-off did not wait"
+        signup.commit()
+        thread.join(10)
+    assert done == {"plan": False}
+
+
+def test_a_plan_is_made_self_serve_and_back_by_patch_and_by_the_cli(db_url):
+    """PATCH /v1/plans/{code} {"selfServe": ...} (catalog:write) and `billing plan-self-serve PLAN on|off`:
+    the switch without SQL; a key without catalog:write is 403, an unknown plan 404, a body without a
+    boolean 400, and nothing else of the plan changes."""
+    from click.testing import CliRunner
+
+    from billing.cli import main
+
+    seed(db_url, (A,))
+    writer = create_key(db_url, "catalog", ["catalog:write"]).key
+    reader = create_key(db_url, "reader", ["subscriptions:read", "subscriptions:write"]).key
+
+    async def body():
+        async with client_for(db_url) as client:
+            patch = lambda key, code, doc: client.patch(f"/v1/plans/{code}", json=doc, headers=bearer(key))  # noqa: E731
+            return {"on": await patch(writer, "BASIC_MONTHLY", {"selfServe": True}),
+                    "again": await patch(writer, "BASIC_MONTHLY", {"selfServe": True}),
+                    "reader": await patch(reader, "BASIC_MONTHLY", {"selfServe": False}),
+                    "unknown": await patch(writer, "NO_SUCH", {"selfServe": False}),
+                    "bad": await patch(writer, "BASIC_MONTHLY", {"selfServe": "no"}),
+                    "price": await patch(writer, "BASIC_MONTHLY", {"priceAmount": 1}),
+                    "get": await client.get("/v1/plans/BASIC_MONTHLY", headers=bearer(reader))}
+
+    out = asyncio.run(body())
+    assert out["on"].status_code == 200 and out["on"].json()["selfServe"] is True, out["on"].text
+    assert out["again"].status_code == 200 and out["again"].json() == out["on"].json(), out["again"].text
+    assert out["reader"].status_code == 403, out["reader"].text
+    assert out["unknown"].status_code == 404, out["unknown"].text
+    assert out["bad"].status_code == 400 and out["price"].status_code == 400, (out["bad"].text, out["price"].text)
+    assert out["get"].json()["selfServe"] is True and out["get"].json()["priceAmount"] == 500, out["get"].text
+
+    runner = CliRunner()
+    off = runner.invoke(main, ["plan-self-serve", "BASIC_MONTHLY", "off", "--database-url", db_url])
+    assert off.exit_code == 0 and "may not sign up" in off.output, off.output
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert conn.execute("SELECT self_serve FROM billing.plan WHERE code = 'BASIC_MONTHLY'").fetchone()[0] is False
+    on = runner.invoke(main, ["plan-self-serve", "BASIC_MONTHLY", "on", "--database-url", db_url])
+    assert on.exit_code == 0, on.output
+    missing = runner.invoke(main, ["plan-self-serve", "NO_SUCH", "on", "--database-url", db_url])
+    assert missing.exit_code != 0 and "does not exist" in missing.output, missing.output
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        row = conn.execute("SELECT self_serve, price_amount FROM billing.plan WHERE code = 'BASIC_MONTHLY'").fetchone()
+        audited = conn.execute("SELECT count(*) FROM billing.audit_log WHERE function = 'set_plan_self_serve'").fetchone()[0]
+    assert row == (True, 500) and audited >= 4, (row, audited)
 
 
 def test_a_customer_session_sets_a_payment_method_only_through_its_own_setup_intent(db_url, stripe_fake):

@@ -154,7 +154,7 @@ def test_invoice_document_json_html_and_pdf(db_url):
         conn.execute("SELECT billing.finalize_invoices(100, %s)", (T0 + timedelta(minutes=5),))
         eur = conn.execute("SELECT * FROM billing.invoice WHERE customer_id = 7").fetchone()
         yen = conn.execute("SELECT * FROM billing.invoice WHERE customer_id = 8").fetchone()
-    reader = create_test_key(db_url, "subscriptions:read")
+    reader = create_test_key(db_url, "subscriptions:read", "customers:read")  # the bill-to: customers:read (money10)
     refunder = create_test_key(db_url, "refunds:write")
 
     async def scenario():

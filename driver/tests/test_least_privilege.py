@@ -69,6 +69,8 @@ API = {
     "list_subscriptions", "list_invoices", "list_credit_notes", "list_events", "get_event",
     # archiving the catalog (db/functions/20_plans_customers.sql, 34_coupons.sql, issue 28)
     "archive_plan", "archive_coupon",
+    # self-serve plans (money10, db/functions/20_plans_customers.sql)
+    "set_plan_self_serve", "lock_self_serve_plans",
     # signups in bulk (db/functions/31_signups.sql, issue 32)
     "create_subscriptions",
 }
@@ -651,6 +653,9 @@ def exercise_api(conn: psycopg.Connection, tag: str) -> dict:
     signups = [{"idempotency_key": f"lp-bulk-{tag}", "customer_id": bulk, "plan_code": basic}] * 2
     out["bulk_signups"] = [r[3] for r in one("create_subscriptions", "%s::jsonb, %s",
                                               (psycopg.types.json.Jsonb(signups), T0), setof=True)] == ["created", "replayed"]
+    # Self-serve plans (money10): switched on, then held by a signup's lock (a plan's fields, code at 1).
+    out["self_serve"] = one("set_plan_self_serve", "%s, %s, %s", (basic, True, T0))[1] == basic
+    out["self_serve_lock"] = one("lock_self_serve_plans", "%s::text[]", ([basic, pro],))[0] == [basic]
     # Archiving the catalog (issue 28): at the end, the plan and coupon of this tag are no longer offered.
     first = one("archive_plan", "%s, %s", (pro, T0))
     out["archived_plan"] = first[11] == T0 and one("archive_plan", "%s, %s", (pro, T0 + timedelta(days=1))) == first
@@ -702,6 +707,7 @@ EXPECTED = {
     "v1_created": True, "v1_customer": True, "v1_customers": True, "v1_plan": True, "v1_plans": True,
     "v1_coupons": True, "v1_tax_rates": True, "v1_subscriptions": True, "v1_invoices": True, "v1_credit_notes": True,
     "v1_refunds": True, "v1_events": True, "v1_event": True, "archived_plan": True, "archived_coupon": True,
+    "self_serve": True, "self_serve_lock": True,
     "bulk_signups": True,
     "ext_set": True, "ext_resolved": (True, None), "ext_customer": True, "ext_plan": True, "ext_sub": True,
     "imported_customers": ["created"], "imported_subscriptions": ["created"],

@@ -74,6 +74,11 @@ the invariant that a finalized invoice's lines carry the tax it billed, so that 
 cancellation gives back is what was paid. House8: a change's invoice is taxed line by line (each
 reversal at the rates and jurisdiction of the line it reverses, the new line today), its tax the sum
 of its lines' (`change_invoices_taxed_by_line`), the moves and rate changes played against it.
+Money10 added a customer session's signup (what POST /v1/subscriptions runs for a `cs_` token:
+lock_self_serve_plans, then the signup on the plan's own terms, one transaction), the operator's
+self-serve switch and void of an unpaid invoice (a change's invoice voided undoes its change), and a
+plan a small downgrade below M_PRO, which after a move to the taxed address bills its tax owed on a
+PRORATION invoice of negative subtotal (migration 0910).
 
 The lifecycle (docs/lifecycle.md) is part of the game: trials, coupons (at signup and later, up to
 100% off, amounts larger than the invoice), seats up and down, pauses with and without a resume
@@ -113,7 +118,11 @@ PLANS = {  # code: (price, currency, interval, count)
     "W_LITE": (400, "USD", "WEEK", 1),
     "D_DAILY": (100, "USD", "DAY", 1),
     "M_EUR": (2000, "EUR", "MONTH", 1),
+    "M_PLUS": (2800, "USD", "MONTH", 1),  # a small downgrade from M_PRO: after a move to a taxed address it bills tax (0910)
 }
+# Plans customers may sign up to themselves at the start of each example (plan.self_serve; the
+# operator switches them on and off during the game: self_serve).
+SELF_SERVE = ("M_BASIC", "M_PRO")
 T0 = datetime(2027, 1, 31, 9, 0, tzinfo=timezone.utc)  # a month end: the calendar clamps
 TIE = timedelta(milliseconds=1)  # changes this close before a period's start are made at its instant
 COUPONS = {  # code: (percent_off, amount_off, currency, duration, months, plans)
@@ -174,6 +183,8 @@ class Db:
         for code, (model, unit, package, tiers, included) in CHARGES.items():
             self.conn.execute("SELECT billing.upsert_plan_charge(%s, 'adv_req', %s, %s, %s, %s::jsonb, %s, NULL, NULL, %s)",
                               (code, model, unit, package, json.dumps(tiers), included, T0 - timedelta(days=400)))
+        for code in SELF_SERVE:
+            self.conn.execute("SELECT billing.set_plan_self_serve(%s, true, %s)", (code, T0 - timedelta(days=400)))
         for code, options in PORTAL_OPTIONS.items():  # the changes the portal offers (docs/customers.md)
             self.conn.execute("SELECT billing.set_plan_change_options(%s, %s::jsonb)",
                               (code, json.dumps([{"plan": to, "when": when} for to, when in options])))
@@ -238,6 +249,7 @@ def make_machine(db: Db, steps: int):
             self.usage_sent: list[tuple[int, str, datetime]] = []  # (customer, id, time) sent, for resending
             self.checked_usage_lines = 0
             self.usage_read = None
+            self.sellable = set(SELF_SERVE)  # this test's own record of plan.self_serve
             self.moved: set[int] = set()  # customers whose billing address changed (move)
             self.retaxed = False  # the XE rate changed (retax): any customer may live there now
 
@@ -330,6 +342,47 @@ def make_machine(db: Db, steps: int):
             assert isinstance(rows, list), rows
             self.plan_history[rows[0]["id"]] = [(self.now, plan)]
             self.seat_history[rows[0]["id"]] = [(self.now, quantity)]
+
+        @rule(customer=st.integers(1, 4), plan=st.sampled_from(sorted(PLANS)))
+        def session_signup(self, customer, plan):
+            """A customer session's signup (money10): what POST /v1/subscriptions runs for a `cs_` token,
+            in one transaction: the plans locked FOR SHARE (lock_self_serve_plans), then, only for a
+            self-serve plan, the signup on the plan's own terms (no trial, no coupon, one seat)."""
+            self.keys += 1
+            with db.conn.transaction():
+                sellable = db.rows("SELECT billing.lock_self_serve_plans(%s::text[]) AS codes", ([plan],))[0]["codes"]
+                assert (plan in sellable) == (plan in self.sellable), (plan, sellable, self.sellable)
+                if plan not in sellable:
+                    return  # 403: nothing written
+                rows = db.rows("SELECT id FROM billing.create_subscription(%s, %s, %s, %s)",
+                               (f"cs{self.keys}", customer, plan, self.now))
+            self.plan_history[rows[0]["id"]] = [(self.now, plan)]
+            self.seat_history[rows[0]["id"]] = [(self.now, 1)]
+
+        @rule(plan=st.sampled_from(sorted(PLANS)), on=st.booleans())
+        def self_serve(self, plan, on):
+            """The operator switches a plan's self-serve on or off (PATCH /v1/plans/{code})."""
+            got = db.rows("SELECT self_serve FROM billing.set_plan_self_serve(%s, %s, %s)", (plan, on, self.now))
+            assert got[0]["self_serve"] is on
+            (self.sellable.add if on else self.sellable.discard)(plan)
+
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data())
+        def operator_void(self, data):
+            """The operator voids an unpaid invoice never sent to the gateway (void_invoice: a VOID credit
+            note when it was finalized; a change's invoice voided undoes its change). A second after the
+            step before, and before the next: a void is no cancellation's (no_served_period_silently_forgiven
+            reads a cancellation's instant)."""
+            self.now += timedelta(seconds=1)
+            rows = db.rows("SELECT id FROM billing.invoice WHERE status = 'OPEN' AND attempt_count = 0 AND try_count = 0 "
+                           "AND kind <> 'USAGE' ORDER BY id")
+            if not rows:
+                return
+            invoice = data.draw(st.sampled_from([r["id"] for r in rows]), label="voided invoice")
+            got = db.call("SELECT * FROM billing.void_invoice(%s, 'the operator', %s)", (invoice, self.now))
+            assert isinstance(got, list) or got in ("BL409", "BL422"), got
+            self._learn_reverts()
+            self.now += timedelta(seconds=1)
 
         @precondition(lambda self: self.plan_history)
         @rule(data=st.data(), code=st.sampled_from(sorted(COUPONS)))
@@ -1168,12 +1221,16 @@ def make_machine(db: Db, steps: int):
                         OR -r.tax > o.tax
                         OR (SELECT sum((e->>'amount')::bigint) FROM jsonb_array_elements(r.tax_lines) e) <> r.tax)""")
             assert not strays, f"reversals not taxed at the rates of the lines they reverse: {strays}"
-            # Its new line at its own rates: each entry on the line's net at its rate, rounded half away
-            # from zero (inclusive rates: out of 10000 + the sum of the line's inclusive rates).
+            # Its new line (its first CHARGE line; the later ones are a cancellation's re-sales, taxed as
+            # the lines they sell again: money10) at its own rates: each entry on the line's net at its
+            # rate, rounded half away from zero (inclusive rates: out of 10000 + the sum of the line's
+            # inclusive rates).
             off = []
             for line in db.rows("SELECT l.id, l.net, l.tax, l.tax_lines FROM billing.service_line l "
                                 "JOIN billing.invoice i ON i.customer_id = l.customer_id AND i.id = l.invoice_id "
-                                "WHERE i.kind = 'PRORATION' AND l.kind = 'CHARGE' AND l.tax_lines IS NOT NULL"):
+                                "WHERE i.kind = 'PRORATION' AND l.kind = 'CHARGE' AND l.tax_lines IS NOT NULL "
+                                "AND l.id = (SELECT min(c.id) FROM billing.service_line c WHERE c.customer_id = l.customer_id "
+                                "AND c.invoice_id = l.invoice_id AND c.kind = 'CHARGE')"):
                 entries = line["tax_lines"]
                 inside = sum(e["rateBp"] for e in entries if e["inclusive"])
                 owed = [(2 * line["net"] * e["rateBp"] + (10000 + inside if e["inclusive"] else 10000))
@@ -1284,6 +1341,29 @@ DAYS = timedelta(days=1)
 # Attacks the adversary found (or that are siblings of one it found), replayed step by step on every
 # run: (rule, arguments) in order; a rule that picks a subscription gets Drawn(1, ...).
 REPLAYS = {
+    # money10: a move to a taxed address, then a small downgrade (net -200 a month, tax +560): billed,
+    # then the change's invoice voided (its change undone) and the subscription canceled with credit
+    "a move to a taxed address, then a small downgrade, its invoice voided": [
+        ("subscribe", dict(customer=1, plan="M_PRO", trial=0, coupon=None, quantity=1)),
+        ("charge", dict(data=Drawn("SUCCEEDED"), lease=timedelta(minutes=5), channel="record")),
+        ("clock_jump", dict(delta=4 * DAYS)), ("move", dict(customer=1, country="XE")),
+        ("change_plan", dict(data=Drawn(1), plan="M_PLUS", how=("now", True))),
+        ("operator_void", dict(data=Drawn(lambda ids: ids[-1]))),
+        ("change_plan", dict(data=Drawn(1), plan="M_PLUS", how=("now", True))),
+        ("cancel", dict(data=Drawn(1), at_period_end=False, proration="credit")), ("renew", {})],
+    # money10 (found by the 400 x 40 run): a change reversed part of an unpaid invoice's line at its
+    # tax, then a move to an untaxed address before the invoice was finalized retaxed the line to 0:
+    # the reversal had given back tax the customer never paid
+    "a change, then a move to an untaxed address before the first charge": [
+        ("subscribe", dict(customer=3, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("clock_jump", dict(delta=4 * DAYS)),
+        ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True))),
+        ("move", dict(customer=3, country="US")),
+        ("charge", dict(data=Drawn("SUCCEEDED", "SUCCEEDED"), lease=timedelta(minutes=5), channel="record"))],
+    "a customer session signs up while the operator switches the plan off and on": [
+        ("session_signup", dict(customer=2, plan="M_BASIC")), ("self_serve", dict(plan="M_BASIC", on=False)),
+        ("session_signup", dict(customer=2, plan="M_BASIC")), ("self_serve", dict(plan="M_PLUS", on=True)),
+        ("session_signup", dict(customer=2, plan="M_PLUS")), ("clock_jump", dict(delta=40 * DAYS)), ("renew", {})],
     # change_plan after a passed resume date billed the resumed period at the new plan
     "plan change after a passed resume date": [
         ("subscribe", dict(customer=1, plan="D_DAILY", trial=0, coupon=None, quantity=1)),

@@ -25,7 +25,7 @@ from .chaos.harness import BILLING
 V1_READS = {"get_customer", "list_customers", "get_plan", "list_plans", "list_coupons", "list_tax_rates",
             "list_subscriptions", "list_invoices", "list_credit_notes", "list_events", "get_event"}
 POLICY = {
-    "billing_api": {"create_subscription", "create_subscriptions", "get_subscription", "cancel_subscription", "change_plan",
+    "billing_api": {"create_subscription", "create_subscriptions", "lock_self_serve_plans", "get_subscription", "cancel_subscription", "change_plan",
                     "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                     "ingest_usage", "ingest_usage_batch", "current_usage", "list_meters", "upcoming_invoice",
                     "set_usage_alert", "list_usage_alerts", "update_usage_alert", "delete_usage_alert",
@@ -75,7 +75,7 @@ POLICY = {
     "billing_support": {"get_subscription", "plan_code", "is_simulation", "list_payment_methods", "list_refunds",
                         "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                         "get_invoice_document", "list_notifications"},
-    "billing_admin": {"upsert_plan", "upsert_customer", "upsert_coupon", "archive_plan", "archive_coupon", "create_subscriptions",
+    "billing_admin": {"upsert_plan", "set_plan_self_serve", "lock_self_serve_plans", "upsert_customer", "upsert_coupon", "archive_plan", "archive_coupon", "create_subscriptions",
                       "import_customers", "import_subscriptions", "set_external_id", "resolve_external_id", "get_customer_by_external_id", "get_plan_by_external_id", "get_subscription_by_external_id",
                       "upsert_meter", "list_meters", "usage_partitions", "current_usage", "usage_between", "upsert_plan_charge",
                       "rate_usage", "upcoming_invoice", "set_usage_alert", "check_usage_alerts",
@@ -106,7 +106,7 @@ NEVER = {
     "billing_api": {"import_subscriptions", "import_customers",  # a period "paid elsewhere" is an operator's word
                     "record_payment_result", "upsert_plan", "mark_outbox_published", "create_due_invoices",
                     "claim_charges", "create_api_key", "set_max_clock_skew", "claim_refunds", "upsert_coupon",
-                    "archive_plan", "archive_coupon",
+                    "archive_plan", "archive_coupon", "set_plan_self_serve",  # which plans browsers buy: the operator's
                     "set_trial_will_end_notice", "record_refund_result", "claim_refund_rechecks"},
     "billing_worker": {"upsert_plan", "upsert_coupon", "create_api_key", "mark_outbox_published", "cancel_subscription",
                        "create_webhook_endpoint", "retry_dead_outbox_events", "refund_invoice", "set_payment_method"},

@@ -118,6 +118,18 @@ def is_admin(request: Request) -> bool:
     return principal is not None and principal.is_admin
 
 
+def sees_people(request: Request) -> bool:
+    """Whether the caller reads customers' personal data (a bill-to, a card): a key with customers:read
+    or admin, or a customer session on its own customer (billing.people; docs/security.md)."""
+    from billing import people
+
+    principal = principal_of(request)
+    if principal is None:
+        return False
+    return people.sees_people(principal.scopes if principal.customer_id is None else (),
+                              customer_session=principal.customer_id is not None)
+
+
 def require_admin(request: Request) -> None:
     # The operator's routes: ApiGuard has already required an API key with the admin scope
     # (billing.api.security); this only makes sure no route of this kind escapes it.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import psycopg
 from psycopg.rows import dict_row
@@ -73,15 +74,21 @@ class Database:
             cur = await conn.execute(query, params)
             return await cur.fetchall()
 
-    async def mutate(self, actor: str, query: str, params: dict | None = None) -> dict | None:
+    async def mutate(self, actor: str, query: str, params: dict | None = None, *,
+                     check: tuple[str, dict, Callable[[dict | None], None]] | None = None) -> dict | None:
         """One mutation in a transaction whose audit actor is `actor` (docs/security.md); an actor
         made by billing.api.context.actor carries the proof of its credential, which the database
-        checks (billing._actor) before it names a key."""
+        checks (billing._actor) before it names a key. `check` (query, params, test): a read run
+        first in the same transaction, its row given to `test`, which raises to write nothing (a
+        customer session's signup locks the plans it names: billing.lock_self_serve_plans)."""
         pool = await self.pool()
         async with pool.connection() as conn:
             async with conn.transaction():
                 await conn.execute(db.SET_ACTOR, {"actor": actor})
                 await conn.execute(db.SET_ACTOR_PROOF, {"proof": getattr(actor, "proof", "")})
+                if check is not None:
+                    check_query, check_params, test = check
+                    test(await (await conn.execute(check_query, check_params)).fetchone())
                 cur = await conn.execute(query, params)
                 return await cur.fetchone()
 

@@ -90,9 +90,13 @@ _PAYMENT_METHOD = {
                                    "isDefault", "status"],
     "properties": {"object": {"const": "payment_method"}, "id": {"type": "integer", "format": "int64"},
                    "customerId": {"type": "integer", "format": "int64"}, "provider": {"type": "string"},
-                   "customerRef": {"type": ["string", "null"]}, "paymentMethodRef": {"type": "string"},
+                   "customerRef": {"type": ["string", "null"]},
+                   "paymentMethodRef": {"type": ["string", "null"],
+                                        "description": "null (as brand, last4, expMonth, expYear, customerRef) for a "
+                                                       "key without customers:read or admin"},
                    "brand": {"type": ["string", "null"]}, "last4": {"type": ["string", "null"]},
-                   "expMonth": {"type": "integer"}, "expYear": {"type": "integer"}, "isDefault": {"type": "boolean"},
+                   "expMonth": {"type": ["integer", "null"]}, "expYear": {"type": ["integer", "null"]},
+                   "isDefault": {"type": "boolean"},
                    "status": {"type": "string", "enum": ["ACTIVE", "DECLINED", "DETACHED"]},
                    "updatedAt": {"type": "string", "format": "date-time"}},
 }
@@ -149,7 +153,10 @@ _INVOICE_DOCUMENT = {
         "object": {"const": "invoice"}, "id": {"type": "integer"}, "number": {"type": ["string", "null"]},
         "status": {"type": "string"}, "kind": {"type": "string"}, "currency": {"type": "string"},
         "customerId": {"type": "integer"}, "subscriptionId": {"type": "integer"},
-        "billTo": {"type": "object"}, "subtotal": {"type": "integer"}, "taxAmount": {"type": "integer"},
+        "billTo": {"type": "object", "description": "The customer's billing details (name, e-mail, address, tax id, tax "
+                                                    "status); for a key without customers:read or admin only "
+                                                    "customerId and taxStatus"},
+        "subtotal": {"type": "integer"}, "taxAmount": {"type": "integer"},
         "taxIncluded": {"type": "integer"}, "total": {"type": "integer"}, "creditApplied": {"type": "integer"},
         "amountDue": {"type": "integer"}, "amountRefunded": {"type": "integer"},
         "lines": {"type": "array", "items": {"type": "object", "required": ["line_no", "kind", "description", "amount"]}},

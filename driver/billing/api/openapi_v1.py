@@ -188,7 +188,15 @@ _V1_PATHS: dict = {
     },
     "/v1/plans/{code}": {"get": {
         "operationId": "getPlan", "security": [{"apiKey": []}], "x-scope": "subscriptions:read", "parameters": [_CODE_PARAM],
-        "responses": {**_ok("The plan", "Plan"), **_errors(400, 401, 403, 404, 429, 503)}}},
+        "responses": {**_ok("The plan", "Plan"), **_errors(400, 401, 403, 404, 429, 503)}},
+        "patch": {
+        "operationId": "updatePlan", "security": [{"apiKey": []}], "x-scope": "catalog:write",
+        "description": "Says whether customers may sign up to the plan themselves with a customer session "
+                       "(selfServe); the signups in flight are waited for, so none is made after a switch-off. "
+                       "The same value again: unchanged.",
+        "parameters": [_CODE_PARAM],
+        "requestBody": _body(["selfServe"], {"selfServe": {"type": "boolean"}}),
+        "responses": {**_ok("The plan", "Plan"), **_errors(400, 401, 403, 404, 413, 415, 422, 429, 503)}}},
     "/v1/plans/{code}/prices": {"post": {
         "operationId": "newPlanPrice", "security": [{"apiKey": []}], "x-scope": "catalog:write",
         "description": "A new price for the periods that start at or after effectiveFrom (default now; never in the "

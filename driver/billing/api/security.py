@@ -93,6 +93,7 @@ _RULES: list[tuple[str, re.Pattern, str]] = [
     ("POST", re.compile(r"^/customers(/[^/]+)?$"), "customers:write"),
     ("GET", re.compile(r"^/plans(/[^/]+)?$"), "subscriptions:read"),
     ("POST", re.compile(r"^/plans(/[^/]+/(prices|archive))?$"), "catalog:write"),
+    ("PATCH", re.compile(r"^/plans/[^/]+$"), "catalog:write"),  # selfServe: which plans browsers may sign up to
     ("POST", re.compile(r"^/coupons/[^/]+/archive$"), "catalog:write"),  # fewer discounts: no value made
     ("GET", re.compile(r"^/coupons$"), "catalog:write"),  # coupon codes are discounts: not for every reader
     ("GET", re.compile(r"^/tax-rates$"), "subscriptions:read"),

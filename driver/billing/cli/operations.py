@@ -1,4 +1,4 @@
-"""The operator's commands: `billing report`, `api-key`, `plan-options`, `events`, `usage`."""
+"""The operator's commands: `billing report`, `api-key`, `plan-options`, `plan-self-serve`, `events`, `usage`."""
 
 from __future__ import annotations
 
@@ -142,6 +142,31 @@ def plan_options(settings: Settings, database_url, plan, targets) -> None:
     except psycopg.Error as exc:
         raise click.ClickException(exc.diag.message_primary or str(exc)) from exc
     click.echo(f"{plan}: {count} plan change(s) offered on the portal")
+
+
+@main.command("plan-self-serve")
+@database_url_option
+@click.argument("plan")
+@click.argument("state", type=click.Choice(["on", "off"]))
+@click.pass_obj
+def plan_self_serve(settings: Settings, database_url, plan, state) -> None:
+    """Say whether customers may sign up to PLAN themselves (a customer session's signup; docs/security.md).
+    Off waits for the signups in flight: none is made after it returns."""
+    from datetime import datetime, timezone
+
+    import psycopg
+
+    from billing import db
+
+    settings = settings.with_overrides(database_url=database_url)
+    try:
+        with psycopg.connect(settings.database_url) as conn, conn.transaction():
+            conn.execute(db.SET_ACTOR, {"actor": _cli_actor()})
+            conn.execute(db.SET_PLAN_SELF_SERVE, {"code": plan, "self_serve": state == "on",
+                                                  "now": datetime.now(timezone.utc)})
+    except psycopg.Error as exc:
+        raise click.ClickException(exc.diag.message_primary or str(exc)) from exc
+    click.echo(f"{plan}: customers {'may' if state == 'on' else 'may not'} sign up to it themselves")
 
 
 @main.group()

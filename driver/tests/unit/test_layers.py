@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     # 0 base: settings, time, logs, metrics, the pure rules (signatures, input fields, job roles),
     # the SSRF guard: nothing of billing but their own component
     {"billing", "config", "clock", "logs", "metrics", "signing", "fields", "roles", "checks", "sqlfile", "netguard",
-     "notifications", "migration_check", "web_forms"},
+     "notifications", "migration_check", "web_forms", "people"},
     # 1 the one place of the driver's SQL calls
     {"db"},
     # 2 what goes through db alone: the Citus set-up, API keys

@@ -106,6 +106,7 @@ from .update_customer_body import UpdateCustomerBody
 from .update_customer_body_tax_status_type_1 import UpdateCustomerBodyTaxStatusType1
 from .update_customer_body_tax_status_type_2_type_1 import UpdateCustomerBodyTaxStatusType2Type1
 from .update_customer_body_tax_status_type_3_type_1 import UpdateCustomerBodyTaxStatusType3Type1
+from .update_plan_body import UpdatePlanBody
 from .update_usage_alert_body import UpdateUsageAlertBody
 from .upsert_coupon_body import UpsertCouponBody
 from .upsert_coupon_body_duration import UpsertCouponBodyDuration
@@ -226,6 +227,7 @@ __all__ = (
     "UpdateCustomerBodyTaxStatusType1",
     "UpdateCustomerBodyTaxStatusType2Type1",
     "UpdateCustomerBodyTaxStatusType3Type1",
+    "UpdatePlanBody",
     "UpdateUsageAlertBody",
     "UpsertCouponBody",
     "UpsertCouponBodyDuration",

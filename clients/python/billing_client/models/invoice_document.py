@@ -44,7 +44,8 @@ class InvoiceDocument:
             tax_amount (int):
             total (int):
             amount_refunded (Union[Unset, int]):
-            bill_to (Union[Unset, InvoiceDocumentBillTo]):
+            bill_to (Union[Unset, InvoiceDocumentBillTo]): The customer's billing details (name, e-mail, address, tax id,
+                tax status); for a key without customers:read or admin only customerId and taxStatus
             kind (Union[Unset, str]):
             subscription_id (Union[Unset, int]):
             tax_included (Union[Unset, int]):

@@ -18,7 +18,9 @@ T = TypeVar("T", bound="InvoiceDocumentBillTo")
 
 @_attrs_define
 class InvoiceDocumentBillTo:
-    """ 
+    """ The customer's billing details (name, e-mail, address, tax id, tax status); for a key without customers:read or
+    admin only customerId and taxStatus
+
      """
 
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)

@@ -29,12 +29,13 @@ class PaymentMethod:
     """ 
         Attributes:
             customer_id (int):
-            exp_month (int):
-            exp_year (int):
+            exp_month (Union[None, int]):
+            exp_year (Union[None, int]):
             id (int):
             is_default (bool):
             object_ (Literal['payment_method']):
-            payment_method_ref (str):
+            payment_method_ref (Union[None, str]): null (as brand, last4, expMonth, expYear, customerRef) for a key without
+                customers:read or admin
             provider (str):
             status (PaymentMethodStatus):
             brand (Union[None, Unset, str]):
@@ -44,12 +45,12 @@ class PaymentMethod:
      """
 
     customer_id: int
-    exp_month: int
-    exp_year: int
+    exp_month: Union[None, int]
+    exp_year: Union[None, int]
     id: int
     is_default: bool
     object_: Literal['payment_method']
-    payment_method_ref: str
+    payment_method_ref: Union[None, str]
     provider: str
     status: PaymentMethodStatus
     brand: Union[None, Unset, str] = UNSET
@@ -65,8 +66,10 @@ class PaymentMethod:
     def to_dict(self) -> dict[str, Any]:
         customer_id = self.customer_id
 
+        exp_month: Union[None, int]
         exp_month = self.exp_month
 
+        exp_year: Union[None, int]
         exp_year = self.exp_year
 
         id = self.id
@@ -75,6 +78,7 @@ class PaymentMethod:
 
         object_ = self.object_
 
+        payment_method_ref: Union[None, str]
         payment_method_ref = self.payment_method_ref
 
         provider = self.provider
@@ -135,9 +139,21 @@ class PaymentMethod:
         d = dict(src_dict)
         customer_id = d.pop("customerId")
 
-        exp_month = d.pop("expMonth")
+        def _parse_exp_month(data: object) -> Union[None, int]:
+            if data is None:
+                return data
+            return cast(Union[None, int], data)
 
-        exp_year = d.pop("expYear")
+        exp_month = _parse_exp_month(d.pop("expMonth"))
+
+
+        def _parse_exp_year(data: object) -> Union[None, int]:
+            if data is None:
+                return data
+            return cast(Union[None, int], data)
+
+        exp_year = _parse_exp_year(d.pop("expYear"))
+
 
         id = d.pop("id")
 
@@ -147,7 +163,13 @@ class PaymentMethod:
         if object_ != 'payment_method':
             raise ValueError(f"object must match const 'payment_method', got '{object_}'")
 
-        payment_method_ref = d.pop("paymentMethodRef")
+        def _parse_payment_method_ref(data: object) -> Union[None, str]:
+            if data is None:
+                return data
+            return cast(Union[None, str], data)
+
+        payment_method_ref = _parse_payment_method_ref(d.pop("paymentMethodRef"))
+
 
         provider = d.pop("provider")
 

@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from billing import db
-from billing.api.context import Api, actor, bound_customer, require_customer, utc
+from billing import db, people
+from billing.api.context import Api, actor, bound_customer, require_customer, sees_people, utc
 from billing.api.errors import endpoint_of
 from billing.api.validation import ApiError, json_object, path_id, text_field
 from billing.notifications.links import login_url, new_token, token_hash
@@ -23,8 +23,11 @@ _NEXT = re.compile(r"^/[A-Za-z0-9/_-]{0,199}$")
 _SETUP_INTENT = re.compile(r"^seti_[A-Za-z0-9_]{1,95}$")
 
 
-def payment_method_json(row: dict) -> dict:
-    """A payment method as the API shows it (the provider references are the caller's own)."""
+def payment_method_json(row: dict, sees: bool) -> dict:
+    """A payment method as the API shows it (the provider references are the caller's own); for a
+    caller without customers:read (`sees` false: billing.people) ids only, the card and the
+    references null."""
+    row = people.payment_method_for(row, sees)
     return {"object": "payment_method", "id": row["id"], "customerId": row["customer_id"], "provider": row["provider"],
             "customerRef": row["customer_ref"], "paymentMethodRef": row["payment_method_ref"], "brand": row["brand"],
             "last4": row["last4"], "expMonth": row["exp_month"], "expYear": row["exp_year"],
@@ -59,7 +62,7 @@ def routes(api: Api) -> list[BaseRoute]:
             "customer_ref": optional["customerRef"], "payment_method_ref": text_field(doc, "paymentMethodRef", max_len=255),
             "brand": optional["brand"], "last4": optional["last4"],
             "exp_month": small_int(doc, "expMonth"), "exp_year": small_int(doc, "expYear"), "now": clock.now()})
-        return JSONResponse(payment_method_json(row))
+        return JSONResponse(payment_method_json(row, sees_people(request)))
 
     async def proven_payment_method(request: Request, customer_id: int, fields: set[str]) -> Response:
         """A customer token's payment method: never a reference of its choosing (a card number it
@@ -93,7 +96,7 @@ def routes(api: Api) -> list[BaseRoute]:
         if outcome != "added":
             raise ApiError(422, "invalid_input", f"the SetupIntent has not succeeded ({outcome}): nothing was stored")
         rows = await database.all(db.V1_LIST_PAYMENT_METHODS, {"customer_id": customer_id})
-        return JSONResponse(payment_method_json(next(r for r in rows if r["is_default"])))
+        return JSONResponse(payment_method_json(next(r for r in rows if r["is_default"]), sees_people(request)))
 
     @endpoint_of("/customers/{id}/portal-links")
     async def post_portal_link(request: Request) -> Response:

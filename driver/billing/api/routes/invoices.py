@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from billing import db
-from billing.api.context import Api, actor, require_admin, require_customer, utc
+from billing import db, people
+from billing.api.context import Api, actor, require_admin, require_customer, sees_people, utc
 from billing.api.errors import endpoint_of
 from billing.api.validation import ApiError, json_object, path_id, text_field
 from billing.invoices.documents import render_html, render_pdf
@@ -74,6 +74,7 @@ def routes(api: Api) -> list[BaseRoute]:
         row = await database.one(db.GET_INVOICE_DOCUMENT, {"invoice_id": invoice_id})
         doc = row["document"]
         require_customer(request, doc.get("customerId"))
+        doc = people.document_for(doc, sees_people(request))  # the bill-to: customers:read (money10)
         if suffix == "html":
             return Response(await rendered(doc, "html"), media_type="text/html; charset=utf-8")
         if suffix == "pdf":

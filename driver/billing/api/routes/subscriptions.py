@@ -47,18 +47,24 @@ def signup_terms(request: Request, doc: dict, where: str = "") -> dict:
     return terms
 
 
-async def require_self_serve(request: Request, database, plan_codes: list[str], wheres: list[str] | None = None) -> None:
+def self_serve_check(request: Request, plan_codes: list[str], wheres: list[str] | None = None):
     """A customer session signs up only to a plan the operator sells to customers themselves
     (plan.self_serve, migration 0850): 403 `forbidden` for any other, an unknown code too (no oracle
-    of the operator's plan codes), before anything is written. A server key: nothing to check."""
+    of the operator's plan codes), before anything is written. The check for Database.mutate's
+    `check`: read in the signup's own transaction, the plans locked FOR SHARE
+    (billing.lock_self_serve_plans), so a switch-off at that instant is waited for and refuses, or
+    waits for the signup. A server key: None, nothing to check."""
     if bound_customer(request) is None:
-        return
-    row = await database.one(db.API_SELF_SERVE_PLANS, {"codes": sorted(set(plan_codes))})
-    sellable = set((row or {}).get("codes") or ())
-    for n, code in enumerate(plan_codes):
-        if code not in sellable:
-            refuse_for_customer(request, f"sign up to plan {code}: customers may not choose it themselves "
-                                         "(the operator has not made it self-serve)", wheres[n] if wheres else "")
+        return None
+
+    def test(row: dict | None) -> None:
+        sellable = set((row or {}).get("codes") or ())
+        for n, code in enumerate(plan_codes):
+            if code not in sellable:
+                refuse_for_customer(request, f"sign up to plan {code}: customers may not choose it themselves "
+                                             "(the operator has not made it self-serve)", wheres[n] if wheres else "")
+
+    return db.API_LOCK_SELF_SERVE_PLANS, {"codes": sorted(set(plan_codes))}, test
 
 
 def routes(api: Api) -> list[BaseRoute]:
@@ -71,9 +77,8 @@ def routes(api: Api) -> list[BaseRoute]:
                                                   "externalId"},
                                 required={"customerId", "planCode"})
         terms = signup_terms(request, doc)
-        await require_self_serve(request, database, [terms["plan_code"]])
         row = await database.mutate(actor(request), db.API_CREATE_SUBSCRIPTION, {
-            "key": key, "now": clock.now(), **terms})
+            "key": key, "now": clock.now(), **terms}, check=self_serve_check(request, [terms["plan_code"]]))
         created = bool(row and row["created"])
         return subscription_response(row, 201 if created else 200, {"Location": f"/subscriptions/{row['id']}"})
 

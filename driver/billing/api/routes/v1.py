@@ -29,14 +29,14 @@ from starlette.routing import BaseRoute, Route
 
 from billing import db
 from billing.api.context import (
-    IDEMPOTENCY_KEY, Api, actor, bound_customer, require_customer, scoped_idempotency_key, utc,
+    IDEMPOTENCY_KEY, Api, actor, bound_customer, require_customer, scoped_idempotency_key, sees_people, utc,
 )
 from billing.api.errors import database_error, endpoint_of
 from billing.api.routes.coupons import coupon_json
 from billing.api.routes.customers import payment_method_json
 from billing.api.routes.invoices import invoice_json
 from billing.api.routes.refunds import refund_json
-from billing.api.routes.subscriptions import require_self_serve, signup_terms
+from billing.api.routes.subscriptions import self_serve_check, signup_terms
 from billing.api.routes.v1_values import (
     CUSTOMER_FIELDS, INVOICE_STATUSES, MAX_BATCH, PREFIX, SUBSCRIPTION_STATUSES, Page, credit_note_json,
     customer_json, customer_scope, event_json, optional_text, plan_code_of, plan_json, query_bool,
@@ -154,7 +154,7 @@ def routes(api: Api) -> list[BaseRoute]:
         require_customer(request, customer_id)
         rows = await database.all(db.V1_LIST_PAYMENT_METHODS, {"customer_id": customer_id})
         # A customer has a handful of methods: one page, the default first.
-        return JSONResponse({"object": "list", "data": [payment_method_json(r) for r in rows], "hasMore": False,
+        return JSONResponse({"object": "list", "data": [payment_method_json(r, sees_people(request)) for r in rows], "hasMore": False,
                              "nextCursor": None, "previousCursor": None})
 
     @endpoint_of("/v1/customers/{id}/payment-methods/{method_id}")
@@ -167,7 +167,7 @@ def routes(api: Api) -> list[BaseRoute]:
         row = next((r for r in rows if r["id"] == method_id), None)
         if row is None:
             raise ApiError(404, "not_found", f"customer {customer_id} has no payment method {raw[:30]!r}")
-        return JSONResponse(payment_method_json(row))
+        return JSONResponse(payment_method_json(row, sees_people(request)))
 
     # -- the catalog ---------------------------------------------------------------------------
     @endpoint_of("/v1/plans")
@@ -215,6 +215,17 @@ def routes(api: Api) -> list[BaseRoute]:
     @endpoint_of("/v1/plans/{code}")
     async def get_plan(request: Request) -> Response:
         return JSONResponse(plan_json(await plan_by_reference(request)))
+
+    @endpoint_of("/v1/plans/{code}")
+    async def update_plan(request: Request) -> Response:
+        """What a plan says beside its price and terms: selfServe (customers may sign up to it
+        themselves, migration 0850). Signups of customer sessions in flight are waited for
+        (billing.set_plan_self_serve); the same value again: unchanged."""
+        plan = await plan_by_reference(request)
+        doc = await json_object(request, allowed={"selfServe"}, required={"selfServe"})
+        row = await database.mutate(actor(request), db.SET_PLAN_SELF_SERVE, {
+            "code": plan["code"], "self_serve": bool_field(doc, "selfServe"), "now": clock.now()})
+        return JSONResponse(plan_json(row))
 
     @endpoint_of("/v1/plans/{code}/prices")
     async def new_price(request: Request) -> Response:
@@ -304,9 +315,9 @@ def routes(api: Api) -> list[BaseRoute]:
                                f"signup {n}: idempotencyKey must be 1 to 255 printable ASCII characters without spaces")
             keys.append(key)
             rows.append({"idempotency_key": scoped_idempotency_key(owner, key), **signup_terms(request, one, f"signup {n}: ")})
-        await require_self_serve(request, database, [r["plan_code"] for r in rows],
-                                 [f"signup {n}: " for n in range(1, len(rows) + 1)])
-        row = await database.mutate(actor(request), db.V1_CREATE_SUBSCRIPTIONS, {"rows": json.dumps(rows), "now": clock.now()})
+        row = await database.mutate(actor(request), db.V1_CREATE_SUBSCRIPTIONS, {"rows": json.dumps(rows), "now": clock.now()},
+                                    check=self_serve_check(request, [r["plan_code"] for r in rows],
+                                                           [f"signup {n}: " for n in range(1, len(rows) + 1)]))
         made = row["made"] or []
         return JSONResponse({"object": "list", "hasMore": False, "nextCursor": None, "previousCursor": None,
                              "data": [{"object": "signup", "idempotencyKey": k, "subscriptionId": m["id"],
@@ -428,6 +439,7 @@ def routes(api: Api) -> list[BaseRoute]:
         Route("/v1/plans", list_plans, methods=["GET"]),
         Route("/v1/plans", create_plan, methods=["POST"]),
         Route("/v1/plans/{code}", get_plan, methods=["GET"]),
+        Route("/v1/plans/{code}", update_plan, methods=["PATCH"]),
         Route("/v1/plans/{code}/prices", new_price, methods=["POST"]),
         Route("/v1/plans/{code}/archive", archive_plan, methods=["POST"]),
         Route("/v1/coupons", list_coupons, methods=["GET"]),

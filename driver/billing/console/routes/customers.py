@@ -8,7 +8,7 @@ from starlette.routing import BaseRoute, Route
 
 import psycopg
 
-from billing import db
+from billing import db, people
 from billing.console.web import PAGE, Console, path_id
 
 # What a login without customers:read (or admin) sees of a customer: ids, never its personal data
@@ -54,6 +54,9 @@ def routes(console: Console) -> list[BaseRoute]:
         console.spend(session, 1)
         doc = (await database.one(db.CONSOLE_CUSTOMER, {"id": path_id(request), "limit": 200}, heavy=True))["doc"]
         doc["customer"] = visible_customer(doc["customer"], session)
+        if doc.get("payment_methods") and not session["sees_people"]:  # the card and references: customers:read
+            doc["payment_methods"] = [{k: m[k] for k in people.PUBLIC_PAYMENT_METHOD_KEYS if k in m}
+                                      for m in doc["payment_methods"]]
         sigs = await console.signatures()
         for inv in doc["invoices"]:
             inv["forms"] = console.forms_for(sigs, "invoice", inv["status"])

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from billing import db
+from billing import db, people
 from billing.console.web import PAGE, Console, Refused, opt_int
 from billing.invoices.documents import render_html, render_pdf
 
@@ -39,7 +39,7 @@ def routes(console: Console) -> list[BaseRoute]:
             raise Refused(404, "an invoice document is /console/invoices/{id}.html or /console/invoices/{id}.pdf")
         console.spend(session, 10 if suffix == "pdf" else 3)  # as the API's documents (billing.api.security)
         row = await database.one(db.GET_INVOICE_DOCUMENT, {"invoice_id": int(stem)}, heavy=True)
-        doc = row["document"]
+        doc = people.document_for(row["document"], session["sees_people"])  # the bill-to: customers:read (money10)
         if suffix == "html":
             return HTMLResponse(render_html(doc, issuer))
         pdf = await asyncio.get_running_loop().run_in_executor(None, render_pdf, doc, issuer)
