@@ -145,8 +145,8 @@ poppler:
 # Redis databases and ports; the longest files first, driver/tests/conftest.py LONGEST_FIRST), then
 # the tests marked `serial` (driver/tests/conftest.py SERIAL: timing-sensitive, or loading the machine) alone.
 # The serial tests also marked `chaos` (the chaos run, the two failovers, the three-broker Kafka, the
-# upgrade under load: private servers on free ports, fixed fault phases and drains, no latency
-# asserted) run one at a time in a lane of their own beside the parallel pass (test-py-chaos; the
+# upgrade under load, the relay's broker restart: private servers on free ports, fixed fault phases
+# and drains, no latency asserted) run one at a time in a lane of their own beside the parallel pass (test-py-chaos; the
 # shared Redis's databases 16-31, which no parallel worker uses), not in the serial pass: ~4 minutes
 # of a quiet host's serial pass, mostly waiting.
 # test-py-parallel, test-py-chaos and test-py-serial are the passes on their own (make test runs the
@@ -192,7 +192,8 @@ test-quick: venv services
 # use, services starts the loopback servers (test-sql and the pytest passes would start them twice at
 # once). Then the unit tier and pgTAP on one PostgreSQL and on the Citus cluster, side by side (their
 # own databases, one transaction per file); then pytest's parallel pass ($(PYTEST_WORKERS) workers, a
-# database per test); last, alone, its serial pass (timing-sensitive tests, the chaos runs). The
+# database per test) and beside it the chaos lane (the chaos runs one at a time: mostly waiting, on
+# servers of their own); last, alone, its serial pass (the timing-sensitive tests). The
 # parallel pass could also run beside the pgTAP stages (the Makefile allows it: the stages' migrations
 # share .cache/migrate.lock, citus.sh's start is locked), but every stage is CPU-bound on this 2-core
 # machine: side by side they gained at most ~30 s and made every timeout of the parallel pass tighter.
