@@ -21,7 +21,7 @@ PGTAP_JOBS ?= 1
 PGTAP_CITUS_JOBS ?= 4
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py test-py-parallel test-py-serial demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage bench-usage-rating bench-usage-rating-citus bench-usage-ingest bench-usage-reads bench-usage-statement openapi client bench-relay-citus
+.PHONY: help deps venv chromium poppler fonts services services-stop citus citus-stop db-migrate test test-fast test-quick test-sql test-citus test-py test-py-parallel test-py-chaos test-py-serial demo bench-renewal bench-signup bench-pdf bench-relay bench-charge bench-citus bench-citus-engine bench-first-of-month bench-http bench-retention clean schema-snapshot audit audit-online lock bench-scale bench-usage bench-usage-rating bench-usage-rating-citus bench-usage-ingest bench-usage-reads bench-usage-statement openapi client bench-relay-citus
 
 help:
 	@echo "make demo   - the first-of-the-month peak on a simulated clock, with a report"
@@ -144,23 +144,34 @@ poppler:
 # time, or a class: the money adversary's two halves; each worker has its own template databases,
 # Redis databases and ports; the longest files first, driver/tests/conftest.py LONGEST_FIRST), then
 # the tests marked `serial` (driver/tests/conftest.py SERIAL: timing-sensitive, or loading the machine) alone.
-# test-py-parallel and test-py-serial are the two passes on their own (make test runs the parallel
-# pass beside the pgTAP stages, the serial pass after everything).
+# The serial tests also marked `chaos` (the chaos run, the two failovers, the three-broker Kafka, the
+# upgrade under load, the relay's broker restart: private servers on free ports, fixed fault phases
+# and drains, no latency asserted) run one at a time in a lane of their own beside the parallel pass (test-py-chaos; the
+# shared Redis's databases 16-31, which no parallel worker uses), not in the serial pass: ~4 minutes
+# of a quiet host's serial pass, mostly waiting.
+# test-py-parallel, test-py-chaos and test-py-serial are the passes on their own (make test runs the
+# parallel pass and the chaos lane side by side after the pgTAP stages, the serial pass after everything).
 # The console's browser tests leave a screenshot of each page in .cache/artifacts/console/.
 PYTEST_WORKERS ?= 4
 PYTEST_DIST := --dist loadscope --no-loadscope-reorder
 # Exit status 5 is "no test selected" (PYTEST_ARGS naming a file without serial tests): not a failure.
 PYTEST_PARALLEL = $(BIN)/python -m pytest --ignore=driver/tests/unit -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "not serial" \
 	$(PYTEST_ARGS) || [ $$? = 5 ]
-PYTEST_SERIAL = $(BIN)/python -m pytest --ignore=driver/tests/unit -p no:xdist -m serial $(PYTEST_ARGS) || [ $$? = 5 ]
+PYTEST_SERIAL = $(BIN)/python -m pytest --ignore=driver/tests/unit -p no:xdist -m "serial and not chaos" $(PYTEST_ARGS) || [ $$? = 5 ]
+PYTEST_CHAOS = BILLING_TEST_REDIS_DBS=16-31 $(BIN)/python -m pytest --ignore=driver/tests/unit -p no:xdist \
+	-m "serial and chaos" $(PYTEST_ARGS) || [ $$? = 5 ]
 test-py: venv services chromium poppler fonts
-	@source $(SERVICES_ENV) && started=$$(date +%s) && \
-	 { $(PYTEST_PARALLEL); } && parallel=$$(( $$(date +%s) - started )) && \
-	 { $(PYTEST_SERIAL); } && \
-	 echo "test-py: $$(( $$(date +%s) - started )) s (parallel pass $$parallel s, serial pass $$(( $$(date +%s) - started - parallel )) s)"
+	@started=$$(date +%s) && \
+	 $(MAKE) --no-print-directory -j2 --output-sync=target test-py-parallel test-py-chaos && \
+	 parallel=$$(( $$(date +%s) - started )) && \
+	 $(MAKE) --no-print-directory test-py-serial && \
+	 echo "test-py: $$(( $$(date +%s) - started )) s (parallel pass and chaos lane $$parallel s, serial pass $$(( $$(date +%s) - started - parallel )) s)"
 
 test-py-parallel: venv services chromium poppler fonts
 	@source $(SERVICES_ENV) && { $(PYTEST_PARALLEL); }
+
+test-py-chaos: venv services
+	@source $(SERVICES_ENV) && { $(PYTEST_CHAOS); }
 
 test-py-serial: venv services chromium poppler fonts
 	@source $(SERVICES_ENV) && { $(PYTEST_SERIAL); }
@@ -181,11 +192,12 @@ test-quick: venv services
 # use, services starts the loopback servers (test-sql and the pytest passes would start them twice at
 # once). Then the unit tier and pgTAP on one PostgreSQL and on the Citus cluster, side by side (their
 # own databases, one transaction per file); then pytest's parallel pass ($(PYTEST_WORKERS) workers, a
-# database per test); last, alone, its serial pass (timing-sensitive tests, the chaos runs). The
+# database per test) and beside it the chaos lane (the chaos runs one at a time: mostly waiting, on
+# servers of their own); last, alone, its serial pass (the timing-sensitive tests). The
 # parallel pass could also run beside the pgTAP stages (the Makefile allows it: the stages' migrations
 # share .cache/migrate.lock, citus.sh's start is locked), but every stage is CPU-bound on this 2-core
 # machine: side by side they gained at most ~30 s and made every timeout of the parallel pass tighter.
-TEST_STAGES := deps audit services test-fast+test-sql+test-citus test-py-parallel test-py-serial
+TEST_STAGES := deps audit services test-fast+test-sql+test-citus test-py-parallel+test-py-chaos test-py-serial
 STAGE_TIMES := $(CACHE)/stage-times
 test:
 	@mkdir -p $(CACHE) && : > $(STAGE_TIMES) && started=$$(date +%s) && for stage in $(TEST_STAGES); do \

@@ -11,8 +11,10 @@ database of its own (flushed), and a Kafka topic of its own.
 In parallel (pytest-xdist, `make test-py`): each worker is its own session, so its own template
 database (named after its pid), its own share of the Redis databases, and servers on free ports;
 the Citus cluster is started by the first worker that needs it (a file lock). What cannot share the
-machine (`SERIAL` below: timing-sensitive tests, the chaos run) is marked `serial` and runs in a
-second pass, alone.
+machine (`SERIAL` below: timing-sensitive tests, the chaos run) is marked `serial`: the chaos runs
+among them (also marked `chaos`: private PostgreSQL, Redis and Kafka of their own, no latency
+asserted) run one at a time in a lane of their own beside the parallel pass (`make test-py-chaos`),
+the others in a second pass, alone.
 """
 
 from __future__ import annotations
@@ -37,14 +39,19 @@ from billing.migrate import migrate
 SCRIPTS = REPO_ROOT / "scripts" / "services"
 
 # Test files (or single tests) that measure time or load the machine: they run in the serial pass
-# of `make test-py`, after the parallel one, never beside other tests.
+# of `make test-py`, after the parallel one, never beside other tests (but the chaos runs: below).
 # A test is serial only if it asserts the wall clock (a latency, a rate, a deadline of its own) or
 # takes both cores; a bounded wait for a condition is not a reason (the parallel pass is the place
-# for those: make test runs it beside the pgTAP stages). Pure checks of a serial file go to the
+# for those). Pure checks of a serial file go to the
 # parallel pass: list the file's timing tests one by one, as test_gateway_sim.py's below.
 SERIAL = (
     # Several processes and service restarts for minutes; failover and the upgrade also bound
-    # the time each part takes to come back. chaos/test_rejoin.py and chaos/test_restore.py (a
+    # the time each part takes to come back (generously: 30 s for a failover that takes 4-9 at load
+    # 10). Marked `chaos` too, they run one after another in make test's chaos lane, beside the
+    # parallel pass (their own servers on free ports; the upgrade its own database and, in that lane,
+    # Redis databases none of the parallel workers use: BILLING_TEST_REDIS_DBS), not in the serial
+    # pass: most of their minutes are fault phases and drains of fixed length, waiting, not CPU.
+    # chaos/test_rejoin.py and chaos/test_restore.py (a
     # private PostgreSQL pair and a pgBackRest drill, each a few seconds, waits bounded generously,
     # no time asserted) run in the parallel pass.
     "chaos/test_chaos.py",
@@ -70,7 +77,8 @@ SERIAL = (
     # again 15 minutes later): 28 INITIAL invoices left OPEN in the parallel pass once.
     "test_shard_workers.py::test_two_workers_renew_and_charge_on_citus",
     "test_relay.py::test_standby_takes_over_when_the_holder_dies",
-    "test_relay.py::test_survives_a_broker_restart_without_losing_an_event",  # a private Kafka broker
+    # A private Kafka broker stopped and started again: marked `chaos`, it runs in the chaos lane.
+    "test_relay.py::test_survives_a_broker_restart_without_losing_an_event",
     # They count the blocks a claim reads once vacuum has run: another session's snapshot keeps
     # the dead rows alive.
     "test_relay.py::test_claim_skips_dead_index_entries_without_reading_their_rows",
@@ -377,9 +385,17 @@ def _invalid_events(url: str) -> list[str]:
     return catalogue().check_all(row[0] for row in rows)[1]
 
 
-# Databases 1..15 of the shared Redis, dealt out among the xdist workers (each cycles through its own).
-_redis_dbs = itertools.cycle([db for db in range(1, 16) if db % _xdist_worker()[1] == _xdist_worker()[0]]
-                             or [1 + _xdist_worker()[0] % 15])
+def _redis_db_range() -> range:
+    """The shared Redis's databases this session deals out: 1..15, or `BILLING_TEST_REDIS_DBS` ("16-31":
+    make test's chaos lane, which runs beside the parallel pass, takes databases none of its workers use;
+    redis.sh starts the server with 64)."""
+    first, _, last = os.environ.get("BILLING_TEST_REDIS_DBS", "1-15").partition("-")
+    return range(int(first), int(last or first) + 1)
+
+
+# The session's Redis databases, dealt out among the xdist workers (each cycles through its own).
+_redis_dbs = itertools.cycle([db for db in _redis_db_range() if db % _xdist_worker()[1] == _xdist_worker()[0]]
+                             or [_redis_db_range()[_xdist_worker()[0] % len(_redis_db_range())]])
 
 
 @pytest.fixture

@@ -546,6 +546,10 @@ def private_kafka():
         shutil.rmtree(root, ignore_errors=True)
 
 
+
+# A service restart (a private broker of its own, free ports, its own database): with the chaos runs,
+# in make test's chaos lane beside the parallel pass (driver/tests/conftest.py SERIAL).
+@pytest.mark.chaos
 def test_survives_a_broker_restart_without_losing_an_event(db_url, private_kafka):
     topic = "billing.events.restart"
     admin = AdminClient({"bootstrap.servers": private_kafka.bootstrap})
