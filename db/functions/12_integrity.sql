@@ -12,6 +12,12 @@ AS $$
 DECLARE
     v_missing bigint;
 BEGIN
+    -- The renewal statement's own invoices (migration 0920): their subscriptions are the rows that
+    -- statement locked; its transaction's mark exists only while it runs, and only the owner writes it.
+    IF EXISTS (SELECT 1 FROM billing.renewal_statement_mark m
+                WHERE m.xact = pg_catalog.pg_current_xact_id_if_assigned()) THEN
+        RETURN NULL;
+    END IF;
     SELECT n.subscription_id INTO v_missing
       FROM new_invoices n
      WHERE NOT EXISTS (SELECT 1 FROM billing.subscription s WHERE s.id = n.subscription_id)
@@ -25,7 +31,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._invoice_subscription_exists() IS
-'Private trigger: the foreign key invoice.subscription_id -> subscription.id, checked once per statement with one anti-join.
+'Private trigger: the foreign key invoice.subscription_id -> subscription.id, checked once per statement with one anti-join (skipped for the renewal statement of _renew_batch, whose invoices take their subscriptions from rows it locked: its transaction''s row in renewal_statement_mark, migration 0920).
 Returns NULL; raises foreign_key_violation (23503) naming invoice_subscription_exists.';
 
 -- A row that is never deleted (nor renumbered): one trigger function for the subscription, the

@@ -273,8 +273,13 @@ DECLARE
     v_updated  integer;
     v_taxes    boolean := EXISTS (SELECT 1 FROM billing.tax_rate WHERE active);
 BEGIN
+    -- The mark of this statement (migration 0920): invoice_subscription_exists skips its probe for
+    -- the statement's invoices, whose subscriptions are the rows it locks. Removed right after it; an
+    -- error rolls it back with the statement (_renew_set's subtransaction).
+    INSERT INTO billing.renewal_statement_mark (xact) VALUES (pg_catalog.pg_current_xact_id());
 %s
       INTO v_claimed, v_expected, v_updated, canceled;
+    DELETE FROM billing.renewal_statement_mark WHERE xact = pg_catalog.pg_current_xact_id();
     PERFORM billing._renew_check(v_expected, v_updated);
     handled := v_claimed;
     RETURN NEXT;

@@ -74,7 +74,8 @@ AS $$
         ('mrr_delta',            'coordinator', NULL,          'the MRR totals'' deltas: single PostgreSQL only (as mrr_segment)'),
         ('mrr_movement',         'coordinator', NULL,          'the MRR movements'' deltas: single PostgreSQL only (as mrr_segment)'),
         ('mrr_dirty',            'coordinator', NULL,          'the customers whose MRR is to recompute: single PostgreSQL only (as mrr_segment)'),
-        ('schema_migration',     'coordinator', NULL,          'the migrations applied')
+        ('schema_migration',     'coordinator', NULL,          'the migrations applied'),
+        ('renewal_statement_mark', 'coordinator', NULL,        'the renewal statement''s mark while it runs (0920): single PostgreSQL only (on Citus invoice_subscription_exists is the composite foreign key)')
     ) AS t (table_name, placement, distribution_column, reason)
     WHERE pg_catalog.to_regclass('billing.' || t.table_name) IS NOT NULL
 $$;

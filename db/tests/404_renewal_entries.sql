@@ -1,7 +1,7 @@
 -- 404_renewal_entries: what migrations 0540 and 0541 took off the renewal's rows, and the promises that make
 -- each cut safe (docs/scaling.md, "What a renewal writes").
 BEGIN;
-SELECT plan(25);
+SELECT plan(33);
 
 -- The invoice's plan ids carry no foreign key: a plan is never deleted nor renumbered. No function of
 -- the engine deletes from billing.plan or sets a plan's id, and no role but the owner may.
@@ -63,7 +63,7 @@ SELECT is_empty($$SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
                      AND p.proname IN ('_subscription_never_deleted', '_customer_never_deleted', '_plan_never_deleted')$$,
                 'the three functions it replaced are gone');
 \if :r404_citus
-SELECT skip('on Citus the foreign keys make these checks (above; a row moved between customers is refused by Citus itself; a customer''s id is its distribution column, and the foreign keys keep customers)', 11);
+SELECT skip('on Citus the foreign keys make these checks (above; a row moved between customers is refused by Citus itself; a customer''s id is its distribution column, and the foreign keys keep customers; invoice_subscription_exists is the composite foreign key, with no mark)', 19);
 \else
 SELECT count(*) AS r404_plan FROM billing.upsert_plan('R404_M', 1000, 'USD', 'MONTH', 1, '2026-01-01Z') \gset
 SELECT (billing.create_subscription('r404-a', 404001, 'R404_M', '2026-02-01Z')).id AS r404_sub \gset
@@ -116,6 +116,59 @@ SELECT is(ARRAY[pg_temp.r404_refusal('DELETE FROM billing.subscription WHERE id 
           ARRAY['subscriptions are never deleted: cancel them instead [subscription_never_deleted on subscription]',
                 'customer 404003: its id never changes [customer_id_fixed on customer]'],
           'each refusal names its own message, constraint (the trigger) and table');
+
+-- The renewal statement's invoices skip invoice_subscription_exists (0920): only while its transaction's
+-- mark is in renewal_statement_mark, which _renew_batch alone writes around its statement, and no
+-- role but the owner may write. Every other insert, even right after a renewal in its transaction, is
+-- checked.
+SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc p
+                 WHERE p.pronamespace = 'billing'::regnamespace
+                   AND p.prosrc ~* '\minsert\s+into\s+(billing\.)?renewal_statement_mark'),
+          ARRAY['billing._renew_batch(integer,timestamp with time zone)'],
+          'only _renew_batch writes the renewal statement''s mark');
+SELECT is_empty($$SELECT r.rolname, x.privilege
+                    FROM pg_catalog.pg_roles r
+                   CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) x(privilege)
+                   WHERE r.rolname <> (SELECT pg_catalog.pg_get_userbyid(c.relowner) FROM pg_catalog.pg_class c
+                                        WHERE c.oid = 'billing.renewal_statement_mark'::regclass)
+                     AND NOT r.rolsuper AND r.rolname NOT LIKE 'pg\_%'
+                     AND has_table_privilege(r.oid, 'billing.renewal_statement_mark', x.privilege)$$,
+                'no role but the owner may read or write the mark');
+CREATE TEMP TABLE r404_seen (marked boolean, invoices bigint);
+GRANT INSERT ON r404_seen TO PUBLIC;  -- (the trigger runs as the renewal's definer, the owner)
+CREATE FUNCTION pg_temp.r404_seen() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    INSERT INTO r404_seen
+    SELECT EXISTS (SELECT 1 FROM billing.renewal_statement_mark m WHERE m.xact = pg_current_xact_id()),
+           (SELECT count(*) FROM r404_new);
+    RETURN NULL;
+END
+$f$;
+CREATE TRIGGER r404_seen AFTER INSERT ON billing.invoice REFERENCING NEW TABLE AS r404_new
+    FOR EACH STATEMENT EXECUTE FUNCTION pg_temp.r404_seen();
+SELECT is(billing.create_due_invoices(100, '2026-03-01 12:00Z'), 1, 'the subscription renews by the statement');
+DROP TRIGGER r404_seen ON billing.invoice;
+SELECT results_eq($$SELECT marked, invoices FROM r404_seen$$, $$VALUES (true, 1::bigint)$$,
+                  'the renewal statement inserted its invoice while its transaction''s mark was present');
+SELECT is_empty($$SELECT 1 FROM billing.renewal_statement_mark$$, 'the mark is gone once the statement is done');
+SELECT throws_ok($$INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, amount,
+                      currency, due_at, next_attempt_at, created_at, plan_id, plan_price, billing_interval, interval_count)
+                   SELECT -42, 404001, 'RENEWAL', '2026-03-01Z', '2026-04-01Z', 1, 1, 'USD', '2026-03-01Z', '2026-03-01Z',
+                          '2026-03-01Z', p.id, 1, 'MONTH', 1 FROM billing.plan p WHERE p.code = 'R404_M'$$,
+                 '23503', 'invoice refers to subscription -42, which does not exist',
+                 'an invoice naming no subscription, right after a renewal in the same transaction, is refused');
+INSERT INTO billing.renewal_statement_mark VALUES ('1'::xid8);
+SELECT throws_ok($$INSERT INTO billing.invoice (subscription_id, customer_id, kind, period_start, period_end, subtotal, amount,
+                      currency, due_at, next_attempt_at, created_at, plan_id, plan_price, billing_interval, interval_count)
+                   SELECT -42, 404001, 'RENEWAL', '2026-03-01Z', '2026-04-01Z', 1, 1, 'USD', '2026-03-01Z', '2026-03-01Z',
+                          '2026-03-01Z', p.id, 1, 'MONTH', 1 FROM billing.plan p WHERE p.code = 'R404_M'$$,
+                 '23503', 'invoice refers to subscription -42, which does not exist',
+                 'another transaction''s mark vouches for nothing here');
+DELETE FROM billing.renewal_statement_mark;
+SET LOCAL ROLE billing_worker;
+SELECT throws_ok($$INSERT INTO billing.renewal_statement_mark VALUES (pg_current_xact_id())$$, '42501', NULL,
+                 'a worker (or any client role) cannot write the mark');
+RESET ROLE;
 \endif
 
 -- Event ids: one index, on the id alone (GET /v1/events/{id}); no unique pair with the customer.
