@@ -1,0 +1,166 @@
+"""A renewal's floor with this schema (issue 32): what the rows a renewal batch writes cost to write,
+without the statement that makes them (as bench/signup/floor does for a signup).
+
+    python -m bench.renewal.floor                        # 40,000 due among 200,000, batches of 5,000
+    python -m bench.renewal.floor --sides fn,raw,bare,pkonly --batch 2500
+
+One copy of bench/renewal's template per side, one connection each; every round one batch a side,
+the order rotated every round (the first round warms each side up and is not counted):
+- fn: `billing.create_due_invoices` (the renewal statement, as bench/renewal/pairs);
+- raw: the rows that very call writes (the subscriptions' new versions, the invoices, their lines,
+  their events), made by a call that is rolled back and copied out, then written as they are, one
+  statement a table in one transaction: the subscriptions updated by their key to the copied
+  versions (every column), the others `INSERT ... SELECT *` from a temporary table. Every index
+  entry, CHECK, trigger and foreign key of today's schema, and nothing else: no claim, no lock, no
+  prices, no periods, no ids drawn, no event text built;
+- bare: the same on a copy without the four tables' CHECKs, foreign keys and triggers;
+- pkonly: bare without their secondary indexes (the primary and unique keys kept);
+- hot (not by default): raw with the subscription's two due indexes dropped and its pages at
+  fillfactor 50 (rewritten), so that its update is HOT: what that update costs without the due
+  time in its row (a queue's own writes not included).
+The raw sides commit what they write, so their next call renews the next batch, as fn's does.
+Prints each round, each side's median of the backend's CPU (schedstat) an invoice and its ratio to
+fn, and for the raw sides the CPU of each table's write.
+
+Environment: BILLING_TEST_DATABASE_URL (a superuser URL, as `make services` writes it); --database-url
+overrides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import psycopg
+
+from bench.renewal import run as renewal
+from bench.renewal.ab import cpu_ns
+
+TABLES = ("subscription", "invoice", "service_line", "outbox_event")
+_FOUR = ", ".join(f"'billing.{t}'::regclass" for t in TABLES)
+# Run on a copy: the four tables' CHECKs, foreign keys and user triggers dropped (bare), and then
+# their secondary indexes too (pkonly, after BARE).
+BARE = f"""DO $$ DECLARE r record; BEGIN
+FOR r IN SELECT conrelid::regclass AS t, conname FROM pg_constraint WHERE contype IN ('c', 'f') AND conrelid IN ({_FOUR}) LOOP
+    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', r.t, r.conname); END LOOP;
+FOR r IN SELECT tgrelid::regclass AS t, tgname FROM pg_trigger WHERE NOT tgisinternal AND tgrelid IN ({_FOUR}) LOOP
+    EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.t); END LOOP;
+END $$"""
+PKONLY = f"""DO $$ DECLARE r record; BEGIN
+FOR r IN SELECT indexrelid::regclass AS ix FROM pg_index WHERE NOT indisunique AND indrelid IN ({_FOUR}) LOOP
+    EXECUTE format('DROP INDEX %s', r.ix); END LOOP;
+END $$"""
+# raw with the subscription's update made HOT: its two due indexes gone (the due time would live in a
+# queue, not written here) and room on its pages (fillfactor 50, the table rewritten).
+HOT = ["DROP INDEX billing.subscription_due_idx, billing.subscription_lifecycle_due_idx",
+       "ALTER TABLE billing.subscription SET (fillfactor = 50)", "VACUUM FULL billing.subscription"]
+SIDES = {"fn": None, "raw": [], "bare": [BARE], "pkonly": [BARE, PKONLY], "hot": HOT}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    renewal.add_size_args(ap)
+    ap.add_argument("--batch", type=int, default=5000)
+    ap.add_argument("--sides", default="fn,raw,bare,pkonly")
+    args = ap.parse_args()
+    names = args.sides.split(",")
+    template = renewal.build_template(args.database_url, args.total, args.due, "bands", False)
+    print(f"renewal floor: {args.due:,} due among {args.total:,}, batches of {args.batch:,}; {renewal.host_load()}")
+    copies, conns, pids, columns = {}, {}, {}, []
+    try:
+        for name in names:
+            copies[name] = renewal.Copy(args.database_url, template, f"floor_{name}")
+            conn = psycopg.connect(copies[name].url, autocommit=True)
+            if SIDES[name] is not None:
+                for t in TABLES:
+                    conn.execute(f"CREATE TEMP TABLE st_{t} (LIKE billing.{t})")
+                for statement in SIDES[name]:
+                    conn.execute(statement)
+                columns = [r[0] for r in conn.execute(
+                    "SELECT attname FROM pg_attribute WHERE attrelid = 'billing.subscription'::regclass AND attnum > 0"
+                    " AND NOT attisdropped AND attname NOT IN ('customer_id', 'id') ORDER BY attnum")]
+            conn.execute("VACUUM ANALYZE")
+            conn.execute("CHECKPOINT")
+            conns[name], pids[name] = conn, conn.info.backend_pid
+        update = ("UPDATE billing.subscription s SET " + ", ".join(f"{c} = st.{c}" for c in columns)
+                  + " FROM st_subscription st WHERE s.customer_id = st.customer_id AND s.id = st.id")
+        cpu: dict[str, list[float]] = {n: [] for n in names}
+        per = {n: {t: [] for t in TABLES} for n in names if SIDES[n] is not None}
+        r = -1
+        while True:
+            order = names[r % len(names):] + names[:r % len(names)] if r >= 0 else names
+            done = False
+            for name in order:
+                conn, pid = conns[name], pids[name]
+                if SIDES[name] is None:
+                    t0 = cpu_ns(pid)
+                    n = conn.execute("SELECT billing.create_due_invoices(%s, %s)", (args.batch, renewal.NOW)).fetchone()[0]
+                    spent = cpu_ns(pid) - t0
+                else:
+                    conn.execute("BEGIN")  # the statement's own rows for this batch, then undone
+                    tops = conn.execute("SELECT (SELECT coalesce(max(id), 0) FROM billing.invoice),"
+                                        " (SELECT coalesce(max(id), 0) FROM billing.service_line),"
+                                        " (SELECT coalesce(max(id), 0) FROM billing.outbox_event)").fetchone()
+                    n = conn.execute("SELECT billing.create_due_invoices(%s, %s)", (args.batch, renewal.NOW)).fetchone()[0]
+                    wrote = {"invoice": f"SELECT * FROM billing.invoice WHERE id > {tops[0]}",
+                             "service_line": f"SELECT * FROM billing.service_line WHERE id > {tops[1]}",
+                             "outbox_event": f"SELECT * FROM billing.outbox_event WHERE id > {tops[2]}",
+                             "subscription": "SELECT s.* FROM billing.subscription s WHERE (s.customer_id, s.id) IN"
+                                             f" (SELECT customer_id, subscription_id FROM billing.invoice WHERE id > {tops[0]})"}
+                    rows = {}
+                    for t in TABLES:
+                        with conn.cursor().copy(f"COPY ({wrote[t]}) TO STDOUT (FORMAT binary)") as cp:
+                            rows[t] = b"".join(bytes(x) for x in cp)
+                    conn.execute("ROLLBACK")
+                    for t in TABLES:
+                        conn.execute(f"TRUNCATE st_{t}")
+                        with conn.cursor().copy(f"COPY st_{t} FROM STDIN (FORMAT binary)") as cp:
+                            cp.write(rows[t])
+                    conn.execute("ANALYZE st_subscription, st_invoice, st_service_line, st_outbox_event")
+                    spent = 0
+                    with conn.transaction():
+                        for t in TABLES:
+                            t0 = cpu_ns(pid)
+                            conn.execute(update if t == "subscription" else f"INSERT INTO billing.{t} SELECT * FROM st_{t}")
+                            took = cpu_ns(pid) - t0
+                            spent += took
+                            if r >= 0 and n >= args.batch // 2:
+                                per[name][t].append(took / n / 1000)
+                if not n or n < args.batch // 2:
+                    done = True
+                elif r >= 0:
+                    cpu[name].append(spent / n / 1000)
+            if done:
+                break
+            if r >= 0:
+                print(f"round {r + 1} ({renewal.host_load()}): "
+                      + ", ".join(f"{n} {cpu[n][-1]:.1f}" for n in names) + " µs an invoice", flush=True)
+            r += 1
+        rounds = min(len(v) for v in cpu.values())
+        print(f"\n{rounds} rounds of {args.batch:,} a side ({renewal.host_load()} at the end); µs of server CPU an invoice:\n")
+        print("| side | median | against fn (median of the rounds' ratios) | rounds below fn |")
+        print("|---|---:|---:|---:|")
+        for n in names:
+            ratios = [x / y for x, y in zip(cpu[n][:rounds], cpu[names[0]][:rounds])]
+            print(f"| {n} | {statistics.median(cpu[n][:rounds]):.1f} | {statistics.median(ratios):.3f} "
+                  f"| {sum(x < 1 for x in ratios)}/{len(ratios)} |")
+        if per:
+            print("\n| side | " + " | ".join(TABLES) + " |")
+            print("|---|" + "---:|" * len(TABLES))
+            for n, d in per.items():
+                print(f"| {n} | " + " | ".join(f"{statistics.median(v):.1f}" if v else "-" for v in d.values()) + " |")
+        time.sleep(1)  # (the statistics reach pg_stat once a second)
+        for n, conn in conns.items():
+            hot, upd = conn.execute("SELECT n_tup_hot_upd, n_tup_upd FROM pg_stat_user_tables"
+                                    " WHERE relid = 'billing.subscription'::regclass").fetchone()
+            print(f"{n}: {hot:,} of {upd:,} subscription updates HOT")
+    finally:
+        for conn in conns.values():
+            conn.close()
+        for c in copies.values():
+            c.drop()
+
+
+if __name__ == "__main__":
+    main()
