@@ -17,7 +17,9 @@ the order rotated every round (the first round warms each side up and is not cou
 - pkonly: bare without their secondary indexes (the primary and unique keys kept);
 - hot (not by default): raw with the subscription's two due indexes dropped and its pages at
   fillfactor 50 (rewritten), so that its update is HOT: what that update costs without the due
-  time in its row (a queue's own writes not included).
+  time in its row (a queue's own writes not included);
+- hotq (not by default): hot, and a queue `subscription_due` (key, due time, lifecycle flag; its
+  primary key and a (lifecycle, due_at) index) whose entries the batch moves in one more statement.
 The raw sides commit what they write, so their next call renews the next batch, as fn's does.
 Prints each round, each side's median of the backend's CPU (schedstat) an invoice and its ratio to
 fn, and for the raw sides the CPU of each table's write.
@@ -55,7 +57,17 @@ END $$"""
 # queue, not written here) and room on its pages (fillfactor 50, the table rewritten).
 HOT = ["DROP INDEX billing.subscription_due_idx, billing.subscription_lifecycle_due_idx",
        "ALTER TABLE billing.subscription SET (fillfactor = 50)", "VACUUM FULL billing.subscription"]
-SIDES = {"fn": None, "raw": [], "bare": [BARE], "pkonly": [BARE, PKONLY], "hot": HOT}
+# hot, and the due time moved in a queue of its own (what an exact queue adds to a renewal: its
+# entries' update, one statement; kept by the writer, no trigger).
+QUEUE = ["CREATE TABLE billing.subscription_due (customer_id bigint, subscription_id bigint, due_at timestamptz NOT NULL,"
+         " lifecycle boolean NOT NULL, PRIMARY KEY (customer_id, subscription_id))",
+         "INSERT INTO billing.subscription_due SELECT customer_id, id, current_period_end, lifecycle_pending"
+         " FROM billing.subscription WHERE status IN ('TRIALING', 'ACTIVE', 'PAST_DUE')",
+         "CREATE INDEX subscription_due_at_idx ON billing.subscription_due (lifecycle, due_at)"]
+QUEUE_WRITE = ("UPDATE billing.subscription_due q SET due_at = st.current_period_end FROM st_subscription st"
+               " WHERE q.customer_id = st.customer_id AND q.subscription_id = st.id")
+SIDES = {"fn": None, "raw": [], "bare": [BARE], "pkonly": [BARE, PKONLY], "hot": HOT, "hotq": HOT + QUEUE}
+COLUMNS = TABLES + ("queue",)
 
 
 def main() -> None:
@@ -86,7 +98,7 @@ def main() -> None:
         update = ("UPDATE billing.subscription s SET " + ", ".join(f"{c} = st.{c}" for c in columns)
                   + " FROM st_subscription st WHERE s.customer_id = st.customer_id AND s.id = st.id")
         cpu: dict[str, list[float]] = {n: [] for n in names}
-        per = {n: {t: [] for t in TABLES} for n in names if SIDES[n] is not None}
+        per = {n: {t: [] for t in COLUMNS} for n in names if SIDES[n] is not None}
         r = -1
         while True:
             order = names[r % len(names):] + names[:r % len(names)] if r >= 0 else names
@@ -120,9 +132,10 @@ def main() -> None:
                     conn.execute("ANALYZE st_subscription, st_invoice, st_service_line, st_outbox_event")
                     spent = 0
                     with conn.transaction():
-                        for t in TABLES:
+                        for t in TABLES + (("queue",) if name == "hotq" else ()):
                             t0 = cpu_ns(pid)
-                            conn.execute(update if t == "subscription" else f"INSERT INTO billing.{t} SELECT * FROM st_{t}")
+                            conn.execute(update if t == "subscription" else QUEUE_WRITE if t == "queue"
+                                         else f"INSERT INTO billing.{t} SELECT * FROM st_{t}")
                             took = cpu_ns(pid) - t0
                             spent += took
                             if r >= 0 and n >= args.batch // 2:
@@ -146,8 +159,8 @@ def main() -> None:
             print(f"| {n} | {statistics.median(cpu[n][:rounds]):.1f} | {statistics.median(ratios):.3f} "
                   f"| {sum(x < 1 for x in ratios)}/{len(ratios)} |")
         if per:
-            print("\n| side | " + " | ".join(TABLES) + " |")
-            print("|---|" + "---:|" * len(TABLES))
+            print("\n| side | " + " | ".join(COLUMNS) + " |")
+            print("|---|" + "---:|" * len(COLUMNS))
             for n, d in per.items():
                 print(f"| {n} | " + " | ".join(f"{statistics.median(v):.1f}" if v else "-" for v in d.values()) + " |")
         time.sleep(1)  # (the statistics reach pg_stat once a second)
