@@ -19,7 +19,9 @@ the order rotated every round (the first round warms each side up and is not cou
   fillfactor 50 (rewritten), so that its update is HOT: what that update costs without the due
   time in its row (a queue's own writes not included);
 - hotq (not by default): hot, and a queue `subscription_due` (key, due time, lifecycle flag; its
-  primary key and a (lifecycle, due_at) index) whose entries the batch moves in one more statement.
+  primary key and a (lifecycle, due_at) index) whose entries the batch moves in one more statement;
+- hot1 (not by default): hot, and a queue with one index, its key (lifecycle, due_at, customer_id,
+  subscription_id): the batch deletes the old entries by that key and inserts the new ones.
 The raw sides commit what they write, so their next call renews the next batch, as fn's does.
 Prints each round, each side's median of the backend's CPU (schedstat) an invoice and its ratio to
 fn, and for the raw sides the CPU of each table's write.
@@ -66,7 +68,19 @@ QUEUE = ["CREATE TABLE billing.subscription_due (customer_id bigint, subscriptio
          "CREATE INDEX subscription_due_at_idx ON billing.subscription_due (lifecycle, due_at)"]
 QUEUE_WRITE = ("UPDATE billing.subscription_due q SET due_at = st.current_period_end FROM st_subscription st"
                " WHERE q.customer_id = st.customer_id AND q.subscription_id = st.id")
-SIDES = {"fn": None, "raw": [], "bare": [BARE], "pkonly": [BARE, PKONLY], "hot": HOT, "hotq": HOT + QUEUE}
+# hot, and a queue with one index, its key (lifecycle, due_at, customer_id, subscription_id): the batch
+# deletes each old entry by its full key (the old due time is the new period's start) and inserts the
+# new one (exact too: every writer knows the old state it changes).
+QUEUE_ONE = ["CREATE TABLE billing.subscription_due (lifecycle boolean, due_at timestamptz, customer_id bigint,"
+             " subscription_id bigint, PRIMARY KEY (lifecycle, due_at, customer_id, subscription_id))",
+             "INSERT INTO billing.subscription_due SELECT lifecycle_pending, current_period_end, customer_id, id"
+             " FROM billing.subscription WHERE status IN ('TRIALING', 'ACTIVE', 'PAST_DUE')"]
+QUEUE_ONE_WRITE = ["DELETE FROM billing.subscription_due q USING st_subscription st WHERE NOT q.lifecycle"
+                   " AND q.due_at = st.current_period_start AND q.customer_id = st.customer_id AND q.subscription_id = st.id",
+                   "INSERT INTO billing.subscription_due SELECT false, st.current_period_end, st.customer_id, st.id"
+                   " FROM st_subscription st"]
+SIDES = {"fn": None, "raw": [], "bare": [BARE], "pkonly": [BARE, PKONLY], "hot": HOT, "hotq": HOT + QUEUE,
+         "hot1": HOT + QUEUE_ONE}
 COLUMNS = TABLES + ("queue",)
 
 
@@ -132,10 +146,12 @@ def main() -> None:
                     conn.execute("ANALYZE st_subscription, st_invoice, st_service_line, st_outbox_event")
                     spent = 0
                     with conn.transaction():
-                        for t in TABLES + (("queue",) if name == "hotq" else ()):
+                        for t in TABLES + (("queue",) if name.startswith("hot") and name != "hot" else ()):
                             t0 = cpu_ns(pid)
-                            conn.execute(update if t == "subscription" else QUEUE_WRITE if t == "queue"
-                                         else f"INSERT INTO billing.{t} SELECT * FROM st_{t}")
+                            for statement in ([update] if t == "subscription" else [QUEUE_WRITE] if name == "hotq" and t == "queue"
+                                              else QUEUE_ONE_WRITE if t == "queue"
+                                              else [f"INSERT INTO billing.{t} SELECT * FROM st_{t}"]):
+                                conn.execute(statement)
                             took = cpu_ns(pid) - t0
                             spent += took
                             if r >= 0 and n >= args.batch // 2:
