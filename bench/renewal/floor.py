@@ -40,21 +40,13 @@ import psycopg
 
 from bench.renewal import run as renewal
 from bench.renewal.ab import cpu_ns
+from bench.signup.floor import bare_sql, drop_secondary_sql, stage_and_roll_back
 
 TABLES = ("subscription", "invoice", "service_line", "outbox_event")
-_FOUR = ", ".join(f"'billing.{t}'::regclass" for t in TABLES)
 # Run on a copy: the four tables' CHECKs, foreign keys and user triggers dropped (bare), and then
 # their secondary indexes too (pkonly, after BARE).
-BARE = f"""DO $$ DECLARE r record; BEGIN
-FOR r IN SELECT conrelid::regclass AS t, conname FROM pg_constraint WHERE contype IN ('c', 'f') AND conrelid IN ({_FOUR}) LOOP
-    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', r.t, r.conname); END LOOP;
-FOR r IN SELECT tgrelid::regclass AS t, tgname FROM pg_trigger WHERE NOT tgisinternal AND tgrelid IN ({_FOUR}) LOOP
-    EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.t); END LOOP;
-END $$"""
-PKONLY = f"""DO $$ DECLARE r record; BEGIN
-FOR r IN SELECT indexrelid::regclass AS ix FROM pg_index WHERE NOT indisunique AND indrelid IN ({_FOUR}) LOOP
-    EXECUTE format('DROP INDEX %s', r.ix); END LOOP;
-END $$"""
+BARE = bare_sql(TABLES)
+PKONLY = drop_secondary_sql(TABLES)
 # raw with the subscription's update made HOT: its two due indexes gone (the due time would live in a
 # queue, not written here) and room on its pages (fillfactor 50, the table rewritten).
 HOT = ["DROP INDEX billing.subscription_due_idx, billing.subscription_lifecycle_due_idx",
@@ -134,15 +126,7 @@ def main() -> None:
                              "outbox_event": f"SELECT * FROM billing.outbox_event WHERE id > {tops[2]}",
                              "subscription": "SELECT s.* FROM billing.subscription s WHERE (s.customer_id, s.id) IN"
                                              f" (SELECT customer_id, subscription_id FROM billing.invoice WHERE id > {tops[0]})"}
-                    rows = {}
-                    for t in TABLES:
-                        with conn.cursor().copy(f"COPY ({wrote[t]}) TO STDOUT (FORMAT binary)") as cp:
-                            rows[t] = b"".join(bytes(x) for x in cp)
-                    conn.execute("ROLLBACK")
-                    for t in TABLES:
-                        conn.execute(f"TRUNCATE st_{t}")
-                        with conn.cursor().copy(f"COPY st_{t} FROM STDIN (FORMAT binary)") as cp:
-                            cp.write(rows[t])
+                    stage_and_roll_back(conn, wrote)
                     conn.execute("ANALYZE st_subscription, st_invoice, st_service_line, st_outbox_event")
                     spent = 0
                     with conn.transaction():

@@ -36,21 +36,47 @@ from bench.signup.profile import schedstat_ns
 from bench.signup.run import NOW, fresh, url_for_db
 
 TABLES = ("customer", "subscription", "subscription_request", "invoice", "service_line", "outbox_event")
-_SIX = ", ".join(f"'billing.{t}'::regclass" for t in TABLES)
-# Run on a copy: the six tables' CHECKs, foreign keys and user triggers dropped (bare), and then
-# their secondary indexes too (pkonly).
-BARE = f"""DO $$ DECLARE r record; BEGIN
-FOR r IN SELECT conrelid::regclass AS t, conname FROM pg_constraint WHERE contype IN ('c', 'f') AND conrelid IN ({_SIX}) LOOP
+
+
+def bare_sql(tables: tuple[str, ...]) -> str:
+    """A DO block dropping the tables' CHECKs, foreign keys and user triggers (bare; bench/renewal/floor too)."""
+    names = ", ".join(f"'billing.{t}'::regclass" for t in tables)
+    return f"""DO $$ DECLARE r record; BEGIN
+FOR r IN SELECT conrelid::regclass AS t, conname FROM pg_constraint WHERE contype IN ('c', 'f') AND conrelid IN ({names}) LOOP
     EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', r.t, r.conname); END LOOP;
-FOR r IN SELECT tgrelid::regclass AS t, tgname FROM pg_trigger WHERE NOT tgisinternal AND tgrelid IN ({_SIX}) LOOP
+FOR r IN SELECT tgrelid::regclass AS t, tgname FROM pg_trigger WHERE NOT tgisinternal AND tgrelid IN ({names}) LOOP
     EXECUTE format('DROP TRIGGER %I ON %s', r.tgname, r.t); END LOOP;
 END $$"""
-PKONLY = BARE + f""";
-DO $$ DECLARE r record; BEGIN
-FOR r IN SELECT indexrelid::regclass AS ix FROM pg_index WHERE NOT indisunique AND indrelid IN ({_SIX}) LOOP
+
+
+def drop_secondary_sql(tables: tuple[str, ...]) -> str:
+    """A DO block dropping the tables' secondary indexes, the primary and unique keys kept (pkonly, after bare)."""
+    names = ", ".join(f"'billing.{t}'::regclass" for t in tables)
+    return f"""DO $$ DECLARE r record; BEGIN
+FOR r IN SELECT indexrelid::regclass AS ix FROM pg_index WHERE NOT indisunique AND indrelid IN ({names}) LOOP
     EXECUTE format('DROP INDEX %s', r.ix); END LOOP;
 END $$"""
+
+
+# Run on a copy: the six tables' CHECKs, foreign keys and user triggers dropped (bare), and then
+# their secondary indexes too (pkonly).
+BARE = bare_sql(TABLES)
+PKONLY = BARE + ";\n" + drop_secondary_sql(TABLES)
 SIDES = {"fn": None, "raw": "", "bare": BARE, "pkonly": PKONLY}
+
+
+def stage_and_roll_back(conn: psycopg.Connection, queries: dict[str, str]) -> None:
+    """Copies each query's rows out (binary), rolls the open transaction back, and loads them into the
+    temporary table st_<name> (emptied first): a function's own rows, kept past their undoing."""
+    rows = {}
+    for t, query in queries.items():
+        with conn.cursor().copy(f"COPY ({query}) TO STDOUT (FORMAT binary)") as cp:
+            rows[t] = b"".join(bytes(x) for x in cp)
+    conn.execute("ROLLBACK")
+    for t, data in rows.items():
+        conn.execute(f"TRUNCATE st_{t}")
+        with conn.cursor().copy(f"COPY st_{t} FROM STDIN (FORMAT binary)") as cp:
+            cp.write(data)
 
 
 def batch(first: int, n: int) -> str:
@@ -100,19 +126,11 @@ def main() -> None:
                     conn.execute("SELECT count(*) FROM billing.create_subscriptions(%s::jsonb, %s)", (batch(lo, b), NOW))
                 spent = schedstat_ns(pid) - t0
             else:
-                rows = {}
                 conn.execute("BEGIN")  # the function's own rows for this batch, then undone
                 conn.execute("SELECT count(*) FROM billing.create_subscriptions(%s::jsonb, %s)", (batch(lo, b), NOW))
-                for t in TABLES:
-                    key = "id" if t == "customer" else "customer_id"
-                    with conn.cursor().copy(f"COPY (SELECT * FROM billing.{t} WHERE {key} >= {lo} AND {key} < {lo + b}) "
-                                            "TO STDOUT (FORMAT binary)") as cp:
-                        rows[t] = b"".join(bytes(x) for x in cp)
-                conn.execute("ROLLBACK")
-                for t in TABLES:
-                    conn.execute(f"TRUNCATE st_{t}")
-                    with conn.cursor().copy(f"COPY st_{t} FROM STDIN (FORMAT binary)") as cp:
-                        cp.write(rows[t])
+                stage_and_roll_back(conn, {t: f"SELECT * FROM billing.{t} WHERE {'id' if t == 'customer' else 'customer_id'}"
+                                              f" >= {lo} AND {'id' if t == 'customer' else 'customer_id'} < {lo + b}"
+                                           for t in TABLES})
                 spent = 0
                 with conn.transaction():
                     for t in TABLES:
