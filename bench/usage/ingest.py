@@ -394,6 +394,7 @@ def main() -> None:
     ap.add_argument("--progress", choices=sorted(PROGRESS), default="rollups",
                     help="how the watcher counts the events stored (keys: count(*) of the keys, the bench before ingest6)")
     ap.add_argument("--http-port", type=int, default=int(os.environ.get("BILLING_WT_SPARE_PORT_BASE", "30100")) + 50)
+    ap.add_argument("--ours-args", default="", help="more arguments of ours' `billing usage consume` (e.g. --no-pipeline)")
     ap.add_argument("--naive-consumer", nargs=4, metavar=("URL", "TOPIC", "GROUP", "IDLE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.naive_consumer:
@@ -410,7 +411,8 @@ def main() -> None:
                 "BILLING_USAGE_TOPIC": topic, "BILLING_USAGE_DEAD_LETTER_TOPIC": f"bench-dead-{run}",
                 "BILLING_USAGE_GROUP": f"bench-{topic}", "BILLING_LOG_LEVEL": "WARNING"}
 
-    sides = [("ours", None, args.events, ["usage", "consume", "--exit-when-idle", "5"])]
+    sides = [("ours" + (f" {args.ours_args}" if args.ours_args else ""), None, args.events,
+              ["usage", "consume", "--exit-when-idle", "5"] + args.ours_args.split())]
     if args.baseline != "none":
         sides.append((f"baseline {args.baseline}", baseline_tree(args.baseline), args.baseline_events,
                       ["usage", "consume", "--exit-when-idle", "5"]))  # its own default batch (10,000 since 9785096)

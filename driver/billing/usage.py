@@ -382,7 +382,7 @@ class UsageConsumer:
             taken, future = pending
             self._settle(taken, future.result() if future is not None else None)
 
-    def run(self, *, max_idle_seconds: float | None = None) -> ConsumeStats:
+    def run(self, *, max_idle_seconds: float | None = None, pipeline: bool = True) -> ConsumeStats:
         """Until stopped; with max_idle_seconds, until that long without a message once partitions
         were assigned (a group rebalancing after a member died takes its session timeout first).
 
@@ -391,7 +391,7 @@ class UsageConsumer:
         statement is sent, then N is settled (dead letters, offsets): offsets are still committed
         batch by batch, in order, each only after its own batch's database commit. Before partitions
         are revoked (a rebalance) the batch in flight is settled, so its offsets go to the generation
-        that read it."""
+        that read it. pipeline=False: step() after step(), nothing in flight."""
         from concurrent.futures import ThreadPoolExecutor
 
         assigned = []
@@ -403,7 +403,13 @@ class UsageConsumer:
         failed = True
         try:
             while not self._stop:
-                taken = self._take()
+                if not pipeline:
+                    if self.step():
+                        idle_since = time.monotonic()
+                        continue
+                    taken = None
+                else:
+                    taken = self._take()
                 if taken is not None:
                     future = pool.submit(self._store, taken[1]) if taken[1] is not None else None
                     self._settle_pending()
@@ -426,11 +432,11 @@ class UsageConsumer:
 
 
 def consume(settings: Settings, clock: Clock, *, batch: int = KAFKA_BATCH,
-            max_idle_seconds: float | None = None) -> ConsumeStats:
+            max_idle_seconds: float | None = None, pipeline: bool = True) -> ConsumeStats:
     consumer = UsageConsumer(settings, clock, batch=batch)
     signal.signal(signal.SIGTERM, consumer.stop)
     signal.signal(signal.SIGINT, consumer.stop)
     try:
-        return consumer.run(max_idle_seconds=max_idle_seconds)
+        return consumer.run(max_idle_seconds=max_idle_seconds, pipeline=pipeline)
     finally:
         consumer.close()
