@@ -112,6 +112,25 @@ def _cpu(pid: int) -> float:
         return 0.0
 
 
+def _want(pid: int) -> float:
+    """Seconds a process ran or waited on a run queue (/proc/<pid>/schedstat fields 1 and 2): the time
+    it wanted a core; over a window's wall clock, the share of it that process was busy or ready (not
+    waiting on its peer: a backend for its consumer, a consumer for its statement). 0 when gone."""
+    try:
+        f = Path(f"/proc/{pid}/schedstat").read_text().split()
+        return (int(f[0]) + int(f[1])) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _tree_want(pid: int) -> float:
+    """_want of a process's every thread alive now (librdkafka's and a database thread's too)."""
+    try:
+        return sum(_want(int(t)) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0.0
+
+
 def _proc_tree_cpu(pid: int) -> float:
     """CPU seconds of a process, its threads (librdkafka's) included, those that ended too
     (/proc/<pid>/stat: clock ticks; the sum of /proc/<pid>/task/* would drop when a thread ends)."""
@@ -146,6 +165,7 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
     backends: dict[int, float] = {}
     ended: set[int] = set()
     consumers_cpu: dict[int, float] = {}
+    wants: dict[int, float] = {}  # each backend's and consumer's _want (running or runnable), last read
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -158,6 +178,11 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
                     ended.add(pid)
             for p in procs:
                 consumers_cpu[p.pid] = max(consumers_cpu.get(p.pid, 0.0), _proc_tree_cpu(p.pid))
+            for pid in backends:
+                wants[pid] = max(wants.get(pid, 0.0), _want(pid))
+            for p in procs:
+                wants[-p.pid] = max(wants.get(-p.pid, 0.0), _tree_want(p.pid))
+            want = dict(wants)
             server = dict(backends)
             client = dict(consumers_cpu)
             client[-1] = _broker_cpu()  # the Kafka broker's (its JVM, every thread)
@@ -168,9 +193,9 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
             count = watch.execute(PROGRESS[progress]).fetchone()[0]
             now = time.monotonic()
             if first is None and count > before:
-                first = (now, count, server, client, rest, busy)
+                first = (now, count, server, client, rest, busy, want)
             if count >= distinct:
-                last = (now, count, server, client, rest, busy)
+                last = (now, count, server, client, rest, busy, want)
                 break
             if now > deadline or all(p.poll() is not None for p in procs):
                 raise RuntimeError(f"{name}: {count} of {distinct} events stored; consumers: "
@@ -197,11 +222,17 @@ def consume(name: str, url: str, argv: list[str], env: dict, consumers: int, dis
     watcher_cpu = last[3][-2] - first[3][-2]
     rest = {k: (last[4][k] - first[4][k]) / messages * 1e6 for k in last[4]}
     host_us = (last[5] - first[5]) / messages * 1e6  # every process of the host, other sessions' too
+    # the share of the window the backends (each) were running or runnable, and the consumers' (each,
+    # every thread: above 100% when two of its threads want a core at once)
+    busy_db = [last[6][k] - first[6][k] for k in last[6] if k > 0 and k in first[6]]
+    busy_client = [last[6][k] - first[6][k] for k in last[6] if k < 0 and k in first[6]]
     return {"name": name, "messages": messages, "seconds": seconds, "rate": messages / seconds,
             "server_us": server_cpu / messages * 1e6, "client_us": client_cpu / messages * 1e6,
             "broker_us": broker_cpu / messages * 1e6, "watcher_us": watcher_cpu / messages * 1e6,
             "rest_us": rest, "batches": batches, "host_us": host_us, "host_cores": (last[5] - first[5]) / seconds,
-            "load": os.getloadavg()[0]}
+            "load": os.getloadavg()[0],
+            "backend_busy": sum(busy_db) / max(len(busy_db), 1) / seconds,
+            "consumer_busy": sum(busy_client) / max(len(busy_client), 1) / seconds}
 
 
 def _host_busy() -> float:
@@ -363,6 +394,7 @@ def main() -> None:
     ap.add_argument("--progress", choices=sorted(PROGRESS), default="rollups",
                     help="how the watcher counts the events stored (keys: count(*) of the keys, the bench before ingest6)")
     ap.add_argument("--http-port", type=int, default=int(os.environ.get("BILLING_WT_SPARE_PORT_BASE", "30100")) + 50)
+    ap.add_argument("--ours-args", default="", help="more arguments of ours' `billing usage consume` (e.g. --no-pipeline)")
     ap.add_argument("--naive-consumer", nargs=4, metavar=("URL", "TOPIC", "GROUP", "IDLE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.naive_consumer:
@@ -379,7 +411,8 @@ def main() -> None:
                 "BILLING_USAGE_TOPIC": topic, "BILLING_USAGE_DEAD_LETTER_TOPIC": f"bench-dead-{run}",
                 "BILLING_USAGE_GROUP": f"bench-{topic}", "BILLING_LOG_LEVEL": "WARNING"}
 
-    sides = [("ours", None, args.events, ["usage", "consume", "--exit-when-idle", "5"])]
+    sides = [("ours" + (f" {args.ours_args}" if args.ours_args else ""), None, args.events,
+              ["usage", "consume", "--exit-when-idle", "5"] + args.ours_args.split())]
     if args.baseline != "none":
         sides.append((f"baseline {args.baseline}", baseline_tree(args.baseline), args.baseline_events,
                       ["usage", "consume", "--exit-when-idle", "5"]))  # its own default batch (10,000 since 9785096)
@@ -398,7 +431,8 @@ def main() -> None:
               f"{r['server_us']:.1f} us/event, consumers {r['client_us']:.1f} us/event, broker {r['broker_us']:.1f} us/event, "
               f"the bench's watcher {r['watcher_us']:.2f} us/event ({args.progress}), load {r['load']:.1f}; the server's "
               f"other processes " + ", ".join(f"{k} {v:.2f}" for k, v in r["rest_us"].items()) + " us/event; the host "
-              f"busy {r['host_us']:.1f} us/event ({r['host_cores']:.2f} of its cores); {r['batches']} batches", flush=True)
+              f"busy {r['host_us']:.1f} us/event ({r['host_cores']:.2f} of its cores); {r['batches']} batches; a backend running "
+              f"or runnable {r['backend_busy']:.0%} of the time, a consumer {r['consumer_busy']:.0%}", flush=True)
         if args.http:
             h = http_door(f"{name}, HTTP", url, tree, args.http_port, args.http if not tree else max(args.http // 4, 4000),
                           args.customers, rnd, args.http_clients)
@@ -424,14 +458,16 @@ def main() -> None:
     print(f"| Kafka door, {args.customers:,} customers, 10% duplicates, {args.partitions} partitions | consumers | "
           "events (stream) | events/s | server CPU µs/event | consumer CPU µs/event | broker CPU µs/event | "
           f"all three: events/s on 2 idle cores | the bench's watcher ({args.progress}) µs/event | "
-          "the server's other processes µs/event (autovacuum) | the host busy µs/event | batches | load (1 min) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "the server's other processes µs/event (autovacuum) | the host busy µs/event | batches | "
+          "a backend / a consumer running or runnable | load (1 min) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         n = 1 if r["name"].startswith("naive") else args.consumers
         total = r["server_us"] + r["client_us"] + r["broker_us"]
         print(f"| {r['name']} | {n} | {r['messages']:,.0f} | {r['rate']:,.0f} | {r['server_us']:.1f} | "
               f"{r['client_us']:.1f} | {r['broker_us']:.1f} | {2e6 / total:,.0f} | {r['watcher_us']:.2f} | "
-              f"{sum(r['rest_us'].values()):.2f} ({r['rest_us']['autovacuum']:.2f}) | {r['host_us']:.1f} | {r['batches']} | {r['load']:.1f} |")
+              f"{sum(r['rest_us'].values()):.2f} ({r['rest_us']['autovacuum']:.2f}) | {r['host_us']:.1f} | {r['batches']} | "
+              f"{r['backend_busy']:.0%} / {r['consumer_busy']:.0%} | {r['load']:.1f} |")
     if http:
         print()
         print(f"| HTTP door, POST /usage-events, batches of 1,000, {args.http_clients} clients | events | events/s | "

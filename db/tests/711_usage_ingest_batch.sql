@@ -6,7 +6,7 @@
 BEGIN;
 \ir fixtures/usage_partitions_lock.sql
 SET LOCAL ROLE billing_owner;
-SELECT plan(18);
+SELECT plan(19);
 
 SELECT billing.upsert_customer(7111);
 SELECT billing.upsert_customer(7112);
@@ -206,6 +206,20 @@ SELECT results_eq($$SELECT meter_code, value, events FROM billing.usage_between(
                      WHERE meter_code LIKE 't711%' ORDER BY meter_code$$,
   $$VALUES ('t711_last', 11::numeric, 5::bigint), ('t711_peak', 10.5, 3), ('t711_req', 4, 4), ('t711_tok', 57.5, 4), ('t711_users', 3, 4)$$,
   'the hours read (with the late events): latest = the larger of the ones at the latest instant, max over the filter, sum, count, distinct users');
+
+-- a count meter without filters (counted per (customer, type, hour), not per event: ingest9): a late
+-- event into its hour folded already reaches the day's row too
+SELECT billing.upsert_meter('t711_late', 't711.late', 'count', NULL, '{}', '2027-01-01Z');
+SELECT billing.ingest_usage_batch(ARRAY['{"specversion":"1.0","id":"l1","source":"gw","type":"t711.late","time":"2027-01-10T03:00:00Z","subject":"7113","data":{}}'], '2027-01-11T03:00:00Z');
+SELECT billing.ingest_usage_batch(ARRAY['{"specversion":"1.0","id":"l2","source":"gw","type":"t711.late","time":"2027-01-10T09:00:00Z","subject":"7113","data":{}}'], '2027-01-11T03:00:00Z');
+SELECT billing.ingest_usage_batch(ARRAY['{"specversion":"1.0","id":"l3","source":"gw","type":"t711.late","time":"2027-01-10T03:20:00Z","subject":"7113","data":{}}', '{"specversion":"1.0","id":"l4","source":"gw","type":"t711.late","time":"2027-01-10T03:40:00Z","subject":"7113","data":{}}', '{"specversion":"1.0","id":"l4","source":"gw","type":"t711.late","time":"2027-01-10T03:40:00Z","subject":"7113","data":{}}'],
+                                  '2027-01-11T03:00:00Z');
+SELECT results_eq($$SELECT r.bucket, r.events, r.folded IS TRUE, d.events FROM billing.usage_rollup r
+                      LEFT JOIN billing.usage_rollup_day d ON d.customer_id = r.customer_id AND d.meter_code = r.meter_code
+                     WHERE r.customer_id = 7113 AND r.meter_code = 't711_late' ORDER BY r.bucket$$,
+                  $$VALUES ('2027-01-10T03:00:00Z'::timestamptz, 3::bigint, true, 3::bigint),
+                           ('2027-01-10T09:00:00Z', 1, false, 3)$$,
+                  'a count meter''s late events into a folded hour: its hour and its day counted once each');
 
 -- bad calls
 SELECT throws_ok($$SELECT * FROM billing.ingest_usage_batch(array_fill('{}'::text, ARRAY[50001]), '2027-01-10Z')$$,

@@ -206,9 +206,14 @@ def ingest_columns_counts(conn: psycopg.Connection, columns: tuple, now,
     """ingest_columns' answers as the consumer needs them, read by the database in one row: (accepted,
     duplicate, [(ord, reason) of each event rejected, in ord order]): the client reads no row per
     event (~0.9 µs an event of the consumer's CPU)."""
-    joined, params = _columns_call(columns, now, settings)
+    return _counts(conn, _columns_call(columns, now, settings))
+
+
+def _counts(conn: psycopg.Connection, call: tuple[bool, dict], **now) -> tuple[int, int, list[tuple[int, str | None]]]:
+    """ingest_columns_counts for _columns_call's (joined, params) (now= overrides its instant)."""
+    joined, params = call
     accepted, duplicate, ords, reasons = conn.execute(
-        db.INGEST_USAGE_COLUMNS_JOINED_COUNTS if joined else db.INGEST_USAGE_COLUMNS_COUNTS, params).fetchone()
+        db.INGEST_USAGE_COLUMNS_JOINED_COUNTS if joined else db.INGEST_USAGE_COLUMNS_COUNTS, {**params, **now}).fetchone()
     return accepted, duplicate, list(zip(ords, reasons))
 
 
@@ -282,9 +287,12 @@ class UsageConsumer:
                                   "isolation.level": "read_committed", "session.timeout.ms": 10000,
                                   "heartbeat.interval.ms": 1000})
         self.dead = Producer({**common, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
-        self.conn = psycopg.connect(settings.database_url, autocommit=False)
+        # autocommit: a batch is one statement, so one transaction (an event is counted if and only if its
+        # key is stored: the statement writes both); no BEGIN / COMMIT round trips
+        self.conn = psycopg.connect(settings.database_url, autocommit=True)
         self.stats = ConsumeStats()
         self._stop = False
+        self._pending = None  # (the batch taken, the future of its statement) on the database thread
 
     def stop(self, *_args) -> None:
         self._stop = True
@@ -302,13 +310,18 @@ class UsageConsumer:
                                    ("billing-partition", str(msg.partition()).encode()),
                                    ("billing-offset", str(msg.offset()).encode())])
 
-    def step(self) -> int:
-        """One batch: returns the messages handled (0: nothing came)."""
+    def _take(self) -> tuple | None:
+        """Polls up to `batch` messages and reads them (consumer side only, no database): None when
+        nothing came, else (messages, the statement's parameters or None, the events sent (their
+        messages, by ord), the dead letters so far, the partitions' offsets to commit once done)."""
         from confluent_kafka import KafkaException, Message
 
         msgs = self.consumer.consume(self.batch, self.poll_seconds)
         if not msgs:
-            return 0
+            return None
+        # the positions right after this poll: what commit() without offsets would commit for this
+        # batch (every earlier batch is settled before it), read now because the next poll moves them
+        offsets = [tp for tp in self.consumer.position(self.consumer.assignment()) if tp.offset >= 0]
         good, dead = msgs, []
         if any(map(Message.error, msgs)):  # (one C loop over the batch: the common case has no error)
             good = []
@@ -322,10 +335,21 @@ class UsageConsumer:
         columns, kept, unreadable = event_columns(list(map(Message.value, good)))
         dead.extend((good[n], "invalid_json") for n in unreadable)
         origin = good if len(kept) == len(good) else [good[n] for n in kept]
-        if origin:
-            with self.conn.transaction():
-                accepted, duplicate, rejected = ingest_columns_counts(self.conn, columns, self.clock.now(), self.settings)
-            stats = self.stats
+        call = _columns_call(columns, None, self.settings) if origin else None
+        return msgs, call, origin, dead, offsets
+
+    def _store(self, call: tuple) -> tuple[int, int, list[tuple[int, str | None]]]:
+        """The batch's one statement (autocommit: the statement is its own transaction, no BEGIN or
+        COMMIT round trip); may run on the consumer's database thread (self.conn is used there alone)."""
+        return _counts(self.conn, call, now=self.clock.now())
+
+    def _settle(self, taken: tuple, counts: tuple | None) -> None:
+        """After the batch's database commit: its dead letters written and flushed, then its offsets
+        committed (synchronously)."""
+        msgs, _call, origin, dead, offsets = taken
+        stats = self.stats
+        if counts is not None:
+            accepted, duplicate, rejected = counts
             stats.accepted += accepted
             stats.duplicate += duplicate
             for ord_, reason in rejected:
@@ -338,33 +362,81 @@ class UsageConsumer:
             # the dead letters are written before the offsets that passed them are committed
             if self.dead.flush(30) != 0:
                 raise RuntimeError("the dead-letter topic did not take every rejected event; not committing")
-            self.stats.dead_lettered += len(dead)
-        self.consumer.commit(asynchronous=False)  # after the database commit: a crash re-delivers, deduped
-        self.stats.batches += 1
-        return len(msgs)
+            stats.dead_lettered += len(dead)
+        if offsets:  # after the database commit: a crash re-delivers, deduped
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+        stats.batches += 1
 
-    def run(self, *, max_idle_seconds: float | None = None) -> ConsumeStats:
+    def step(self) -> int:
+        """One batch, start to end: returns the messages handled (0: nothing came)."""
+        taken = self._take()
+        if taken is None:
+            return 0
+        self._settle(taken, self._store(taken[1]) if taken[1] is not None else None)
+        return len(taken[0])
+
+    def _settle_pending(self) -> None:
+        """Waits for the batch on the database thread and settles it (its offsets committed)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            taken, future = pending
+            self._settle(taken, future.result() if future is not None else None)
+
+    def run(self, *, max_idle_seconds: float | None = None, pipeline: bool = True) -> ConsumeStats:
         """Until stopped; with max_idle_seconds, until that long without a message once partitions
-        were assigned (a group rebalancing after a member died takes its session timeout first)."""
+        were assigned (a group rebalancing after a member died takes its session timeout first).
+
+        Pipelined: batch N+1 is polled and read here while batch N's statement runs on a database
+        thread (the backend and this process busy at once, not in turn); N+1 is handed over once N's
+        statement is sent, then N is settled (dead letters, offsets): offsets are still committed
+        batch by batch, in order, each only after its own batch's database commit. Before partitions
+        are revoked (a rebalance) the batch in flight is settled, so its offsets go to the generation
+        that read it. pipeline=False: step() after step(), nothing in flight."""
+        from concurrent.futures import ThreadPoolExecutor
+
         assigned = []
-        self.consumer.subscribe([self.settings.usage_topic], on_assign=lambda _c, parts: assigned.append(len(parts)))
+        self.consumer.subscribe([self.settings.usage_topic],
+                                on_assign=lambda _c, parts: assigned.append(len(parts)),
+                                on_revoke=lambda _c, _parts: self._settle_pending())
         idle_since = time.monotonic()
-        while not self._stop:
-            if self.step():
-                idle_since = time.monotonic()
-            elif not assigned:
-                idle_since = time.monotonic()
-            elif max_idle_seconds is not None and time.monotonic() - idle_since >= max_idle_seconds:
-                break
+        pool = ThreadPoolExecutor(1, thread_name_prefix="usage-db")
+        failed = True
+        try:
+            while not self._stop:
+                if not pipeline:
+                    if self.step():
+                        idle_since = time.monotonic()
+                        continue
+                    taken = None
+                else:
+                    taken = self._take()
+                if taken is not None:
+                    future = pool.submit(self._store, taken[1]) if taken[1] is not None else None
+                    self._settle_pending()
+                    self._pending = (taken, future)
+                    idle_since = time.monotonic()
+                    continue
+                self._settle_pending()
+                if not assigned:
+                    idle_since = time.monotonic()
+                elif max_idle_seconds is not None and time.monotonic() - idle_since >= max_idle_seconds:
+                    break
+            self._settle_pending()
+            failed = False
+        finally:
+            if failed and self._pending is not None and self._pending[1] is not None:
+                self._pending[1].cancel()  # (its offsets not committed: re-delivered, deduped)
+            self._pending = None
+            pool.shutdown(wait=True)
         return self.stats
 
 
 def consume(settings: Settings, clock: Clock, *, batch: int = KAFKA_BATCH,
-            max_idle_seconds: float | None = None) -> ConsumeStats:
+            max_idle_seconds: float | None = None, pipeline: bool = True) -> ConsumeStats:
     consumer = UsageConsumer(settings, clock, batch=batch)
     signal.signal(signal.SIGTERM, consumer.stop)
     signal.signal(signal.SIGINT, consumer.stop)
     try:
-        return consumer.run(max_idle_seconds=max_idle_seconds)
+        return consumer.run(max_idle_seconds=max_idle_seconds, pipeline=pipeline)
     finally:
         consumer.close()

@@ -143,7 +143,8 @@ def _topic(admin, name, partitions=3):
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(timeout=60)
 
 
-def test_kafka_door_exactly_once_across_a_sigkill(db_url, kafka_bootstrap, tmp_path):
+@pytest.mark.parametrize("flags", [[], ["--no-pipeline"]], ids=["pipelined", "serial"])
+def test_kafka_door_exactly_once_across_a_sigkill(db_url, kafka_bootstrap, tmp_path, flags):
     """6,000 events (10% sent twice, 40 unacceptable) through the consumer group; the first
     consumer is SIGKILLed mid-stream, a second one finishes: every good event counted once, every
     bad one dead-lettered with its reason."""
@@ -178,7 +179,7 @@ def test_kafka_door_exactly_once_across_a_sigkill(db_url, kafka_bootstrap, tmp_p
     env = {**os.environ, "BILLING_DATABASE_URL": db_url, "BILLING_KAFKA_BOOTSTRAP": kafka_bootstrap,
            "BILLING_USAGE_TOPIC": topic, "BILLING_USAGE_DEAD_LETTER_TOPIC": dead,
            "BILLING_USAGE_GROUP": f"g-{topic}", "BILLING_LOG_LEVEL": "WARNING"}
-    argv = [BILLING, "usage", "consume", "--batch", "200", "--exit-when-idle", "4"]
+    argv = [BILLING, "usage", "consume", "--batch", "200", "--exit-when-idle", "4", *flags]
     first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     count = lambda: psycopg.connect(db_url, autocommit=True).execute(  # noqa: E731
         "SELECT count(*) FROM billing.usage_event").fetchone()[0]

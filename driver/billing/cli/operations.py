@@ -221,8 +221,10 @@ def usage() -> None:
               help="Messages ingested per database transaction (one statement).")
 @click.option("--exit-when-idle", default=None, type=float, metavar="SECONDS",
               help="Stop after this long without a message (default: run until SIGTERM).")
+@click.option("--pipeline/--no-pipeline", default=True, show_default=True,
+              help="Poll and read the next batch while this one's statement runs (--no-pipeline: one after the other).")
 @click.pass_obj
-def usage_consume(settings: Settings, database_url, batch, exit_when_idle) -> None:
+def usage_consume(settings: Settings, database_url, batch, exit_when_idle, pipeline) -> None:
     """A member of the consumer group on $BILLING_USAGE_TOPIC: each batch ingested in one transaction,
     offsets committed after it, rejected events to $BILLING_USAGE_DEAD_LETTER_TOPIC with the reason."""
     settings = settings.with_overrides(database_url=database_url)
@@ -230,7 +232,7 @@ def usage_consume(settings: Settings, database_url, batch, exit_when_idle) -> No
     from billing.usage import consume
 
     try:
-        stats = consume(settings, SystemClock(), batch=batch, max_idle_seconds=exit_when_idle)
+        stats = consume(settings, SystemClock(), batch=batch, max_idle_seconds=exit_when_idle, pipeline=pipeline)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"usage: {stats.accepted} accepted, {stats.duplicate} duplicate, {stats.rejected} rejected "
