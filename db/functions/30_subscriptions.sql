@@ -79,6 +79,8 @@ BEGIN
             RETURN v_sub;
         END IF;
 
+        -- (an archive in flight is waited for, and one waits for this signup: _lock_plan_offered)
+        PERFORM pg_catalog.pg_advisory_xact_lock_shared(2850, pg_catalog.hashtext(p_plan_code));
         SELECT * INTO v_plan FROM billing.plan WHERE code = p_plan_code;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'BL422',

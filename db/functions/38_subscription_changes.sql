@@ -166,6 +166,7 @@ BEGIN
     -- own instant: a change never chooses the terms of a period already begun.
     v_sub := billing._settle_due(v_sub, p_now, 'its plan cannot change');
 
+    PERFORM billing._lock_plan_offered(p_plan_code);  -- (an archive in flight waited for; it waits for this)
     SELECT * INTO v_new FROM billing.plan WHERE code = p_plan_code;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('unknown plan %L', p_plan_code),
