@@ -292,6 +292,7 @@ BEGIN
         -- The unused part of the lines in force is reversed (16_ledger) and credited from what the
         -- customer kept of the period, tax included.
         v_change_at := least(v_start, v_sub.current_period_end);
+        PERFORM billing._retax_unfinalized(v_sub, v_change_at, p_now);
         v_unused := billing._unused_total(v_sub, v_change_at);
         PERFORM billing._reverse_unused(v_sub, v_change_at, NULL, billing._period_unpaid(v_sub), p_now);
         PERFORM billing._grant_change_credit(v_sub, v_new.currency,
