@@ -27,12 +27,14 @@ CREATE FUNCTION pg_temp.play(p_customer bigint, p_plan text, p_country text, p_m
 RETURNS bigint LANGUAGE plpgsql AS $f$
 DECLARE
     v_sub bigint;
+    v_invoice bigint;
 BEGIN
     PERFORM billing.set_customer_details(p_customer, 'H8', NULL, NULL, NULL, NULL, NULL, p_country, NULL, 'TAXABLE');
     v_sub := (billing.create_subscription('h8-' || p_customer, p_customer, p_plan, '2026-06-01 00:00Z')).id;
-    IF p_finalize THEN
-        PERFORM billing.finalize_invoice(i.id, '2026-06-01 00:01Z') FROM billing.invoice i
+    IF p_finalize THEN  -- (the id read first: on Citus a call inside a query of a shard runs on its worker)
+        SELECT i.id INTO v_invoice FROM billing.invoice i
          WHERE i.customer_id = p_customer AND i.subscription_id = v_sub AND i.kind = 'INITIAL';
+        PERFORM billing.finalize_invoice(v_invoice, '2026-06-01 00:01Z');
     END IF;
     IF p_moved_to = 'RC' THEN
         PERFORM billing.set_customer_details(p_customer, 'H8', NULL, NULL, NULL, NULL, NULL, p_country, 'TAX-' || p_customer, 'REVERSE_CHARGE');
@@ -226,7 +228,8 @@ SELECT results_eq($$SELECT * FROM pg_temp.change_invoice(84014)$$,
 --     Sold under reverse charge, then taxable at 20% on top: as 13.
 SELECT billing.set_customer_details(84015, 'H8', NULL, NULL, NULL, NULL, NULL, 'XB', 'TAX-84015', 'REVERSE_CHARGE');
 SELECT (billing.create_subscription('h8-84015', 84015, 'H8_L', '2026-06-01 00:00Z')).id AS h8_sub15 \gset
-SELECT billing.finalize_invoice(i.id, '2026-06-01 00:01Z') FROM billing.invoice i WHERE i.customer_id = 84015;
+SELECT i.id AS h8_inv15 FROM billing.invoice i WHERE i.customer_id = 84015 \gset
+SELECT billing.finalize_invoice(:h8_inv15, '2026-06-01 00:01Z');
 SELECT billing.set_customer_details(84015, 'H8', NULL, NULL, NULL, NULL, NULL, 'XB', NULL, 'TAXABLE');
 SELECT billing.change_plan(:h8_sub15, 'H8_M', '2026-06-16 00:00Z');
 SELECT results_eq($$SELECT * FROM pg_temp.change_invoice(84015)$$,
@@ -342,7 +345,8 @@ SELECT pg_temp.play(84031, 'H8_S', 'XC', 'XB', 'H8_L', false);
 SELECT results_eq($$SELECT i.kind, i.subtotal, i.tax_amount FROM billing.invoice i WHERE i.customer_id = 84031 ORDER BY i.id$$,
                   $$VALUES ('INITIAL'::text, 1000::bigint, 200::bigint), ('PRORATION', 1000, 200)$$,
                   'not finalized, untaxed -> taxed, upgrade: 1200 + 1200 = 2400, 20% of the 2000 served and sold');
-SELECT billing.finalize_invoice(i.id, '2026-06-16 00:01Z') FROM billing.invoice i WHERE i.customer_id = 84031 AND i.kind = 'INITIAL';
+SELECT i.id AS h8_inv31 FROM billing.invoice i WHERE i.customer_id = 84031 AND i.kind = 'INITIAL' \gset
+SELECT billing.finalize_invoice(:h8_inv31, '2026-06-16 00:01Z');
 SELECT results_eq($$SELECT i.tax_amount, i.number IS NOT NULL FROM billing.invoice i WHERE i.customer_id = 84031 AND i.kind = 'INITIAL'$$,
                   $$VALUES (200::bigint, true)$$, 'finalized after: the tax it had at the change stands');
 -- 17. (adv11) Case 13's small downgrade (a move to 20%, then 180 of tax owed on a subtotal of -100), then a
