@@ -220,7 +220,8 @@ Returns the boolean.';
 -- its lines stay in force without invoice (the reversals depending on nothing, the new line, retaxed,
 -- on the period's other unpaid invoices, as a credit-ending change writes them); the difference is
 -- credit for the period (_grant_change_credit: pending on those invoices, capped by what the period
--- kept). The subscription keeps its new terms. When the subscription is in another period since,
+-- kept). Its figures go with its lines: subtotal, tax and amount 0 (announced voided with the figures
+-- it billed until then). The subscription keeps its new terms. When the subscription is in another period since,
 -- the invoice keeps its figures.
 CREATE OR REPLACE FUNCTION billing._change_invoice_to_credit(p_invoice billing.invoice, p_charge_id bigint,
                                                              p_charge_tax bigint, p_charge_inclusive boolean,
@@ -249,10 +250,15 @@ BEGIN
        SET status = 'VOID', next_attempt_at = NULL, waiting_for = NULL, give_up_at = NULL, closed_at = p_now
      WHERE i.customer_id = p_invoice.customer_id AND i.id = p_invoice.id
     RETURNING i.* INTO v_invoice;
+    -- (announced with the figures it billed until now; then they go with its lines: it bills nothing)
     PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceVoided',
         billing._invoice_data(v_invoice) || jsonb_build_object('reason', 'retaxed: the change ends in credit'), p_now);
     PERFORM billing._restore_credit(v_invoice, p_now);
     PERFORM billing._settle_pending_credit(v_invoice, p_now);
+    UPDATE billing.invoice i
+       SET subtotal = 0, tax_amount = 0, tax_included = 0, credit_applied = 0, amount = 0
+     WHERE i.customer_id = p_invoice.customer_id AND i.id = p_invoice.id
+    RETURNING i.* INTO v_invoice;
     UPDATE billing.service_line l SET invoice_id = NULL
      WHERE l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id AND l.kind = 'REVERSAL';
     UPDATE billing.service_line l

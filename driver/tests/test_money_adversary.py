@@ -526,12 +526,15 @@ def make_machine(db: Db, steps: int):
                                         label="gateway answer")
                 self._report(r["idempotency_key"], outcome, channel, data)
 
-        @rule(customer=st.integers(1, 4), country=st.sampled_from(["XE", "XI", "US"]))
-        def move(self, customer, country):
-            """The customer changes their billing address (another tax: 20% on top, 10% inside, none)
-            at any time: before an invoice is finalized its tax follows the address (docs/invoices.md)."""
-            got = db.call("SELECT * FROM billing.set_customer_details(%s, %s, %s, '1 Road', 'Town', '1000', NULL, %s, NULL)",
-                          (customer, f"Customer {customer}", f"c{customer}@example.org", country))
+        @rule(customer=st.integers(1, 4), country=st.sampled_from(["XE", "XI", "US"]),
+              status=st.sampled_from(["TAXABLE", "TAXABLE", "TAXABLE", "EXEMPT", "REVERSE_CHARGE"]))
+        def move(self, customer, country, status="TAXABLE"):
+            """The customer changes their billing address (another tax: 20% on top, 10% inside, none) or
+            tax status (exempt, reverse charge with a tax id: adv11) at any time: before an invoice is
+            finalized its tax follows the address (docs/invoices.md)."""
+            got = db.call("SELECT * FROM billing.set_customer_details(%s, %s, %s, '1 Road', 'Town', '1000', NULL, %s, %s, %s)",
+                          (customer, f"Customer {customer}", f"c{customer}@example.org", country,
+                           f"TAX-{customer}" if status == "REVERSE_CHARGE" else None, status))
             assert isinstance(got, list) or got == "BL404", got
             if isinstance(got, list):
                 self.moved.add(customer)
@@ -544,6 +547,23 @@ def make_machine(db: Db, steps: int):
             if bp != TAXES[3][2]:
                 self.moved.add(3)  # (its usage lines are no longer at TAXES' rate)
                 self.retaxed = True
+
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data(), one=st.booleans())
+        def finalize(self, data, one):
+            """The renewal job's finalization (finalize_invoices), or one invoice's (finalize_invoice), at
+            any time (adv11): numbered with the bill-to and tax of this instant, a change's invoice that
+            then bills nothing ending in credit; before, only a claim finalized in the game."""
+            if not one:
+                db.rows("SELECT billing.finalize_invoices(500, %s) AS n", (self.now,))
+            else:
+                rows = db.rows("SELECT id FROM billing.invoice WHERE number IS NULL AND status <> 'VOID' ORDER BY id")
+                if not rows:
+                    return
+                invoice = data.draw(st.sampled_from([r["id"] for r in rows]), label="finalized invoice")
+                got = db.call("SELECT * FROM billing.finalize_invoice(%s, %s)", (invoice, self.now))
+                assert isinstance(got, list), got
+            self._learn_reverts()
 
         @precondition(lambda self: self.plan_history)
         @rule(customer=st.integers(1, 4), provider=st.sampled_from(["sim", "stripe"]), detach=st.booleans())
@@ -1181,6 +1201,27 @@ def make_machine(db: Db, steps: int):
             assert not wrong, f"lines taxed at another rate than their invoice (line, invoice, net, tax, owed, bp, inclusive): {wrong}"
 
         @invariant()
+        def tax_of_one_instant(self):
+            """Bill-to and tax of one instant (docs/invoices.md): a finalized invoice's tax is of the
+            address and tax status its bill-to prints, unless its figures stood before (paid by credit
+            before its finalization, a line of it reversed by then at its tax, or a change's invoice whose
+            subscription was in another period by then). adv11: a change's invoice of negative subtotal
+            (a small downgrade after a move to a taxed address) kept the taxed address's tax after a move
+            back before its finalization; it now ends in credit (VOID)."""
+            stale = db.rows(
+                "SELECT i.id, i.kind, i.subtotal, i.tax_amount, i.tax_detail ->> 'country' AS taxed_at, i.bill_to ->> 'country' AS billed_at "
+                "FROM billing.invoice i WHERE i.number IS NOT NULL AND i.status <> 'VOID' AND i.tax_detail IS NOT NULL "
+                "AND billing._tax_stale(i.tax_detail, i.bill_to ->> 'taxStatus', i.bill_to ->> 'country', i.bill_to ->> 'region') "
+                "AND NOT (i.paid_at IS NOT NULL AND i.paid_at <= i.finalized_at) "
+                "AND NOT EXISTS (SELECT 1 FROM billing.service_line c JOIN billing.service_line r "
+                "                 ON r.customer_id = c.customer_id AND r.reverses_id = c.id "
+                "                WHERE c.customer_id = i.customer_id AND c.invoice_id = i.id AND c.kind = 'CHARGE' "
+                "                  AND r.created_at <= i.finalized_at) "
+                "AND NOT (i.kind = 'PRORATION' AND EXISTS (SELECT 1 FROM billing.subscription s WHERE s.id = i.subscription_id "
+                "                                          AND s.current_period_end <> i.period_end))")
+            assert not stale, f"finalized with the tax of another address than their bill-to: {stale}"
+
+        @invariant()
         def change_invoices_taxed_by_line(self):
             """A change's invoice (a CHARGE line beside REVERSAL lines) is taxed line by line (house8): its
             tax on top and its tax inside are the sums over its lines of each line's own tax, and its
@@ -1360,6 +1401,34 @@ REPLAYS = {
         ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True))),
         ("move", dict(customer=3, country="US")),
         ("charge", dict(data=Drawn("SUCCEEDED", "SUCCEEDED"), lease=timedelta(minutes=5), channel="record"))],
+    # adv11: a small downgrade after a move to a taxed address bills its tax owed; the customer moves
+    # back before the change's invoice is finalized: it kept the taxed address's tax (tax_of_one_instant);
+    # now it ends in credit, as the change would have at that address
+    "a small downgrade after a move, the move back before its invoice is finalized": [
+        ("subscribe", dict(customer=1, plan="M_PRO", trial=0, coupon=None, quantity=1)),
+        ("charge", dict(data=Drawn("SUCCEEDED"), lease=timedelta(minutes=5), channel="record")),
+        ("clock_jump", dict(delta=4 * DAYS)), ("move", dict(customer=1, country="XE")),
+        ("change_plan", dict(data=Drawn(1), plan="M_PLUS", how=("now", True))),
+        ("move", dict(customer=1, country="US")), ("finalize", dict(data=Drawn(), one=False)),
+        ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True))),
+        ("cancel", dict(data=Drawn(1), at_period_end=False, proration="credit")), ("renew", {})],
+    # adv11: a move before the first charge (the period's invoice not finalized), then a change: the
+    # invoice is retaxed for the address now before the change reverses its line; each way, and a
+    # change of tax status
+    "a move before the first charge, then a change, each way": [
+        ("subscribe", dict(customer=3, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("subscribe", dict(customer=2, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("clock_jump", dict(delta=4 * DAYS)),
+        ("move", dict(customer=3, country="US")), ("move", dict(customer=1, country="XE")),
+        ("move", dict(customer=2, country="XE", status="REVERSE_CHARGE")),
+        ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True))),
+        ("change_plan", dict(data=Drawn(2), plan="M_PRO", how=("now", True))),
+        ("change_plan", dict(data=Drawn(3), plan="M_PRO", how=("now", True))),
+        ("finalize", dict(data=Drawn(), one=False)),
+        ("charge", dict(data=Drawn(*["SUCCEEDED"] * 20), lease=timedelta(minutes=5), channel="record")),
+        ("cancel", dict(data=Drawn(1), at_period_end=False, proration="refund")),
+        ("execute_refunds", dict(data=Drawn(*["SUCCEEDED"] * 20)))],
     "a customer session signs up while the operator switches the plan off and on": [
         ("session_signup", dict(customer=2, plan="M_BASIC")), ("self_serve", dict(plan="M_BASIC", on=False)),
         ("session_signup", dict(customer=2, plan="M_BASIC")), ("self_serve", dict(plan="M_PLUS", on=True)),
@@ -1556,7 +1625,7 @@ INVARIANTS = ("the_books_balance", "cash_kept_is_the_paid_service", "revenue_ove
 # untaxed address and upgrades; customer 4 (10% inside) moves to 20% on top and upgrades, then the rate
 # changes and it downgrades; each time the invoice's tax is its lines' (review7's rule taxed the
 # difference at the rate of the day).
-INVARIANTS = INVARIANTS + ("change_invoices_taxed_by_line",)
+INVARIANTS = INVARIANTS + ("change_invoices_taxed_by_line", "tax_of_one_instant")
 REPLAYS["h8_moves_and_rates_between_sale_and_change"] = [
     ("subscribe", dict(customer=3, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
     ("subscribe", dict(customer=4, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
