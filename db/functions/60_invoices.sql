@@ -390,7 +390,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._refresh_tax(billing.invoice, timestamptz) IS
-'Private: before an invoice is finalized, its tax recomputed for the customer''s current tax status and address when its detail records others (_tax_stale), it was never sent to the gateway and no line it sells was reversed yet (a reversal gave back the line''s tax as sold: then its figures stand): tax, total, credit applied (the excess RESTORED) and amount, and the tax of the CHARGE lines it sells (service_line); PAID (announced) when credit now covers it. Call it holding the invoice''s row lock.
+'Private: before an invoice is finalized (or a line of it reversed: _retax_unfinalized), its tax recomputed for the customer''s current tax status and address when its detail records others (_tax_stale), it was never sent to the gateway and no line it sells was reversed yet (a reversal gave back the line''s tax as it stood: then its figures stand): tax, total, credit applied (the excess RESTORED) and amount, and the tax of the CHARGE lines it sells (service_line); PAID (announced) when credit now covers it; a change''s invoice that would bill nothing or less ends in credit (_change_invoice_to_credit: VOID). Call it holding the invoice''s row lock.
 Returns the invoice as it is now.';
 
 -- Finalizes the given invoices (locked by the caller, not finalized, not VOID) in id order.
@@ -611,7 +611,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.finalize_invoice(bigint, timestamptz) IS
-'Finalizes one invoice now (as finalize_invoices does); idempotent: a finalized invoice is returned unchanged.
+'Finalizes one invoice now (as finalize_invoices does); idempotent: a finalized invoice is returned unchanged. A change''s invoice that, retaxed for the customer''s address now, bills nothing or less is voided instead, unnumbered (its change ends in credit).
 Returns the invoice; BL404 for an unknown id, BL422 for an invoice voided before it was finalized.';
 
 DROP VIEW IF EXISTS billing.invoice_totals;
