@@ -37,24 +37,33 @@ def seed(db_url: str) -> int:
         return conn.execute("SELECT id FROM billing.invoice WHERE customer_id = %s", (CUSTOMER,)).fetchone()[0]
 
 
+def keys_of_each_reader(db_url: str) -> tuple[dict, str]:
+    """A key of each scope that reads documents, and a key that opens customer sessions."""
+    return ({"subscriptions:read": create_test_key(db_url, "subscriptions:read"),
+             "subscriptions:write": create_test_key(db_url, "subscriptions:read", "subscriptions:write"),
+             "customers:read": create_test_key(db_url, "subscriptions:read", "customers:read"),
+             "admin": create_test_key(db_url, "admin")},
+            create_test_key(db_url, "customer-sessions:write", "subscriptions:read"))
+
+
+async def with_session(client, keys: dict, opener: str, customer: int) -> dict:
+    """keys and a customer session's token for customer."""
+    token = (await client.post("/customer-sessions", json={"customerId": customer}, headers=bearer(opener))).json()["token"]
+    return {**keys, "customer session": token}
+
+
 def pdf_text(content: bytes) -> str:
     return subprocess.run(["pdftotext", "-layout", "-", "-"], input=content, capture_output=True, check=True).stdout.decode()
 
 
 def test_bill_to_and_cards_need_customers_read_in_the_api(db_url):
     invoice = seed(db_url)
-    keys = {"subscriptions:read": create_test_key(db_url, "subscriptions:read"),
-            "subscriptions:write": create_test_key(db_url, "subscriptions:read", "subscriptions:write"),
-            "customers:read": create_test_key(db_url, "subscriptions:read", "customers:read"),
-            "admin": create_test_key(db_url, "admin")}
-    opener = create_test_key(db_url, "customer-sessions:write", "subscriptions:read")
+    keys, opener = keys_of_each_reader(db_url)
 
     async def body():
         out = {}
         async with client_for(db_url) as client:
-            keys["customer session"] = (await client.post("/customer-sessions", json={"customerId": CUSTOMER},
-                                                          headers=bearer(opener))).json()["token"]
-            for who, key in keys.items():
+            for who, key in (await with_session(client, keys, opener, CUSTOMER)).items():
                 got = {}
                 for path in (f"/invoices/{invoice}", f"/invoices/{invoice}.html", f"/invoices/{invoice}.pdf",
                              f"/v1/customers/{CUSTOMER}/payment-methods"):
@@ -155,18 +164,12 @@ def seed_mover(db_url: str) -> int:
 
 def test_the_tax_jurisdiction_needs_customers_read_in_the_api(db_url):
     invoice = seed_mover(db_url)
-    keys = {"subscriptions:read": create_test_key(db_url, "subscriptions:read"),
-            "subscriptions:write": create_test_key(db_url, "subscriptions:read", "subscriptions:write"),
-            "customers:read": create_test_key(db_url, "subscriptions:read", "customers:read"),
-            "admin": create_test_key(db_url, "admin")}
-    opener = create_test_key(db_url, "customer-sessions:write", "subscriptions:read")
+    keys, opener = keys_of_each_reader(db_url)
 
     async def body():
         out = {}
         async with client_for(db_url) as client:
-            keys["customer session"] = (await client.post("/customer-sessions", json={"customerId": MOVER},
-                                                          headers=bearer(opener))).json()["token"]
-            for who, key in keys.items():
+            for who, key in (await with_session(client, keys, opener, MOVER)).items():
                 out[who] = {suffix: await client.get(f"/invoices/{invoice}{suffix}", headers=bearer(key))
                             for suffix in ("", ".html", ".pdf")}
         return out
