@@ -78,7 +78,10 @@ Money10 added a customer session's signup (what POST /v1/subscriptions runs for 
 lock_self_serve_plans, then the signup on the plan's own terms, one transaction), the operator's
 self-serve switch and void of an unpaid invoice (a change's invoice voided undoes its change), and a
 plan a small downgrade below M_PRO, which after a move to the taxed address bills its tax owed on a
-PRORATION invoice of negative subtotal (migration 0910).
+PRORATION invoice of negative subtotal (migration 0910). Adv11 added the finalization job and one
+invoice's finalization at any time (before, only a claim finalized), moves to an exempt and a reverse-charge
+status, and the invariant that a finalized invoice's tax is of the address its bill-to prints unless its
+figures stood before (tax_of_one_instant: a change's invoice that retaxed bills nothing ends in credit).
 
 The lifecycle (docs/lifecycle.md) is part of the game: trials, coupons (at signup and later, up to
 100% off, amounts larger than the invoice), seats up and down, pauses with and without a resume
