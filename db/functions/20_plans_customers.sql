@@ -268,9 +268,10 @@ Returns the codes (unknown and not self-serve ones left out).';
 -- The lock a signup or a plan change takes on the plan code it names before it reads the plan
 -- (shared; archive_plan takes it exclusive after its update): an archive waits for the signups in
 -- flight to the plan, and a signup arriving during an archive waits for it, then reads the plan
--- archived and is refused (adv11). An advisory lock (in memory, no write of the plan's row: a signup
--- costs ~1 us more); on Citus it is the coordinator's, so a signup delegated to a worker
--- (create_subscription called alone) is not covered (docs/sql-api.md).
+-- archived and is refused (adv11). An advisory lock (the lock manager's memory, no write of the plan's
+-- row, which FOR SHARE would make on every signup; not measured beside the baseline); on Citus it is
+-- the coordinator's, so a signup delegated to a worker (create_subscription called alone) is not
+-- covered (docs/sql-api.md).
 CREATE OR REPLACE FUNCTION billing._lock_plan_offered(p_code text)
 RETURNS void
 LANGUAGE sql VOLATILE
