@@ -675,6 +675,29 @@ def make_machine(db: Db, steps: int):
                                None if outcome == "SUCCEEDED" else "declined", self.now))
                 assert isinstance(got, list), got
 
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data(), answer=st.sampled_from(["SUCCEEDED", "FAILED"]))
+        def refund_failed_after_success(self, data, answer):
+            """The provider's event says a refund that succeeded failed (a bank sent it back, or the event
+            lies): never applied, the refund marked for the worker to look up; the worker's recheck
+            (claim_refund_rechecks, then record_refund_result with the provider's answer) settles it:
+            FAILED, the money is back with the engine and owed again (adv11: a path that moves money the
+            game never played)."""
+            rows = db.rows("SELECT r.idempotency_key, r.amount, r.currency, r.charge_reference, r.provider_reference "
+                           "FROM billing.refund r WHERE r.status = 'SUCCEEDED' ORDER BY r.id")
+            if rows:
+                r = data.draw(st.sampled_from(rows), label="refund said failed")
+                self.events += 1
+                got = db.call("SELECT billing.apply_refund_webhook(%s, %s, 'FAILED', %s, %s, %s, %s, 'returned', %s) AS r",
+                              (f"revt-{self.events}", r["idempotency_key"], r["provider_reference"], r["amount"],
+                               r["currency"].strip(), r["charge_reference"], self.now))
+                assert isinstance(got, list) and got[0]["r"] in ("RECHECK", "REVIEW"), got
+            for c in db.rows("SELECT * FROM billing.claim_refund_rechecks(50, interval '5 minutes', %s)", (self.now,)):
+                got = db.call("SELECT * FROM billing.record_refund_result(%s, %s, %s, %s, %s)",
+                              (c["idempotency_key"], answer, f"re_{c['refund_id']}",
+                               None if answer == "SUCCEEDED" else "returned", self.now))
+                assert isinstance(got, list), got
+
         @rule(delta=st.sampled_from([timedelta(minutes=20), timedelta(hours=6), timedelta(days=1),
                                      timedelta(days=4), timedelta(days=16), timedelta(days=40)]))
         def clock_jump(self, delta):
@@ -1432,6 +1455,15 @@ REPLAYS = {
         ("charge", dict(data=Drawn(*["SUCCEEDED"] * 20), lease=timedelta(minutes=5), channel="record")),
         ("cancel", dict(data=Drawn(1), at_period_end=False, proration="refund")),
         ("execute_refunds", dict(data=Drawn(*["SUCCEEDED"] * 20)))],
+    # adv11: a refund succeeded, then the provider's event says it failed; the recheck finds it failed
+    "a refund said failed after it succeeded, the recheck finds it failed": [
+        ("subscribe", dict(customer=3, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("charge", dict(data=Drawn("SUCCEEDED"), lease=timedelta(minutes=5), channel="record")),
+        ("refund", dict(data=Drawn(lambda rows: rows[0]), share=0.5)),
+        ("execute_refunds", dict(data=Drawn("SUCCEEDED"), channel="record")),
+        ("refund_failed_after_success", dict(data=Drawn(lambda rows: rows[0]), answer="FAILED")),
+        ("refund", dict(data=Drawn(lambda rows: rows[0]), share=1.0)),
+        ("execute_refunds", dict(data=Drawn("SUCCEEDED"), channel="record"))],
     "a customer session signs up while the operator switches the plan off and on": [
         ("session_signup", dict(customer=2, plan="M_BASIC")), ("self_serve", dict(plan="M_BASIC", on=False)),
         ("session_signup", dict(customer=2, plan="M_BASIC")), ("self_serve", dict(plan="M_PLUS", on=True)),
