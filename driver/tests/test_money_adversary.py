@@ -1333,7 +1333,11 @@ def make_machine(db: Db, steps: int):
                 SELECT i.id, i.period_start, i.closed_at FROM billing.invoice i
                   JOIN billing.subscription s ON s.customer_id = i.customer_id AND s.id = i.subscription_id
                  WHERE i.status = 'VOID' AND i.kind = 'PRORATION' AND s.status = 'CANCELED'
-                   AND i.closed_at = s.canceled_at AND i.closed_at > i.period_start""")
+                   AND i.closed_at = s.canceled_at AND i.closed_at > i.period_start
+                   -- (not one whose change ended in credit when it was retaxed, adv11: its lines, in
+                   -- force without it, sell what it sold; a cancellation at that instant forgave nothing)
+                   AND EXISTS (SELECT 1 FROM billing.service_line l
+                                WHERE l.customer_id = i.customer_id AND l.invoice_id = i.id)""")
             assert not forgiven, f"change invoices voided whole by a cancellation after time was served: {forgiven}"
             over = db.rows("""
                 SELECT i.id, i.unserved, i.subtotal, i.tax_amount, n.total FROM billing.invoice i
@@ -1437,6 +1441,16 @@ REPLAYS = {
         ("change_plan", dict(data=Drawn(1), plan="M_PLUS", how=("now", True))),
         ("move", dict(customer=1, country="US")), ("finalize", dict(data=Drawn(), one=False)),
         ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True))),
+        ("cancel", dict(data=Drawn(1), at_period_end=False, proration="credit")), ("renew", {})],
+    # adv11: the same, a day later, and a cancellation at the instant of the finalization that ended the
+    # change in credit (its invoice VOID then, its lines in force without it: nothing forgiven)
+    "a small downgrade after a move, the move back, its invoice retaxed to credit and a cancellation then": [
+        ("subscribe", dict(customer=1, plan="M_PRO", trial=0, coupon=None, quantity=1)),
+        ("charge", dict(data=Drawn("SUCCEEDED"), lease=timedelta(minutes=5), channel="record")),
+        ("clock_jump", dict(delta=4 * DAYS)), ("move", dict(customer=1, country="XE")),
+        ("change_plan", dict(data=Drawn(1), plan="M_PLUS", how=("now", True))),
+        ("clock_jump", dict(delta=DAYS)), ("move", dict(customer=1, country="US")),
+        ("finalize", dict(data=Drawn(lambda ids: ids[-1]), one=True)),
         ("cancel", dict(data=Drawn(1), at_period_end=False, proration="credit")), ("renew", {})],
     # adv11: a move before the first charge (the period's invoice not finalized), then a change: the
     # invoice is retaxed for the address now before the change reverses its line; each way, and a
