@@ -57,6 +57,7 @@ def main() -> None:
     url = fresh(args.database_url, DB)
     sides = ("billing.create_subscription_base", "billing.create_subscription")
     spent = dict.fromkeys(sides, 0)
+    rounds = []  # per block: (the baseline's, this tree's) µs per call, and the host's load then
     load0 = host_load()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(base_function(args.baseline))
@@ -67,19 +68,26 @@ def main() -> None:
                 k += 1
                 conn.execute(f"SELECT ({f}(%s, %s, 'BENCH_M', %s)).id", (f"il-{k}", 10 + k, NOW))
         for b in range(args.blocks):
+            block = {}
             for f in (sides if b % 2 == 0 else sides[::-1]):
                 t0 = schedstat_ns(pid)
                 for _ in range(args.size):
                     k += 1
                     conn.execute(f"SELECT ({f}(%s, %s, 'BENCH_M', %s)).id",
                                  (f"il-{k}", 10 + k, NOW + timedelta(microseconds=k % 1000)))
-                spent[f] += schedstat_ns(pid) - t0
+                block[f] = schedstat_ns(pid) - t0
+                spent[f] += block[f]
+            rounds.append((block[sides[0]] / args.size / 1000, block[sides[1]] / args.size / 1000, os.getloadavg()[0]))
     n = args.blocks * args.size
     base, ours = (spent[s] / n / 1000 for s in sides)
     print(f"\ncreate_subscription, {n:,} calls each, interleaved in blocks of {args.size}; {load0} at the start, "
           f"{host_load()} at the end:\n")
     print(f"| body | server CPU µs per call |\n|---|---:|\n| {args.baseline} | {base:,.0f} |\n| this tree | {ours:,.0f} |")
-    print(f"\nthis tree against {args.baseline}: {(ours - base) / base * 100:+.1f} %")
+    print(f"\nthis tree against {args.baseline}: {(ours - base) / base * 100:+.1f} %; "
+          f"lower in {sum(1 for r in rounds if r[1] < r[0])} of {len(rounds)} blocks\n")
+    print(f"| block | first | {args.baseline} µs | this tree µs | load (1 min) |\n|---:|---|---:|---:|---:|")
+    for i, (b_us, o_us, load) in enumerate(rounds, 1):
+        print(f"| {i} | {'baseline' if i % 2 == 1 else 'this tree'} | {b_us:,.0f} | {o_us:,.0f} | {load:.1f} |")
 
 
 if __name__ == "__main__":

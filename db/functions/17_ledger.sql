@@ -127,6 +127,46 @@ COMMENT ON FUNCTION billing._unused_lines(billing.subscription, timestamptz) IS
 'Private: for each CHARGE line in force of p_sub still serving after p_at and not reversed, its unused part [greatest(p_at, start), end) pro rata at its own gross, net and tax.
 Returns one row per line.';
 
+-- Before a change, a pause or a cancellation reverses lines at p_at: each unpaid invoice of the
+-- subscription serving past p_at that is not finalized yet, never sent to the gateway and whose tax
+-- was computed for another address or tax status than the customer's now, is retaxed first, as its
+-- finalization would (_refresh_tax: bill-to and tax of one instant). A reversal gives back a line's
+-- tax as it stands, and once a line is reversed its invoice's figures stand (money10); so the tax of
+-- an invoice not finalized follows the customer's address until the first of its finalization and
+-- the first reversal of one of its lines (adv11: a customer who signed up at a 20% address, moved to
+-- an untaxed one before the first charge and then changed plan paid the 20% on the time served
+-- before the change, kept at finalization; the other way, moved to the taxed address, paid none).
+-- Each invoice locked by (customer_id, id): one shard on Citus.
+CREATE OR REPLACE FUNCTION billing._retax_unfinalized(p_sub billing.subscription, p_at timestamptz, p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_ids     bigint[];
+    v_id      bigint;
+    v_invoice billing.invoice;
+BEGIN
+    v_ids := ARRAY(SELECT i.id FROM billing.invoice i
+                     JOIN billing.customer c ON c.id = i.customer_id
+                    WHERE i.customer_id = p_sub.customer_id AND i.subscription_id = p_sub.id
+                      AND i.status = 'OPEN' AND i.number IS NULL AND i.period_end > p_at
+                      AND billing._tax_stale(i.tax_detail, c.tax_status, c.country::text, c.region)
+                    ORDER BY i.id);
+    FOREACH v_id IN ARRAY v_ids LOOP
+        SELECT * INTO v_invoice FROM billing.invoice i
+         WHERE i.customer_id = p_sub.customer_id AND i.id = v_id AND i.status = 'OPEN' AND i.number IS NULL
+           FOR UPDATE;
+        IF FOUND THEN
+            PERFORM billing._refresh_tax(v_invoice, p_now);
+        END IF;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION billing._retax_unfinalized(billing.subscription, timestamptz, timestamptz) IS
+'Private: before lines of p_sub are reversed at p_at, each of its OPEN invoices serving past p_at not finalized yet whose tax is of another address or tax status than the customer''s now is retaxed as its finalization would (_refresh_tax; one sent to the gateway or with a line reversed already keeps its figures).
+Returns nothing.';
+
 -- Reverses the unused part from p_at of the lines in force (REVERSAL lines, billed by p_invoice_id
 -- or, NULL, by the credit of the change; the credit waits on the period's unpaid invoices, the
 -- reversal itself on nothing: p_depends_on is not recorded on it). p_free: the time ends without

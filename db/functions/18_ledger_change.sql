@@ -350,6 +350,7 @@ BEGIN
     IF p_at >= v_end THEN
         RETURN 0;
     END IF;
+    PERFORM billing._retax_unfinalized(p_sub, p_at, p_now);  -- (the lines reversed below at their tax of now)
     v_unused := billing._unused_total(p_sub, p_at);
     v_gross := billing._share(p_full, p_sub.current_period_start, v_end, p_at, v_end);
     v_disc := billing._line_discount(p_sub, p_plan, v_gross, p_full, p_at, v_end, false, p_now);

@@ -26,6 +26,7 @@ BEGIN
     IF p_proration = 'none' OR p_at >= p_sub.current_period_end OR p_sub.status = 'PAUSED' THEN
         RETURN 0;
     END IF;
+    PERFORM billing._retax_unfinalized(p_sub, p_at, p_now);
     v_unused := billing._unused_total(p_sub, p_at);
     v_amount := billing._period_credit_base(p_sub, v_unused.net + v_unused.tax_exclusive);
     IF v_amount <= 0 THEN
@@ -356,6 +357,9 @@ DECLARE
     v_back    bigint;
     v_n       integer := 0;
 BEGIN
+    -- The unpaid invoices not finalized yet retaxed for the customer's address now first (as their
+    -- finalization would: the cut gives back each line's tax as it stands; adv11).
+    PERFORM billing._retax_unfinalized(p_sub, p_at, p_now);
     -- A change's invoice never declined none of whose time was served (the change at or after p_at):
     -- voided whole (read first, then called: one shard on Citus).
     v_ids := ARRAY(SELECT i.id FROM billing.invoice i

@@ -203,6 +203,12 @@ BEGIN
     UPDATE billing.plan SET archived_at = coalesce(archived_at, p_now), updated_at = CASE WHEN archived_at IS NULL THEN p_now ELSE updated_at END
      WHERE code = p_code
     RETURNING * INTO v_plan;
+    -- Then waits for the signups and plan changes to it in flight (each holds the plan code's lock
+    -- shared from before it read the plan: _lock_plan_offered); one that comes after this waits for
+    -- this transaction and then reads the plan archived (adv11: a signup in flight at the archive
+    -- made a subscription on the archived plan). The row first, then the lock: a customer session's
+    -- signup holds the row FOR SHARE (lock_self_serve_plans) before its own shared lock.
+    PERFORM pg_catalog.pg_advisory_xact_lock(2850, pg_catalog.hashtext(p_code));
     RETURN billing._found_plan(v_plan, p_code);
 END
 $$;
@@ -258,6 +264,23 @@ $$;
 COMMENT ON FUNCTION billing.lock_self_serve_plans(text[]) IS
 'The codes among p_codes of the plans customers may sign up to themselves (plan.self_serve), each locked FOR SHARE until the caller''s transaction ends: a customer session''s signup calls it in the transaction that signs up, so a plan switched off (set_plan_self_serve, upsert_plan) at that instant is either waited for and refused, or switched off after the signup.
 Returns the codes (unknown and not self-serve ones left out).';
+
+-- The lock a signup or a plan change takes on the plan code it names before it reads the plan
+-- (shared; archive_plan takes it exclusive after its update): an archive waits for the signups in
+-- flight to the plan, and a signup arriving during an archive waits for it, then reads the plan
+-- archived and is refused (adv11). An advisory lock (the lock manager's memory, no write of the plan's
+-- row, which FOR SHARE would make on every signup; not measured beside the baseline); on Citus it is
+-- the coordinator's, so a signup delegated to a worker (create_subscription called alone) is not
+-- covered (docs/sql-api.md).
+CREATE OR REPLACE FUNCTION billing._lock_plan_offered(p_code text)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT pg_catalog.pg_advisory_xact_lock_shared(2850, pg_catalog.hashtext(p_code))
+$$;
+COMMENT ON FUNCTION billing._lock_plan_offered(text) IS
+'Private: the plan code p_code''s lock, shared, until the transaction ends: archive_plan waits for it (it takes it exclusive), and it waits for an archive in flight. Take it before reading the plan.
+Returns nothing.';
 
 CREATE OR REPLACE FUNCTION billing._check_plan_offered(p_plan billing.plan)
 RETURNS void

@@ -36,7 +36,10 @@ DECLARE
     v_tax     record;
 BEGIN
     PERFORM billing._audit('create_subscription', jsonb_build_object('idempotency_key', p_idempotency_key, 'customer_id', p_customer_id, 'plan_code', p_plan_code, 'now', p_now, 'trial_days', p_trial_days, 'coupon_code', p_coupon_code, 'quantity', p_quantity, 'external_id', p_external_id));
-    PERFORM billing._check_now(p_now);
+    -- The plan code's lock, shared (_lock_plan_offered: an archive in flight is waited for, and one
+    -- waits for this signup; adv11), in a statement before any that reads the plan (its snapshot then
+    -- sees an archive committed meanwhile); beside the clock's check, not a statement of its own.
+    PERFORM billing._check_now(p_now), pg_catalog.pg_advisory_xact_lock_shared(2850, pg_catalog.hashtext(p_plan_code));
     -- The checks' functions are called only to refuse (their wording): a call costs more than the test.
     IF p_idempotency_key IS NULL OR length(p_idempotency_key) > 255 OR btrim(p_idempotency_key) = '' THEN
         PERFORM billing._check_text('an idempotency key', p_idempotency_key, 255);
@@ -79,7 +82,7 @@ BEGIN
             RETURN v_sub;
         END IF;
 
-        SELECT * INTO v_plan FROM billing.plan WHERE code = p_plan_code;
+        SELECT * INTO v_plan FROM billing.plan WHERE code = p_plan_code;  -- (its code locked above)
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'BL422',
                 MESSAGE = format('unknown plan %L', p_plan_code),

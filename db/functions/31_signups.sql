@@ -74,6 +74,12 @@ BEGIN
         PERFORM pg_catalog.set_config('plan_cache_mode', 'force_custom_plan', true);
     END IF;
     SELECT s.trial_will_end_notice INTO v_notice FROM billing.database_setting s;
+    -- The lock of each plan code the batch names, shared, before any statement reads the plans
+    -- (_lock_plan_offered): an archive in flight is waited for and then seen, and one waits for the
+    -- batch (adv11). In code order (one order for every batch).
+    PERFORM pg_catalog.pg_advisory_xact_lock_shared(2850, pg_catalog.hashtext(c.code))
+       FROM (SELECT DISTINCT x->>'plan_code' AS code FROM pg_catalog.jsonb_array_elements(p_signups) x
+              WHERE x->>'plan_code' IS NOT NULL ORDER BY 1) c;
 
     -- Each row, checked as create_subscription checks its arguments, with its earlier request; and
     -- for each new key's first row, whether the set-based path takes it (no coupon, no credit to

@@ -79,6 +79,7 @@ BEGIN
         -- The unused part of the lines in force is reversed (16_ledger) at their own net and tax and
         -- credited from what the customer kept of the period (refunds lower it), capped by
         -- _grant_change_credit; pending, like the reversal lines, on the period's unpaid invoices.
+        PERFORM billing._retax_unfinalized(v_sub, v_at, p_now);
         v_unused := billing._unused_total(v_sub, v_at);
         PERFORM billing._reverse_unused(v_sub, v_at, NULL, billing._period_unpaid(v_sub), p_now);
         v_credit := billing._period_credit_base(v_sub, v_unused.net + v_unused.tax_exclusive);

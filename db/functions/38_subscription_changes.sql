@@ -166,6 +166,7 @@ BEGIN
     -- own instant: a change never chooses the terms of a period already begun.
     v_sub := billing._settle_due(v_sub, p_now, 'its plan cannot change');
 
+    PERFORM billing._lock_plan_offered(p_plan_code);  -- (an archive in flight waited for; it waits for this)
     SELECT * INTO v_new FROM billing.plan WHERE code = p_plan_code;
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = format('unknown plan %L', p_plan_code),
@@ -291,6 +292,7 @@ BEGIN
         -- The unused part of the lines in force is reversed (16_ledger) and credited from what the
         -- customer kept of the period, tax included.
         v_change_at := least(v_start, v_sub.current_period_end);
+        PERFORM billing._retax_unfinalized(v_sub, v_change_at, p_now);
         v_unused := billing._unused_total(v_sub, v_change_at);
         PERFORM billing._reverse_unused(v_sub, v_change_at, NULL, billing._period_unpaid(v_sub), p_now);
         PERFORM billing._grant_change_credit(v_sub, v_new.currency,

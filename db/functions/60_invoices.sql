@@ -213,6 +213,70 @@ COMMENT ON FUNCTION billing._tax_stale(jsonb, text, text, text) IS
 'Private: whether an invoice''s tax detail was computed for another tax status or address (country, region) than the given one; false without a detail (no rate existed when it was created) and, for an invoice created before the detail recorded its address, only by the treatment.
 Returns the boolean.';
 
+-- A change's invoice not finalized, never sent to the gateway, none of whose lines was reversed,
+-- that retaxed at the customer's address now bills nothing or less (_refresh_tax): the change ends in
+-- credit as _prorate_change ends it when the difference tax included is not positive. The invoice
+-- is VOID (never numbered, InvoiceVoided with reason "retaxed", the credit it consumed given back);
+-- its lines stay in force without invoice (the reversals depending on nothing, the new line, retaxed,
+-- on the period's other unpaid invoices, as a credit-ending change writes them); the difference is
+-- credit for the period (_grant_change_credit: pending on those invoices, capped by what the period
+-- kept). Its figures go with its lines: subtotal, tax and amount 0 (announced voided with the figures
+-- it billed until then). The subscription keeps its new terms. When the subscription is in another period since,
+-- the invoice keeps its figures.
+CREATE OR REPLACE FUNCTION billing._change_invoice_to_credit(p_invoice billing.invoice, p_charge_id bigint,
+                                                             p_charge_tax bigint, p_charge_inclusive boolean,
+                                                             p_charge_entries jsonb, p_now timestamptz)
+RETURNS billing.invoice
+LANGUAGE plpgsql VOLATILE
+SET search_path = billing, pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_sub     billing.subscription;
+    v_invoice billing.invoice;
+    v_rev     record;
+    v_charge  billing.service_line;
+BEGIN
+    SELECT * INTO v_sub FROM billing.subscription s
+     WHERE s.customer_id = p_invoice.customer_id AND s.id = p_invoice.subscription_id;
+    IF NOT FOUND OR v_sub.current_period_end IS DISTINCT FROM p_invoice.period_end
+       OR v_sub.current_period_start > p_invoice.period_start THEN
+        RETURN p_invoice;
+    END IF;
+    SELECT coalesce(sum(-l.net), 0)::bigint AS net,
+           coalesce(sum(-l.tax) FILTER (WHERE NOT l.tax_inclusive), 0)::bigint AS tax_exclusive INTO v_rev
+      FROM billing.service_line l
+     WHERE l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id AND l.kind = 'REVERSAL';
+    UPDATE billing.invoice i
+       SET status = 'VOID', next_attempt_at = NULL, waiting_for = NULL, give_up_at = NULL, closed_at = p_now
+     WHERE i.customer_id = p_invoice.customer_id AND i.id = p_invoice.id
+    RETURNING i.* INTO v_invoice;
+    -- (announced with the figures it billed until now; then they go with its lines: it bills nothing)
+    PERFORM billing._emit_event('invoice', v_invoice.id, 'InvoiceVoided',
+        billing._invoice_data(v_invoice) || jsonb_build_object('reason', 'retaxed: the change ends in credit'), p_now);
+    PERFORM billing._restore_credit(v_invoice, p_now);
+    PERFORM billing._settle_pending_credit(v_invoice, p_now);
+    UPDATE billing.invoice i
+       SET subtotal = 0, tax_amount = 0, tax_included = 0, credit_applied = 0, amount = 0
+     WHERE i.customer_id = p_invoice.customer_id AND i.id = p_invoice.id
+    RETURNING i.* INTO v_invoice;
+    UPDATE billing.service_line l SET invoice_id = NULL
+     WHERE l.customer_id = p_invoice.customer_id AND l.invoice_id = p_invoice.id AND l.kind = 'REVERSAL';
+    UPDATE billing.service_line l
+       SET invoice_id = NULL, depends_on = billing._period_unpaid(v_sub),
+           tax = p_charge_tax, tax_inclusive = p_charge_inclusive, tax_lines = p_charge_entries
+     WHERE l.customer_id = p_invoice.customer_id AND l.id = p_charge_id
+    RETURNING l.* INTO v_charge;
+    PERFORM billing._grant_change_credit(
+        v_sub, p_invoice.currency,
+        billing._period_credit_base(v_sub, v_rev.net + v_rev.tax_exclusive)
+            - (v_charge.net + CASE WHEN p_charge_inclusive THEN 0 ELSE p_charge_tax END), p_now);
+    RETURN v_invoice;
+END
+$$;
+COMMENT ON FUNCTION billing._change_invoice_to_credit(billing.invoice, bigint, bigint, boolean, jsonb, timestamptz) IS
+'Private: a change''s invoice that retaxed at finalization bills nothing or less: VOID (InvoiceVoided, the credit it consumed given back), its lines in force without invoice (the new line p_charge_id retaxed: p_charge_tax, p_charge_inclusive, p_charge_entries; depending on the period''s other unpaid invoices) and the difference granted as the period''s credit, as a change ending in credit; unchanged when its subscription is in another period since.
+Returns the invoice as it is now.';
+
 CREATE OR REPLACE FUNCTION billing._refresh_tax(p_invoice billing.invoice, p_now timestamptz)
 RETURNS billing.invoice
 LANGUAGE plpgsql VOLATILE
@@ -269,10 +333,13 @@ BEGIN
         v_tax := billing._tax_of_lines(billing._invoice_tax_lines(p_invoice.customer_id, p_invoice.id, v_charge.id,
                                                                   v_charge_entries),
                                        v_now.tax_detail->>'treatment', v_now.tax_detail->>'country', v_now.tax_detail->>'region');
-        IF p_invoice.subtotal + v_tax.tax_amount < 0 THEN
-            -- It would give back more than it bills (the customer moved to an untaxed address since):
-            -- it keeps its figures (the invoice's total is never below 0).
-            RETURN p_invoice;
+        IF p_invoice.subtotal + v_tax.tax_amount <= 0 THEN
+            -- It would give back as much as it bills or more (the customer moved to an untaxed address
+            -- since): the change ends in credit, as it would have at this address (adv11; before, it
+            -- kept its figures: a small downgrade that billed its tax owed after a move kept billing it
+            -- when the customer moved back before its finalization).
+            RETURN billing._change_invoice_to_credit(p_invoice, v_charge.id, v_now.tax_amount + v_now.tax_included,
+                                                     v_now.tax_included > 0, v_charge_entries, p_now);
         END IF;
     ELSE
         -- Called in a target list (Citus refuses a query into which _tax_of was inlined).
@@ -323,7 +390,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing._refresh_tax(billing.invoice, timestamptz) IS
-'Private: before an invoice is finalized, its tax recomputed for the customer''s current tax status and address when its detail records others (_tax_stale), it was never sent to the gateway and no line it sells was reversed yet (a reversal gave back the line''s tax as sold: then its figures stand): tax, total, credit applied (the excess RESTORED) and amount, and the tax of the CHARGE lines it sells (service_line); PAID (announced) when credit now covers it. Call it holding the invoice''s row lock.
+'Private: before an invoice is finalized (or a line of it reversed: _retax_unfinalized), its tax recomputed for the customer''s current tax status and address when its detail records others (_tax_stale), it was never sent to the gateway and no line it sells was reversed yet (a reversal gave back the line''s tax as it stood: then its figures stand): tax, total, credit applied (the excess RESTORED) and amount, and the tax of the CHARGE lines it sells (service_line); PAID (announced) when credit now covers it; a change''s invoice that would bill nothing or less ends in credit (_change_invoice_to_credit: VOID). Call it holding the invoice''s row lock.
 Returns the invoice as it is now.';
 
 -- Finalizes the given invoices (locked by the caller, not finalized, not VOID) in id order.
@@ -342,6 +409,29 @@ BEGIN
     IF v_count = 0 THEN
         RETURN 0;
     END IF;
+    -- Bill-to and tax of one instant: an invoice whose customer changed tax status or address since
+    -- it was made gets its tax recomputed first (rare: one row at a time; on Citus each by its key,
+    -- read first). A change's invoice that then bills nothing is VOID (its change ends in credit,
+    -- adv11): never numbered, so the numbers are taken after.
+    IF billing._distributed('billing.customer') THEN
+        FOREACH v_invoice IN ARRAY ARRAY(SELECT i FROM billing.invoice i WHERE i.id = ANY (p_ids) ORDER BY i.id) LOOP
+            PERFORM billing._refresh_tax(v_invoice, p_now);
+        END LOOP;
+    ELSE
+        FOR v_invoice IN
+            SELECT i.* FROM billing.invoice i JOIN billing.customer c ON c.id = i.customer_id
+             WHERE i.id = ANY (p_ids) AND billing._tax_stale(i.tax_detail, c.tax_status, c.country::text, c.region)
+        LOOP
+            PERFORM billing._refresh_tax(v_invoice, p_now);
+        END LOOP;
+    END IF;
+    IF EXISTS (SELECT 1 FROM billing.invoice i WHERE i.id = ANY (p_ids) AND i.status = 'VOID') THEN
+        p_ids := ARRAY(SELECT i.id FROM billing.invoice i WHERE i.id = ANY (p_ids) AND i.status <> 'VOID' ORDER BY i.id);
+        v_count := coalesce(cardinality(p_ids), 0);
+        IF v_count = 0 THEN
+            RETURN 0;
+        END IF;
+    END IF;
     v_first := billing._take_numbers(v_series, v_count);
     IF billing._distributed('billing.customer') THEN
         -- Citus: one invoice at a time by (customer_id, id) (this statement would span shards); the
@@ -352,15 +442,6 @@ BEGIN
         END LOOP;
         RETURN v_done;
     END IF;
-    -- Bill-to and tax of one instant: an invoice whose customer changed tax status or address since
-    -- it was made gets its tax recomputed first (rare: one row at a time; _finalize_one does it on
-    -- Citus).
-    FOR v_invoice IN
-        SELECT i.* FROM billing.invoice i JOIN billing.customer c ON c.id = i.customer_id
-         WHERE i.id = ANY (p_ids) AND billing._tax_stale(i.tax_detail, c.tax_status, c.country::text, c.region)
-    LOOP
-        PERFORM billing._refresh_tax(v_invoice, p_now);
-    END LOOP;
     WITH numbered AS (
         SELECT i.id, v_first + row_number() OVER (ORDER BY i.id) - 1 AS n
           FROM billing.invoice i WHERE i.id = ANY (p_ids)
@@ -405,13 +486,18 @@ SET search_path = billing, pg_catalog, pg_temp
 AS $$
 DECLARE
     v_series  text := to_char(p_now AT TIME ZONE 'UTC', 'YYYY');
-    v_number  text := coalesce(p_number, billing._document_number(v_series, billing._take_numbers(v_series, 1)));
+    v_number  text := p_number;
     v_bill_to jsonb := billing._bill_to(p_invoice.customer_id);
     v_invoice billing.invoice;
     v_totals  record;
 BEGIN
-    -- Bill-to and tax of one instant (the tax recomputed when the customer changed since).
-    PERFORM billing._refresh_tax(p_invoice, p_now);
+    -- Bill-to and tax of one instant (the tax recomputed when the customer changed since). A change's
+    -- invoice that then bills nothing is VOID (its change ends in credit: adv11), never numbered.
+    v_invoice := billing._refresh_tax(p_invoice, p_now);
+    IF v_invoice.status = 'VOID' THEN
+        RETURN v_invoice;
+    END IF;
+    v_number := coalesce(v_number, billing._document_number(v_series, billing._take_numbers(v_series, 1)));
     UPDATE billing.invoice SET number = v_number, finalized_at = p_now, bill_to = v_bill_to
      WHERE customer_id = p_invoice.customer_id AND id = p_invoice.id
     RETURNING * INTO v_invoice;
@@ -468,6 +554,11 @@ BEGIN
                 v_locked := v_locked || v_invoice;
             END IF;
         END LOOP;
+        -- (retaxed first: one that is then VOID, its change ending in credit, is never numbered: adv11)
+        FOR i IN 1..cardinality(v_locked) LOOP
+            v_locked[i] := billing._refresh_tax(v_locked[i], p_now);
+        END LOOP;
+        v_locked := ARRAY(SELECT x FROM unnest(v_locked) x WHERE x.status <> 'VOID');
         IF cardinality(v_locked) = 0 THEN
             RETURN 0;
         END IF;
@@ -520,7 +611,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION billing.finalize_invoice(bigint, timestamptz) IS
-'Finalizes one invoice now (as finalize_invoices does); idempotent: a finalized invoice is returned unchanged.
+'Finalizes one invoice now (as finalize_invoices does); idempotent: a finalized invoice is returned unchanged. A change''s invoice that, retaxed for the customer''s address now, bills nothing or less is voided instead, unnumbered (its change ends in credit).
 Returns the invoice; BL404 for an unknown id, BL422 for an invoice voided before it was finalized.';
 
 DROP VIEW IF EXISTS billing.invoice_totals;

@@ -11,9 +11,10 @@
 -- reads at most p_limit index entries past the cursor: never an offset.
 
 DROP FUNCTION IF EXISTS billing._page(text, text, text[], boolean, boolean, integer);
+DROP FUNCTION IF EXISTS billing._page(text, text, text[], boolean, boolean, integer, integer);
 CREATE OR REPLACE FUNCTION billing._page(
     p_from text, p_key text, p_where text[], p_after boolean, p_before boolean, p_limit integer,
-    p_walk integer DEFAULT NULL)
+    p_walk integer DEFAULT NULL, p_max_limit integer DEFAULT 101)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = billing, pg_catalog, pg_temp
@@ -23,7 +24,7 @@ DECLARE
     v_cursor text;
     v_dir    text := CASE WHEN p_before THEN 'ASC' ELSE 'DESC' END;
 BEGIN
-    PERFORM billing._check_between('limit', p_limit, 1, 101);
+    PERFORM billing._check_between('limit', p_limit, 1, p_max_limit);
     IF p_after AND p_before THEN
         RAISE EXCEPTION USING ERRCODE = 'BL422', MESSAGE = 'starting_after and ending_before cannot be used together';
     END IF;
@@ -72,9 +73,9 @@ BEGIN
                   p_key, v_dir, p_limit);
 END
 $$;
-COMMENT ON FUNCTION billing._page(text, text, text[], boolean, boolean, integer, integer) IS
-'Private: the statement of one page of a cursor list (p_from filtered by p_where, the cursor $1 after / $2 before on p_key, p_limit rows); p_walk: the filters hold a time range or OPEN invoices (a walk of at most p_walk entries of the key''s index first, else the range''s index, top-N).
-Returns the SQL text; BL422 for a limit outside 1..101 or both cursors.';
+COMMENT ON FUNCTION billing._page(text, text, text[], boolean, boolean, integer, integer, integer) IS
+'Private: the statement of one page of a cursor list (p_from filtered by p_where, the cursor $1 after / $2 before on p_key, p_limit rows); p_walk: the filters hold a time range or OPEN invoices (a walk of at most p_walk entries of the key''s index first, else the range''s index, top-N). Also the console''s page of OPEN invoices (console_invoices, p_max_limit 500).
+Returns the SQL text; BL422 for a limit outside 1..p_max_limit (101) or both cursors.';
 
 -- -- customers ------------------------------------------------------------------------------------
 

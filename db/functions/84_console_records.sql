@@ -324,35 +324,20 @@ BEGIN
     -- invoice_status_idx (status, id), so a status no invoice has is one probe, not a walk of every id (bench/scale: a
     -- cached generic plan of "p_before_id IS NULL OR i.id < p_before_id" walked the index from the
     -- newest invoice for every page; "status = coalesce(p_status, status)" every invoice for FAILED).
-    -- OPEN is not in invoice_status_idx (db/schema/0860): at most 2,000 entries of the id index from
-    -- the cursor with the status checked on the way (OPEN invoices are the recent ones) and, only
-    -- when that walk neither filled the page nor reached the end, the OPEN rows through
-    -- invoice_chargeable_idx (status = 'OPEN'), the newest kept (billing._page's walk: a subquery,
-    -- read only as far as the page needs, its length counted only when the page is short). On Citus each
-    -- shard plans its own page (as list_invoices does there).
+    -- OPEN is not in invoice_status_idx (db/schema/0860): list_invoices' page of OPEN invoices, the
+    -- same statement (billing._page's walk, adv11: it was a copy of it): at most 2,000 entries of the
+    -- id index from the cursor with the status checked on the way (OPEN invoices are the recent ones)
+    -- and, only when that walk neither filled the page nor reached the end, the OPEN rows through
+    -- invoice_chargeable_idx (status = 'OPEN'), the newest kept. On Citus each shard plans its own
+    -- page (as list_invoices does there).
     IF p_status = 'OPEN' AND billing._distributed('billing.invoice') THEN
         RETURN QUERY
         SELECT * FROM billing.invoice i WHERE i.status = 'OPEN' AND i.id < coalesce(p_before_id, 9223372036854775807)
          ORDER BY i.id DESC LIMIT p_limit;
     ELSIF p_status = 'OPEN' THEN
-        RETURN QUERY
-        WITH hit AS MATERIALIZED (
-            SELECT * FROM (SELECT * FROM billing.invoice i WHERE i.id < coalesce(p_before_id, 9223372036854775807)
-                            ORDER BY i.id DESC LIMIT 2000) w
-             WHERE w.status = 'OPEN' ORDER BY w.id DESC LIMIT p_limit
-        ), enough AS MATERIALIZED (
-            SELECT (SELECT count(*) FROM hit) = p_limit
-                OR (SELECT count(*) FROM (SELECT 1 FROM billing.invoice i WHERE i.id < coalesce(p_before_id, 9223372036854775807)
-                                           ORDER BY i.id DESC LIMIT 2000) w) < 2000 AS ok
-        )
-        SELECT * FROM hit WHERE (SELECT ok FROM enough)
-        UNION ALL
-        (SELECT * FROM billing.invoice i
-          WHERE NOT (SELECT ok FROM enough)
-            AND i.id = ANY (ARRAY(SELECT r.id FROM billing.invoice r
-                                   WHERE r.status = 'OPEN' AND r.id < coalesce(p_before_id, 9223372036854775807)
-                                   ORDER BY r.id + 0 DESC LIMIT p_limit)))
-        ORDER BY id DESC;
+        RETURN QUERY EXECUTE billing._page('billing.invoice', 'id', ARRAY['status = ''OPEN'''], p_before_id IS NOT NULL,
+                                           false, p_limit, 2000, 500)
+            USING p_before_id;
     ELSIF p_status IS NULL AND p_before_id IS NULL THEN
         RETURN QUERY
         SELECT * FROM billing.invoice i ORDER BY i.id DESC LIMIT p_limit;

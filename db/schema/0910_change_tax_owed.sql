@@ -12,14 +12,17 @@
 --   negative, as its TAX lines already may (0840).
 -- Each constraint is looser than the one it replaces: every row satisfies it; added NOT VALID and
 -- validated at once (a read of each table, under the migration's lock).
-ALTER TABLE billing.invoice DROP CONSTRAINT invoice_subtotal_not_negative,
-    ADD CONSTRAINT invoice_subtotal_not_negative
+-- (One subcommand per ALTER: Citus refuses ADD CONSTRAINT beside another subcommand on a distributed
+-- table, and an upgrade of a Citus database runs this on distributed tables. Split after main applied
+-- it in one piece: both forms are accepted, billing.migrate.REWRITTEN.)
+ALTER TABLE billing.invoice DROP CONSTRAINT invoice_subtotal_not_negative;
+ALTER TABLE billing.invoice ADD CONSTRAINT invoice_subtotal_not_negative
         CHECK (subtotal >= 0 OR (kind = 'PRORATION' AND subtotal + tax_amount > 0)) NOT VALID;
 ALTER TABLE billing.invoice VALIDATE CONSTRAINT invoice_subtotal_not_negative;
 COMMENT ON CONSTRAINT invoice_subtotal_not_negative ON billing.invoice IS 'The subtotal is not negative; a change''s PRORATION invoice excepted when its total is positive (its net fell but its tax rose more: 0910).';
 
-ALTER TABLE billing.invoice_line DROP CONSTRAINT invoice_line_sign,
-    ADD CONSTRAINT invoice_line_sign
+ALTER TABLE billing.invoice_line DROP CONSTRAINT invoice_line_sign;
+ALTER TABLE billing.invoice_line ADD CONSTRAINT invoice_line_sign
         CHECK ((kind IN ('DISCOUNT', 'CREDIT') AND amount <= 0) OR kind IN ('TAX', 'PRORATION')
                OR (kind NOT IN ('DISCOUNT', 'CREDIT', 'TAX', 'PRORATION') AND amount >= 0)) NOT VALID;
 ALTER TABLE billing.invoice_line VALIDATE CONSTRAINT invoice_line_sign;

@@ -8,7 +8,7 @@
 -- one of 3000 (15 of 30 days left: the reversal gives back 500 net, the new line sells 1500).
 BEGIN;
 SET LOCAL ROLE billing_owner;  -- on Citus, reads of shards in the writers' role (see 200_plans_customers)
-SELECT plan(32);
+SELECT plan(39);
 
 SELECT billing.upsert_plan('H8_S', 1000, 'USD', 'MONTH');
 SELECT billing.upsert_plan('H8_L', 3000, 'USD', 'MONTH');
@@ -19,15 +19,23 @@ SELECT billing.upsert_tax_rate('H8_XE_VAT', 'XE', NULL, 'VAT', 2000, false);   -
 SELECT billing.upsert_tax_rate('H8_XF_VAT', 'XF', NULL, 'VAT', 1000, false);   -- 10%, raised to 20% below
 -- (XC: no rate)
 
--- p_customer subscribes to p_plan in p_country on 1 June, moves to p_moved_to (NULL: stays; 'RC':
--- reverse charge where it is) and changes to p_to on 16 June. Returns the subscription.
-CREATE FUNCTION pg_temp.play(p_customer bigint, p_plan text, p_country text, p_moved_to text, p_to text)
+-- p_customer subscribes to p_plan in p_country on 1 June, its invoice finalized there (as its first
+-- charge attempt does; p_finalize false: not yet), moves to p_moved_to (NULL: stays; 'RC': reverse
+-- charge where it is) and changes to p_to on 16 June. Returns the subscription.
+CREATE FUNCTION pg_temp.play(p_customer bigint, p_plan text, p_country text, p_moved_to text, p_to text,
+                             p_finalize boolean DEFAULT true)
 RETURNS bigint LANGUAGE plpgsql AS $f$
 DECLARE
     v_sub bigint;
+    v_invoice bigint;
 BEGIN
     PERFORM billing.set_customer_details(p_customer, 'H8', NULL, NULL, NULL, NULL, NULL, p_country, NULL, 'TAXABLE');
     v_sub := (billing.create_subscription('h8-' || p_customer, p_customer, p_plan, '2026-06-01 00:00Z')).id;
+    IF p_finalize THEN  -- (the id read first: on Citus a call inside a query of a shard runs on its worker)
+        SELECT i.id INTO v_invoice FROM billing.invoice i
+         WHERE i.customer_id = p_customer AND i.subscription_id = v_sub AND i.kind = 'INITIAL';
+        PERFORM billing.finalize_invoice(v_invoice, '2026-06-01 00:01Z');
+    END IF;
     IF p_moved_to = 'RC' THEN
         PERFORM billing.set_customer_details(p_customer, 'H8', NULL, NULL, NULL, NULL, NULL, p_country, 'TAX-' || p_customer, 'REVERSE_CHARGE');
     ELSIF p_moved_to IS NOT NULL THEN
@@ -220,6 +228,8 @@ SELECT results_eq($$SELECT * FROM pg_temp.change_invoice(84014)$$,
 --     Sold under reverse charge, then taxable at 20% on top: as 13.
 SELECT billing.set_customer_details(84015, 'H8', NULL, NULL, NULL, NULL, NULL, 'XB', 'TAX-84015', 'REVERSE_CHARGE');
 SELECT (billing.create_subscription('h8-84015', 84015, 'H8_L', '2026-06-01 00:00Z')).id AS h8_sub15 \gset
+SELECT i.id AS h8_inv15 FROM billing.invoice i WHERE i.customer_id = 84015 \gset
+SELECT billing.finalize_invoice(:h8_inv15, '2026-06-01 00:01Z');
 SELECT billing.set_customer_details(84015, 'H8', NULL, NULL, NULL, NULL, NULL, 'XB', NULL, 'TAXABLE');
 SELECT billing.change_plan(:h8_sub15, 'H8_M', '2026-06-16 00:00Z');
 SELECT results_eq($$SELECT * FROM pg_temp.change_invoice(84015)$$,
@@ -307,7 +317,7 @@ SELECT results_eq($$SELECT * FROM pg_temp.kept_by_country()$$,
 --     address, then the finalization: the period's invoice keeps the 20% it was made with, since the
 --     change already gave back its unused half's 20% (before: retaxed to 0 at finalization while the
 --     reversal had given back 100 of tax never paid).
-SELECT pg_temp.play(84021, 'H8_S', 'XB', NULL, 'H8_L');
+SELECT pg_temp.play(84021, 'H8_S', 'XB', NULL, 'H8_L', false);
 SELECT billing.set_customer_details(84021, 'H8', NULL, NULL, NULL, NULL, NULL, 'XC', NULL, 'TAXABLE');
 SELECT i.id AS h8_inv21 FROM billing.invoice i WHERE i.customer_id = 84021 AND i.kind = 'INITIAL' \gset
 SELECT billing.finalize_invoice(:h8_inv21, '2026-06-16 00:01Z');
@@ -319,6 +329,61 @@ SELECT results_eq($$SELECT sum(l.tax)::bigint FROM billing.service_line l WHERE 
                        AND l.plan_id = (SELECT id FROM billing.plan WHERE code = 'H8_S')$$,
                   $$VALUES (100::bigint)$$,
                   'the tax kept for the half served (200 billed, 100 given back): none given back unpaid');
+
+-- 16. (adv11) The period's invoice not finalized yet (no charge attempt: say no card), a move, then a
+--     change: the invoice is retaxed for the address now before the change reverses its line, as its
+--     finalization would (before: it kept the old address's tax, the reversal gave back its share of
+--     it, and finalization, a line reversed, left it: 20% kept on the half served, or none billed).
+--     From 20% on top to untaxed, an upgrade: no tax anywhere (before: 1200 + 900 = 2100 for 2000).
+SELECT pg_temp.play(84030, 'H8_S', 'XB', 'XC', 'H8_L', false);
+SELECT results_eq($$SELECT i.kind, i.subtotal, i.tax_amount FROM billing.invoice i WHERE i.customer_id = 84030 ORDER BY i.id$$,
+                  $$VALUES ('INITIAL'::text, 1000::bigint, 0::bigint), ('PRORATION', 1000, 0)$$,
+                  'not finalized, taxed -> untaxed, upgrade: the period''s invoice retaxed to none before the reversal; 2000 owed');
+--     From untaxed to 20% on top: the period's invoice bears its 200, the reversal gives back 100 of it,
+--     the new line 300 (before: 1000 + 1300 = 2300, the half served untaxed).
+SELECT pg_temp.play(84031, 'H8_S', 'XC', 'XB', 'H8_L', false);
+SELECT results_eq($$SELECT i.kind, i.subtotal, i.tax_amount FROM billing.invoice i WHERE i.customer_id = 84031 ORDER BY i.id$$,
+                  $$VALUES ('INITIAL'::text, 1000::bigint, 200::bigint), ('PRORATION', 1000, 200)$$,
+                  'not finalized, untaxed -> taxed, upgrade: 1200 + 1200 = 2400, 20% of the 2000 served and sold');
+SELECT i.id AS h8_inv31 FROM billing.invoice i WHERE i.customer_id = 84031 AND i.kind = 'INITIAL' \gset
+SELECT billing.finalize_invoice(:h8_inv31, '2026-06-16 00:01Z');
+SELECT results_eq($$SELECT i.tax_amount, i.number IS NOT NULL FROM billing.invoice i WHERE i.customer_id = 84031 AND i.kind = 'INITIAL'$$,
+                  $$VALUES (200::bigint, true)$$, 'finalized after: the tax it had at the change stands');
+-- 17. (adv11) Case 13's small downgrade (a move to 20%, then 180 of tax owed on a subtotal of -100), then a
+--     move back to the untaxed address before the change's invoice is finalized: retaxed there it
+--     bills -100, so the change ends in credit as it would have at this address: the invoice VOID,
+--     never numbered, its lines in force without invoice, 100 of credit pending on the period's
+--     unpaid invoice (before: the invoice kept its 280 of tax and billed 180).
+SELECT pg_temp.play(84032, 'H8_L', 'XC', 'XB', 'H8_M');
+SELECT billing.set_customer_details(84032, 'H8', NULL, NULL, NULL, NULL, NULL, 'XC', NULL, 'TAXABLE');
+SELECT i.id AS h8_inv32 FROM billing.invoice i WHERE i.customer_id = 84032 AND i.kind = 'PRORATION' \gset
+SELECT billing.finalize_invoice(:h8_inv32, '2026-06-16 00:01Z');
+SELECT results_eq($$SELECT i.status, i.number IS NULL FROM billing.invoice i WHERE i.customer_id = 84032 AND i.kind = 'PRORATION'$$,
+                  $$VALUES ('VOID'::text, true)$$, 'moved back before finalization: the change''s invoice bills nothing, VOID, unnumbered');
+SELECT results_eq($$SELECT sum(c.amount)::bigint FROM billing.credit_pending c WHERE c.customer_id = 84032 AND c.status = 'PENDING'$$,
+                  $$VALUES (100::bigint)$$, 'the 100 the net fell by is credit, waiting on the period''s unpaid invoice');
+CREATE FUNCTION pg_temp.change_lines(p_customer bigint) RETURNS TABLE (kind text, net bigint, tax bigint, in_force boolean)
+LANGUAGE plpgsql AS $f$
+DECLARE
+    l billing.service_line;
+BEGIN
+    FOR l IN SELECT * FROM billing.service_line x WHERE x.customer_id = p_customer AND x.span_start = '2026-06-16 00:00Z'
+              ORDER BY x.id LOOP
+        kind := l.kind; net := l.net; tax := l.tax; in_force := billing._line_in_force(l) AND l.invoice_id IS NULL;
+        RETURN NEXT;
+    END LOOP;
+END
+$f$;
+SELECT results_eq($$SELECT * FROM pg_temp.change_lines(84032)$$,
+                  $$VALUES ('REVERSAL'::text, -1500::bigint, 0::bigint, true), ('CHARGE', 1400, 0, true)$$,
+                  'its lines stay in force without invoice, the new line retaxed to none');
+--     Paid, the period's invoice releases the credit: 3000 paid for H8_L, 100 back, the downgrade kept.
+SELECT billing.record_payment_result(c.idempotency_key, 'SUCCEEDED', 'ch_h8_84032', NULL, '2026-06-16 00:02Z')
+  FROM billing.claim_charges('h8', 1000, interval '5 minutes', '2026-06-16 00:02Z') c WHERE c.customer_id = 84032;
+SELECT results_eq($$SELECT b.balance, (SELECT p.code FROM billing.subscription s JOIN billing.plan p ON p.id = s.plan_id
+                                        WHERE s.customer_id = 84032)
+                      FROM billing.credit_balance b WHERE b.customer_id = 84032$$,
+                  $$VALUES (100::bigint, 'H8_M'::text)$$, 'paid: the 100 is on the balance, the subscription on H8_M');
 
 SELECT * FROM finish();
 ROLLBACK;

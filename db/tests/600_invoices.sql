@@ -219,6 +219,9 @@ SELECT results_eq($$SELECT sum(l.tax)::bigint FROM billing.service_line l WHERE 
 SELECT billing.upsert_plan('T70_EUR_MAX', 3999, 'EUR', 'MONTH');
 SELECT billing.set_customer_details(70010, 'Upgrader', NULL, NULL, NULL, NULL, NULL, 'US', NULL, 'TAXABLE');
 SELECT billing.create_subscription('t70-up', 70010, 'T70_EUR', '2026-06-01 00:00Z');
+-- (its period's invoice finalized untaxed at its first charge attempt, before the move: adv11 retaxes an
+-- invoice not finalized yet before a change reverses its line)
+SELECT billing.finalize_invoice((SELECT pg_temp.inv('t70-up')), '2026-06-01 00:01Z');
 SELECT billing.set_customer_details(70010, 'Upgrader', NULL, NULL, NULL, NULL, NULL, 'FR', NULL, 'TAXABLE');
 SELECT billing.change_plan((SELECT r.subscription_id FROM billing.subscription_request r WHERE r.idempotency_key = 't70-up'),
                            'T70_EUR_MAX', '2026-06-16 00:00Z');

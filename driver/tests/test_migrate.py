@@ -253,3 +253,60 @@ def test_migration_0780_refuses_a_database_whose_subscriptions_lost_their_plan(e
     with psycopg.connect(empty_db, autocommit=True) as conn, pytest.raises(psycopg.errors.ForeignKeyViolation,
                                                                             match="plans are never deleted"):
         conn.execute("DELETE FROM billing.plan WHERE id = %s", (plan_id,))
+
+
+def test_migration_0910_upgrades_a_citus_database(citus_server_url, tmp_path):
+    """adv11: 0910 was only ever run on fresh databases, where every migration runs before the tables
+    are distributed; on a Citus database built before it (its tables distributed) its first statement
+    failed, "cannot execute ADD CONSTRAINT command with other subcommands". One subcommand per ALTER
+    now: the upgrade applies it, every shard carries the looser constraints, validated, and a change's
+    invoice of negative subtotal (0910's rule) is written on the upgraded cluster."""
+    import uuid
+
+    from .conftest import _citus_sh, _exclusive
+
+    name = f"mc_{uuid.uuid4().hex[:12]}"
+    _citus_sh("createdb", name)
+    try:
+        url = url_for_db(citus_server_url, name)
+        db_dir = tmp_path / "db"
+        shutil.copytree(REPO_ROOT / "db", db_dir)
+        later = _set_aside(db_dir, "0910_change_tax_owed.sql")
+        with _exclusive("migrate"):
+            migrate(url, db_dir, simulation=True, citus=True)
+        names = _put_back(later)
+        with _exclusive("migrate"):
+            assert migrate(url, db_dir, citus=True).applied == names
+        with psycopg.connect(url, autocommit=True) as conn:
+            for table, constraint, says in (("invoice", "invoice_subtotal_not_negative", "'PRORATION'"),
+                                            ("invoice_line", "invoice_line_sign", "'PRORATION'")):
+                command = ("SELECT pg_get_constraintdef(c.oid) || ' ' || c.convalidated FROM pg_constraint c"
+                           f" WHERE c.conrelid = '%s'::regclass AND c.conname LIKE '{constraint}%%'")
+                shards = conn.execute("SELECT DISTINCT result FROM run_command_on_shards(%s::regclass, %s::text)",
+                                      (f"billing.{table}", command)).fetchall()
+                assert len(shards) == 1 and says in shards[0][0] and shards[0][0].endswith(" true"), (table, shards)
+            conn.execute("SELECT billing.upsert_plan('MC_L', 3000, 'USD', 'MONTH')")
+            conn.execute("SELECT billing.upsert_plan('MC_M', 2800, 'USD', 'MONTH')")
+            conn.execute("SELECT billing.upsert_tax_rate('MC_XB', 'XB', NULL, 'VAT', 2000, false)")
+            sub = conn.execute("SELECT id FROM billing.create_subscription('mc-1', 91001, 'MC_L', '2026-06-01Z')").fetchone()[0]
+            conn.execute("SELECT billing.finalize_invoices(10, '2026-06-01 00:01Z')")  # (as its first charge attempt)
+            conn.execute("SELECT billing.set_customer_details(91001, 'MC', NULL, NULL, NULL, NULL, NULL, 'XB', NULL, 'TAXABLE')")
+            conn.execute("SELECT billing.change_plan(%s, 'MC_M', '2026-06-16Z')", (sub,))
+            assert conn.execute("SELECT subtotal, tax_amount FROM billing.invoice WHERE customer_id = 91001 AND kind = 'PRORATION'"
+                                ).fetchone() == (-100, 280)
+    finally:
+        _citus_sh("dropdb", name, check=False)
+
+
+def test_a_rewritten_migration_s_earlier_form_is_accepted(empty_db):
+    """A database that applied 0910 before it was split (billing.migrate.REWRITTEN) migrates again
+    without a refusal; another checksum is still refused."""
+    migrate(empty_db, REPO_ROOT / "db", simulation=True)
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        conn.execute("UPDATE billing.schema_migration SET checksum = %s WHERE version = 910",
+                     ("059ff8bfd8b4aaed4898e9498d40e0e8d86f9241aa72b33eabf6cde38f2f6d92",))
+    assert migrate(empty_db, REPO_ROOT / "db").applied == []
+    with psycopg.connect(empty_db, autocommit=True) as conn:
+        conn.execute("UPDATE billing.schema_migration SET checksum = repeat('0', 64) WHERE version = 910")
+    with pytest.raises(MigrationError, match="0910_change_tax_owed.sql was edited"):
+        migrate(empty_db, REPO_ROOT / "db")

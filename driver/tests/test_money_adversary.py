@@ -78,7 +78,10 @@ Money10 added a customer session's signup (what POST /v1/subscriptions runs for 
 lock_self_serve_plans, then the signup on the plan's own terms, one transaction), the operator's
 self-serve switch and void of an unpaid invoice (a change's invoice voided undoes its change), and a
 plan a small downgrade below M_PRO, which after a move to the taxed address bills its tax owed on a
-PRORATION invoice of negative subtotal (migration 0910).
+PRORATION invoice of negative subtotal (migration 0910). Adv11 added the finalization job and one
+invoice's finalization at any time (before, only a claim finalized), moves to an exempt and a reverse-charge
+status, and the invariant that a finalized invoice's tax is of the address its bill-to prints unless its
+figures stood before (tax_of_one_instant: a change's invoice that retaxed bills nothing ends in credit).
 
 The lifecycle (docs/lifecycle.md) is part of the game: trials, coupons (at signup and later, up to
 100% off, amounts larger than the invoice), seats up and down, pauses with and without a resume
@@ -526,12 +529,15 @@ def make_machine(db: Db, steps: int):
                                         label="gateway answer")
                 self._report(r["idempotency_key"], outcome, channel, data)
 
-        @rule(customer=st.integers(1, 4), country=st.sampled_from(["XE", "XI", "US"]))
-        def move(self, customer, country):
-            """The customer changes their billing address (another tax: 20% on top, 10% inside, none)
-            at any time: before an invoice is finalized its tax follows the address (docs/invoices.md)."""
-            got = db.call("SELECT * FROM billing.set_customer_details(%s, %s, %s, '1 Road', 'Town', '1000', NULL, %s, NULL)",
-                          (customer, f"Customer {customer}", f"c{customer}@example.org", country))
+        @rule(customer=st.integers(1, 4), country=st.sampled_from(["XE", "XI", "US"]),
+              status=st.sampled_from(["TAXABLE", "TAXABLE", "TAXABLE", "EXEMPT", "REVERSE_CHARGE"]))
+        def move(self, customer, country, status="TAXABLE"):
+            """The customer changes their billing address (another tax: 20% on top, 10% inside, none) or
+            tax status (exempt, reverse charge with a tax id: adv11) at any time: before an invoice is
+            finalized its tax follows the address (docs/invoices.md)."""
+            got = db.call("SELECT * FROM billing.set_customer_details(%s, %s, %s, '1 Road', 'Town', '1000', NULL, %s, %s, %s)",
+                          (customer, f"Customer {customer}", f"c{customer}@example.org", country,
+                           f"TAX-{customer}" if status == "REVERSE_CHARGE" else None, status))
             assert isinstance(got, list) or got == "BL404", got
             if isinstance(got, list):
                 self.moved.add(customer)
@@ -544,6 +550,23 @@ def make_machine(db: Db, steps: int):
             if bp != TAXES[3][2]:
                 self.moved.add(3)  # (its usage lines are no longer at TAXES' rate)
                 self.retaxed = True
+
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data(), one=st.booleans())
+        def finalize(self, data, one):
+            """The renewal job's finalization (finalize_invoices), or one invoice's (finalize_invoice), at
+            any time (adv11): numbered with the bill-to and tax of this instant, a change's invoice that
+            then bills nothing ending in credit; before, only a claim finalized in the game."""
+            if not one:
+                db.rows("SELECT billing.finalize_invoices(500, %s) AS n", (self.now,))
+            else:
+                rows = db.rows("SELECT id FROM billing.invoice WHERE number IS NULL AND status <> 'VOID' ORDER BY id")
+                if not rows:
+                    return
+                invoice = data.draw(st.sampled_from([r["id"] for r in rows]), label="finalized invoice")
+                got = db.call("SELECT * FROM billing.finalize_invoice(%s, %s)", (invoice, self.now))
+                assert isinstance(got, list), got
+            self._learn_reverts()
 
         @precondition(lambda self: self.plan_history)
         @rule(customer=st.integers(1, 4), provider=st.sampled_from(["sim", "stripe"]), detach=st.booleans())
@@ -650,6 +673,29 @@ def make_machine(db: Db, steps: int):
                 got = db.call("SELECT * FROM billing.record_refund_result(%s, %s, %s, %s, %s)",
                               (r["idempotency_key"], outcome, f"re_{r['refund_id']}",
                                None if outcome == "SUCCEEDED" else "declined", self.now))
+                assert isinstance(got, list), got
+
+        @precondition(lambda self: self.plan_history)
+        @rule(data=st.data(), answer=st.sampled_from(["SUCCEEDED", "FAILED"]))
+        def refund_failed_after_success(self, data, answer):
+            """The provider's event says a refund that succeeded failed (a bank sent it back, or the event
+            lies): never applied, the refund marked for the worker to look up; the worker's recheck
+            (claim_refund_rechecks, then record_refund_result with the provider's answer) settles it:
+            FAILED, the money is back with the engine and owed again (adv11: a path that moves money the
+            game never played)."""
+            rows = db.rows("SELECT r.idempotency_key, r.amount, r.currency, r.charge_reference, r.provider_reference "
+                           "FROM billing.refund r WHERE r.status = 'SUCCEEDED' ORDER BY r.id")
+            if rows:
+                r = data.draw(st.sampled_from(rows), label="refund said failed")
+                self.events += 1
+                got = db.call("SELECT billing.apply_refund_webhook(%s, %s, 'FAILED', %s, %s, %s, %s, 'returned', %s) AS r",
+                              (f"revt-{self.events}", r["idempotency_key"], r["provider_reference"], r["amount"],
+                               r["currency"].strip(), r["charge_reference"], self.now))
+                assert isinstance(got, list) and got[0]["r"] in ("RECHECK", "REVIEW"), got
+            for c in db.rows("SELECT * FROM billing.claim_refund_rechecks(50, interval '5 minutes', %s)", (self.now,)):
+                got = db.call("SELECT * FROM billing.record_refund_result(%s, %s, %s, %s, %s)",
+                              (c["idempotency_key"], answer, f"re_{c['refund_id']}",
+                               None if answer == "SUCCEEDED" else "returned", self.now))
                 assert isinstance(got, list), got
 
         @rule(delta=st.sampled_from([timedelta(minutes=20), timedelta(hours=6), timedelta(days=1),
@@ -1181,6 +1227,27 @@ def make_machine(db: Db, steps: int):
             assert not wrong, f"lines taxed at another rate than their invoice (line, invoice, net, tax, owed, bp, inclusive): {wrong}"
 
         @invariant()
+        def tax_of_one_instant(self):
+            """Bill-to and tax of one instant (docs/invoices.md): a finalized invoice's tax is of the
+            address and tax status its bill-to prints, unless its figures stood before (paid by credit
+            before its finalization, a line of it reversed by then at its tax, or a change's invoice whose
+            subscription was in another period by then). adv11: a change's invoice of negative subtotal
+            (a small downgrade after a move to a taxed address) kept the taxed address's tax after a move
+            back before its finalization; it now ends in credit (VOID)."""
+            stale = db.rows(
+                "SELECT i.id, i.kind, i.subtotal, i.tax_amount, i.tax_detail ->> 'country' AS taxed_at, i.bill_to ->> 'country' AS billed_at "
+                "FROM billing.invoice i WHERE i.number IS NOT NULL AND i.status <> 'VOID' AND i.tax_detail IS NOT NULL "
+                "AND billing._tax_stale(i.tax_detail, i.bill_to ->> 'taxStatus', i.bill_to ->> 'country', i.bill_to ->> 'region') "
+                "AND NOT (i.paid_at IS NOT NULL AND i.paid_at <= i.finalized_at) "
+                "AND NOT EXISTS (SELECT 1 FROM billing.service_line c JOIN billing.service_line r "
+                "                 ON r.customer_id = c.customer_id AND r.reverses_id = c.id "
+                "                WHERE c.customer_id = i.customer_id AND c.invoice_id = i.id AND c.kind = 'CHARGE' "
+                "                  AND r.created_at <= i.finalized_at) "
+                "AND NOT (i.kind = 'PRORATION' AND EXISTS (SELECT 1 FROM billing.subscription s WHERE s.id = i.subscription_id "
+                "                                          AND s.current_period_end <> i.period_end))")
+            assert not stale, f"finalized with the tax of another address than their bill-to: {stale}"
+
+        @invariant()
         def change_invoices_taxed_by_line(self):
             """A change's invoice (a CHARGE line beside REVERSAL lines) is taxed line by line (house8): its
             tax on top and its tax inside are the sums over its lines of each line's own tax, and its
@@ -1266,7 +1333,11 @@ def make_machine(db: Db, steps: int):
                 SELECT i.id, i.period_start, i.closed_at FROM billing.invoice i
                   JOIN billing.subscription s ON s.customer_id = i.customer_id AND s.id = i.subscription_id
                  WHERE i.status = 'VOID' AND i.kind = 'PRORATION' AND s.status = 'CANCELED'
-                   AND i.closed_at = s.canceled_at AND i.closed_at > i.period_start""")
+                   AND i.closed_at = s.canceled_at AND i.closed_at > i.period_start
+                   -- (not one whose change ended in credit when it was retaxed, adv11: its lines, in
+                   -- force without it, sell what it sold; a cancellation at that instant forgave nothing)
+                   AND EXISTS (SELECT 1 FROM billing.service_line l
+                                WHERE l.customer_id = i.customer_id AND l.invoice_id = i.id)""")
             assert not forgiven, f"change invoices voided whole by a cancellation after time was served: {forgiven}"
             over = db.rows("""
                 SELECT i.id, i.unserved, i.subtotal, i.tax_amount, n.total FROM billing.invoice i
@@ -1360,6 +1431,53 @@ REPLAYS = {
         ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True))),
         ("move", dict(customer=3, country="US")),
         ("charge", dict(data=Drawn("SUCCEEDED", "SUCCEEDED"), lease=timedelta(minutes=5), channel="record"))],
+    # adv11: a small downgrade after a move to a taxed address bills its tax owed; the customer moves
+    # back before the change's invoice is finalized: it kept the taxed address's tax (tax_of_one_instant);
+    # now it ends in credit, as the change would have at that address
+    "a small downgrade after a move, the move back before its invoice is finalized": [
+        ("subscribe", dict(customer=1, plan="M_PRO", trial=0, coupon=None, quantity=1)),
+        ("charge", dict(data=Drawn("SUCCEEDED"), lease=timedelta(minutes=5), channel="record")),
+        ("clock_jump", dict(delta=4 * DAYS)), ("move", dict(customer=1, country="XE")),
+        ("change_plan", dict(data=Drawn(1), plan="M_PLUS", how=("now", True))),
+        ("move", dict(customer=1, country="US")), ("finalize", dict(data=Drawn(), one=False)),
+        ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True))),
+        ("cancel", dict(data=Drawn(1), at_period_end=False, proration="credit")), ("renew", {})],
+    # adv11: the same, a day later, and a cancellation at the instant of the finalization that ended the
+    # change in credit (its invoice VOID then, its lines in force without it: nothing forgiven)
+    "a small downgrade after a move, the move back, its invoice retaxed to credit and a cancellation then": [
+        ("subscribe", dict(customer=1, plan="M_PRO", trial=0, coupon=None, quantity=1)),
+        ("charge", dict(data=Drawn("SUCCEEDED"), lease=timedelta(minutes=5), channel="record")),
+        ("clock_jump", dict(delta=4 * DAYS)), ("move", dict(customer=1, country="XE")),
+        ("change_plan", dict(data=Drawn(1), plan="M_PLUS", how=("now", True))),
+        ("clock_jump", dict(delta=DAYS)), ("move", dict(customer=1, country="US")),
+        ("finalize", dict(data=Drawn(lambda ids: ids[-1]), one=True)),
+        ("cancel", dict(data=Drawn(1), at_period_end=False, proration="credit")), ("renew", {})],
+    # adv11: a move before the first charge (the period's invoice not finalized), then a change: the
+    # invoice is retaxed for the address now before the change reverses its line; each way, and a
+    # change of tax status
+    "a move before the first charge, then a change, each way": [
+        ("subscribe", dict(customer=3, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("subscribe", dict(customer=1, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("subscribe", dict(customer=2, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("clock_jump", dict(delta=4 * DAYS)),
+        ("move", dict(customer=3, country="US")), ("move", dict(customer=1, country="XE")),
+        ("move", dict(customer=2, country="XE", status="REVERSE_CHARGE")),
+        ("change_plan", dict(data=Drawn(1), plan="M_PRO", how=("now", True))),
+        ("change_plan", dict(data=Drawn(2), plan="M_PRO", how=("now", True))),
+        ("change_plan", dict(data=Drawn(3), plan="M_PRO", how=("now", True))),
+        ("finalize", dict(data=Drawn(), one=False)),
+        ("charge", dict(data=Drawn(*["SUCCEEDED"] * 20), lease=timedelta(minutes=5), channel="record")),
+        ("cancel", dict(data=Drawn(1), at_period_end=False, proration="refund")),
+        ("execute_refunds", dict(data=Drawn(*["SUCCEEDED"] * 20)))],
+    # adv11: a refund succeeded, then the provider's event says it failed; the recheck finds it failed
+    "a refund said failed after it succeeded, the recheck finds it failed": [
+        ("subscribe", dict(customer=3, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
+        ("charge", dict(data=Drawn("SUCCEEDED"), lease=timedelta(minutes=5), channel="record")),
+        ("refund", dict(data=Drawn(lambda rows: rows[0]), share=0.5)),
+        ("execute_refunds", dict(data=Drawn("SUCCEEDED"), channel="record")),
+        ("refund_failed_after_success", dict(data=Drawn(lambda rows: rows[0]), answer="FAILED")),
+        ("refund", dict(data=Drawn(lambda rows: rows[0]), share=1.0)),
+        ("execute_refunds", dict(data=Drawn("SUCCEEDED"), channel="record"))],
     "a customer session signs up while the operator switches the plan off and on": [
         ("session_signup", dict(customer=2, plan="M_BASIC")), ("self_serve", dict(plan="M_BASIC", on=False)),
         ("session_signup", dict(customer=2, plan="M_BASIC")), ("self_serve", dict(plan="M_PLUS", on=True)),
@@ -1556,7 +1674,7 @@ INVARIANTS = ("the_books_balance", "cash_kept_is_the_paid_service", "revenue_ove
 # untaxed address and upgrades; customer 4 (10% inside) moves to 20% on top and upgrades, then the rate
 # changes and it downgrades; each time the invoice's tax is its lines' (review7's rule taxed the
 # difference at the rate of the day).
-INVARIANTS = INVARIANTS + ("change_invoices_taxed_by_line",)
+INVARIANTS = INVARIANTS + ("change_invoices_taxed_by_line", "tax_of_one_instant")
 REPLAYS["h8_moves_and_rates_between_sale_and_change"] = [
     ("subscribe", dict(customer=3, plan="M_BASIC", trial=0, coupon=None, quantity=1)),
     ("subscribe", dict(customer=4, plan="M_BASIC", trial=0, coupon=None, quantity=1)),

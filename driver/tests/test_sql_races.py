@@ -510,3 +510,91 @@ def test_two_redemptions_of_a_once_per_customer_coupon_at_once_one_wins(db_url, 
     with connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM billing.coupon_redemption WHERE customer_id = 830").fetchone()[0] == 1
         assert conn.execute("SELECT times_redeemed FROM billing.coupon WHERE code = 'RACE_ONCE_EACH'").fetchone()[0] == 1
+
+
+def _wait_until_waiting(db_url: str, pid: int, what: str) -> None:
+    with connect(db_url) as watch:
+        for _ in range(600):
+            if watch.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                             (pid,)).fetchone()[0]:
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"{what} never waited")
+
+
+SIGNUP_TO_RACE_A = {
+    "create_subscription": "SELECT 1 FROM billing.create_subscription(%s, 2851, 'RACE_A', %s)",
+    "create_subscriptions": ("SELECT 1 FROM billing.create_subscriptions(jsonb_build_array(jsonb_build_object("
+                             "'idempotency_key', %s::text, 'customer_id', 2851, 'plan_code', 'RACE_A')), %s)"),
+    "change_plan": None,  # a plan change to it (the subscription on RACE_B made first)
+}
+
+
+def _signup_to_race_a(conn, how: str, key: str, sub_b: int):
+    if how == "change_plan":
+        return conn.execute("SELECT 1 FROM billing.change_plan(%s, 'RACE_A', %s)", (sub_b, T0))
+    return conn.execute(SIGNUP_TO_RACE_A[how], (key, T0))
+
+
+@pytest.mark.parametrize("how", sorted(SIGNUP_TO_RACE_A))
+def test_an_archive_waits_for_a_signup_in_flight_and_a_signup_for_an_archive(db_url, how):
+    # adv11: a plan archived while a signup (or a plan change) to it was in flight: the signup had read
+    # the plan offered, the archive committed, then the signup did: a subscription on an archived plan.
+    # Now the signup holds the plan code's lock shared from before its read, the archive takes it
+    # exclusive: (1) an archive arriving during a signup waits for it (seen waiting, not by timing), the
+    # subscription made before the archive; (2) a signup arriving during an archive waits for it, then
+    # reads the plan archived: BL422, nothing made.
+    with connect(db_url) as conn:
+        conn.execute("SELECT billing.upsert_plan('RACE_A', 1000, 'USD', 'MONTH')")
+        conn.execute("SELECT billing.upsert_plan('RACE_B', 2000, 'USD', 'MONTH')")
+        sub_b = [conn.execute("SELECT id FROM billing.create_subscription(%s, 2851, 'RACE_B', %s)", (f"ra-b{i}", T0)).fetchone()[0]
+                 for i in (1, 2)]
+
+    # (1) the signup first, uncommitted; the archive waits for it.
+    first = psycopg.connect(db_url)
+    _signup_to_race_a(first, how, "ra-1", sub_b[0])
+    archiver = connect(db_url)
+    archiver_pid = archiver.execute("SELECT pg_backend_pid()").fetchone()[0]
+    done: dict = {}
+    thread = threading.Thread(target=lambda: done.update(
+        plan=archiver.execute("SELECT archived_at FROM billing.archive_plan('RACE_A', %s)", (T0,)).fetchone()))
+    thread.start()
+    _wait_until_waiting(db_url, archiver_pid, "the archive")
+    assert "plan" not in done
+    first.commit()
+    first.close()
+    thread.join(30)
+    assert done.get("plan") is not None
+    archiver.close()
+    with connect(db_url) as conn:
+        on_a = conn.execute("SELECT count(*) FROM billing.subscription s JOIN billing.plan p ON p.id = s.plan_id "
+                            "WHERE p.code = 'RACE_A'").fetchone()[0]
+        assert on_a == 1  # made before the archive: it stands, as any subscription on a plan archived later
+        conn.execute("UPDATE billing.plan SET archived_at = NULL WHERE code = 'RACE_A'")  # (no API un-archives)
+
+    # (2) the archive first, uncommitted; the signup waits for it and is refused.
+    archive = psycopg.connect(db_url)
+    archive.execute("SELECT billing.archive_plan('RACE_A', %s)", (T0,))
+    later = connect(db_url)
+    later_pid = later.execute("SELECT pg_backend_pid()").fetchone()[0]
+    outcome: dict = {}
+
+    def sign_up() -> None:
+        try:
+            _signup_to_race_a(later, how, "ra-2", sub_b[1])
+            outcome["done"] = True
+        except psycopg.Error as exc:
+            outcome["error"] = exc.sqlstate
+
+    waiter = threading.Thread(target=sign_up)
+    waiter.start()
+    _wait_until_waiting(db_url, later_pid, "the signup")
+    archive.commit()
+    archive.close()
+    waiter.join(30)
+    later.close()
+    assert outcome == {"error": "BL422"}, outcome
+    with connect(db_url) as conn:
+        on_a = conn.execute("SELECT count(*) FROM billing.subscription s JOIN billing.plan p ON p.id = s.plan_id "
+                            "WHERE p.code = 'RACE_A'").fetchone()[0]
+        assert on_a == 1
