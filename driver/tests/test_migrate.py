@@ -240,7 +240,13 @@ def test_migration_0780_refuses_a_database_whose_subscriptions_lost_their_plan(e
                                "VALUES ('M780', 1000, 'USD', 'MONTH') RETURNING id").fetchone()[0]
         conn.execute("INSERT INTO billing.plan_price (plan_id, effective_from, price_amount) VALUES (%s, '-infinity', 1000)",
                      (plan_id,))
-        conn.execute("SELECT billing.create_subscription('m780', 78001, 'M780', '2026-02-01Z')")
+        # the subscription by its row too: today's create_subscription writes an invoice whose statement
+        # check reads 0920's renewal_statement_mark, set aside here
+        conn.execute("INSERT INTO billing.customer (id) VALUES (78001)")
+        conn.execute("INSERT INTO billing.subscription (customer_id, plan_id, status, timezone, billing_anchor, period_number, "
+                     "current_period_start, current_period_end, period_price, quantity, updated_at) "
+                     "VALUES (78001, %s, 'ACTIVE', 'UTC', '2026-02-01Z', 1, '2026-02-01Z', '2026-03-01Z', 1000, 1, "
+                     "'2026-02-01Z')", (plan_id,))
         conn.execute("DELETE FROM billing.plan_price WHERE plan_id = %s", (plan_id,))
         conn.execute("DELETE FROM billing.plan WHERE id = %s", (plan_id,))
     names = _put_back(later)
