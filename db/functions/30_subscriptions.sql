@@ -39,7 +39,7 @@ BEGIN
     -- The plan code's lock, shared (_lock_plan_offered: an archive in flight is waited for, and one
     -- waits for this signup; adv11), in a statement before any that reads the plan (its snapshot then
     -- sees an archive committed meanwhile); beside the clock's check, not a statement of its own.
-    PERFORM billing._check_now(p_now), pg_catalog.pg_advisory_xact_lock_shared(2850, pg_catalog.hashtext(p_plan_code));
+    PERFORM billing._check_now(p_now), billing._lock_plan_offered(p_plan_code);
     -- The checks' functions are called only to refuse (their wording): a call costs more than the test.
     IF p_idempotency_key IS NULL OR length(p_idempotency_key) > 255 OR btrim(p_idempotency_key) = '' THEN
         PERFORM billing._check_text('an idempotency key', p_idempotency_key, 255);

@@ -77,7 +77,7 @@ BEGIN
     -- The lock of each plan code the batch names, shared, before any statement reads the plans
     -- (_lock_plan_offered): an archive in flight is waited for and then seen, and one waits for the
     -- batch (adv11). In code order (one order for every batch).
-    PERFORM pg_catalog.pg_advisory_xact_lock_shared(2850, pg_catalog.hashtext(c.code))
+    PERFORM billing._lock_plan_offered(c.code)
        FROM (SELECT DISTINCT x->>'plan_code' AS code FROM pg_catalog.jsonb_array_elements(p_signups) x
               WHERE x->>'plan_code' IS NOT NULL ORDER BY 1) c;
 
